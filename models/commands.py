@@ -1,0 +1,120 @@
+"""The torch-side subcommands of `attnserve`: data, train, evaluate, translate --engine torch."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from argparse import Namespace
+from dataclasses import asdict, replace
+
+from models.checkpoint import load_checkpoint
+from models.config import PRESETS
+from models.corpus import build_translator_data, read_split
+from models.evaluate import apertium_translate, corpus_scores
+from models.reference import TorchEngine
+from service.decoding import DecodingOptions
+from service.translation import translate_texts
+
+# The test split has one part so far: Bible verses from the test books.
+TEST_PART = "bible"
+
+
+def data(args: Namespace) -> int:
+    stats = build_translator_data(args.out)
+    print(json.dumps({"out": str(args.out), **asdict(stats)}, indent=2))
+    return 0
+
+
+def train(args: Namespace) -> int:
+    from models.train import TrainOptions
+    from models.train import train as run_training
+
+    model = PRESETS[args.preset]
+    if args.vocab_size:
+        model = replace(model, vocab_size=args.vocab_size)
+    options = TrainOptions(
+        data_dir=args.data,
+        run_dir=args.run_dir,
+        out_dir=args.out,
+        model=model,
+        vocab_size=model.vocab_size,
+        max_tokens=args.max_tokens,
+        warmup_steps=args.warmup_steps,
+        lr_scale=args.lr_scale,
+        max_minutes=args.max_minutes,
+        max_epochs=args.max_epochs,
+        max_steps=args.max_steps,
+        checkpoint_every=args.checkpoint_every,
+        dev_sentences=args.dev_sentences,
+        threads=args.threads,
+    )
+    shipped = run_training(options)
+    if shipped is not None:
+        print(f"checkpoint written to {shipped}")
+    return 0
+
+
+def _decoding(args: Namespace, n_best: int = 1) -> DecodingOptions:
+    options = DecodingOptions(
+        beam_size=args.beam_size,
+        max_length=args.max_length,
+        length_penalty=args.length_penalty,
+        num_hypotheses=n_best,
+    )
+    options.validate(max_length_limit=1024)
+    return options
+
+
+def evaluate(args: Namespace) -> int:
+    spanish, english = read_split(args.data, args.split)
+    if args.limit:
+        spanish, english = spanish[: args.limit], english[: args.limit]
+    start = time.perf_counter()
+    if args.baseline == "apertium":
+        system, settings = "apertium spa-eng", {"command": "apertium -u spa-eng"}
+        hypotheses = apertium_translate(spanish)
+    else:
+        model, tokenizer = load_checkpoint(args.checkpoint)
+        options = _decoding(args)
+        system, settings = f"attnserve translator ({args.checkpoint})", asdict(options)
+        nbest = translate_texts(TorchEngine(model), tokenizer, spanish, options, model.config.max_length)
+        hypotheses = [tokenizer.decode(n[0].tokens) for n in nbest]
+    report = {
+        "system": system,
+        "engine": "apertium" if args.baseline else "torch",
+        "split": args.split,
+        "parts": {TEST_PART: corpus_scores(hypotheses, english)},
+        "decoding": settings,
+        "seconds": round(time.perf_counter() - start, 1),
+    }
+    if args.json:
+        print(json.dumps(report, ensure_ascii=False))
+    else:
+        for part, scores in report["parts"].items():
+            print(f"{system} {args.split}/{part}: BLEU {scores['bleu']} chrF {scores['chrf']} "
+                  f"({scores['sentences']} sentences)")
+    return 0
+
+
+def translate(args: Namespace) -> int:
+    texts = args.texts or [line.rstrip("\n") for line in sys.stdin if line.strip()]
+    model, tokenizer = load_checkpoint(args.checkpoint)
+    options = _decoding(args, n_best=args.n_best)
+    nbest = translate_texts(TorchEngine(model), tokenizer, texts, options, model.config.max_length)
+    for text, hypotheses in zip(texts, nbest, strict=True):
+        if not args.json:
+            print(tokenizer.decode(hypotheses[0].tokens))
+            continue
+        source = tokenizer.pieces(tokenizer.encode(text)) + ["</s>"]
+        print(json.dumps({"source": text, "source_tokens": source, "hypotheses": [
+            {
+                "text": tokenizer.decode(h.tokens),
+                "score": round(h.score, 4),
+                "tokens": tokenizer.pieces(h.tokens),
+                "token_log_probs": [round(p, 4) for p in h.token_log_probs],
+                "alignment": h.alignment.round(3).tolist() if h.alignment is not None else None,
+            }
+            for h in hypotheses
+        ]}, ensure_ascii=False))
+    return 0

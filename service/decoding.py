@@ -1,0 +1,190 @@
+"""Decoding strategies over an `Inference`: numpy in, numpy out, the same for every engine.
+
+A step produces one token per row: a content token or `</s>`. `max_length` bounds the steps,
+so a hypothesis that reaches it ends without `</s>`. Scores are sums of log-probabilities;
+ranking divides them by (steps ** length_penalty).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from service.errors import InvalidArgument
+from service.inference import Inference
+
+MAX_BEAM_SIZE = 16
+
+
+@dataclass(frozen=True)
+class DecodingOptions:
+    beam_size: int = 1  # 1 is greedy search
+    max_length: int = 256  # decoding steps at most, `</s>` included
+    length_penalty: float = 1.0  # ranking score = log-prob / steps ** length_penalty
+    num_hypotheses: int = 1  # n-best size, at most beam_size
+
+    def validate(self, max_length_limit: int) -> None:
+        """Raises one InvalidArgument naming every bad field."""
+        problems = []
+        if not 1 <= self.beam_size <= MAX_BEAM_SIZE:
+            problems.append(f"beam_size must be in 1..{MAX_BEAM_SIZE}, got {self.beam_size}")
+        if not 1 <= self.max_length <= max_length_limit:
+            problems.append(f"max_length must be in 1..{max_length_limit}, got {self.max_length}")
+        if not 0.0 <= self.length_penalty <= 10.0:
+            problems.append(f"length_penalty must be in 0..10, got {self.length_penalty}")
+        if not 1 <= self.num_hypotheses <= self.beam_size:
+            problems.append(
+                f"num_hypotheses must be in 1..beam_size ({self.beam_size}), "
+                f"got {self.num_hypotheses}"
+            )
+        if problems:
+            raise InvalidArgument("; ".join(problems))
+
+
+@dataclass
+class Hypothesis:
+    """One output sequence. `tokens` excludes `<s>` and `</s>`; the per-step lists include the
+    `</s>` step when the hypothesis ended with one."""
+
+    tokens: list[int]
+    log_prob: float  # sum of token_log_probs
+    score: float  # log_prob / steps ** length_penalty
+    token_log_probs: list[float] = field(default_factory=list)
+    alignment: np.ndarray | None = None  # (steps, S) cross-attention of each step
+    finished: bool = True  # ended with `</s>` rather than at max_length
+
+
+@dataclass
+class _Row:
+    """A live hypothesis: what it produced so far."""
+
+    tokens: list[int]
+    log_probs: list[float]
+    attention: list[np.ndarray]
+
+    def extend(self, token: int, log_prob: float, attention: np.ndarray) -> _Row:
+        return _Row(self.tokens + [token], self.log_probs + [log_prob], self.attention + [attention])
+
+    def finish(self, eos: int, penalty: float) -> Hypothesis:
+        ended = bool(self.tokens) and self.tokens[-1] == eos
+        total = float(np.sum(self.log_probs, dtype=np.float64))
+        steps = max(len(self.tokens), 1)
+        return Hypothesis(
+            tokens=self.tokens[:-1] if ended else list(self.tokens),
+            log_prob=total,
+            score=total / steps**penalty,
+            token_log_probs=list(self.log_probs),
+            alignment=np.stack(self.attention) if self.attention else None,
+            finished=ended,
+        )
+
+
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    """(B, V) float -> (B, V) float32 log-probabilities."""
+    logits = logits.astype(np.float32, copy=False)
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+
+
+def greedy_search(
+    inference: Inference, batch: int, options: DecodingOptions, bos: int, eos: int
+) -> list[list[Hypothesis]]:
+    """The most likely token at every step; finished rows leave the batch."""
+    rows = [_Row([], [], []) for _ in range(batch)]
+    results: list[Hypothesis | None] = [None] * batch
+    active = np.arange(batch)  # original row of each inference row
+    tokens = np.full((batch, 1), bos, dtype=np.int64)
+    for _ in range(options.max_length):
+        logits, attention = inference.step(tokens)
+        log_probs = log_softmax(logits)
+        best = log_probs.argmax(axis=-1)  # (B,)
+        for i, row in enumerate(active):
+            rows[row] = rows[row].extend(int(best[i]), float(log_probs[i, best[i]]), attention[i])
+        keep = best != eos
+        for row in active[~keep]:
+            results[row] = rows[row].finish(eos, options.length_penalty)
+        if not keep.any():
+            break
+        if not keep.all():
+            inference.reorder(np.flatnonzero(keep))
+        active, tokens = active[keep], best[keep, None]
+    return [[r if r is not None else rows[i].finish(eos, options.length_penalty)]
+            for i, r in enumerate(results)]
+
+
+def beam_search(
+    inference: Inference, batch: int, options: DecodingOptions, bos: int, eos: int
+) -> list[list[Hypothesis]]:
+    """Beam search with `beam_size` live hypotheses per input.
+
+    An `</s>` among the best `beam_size` candidates of a step finishes a hypothesis; an input
+    is done once it has `beam_size` finished ones. With beam_size 1 this is greedy search.
+    """
+    k = options.beam_size
+    inference.reorder(np.repeat(np.arange(batch), k))
+    live = [[_Row([], [], []) for _ in range(k)] for _ in range(batch)]
+    scores = np.tile(np.array([0.0] + [-np.inf] * (k - 1)), (batch, 1))  # (batch, k)
+    finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
+    active = np.arange(batch)  # inputs still searching, k inference rows each
+    tokens = np.full((batch * k, 1), bos, dtype=np.int64)
+    for _ in range(options.max_length):
+        logits, attention = inference.step(tokens)
+        log_probs = log_softmax(logits)  # (A * k, V)
+        vocab = log_probs.shape[1]
+        candidates = scores[active, :, None] + log_probs.reshape(len(active), k, vocab)
+        candidates = candidates.reshape(len(active), k * vocab)
+        top = np.argpartition(-candidates, 2 * k - 1, axis=1)[:, : 2 * k]  # (A, 2k) unsorted
+        order = np.take_along_axis(-candidates, top, 1).argsort(axis=1, kind="stable")
+        top = np.take_along_axis(top, order, 1)
+        source_rows, next_tokens, still = [], [], []
+        for a, item in enumerate(active):
+            chosen = _advance(a, item, top[a], candidates[a], live, scores, finished, log_probs,
+                              attention, k, vocab, eos, options.length_penalty)
+            if len(finished[item]) >= k:
+                continue
+            still.append(item)
+            source_rows.extend(a * k + beam for beam, _ in chosen)
+            next_tokens.extend(token for _, token in chosen)
+        if not still:
+            break
+        inference.reorder(np.asarray(source_rows, dtype=np.int64))
+        active = np.asarray(still)
+        tokens = np.asarray(next_tokens, dtype=np.int64)[:, None]
+    for item in active:
+        for beam in range(k):
+            if np.isfinite(scores[item, beam]):
+                finished[item].append(live[item][beam].finish(eos, options.length_penalty))
+    return [sorted(f, key=lambda h: -h.score)[: options.num_hypotheses] for f in finished]
+
+
+def _advance(a, item, top, candidate_scores, live, scores, finished, log_probs, attention,
+             k, vocab, eos, penalty) -> list[tuple[int, int]]:
+    """Sorts one input's best candidates into finished and live hypotheses.
+
+    Returns (previous beam, new token) of each of the k new live rows.
+    """
+    chosen, new_live, new_scores = [], [], []
+    for rank, flat in enumerate(top):
+        beam, token = divmod(int(flat), vocab)
+        row = a * k + beam
+        extended = live[item][beam].extend(token, float(log_probs[row, token]), attention[row])
+        if token == eos:
+            if rank < k:
+                finished[item].append(extended.finish(eos, penalty))
+            continue
+        if len(chosen) < k:
+            chosen.append((beam, token))
+            new_live.append(extended)
+            new_scores.append(candidate_scores[flat])
+    live[item] = new_live
+    scores[item, : len(new_scores)] = new_scores
+    return chosen
+
+
+def decode(
+    inference: Inference, batch: int, options: DecodingOptions, bos: int, eos: int
+) -> list[list[Hypothesis]]:
+    """n-best hypotheses, best first, for each of `batch` inputs."""
+    search = greedy_search if options.beam_size == 1 else beam_search
+    return search(inference, batch, options, bos, eos)

@@ -1,0 +1,19 @@
+"""One error type per failure kind; the gRPC layer maps each to a status code in one place."""
+
+from __future__ import annotations
+
+
+class ServiceError(Exception):
+    """Base of every error the service reports to a client."""
+
+
+class InvalidArgument(ServiceError):
+    """The request itself is wrong (bad field value, empty text, too long)."""
+
+
+class NotFound(ServiceError):
+    """The request names a model or version that is not loaded."""
+
+
+class ModelRepositoryError(ServiceError):
+    """A model repository is unreadable, of an unknown format, or fails its checks."""

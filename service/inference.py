@@ -1,0 +1,113 @@
+"""The seam between decoding strategies and a model engine (PyTorch, onnxruntime, ...).
+
+An `Engine` runs the two graphs of the decode-step contract and knows its own tensor type.
+An `Inference` holds one batch of rows between steps: their cache, positions and self mask.
+Decoding strategies see only `Inference.step` and `Inference.reorder`, numpy in and out, so
+every engine decodes by the same algorithm.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+Tensor = Any  # the engine's own tensor type (torch.Tensor, numpy array, OrtValue)
+KeyValues = list[tuple[Tensor, Tensor]]  # per decoder layer, each (B, H, L, Dh)
+
+
+@dataclass
+class EncoderOutput:
+    """What the decoder needs from the encoder, once per request."""
+
+    cross: KeyValues  # per decoder layer, keys and values (B, H, S, Dh)
+    memory_mask: Tensor  # (B, S), 1 where the memory position is real
+
+
+class Engine(Protocol):
+    """Runs the model; all arrays crossing this interface are numpy except the engine's cache."""
+
+    def encode(self, src_ids: np.ndarray, src_mask: np.ndarray) -> EncoderOutput:
+        """src_ids, src_mask (B, S) int64 -> the cross keys/values of every decoder layer."""
+
+    def empty_past(self, batch: int) -> KeyValues:
+        """Past keys and values of length 0 for `batch` rows."""
+
+    def step(
+        self,
+        input_ids: np.ndarray,
+        positions: np.ndarray,
+        self_mask: np.ndarray,
+        past: KeyValues,
+        encoder: EncoderOutput,
+    ) -> tuple[np.ndarray, KeyValues, np.ndarray]:
+        """input_ids, positions (B, N) int64; self_mask (B, P + N) -> logits (B, V) float32,
+        present keys/values (B, H, P + N, Dh), cross-attention (B, S) float32."""
+
+    def take(self, tensor: Tensor, index: np.ndarray) -> Tensor:
+        """Rows `index` of `tensor` along the batch axis (may repeat or drop rows)."""
+
+
+class Inference(ABC):
+    """A batch of rows being decoded; rows can be reordered, repeated or dropped between steps."""
+
+    @abstractmethod
+    def step(self, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """tokens (B, N) new tokens for every row -> logits (B, V), cross-attention (B, S)."""
+
+    @abstractmethod
+    def reorder(self, index: np.ndarray) -> None:
+        """Keeps rows `index` (int64, any length) in that order."""
+
+
+class CachedInference(Inference):
+    """Feeds only the new tokens and carries the keys/values of the past from step to step."""
+
+    def __init__(self, engine: Engine, encoder: EncoderOutput, batch: int):
+        self.engine, self.encoder = engine, encoder
+        self.past = engine.empty_past(batch)
+        self.lengths = np.zeros(batch, dtype=np.int64)  # tokens seen per row
+        self.self_mask = np.zeros((batch, 0), dtype=np.int64)  # (B, P)
+
+    def step(self, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        batch, new = tokens.shape
+        positions = self.lengths[:, None] + np.arange(new, dtype=np.int64)  # (B, N)
+        self.self_mask = np.concatenate([self.self_mask, np.ones((batch, new), np.int64)], 1)
+        logits, self.past, cross = self.engine.step(
+            tokens, positions, self.self_mask, self.past, self.encoder
+        )
+        self.lengths = self.lengths + new
+        return logits, cross
+
+    def reorder(self, index: np.ndarray) -> None:
+        take = self.engine.take
+        self.past = [(take(k, index), take(v, index)) for k, v in self.past]
+        self.encoder = EncoderOutput(
+            cross=[(take(k, index), take(v, index)) for k, v in self.encoder.cross],
+            memory_mask=take(self.encoder.memory_mask, index),
+        )
+        self.lengths = self.lengths[index]
+        self.self_mask = self.self_mask[index]
+
+
+class UncachedInference(CachedInference):
+    """Recomputes every position at every step: the reference the cache is checked against."""
+
+    def __init__(self, engine: Engine, encoder: EncoderOutput, batch: int):
+        super().__init__(engine, encoder, batch)
+        self.tokens = np.zeros((batch, 0), dtype=np.int64)  # (B, T) everything fed so far
+
+    def step(self, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        self.tokens = np.concatenate([self.tokens, tokens], axis=1)
+        batch, total = self.tokens.shape
+        positions = np.broadcast_to(np.arange(total, dtype=np.int64), (batch, total))
+        mask = np.ones((batch, total), dtype=np.int64)
+        past = self.engine.empty_past(batch)
+        logits, _, cross = self.engine.step(self.tokens, positions, mask, past, self.encoder)
+        return logits, cross
+
+    def reorder(self, index: np.ndarray) -> None:
+        super().reorder(index)
+        self.tokens = self.tokens[index]

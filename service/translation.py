@@ -1,0 +1,43 @@
+"""Text in, hypotheses out, over any `Engine`: the translation pipeline without transport."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from service.batching import source_batch
+from service.decoding import DecodingOptions, Hypothesis, decode
+from service.inference import CachedInference, Engine, Inference
+from service.tokenizer import BOS_ID, EOS_ID, Tokenizer
+
+
+def translate_ids(
+    engine: Engine,
+    token_ids: Sequence[list[int]],
+    options: DecodingOptions,
+    max_source_length: int,
+    inference_type: type[Inference] = CachedInference,
+) -> list[list[Hypothesis]]:
+    """Decodes one batch of tokenized sources (without `</s>`), n-best per source."""
+    src_ids, src_mask = source_batch(list(token_ids), max_source_length)
+    inference = inference_type(engine, engine.encode(src_ids, src_mask), len(token_ids))
+    return decode(inference, len(token_ids), options, BOS_ID, EOS_ID)
+
+
+def translate_texts(
+    engine: Engine,
+    tokenizer: Tokenizer,
+    texts: Sequence[str],
+    options: DecodingOptions,
+    max_source_length: int,
+    batch_size: int = 32,
+) -> list[list[Hypothesis]]:
+    """n-best hypotheses for every text, in input order; batches group similar lengths."""
+    token_ids = tokenizer.encode_batch(list(texts))
+    order = sorted(range(len(texts)), key=lambda i: len(token_ids[i]))
+    results: list[list[Hypothesis]] = [[] for _ in texts]
+    for start in range(0, len(order), batch_size):
+        chunk = order[start : start + batch_size]
+        hypotheses = translate_ids(engine, [token_ids[i] for i in chunk], options, max_source_length)
+        for i, nbest in zip(chunk, hypotheses, strict=True):
+            results[i] = nbest
+    return results

@@ -1,0 +1,134 @@
+"""Decoding strategies over the PyTorch engine, on the shipped model and a random one."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import random_sources, tiny_transformer
+
+from models.reference import TorchEngine
+from service.batching import source_batch
+from service.decoding import DecodingOptions, decode
+from service.errors import InvalidArgument
+from service.inference import CachedInference, UncachedInference
+from service.tokenizer import BOS_ID, EOS_ID
+
+
+class Recording:
+    """Wraps an Inference and keeps every step's logits."""
+
+    def __init__(self, inner):
+        self.inner, self.logits = inner, []
+
+    def step(self, tokens):
+        logits, attention = self.inner.step(tokens)
+        self.logits.append(logits.copy())
+        return logits, attention
+
+    def reorder(self, index):
+        self.inner.reorder(index)
+
+
+def _sources(request, kind: str):
+    """(engine, token id lists, max_length) for the shipped model or a tiny random one."""
+    if kind == "shipped":
+        model, tokenizer = request.getfixturevalue("shipped_translator")
+        texts = request.getfixturevalue("test_sentences")[:6]
+        return TorchEngine(model), tokenizer.encode_batch(texts), 48
+    model = tiny_transformer().double()  # amplified weights: float64 keeps 1e-5 meaningful
+    return TorchEngine(model), random_sources(model.config.vocab_size, [3, 9, 1, 14, 6]), 24
+
+
+def _decode(engine, sources, options, inference_type=CachedInference, record=False):
+    src, mask = source_batch(sources, 512)
+    inference = inference_type(engine, engine.encode(src, mask), len(sources))
+    if record:
+        inference = Recording(inference)
+    return decode(inference, len(sources), options, BOS_ID, EOS_ID), inference
+
+
+@pytest.fixture(params=["shipped", "tiny"])
+def case(request):
+    return _sources(request, request.param)
+
+
+def test_cached_decoding_equals_full_recomputation(case):
+    engine, sources, max_length = case
+    options = DecodingOptions(max_length=max_length)
+    for row in sources:  # one row at a time: steps line up one to one
+        cached, a = _decode(engine, [row], options, CachedInference, record=True)
+        uncached, b = _decode(engine, [row], options, UncachedInference, record=True)
+        assert cached[0][0].tokens == uncached[0][0].tokens
+        assert len(a.logits) == len(b.logits) > 0
+        for x, y in zip(a.logits, b.logits, strict=True):
+            np.testing.assert_allclose(x, y, rtol=0, atol=1e-5)
+
+
+def test_a_row_decodes_the_same_alone_and_in_a_padded_batch(case):
+    engine, sources, max_length = case
+    for options in (DecodingOptions(max_length=max_length),
+                    DecodingOptions(beam_size=3, max_length=max_length)):
+        batched, _ = _decode(engine, sources, options)
+        for row, together in zip(sources, batched, strict=True):
+            alone, _ = _decode(engine, [row], options)
+            assert alone[0][0].tokens == together[0].tokens
+            assert alone[0][0].score == pytest.approx(together[0].score, abs=1e-4)
+
+
+def test_beam_size_one_equals_greedy(case):
+    engine, sources, max_length = case
+    greedy, _ = _decode(engine, sources, DecodingOptions(max_length=max_length))
+    beam, _ = _decode(engine, sources, DecodingOptions(beam_size=1, max_length=max_length))
+    from service.decoding import beam_search, greedy_search
+
+    src, mask = source_batch(sources, 512)
+    forced = beam_search(CachedInference(engine, engine.encode(src, mask), len(sources)),
+                         len(sources), DecodingOptions(max_length=max_length), BOS_ID, EOS_ID)
+    plain = greedy_search(CachedInference(engine, engine.encode(src, mask), len(sources)),
+                          len(sources), DecodingOptions(max_length=max_length), BOS_ID, EOS_ID)
+    for g, b, f, p in zip(greedy, beam, forced, plain, strict=True):
+        assert g[0].tokens == b[0].tokens == f[0].tokens == p[0].tokens
+        assert f[0].score == pytest.approx(p[0].score, abs=1e-5)
+        np.testing.assert_allclose(f[0].token_log_probs, p[0].token_log_probs, atol=1e-5)
+
+
+def test_nbest_is_sorted_distinct_and_complete(case):
+    engine, sources, max_length = case
+    options = DecodingOptions(beam_size=4, num_hypotheses=4, max_length=max_length)
+    results, _ = _decode(engine, sources, options)
+    for nbest in results:
+        assert len(nbest) == 4
+        scores = [h.score for h in nbest]
+        assert scores == sorted(scores, reverse=True)
+        assert len({tuple(h.tokens) for h in nbest}) == 4
+        for h in nbest:
+            assert h.log_prob == pytest.approx(sum(h.token_log_probs), abs=1e-4)
+            steps = len(h.tokens) + int(h.finished)
+            assert h.alignment.shape[0] == len(h.token_log_probs) == steps
+            np.testing.assert_allclose(h.alignment.sum(-1), 1.0, atol=1e-4)
+
+
+def test_beam_search_finds_at_least_the_greedy_score(case):
+    engine, sources, max_length = case
+    greedy, _ = _decode(engine, sources, DecodingOptions(max_length=max_length, length_penalty=0))
+    beam, _ = _decode(engine, sources,
+                      DecodingOptions(beam_size=4, max_length=max_length, length_penalty=0))
+    assert sum(b[0].score >= g[0].score - 1e-4 for g, b in zip(greedy, beam, strict=True)) >= (
+        len(sources) - 1)
+
+
+def test_max_length_ends_hypotheses_without_eos():
+    model = tiny_transformer()
+    engine = TorchEngine(model)
+    results, _ = _decode(engine, random_sources(model.config.vocab_size, [5, 8]),
+                         DecodingOptions(beam_size=2, max_length=3, num_hypotheses=2))
+    for nbest in results:
+        for h in nbest:
+            assert len(h.token_log_probs) <= 3
+            assert h.finished or len(h.tokens) == 3
+
+
+def test_options_report_every_bad_field_at_once():
+    options = DecodingOptions(beam_size=0, max_length=5000, num_hypotheses=3)
+    with pytest.raises(InvalidArgument, match="beam_size.*max_length.*num_hypotheses"):
+        options.validate(max_length_limit=512)
