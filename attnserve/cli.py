@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-SHIPPED_TRANSLATOR = Path("models/checkpoints/translator")
+SHIPPED_TRANSLATOR = Path(__file__).resolve().parents[1] / "models" / "checkpoints" / "translator"
 TRANSLATOR_DATA = Path("data/translator")
 
 

@@ -65,6 +65,6 @@ class TransformerConfig:
 PRESETS = {
     "base": TransformerConfig(),
     "tiny": TransformerConfig(
-        vocab_size=300, d_model=32, n_heads=4, d_ff=64, encoder_layers=2, decoder_layers=2
+        vocab_size=512, d_model=32, n_heads=4, d_ff=64, encoder_layers=2, decoder_layers=2
     ),
 }

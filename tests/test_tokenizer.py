@@ -1,0 +1,60 @@
+"""The shipped SentencePiece model: special ids and lossless round trips."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+import pytest
+
+from service.tokenizer import SPECIAL_PIECES, Tokenizer
+
+EDGE_CASES = [
+    "",
+    "Yo soy de Canadá.",
+    "¿Me puedes traer un tenedor?",
+    "¡Señor! año, niño, pingüino, ÑANDÚ",
+    "Emoji: 😀🇨🇦👩‍👩‍👧 and ☃",
+    "中文 and Ελληνικά and עברית",
+    "tab\tand  double  spaces",
+]
+
+
+@pytest.fixture(scope="module")
+def tokenizer(shipped_translator) -> Tokenizer:
+    return shipped_translator[1]
+
+
+@pytest.mark.parametrize("text", EDGE_CASES)
+def test_round_trip(tokenizer, text):
+    ids = tokenizer.encode(text)
+    assert all(0 <= i < tokenizer.vocab_size for i in ids)
+    expected = re.sub(" +", " ", text).strip(" ")  # SentencePiece folds runs of spaces
+    assert tokenizer.decode(ids) == expected
+    assert (ids == []) == (text == "")
+
+
+def test_nfd_input_is_normalised_to_nfc(tokenizer):
+    decomposed = unicodedata.normalize("NFD", "Canadá ñ")
+    assert tokenizer.encode(decomposed) == tokenizer.encode("Canadá ñ")
+    assert tokenizer.decode(tokenizer.encode(decomposed)) == "Canadá ñ"
+
+
+def test_special_pieces_are_ctranslate2_compatible(tokenizer):
+    assert tuple(tokenizer.vocabulary()[:4]) == SPECIAL_PIECES
+    assert tokenizer.decode([1, *tokenizer.encode("hola"), 2, 0, 0]) == "hola"
+
+
+def test_common_words_are_single_pieces(tokenizer):
+    for word in ("▁Dios", "▁the", "▁tierra", "▁said"):
+        assert tokenizer.pieces(tokenizer.encode(word.lstrip("▁"))) == [word]
+
+
+def test_a_model_file_without_the_special_layout_is_refused(tmp_path):
+    import sentencepiece as spm
+
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(["hola mundo"] * 50 + ["hello world"] * 50),
+        model_prefix=str(tmp_path / "plain"), vocab_size=16, minloglevel=2)
+    with pytest.raises(ValueError, match="special pieces"):
+        Tokenizer(tmp_path / "plain.model")

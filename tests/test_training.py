@@ -1,0 +1,73 @@
+"""Training pieces, and a two-process DistributedDataParallel run on CPU (gloo)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from models.train import collate, learning_rate, make_batches
+from service.tokenizer import BOS_ID, EOS_ID, PAD_ID
+
+
+def test_learning_rate_warms_up_then_decays():
+    rates = [learning_rate(s, 256, warmup=100, scale=1.0) for s in (1, 50, 100, 400)]
+    assert rates[0] < rates[1] < rates[2]
+    assert rates[2] == pytest.approx(256**-0.5 * 100**-0.5)
+    assert rates[3] == pytest.approx(rates[2] / 2)
+
+
+def test_batches_cover_every_pair_once_within_the_token_budget():
+    pairs = [([5] * (i % 37 + 1), [6] * (i % 23 + 1)) for i in range(500)]
+    batches = make_batches(pairs, max_tokens=300, seed=3)
+    assert sorted(i for batch in batches for i in batch) == list(range(500))
+    for batch in batches:
+        longest = max(len(pairs[i][0]) + len(pairs[i][1]) + 2 for i in batch)
+        assert len(batch) * longest <= 300 or len(batch) == 1
+    assert make_batches(pairs, 300, seed=3) == batches != make_batches(pairs, 300, seed=4)
+
+
+def test_collate_shifts_the_target_and_pads():
+    batch = collate([([7, 8, 9], [10, 11]), ([7], [12, 13, 14])])
+    assert batch["src"].tolist() == [[7, 8, 9, EOS_ID], [7, EOS_ID, PAD_ID, PAD_ID]]
+    assert batch["tgt_in"].tolist() == [[BOS_ID, 10, 11, PAD_ID], [BOS_ID, 12, 13, 14]]
+    assert batch["tgt_out"].tolist() == [[10, 11, EOS_ID, PAD_ID], [12, 13, 14, EOS_ID]]
+    assert batch["tgt_mask"].tolist() == [[1, 1, 1, 0], [1, 1, 1, 1]]
+
+
+def _torchrun(args: list[str], cwd) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               "--nproc_per_node", "2", "-m", "attnserve.cli", *args]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.slow
+def test_two_process_ddp_run_trains_resumes_and_ships(tmp_path, translator_data):
+    from conftest import ROOT
+
+    data = tmp_path / "data"
+    data.mkdir()
+    for split in ("train", "dev"):
+        for suffix in ("es", "en"):
+            shutil.copy(translator_data / f"dev.{suffix}", data / f"{split}.{suffix}")
+    run, out = tmp_path / "run", tmp_path / "out"
+    common = ["train", "translator", "--preset", "tiny", "--vocab-size", "512", "--data",
+              str(data), "--run-dir", str(run), "--out", str(out), "--max-tokens", "600",
+              "--dev-sentences", "4", "--threads", "1", "--checkpoint-every", "2"]
+    first = _torchrun([*common, "--max-steps", "3"], ROOT)
+    assert first.returncode == 0, first.stderr[-3000:]
+    state = torch.load(run / "last.pt", weights_only=False)
+    assert state["progress"]["step"] == 3
+
+    second = _torchrun([*common, "--max-steps", "200", "--max-epochs", "1"], ROOT)
+    assert second.returncode == 0, second.stderr[-3000:]
+    state = torch.load(run / "last.pt", weights_only=False)
+    progress = state["progress"]
+    assert progress["epoch"] == 1 and 3 < progress["step"] < 200  # resumed, one epoch
+    assert progress["history"][0]["dev_bleu"] >= 0
+    assert (out / "model.safetensors").exists() and (out / "tokenizer.model").exists()
