@@ -1,8 +1,8 @@
 """The shipped form of a model: fp16 safetensors, its config, and its tokenizer, in one folder.
 
-    <dir>/model.safetensors   weights in fp16 (tied matrices stored once)
-    <dir>/config.json         TransformerConfig
-    <dir>/tokenizer.model     SentencePiece model
+<dir>/model.safetensors   weights in fp16 (tied matrices stored once)
+<dir>/config.json         TransformerConfig
+<dir>/tokenizer.model     SentencePiece model
 """
 
 from __future__ import annotations
@@ -30,7 +30,9 @@ def save_checkpoint(model: Transformer, tokenizer_file: Path, out_dir: Path) -> 
         shutil.copyfile(tokenizer_file, out_dir / TOKENIZER)
 
 
-def load_checkpoint(directory: Path, dtype: torch.dtype = torch.float32) -> tuple[Transformer, Tokenizer]:
+def load_checkpoint(
+    directory: Path, dtype: torch.dtype = torch.float32
+) -> tuple[Transformer, Tokenizer]:
     """The model (eval mode, `dtype`) and tokenizer; every weight must match by name and shape."""
     directory = Path(directory)
     config = TransformerConfig.load(directory / CONFIG)

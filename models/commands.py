@@ -78,7 +78,9 @@ def evaluate(args: Namespace) -> int:
         model, tokenizer = load_checkpoint(args.checkpoint)
         options = _decoding(args)
         system, settings = f"attnserve translator ({args.checkpoint})", asdict(options)
-        nbest = translate_texts(TorchEngine(model), tokenizer, spanish, options, model.config.max_length)
+        nbest = translate_texts(
+            TorchEngine(model), tokenizer, spanish, options, model.config.max_length
+        )
         hypotheses = [tokenizer.decode(n[0].tokens) for n in nbest]
     report = {
         "system": system,
@@ -92,8 +94,10 @@ def evaluate(args: Namespace) -> int:
         print(json.dumps(report, ensure_ascii=False))
     else:
         for part, scores in report["parts"].items():
-            print(f"{system} {args.split}/{part}: BLEU {scores['bleu']} chrF {scores['chrf']} "
-                  f"({scores['sentences']} sentences)")
+            print(
+                f"{system} {args.split}/{part}: BLEU {scores['bleu']} chrF {scores['chrf']} "
+                f"({scores['sentences']} sentences)"
+            )
     return 0
 
 
@@ -107,14 +111,25 @@ def translate(args: Namespace) -> int:
             print(tokenizer.decode(hypotheses[0].tokens))
             continue
         source = tokenizer.pieces(tokenizer.encode(text)) + ["</s>"]
-        print(json.dumps({"source": text, "source_tokens": source, "hypotheses": [
-            {
-                "text": tokenizer.decode(h.tokens),
-                "score": round(h.score, 4),
-                "tokens": tokenizer.pieces(h.tokens),
-                "token_log_probs": [round(p, 4) for p in h.token_log_probs],
-                "alignment": h.alignment.round(3).tolist() if h.alignment is not None else None,
-            }
-            for h in hypotheses
-        ]}, ensure_ascii=False))
+        print(
+            json.dumps(
+                {
+                    "source": text,
+                    "source_tokens": source,
+                    "hypotheses": [
+                        {
+                            "text": tokenizer.decode(h.tokens),
+                            "score": round(h.score, 4),
+                            "tokens": tokenizer.pieces(h.tokens),
+                            "token_log_probs": [round(p, 4) for p in h.token_log_probs],
+                            "alignment": h.alignment.round(3).tolist()
+                            if h.alignment is not None
+                            else None,
+                        }
+                        for h in hypotheses
+                    ],
+                },
+                ensure_ascii=False,
+            )
+        )
     return 0

@@ -37,7 +37,7 @@ _REFERENCE = re.compile(r"((?:I{1,3} )?[A-Z][a-z]+(?: of [A-Z][a-z]+)?) (\d+):(\
 _DROPPED_ELEMENTS = re.compile(r"<(title|note|seg)\b[^>]*>.*?</\1>", re.DOTALL)
 _GLUED_WORDS = re.compile(r"(?<=\w)</w><w\b")  # "God</w><w ...>created": two words, no space
 _TAG = re.compile(r"<[^>]+>")
-_MODULE_TRAILER = re.compile(r"\((?:%s|%s)\)\s*$" % (SPANISH_MODULE, ENGLISH_MODULE))
+_MODULE_TRAILER = re.compile(rf"\((?:{SPANISH_MODULE}|{ENGLISH_MODULE})\)\s*$")
 _SPACE = re.compile(r"\s+")
 _SPACE_BEFORE_PUNCT = re.compile(r" ([,.;:!?)\]”’»])")
 # Reina-Valera opens each chapter with words in capitals ("Y ACONTECIÓ en", "OH JEHOVÁ");
@@ -170,5 +170,7 @@ def read_split(data_dir: Path, split: str) -> tuple[list[str], list[str]]:
     spanish = (data_dir / f"{split}.es").read_text(encoding="utf-8").splitlines()
     english = (data_dir / f"{split}.en").read_text(encoding="utf-8").splitlines()
     if len(spanish) != len(english):
-        raise ValueError(f"{data_dir}/{split}: {len(spanish)} Spanish lines, {len(english)} English")
+        raise ValueError(
+            f"{data_dir}/{split}: {len(spanish)} Spanish lines, {len(english)} English"
+        )
     return spanish, english

@@ -22,7 +22,7 @@ class TorchEngine:
         self.config = model.config
 
     def _tensor(self, array: np.ndarray) -> torch.Tensor:
-        return torch.from_numpy(np.require(array, requirements=['C', 'W'])).to(self.device)
+        return torch.from_numpy(np.require(array, requirements=["C", "W"])).to(self.device)
 
     @torch.inference_mode()
     def encode(self, src_ids: np.ndarray, src_mask: np.ndarray) -> EncoderOutput:

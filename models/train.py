@@ -76,7 +76,9 @@ def make_batches(
 ) -> list[list[int]]:
     """Indices of pairs grouped by similar length, padded size at most max_tokens, shuffled."""
     rng = random.Random(seed)
-    order = sorted(range(len(pairs)), key=lambda i: (len(pairs[i][0]) + rng.random(), len(pairs[i][1])))
+    order = sorted(
+        range(len(pairs)), key=lambda i: (len(pairs[i][0]) + rng.random(), len(pairs[i][1]))
+    )
     batches, current, longest = [], [], 0
     for i in order:
         size = len(pairs[i][0]) + len(pairs[i][1]) + 2
@@ -133,7 +135,9 @@ class Trainer:
             torch.cuda.set_device(self.device)
         torch.manual_seed(options.seed)
         self.model = Transformer(options.model).to(self.device)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=0.0, betas=(0.9, 0.98), eps=1e-9)
+        self.optimizer = torch.optim.Adam(
+            self.model.parameters(), lr=0.0, betas=(0.9, 0.98), eps=1e-9
+        )
         self.progress = Progress()
         self._resume()
         self.network = self.model
@@ -151,10 +155,9 @@ class Trainer:
         if self.world > 1:
             dist.barrier()
         tokenizer = Tokenizer(model_file)
-        if tokenizer.vocab_size != self.options.model.vocab_size:
-            raise ValueError(
-                f"tokenizer has {tokenizer.vocab_size} pieces, model {self.options.model.vocab_size}"
-            )
+        expected = self.options.model.vocab_size
+        if tokenizer.vocab_size != expected:
+            raise ValueError(f"tokenizer has {tokenizer.vocab_size} pieces, model {expected}")
         return tokenizer
 
     def _resume(self) -> None:
@@ -193,13 +196,16 @@ class Trainer:
             group["lr"] = lr
         logits = self.network(batch["src"], batch["src_mask"], batch["tgt_in"], batch["tgt_mask"])
         tokens = int(batch["tgt_mask"].sum())
-        loss = F.cross_entropy(
-            logits.reshape(-1, logits.shape[-1]),
-            batch["tgt_out"].reshape(-1),
-            ignore_index=PAD_ID,
-            label_smoothing=o.label_smoothing,
-            reduction="sum",
-        ) / tokens
+        loss = (
+            F.cross_entropy(
+                logits.reshape(-1, logits.shape[-1]),
+                batch["tgt_out"].reshape(-1),
+                ignore_index=PAD_ID,
+                label_smoothing=o.label_smoothing,
+                reduction="sum",
+            )
+            / tokens
+        )
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), o.clip_norm)
@@ -210,8 +216,14 @@ class Trainer:
     def run_epoch(self, pairs) -> None:
         o, p = self.options, self.progress
         batches = make_batches(pairs, o.max_tokens, o.seed + p.epoch)[self.rank :: self.world]
-        bar = tqdm(total=len(batches), initial=p.batch_in_epoch, disable=self.rank != 0,
-                   desc=f"epoch {p.epoch + 1}", dynamic_ncols=True, mininterval=5)
+        bar = tqdm(
+            total=len(batches),
+            initial=p.batch_in_epoch,
+            disable=self.rank != 0,
+            desc=f"epoch {p.epoch + 1}",
+            dynamic_ncols=True,
+            mininterval=5,
+        )
         self.model.train()
         while p.batch_in_epoch < len(batches) and not self._out_of_budget():
             start = time.perf_counter()
@@ -221,7 +233,9 @@ class Trainer:
             p.seconds += elapsed
             p.batch_in_epoch += 1
             bar.update(1)
-            bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tokens * self.world / elapsed:.0f}", step=p.step)
+            bar.set_postfix(
+                loss=f"{loss:.3f}", tok_s=f"{tokens * self.world / elapsed:.0f}", step=p.step
+            )
             if p.step % o.checkpoint_every == 0:
                 self._save("last")
         bar.close()
@@ -233,8 +247,14 @@ class Trainer:
         p = self.progress
         if self.rank == 0:
             scores = dev_bleu(self.model, self.tokenizer, self.options)
-            entry = {"epoch": p.epoch, "step": p.step, "minutes": round(p.seconds / 60, 1),
-                     "train_loss": round(loss, 4), "dev_bleu": scores["bleu"], "dev_chrf": scores["chrf"]}
+            entry = {
+                "epoch": p.epoch,
+                "step": p.step,
+                "minutes": round(p.seconds / 60, 1),
+                "train_loss": round(loss, 4),
+                "dev_bleu": scores["bleu"],
+                "dev_chrf": scores["chrf"],
+            }
             p.history.append(entry)
             print(json.dumps(entry), flush=True)
             if scores["bleu"] > p.best_bleu:
@@ -259,9 +279,14 @@ class Trainer:
         state["model"] = {k: v.cpu() for k, v in state["model"].items()}
         model.load_state_dict(state["model"], strict=True)
         save_checkpoint(model, self.run_dir / "tokenizer.model", Path(self.options.out_dir))
-        summary = {"trained_minutes": round(state["progress"]["seconds"] / 60, 1),
-                   "history": state["progress"]["history"], "options": _jsonable(asdict(self.options))}
-        (Path(self.options.out_dir) / "training.json").write_text(json.dumps(summary, indent=2) + "\n")
+        summary = {
+            "trained_minutes": round(state["progress"]["seconds"] / 60, 1),
+            "history": state["progress"]["history"],
+            "options": _jsonable(asdict(self.options)),
+        }
+        (Path(self.options.out_dir) / "training.json").write_text(
+            json.dumps(summary, indent=2) + "\n"
+        )
         return Path(self.options.out_dir)
 
 
@@ -285,4 +310,3 @@ def train(options: TrainOptions) -> Path | None:
     finally:
         if world > 1:
             dist.destroy_process_group()
-

@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from models.config import TransformerConfig
@@ -132,9 +131,13 @@ class Transformer(nn.Module):
             if config.share_embeddings
             else nn.Embedding(config.vocab_size, config.d_model)
         )
-        self.encoder_layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.encoder_layers))
+        self.encoder_layers = nn.ModuleList(
+            EncoderLayer(config) for _ in range(config.encoder_layers)
+        )
         self.encoder_norm = nn.LayerNorm(config.d_model)
-        self.decoder_layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.decoder_layers))
+        self.decoder_layers = nn.ModuleList(
+            DecoderLayer(config) for _ in range(config.decoder_layers)
+        )
         self.decoder_norm = nn.LayerNorm(config.d_model)
         self.output = nn.Linear(config.d_model, config.vocab_size, bias=False)
         if config.tie_output:
@@ -226,7 +229,9 @@ class Transformer(nn.Module):
         empty = self.output.weight.new_zeros(batch, c.n_heads, 0, c.head_dim)
         return [(empty, empty) for _ in range(c.decoder_layers)]
 
-    def forward(self, src_ids: Tensor, src_mask: Tensor, tgt_in: Tensor, tgt_mask: Tensor) -> Tensor:
+    def forward(
+        self, src_ids: Tensor, src_mask: Tensor, tgt_in: Tensor, tgt_mask: Tensor
+    ) -> Tensor:
         """Teacher-forced training pass: logits (B, T, V) for every target position."""
         _, cross = self.encode(src_ids, src_mask)
         positions = torch.arange(tgt_in.shape[1], device=tgt_in.device).expand_as(tgt_in)

@@ -64,7 +64,9 @@ class _Row:
     attention: list[np.ndarray]
 
     def extend(self, token: int, log_prob: float, attention: np.ndarray) -> _Row:
-        return _Row(self.tokens + [token], self.log_probs + [log_prob], self.attention + [attention])
+        return _Row(
+            self.tokens + [token], self.log_probs + [log_prob], self.attention + [attention]
+        )
 
     def finish(self, eos: int, penalty: float) -> Hypothesis:
         ended = bool(self.tokens) and self.tokens[-1] == eos
@@ -109,8 +111,10 @@ def greedy_search(
         if not keep.all():
             inference.reorder(np.flatnonzero(keep))
         active, tokens = active[keep], best[keep, None]
-    return [[r if r is not None else rows[i].finish(eos, options.length_penalty)]
-            for i, r in enumerate(results)]
+    return [
+        [r if r is not None else rows[i].finish(eos, options.length_penalty)]
+        for i, r in enumerate(results)
+    ]
 
 
 def beam_search(
@@ -139,8 +143,21 @@ def beam_search(
         top = np.take_along_axis(top, order, 1)
         source_rows, next_tokens, still = [], [], []
         for a, item in enumerate(active):
-            chosen = _advance(a, item, top[a], candidates[a], live, scores, finished, log_probs,
-                              attention, k, vocab, eos, options.length_penalty)
+            chosen = _advance(
+                a,
+                item,
+                top[a],
+                candidates[a],
+                live,
+                scores,
+                finished,
+                log_probs,
+                attention,
+                k,
+                vocab,
+                eos,
+                options.length_penalty,
+            )
             if len(finished[item]) >= k:
                 continue
             still.append(item)
@@ -158,8 +175,21 @@ def beam_search(
     return [sorted(f, key=lambda h: -h.score)[: options.num_hypotheses] for f in finished]
 
 
-def _advance(a, item, top, candidate_scores, live, scores, finished, log_probs, attention,
-             k, vocab, eos, penalty) -> list[tuple[int, int]]:
+def _advance(
+    a,
+    item,
+    top,
+    candidate_scores,
+    live,
+    scores,
+    finished,
+    log_probs,
+    attention,
+    k,
+    vocab,
+    eos,
+    penalty,
+) -> list[tuple[int, int]]:
     """Sorts one input's best candidates into finished and live hypotheses.
 
     Returns (previous beam, new token) of each of the k new live rows.

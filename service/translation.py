@@ -37,7 +37,9 @@ def translate_texts(
     results: list[list[Hypothesis]] = [[] for _ in texts]
     for start in range(0, len(order), batch_size):
         chunk = order[start : start + batch_size]
-        hypotheses = translate_ids(engine, [token_ids[i] for i in chunk], options, max_source_length)
+        hypotheses = translate_ids(
+            engine, [token_ids[i] for i in chunk], options, max_source_length
+        )
         for i, nbest in zip(chunk, hypotheses, strict=True):
             results[i] = nbest
     return results

@@ -17,9 +17,25 @@ def _json_lines(capsys) -> list[dict]:
 
 
 def test_evaluate_reports_scores_signatures_and_settings(capsys, translator_data):
-    code = main(["evaluate", "translator", "--split", "test", "--limit", "6", "--json",
-                 "--data", str(translator_data), "--checkpoint", str(SHIPPED_TRANSLATOR),
-                 "--beam-size", "2", "--max-length", "64"])
+    code = main(
+        [
+            "evaluate",
+            "translator",
+            "--split",
+            "test",
+            "--limit",
+            "6",
+            "--json",
+            "--data",
+            str(translator_data),
+            "--checkpoint",
+            str(SHIPPED_TRANSLATOR),
+            "--beam-size",
+            "2",
+            "--max-length",
+            "64",
+        ]
+    )
     assert code == 0
     (report,) = _json_lines(capsys)
     scores = report["parts"]["bible"]
@@ -27,13 +43,30 @@ def test_evaluate_reports_scores_signatures_and_settings(capsys, translator_data
     assert 0.0 <= scores["bleu"] <= 100.0 and 0.0 < scores["chrf"] <= 100.0
     assert scores["bleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
     assert "nc:6" in scores["chrf_signature"]
-    assert report["decoding"] == {"beam_size": 2, "max_length": 64, "length_penalty": 1.0,
-                                  "num_hypotheses": 1}
+    assert report["decoding"] == {
+        "beam_size": 2,
+        "max_length": 64,
+        "length_penalty": 1.0,
+        "num_hypotheses": 1,
+    }
 
 
 def test_evaluate_scores_the_apertium_baseline(capsys, translator_data):
-    code = main(["evaluate", "translator", "--split", "test", "--limit", "6", "--json",
-                 "--data", str(translator_data), "--baseline", "apertium"])
+    code = main(
+        [
+            "evaluate",
+            "translator",
+            "--split",
+            "test",
+            "--limit",
+            "6",
+            "--json",
+            "--data",
+            str(translator_data),
+            "--baseline",
+            "apertium",
+        ]
+    )
     assert code == 0
     (report,) = _json_lines(capsys)
     assert report["engine"] == "apertium"
@@ -42,8 +75,21 @@ def test_evaluate_scores_the_apertium_baseline(capsys, translator_data):
 
 
 def test_translate_json_has_nbest_scores_log_probs_and_alignment(capsys):
-    code = main(["translate", "--engine", "torch", "--json", "--beam-size", "3", "--n-best", "2",
-                 "--max-length", "40", "Yo soy de Canadá."])
+    code = main(
+        [
+            "translate",
+            "--engine",
+            "torch",
+            "--json",
+            "--beam-size",
+            "3",
+            "--n-best",
+            "2",
+            "--max-length",
+            "40",
+            "Yo soy de Canadá.",
+        ]
+    )
     assert code == 0
     (result,) = _json_lines(capsys)
     assert result["source_tokens"][-1] == "</s>"
@@ -61,8 +107,22 @@ def test_bad_decoding_options_are_refused_with_the_field_named():
 
 
 def test_the_console_script_translates_stdin_without_a_traceback():
-    result = subprocess.run([sys.executable, "-m", "attnserve.cli", "translate", "--beam-size",
-                             "1", "--max-length", "30"], input="Dios.\n\nLa tierra.\n",
-                            capture_output=True, text=True, cwd=ROOT, timeout=300)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "attnserve.cli",
+            "translate",
+            "--beam-size",
+            "1",
+            "--max-length",
+            "30",
+        ],
+        input="Dios.\n\nLa tierra.\n",
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr
     assert len(result.stdout.splitlines()) == 2

@@ -45,7 +45,7 @@ def test_split_by_book_filter_and_dedup(built):
     assert stats.dropped_ratio == 1  # Joel 1:2: the English verse is far longer
     assert stats.dropped_duplicate == 1  # Psalms 3:3 repeats Genesis 1:2
     assert stats.kept == {"train": 5, "dev": 1, "test": 2}
-    test_es, test_en = read_split(out, "test")
+    test_es, _ = read_split(out, "test")
     assert test_es[0].startswith("Y Aconteció en los días")
     assert (out / "test.ref").read_text().split("\n")[:2] == ["Ruth 1:1", "Jude 1:25"]
     train_refs = (out / "train.ref").read_text().split()
@@ -58,8 +58,13 @@ def test_length_rules_are_applied(tmp_path):
     english = (FIXTURES / "english.txt").read_text(encoding="utf-8")
     stats = build_corpus(spanish, english, tmp_path, CorpusRules(max_words=8))
     assert stats.dropped_length >= 4
-    assert sum(stats.kept.values()) + stats.dropped_length + stats.dropped_ratio + (
-        stats.dropped_duplicate) == stats.joined
+    assert (
+        sum(stats.kept.values())
+        + stats.dropped_length
+        + stats.dropped_ratio
+        + (stats.dropped_duplicate)
+        == stats.joined
+    )
 
 
 def test_unequal_split_files_are_refused(built):

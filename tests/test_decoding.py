@@ -66,8 +66,10 @@ def test_cached_decoding_equals_full_recomputation(case):
 
 def test_a_row_decodes_the_same_alone_and_in_a_padded_batch(case):
     engine, sources, max_length = case
-    for options in (DecodingOptions(max_length=max_length),
-                    DecodingOptions(beam_size=3, max_length=max_length)):
+    for options in (
+        DecodingOptions(max_length=max_length),
+        DecodingOptions(beam_size=3, max_length=max_length),
+    ):
         batched, _ = _decode(engine, sources, options)
         for row, together in zip(sources, batched, strict=True):
             alone, _ = _decode(engine, [row], options)
@@ -82,10 +84,20 @@ def test_beam_size_one_equals_greedy(case):
     from service.decoding import beam_search, greedy_search
 
     src, mask = source_batch(sources, 512)
-    forced = beam_search(CachedInference(engine, engine.encode(src, mask), len(sources)),
-                         len(sources), DecodingOptions(max_length=max_length), BOS_ID, EOS_ID)
-    plain = greedy_search(CachedInference(engine, engine.encode(src, mask), len(sources)),
-                          len(sources), DecodingOptions(max_length=max_length), BOS_ID, EOS_ID)
+    forced = beam_search(
+        CachedInference(engine, engine.encode(src, mask), len(sources)),
+        len(sources),
+        DecodingOptions(max_length=max_length),
+        BOS_ID,
+        EOS_ID,
+    )
+    plain = greedy_search(
+        CachedInference(engine, engine.encode(src, mask), len(sources)),
+        len(sources),
+        DecodingOptions(max_length=max_length),
+        BOS_ID,
+        EOS_ID,
+    )
     for g, b, f, p in zip(greedy, beam, forced, plain, strict=True):
         assert g[0].tokens == b[0].tokens == f[0].tokens == p[0].tokens
         assert f[0].score == pytest.approx(p[0].score, abs=1e-5)
@@ -111,17 +123,22 @@ def test_nbest_is_sorted_distinct_and_complete(case):
 def test_beam_search_finds_at_least_the_greedy_score(case):
     engine, sources, max_length = case
     greedy, _ = _decode(engine, sources, DecodingOptions(max_length=max_length, length_penalty=0))
-    beam, _ = _decode(engine, sources,
-                      DecodingOptions(beam_size=4, max_length=max_length, length_penalty=0))
+    beam, _ = _decode(
+        engine, sources, DecodingOptions(beam_size=4, max_length=max_length, length_penalty=0)
+    )
     assert sum(b[0].score >= g[0].score - 1e-4 for g, b in zip(greedy, beam, strict=True)) >= (
-        len(sources) - 1)
+        len(sources) - 1
+    )
 
 
 def test_max_length_ends_hypotheses_without_eos():
     model = tiny_transformer()
     engine = TorchEngine(model)
-    results, _ = _decode(engine, random_sources(model.config.vocab_size, [5, 8]),
-                         DecodingOptions(beam_size=2, max_length=3, num_hypotheses=2))
+    results, _ = _decode(
+        engine,
+        random_sources(model.config.vocab_size, [5, 8]),
+        DecodingOptions(beam_size=2, max_length=3, num_hypotheses=2),
+    )
     for nbest in results:
         for h in nbest:
             assert len(h.token_log_probs) <= 3
@@ -130,5 +147,5 @@ def test_max_length_ends_hypotheses_without_eos():
 
 def test_options_report_every_bad_field_at_once():
     options = DecodingOptions(beam_size=0, max_length=5000, num_hypotheses=3)
-    with pytest.raises(InvalidArgument, match="beam_size.*max_length.*num_hypotheses"):
+    with pytest.raises(InvalidArgument, match=r"beam_size.*max_length.*num_hypotheses"):
         options.validate(max_length_limit=512)

@@ -55,6 +55,9 @@ def test_a_model_file_without_the_special_layout_is_refused(tmp_path):
 
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter(["hola mundo"] * 50 + ["hello world"] * 50),
-        model_prefix=str(tmp_path / "plain"), vocab_size=16, minloglevel=2)
+        model_prefix=str(tmp_path / "plain"),
+        vocab_size=16,
+        minloglevel=2,
+    )
     with pytest.raises(ValueError, match="special pieces"):
         Tokenizer(tmp_path / "plain.model")

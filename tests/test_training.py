@@ -40,8 +40,17 @@ def test_collate_shifts_the_target_and_pads():
 
 
 def _torchrun(args: list[str], cwd) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               "--nproc_per_node", "2", "-m", "attnserve.cli", *args]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        "-m",
+        "attnserve.cli",
+        *args,
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
 
@@ -56,9 +65,28 @@ def test_two_process_ddp_run_trains_resumes_and_ships(tmp_path, translator_data)
         for suffix in ("es", "en"):
             shutil.copy(translator_data / f"dev.{suffix}", data / f"{split}.{suffix}")
     run, out = tmp_path / "run", tmp_path / "out"
-    common = ["train", "translator", "--preset", "tiny", "--vocab-size", "512", "--data",
-              str(data), "--run-dir", str(run), "--out", str(out), "--max-tokens", "600",
-              "--dev-sentences", "4", "--threads", "1", "--checkpoint-every", "2"]
+    common = [
+        "train",
+        "translator",
+        "--preset",
+        "tiny",
+        "--vocab-size",
+        "512",
+        "--data",
+        str(data),
+        "--run-dir",
+        str(run),
+        "--out",
+        str(out),
+        "--max-tokens",
+        "600",
+        "--dev-sentences",
+        "4",
+        "--threads",
+        "1",
+        "--checkpoint-every",
+        "2",
+    ]
     first = _torchrun([*common, "--max-steps", "3"], ROOT)
     assert first.returncode == 0, first.stderr[-3000:]
     state = torch.load(run / "last.pt", weights_only=False)
