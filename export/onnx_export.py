@@ -1,0 +1,113 @@
+"""PyTorch to ONNX with the torch.export-based exporter, driven by `service.graphs`.
+
+Every dynamic axis is exported as `Dim.DYNAMIC` (the exporter works out relations such as
+total = past + new itself), then the graph's input and output dims are renamed after the
+declaration so that the file documents its own interface.
+"""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+import onnx
+import torch
+from torch import nn
+from torch.export import Dim
+
+from export.graphs import DecoderStepGraph, EncoderGraph, flatten
+from models.transformer import Transformer
+from service.graphs import GraphSpec, decoder_spec, encoder_spec
+
+OPSET = 18
+CONTROL_FLOW = {"If", "Loop", "Scan"}
+
+
+def example_inputs(model: Transformer, spec: GraphSpec, dtype: torch.dtype) -> tuple:
+    """Inputs of sizes no test uses (batch 2, memory 5, past 3, new 2): no 0/1 specialisation."""
+    c = model.config
+    batch, memory, past, new = 2, 5, 3, 2
+    generator = torch.Generator().manual_seed(0)
+    src = torch.randint(4, c.vocab_size, (batch, memory), generator=generator)
+    mask = torch.ones(batch, memory, dtype=torch.long)
+    if spec.name == "encoder":
+        return src, mask
+    _, cross = model.encode(src, mask)
+    kv_shape = (batch, c.n_heads, past, c.head_dim)
+    past_kv = [
+        torch.randn(kv_shape, generator=generator, dtype=dtype) for _ in range(2 * c.decoder_layers)
+    ]
+    return (
+        torch.randint(4, c.vocab_size, (batch, new), generator=generator),
+        torch.arange(past, past + new).expand(batch, new).contiguous(),
+        torch.ones(batch, past + new, dtype=torch.long),
+        *past_kv,
+        *[t.detach() for t in flatten(cross)],
+        mask,
+    )
+
+
+def dynamic_shapes(module: nn.Module, spec: GraphSpec) -> dict:
+    """Per forward parameter, {axis: Dim.DYNAMIC}; a *rest parameter gets a tuple."""
+    axes = spec.dynamic_axes()
+    per_input = [{i: Dim.DYNAMIC for i in axes[name]} for name in spec.input_names]
+    shapes, position = {}, 0
+    for parameter in inspect.signature(module.forward).parameters.values():
+        if parameter.kind is inspect.Parameter.VAR_POSITIONAL:
+            shapes[parameter.name] = tuple(per_input[position:])
+            break
+        shapes[parameter.name] = per_input[position]
+        position += 1
+    return shapes
+
+
+def name_dims(model: onnx.ModelProto, spec: GraphSpec) -> None:
+    """Gives every graph input and output dim the axis name of the declaration."""
+    declared = {t.name: t for t in (*spec.inputs, *spec.outputs)}
+    for value in (*model.graph.input, *model.graph.output):
+        for dim, axis in zip(
+            value.type.tensor_type.shape.dim, declared[value.name].axes, strict=True
+        ):
+            if not dim.HasField("dim_value"):
+                dim.dim_param = axis
+
+
+def export_graph(module: nn.Module, spec: GraphSpec, args: tuple, path: Path) -> Path:
+    program = torch.onnx.export(
+        module,
+        args,
+        None,
+        input_names=spec.input_names,
+        output_names=spec.output_names,
+        dynamic_shapes=dynamic_shapes(module, spec),
+        opset_version=OPSET,
+        dynamo=True,
+    )
+    proto = program.model_proto
+    name_dims(proto, spec)
+    flow = sorted({node.op_type for node in proto.graph.node} & CONTROL_FLOW)
+    if flow:
+        raise RuntimeError(f"{spec.name} graph has control-flow nodes {flow}")
+    if [i.name for i in proto.graph.input] != spec.input_names:
+        raise RuntimeError(f"{spec.name} graph inputs differ from the declaration")
+    onnx.checker.check_model(proto)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save_model(proto, str(path))  # weights inside the file
+    return path
+
+
+def export_transformer(
+    model: Transformer, out_dir: Path, dtype: torch.dtype = torch.float32
+) -> dict[str, Path]:
+    """Writes encoder.onnx and decoder.onnx of `model` in `dtype`; returns their paths."""
+    model = model.to(dtype).eval()
+    layers = model.config.decoder_layers
+    paths = {}
+    with torch.no_grad():
+        for spec, module in (
+            (encoder_spec(layers), EncoderGraph(model)),
+            (decoder_spec(layers), DecoderStepGraph(model)),
+        ):
+            args = example_inputs(model, spec, dtype)
+            paths[spec.name] = export_graph(module, spec, args, out_dir / f"{spec.name}.onnx")
+    return paths

@@ -1,0 +1,118 @@
+"""The two graphs of every model, declared once as data.
+
+The declaration drives the exporter (names, dynamic axes), the parity validator (what to
+compare) and the runtime's input checks. Axis names are shared: the same name means the same
+size within one call. Shapes use the names below; `total` is `past + new`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+FLOAT = "float"  # float32, or float16 in an fp16 variant
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    dtype: str  # "int64" or FLOAT
+    axes: tuple[str, ...]  # a name per axis; fixed sizes are names too ("heads", "head_dim")
+
+    def numpy_dtype(self, float_dtype: np.dtype) -> np.dtype:
+        return np.dtype(np.int64) if self.dtype == "int64" else np.dtype(float_dtype)
+
+
+@dataclass(frozen=True)
+class GraphSpec:
+    name: str  # file stem: "encoder" or "decoder"
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+
+    @property
+    def input_names(self) -> list[str]:
+        return [t.name for t in self.inputs]
+
+    @property
+    def output_names(self) -> list[str]:
+        return [t.name for t in self.outputs]
+
+    def dynamic_axes(self) -> dict[str, dict[int, str]]:
+        """Every axis whose size varies between calls, by tensor name."""
+        fixed = {"heads", "head_dim", "vocab", "d_model", "channels", "height", "width"}
+        return {
+            t.name: {i: axis for i, axis in enumerate(t.axes) if axis not in fixed}
+            for t in (*self.inputs, *self.outputs)
+        }
+
+
+def _kv(prefix: str, layers: int, length_axis: str) -> tuple[TensorSpec, ...]:
+    axes = ("batch", "heads", length_axis, "head_dim")
+    return tuple(
+        TensorSpec(f"{prefix}.{i}.{part}", FLOAT, axes)
+        for i in range(layers)
+        for part in ("key", "value")
+    )
+
+
+# What an encoder takes differs by model; what it returns does not.
+TEXT_ENCODER_INPUTS = (
+    TensorSpec("src_ids", "int64", ("batch", "memory")),
+    TensorSpec("src_mask", "int64", ("batch", "memory")),
+)
+IMAGE_ENCODER_INPUTS = (TensorSpec("pixels", FLOAT, ("batch", "channels", "height", "width")),)
+
+
+def encoder_spec(layers: int, inputs: tuple[TensorSpec, ...] = TEXT_ENCODER_INPUTS) -> GraphSpec:
+    """Input -> memory mask (batch, memory) and the cross keys/values of every decoder layer."""
+    outputs = (
+        TensorSpec("memory_mask", "int64", ("batch", "memory")),
+        *_kv("encoder", layers, "memory"),
+    )
+    return GraphSpec("encoder", inputs, outputs)
+
+
+def decoder_spec(layers: int) -> GraphSpec:
+    """One decoding step over new tokens, with the cache in and out."""
+    inputs = (
+        TensorSpec("input_ids", "int64", ("batch", "new")),
+        TensorSpec("positions", "int64", ("batch", "new")),
+        TensorSpec("self_mask", "int64", ("batch", "total")),
+        *_kv("past_key_values", layers, "past"),
+        *_kv("encoder", layers, "memory"),
+        TensorSpec("memory_mask", "int64", ("batch", "memory")),
+    )
+    outputs = (
+        TensorSpec("logits", FLOAT, ("batch", "vocab")),
+        *_kv("present", layers, "total"),
+        TensorSpec("cross_attention", FLOAT, ("batch", "memory")),
+    )
+    return GraphSpec("decoder", inputs, outputs)
+
+
+def check_inputs(spec: GraphSpec, feeds: dict[str, np.ndarray], float_dtype: np.dtype) -> None:
+    """Raises ValueError naming every missing, mistyped or inconsistently sized input."""
+    problems, sizes = [], {}
+    for tensor in spec.inputs:
+        array = feeds.get(tensor.name)
+        if array is None:
+            problems.append(f"{tensor.name}: missing")
+            continue
+        expected = tensor.numpy_dtype(float_dtype)
+        if array.dtype != expected:
+            problems.append(f"{tensor.name}: dtype {array.dtype}, expected {expected}")
+        if array.ndim != len(tensor.axes):
+            problems.append(f"{tensor.name}: {array.ndim} axes, expected {tensor.axes}")
+            continue
+        for axis, size in zip(tensor.axes, array.shape, strict=True):
+            if sizes.setdefault(axis, (size, tensor.name))[0] != size:
+                other_size, other = sizes[axis]
+                problems.append(
+                    f"{tensor.name}: {axis}={size}, but {other} has {axis}={other_size}"
+                )
+    if "total" in sizes and "past" in sizes and "new" in sizes:
+        if sizes["total"][0] != sizes["past"][0] + sizes["new"][0]:
+            problems.append("self_mask: total must equal past + new")
+    if problems:
+        raise ValueError(f"{spec.name} inputs: " + "; ".join(problems))

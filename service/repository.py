@@ -1,0 +1,113 @@
+"""The model repository: `<root>/<model>/<version>/` with graphs, tokenizer and manifest.
+
+    manifest.json        format version, model config, files with sha256, versions, parity
+    tokenizer.model      SentencePiece model
+    golden.json          a few inputs with their expected tokens, re-checked at start-up
+    <variant>/encoder.onnx, <variant>/decoder.onnx     variant: fp32, int8, fp16
+
+The runtime refuses a manifest whose format version it does not know or whose files do not
+match their hashes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from service.errors import ModelRepositoryError
+
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+GOLDEN = "golden.json"
+TOKENIZER = "tokenizer.model"
+VARIANTS = ("fp32", "int8", "fp16")
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class ModelVersion:
+    """A verified model version: where it lies and what its manifest says."""
+
+    directory: Path
+    manifest: dict
+
+    @property
+    def name(self) -> str:
+        return self.manifest["model"]["name"]
+
+    @property
+    def version(self) -> str:
+        return self.manifest["model"]["version"]
+
+    @property
+    def config(self) -> dict:
+        return self.manifest["model"]["config"]
+
+    def graph(self, variant: str, name: str) -> Path:
+        graphs = self.manifest["graphs"]
+        if variant not in graphs:
+            raise ModelRepositoryError(f"{self.directory}: no {variant} variant ({sorted(graphs)})")
+        return self.directory / graphs[variant][name]
+
+    @property
+    def tokenizer_file(self) -> Path:
+        return self.directory / self.manifest["tokenizer"]
+
+    def golden(self) -> list[dict]:
+        return json.loads((self.directory / GOLDEN).read_text(encoding="utf-8"))
+
+
+def verify(directory: Path) -> ModelVersion:
+    """Reads and checks a manifest; raises ModelRepositoryError listing every problem."""
+    directory = Path(directory)
+    try:
+        manifest = json.loads((directory / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as error:
+        raise ModelRepositoryError(f"{directory}: unreadable manifest: {error}") from error
+    version = manifest.get("format_version")
+    if version != FORMAT_VERSION:
+        raise ModelRepositoryError(
+            f"{directory}: manifest format version {version!r}, this runtime reads {FORMAT_VERSION}"
+        )
+    problems = []
+    for relative, expected in sorted(manifest.get("files", {}).items()):
+        path = directory / relative
+        if not path.is_file():
+            problems.append(f"{relative}: missing")
+        elif sha256(path) != expected:
+            problems.append(f"{relative}: sha256 does not match the manifest")
+    listed = set(manifest.get("files", {}))
+    for variant in manifest.get("graphs", {}).values():
+        problems += [
+            f"{f}: not hashed in the manifest" for f in variant.values() if f not in listed
+        ]
+    if problems:
+        raise ModelRepositoryError(f"{directory}: " + "; ".join(problems))
+    return ModelVersion(directory, manifest)
+
+
+def write_manifest(directory: Path, manifest: dict) -> Path:
+    """Hashes every file below `directory` (but the manifest) into the manifest and writes it."""
+    files = sorted(p for p in directory.rglob("*") if p.is_file() and p.name != MANIFEST)
+    manifest = {
+        "format_version": FORMAT_VERSION,
+        **manifest,
+        "files": {str(p.relative_to(directory)): sha256(p) for p in files},
+    }
+    path = directory / MANIFEST
+    path.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return path
+
+
+def find_versions(root: Path) -> list[Path]:
+    """Every `<model>/<version>` folder below a repository root that holds a manifest."""
+    return sorted(p.parent for p in Path(root).glob(f"*/*/{MANIFEST}"))
