@@ -51,13 +51,12 @@ def dynamic_shapes(module: nn.Module, spec: GraphSpec) -> dict:
     """Per forward parameter, {axis: Dim.DYNAMIC}; a *rest parameter gets a tuple."""
     axes = spec.dynamic_axes()
     per_input = [{i: Dim.DYNAMIC for i in axes[name]} for name in spec.input_names]
-    shapes, position = {}, 0
-    for parameter in inspect.signature(module.forward).parameters.values():
+    shapes = {}
+    for position, parameter in enumerate(inspect.signature(module.forward).parameters.values()):
         if parameter.kind is inspect.Parameter.VAR_POSITIONAL:
             shapes[parameter.name] = tuple(per_input[position:])
             break
         shapes[parameter.name] = per_input[position]
-        position += 1
     return shapes
 
 

@@ -111,8 +111,8 @@ def check_inputs(spec: GraphSpec, feeds: dict[str, np.ndarray], float_dtype: np.
                 problems.append(
                     f"{tensor.name}: {axis}={size}, but {other} has {axis}={other_size}"
                 )
-    if "total" in sizes and "past" in sizes and "new" in sizes:
-        if sizes["total"][0] != sizes["past"][0] + sizes["new"][0]:
-            problems.append("self_mask: total must equal past + new")
+    lengths = [sizes[axis][0] for axis in ("total", "past", "new") if axis in sizes]
+    if len(lengths) == 3 and lengths[0] != lengths[1] + lengths[2]:
+        problems.append("self_mask: total must equal past + new")
     if problems:
         raise ValueError(f"{spec.name} inputs: " + "; ".join(problems))
