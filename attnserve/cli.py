@@ -67,10 +67,33 @@ def _add_translate(commands) -> None:
     _decoding_arguments(parser, beam_size=4)
 
 
+def _add_export(commands) -> None:
+    parser = commands.add_parser(
+        "export", help="export to ONNX, prove parity, write a model repository"
+    )
+    parser.add_argument("model", choices=["translator"])
+    parser.add_argument("--out", type=Path, required=True, help="the model repository root")
+    parser.add_argument("--checkpoint", type=Path, default=SHIPPED_TRANSLATOR)
+    parser.add_argument("--name", default="translator")
+    parser.add_argument("--version", default="1")
+    parser.add_argument("--variants", default="fp32,int8", help="of fp32, int8, fp16")
+    parser.add_argument("--data", type=Path, default=TRANSLATOR_DATA)
+    parser.add_argument("--sentences", type=int, default=200, help="test sentences decoded")
+
+
+def _add_parity(commands) -> None:
+    parser = commands.add_parser("parity", help="re-run the parity suite of a model version")
+    parser.add_argument("directory", type=Path, help="MODEL_REPOSITORY/<model>/<version>")
+    parser.add_argument("--checkpoint", type=Path, help="default: the manifest's source")
+    parser.add_argument("--data", type=Path, default=TRANSLATOR_DATA)
+    parser.add_argument("--sentences", type=int, default=200)
+    parser.add_argument("--json", action="store_true", help="the whole certificate as JSON")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="attnserve", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
-    for add in (_add_data, _add_train, _add_evaluate, _add_translate):
+    for add in (_add_data, _add_train, _add_evaluate, _add_translate, _add_export, _add_parity):
         add(commands)
     return parser
 
@@ -79,6 +102,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command in ("data", "train", "evaluate", "translate"):
         from models import commands  # torch-side: imported only for these commands
+
+        return getattr(commands, args.command)(args)
+    if args.command in ("export", "parity"):
+        from export import commands  # torch-side as well
 
         return getattr(commands, args.command)(args)
     raise AssertionError(args.command)

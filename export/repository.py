@@ -11,7 +11,7 @@ import torch
 from export.onnx_export import OPSET, export_transformer
 from export.quantize import quantize_int8
 from models.transformer import Transformer
-from service.repository import MANIFEST, TOKENIZER, ModelVersion, verify, write_manifest
+from service.repository import TOKENIZER, ModelVersion, verify, write_manifest
 
 
 def _versions() -> dict:
@@ -30,6 +30,7 @@ def write_version(
     name: str,
     model_version: str,
     variants: tuple[str, ...] = ("fp32", "int8"),
+    source: dict | None = None,
 ) -> ModelVersion:
     """Exports every variant into `directory` and writes the manifest (no parity yet)."""
     if directory.exists():
@@ -58,9 +59,7 @@ def write_version(
         "graphs": graphs,
         "tokenizer": TOKENIZER,
         "versions": _versions(),
+        "source": source or {},
     }
     write_manifest(directory, manifest)
     return verify(directory)
-
-
-__all__ = ["MANIFEST", "write_version"]

@@ -61,3 +61,19 @@ def tiny_transformer(seed: int = 0, **overrides):
 def random_sources(vocab: int, lengths: list[int], seed: int = 0) -> list[list[int]]:
     rng = np.random.default_rng(seed)
     return [rng.integers(4, vocab, size=n).tolist() for n in lengths]
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked gpu run only where onnxruntime has a CUDA execution provider."""
+    try:
+        import onnxruntime
+
+        has_cuda = "CUDAExecutionProvider" in onnxruntime.get_available_providers()
+    except ImportError:
+        has_cuda = False
+    if has_cuda:
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA execution provider")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

@@ -1,0 +1,72 @@
+"""The `attnserve export` and `attnserve parity` subcommands."""
+
+from __future__ import annotations
+
+import json
+from argparse import Namespace
+from pathlib import Path
+
+from export.certify import certify, run_suite
+from export.repository import write_version
+from models.checkpoint import WEIGHTS, load_checkpoint
+from models.corpus import read_split
+from service.errors import ModelRepositoryError
+from service.repository import sha256, verify
+
+
+def _test_sentences(data: Path, tokenizer, count: int) -> tuple[list[list[int]], list[str]]:
+    spanish, english = read_split(data, "test")
+    return tokenizer.encode_batch(spanish[:count]), english[:count]
+
+
+def _summary(certificate: dict) -> dict:
+    return {
+        "passed": certificate["passed"],
+        "sentences": certificate["sentences"],
+        "graphs": {
+            v: {"passed": g["passed"], "max_abs": g["max_abs"]}
+            for v, g in certificate["graphs"].items()
+        },
+        "decodes": {
+            d["setting"]: f"{d['identical']}/{d['sentences']} identical, "
+            f"{len(d['near_ties'])} near-ties, {d['divergence_count']} divergences"
+            for d in certificate["decodes"]
+        },
+        "int8_vs_fp32": certificate.get("int8_vs_fp32"),
+        "seconds": certificate["seconds"],
+    }
+
+
+def export(args: Namespace) -> int:
+    model, tokenizer = load_checkpoint(args.checkpoint)
+    source = {"checkpoint": str(args.checkpoint), "sha256": sha256(args.checkpoint / WEIGHTS)}
+    directory = args.out / args.name / args.version
+    model_version = write_version(
+        model,
+        tokenizer.model_file,
+        directory,
+        args.name,
+        args.version,
+        tuple(args.variants.split(",")),
+        source,
+    )
+    sources, references = _test_sentences(args.data, tokenizer, args.sentences)
+    certificate = certify(model_version, args.checkpoint, sources, references)
+    print(json.dumps({"model_version": str(directory), **_summary(certificate)}, indent=2))
+    return 0 if certificate["passed"] else 1
+
+
+def parity(args: Namespace) -> int:
+    model_version = verify(args.directory)
+    source = model_version.manifest.get("source", {})
+    checkpoint = Path(args.checkpoint or source.get("checkpoint", ""))
+    if not (checkpoint / WEIGHTS).is_file():
+        raise ModelRepositoryError(f"{args.directory}: source checkpoint {checkpoint} not found")
+    if source.get("sha256") and sha256(checkpoint / WEIGHTS) != source["sha256"]:
+        raise ModelRepositoryError(f"{checkpoint}: weights differ from those the graphs came from")
+    _, tokenizer = load_checkpoint(checkpoint)
+    sources, references = _test_sentences(args.data, tokenizer, args.sentences)
+    certificate = run_suite(model_version, checkpoint, sources, references)
+    output = certificate if args.json else _summary(certificate)
+    print(json.dumps(output, indent=2 if not args.json else None))
+    return 0 if certificate["passed"] else 1

@@ -1,0 +1,130 @@
+"""Whole-decode parity: sentences decoded by onnxruntime against PyTorch, token for token.
+
+A divergence is accepted only when it is a near-tie: at the first step where the two outputs
+differ, PyTorch's log-probabilities of the two competing tokens are closer than NEAR_TIE.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from models.evaluate import corpus_scores
+from service.decoding import DecodingOptions, Hypothesis, log_softmax
+from service.inference import CachedInference, Engine, UncachedInference
+from service.tokenizer import BOS_ID, Tokenizer
+from service.translation import translate_ids
+
+NEAR_TIE = 1e-4
+BATCH = 16
+
+
+@dataclass
+class DecodeReport:
+    setting: str
+    sentences: int
+    identical: int = 0
+    near_ties: list[dict] = field(default_factory=list)
+    divergences: list[dict] = field(default_factory=list)  # not explained by a near-tie
+
+    @property
+    def passed(self) -> bool:
+        return not self.divergences
+
+    def to_dict(self) -> dict:
+        return {
+            "setting": self.setting,
+            "sentences": self.sentences,
+            "identical": self.identical,
+            "near_ties": self.near_ties,
+            "divergences": self.divergences[:10],
+            "divergence_count": len(self.divergences),
+            "passed": self.passed,
+        }
+
+
+def decode_all(
+    engine: Engine,
+    sources: list[list[int]],
+    options: DecodingOptions,
+    max_source: int,
+    inference_type=CachedInference,
+    batch: int = BATCH,
+) -> list[Hypothesis]:
+    """Best hypothesis of every source, decoded in batches of `batch` (padded)."""
+    best = []
+    for start in range(0, len(sources), batch):
+        chunk = sources[start : start + batch]
+        best += [n[0] for n in translate_ids(engine, chunk, options, max_source, inference_type)]
+    return best
+
+
+def top2_margin(
+    engine: Engine, source: list[int], prefix: list[int], a: int, b: int, max_source: int
+) -> float:
+    """|log p(a) - log p(b)| after `prefix`, by the reference engine."""
+    from service.batching import source_batch
+
+    ids, mask = source_batch([source], max_source)
+    inference = UncachedInference(engine, engine.encode(ids, mask), 1)
+    logits, _ = inference.step(np.asarray([[BOS_ID, *prefix]], dtype=np.int64))
+    log_probs = log_softmax(logits)[0]
+    return float(abs(log_probs[a] - log_probs[b]))
+
+
+def compare_decodes(
+    reference: Engine,
+    candidate: Engine,
+    sources: list[list[int]],
+    options: DecodingOptions,
+    max_source: int,
+    setting: str,
+    expected: list[Hypothesis] | None = None,
+    **candidate_args,
+) -> DecodeReport:
+    """Decodes with both engines (or takes the reference's `expected`) and explains every
+    difference."""
+    expected = expected or decode_all(reference, sources, options, max_source)
+    actual = decode_all(candidate, sources, options, max_source, **candidate_args)
+    report = DecodeReport(setting, len(sources))
+    for i, (e, a) in enumerate(zip(expected, actual, strict=True)):
+        if e.tokens == a.tokens:
+            report.identical += 1
+            continue
+        step = next(
+            (t for t, (x, y) in enumerate(zip(e.tokens, a.tokens, strict=False)) if x != y),
+            min(len(e.tokens), len(a.tokens)),
+        )
+        ours = e.tokens[step] if step < len(e.tokens) else 2
+        theirs = a.tokens[step] if step < len(a.tokens) else 2
+        margin = top2_margin(reference, sources[i], e.tokens[:step], ours, theirs, max_source)
+        entry = {
+            "sentence": i,
+            "step": step,
+            "margin": margin,
+            "score_difference": abs(e.score - a.score),
+        }
+        near = margin < NEAR_TIE or entry["score_difference"] < NEAR_TIE
+        (report.near_ties if near else report.divergences).append(entry)
+    return report
+
+
+def quality_loss(
+    tokenizer: Tokenizer,
+    references: list[str],
+    baseline: list[Hypothesis],
+    variant: list[Hypothesis],
+) -> dict:
+    """BLEU and chrF of a variant against the baseline's, on the same sentences."""
+    base = corpus_scores([tokenizer.decode(h.tokens) for h in baseline], references)
+    other = corpus_scores([tokenizer.decode(h.tokens) for h in variant], references)
+    identical = sum(x.tokens == y.tokens for x, y in zip(baseline, variant, strict=True))
+    return {
+        "baseline": {"bleu": base["bleu"], "chrf": base["chrf"]},
+        "variant": {"bleu": other["bleu"], "chrf": other["chrf"]},
+        "bleu_loss": round(base["bleu"] - other["bleu"], 2),
+        "chrf_loss": round(base["chrf"] - other["chrf"], 2),
+        "identical_share": round(identical / max(len(references), 1), 4),
+        "bleu_signature": base["bleu_signature"],
+    }

@@ -1,0 +1,160 @@
+"""Graph-level parity: every output of every graph against the PyTorch model it came from.
+
+Shapes are other than the export's example shapes (batch 2, memory 5, past 3, new 2), masks
+carry padding, and every mismatch is collected before one ParityError reports them all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from itertools import product
+
+import numpy as np
+import torch
+
+from export.graphs import DecoderStepGraph, EncoderGraph, flatten
+from models.transformer import Transformer
+from service.onnx_engine import OnnxEngine
+
+BATCHES = (1, 3, 16)
+MEMORY_LENGTHS = (1, 7, 33)  # and the model's maximum
+PAST_LENGTHS = (0, 1, 17, 100)
+NEW_TOKENS = (1, 4)
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Bounds on max |onnx - torch| (atol) and on that divided by max |torch| (rtol)."""
+
+    atol: float
+    rtol: float
+
+
+# One place for every model and precision. int8 is bounded loosely here; its real bound is
+# the BLEU and chrF loss of whole decodes (export.decode_parity).
+TOLERANCES = {
+    ("transformer", "fp32"): Tolerance(atol=1e-4, rtol=1e-5),
+    ("transformer", "fp16"): Tolerance(atol=5e-2, rtol=1e-2),
+    ("transformer", "int8"): Tolerance(atol=3.0, rtol=0.25),
+}
+
+
+@dataclass
+class Comparison:
+    graph: str
+    output: str
+    case: str  # e.g. "batch=3 memory=7 past=17 new=4"
+    max_abs: float
+    max_rel: float
+    passed: bool
+
+
+class ParityError(AssertionError):
+    """Raised with every failed comparison listed."""
+
+    def __init__(self, failures: list[Comparison]):
+        self.failures = failures
+        lines = [
+            f"{f.graph}.{f.output} [{f.case}]: max abs {f.max_abs:.3g}, rel {f.max_rel:.3g}"
+            for f in failures
+        ]
+        super().__init__(f"{len(failures)} outputs out of tolerance:\n" + "\n".join(lines))
+
+
+def compare(graph, output, case, expected: np.ndarray, actual: np.ndarray, tol: Tolerance):
+    if expected.shape != actual.shape:
+        return Comparison(graph, output, f"{case} shape {actual.shape}", np.inf, np.inf, False)
+    expected, actual = expected.astype(np.float64), actual.astype(np.float64)
+    max_abs = float(np.abs(expected - actual).max()) if expected.size else 0.0
+    scale = float(np.abs(expected).max()) if expected.size else 0.0
+    max_rel = max_abs / scale if scale > 0 else max_abs
+    return Comparison(
+        graph, output, case, max_abs, max_rel, max_abs <= tol.atol or max_rel <= tol.rtol
+    )
+
+
+def _source(config, batch: int, length: int, rng: np.random.Generator):
+    """Random ids with every row but the first padded at its end (row lengths differ)."""
+    ids = rng.integers(4, config.vocab_size, size=(batch, length))
+    mask = np.ones((batch, length), dtype=np.int64)
+    for row in range(1, batch):
+        mask[row, max(1, length - row) :] = 0
+    return ids * mask, mask
+
+
+def encoder_cases(model: Transformer, engine: OnnxEngine, tol: Tolerance, seed: int = 0):
+    config, rng = model.config, np.random.default_rng(seed)
+    for batch, length in product(BATCHES, (*MEMORY_LENGTHS, config.max_length)):
+        ids, mask = _source(config, batch, length, rng)
+        with torch.no_grad():
+            expected = EncoderGraph(model)(torch.from_numpy(ids), torch.from_numpy(mask))
+        actual = engine.encoder.run(None, {"src_ids": ids, "src_mask": mask})
+        case = f"batch={batch} memory={length}"
+        for name, e, a in zip(engine.encoder_spec.output_names, expected, actual, strict=True):
+            yield compare("encoder", name, case, e.float().numpy(), a, tol)
+
+
+def _decoder_inputs(model, engine, batch, memory, past, new, rng):
+    config = model.config
+    ids, mask = _source(config, batch, memory, rng)
+    dtype = engine.float_dtype
+    kv_shape = (batch, config.n_heads, past, config.head_dim)
+    past_kv = [
+        rng.standard_normal(kv_shape).astype(dtype) for _ in range(2 * config.decoder_layers)
+    ]
+    with torch.no_grad():
+        _, cross = model.encode(torch.from_numpy(ids), torch.from_numpy(mask))
+    cross_kv = [t.numpy().astype(dtype) for t in flatten(cross)]
+    self_mask = np.ones((batch, past + new), dtype=np.int64)
+    self_mask[1:, : past // 2] = 0  # left padding in the cache of every row but the first
+    positions = np.arange(past, past + new, dtype=np.int64)[None].repeat(batch, 0)
+    tokens = rng.integers(4, config.vocab_size, size=(batch, new))
+    return [tokens, positions, self_mask, *past_kv, *cross_kv, mask]
+
+
+def decoder_cases(model: Transformer, engine: OnnxEngine, tol: Tolerance, seed: int = 0):
+    config, rng = model.config, np.random.default_rng(seed)
+    lengths = (*MEMORY_LENGTHS, config.max_length)
+    for batch, memory, past, new in product(BATCHES, lengths, PAST_LENGTHS, NEW_TOKENS):
+        inputs = _decoder_inputs(model, engine, batch, memory, past, new, rng)
+        actual = engine.decoder.run(
+            None, dict(zip(engine.decoder_spec.input_names, inputs, strict=True))
+        )
+        tensors = [torch.from_numpy(np.asarray(x)) for x in inputs]
+        with torch.no_grad():
+            expected = DecoderStepGraph(model)(*tensors)  # the declared output order
+        case = f"batch={batch} memory={memory} past={past} new={new}"
+        for name, e, a in zip(engine.decoder_spec.output_names, expected, actual, strict=True):
+            yield compare("decoder", name, case, e.float().numpy(), a, tol)
+
+
+def graph_parity(model: Transformer, engine: OnnxEngine, kind: str = "transformer") -> dict:
+    """Compares both graphs on every shape case: per output, the largest differences seen,
+    and every failure (`passed` is False when there is any)."""
+    tol = TOLERANCES[(kind, engine.variant)]
+    model = model.to(torch.float16 if engine.variant == "fp16" else torch.float32).eval()
+    comparisons = [*encoder_cases(model, engine, tol), *decoder_cases(model, engine, tol)]
+    failures = [c for c in comparisons if not c.passed]
+    summary = {
+        "variant": engine.variant,
+        "tolerance": asdict(tol),
+        "comparisons": len(comparisons),
+        "max_abs": {},
+        "max_rel": {},
+        "failures": [asdict(f) for f in failures],
+        "passed": not failures,
+    }
+    for c in comparisons:
+        key = f"{c.graph}.{c.output.split('.')[0]}"  # layers of past/present/encoder folded
+        summary["max_abs"][key] = max(summary["max_abs"].get(key, 0.0), c.max_abs)
+        summary["max_rel"][key] = max(summary["max_rel"].get(key, 0.0), c.max_rel)
+    model.float()
+    return summary
+
+
+def assert_graph_parity(model: Transformer, engine: OnnxEngine, kind: str = "transformer") -> dict:
+    """graph_parity that raises one ParityError listing every failed output."""
+    summary = graph_parity(model, engine, kind)
+    if not summary["passed"]:
+        raise ParityError([Comparison(**f) for f in summary["failures"]])
+    return summary

@@ -1,0 +1,128 @@
+"""The parity suite on the shipped translator: every graph, every variant, whole decodes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from export.certify import MAX_INT8_LOSS, MIN_SENTENCES
+from export.parity import TOLERANCES
+
+# (variant, graph) pairs this suite checks; the meta-test below holds the repository to it.
+CHECKED_GRAPHS = [(v, g) for v in ("fp32", "int8") for g in ("encoder", "decoder")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("variant", "graph"), CHECKED_GRAPHS, ids=[f"{v}-{g}" for v, g in CHECKED_GRAPHS]
+)
+def test_graph_outputs_within_tolerance(exported_translator, variant, graph):
+    _, certificate = exported_translator
+    summary = certificate["graphs"][variant]
+    assert summary["failures"] == [], summary["failures"][:5]
+    tolerance = TOLERANCES[("transformer", variant)]
+    outputs = {k: v for k, v in summary["max_abs"].items() if k.startswith(graph + ".")}
+    assert len(outputs) >= 2  # the graph's outputs were really compared
+    for name, max_abs in outputs.items():
+        assert max_abs <= tolerance.atol or summary["max_rel"][name] <= tolerance.rtol, name
+
+
+@pytest.mark.slow
+def test_every_exported_graph_has_a_parity_test(exported_translator):
+    model_version, _ = exported_translator
+    exported = {(v, g) for v, graphs in model_version.manifest["graphs"].items() for g in graphs}
+    assert exported == set(CHECKED_GRAPHS)
+
+
+@pytest.mark.slow
+def test_whole_decodes_are_token_identical(exported_translator):
+    _, certificate = exported_translator
+    assert certificate["sentences"] >= MIN_SENTENCES
+    settings = {d["setting"]: d for d in certificate["decodes"]}
+    assert set(settings) == {
+        "onnxruntime fp32 greedy vs pytorch",
+        "onnxruntime fp32 beam4 vs pytorch",
+        "onnxruntime cached vs uncached",
+        "onnxruntime padded batch vs alone",
+    }
+    for name, report in settings.items():
+        assert report["divergence_count"] == 0, (name, report["divergences"])
+        assert report["identical"] + len(report["near_ties"]) == report["sentences"], name
+        for tie in report["near_ties"]:
+            assert tie["margin"] < 1e-4 or tie["score_difference"] < 1e-4
+
+
+@pytest.mark.slow
+def test_int8_loses_at_most_half_a_point(exported_translator):
+    _, certificate = exported_translator
+    loss = certificate["int8_vs_fp32"]
+    assert loss["bleu_loss"] <= MAX_INT8_LOSS and loss["chrf_loss"] <= MAX_INT8_LOSS
+    assert loss["baseline"]["bleu"] > 10  # a trained model, not a degenerate one
+    assert 0.0 < loss["identical_share"] <= 1.0
+
+
+@pytest.mark.slow
+def test_certificate_and_golden_set_are_in_the_manifest(exported_translator):
+    model_version, certificate = exported_translator
+    assert model_version.manifest["parity"]["passed"] is certificate["passed"] is True
+    golden = model_version.golden()
+    assert {g["variant"] for g in golden} == {"fp32", "int8"}
+    assert all(g["expected_ids"] for g in golden)
+    assert model_version.manifest["versions"]["opset"] >= 18
+    assert "golden.json" in model_version.manifest["files"]
+
+
+@pytest.mark.slow
+def test_a_perturbed_graph_fails_the_suite(exported_translator, tmp_path):
+    import json
+    import shutil
+
+    import onnx
+    from conftest import SHIPPED_TRANSLATOR
+    from onnx import numpy_helper
+
+    from export.parity import ParityError, assert_graph_parity
+    from models.checkpoint import load_checkpoint
+    from service.onnx_engine import OnnxEngine
+    from service.repository import verify, write_manifest
+
+    model_version, _ = exported_translator
+    copy = tmp_path / "translator" / "1"
+    shutil.copytree(model_version.directory, copy)
+    decoder = onnx.load(str(copy / "fp32" / "decoder.onnx"))
+    norms = [i for i in decoder.graph.initializer if i.name.endswith("decoder_norm.bias")]
+    assert norms, "the final layer norm bias is an initializer"
+    bias = numpy_helper.to_array(norms[0]).copy()
+    bias[:8] += 0.05  # small, on a few channels only
+    norms[0].CopyFrom(numpy_helper.from_array(bias, norms[0].name))
+    onnx.save(decoder, str(copy / "fp32" / "decoder.onnx"))
+    manifest = json.loads((copy / "manifest.json").read_text())
+    write_manifest(
+        copy, {k: v for k, v in manifest.items() if k not in ("files", "format_version")}
+    )
+    model, _ = load_checkpoint(SHIPPED_TRANSLATOR)
+    with pytest.raises(ParityError, match=r"decoder\.logits") as failure:
+        assert_graph_parity(model, OnnxEngine(verify(copy), "fp32"))
+    outputs = {f.output for f in failure.value.failures}
+    assert "logits" in outputs and not any(o.startswith("encoder.") for o in outputs)
+    assert np.isfinite([f.max_abs for f in failure.value.failures]).all()
+
+
+@pytest.mark.gpu
+def test_fp16_graphs_on_cuda(tmp_path):
+    import onnxruntime as ort
+
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        pytest.skip("no CUDA execution provider")
+    from conftest import SHIPPED_TRANSLATOR
+
+    from export.parity import assert_graph_parity
+    from export.repository import write_version
+    from models.checkpoint import load_checkpoint
+    from service.onnx_engine import OnnxEngine
+
+    model, tokenizer = load_checkpoint(SHIPPED_TRANSLATOR)
+    version = write_version(
+        model, tokenizer.model_file, tmp_path / "t" / "1", "t", "1", ("fp32", "fp16")
+    )
+    assert_graph_parity(model, OnnxEngine(version, "fp16", device="cuda"))
