@@ -108,5 +108,7 @@ def export_transformer(
             (decoder_spec(layers), DecoderStepGraph(model)),
         ):
             args = example_inputs(model, spec, dtype)
-            paths[spec.name] = export_graph(module, spec, args, out_dir / f"{spec.name}.onnx")
+            paths[spec.name] = export_graph(
+                module.eval(), spec, args, out_dir / f"{spec.name}.onnx"
+            )
     return paths

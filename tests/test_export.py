@@ -1,0 +1,125 @@
+"""Export of a tiny random model with untied weights, and the manifest's checks."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from conftest import random_sources
+
+from export.parity import assert_graph_parity
+from export.repository import write_version
+from models.config import PRESETS
+from models.reference import TorchEngine
+from models.transformer import Transformer
+from service.decoding import DecodingOptions
+from service.errors import ModelRepositoryError
+from service.graphs import check_inputs, decoder_spec
+from service.onnx_engine import OnnxEngine
+from service.repository import FORMAT_VERSION, verify
+from service.translation import translate_ids
+
+
+@pytest.fixture(scope="module")
+def untied(tmp_path_factory, shipped_translator):
+    """A tiny model with separate source/target embeddings and output projection, exported."""
+    from dataclasses import replace
+
+    config = replace(
+        PRESETS["tiny"],
+        share_embeddings=False,
+        tie_output=False,
+        vocab_size=shipped_translator[1].vocab_size,
+    )
+    torch.manual_seed(0)
+    model = Transformer(config).eval()
+    directory = tmp_path_factory.mktemp("repo") / "tiny" / "1"
+    version = write_version(model, shipped_translator[1].model_file, directory, "tiny", "1")
+    return model, version
+
+
+def test_untied_export_has_no_control_flow_and_names_every_axis(untied):
+    _, version = untied
+    for variant in ("fp32", "int8"):
+        for name in ("encoder", "decoder"):
+            graph = onnx.load(str(version.graph(variant, name)))
+            assert not {"If", "Loop", "Scan"} & {n.op_type for n in graph.graph.node}
+            assert graph.opset_import[0].version >= 18
+    decoder = onnx.load(str(version.graph("fp32", "decoder")))
+    dims = {
+        i.name: [d.dim_param or d.dim_value for d in i.type.tensor_type.shape.dim]
+        for i in decoder.graph.input
+    }
+    assert dims["past_key_values.0.key"] == ["batch", 4, "past", 8]
+    assert dims["self_mask"] == ["batch", "total"]
+
+
+def test_untied_export_matches_pytorch(untied):
+    model, version = untied
+    summary = assert_graph_parity(model, OnnxEngine(version, "fp32"))
+    assert summary["comparisons"] > 100
+    sources = random_sources(model.config.vocab_size, [1, 4, 9, 30])
+    for beam in (1, 3):
+        options = DecodingOptions(beam_size=beam, max_length=20)
+        expected = translate_ids(TorchEngine(model), sources, options, 512)
+        actual = translate_ids(OnnxEngine(version, "fp32"), sources, options, 512)
+        for e, a in zip(expected, actual, strict=True):
+            assert e[0].tokens == a[0].tokens
+            assert e[0].score == pytest.approx(a[0].score, abs=1e-4)
+
+
+def test_a_changed_byte_is_detected(untied, tmp_path):
+    import shutil
+
+    _, version = untied
+    copy = tmp_path / "copy"
+    shutil.copytree(version.directory, copy)
+    verify(copy)
+    path = copy / "int8" / "decoder.onnx"
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+    with pytest.raises(ModelRepositoryError, match=r"int8/decoder.onnx: sha256 does not match"):
+        verify(copy)
+    path.unlink()
+    with pytest.raises(ModelRepositoryError, match=r"int8/decoder.onnx: missing"):
+        verify(copy)
+
+
+def test_an_unknown_format_version_is_refused(untied, tmp_path):
+    import shutil
+
+    _, version = untied
+    copy = tmp_path / "copy"
+    shutil.copytree(version.directory, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["format_version"] = FORMAT_VERSION + 1
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ModelRepositoryError, match="format version 2, this runtime reads 1"):
+        verify(copy)
+    (copy / "manifest.json").write_text("{not json")
+    with pytest.raises(ModelRepositoryError, match="unreadable manifest"):
+        verify(copy)
+
+
+def test_runtime_input_checks_name_every_problem():
+    spec = decoder_spec(1)
+    feeds = {
+        "input_ids": np.zeros((2, 1), np.int64),
+        "positions": np.zeros((3, 1), np.int64),
+        "self_mask": np.ones((2, 4), np.int64),
+        "past_key_values.0.key": np.zeros((2, 4, 2, 8), np.float32),
+        "past_key_values.0.value": np.zeros((2, 4, 2, 8), np.float64),
+        "encoder.0.key": np.zeros((2, 4, 5, 8), np.float32),
+        "encoder.0.value": np.zeros((2, 4, 5, 8), np.float32),
+    }
+    with pytest.raises(ValueError) as error:
+        check_inputs(spec, feeds, np.float32)
+    message = str(error.value)
+    assert "positions: batch=3" in message
+    assert "past_key_values.0.value: dtype float64" in message
+    assert "memory_mask: missing" in message
+    assert "total must equal past + new" in message
