@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 
 from export.onnx_export import OPSET, export_transformer
+from export.ops import write_ops
 from export.quantize import quantize_int8
 from models.transformer import Transformer
 from service.repository import TOKENIZER, ModelVersion, verify, write_manifest
@@ -49,6 +50,7 @@ def write_version(
         graphs["fp16"] = {k: str(p.relative_to(directory)) for k, p in fp16.items()}
         model.float()
     shutil.copyfile(tokenizer_file, directory / TOKENIZER)
+    ops = write_ops(directory)
     manifest = {
         "model": {
             "name": name,
@@ -57,6 +59,7 @@ def write_version(
             "config": model.config.to_dict(),
         },
         "graphs": graphs,
+        "ops": ops,
         "tokenizer": TOKENIZER,
         "versions": _versions(),
         "source": source or {},

@@ -1,7 +1,14 @@
 """The onnxruntime engine: a model version's encoder and decoder-step graphs.
 
-One compute thread per session is the fastest setting on small CPUs (see docs/benchmarks.md);
-a server scales by running more workers, not more threads per worker.
+Two ways to move tensors, one code path per way whatever the device:
+- plain: numpy in, numpy out (the cache round-trips through host memory);
+- IO binding (default on CUDA, selectable on CPU so tests exercise it): the cache and the
+  encoder's keys/values stay `OrtValue`s on the device, rows are reordered there by the
+  repository's gather graph, and only ids, positions, masks, logits and the cross-attention
+  row cross to the host.
+
+One compute thread per session is the fastest setting on small CPUs (docs/benchmarks.md); a
+server scales by running more workers, not more threads per worker.
 """
 
 from __future__ import annotations
@@ -17,6 +24,8 @@ PROVIDERS = {
     "cpu": ["CPUExecutionProvider"],
     "cuda": ["CUDAExecutionProvider", "CPUExecutionProvider"],
 }
+HOST_OUTPUTS = ("logits", "cross_attention")
+ORT_TYPES = {"tensor(float)": "float32", "tensor(float16)": "float16", "tensor(int64)": "int64"}
 
 
 def session_options(threads: int) -> ort.SessionOptions:
@@ -28,15 +37,20 @@ def session_options(threads: int) -> ort.SessionOptions:
     return options
 
 
-def _pairs(arrays: list[np.ndarray]) -> KeyValues:
-    return [(arrays[i], arrays[i + 1]) for i in range(0, len(arrays), 2)]
+def _pairs(tensors: list) -> KeyValues:
+    return [(tensors[i], tensors[i + 1]) for i in range(0, len(tensors), 2)]
 
 
 class OnnxEngine:
     """Runs one variant ("fp32", "int8", "fp16") of a model version on one device."""
 
     def __init__(
-        self, model: ModelVersion, variant: str = "fp32", device: str = "cpu", threads: int = 1
+        self,
+        model: ModelVersion,
+        variant: str = "fp32",
+        device: str = "cpu",
+        threads: int = 1,
+        io_binding: bool | None = None,
     ):
         if device not in PROVIDERS:
             raise ValueError(f"device must be one of {sorted(PROVIDERS)}, got {device!r}")
@@ -45,45 +59,63 @@ class OnnxEngine:
         self.head_dim = config["d_model"] // config["n_heads"]
         self.float_dtype = np.dtype(np.float16 if variant == "fp16" else np.float32)
         self.encoder_spec, self.decoder_spec = encoder_spec(self.layers), decoder_spec(self.layers)
-        options, providers = session_options(threads), PROVIDERS[device]
-        self.encoder = ort.InferenceSession(
-            str(model.graph(variant, "encoder")), options, providers=providers
-        )
-        self.decoder = ort.InferenceSession(
-            str(model.graph(variant, "decoder")), options, providers=providers
-        )
         self.variant, self.device = variant, device
+        self.io_binding = device != "cpu" if io_binding is None else io_binding
+        session = self._session_factory(threads)
+        self.encoder = session(model.graph(variant, "encoder"))
+        self.decoder = session(model.graph(variant, "decoder"))
+        if self.io_binding:
+            dtypes = (self.float_dtype.name, "int64")
+            self.gather = {d: session(model.op("gather", d)) for d in dtypes}
+
+    def _session_factory(self, threads: int):
+        options, providers = session_options(threads), PROVIDERS[self.device]
+        return lambda path: ort.InferenceSession(str(path), options, providers=providers)
+
+    def _run(self, session: ort.InferenceSession, feeds: dict, on_host=()) -> list:
+        """Runs a session; with IO binding, outputs stay on the device except `on_host`."""
+        if not self.io_binding:
+            return session.run(None, feeds)
+        binding = session.io_binding()
+        for name, value in feeds.items():
+            if isinstance(value, np.ndarray):
+                binding.bind_cpu_input(name, value)
+            else:
+                binding.bind_ortvalue_input(name, value)
+        for output in session.get_outputs():
+            binding.bind_output(output.name, "cpu" if output.name in on_host else self.device)
+        session.run_with_iobinding(binding)
+        values = binding.get_outputs()
+        names = [o.name for o in session.get_outputs()]
+        return [v.numpy() if n in on_host else v for n, v in zip(names, values, strict=True)]
 
     def encode(self, src_ids: np.ndarray, src_mask: np.ndarray) -> EncoderOutput:
         feeds = {"src_ids": src_ids, "src_mask": src_mask}
         check_inputs(self.encoder_spec, feeds, self.float_dtype)
-        outputs = self.encoder.run(None, feeds)
+        outputs = self._run(self.encoder, feeds)
         return EncoderOutput(cross=_pairs(outputs[1:]), memory_mask=outputs[0])
 
     def empty_past(self, batch: int) -> KeyValues:
         empty = np.zeros((batch, self.heads, 0, self.head_dim), dtype=self.float_dtype)
+        if self.io_binding:
+            empty = ort.OrtValue.ortvalue_from_numpy(empty, self.device, 0)
         return [(empty, empty) for _ in range(self.layers)]
 
-    def feeds(
-        self, input_ids, positions, self_mask, past: KeyValues, encoder: EncoderOutput
-    ) -> dict:
+    def feeds(self, input_ids, positions, self_mask, past: KeyValues, encoder: EncoderOutput):
         feeds = {"input_ids": input_ids, "positions": positions, "self_mask": self_mask}
-        for i, ((past_key, past_value), (key, value)) in enumerate(
-            zip(past, encoder.cross, strict=True)
-        ):
-            feeds[f"past_key_values.{i}.key"], feeds[f"past_key_values.{i}.value"] = (
-                past_key,
-                past_value,
-            )
+        for i, ((past_k, past_v), (key, value)) in enumerate(zip(past, encoder.cross, strict=True)):
+            feeds[f"past_key_values.{i}.key"], feeds[f"past_key_values.{i}.value"] = past_k, past_v
             feeds[f"encoder.{i}.key"], feeds[f"encoder.{i}.value"] = key, value
         feeds["memory_mask"] = encoder.memory_mask
         return feeds
 
     def step(self, input_ids, positions, self_mask, past: KeyValues, encoder: EncoderOutput):
         feeds = self.feeds(input_ids, positions, self_mask, past, encoder)
-        if past[0][0].shape[2] == 0:  # first step of a batch: check the whole interface once
-            check_inputs(self.decoder_spec, feeds, self.float_dtype)
-        outputs = self.decoder.run(None, feeds)
+        if _shape(past[0][0])[2] == 0:  # first step of a batch: check the whole interface once
+            check_inputs(
+                self.decoder_spec, {k: _Described(v) for k, v in feeds.items()}, self.float_dtype
+            )
+        outputs = self._run(self.decoder, feeds, on_host=HOST_OUTPUTS)
         logits, attention = outputs[0], outputs[-1]
         return (
             logits.astype(np.float32, copy=False),
@@ -91,5 +123,27 @@ class OnnxEngine:
             attention.astype(np.float32, copy=False),
         )
 
-    def take(self, tensor: np.ndarray, index: np.ndarray) -> np.ndarray:
-        return np.take(tensor, index, axis=0)
+    def take(self, tensor, index: np.ndarray):
+        """Rows `index` of `tensor`; on the device where it lives."""
+        index = np.asarray(index, dtype=np.int64)
+        if isinstance(tensor, np.ndarray):
+            return np.take(tensor, index, axis=0)
+        gather = self.gather[ORT_TYPES[tensor.data_type()]]
+        return self._run(gather, {"data": tensor, "indices": index})[0]
+
+
+def _shape(tensor) -> tuple[int, ...]:
+    return tuple(tensor.shape() if callable(tensor.shape) else tensor.shape)
+
+
+class _Described:
+    """Shape and dtype of a numpy array or an OrtValue, for the interface check."""
+
+    def __init__(self, tensor):
+        self.shape = _shape(tensor)
+        self.ndim = len(self.shape)
+        self.dtype = (
+            tensor.dtype
+            if isinstance(tensor, np.ndarray)
+            else np.dtype(ORT_TYPES[tensor.data_type()])
+        )

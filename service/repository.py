@@ -58,6 +58,13 @@ class ModelVersion:
             raise ModelRepositoryError(f"{self.directory}: no {variant} variant ({sorted(graphs)})")
         return self.directory / graphs[variant][name]
 
+    def op(self, name: str, dtype: str) -> Path:
+        """A helper graph (see export.ops), e.g. op("gather", "float32")."""
+        try:
+            return self.directory / self.manifest["ops"][name][dtype]
+        except KeyError as error:
+            raise ModelRepositoryError(f"{self.directory}: no {name} op for {dtype}") from error
+
     @property
     def tokenizer_file(self) -> Path:
         return self.directory / self.manifest["tokenizer"]

@@ -123,3 +123,18 @@ def test_runtime_input_checks_name_every_problem():
     assert "past_key_values.0.value: dtype float64" in message
     assert "memory_mask: missing" in message
     assert "total must equal past + new" in message
+
+
+@pytest.mark.parametrize("variant", ["fp32", "int8"])
+def test_io_binding_path_decodes_like_the_plain_path(untied, variant):
+    """The device-resident path (cache as OrtValues, reordered by the gather graph) on CPU."""
+    model, version = untied
+    sources = random_sources(model.config.vocab_size, [2, 6, 11])
+    options = DecodingOptions(beam_size=3, num_hypotheses=2, max_length=16)
+    plain = translate_ids(OnnxEngine(version, variant), sources, options, 512)
+    bound_engine = OnnxEngine(version, variant, io_binding=True)
+    bound = translate_ids(bound_engine, sources, options, 512)
+    assert bound_engine.io_binding and set(bound_engine.gather) == {"float32", "int64"}
+    for p, b in zip(plain, bound, strict=True):
+        assert [h.tokens for h in p] == [h.tokens for h in b]
+        assert [h.score for h in p] == pytest.approx([h.score for h in b], abs=1e-6)
