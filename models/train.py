@@ -63,6 +63,7 @@ class Progress:
     batch_in_epoch: int = 0
     seconds: float = 0.0
     best_bleu: float = -1.0
+    last_loss: float = 0.0
     history: list[dict] = field(default_factory=list)
 
 
@@ -211,7 +212,7 @@ class Trainer:
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), o.clip_norm)
         self.optimizer.step()
         p.step += 1
-        return float(loss), tokens + int(batch["src_mask"].sum())
+        return float(loss.detach()), tokens + int(batch["src_mask"].sum())
 
     def run_epoch(self, pairs) -> None:
         o, p = self.options, self.progress
@@ -232,6 +233,7 @@ class Trainer:
             elapsed = time.perf_counter() - start
             p.seconds += elapsed
             p.batch_in_epoch += 1
+            p.last_loss = loss
             bar.update(1)
             bar.set_postfix(
                 loss=f"{loss:.3f}", tok_s=f"{tokens * self.world / elapsed:.0f}", step=p.step
@@ -241,17 +243,19 @@ class Trainer:
         bar.close()
         if p.batch_in_epoch >= len(batches):
             p.epoch, p.batch_in_epoch = p.epoch + 1, 0
-            self.end_of_epoch(loss)
+            self.evaluate()
 
-    def end_of_epoch(self, loss: float) -> None:
+    def evaluate(self) -> None:
+        """Dev BLEU now; keeps best.pt, the checkpoint that will be shipped."""
         p = self.progress
         if self.rank == 0:
             scores = dev_bleu(self.model, self.tokenizer, self.options)
             entry = {
                 "epoch": p.epoch,
+                "batch_in_epoch": p.batch_in_epoch,
                 "step": p.step,
                 "minutes": round(p.seconds / 60, 1),
-                "train_loss": round(loss, 4),
+                "train_loss": round(p.last_loss, 4),
                 "dev_bleu": scores["bleu"],
                 "dev_chrf": scores["chrf"],
             }
@@ -269,6 +273,8 @@ class Trainer:
         pairs = load_pairs(self.options, self.tokenizer)
         while not self._out_of_budget():
             self.run_epoch(pairs)
+        if not self.progress.history or self.progress.history[-1]["step"] != self.progress.step:
+            self.evaluate()  # the budget ended inside an epoch: that model competes too
         self._save("last")
 
     def ship(self) -> Path:
