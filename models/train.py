@@ -273,7 +273,7 @@ class Trainer:
         pairs = load_pairs(self.options, self.tokenizer)
         while not self._out_of_budget():
             self.run_epoch(pairs)
-        if not self.progress.history or self.progress.history[-1]["step"] != self.progress.step:
+        if self.progress.batch_in_epoch > 0:  # the same on every rank
             self.evaluate()  # the budget ended inside an epoch: that model competes too
         self._save("last")
 

@@ -1,15 +1,11 @@
-"""Shared fixtures: the shipped translator, the built corpus, and a tiny random model."""
+"""Shared fixtures: the shipped translator, the built corpus; the gpu marker's skip."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
-SHIPPED_TRANSLATOR = ROOT / "models" / "checkpoints" / "translator"
-TRANSLATOR_DATA = ROOT / "data" / "translator"
+from helpers import SHIPPED_TRANSLATOR, TRANSLATOR_DATA
 
 
 @pytest.fixture(scope="session")
@@ -36,31 +32,6 @@ def test_sentences(translator_data) -> list[str]:
 
     spanish, _ = read_split(translator_data, "test")
     return spanish[:12]
-
-
-def tiny_transformer(seed: int = 0, **overrides):
-    """A small random model whose outputs are far from uniform (weights scaled up)."""
-    import torch
-
-    from models.config import PRESETS
-    from models.transformer import Transformer
-
-    config = PRESETS["tiny"]
-    if overrides:
-        from dataclasses import replace
-
-        config = replace(config, **overrides)
-    torch.manual_seed(seed)
-    model = Transformer(config).eval()
-    with torch.no_grad():
-        for parameter in model.parameters():
-            parameter.mul_(3.0)
-    return model
-
-
-def random_sources(vocab: int, lengths: list[int], seed: int = 0) -> list[list[int]]:
-    rng = np.random.default_rng(seed)
-    return [rng.integers(4, vocab, size=n).tolist() for n in lengths]
 
 
 def pytest_collection_modifyitems(config, items):

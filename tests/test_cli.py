@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT, SHIPPED_TRANSLATOR
+from helpers import ROOT, SHIPPED_TRANSLATOR
 
 from attnserve.cli import main
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import random_sources, tiny_transformer
+from helpers import random_sources, tiny_transformer
 
 from models.reference import TorchEngine
 from service.batching import source_batch

@@ -8,7 +8,7 @@ import numpy as np
 import onnx
 import pytest
 import torch
-from conftest import random_sources
+from helpers import random_sources
 
 from export.parity import assert_graph_parity
 from export.repository import write_version

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from conftest import ROOT
+from helpers import ROOT
 
 BLOCK_TORCH = "import sys; sys.modules['torch'] = None; sys.modules['safetensors'] = None\n"
 

@@ -57,7 +57,7 @@ def _torchrun(args: list[str], cwd) -> subprocess.CompletedProcess:
 
 @pytest.mark.slow
 def test_two_process_ddp_run_trains_resumes_and_ships(tmp_path, translator_data):
-    from conftest import ROOT
+    from helpers import ROOT
 
     data = tmp_path / "data"
     data.mkdir()

@@ -6,7 +6,7 @@ import json
 
 import pytest
 import torch
-from conftest import tiny_transformer
+from helpers import tiny_transformer
 
 from models.checkpoint import CONFIG, WEIGHTS, load_checkpoint, save_checkpoint
 from models.config import PRESETS, TransformerConfig
@@ -48,7 +48,7 @@ def test_padding_in_source_and_target_changes_nothing_real():
 
 
 def test_decode_step_with_several_new_tokens_equals_teacher_forcing():
-    model = tiny_transformer()
+    model = tiny_transformer().double()
     src, src_mask, tgt, tgt_mask = _batch(model.config.vocab_size)
     with torch.no_grad():
         full = model(src, src_mask, tgt, tgt_mask)  # (B, T, V)
@@ -62,7 +62,7 @@ def test_decode_step_with_several_new_tokens_equals_teacher_forcing():
         )
     torch.testing.assert_close(logits, full[:, 5], rtol=0, atol=1e-5)
     assert present[0][0].shape == (3, model.config.n_heads, 6, model.config.head_dim)
-    torch.testing.assert_close(attention.sum(-1), torch.ones(3))
+    torch.testing.assert_close(attention.sum(-1), torch.ones(3, dtype=torch.float64))
 
 
 def test_sinusoids_concatenate_sin_and_cos_halves_from_the_offset():
@@ -106,7 +106,7 @@ def test_checkpoint_round_trip_is_fp16_exact_and_strict(tmp_path, shipped_transl
 
 
 def test_shipped_checkpoint_is_small_and_matches_its_tokenizer(shipped_translator):
-    from conftest import SHIPPED_TRANSLATOR
+    from helpers import SHIPPED_TRANSLATOR
 
     model, tokenizer = shipped_translator
     assert (SHIPPED_TRANSLATOR / WEIGHTS).stat().st_size <= 25 * 2**20

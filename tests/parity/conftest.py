@@ -9,7 +9,7 @@ import pytest
 @pytest.fixture(scope="session")
 def exported_translator(tmp_path_factory, translator_data):
     """(ModelVersion, certificate) of the shipped translator, fp32 and int8."""
-    from conftest import SHIPPED_TRANSLATOR
+    from helpers import SHIPPED_TRANSLATOR
 
     from export.certify import MIN_SENTENCES, certify
     from export.repository import write_version

@@ -78,7 +78,7 @@ def test_a_perturbed_graph_fails_the_suite(exported_translator, tmp_path):
     import shutil
 
     import onnx
-    from conftest import SHIPPED_TRANSLATOR
+    from helpers import SHIPPED_TRANSLATOR
     from onnx import numpy_helper
 
     from export.parity import ParityError, assert_graph_parity
@@ -114,7 +114,7 @@ def test_fp16_graphs_on_cuda(tmp_path):
 
     if "CUDAExecutionProvider" not in ort.get_available_providers():
         pytest.skip("no CUDA execution provider")
-    from conftest import SHIPPED_TRANSLATOR
+    from helpers import SHIPPED_TRANSLATOR
 
     from export.parity import assert_graph_parity
     from export.repository import write_version

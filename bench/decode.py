@@ -1,0 +1,320 @@
+"""Decode benchmark: PyTorch eager, onnxruntime and CTranslate2 on the same weights and inputs.
+
+    python -m bench.decode --json [--quick] [--rounds N] [--lengths 16,32] [--batches 1,16]
+        [--engines onnx-fp32,ct2-float32] [--repository VERSION_DIR] [--markdown FILE]
+
+The checkpoint is exported (unless --repository is a version made from it) and converted to
+CTranslate2 in a process of its own. Each engine then runs in a spawned process with one compute
+thread (onnx-fp32-2threads, run on the greedy cases of the middle length, has two): it loads
+once, decodes the sentences greedily (parity with PyTorch), then runs warm-up and timed rounds
+in which every engine runs the same case in turn; torch-uncached runs batch 1 only by default.
+A case (batch, beam, length) decodes the first `batch` sentences of --sources to exactly
+`length` tokens, `</s>` suppressed. tokens/s counts batch × length tokens per second of the
+whole call; ms per step is the time after the encoder over `length`. CTranslate2 has no
+encoder-only call: its encoder time is a length-1 translation less one step. This process never
+imports torch, so the RSS high-water mark of a worker (ru_maxrss, which starts from its
+parent's) is the engine's own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import statistics
+import sys
+import tempfile
+from collections import defaultdict
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+from pathlib import Path
+
+from bench import machine
+from bench.engines import ENGINES, THREAD_CHECK, Worker, stdout_to_stderr
+from models.config import TransformerConfig
+from service.repository import sha256, verify
+from service.tokenizer import Tokenizer
+
+ROOT = Path(__file__).resolve().parents[1]
+SHIPPED = ROOT / "models" / "checkpoints" / "translator"
+TEST_SOURCES = ROOT / "data" / "translator" / "test.es"
+WEIGHT_BYTES = {"fp32": 4, "float32": 4, "int8": 1}
+BEAMS = (1, 4)
+FULL = {"rounds": 5, "warmup": 1, "lengths": [16, 32, 64, 128, 256], "batches": [1, 16]}
+QUICK = {"rounds": 1, "warmup": 1, "lengths": [4, 8], "batches": [1, 2]}
+
+
+def _prepare(checkpoint: str, repository: str | None, workdir: str, ct2: list, onnx: bool, source):
+    """Exports the checkpoint for `onnx` engines unless `repository` is a version made from it,
+    and converts it to the CTranslate2 variants `ct2`. Runs in a process of its own."""
+    stdout_to_stderr()
+    setup = {"checkpoint": checkpoint, "repository": repository, "ct2": {}}
+    if repository is not None:
+        recorded = verify(Path(repository)).manifest.get("source", {}).get("sha256")
+        if recorded not in (None, source["sha256"]):
+            raise ValueError(f"{repository} was not exported from {checkpoint}")
+    elif onnx:
+        from export.repository import write_version
+        from models.checkpoint import load_checkpoint
+
+        model, tokenizer = load_checkpoint(Path(checkpoint))
+        directory = Path(workdir) / "repository" / "translator" / "1"
+        variants = ("fp32", "int8")
+        write_version(model, tokenizer.model_file, directory, "translator", "1", variants, source)
+        setup["repository"] = str(directory)
+    if ct2:
+        from bench.ctranslate2_convert import convert
+
+        for variant in ct2:
+            setup["ct2"][variant] = str(convert(Path(checkpoint), Path(workdir) / variant, variant))
+    return setup
+
+
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
+    def listed(kind):
+        return lambda text: [kind(item) for item in text.split(",")]
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--quick", action="store_true", help="batches 1,2, lengths 4,8, 1 round")
+    parser.add_argument("--rounds", type=int)
+    parser.add_argument("--warmup", type=int, help="untimed rounds first")
+    parser.add_argument("--lengths", type=listed(int), help="output tokens, e.g. 16,32,64")
+    parser.add_argument("--batches", type=listed(int), help="sentences per call, e.g. 1,16")
+    parser.add_argument(
+        "--engines", type=listed(str), default=list(ENGINES), help=",".join(ENGINES)
+    )
+    parser.add_argument("--checkpoint", type=Path, default=SHIPPED)
+    parser.add_argument("--repository", type=Path, help="a model version exported from it")
+    parser.add_argument("--workdir", type=Path, help="keep exports here (default: temporary)")
+    parser.add_argument("--sources", type=Path, default=TEST_SOURCES, help="one sentence a line")
+    parser.add_argument("--uncached-max-batch", type=int, default=1)
+    parser.add_argument("--markdown", type=Path, help="write the results as Markdown")
+    args = parser.parse_args(argv)
+    for key, value in (QUICK if args.quick else FULL).items():
+        setattr(args, key, value if getattr(args, key) is None else getattr(args, key))
+    if set(args.engines) - set(ENGINES) or min(args.lengths) < 2:
+        parser.error(f"engines are some of {list(ENGINES)}; lengths are at least 2")
+    args.engines = [name for name in ENGINES if name in args.engines]
+    return args
+
+
+def _runs(name: str, case: tuple[int, int, int], args) -> bool:
+    batch, beam, length = case
+    if name == "torch-uncached":
+        return batch <= args.uncached_max_batch
+    return name != THREAD_CHECK or (beam == 1 and length == args.lengths[len(args.lengths) // 2])
+
+
+def _rounds(workers: dict, cases: list, rounds: range, inputs: tuple, args) -> dict:
+    """{(engine, case): samples}; in round r every engine runs each case in turn, from the r-th."""
+    ids, pieces = inputs
+    samples = defaultdict(list)
+    for r in rounds:
+        print("warm-up" if r < 0 else f"round {r + 1}", file=sys.stderr)
+        for batch, beam, length in cases:
+            names = [name for name in workers if _runs(name, (batch, beam, length), args)]
+            for name in names[r % len(names) :] + names[: r % len(names)]:
+                sample = workers[name].call("time", ids[:batch], pieces[:batch], beam, length)
+                if sample["tokens"] != batch * length:
+                    raise RuntimeError(f"{name}: {sample['tokens']} tokens, not {batch * length}")
+                samples[name, (batch, beam, length)].append(sample)
+    return samples
+
+
+def _parity(workers: dict, inputs: tuple, length: int) -> dict:
+    """How many greedy outputs are identical to PyTorch's (torch-cached), per engine."""
+    if "torch-cached" not in workers:
+        return {}
+    reference = workers["torch-cached"].call("greedy", *inputs, length)
+    parity = {}
+    for name in [n for n in workers if n not in ("torch-cached", "torch-uncached", THREAD_CHECK)]:
+        tokens = workers[name].call("greedy", *inputs, length)
+        identical = sum(a == b for a, b in zip(tokens, reference, strict=True))
+        parity[name] = {"identical": identical, "sentences": len(reference)}
+    return parity
+
+
+def _case(name: str, case: tuple, samples: list, config: dict, limits: dict, ids: list) -> dict:
+    """Medians and spreads of one engine on one case, and the share of the machine's bound."""
+    batch, beam, length = case
+    source = max(len(s) for s in ids[:batch]) + 1  # padded, `</s>` included
+    weight_bytes = WEIGHT_BYTES[ENGINES[name][1]]
+    bound = machine.step_bound_seconds(config, batch * beam, length, source, weight_bytes, limits)
+    values = {
+        "tokens_per_s": [s["tokens"] / (s["encoder_s"] + s["decode_s"]) for s in samples],
+        "ms_per_step": [1000 * s["decode_s"] / length for s in samples],
+        "encoder_ms": [1000 * s["encoder_s"] for s in samples],
+        "decode_ms": [1000 * s["decode_s"] for s in samples],
+    }
+    result = {"batch": batch, "beam": beam, "length": length, "tokens": samples[0]["tokens"]}
+    for key, series in values.items():
+        result[key] = {"median": statistics.median(series), "min": min(series), "max": max(series)}
+    result["bound_ms_per_step"] = 1000 * bound
+    result["bound_fraction"] = 1000 * bound / result["ms_per_step"]["median"]
+    return result
+
+
+def _speedup(table: dict, fast: str, slow: str, cases: list) -> float | None:
+    """Geometric mean over `cases` of the median tokens/s of `fast` over `slow`."""
+    pairs = [(table.get((fast, *c)), table.get((slow, *c))) for c in cases]
+    pairs = [
+        (a["tokens_per_s"]["median"], b["tokens_per_s"]["median"]) for a, b in pairs if a and b
+    ]
+    return math.exp(statistics.fmean(math.log(a / b) for a, b in pairs)) if pairs else None
+
+
+def _growth(table: dict, name: str, batch: int, long: int, short: int) -> float | None:
+    """Greedy decode time (encoder excluded) of `long` tokens over that of `short` tokens."""
+    times = [table.get((name, batch, 1, n), {}).get("decode_ms") for n in (long, short)]
+    return times[0]["median"] / times[1]["median"] if all(times) else None
+
+
+def _ratios(engines: dict, args) -> list[tuple]:
+    """(what, ratio, compare, target) of this run; those with a target are goals."""
+    table = {
+        (n, c["batch"], c["beam"], c["length"]): c for n in engines for c in engines[n]["cases"]
+    }
+    small, large, lengths = min(args.batches), max(args.batches), args.lengths
+    greedy = [(small, 1, n) for n in lengths]
+    speedup = _speedup(table, "onnx-fp32", "torch-cached", greedy)
+    rows = [(f"onnx-fp32 / torch-cached tokens/s, batch {small} greedy", speedup, ">=", 3.0)]
+    for batch in sorted({small, large}):
+        every = [(batch, beam, n) for beam in BEAMS for n in lengths]
+        for ours, theirs in (("onnx-fp32", "ct2-float32"), ("onnx-int8", "ct2-int8")):
+            speedup = _speedup(table, ours, theirs, every)
+            rows.append((f"{ours} / {theirs} tokens/s, batch {batch}", speedup, ">=", 1.0))
+    short = 32 if 32 in lengths else min(lengths)
+    long = 256 if 256 in lengths else max(lengths)
+    for name in ("onnx-fp32", "torch-cached", "torch-uncached"):
+        limit = None if name == "torch-uncached" else 9.0 * long / short / 8  # 9x for 8x tokens
+        growth = _growth(table, name, small, long, short)
+        rows.append(
+            (f"{name} decode ms {long} / {short} tokens, batch {small} greedy", growth, "<=", limit)
+        )
+    middle = lengths[len(lengths) // 2]
+    for batch in args.batches:
+        speedup = _speedup(table, THREAD_CHECK, "onnx-fp32", [(batch, 1, middle)])
+        text = f"{THREAD_CHECK} / onnx-fp32 tokens/s, batch {batch} greedy {middle} tokens"
+        rows.append((text, speedup, ">=", None))
+    return rows
+
+
+def _goals(rows: list[tuple]) -> list[dict]:
+    goals = []
+    for text, ratio, compare, target in rows:
+        if ratio is not None and target is not None:
+            met = ratio <= target if compare == "<=" else ratio >= target
+            goals.append(dict(goal=text, ratio=ratio, compare=compare, target=target, met=met))
+    return goals
+
+
+def _inputs(args, config: dict) -> tuple[list, list]:
+    """Token ids and pieces (no `</s>`) of the first max(batches) sentences of --sources."""
+    tokenizer = Tokenizer(args.checkpoint / "tokenizer.model")
+    text = args.sources.read_text(encoding="utf-8")
+    lines = [line for line in text.splitlines() if line.strip()][: max(args.batches)]
+    if len(lines) < max(args.batches):
+        raise SystemExit(f"{args.sources}: {len(lines)} sentences, {max(args.batches)} needed")
+    ids = [s[: config["max_length"] - 1] for s in tokenizer.encode_batch(lines)]
+    return ids, [tokenizer.pieces(s) for s in ids]
+
+
+def _measure(args, setup: dict, inputs: tuple) -> tuple[dict, dict]:
+    """Per engine its settings, peak RSS and samples per case; greedy parity."""
+    context, workers = get_context("spawn"), {}
+    cases = [(b, k, n) for b in args.batches for k in BEAMS for n in args.lengths]
+    try:
+        for name in args.engines:
+            print(f"loading {name}", file=sys.stderr)
+            workers[name] = Worker(context, name, setup)
+        parity = _parity(workers, inputs, max(args.lengths))
+        _rounds(workers, cases, range(-args.warmup, 0), inputs, args)
+        samples = _rounds(workers, cases, range(args.rounds), inputs, args)
+        memory = {name: worker.call("peak_rss_mb") for name, worker in workers.items()}
+    finally:
+        for worker in workers.values():
+            worker.pool.shutdown(cancel_futures=True)
+    engines = {}
+    for name in args.engines:
+        engines[name] = dict(zip(("kind", "variant", "threads"), ENGINES[name], strict=True))
+        engines[name] |= {"library": workers[name].library, "peak_rss_mb": memory[name]}
+        engines[name]["cases"] = [(c, samples[name, c]) for c in cases if samples[name, c]]
+    return engines, parity
+
+
+def _markdown(report: dict) -> str:
+    m, s = report["machine"], report["settings"]
+    lines = [
+        f"{m['cpu']}, {m['usable_cpus']} CPUs; copy {m['copy_bandwidth_gb_s']:.1f} GB/s; float32 "
+        f"matmul {m['matmul_gflop_s']:.1f} GFLOP/s on one thread; OPENBLAS_CORETYPE="
+        f"{m['environment']['OPENBLAS_CORETYPE']}. One compute thread per engine; "
+        f"{s['rounds']} rounds after {s['warmup']} warm-up, median [min, max]. tokens/s: "
+        "batch × tokens over the whole call; ms/step: decode after the encoder over tokens; "
+        "of bound: the least time a step can take on this machine over ms/step.",
+        "",
+        "| engine | batch | beam | tokens | tokens/s | ms/step | encoder ms | of bound | RSS MB |",
+        "|---|--:|--:|--:|--:|--:|--:|--:|--:|",
+    ]
+    for name, engine in report["engines"].items():
+        for c in engine["cases"]:
+            tps, step = c["tokens_per_s"], c["ms_per_step"]
+            cells = [name, c["batch"], c["beam"], c["length"]]
+            cells += [f"{tps['median']:.0f} [{tps['min']:.0f}, {tps['max']:.0f}]"]
+            cells += [f"{step['median']:.2f} [{step['min']:.2f}, {step['max']:.2f}]"]
+            cells += [f"{c['encoder_ms']['median']:.2f}", f"{c['bound_fraction']:.0%}"]
+            cells.append(f"{engine['peak_rss_mb']:.0f}")
+            lines.append("| " + " | ".join(map(str, cells)) + " |")
+    lines += ["", "| goal | ratio | target | |", "|---|--:|--:|---|"]
+    for g in report["goals"]:
+        verdict = "met" if g["met"] else "missed"
+        target = f"{g['compare']} {g['target']:g}"
+        lines.append(f"| {g['goal']} | {g['ratio']:.2f} | {target} | {verdict} |")
+    goals = {g["goal"] for g in report["goals"]}
+    lines += [""] + [f"- {k}: {v:.2f}" for k, v in report["ratios"].items() if k not in goals and v]
+    for name, p in sorted(report["parity"].items()):
+        same = f"{p['identical']}/{p['sentences']}"
+        lines.append(f"- {name} greedy output identical to PyTorch: {same} sentences")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _arguments(argv)
+    os.environ.update(dict.fromkeys(machine.THREAD_VARIABLES, "1"))  # for every child process
+    print("measuring the machine", file=sys.stderr)
+    limits = machine.measure_in_subprocess(args.quick)
+    config = TransformerConfig.load(args.checkpoint / "config.json").to_dict()
+    inputs = _inputs(args, config)
+    weights = sha256(args.checkpoint / "model.safetensors")
+    ct2 = sorted({ENGINES[name][1] for name in args.engines if ENGINES[name][0] == "ct2"})
+    onnx = any(ENGINES[name][0] == "onnx" for name in args.engines)
+    with contextlib.ExitStack() as stack:
+        workdir = args.workdir or Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        source = {"checkpoint": str(args.checkpoint), "sha256": weights}
+        prepare = (str(args.checkpoint), args.repository and str(args.repository), str(workdir))
+        with ProcessPoolExecutor(1, get_context("spawn")) as pool:
+            setup = pool.submit(_prepare, *prepare, ct2, onnx, source).result()
+        engines, parity = _measure(args, setup, inputs)
+    for name, engine in engines.items():
+        engine["cases"] = [_case(name, c, s, config, limits, inputs[0]) for c, s in engine["cases"]]
+    rows = _ratios(engines, args)
+    ratios, goals = {text: ratio for text, ratio, _, _ in rows}, _goals(rows)
+    settings = {k: getattr(args, k) for k in ("rounds", "warmup", "lengths", "batches", "engines")}
+    settings |= {"beams": list(BEAMS), "sentences": len(inputs[0]), "sources": str(args.sources)}
+    settings |= {"checkpoint": str(args.checkpoint), "weights_sha256": weights}
+    settings["repository"] = str(args.repository or "exported from the checkpoint")
+    settings["uncached_max_batch"] = args.uncached_max_batch
+    model = {"config": config, **machine.model_summary(config, len(inputs[0][0]) + 1)}
+    report = {"machine": limits, "settings": settings, "model": model, "parity": parity}
+    report |= {"engines": engines, "ratios": ratios, "goals": goals}
+    if args.markdown:
+        args.markdown.parent.mkdir(parents=True, exist_ok=True)
+        args.markdown.write_text(_markdown(report), encoding="utf-8")
+    print(json.dumps(report, indent=2) if args.json else _markdown(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,168 @@
+"""Engine workers of the decode benchmark: each engine loads once in a process of its own and
+answers timing requests (see bench.decode)."""
+
+from __future__ import annotations
+
+import os
+import resource
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+from service.batching import source_batch
+from service.decoding import DecodingOptions, decode
+from service.inference import CachedInference, Inference, UncachedInference
+from service.repository import verify
+from service.tokenizer import BOS_ID, EOS_ID, Tokenizer
+
+THREAD_CHECK = "onnx-fp32-2threads"  # only the greedy cases at the middle length
+ENGINES = {  # name: (kind, variant, compute threads)
+    "torch-uncached": ("torch", "fp32", 1),
+    "torch-cached": ("torch", "fp32", 1),
+    "onnx-fp32": ("onnx", "fp32", 1),
+    "onnx-int8": ("onnx", "int8", 1),
+    "ct2-float32": ("ct2", "float32", 1),
+    "ct2-int8": ("ct2", "int8", 1),
+    THREAD_CHECK: ("onnx", "fp32", 2),
+}
+
+
+class ForcedLength(Inference):
+    """Hides `</s>` from the decoding strategy, so that every row runs to max_length."""
+
+    def __init__(self, inner: Inference):
+        self.inner = inner
+
+    def step(self, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        logits, attention = self.inner.step(tokens)
+        logits[:, EOS_ID] = -np.inf
+        return logits, attention
+
+    def reorder(self, index: np.ndarray) -> None:
+        self.inner.reorder(index)
+
+
+class OurRunner:
+    """An `Engine` decoded by service.decoding, as the server decodes."""
+
+    def __init__(self, engine, inference_type: type[Inference], max_source_length: int):
+        self.engine, self.inference_type = engine, inference_type
+        self.max_source = max_source_length
+
+    def _decode(self, ids, beam: int, length: int, forced: bool):
+        src_ids, src_mask = source_batch(ids, self.max_source)
+        start = time.perf_counter()
+        encoder = self.engine.encode(src_ids, src_mask)
+        encoded = time.perf_counter()
+        inference = self.inference_type(self.engine, encoder, len(ids))
+        inference = ForcedLength(inference) if forced else inference
+        options = DecodingOptions(beam_size=beam, max_length=length)
+        hypotheses = decode(inference, len(ids), options, BOS_ID, EOS_ID)
+        end = time.perf_counter()
+        return [nbest[0].tokens for nbest in hypotheses], encoded - start, end - encoded
+
+    def time(self, ids, pieces, beam: int, length: int) -> dict:
+        tokens, encoder, decoding = self._decode(ids, beam, length, forced=True)
+        return {"encoder_s": encoder, "decode_s": decoding, "tokens": sum(map(len, tokens))}
+
+    def greedy(self, ids, pieces, length: int) -> list[list[int]]:
+        return self._decode(ids, 1, length, forced=False)[0]
+
+
+class Ct2Runner:
+    """A CTranslate2 Translator; sources are pieces without `</s>`."""
+
+    def __init__(self, translator, vocabulary: list[str]):
+        self.translator, self.ids = translator, {p: i for i, p in enumerate(vocabulary)}
+
+    def _seconds(self, pieces, beam: int, least: int, most: int) -> tuple[float, list]:
+        start = time.perf_counter()
+        results = self.translator.translate_batch(
+            pieces, beam_size=beam, min_decoding_length=least, max_decoding_length=most
+        )
+        return time.perf_counter() - start, results
+
+    def time(self, ids, pieces, beam: int, length: int) -> dict:
+        """The encoder is a length-1 call less one step; all of it when steps are lost in noise."""
+        total, results = self._seconds(pieces, beam, length, length)
+        first = min(self._seconds(pieces, beam, 1, 1)[0] for _ in range(2))
+        step = (total - first) / (length - 1)
+        encoder = min(max(first - step, 0.0), total) if step > 0 else 0.0
+        tokens = sum(len(result.hypotheses[0]) for result in results)
+        return {"encoder_s": encoder, "decode_s": total - encoder, "tokens": tokens}
+
+    def greedy(self, ids, pieces, length: int) -> list[list[int]]:
+        results = self._seconds(pieces, 1, 0, length)[1]
+        return [[self.ids[p] for p in result.hypotheses[0]] for result in results]
+
+
+def _load(name: str, setup: dict):
+    """(runner, library and version) of one engine, its thread counts fixed first."""
+    kind, variant, threads = ENGINES[name]
+    if kind == "torch":
+        import torch
+
+        from models.checkpoint import load_checkpoint
+        from models.reference import TorchEngine
+
+        torch.set_num_threads(threads)
+        torch.set_num_interop_threads(1)
+        model, _ = load_checkpoint(Path(setup["checkpoint"]))
+        inference = UncachedInference if name == "torch-uncached" else CachedInference
+        runner = OurRunner(TorchEngine(model), inference, model.config.max_length)
+        return runner, f"torch {torch.__version__}"
+    if kind == "onnx":
+        import onnxruntime
+
+        from service.onnx_engine import OnnxEngine
+
+        version = verify(Path(setup["repository"]))
+        engine = OnnxEngine(version, variant, "cpu", threads)
+        runner = OurRunner(engine, CachedInference, version.config["max_length"])
+        return runner, f"onnxruntime {onnxruntime.__version__}"
+    import ctranslate2
+
+    translator = ctranslate2.Translator(
+        setup["ct2"][variant], device="cpu", intra_threads=threads, inter_threads=1
+    )
+    vocabulary = Tokenizer(Path(setup["checkpoint"]) / "tokenizer.model").vocabulary()
+    return Ct2Runner(translator, vocabulary), f"ctranslate2 {ctranslate2.__version__}"
+
+
+def stdout_to_stderr() -> None:
+    """Keeps a child's prints (exporters, libraries) out of the JSON on stdout."""
+    sys.stdout.flush()
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    sys.stdout = sys.stderr
+
+
+_worker: tuple = ()  # (runner, library) of a worker process
+
+
+def _start_worker(name: str, setup: dict) -> None:
+    global _worker
+    stdout_to_stderr()
+    _worker = _load(name, setup)
+
+
+def _request(method: str, *args):
+    """In a worker: a runner method, the library, or the RSS high-water mark in MB."""
+    if method == "library":
+        return _worker[1]
+    if method == "peak_rss_mb":
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+    return getattr(_worker[0], method)(*args)
+
+
+class Worker:
+    """One engine in a process of its own, answering one request at a time."""
+
+    def __init__(self, context, name: str, setup: dict):
+        self.pool = ProcessPoolExecutor(1, context, _start_worker, (name, setup))
+        self.library = self.call("library")
+
+    def call(self, method: str, *args):
+        return self.pool.submit(_request, method, *args).result()
