@@ -76,7 +76,7 @@ def _add_export(commands) -> None:
     parser.add_argument("--checkpoint", type=Path, default=SHIPPED_TRANSLATOR)
     parser.add_argument("--name", default="translator")
     parser.add_argument("--version", default="1")
-    parser.add_argument("--variants", default="fp32,int8", help="of fp32, int8, fp16")
+    parser.add_argument("--variants", default="fp32,int8,fp16", help="of fp32, int8, fp16")
     parser.add_argument("--data", type=Path, default=TRANSLATOR_DATA)
     parser.add_argument("--sentences", type=int, default=200, help="test sentences decoded")
 

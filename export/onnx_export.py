@@ -15,7 +15,7 @@ import torch
 from torch import nn
 from torch.export import Dim
 
-from export.graphs import DecoderStepGraph, EncoderGraph, flatten
+from export.graphs import DecoderStepGraph, EncoderGraph
 from models.transformer import Transformer
 from service.graphs import GraphSpec, decoder_spec, encoder_spec
 
@@ -23,28 +23,36 @@ OPSET = 18
 CONTROL_FLOW = {"If", "Loop", "Scan"}
 
 
-def example_inputs(model: Transformer, spec: GraphSpec, dtype: torch.dtype) -> tuple:
-    """Inputs of sizes no test uses (batch 2, memory 5, past 3, new 2): no 0/1 specialisation."""
-    c = model.config
-    batch, memory, past, new = 2, 5, 3, 2
+# Example sizes no test uses, none 0 or 1 (the exporter would specialise those).
+EXAMPLE_SIZES = {
+    "batch": 2,
+    "memory": 5,
+    "past": 3,
+    "new": 2,
+    "channels": 3,
+    "height": 64,
+    "width": 64,
+}
+
+
+def example_inputs(sizes: dict[str, int], spec: GraphSpec, vocab: int, dtype: torch.dtype) -> tuple:
+    """Inputs built from the declaration alone: masks are ones, `positions` follow the past,
+    other integers are token ids, floats are random."""
+    sizes = {**EXAMPLE_SIZES, **sizes}
+    sizes["total"] = sizes["past"] + sizes["new"]
     generator = torch.Generator().manual_seed(0)
-    src = torch.randint(4, c.vocab_size, (batch, memory), generator=generator)
-    mask = torch.ones(batch, memory, dtype=torch.long)
-    if spec.name == "encoder":
-        return src, mask
-    _, cross = model.encode(src, mask)
-    kv_shape = (batch, c.n_heads, past, c.head_dim)
-    past_kv = [
-        torch.randn(kv_shape, generator=generator, dtype=dtype) for _ in range(2 * c.decoder_layers)
-    ]
-    return (
-        torch.randint(4, c.vocab_size, (batch, new), generator=generator),
-        torch.arange(past, past + new).expand(batch, new).contiguous(),
-        torch.ones(batch, past + new, dtype=torch.long),
-        *past_kv,
-        *[t.detach() for t in flatten(cross)],
-        mask,
-    )
+    inputs = []
+    for tensor in spec.inputs:
+        shape = tuple(sizes[axis] for axis in tensor.axes)
+        if tensor.name.endswith("_mask"):
+            inputs.append(torch.ones(shape, dtype=torch.long))
+        elif tensor.name == "positions":
+            inputs.append(torch.arange(sizes["past"], sizes["total"]).expand(shape).contiguous())
+        elif tensor.dtype == "int64":
+            inputs.append(torch.randint(4, vocab, shape, generator=generator))
+        else:
+            inputs.append(torch.randn(shape, generator=generator, dtype=dtype))
+    return tuple(inputs)
 
 
 def dynamic_shapes(module: nn.Module, spec: GraphSpec) -> dict:
@@ -100,14 +108,16 @@ def export_transformer(
 ) -> dict[str, Path]:
     """Writes encoder.onnx and decoder.onnx of `model` in `dtype`; returns their paths."""
     model = model.to(dtype).eval()
-    layers = model.config.decoder_layers
+    c = model.config
+    layers = c.decoder_layers
     paths = {}
     with torch.no_grad():
         for spec, module in (
             (encoder_spec(layers), EncoderGraph(model)),
             (decoder_spec(layers), DecoderStepGraph(model)),
         ):
-            args = example_inputs(model, spec, dtype)
+            fixed = {"heads": c.n_heads, "head_dim": c.head_dim}
+            args = example_inputs(fixed, spec, c.vocab_size, dtype)
             paths[spec.name] = export_graph(
                 module.eval(), spec, args, out_dir / f"{spec.name}.onnx"
             )

@@ -66,7 +66,8 @@ class CachedInference(Inference):
     """Feeds only the new tokens and carries the keys/values of the past from step to step."""
 
     def __init__(self, engine: Engine, encoder: EncoderOutput, batch: int):
-        self.engine, self.encoder = engine, encoder
+        self.engine, self.encoder, self.encoded = engine, encoder, encoder
+        self.sources = np.arange(batch)  # the encoder row each row decodes
         self.past = engine.empty_past(batch)
         self.lengths = np.zeros(batch, dtype=np.int64)  # tokens seen per row
         self.self_mask = np.zeros((batch, 0), dtype=np.int64)  # (B, P)
@@ -84,10 +85,15 @@ class CachedInference(Inference):
     def reorder(self, index: np.ndarray) -> None:
         take = self.engine.take
         self.past = [(take(k, index), take(v, index)) for k, v in self.past]
-        self.encoder = EncoderOutput(
-            cross=[(take(k, index), take(v, index)) for k, v in self.encoder.cross],
-            memory_mask=take(self.encoder.memory_mask, index),
-        )
+        sources = self.sources[index]
+        # Beams of one input share its encoder rows: reordering beams leaves them as they are,
+        # so they are gathered (from the encoder's own output) only when the inputs change.
+        if not np.array_equal(sources, self.sources):
+            self.encoder = EncoderOutput(
+                cross=[(take(k, sources), take(v, sources)) for k, v in self.encoded.cross],
+                memory_mask=take(self.encoded.memory_mask, sources),
+            )
+            self.sources = sources
         self.lengths = self.lengths[index]
         self.self_mask = self.self_mask[index]
 
