@@ -117,6 +117,60 @@ def greedy_search(
     ]
 
 
+class _Beams:
+    """The search state of a batch: k live hypotheses and the finished ones, per input."""
+
+    def __init__(self, batch: int, options: DecodingOptions, eos: int):
+        self.k, self.eos, self.penalty = options.beam_size, eos, options.length_penalty
+        self.live = [[_Row([], [], []) for _ in range(self.k)] for _ in range(batch)]
+        # only the first beam is live at the start: the others would repeat it
+        self.scores = np.tile(np.array([0.0] + [-np.inf] * (self.k - 1)), (batch, 1))  # (B, k)
+        self.finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
+
+    def best_candidates(self, active: np.ndarray, log_probs: np.ndarray) -> np.ndarray:
+        """(A * k, V) log-probs -> (A, 2k) flat candidate indices (beam * V + token), best
+        first, and the candidates' scores (A, k * V)."""
+        vocab, k = log_probs.shape[1], self.k
+        candidates = self.scores[active, :, None] + log_probs.reshape(len(active), k, vocab)
+        candidates = candidates.reshape(len(active), k * vocab)
+        top = np.argpartition(-candidates, 2 * k - 1, axis=1)[:, : 2 * k]  # unsorted
+        order = np.take_along_axis(-candidates, top, 1).argsort(axis=1, kind="stable")
+        return np.take_along_axis(top, order, 1), candidates
+
+    def advance(self, a, item, top, candidates, log_probs, attention) -> list[tuple[int, int]]:
+        """Sorts input `item`'s best candidates (its rows start at a * k) into finished and
+        live hypotheses. Returns (previous beam, new token) of each new live row."""
+        k, vocab = self.k, log_probs.shape[1]
+        chosen, live, scores = [], [], []
+        for rank, flat in enumerate(top):
+            beam, token = divmod(int(flat), vocab)
+            row = a * k + beam
+            extended = self.live[item][beam].extend(
+                token, float(log_probs[row, token]), attention[row]
+            )
+            if token == self.eos:
+                if rank < k:  # an `</s>` outside the best k would not have been kept
+                    self.finished[item].append(extended.finish(self.eos, self.penalty))
+            elif len(chosen) < k:
+                chosen.append((beam, token))
+                live.append(extended)
+                scores.append(candidates[flat])
+        self.live[item] = live
+        self.scores[item, : len(scores)] = scores
+        return chosen
+
+    def done(self, item: int) -> bool:
+        return len(self.finished[item]) >= self.k
+
+    def results(self, active: np.ndarray, n: int) -> list[list[Hypothesis]]:
+        """Inputs still searching at max_length keep their live hypotheses as they are."""
+        for item in active:
+            for beam in range(self.k):
+                if np.isfinite(self.scores[item, beam]):
+                    self.finished[item].append(self.live[item][beam].finish(self.eos, self.penalty))
+        return [sorted(f, key=lambda h: -h.score)[:n] for f in self.finished]
+
+
 def beam_search(
     inference: Inference, batch: int, options: DecodingOptions, bos: int, eos: int
 ) -> list[list[Hypothesis]]:
@@ -124,92 +178,29 @@ def beam_search(
 
     An `</s>` among the best `beam_size` candidates of a step finishes a hypothesis; an input
     is done once it has `beam_size` finished ones. With beam_size 1 this is greedy search.
+    Inputs that are done leave the batch.
     """
-    k = options.beam_size
+    k, beams = options.beam_size, _Beams(batch, options, eos)
     inference.reorder(np.repeat(np.arange(batch), k))
-    live = [[_Row([], [], []) for _ in range(k)] for _ in range(batch)]
-    scores = np.tile(np.array([0.0] + [-np.inf] * (k - 1)), (batch, 1))  # (batch, k)
-    finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
     active = np.arange(batch)  # inputs still searching, k inference rows each
     tokens = np.full((batch * k, 1), bos, dtype=np.int64)
     for _ in range(options.max_length):
         logits, attention = inference.step(tokens)
         log_probs = log_softmax(logits)  # (A * k, V)
-        vocab = log_probs.shape[1]
-        candidates = scores[active, :, None] + log_probs.reshape(len(active), k, vocab)
-        candidates = candidates.reshape(len(active), k * vocab)
-        top = np.argpartition(-candidates, 2 * k - 1, axis=1)[:, : 2 * k]  # (A, 2k) unsorted
-        order = np.take_along_axis(-candidates, top, 1).argsort(axis=1, kind="stable")
-        top = np.take_along_axis(top, order, 1)
-        source_rows, next_tokens, still = [], [], []
+        top, candidates = beams.best_candidates(active, log_probs)
+        rows, next_tokens, still = [], [], []
         for a, item in enumerate(active):
-            chosen = _advance(
-                a,
-                item,
-                top[a],
-                candidates[a],
-                live,
-                scores,
-                finished,
-                log_probs,
-                attention,
-                k,
-                vocab,
-                eos,
-                options.length_penalty,
-            )
-            if len(finished[item]) >= k:
-                continue
-            still.append(item)
-            source_rows.extend(a * k + beam for beam, _ in chosen)
-            next_tokens.extend(token for _, token in chosen)
+            chosen = beams.advance(a, item, top[a], candidates[a], log_probs, attention)
+            if not beams.done(item):
+                still.append(item)
+                rows.extend(a * k + beam for beam, _ in chosen)
+                next_tokens.extend(token for _, token in chosen)
+        active = np.asarray(still, dtype=np.int64)
         if not still:
             break
-        inference.reorder(np.asarray(source_rows, dtype=np.int64))
-        active = np.asarray(still)
+        inference.reorder(np.asarray(rows, dtype=np.int64))
         tokens = np.asarray(next_tokens, dtype=np.int64)[:, None]
-    for item in active:
-        for beam in range(k):
-            if np.isfinite(scores[item, beam]):
-                finished[item].append(live[item][beam].finish(eos, options.length_penalty))
-    return [sorted(f, key=lambda h: -h.score)[: options.num_hypotheses] for f in finished]
-
-
-def _advance(
-    a,
-    item,
-    top,
-    candidate_scores,
-    live,
-    scores,
-    finished,
-    log_probs,
-    attention,
-    k,
-    vocab,
-    eos,
-    penalty,
-) -> list[tuple[int, int]]:
-    """Sorts one input's best candidates into finished and live hypotheses.
-
-    Returns (previous beam, new token) of each of the k new live rows.
-    """
-    chosen, new_live, new_scores = [], [], []
-    for rank, flat in enumerate(top):
-        beam, token = divmod(int(flat), vocab)
-        row = a * k + beam
-        extended = live[item][beam].extend(token, float(log_probs[row, token]), attention[row])
-        if token == eos:
-            if rank < k:
-                finished[item].append(extended.finish(eos, penalty))
-            continue
-        if len(chosen) < k:
-            chosen.append((beam, token))
-            new_live.append(extended)
-            new_scores.append(candidate_scores[flat])
-    live[item] = new_live
-    scores[item, : len(new_scores)] = new_scores
-    return chosen
+    return beams.results(active, options.num_hypotheses)
 
 
 def decode(

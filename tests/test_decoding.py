@@ -117,6 +117,7 @@ def test_nbest_is_sorted_distinct_and_complete(case):
             assert h.log_prob == pytest.approx(sum(h.token_log_probs), abs=1e-4)
             steps = len(h.tokens) + int(h.finished)
             assert h.alignment.shape[0] == len(h.token_log_probs) == steps
+            assert h.finished or steps == max_length  # unfinished only when cut at the limit
             np.testing.assert_allclose(h.alignment.sum(-1), 1.0, atol=1e-4)
 
 
