@@ -16,28 +16,17 @@ def _json_lines(capsys) -> list[dict]:
     return [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.strip()]
 
 
-def test_evaluate_reports_scores_signatures_and_settings(capsys, translator_data):
-    code = main(
-        [
-            "evaluate",
-            "translator",
-            "--split",
-            "test",
-            "--limit",
-            "6",
-            "--json",
-            "--data",
-            str(translator_data),
-            "--checkpoint",
-            str(SHIPPED_TRANSLATOR),
-            "--beam-size",
-            "2",
-            "--max-length",
-            "64",
-        ]
-    )
-    assert code == 0
+def _evaluate(capsys, data, *options: str) -> dict:
+    """`attnserve evaluate` on the first six test sentences; its JSON report."""
+    argv = ["evaluate", "translator", "--split", "test", "--limit", "6", "--json"]
+    assert main([*argv, "--data", str(data), *options]) == 0
     (report,) = _json_lines(capsys)
+    return report
+
+
+def test_evaluate_reports_scores_signatures_and_settings(capsys, translator_data):
+    options = ["--checkpoint", str(SHIPPED_TRANSLATOR), "--beam-size", "2", "--max-length", "64"]
+    report = _evaluate(capsys, translator_data, *options)
     scores = report["parts"]["bible"]
     assert scores["sentences"] == 6
     assert 0.0 <= scores["bleu"] <= 100.0 and 0.0 < scores["chrf"] <= 100.0
@@ -52,23 +41,7 @@ def test_evaluate_reports_scores_signatures_and_settings(capsys, translator_data
 
 
 def test_evaluate_scores_the_apertium_baseline(capsys, translator_data):
-    code = main(
-        [
-            "evaluate",
-            "translator",
-            "--split",
-            "test",
-            "--limit",
-            "6",
-            "--json",
-            "--data",
-            str(translator_data),
-            "--baseline",
-            "apertium",
-        ]
-    )
-    assert code == 0
-    (report,) = _json_lines(capsys)
+    report = _evaluate(capsys, translator_data, "--baseline", "apertium")
     assert report["engine"] == "apertium"
     assert report["parts"]["bible"]["sentences"] == 6
     assert report["parts"]["bible"]["chrf"] > 10  # a real translation, not empty lines

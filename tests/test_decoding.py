@@ -84,19 +84,15 @@ def test_beam_size_one_equals_greedy(case):
     from service.decoding import beam_search, greedy_search
 
     src, mask = source_batch(sources, 512)
-    forced = beam_search(
-        CachedInference(engine, engine.encode(src, mask), len(sources)),
-        len(sources),
-        DecodingOptions(max_length=max_length),
-        BOS_ID,
-        EOS_ID,
-    )
-    plain = greedy_search(
-        CachedInference(engine, engine.encode(src, mask), len(sources)),
-        len(sources),
-        DecodingOptions(max_length=max_length),
-        BOS_ID,
-        EOS_ID,
+    forced, plain = (
+        search(
+            CachedInference(engine, engine.encode(src, mask), len(sources)),
+            len(sources),
+            DecodingOptions(max_length=max_length),
+            BOS_ID,
+            EOS_ID,
+        )
+        for search in (beam_search, greedy_search)
     )
     for g, b, f, p in zip(greedy, beam, forced, plain, strict=True):
         assert g[0].tokens == b[0].tokens == f[0].tokens == p[0].tokens
