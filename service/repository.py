@@ -114,7 +114,3 @@ def write_manifest(directory: Path, manifest: dict) -> Path:
     path.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return path
 
-
-def find_versions(root: Path) -> list[Path]:
-    """Every `<model>/<version>` folder below a repository root that holds a manifest."""
-    return sorted(p.parent for p in Path(root).glob(f"*/*/{MANIFEST}"))
