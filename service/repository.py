@@ -113,4 +113,3 @@ def write_manifest(directory: Path, manifest: dict) -> Path:
     path = directory / MANIFEST
     path.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return path
-
