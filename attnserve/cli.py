@@ -18,6 +18,10 @@ def _decoding_arguments(parser: argparse.ArgumentParser, beam_size: int) -> None
     parser.add_argument("--beam-size", type=int, default=beam_size)
     parser.add_argument("--max-length", type=int, default=256, help="decoding steps at most")
     parser.add_argument("--length-penalty", type=float, default=1.0)
+    parser.add_argument("--temperature", type=float, default=0.0, help="> 0 samples")
+    parser.add_argument("--top-k", type=int, default=0, help="sample among the k best")
+    parser.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass")
+    parser.add_argument("--seed", type=int, help="sampling seed")
 
 
 def _add_data(commands) -> None:

@@ -61,6 +61,10 @@ def _decoding(args: Namespace, n_best: int = 1) -> DecodingOptions:
         max_length=args.max_length,
         length_penalty=args.length_penalty,
         num_hypotheses=n_best,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        seed=args.seed,
     )
     options.validate(max_length_limit=1024)
     return options

@@ -22,24 +22,46 @@ class DecodingOptions:
     beam_size: int = 1  # 1 is greedy search
     max_length: int = 256  # decoding steps at most, `</s>` included
     length_penalty: float = 1.0  # ranking score = log-prob / steps ** length_penalty
-    num_hypotheses: int = 1  # n-best size, at most beam_size
+    num_hypotheses: int = 1  # n-best size, at most beam_size (or samples drawn per input)
+    temperature: float = 0.0  # > 0 samples from softmax(logits / temperature); 0 is search
+    top_k: int = 0  # sample among the k most likely tokens only; 0 is all
+    top_p: float = 1.0  # sample among the fewest tokens whose probability reaches top_p
+    seed: int | None = None  # the same seed, input and model give the same samples
+
+    @property
+    def sampling(self) -> bool:
+        return self.temperature > 0
 
     def validate(self, max_length_limit: int) -> None:
         """Raises one InvalidArgument naming every bad field."""
-        problems = []
+        problems = self._sampling_problems()
         if not 1 <= self.beam_size <= MAX_BEAM_SIZE:
             problems.append(f"beam_size must be in 1..{MAX_BEAM_SIZE}, got {self.beam_size}")
         if not 1 <= self.max_length <= max_length_limit:
             problems.append(f"max_length must be in 1..{max_length_limit}, got {self.max_length}")
         if not 0.0 <= self.length_penalty <= 10.0:
             problems.append(f"length_penalty must be in 0..10, got {self.length_penalty}")
-        if not 1 <= self.num_hypotheses <= self.beam_size:
+        if not self.sampling and not 1 <= self.num_hypotheses <= self.beam_size:
             problems.append(
                 f"num_hypotheses must be in 1..beam_size ({self.beam_size}), "
                 f"got {self.num_hypotheses}"
             )
         if problems:
             raise InvalidArgument("; ".join(problems))
+
+    def _sampling_problems(self) -> list[str]:
+        problems = []
+        if not 0.0 <= self.temperature <= 100.0:
+            problems.append(f"temperature must be in 0..100, got {self.temperature}")
+        if self.top_k < 0:
+            problems.append(f"top_k must be 0 or more, got {self.top_k}")
+        if not 0.0 < self.top_p <= 1.0:
+            problems.append(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.sampling and self.beam_size != 1:
+            problems.append("sampling (temperature > 0) needs beam_size 1")
+        if self.sampling and not 1 <= self.num_hypotheses <= MAX_BEAM_SIZE:
+            problems.append(f"num_hypotheses must be in 1..{MAX_BEAM_SIZE} when sampling")
+        return problems
 
 
 @dataclass
@@ -90,9 +112,11 @@ def log_softmax(logits: np.ndarray) -> np.ndarray:
 
 
 def greedy_search(
-    inference: Inference, batch: int, options: DecodingOptions, bos: int, eos: int
+    inference: Inference, batch: int, options: DecodingOptions, bos: int, eos: int, choose=None
 ) -> list[list[Hypothesis]]:
-    """The most likely token at every step; finished rows leave the batch."""
+    """One token per row and step, the most likely unless `choose` (log-probs (B, V) -> (B,))
+    picks otherwise; finished rows leave the batch."""
+    choose = choose or (lambda log_probs: log_probs.argmax(axis=-1))
     rows = [_Row([], [], []) for _ in range(batch)]
     results: list[Hypothesis | None] = [None] * batch
     active = np.arange(batch)  # original row of each inference row
@@ -100,7 +124,7 @@ def greedy_search(
     for _ in range(options.max_length):
         logits, attention = inference.step(tokens)
         log_probs = log_softmax(logits)
-        best = log_probs.argmax(axis=-1)  # (B,)
+        best = choose(log_probs)  # (B,)
         for i, row in enumerate(active):
             rows[row] = rows[row].extend(int(best[i]), float(log_probs[i, best[i]]), attention[i])
         keep = best != eos
@@ -114,6 +138,42 @@ def greedy_search(
     return [
         [r if r is not None else rows[i].finish(eos, options.length_penalty)]
         for i, r in enumerate(results)
+    ]
+
+
+def sampler(options: DecodingOptions):
+    """log-probs (B, V) -> one sampled token per row, after temperature, top-k and top-p."""
+    rng = np.random.default_rng(options.seed)
+
+    def choose(log_probs: np.ndarray) -> np.ndarray:
+        scaled = log_softmax(log_probs / options.temperature)  # (B, V)
+        order = np.argsort(-scaled, axis=-1, kind="stable")
+        sorted_probs = np.exp(np.take_along_axis(scaled, order, -1))
+        keep = np.ones_like(sorted_probs, dtype=bool)
+        if options.top_k:
+            keep[:, options.top_k :] = False
+        if options.top_p < 1.0:  # keep a token while the mass before it is below top_p
+            before = np.cumsum(sorted_probs, axis=-1) - sorted_probs
+            keep &= before < options.top_p
+        probs = np.where(keep, sorted_probs, 0.0)
+        probs /= probs.sum(axis=-1, keepdims=True)
+        picks = [rng.choice(len(p), p=p) for p in probs]
+        return order[np.arange(len(order)), picks]
+
+    return choose
+
+
+def sampling_search(
+    inference: Inference, batch: int, options: DecodingOptions, bos: int, eos: int
+) -> list[list[Hypothesis]]:
+    """`num_hypotheses` samples per input, best score first; log-probs are the model's own
+    (before temperature)."""
+    n = options.num_hypotheses
+    inference.reorder(np.repeat(np.arange(batch), n))
+    samples = greedy_search(inference, batch * n, options, bos, eos, sampler(options))
+    return [
+        sorted((s[0] for s in samples[i * n : (i + 1) * n]), key=lambda h: -h.score)
+        for i in range(batch)
     ]
 
 
@@ -207,5 +267,7 @@ def decode(
     inference: Inference, batch: int, options: DecodingOptions, bos: int, eos: int
 ) -> list[list[Hypothesis]]:
     """n-best hypotheses, best first, for each of `batch` inputs."""
+    if options.sampling:
+        return sampling_search(inference, batch, options, bos, eos)
     search = greedy_search if options.beam_size == 1 else beam_search
     return search(inference, batch, options, bos, eos)

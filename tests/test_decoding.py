@@ -146,3 +146,50 @@ def test_options_report_every_bad_field_at_once():
     options = DecodingOptions(beam_size=0, max_length=5000, num_hypotheses=3)
     with pytest.raises(InvalidArgument, match=r"beam_size.*max_length.*num_hypotheses"):
         options.validate(max_length_limit=512)
+
+
+def _sample(engine, sources, max_length, **sampling):
+    options = DecodingOptions(max_length=max_length, **sampling)
+    return [[h.tokens for h in nbest] for nbest in _decode(engine, sources, options)[0]]
+
+
+def test_sampling_is_reproducible_by_seed_and_varies_without_it(case):
+    engine, sources, max_length = case
+    first = _sample(engine, sources, max_length, temperature=1.5, num_hypotheses=3, seed=7)
+    again = _sample(engine, sources, max_length, temperature=1.5, num_hypotheses=3, seed=7)
+    other = _sample(engine, sources, max_length, temperature=1.5, num_hypotheses=3, seed=8)
+    assert first == again
+    assert first != other
+    assert all(len(samples) == 3 for samples in first)
+
+
+@pytest.mark.parametrize("sampling", [{"top_k": 1}, {"top_p": 1e-6}, {"temperature": 1e-4}])
+def test_sampling_narrowed_to_one_token_is_greedy(case, sampling):
+    engine, sources, max_length = case
+    greedy = _sample(engine, sources, max_length)
+    narrowed = _sample(engine, sources, max_length, **{"temperature": 1.0, "seed": 1, **sampling})
+    assert narrowed == greedy
+
+
+def test_sampled_log_probs_are_the_models_own(case):
+    from service.decoding import log_softmax
+
+    engine, sources, max_length = case
+    options = DecodingOptions(max_length=max_length, temperature=3.0, seed=3)
+    sample = _decode(engine, sources[:1], options)[0][0][0]
+    src, mask = source_batch(sources[:1], 512)
+    prefix = [BOS_ID]
+    # tokens exclude the final `</s>` step, so zip stops before it
+    for token, log_prob in zip(sample.tokens, sample.token_log_probs, strict=False):
+        inference = UncachedInference(engine, engine.encode(src, mask), 1)
+        logits, _ = inference.step(np.asarray([prefix], dtype=np.int64))
+        assert log_softmax(logits)[0, token] == pytest.approx(log_prob, abs=1e-4)
+        prefix.append(token)
+    assert len(prefix) > 3  # the sample was long enough to check several steps
+
+
+def test_sampling_options_are_checked():
+    with pytest.raises(InvalidArgument, match=r"top_p must be in \(0, 1\].*needs beam_size 1"):
+        DecodingOptions(temperature=1.0, top_p=0.0, beam_size=2).validate(512)
+    with pytest.raises(InvalidArgument, match=r"temperature must be in 0\.\.100"):
+        DecodingOptions(temperature=-1.0).validate(512)
