@@ -29,6 +29,14 @@ install_python_packages() {
     -e ".[serve,train,bench,dev]"
 }
 
+build_protos() {
+  # Generated code is built here from protos/, never edited: attnserve/v1/*_pb2*.py
+  mkdir -p attnserve/v1
+  "$PYTHON" -m grpc_tools.protoc -I protos --python_out=. --pyi_out=. --grpc_python_out=. \
+    protos/attnserve/v1/*.proto
+  touch attnserve/v1/__init__.py
+}
+
 build_data() {
   [ -f data/translator/test.es ] || "$PYTHON" -m attnserve.cli data translator >/dev/null
 }
@@ -36,6 +44,7 @@ build_data() {
 setup() {
   install_debian_packages
   install_python_packages
+  build_protos
   build_data
 }
 
@@ -49,6 +58,7 @@ case "${1:-}" in
     setup
     "$PYTHON" -m ruff check .
     "$PYTHON" -m ruff format --check .
+    (cd protos && buf lint)
     lint-imports
     "$PYTHON" -m pytest "${@:2}"
     ;;

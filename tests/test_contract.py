@@ -1,0 +1,59 @@
+"""The gRPC contract in protos/: lint-clean, and its generated code as the service will use it."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+from google.protobuf.message import DecodeError
+from helpers import ROOT
+
+from attnserve.v1 import decoding_pb2, translation_pb2
+
+
+def test_buf_lint_is_clean():
+    buf = shutil.which("buf")
+    assert buf, "buf is installed with the dev extra (PyPI buf-bin)"
+    result = subprocess.run([buf, "lint"], cwd=ROOT / "protos", capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_translation_service_methods():
+    service = translation_pb2.DESCRIPTOR.services_by_name["TranslationService"]
+    methods = service.methods_by_name
+    assert set(methods) == {"Translate", "TranslateStream"}
+    assert methods["Translate"].output_type.name == "TranslateResponse"
+    assert not methods["Translate"].server_streaming
+    assert methods["TranslateStream"].server_streaming
+    assert not methods["TranslateStream"].client_streaming
+
+
+def test_every_decoding_option_round_trips():
+    options = decoding_pb2.DecodingOptions(
+        beam_size=4,
+        max_length=64,
+        length_penalty=0.0,
+        num_hypotheses=2,
+        sampling=decoding_pb2.Sampling(temperature=0.7, top_k=5, top_p=0.9, seed=0),
+        return_log_probs=True,
+        return_alignment=True,
+    )
+    request = translation_pb2.TranslateRequest(
+        texts=["hola"], utf8_texts=[b"adi\xc3\xb3s"], options=options
+    )
+    parsed = translation_pb2.TranslateRequest.FromString(request.SerializeToString())
+    assert parsed == request
+    # unset and explicit zero differ where the default is not zero
+    assert parsed.options.HasField("length_penalty") and parsed.options.length_penalty == 0.0
+    assert parsed.options.sampling.HasField("seed")
+    assert not translation_pb2.TranslateRequest().options.HasField("length_penalty")
+
+
+def test_invalid_utf8_cannot_travel_as_a_string_but_can_as_bytes():
+    invalid = b"\xff\xfe"
+    as_string = b"\x1a" + bytes([len(invalid)]) + invalid  # field 3 (texts), length-delimited
+    as_bytes = b"\x22" + bytes([len(invalid)]) + invalid  # field 4 (utf8_texts)
+    with pytest.raises(DecodeError):
+        translation_pb2.TranslateRequest.FromString(as_string)
+    assert translation_pb2.TranslateRequest.FromString(as_bytes).utf8_texts == [invalid]
