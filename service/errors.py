@@ -17,3 +17,7 @@ class NotFound(ServiceError):
 
 class ModelRepositoryError(ServiceError):
     """A model repository is unreadable, of an unknown format, or fails its checks."""
+
+
+class Unavailable(ServiceError):
+    """The server cannot answer now (draining, a worker died with the request in flight)."""

@@ -1,0 +1,85 @@
+"""Request checks at the edge, and the mapping of error types to gRPC status codes."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+
+from attnserve.v1 import decoding_pb2, translation_pb2
+from service.errors import InvalidArgument, ModelRepositoryError, NotFound, Unavailable
+from service.requests import (
+    MAX_TEXT_CHARS,
+    MAX_TEXTS,
+    decoding_options,
+    source_texts,
+    stream_source_text,
+)
+from service.status import status_code
+
+
+def test_texts_and_utf8_texts_are_read_in_order():
+    request = translation_pb2.TranslateRequest(texts=["hola"], utf8_texts=["adiós".encode()])
+    assert source_texts(request) == ["hola", "adiós"]
+
+
+def test_every_bad_text_is_named_in_one_error():
+    request = translation_pb2.TranslateRequest(
+        texts=["ok", "", "  \t ", "x" * (MAX_TEXT_CHARS + 1)], utf8_texts=[b"ok", b"caf\xe9"]
+    )
+    with pytest.raises(InvalidArgument) as error:
+        source_texts(request)
+    message = str(error.value)
+    assert "texts[1]: empty" in message and "texts[2]: empty" in message
+    assert f"texts[3]: {MAX_TEXT_CHARS + 1} characters" in message
+    assert "utf8_texts[1]: invalid UTF-8 at byte 3" in message
+    assert "texts[0]" not in message and "utf8_texts[0]" not in message
+
+
+def test_no_text_and_too_many_texts_are_refused():
+    with pytest.raises(InvalidArgument, match="at least one text"):
+        source_texts(translation_pb2.TranslateRequest())
+    with pytest.raises(InvalidArgument, match=f"at most {MAX_TEXTS}"):
+        source_texts(translation_pb2.TranslateRequest(texts=["a"] * (MAX_TEXTS + 1)))
+
+
+def test_stream_source_is_one_of_text_or_bytes():
+    assert (
+        stream_source_text(translation_pb2.TranslateStreamRequest(utf8_text=b"s\xc3\xad")) == "sí"
+    )
+    with pytest.raises(InvalidArgument, match="utf8_text: invalid UTF-8 at byte 0"):
+        stream_source_text(translation_pb2.TranslateStreamRequest(utf8_text=b"\xff"))
+    with pytest.raises(InvalidArgument, match="source: text or utf8_text is needed"):
+        stream_source_text(translation_pb2.TranslateStreamRequest())
+
+
+def test_unset_options_take_defaults_and_explicit_zeros_are_errors():
+    options = decoding_options(decoding_pb2.DecodingOptions(), 512, default_max_length=200)
+    assert (options.beam_size, options.max_length, options.length_penalty) == (1, 200, 1.0)
+    assert options.num_hypotheses == 1 and not options.sampling and options.seed is None
+    bad = decoding_pb2.DecodingOptions(beam_size=0, max_length=513, num_hypotheses=0)
+    with pytest.raises(InvalidArgument, match=r"beam_size.*max_length must be in 1\.\.512"):
+        decoding_options(bad, 512, default_max_length=200)
+
+
+def test_sampling_options_are_carried():
+    message = decoding_pb2.DecodingOptions(
+        sampling=decoding_pb2.Sampling(temperature=0.8, top_k=4, top_p=0.5, seed=0),
+        num_hypotheses=3,
+    )
+    options = decoding_options(message, 512, 200)
+    assert options.sampling and (options.top_k, options.top_p, options.seed) == (4, 0.5, 0)
+    assert options.num_hypotheses == 3
+
+
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [
+        (InvalidArgument("x"), grpc.StatusCode.INVALID_ARGUMENT),
+        (NotFound("x"), grpc.StatusCode.NOT_FOUND),
+        (Unavailable("x"), grpc.StatusCode.UNAVAILABLE),
+        (ModelRepositoryError("x"), grpc.StatusCode.FAILED_PRECONDITION),
+        (ValueError("x"), grpc.StatusCode.INTERNAL),
+    ],
+)
+def test_error_types_map_to_status_codes(error, code):
+    assert status_code(error) == code
