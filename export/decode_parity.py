@@ -14,7 +14,7 @@ from models.evaluate import corpus_scores
 from service.decoding import DecodingOptions, Hypothesis, log_softmax
 from service.inference import CachedInference, Engine, UncachedInference
 from service.tokenizer import BOS_ID, Tokenizer
-from service.translation import translate_ids
+from service.translation import translate_batches
 
 NEAR_TIE = 1e-4
 BATCH = 16
@@ -52,12 +52,10 @@ def decode_all(
     inference_type=CachedInference,
     batch: int = BATCH,
 ) -> list[Hypothesis]:
-    """Best hypothesis of every source, decoded in batches of `batch` (padded)."""
-    best = []
-    for start in range(0, len(sources), batch):
-        chunk = sources[start : start + batch]
-        best += [n[0] for n in translate_ids(engine, chunk, options, max_source, inference_type)]
-    return best
+    """Best hypothesis of every source, in batches of `batch` taken in input order, so rows of
+    different lengths share a padded batch."""
+    nbest = translate_batches(engine, sources, options, max_source, batch, inference_type, False)
+    return [n[0] for n in nbest]
 
 
 def top2_margin(
@@ -81,12 +79,13 @@ def compare_decodes(
     max_source: int,
     setting: str,
     expected: list[Hypothesis] | None = None,
+    actual: list[Hypothesis] | None = None,
     **candidate_args,
 ) -> DecodeReport:
-    """Decodes with both engines (or takes the reference's `expected`) and explains every
-    difference."""
+    """Decodes with both engines (or takes decodes already made: the reference's `expected`,
+    the candidate's `actual`) and explains every difference."""
     expected = expected or decode_all(reference, sources, options, max_source)
-    actual = decode_all(candidate, sources, options, max_source, **candidate_args)
+    actual = actual or decode_all(candidate, sources, options, max_source, **candidate_args)
     report = DecodeReport(setting, len(sources))
     for i, (e, a) in enumerate(zip(expected, actual, strict=True)):
         if e.tokens == a.tokens:

@@ -55,7 +55,7 @@ def train(args: Namespace) -> int:
     return 0
 
 
-def _decoding(args: Namespace, n_best: int = 1) -> DecodingOptions:
+def _decoding(args: Namespace, max_length_limit: int, n_best: int = 1) -> DecodingOptions:
     options = DecodingOptions(
         beam_size=args.beam_size,
         max_length=args.max_length,
@@ -66,7 +66,7 @@ def _decoding(args: Namespace, n_best: int = 1) -> DecodingOptions:
         top_p=args.top_p,
         seed=args.seed,
     )
-    options.validate(max_length_limit=1024)
+    options.validate(max_length_limit)
     return options
 
 
@@ -80,7 +80,7 @@ def evaluate(args: Namespace) -> int:
         hypotheses = apertium_translate(spanish)
     else:
         model, tokenizer = load_checkpoint(args.checkpoint)
-        options = _decoding(args)
+        options = _decoding(args, model.config.max_length)
         system, settings = f"attnserve translator ({args.checkpoint})", asdict(options)
         nbest = translate_texts(
             TorchEngine(model), tokenizer, spanish, options, model.config.max_length
@@ -108,7 +108,7 @@ def evaluate(args: Namespace) -> int:
 def translate(args: Namespace) -> int:
     texts = args.texts or [line.rstrip("\n") for line in sys.stdin if line.strip()]
     model, tokenizer = load_checkpoint(args.checkpoint)
-    options = _decoding(args, n_best=args.n_best)
+    options = _decoding(args, model.config.max_length, n_best=args.n_best)
     nbest = translate_texts(TorchEngine(model), tokenizer, texts, options, model.config.max_length)
     for text, hypotheses in zip(texts, nbest, strict=True):
         if not args.json:

@@ -23,6 +23,30 @@ def translate_ids(
     return decode(inference, len(token_ids), options, BOS_ID, EOS_ID)
 
 
+def translate_batches(
+    engine: Engine,
+    token_ids: Sequence[list[int]],
+    options: DecodingOptions,
+    max_source_length: int,
+    batch_size: int = 32,
+    inference_type: type[Inference] = CachedInference,
+    group_by_length: bool = True,
+) -> list[list[Hypothesis]]:
+    """n-best hypotheses for every source, in input order, decoded `batch_size` at a time;
+    batches group similar lengths unless `group_by_length` is off (then input order)."""
+    order = list(range(len(token_ids)))
+    if group_by_length:
+        order.sort(key=lambda i: len(token_ids[i]))
+    results: list[list[Hypothesis]] = [[] for _ in token_ids]
+    for start in range(0, len(order), batch_size):
+        chunk = order[start : start + batch_size]
+        sources = [token_ids[i] for i in chunk]
+        nbest = translate_ids(engine, sources, options, max_source_length, inference_type)
+        for i, hypotheses in zip(chunk, nbest, strict=True):
+            results[i] = hypotheses
+    return results
+
+
 def translate_texts(
     engine: Engine,
     tokenizer: Tokenizer,
@@ -31,15 +55,6 @@ def translate_texts(
     max_source_length: int,
     batch_size: int = 32,
 ) -> list[list[Hypothesis]]:
-    """n-best hypotheses for every text, in input order; batches group similar lengths."""
+    """n-best hypotheses for every text, in input order."""
     token_ids = tokenizer.encode_batch(list(texts))
-    order = sorted(range(len(texts)), key=lambda i: len(token_ids[i]))
-    results: list[list[Hypothesis]] = [[] for _ in texts]
-    for start in range(0, len(order), batch_size):
-        chunk = order[start : start + batch_size]
-        hypotheses = translate_ids(
-            engine, [token_ids[i] for i in chunk], options, max_source_length
-        )
-        for i, nbest in zip(chunk, hypotheses, strict=True):
-            results[i] = nbest
-    return results
+    return translate_batches(engine, token_ids, options, max_source_length, batch_size)
