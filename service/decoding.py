@@ -7,6 +7,7 @@ ranking divides them by (steps ** length_penalty).
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -111,34 +112,79 @@ def log_softmax(logits: np.ndarray) -> np.ndarray:
     return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
 
 
-def greedy_search(
-    inference: Inference, batch: int, options: DecodingOptions, bos: int, eos: int, choose=None
-) -> list[list[Hypothesis]]:
-    """One token per row and step, the most likely unless `choose` (log-probs (B, V) -> (B,))
-    picks otherwise; finished rows leave the batch."""
-    choose = choose or (lambda log_probs: log_probs.argmax(axis=-1))
-    rows = [_Row([], [], []) for _ in range(batch)]
-    results: list[Hypothesis | None] = [None] * batch
-    active = np.arange(batch)  # original row of each inference row
-    tokens = np.full((batch, 1), bos, dtype=np.int64)
-    for _ in range(options.max_length):
-        logits, attention = inference.step(tokens)
-        log_probs = log_softmax(logits)
-        best = choose(log_probs)  # (B,)
-        for i, row in enumerate(active):
-            rows[row] = rows[row].extend(int(best[i]), float(log_probs[i, best[i]]), attention[i])
-        keep = best != eos
-        for row in active[~keep]:
-            results[row] = rows[row].finish(eos, options.length_penalty)
-        if not keep.any():
-            break
-        if not keep.all():
-            inference.reorder(np.flatnonzero(keep))
-        active, tokens = active[keep], best[keep, None]
-    return [
-        [r if r is not None else rows[i].finish(eos, options.length_penalty)]
-        for i, r in enumerate(results)
-    ]
+class Search(ABC):
+    """The decoding state of a few inputs, advanced one step at a time.
+
+    Its rows are inference rows: `sources` gives the input each row decodes and `tokens` what
+    each row is fed next. `advance` takes the log-probabilities and cross-attention of its rows
+    and returns the rows that go on (an index that may drop or repeat rows), with which the
+    caller reorders the inference. Several searches can share one inference batch (continuous
+    batching), each owning a block of rows.
+    """
+
+    sources: np.ndarray  # (R,) input of each row
+    tokens: np.ndarray  # (R, 1) int64, each row's next input token
+    steps: int  # steps taken
+
+    @property
+    def rows(self) -> int:
+        return len(self.sources)
+
+    @property
+    def done(self) -> bool:
+        return self.rows == 0
+
+    @abstractmethod
+    def advance(self, log_probs: np.ndarray, attention: np.ndarray) -> np.ndarray:
+        """log_probs (R, V), attention (R, S) of this search's rows -> rows to keep (int64)."""
+
+    @abstractmethod
+    def results(self) -> list[list[Hypothesis]]:
+        """n-best per input, best first; complete once `done`."""
+
+    @abstractmethod
+    def best_tokens(self, item: int) -> list[int]:
+        """The best hypothesis of input `item` so far, `</s>` excluded (for streaming)."""
+
+
+class GreedySearch(Search):
+    """One token per row and step, the most likely unless `choose` (log-probs (R, V) -> (R,))
+    picks otherwise; `copies` rows per input; finished rows leave."""
+
+    def __init__(self, batch, options: DecodingOptions, bos: int, eos: int, choose=None, copies=1):
+        self.options, self.eos, self.copies, self.steps = options, eos, copies, 0
+        self.choose = choose or (lambda log_probs: log_probs.argmax(axis=-1))
+        self.hypotheses = [_Row([], [], []) for _ in range(batch * copies)]
+        self.finished: list[Hypothesis | None] = [None] * (batch * copies)
+        self.active = np.arange(batch * copies)  # the hypothesis each row extends
+        self.sources = self.active // copies
+        self.tokens = np.full((batch * copies, 1), bos, dtype=np.int64)
+
+    def advance(self, log_probs: np.ndarray, attention: np.ndarray) -> np.ndarray:
+        best = np.asarray(self.choose(log_probs), dtype=np.int64)  # (R,)
+        rows = self.hypotheses
+        for i, h in enumerate(self.active):
+            rows[h] = rows[h].extend(int(best[i]), float(log_probs[i, best[i]]), attention[i])
+        self.steps += 1
+        keep = best != self.eos
+        if self.steps >= self.options.max_length:
+            keep[:] = False
+        for h in self.active[~keep]:
+            self.finished[h] = rows[h].finish(self.eos, self.options.length_penalty)
+        self.active, self.sources = self.active[keep], self.sources[keep]
+        self.tokens = best[keep, None]
+        return np.flatnonzero(keep)
+
+    def results(self) -> list[list[Hypothesis]]:
+        penalty = self.options.length_penalty
+        pairs = zip(self.finished, self.hypotheses, strict=True)
+        done = [f or r.finish(self.eos, penalty) for f, r in pairs]
+        n = self.copies
+        return [sorted(done[i : i + n], key=lambda h: -h.score) for i in range(0, len(done), n)]
+
+    def best_tokens(self, item: int) -> list[int]:
+        tokens = self.hypotheses[item * self.copies].tokens
+        return tokens[:-1] if tokens and tokens[-1] == self.eos else list(tokens)
 
 
 def sampler(options: DecodingOptions):
@@ -163,18 +209,12 @@ def sampler(options: DecodingOptions):
     return choose
 
 
-def sampling_search(
-    inference: Inference, batch: int, options: DecodingOptions, bos: int, eos: int
-) -> list[list[Hypothesis]]:
+class SamplingSearch(GreedySearch):
     """`num_hypotheses` samples per input, best score first; log-probs are the model's own
     (before temperature)."""
-    n = options.num_hypotheses
-    inference.reorder(np.repeat(np.arange(batch), n))
-    samples = greedy_search(inference, batch * n, options, bos, eos, sampler(options))
-    return [
-        sorted((s[0] for s in samples[i * n : (i + 1) * n]), key=lambda h: -h.score)
-        for i in range(batch)
-    ]
+
+    def __init__(self, batch: int, options: DecodingOptions, bos: int, eos: int):
+        super().__init__(batch, options, bos, eos, sampler(options), options.num_hypotheses)
 
 
 class _Beams:
@@ -231,43 +271,89 @@ class _Beams:
         return [sorted(f, key=lambda h: -h.score)[:n] for f in self.finished]
 
 
-def beam_search(
-    inference: Inference, batch: int, options: DecodingOptions, bos: int, eos: int
-) -> list[list[Hypothesis]]:
-    """Beam search with `beam_size` live hypotheses per input.
+class BeamSearch(Search):
+    """Beam search with `beam_size` live hypotheses (rows) per input.
 
     An `</s>` among the best `beam_size` candidates of a step finishes a hypothesis; an input
-    is done once it has `beam_size` finished ones. With beam_size 1 this is greedy search.
-    Inputs that are done leave the batch.
+    is done once it has `beam_size` finished ones, and its rows leave. With beam_size 1 this is
+    greedy search.
     """
-    k, beams = options.beam_size, _Beams(batch, options, eos)
-    inference.reorder(np.repeat(np.arange(batch), k))
-    active = np.arange(batch)  # inputs still searching, k inference rows each
-    tokens = np.full((batch * k, 1), bos, dtype=np.int64)
-    for _ in range(options.max_length):
-        logits, attention = inference.step(tokens)
-        log_probs = log_softmax(logits)  # (A * k, V)
-        top, candidates = beams.best_candidates(active, log_probs)
+
+    def __init__(self, batch: int, options: DecodingOptions, bos: int, eos: int):
+        self.k, self.options, self.steps = options.beam_size, options, 0
+        self.beams = _Beams(batch, options, eos)
+        self.active = np.arange(batch)  # inputs still searching, k rows each
+        self.sources = np.repeat(self.active, self.k)
+        self.tokens = np.full((batch * self.k, 1), bos, dtype=np.int64)
+
+    def advance(self, log_probs: np.ndarray, attention: np.ndarray) -> np.ndarray:
+        k, beams = self.k, self.beams
+        top, candidates = beams.best_candidates(self.active, log_probs)
         rows, next_tokens, still = [], [], []
-        for a, item in enumerate(active):
+        for a, item in enumerate(self.active):
             chosen = beams.advance(a, item, top[a], candidates[a], log_probs, attention)
             if not beams.done(item):
                 still.append(item)
                 rows.extend(a * k + beam for beam, _ in chosen)
                 next_tokens.extend(token for _, token in chosen)
-        active = np.asarray(still, dtype=np.int64)
-        if not still:
-            break
-        inference.reorder(np.asarray(rows, dtype=np.int64))
-        tokens = np.asarray(next_tokens, dtype=np.int64)[:, None]
-    return beams.results(active, options.num_hypotheses)
+        self.active = np.asarray(still, dtype=np.int64)
+        self.steps += 1
+        if self.steps >= self.options.max_length:  # inputs still searching keep their live ones
+            rows, next_tokens = [], []
+        self.sources = np.repeat(self.active, k) if rows else np.zeros(0, dtype=np.int64)
+        self.tokens = np.asarray(next_tokens, dtype=np.int64).reshape(-1, 1)
+        return np.asarray(rows, dtype=np.int64)
+
+    def results(self) -> list[list[Hypothesis]]:
+        return self.beams.results(self.active, self.options.num_hypotheses)
+
+    def best_tokens(self, item: int) -> list[int]:
+        if item in self.active and self.rows:
+            return list(self.beams.live[item][0].tokens)
+        return max(self.beams.finished[item], key=lambda h: h.score).tokens
+
+
+def make_search(batch: int, options: DecodingOptions, bos: int, eos: int) -> Search:
+    """The search `options` ask for, over `batch` inputs."""
+    if options.sampling:
+        return SamplingSearch(batch, options, bos, eos)
+    if options.beam_size == 1:
+        return GreedySearch(batch, options, bos, eos)
+    return BeamSearch(batch, options, bos, eos)
+
+
+def run(search: Search, inference: Inference) -> list[list[Hypothesis]]:
+    """Decodes `search` to the end on an inference batch of its own."""
+    if not np.array_equal(search.sources, np.arange(search.rows)):
+        inference.reorder(search.sources)
+    while not search.done:
+        logits, attention = inference.step(search.tokens)
+        keep = search.advance(log_softmax(logits), attention)
+        if not search.done and not np.array_equal(keep, np.arange(len(logits))):
+            inference.reorder(keep)
+    return search.results()
+
+
+def greedy_search(
+    inference: Inference, batch: int, options: DecodingOptions, bos: int, eos: int, choose=None
+) -> list[list[Hypothesis]]:
+    return run(GreedySearch(batch, options, bos, eos, choose), inference)
+
+
+def sampling_search(
+    inference: Inference, batch: int, options: DecodingOptions, bos: int, eos: int
+) -> list[list[Hypothesis]]:
+    return run(SamplingSearch(batch, options, bos, eos), inference)
+
+
+def beam_search(
+    inference: Inference, batch: int, options: DecodingOptions, bos: int, eos: int
+) -> list[list[Hypothesis]]:
+    return run(BeamSearch(batch, options, bos, eos), inference)
 
 
 def decode(
     inference: Inference, batch: int, options: DecodingOptions, bos: int, eos: int
 ) -> list[list[Hypothesis]]:
     """n-best hypotheses, best first, for each of `batch` inputs."""
-    if options.sampling:
-        return sampling_search(inference, batch, options, bos, eos)
-    search = greedy_search if options.beam_size == 1 else beam_search
-    return search(inference, batch, options, bos, eos)
+    return run(make_search(batch, options, bos, eos), inference)

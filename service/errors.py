@@ -21,3 +21,29 @@ class ModelRepositoryError(ServiceError):
 
 class Unavailable(ServiceError):
     """The server cannot answer now (draining, a worker died with the request in flight)."""
+
+
+class ResourceExhausted(ServiceError):
+    """The server is at a configured limit (queue full); retry later."""
+
+
+class DeadlineExceeded(ServiceError):
+    """The request's deadline passed before its decode finished."""
+
+
+class Cancelled(ServiceError):
+    """The client cancelled the request."""
+
+
+ERRORS = {
+    kind.__name__: kind
+    for kind in (
+        InvalidArgument,
+        NotFound,
+        ModelRepositoryError,
+        Unavailable,
+        ResourceExhausted,
+        DeadlineExceeded,
+        Cancelled,
+    )
+}

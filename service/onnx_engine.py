@@ -3,9 +3,9 @@
 Two ways to move tensors, one code path per way whatever the device:
 - plain: numpy in, numpy out (the cache round-trips through host memory);
 - IO binding (default on CUDA, selectable on CPU so tests exercise it): the cache and the
-  encoder's keys/values stay `OrtValue`s on the device, rows are reordered there by the
-  repository's gather graph, and only ids, positions, masks, logits and the cross-attention
-  row cross to the host.
+  encoder's keys/values stay `OrtValue`s on the device, rows are reordered, joined and
+  narrowed there by the repository's helper graphs (export.ops), and only ids, positions,
+  masks, logits and the cross-attention row cross to the host.
 
 One compute thread per session is the fastest setting on small CPUs (docs/benchmarks.md); a
 server scales by running more workers, not more threads per worker.
@@ -66,7 +66,10 @@ class OnnxEngine:
         self.decoder = session(model.graph(variant, "decoder"))
         if self.io_binding:
             dtypes = (self.float_dtype.name, "int64")
-            self.gather = {d: session(model.op("gather", d)) for d in dtypes}
+            self.ops = {
+                op: {d: session(model.op(op, d)) for d in dtypes}
+                for op in ("gather", "join", "narrow")
+            }
 
     def _session_factory(self, threads: int):
         options, providers = session_options(threads), PROVIDERS[self.device]
@@ -92,7 +95,7 @@ class OnnxEngine:
     def encode(self, src_ids: np.ndarray, src_mask: np.ndarray) -> EncoderOutput:
         feeds = {"src_ids": src_ids, "src_mask": src_mask}
         check_inputs(self.encoder_spec, feeds, self.float_dtype)
-        outputs = self._run(self.encoder, feeds)
+        outputs = self._run(self.encoder, feeds, on_host=("memory_mask",))
         return EncoderOutput(cross=_pairs(outputs[1:]), memory_mask=outputs[0])
 
     def empty_past(self, batch: int) -> KeyValues:
@@ -123,13 +126,40 @@ class OnnxEngine:
             attention.astype(np.float32, copy=False),
         )
 
+    def _op(self, name: str, tensor):
+        return self.ops[name][ORT_TYPES[tensor.data_type()]]
+
     def take(self, tensor, index: np.ndarray):
         """Rows `index` of `tensor`; on the device where it lives."""
         index = np.asarray(index, dtype=np.int64)
         if isinstance(tensor, np.ndarray):
             return np.take(tensor, index, axis=0)
-        gather = self.gather[ORT_TYPES[tensor.data_type()]]
-        return self._run(gather, {"data": tensor, "indices": index})[0]
+        return self._run(self._op("gather", tensor), {"data": tensor, "indices": index})[0]
+
+    def join(self, a, b):
+        """Rows of `a` then rows of `b` (B, H, L, Dh), the shorter right-padded with zeros on
+        axis 2."""
+        if isinstance(a, np.ndarray):
+            return join_rows(a, b)
+        return self._run(self._op("join", a), {"a": a, "b": b})[0]
+
+    def narrow(self, tensor, start: int, end: int):
+        """Positions start..end of axis 2 (B, H, L, Dh)."""
+        if isinstance(tensor, np.ndarray):
+            return np.ascontiguousarray(tensor[:, :, start:end])
+        feeds = {"data": tensor, "start": np.array([start]), "end": np.array([end])}
+        return self._run(self._op("narrow", tensor), feeds)[0]
+
+
+def join_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """numpy `OnnxEngine.join`: concatenation on axis 0, axis 2 right-padded with zeros."""
+    length = max(a.shape[2], b.shape[2])
+
+    def padded(t: np.ndarray) -> np.ndarray:
+        missing = length - t.shape[2]
+        return np.pad(t, ((0, 0), (0, 0), (0, missing), (0, 0))) if missing else t
+
+    return np.concatenate([padded(a), padded(b)], axis=0)
 
 
 def _shape(tensor) -> tuple[int, ...]:

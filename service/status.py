@@ -5,9 +5,12 @@ from __future__ import annotations
 import grpc
 
 from service.errors import (
+    Cancelled,
+    DeadlineExceeded,
     InvalidArgument,
     ModelRepositoryError,
     NotFound,
+    ResourceExhausted,
     ServiceError,
     Unavailable,
 )
@@ -17,6 +20,9 @@ STATUS_CODES: dict[type[ServiceError], grpc.StatusCode] = {
     NotFound: grpc.StatusCode.NOT_FOUND,
     Unavailable: grpc.StatusCode.UNAVAILABLE,
     ModelRepositoryError: grpc.StatusCode.FAILED_PRECONDITION,
+    ResourceExhausted: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    DeadlineExceeded: grpc.StatusCode.DEADLINE_EXCEEDED,
+    Cancelled: grpc.StatusCode.CANCELLED,
 }
 
 

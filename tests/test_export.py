@@ -134,7 +134,7 @@ def test_io_binding_path_decodes_like_the_plain_path(untied, variant):
     plain = translate_ids(OnnxEngine(version, variant), sources, options, 512)
     bound_engine = OnnxEngine(version, variant, io_binding=True)
     bound = translate_ids(bound_engine, sources, options, 512)
-    assert bound_engine.io_binding and set(bound_engine.gather) == {"float32", "int64"}
+    assert bound_engine.io_binding and set(bound_engine.ops["gather"]) == {"float32", "int64"}
     for p, b in zip(plain, bound, strict=True):
         assert [h.tokens for h in p] == [h.tokens for h in b]
         assert [h.score for h in p] == pytest.approx([h.score for h in b], abs=1e-6)

@@ -1,0 +1,218 @@
+"""A small synchronous client of `attnserve.v1.TranslationService` and of gRPC health.
+
+    with connect("127.0.0.1:50051") as channel:
+        response = translate(channel, ["Yo soy de Canadá."], beam_size=4, timeout=30)
+        for event in translate_stream(channel, "Dios.", timeout=30):
+            ...  # event.WhichOneof("event"): "partial" after every step, then "result"
+        health(channel)  # "SERVING"
+
+Decoding options left as None stay unset in the request, so the server's defaults apply.
+Failures are raised as `grpc.RpcError`: `error.code()` is the status, `error.details()` names
+the bad field. No torch here: this module belongs to the serving side.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator, Sequence
+
+import grpc
+import numpy as np
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from attnserve.v1 import decoding_pb2, translation_pb2, translation_pb2_grpc
+
+DEFAULT_SERVER = "127.0.0.1:50051"
+SERVER_ENVIRONMENT = "ATTNSERVE_SERVER"
+SERVICE_NAME = "attnserve.v1.TranslationService"
+TEXTS_PER_REQUEST = 64  # the server's limit on texts in one Translate request
+MAX_RECEIVE_BYTES = 64 * 1024 * 1024  # alignments of many long texts exceed gRPC's 4 MB
+
+
+def default_server() -> str:
+    """$ATTNSERVE_SERVER when set, else 127.0.0.1:50051."""
+    return os.environ.get(SERVER_ENVIRONMENT) or DEFAULT_SERVER
+
+
+def connect(address: str | None = None) -> grpc.Channel:
+    """An insecure channel to HOST:PORT (default: `default_server()`); close it or use `with`."""
+    return grpc.insecure_channel(
+        address or default_server(),
+        options=[("grpc.max_receive_message_length", MAX_RECEIVE_BYTES)],
+    )
+
+
+def _set(message, field: str, value, name: str) -> None:
+    try:
+        setattr(message, field, value)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{name}: {value!r} does not fit the field ({error})") from None
+
+
+def decoding_options(
+    *,
+    beam_size: int | None = None,
+    max_length: int | None = None,
+    length_penalty: float | None = None,
+    num_hypotheses: int | None = None,
+    temperature: float | None = None,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    seed: int | None = None,
+    return_log_probs: bool = False,
+    return_alignment: bool = False,
+) -> decoding_pb2.DecodingOptions:
+    """An `attnserve.v1.DecodingOptions`; every None is left unset (the server's default).
+
+    Values are not judged here (an explicit 0 beam is sent, and refused by the server); only
+    a value the field cannot hold (a negative count, a fraction for an integer) raises
+    ValueError naming the option.
+    """
+    options = decoding_pb2.DecodingOptions(
+        return_log_probs=return_log_probs, return_alignment=return_alignment
+    )
+    for field, value in (
+        ("beam_size", beam_size),
+        ("max_length", max_length),
+        ("length_penalty", length_penalty),
+        ("num_hypotheses", num_hypotheses),
+    ):
+        if value is not None:
+            _set(options, field, value, field)
+    for field, value in (
+        ("temperature", temperature),
+        ("top_k", top_k),
+        ("top_p", top_p),
+        ("seed", seed),
+    ):
+        if value is not None:
+            _set(options.sampling, field, value, field)
+    return options
+
+
+def _options(
+    options: decoding_pb2.DecodingOptions | None, decoding: dict
+) -> decoding_pb2.DecodingOptions:
+    if options is not None and decoding:
+        raise TypeError("give either options or decoding keywords, not both")
+    return options if options is not None else decoding_options(**decoding)
+
+
+def translate(
+    channel: grpc.Channel,
+    texts: str | Iterable[str] = (),
+    *,
+    utf8_texts: Iterable[bytes] = (),
+    model: str = "",
+    version: str = "",
+    options: decoding_pb2.DecodingOptions | None = None,
+    timeout: float | None = None,
+    **decoding,
+) -> translation_pb2.TranslateResponse:
+    """One Translate call. Decoding is either `options` (a message) or the keywords of
+    `decoding_options` (beam_size=4, return_alignment=True, ...); `model` and `version` empty
+    mean the server's default model and its newest version; `timeout` is the deadline in
+    seconds (None: none)."""
+    if isinstance(texts, str):
+        texts = [texts]
+    request = translation_pb2.TranslateRequest(
+        model=model,
+        version=version,
+        texts=list(texts),
+        utf8_texts=list(utf8_texts),
+        options=_options(options, decoding),
+    )
+    return translation_pb2_grpc.TranslationServiceStub(channel).Translate(request, timeout=timeout)
+
+
+def translate_batches(
+    channel: grpc.Channel,
+    texts: Sequence[str],
+    *,
+    batch_size: int = TEXTS_PER_REQUEST,
+    model: str = "",
+    version: str = "",
+    options: decoding_pb2.DecodingOptions | None = None,
+    timeout: float | None = None,
+    **decoding,
+) -> translation_pb2.TranslateResponse:
+    """Any number of texts, sent `batch_size` at a time (`timeout` per call), answered as one
+    response: the translations in order, the token counts summed, the first call's model and
+    version."""
+    options = _options(options, decoding)
+    merged = translation_pb2.TranslateResponse()
+    for start in range(0, len(texts), batch_size):
+        response = translate(
+            channel,
+            texts[start : start + batch_size],
+            model=model,
+            version=version,
+            options=options,
+            timeout=timeout,
+        )
+        if start == 0:
+            merged.model, merged.version = response.model, response.version
+        merged.translations.extend(response.translations)
+        merged.token_counts.input_tokens += response.token_counts.input_tokens
+        merged.token_counts.output_tokens += response.token_counts.output_tokens
+    return merged
+
+
+def translate_stream(
+    channel: grpc.Channel,
+    text: str | bytes,
+    *,
+    model: str = "",
+    version: str = "",
+    options: decoding_pb2.DecodingOptions | None = None,
+    timeout: float | None = None,
+    **decoding,
+) -> Iterator[translation_pb2.TranslateStreamResponse]:
+    """The TranslateStream events of one text (bytes are sent as `utf8_text`): a `partial`
+    after every decoding step, then one `result`. Leaving the loop early cancels the call."""
+    request = translation_pb2.TranslateStreamRequest(
+        model=model, version=version, options=_options(options, decoding)
+    )
+    if isinstance(text, bytes):
+        request.utf8_text = text
+    else:
+        request.text = text
+    call = translation_pb2_grpc.TranslationServiceStub(channel).TranslateStream(
+        request, timeout=timeout
+    )
+    try:
+        yield from call
+    finally:
+        call.cancel()  # a no-op once the stream has ended
+
+
+def health(channel: grpc.Channel, service: str = "", *, timeout: float | None = None) -> str:
+    """The serving status of `service` ("" is the whole server) by `grpc.health.v1.Health`:
+    SERVING, NOT_SERVING, UNKNOWN, or SERVICE_UNKNOWN when the server does not know the name
+    (its NOT_FOUND answer). Any other failure is raised (UNAVAILABLE: nothing answers)."""
+    stub = health_pb2_grpc.HealthStub(channel)
+    try:
+        response = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=timeout)
+    except grpc.RpcError as error:
+        if error.code() == grpc.StatusCode.NOT_FOUND:
+            return "SERVICE_UNKNOWN"
+        raise
+    return health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
+
+
+def alignment_matrix(alignment: decoding_pb2.Alignment) -> np.ndarray:
+    """The weights of an Alignment as a [target tokens, source tokens] float32 array."""
+    rows, columns = len(alignment.target_tokens), len(alignment.source_tokens)
+    weights = np.asarray(alignment.weights, dtype=np.float32)
+    if rows == 0 or columns == 0 or weights.size != rows * columns:
+        raise ValueError(
+            f"alignment: {weights.size} weights for {rows} target x {columns} source tokens"
+        )
+    return weights.reshape(rows, columns)
+
+
+def status_text(error: grpc.RpcError) -> str:
+    """`CODE: details` of a failed call, as the command line prints it."""
+    code = error.code() if hasattr(error, "code") else None
+    details = error.details() if hasattr(error, "details") else None
+    return f"{code.name if code is not None else 'UNKNOWN'}: {details or error}"

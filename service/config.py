@@ -1,0 +1,129 @@
+"""Server configuration: embedded defaults, then a TOML file, then environment, then flags.
+
+Every setting has one name: `max_batch_rows` in the file, `ATTNSERVE_MAX_BATCH_ROWS` in the
+environment, `--max-batch-rows` on the command line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from service.errors import InvalidArgument
+
+DEFAULT_REPOSITORY = Path(__file__).resolve().parents[1] / "data" / "repository"
+ENV_PREFIX = "ATTNSERVE_"
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    listen: str = "0.0.0.0:50051"  # gRPC; port 0 lets the OS choose
+    metrics_listen: str = "0.0.0.0:9400"  # Prometheus /metrics; port 0 lets the OS choose
+    repository: Path = DEFAULT_REPOSITORY  # <model>/<version>/manifest.json ...
+    device: str = "cpu"  # cpu or cuda
+    workers: int = 0  # 0: one per CPU core, or one per GPU on cuda
+    variant: str = "fp32"  # fp32, int8 (CPU) or fp16 (GPU)
+    io_binding: bool | None = None  # None: on for cuda, off for cpu
+    batching: str = "continuous"  # or "request" (collect, then decode to the end)
+    batch_window_ms: float = 5.0  # how long request-level batching collects
+    max_batch_rows: int = 64  # hypotheses decoded together by one worker
+    max_queued_requests: int = 256  # beyond: RESOURCE_EXHAUSTED
+    max_input_tokens: int = 0  # per text; 0: the model's own limit
+    max_output_length: int = 0  # decoding steps; 0: the model's own limit
+    default_max_length: int = 256  # when a request leaves max_length unset
+    drain_seconds: float = 20.0  # SIGTERM: how long in-flight calls may finish
+    ready_file: Path | None = None  # written (JSON: ports, workers) once serving
+
+    def validate(self) -> ServerConfig:
+        problems = []
+        if self.device not in ("cpu", "cuda"):
+            problems.append(f"device must be cpu or cuda, got {self.device!r}")
+        if self.variant not in ("fp32", "int8", "fp16"):
+            problems.append(f"variant must be fp32, int8 or fp16, got {self.variant!r}")
+        if self.batching not in ("continuous", "request"):
+            problems.append(f"batching must be continuous or request, got {self.batching!r}")
+        for name in ("workers", "max_input_tokens", "max_output_length"):
+            if getattr(self, name) < 0:
+                problems.append(f"{name} must be 0 or more")
+        for name in ("max_batch_rows", "max_queued_requests", "default_max_length"):
+            if getattr(self, name) < 1:
+                problems.append(f"{name} must be 1 or more")
+        for name in ("listen", "metrics_listen"):
+            host, _, port = getattr(self, name).rpartition(":")
+            if not host or not port.isdigit():
+                problems.append(f"{name} must be HOST:PORT, got {getattr(self, name)!r}")
+        if problems:
+            raise InvalidArgument("configuration: " + "; ".join(problems))
+        return self
+
+    def worker_count(self) -> int:
+        if self.workers:
+            return self.workers
+        if self.device == "cuda":
+            import onnxruntime as ort  # noqa: PLC0415 (only on GPU machines)
+
+            if "CUDAExecutionProvider" in ort.get_available_providers():
+                return max(1, _gpu_count())
+        return max(1, len(os.sched_getaffinity(0)))
+
+
+def _gpu_count() -> int:
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return len([d for d in visible.split(",") if d.strip()])
+    return len(list(Path("/proc/driver/nvidia/gpus").glob("*")))
+
+
+def _convert(name: str, kind, value):
+    """A setting from text (environment, flags) or TOML to the field's type."""
+    if value is None:
+        return None
+    text = isinstance(value, str)
+    try:
+        if "Path" in str(kind):
+            return Path(value)
+        if "bool" in str(kind):
+            if not text:
+                return bool(value)
+            lowered = value.strip().lower()
+            if lowered in ("", "auto", "none"):
+                return None
+            if lowered not in ("1", "0", "true", "false", "yes", "no", "on", "off"):
+                raise ValueError(value)
+            return lowered in ("1", "true", "yes", "on")
+        if "int" in str(kind):
+            return int(value)
+        if "float" in str(kind):
+            return float(value)
+        return str(value)
+    except ValueError as error:
+        raise InvalidArgument(f"configuration: {name}: cannot read {value!r}") from error
+
+
+def load_config(
+    file: Path | None = None, environ: dict | None = None, overrides: dict | None = None
+) -> ServerConfig:
+    """Defaults, updated by the TOML `file`, then ATTNSERVE_* variables, then `overrides`
+    (flags; None values are ignored)."""
+    environ = os.environ if environ is None else environ
+    kinds = {f.name: f.type for f in fields(ServerConfig)}
+    values: dict = {}
+    if file is not None:
+        try:
+            table = tomllib.loads(Path(file).read_text(encoding="utf-8"))
+        except (OSError, tomllib.TOMLDecodeError) as error:
+            raise InvalidArgument(f"configuration file {file}: {error}") from error
+        unknown = sorted(set(table) - set(kinds))
+        if unknown:
+            raise InvalidArgument(f"configuration file {file}: unknown settings {unknown}")
+        values.update({k: _convert(k, kinds[k], v) for k, v in table.items()})
+    for name, kind in kinds.items():
+        if ENV_PREFIX + name.upper() in environ:
+            values[name] = _convert(name, kind, environ[ENV_PREFIX + name.upper()])
+    for name, value in (overrides or {}).items():
+        if value is not None:
+            values[name] = _convert(name, kinds[name], value)
+    return dataclasses.replace(ServerConfig(), **values).validate()

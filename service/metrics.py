@@ -1,0 +1,100 @@
+"""The server's Prometheus metrics, in a registry of their own, served on their own port.
+
+Buckets are declared once here. Names carry their unit (seconds, rows, tokens) and counters
+end in `_total`, as `promtool check metrics` wants. Workers measure encoder and step times and
+send them with their events; the front process owns every metric.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+
+# 0.5 ms to 60 s: a decode step at the low end, a long beam decode under load at the top
+SECONDS_BUCKETS = (
+    0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0
+)  # fmt: skip
+ROWS_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = registry = CollectorRegistry()
+
+        def histogram(name: str, text: str, labels=("model",), buckets=SECONDS_BUCKETS):
+            return Histogram(name, text, labels, buckets=buckets, registry=registry)
+
+        self.request_duration = histogram(
+            "attnserve_request_duration_seconds",
+            "Time from receiving a call to its answer, by model, method and gRPC status code.",
+            ("model", "method", "code"),
+        )
+        self.queue_wait = histogram(
+            "attnserve_queue_wait_seconds", "Time a request waited for a place in the batch."
+        )
+        self.time_to_first_token = histogram(
+            "attnserve_time_to_first_token_seconds",
+            "Time from receiving a request to its first decoded token.",
+        )
+        self.inter_token_latency = histogram(
+            "attnserve_inter_token_latency_seconds",
+            "Time between two successive decoded tokens of one request.",
+        )
+        self.encoder_duration = histogram(
+            "attnserve_encoder_duration_seconds", "Encoder run of one request's inputs."
+        )
+        self.decode_step_duration = histogram(
+            "attnserve_decode_step_duration_seconds", "One decode step of a whole batch."
+        )
+        self.batch_rows = histogram(
+            "attnserve_decode_step_batch_rows",
+            "Rows (hypotheses) decoded together in one step.",
+            buckets=ROWS_BUCKETS,
+        )
+        self.generated_tokens = Counter(
+            "attnserve_generated_tokens",
+            "Tokens decoded, one per batch row and step (beam hypotheses included).",
+            ("model",),
+            registry=registry,
+        )
+        self.requests_in_flight = Gauge(
+            "attnserve_requests_in_flight",
+            "Requests received and not yet answered.",
+            ("model",),
+            registry=registry,
+        )
+        self.requests_queued = Gauge(
+            "attnserve_requests_queued",
+            "Requests waiting for a place in a batch.",
+            ("model",),
+            registry=registry,
+        )
+        self.batch_rows_in_use = Gauge(
+            "attnserve_batch_rows_in_use",
+            "Batch rows (hypotheses) held by running requests, over all workers.",
+            ("model",),
+            registry=registry,
+        )
+        self.worker_restarts = Counter(
+            "attnserve_worker_restarts",
+            "Worker processes restarted after they died.",
+            registry=registry,
+        )
+        self.workers_ready = Gauge(
+            "attnserve_workers_ready", "Worker processes ready to decode.", registry=registry
+        )
+        self.model = Info(
+            "attnserve_model",
+            "A served model version: its precision and execution provider.",
+            ("model", "version"),
+            registry=registry,
+        )
+
+    def observe_worker_stats(self, model: str, stats) -> None:
+        """Adds a worker's `scheduler.Stats` report."""
+        for seconds in stats.encoder_seconds:
+            self.encoder_duration.labels(model).observe(seconds)
+        for seconds, rows in zip(stats.step_seconds, stats.step_rows, strict=True):
+            self.decode_step_duration.labels(model).observe(seconds)
+            self.batch_rows.labels(model).observe(rows)
+        if stats.tokens:
+            self.generated_tokens.labels(model).inc(stats.tokens)

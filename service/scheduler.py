@@ -1,0 +1,254 @@
+"""Iteration-level scheduling of decode jobs over one engine.
+
+Between two decode steps the scheduler drops the rows of jobs whose client cancelled or whose
+deadline passed, admits waiting jobs (encoder run, then their rows join the running batch)
+while the batch has room, takes one step for every row, lets each job's search advance on
+its own rows, and sends finished jobs away at once. A short job never waits for a long one,
+and beam hypotheses are rows like any other.
+
+`batching="request"` is request-level batching instead, for comparison: jobs are collected
+for `window` seconds (or until the rows are full) and decoded to the end before the next
+ones start.
+
+The scheduler does no I/O: what happened is appended to `events` and `stats`, which the
+worker process sends to the front.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from service.batch import ContinuousBatch
+from service.decoding import DecodingOptions, Hypothesis, Search, log_softmax, make_search
+from service.inference import Engine
+from service.tokenizer import BOS_ID, EOS_ID
+
+BATCHING = ("continuous", "request")
+
+
+def rows_needed(inputs: int, options: DecodingOptions) -> int:
+    """Batch rows a job takes at its start: one per hypothesis searched."""
+    copies = options.num_hypotheses if options.sampling else options.beam_size
+    return inputs * copies
+
+
+@dataclass
+class Job:
+    """One request's decoding work: the engine's encoder inputs for its inputs, and how."""
+
+    id: int
+    encoder_inputs: dict[str, np.ndarray]  # keyword arguments of Engine.encode, batch = inputs
+    options: DecodingOptions
+    stream: bool = False  # send the best hypothesis after every step
+    deadline: float | None = None  # time.monotonic() after which the job is dropped
+    keep_alignment: bool = False
+    keep_log_probs: bool = False
+    # set by the scheduler
+    search: Search | None = field(default=None, repr=False)
+    memory: int = 0  # memory length of the job's own encoder output
+    queued_at: float = 0.0
+    admitted_at: float = 0.0
+    first_token_at: float = 0.0
+    last_token_at: float = 0.0
+    gaps: list[float] = field(default_factory=list)  # seconds between successive tokens
+    cancelled: bool = False
+
+    @property
+    def inputs(self) -> int:
+        return len(next(iter(self.encoder_inputs.values())))
+
+    @property
+    def rows(self) -> int:
+        return rows_needed(self.inputs, self.options)
+
+
+@dataclass
+class Timings:
+    """Moments of a job on the worker's monotonic clock, shared with the front on one host."""
+
+    queued_at: float
+    admitted_at: float
+    first_token_at: float
+    finished_at: float
+    gaps: list[float]
+
+
+@dataclass
+class Stats:
+    """Measurements since the last report, for the metrics."""
+
+    encoder_seconds: list[float] = field(default_factory=list)
+    step_seconds: list[float] = field(default_factory=list)
+    step_rows: list[int] = field(default_factory=list)
+    tokens: int = 0
+
+
+class Scheduler:
+    def __init__(
+        self,
+        engine: Engine,
+        max_rows: int = 64,
+        batching: str = "continuous",
+        window: float = 0.005,
+        clock=time.monotonic,
+    ):
+        if batching not in BATCHING:
+            raise ValueError(f"batching must be one of {BATCHING}, got {batching!r}")
+        self.engine, self.max_rows, self.batching, self.window = engine, max_rows, batching, window
+        self.clock = clock
+        self.batch = ContinuousBatch(engine)
+        self.waiting: deque[Job] = deque()
+        self.running: list[Job] = []
+        self.events: list[tuple] = []  # ("admitted" | "partial" | "result" | "error", id, ...)
+        self.stats = Stats()
+
+    # -- what the worker calls ------------------------------------------------------------
+    def submit(self, job: Job) -> None:
+        job.queued_at = self.clock()
+        if job.rows > self.max_rows:  # the front checks this too; never admit what cannot fit
+            self._fail(
+                job, "InvalidArgument", f"needs {job.rows} batch rows, at most {self.max_rows}"
+            )
+            return
+        self.waiting.append(job)
+
+    def cancel(self, job_id: int) -> None:
+        for job in (*self.waiting, *self.running):
+            if job.id == job_id:
+                job.cancelled = True
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    @property
+    def rows(self) -> int:
+        return self.batch.rows
+
+    def wait_time(self) -> float | None:
+        """How long the worker may sleep before `iterate` has something to do (None: until a
+        message comes)."""
+        if self.running:
+            return 0.0
+        if not self.waiting:
+            return None
+        if self.batching == "request":
+            return max(0.0, self.waiting[0].queued_at + self.window - self.clock())
+        return 0.0
+
+    def iterate(self) -> None:
+        """One scheduling round: drop, admit, step."""
+        self._drop_abandoned()
+        self._admit()
+        if self.running:
+            self._step()
+
+    # -- internals ------------------------------------------------------------------------
+    def _fail(self, job: Job, kind: str, message: str) -> None:
+        self.events.append(("error", job.id, kind, message))
+
+    def _abandoned(self, job: Job, now: float) -> bool:
+        if job.cancelled:
+            self._fail(job, "Cancelled", "cancelled by the client")
+            return True
+        if job.deadline is not None and now >= job.deadline:
+            self._fail(job, "DeadlineExceeded", "deadline passed before the decode finished")
+            return True
+        return False
+
+    def _drop_abandoned(self) -> None:
+        now = self.clock()
+        self.waiting = deque(j for j in self.waiting if not self._abandoned(j, now))
+        keep, still, offset = [], [], 0
+        for job in self.running:
+            rows = job.search.rows
+            if not self._abandoned(job, now):
+                keep.append(np.arange(offset, offset + rows))
+                still.append(job)
+            offset += rows
+        if len(still) < len(self.running):
+            self.running = still
+            self.batch.reorder(np.concatenate(keep) if keep else np.zeros(0, np.int64))
+
+    def _admit(self) -> None:
+        if not self.waiting:
+            return
+        if self.batching == "request":
+            if self.running:
+                return
+            full = sum(j.rows for j in self.waiting) >= self.max_rows
+            if not full and self.clock() < self.waiting[0].queued_at + self.window:
+                return
+        while self.waiting and self.batch.rows + self.waiting[0].rows <= self.max_rows:
+            job = self.waiting.popleft()
+            start = self.clock()
+            encoder = self.engine.encode(**job.encoder_inputs)
+            job.search = make_search(job.inputs, job.options, BOS_ID, EOS_ID)
+            job.memory = np.asarray(encoder.memory_mask).shape[1]
+            self.batch.join(encoder, job.search.sources)
+            job.admitted_at = self.clock()
+            self.stats.encoder_seconds.append(job.admitted_at - start)
+            self.running.append(job)
+            self.events.append(("admitted", job.id, job.admitted_at - job.queued_at))
+
+    def _step(self) -> None:
+        start = self.clock()
+        tokens = np.concatenate([job.search.tokens for job in self.running])
+        logits, attention = self.batch.step(tokens)
+        log_probs = log_softmax(logits)
+        now = self.clock()
+        self.stats.step_seconds.append(now - start)
+        self.stats.step_rows.append(len(tokens))
+        self.stats.tokens += len(tokens)
+        keep, still, offset = [], [], 0
+        for job in self.running:
+            rows = job.search.rows
+            own = slice(offset, offset + rows)
+            kept = job.search.advance(log_probs[own], _width(attention[own], job.memory))
+            if job.first_token_at:
+                job.gaps.append(now - job.last_token_at)
+            else:
+                job.first_token_at = now
+            job.last_token_at = now
+            if job.search.done:
+                self._finish(job, now)
+            else:
+                keep.append(kept + offset)
+                still.append(job)
+                if job.stream:
+                    self.events.append(
+                        ("partial", job.id, job.search.best_tokens(0), job.search.steps)
+                    )
+            offset += rows
+        self.running = still
+        index = np.concatenate(keep) if keep else np.zeros(0, np.int64)
+        if not np.array_equal(index, np.arange(len(tokens))):
+            self.batch.reorder(index)
+
+    def _finish(self, job: Job, now: float) -> None:
+        results = job.search.results()
+        for hypotheses in results:
+            for h in hypotheses:
+                _strip(h, job)
+        timings = Timings(job.queued_at, job.admitted_at, job.first_token_at, now, job.gaps)
+        self.events.append(("result", job.id, results, timings))
+
+
+def _width(attention: np.ndarray, memory: int) -> np.ndarray:
+    """A job's cross-attention over its own memory length (the batch's may be longer or, once
+    compacted, shorter)."""
+    if attention.shape[1] >= memory:
+        return attention[:, :memory]
+    return np.pad(attention, ((0, 0), (0, memory - attention.shape[1])))
+
+
+def _strip(h: Hypothesis, job: Job) -> None:
+    """Drops what the client did not ask for before it crosses the process boundary."""
+    if not job.keep_alignment:
+        h.alignment = None
+    if not job.keep_log_probs:
+        h.token_log_probs = []
