@@ -26,7 +26,7 @@ install_python_packages() {
   local find_links=()
   [ -d /opt/wheels ] && find_links=(--find-links /opt/wheels)  # the CPU torch wheel
   "$PYTHON" -m pip install -q --disable-pip-version-check "${find_links[@]}" \
-    -e ".[serve,train,bench,dev]"
+    -e ".[serve,client,train,bench,dev]"
 }
 
 build_protos() {

@@ -1,27 +1,74 @@
 """The `attnserve` command line.
 
 Torch-side commands (data, train, evaluate, translate --engine torch) are imported only when
-they run, so serving commands start without torch installed.
+they run, so serving commands and the gRPC client (translate, health) start without torch.
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 from pathlib import Path
 
 SHIPPED_TRANSLATOR = Path(__file__).resolve().parents[1] / "models" / "checkpoints" / "translator"
 TRANSLATOR_DATA = Path("data/translator")
 
+# Decoding defaults of the local PyTorch engine; over gRPC an option not given is left to the
+# server.
+TORCH_DECODING = {
+    "beam_size": 4,
+    "max_length": 256,
+    "length_penalty": 1.0,
+    "temperature": 0.0,
+    "top_k": 0,
+    "top_p": 1.0,
+    "seed": None,
+    "n_best": 1,
+}
+TRANSLATE_TIMEOUT = 60.0  # seconds, the default deadline of a translate call
+HEALTH_TIMEOUT = 5.0
+# translate options that mean something for one engine only
+GRPC_ONLY = ("server", "stream", "alignment", "timeout", "model", "model_version")
+TORCH_ONLY = ("checkpoint",)
 
-def _decoding_arguments(parser: argparse.ArgumentParser, beam_size: int) -> None:
-    parser.add_argument("--beam-size", type=int, default=beam_size)
-    parser.add_argument("--max-length", type=int, default=256, help="decoding steps at most")
-    parser.add_argument("--length-penalty", type=float, default=1.0)
-    parser.add_argument("--temperature", type=float, default=0.0, help="> 0 samples")
-    parser.add_argument("--top-k", type=int, default=0, help="sample among the k best")
-    parser.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass")
+
+def _decoding_arguments(parser: argparse.ArgumentParser, defaults: dict | None) -> None:
+    """The decoding options; with `defaults` None every option defaults to None (unset)."""
+    default = (defaults or {}).get
+    parser.add_argument("--beam-size", "--beam", type=int, default=default("beam_size"))
+    parser.add_argument(
+        "--max-length", type=int, default=default("max_length"), help="decoding steps at most"
+    )
+    parser.add_argument("--length-penalty", type=float, default=default("length_penalty"))
+    parser.add_argument(
+        "--temperature", type=float, default=default("temperature"), help="> 0 samples"
+    )
+    parser.add_argument(
+        "--top-k", type=int, default=default("top_k"), help="sample among the k best"
+    )
+    parser.add_argument(
+        "--top-p", type=float, default=default("top_p"), help="nucleus sampling mass"
+    )
     parser.add_argument("--seed", type=int, help="sampling seed")
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be above 0, got {text}")
+    return value
+
+
+def _server_arguments(parser: argparse.ArgumentParser, timeout: float) -> None:
+    parser.add_argument(
+        "--server",
+        metavar="HOST:PORT",
+        help="the gRPC server (default: $ATTNSERVE_SERVER, else 127.0.0.1:50051)",
+    )
+    parser.add_argument(
+        "--timeout", type=_seconds, help=f"deadline of each call in seconds (default: {timeout:g})"
+    )
 
 
 def _add_data(commands) -> None:
@@ -58,17 +105,56 @@ def _add_evaluate(commands) -> None:
     parser.add_argument("--baseline", choices=["apertium"], help="score a peer instead")
     parser.add_argument("--limit", type=int, default=0, help="first N sentences only")
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
-    _decoding_arguments(parser, beam_size=4)
+    _decoding_arguments(parser, TORCH_DECODING)
 
 
 def _add_translate(commands) -> None:
-    parser = commands.add_parser("translate", help="translate Spanish text to English")
+    parser = commands.add_parser(
+        "translate",
+        help="translate Spanish text to English (over gRPC, or locally with --engine torch)",
+        description="Decoding options not given are left to the server over gRPC; with "
+        "--engine torch they default to beam size 4, max length 256, length penalty 1, "
+        "n-best 1, no sampling. One line per text, or RANK<TAB>SCORE<TAB>TEXT per "
+        "hypothesis when there are several. A failed call prints `error: CODE: details` on "
+        "stderr and exits with status 1.",
+    )
     parser.add_argument("texts", nargs="*", help="texts; read one a line from stdin when none")
-    parser.add_argument("--engine", choices=["torch"], default="torch")
-    parser.add_argument("--checkpoint", type=Path, default=SHIPPED_TRANSLATOR)
-    parser.add_argument("--n-best", type=int, default=1)
+    parser.add_argument(
+        "--engine",
+        choices=["grpc", "torch"],
+        default="grpc",
+        help="grpc: ask a server (default); torch: decode here with the PyTorch checkpoint",
+    )
+    _server_arguments(parser, TRANSLATE_TIMEOUT)
+    parser.add_argument("--model", help="model name (default: the server's translator)")
+    parser.add_argument("--model-version", help="model version (default: the newest loaded)")
+    parser.add_argument(
+        "--stream", action="store_true", help="show the output growing step by step"
+    )
+    parser.add_argument(
+        "--alignment",
+        type=Path,
+        metavar="OUT.png",
+        help="write the best hypothesis' cross-attention heatmap (OUT-1.png, ... for several)",
+    )
+    parser.add_argument("--checkpoint", type=Path, help="--engine torch: the checkpoint")
+    parser.add_argument("--n-best", type=int, help="hypotheses per text")
     parser.add_argument("--json", action="store_true", help="scores, log-probs and alignment")
-    _decoding_arguments(parser, beam_size=4)
+    _decoding_arguments(parser, None)
+
+
+def _add_health(commands) -> None:
+    parser = commands.add_parser(
+        "health",
+        help="ask a server's gRPC health service; exit status 0 only when SERVING",
+    )
+    _server_arguments(parser, HEALTH_TIMEOUT)
+    parser.add_argument(
+        "--service",
+        default="",
+        metavar="NAME",
+        help='a service name such as attnserve.v1.TranslationService (default "": the server)',
+    )
 
 
 def _add_export(commands) -> None:
@@ -97,13 +183,219 @@ def _add_parity(commands) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="attnserve", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
-    for add in (_add_data, _add_train, _add_evaluate, _add_translate, _add_export, _add_parity):
+    for add in (
+        _add_data,
+        _add_train,
+        _add_evaluate,
+        _add_translate,
+        _add_export,
+        _add_parity,
+        _add_health,
+    ):
         add(commands)
     return parser
 
 
+def _check_engine_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuses options of the other engine; fills the torch engine's defaults."""
+    foreign = GRPC_ONLY if args.engine == "torch" else TORCH_ONLY
+    given = [name for name in foreign if getattr(args, name) not in (None, False)]
+    if given:
+        flags = ", ".join("--" + name.replace("_", "-") for name in given)
+        other = "grpc" if args.engine == "torch" else "torch"
+        parser.error(f"{flags}: only with --engine {other}")
+    if args.engine == "torch":
+        for name, value in TORCH_DECODING.items():
+            if getattr(args, name) is None:
+                setattr(args, name, value)
+        if args.checkpoint is None:
+            args.checkpoint = SHIPPED_TRANSLATOR
+
+
+class _Failure(Exception):
+    """A client command failed for a reason other than a gRPC status (exit status 1)."""
+
+
+def _client_call(command, args: argparse.Namespace) -> int:
+    """Runs a gRPC client command; a failed call is one line on stderr and exit status 1."""
+    import grpc
+
+    from service import client
+
+    try:
+        with client.connect(args.server) as channel:
+            return command(channel, args)
+    except grpc.RpcError as error:
+        print(f"error: {client.status_text(error)}", file=sys.stderr)
+        return 1
+    except _Failure as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+
+
+def _health(channel, args: argparse.Namespace) -> int:
+    from service import client
+
+    status = client.health(channel, args.service, timeout=args.timeout or HEALTH_TIMEOUT)
+    print(status)
+    return 0 if status == "SERVING" else 1
+
+
+def _request_options(args: argparse.Namespace):
+    from service import client
+
+    return client.decoding_options(
+        beam_size=args.beam_size,
+        max_length=args.max_length,
+        length_penalty=args.length_penalty,
+        num_hypotheses=args.n_best,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        seed=args.seed,
+        return_log_probs=args.json,
+        return_alignment=args.json or args.alignment is not None,
+    )
+
+
+def _as_json(message) -> str:
+    from google.protobuf import json_format
+
+    return json_format.MessageToJson(
+        message,
+        preserving_proto_field_name=True,
+        indent=None,
+        ensure_ascii=False,
+        always_print_fields_with_no_presence=True,
+    )
+
+
+def _print_translation(translation) -> None:
+    hypotheses = translation.hypotheses
+    if len(hypotheses) == 1:
+        print(hypotheses[0].text)
+        return
+    for rank, hypothesis in enumerate(hypotheses, 1):
+        print(f"{rank}\t{hypothesis.score:.4f}\t{hypothesis.text}")
+
+
+def _alignment_path(path: Path, index: int, count: int) -> Path:
+    return path if count == 1 else path.with_name(f"{path.stem}-{index + 1}{path.suffix}")
+
+
+def _write_alignment(path: Path, index: int, count: int, source: str, translation) -> None:
+    from attnserve.alignment import draw_alignment
+
+    if not translation.hypotheses or not translation.hypotheses[0].HasField("alignment"):
+        raise _Failure(f"the server sent no alignment for text {index + 1}")
+    try:
+        draw_alignment(
+            translation.hypotheses[0].alignment,
+            _alignment_path(path, index, count),
+            title=source if len(source) <= 80 else source[:77] + "...",
+        )
+    except (ValueError, OSError) as error:
+        raise _Failure(f"alignment of text {index + 1}: {error}") from None
+
+
+class _PartialLine:
+    """Partial hypotheses on stdout: one line rewritten in place on a terminal, else one line
+    each."""
+
+    def __init__(self) -> None:
+        self.tty = sys.stdout.isatty()
+        self.open = False
+
+    def show(self, text: str) -> None:
+        if not self.tty:
+            print(text, flush=True)
+            return
+        width = shutil.get_terminal_size().columns - 1
+        shown = text if len(text) <= width else "…" + text[-(width - 1) :]
+        sys.stdout.write("\r\x1b[K" + shown)
+        sys.stdout.flush()
+        self.open = True
+
+    def close(self) -> None:
+        if self.open:
+            sys.stdout.write("\r\x1b[K")
+            sys.stdout.flush()
+            self.open = False
+
+
+def _translate_stream(channel, args: argparse.Namespace, texts: list[str], options) -> list:
+    from service import client
+
+    translations = []
+    for index, text in enumerate(texts):
+        line = _PartialLine()
+        try:
+            for event in client.translate_stream(
+                channel,
+                text,
+                model=args.model or "",
+                version=args.model_version or "",
+                options=options,
+                timeout=args.timeout or TRANSLATE_TIMEOUT,
+            ):
+                if args.json:
+                    print(_as_json(event), flush=True)
+                elif event.WhichOneof("event") == "partial":
+                    line.show(event.partial.text)
+                if event.WhichOneof("event") == "result":
+                    translations.extend(event.result.translations)
+        finally:
+            line.close()
+        if len(translations) != index + 1:
+            raise _Failure(f"the stream of text {index + 1} ended without one result")
+        if not args.json:
+            _print_translation(translations[-1])
+    return translations
+
+
+def _translate(channel, args: argparse.Namespace) -> int:
+    from service import client
+
+    try:
+        options = _request_options(args)
+    except ValueError as error:  # a value the request cannot carry, such as a negative count
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    texts = args.texts or [line.rstrip("\n") for line in sys.stdin if line.strip()]
+    if not texts:
+        return 0
+    if args.stream:
+        translations = _translate_stream(channel, args, texts, options)
+    else:
+        response = client.translate_batches(
+            channel,
+            texts,
+            model=args.model or "",
+            version=args.model_version or "",
+            options=options,
+            timeout=args.timeout or TRANSLATE_TIMEOUT,
+        )
+        translations = response.translations
+        if args.json:
+            print(_as_json(response))
+        else:
+            for translation in translations:
+                _print_translation(translation)
+    if args.alignment is not None:
+        for index, (text, translation) in enumerate(zip(texts, translations, strict=True)):
+            _write_alignment(args.alignment, index, len(texts), text, translation)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "translate":
+        _check_engine_options(parser, args)
+        if args.engine == "grpc":
+            return _client_call(_translate, args)
+    if args.command == "health":
+        return _client_call(_health, args)
     if args.command in ("data", "train", "evaluate", "translate"):
         from models import commands  # torch-side: imported only for these commands
 

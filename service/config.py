@@ -63,7 +63,7 @@ class ServerConfig:
         if self.workers:
             return self.workers
         if self.device == "cuda":
-            import onnxruntime as ort  # noqa: PLC0415 (only on GPU machines)
+            import onnxruntime as ort  # only on GPU machines
 
             if "CUDAExecutionProvider" in ort.get_available_providers():
                 return max(1, _gpu_count())

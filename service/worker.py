@@ -11,6 +11,7 @@ busy model, send back what happened. Messages:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from dataclasses import dataclass
@@ -102,14 +103,12 @@ def run_worker(conn, settings: WorkerSettings) -> None:
         os.environ["CUDA_VISIBLE_DEVICES"] = str(settings.gpu)
     try:
         schedulers, info = _load(settings)
-    except Exception as error:  # noqa: BLE001 (reported to the front, which refuses to serve)
+    except Exception as error:  # reported to the front, which refuses to serve
         conn.send(("failed", f"worker {settings.index}: {type(error).__name__}: {error}"))
         return
     conn.send(("ready", info))
-    try:
-        _loop(conn, schedulers)
-    except (EOFError, BrokenPipeError, KeyboardInterrupt):
-        pass  # the front is gone or stopping
+    with contextlib.suppress(EOFError, BrokenPipeError, KeyboardInterrupt):
+        _loop(conn, schedulers)  # ends on "stop", or when the front is gone
 
 
 def _loop(conn, schedulers: dict[str, Scheduler]) -> None:
