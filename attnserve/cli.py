@@ -11,6 +11,8 @@ import shutil
 import sys
 from pathlib import Path
 
+from attnserve.serving import add_serve, serve
+
 SHIPPED_TRANSLATOR = Path(__file__).resolve().parents[1] / "models" / "checkpoints" / "translator"
 TRANSLATOR_DATA = Path("data/translator")
 
@@ -190,6 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_translate,
         _add_export,
         _add_parity,
+        add_serve,
         _add_health,
     ):
         add(commands)
@@ -396,6 +399,8 @@ def main(argv: list[str] | None = None) -> int:
             return _client_call(_translate, args)
     if args.command == "health":
         return _client_call(_health, args)
+    if args.command == "serve":
+        return serve(args)
     if args.command in ("data", "train", "evaluate", "translate"):
         from models import commands  # torch-side: imported only for these commands
 

@@ -21,11 +21,12 @@ import numpy as np
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from attnserve.v1 import decoding_pb2, translation_pb2, translation_pb2_grpc
+from service.requests import MAX_TEXTS
 
 DEFAULT_SERVER = "127.0.0.1:50051"
 SERVER_ENVIRONMENT = "ATTNSERVE_SERVER"
 SERVICE_NAME = "attnserve.v1.TranslationService"
-TEXTS_PER_REQUEST = 64  # the server's limit on texts in one Translate request
+TEXTS_PER_REQUEST = MAX_TEXTS  # the server's limit on texts in one Translate request
 MAX_RECEIVE_BYTES = 64 * 1024 * 1024  # alignments of many long texts exceed gRPC's 4 MB
 
 

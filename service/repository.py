@@ -70,7 +70,14 @@ class ModelVersion:
         return self.directory / self.manifest["tokenizer"]
 
     def golden(self) -> list[dict]:
-        return json.loads((self.directory / GOLDEN).read_text(encoding="utf-8"))
+        """The golden set written by the parity certificate (export.certify)."""
+        try:
+            return json.loads((self.directory / GOLDEN).read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as error:
+            raise ModelRepositoryError(
+                f"{self.directory}: no readable golden set ({GOLDEN}): {error}; a version is "
+                "served only once its parity certificate is written"
+            ) from error
 
 
 def verify(directory: Path) -> ModelVersion:

@@ -79,3 +79,32 @@ def decoding_options(message, max_length_limit: int, default_max_length: int) ->
     )
     options.validate(max_length_limit)
     return options
+
+
+def _checked(*checks) -> list:
+    """Runs every check; one InvalidArgument naming every problem of all of them."""
+    results, problems = [], []
+    for check in checks:
+        try:
+            results.append(check())
+        except InvalidArgument as error:
+            problems.append(str(error))
+    if problems:
+        raise InvalidArgument("; ".join(problems))
+    return results
+
+
+def translate_request(request, max_length_limit: int, default_max_length: int):
+    """(texts, DecodingOptions) of a TranslateRequest, every bad field named at once."""
+    return _checked(
+        lambda: source_texts(request),
+        lambda: decoding_options(request.options, max_length_limit, default_max_length),
+    )
+
+
+def translate_stream_request(request, max_length_limit: int, default_max_length: int):
+    """(text, DecodingOptions) of a TranslateStreamRequest, every bad field named at once."""
+    return _checked(
+        lambda: stream_source_text(request),
+        lambda: decoding_options(request.options, max_length_limit, default_max_length),
+    )

@@ -1,4 +1,5 @@
-"""Shared fixtures: the shipped translator, the built corpus; the gpu marker's skip."""
+"""Shared fixtures: the shipped translator, the built corpus, its model repository (exported
+once per session, with its parity certificate); the gpu marker's skip."""
 
 from __future__ import annotations
 
@@ -32,6 +33,38 @@ def test_sentences(translator_data) -> list[str]:
 
     spanish, _ = read_split(translator_data, "test")
     return spanish[:12]
+
+
+@pytest.fixture(scope="session")
+def exported_translator(tmp_path_factory, translator_data):
+    """(ModelVersion, certificate) of the shipped translator, fp32 and int8."""
+    from helpers import SHIPPED_TRANSLATOR
+
+    from export.certify import MIN_SENTENCES, certify
+    from export.repository import write_version
+    from models.checkpoint import WEIGHTS, load_checkpoint
+    from models.corpus import read_split
+    from service.repository import sha256
+
+    model, tokenizer = load_checkpoint(SHIPPED_TRANSLATOR)
+    directory = tmp_path_factory.mktemp("repository") / "translator" / "1"
+    source = {"checkpoint": str(SHIPPED_TRANSLATOR), "sha256": sha256(SHIPPED_TRANSLATOR / WEIGHTS)}
+    model_version = write_version(
+        model, tokenizer.model_file, directory, "translator", "1", ("fp32", "int8"), source
+    )
+    spanish, english = read_split(translator_data, "test")
+    sources = tokenizer.encode_batch(spanish[:MIN_SENTENCES])
+    certificate = certify(model_version, SHIPPED_TRANSLATOR, sources, english[:MIN_SENTENCES])
+    from service.repository import verify
+
+    return verify(directory), certificate
+
+
+@pytest.fixture(scope="session")
+def model_repository(exported_translator) -> Path:
+    """The root of a model repository holding the exported shipped translator."""
+    model_version, _ = exported_translator
+    return model_version.directory.parents[1]
 
 
 def pytest_collection_modifyitems(config, items):

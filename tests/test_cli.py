@@ -73,7 +73,7 @@ def test_bad_decoding_options_are_refused_with_the_field_named():
     from service.errors import InvalidArgument
 
     with pytest.raises(InvalidArgument, match="num_hypotheses"):
-        main(["translate", "--beam-size", "2", "--n-best", "5", "hola"])
+        main(["translate", "--engine", "torch", "--beam-size", "2", "--n-best", "5", "hola"])
 
 
 def test_the_console_script_translates_stdin_without_a_traceback():
@@ -83,6 +83,8 @@ def test_the_console_script_translates_stdin_without_a_traceback():
             "-m",
             "attnserve.cli",
             "translate",
+            "--engine",
+            "torch",
             "--beam-size",
             "1",
             "--max-length",

@@ -1,0 +1,266 @@
+"""The front's side of the worker processes: start, dispatch, collect, restart.
+
+Each worker is a spawned process with a pipe; the front reads it from the event loop (no
+threads). A call goes to the ready worker holding the fewest batch rows. When a worker dies,
+the calls it held fail with UNAVAILABLE (retryable), a new worker takes its place, and the
+other workers' calls go on untouched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import multiprocessing
+import time
+from dataclasses import dataclass, field, replace
+
+from service.errors import ERRORS, ResourceExhausted, Unavailable
+from service.metrics import Metrics
+from service.scheduler import Job
+from service.worker import WorkerSettings, run_worker
+
+log = logging.getLogger("attnserve")
+RESTART_DELAYS = (0.0, 0.5, 1.0, 2.0, 5.0)  # seconds before successive restarts of a slot
+
+
+@dataclass
+class Call:
+    """A job in flight, as the front sees it: its events arrive on `events`."""
+
+    job: Job
+    key: str
+    model: str  # for metric labels
+    worker: _Worker | None = None
+    admitted: bool = False
+    events: asyncio.Queue = field(default_factory=asyncio.Queue)
+
+
+class _Worker:
+    def __init__(self, settings: WorkerSettings):
+        self.settings = settings
+        self.process = None
+        self.conn = None
+        self.ready: asyncio.Future | None = None
+        self.calls: dict[int, Call] = {}
+        self.rows = 0  # batch rows in use, as last reported
+        self.info: dict = {}
+        self.failures = 0
+
+    @property
+    def alive(self) -> bool:
+        return self.ready is not None and self.ready.done() and not self.ready.exception()
+
+    def load(self) -> int:
+        return sum(c.job.rows for c in self.calls.values())
+
+
+class WorkerPool:
+    def __init__(self, settings: list[WorkerSettings], metrics: Metrics, max_queued: int):
+        self.metrics, self.max_queued = metrics, max_queued
+        self.workers = [_Worker(s) for s in settings]
+        self.models: dict[str, str] = {}  # key -> model name, for metric labels
+        self.queued = 0
+        self.stopping = False
+        self._context = multiprocessing.get_context("spawn")
+        self._ids = itertools.count(1)
+        self._any_ready = asyncio.Event()
+
+    # -- life cycle -----------------------------------------------------------------------
+    async def start(self) -> None:
+        """Starts every worker; raises ModelRepositoryError-like failures as RuntimeError."""
+        for worker in self.workers:
+            self._spawn(worker)
+        results = await asyncio.gather(*(w.ready for w in self.workers), return_exceptions=True)
+        failures = [str(r) for r in results if isinstance(r, BaseException)]
+        if failures:
+            await self.stop()
+            raise RuntimeError("; ".join(failures))
+
+    def _spawn(self, worker: _Worker) -> None:
+        loop = asyncio.get_running_loop()
+        parent, child = self._context.Pipe()
+        process = self._context.Process(
+            target=run_worker,
+            args=(child, worker.settings),
+            name=f"attnserve-worker-{worker.settings.index}",
+            daemon=True,
+        )
+        process.start()
+        child.close()
+        worker.process, worker.conn, worker.ready = process, parent, loop.create_future()
+        worker.rows = 0
+        loop.add_reader(parent.fileno(), self._on_readable, worker)
+
+    async def stop(self) -> None:
+        self.stopping = True
+        loop = asyncio.get_running_loop()
+        for worker in self.workers:
+            if worker.conn is None:
+                continue
+            loop.remove_reader(worker.conn.fileno())
+            with contextlib.suppress(OSError, ValueError):
+                worker.conn.send(("stop",))
+        deadline = time.monotonic() + 5
+        for worker in self.workers:
+            if worker.process is None:
+                continue
+            while worker.process.is_alive() and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+            if worker.process.is_alive():
+                worker.process.kill()
+            worker.process.join(1)
+            worker.conn.close()
+            worker.conn = None
+        self._fail_all(Unavailable("the server is stopping"))
+
+    def pids(self) -> list[int]:
+        return [w.process.pid for w in self.workers if w.process is not None and w.alive]
+
+    # -- calls ----------------------------------------------------------------------------
+    def next_id(self) -> int:
+        return next(self._ids)
+
+    async def submit(self, key: str, job: Job, timeout: float | None) -> Call:
+        if self.queued >= self.max_queued:
+            raise ResourceExhausted(
+                f"{self.queued} requests are already waiting (max_queued_requests "
+                f"{self.max_queued}); retry later"
+            )
+        ready = [w for w in self.workers if w.alive]
+        if not ready:  # every worker is restarting: wait for one, within the deadline
+            try:
+                await asyncio.wait_for(self._any_ready.wait(), timeout or 30.0)
+            except TimeoutError as error:
+                raise Unavailable("no worker is ready; retry later") from error
+            ready = [w for w in self.workers if w.alive]
+        worker = min(ready, key=_Worker.load)
+        call = Call(job, key, self.models.get(key, key), worker)
+        worker.calls[job.id] = call
+        self.queued += 1
+        self.metrics.requests_queued.labels(call.model).inc()
+        worker.conn.send(("submit", key, job))
+        return call
+
+    def cancel(self, call: Call) -> None:
+        """Frees the call's batch rows at the worker's next step (client gone)."""
+        worker = call.worker
+        if worker is not None and call.job.id in worker.calls and worker.conn is not None:
+            with contextlib.suppress(OSError, ValueError):
+                worker.conn.send(("cancel", call.key, call.job.id))
+
+    def _settle(self, worker: _Worker, job_id: int) -> Call | None:
+        call = worker.calls.pop(job_id, None)
+        if call is not None and not call.admitted:
+            self._dequeue(call)
+        return call
+
+    def _dequeue(self, call: Call) -> None:
+        call.admitted = True
+        self.queued -= 1
+        self.metrics.requests_queued.labels(call.model).dec()
+
+    # -- messages from workers ------------------------------------------------------------
+    def _on_readable(self, worker: _Worker) -> None:
+        try:
+            while worker.conn.poll():
+                self._handle(worker, worker.conn.recv())
+        except (EOFError, OSError):
+            self._on_death(worker)
+
+    def _handle(self, worker: _Worker, message: tuple) -> None:
+        kind = message[0]
+        if kind == "events":
+            _, key, events, stats, (rows, _waiting) = message
+            model = self.models.get(key, key)
+            for event in events:
+                self._event(worker, model, event)
+            self.metrics.observe_worker_stats(model, stats)
+            worker.rows = rows
+            self._update_rows(model)
+        elif kind == "ready":
+            worker.info, worker.failures = message[1], 0
+            worker.ready.set_result(message[1])
+            self.metrics.workers_ready.set(sum(w.alive for w in self.workers))
+            self._any_ready.set()
+        elif kind == "failed":
+            worker.ready.set_exception(RuntimeError(message[1]))
+
+    def _event(self, worker: _Worker, model: str, event: tuple) -> None:
+        kind, job_id = event[0], event[1]
+        if kind == "admitted":
+            call = worker.calls.get(job_id)
+            if call is not None and not call.admitted:
+                self._dequeue(call)
+                self.metrics.queue_wait.labels(model).observe(event[2])
+            return
+        call = worker.calls.get(job_id) if kind == "partial" else self._settle(worker, job_id)
+        if call is None:
+            return
+        if kind == "error":
+            call.events.put_nowait(("error", ERRORS[event[2]](event[3])))
+        else:
+            call.events.put_nowait(event)
+
+    def _update_rows(self, model: str) -> None:
+        self.metrics.batch_rows_in_use.labels(model).set(sum(w.rows for w in self.workers))
+
+    def _on_death(self, worker: _Worker) -> None:
+        loop = asyncio.get_running_loop()
+        if worker.conn is None:
+            return
+        loop.remove_reader(worker.conn.fileno())
+        worker.conn.close()
+        worker.conn = None
+        worker.process.join(1)
+        code = worker.process.exitcode
+        if worker.ready is not None and not worker.ready.done():
+            worker.ready.set_exception(RuntimeError(f"worker exited with code {code}"))
+        was_alive = worker.alive or worker.calls
+        worker.ready = None
+        worker.rows = 0
+        self.metrics.workers_ready.set(sum(w.alive for w in self.workers))
+        if not any(w.alive for w in self.workers):
+            self._any_ready.clear()
+        error = Unavailable(
+            f"the worker decoding this request stopped (exit code {code}); retry the request"
+        )
+        for job_id in list(worker.calls):
+            call = self._settle(worker, job_id)
+            call.events.put_nowait(("error", error))
+        for model in set(self.models.values()):
+            self._update_rows(model)
+        if self.stopping:
+            return
+        log.warning("worker %d exited with code %s; restarting it", worker.settings.index, code)
+        if was_alive:
+            self.metrics.worker_restarts.inc()
+        delay = RESTART_DELAYS[min(worker.failures, len(RESTART_DELAYS) - 1)]
+        worker.failures += 1
+        loop.call_later(delay, self._restart, worker)
+
+    def _restart(self, worker: _Worker) -> None:
+        if self.stopping:
+            return
+        self._spawn(worker)
+        worker.ready.add_done_callback(lambda future: future.exception())  # logged by death
+
+    def _fail_all(self, error: Exception) -> None:
+        for worker in self.workers:
+            for job_id in list(worker.calls):
+                self._settle(worker, job_id).events.put_nowait(("error", error))
+
+
+def worker_settings(config, models: tuple[tuple[str, str], ...]) -> list[WorkerSettings]:
+    base = WorkerSettings(
+        index=0,
+        models=models,
+        variant=config.variant,
+        device=config.device,
+        io_binding=config.io_binding,
+        max_rows=config.max_batch_rows,
+        batching=config.batching,
+        window=config.batch_window_ms / 1000,
+    )
+    return [replace(base, index=i, gpu=i) for i in range(config.worker_count())]
