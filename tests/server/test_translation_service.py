@@ -1,0 +1,233 @@
+"""TranslationService over real gRPC: outputs, streaming, concurrency, errors, deadlines."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import grpc
+import pytest
+from conftest import rpc_error
+
+from attnserve.v1 import decoding_pb2, translation_pb2
+from service import client
+from service.decoding import DecodingOptions
+from service.onnx_engine import OnnxEngine
+from service.tokenizer import Tokenizer
+from service.translation import translate_ids
+
+SEARCHES = {
+    "greedy": (DecodingOptions(max_length=160), {"max_length": 160}),
+    "beam4-nbest2": (
+        DecodingOptions(beam_size=4, num_hypotheses=2, max_length=160),
+        {"beam_size": 4, "num_hypotheses": 2, "max_length": 160},
+    ),
+}
+# long enough that a request lasts seconds unless something stops it: 4 texts x 16 samples,
+# temperature 5 (almost never `</s>`), up to 500 steps
+LONG = {"temperature": 5.0, "num_hypotheses": 16, "max_length": 500, "seed": 3}
+LONG_TEXTS = ["Yo soy de Canadá.", "¿Me puedes traer un tenedor?", "Dios es amor.", "Hola."]
+
+
+@pytest.fixture(scope="module")
+def tokenizer(exported_translator) -> Tokenizer:
+    return Tokenizer(exported_translator[0].tokenizer_file)
+
+
+@pytest.mark.parametrize("search", sorted(SEARCHES))
+def test_translate_equals_the_pytorch_reference(
+    server, shipped_translator, tokenizer, test_sentences, search
+):
+    from models.reference import TorchEngine
+
+    options, fields = SEARCHES[search]
+    texts = test_sentences[:6]
+    response = client.translate(server.channel, texts, timeout=60, **fields)
+    model, _ = shipped_translator
+    ids = tokenizer.encode_batch(texts)
+    expected = translate_ids(TorchEngine(model), ids, options, 512)
+    assert (response.model, response.version) == ("translator", "1")
+    for translation, nbest, source in zip(response.translations, expected, ids, strict=True):
+        got = [list(h.tokens) for h in translation.hypotheses]
+        assert got == [tokenizer.pieces(h.tokens) for h in nbest]
+        assert [h.text for h in translation.hypotheses] == [
+            tokenizer.decode(h.tokens) for h in nbest
+        ]
+        for message, h in zip(translation.hypotheses, nbest, strict=True):
+            assert message.score == pytest.approx(h.score, abs=1e-3)
+            assert message.finished == h.finished
+        assert translation.token_counts.input_tokens == len(source) + 1
+    assert response.token_counts.input_tokens == sum(len(s) + 1 for s in ids)
+
+
+def test_log_probs_and_alignment_come_with_tokens_on_both_axes(server, tokenizer):
+    response = client.translate(
+        server.channel, ["Yo soy de Canadá."], return_log_probs=True, return_alignment=True
+    )
+    (h,) = response.translations[0].hypotheses
+    assert len(h.token_log_probs) == len(h.tokens) + 1  # the `</s>` step included
+    assert sum(h.token_log_probs) == pytest.approx(h.log_prob, abs=1e-3)
+    source = tokenizer.pieces(tokenizer.encode("Yo soy de Canadá.")) + ["</s>"]
+    assert list(h.alignment.source_tokens) == source
+    assert list(h.alignment.target_tokens) == list(h.tokens) + ["</s>"]
+    weights = client.alignment_matrix(h.alignment)
+    assert weights.shape == (len(h.tokens) + 1, len(source))
+    assert weights.sum(axis=1) == pytest.approx(1.0, abs=1e-4)
+    plain = client.translate(server.channel, ["Yo soy de Canadá."]).translations[0].hypotheses[0]
+    assert not plain.token_log_probs and not plain.HasField("alignment")
+
+
+@pytest.mark.parametrize("search", sorted(SEARCHES))
+def test_stream_grows_token_by_token_and_ends_with_the_unary_result(server, search):
+    _, fields = SEARCHES[search]
+    text = "En el principio creó Dios los cielos y la tierra."
+    events = list(client.translate_stream(server.channel, text, timeout=60, **fields))
+    partials = [e.partial for e in events[:-1]]
+    assert all(e.HasField("partial") for e in events[:-1]) and events[-1].HasField("result")
+    assert [p.steps for p in partials] == list(range(1, len(partials) + 1))
+    unary = client.translate(server.channel, [text], timeout=60, **fields)
+    assert events[-1].result == unary
+    best = list(unary.translations[0].hypotheses[0].tokens)
+    if search == "greedy":  # greedy partials are prefixes of the final output
+        for p in partials:
+            assert list(p.tokens) == best[: len(p.tokens)]
+    assert list(partials[-1].tokens)[: len(best)] == best
+
+
+def test_32_concurrent_clients_with_mixed_lengths_all_get_correct_results(
+    server, exported_translator, tokenizer, test_sentences
+):
+    """Mixed searches and lengths share the running batches; each answer equals the same
+    request decoded alone in process."""
+    engine = OnnxEngine(exported_translator[0], "fp32")
+    requests = []
+    for i in range(32):
+        text = " ".join(test_sentences[i % 12 : i % 12 + 1 + i % 3])
+        fields = {"max_length": 8 + (i * 37) % 121}
+        if i % 4 == 1:
+            fields["beam_size"] = 3
+        requests.append((text, fields))
+    expected = [
+        translate_ids(engine, [tokenizer.encode(text)], DecodingOptions(**fields), 512)[0][0].tokens
+        for text, fields in requests
+    ]
+    start = threading.Barrier(32)
+
+    def call(request):
+        text, fields = request
+        start.wait()
+        response = client.translate(server.channel, [text], timeout=120, **fields)
+        return list(response.translations[0].hypotheses[0].tokens)
+
+    with ThreadPoolExecutor(32) as pool:
+        results = list(pool.map(call, requests))
+    assert results == [tokenizer.pieces(tokens) for tokens in expected]
+
+
+def _request(**kw) -> translation_pb2.TranslateRequest:
+    options = kw.pop("options", {})
+    kw.setdefault("texts", ["Hola."])
+    return translation_pb2.TranslateRequest(options=decoding_pb2.DecodingOptions(**options), **kw)
+
+
+BAD_REQUESTS = {
+    "empty text": (_request(texts=[""]), "INVALID_ARGUMENT", "texts[0]"),
+    "white space only": (_request(texts=["Hola.", " \n\t "]), "INVALID_ARGUMENT", "texts[1]"),
+    "text beyond the character limit": (
+        _request(texts=["palabra " * 600]),
+        "INVALID_ARGUMENT",
+        "texts[0]: 4800 characters",
+    ),
+    "text beyond the token limit": (
+        _request(texts=["¿ " * 600]),
+        "INVALID_ARGUMENT",
+        "tokens, at most 511",
+    ),
+    "beam 0": (_request(options={"beam_size": 0}), "INVALID_ARGUMENT", "beam_size"),
+    "max length beyond the limit": (
+        _request(options={"max_length": 100000}),
+        "INVALID_ARGUMENT",
+        "max_length must be in 1..512",
+    ),
+    "invalid UTF-8 bytes": (
+        _request(texts=[], utf8_texts=[b"Hola", b"caf\xc3"]),
+        "INVALID_ARGUMENT",
+        "utf8_texts[1]: invalid UTF-8",
+    ),
+    "unknown model": (_request(model="klingon"), "NOT_FOUND", "model: no model named 'klingon'"),
+    "unknown version": (_request(version="7"), "NOT_FOUND", "version"),
+    "too many rows": (
+        _request(texts=["Hola."] * 5, options={"beam_size": 16}),
+        "INVALID_ARGUMENT",
+        "80 batch rows, at most 64",
+    ),
+}
+
+
+def test_bad_requests_are_refused_with_the_field_named_and_others_unaffected(server):
+    """Every bad request while a long one is in flight; the long one still succeeds."""
+    with ThreadPoolExecutor(1) as pool:
+        long = pool.submit(client.translate, server.channel, LONG_TEXTS[:1], timeout=60, **LONG)
+        time.sleep(0.2)
+        for name, (request, code, words) in BAD_REQUESTS.items():
+            error = rpc_error(lambda r=request: server.stub.Translate(r, timeout=10))
+            assert error.code().name == code, name
+            assert words in error.details(), (name, error.details())
+        stream = translation_pb2.TranslateStreamRequest(utf8_text=b"\xff")
+        error = rpc_error(lambda: list(server.stub.TranslateStream(stream, timeout=10)))
+        assert error.code() == grpc.StatusCode.INVALID_ARGUMENT and "utf8_text" in error.details()
+        both = _request(texts=["  "], options={"beam_size": 0})
+        details = rpc_error(lambda: server.stub.Translate(both, timeout=10)).details()
+        assert "texts[0]" in details and "beam_size" in details  # every bad field at once
+        assert not long.done()
+        response = long.result()
+    assert len(response.translations[0].hypotheses) == 16
+
+
+def _settled_rows(server) -> float:
+    return server.wait_for(
+        lambda: server.value("attnserve_batch_rows_in_use") == 0 or None,
+        what="batch rows to be freed",
+    ) and server.value("attnserve_batch_rows_in_use")
+
+
+def test_deadline_exceeded_frees_the_batch_rows(server):
+    tokens_before = server.value("attnserve_generated_tokens_total")
+    started = time.monotonic()
+    error = rpc_error(lambda: client.translate(server.channel, LONG_TEXTS, timeout=0.4, **LONG))
+    assert error.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert _settled_rows(server) == 0
+    freed_after = time.monotonic() - started
+    generated = server.value("attnserve_generated_tokens_total") - tokens_before
+    full = len(LONG_TEXTS) * LONG["num_hypotheses"] * LONG["max_length"]
+    assert 0 < generated < full / 2, (generated, full, freed_after)
+    assert server.value("attnserve_request_duration_seconds_count", code="DEADLINE_EXCEEDED") >= 1
+
+
+def test_client_cancel_frees_the_batch_rows(server):
+    tokens_before = server.value("attnserve_generated_tokens_total")
+    events = client.translate_stream(server.channel, LONG_TEXTS[0], timeout=60, **LONG)
+    for _, event in zip(range(3), events, strict=False):
+        assert event.HasField("partial")
+    assert server.value("attnserve_batch_rows_in_use") == 16
+    events.close()  # leaving the stream cancels the call
+    assert _settled_rows(server) == 0
+    generated = server.value("attnserve_generated_tokens_total") - tokens_before
+    assert 0 < generated < LONG["num_hypotheses"] * LONG["max_length"] / 2
+    assert server.value("attnserve_request_duration_seconds_count", code="CANCELLED") >= 1
+
+
+def test_a_full_queue_is_resource_exhausted(start_server):
+    """max_queued_requests 1 and one batch row: the third request finds the queue full."""
+    small = start_server("--workers", "1", "--max-batch-rows", "16", "--max-queued-requests", "1")
+    long = dict(LONG, num_hypotheses=16)
+    with ThreadPoolExecutor(2) as pool:
+        running = pool.submit(client.translate, small.channel, LONG_TEXTS[:1], **long)
+        small.wait_for(lambda: small.value("attnserve_batch_rows_in_use") == 16, what="running")
+        queued = pool.submit(client.translate, small.channel, LONG_TEXTS[:1], **long)
+        small.wait_for(lambda: small.value("attnserve_requests_queued") == 1, what="queued")
+        error = rpc_error(lambda: client.translate(small.channel, ["Hola."], timeout=10))
+        assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "max_queued_requests" in error.details()
+        assert running.result(timeout=60) and queued.result(timeout=60)
