@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The project's two entry points on a fresh Debian machine (as root, or with sudo):
-#   ./dev.sh demo   install what is missing, then translate with the bundled model
+#   ./dev.sh serve  install what is missing, build the model repository from the bundled
+#                   checkpoint, serve it over gRPC and answer a first request (Ctrl-C stops)
 #   ./dev.sh test   install what is missing, then lint and run the whole test suite
 set -euo pipefail
 cd "$(dirname "$0")"
 
-DEBIAN_PACKAGES=(diatheke sword-text-sparv sword-text-web apertium apertium-eng-spa)
+DEBIAN_PACKAGES=(diatheke sword-text-sparv sword-text-web apertium apertium-eng-spa docker-compose prometheus)
 PYTHON=${PYTHON:-python3}
 
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
@@ -18,7 +19,7 @@ install_debian_packages() {
   done
   if [ ${#missing[@]} -gt 0 ]; then
     as_root apt-get update -q
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}"
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
   fi
 }
 
@@ -41,6 +42,34 @@ build_data() {
   [ -f data/translator/test.es ] || "$PYTHON" -m attnserve.cli data translator >/dev/null
 }
 
+build_repository() {
+  # The served model repository, exported from the shipped checkpoint with its parity
+  # certificate; rebuilt when the checkpoint changes.
+  local version=data/repository/translator/1
+  if [ ! -f "$version/golden.json" ] || [ models/checkpoints/translator/model.safetensors -nt "$version/golden.json" ]; then
+    rm -rf "$version"
+    "$PYTHON" -m attnserve.cli export translator --out data/repository --variants fp32,int8 \
+      --sentences 200 2>&1 | grep -v -e "^\[torch.onnx\]" -e "Warning" -e "return cls" || true
+    [ -f "$version/golden.json" ] || { echo "export failed" >&2; exit 1; }
+  fi
+}
+
+serve_and_answer() {
+  # Serves in the background, answers a first request once healthy, then keeps serving.
+  "$PYTHON" -m attnserve.cli serve "$@" &
+  local server=$!
+  trap 'kill -TERM $server 2>/dev/null; wait $server' INT TERM
+  for _ in $(seq 300); do
+    "$PYTHON" -m attnserve.cli health >/dev/null 2>&1 && break
+    kill -0 $server 2>/dev/null || { wait $server; exit 1; }
+    sleep 0.5
+  done
+  "$PYTHON" -m attnserve.cli translate --beam 4 "Yo soy de Canadá." \
+    "En el principio creó Dios los cielos y la tierra." "¿Me puedes traer un tenedor?"
+  echo "serving on 127.0.0.1:50051 (metrics on :9400/metrics); Ctrl-C stops" >&2
+  wait $server
+}
+
 setup() {
   install_debian_packages
   install_python_packages
@@ -49,10 +78,10 @@ setup() {
 }
 
 case "${1:-}" in
-  demo)
+  serve)
     setup
-    "$PYTHON" -m attnserve.cli translate "Yo soy de Canadá." "¿Me puedes traer un tenedor?" \
-      "En el principio creó Dios los cielos y la tierra."
+    build_repository
+    serve_and_answer "${@:2}"
     ;;
   test)
     setup
@@ -63,7 +92,7 @@ case "${1:-}" in
     "$PYTHON" -m pytest "${@:2}"
     ;;
   *)
-    echo "usage: ./dev.sh demo | ./dev.sh test [pytest arguments]" >&2
+    echo "usage: ./dev.sh serve [serve flags] | ./dev.sh test [pytest arguments]" >&2
     exit 2
     ;;
 esac

@@ -121,8 +121,9 @@ def load_config(
             raise InvalidArgument(f"configuration file {file}: unknown settings {unknown}")
         values.update({k: _convert(k, kinds[k], v) for k, v in table.items()})
     for name, kind in kinds.items():
-        if ENV_PREFIX + name.upper() in environ:
-            values[name] = _convert(name, kind, environ[ENV_PREFIX + name.upper()])
+        text = environ.get(ENV_PREFIX + name.upper(), "")
+        if text.strip():  # set and not empty
+            values[name] = _convert(name, kind, text)
     for name, value in (overrides or {}).items():
         if value is not None:
             values[name] = _convert(name, kinds[name], value)

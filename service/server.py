@@ -274,7 +274,7 @@ class TranslationServicer(translation_pb2_grpc.TranslationServiceServicer):
             code = status_code(error)
             await context.abort(code, str(error))
         except asyncio.CancelledError:
-            code = grpc.StatusCode.CANCELLED
+            code = _cancel_code(context)
             raise
         finally:
             front.metrics.requests_in_flight.labels(label).dec()
@@ -310,11 +310,19 @@ class TranslationServicer(translation_pb2_grpc.TranslationServiceServicer):
             code = status_code(error)
             await context.abort(code, str(error))
         except asyncio.CancelledError:
-            code = grpc.StatusCode.CANCELLED
+            code = _cancel_code(context)
             raise
         finally:
             front.metrics.requests_in_flight.labels(label).dec()
             self._end("TranslateStream", label, received, code)
+
+
+def _cancel_code(context) -> grpc.StatusCode:
+    """Why a call's handler was cancelled: its deadline passed, or the client went away."""
+    remaining = context.time_remaining()
+    if remaining is not None and remaining <= 0:
+        return grpc.StatusCode.DEADLINE_EXCEEDED
+    return grpc.StatusCode.CANCELLED
 
 
 def _port(address: str) -> tuple[str, int]:

@@ -92,7 +92,9 @@ def test_stream_grows_token_by_token_and_ends_with_the_unary_result(server, sear
     if search == "greedy":  # greedy partials are prefixes of the final output
         for p in partials:
             assert list(p.tokens) == best[: len(p.tokens)]
-    assert list(partials[-1].tokens)[: len(best)] == best
+        assert list(partials[-1].tokens) == best
+    else:  # the best live beam may be overtaken by a finished one: only its length is known
+        assert all(len(p.tokens) == p.steps for p in partials)
 
 
 def test_32_concurrent_clients_with_mixed_lengths_all_get_correct_results(
