@@ -40,7 +40,7 @@ def serve(args: argparse.Namespace) -> int:
     from service.errors import ServiceError
     from service.server import serve as run_server
 
-    logging.basicConfig(format="attnserve: %(message)s", level=logging.WARNING, stream=sys.stderr)
+    logging.basicConfig(format="attnserve: %(message)s", level=logging.INFO, stream=sys.stderr)
     overrides = {f.name: getattr(args, f.name) for f in fields(ServerConfig)}
     try:
         config = load_config(args.config, overrides=overrides)

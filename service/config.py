@@ -23,7 +23,7 @@ class ServerConfig:
     listen: str = "0.0.0.0:50051"  # gRPC; port 0 lets the OS choose
     metrics_listen: str = "0.0.0.0:9400"  # Prometheus /metrics; port 0 lets the OS choose
     repository: Path = DEFAULT_REPOSITORY  # <model>/<version>/manifest.json ...
-    device: str = "cpu"  # cpu or cuda
+    device: str = "auto"  # cuda when onnxruntime has CUDA, else cpu; or cpu, cuda
     workers: int = 0  # 0: one per CPU core, or one per GPU on cuda
     variant: str = "fp32"  # fp32, int8 (CPU) or fp16 (GPU)
     io_binding: bool | None = None  # None: on for cuda, off for cpu
@@ -39,8 +39,8 @@ class ServerConfig:
 
     def validate(self) -> ServerConfig:
         problems = []
-        if self.device not in ("cpu", "cuda"):
-            problems.append(f"device must be cpu or cuda, got {self.device!r}")
+        if self.device not in ("auto", "cpu", "cuda"):
+            problems.append(f"device must be auto, cpu or cuda, got {self.device!r}")
         if self.variant not in ("fp32", "int8", "fp16"):
             problems.append(f"variant must be fp32, int8 or fp16, got {self.variant!r}")
         if self.batching not in ("continuous", "request"):
@@ -59,18 +59,28 @@ class ServerConfig:
             raise InvalidArgument("configuration: " + "; ".join(problems))
         return self
 
-    def worker_count(self) -> int:
+    def resolved_device(self) -> str:
+        """The device to run on: "auto" becomes cuda where onnxruntime offers CUDA."""
+        import onnxruntime as ort
+
+        cuda = "CUDAExecutionProvider" in ort.get_available_providers()
+        if self.device == "cuda" and not cuda:
+            raise InvalidArgument(
+                "configuration: device cuda, but this onnxruntime has no CUDA execution "
+                f"provider ({ort.get_available_providers()}); install the gpu extra"
+            )
+        return "cuda" if self.device == "cuda" or (self.device == "auto" and cuda) else "cpu"
+
+    def worker_count(self, device: str) -> int:
+        """Workers: as configured, else one per GPU on cuda, one per CPU core on cpu."""
         if self.workers:
             return self.workers
-        if self.device == "cuda":
-            import onnxruntime as ort  # only on GPU machines
-
-            if "CUDAExecutionProvider" in ort.get_available_providers():
-                return max(1, _gpu_count())
+        if device == "cuda":
+            return max(1, gpu_count())
         return max(1, len(os.sched_getaffinity(0)))
 
 
-def _gpu_count() -> int:
+def gpu_count() -> int:
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
         return len([d for d in visible.split(",") if d.strip()])

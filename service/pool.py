@@ -16,6 +16,7 @@ import multiprocessing
 import time
 from dataclasses import dataclass, field, replace
 
+from service.config import gpu_count
 from service.errors import ERRORS, ResourceExhausted, Unavailable
 from service.metrics import Metrics
 from service.scheduler import Job
@@ -253,14 +254,16 @@ class WorkerPool:
 
 
 def worker_settings(config, models: tuple[tuple[str, str], ...]) -> list[WorkerSettings]:
+    device = config.resolved_device()
+    gpus = max(1, gpu_count()) if device == "cuda" else 1
     base = WorkerSettings(
         index=0,
         models=models,
         variant=config.variant,
-        device=config.device,
+        device=device,
         io_binding=config.io_binding,
         max_rows=config.max_batch_rows,
         batching=config.batching,
         window=config.batch_window_ms / 1000,
     )
-    return [replace(base, index=i, gpu=i) for i in range(config.worker_count())]
+    return [replace(base, index=i, gpu=i % gpus) for i in range(config.worker_count(device))]

@@ -379,14 +379,14 @@ async def serve(config: ServerConfig, stop: asyncio.Event | None = None) -> int:
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     _write_ready(config, {**ports, "serving": True, "workers": pool.pids()})
     names = ", ".join(f"{m.key} ({config.variant})" for v in models.values() for m in v.values())
-    log.warning(
-        "serving %s on %s with %d %s workers; metrics on %s port %d",
-        names, config.listen.rpartition(":")[0] + f":{grpc_port}", len(pool.workers),
-        config.device, config.metrics_listen.rpartition(":")[0], ports["metrics_port"],
+    device, host = pool.workers[0].settings.device, config.listen.rpartition(":")[0]
+    log.info(
+        "serving %s on %s:%d with %d %s workers; metrics on port %d",
+        names, host, grpc_port, len(pool.workers), device, ports["metrics_port"],
     )  # fmt: skip
 
     await stop.wait()
-    log.warning("draining: %d calls in flight, %.0f s to finish", front.in_flight,
+    log.info("draining: %d calls in flight, %.0f s to finish", front.in_flight,
                 config.drain_seconds)  # fmt: skip
     front.draining = True
     await health_servicer.enter_graceful_shutdown()

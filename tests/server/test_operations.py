@@ -185,5 +185,5 @@ def test_configuration_layers_defaults_file_environment_and_flags(tmp_path):
     file.write_text("max_batch_rowz = 1\n")
     with pytest.raises(Exception, match="unknown settings \\['max_batch_rowz'\\]"):
         load_config(file, {})
-    with pytest.raises(Exception, match="device must be cpu or cuda"):
+    with pytest.raises(Exception, match="device must be auto, cpu or cuda"):
         load_config(None, {"ATTNSERVE_DEVICE": "tpu"})
