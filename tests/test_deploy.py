@@ -1,25 +1,16 @@
 """The deployment files: docker-compose.yml and the Prometheus configuration and rules.
 
 The compose file is validated by docker-compose 1.29 (Debian's; no Docker engine is needed) and
-read back as compose resolves it. The Prometheus files pass promtool, and a real prometheus
-process scrapes a stand-in for the server through the deployed scrape configuration.
+read back as compose resolves it. The Prometheus files pass promtool. The stack itself runs as
+local processes in tests/server/test_compose_stack.py.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
-import socket
 import subprocess
-import threading
-import time
-import urllib.error
-import urllib.parse
-import urllib.request
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -204,133 +195,3 @@ def test_promtool_rejects_a_broken_rule(tmp_path):
     result = _run([_binary("promtool"), "check", "rules", str(rules)])
     assert result.returncode != 0
     assert "parse error" in result.stdout + result.stderr
-
-
-# -- a real Prometheus scraping a stand-in server ---------------------------------------------
-
-LABELS = 'model="translator",method="Translate",code="OK"'
-EXPOSITION = f"""\
-# HELP attnserve_request_duration_seconds Time from request to response.
-# TYPE attnserve_request_duration_seconds histogram
-attnserve_request_duration_seconds_bucket{{{LABELS},le="0.1"}} 2
-attnserve_request_duration_seconds_bucket{{{LABELS},le="0.5"}} 5
-attnserve_request_duration_seconds_bucket{{{LABELS},le="2.5"}} 6
-attnserve_request_duration_seconds_bucket{{{LABELS},le="+Inf"}} 7
-attnserve_request_duration_seconds_sum{{{LABELS}}} 4.25
-attnserve_request_duration_seconds_count{{{LABELS}}} 7
-# HELP attnserve_worker_restarts_total Worker processes restarted after they died.
-# TYPE attnserve_worker_restarts_total counter
-attnserve_worker_restarts_total 1
-"""
-
-
-class _StandIn(BaseHTTPRequestHandler):
-    def do_GET(self):
-        status, body = (200, EXPOSITION.encode()) if self.path == "/metrics" else (404, b"")
-        self.send_response(status)
-        self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format, *args):
-        pass
-
-
-@pytest.fixture
-def stand_in() -> Iterator[str]:
-    """An HTTP server on 127.0.0.1 (a port of the OS's choice) serving EXPOSITION."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _StandIn)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def _local_config(target: str, web: str) -> dict:
-    """The deployed configuration with its service discovery pointed at local addresses."""
-    config = yaml.safe_load(PROMETHEUS_CONFIG.read_text())
-    config["rule_files"] = [str(PROMETHEUS_DIR / f) for f in config["rule_files"]]
-    for job in config["scrape_configs"]:
-        address = target if job["job_name"] == "attnserve" else web
-        job.pop("dns_sd_configs", None)
-        job["static_configs"] = [{"targets": [address]}]
-    return config
-
-
-_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-
-def _api(web: str, path: str, **query: str) -> dict:
-    url = f"http://{web}/api/v1/{path}?{urllib.parse.urlencode(query)}"
-    with _NO_PROXY.open(url, timeout=2) as response:
-        return json.load(response)["data"]
-
-
-def _poll_query(web: str, query: str, process, deadline: float) -> list[dict]:
-    """The query's result once it is non-empty; fails when prometheus exits or time runs out."""
-    while time.monotonic() < deadline:
-        assert process.poll() is None, f"prometheus exited with {process.returncode}"
-        try:
-            result = _api(web, "query", query=query)["result"]
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            result = []
-        if result:
-            return result
-        time.sleep(0.25)
-    pytest.fail(f"no result for {query} within 20 s")
-
-
-@pytest.fixture
-def prometheus(tmp_path, stand_in) -> Iterator[tuple[str, subprocess.Popen]]:
-    """A prometheus process running the deployed config against the stand-in."""
-    web = f"127.0.0.1:{_free_port()}"
-    config = tmp_path / "prometheus.yml"
-    config.write_text(yaml.safe_dump(_local_config(stand_in, web)))
-    log = (tmp_path / "prometheus.log").open("w")
-    args = [
-        _binary("prometheus"),
-        f"--config.file={config}",
-        f"--storage.tsdb.path={tmp_path / 'data'}",
-        f"--web.listen-address={web}",
-    ]
-    process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        yield web, process
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        log.close()
-
-
-def test_prometheus_scrapes_the_attnserve_job(prometheus, stand_in):
-    web, process = prometheus
-    deadline = time.monotonic() + 20
-    (up,) = _poll_query(web, 'up{job="attnserve"} == 1', process, deadline)
-    assert up["metric"]["instance"] == stand_in
-
-    count = _poll_query(web, "attnserve_request_duration_seconds_count", process, deadline)
-    assert [(s["metric"]["job"], s["metric"]["model"], s["value"][1]) for s in count] == [
-        ("attnserve", "translator", "7")
-    ]
-    buckets = _api(web, "query", query="attnserve_request_duration_seconds_bucket")["result"]
-    assert sorted(s["metric"]["le"] for s in buckets) == ["+Inf", "0.1", "0.5", "2.5"]
-    (restarts,) = _api(web, "query", query="attnserve_worker_restarts_total")["result"]
-    assert restarts["value"][1] == "1"
-
-    groups = {g["name"] for g in _api(web, "rules")["groups"]}
-    assert groups == {"attnserve-recording", "attnserve-alerts"}
