@@ -141,7 +141,11 @@ class WorkerPool:
         worker.calls[job.id] = call
         self.queued += 1
         self.metrics.requests_queued.labels(call.model).inc()
-        worker.conn.send(("submit", key, job))
+        try:
+            worker.conn.send(("submit", key, job))
+        except (OSError, ValueError) as error:  # the worker died a moment ago
+            self._settle(worker, job.id)
+            raise Unavailable("the worker chosen for this request stopped; retry") from error
         return call
 
     def cancel(self, call: Call) -> None:
