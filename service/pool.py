@@ -181,7 +181,8 @@ class WorkerPool:
             model = self.models.get(key, key)
             for event in events:
                 self._event(worker, model, event)
-            self.metrics.observe_worker_stats(model, stats)
+            if stats is not None:
+                self.metrics.observe_worker_stats(model, stats)
             worker.rows = rows
             self._update_rows(model)
         elif kind == "ready":

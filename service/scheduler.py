@@ -55,6 +55,7 @@ class Job:
     first_token_at: float = 0.0
     last_token_at: float = 0.0
     gaps: list[float] = field(default_factory=list)  # seconds between successive tokens
+    streamed: list[int] = field(default_factory=list)  # best tokens in the last partial event
     cancelled: bool = False
 
     @property
@@ -220,14 +221,20 @@ class Scheduler:
                 keep.append(kept + offset)
                 still.append(job)
                 if job.stream:
-                    self.events.append(
-                        ("partial", job.id, job.search.best_tokens(0), job.search.steps)
-                    )
+                    self._stream(job)
             offset += rows
         self.running = still
         index = np.concatenate(keep) if keep else np.zeros(0, np.int64)
         if not np.array_equal(index, np.arange(len(tokens))):
             self.batch.reorder(index)
+
+    def _stream(self, job: Job) -> None:
+        """A partial event: the best hypothesis as (tokens kept from the last one, new ones),
+        so a long stream does not resend its whole prefix every step."""
+        tokens, sent = job.search.best_tokens(0), job.streamed
+        kept = len(sent) if tokens[: len(sent)] == sent else _common_prefix(tokens, sent)
+        self.events.append(("partial", job.id, kept, tokens[kept:], job.search.steps))
+        job.streamed = tokens
 
     def _finish(self, job: Job, now: float) -> None:
         results = job.search.results()
@@ -236,6 +243,13 @@ class Scheduler:
                 _strip(h, job)
         timings = Timings(job.queued_at, job.admitted_at, job.first_token_at, now, job.gaps)
         self.events.append(("result", job.id, results, timings))
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return i
+    return min(len(a), len(b))
 
 
 def _width(attention: np.ndarray, memory: int) -> np.ndarray:

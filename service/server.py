@@ -294,12 +294,14 @@ class TranslationServicer(translation_pb2_grpc.TranslationServiceServicer):
                 model, [text], options, _Context(request, request.options, context), stream=True
             )
             call = await front.pool.submit(model.key, job, context.time_remaining())
-            tokenizer = model.tokenizer
+            tokenizer, tokens, pieces = model.tokenizer, [], []
             async for event in self._events(call):
-                if event[0] == "partial":
-                    tokens, steps = event[2], event[3]
+                if event[0] == "partial":  # (kept tokens of the previous one, new ones, steps)
+                    kept, new, steps = event[2], event[3], event[4]
+                    tokens = tokens[:kept] + new
+                    pieces = pieces[:kept] + tokenizer.pieces(new)
                     partial = translation_pb2.PartialHypothesis(
-                        text=tokenizer.decode(tokens), tokens=tokenizer.pieces(tokens), steps=steps
+                        text=tokenizer.decode(tokens), tokens=pieces, steps=steps
                     )
                     yield translation_pb2.TranslateStreamResponse(partial=partial)
                 elif event[0] == "result":

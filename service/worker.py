@@ -6,7 +6,8 @@ loops: read messages from the front (submit, cancel, stop), run one scheduling r
 busy model, send back what happened. Messages:
 
     front -> worker   ("submit", key, Job) | ("cancel", key, job id) | ("stop",)
-    worker -> front   ("ready", info) | ("failed", message) | ("events", key, events, Stats, state)
+    worker -> front   ("ready", info) | ("failed", message)
+                      | ("events", key, events, Stats or None, (batch rows, waiting jobs))
 """
 
 from __future__ import annotations
@@ -135,7 +136,10 @@ def _loop(conn, schedulers: dict[str, Scheduler]) -> None:
         for key, scheduler in schedulers.items():
             state = (scheduler.rows, len(scheduler.waiting))
             measured = scheduler.stats.step_seconds or scheduler.stats.encoder_seconds
-            if scheduler.events or state != reported[key] or (due and measured):
+            if state != reported[key] or (due and measured):  # measurements, state, events
                 conn.send(("events", key, scheduler.events, scheduler.stats, state))
                 scheduler.events, scheduler.stats, reported[key] = [], Stats(), state
                 last_report = now
+            elif scheduler.events:  # a stream's step: its events alone, measurements later
+                conn.send(("events", key, scheduler.events, None, state))
+                scheduler.events = []
