@@ -1,15 +1,21 @@
 """The inference batch of continuous batching: rows of many requests, decoded together.
 
-Requests join between two steps with no past: their cache columns up to the batch's current
-length are padding (self mask 0) and their positions start at 0, so a row's numbers do not
-depend on when it joined. Rows leave as soon as their search is done. Encoder rows (memory)
-are kept once per input and gathered per row only when the set of inputs changes, so beam
-reordering does not copy them. When leaving rows make leading cache columns or trailing
-memory columns padding for every row, those columns are dropped (compaction), so the cache
-of a batch that never empties stays as long as its longest-lived row, not its history.
+Rows live in slots of the cache. Requests join between two steps with no past: their cache
+columns up to the batch's current length are padding (self mask 0) and their positions start
+at 0, so a row's numbers do not depend on when it joined or which slot it has.
 
-Every tensor operation goes through the engine (take, join, narrow), so the same code runs
-with numpy arrays on a CPU and with device-resident OrtValues on a GPU.
+Moving cache rows costs as much as a decode step, so rows move as little as possible:
+- a row that leaves only frees its slot (a dead slot is still computed, its output ignored);
+- a joining request takes dead slots when there are enough of them;
+- beam reordering copies only the rows that are repeated into free slots, in place;
+- the cache is rebuilt (live rows gathered, padding columns dropped, new rows appended) only
+  when a request cannot reuse dead slots, when dead slots stay unused too long or are too
+  many, or when columns that every live row masks pile up.
+So a batch that never empties keeps a cache as long as its longest-lived row.
+
+In-place moves need host (numpy) arrays. Device-resident caches (OrtValues, IO binding) take
+the same decisions but move rows with the engine's operations (take, join, narrow), which
+run on the device.
 """
 
 from __future__ import annotations
@@ -18,36 +24,45 @@ import numpy as np
 
 from service.inference import EncoderOutput, Engine, Inference
 
-MIN_TRIM = 8  # columns; fewer padding columns than this are not worth a copy of the cache
+MIN_TRIM = 8  # padding columns worth dropping (and at least 1/8 of the length)
+IDLE_STEPS = 16  # steps a dead slot may wait for a joining request before a rebuild
 
 
-def join_masks(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """(Ba, La), (Bb, Lb) -> (Ba + Bb, max L), right-padded with 0."""
-    length = max(a.shape[1], b.shape[1])
-    out = np.zeros((len(a) + len(b), length), dtype=np.int64)
-    out[: len(a), : a.shape[1]] = a
-    out[len(a) :, : b.shape[1]] = b
-    return out
+def _trim(mask: np.ndarray, leading: bool) -> int:
+    """Columns of `mask` (rows, L) that no row uses: leading ones, or trailing ones."""
+    used = np.flatnonzero(mask.any(axis=0))
+    if leading:
+        return int(used[0]) if len(used) else mask.shape[1]
+    return mask.shape[1] - (int(used[-1]) + 1 if len(used) else 0)
 
 
 class ContinuousBatch(Inference):
-    """Rows joined by `join`, advanced by `step`, kept or dropped by `reorder`."""
+    """Rows joined by `join`, advanced by `step`, kept, repeated or dropped by `reorder`."""
 
     def __init__(self, engine: Engine):
         self.engine = engine
+        self.in_place = not getattr(engine, "io_binding", False)  # host arrays
+        self.rebuilds = 0
         self._clear()
 
     def _clear(self) -> None:
-        self.encoded: EncoderOutput | None = None  # memory of every input in the batch (E rows)
-        self.encoder: EncoderOutput | None = None  # the same, gathered per row
-        self.sources = np.zeros(0, dtype=np.int64)  # (B,) the encoded row of each row
-        self.past = None
-        self.self_mask = np.zeros((0, 0), dtype=np.int64)  # (B, P)
-        self.lengths = np.zeros(0, dtype=np.int64)  # tokens fed per row
+        self.past = None  # per layer (keys, values) (slots, H, P, Dh)
+        self.cross = None  # per layer (keys, values) (slots, H, S, Dh)
+        self.memory_mask = np.zeros((0, 0), dtype=np.int64)  # (slots, S)
+        self.self_mask = np.zeros((0, 0), dtype=np.int64)  # (slots, P)
+        self.lengths = np.zeros(0, dtype=np.int64)  # tokens fed per slot
+        self.inputs = np.zeros(0, dtype=np.int64)  # the input a slot decodes
+        self.idle = np.zeros(0, dtype=np.int64)  # steps a slot has been dead
+        self.alive = np.zeros(0, dtype=np.int64)  # the slot of each row
+        self._next_input = 0
 
     @property
     def rows(self) -> int:
-        return len(self.sources)
+        return len(self.alive)
+
+    @property
+    def slots(self) -> int:
+        return len(self.lengths)
 
     @property
     def cache_length(self) -> int:
@@ -55,99 +70,173 @@ class ContinuousBatch(Inference):
 
     @property
     def memory_length(self) -> int:
-        return 0 if self.encoded is None else self.encoded.memory_mask.shape[1]
+        return self.memory_mask.shape[1]
 
+    def _dead(self) -> np.ndarray:
+        dead = np.ones(self.slots, dtype=bool)
+        dead[self.alive] = False
+        return dead
+
+    # -- joining ----------------------------------------------------------------------------
     def join(self, encoder: EncoderOutput, sources: np.ndarray) -> None:
         """Adds rows decoding `sources` (rows of `encoder`), after the existing rows."""
         sources = np.asarray(sources, dtype=np.int64)
-        rows, memory_mask = len(sources), np.asarray(encoder.memory_mask)
-        past = self.engine.empty_past(rows)
-        if self.rows == 0:
-            self.encoded = EncoderOutput(list(encoder.cross), memory_mask)
-            self.sources, self.past = sources, past
-            self.self_mask = np.zeros((rows, 0), dtype=np.int64)
-            self.lengths = np.zeros(rows, dtype=np.int64)
+        take = self.engine.take
+        cross = [(take(k, sources), take(v, sources)) for k, v in encoder.cross]
+        memory_mask = np.asarray(encoder.memory_mask)[sources]
+        inputs = self._next_input + sources
+        self._next_input += int(sources.max()) + 1
+        free = np.flatnonzero(self._dead())
+        fits = memory_mask.shape[1] <= self.memory_length
+        if self.slots == 0:
+            self._adopt(cross, memory_mask, inputs)
+        elif self.in_place and len(free) >= len(sources) and fits:
+            self._reuse(free[: len(sources)], cross, memory_mask, inputs)
         else:
-            join, encoded = self.engine.join, self.encoded
-            offset = len(encoded.memory_mask)
-            self.encoded = EncoderOutput(
-                [
-                    (join(k, new_k), join(v, new_v))
-                    for (k, v), (new_k, new_v) in zip(encoded.cross, encoder.cross, strict=True)
-                ],
-                join_masks(encoded.memory_mask, memory_mask),
-            )
-            self.sources = np.concatenate([self.sources, sources + offset])
+            self._rebuild((cross, memory_mask, inputs))
+
+    def _adopt(self, cross, memory_mask: np.ndarray, inputs: np.ndarray) -> None:
+        rows = len(inputs)
+        self.past, self.cross, self.memory_mask = self.engine.empty_past(rows), cross, memory_mask
+        self.self_mask = np.zeros((rows, 0), dtype=np.int64)
+        self.lengths = np.zeros(rows, dtype=np.int64)
+        self.inputs, self.idle = inputs, np.zeros(rows, dtype=np.int64)
+        self.alive = np.arange(rows)
+
+    def _reuse(self, slots: np.ndarray, cross, memory_mask: np.ndarray, inputs) -> None:
+        """New rows in dead slots: their past is masked, their memory written in place."""
+        length = memory_mask.shape[1]
+        for (key, value), (new_key, new_value) in zip(self.cross, cross, strict=True):
+            key[slots, :, :length] = new_key
+            value[slots, :, :length] = new_value
+        self.memory_mask[slots] = 0
+        self.memory_mask[slots, :length] = memory_mask
+        self.self_mask[slots] = 0
+        self.lengths[slots], self.inputs[slots], self.idle[slots] = 0, inputs, 0
+        self.alive = np.concatenate([self.alive, slots])
+
+    def _rebuild(self, new=None) -> None:
+        """Gathers the live rows into a fresh cache without padding columns, appending the
+        rows of `new` (cross keys/values, memory mask, inputs) when given."""
+        self.rebuilds += 1
+        take, narrow, join = self.engine.take, self.engine.narrow, self.engine.join
+        live, mask = self.alive, self.self_mask[self.alive]
+        lead = _trim(mask, leading=True)
+        tail = _trim(self.memory_mask[live], leading=False)
+        length, memory = self.cache_length, self.memory_length - tail
+
+        def rows(tensor, start: int, end: int, full: int):
+            tensor = take(tensor, live)
+            return narrow(tensor, start, end) if (start, end) != (0, full) else tensor
+
+        self.past = [
+            (rows(k, lead, length, length), rows(v, lead, length, length)) for k, v in self.past
+        ]
+        self.cross = [
+            (rows(k, 0, memory, self.memory_length), rows(v, 0, memory, self.memory_length))
+            for k, v in self.cross
+        ]
+        self.self_mask = np.ascontiguousarray(mask[:, lead:])
+        self.memory_mask = np.ascontiguousarray(self.memory_mask[live, :memory])
+        self.lengths, self.inputs = self.lengths[live], self.inputs[live]
+        if new is not None:
+            cross, memory_mask, inputs = new
+            past = self.engine.empty_past(len(inputs))
             self.past = [
                 (join(k, new_k), join(v, new_v))
                 for (k, v), (new_k, new_v) in zip(self.past, past, strict=True)
             ]
-            padding = np.zeros((rows, self.cache_length), dtype=np.int64)
+            self.cross = [
+                (join(k, new_k), join(v, new_v))
+                for (k, v), (new_k, new_v) in zip(self.cross, cross, strict=True)
+            ]
+            self.memory_mask = _join_masks(self.memory_mask, memory_mask)
+            padding = np.zeros((len(inputs), self.cache_length), dtype=np.int64)
             self.self_mask = np.concatenate([self.self_mask, padding])
-            self.lengths = np.concatenate([self.lengths, np.zeros(rows, dtype=np.int64)])
-        self._gather_encoder()
+            self.lengths = np.concatenate([self.lengths, np.zeros(len(inputs), np.int64)])
+            self.inputs = np.concatenate([self.inputs, inputs])
+        self.idle = np.zeros(self.slots, dtype=np.int64)
+        self.alive = np.arange(self.slots)
 
-    def _gather_encoder(self) -> None:
-        encoded, sources = self.encoded, self.sources
-        if np.array_equal(sources, np.arange(len(encoded.memory_mask))):
-            self.encoder = encoded
-            return
-        take = self.engine.take
-        self.encoder = EncoderOutput(
-            [(take(k, sources), take(v, sources)) for k, v in encoded.cross],
-            encoded.memory_mask[sources],
-        )
+    # -- stepping ---------------------------------------------------------------------------
+    def _worth_rebuilding(self) -> bool:
+        dead = self.slots - self.rows
+        if dead and (3 * dead > self.slots or self.idle.max() >= IDLE_STEPS):
+            return True
+        live_mask = self.self_mask[self.alive]
+        if _trim(live_mask, leading=True) >= max(MIN_TRIM, self.cache_length // 8):
+            return True
+        padding = _trim(self.memory_mask[self.alive], leading=False)
+        return padding >= max(MIN_TRIM, self.memory_length // 8)
 
     def step(self, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        batch, new = tokens.shape
+        if self._worth_rebuilding():
+            self._rebuild()
+        dead = self._dead()
+        identity = not dead.any() and np.array_equal(self.alive, np.arange(self.slots))
+        new = tokens.shape[1]
+        if not identity:  # dead slots are fed padding; their outputs are dropped
+            fed = np.zeros((self.slots, new), dtype=np.int64)
+            fed[self.alive] = tokens
+            tokens = fed
+            self.idle[dead] += 1
         positions = self.lengths[:, None] + np.arange(new, dtype=np.int64)
-        self.self_mask = np.concatenate([self.self_mask, np.ones((batch, new), np.int64)], 1)
-        logits, self.past, cross = self.engine.step(
-            tokens, positions, self.self_mask, self.past, self.encoder
+        if not identity:
+            positions[dead] = 0  # a dead slot's length may pass the model's last position
+        self.self_mask = np.concatenate([self.self_mask, np.ones((self.slots, new), np.int64)], 1)
+        encoder = EncoderOutput(self.cross, self.memory_mask)
+        logits, self.past, attention = self.engine.step(
+            tokens, positions, self.self_mask, self.past, encoder
         )
         self.lengths = self.lengths + new
-        return logits, cross
+        if identity:
+            return logits, attention
+        return logits[self.alive], attention[self.alive]
 
+    # -- leaving and reordering -------------------------------------------------------------
     def reorder(self, index: np.ndarray) -> None:
         index = np.asarray(index, dtype=np.int64)
         if len(index) == 0:
             self._clear()
             return
-        take = self.engine.take
-        self.past = [(take(k, index), take(v, index)) for k, v in self.past]
-        self.self_mask, self.lengths = self.self_mask[index], self.lengths[index]
-        sources = self.sources[index]
-        changed = not np.array_equal(sources, self.sources)
-        used = np.unique(sources)
-        if len(used) < len(self.encoded.memory_mask):  # inputs that left: drop their memory
-            self.encoded = EncoderOutput(
-                [(take(k, used), take(v, used)) for k, v in self.encoded.cross],
-                self.encoded.memory_mask[used],
-            )
-            sources = np.searchsorted(used, sources)
-            changed = True
-        self.sources = sources
-        changed |= self._compact()
-        if changed:
-            self._gather_encoder()
+        slots = self.alive[index]
+        if len(slots) == 1 or np.all(np.diff(slots) > 0):  # rows leave, none repeats: free
+            self.alive = slots
+            return
+        first = np.zeros(len(slots), dtype=bool)
+        first[np.unique(slots, return_index=True)[1]] = True
+        free = np.setdiff1d(np.arange(self.slots), slots[first])
+        repeats = np.flatnonzero(~first)
+        if not self.in_place or len(repeats) > len(free):
+            self.alive = slots
+            self._rebuild()  # gathers, repeated rows included
+            return
+        targets = slots.copy()
+        targets[repeats] = free[: len(repeats)]
+        self._copy_rows(slots[repeats], targets[repeats])
+        self.idle[targets] = 0
+        self.alive = targets
 
-    def _compact(self) -> bool:
-        """Drops cache columns before every row's first real one and memory columns after
-        every input's last real one; True when the memory changed."""
-        narrow = self.engine.narrow
-        real = np.flatnonzero(self.self_mask.any(axis=0))
-        lead = int(real[0]) if len(real) else self.cache_length
-        if lead >= max(MIN_TRIM, self.cache_length // 8):
-            end = self.cache_length
-            self.past = [(narrow(k, lead, end), narrow(v, lead, end)) for k, v in self.past]
-            self.self_mask = self.self_mask[:, lead:]
-        mask = self.encoded.memory_mask
-        real = np.flatnonzero(mask.any(axis=0))
-        end = int(real[-1]) + 1 if len(real) else 0
-        if mask.shape[1] - end >= max(MIN_TRIM, mask.shape[1] // 8):
-            self.encoded = EncoderOutput(
-                [(narrow(k, 0, end), narrow(v, 0, end)) for k, v in self.encoded.cross],
-                np.ascontiguousarray(mask[:, :end]),
-            )
-            return True
-        return False
+    def _copy_rows(self, origins: np.ndarray, targets: np.ndarray) -> None:
+        """Copies slots `origins` to slots `targets` (disjoint) in place; the memory only
+        where the input differs (beams of one input share theirs)."""
+        for key, value in self.past:
+            key[targets], value[targets] = key[origins], value[origins]
+        other = self.inputs[origins] != self.inputs[targets]
+        if other.any():
+            o, t = origins[other], targets[other]
+            for key, value in self.cross:
+                key[t], value[t] = key[o], value[o]
+            self.memory_mask[t] = self.memory_mask[o]
+        self.self_mask[targets] = self.self_mask[origins]
+        self.lengths[targets] = self.lengths[origins]
+        self.inputs[targets] = self.inputs[origins]
+
+
+def _join_masks(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """(Ba, La), (Bb, Lb) -> (Ba + Bb, max L), right-padded with 0."""
+    length = max(a.shape[1], b.shape[1])
+    out = np.zeros((len(a) + len(b), length), dtype=np.int64)
+    out[: len(a), : a.shape[1]] = a
+    out[len(a) :, : b.shape[1]] = b
+    return out

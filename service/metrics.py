@@ -40,7 +40,8 @@ class Metrics:
             "Time between two successive decoded tokens of one request.",
         )
         self.encoder_duration = histogram(
-            "attnserve_encoder_duration_seconds", "Encoder run of one request's inputs."
+            "attnserve_encoder_duration_seconds",
+            "One encoder run: the inputs of the requests joining the batch at one step.",
         )
         self.decode_step_duration = histogram(
             "attnserve_decode_step_duration_seconds", "One decode step of a whole batch."

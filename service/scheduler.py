@@ -30,6 +30,24 @@ from service.tokenizer import BOS_ID, EOS_ID
 BATCHING = ("continuous", "request")
 
 
+def stack_inputs(inputs: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """The encoder inputs of several jobs as one batch: concatenated on axis 0, every other
+    axis right-padded with zeros to the longest (padding ids and masks are 0)."""
+    if len(inputs) == 1:
+        return inputs[0]
+    stacked = {}
+    for name in inputs[0]:
+        arrays = [job[name] for job in inputs]
+        shape = np.max([a.shape for a in arrays], axis=0)
+        out = np.zeros((sum(len(a) for a in arrays), *shape[1:]), dtype=arrays[0].dtype)
+        row = 0
+        for a in arrays:
+            out[(slice(row, row + len(a)), *map(slice, a.shape[1:]))] = a
+            row += len(a)
+        stacked[name] = out
+    return stacked
+
+
 def rows_needed(inputs: int, options: DecodingOptions) -> int:
     """Batch rows a job takes at its start: one per hypothesis searched."""
     copies = options.num_hypotheses if options.sampling else options.beam_size
@@ -184,17 +202,30 @@ class Scheduler:
             full = sum(j.rows for j in self.waiting) >= self.max_rows
             if not full and self.clock() < self.waiting[0].queued_at + self.window:
                 return
-        while self.waiting and self.batch.rows + self.waiting[0].rows <= self.max_rows:
-            job = self.waiting.popleft()
-            start = self.clock()
-            encoder = self.engine.encode(**job.encoder_inputs)
+        admitted, rows = [], self.batch.rows
+        while self.waiting and rows + self.waiting[0].rows <= self.max_rows:
+            admitted.append(self.waiting.popleft())
+            rows += admitted[-1].rows
+        if not admitted:
+            return
+        # one encoder run for every request admitted in this round, one join
+        start = self.clock()
+        encoder = self.engine.encode(**stack_inputs([job.encoder_inputs for job in admitted]))
+        memory_mask = np.asarray(encoder.memory_mask)
+        sources, offset = [], 0
+        for job in admitted:
             job.search = make_search(job.inputs, job.options, BOS_ID, EOS_ID)
-            job.memory = np.asarray(encoder.memory_mask).shape[1]
-            self.batch.join(encoder, job.search.sources)
-            job.admitted_at = self.clock()
-            self.stats.encoder_seconds.append(job.admitted_at - start)
+            own = memory_mask[offset : offset + job.inputs]
+            job.memory = int(np.flatnonzero(own.any(axis=0))[-1]) + 1
+            sources.append(job.search.sources + offset)
+            offset += job.inputs
+        self.batch.join(encoder, np.concatenate(sources))
+        now = self.clock()
+        self.stats.encoder_seconds.append(now - start)
+        for job in admitted:
+            job.admitted_at = now
             self.running.append(job)
-            self.events.append(("admitted", job.id, job.admitted_at - job.queued_at))
+            self.events.append(("admitted", job.id, now - job.queued_at))
 
     def _step(self) -> None:
         start = self.clock()

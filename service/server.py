@@ -224,12 +224,25 @@ class TranslationServicer(translation_pb2_grpc.TranslationServiceServicer):
         return name if name in self.front.models else "unknown"
 
     async def _events(self, call: Call):
-        """The call's events until its result; cancels the job if the client goes away."""
+        """The call's events until its result; cancels the job if the client goes away.
+        Partial events already waiting are merged into one ("partials", [events]): when the
+        client or the front falls behind, it gets the newest hypothesis, not a backlog."""
+        held = None
         try:
             while True:
-                event = await call.events.get()
+                event, held = held or await call.events.get(), None
                 if event[0] == "error":
                     raise event[1]
+                if event[0] == "partial":
+                    partials = [event]
+                    while not call.events.empty():
+                        following = call.events.get_nowait()
+                        if following[0] != "partial":
+                            held = following
+                            break
+                        partials.append(following)
+                    yield ("partials", partials)
+                    continue
                 yield event
                 if event[0] == "result":
                     return
@@ -296,10 +309,11 @@ class TranslationServicer(translation_pb2_grpc.TranslationServiceServicer):
             call = await front.pool.submit(model.key, job, context.time_remaining())
             tokenizer, tokens, pieces = model.tokenizer, [], []
             async for event in self._events(call):
-                if event[0] == "partial":  # (kept tokens of the previous one, new ones, steps)
-                    kept, new, steps = event[2], event[3], event[4]
-                    tokens = tokens[:kept] + new
-                    pieces = pieces[:kept] + tokenizer.pieces(new)
+                if event[0] == "partials":  # each: (tokens kept from the last, new ones, steps)
+                    for _, _, kept, new, _ in event[1]:
+                        tokens = tokens[:kept] + new
+                        pieces = pieces[:kept] + tokenizer.pieces(new)
+                    steps = event[1][-1][4]
                     partial = translation_pb2.PartialHypothesis(
                         text=tokenizer.decode(tokens), tokens=pieces, steps=steps
                     )

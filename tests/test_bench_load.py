@@ -21,7 +21,7 @@ pytest.importorskip("grpc")
 ROOT = Path(__file__).resolve().parents[1]
 GOALS = (
     "throughput at 16 clients / at 1 client",
-    "e2e p50 over gRPC at 1 client / in-process decode p50",
+    "e2e p50 over gRPC (Translate) at 1 client / in-process decode p50",
     "continuous / request-level batching throughput",
     "continuous / request-level batching e2e p99",
 )
@@ -75,6 +75,10 @@ def test_report_describes_the_machine_workload_and_servers(run):
     assert 0 < workload["near_target_in_process"] <= 1
     local = report["in_process"]["decode_ms"]
     assert 0 < local["p50"] <= local["p99"] and local["n"] == workload["pool"]
+    turn = report["in_process"]["interleaved"]
+    assert turn["errors"] == 0 and turn["correct"] == turn["requests"] > 0
+    for key in ("grpc_e2e_ms", "in_process_ms"):
+        assert 0 < turn[key]["p50"] <= turn[key]["p99"] and turn[key]["n"] == turn["requests"]
 
 
 def test_every_level_ran_every_request_and_every_answer_is_right(run):
@@ -82,11 +86,15 @@ def test_every_level_ran_every_request_and_every_answer_is_right(run):
     settings = report["settings"]
     levels = {_key(level): level for level in report["levels"]}
     assert list(levels) == _expected_levels(settings)
-    counts = {("closed", c["clients"]): c["requests"] for c in settings["closed"]}
+    counts = {("continuous", c["clients"]): c["requests_per_round"] for c in settings["closed"]}
+    counts |= {
+        ("request", c["clients"]): c["requests_per_round"] for c in settings["request_level"]
+    }
     for (server, load, value), level in levels.items():
-        if server == "continuous" and load == "closed":
-            assert level["requests"] == counts[load, value]
-        elif load == "open":
+        if load == "closed":
+            assert level["requests"] == settings["rounds"] * counts[server, value]
+            assert len(level["round_throughput_rps"]) == level["rounds"] == settings["rounds"]
+        else:
             assert level["requests"] == settings["open_requests"]
             assert 0 < level["rate_rps"] <= level["saturation_rps"]
         assert level["errors"] == {}, level["errors"]

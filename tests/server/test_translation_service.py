@@ -85,7 +85,8 @@ def test_stream_grows_token_by_token_and_ends_with_the_unary_result(server, sear
     events = list(client.translate_stream(server.channel, text, timeout=60, **fields))
     partials = [e.partial for e in events[:-1]]
     assert all(e.HasField("partial") for e in events[:-1]) and events[-1].HasField("result")
-    assert [p.steps for p in partials] == list(range(1, len(partials) + 1))
+    steps = [p.steps for p in partials]  # one per step unless the client fell behind
+    assert steps == sorted(set(steps)) and steps[0] >= 1
     unary = client.translate(server.channel, [text], timeout=60, **fields)
     assert events[-1].result == unary
     best = list(unary.translations[0].hypotheses[0].tokens)
