@@ -55,6 +55,8 @@ class ContinuousBatch(Inference):
         self.idle = np.zeros(0, dtype=np.int64)  # steps a slot has been dead
         self.alive = np.zeros(0, dtype=np.int64)  # the slot of each row
         self._next_input = 0
+        self._identity = True  # row i is in slot i, no slot is dead
+        self._left = False  # rows left since the last look for padding columns
 
     @property
     def rows(self) -> int:
@@ -101,7 +103,7 @@ class ContinuousBatch(Inference):
         self.self_mask = np.zeros((rows, 0), dtype=np.int64)
         self.lengths = np.zeros(rows, dtype=np.int64)
         self.inputs, self.idle = inputs, np.zeros(rows, dtype=np.int64)
-        self.alive = np.arange(rows)
+        self.alive, self._identity = np.arange(rows), True
 
     def _reuse(self, slots: np.ndarray, cross, memory_mask: np.ndarray, inputs) -> None:
         """New rows in dead slots: their past is masked, their memory written in place."""
@@ -114,6 +116,9 @@ class ContinuousBatch(Inference):
         self.self_mask[slots] = 0
         self.lengths[slots], self.inputs[slots], self.idle[slots] = 0, inputs, 0
         self.alive = np.concatenate([self.alive, slots])
+        self._identity = self.slots == self.rows and np.array_equal(
+            self.alive, np.arange(self.slots)
+        )
 
     def _rebuild(self, new=None) -> None:
         """Gathers the live rows into a fresh cache without padding columns, appending the
@@ -156,13 +161,16 @@ class ContinuousBatch(Inference):
             self.lengths = np.concatenate([self.lengths, np.zeros(len(inputs), np.int64)])
             self.inputs = np.concatenate([self.inputs, inputs])
         self.idle = np.zeros(self.slots, dtype=np.int64)
-        self.alive = np.arange(self.slots)
+        self.alive, self._identity, self._left = np.arange(self.slots), True, False
 
     # -- stepping ---------------------------------------------------------------------------
     def _worth_rebuilding(self) -> bool:
         dead = self.slots - self.rows
         if dead and (3 * dead > self.slots or self.idle.max() >= IDLE_STEPS):
             return True
+        if not self._left:  # padding columns appear only when rows leave
+            return False
+        self._left = False
         live_mask = self.self_mask[self.alive]
         if _trim(live_mask, leading=True) >= max(MIN_TRIM, self.cache_length // 8):
             return True
@@ -172,8 +180,8 @@ class ContinuousBatch(Inference):
     def step(self, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if self._worth_rebuilding():
             self._rebuild()
-        dead = self._dead()
-        identity = not dead.any() and np.array_equal(self.alive, np.arange(self.slots))
+        identity = self._identity
+        dead = None if identity else self._dead()
         new = tokens.shape[1]
         if not identity:  # dead slots are fed padding; their outputs are dropped
             fed = np.zeros((self.slots, new), dtype=np.int64)
@@ -201,6 +209,8 @@ class ContinuousBatch(Inference):
             return
         slots = self.alive[index]
         if len(slots) == 1 or np.all(np.diff(slots) > 0):  # rows leave, none repeats: free
+            self._left |= len(slots) < self.rows
+            self._identity &= len(slots) == self.rows
             self.alive = slots
             return
         first = np.zeros(len(slots), dtype=bool)
@@ -215,7 +225,11 @@ class ContinuousBatch(Inference):
         targets[repeats] = free[: len(repeats)]
         self._copy_rows(slots[repeats], targets[repeats])
         self.idle[targets] = 0
+        self._left |= len(targets) < self.rows
         self.alive = targets
+        self._identity = self.slots == self.rows and np.array_equal(
+            self.alive, np.arange(self.slots)
+        )
 
     def _copy_rows(self, origins: np.ndarray, targets: np.ndarray) -> None:
         """Copies slots `origins` to slots `targets` (disjoint) in place; the memory only

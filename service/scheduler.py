@@ -181,6 +181,9 @@ class Scheduler:
 
     def _drop_abandoned(self) -> None:
         now = self.clock()
+        jobs = (*self.waiting, *self.running)
+        if not any(j.cancelled or (j.deadline is not None and now >= j.deadline) for j in jobs):
+            return
         self.waiting = deque(j for j in self.waiting if not self._abandoned(j, now))
         keep, still, offset = [], [], 0
         for job in self.running:
