@@ -44,6 +44,12 @@ from service.tokenizer import EOS_ID, Tokenizer
 log = logging.getLogger("attnserve")
 TRANSLATION_SERVICE = translation_pb2.DESCRIPTOR.services_by_name["TranslationService"].full_name
 TEXT_MODEL_KINDS = ("transformer",)  # models whose encoder reads token ids
+# Requests are small (64 texts of 4,096 characters at most); responses with alignments can
+# pass gRPC's default 4 MB (a 512 x 512 alignment is 1 MB), so they may reach 64 MB.
+GRPC_OPTIONS = [
+    ("grpc.max_receive_message_length", 4 * 1024 * 1024),
+    ("grpc.max_send_message_length", 64 * 1024 * 1024),
+]
 
 
 @dataclass
@@ -361,7 +367,7 @@ async def serve(config: ServerConfig, stop: asyncio.Event | None = None) -> int:
     pool.models = {m.key: m.version.name for v in models.values() for m in v.values()}
     front = Front(config, models, pool, metrics)
 
-    server = grpc.aio.server()
+    server = grpc.aio.server(options=GRPC_OPTIONS)
     translation_pb2_grpc.add_TranslationServiceServicer_to_server(
         TranslationServicer(front), server
     )

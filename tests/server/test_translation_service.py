@@ -257,3 +257,15 @@ def test_a_cuda_server_answers_like_the_cpu_server(start_server, server, test_se
         for a, b in zip(on_gpu.translations, on_cpu.translations, strict=True)
     )
     assert same >= 7  # fp32 kernels differ in rounding; a rare near-tie may flip
+
+
+def test_a_response_beyond_four_megabytes_arrives(server, test_sentences):
+    """16 samples of 300 steps with their alignments over a 300-token source: about 6 MB."""
+    text = " ".join(test_sentences)[:1500]
+    response = client.translate(
+        server.channel, [text], temperature=5.0, num_hypotheses=16, max_length=300, seed=5,
+        return_alignment=True, timeout=120,
+    )  # fmt: skip
+    assert response.ByteSize() > 4 * 1024 * 1024
+    hypotheses = response.translations[0].hypotheses
+    assert len(hypotheses) == 16 and all(h.alignment.weights for h in hypotheses)
