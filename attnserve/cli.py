@@ -333,14 +333,7 @@ def _translate_stream(channel, args: argparse.Namespace, texts: list[str], optio
     for index, text in enumerate(texts):
         line = _PartialLine()
         try:
-            for event in client.translate_stream(
-                channel,
-                text,
-                model=args.model or "",
-                version=args.model_version or "",
-                options=options,
-                timeout=args.timeout or TRANSLATE_TIMEOUT,
-            ):
+            for event in client.translate_stream(channel, text, **_call(args, options)):
                 if args.json:
                     print(_as_json(event), flush=True)
                 elif event.WhichOneof("event") == "partial":
@@ -354,6 +347,16 @@ def _translate_stream(channel, args: argparse.Namespace, texts: list[str], optio
         if not args.json:
             _print_translation(translations[-1])
     return translations
+
+
+def _call(args: argparse.Namespace, options) -> dict:
+    """The model, version, options and timeout of a translate call."""
+    return {
+        "model": args.model or "",
+        "version": args.model_version or "",
+        "options": options,
+        "timeout": args.timeout or TRANSLATE_TIMEOUT,
+    }
 
 
 def _translate(channel, args: argparse.Namespace) -> int:
@@ -370,14 +373,7 @@ def _translate(channel, args: argparse.Namespace) -> int:
     if args.stream:
         translations = _translate_stream(channel, args, texts, options)
     else:
-        response = client.translate_batches(
-            channel,
-            texts,
-            model=args.model or "",
-            version=args.model_version or "",
-            options=options,
-            timeout=args.timeout or TRANSLATE_TIMEOUT,
-        )
+        response = client.translate_batches(channel, texts, **_call(args, options))
         translations = response.translations
         if args.json:
             print(_as_json(response))

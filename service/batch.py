@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from service.batching import concat_padded
 from service.inference import EncoderOutput, Engine, Inference
 
 MIN_TRIM = 8  # padding columns worth dropping (and at least 1/8 of the length)
@@ -155,7 +156,7 @@ class ContinuousBatch(Inference):
                 (join(k, new_k), join(v, new_v))
                 for (k, v), (new_k, new_v) in zip(self.cross, cross, strict=True)
             ]
-            self.memory_mask = _join_masks(self.memory_mask, memory_mask)
+            self.memory_mask = concat_padded([self.memory_mask, memory_mask])
             padding = np.zeros((len(inputs), self.cache_length), dtype=np.int64)
             self.self_mask = np.concatenate([self.self_mask, padding])
             self.lengths = np.concatenate([self.lengths, np.zeros(len(inputs), np.int64)])
@@ -245,12 +246,3 @@ class ContinuousBatch(Inference):
         self.self_mask[targets] = self.self_mask[origins]
         self.lengths[targets] = self.lengths[origins]
         self.inputs[targets] = self.inputs[origins]
-
-
-def _join_masks(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """(Ba, La), (Bb, Lb) -> (Ba + Bb, max L), right-padded with 0."""
-    length = max(a.shape[1], b.shape[1])
-    out = np.zeros((len(a) + len(b), length), dtype=np.int64)
-    out[: len(a), : a.shape[1]] = a
-    out[len(a) :, : b.shape[1]] = b
-    return out

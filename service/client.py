@@ -72,22 +72,22 @@ def decoding_options(
     options = decoding_pb2.DecodingOptions(
         return_log_probs=return_log_probs, return_alignment=return_alignment
     )
-    for field, value in (
-        ("beam_size", beam_size),
-        ("max_length", max_length),
-        ("length_penalty", length_penalty),
-        ("num_hypotheses", num_hypotheses),
-    ):
-        if value is not None:
-            _set(options, field, value, field)
-    for field, value in (
-        ("temperature", temperature),
-        ("top_k", top_k),
-        ("top_p", top_p),
-        ("seed", seed),
-    ):
-        if value is not None:
-            _set(options.sampling, field, value, field)
+    given = [
+        (
+            options,
+            dict(
+                beam_size=beam_size,
+                max_length=max_length,
+                length_penalty=length_penalty,
+                num_hypotheses=num_hypotheses,
+            ),
+        ),
+        (options.sampling, dict(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)),
+    ]
+    for message, values in given:
+        for field, value in values.items():
+            if value is not None:
+                _set(message, field, value, field)
     return options
 
 

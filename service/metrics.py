@@ -51,37 +51,32 @@ class Metrics:
             "Rows (hypotheses) decoded together in one step.",
             buckets=ROWS_BUCKETS,
         )
-        self.generated_tokens = Counter(
+
+        def counter(name: str, text: str, labels=("model",)):
+            return Counter(name, text, labels, registry=registry)
+
+        def gauge(name: str, text: str, labels=("model",)):
+            return Gauge(name, text, labels, registry=registry)
+
+        self.generated_tokens = counter(
             "attnserve_generated_tokens",
             "Tokens decoded, one per batch row and step (beam hypotheses included).",
-            ("model",),
-            registry=registry,
         )
-        self.requests_in_flight = Gauge(
-            "attnserve_requests_in_flight",
-            "Requests received and not yet answered.",
-            ("model",),
-            registry=registry,
+        self.requests_in_flight = gauge(
+            "attnserve_requests_in_flight", "Requests received and not yet answered."
         )
-        self.requests_queued = Gauge(
-            "attnserve_requests_queued",
-            "Requests waiting for a place in a batch.",
-            ("model",),
-            registry=registry,
+        self.requests_queued = gauge(
+            "attnserve_requests_queued", "Requests waiting for a place in a batch."
         )
-        self.batch_rows_in_use = Gauge(
+        self.batch_rows_in_use = gauge(
             "attnserve_batch_rows_in_use",
             "Batch rows (hypotheses) held by running requests, over all workers.",
-            ("model",),
-            registry=registry,
         )
-        self.worker_restarts = Counter(
-            "attnserve_worker_restarts",
-            "Worker processes restarted after they died.",
-            registry=registry,
+        self.worker_restarts = counter(
+            "attnserve_worker_restarts", "Worker processes restarted after they died.", ()
         )
-        self.workers_ready = Gauge(
-            "attnserve_workers_ready", "Worker processes ready to decode.", registry=registry
+        self.workers_ready = gauge(
+            "attnserve_workers_ready", "Worker processes ready to decode.", ()
         )
         self.model = Info(
             "attnserve_model",

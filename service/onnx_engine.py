@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 import onnxruntime as ort
 
+from service.batching import concat_padded
 from service.graphs import check_inputs, decoder_spec, encoder_spec
 from service.inference import EncoderOutput, KeyValues
 from service.repository import ModelVersion
@@ -140,7 +141,7 @@ class OnnxEngine:
         """Rows of `a` then rows of `b` (B, H, L, Dh), the shorter right-padded with zeros on
         axis 2."""
         if isinstance(a, np.ndarray):
-            return join_rows(a, b)
+            return concat_padded([a, b])
         return self._run(self._op("join", a), {"a": a, "b": b})[0]
 
     def narrow(self, tensor, start: int, end: int):
@@ -149,17 +150,6 @@ class OnnxEngine:
             return np.ascontiguousarray(tensor[:, :, start:end])
         feeds = {"data": tensor, "start": np.array([start]), "end": np.array([end])}
         return self._run(self._op("narrow", tensor), feeds)[0]
-
-
-def join_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """numpy `OnnxEngine.join`: concatenation on axis 0, axis 2 right-padded with zeros."""
-    length = max(a.shape[2], b.shape[2])
-
-    def padded(t: np.ndarray) -> np.ndarray:
-        missing = length - t.shape[2]
-        return np.pad(t, ((0, 0), (0, 0), (0, missing), (0, 0))) if missing else t
-
-    return np.concatenate([padded(a), padded(b)], axis=0)
 
 
 def _shape(tensor) -> tuple[int, ...]:

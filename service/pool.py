@@ -258,7 +258,8 @@ class WorkerPool:
                 self._settle(worker, job_id).events.put_nowait(("error", error))
 
 
-def worker_settings(config, models: tuple[tuple[str, str], ...]) -> list[WorkerSettings]:
+def worker_settings(config, models: tuple) -> list[WorkerSettings]:
+    """One worker's settings per worker; `models` is ((key, ModelVersion), ...)."""
     device = config.resolved_device()
     gpus = max(1, gpu_count()) if device == "cuda" else 1
     base = WorkerSettings(

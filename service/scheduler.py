@@ -23,29 +23,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from service.batch import ContinuousBatch
+from service.batching import concat_padded
 from service.decoding import DecodingOptions, Hypothesis, Search, log_softmax, make_search
 from service.inference import Engine
 from service.tokenizer import BOS_ID, EOS_ID
 
 BATCHING = ("continuous", "request")
-
-
-def stack_inputs(inputs: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    """The encoder inputs of several jobs as one batch: concatenated on axis 0, every other
-    axis right-padded with zeros to the longest (padding ids and masks are 0)."""
-    if len(inputs) == 1:
-        return inputs[0]
-    stacked = {}
-    for name in inputs[0]:
-        arrays = [job[name] for job in inputs]
-        shape = np.max([a.shape for a in arrays], axis=0)
-        out = np.zeros((sum(len(a) for a in arrays), *shape[1:]), dtype=arrays[0].dtype)
-        row = 0
-        for a in arrays:
-            out[(slice(row, row + len(a)), *map(slice, a.shape[1:]))] = a
-            row += len(a)
-        stacked[name] = out
-    return stacked
 
 
 def rows_needed(inputs: int, options: DecodingOptions) -> int:
@@ -213,7 +196,10 @@ class Scheduler:
             return
         # one encoder run for every request admitted in this round, one join
         start = self.clock()
-        encoder = self.engine.encode(**stack_inputs([job.encoder_inputs for job in admitted]))
+        inputs = [job.encoder_inputs for job in admitted]
+        encoder = self.engine.encode(
+            **{k: concat_padded([i[k] for i in inputs]) for k in inputs[0]}
+        )
         memory_mask = np.asarray(encoder.memory_mask)
         sources, offset = [], 0
         for job in admitted:

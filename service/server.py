@@ -10,6 +10,7 @@ a drain starts (SIGTERM): from then on new calls get UNAVAILABLE and calls in fl
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import signal
@@ -123,10 +124,11 @@ class Front:
         if not self.serving:
             raise Unavailable("the server is warming up; retry shortly")
 
-    def job(self, model: ServedModel, texts, options, context, stream=False) -> tuple[Job, list]:
+    def job(
+        self, model: ServedModel, texts, options, fields, request, context, stream=False
+    ) -> tuple[Job, list]:
         """The decode job of checked texts; raises InvalidArgument beyond the limits."""
         token_ids = model.tokenizer.encode_batch(list(texts))
-        fields = ["text"] if stream else _text_fields(context.request)
         problems = [
             f"{field}: {len(ids)} tokens, at most {model.max_input_tokens}"
             for field, ids in zip(fields, token_ids, strict=True)
@@ -148,8 +150,8 @@ class Front:
             options=options,
             stream=stream,
             deadline=None if remaining is None else time.monotonic() + remaining,
-            keep_alignment=context.message_options.return_alignment,
-            keep_log_probs=context.message_options.return_log_probs,
+            keep_alignment=request.options.return_alignment,
+            keep_log_probs=request.options.return_log_probs,
         )
         return job, token_ids
 
@@ -167,16 +169,6 @@ def _text_fields(request) -> list[str]:
     return [f"texts[{i}]" for i in range(len(request.texts))] + [
         f"utf8_texts[{i}]" for i in range(len(request.utf8_texts))
     ]
-
-
-class _Context:
-    """What `Front.job` needs from a call: its request, options and deadline."""
-
-    def __init__(self, request, options_message, grpc_context):
-        self.request, self.message_options, self._grpc = request, options_message, grpc_context
-
-    def time_remaining(self) -> float | None:
-        return self._grpc.time_remaining()
 
 
 def hypothesis_message(
@@ -256,39 +248,18 @@ class TranslationServicer(translation_pb2_grpc.TranslationServiceServicer):
             self.front.pool.cancel(call)
             raise
 
-    def _start(self) -> float:
-        front = self.front
+    @contextlib.asynccontextmanager
+    async def _accounted(self, method: str, request, context):
+        """Counts the call in flight and its duration by status code; turns a ServiceError
+        into its gRPC status. Yields the served model the request names."""
+        front, label = self.front, self._label(request.model)
+        received, code = time.monotonic(), grpc.StatusCode.OK
         front.in_flight += 1
         front.idle.clear()
-        return time.monotonic()
-
-    def _end(self, method: str, label: str, received: float, code: grpc.StatusCode) -> None:
-        front = self.front
-        front.in_flight -= 1
-        if front.in_flight == 0:
-            front.idle.set()
-        front.metrics.request_duration.labels(label, method, code.name).observe(
-            time.monotonic() - received
-        )
-
-    async def Translate(self, request, context):
-        front, label = self.front, self._label(request.model)
-        received, code = self._start(), grpc.StatusCode.OK
         front.metrics.requests_in_flight.labels(label).inc()
         try:
             front.check_available()
-            model = front.resolve(request.model, request.version)
-            texts, options = requests.translate_request(
-                request, model.max_output_length, front.config.default_max_length
-            )
-            job, token_ids = front.job(
-                model, texts, options, _Context(request, request.options, context)
-            )
-            call = await front.pool.submit(model.key, job, context.time_remaining())
-            async for event in self._events(call):
-                if event[0] == "result":
-                    front.observe(label, received, event[3])
-                    return translate_response(model, token_ids, event[2], request.options)
+            yield front.resolve(request.model, request.version), label, received
         except ServiceError as error:
             code = status_code(error)
             await context.abort(code, str(error))
@@ -297,20 +268,35 @@ class TranslationServicer(translation_pb2_grpc.TranslationServiceServicer):
             raise
         finally:
             front.metrics.requests_in_flight.labels(label).dec()
-            self._end("Translate", label, received, code)
+            front.in_flight -= 1
+            if front.in_flight == 0:
+                front.idle.set()
+            front.metrics.request_duration.labels(label, method, code.name).observe(
+                time.monotonic() - received
+            )
+
+    async def Translate(self, request, context):
+        front = self.front
+        async with self._accounted("Translate", request, context) as (model, label, received):
+            texts, options = requests.translate_request(
+                request, model.max_output_length, front.config.default_max_length
+            )
+            fields = _text_fields(request)
+            job, token_ids = front.job(model, texts, options, fields, request, context)
+            call = await front.pool.submit(model.key, job, context.time_remaining())
+            async for event in self._events(call):
+                if event[0] == "result":
+                    front.observe(label, received, event[3])
+                    return translate_response(model, token_ids, event[2], request.options)
 
     async def TranslateStream(self, request, context):
-        front, label = self.front, self._label(request.model)
-        received, code = self._start(), grpc.StatusCode.OK
-        front.metrics.requests_in_flight.labels(label).inc()
-        try:
-            front.check_available()
-            model = front.resolve(request.model, request.version)
+        front = self.front
+        async with self._accounted("TranslateStream", request, context) as (model, label, t0):
             text, options = requests.translate_stream_request(
                 request, model.max_output_length, front.config.default_max_length
             )
             job, token_ids = front.job(
-                model, [text], options, _Context(request, request.options, context), stream=True
+                model, [text], options, ["text"], request, context, stream=True
             )
             call = await front.pool.submit(model.key, job, context.time_remaining())
             tokenizer, tokens, pieces = model.tokenizer, [], []
@@ -319,24 +305,14 @@ class TranslationServicer(translation_pb2_grpc.TranslationServiceServicer):
                     for _, _, kept, new, _ in event[1]:
                         tokens = tokens[:kept] + new
                         pieces = pieces[:kept] + tokenizer.pieces(new)
-                    steps = event[1][-1][4]
                     partial = translation_pb2.PartialHypothesis(
-                        text=tokenizer.decode(tokens), tokens=pieces, steps=steps
+                        text=tokenizer.decode(tokens), tokens=pieces, steps=event[1][-1][4]
                     )
                     yield translation_pb2.TranslateStreamResponse(partial=partial)
                 elif event[0] == "result":
-                    front.observe(label, received, event[3])
+                    front.observe(label, t0, event[3])
                     result = translate_response(model, token_ids, event[2], request.options)
                     yield translation_pb2.TranslateStreamResponse(result=result)
-        except ServiceError as error:
-            code = status_code(error)
-            await context.abort(code, str(error))
-        except asyncio.CancelledError:
-            code = _cancel_code(context)
-            raise
-        finally:
-            front.metrics.requests_in_flight.labels(label).dec()
-            self._end("TranslateStream", label, received, code)
 
 
 def _cancel_code(context) -> grpc.StatusCode:
@@ -362,7 +338,7 @@ async def serve(config: ServerConfig, stop: asyncio.Event | None = None) -> int:
     metrics = Metrics()
     host, port = _port(config.metrics_listen)
     metrics_server, metrics_thread = start_http_server(port, host, registry=metrics.registry)
-    keys = tuple((m.key, str(m.version.directory)) for v in models.values() for m in v.values())
+    keys = tuple((m.key, m.version) for v in models.values() for m in v.values())
     pool = WorkerPool(worker_settings(config, keys), metrics, config.max_queued_requests)
     pool.models = {m.key: m.version.name for v in models.values() for m in v.values()}
     front = Front(config, models, pool, metrics)

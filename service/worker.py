@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from service.batching import source_batch
 from service.decoding import DecodingOptions
 from service.errors import ModelRepositoryError
+from service.repository import ModelVersion
 from service.scheduler import Job, Scheduler, Stats
 
 STATS_EVERY = 0.1  # seconds between reports when only measurements are new
@@ -29,7 +30,7 @@ GOLDEN_AGREEMENT = 0.9  # token agreement a variant without its own golden set m
 @dataclass(frozen=True)
 class WorkerSettings:
     index: int
-    models: tuple[tuple[str, str], ...]  # (key, model version directory)
+    models: tuple[tuple[str, ModelVersion], ...]  # (key, version verified by the front)
     variant: str = "fp32"
     device: str = "cpu"
     gpu: int = 0  # the GPU of this worker, on cuda
@@ -80,11 +81,9 @@ def golden_check(scheduler: Scheduler, model_version, variant: str) -> int:
 
 def _load(settings: WorkerSettings):
     from service.onnx_engine import OnnxEngine  # after CUDA_VISIBLE_DEVICES is set
-    from service.repository import verify
 
     schedulers, info = {}, {"pid": os.getpid(), "models": {}}
-    for key, directory in settings.models:
-        model_version = verify(directory)
+    for key, model_version in settings.models:
         engine = OnnxEngine(
             model_version, settings.variant, settings.device, 1, settings.io_binding
         )

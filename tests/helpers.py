@@ -34,3 +34,25 @@ def tiny_transformer(seed: int = 0, **overrides):
 def random_sources(vocab: int, lengths: list[int], seed: int = 0) -> list[list[int]]:
     rng = np.random.default_rng(seed)
     return [rng.integers(4, vocab, size=n).tolist() for n in lengths]
+
+
+def run_bench(
+    module: str, arguments: list[str], markdown: Path, timeout: float
+) -> tuple[dict, str]:
+    """(JSON report, Markdown) of `python -m <module> --quick --json ... --markdown F`."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", module, "--quick", "--json", *arguments]
+    done = subprocess.run(
+        [*command, "--markdown", str(markdown)],
+        cwd=ROOT,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    return json.loads(done.stdout), markdown.read_text(encoding="utf-8")

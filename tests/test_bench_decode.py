@@ -7,13 +7,10 @@ is judged. The CTranslate2 engines run only when ctranslate2 can be imported.
 from __future__ import annotations
 
 import importlib.util
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from helpers import run_bench
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("onnxruntime")
@@ -57,19 +54,10 @@ def run(tmp_path_factory, engines) -> tuple[dict, str]:
     )
     save_checkpoint(Transformer(config), TOKENIZER, tmp / "checkpoint")
     (tmp / "sources.es").write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
-    command = [sys.executable, "-m", "bench.decode", "--quick", "--json"]
-    command += ["--checkpoint", str(tmp / "checkpoint"), "--sources", str(tmp / "sources.es")]
-    command += ["--engines", ",".join(engines), "--markdown", str(tmp / "decode.md")]
-    done = subprocess.run(
-        command,
-        cwd=ROOT,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-        capture_output=True,
-        text=True,
-        timeout=900,
+    arguments = ["--checkpoint", str(tmp / "checkpoint"), "--sources", str(tmp / "sources.es")]
+    return run_bench(
+        "bench.decode", [*arguments, "--engines", ",".join(engines)], tmp / "decode.md", 900
     )
-    assert done.returncode == 0, done.stderr[-4000:]
-    return json.loads(done.stdout), (tmp / "decode.md").read_text(encoding="utf-8")
 
 
 def _expected_cases(name: str) -> set[tuple[int, int, int]]:

@@ -7,13 +7,10 @@ is judged. Two servers start and stop on 127.0.0.1 during the run.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from helpers import run_bench
 
 pytest.importorskip("onnxruntime")
 pytest.importorskip("grpc")
@@ -31,19 +28,13 @@ GOALS = (
 def run(model_repository, translator_data, tmp_path_factory) -> tuple[dict, str]:
     """(report, markdown) of `python -m bench.load --quick --json`."""
     tmp = tmp_path_factory.mktemp("bench_load")
-    command = [sys.executable, "-m", "bench.load", "--quick", "--json"]
-    command += ["--repository", str(model_repository)]
-    command += ["--sources", str(translator_data / "test.es"), "--markdown", str(tmp / "load.md")]
-    done = subprocess.run(
-        command,
-        cwd=ROOT,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    return json.loads(done.stdout), (tmp / "load.md").read_text(encoding="utf-8")
+    arguments = [
+        "--repository",
+        str(model_repository),
+        "--sources",
+        str(translator_data / "test.es"),
+    ]
+    return run_bench("bench.load", arguments, tmp / "load.md", 600)
 
 
 def _expected_levels(settings: dict) -> list[tuple]:
