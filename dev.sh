@@ -48,9 +48,12 @@ build_repository() {
   local version=data/repository/translator/1
   if [ ! -f "$version/golden.json" ] || [ models/checkpoints/translator/model.safetensors -nt "$version/golden.json" ]; then
     rm -rf "$version"
+    mkdir -p data
+    echo "building the model repository (ONNX export and parity, about 2 minutes)" >&2
     "$PYTHON" -m attnserve.cli export translator --out data/repository --variants fp32,int8 \
-      --sentences 200 2>&1 | grep -v -e "^\[torch.onnx\]" -e "Warning" -e "return cls" || true
-    [ -f "$version/golden.json" ] || { echo "export failed" >&2; exit 1; }
+      --sentences 200 >data/repository-export.log 2>&1 \
+      || { tail -20 data/repository-export.log >&2; exit 1; }
+    echo "model repository ready: $version (certificate in its manifest.json)" >&2
   fi
 }
 
