@@ -13,8 +13,19 @@ from pathlib import Path
 
 from attnserve.serving import add_serve, serve
 
-SHIPPED_TRANSLATOR = Path(__file__).resolve().parents[1] / "models" / "checkpoints" / "translator"
+CHECKPOINTS = Path(__file__).resolve().parents[1] / "models" / "checkpoints"
+SHIPPED_TRANSLATOR = CHECKPOINTS / "translator"
 TRANSLATOR_DATA = Path("data/translator")
+MODELS = ("translator", "captioner")
+
+
+def shipped_checkpoint(model: str) -> Path:
+    return CHECKPOINTS / model
+
+
+def default_data(model: str) -> Path:
+    return Path("data") / model
+
 
 # Decoding defaults of the local PyTorch engine; over gRPC an option not given is left to the
 # server.
@@ -75,19 +86,28 @@ def _server_arguments(parser: argparse.ArgumentParser, timeout: float) -> None:
 
 def _add_data(commands) -> None:
     parser = commands.add_parser("data", help="build a training corpus from Debian packages")
-    parser.add_argument("model", choices=["translator"])
-    parser.add_argument("--out", type=Path, default=TRANSLATOR_DATA)
+    parser.add_argument("model", choices=MODELS)
+    parser.add_argument("--out", type=Path, help="default: data/<model>")
+    parser.add_argument(
+        "--train-scenes", type=int, default=60000, help="captioner: training scenes"
+    )
+    parser.add_argument(
+        "--test-scenes", type=int, default=400, help="captioner: scenes per test part"
+    )
 
 
 def _add_train(commands) -> None:
     parser = commands.add_parser("train", help="train a model (resumes an existing run)")
-    parser.add_argument("model", choices=["translator"])
-    parser.add_argument("--data", type=Path, default=TRANSLATOR_DATA)
-    parser.add_argument("--run-dir", type=Path, default=Path("runs/translator"))
-    parser.add_argument("--out", type=Path, default=SHIPPED_TRANSLATOR)
+    parser.add_argument("model", choices=MODELS)
+    parser.add_argument("--data", type=Path, help="default: data/<model>")
+    parser.add_argument("--run-dir", type=Path, help="default: runs/<model>")
+    parser.add_argument("--out", type=Path, help="default: the shipped checkpoint")
     parser.add_argument("--preset", choices=["base", "tiny"], default="base")
     parser.add_argument("--vocab-size", type=int, help="tokenizer size (default: the preset's)")
-    parser.add_argument("--max-minutes", type=float, default=80.0)
+    parser.add_argument(
+        "--max-minutes", type=float, help="time budget (default: translator 80, captioner 45)"
+    )
+    parser.add_argument("--batch-size", type=int, default=64, help="captioner: images per step")
     parser.add_argument("--max-epochs", type=int, default=1000)
     parser.add_argument("--max-steps", type=int, default=0, help="0: no limit")
     parser.add_argument("--max-tokens", type=int, default=4000, help="tokens per batch and rank")
@@ -99,15 +119,20 @@ def _add_train(commands) -> None:
 
 
 def _add_evaluate(commands) -> None:
-    parser = commands.add_parser("evaluate", help="BLEU and chrF on a split")
-    parser.add_argument("model", choices=["translator"])
+    parser = commands.add_parser(
+        "evaluate",
+        help="translator: BLEU and chrF; captioner: exact match, BLEU-4, CIDEr, attention "
+        "localisation; per test part",
+    )
+    parser.add_argument("model", choices=MODELS)
     parser.add_argument("--split", choices=["dev", "test"], default="test")
-    parser.add_argument("--data", type=Path, default=TRANSLATOR_DATA)
-    parser.add_argument("--checkpoint", type=Path, default=SHIPPED_TRANSLATOR)
+    parser.add_argument("--data", type=Path, help="default: data/<model>")
+    parser.add_argument("--checkpoint", type=Path, help="default: the shipped checkpoint")
     parser.add_argument("--baseline", choices=["apertium"], help="score a peer instead")
     parser.add_argument("--limit", type=int, default=0, help="first N sentences only")
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
-    _decoding_arguments(parser, TORCH_DECODING)
+    # max length: the translator's 256, the captioner's own limit
+    _decoding_arguments(parser, {**TORCH_DECODING, "max_length": None})
 
 
 def _add_translate(commands) -> None:
@@ -145,6 +170,27 @@ def _add_translate(commands) -> None:
     _decoding_arguments(parser, None)
 
 
+def _add_caption(commands) -> None:
+    parser = commands.add_parser(
+        "caption",
+        help="caption images (locally with the PyTorch checkpoint)",
+        description="Decoding options default to beam size 4 and the model's max length. "
+        "--attention draws each word's attention over the image, word by word.",
+    )
+    parser.add_argument("images", nargs="+", type=Path, help="image files (PNG, JPEG, WebP)")
+    parser.add_argument("--engine", choices=["torch"], default="torch")
+    parser.add_argument("--checkpoint", type=Path, default=CHECKPOINTS / "captioner")
+    parser.add_argument(
+        "--attention",
+        type=Path,
+        metavar="OUT.png",
+        help="write the best caption's attention figure (OUT-1.png, ... for several images)",
+    )
+    parser.add_argument("--n-best", type=int, default=1, help="hypotheses per image")
+    parser.add_argument("--json", action="store_true", help="scores, tokens and attention")
+    _decoding_arguments(parser, {**TORCH_DECODING, "max_length": None})
+
+
 def _add_health(commands) -> None:
     parser = commands.add_parser(
         "health",
@@ -163,22 +209,24 @@ def _add_export(commands) -> None:
     parser = commands.add_parser(
         "export", help="export to ONNX, prove parity, write a model repository"
     )
-    parser.add_argument("model", choices=["translator"])
+    parser.add_argument("model", choices=MODELS)
     parser.add_argument("--out", type=Path, required=True, help="the model repository root")
-    parser.add_argument("--checkpoint", type=Path, default=SHIPPED_TRANSLATOR)
-    parser.add_argument("--name", default="translator")
+    parser.add_argument("--checkpoint", type=Path, help="default: the shipped checkpoint")
+    parser.add_argument("--name", help="default: the model (translator, captioner)")
     parser.add_argument("--version", default="1")
     parser.add_argument("--variants", default="fp32,int8,fp16", help="of fp32, int8, fp16")
-    parser.add_argument("--data", type=Path, default=TRANSLATOR_DATA)
-    parser.add_argument("--sentences", type=int, default=200, help="test sentences decoded")
+    parser.add_argument("--data", type=Path, help="default: data/<model>")
+    parser.add_argument(
+        "--sentences", type=int, default=200, help="test sentences (or images) decoded"
+    )
 
 
 def _add_parity(commands) -> None:
     parser = commands.add_parser("parity", help="re-run the parity suite of a model version")
     parser.add_argument("directory", type=Path, help="MODEL_REPOSITORY/<model>/<version>")
     parser.add_argument("--checkpoint", type=Path, help="default: the manifest's source")
-    parser.add_argument("--data", type=Path, default=TRANSLATOR_DATA)
-    parser.add_argument("--sentences", type=int, default=200)
+    parser.add_argument("--data", type=Path, help="default: data/<the manifest's model kind>")
+    parser.add_argument("--sentences", type=int, default=200, help="or images")
     parser.add_argument("--json", action="store_true", help="the whole certificate as JSON")
 
 
@@ -194,6 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_parity,
         add_serve,
         _add_health,
+        _add_caption,
     ):
         add(commands)
     return parser
@@ -386,6 +435,25 @@ def _translate(channel, args: argparse.Namespace) -> int:
     return 0
 
 
+def _model_defaults(args: argparse.Namespace) -> None:
+    """Paths left unset follow the model: data/<model>, runs/<model>, the shipped checkpoint."""
+    if args.command == "data":
+        args.out = args.out or default_data(args.model)
+        return
+    args.data = args.data or default_data(args.model)
+    if args.command == "train":
+        args.run_dir = args.run_dir or Path("runs") / args.model
+        args.out = args.out or shipped_checkpoint(args.model)
+        if args.max_minutes is None:
+            args.max_minutes = 45.0 if args.model == "captioner" else 80.0
+    else:
+        args.checkpoint = args.checkpoint or shipped_checkpoint(args.model)
+        if args.command == "export":
+            args.name = args.name or args.model
+        elif args.model == "translator" and args.max_length is None:
+            args.max_length = TORCH_DECODING["max_length"]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -397,6 +465,16 @@ def main(argv: list[str] | None = None) -> int:
         return _client_call(_health, args)
     if args.command == "serve":
         return serve(args)
+    if args.command in ("data", "train", "evaluate", "export"):
+        _model_defaults(args)
+    if args.command in ("data", "train", "evaluate") and args.model == "captioner":
+        from models import caption_commands  # torch-side: imported only for these commands
+
+        return getattr(caption_commands, args.command)(args)
+    if args.command == "caption":
+        from models import caption_commands
+
+        return caption_commands.caption(args)
     if args.command in ("data", "train", "evaluate", "translate"):
         from models import commands  # torch-side: imported only for these commands
 

@@ -2,26 +2,41 @@
 
 graph parity     every output of both graphs, per variant, on many shapes
 decode parity    whole decodes of the test split: ORT fp32 greedy and beam 4 equal PyTorch;
-                 cached equals uncached; a row alone equals the row in a padded batch;
-                 int8 loses at most MAX_INT8_LOSS BLEU and chrF against fp32
+                 a row alone equals the row in a padded batch;
+  translator     cached equals uncached; int8 loses at most MAX_INT8_LOSS BLEU and chrF
+  captioner      the attention maps of identical decodes within MAX_ATTENTION_DIFFERENCE;
+                 int8 loses at most MAX_CAPTION_INT8_LOSS exact-match and CIDEr points
+                 (an LSTM's state is its own recurrence: there is no uncached form)
 """
 
 from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
-from export.decode_parity import NEAR_TIE, compare_decodes, decode_all, quality_loss
+import numpy as np
+
+from export.decode_parity import (
+    NEAR_TIE,
+    attention_difference,
+    caption_quality_loss,
+    compare_decodes,
+    decode_all,
+    quality_loss,
+)
 from export.parity import graph_parity
 from models.checkpoint import load_checkpoint
-from models.reference import TorchEngine
+from models.reference import reference_engine
 from service.decoding import DecodingOptions
 from service.inference import UncachedInference
 from service.onnx_engine import OnnxEngine
 from service.repository import GOLDEN, ModelVersion, verify, write_manifest
 
 MAX_INT8_LOSS = 0.5  # BLEU and chrF points
+MAX_CAPTION_INT8_LOSS = 1.0  # exact-match and CIDEr points
+MAX_ATTENTION_DIFFERENCE = 1e-4  # fp32, any weight of any step
 MIN_SENTENCES = 200
 GOLDEN_SENTENCES = 4
 GREEDY = DecodingOptions(beam_size=1, max_length=160)
@@ -41,7 +56,7 @@ def decode_certificate(model, tokenizer, model_version, sources, references) -> 
     """Every whole-decode claim on `sources` (token ids) with their reference texts. ORT fp32
     greedy is decoded once and serves every claim that compares against it."""
     max_source = model.config.max_length
-    torch_engine, fp32 = TorchEngine(model), OnnxEngine(model_version, "fp32")
+    torch_engine, fp32 = reference_engine(model), OnnxEngine(model_version, "fp32")
     fp32_greedy = decode_all(fp32, sources, GREEDY, max_source)
 
     def self_check(setting: str, **candidate_args):  # ORT fp32 greedy decoded another way
@@ -74,20 +89,70 @@ def decode_certificate(model, tokenizer, model_version, sources, references) -> 
     return certificate
 
 
-def golden_set(model_version: ModelVersion, sources: list[list[int]]) -> list[dict]:
+def caption_decode_certificate(model, tokenizer, model_version, images, references) -> dict:
+    """The captioner's whole-decode claims on uint8 `images` with their reference captions."""
+    torch_engine, fp32 = reference_engine(model), OnnxEngine(model_version, "fp32")
+    greedy = DecodingOptions(beam_size=1, max_length=model.config.max_length)
+    beam = DecodingOptions(beam_size=4, max_length=model.config.max_length)
+    torch_greedy = decode_all(torch_engine, images, greedy, 0)
+    fp32_greedy = decode_all(fp32, images, greedy, 0)
+    reports = [
+        compare_decodes(
+            torch_engine, fp32, images, greedy, 0, "onnxruntime fp32 greedy vs pytorch",
+            expected=torch_greedy, actual=fp32_greedy,
+        ),
+        compare_decodes(torch_engine, fp32, images, beam, 0, "onnxruntime fp32 beam4 vs pytorch"),
+        compare_decodes(
+            fp32, fp32, images, greedy, 0, "onnxruntime batch vs alone",
+            expected=fp32_greedy, batch=1,
+        ),
+    ]  # fmt: skip
+    attention = attention_difference(torch_greedy, fp32_greedy)
+    attention["bound"] = MAX_ATTENTION_DIFFERENCE
+    attention["passed"] = attention["max_abs"] <= MAX_ATTENTION_DIFFERENCE
+    certificate = {"decodes": [r.to_dict() for r in reports], "attention": attention}
+    if "int8" in model_version.manifest["graphs"]:
+        int8 = decode_all(OnnxEngine(model_version, "int8"), images, greedy, 0)
+        loss = caption_quality_loss(tokenizer, references, fp32_greedy, int8)
+        loss["passed"] = (
+            loss["exact_match_loss"] <= MAX_CAPTION_INT8_LOSS
+            and loss["cider_loss"] <= MAX_CAPTION_INT8_LOSS
+        )
+        certificate["int8_vs_fp32"] = loss
+    return certificate
+
+
+def golden_sources(model_version: ModelVersion, sources) -> list:
+    """How each golden source is written: token ids inline, or an image as a lossless PNG
+    beside the manifest (golden/<i>.png), so the runtime reads back the very same pixels."""
+    if model_version.manifest["model"]["kind"] != "captioner":
+        return [{"source_ids": s} for s in sources]
+    from PIL import Image
+
+    (model_version.directory / "golden").mkdir(exist_ok=True)
+    written = []
+    for i, image in enumerate(sources):
+        relative = f"golden/{i}.png"
+        Image.fromarray(np.asarray(image, dtype=np.uint8)).save(model_version.directory / relative)
+        written.append({"image": relative})
+    return written
+
+
+def golden_set(model_version: ModelVersion, sources) -> list[dict]:
     """Greedy tokens of a few sources per variant, for the runtime's start-up check."""
-    golden = []
+    golden, inputs = [], golden_sources(model_version, sources)
+    options = replace(GREEDY, max_length=min(GREEDY.max_length, model_version.config["max_length"]))
     for variant in cpu_variants(model_version):
         engine = OnnxEngine(model_version, variant)
-        hypotheses = decode_all(engine, sources, GREEDY, model_version.config["max_length"])
+        hypotheses = decode_all(engine, sources, options, model_version.config["max_length"])
         golden += [
             {
                 "variant": variant,
-                "source_ids": s,
+                **source,
                 "expected_ids": h.tokens,
-                "max_length": GREEDY.max_length,
+                "max_length": options.max_length,
             }
-            for s, h in zip(sources, hypotheses, strict=True)
+            for source, h in zip(inputs, hypotheses, strict=True)
         ]
     return golden
 
@@ -98,15 +163,18 @@ def run_suite(model_version: ModelVersion, checkpoint: Path, sources, references
         raise ValueError(f"parity needs at least {MIN_SENTENCES} sentences, got {len(sources)}")
     start = time.perf_counter()
     model, tokenizer = load_checkpoint(checkpoint)
+    captioner = model_version.manifest["model"]["kind"] == "captioner"
+    decodes = caption_decode_certificate if captioner else decode_certificate
     certificate = {
         "graphs": graph_certificate(model, model_version, cpu_variants(model_version)),
-        **decode_certificate(model, tokenizer, model_version, sources, references),
+        **decodes(model, tokenizer, model_version, sources, references),
         "sentences": len(sources),
         "near_tie": NEAR_TIE,
-        "max_int8_loss": MAX_INT8_LOSS,
+        "max_int8_loss": MAX_CAPTION_INT8_LOSS if captioner else MAX_INT8_LOSS,
     }
     checks = [g["passed"] for g in certificate["graphs"].values()]
     checks += [d["passed"] for d in certificate["decodes"]]
+    checks += [certificate["attention"]["passed"]] if "attention" in certificate else []
     checks += [certificate["int8_vs_fp32"]["passed"]] if "int8_vs_fp32" in certificate else []
     certificate["passed"] = all(checks)
     certificate["seconds"] = round(time.perf_counter() - start, 1)

@@ -6,15 +6,25 @@ import json
 from argparse import Namespace
 from pathlib import Path
 
+import numpy as np
+
 from export.certify import certify, run_suite
 from export.repository import write_version
+from models.caption_data import read_scenes
+from models.captioner import Captioner
 from models.checkpoint import WEIGHTS, load_checkpoint
 from models.corpus import read_split
 from service.errors import ModelRepositoryError
 from service.repository import sha256, verify
 
 
-def _test_sentences(data: Path, tokenizer, count: int) -> tuple[list[list[int]], list[str]]:
+def _test_inputs(model, data: Path, tokenizer, count: int) -> tuple[list, list[str]]:
+    """`count` test inputs and their references: the first sentences, or images spread
+    evenly over the captioner's test parts."""
+    if isinstance(model, Captioner):
+        scenes, images = read_scenes(data, "test")
+        chosen = np.linspace(0, len(scenes) - 1, min(count, len(scenes))).round().astype(int)
+        return np.asarray(images[chosen]), [scenes[i].caption for i in chosen]
     spanish, english = read_split(data, "test")
     return tokenizer.encode_batch(spanish[:count]), english[:count]
 
@@ -32,6 +42,7 @@ def _summary(certificate: dict) -> dict:
             f"{len(d['near_ties'])} near-ties, {d['divergence_count']} divergences"
             for d in certificate["decodes"]
         },
+        "attention": certificate.get("attention"),
         "int8_vs_fp32": certificate.get("int8_vs_fp32"),
         "seconds": certificate["seconds"],
     }
@@ -50,7 +61,7 @@ def export(args: Namespace) -> int:
         tuple(args.variants.split(",")),
         source,
     )
-    sources, references = _test_sentences(args.data, tokenizer, args.sentences)
+    sources, references = _test_inputs(model, args.data, tokenizer, args.sentences)
     certificate = certify(model_version, args.checkpoint, sources, references)
     print(json.dumps({"model_version": str(directory), **_summary(certificate)}, indent=2))
     return 0 if certificate["passed"] else 1
@@ -64,8 +75,11 @@ def parity(args: Namespace) -> int:
         raise ModelRepositoryError(f"{args.directory}: source checkpoint {checkpoint} not found")
     if source.get("sha256") and sha256(checkpoint / WEIGHTS) != source["sha256"]:
         raise ModelRepositoryError(f"{checkpoint}: weights differ from those the graphs came from")
-    _, tokenizer = load_checkpoint(checkpoint)
-    sources, references = _test_sentences(args.data, tokenizer, args.sentences)
+    model, tokenizer = load_checkpoint(checkpoint)
+    data = args.data or Path("data") / (
+        "captioner" if isinstance(model, Captioner) else "translator"
+    )
+    sources, references = _test_inputs(model, data, tokenizer, args.sentences)
     certificate = run_suite(model_version, checkpoint, sources, references)
     output = certificate if args.json else _summary(certificate)
     print(json.dumps(output, indent=2 if not args.json else None))

@@ -10,10 +10,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from models.caption_eval import text_scores
 from models.evaluate import corpus_scores
+from service.batching import source_batch
+from service.captioning import caption_batches, pixels
 from service.decoding import DecodingOptions, Hypothesis, log_softmax
-from service.inference import CachedInference, Engine, UncachedInference
-from service.tokenizer import BOS_ID, Tokenizer
+from service.inference import CachedInference, EncoderOutput, Engine
+from service.tokenizer import BOS_ID, EOS_ID, Tokenizer
 from service.translation import translate_batches
 
 NEAR_TIE = 1e-4
@@ -52,21 +55,31 @@ def decode_all(
     inference_type=CachedInference,
     batch: int = BATCH,
 ) -> list[Hypothesis]:
-    """Best hypothesis of every source, in batches of `batch` taken in input order, so rows of
-    different lengths share a padded batch."""
-    nbest = translate_batches(engine, sources, options, max_source, batch, inference_type, False)
+    """Best hypothesis of every source (token ids, or uint8 images for a captioner), in
+    batches of `batch` taken in input order, so rows of different lengths share a padded
+    batch."""
+    if engine.kind == "captioner":
+        nbest = caption_batches(engine, sources, options, batch, inference_type)
+    else:
+        nbest = translate_batches(
+            engine, sources, options, max_source, batch, inference_type, False
+        )
     return [n[0] for n in nbest]
 
 
-def top2_margin(
-    engine: Engine, source: list[int], prefix: list[int], a: int, b: int, max_source: int
-) -> float:
-    """|log p(a) - log p(b)| after `prefix`, by the reference engine."""
-    from service.batching import source_batch
+def encode_one(engine: Engine, source, max_source: int) -> EncoderOutput:
+    """The encoder output of one source (token ids, or a uint8 image)."""
+    if engine.kind == "captioner":
+        return engine.encode(pixels(np.asarray(source)[None]))
+    return engine.encode(*source_batch([source], max_source))
 
-    ids, mask = source_batch([source], max_source)
-    inference = UncachedInference(engine, engine.encode(ids, mask), 1)
-    logits, _ = inference.step(np.asarray([[BOS_ID, *prefix]], dtype=np.int64))
+
+def top2_margin(engine: Engine, source, prefix: list[int], a: int, b: int, max_source: int):
+    """|log p(a) - log p(b)| after `prefix`, by the reference engine (fed one token a step,
+    which every model's step accepts)."""
+    inference = CachedInference(engine, encode_one(engine, source, max_source), 1)
+    for token in [BOS_ID, *prefix]:
+        logits, _ = inference.step(np.asarray([[token]], dtype=np.int64))
     log_probs = log_softmax(logits)[0]
     return float(abs(log_probs[a] - log_probs[b]))
 
@@ -95,8 +108,8 @@ def compare_decodes(
             (t for t, (x, y) in enumerate(zip(e.tokens, a.tokens, strict=False)) if x != y),
             min(len(e.tokens), len(a.tokens)),
         )
-        ours = e.tokens[step] if step < len(e.tokens) else 2
-        theirs = a.tokens[step] if step < len(a.tokens) else 2
+        ours = e.tokens[step] if step < len(e.tokens) else EOS_ID
+        theirs = a.tokens[step] if step < len(a.tokens) else EOS_ID
         margin = top2_margin(reference, sources[i], e.tokens[:step], ours, theirs, max_source)
         entry = {
             "sentence": i,
@@ -126,4 +139,25 @@ def quality_loss(
         "chrf_loss": round(base["chrf"] - other["chrf"], 2),
         "identical_share": round(identical / max(len(references), 1), 4),
         "bleu_signature": base["bleu_signature"],
+    }
+
+
+def attention_difference(expected: list[Hypothesis], actual: list[Hypothesis]) -> dict:
+    """The largest |attention difference| over the decodes whose tokens are identical."""
+    same = [(e, a) for e, a in zip(expected, actual, strict=True) if e.tokens == a.tokens]
+    largest = max((float(np.abs(e.alignment - a.alignment).max()) for e, a in same), default=0.0)
+    return {"compared": len(same), "max_abs": largest}
+
+
+def caption_quality_loss(tokenizer: Tokenizer, references: list[str], baseline, variant) -> dict:
+    """Exact match (points) and CIDEr of a variant against the baseline's."""
+    base = text_scores([tokenizer.decode(h.tokens) for h in baseline], references)
+    other = text_scores([tokenizer.decode(h.tokens) for h in variant], references)
+    identical = sum(x.tokens == y.tokens for x, y in zip(baseline, variant, strict=True))
+    return {
+        "baseline": base,
+        "variant": other,
+        "exact_match_loss": round(100 * (base["exact_match"] - other["exact_match"]), 2),
+        "cider_loss": round(base["cider"] - other["cider"], 2),
+        "identical_share": round(identical / max(len(references), 1), 4),
     }

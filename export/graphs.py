@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
+from models.captioner import Captioner
 from models.transformer import KeyValue, Transformer
 
 
@@ -47,3 +48,37 @@ class DecoderStepGraph(nn.Module):
             input_ids, positions, self_mask, past, cross, memory_mask
         )
         return (logits, *flatten(present), attention)
+
+
+class CaptionEncoderGraph(nn.Module):
+    """pixels (B, 3, H, W) in [0, 1] -> (memory_mask, grid, grid_projection, init.h, init.c)."""
+
+    def __init__(self, model: Captioner):
+        super().__init__()
+        self.model = model
+
+    def forward(self, pixels: Tensor) -> tuple[Tensor, ...]:
+        grid, projection, mask, (h, c) = self.model.encode(pixels)
+        return mask, grid, projection, h, c
+
+
+class CaptionStepGraph(nn.Module):
+    """(input_ids, past.h, past.c, grid, grid_projection, memory_mask)
+    -> (logits, present.h, present.c, cross_attention)."""
+
+    def __init__(self, model: Captioner):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, h, c, grid, projection, memory_mask) -> tuple[Tensor, ...]:
+        logits, (h, c), weights = self.model.decode_step(
+            input_ids, (h, c), grid, projection, memory_mask
+        )
+        return logits, h, c, weights
+
+
+def graph_modules(model) -> tuple[nn.Module, nn.Module]:
+    """The (encoder, decoder step) modules of a Transformer or a Captioner."""
+    if isinstance(model, Captioner):
+        return CaptionEncoderGraph(model), CaptionStepGraph(model)
+    return EncoderGraph(model), DecoderStepGraph(model)

@@ -15,9 +15,9 @@ import torch
 from torch import nn
 from torch.export import Dim
 
-from export.graphs import DecoderStepGraph, EncoderGraph
-from models.transformer import Transformer
-from service.graphs import GraphSpec, decoder_spec, encoder_spec
+from export.graphs import graph_modules
+from models.captioner import Captioner
+from service.graphs import GraphSpec, ModelInterface, captioner_interface, transformer_interface
 
 OPSET = 18
 CONTROL_FLOW = {"If", "Loop", "Scan"}
@@ -29,9 +29,7 @@ EXAMPLE_SIZES = {
     "memory": 5,
     "past": 3,
     "new": 2,
-    "channels": 3,
-    "height": 64,
-    "width": 64,
+    "one": 1,
 }
 
 
@@ -50,6 +48,8 @@ def example_inputs(sizes: dict[str, int], spec: GraphSpec, vocab: int, dtype: to
             inputs.append(torch.arange(sizes["past"], sizes["total"]).expand(shape).contiguous())
         elif tensor.dtype == "int64":
             inputs.append(torch.randint(4, vocab, shape, generator=generator))
+        elif tensor.name == "pixels":
+            inputs.append(torch.rand(shape, generator=generator, dtype=dtype))
         else:
             inputs.append(torch.randn(shape, generator=generator, dtype=dtype))
     return tuple(inputs)
@@ -103,21 +103,38 @@ def export_graph(module: nn.Module, spec: GraphSpec, args: tuple, path: Path) ->
     return path
 
 
-def export_transformer(
-    model: Transformer, out_dir: Path, dtype: torch.dtype = torch.float32
-) -> dict[str, Path]:
+def interface_of(model) -> ModelInterface:
+    """The declared interface of a Transformer or a Captioner."""
+    if isinstance(model, Captioner):
+        return captioner_interface()
+    return transformer_interface(model.config.decoder_layers)
+
+
+def fixed_sizes(model) -> dict[str, int]:
+    """The sizes of the axes that the model fixes, by axis name."""
+    c = model.config
+    if isinstance(model, Captioner):
+        return {
+            "channels": 3,
+            "height": c.image_size,
+            "width": c.image_size,
+            "memory": c.grid * c.grid,
+            "features": c.feature_dim,
+            "attention": c.attention_dim,
+            "hidden": c.hidden_dim,
+        }
+    return {"heads": c.n_heads, "head_dim": c.head_dim}
+
+
+def export_model(model, out_dir: Path, dtype: torch.dtype = torch.float32) -> dict[str, Path]:
     """Writes encoder.onnx and decoder.onnx of `model` in `dtype`; returns their paths."""
     model = model.to(dtype).eval()
-    c = model.config
-    layers = c.decoder_layers
+    interface = interface_of(model)
     paths = {}
     with torch.no_grad():
-        for spec, module in (
-            (encoder_spec(layers), EncoderGraph(model)),
-            (decoder_spec(layers), DecoderStepGraph(model)),
-        ):
-            fixed = {"heads": c.n_heads, "head_dim": c.head_dim}
-            args = example_inputs(fixed, spec, c.vocab_size, dtype)
+        specs = (interface.encoder, interface.decoder)
+        for spec, module in zip(specs, graph_modules(model), strict=True):
+            args = example_inputs(fixed_sizes(model), spec, model.config.vocab_size, dtype)
             paths[spec.name] = export_graph(
                 module.eval(), spec, args, out_dir / f"{spec.name}.onnx"
             )

@@ -36,6 +36,9 @@ TOLERANCES = {
     ("transformer", "fp32"): Tolerance(atol=1e-4, rtol=1e-5),
     ("transformer", "fp16"): Tolerance(atol=5e-2, rtol=1e-2),
     ("transformer", "int8"): Tolerance(atol=3.0, rtol=0.25),
+    ("captioner", "fp32"): Tolerance(atol=1e-4, rtol=1e-5),
+    ("captioner", "fp16"): Tolerance(atol=5e-2, rtol=1e-2),
+    ("captioner", "int8"): Tolerance(atol=3.0, rtol=0.25),
 }
 
 
@@ -128,12 +131,24 @@ def decoder_cases(model: Transformer, engine: OnnxEngine, tol: Tolerance, seed: 
             yield compare("decoder", name, case, e.float().numpy(), a, tol)
 
 
-def graph_parity(model: Transformer, engine: OnnxEngine, kind: str = "transformer") -> dict:
+def cases(model, engine: OnnxEngine, tol: Tolerance):
+    """Every comparison of both graphs, for the model's kind."""
+    if engine.kind == "captioner":
+        from export import caption_parity
+
+        return [
+            *caption_parity.encoder_cases(model, engine, tol),
+            *caption_parity.decoder_cases(model, engine, tol),
+        ]
+    return [*encoder_cases(model, engine, tol), *decoder_cases(model, engine, tol)]
+
+
+def graph_parity(model, engine: OnnxEngine) -> dict:
     """Compares both graphs on every shape case: per output, the largest differences seen,
     and every failure (`passed` is False when there is any)."""
-    tol = TOLERANCES[(kind, engine.variant)]
+    tol = TOLERANCES[(engine.kind, engine.variant)]
     model = model.to(torch.float16 if engine.variant == "fp16" else torch.float32).eval()
-    comparisons = [*encoder_cases(model, engine, tol), *decoder_cases(model, engine, tol)]
+    comparisons = cases(model, engine, tol)
     failures = [c for c in comparisons if not c.passed]
     summary = {
         "variant": engine.variant,
@@ -152,9 +167,9 @@ def graph_parity(model: Transformer, engine: OnnxEngine, kind: str = "transforme
     return summary
 
 
-def assert_graph_parity(model: Transformer, engine: OnnxEngine, kind: str = "transformer") -> dict:
+def assert_graph_parity(model, engine: OnnxEngine) -> dict:
     """graph_parity that raises one ParityError listing every failed output."""
-    summary = graph_parity(model, engine, kind)
+    summary = graph_parity(model, engine)
     if not summary["passed"]:
         raise ParityError([Comparison(**f) for f in summary["failures"]])
     return summary

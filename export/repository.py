@@ -8,11 +8,13 @@ from pathlib import Path
 
 import torch
 
-from export.onnx_export import OPSET, export_transformer
+from export.onnx_export import OPSET, export_model, interface_of
 from export.ops import write_ops
 from export.quantize import quantize_int8
-from models.transformer import Transformer
+from models.captioner import Captioner
+from models.checkpoint import kind_of
 from service.repository import TOKENIZER, ModelVersion, verify, write_manifest
+from service.tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIAL_PIECES, UNK_ID
 
 
 def _versions() -> dict:
@@ -24,8 +26,41 @@ def _versions() -> dict:
     }
 
 
+def special_tokens() -> dict:
+    ids = {"pad": PAD_ID, "bos": BOS_ID, "eos": EOS_ID, "unk": UNK_ID}
+    return {name: {"id": i, "piece": SPECIAL_PIECES[i]} for name, i in ids.items()}
+
+
+def preprocessor(model) -> dict:
+    """How a request's input becomes the encoder's input."""
+    if isinstance(model, Captioner):
+        c = model.config
+        return {
+            "type": "image",
+            "input": "pixels",
+            "size": [c.image_size, c.image_size],
+            "channels": "RGB",
+            "layout": "NCHW",
+            "resize": "bilinear, the whole image to the square (no crop)",
+            "scale": "x / 255, float32 in [0, 1]",
+            "normalisation": {"mean": list(c.pixel_mean), "std": list(c.pixel_std),
+                              "where": "inside the encoder graph"},
+            "grid": [c.grid, c.grid],
+        }  # fmt: skip
+    return {"type": "sentencepiece", "file": TOKENIZER, "appends": "</s>"}
+
+
+def limits(model) -> dict:
+    if isinstance(model, Captioner):
+        return {"max_output_tokens": model.config.max_length}
+    return {
+        "max_source_tokens": model.config.max_length,
+        "max_output_tokens": model.config.max_length,
+    }
+
+
 def write_version(
-    model: Transformer,
+    model,
     tokenizer_file: Path,
     directory: Path,
     name: str,
@@ -38,7 +73,7 @@ def write_version(
         shutil.rmtree(directory)
     directory.mkdir(parents=True)
     graphs = {}
-    fp32 = export_transformer(model.float(), directory / "fp32", torch.float32)
+    fp32 = export_model(model.float(), directory / "fp32", torch.float32)
     graphs["fp32"] = {k: str(p.relative_to(directory)) for k, p in fp32.items()}
     if "int8" in variants:
         graphs["int8"] = {
@@ -46,7 +81,7 @@ def write_version(
             for k, p in fp32.items()
         }
     if "fp16" in variants:
-        fp16 = export_transformer(model.half(), directory / "fp16", torch.float16)
+        fp16 = export_model(model.half(), directory / "fp16", torch.float16)
         graphs["fp16"] = {k: str(p.relative_to(directory)) for k, p in fp16.items()}
         model.float()
     shutil.copyfile(tokenizer_file, directory / TOKENIZER)
@@ -55,9 +90,13 @@ def write_version(
         "model": {
             "name": name,
             "version": model_version,
-            "kind": "transformer",
+            "kind": kind_of(model),
             "config": model.config.to_dict(),
         },
+        "interface": interface_of(model).to_dict(),
+        "special_tokens": special_tokens(),
+        "limits": limits(model),
+        "preprocessor": preprocessor(model),
         "graphs": graphs,
         "ops": ops,
         "tokenizer": TOKENIZER,

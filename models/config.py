@@ -7,8 +7,30 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 
+class _Saved:
+    """Saving and rebuilding a frozen config dataclass from JSON, unknown fields refused."""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict):
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"unknown config fields: {unknown}")
+        return cls(**values)
+
+    def save(self, path: Path) -> None:
+        path.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+
+    @classmethod
+    def load(cls, path: Path):
+        return cls.from_dict(json.loads(path.read_text()))
+
+
 @dataclass(frozen=True)
-class TransformerConfig:
+class TransformerConfig(_Saved):
     """A pre-norm Transformer encoder-decoder ("Attention Is All You Need", pre-norm variant)."""
 
     vocab_size: int = 8000  # joint SentencePiece vocabulary, ids 0-3 are <blank> <s> </s> <unk>
@@ -43,28 +65,53 @@ class TransformerConfig:
     def head_dim(self) -> int:
         return self.d_model // self.n_heads
 
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, values: dict) -> TransformerConfig:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"unknown config fields: {unknown}")
-        return cls(**values)
-
-    def save(self, path: Path) -> None:
-        path.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
-
-    @classmethod
-    def load(cls, path: Path) -> TransformerConfig:
-        return cls.from_dict(json.loads(path.read_text()))
-
 
 PRESETS = {
     "base": TransformerConfig(),
     "tiny": TransformerConfig(
         vocab_size=512, d_model=32, n_heads=4, d_ff=64, encoder_layers=2, decoder_layers=2
     ),
+}
+
+
+@dataclass(frozen=True)
+class CaptionerConfig(_Saved):
+    """A "Show, Attend and Tell" captioner: CNN grid encoder, LSTM decoder with soft attention."""
+
+    vocab_size: int = 600  # word vocabulary of the captions, ids 0-3 as the translator's
+    image_size: int = 96  # square RGB input, pixels
+    channels: tuple[int, ...] = (32, 64, 128, 192)  # per CNN stage; each stage halves the side
+    embed_dim: int = 128  # word embedding
+    hidden_dim: int = 384  # LSTM state h and c
+    attention_dim: int = 192  # the additive attention's inner width
+    dropout: float = 0.3  # before the output layer (training only)
+    attention_regularisation: float = 1.0  # lambda of the doubly stochastic penalty
+    max_length: int = 24  # longest caption in tokens, `</s>` included
+    pixel_mean: tuple[float, float, float] = (0.5, 0.5, 0.5)  # on [0, 1] pixels
+    pixel_std: tuple[float, float, float] = (0.25, 0.25, 0.25)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "channels", tuple(self.channels))
+        object.__setattr__(self, "pixel_mean", tuple(self.pixel_mean))
+        object.__setattr__(self, "pixel_std", tuple(self.pixel_std))
+        if self.image_size % self.stride:
+            raise ValueError(f"image_size {self.image_size} is not a multiple of {self.stride}")
+
+    @property
+    def stride(self) -> int:
+        return 2 ** len(self.channels)
+
+    @property
+    def grid(self) -> int:
+        """Side of the feature grid: grid x grid attention locations."""
+        return self.image_size // self.stride
+
+    @property
+    def feature_dim(self) -> int:
+        return self.channels[-1]
+
+
+CAPTIONER_PRESETS = {
+    "base": CaptionerConfig(),
+    "tiny": CaptionerConfig(channels=(8, 8, 16, 16), embed_dim=16, hidden_dim=32, attention_dim=16),
 }

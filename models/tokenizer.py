@@ -21,21 +21,27 @@ DEFAULT_VOCAB_SIZE = 8000
 
 
 def train_tokenizer(
-    lines: Iterable[str], model_file: Path, vocab_size: int = DEFAULT_VOCAB_SIZE
+    lines: Iterable[str],
+    model_file: Path,
+    vocab_size: int = DEFAULT_VOCAB_SIZE,
+    model_type: str = "unigram",
 ) -> Tokenizer:
-    """Trains a unigram model on `lines` and writes it to `model_file`.
+    """Trains a SentencePiece model on `lines` and writes it to `model_file`.
 
-    Byte fallback makes every string encodable (emoji, rare scripts): what the pieces do not
-    cover is spelled in bytes, so decode(encode(text)) == text for NFC text with single spaces.
+    unigram (the translator): byte fallback makes every string encodable (emoji, rare
+    scripts): what the pieces do not cover is spelled in bytes, so decode(encode(text)) ==
+    text for NFC text with single spaces.
+    word (the captioner): one piece per word of a closed vocabulary; `vocab_size` is the
+    number of distinct words plus the four special pieces.
     """
     model = io.BytesIO()
     spm.SentencePieceTrainer.train(
         sentence_iterator=(unicodedata.normalize("NFC", line) for line in lines),
         model_writer=model,
-        model_type="unigram",
+        model_type=model_type,
         vocab_size=vocab_size,
         character_coverage=1.0,
-        byte_fallback=True,
+        byte_fallback=model_type != "word",
         normalization_rule_name="identity",
         pad_id=PAD_ID,
         bos_id=BOS_ID,

@@ -3,6 +3,12 @@
 The declaration drives the exporter (names, dynamic axes), the parity validator (what to
 compare) and the runtime's input checks. Axis names are shared: the same name means the same
 size within one call. Shapes use the names below; `total` is `past + new`.
+
+A `ModelInterface` says, beside the two graphs, what the decoder step carries: memory tensors
+(what the encoder returns once and every step reads), state tensors (what a step reads and
+returns; each declares its batch axis and whether it has a growing time axis: the KV cache
+grows and is masked, an LSTM's (h, c) is only gathered and joined) and where the initial state
+comes from (the encoder's `init.*` outputs, or empty on the time axis).
 """
 
 from __future__ import annotations
@@ -40,7 +46,10 @@ class GraphSpec:
 
     def dynamic_axes(self) -> dict[str, dict[int, str]]:
         """Every axis whose size varies between calls, by tensor name."""
-        fixed = {"heads", "head_dim", "vocab", "d_model", "channels", "height", "width"}
+        fixed = {
+            "heads", "head_dim", "vocab", "d_model", "channels", "height", "width", "features",
+            "attention", "hidden", "one",
+        }  # fmt: skip
         return {
             t.name: {i: axis for i, axis in enumerate(t.axes) if axis not in fixed}
             for t in (*self.inputs, *self.outputs)
@@ -89,6 +98,110 @@ def decoder_spec(layers: int) -> GraphSpec:
         TensorSpec("cross_attention", FLOAT, ("batch", "memory")),
     )
     return GraphSpec("decoder", inputs, outputs)
+
+
+@dataclass(frozen=True)
+class StateSpec:
+    """A tensor a step reads (`input`) and returns (`output`) for the next step."""
+
+    input: str
+    output: str
+    batch_axis: int = 0
+    time_axis: int | None = None  # grows by `new` every step (padded, masked, narrowed)
+    init: str | None = None  # the encoder output that starts it; None: empty on time_axis
+
+
+@dataclass(frozen=True)
+class ModelInterface:
+    """Everything the runtime needs to know about a model's two graphs."""
+
+    kind: str  # "transformer", "captioner"
+    encoder: GraphSpec
+    decoder: GraphSpec
+    memory: tuple[str, ...]  # encoder outputs fed to every step under the same name
+    states: tuple[StateSpec, ...]
+    attention: str = "cross_attention"  # the step output (batch, memory) shown to users
+
+    def to_dict(self) -> dict:
+        """The declaration as the manifest stores it."""
+
+        def graph(spec: GraphSpec) -> dict:
+            return {
+                direction: [
+                    {"name": t.name, "dtype": t.dtype, "axes": list(t.axes)} for t in tensors
+                ]
+                for direction, tensors in (("inputs", spec.inputs), ("outputs", spec.outputs))
+            }
+
+        return {
+            "kind": self.kind,
+            "encoder": graph(self.encoder),
+            "decoder": graph(self.decoder),
+            "memory": list(self.memory),
+            "states": [
+                {
+                    "input": s.input,
+                    "output": s.output,
+                    "batch_axis": s.batch_axis,
+                    "time_axis": s.time_axis,
+                    "init": s.init,
+                }
+                for s in self.states
+            ],
+            "attention": self.attention,
+        }
+
+
+def transformer_interface(layers: int) -> ModelInterface:
+    """The translator: cross keys/values as memory, a growing key/value cache as state."""
+    encoder, decoder = encoder_spec(layers), decoder_spec(layers)
+    memory = tuple(n for n in encoder.output_names if n != "memory_mask") + ("memory_mask",)
+    states = tuple(
+        StateSpec(f"past_key_values.{i}.{part}", f"present.{i}.{part}", 0, 2)
+        for i in range(layers)
+        for part in ("key", "value")
+    )
+    return ModelInterface("transformer", encoder, decoder, memory, states)
+
+
+def captioner_interface() -> ModelInterface:
+    """The captioner: the image grid and its attention projection as memory, the LSTM's
+    (h, c) as fixed-size state started by the encoder."""
+    encoder = GraphSpec(
+        "encoder",
+        IMAGE_ENCODER_INPUTS,
+        (
+            TensorSpec("memory_mask", "int64", ("batch", "memory")),
+            TensorSpec("grid", FLOAT, ("batch", "memory", "features")),
+            TensorSpec("grid_projection", FLOAT, ("batch", "memory", "attention")),
+            TensorSpec("init.h", FLOAT, ("batch", "hidden")),
+            TensorSpec("init.c", FLOAT, ("batch", "hidden")),
+        ),
+    )
+    decoder = GraphSpec(
+        "decoder",
+        (
+            TensorSpec("input_ids", "int64", ("batch", "one")),
+            TensorSpec("past.h", FLOAT, ("batch", "hidden")),
+            TensorSpec("past.c", FLOAT, ("batch", "hidden")),
+            TensorSpec("grid", FLOAT, ("batch", "memory", "features")),
+            TensorSpec("grid_projection", FLOAT, ("batch", "memory", "attention")),
+            TensorSpec("memory_mask", "int64", ("batch", "memory")),
+        ),
+        (
+            TensorSpec("logits", FLOAT, ("batch", "vocab")),
+            TensorSpec("present.h", FLOAT, ("batch", "hidden")),
+            TensorSpec("present.c", FLOAT, ("batch", "hidden")),
+            TensorSpec("cross_attention", FLOAT, ("batch", "memory")),
+        ),
+    )
+    states = (
+        StateSpec("past.h", "present.h", 0, None, "init.h"),
+        StateSpec("past.c", "present.c", 0, None, "init.c"),
+    )
+    return ModelInterface(
+        "captioner", encoder, decoder, ("grid", "grid_projection", "memory_mask"), states
+    )
 
 
 def check_inputs(spec: GraphSpec, feeds: dict[str, np.ndarray], float_dtype: np.dtype) -> None:

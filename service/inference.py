@@ -15,25 +15,32 @@ from typing import Any, Protocol
 import numpy as np
 
 Tensor = Any  # the engine's own tensor type (torch.Tensor, numpy array, OrtValue)
-KeyValues = list[tuple[Tensor, Tensor]]  # per decoder layer, each (B, H, L, Dh)
+# Memory and state travel in pairs, rows on axis 0: a decoder layer's keys and values
+# (B, H, L, Dh); the captioner's grid and its attention projection (B, L, D|A); an LSTM's
+# (h, c) (B, Hd). What each pair is, and which have a growing time axis, the model's
+# `service.graphs.ModelInterface` declares.
+KeyValues = list[tuple[Tensor, Tensor]]
 
 
 @dataclass
 class EncoderOutput:
     """What the decoder needs from the encoder, once per request."""
 
-    cross: KeyValues  # per decoder layer, keys and values (B, H, S, Dh)
+    cross: KeyValues  # the memory every step reads (translator: keys and values per layer)
     memory_mask: Tensor  # (B, S), 1 where the memory position is real
+    state: KeyValues | None = None  # the initial state, when the encoder gives one ((h, c))
 
 
 class Engine(Protocol):
     """Runs the model; all arrays crossing this interface are numpy except the engine's cache."""
 
-    def encode(self, src_ids: np.ndarray, src_mask: np.ndarray) -> EncoderOutput:
-        """src_ids, src_mask (B, S) int64 -> the cross keys/values of every decoder layer."""
+    def encode(self, *inputs: np.ndarray) -> EncoderOutput:
+        """The encoder graph's inputs in declared order (translator: src_ids, src_mask (B, S)
+        int64; captioner: pixels (B, 3, H, W) float32) -> memory and initial state."""
 
-    def empty_past(self, batch: int) -> KeyValues:
-        """Past keys and values of length 0 for `batch` rows."""
+    def initial_state(self, encoder: EncoderOutput, batch: int) -> KeyValues:
+        """The state of `batch` rows before the first step: the encoder's, else empty (past
+        keys and values of length 0)."""
 
     def step(
         self,
@@ -44,7 +51,8 @@ class Engine(Protocol):
         encoder: EncoderOutput,
     ) -> tuple[np.ndarray, KeyValues, np.ndarray]:
         """input_ids, positions (B, N) int64; self_mask (B, P + N) -> logits (B, V) float32,
-        present keys/values (B, H, P + N, Dh), cross-attention (B, S) float32."""
+        the next state (present keys/values (B, H, P + N, Dh)), cross-attention (B, S)
+        float32. A model without positions or masks in its step ignores them."""
 
     def take(self, tensor: Tensor, index: np.ndarray) -> Tensor:
         """Rows `index` of `tensor` along the batch axis (may repeat or drop rows)."""
@@ -68,7 +76,7 @@ class CachedInference(Inference):
     def __init__(self, engine: Engine, encoder: EncoderOutput, batch: int):
         self.engine, self.encoder, self.encoded = engine, encoder, encoder
         self.sources = np.arange(batch)  # the encoder row each row decodes
-        self.past = engine.empty_past(batch)
+        self.past = engine.initial_state(encoder, batch)
         self.lengths = np.zeros(batch, dtype=np.int64)  # tokens seen per row
         self.self_mask = np.zeros((batch, 0), dtype=np.int64)  # (B, P)
 
@@ -84,13 +92,13 @@ class CachedInference(Inference):
 
     def reorder(self, index: np.ndarray) -> None:
         take = self.engine.take
-        self.past = [(take(k, index), take(v, index)) for k, v in self.past]
+        self.past = [(take(a, index), take(b, index)) for a, b in self.past]
         sources = self.sources[index]
         # Beams of one input share its encoder rows: reordering beams leaves them as they are,
         # so they are gathered (from the encoder's own output) only when the inputs change.
         if not np.array_equal(sources, self.sources):
             self.encoder = EncoderOutput(
-                cross=[(take(k, sources), take(v, sources)) for k, v in self.encoded.cross],
+                cross=[(take(a, sources), take(b, sources)) for a, b in self.encoded.cross],
                 memory_mask=take(self.encoded.memory_mask, sources),
             )
             self.sources = sources
@@ -110,7 +118,7 @@ class UncachedInference(CachedInference):
         batch, total = self.tokens.shape
         positions = np.broadcast_to(np.arange(total, dtype=np.int64), (batch, total))
         mask = np.ones((batch, total), dtype=np.int64)
-        past = self.engine.empty_past(batch)
+        past = self.engine.initial_state(self.encoder, batch)
         logits, _, cross = self.engine.step(self.tokens, positions, mask, past, self.encoder)
         return logits, cross
 

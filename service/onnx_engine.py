@@ -17,7 +17,8 @@ import numpy as np
 import onnxruntime as ort
 
 from service.batching import concat_padded
-from service.graphs import check_inputs, decoder_spec, encoder_spec
+from service.errors import ModelRepositoryError
+from service.graphs import ModelInterface, captioner_interface, check_inputs, transformer_interface
 from service.inference import EncoderOutput, KeyValues
 from service.repository import ModelVersion
 
@@ -42,6 +43,25 @@ def _pairs(tensors: list) -> KeyValues:
     return [(tensors[i], tensors[i + 1]) for i in range(0, len(tensors), 2)]
 
 
+def _flat(pairs: KeyValues) -> list:
+    return [tensor for pair in pairs for tensor in pair]
+
+
+def model_interface(model: ModelVersion) -> ModelInterface:
+    """The interface of a model version's kind; the manifest's own copy must agree."""
+    kind = model.manifest["model"].get("kind")
+    if kind == "transformer":
+        interface = transformer_interface(model.config["decoder_layers"])
+    elif kind == "captioner":
+        interface = captioner_interface()
+    else:
+        raise ModelRepositoryError(f"{model.directory}: unknown model kind {kind!r}")
+    declared = model.manifest.get("interface")
+    if declared is not None and declared != interface.to_dict():
+        raise ModelRepositoryError(f"{model.directory}: the manifest's interface is not {kind}'s")
+    return interface
+
+
 class OnnxEngine:
     """Runs one variant ("fp32", "int8", "fp16") of a model version on one device."""
 
@@ -56,10 +76,14 @@ class OnnxEngine:
         if device not in PROVIDERS:
             raise ValueError(f"device must be one of {sorted(PROVIDERS)}, got {device!r}")
         config = model.config
-        self.layers, self.heads = config["decoder_layers"], config["n_heads"]
-        self.head_dim = config["d_model"] // config["n_heads"]
+        self.interface = model_interface(model)
+        self.kind = self.interface.kind
+        if self.kind == "transformer":
+            self.layers, self.heads = config["decoder_layers"], config["n_heads"]
+            self.head_dim = config["d_model"] // config["n_heads"]
         self.float_dtype = np.dtype(np.float16 if variant == "fp16" else np.float32)
-        self.encoder_spec, self.decoder_spec = encoder_spec(self.layers), decoder_spec(self.layers)
+        self.encoder_spec, self.decoder_spec = self.interface.encoder, self.interface.decoder
+        self.memory_names = [n for n in self.interface.memory if n != "memory_mask"]
         self.variant, self.device = variant, device
         self.io_binding = device != "cpu" if io_binding is None else io_binding
         session = self._session_factory(threads)
@@ -93,11 +117,21 @@ class OnnxEngine:
         names = [o.name for o in session.get_outputs()]
         return [v.numpy() if n in on_host else v for n, v in zip(names, values, strict=True)]
 
-    def encode(self, src_ids: np.ndarray, src_mask: np.ndarray) -> EncoderOutput:
-        feeds = {"src_ids": src_ids, "src_mask": src_mask}
+    def encode(self, *inputs: np.ndarray) -> EncoderOutput:
+        """The encoder's inputs in declared order -> memory, mask and initial state."""
+        feeds = dict(zip(self.encoder_spec.input_names, inputs, strict=True))
         check_inputs(self.encoder_spec, feeds, self.float_dtype)
         outputs = self._run(self.encoder, feeds, on_host=("memory_mask",))
-        return EncoderOutput(cross=_pairs(outputs[1:]), memory_mask=outputs[0])
+        named = dict(zip(self.encoder_spec.output_names, outputs, strict=True))
+        init = [named[s.init] for s in self.interface.states if s.init is not None]
+        return EncoderOutput(
+            cross=_pairs([named[n] for n in self.memory_names]),
+            memory_mask=named["memory_mask"],
+            state=_pairs(init) if init else None,
+        )
+
+    def initial_state(self, encoder: EncoderOutput, batch: int) -> KeyValues:
+        return list(encoder.state) if encoder.state is not None else self.empty_past(batch)
 
     def empty_past(self, batch: int) -> KeyValues:
         empty = np.zeros((batch, self.heads, 0, self.head_dim), dtype=self.float_dtype)
@@ -106,25 +140,27 @@ class OnnxEngine:
         return [(empty, empty) for _ in range(self.layers)]
 
     def feeds(self, input_ids, positions, self_mask, past: KeyValues, encoder: EncoderOutput):
-        feeds = {"input_ids": input_ids, "positions": positions, "self_mask": self_mask}
-        for i, ((past_k, past_v), (key, value)) in enumerate(zip(past, encoder.cross, strict=True)):
-            feeds[f"past_key_values.{i}.key"], feeds[f"past_key_values.{i}.value"] = past_k, past_v
-            feeds[f"encoder.{i}.key"], feeds[f"encoder.{i}.value"] = key, value
+        """The decoder's feeds by declared name; inputs the step does not declare are left."""
+        given = {"input_ids": input_ids, "positions": positions, "self_mask": self_mask}
+        feeds = {n: v for n, v in given.items() if n in self.decoder_spec.input_names}
+        feeds.update(zip((s.input for s in self.interface.states), _flat(past), strict=True))
+        feeds.update(zip(self.memory_names, _flat(encoder.cross), strict=True))
         feeds["memory_mask"] = encoder.memory_mask
         return feeds
 
     def step(self, input_ids, positions, self_mask, past: KeyValues, encoder: EncoderOutput):
         feeds = self.feeds(input_ids, positions, self_mask, past, encoder)
-        if _shape(past[0][0])[2] == 0:  # first step of a batch: check the whole interface once
+        if self_mask.shape[1] == input_ids.shape[1]:  # a first step: check the whole interface
             check_inputs(
                 self.decoder_spec, {k: _Described(v) for k, v in feeds.items()}, self.float_dtype
             )
         outputs = self._run(self.decoder, feeds, on_host=HOST_OUTPUTS)
-        logits, attention = outputs[0], outputs[-1]
+        named = dict(zip(self.decoder_spec.output_names, outputs, strict=True))
+        state = _pairs([named[s.output] for s in self.interface.states])
         return (
-            logits.astype(np.float32, copy=False),
-            _pairs(outputs[1:-1]),
-            attention.astype(np.float32, copy=False),
+            named["logits"].astype(np.float32, copy=False),
+            state,
+            named[self.interface.attention].astype(np.float32, copy=False),
         )
 
     def _op(self, name: str, tensor):

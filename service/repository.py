@@ -1,6 +1,8 @@
 """The model repository: `<root>/<model>/<version>/` with graphs, tokenizer and manifest.
 
-    manifest.json        format version, model config, files with sha256, versions, parity
+    manifest.json        format version, model kind and config, interface (graphs, memory,
+                         state), special tokens, limits, preprocessor, files with sha256,
+                         versions, parity
     tokenizer.model      SentencePiece model
     golden.json          a few inputs with their expected tokens, re-checked at start-up
     <variant>/encoder.onnx, <variant>/decoder.onnx     variant: fp32, int8, fp16
@@ -18,7 +20,7 @@ from pathlib import Path
 
 from service.errors import ModelRepositoryError
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: interface, special tokens, limits and preprocessor; captioners
 MANIFEST = "manifest.json"
 GOLDEN = "golden.json"
 TOKENIZER = "tokenizer.model"

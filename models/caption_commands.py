@@ -1,0 +1,170 @@
+"""The captioner's torch-side subcommands of `attnserve`: data, train, evaluate, caption."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from argparse import Namespace
+from dataclasses import asdict, replace
+
+import numpy as np
+
+from models.caption_data import DataOptions, build_captioner_data
+from models.config import CAPTIONER_PRESETS
+
+
+def data(args: Namespace) -> int:
+    options = DataOptions(train=args.train_scenes, test_per_part=args.test_scenes)
+    meta = build_captioner_data(args.out, options)
+    print(json.dumps({"out": str(args.out), **meta}, indent=2))
+    return 0
+
+
+def train(args: Namespace) -> int:
+    from models.caption_train import CaptionTrainOptions, train_captioner
+
+    options = CaptionTrainOptions(
+        data_dir=args.data,
+        run_dir=args.run_dir,
+        out_dir=args.out,
+        model=CAPTIONER_PRESETS[args.preset],
+        batch_size=args.batch_size,
+        max_minutes=args.max_minutes,
+        max_epochs=args.max_epochs,
+        max_steps=args.max_steps,
+        checkpoint_every=args.checkpoint_every,
+        threads=args.threads,
+    )
+    if args.vocab_size:
+        options.model = replace(options.model, vocab_size=args.vocab_size)
+    print(f"checkpoint written to {train_captioner(options)}")
+    return 0
+
+
+def _options(args: Namespace, model, n_best: int = 1):
+    from service.decoding import DecodingOptions
+
+    limit = model.config.max_length
+    options = DecodingOptions(
+        beam_size=args.beam_size,
+        max_length=limit if args.max_length is None else args.max_length,
+        length_penalty=args.length_penalty,
+        num_hypotheses=n_best,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        seed=args.seed,
+    )
+    options.validate(limit)
+    return options
+
+
+def evaluate(args: Namespace) -> int:
+    from models.caption_data import read_glyphs, read_scenes
+    from models.caption_eval import goals, part_report
+    from models.checkpoint import load_checkpoint
+    from models.reference import reference_engine
+    from service.captioning import caption_batches
+
+    start = time.perf_counter()
+    model, tokenizer = load_checkpoint(args.checkpoint)
+    options = _options(args, model)
+    scenes, images = read_scenes(args.data, args.split)
+    if args.limit:
+        scenes, images = scenes[: args.limit], images[: args.limit]
+    best = [n[0] for n in caption_batches(reference_engine(model), images, options, 64)]
+    hypotheses = [tokenizer.decode(h.tokens) for h in best]
+    attentions = [h.alignment for h in best]
+    glyphs, grid = read_glyphs(args.data), model.config.grid
+    parts = {"all": part_report(hypotheses, attentions, scenes, glyphs, grid)}
+    for part in dict.fromkeys(s.part for s in scenes if s.part):
+        chosen = [i for i, s in enumerate(scenes) if s.part == part]
+        parts[part] = part_report(
+            [hypotheses[i] for i in chosen],
+            [attentions[i] for i in chosen],
+            [scenes[i] for i in chosen],
+            glyphs,
+            grid,
+        )
+    report = {
+        "system": f"attnserve captioner ({args.checkpoint})",
+        "engine": "torch",
+        "split": args.split,
+        "parts": parts,
+        "goals": goals(parts),
+        "decoding": asdict(options),
+        "seconds": round(time.perf_counter() - start, 1),
+    }
+    if args.json:
+        print(json.dumps(report))
+        return 0
+    for part, scores in parts.items():
+        print(f"{args.split}/{part}: " + ", ".join(f"{k} {v}" for k, v in scores.items()))
+    for name, goal in report["goals"].items():
+        print(
+            f"goal {name}: {goal['measured']} (target {goal['target']}) "
+            + ("met" if goal["met"] else "missed")
+        )
+    return 0
+
+
+def caption(args: Namespace) -> int:
+    from PIL import Image
+
+    from models.checkpoint import load_checkpoint
+    from models.reference import reference_engine
+    from service.captioning import caption_images, resize
+
+    model, tokenizer = load_checkpoint(args.checkpoint)
+    options = _options(args, model, n_best=args.n_best)
+    size, grid = model.config.image_size, model.config.grid
+    images = []
+    for path in args.images:
+        try:
+            with Image.open(path) as image:
+                images.append(resize(image, size))
+        except (OSError, ValueError) as error:  # missing, unreadable or not an image
+            print(f"error: {path}: {error}", file=sys.stderr)
+            return 2
+    nbest = caption_images(reference_engine(model), np.stack(images), options)
+    for index, (path, hypotheses) in enumerate(zip(args.images, nbest, strict=True)):
+        best = hypotheses[0]
+        if args.json:
+            print(
+                json.dumps(
+                    {
+                        "image": str(path),
+                        "hypotheses": [
+                            {
+                                "text": tokenizer.decode(h.tokens),
+                                "score": round(h.score, 4),
+                                "tokens": tokenizer.pieces(h.tokens),
+                                "attention": h.alignment.round(4).tolist(),
+                                "grid": [grid, grid],
+                            }
+                            for h in hypotheses
+                        ],
+                    }
+                )
+            )
+        else:
+            for rank, h in enumerate(hypotheses, 1):
+                text = tokenizer.decode(h.tokens)
+                print(text if len(hypotheses) == 1 else f"{rank}\t{h.score:.4f}\t{text}")
+        if args.attention is not None:
+            from attnserve.attention_figure import draw_attention
+
+            out = args.attention
+            if len(args.images) > 1:
+                out = out.with_name(f"{out.stem}-{index + 1}{out.suffix}")
+            tokens = tokenizer.pieces(best.tokens) + (["</s>"] if best.finished else [])
+            draw_attention(
+                images[index],
+                tokens,
+                best.alignment,
+                (grid, grid),
+                out,
+                title=tokenizer.decode(best.tokens),
+            )
+    return 0

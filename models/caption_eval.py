@@ -1,0 +1,121 @@
+"""Scoring captions: exact match, BLEU-4 and CIDEr (pycocoevalcap), and where attention looked.
+
+Localisation: for every generated word that names an object of the scene (a word of its
+name, or of its plural for "two ..."), the share of that step's attention mass that falls
+inside the object's box (the union of both boxes for a pair of the same kind), beside the
+uniform baseline, the box's share of the image. A grid cell's weight counts in proportion to
+the part of the cell the box covers.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from pycocoevalcap.bleu.bleu import Bleu
+from pycocoevalcap.cider.cider import Cider
+
+from models.glyphs import Glyph
+from models.scenes import IMAGE_SIZE, Scene
+
+# goals: exact match on seen and unseen combinations, attention inside the named object
+GOALS = {
+    "exact_match_seen": 0.80,
+    "exact_match_novel_pairs": 0.60,
+    "attention_in_box": 0.50,
+    "attention_over_baseline": 4.0,
+}
+
+
+def text_scores(hypotheses: list[str], references: list[str]) -> dict:
+    """Exact-match rate, BLEU-4 and CIDEr (one reference per image), on lower-case words."""
+    if not hypotheses:
+        return {"images": 0}
+    gts = {i: [r] for i, r in enumerate(references)}
+    res = {i: [h if h.strip() else "<empty>"] for i, h in enumerate(hypotheses)}
+    bleu, _ = Bleu(4).compute_score(gts, res, verbose=0)
+    cider, _ = Cider().compute_score(gts, res)
+    exact = sum(h == r for h, r in zip(hypotheses, references, strict=True))
+    return {
+        "images": len(hypotheses),
+        "exact_match": round(exact / len(hypotheses), 4),
+        "bleu4": round(100 * bleu[3], 2),
+        "cider": round(100 * float(cider), 2),
+    }
+
+
+def cell_coverage(boxes: list[tuple[int, int, int, int]], grid: int) -> np.ndarray:
+    """(grid * grid,) share of each grid cell covered by the union of `boxes`."""
+    mask = np.zeros((IMAGE_SIZE, IMAGE_SIZE), dtype=bool)
+    for x0, y0, x1, y1 in boxes:
+        mask[y0:y1, x0:x1] = True
+    cell = IMAGE_SIZE // grid
+    return mask.reshape(grid, cell, grid, cell).mean(axis=(1, 3)).reshape(-1)
+
+
+def named_objects(words: list[str], scene: Scene, glyphs: list[Glyph]) -> dict[int, list[int]]:
+    """Word index -> the scene objects that word names, for generated `words`: the longest
+    run of words equal to an object's name (or plural) names every object of that glyph."""
+    phrases = {}
+    for obj in scene.objects:
+        same_glyph = [i for i, o in enumerate(scene.objects) if o.glyph == obj.glyph]
+        for phrase in (glyphs[obj.glyph].name, glyphs[obj.glyph].plural):
+            phrases[tuple(phrase.split())] = same_glyph
+    named, i = {}, 0
+    while i < len(words):
+        match = max(
+            (p for p in phrases if tuple(words[i : i + len(p)]) == p), key=len, default=None
+        )
+        if match is None:
+            i += 1
+            continue
+        named.update({i + k: phrases[match] for k in range(len(match))})
+        i += len(match)
+    return named
+
+
+def localisation(words, attention: np.ndarray, scene: Scene, glyphs, grid: int) -> list:
+    """(mass inside the box, the box's share of the image) for every naming word;
+    attention (steps, grid * grid)."""
+    pairs = []
+    for index, objects in named_objects(words, scene, glyphs).items():
+        if index >= len(attention):
+            continue
+        coverage = cell_coverage([scene.objects[o].box for o in objects], grid)
+        pairs.append((float(attention[index] @ coverage), float(coverage.mean())))
+    return pairs
+
+
+def part_report(hypotheses, attentions, scenes: list[Scene], glyphs, grid: int) -> dict:
+    """Text scores and localisation of one part of a split; a hypothesis' words are its
+    tokens (the captioner's vocabulary is one piece a word)."""
+    report = text_scores(hypotheses, [s.caption for s in scenes])
+    pairs = [
+        p
+        for h, a, s in zip(hypotheses, attentions, scenes, strict=True)
+        for p in localisation(h.split(), a, s, glyphs, grid)
+    ]
+    if pairs:
+        inside, baseline = np.mean(pairs, axis=0)
+        report["attention_in_box"] = round(float(inside), 4)
+        report["uniform_baseline"] = round(float(baseline), 4)
+        report["attention_over_baseline"] = round(float(inside / baseline), 2)
+        report["naming_words"] = len(pairs)
+    return report
+
+
+def goals(parts: dict) -> dict:
+    """Each goal with the measured value and whether it is met."""
+    every = parts["all"]
+    measured = {
+        "exact_match_seen": parts.get("seen", {}).get("exact_match"),
+        "exact_match_novel_pairs": parts.get("novel_pairs", {}).get("exact_match"),
+        "attention_in_box": every.get("attention_in_box"),
+        "attention_over_baseline": every.get("attention_over_baseline"),
+    }
+    return {
+        name: {
+            "target": target,
+            "measured": measured[name],
+            "met": measured[name] is not None and measured[name] >= target,
+        }
+        for name, target in GOALS.items()
+    }

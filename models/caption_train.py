@@ -1,0 +1,272 @@
+"""Training the captioner: cross-entropy plus the doubly stochastic attention penalty, Adam
+with warm-up and a cosine decay over the time budget, resumable checkpoints.
+
+The dev score is the exact-match rate under teacher forcing: every token's argmax equals the
+reference exactly when greedy decoding returns the reference, so it is the greedy exact match
+at the cost of one teacher-forced pass.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from models.caption_data import read_glyphs, read_scenes
+from models.captioner import Captioner, attention_penalty
+from models.checkpoint import save_checkpoint
+from models.config import CAPTIONER_PRESETS, CaptionerConfig
+from models.scenes import REGIONS
+from models.tokenizer import train_tokenizer
+from service.batching import pad_batch
+from service.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
+
+TEMPLATE_WORDS = "a an two to the left of above and from right top bottom middle in on at"
+
+
+@dataclass
+class CaptionTrainOptions:
+    data_dir: Path = Path("data/captioner")
+    run_dir: Path = Path("runs/captioner")  # resumable state: last.pt, best.pt
+    out_dir: Path = Path("models/checkpoints/captioner")  # the shipped fp16 checkpoint
+    model: CaptionerConfig = field(default_factory=lambda: CAPTIONER_PRESETS["base"])
+    batch_size: int = 64
+    learning_rate: float = 2e-3
+    warmup_steps: int = 200
+    clip_norm: float = 5.0
+    label_smoothing: float = 0.0
+    max_minutes: float = 50.0  # training time budget, summed over resumes
+    max_epochs: int = 1000
+    max_steps: int = 0  # 0: no limit
+    checkpoint_every: int = 100  # steps
+    seed: int = 1
+    threads: int = 0
+
+
+@dataclass
+class CaptionProgress:
+    step: int = 0
+    epoch: int = 0
+    batch_in_epoch: int = 0
+    seconds: float = 0.0
+    best_exact: float = -1.0
+    last_loss: float = 0.0
+    history: list[dict] = field(default_factory=list)
+
+
+def caption_vocabulary(data_dir: Path) -> list[str]:
+    """Every word a caption can hold: glyph names, their plurals and the template words."""
+    words = set(TEMPLATE_WORDS.split())
+    words.update(w for row in REGIONS for phrase in row for w in phrase.split())
+    for glyph in read_glyphs(data_dir):
+        words.update(glyph.name.split() + glyph.plural.split())
+    return sorted(words)
+
+
+def build_tokenizer(data_dir: Path, model_file: Path) -> Tokenizer:
+    words = caption_vocabulary(data_dir)
+    return train_tokenizer(words, model_file, len(words) + 4, "word")
+
+
+def batch_tensors(images: np.ndarray, captions: list[list[int]]) -> dict[str, torch.Tensor]:
+    """uint8 images (B, H, W, 3) and caption ids -> pixels (B, 3, H, W) in [0, 1], decoder
+    input `<s> y`, output `y </s>` and its mask (B, T)."""
+    pixels = torch.from_numpy(np.array(images, dtype=np.uint8)).permute(0, 3, 1, 2).float() / 255.0
+    tgt_in, tgt_mask = pad_batch([[BOS_ID, *c] for c in captions])
+    tgt_out, _ = pad_batch([[*c, EOS_ID] for c in captions])
+    return {
+        "pixels": pixels.contiguous(memory_format=torch.channels_last),
+        "tgt_in": torch.from_numpy(tgt_in),
+        "tgt_out": torch.from_numpy(tgt_out),
+        "tgt_mask": torch.from_numpy(tgt_mask).float(),
+    }
+
+
+def caption_loss(model: Captioner, batch: dict, smoothing: float = 0.0):
+    """(total loss, cross-entropy per token, logits (B, T, V))."""
+    logits, attention = model(batch["pixels"], batch["tgt_in"])
+    tokens = batch["tgt_mask"].sum()
+    cross_entropy = (
+        F.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]),
+            batch["tgt_out"].reshape(-1),
+            ignore_index=PAD_ID,
+            label_smoothing=smoothing,
+            reduction="sum",
+        )
+        / tokens
+    )
+    penalty = attention_penalty(attention, batch["tgt_mask"])
+    return cross_entropy + model.config.attention_regularisation * penalty, cross_entropy, logits
+
+
+@torch.no_grad()
+def teacher_forced_exact(model: Captioner, images, captions, batch_size: int = 128) -> float:
+    """Share of captions whose every token (and `</s>`) is the argmax under teacher forcing."""
+    model.eval()
+    exact = 0
+    for start in range(0, len(captions), batch_size):
+        batch = batch_tensors(
+            images[start : start + batch_size], captions[start : start + batch_size]
+        )
+        logits, _ = model(batch["pixels"], batch["tgt_in"])
+        right = (logits.argmax(-1) == batch["tgt_out"]) | (batch["tgt_mask"] == 0)
+        exact += int(right.all(dim=1).sum())
+    model.train()
+    return exact / max(len(captions), 1)
+
+
+class CaptionTrainer:
+    def __init__(self, options: CaptionTrainOptions):
+        self.options = options
+        self.run_dir = Path(options.run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        model_file = self.run_dir / "tokenizer.model"
+        if not model_file.exists():
+            build_tokenizer(options.data_dir, model_file)
+        self.tokenizer = Tokenizer(model_file)
+        # the vocabulary is the captions' closed word list: the config follows it
+        options.model = replace(options.model, vocab_size=self.tokenizer.vocab_size)
+        torch.manual_seed(options.seed)
+        self.model = Captioner(options.model).to(memory_format=torch.channels_last)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=options.learning_rate)
+        self.progress = CaptionProgress()
+        self._resume()
+
+    def _resume(self) -> None:
+        last = self.run_dir / "last.pt"
+        if not last.exists():
+            return
+        state = torch.load(last, map_location="cpu", weights_only=False)
+        if state["model_config"] != self.options.model.to_dict():
+            raise ValueError(f"{last} was trained with another model config; use a new run_dir")
+        self.model.load_state_dict(state["model"], strict=True)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.progress = CaptionProgress(**state["progress"])
+
+    def _save(self, name: str) -> None:
+        state = {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "progress": asdict(self.progress),
+            "model_config": self.options.model.to_dict(),
+        }
+        tmp = self.run_dir / f"{name}.tmp"
+        torch.save(state, tmp)
+        tmp.replace(self.run_dir / f"{name}.pt")
+
+    def _out_of_budget(self) -> bool:
+        o, p = self.options, self.progress
+        over_time = p.seconds >= o.max_minutes * 60
+        return over_time or p.epoch >= o.max_epochs or (o.max_steps > 0 and p.step >= o.max_steps)
+
+    def learning_rate(self) -> float:
+        """Linear warm-up, then a cosine from the peak to 2% of it over the time budget."""
+        o, p = self.options, self.progress
+        warm = min(1.0, (p.step + 1) / o.warmup_steps)
+        done = min(1.0, p.seconds / (o.max_minutes * 60))
+        return o.learning_rate * warm * (0.02 + 0.98 * 0.5 * (1 + math.cos(math.pi * done)))
+
+    def train_step(self, batch: dict) -> float:
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.learning_rate()
+        loss, cross_entropy, _ = caption_loss(self.model, batch, self.options.label_smoothing)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.options.clip_norm)
+        self.optimizer.step()
+        self.progress.step += 1
+        return float(cross_entropy.detach())
+
+    def run_epoch(self, images, captions) -> None:
+        o, p = self.options, self.progress
+        order = np.random.default_rng(o.seed + p.epoch).permutation(len(captions))
+        batches = [order[i : i + o.batch_size] for i in range(0, len(order), o.batch_size)]
+        bar = tqdm(
+            total=len(batches),
+            initial=p.batch_in_epoch,
+            desc=f"epoch {p.epoch + 1}",
+            dynamic_ncols=True,
+            mininterval=5,
+        )
+        self.model.train()
+        while p.batch_in_epoch < len(batches) and not self._out_of_budget():
+            start = time.perf_counter()
+            index = np.sort(batches[p.batch_in_epoch])
+            batch = batch_tensors(images[index], [captions[i] for i in index])
+            p.last_loss = self.train_step(batch)
+            p.seconds += time.perf_counter() - start
+            p.batch_in_epoch += 1
+            bar.update(1)
+            bar.set_postfix(loss=f"{p.last_loss:.3f}", step=p.step, min=f"{p.seconds / 60:.1f}")
+            if p.step % o.checkpoint_every == 0:
+                self._save("last")
+        bar.close()
+        if p.batch_in_epoch >= len(batches):
+            p.epoch, p.batch_in_epoch = p.epoch + 1, 0
+            self.evaluate()
+
+    def evaluate(self) -> None:
+        p = self.progress
+        scenes, images = read_scenes(self.options.data_dir, "dev")
+        captions = self.tokenizer.encode_batch([s.caption for s in scenes])
+        exact = teacher_forced_exact(self.model, images, captions)
+        entry = {
+            "epoch": p.epoch,
+            "batch_in_epoch": p.batch_in_epoch,
+            "step": p.step,
+            "minutes": round(p.seconds / 60, 1),
+            "train_cross_entropy": round(p.last_loss, 4),
+            "dev_exact": round(exact, 4),
+        }
+        p.history.append(entry)
+        print(json.dumps(entry), flush=True)
+        if exact > p.best_exact:
+            p.best_exact = exact
+            self._save("best")
+        self._save("last")
+
+    def train(self) -> None:
+        torch.manual_seed(self.options.seed + self.progress.step)
+        scenes, images = read_scenes(self.options.data_dir, "train")
+        images = np.asarray(images)  # in memory: batches gather random rows
+        captions = self.tokenizer.encode_batch([s.caption for s in scenes])
+        while not self._out_of_budget():
+            self.run_epoch(images, captions)
+        if self.progress.batch_in_epoch > 0:
+            self.evaluate()  # the budget ended inside an epoch: that model competes too
+        self._save("last")
+
+    def ship(self) -> Path:
+        """Writes the best checkpoint (by dev exact match) in shipped form."""
+        best = self.run_dir / ("best.pt" if (self.run_dir / "best.pt").exists() else "last.pt")
+        state = torch.load(best, map_location="cpu", weights_only=False)
+        model = Captioner(self.options.model)
+        model.load_state_dict(state["model"], strict=True)
+        out = Path(self.options.out_dir)
+        save_checkpoint(model, self.run_dir / "tokenizer.model", out)
+        summary = {
+            "trained_minutes": round(state["progress"]["seconds"] / 60, 1),
+            "history": state["progress"]["history"],
+            "options": {
+                k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(self.options).items()
+            },
+        }
+        (out / "training.json").write_text(json.dumps(summary, indent=2) + "\n")
+        return out
+
+
+def train_captioner(options: CaptionTrainOptions) -> Path:
+    """Trains (resuming if a run exists), then ships the best checkpoint."""
+    if options.threads:
+        torch.set_num_threads(options.threads)
+    trainer = CaptionTrainer(options)
+    trainer.train()
+    return trainer.ship()

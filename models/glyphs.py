@@ -1,0 +1,144 @@
+"""The captioner's objects: emoji artwork from Noto Color Emoji, named by Unicode CLDR.
+
+A glyph is kept when it is one code point of a block of concrete, drawable things (animals,
+plants, food, vehicles, household objects), its English CLDR name is 1-3 plain words, and the
+name names a thing rather than a sign, a face or a person. The rule is fixed here; the list it
+gives is written beside the data (glyphs.json) with the Spanish name of every glyph.
+"""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from PIL import Image, ImageDraw, ImageFont
+
+FONT = Path("/usr/share/fonts/truetype/noto/NotoColorEmoji.ttf")
+CLDR_ANNOTATIONS = Path("/usr/share/unicode/cldr/common/annotations")
+DEBIAN_PACKAGES = ("fonts-noto-color-emoji", "unicode-cldr-core")
+FONT_SIZE = 109  # the one bitmap size of the colour font
+
+# Code point blocks of concrete things (inclusive ranges).
+BLOCKS = (
+    (0x1F330, 0x1F37F),  # plants, fruit, vegetables, food, drink
+    (0x1F380, 0x1F393),  # gifts, balloons, decorations
+    (0x1F3A8, 0x1F3BA),  # art, music and game objects
+    (0x1F400, 0x1F43F),  # animals
+    (0x1F451, 0x1F462),  # clothes
+    (0x1F4A1, 0x1F4A1),  # light bulb
+    (0x1F4BB, 0x1F4FA),  # computers, office objects
+    (0x1F680, 0x1F6A4),  # vehicles
+    (0x1F95D, 0x1F9AE),  # food and animals of later Unicode versions
+    (0x1F9C0, 0x1F9CB),  # cheese, drinks
+)
+# A name containing one of these words is a sign, a symbol, a body part or a person.
+EXCLUDED_WORDS = {
+    "sign", "symbol", "button", "mark", "face", "hand", "person", "man", "woman", "flag",
+    "arrow", "station", "light", "prohibited", "no", "tab", "tabs", "up", "down", "left",
+    "right", "top", "bottom", "middle", "two", "a", "an", "above", "of", "with", "and", "from",
+    "to", "the", "at", "on", "in", "row", "oncoming", "ninja", "mode", "off", "bars",
+    "increasing", "decreasing", "ceremony", "cooking", "santa", "without",
+}  # fmt: skip
+_WORD = re.compile(r"^[a-z]+$")
+IRREGULAR_PLURALS = {
+    "mouse": "mice", "goose": "geese", "sheep": "sheep", "fish": "fish", "ox": "oxen",
+    "knife": "knives", "leaf": "leaves", "loaf": "loaves", "deer": "deer", "bison": "bison",
+    "shrimp": "shrimp", "squid": "squid", "blowfish": "blowfish", "sushi": "sushi",
+    "rice": "rice", "tea": "teas",
+    "bacon": "bacon", "popcorn": "popcorn", "butter": "butter", "honey": "honey",
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Glyph:
+    codepoint: int
+    name: str  # English CLDR name, e.g. "red apple"
+    plural: str  # "red apples"
+    name_es: str  # Spanish CLDR name, e.g. "manzana roja"
+
+    @property
+    def char(self) -> str:
+        return chr(self.codepoint)
+
+    @property
+    def article(self) -> str:
+        return "an" if self.name[0] in "aeio" or self.name.startswith("um") else "a"
+
+
+def plural(name: str) -> str:
+    """English plural of a name's last word ("red apple" -> "red apples")."""
+    *head, last = name.split()
+    if last in IRREGULAR_PLURALS:
+        last = IRREGULAR_PLURALS[last]
+    elif re.search(r"[^aeiou]y$", last):
+        last = last[:-1] + "ies"
+    elif re.search(r"(s|x|z|ch|sh)$", last) or last in ("potato", "tomato", "mango"):
+        last += "es"
+    else:
+        last += "s"
+    return " ".join([*head, last])
+
+
+def cldr_names(language: str) -> dict[str, str]:
+    """Character -> the CLDR text-to-speech name in `language`."""
+    root = ET.parse(CLDR_ANNOTATIONS / f"{language}.xml").getroot()
+    return {
+        a.get("cp"): a.text.strip()
+        for a in root.iter("annotation")
+        if a.get("type") == "tts" and a.text
+    }
+
+
+def _drawable(name: str) -> bool:
+    words = name.split()
+    already_plural = re.search(r"[^su]s$", words[-1] if words else "") is not None
+    return (
+        1 <= len(words) <= 3
+        and not already_plural
+        and all(_WORD.match(w) for w in words)
+        and not EXCLUDED_WORDS.intersection(words)
+    )
+
+
+def select_glyphs() -> list[Glyph]:
+    """Every glyph the rule keeps, in code point order; names are unique."""
+    english, spanish = cldr_names("en"), cldr_names("es")
+    glyphs, seen = [], set()
+    for first, last in BLOCKS:
+        for codepoint in range(first, last + 1):
+            name = english.get(chr(codepoint), "").lower()
+            if not _drawable(name) or name in seen or chr(codepoint) not in spanish:
+                continue
+            if render(chr(codepoint)) is None:
+                continue
+            seen.add(name)
+            glyphs.append(Glyph(codepoint, name, plural(name), spanish[chr(codepoint)]))
+    return glyphs
+
+
+@cache
+def _font() -> ImageFont.FreeTypeFont:
+    return ImageFont.truetype(str(FONT), FONT_SIZE)
+
+
+@cache
+def render(char: str) -> Image.Image | None:
+    """The glyph as RGBA cropped to its visible pixels; None when the font lacks it."""
+    canvas = Image.new("RGBA", (160, 160), (0, 0, 0, 0))
+    ImageDraw.Draw(canvas).text((0, 0), char, font=_font(), embedded_color=True)
+    box = canvas.getchannel("A").point(lambda a: 255 if a > 16 else 0).getbbox()
+    if box is None or (box[2] - box[0]) < 40 or (box[3] - box[1]) < 20:
+        return None  # missing glyph or a thin mark
+    return canvas.crop(box)
+
+
+@cache
+def sized(char: str, size: int) -> Image.Image:
+    """The glyph with its longer side `size` pixels."""
+    image = render(char)
+    scale = size / max(image.size)
+    width, height = (max(1, round(side * scale)) for side in image.size)
+    return image.resize((width, height), Image.LANCZOS)

@@ -1,0 +1,256 @@
+"""Captioned scenes: emoji glyphs composed on a background, with a caption true to the scene.
+
+A scene has 1 to 3 objects; its caption says what and where:
+
+    single     "a red apple at the top left"          (the 3x3 region of the object's centre)
+    same       "two bananas on the right"             (the region of the pair's midpoint)
+    pair       "a bus above a tree", "a cat to the left of a dog"
+    triple     "a cat and a dog and a bus from left to right" (or "from top to bottom")
+
+Objects never overlap, a region is never chosen within REGION_MARGIN pixels of its border
+and a relation holds with a clear gap, so every caption is unambiguous. Every object's box is
+kept: it is where attention should look when the caption names that object.
+
+The split is a rule with a seed (see `SplitRule`): unordered pairs of glyphs are held out
+of training by a hash, and so is a band of object sizes; the test split has a part for each.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+from PIL import Image
+
+from models.glyphs import Glyph, sized
+
+IMAGE_SIZE = 96
+REGION_MARGIN = 6  # pixels a centre keeps from the border of its 3x3 region
+GAP = 3  # pixels between two objects in a relation
+KINDS = ("single", "same", "pair", "triple")
+KIND_WEIGHTS = (0.25, 0.15, 0.4, 0.2)
+REGIONS = (
+    ("at the top left", "at the top", "at the top right"),
+    ("on the left", "in the middle", "on the right"),
+    ("at the bottom left", "at the bottom", "at the bottom right"),
+)
+
+
+@dataclass(frozen=True)
+class SplitRule:
+    """Which glyph pairs and object sizes training never sees."""
+
+    held_out_pair_modulus: int = 7  # a pair is held out when its hash % modulus == 0
+    sizes: tuple[int, int] = (18, 40)  # object sizes in pixels (longer side), inclusive
+    held_out_sizes: tuple[int, int] = (26, 29)  # a band inside `sizes`, inclusive
+
+    def held_out_pair(self, a: str, b: str) -> bool:
+        key = "|".join(sorted((a, b))).encode()
+        return int(hashlib.sha256(key).hexdigest(), 16) % self.held_out_pair_modulus == 0
+
+    def training_sizes(self) -> list[int]:
+        low, high = self.held_out_sizes
+        return [s for s in range(self.sizes[0], self.sizes[1] + 1) if not low <= s <= high]
+
+    def novel_sizes(self) -> list[int]:
+        return list(range(self.held_out_sizes[0], self.held_out_sizes[1] + 1))
+
+
+@dataclass
+class SceneObject:
+    glyph: int  # index into the glyph list
+    name: str
+    box: tuple[int, int, int, int]  # x0, y0, x1, y1 in pixels, x1 and y1 exclusive
+
+
+@dataclass
+class Scene:
+    kind: str
+    caption: str
+    objects: list[SceneObject]
+    # caption word index -> the objects that word names (both of "two bananas")
+    name_words: dict[int, list[int]] = field(default_factory=dict)
+    part: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict) -> Scene:
+        objects = [SceneObject(o["glyph"], o["name"], tuple(o["box"])) for o in values["objects"]]
+        words = {int(k): list(v) for k, v in values["name_words"].items()}
+        return cls(values["kind"], values["caption"], objects, words, values.get("part", ""))
+
+
+class _Caption:
+    """Builds a caption word by word, remembering which words name which object."""
+
+    def __init__(self):
+        self.words: list[str] = []
+        self.name_words: dict[int, list[int]] = {}
+
+    def add(self, text: str, objects: tuple[int, ...] = ()) -> _Caption:
+        for word in text.split():
+            if objects:
+                self.name_words[len(self.words)] = list(objects)
+            self.words.append(word)
+        return self
+
+    def thing(self, glyph: Glyph, obj: int) -> _Caption:
+        return self.add(glyph.article).add(glyph.name, (obj,))
+
+    @property
+    def text(self) -> str:
+        return " ".join(self.words)
+
+
+def region_of(x: float, y: float) -> tuple[int, int] | None:
+    """(row, column) of the 3x3 region holding (x, y); None within REGION_MARGIN of a border
+    between regions."""
+    third = IMAGE_SIZE / 3
+    if any(abs(v - third) < REGION_MARGIN or abs(v - 2 * third) < REGION_MARGIN for v in (x, y)):
+        return None
+    return min(int(y // third), 2), min(int(x // third), 2)
+
+
+class SceneSampler:
+    """Draws scenes and renders them; the same seed gives the same scenes and pixels."""
+
+    def __init__(self, glyphs: list[Glyph], rule: SplitRule, seed: int):
+        self.glyphs, self.rule = glyphs, rule
+        self.rng = np.random.default_rng(seed)
+
+    # -- layout ---------------------------------------------------------------------------
+
+    def _extent(self, glyph: int, size: int) -> tuple[int, int]:
+        return sized(self.glyphs[glyph].char, size).size  # (width, height)
+
+    def _place(self, glyph: int, size: int, x: float, y: float) -> tuple[int, int, int, int]:
+        width, height = self._extent(glyph, size)
+        x0, y0 = round(x - width / 2), round(y - height / 2)
+        return x0, y0, x0 + width, y0 + height
+
+    @staticmethod
+    def _inside(box) -> bool:
+        return box[0] >= 0 and box[1] >= 0 and box[2] <= IMAGE_SIZE and box[3] <= IMAGE_SIZE
+
+    def _row(self, glyphs: list[int], sizes: list[int], axis: int):
+        """Boxes of objects in a row along `axis` (0: left to right, 1: top to bottom), each
+        after the other with at least GAP pixels between, roughly aligned on the other axis."""
+        for _ in range(200):
+            boxes, cursor = [], self.rng.uniform(0, 12)
+            across = self.rng.uniform(20, IMAGE_SIZE - 20)
+            for glyph, size in zip(glyphs, sizes, strict=True):
+                extent = self._extent(glyph, size)[axis]
+                start = cursor + self.rng.uniform(GAP, GAP + 14)
+                centre = [0.0, 0.0]
+                centre[axis] = start + extent / 2
+                centre[1 - axis] = across + self.rng.uniform(-4, 4)
+                boxes.append(self._place(glyph, size, *centre))
+                cursor = boxes[-1][2 + axis]
+            if all(map(self._inside, boxes)):
+                return boxes
+        return None
+
+    # -- scene kinds ------------------------------------------------------------------------
+
+    def _single(self, glyphs: list[int], sizes: list[int]):
+        for _ in range(200):
+            third = IMAGE_SIZE / 3
+            row, column = self.rng.integers(0, 3, size=2)
+            x = (column + self.rng.uniform(0.2, 0.8)) * third
+            y = (row + self.rng.uniform(0.2, 0.8)) * third
+            box = self._place(glyphs[0], sizes[0], x, y)
+            if not self._inside(box):
+                continue
+            centre = ((box[0] + box[2]) / 2, (box[1] + box[3]) / 2)
+            region = region_of(*centre)
+            if region is None:
+                continue
+            caption = _Caption().thing(self.glyphs[glyphs[0]], 0).add(REGIONS[region[0]][region[1]])
+            return [box], caption
+        return None
+
+    def _same(self, glyphs: list[int], sizes: list[int]):
+        boxes = self._row([glyphs[0]] * 2, sizes[:2], int(self.rng.integers(0, 2)))
+        if boxes is None:
+            return None
+        xs = [(b[0] + b[2]) / 2 for b in boxes]
+        ys = [(b[1] + b[3]) / 2 for b in boxes]
+        region = region_of(sum(xs) / 2, sum(ys) / 2)
+        if region is None:
+            return None
+        glyph = self.glyphs[glyphs[0]]
+        caption = _Caption().add("two").add(glyph.plural, (0, 1))
+        caption.add(REGIONS[region[0]][region[1]])
+        return boxes, caption
+
+    def _relation(self, glyphs: list[int], sizes: list[int]):
+        axis = int(self.rng.integers(0, 2))
+        boxes = self._row(glyphs, sizes, axis)
+        if boxes is None:
+            return None
+        caption = _Caption()
+        for i, glyph in enumerate(glyphs):
+            if i and len(glyphs) == 2:
+                caption.add("to the left of" if axis == 0 else "above")
+            elif i:
+                caption.add("and")
+            caption.thing(self.glyphs[glyph], i)
+        if len(glyphs) == 3:
+            caption.add("from left to right" if axis == 0 else "from top to bottom")
+        return boxes, caption
+
+    def draw(self, kind: str, glyphs: list[int], sizes: list[int]) -> Scene | None:
+        """A scene of `kind` with these glyphs and sizes, or None when they do not fit."""
+        make = {"single": self._single, "same": self._same}.get(kind, self._relation)
+        placed = make(glyphs, sizes)
+        if placed is None:
+            return None
+        boxes, caption = placed
+        if kind == "same":
+            objects = [SceneObject(glyphs[0], self.glyphs[glyphs[0]].name, b) for b in boxes]
+        else:
+            objects = [
+                SceneObject(g, self.glyphs[g].name, b) for g, b in zip(glyphs, boxes, strict=True)
+            ]
+        return Scene(kind, caption.text, objects, caption.name_words)
+
+    def render(self, scene: Scene) -> np.ndarray:
+        """(IMAGE_SIZE, IMAGE_SIZE, 3) uint8."""
+        canvas = Image.fromarray(background(self.rng)).convert("RGBA")
+        for obj in scene.objects:
+            canvas.alpha_composite(sized(self.glyphs[obj.glyph].char, _size_of(obj)), obj.box[:2])
+        return np.asarray(canvas.convert("RGB"))
+
+
+def _size_of(obj: SceneObject) -> int:
+    return max(obj.box[2] - obj.box[0], obj.box[3] - obj.box[1])
+
+
+def background(rng: np.random.Generator) -> np.ndarray:
+    """A random background (H, W, 3) uint8: plain, gradient, noise, stripes, checks or dots."""
+    n = IMAGE_SIZE
+    a, b = rng.integers(0, 256, size=(2, 3)).astype(np.float32)
+    y, x = np.mgrid[0:n, 0:n].astype(np.float32) / (n - 1)
+    kind = rng.integers(0, 6)
+    if kind == 0:
+        t = np.zeros((n, n), np.float32)
+    elif kind == 1:
+        angle = rng.uniform(0, 2 * np.pi)
+        t = (np.cos(angle) * x + np.sin(angle) * y) / 2 + 0.5
+    elif kind == 2:
+        t = rng.uniform(0, 0.35, size=(n, n)).astype(np.float32)
+    elif kind == 3:
+        period = rng.integers(6, 20)
+        t = ((x * n + (y * n if rng.random() < 0.5 else 0)) // period % 2).astype(np.float32)
+    elif kind == 4:
+        period = rng.integers(8, 24)
+        t = ((x * n // period + y * n // period) % 2).astype(np.float32)
+    else:
+        period = rng.integers(8, 16)
+        dx, dy = (x * n % period) - period / 2, (y * n % period) - period / 2
+        t = (dx**2 + dy**2 < (period / 4) ** 2).astype(np.float32)
+    image = a + (b - a) * t[..., None]
+    return np.clip(image, 0, 255).astype(np.uint8)
