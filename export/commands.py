@@ -18,7 +18,7 @@ from service.errors import ModelRepositoryError
 from service.repository import sha256, verify
 
 
-def _test_inputs(model, data: Path, tokenizer, count: int) -> tuple[list, list[str]]:
+def parity_inputs(model, data: Path, tokenizer, count: int) -> tuple[list, list[str]]:
     """`count` test inputs and their references: the first sentences, or images spread
     evenly over the captioner's test parts."""
     if isinstance(model, Captioner):
@@ -61,7 +61,7 @@ def export(args: Namespace) -> int:
         tuple(args.variants.split(",")),
         source,
     )
-    sources, references = _test_inputs(model, args.data, tokenizer, args.sentences)
+    sources, references = parity_inputs(model, args.data, tokenizer, args.sentences)
     certificate = certify(model_version, args.checkpoint, sources, references)
     print(json.dumps({"model_version": str(directory), **_summary(certificate)}, indent=2))
     return 0 if certificate["passed"] else 1
@@ -79,7 +79,7 @@ def parity(args: Namespace) -> int:
     data = args.data or Path("data") / (
         "captioner" if isinstance(model, Captioner) else "translator"
     )
-    sources, references = _test_inputs(model, data, tokenizer, args.sentences)
+    sources, references = parity_inputs(model, data, tokenizer, args.sentences)
     certificate = run_suite(model_version, checkpoint, sources, references)
     output = certificate if args.json else _summary(certificate)
     print(json.dumps(output, indent=2 if not args.json else None))

@@ -6,7 +6,8 @@
 <out>/meta.json                   counts, seed, split rule and the Debian package versions read
 
 Splits: `train`; `dev` (like train); `test` with three parts:
-    seen          object sets that occur together in training, laid out anew
+    seen          object sets that occur together in training (in its first SEEN_SOURCE
+                  scenes, so that a smaller build has the same dev and test), laid out anew
     novel_pairs   scenes holding a pair of objects never seen together in training
     novel_sizes   object sets of training, at sizes training never sees
 """
@@ -25,6 +26,9 @@ from models.packages import ensure_debian_packages
 from models.scenes import KIND_WEIGHTS, KINDS, Scene, SceneSampler, SplitRule
 
 SPLITS = ("train", "dev", "test")
+# Seen object sets are taken from the first training scenes only, so that dev and test are the
+# same whatever the size of the training split beyond it (CI builds a small one).
+SEEN_SOURCE = 5000
 TEST_PARTS = ("seen", "novel_pairs", "novel_sizes")
 OBJECTS = {"single": 1, "same": 1, "pair": 2, "triple": 3}  # distinct glyphs per kind
 PLACED = {"single": 1, "same": 2, "pair": 2, "triple": 3}  # objects drawn per kind
@@ -116,17 +120,18 @@ def draw_splits(glyphs: list[Glyph], options: DataOptions) -> dict[str, list[Sce
         return _Drawer(glyphs, rule, seed * 1000 + offset)
 
     train = training_scenes(drawer(0), options.train)
+    source = train[:SEEN_SOURCE]
     parts = {
-        "seen": seen_scenes(drawer(2), train, options.test_per_part),
+        "seen": seen_scenes(drawer(2), source, options.test_per_part),
         "novel_pairs": novel_pair_scenes(drawer(3), options.test_per_part),
-        "novel_sizes": seen_scenes(drawer(4), train, options.test_per_part, novel_sizes=True),
+        "novel_sizes": seen_scenes(drawer(4), source, options.test_per_part, novel_sizes=True),
     }
     test = []
     for part, scenes in parts.items():
         for scene in scenes:
             scene.part = part
         test += scenes
-    return {"train": train, "dev": seen_scenes(drawer(1), train, options.dev), "test": test}
+    return {"train": train, "dev": seen_scenes(drawer(1), source, options.dev), "test": test}
 
 
 def package_versions() -> dict[str, str]:

@@ -1,6 +1,14 @@
 """Training the captioner: cross-entropy plus the doubly stochastic attention penalty, Adam
 with warm-up and a cosine decay over the time budget, resumable checkpoints.
 
+An auxiliary loss, used in training only, teaches the CNN what is in the image: a linear
+classifier over each grid location's features, max-pooled over the locations, predicts which
+glyphs the scene holds (binary cross-entropy per glyph). Without it the decoder learned the
+caption's structure and every position word within an epoch but no object at all (dev exact
+match 0.4%, every object named the same): the names' signal reaches the CNN only through an
+attention that starts uniform over 36 locations. The classifier is not part of the shipped
+model; inference is the paper's model alone.
+
 The dev score is the exact-match rate under teacher forcing: every token's argmax equals the
 reference exactly when greedy decoding returns the reference, so it is the greedy exact match
 at the cost of one teacher-forced pass.
@@ -42,6 +50,7 @@ class CaptionTrainOptions:
     warmup_steps: int = 200
     clip_norm: float = 5.0
     label_smoothing: float = 0.0
+    presence_weight: float = 0.2  # the auxiliary glyph-presence loss (training only)
     max_minutes: float = 50.0  # training time budget, summed over resumes
     max_epochs: int = 1000
     max_steps: int = 0  # 0: no limit
@@ -89,9 +98,27 @@ def batch_tensors(images: np.ndarray, captions: list[list[int]]) -> dict[str, to
     }
 
 
-def caption_loss(model: Captioner, batch: dict, smoothing: float = 0.0):
-    """(total loss, cross-entropy per token, logits (B, T, V))."""
-    logits, attention = model(batch["pixels"], batch["tgt_in"])
+class PresenceHead(torch.nn.Module):
+    """Which glyphs an image holds, from its grid: a linear classifier per location, the
+    largest score over the locations per glyph (training only)."""
+
+    def __init__(self, features: int, glyphs: int):
+        super().__init__()
+        self.classify = torch.nn.Linear(features, glyphs)
+        torch.nn.init.constant_(self.classify.bias, -5.0)  # most glyphs are absent
+
+    def loss(self, grid: torch.Tensor, present: torch.Tensor) -> torch.Tensor:
+        """grid (B, L, D), present (B, G) 0/1 -> binary cross-entropy summed over glyphs,
+        averaged over the batch."""
+        scores = self.classify(grid).amax(dim=1)  # (B, G)
+        return F.binary_cross_entropy_with_logits(scores, present, reduction="sum") / len(grid)
+
+
+def caption_loss(model: Captioner, batch: dict, smoothing: float = 0.0, presence=None):
+    """(total loss, cross-entropy per token, logits (B, T, V)); with a PresenceHead and
+    batch["present"], its loss is added with its weight (presence = (head, weight))."""
+    encoded = model.encode(batch["pixels"])
+    logits, attention = model.teacher_forced(encoded, batch["tgt_in"])
     tokens = batch["tgt_mask"].sum()
     cross_entropy = (
         F.cross_entropy(
@@ -104,7 +131,11 @@ def caption_loss(model: Captioner, batch: dict, smoothing: float = 0.0):
         / tokens
     )
     penalty = attention_penalty(attention, batch["tgt_mask"])
-    return cross_entropy + model.config.attention_regularisation * penalty, cross_entropy, logits
+    loss = cross_entropy + model.config.attention_regularisation * penalty
+    if presence is not None:
+        head, weight = presence
+        loss = loss + weight * head.loss(encoded[0], batch["present"])
+    return loss, cross_entropy, logits
 
 
 @torch.no_grad()
@@ -136,7 +167,10 @@ class CaptionTrainer:
         options.model = replace(options.model, vocab_size=self.tokenizer.vocab_size)
         torch.manual_seed(options.seed)
         self.model = Captioner(options.model).to(memory_format=torch.channels_last)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=options.learning_rate)
+        self.glyphs = len(read_glyphs(options.data_dir))
+        self.presence = PresenceHead(options.model.feature_dim, self.glyphs)
+        parameters = [*self.model.parameters(), *self.presence.parameters()]
+        self.optimizer = torch.optim.Adam(parameters, lr=options.learning_rate)
         self.progress = CaptionProgress()
         self._resume()
 
@@ -148,12 +182,14 @@ class CaptionTrainer:
         if state["model_config"] != self.options.model.to_dict():
             raise ValueError(f"{last} was trained with another model config; use a new run_dir")
         self.model.load_state_dict(state["model"], strict=True)
+        self.presence.load_state_dict(state["presence"], strict=True)
         self.optimizer.load_state_dict(state["optimizer"])
         self.progress = CaptionProgress(**state["progress"])
 
     def _save(self, name: str) -> None:
         state = {
             "model": self.model.state_dict(),
+            "presence": self.presence.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "progress": asdict(self.progress),
             "model_config": self.options.model.to_dict(),
@@ -177,7 +213,10 @@ class CaptionTrainer:
     def train_step(self, batch: dict) -> float:
         for group in self.optimizer.param_groups:
             group["lr"] = self.learning_rate()
-        loss, cross_entropy, _ = caption_loss(self.model, batch, self.options.label_smoothing)
+        presence = (self.presence, self.options.presence_weight)
+        loss, cross_entropy, _ = caption_loss(
+            self.model, batch, self.options.label_smoothing, presence
+        )
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.options.clip_norm)
@@ -185,7 +224,7 @@ class CaptionTrainer:
         self.progress.step += 1
         return float(cross_entropy.detach())
 
-    def run_epoch(self, images, captions) -> None:
+    def run_epoch(self, images, captions, present) -> None:
         o, p = self.options, self.progress
         order = np.random.default_rng(o.seed + p.epoch).permutation(len(captions))
         batches = [order[i : i + o.batch_size] for i in range(0, len(order), o.batch_size)]
@@ -201,6 +240,7 @@ class CaptionTrainer:
             start = time.perf_counter()
             index = np.sort(batches[p.batch_in_epoch])
             batch = batch_tensors(images[index], [captions[i] for i in index])
+            batch["present"] = torch.from_numpy(present[index])
             p.last_loss = self.train_step(batch)
             p.seconds += time.perf_counter() - start
             p.batch_in_epoch += 1
@@ -238,8 +278,11 @@ class CaptionTrainer:
         scenes, images = read_scenes(self.options.data_dir, "train")
         images = np.asarray(images)  # in memory: batches gather random rows
         captions = self.tokenizer.encode_batch([s.caption for s in scenes])
+        present = np.zeros((len(scenes), self.glyphs), dtype=np.float32)  # (N, G) 0/1
+        for i, scene in enumerate(scenes):
+            present[i, [o.glyph for o in scene.objects]] = 1.0
         while not self._out_of_budget():
-            self.run_epoch(images, captions)
+            self.run_epoch(images, captions, present)
         if self.progress.batch_in_epoch > 0:
             self.evaluate()  # the budget ended inside an epoch: that model competes too
         self._save("last")

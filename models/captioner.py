@@ -99,7 +99,11 @@ class Captioner(nn.Module):
 
     def forward(self, pixels: Tensor, tgt_in: Tensor) -> tuple[Tensor, Tensor]:
         """Teacher forcing: tgt_in (B, T) -> logits (B, T, V) and attention (B, T, L)."""
-        grid, projection, mask, state = self.encode(pixels)
+        return self.teacher_forced(self.encode(pixels), tgt_in)
+
+    def teacher_forced(self, encoded, tgt_in: Tensor) -> tuple[Tensor, Tensor]:
+        """`encode`'s output and tgt_in (B, T) -> logits (B, T, V), attention (B, T, L)."""
+        grid, projection, mask, state = encoded
         logits, attention = [], []
         for t in range(tgt_in.shape[1]):
             step_logits, state, weights = self.decode_step(
@@ -111,7 +115,12 @@ class Captioner(nn.Module):
 
 
 def attention_penalty(attention: Tensor, tgt_mask: Tensor) -> Tensor:
-    """The doubly stochastic regularisation: sum over locations of (1 - sum over real steps of
-    the attention)^2, averaged over the batch. attention (B, T, L), tgt_mask (B, T)."""
+    """The doubly stochastic regularisation: (1 - sum over real steps of the attention)^2,
+    averaged over locations and the batch. attention (B, T, L), tgt_mask (B, T).
+
+    The paper sums over locations beside a caption-summed cross-entropy; beside the per-token
+    cross-entropy used here, a sum over 36 locations outweighs it about fifteen times and
+    holds attention uniform (measured: dev exact match 0.4% after an epoch), so the penalty
+    is a mean, as the cross-entropy is."""
     total = (attention * tgt_mask[:, :, None]).sum(dim=1)  # (B, L)
-    return ((1.0 - total) ** 2).sum(dim=1).mean()
+    return ((1.0 - total) ** 2).mean()

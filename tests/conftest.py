@@ -1,12 +1,12 @@
-"""Shared fixtures: the shipped translator, the built corpus, its model repository (exported
-once per session, with its parity certificate); the gpu marker's skip."""
+"""Shared fixtures: the shipped translator and captioner, their data, their model repository
+(exported once per session, with parity certificates); the gpu marker's skip."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from helpers import SHIPPED_TRANSLATOR, TRANSLATOR_DATA
+from helpers import CAPTIONER_DATA, SHIPPED_CAPTIONER, SHIPPED_TRANSLATOR, TRANSLATOR_DATA
 
 
 @pytest.fixture(scope="session")
@@ -57,6 +57,47 @@ def exported_translator(tmp_path_factory, translator_data):
     certificate = certify(model_version, SHIPPED_TRANSLATOR, sources, english[:MIN_SENTENCES])
     from service.repository import verify
 
+    return verify(directory), certificate
+
+
+@pytest.fixture(scope="session")
+def captioner_data() -> Path:
+    """The captioner's scenes (built once when missing, with the smallest training split that
+    gives the full build's dev and test splits)."""
+    from models.caption_data import SEEN_SOURCE, DataOptions, build_captioner_data
+
+    if not (CAPTIONER_DATA / "test.jsonl").exists():
+        build_captioner_data(CAPTIONER_DATA, DataOptions(train=SEEN_SOURCE))
+    return CAPTIONER_DATA
+
+
+@pytest.fixture(scope="session")
+def small_captioner_data(tmp_path_factory) -> tuple[Path, dict]:
+    """(directory, meta) of a small build: 400 training scenes, 30 dev, 70 per test part."""
+    from models.caption_data import DataOptions, build_captioner_data
+
+    out = tmp_path_factory.mktemp("captioner-data")
+    return out, build_captioner_data(out, DataOptions(train=400, dev=30, test_per_part=70))
+
+
+@pytest.fixture(scope="session")
+def exported_captioner(tmp_path_factory, captioner_data):
+    """(ModelVersion, certificate) of the shipped captioner, fp32 and int8, certified on
+    MIN_SENTENCES test images spread over the test parts."""
+    from export.certify import MIN_SENTENCES, certify
+    from export.commands import parity_inputs
+    from export.repository import write_version
+    from models.checkpoint import WEIGHTS, load_checkpoint
+    from service.repository import sha256, verify
+
+    model, tokenizer = load_checkpoint(SHIPPED_CAPTIONER)
+    directory = tmp_path_factory.mktemp("repository") / "captioner" / "1"
+    source = {"checkpoint": str(SHIPPED_CAPTIONER), "sha256": sha256(SHIPPED_CAPTIONER / WEIGHTS)}
+    model_version = write_version(
+        model, tokenizer.model_file, directory, "captioner", "1", ("fp32", "int8"), source
+    )
+    images, captions = parity_inputs(model, captioner_data, tokenizer, MIN_SENTENCES)
+    certificate = certify(model_version, SHIPPED_CAPTIONER, images, captions)
     return verify(directory), certificate
 
 

@@ -9,6 +9,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED_TRANSLATOR = ROOT / "models" / "checkpoints" / "translator"
 TRANSLATOR_DATA = ROOT / "data" / "translator"
+SHIPPED_CAPTIONER = ROOT / "models" / "checkpoints" / "captioner"
+CAPTIONER_DATA = ROOT / "data" / "captioner"
 
 
 def tiny_transformer(seed: int = 0, **overrides):

@@ -1,0 +1,138 @@
+"""The parity suite on the shipped captioner: both graphs, every variant, whole decodes,
+attention maps, and a perturbed graph that must fail with its tensor named."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from onnx import numpy_helper
+
+from export.certify import MAX_ATTENTION_DIFFERENCE, MAX_CAPTION_INT8_LOSS, MIN_SENTENCES
+from export.parity import TOLERANCES, ParityError, assert_graph_parity
+from service.graphs import captioner_interface
+from service.onnx_engine import OnnxEngine
+from service.repository import verify, write_manifest
+
+CHECKED_GRAPHS = [(v, g) for v in ("fp32", "int8") for g in ("encoder", "decoder")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("variant", "graph"), CHECKED_GRAPHS, ids=[f"{v}-{g}" for v, g in CHECKED_GRAPHS]
+)
+def test_graph_outputs_within_tolerance(exported_captioner, variant, graph):
+    _, certificate = exported_captioner
+    summary = certificate["graphs"][variant]
+    assert summary["failures"] == [], summary["failures"][:5]
+    tolerance = TOLERANCES[("captioner", variant)]
+    outputs = {k: v for k, v in summary["max_abs"].items() if k.startswith(graph + ".")}
+    assert len(outputs) >= 4  # every output of the graph was compared
+    for name, max_abs in outputs.items():
+        assert max_abs <= tolerance.atol or summary["max_rel"][name] <= tolerance.rtol, name
+
+
+@pytest.mark.slow
+def test_every_exported_graph_has_a_parity_test(exported_captioner):
+    model_version, _ = exported_captioner
+    exported = {(v, g) for v, graphs in model_version.manifest["graphs"].items() for g in graphs}
+    assert exported == set(CHECKED_GRAPHS)
+
+
+@pytest.mark.slow
+def test_whole_decodes_are_token_identical_and_attention_within_bound(exported_captioner):
+    _, certificate = exported_captioner
+    assert certificate["sentences"] >= MIN_SENTENCES
+    settings = {d["setting"]: d for d in certificate["decodes"]}
+    assert set(settings) == {
+        "onnxruntime fp32 greedy vs pytorch",
+        "onnxruntime fp32 beam4 vs pytorch",
+        "onnxruntime batch vs alone",
+    }
+    for name, report in settings.items():
+        assert report["divergence_count"] == 0, (name, report["divergences"])
+        assert report["identical"] + len(report["near_ties"]) == report["sentences"], name
+    attention = certificate["attention"]
+    assert attention["compared"] >= 0.99 * MIN_SENTENCES
+    assert attention["max_abs"] <= MAX_ATTENTION_DIFFERENCE
+
+
+@pytest.mark.slow
+def test_int8_loses_at_most_one_point(exported_captioner):
+    _, certificate = exported_captioner
+    loss = certificate["int8_vs_fp32"]
+    assert loss["exact_match_loss"] <= MAX_CAPTION_INT8_LOSS
+    assert loss["cider_loss"] <= MAX_CAPTION_INT8_LOSS
+    assert loss["baseline"]["exact_match"] > 0.5  # a trained model, not a degenerate one
+    assert certificate["passed"]
+
+
+@pytest.mark.slow
+def test_the_manifest_declares_the_captioner(exported_captioner):
+    model_version, _ = exported_captioner
+    manifest = model_version.manifest
+    assert manifest["format_version"] == 2 and manifest["model"]["kind"] == "captioner"
+    assert manifest["interface"] == captioner_interface().to_dict()
+    states = {s["input"]: s for s in manifest["interface"]["states"]}
+    assert states["past.h"]["time_axis"] is None and states["past.h"]["init"] == "init.h"
+    assert manifest["preprocessor"]["type"] == "image"
+    assert manifest["preprocessor"]["size"] == [96, 96]
+    assert manifest["special_tokens"]["eos"] == {"id": 2, "piece": "</s>"}
+    golden = model_version.golden()
+    assert {g["variant"] for g in golden} == {"fp32", "int8"}
+    assert all((model_version.directory / g["image"]).is_file() for g in golden)
+    assert all(g["image"] in manifest["files"] for g in golden)  # hashed like the graphs
+
+
+@pytest.mark.slow
+def test_the_exported_step_has_no_hidden_state_or_control_flow(exported_captioner):
+    model_version, _ = exported_captioner
+    graph = onnx.load(str(model_version.graph("fp32", "decoder"))).graph
+    assert {n.op_type for n in graph.node}.isdisjoint({"If", "Loop", "Scan"})
+    assert [i.name for i in graph.input] == captioner_interface().decoder.input_names
+    assert [o.name for o in graph.output] == captioner_interface().decoder.output_names
+
+
+@pytest.mark.slow
+def test_a_perturbed_graph_fails_with_its_tensor_named(exported_captioner, tmp_path):
+    import shutil
+
+    from models.checkpoint import load_checkpoint
+
+    model_version, _ = exported_captioner
+    copy = tmp_path / "copy"
+    shutil.copytree(model_version.directory, copy)
+    path = copy / "fp32" / "decoder.onnx"
+    proto = onnx.load(str(path))
+    target = next(i for i in proto.graph.initializer if "output.bias" in i.name)
+    values = numpy_helper.to_array(target).copy()
+    values[:8] += 0.05
+    target.CopyFrom(numpy_helper.from_array(values, target.name))
+    onnx.save(proto, str(path))
+    manifest = json.loads((copy / "manifest.json").read_text())
+    write_manifest(copy, {k: v for k, v in manifest.items() if k not in ("files", "format_version")})
+    model, _ = load_checkpoint(model_version.manifest["source"]["checkpoint"])
+    with pytest.raises(ParityError, match=r"decoder\.logits"):
+        assert_graph_parity(model, OnnxEngine(verify(copy), "fp32"))
+
+
+def test_captioner_tolerances_are_declared():
+    assert {("captioner", v) for v in ("fp32", "fp16", "int8")} <= set(TOLERANCES)
+    assert TOLERANCES[("captioner", "fp32")].atol <= 1e-4
+
+
+@pytest.mark.gpu
+def test_fp16_graphs_on_cuda(tmp_path):
+    from helpers import SHIPPED_CAPTIONER
+
+    from export.repository import write_version
+    from models.checkpoint import load_checkpoint
+
+    model, tokenizer = load_checkpoint(SHIPPED_CAPTIONER)
+    version = write_version(
+        model, tokenizer.model_file, tmp_path / "captioner" / "1", "captioner", "1",
+        ("fp32", "fp16"),
+    )  # fmt: skip
+    assert_graph_parity(model, OnnxEngine(version, "fp16", device="cuda"))

@@ -1,0 +1,145 @@
+"""A tiny captioner training run (with resume), the evaluate command and the caption command
+with its attention figure."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from helpers import ROOT
+
+from models.caption_train import CaptionTrainOptions, caption_vocabulary, train_captioner
+from models.config import CAPTIONER_PRESETS
+
+
+@pytest.fixture(scope="module")
+def tiny_run(small_captioner_data, tmp_path_factory):
+    data, _ = small_captioner_data
+    base = tmp_path_factory.mktemp("captioner-run")
+    options = CaptionTrainOptions(
+        data_dir=data,
+        run_dir=base / "run",
+        out_dir=base / "shipped",
+        model=CAPTIONER_PRESETS["tiny"],
+        batch_size=16,
+        max_steps=12,
+        checkpoint_every=5,
+        threads=1,
+    )
+    train_captioner(options)
+    first = json.loads((base / "shipped" / "training.json").read_text())
+    options.max_steps = 20  # resumes from step 12
+    train_captioner(options)
+    return data, base, first
+
+
+def _cli(*arguments: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "attnserve.cli", *arguments],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+
+
+@pytest.mark.slow
+def test_training_resumes_and_ships_a_small_checkpoint(tiny_run):
+    data, base, first = tiny_run
+    summary = json.loads((base / "shipped" / "training.json").read_text())
+    assert first["history"][-1]["step"] == 12
+    assert [h["step"] for h in summary["history"]] == [12, 20]  # resumed, not restarted
+    assert summary["history"][-1]["train_cross_entropy"] < np.log(len(caption_vocabulary(data)))
+    assert (base / "shipped" / "model.safetensors").stat().st_size < 2**20
+    config = json.loads((base / "shipped" / "config.json").read_text())
+    assert config["vocab_size"] == len(caption_vocabulary(data)) + 4
+
+
+@pytest.mark.slow
+def test_evaluate_reports_every_part_and_the_goals(tiny_run):
+    data, base, _ = tiny_run
+    done = _cli(
+        "evaluate", "captioner", "--split", "test", "--json", "--data", str(data),
+        "--checkpoint", str(base / "shipped"), "--limit", "210", "--beam", "2",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    assert set(report["parts"]) == {"all", "seen", "novel_pairs", "novel_sizes"}
+    every = report["parts"]["all"]
+    assert every["images"] == 210
+    assert {"exact_match", "bleu4", "cider"} <= set(every)
+    assert 0 <= every["exact_match"] <= 1
+    assert set(report["goals"]) == {
+        "exact_match_seen", "exact_match_novel_pairs", "attention_in_box",
+        "attention_over_baseline",
+    }  # fmt: skip
+    assert report["decoding"]["beam_size"] == 2
+
+
+def test_localisation_counts_mass_inside_the_named_box(small_captioner_data):
+    from models.caption_data import read_glyphs, read_scenes
+    from models.caption_eval import cell_coverage, localisation, part_report
+
+    data, _ = small_captioner_data
+    glyphs = read_glyphs(data)
+    scenes, _ = read_scenes(data, "test")
+    scene = next(s for s in scenes if s.kind == "pair")
+    words = scene.caption.split()
+    coverage = [cell_coverage([o.box], 6) for o in scene.objects]
+    on_object = np.stack([c / c.sum() for c in coverage])  # attention inside each box
+    attention = np.full((len(words), 36), 1 / 36)
+    for index, objects in scene.name_words.items():
+        attention[index] = on_object[objects[0]]
+    pairs = localisation(words, attention, scene, glyphs, 6)
+    assert len(pairs) == len(scene.name_words)
+    assert all(inside == pytest.approx(1.0) for inside, _ in pairs)
+    uniform = localisation(words, np.full((len(words), 36), 1 / 36), scene, glyphs, 6)
+    assert all(inside == pytest.approx(share) for inside, share in uniform)
+    report = part_report([scene.caption, "a bus"], [attention, attention[:2]],
+                         [scene, scene], glyphs, 6)  # fmt: skip
+    assert report["exact_match"] == 0.5 and report["attention_over_baseline"] > 1
+
+
+@pytest.mark.slow
+def test_caption_command_draws_the_attention_figure(tiny_run, tmp_path):
+    from PIL import Image
+
+    from models.caption_data import read_scenes
+
+    data, base, _ = tiny_run
+    _, images = read_scenes(data, "test")
+    path = tmp_path / "scene.png"
+    Image.fromarray(np.asarray(images[0])).save(path)
+    figure = tmp_path / "attention.png"
+    done = _cli(
+        "caption", str(path), "--checkpoint", str(base / "shipped"), "--attention", str(figure),
+        "--json", "--beam", "3", "--n-best", "2",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout)
+    assert len(result["hypotheses"]) == 2 and result["hypotheses"][0]["grid"] == [6, 6]
+    best = result["hypotheses"][0]
+    assert len(best["attention"]) >= len(best["tokens"])
+    with Image.open(figure) as drawn:
+        assert drawn.size[0] > 400 and drawn.size[1] >= 200
+    missing = _cli("caption", str(tmp_path / "none.png"), "--checkpoint", str(base / "shipped"))
+    assert missing.returncode == 2 and "none.png" in missing.stderr
+
+
+def test_the_attention_figure_has_a_panel_per_word():
+    from attnserve.attention_figure import draw_attention, upsample
+
+    image = np.zeros((96, 96, 3), dtype=np.uint8)
+    attention = np.eye(36)[[0, 35, 7]]
+    figure = draw_attention(image, ["▁a", "▁bus", "</s>"], attention, (6, 6))
+    titles = [ax.get_title() for ax in figure.axes[:4]]
+    assert titles == ["image", "a", "bus", "</s>"]
+    heat = upsample(attention[1], 6, 6, (96, 96))
+    assert heat[90, 90] > 0.9 and heat[5, 5] < 0.05  # the last cell is the bottom right
+    with pytest.raises(ValueError, match="3 tokens but 2 attention rows"):
+        draw_attention(image, ["▁a", "▁bus", "</s>"], attention[:2], (6, 6))

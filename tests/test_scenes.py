@@ -1,0 +1,141 @@
+"""The captioner's data: glyphs, scenes true to their captions, the split rule, rebuilds."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from models.caption_data import DataOptions, build_captioner_data, read_glyphs, read_scenes
+from models.glyphs import plural, select_glyphs
+from models.scenes import IMAGE_SIZE, REGIONS, SplitRule, region_of
+
+
+@pytest.fixture(scope="module")
+def small_data(small_captioner_data):
+    return small_captioner_data
+
+
+def test_a_few_hundred_named_drawable_glyphs():
+    glyphs = select_glyphs()
+    assert 200 <= len(glyphs) <= 400
+    names = [g.name for g in glyphs]
+    assert len(set(names)) == len(names)
+    assert {"red apple", "bus", "cat face"} & set(names) == {"red apple", "bus"}
+    assert all(g.name_es and g.plural for g in glyphs)
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [("red apple", "red apples"), ("bus", "buses"), ("mouse", "mice"), ("strawberry",
+     "strawberries"), ("fallen leaf", "fallen leaves"), ("tomato", "tomatoes")],
+)  # fmt: skip
+def test_plurals(name, expected):
+    assert plural(name) == expected
+
+
+def test_regions_refuse_centres_near_a_border():
+    third = IMAGE_SIZE / 3
+    assert region_of(10, 10) == (0, 0)
+    assert region_of(third * 1.5, third * 2.5) == (2, 1)
+    assert region_of(third + 1, 50) is None  # too close to the first column border
+
+
+def test_counts_and_package_versions_are_recorded(small_data):
+    out, meta = small_data
+    assert meta["counts"] == {"train": 400, "dev": 30, "test": 210}
+    assert meta["test_parts"] == {"seen": 70, "novel_pairs": 70, "novel_sizes": 70}
+    assert set(meta["debian_packages"]) == {"fonts-noto-color-emoji", "unicode-cldr-core"}
+    assert all(v != "unknown" for v in meta["debian_packages"].values())
+    assert json.loads((out / "meta.json").read_text()) == json.loads(json.dumps(meta))
+
+
+def _centre(box):
+    return (box[0] + box[2]) / 2, (box[1] + box[3]) / 2
+
+
+def test_boxes_lie_inside_the_image_and_never_overlap(small_data):
+    out, _ = small_data
+    for split in ("train", "test"):
+        scenes, images = read_scenes(out, split)
+        assert images.shape == (len(scenes), IMAGE_SIZE, IMAGE_SIZE, 3)
+        for scene in scenes:
+            boxes = [o.box for o in scene.objects]
+            for x0, y0, x1, y1 in boxes:
+                assert 0 <= x0 < x1 <= IMAGE_SIZE and 0 <= y0 < y1 <= IMAGE_SIZE
+            for i, a in enumerate(boxes):
+                for b in boxes[i + 1 :]:
+                    assert a[2] <= b[0] or b[2] <= a[0] or a[3] <= b[1] or b[3] <= a[1]
+
+
+def test_captions_are_true_to_the_scene(small_data):
+    out, _ = small_data
+    glyphs = read_glyphs(out)
+    scenes, images = read_scenes(out, "train")
+    for scene, image in zip(scenes, images, strict=True):
+        words = scene.caption.split()
+        names = [glyphs[o.glyph].name for o in scene.objects]
+        centres = [_centre(o.box) for o in scene.objects]
+        if scene.kind == "single":
+            row, column = region_of(*centres[0])
+            assert scene.caption == f"{glyphs[scene.objects[0].glyph].article} {names[0]} " + (
+                REGIONS[row][column]
+            )
+        elif scene.kind == "same":
+            assert names[0] == names[1] and words[0] == "two"
+            assert scene.caption.startswith(f"two {glyphs[scene.objects[0].glyph].plural} ")
+            row, column = region_of(*np.mean(centres, axis=0))
+            assert scene.caption.endswith(REGIONS[row][column])
+        else:
+            for name in names:
+                assert name in scene.caption
+            first, second = scene.objects[0].box, scene.objects[1].box
+            horizontal = "to the left of" in scene.caption or "left to right" in scene.caption
+            assert first[2] <= second[0] if horizontal else first[3] <= second[1]
+        for index, objects in scene.name_words.items():  # the naming words are the names
+            glyph = glyphs[scene.objects[objects[0]].glyph]
+            assert words[index] in glyph.name.split() + glyph.plural.split()
+        for obj in scene.objects:  # the glyph is drawn where its box says
+            x0, y0, x1, y1 = obj.box
+            inside = image[y0:y1, x0:x1].astype(int)
+            assert inside.std() > 10  # artwork, not the flat or patterned background alone
+
+
+def test_the_split_rule_holds(small_data):
+    out, _ = small_data
+    rule, glyphs = SplitRule(), read_glyphs(out)
+    train, _ = read_scenes(out, "train")
+    test, _ = read_scenes(out, "test")
+
+    def names(scene):
+        return sorted({glyphs[o.glyph].name for o in scene.objects})
+
+    def held_out(scene):
+        n = names(scene)
+        return any(rule.held_out_pair(a, b) for i, a in enumerate(n) for b in n[i + 1 :])
+
+    def size(obj):
+        return max(obj.box[2] - obj.box[0], obj.box[3] - obj.box[1])
+
+    train_sets = {tuple(names(s)) for s in train}
+    band = range(rule.held_out_sizes[0], rule.held_out_sizes[1] + 1)
+    assert not any(held_out(s) for s in train)
+    assert not any(size(o) in band for s in train for o in s.objects)
+    parts = {p: [s for s in test if s.part == p] for p in ("seen", "novel_pairs", "novel_sizes")}
+    assert all(held_out(s) for s in parts["novel_pairs"])
+    assert all(tuple(names(s)) in train_sets for s in parts["seen"] + parts["novel_sizes"])
+    assert all(size(o) in band for s in parts["novel_sizes"] for o in s.objects)
+
+
+def test_the_same_options_rebuild_the_same_images(small_data, tmp_path):
+    out, _ = small_data
+    options = DataOptions(train=50, dev=5, test_per_part=5)
+    again = tmp_path / "again"
+    build_captioner_data(tmp_path / "once", options)
+    build_captioner_data(again, options)
+    for name in ("train-images.npy", "test-images.npy", "train.jsonl", "test.jsonl"):
+        assert (tmp_path / "once" / name).read_bytes() == (again / name).read_bytes(), name
+    first, _ = read_scenes(out, "train")
+    fewer, _ = read_scenes(again, "train")
+    assert [s.caption for s in first[:50]] == [s.caption for s in fewer]  # a prefix of more
