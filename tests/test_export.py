@@ -98,7 +98,10 @@ def test_an_unknown_format_version_is_refused(untied, tmp_path):
     manifest = json.loads((copy / "manifest.json").read_text())
     manifest["format_version"] = FORMAT_VERSION + 1
     (copy / "manifest.json").write_text(json.dumps(manifest))
-    with pytest.raises(ModelRepositoryError, match=f"format version {FORMAT_VERSION + 1}, this runtime reads {FORMAT_VERSION}"):
+    with pytest.raises(
+        ModelRepositoryError,
+        match=f"format version {FORMAT_VERSION + 1}, this runtime reads {FORMAT_VERSION}",
+    ):
         verify(copy)
     (copy / "manifest.json").write_text("{not json")
     with pytest.raises(ModelRepositoryError, match="unreadable manifest"):

@@ -79,8 +79,9 @@ def test_captions_are_true_to_the_scene(small_data):
         centres = [_centre(o.box) for o in scene.objects]
         if scene.kind == "single":
             row, column = region_of(*centres[0])
-            assert scene.caption == f"{glyphs[scene.objects[0].glyph].article} {names[0]} " + (
-                REGIONS[row][column]
+            assert (
+                scene.caption
+                == f"{glyphs[scene.objects[0].glyph].article} {names[0]} " + (REGIONS[row][column])
             )
         elif scene.kind == "same":
             assert names[0] == names[1] and words[0] == "two"

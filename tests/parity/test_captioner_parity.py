@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import onnx
 import pytest
 from onnx import numpy_helper
@@ -112,7 +111,9 @@ def test_a_perturbed_graph_fails_with_its_tensor_named(exported_captioner, tmp_p
     target.CopyFrom(numpy_helper.from_array(values, target.name))
     onnx.save(proto, str(path))
     manifest = json.loads((copy / "manifest.json").read_text())
-    write_manifest(copy, {k: v for k, v in manifest.items() if k not in ("files", "format_version")})
+    write_manifest(
+        copy, {k: v for k, v in manifest.items() if k not in ("files", "format_version")}
+    )
     model, _ = load_checkpoint(model_version.manifest["source"]["checkpoint"])
     with pytest.raises(ParityError, match=r"decoder\.logits"):
         assert_graph_parity(model, OnnxEngine(verify(copy), "fp32"))
