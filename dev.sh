@@ -6,7 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-DEBIAN_PACKAGES=(diatheke sword-text-sparv sword-text-web apertium apertium-eng-spa docker-compose prometheus)
+DEBIAN_PACKAGES=(diatheke sword-text-sparv sword-text-web apertium apertium-eng-spa docker-compose prometheus
+  fonts-noto-color-emoji unicode-cldr-core)
 PYTHON=${PYTHON:-python3}
 
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
@@ -40,13 +41,18 @@ build_protos() {
 
 build_data() {
   [ -f data/translator/test.es ] || "$PYTHON" -m attnserve.cli data translator >/dev/null
+  # The captioner's dev and test splits are those of the full build with 5,000 training scenes
+  # (training uses `attnserve data captioner`, 60,000).
+  [ -f data/captioner/test.jsonl ] \
+    || "$PYTHON" -m attnserve.cli data captioner --train-scenes 5000 >/dev/null
 }
 
 build_repository() {
   # The served model repository, exported from the shipped checkpoint with its parity
   # certificate; rebuilt when the checkpoint changes.
   local version=data/repository/translator/1
-  if [ ! -f "$version/golden.json" ] || [ models/checkpoints/translator/model.safetensors -nt "$version/golden.json" ]; then
+  if [ ! -f "$version/golden.json" ] || [ models/checkpoints/translator/model.safetensors -nt "$version/golden.json" ] \
+    || ! grep -q '"format_version": 2' "$version/manifest.json"; then
     rm -rf "$version"
     mkdir -p data
     echo "building the model repository (ONNX export and parity, about 2 minutes)" >&2

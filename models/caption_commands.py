@@ -11,6 +11,7 @@ from dataclasses import asdict, replace
 import numpy as np
 
 from models.caption_data import DataOptions, build_captioner_data
+from models.commands import decoding_options
 from models.config import CAPTIONER_PRESETS
 
 
@@ -42,24 +43,6 @@ def train(args: Namespace) -> int:
     return 0
 
 
-def _options(args: Namespace, model, n_best: int = 1):
-    from service.decoding import DecodingOptions
-
-    limit = model.config.max_length
-    options = DecodingOptions(
-        beam_size=args.beam_size,
-        max_length=limit if args.max_length is None else args.max_length,
-        length_penalty=args.length_penalty,
-        num_hypotheses=n_best,
-        temperature=args.temperature,
-        top_k=args.top_k,
-        top_p=args.top_p,
-        seed=args.seed,
-    )
-    options.validate(limit)
-    return options
-
-
 def evaluate(args: Namespace) -> int:
     from models.caption_data import read_glyphs, read_scenes
     from models.caption_eval import goals, part_report
@@ -69,7 +52,7 @@ def evaluate(args: Namespace) -> int:
 
     start = time.perf_counter()
     model, tokenizer = load_checkpoint(args.checkpoint)
-    options = _options(args, model)
+    options = decoding_options(args, model.config.max_length)
     scenes, images = read_scenes(args.data, args.split)
     if args.limit:
         scenes, images = scenes[: args.limit], images[: args.limit]
@@ -117,7 +100,7 @@ def caption(args: Namespace) -> int:
     from service.captioning import caption_images, resize
 
     model, tokenizer = load_checkpoint(args.checkpoint)
-    options = _options(args, model, n_best=args.n_best)
+    options = decoding_options(args, model.config.max_length, n_best=args.n_best)
     size, grid = model.config.image_size, model.config.grid
     images = []
     for path in args.images:

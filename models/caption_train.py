@@ -31,6 +31,7 @@ from models.caption_data import read_glyphs, read_scenes
 from models.captioner import Captioner, attention_penalty
 from models.checkpoint import save_checkpoint
 from models.config import CAPTIONER_PRESETS, CaptionerConfig
+from models.run_state import load_state, out_of_budget, save_state
 from models.scenes import REGIONS
 from models.tokenizer import train_tokenizer
 from service.batching import pad_batch
@@ -175,33 +176,22 @@ class CaptionTrainer:
         self._resume()
 
     def _resume(self) -> None:
-        last = self.run_dir / "last.pt"
-        if not last.exists():
-            return
-        state = torch.load(last, map_location="cpu", weights_only=False)
-        if state["model_config"] != self.options.model.to_dict():
-            raise ValueError(f"{last} was trained with another model config; use a new run_dir")
-        self.model.load_state_dict(state["model"], strict=True)
-        self.presence.load_state_dict(state["presence"], strict=True)
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.progress = CaptionProgress(**state["progress"])
+        state = load_state(self.run_dir, self.options.model.to_dict())
+        if state is not None:
+            self.model.load_state_dict(state["model"], strict=True)
+            self.presence.load_state_dict(state["presence"], strict=True)
+            self.optimizer.load_state_dict(state["optimizer"])
+            self.progress = CaptionProgress(**state["progress"])
 
     def _save(self, name: str) -> None:
-        state = {
-            "model": self.model.state_dict(),
-            "presence": self.presence.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "progress": asdict(self.progress),
-            "model_config": self.options.model.to_dict(),
-        }
-        tmp = self.run_dir / f"{name}.tmp"
-        torch.save(state, tmp)
-        tmp.replace(self.run_dir / f"{name}.pt")
+        modules = {"model": self.model, "presence": self.presence}
+        save_state(
+            self.run_dir, name, modules, self.optimizer, self.progress,
+            self.options.model.to_dict(),
+        )  # fmt: skip
 
     def _out_of_budget(self) -> bool:
-        o, p = self.options, self.progress
-        over_time = p.seconds >= o.max_minutes * 60
-        return over_time or p.epoch >= o.max_epochs or (o.max_steps > 0 and p.step >= o.max_steps)
+        return out_of_budget(self.options, self.progress)
 
     def learning_rate(self) -> float:
         """Linear warm-up, then a cosine from the peak to 2% of it over the time budget."""

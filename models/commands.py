@@ -55,10 +55,11 @@ def train(args: Namespace) -> int:
     return 0
 
 
-def _decoding(args: Namespace, max_length_limit: int, n_best: int = 1) -> DecodingOptions:
+def decoding_options(args: Namespace, max_length_limit: int, n_best: int = 1) -> DecodingOptions:
+    """The command line's decoding options, checked; an unset max length is the model's."""
     options = DecodingOptions(
         beam_size=args.beam_size,
-        max_length=args.max_length,
+        max_length=max_length_limit if args.max_length is None else args.max_length,
         length_penalty=args.length_penalty,
         num_hypotheses=n_best,
         temperature=args.temperature,
@@ -80,7 +81,7 @@ def evaluate(args: Namespace) -> int:
         hypotheses = apertium_translate(spanish)
     else:
         model, tokenizer = load_checkpoint(args.checkpoint)
-        options = _decoding(args, model.config.max_length)
+        options = decoding_options(args, model.config.max_length)
         system, settings = f"attnserve translator ({args.checkpoint})", asdict(options)
         nbest = translate_texts(
             TorchEngine(model), tokenizer, spanish, options, model.config.max_length
@@ -108,7 +109,7 @@ def evaluate(args: Namespace) -> int:
 def translate(args: Namespace) -> int:
     texts = args.texts or [line.rstrip("\n") for line in sys.stdin if line.strip()]
     model, tokenizer = load_checkpoint(args.checkpoint)
-    options = _decoding(args, model.config.max_length, n_best=args.n_best)
+    options = decoding_options(args, model.config.max_length, n_best=args.n_best)
     nbest = translate_texts(TorchEngine(model), tokenizer, texts, options, model.config.max_length)
     for text, hypotheses in zip(texts, nbest, strict=True):
         if not args.json:

@@ -25,6 +25,7 @@ from models.config import PRESETS, TransformerConfig
 from models.corpus import read_split
 from models.evaluate import corpus_scores
 from models.reference import TorchEngine
+from models.run_state import load_state, out_of_budget, save_state
 from models.tokenizer import train_tokenizer
 from models.transformer import Transformer
 from service.batching import pad_batch
@@ -162,33 +163,23 @@ class Trainer:
         return tokenizer
 
     def _resume(self) -> None:
-        last = self.run_dir / "last.pt"
-        if not last.exists():
+        state = load_state(self.run_dir, self.options.model.to_dict())
+        if state is None:
             return
-        state = torch.load(last, map_location=self.device, weights_only=False)
-        if state["model_config"] != self.options.model.to_dict():
-            raise ValueError(f"{last} was trained with another model config; use a new run_dir")
+        state["model"] = {k: v.to(self.device) for k, v in state["model"].items()}
         self.model.load_state_dict(state["model"], strict=True)
         self.optimizer.load_state_dict(state["optimizer"])
         self.progress = Progress(**state["progress"])
 
     def _save(self, name: str) -> None:
-        if self.rank != 0:
-            return
-        state = {
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "progress": asdict(self.progress),
-            "model_config": self.options.model.to_dict(),
-        }
-        tmp = self.run_dir / f"{name}.tmp"
-        torch.save(state, tmp)
-        tmp.replace(self.run_dir / f"{name}.pt")
+        if self.rank == 0:
+            save_state(
+                self.run_dir, name, {"model": self.model}, self.optimizer, self.progress,
+                self.options.model.to_dict(),
+            )  # fmt: skip
 
     def _out_of_budget(self) -> bool:
-        o, p = self.options, self.progress
-        over_time = p.seconds >= o.max_minutes * 60
-        return over_time or p.epoch >= o.max_epochs or (o.max_steps > 0 and p.step >= o.max_steps)
+        return out_of_budget(self.options, self.progress)
 
     def train_step(self, batch: dict[str, torch.Tensor]) -> tuple[float, int]:
         o, p = self.options, self.progress
