@@ -4,7 +4,8 @@ Localisation: for every generated word that names an object of the scene (a word
 name, or of its plural for "two ..."), the share of that step's attention mass that falls
 inside the object's box (the union of both boxes for a pair of the same kind), beside the
 uniform baseline, the box's share of the image. A grid cell's weight counts in proportion to
-the part of the cell the box covers.
+the part of the cell the box covers. Beside it, the mass on the grid cells the box touches at
+all: what a 6 x 6 attention can point at.
 """
 
 from __future__ import annotations
@@ -73,15 +74,26 @@ def named_objects(words: list[str], scene: Scene, glyphs: list[Glyph]) -> dict[i
 
 
 def localisation(words, attention: np.ndarray, scene: Scene, glyphs, grid: int) -> list:
-    """(mass inside the box, the box's share of the image) for every naming word;
-    attention (steps, grid * grid)."""
-    pairs = []
-    for index, objects in named_objects(words, scene, glyphs).items():
+    """For every naming word: (mass inside the box, the box's share of the image, mass on
+    the grid cells the box touches, those cells' share of the grid, 1 if the word begins the
+    name else 0); attention (steps, grid * grid)."""
+    rows = []
+    named = named_objects(words, scene, glyphs)
+    for index, objects in named.items():
         if index >= len(attention):
             continue
         coverage = cell_coverage([scene.objects[o].box for o in objects], grid)
-        pairs.append((float(attention[index] @ coverage), float(coverage.mean())))
-    return pairs
+        touched = coverage > 0
+        rows.append(
+            (
+                float(attention[index] @ coverage),
+                float(coverage.mean()),
+                float(attention[index][touched].sum()),
+                float(touched.mean()),
+                float(named.get(index - 1) != objects),
+            )
+        )
+    return rows
 
 
 def part_report(hypotheses, attentions, scenes: list[Scene], glyphs, grid: int) -> dict:
@@ -94,10 +106,16 @@ def part_report(hypotheses, attentions, scenes: list[Scene], glyphs, grid: int) 
         for p in localisation(h.split(), a, s, glyphs, grid)
     ]
     if pairs:
-        inside, baseline = np.mean(pairs, axis=0)
+        inside, baseline, on_cells, cells, _ = np.mean(pairs, axis=0)
+        first = [p[0] for p in pairs if p[4]]
         report["attention_in_box"] = round(float(inside), 4)
         report["uniform_baseline"] = round(float(baseline), 4)
         report["attention_over_baseline"] = round(float(inside / baseline), 2)
+        # the grid's own resolution: the mass on the cells the box touches, and their share
+        report["attention_on_box_cells"] = round(float(on_cells), 4)
+        report["box_cells_share"] = round(float(cells), 4)
+        # the word that begins a name; a later word ("chocolate *bar*") follows from it
+        report["attention_in_box_first_words"] = round(float(np.mean(first)), 4)
         report["naming_words"] = len(pairs)
     return report
 

@@ -285,9 +285,11 @@ class CaptionTrainer:
         model.load_state_dict(state["model"], strict=True)
         out = Path(self.options.out_dir)
         save_checkpoint(model, self.run_dir / "tokenizer.model", out)
+        shipped = state["progress"]
         summary = {
-            "trained_minutes": round(state["progress"]["seconds"] / 60, 1),
-            "history": state["progress"]["history"],
+            "trained_minutes": round(self.progress.seconds / 60, 1),
+            "history": self.progress.history,  # the whole run
+            "shipped": {"step": shipped["step"], "dev_exact": shipped["best_exact"]},
             "options": {
                 k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(self.options).items()
             },

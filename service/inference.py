@@ -34,9 +34,10 @@ class EncoderOutput:
 class Engine(Protocol):
     """Runs the model; all arrays crossing this interface are numpy except the engine's cache."""
 
-    def encode(self, *inputs: np.ndarray) -> EncoderOutput:
-        """The encoder graph's inputs in declared order (translator: src_ids, src_mask (B, S)
-        int64; captioner: pixels (B, 3, H, W) float32) -> memory and initial state."""
+    def encode(self, *inputs: np.ndarray, **named: np.ndarray) -> EncoderOutput:
+        """The encoder graph's inputs in declared order or by name (translator: src_ids,
+        src_mask (B, S) int64; captioner: pixels (B, 3, H, W) float32) -> memory and initial
+        state."""
 
     def initial_state(self, encoder: EncoderOutput, batch: int) -> KeyValues:
         """The state of `batch` rows before the first step: the encoder's, else empty (past

@@ -117,9 +117,10 @@ class OnnxEngine:
         names = [o.name for o in session.get_outputs()]
         return [v.numpy() if n in on_host else v for n, v in zip(names, values, strict=True)]
 
-    def encode(self, *inputs: np.ndarray) -> EncoderOutput:
-        """The encoder's inputs in declared order -> memory, mask and initial state."""
-        feeds = dict(zip(self.encoder_spec.input_names, inputs, strict=True))
+    def encode(self, *inputs: np.ndarray, **named: np.ndarray) -> EncoderOutput:
+        """The encoder's inputs, in declared order or by name -> memory, mask and initial
+        state."""
+        feeds = {**dict(zip(self.encoder_spec.input_names, inputs, strict=False)), **named}
         check_inputs(self.encoder_spec, feeds, self.float_dtype)
         outputs = self._run(self.encoder, feeds, on_host=("memory_mask",))
         named = dict(zip(self.encoder_spec.output_names, outputs, strict=True))

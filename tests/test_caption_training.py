@@ -26,13 +26,14 @@ def tiny_run(small_captioner_data, tmp_path_factory):
         out_dir=base / "shipped",
         model=CAPTIONER_PRESETS["tiny"],
         batch_size=16,
-        max_steps=12,
+        max_steps=30,
+        learning_rate=5e-3,
         checkpoint_every=5,
         threads=1,
     )
     train_captioner(options)
     first = json.loads((base / "shipped" / "training.json").read_text())
-    options.max_steps = 20  # resumes from step 12
+    options.max_steps = 60  # resumes from step 30
     train_captioner(options)
     return data, base, first
 
@@ -52,10 +53,29 @@ def _cli(*arguments: str) -> subprocess.CompletedProcess:
 def test_training_resumes_and_ships_a_small_checkpoint(tiny_run):
     data, base, first = tiny_run
     summary = json.loads((base / "shipped" / "training.json").read_text())
-    assert first["history"][-1]["step"] == 12
-    assert [h["step"] for h in summary["history"]] == [12, 20]  # resumed, not restarted
-    assert summary["history"][-1]["train_cross_entropy"] < np.log(len(caption_vocabulary(data)))
+    assert first["history"][-1]["step"] == 30
+    # 25 batches an epoch: epoch ends and budget ends, the second run after the first
+    assert [h["step"] for h in summary["history"]] == [25, 30, 50, 60]
     assert (base / "shipped" / "model.safetensors").stat().st_size < 2**20
+    # the trained model explains training captions better than the same model untrained
+    import torch
+
+    from models.caption_data import read_scenes
+    from models.caption_train import batch_tensors, caption_loss
+    from models.captioner import Captioner
+    from models.checkpoint import load_checkpoint
+    from service.tokenizer import Tokenizer
+
+    trained, _ = load_checkpoint(base / "shipped")
+    torch.manual_seed(1)  # the trainer's seed: the initial weights of the run
+    untrained = Captioner(trained.config).eval()
+    scenes, images = read_scenes(data, "train")
+    tokenizer = Tokenizer(base / "shipped" / "tokenizer.model")
+    batch = batch_tensors(images[:64], tokenizer.encode_batch([s.caption for s in scenes[:64]]))
+    with torch.no_grad():
+        after = float(caption_loss(trained, batch)[1])
+        before = float(caption_loss(untrained, batch)[1])
+    assert after < before - 0.1, (before, after)
     config = json.loads((base / "shipped" / "config.json").read_text())
     assert config["vocab_size"] == len(caption_vocabulary(data)) + 4
 
@@ -97,9 +117,14 @@ def test_localisation_counts_mass_inside_the_named_box(small_captioner_data):
         attention[index] = on_object[objects[0]]
     pairs = localisation(words, attention, scene, glyphs, 6)
     assert len(pairs) == len(scene.name_words)
-    assert all(inside == pytest.approx(1.0) for inside, _ in pairs)
+    for (inside, _, on_cells, _, _), index in zip(pairs, sorted(scene.name_words), strict=True):
+        c = coverage[scene.name_words[index][0]]
+        assert inside == pytest.approx((c * c).sum() / c.sum())  # partly covered cells count
+        assert on_cells == pytest.approx(1.0)  # every weight on a cell the box touches
+    assert sum(p[4] for p in pairs) == len(scene.objects)  # one first word per object
     uniform = localisation(words, np.full((len(words), 36), 1 / 36), scene, glyphs, 6)
-    assert all(inside == pytest.approx(share) for inside, share in uniform)
+    assert all(inside == pytest.approx(share) and on_cells == pytest.approx(cells)
+               for inside, share, on_cells, cells, _ in uniform)  # fmt: skip
     report = part_report([scene.caption, "a bus"], [attention, attention[:2]],
                          [scene, scene], glyphs, 6)  # fmt: skip
     assert report["exact_match"] == 0.5 and report["attention_over_baseline"] > 1
