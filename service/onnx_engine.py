@@ -84,6 +84,11 @@ class OnnxEngine:
         self.float_dtype = np.dtype(np.float16 if variant == "fp16" else np.float32)
         self.encoder_spec, self.decoder_spec = self.interface.encoder, self.interface.decoder
         self.memory_names = [n for n in self.interface.memory if n != "memory_mask"]
+        # names the decode loop reads every step, computed once
+        self.step_inputs = set(self.decoder_spec.input_names)
+        self.step_outputs = self.decoder_spec.output_names
+        self.state_inputs = [s.input for s in self.interface.states]
+        self.state_outputs = [s.output for s in self.interface.states]
         self.variant, self.device = variant, device
         self.io_binding = device != "cpu" if io_binding is None else io_binding
         session = self._session_factory(threads)
@@ -143,8 +148,8 @@ class OnnxEngine:
     def feeds(self, input_ids, positions, self_mask, past: KeyValues, encoder: EncoderOutput):
         """The decoder's feeds by declared name; inputs the step does not declare are left."""
         given = {"input_ids": input_ids, "positions": positions, "self_mask": self_mask}
-        feeds = {n: v for n, v in given.items() if n in self.decoder_spec.input_names}
-        feeds.update(zip((s.input for s in self.interface.states), _flat(past), strict=True))
+        feeds = {n: v for n, v in given.items() if n in self.step_inputs}
+        feeds.update(zip(self.state_inputs, _flat(past), strict=True))
         feeds.update(zip(self.memory_names, _flat(encoder.cross), strict=True))
         feeds["memory_mask"] = encoder.memory_mask
         return feeds
@@ -156,8 +161,8 @@ class OnnxEngine:
                 self.decoder_spec, {k: _Described(v) for k, v in feeds.items()}, self.float_dtype
             )
         outputs = self._run(self.decoder, feeds, on_host=HOST_OUTPUTS)
-        named = dict(zip(self.decoder_spec.output_names, outputs, strict=True))
-        state = _pairs([named[s.output] for s in self.interface.states])
+        named = dict(zip(self.step_outputs, outputs, strict=True))
+        state = _pairs([named[name] for name in self.state_outputs])
         return (
             named["logits"].astype(np.float32, copy=False),
             state,
