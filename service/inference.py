@@ -43,6 +43,10 @@ class Engine(Protocol):
         """The state of `batch` rows before the first step: the encoder's, else empty (past
         keys and values of length 0)."""
 
+    def empty_past(self, batch: int) -> KeyValues:
+        """Past keys and values of length 0 for `batch` rows (a growing state; the continuous
+        batch joins rows with it)."""
+
     def step(
         self,
         input_ids: np.ndarray,
