@@ -17,7 +17,8 @@ from torch.export import Dim
 
 from export.graphs import graph_modules
 from models.captioner import Captioner
-from service.graphs import GraphSpec, ModelInterface, captioner_interface, transformer_interface
+from models.checkpoint import kind_of
+from service.graphs import GraphSpec, ModelInterface, interface_for
 
 OPSET = 18
 CONTROL_FLOW = {"If", "Loop", "Scan"}
@@ -105,9 +106,7 @@ def export_graph(module: nn.Module, spec: GraphSpec, args: tuple, path: Path) ->
 
 def interface_of(model) -> ModelInterface:
     """The declared interface of a Transformer or a Captioner."""
-    if isinstance(model, Captioner):
-        return captioner_interface()
-    return transformer_interface(model.config.decoder_layers)
+    return interface_for(kind_of(model), model.config.to_dict())
 
 
 def fixed_sizes(model) -> dict[str, int]:

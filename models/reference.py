@@ -62,9 +62,6 @@ class CaptionTorchEngine(TorchEngine):
 
     kind = "captioner"
 
-    def __init__(self, model: Captioner, device: str = "cpu"):
-        super().__init__(model, device)
-
     @torch.inference_mode()
     def encode(self, pixels: np.ndarray) -> EncoderOutput:
         """pixels (B, 3, H, W) float32 in [0, 1]."""

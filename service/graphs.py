@@ -204,6 +204,15 @@ def captioner_interface() -> ModelInterface:
     )
 
 
+def interface_for(kind: str, config: dict) -> ModelInterface:
+    """The interface of a model kind with this config; ValueError for an unknown kind."""
+    if kind == "transformer":
+        return transformer_interface(config["decoder_layers"])
+    if kind == "captioner":
+        return captioner_interface()
+    raise ValueError(f"unknown model kind {kind!r}")
+
+
 def check_inputs(spec: GraphSpec, feeds: dict[str, np.ndarray], float_dtype: np.dtype) -> None:
     """Raises ValueError naming every missing, mistyped or inconsistently sized input."""
     problems, sizes = [], {}

@@ -18,7 +18,7 @@ import onnxruntime as ort
 
 from service.batching import concat_padded
 from service.errors import ModelRepositoryError
-from service.graphs import ModelInterface, captioner_interface, check_inputs, transformer_interface
+from service.graphs import ModelInterface, check_inputs, interface_for
 from service.inference import EncoderOutput, KeyValues
 from service.repository import ModelVersion
 
@@ -50,12 +50,10 @@ def _flat(pairs: KeyValues) -> list:
 def model_interface(model: ModelVersion) -> ModelInterface:
     """The interface of a model version's kind; the manifest's own copy must agree."""
     kind = model.manifest["model"].get("kind")
-    if kind == "transformer":
-        interface = transformer_interface(model.config["decoder_layers"])
-    elif kind == "captioner":
-        interface = captioner_interface()
-    else:
-        raise ModelRepositoryError(f"{model.directory}: unknown model kind {kind!r}")
+    try:
+        interface = interface_for(kind, model.config)
+    except ValueError as error:
+        raise ModelRepositoryError(f"{model.directory}: {error}") from None
     declared = model.manifest.get("interface")
     if declared is not None and declared != interface.to_dict():
         raise ModelRepositoryError(f"{model.directory}: the manifest's interface is not {kind}'s")
