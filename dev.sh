@@ -48,19 +48,22 @@ build_data() {
 }
 
 build_repository() {
-  # The served model repository, exported from the shipped checkpoint with its parity
-  # certificate; rebuilt when the checkpoint changes.
-  local version=data/repository/translator/1
-  if [ ! -f "$version/golden.json" ] || [ models/checkpoints/translator/model.safetensors -nt "$version/golden.json" ] \
-    || ! grep -q '"format_version": 2' "$version/manifest.json"; then
-    rm -rf "$version"
-    mkdir -p data
-    echo "building the model repository (ONNX export and parity, about 2 minutes)" >&2
-    "$PYTHON" -m attnserve.cli export translator --out data/repository --variants fp32,int8 \
-      --sentences 200 >data/repository-export.log 2>&1 \
-      || { tail -20 data/repository-export.log >&2; exit 1; }
-    echo "model repository ready: $version (certificate in its manifest.json)" >&2
-  fi
+  # The served model repository: both shipped checkpoints exported with their parity
+  # certificates; a version is rebuilt when its checkpoint changes.
+  local model version
+  for model in translator captioner; do
+    version=data/repository/$model/1
+    if [ ! -f "$version/golden.json" ] || [ "models/checkpoints/$model/model.safetensors" -nt "$version/golden.json" ] \
+      || ! grep -q '"format_version": 3' "$version/manifest.json"; then
+      rm -rf "$version"
+      mkdir -p data
+      echo "building $model in the model repository (ONNX export and parity, 1-2 minutes)" >&2
+      "$PYTHON" -m attnserve.cli export "$model" --out data/repository --variants fp32,int8 \
+        --sentences 200 >"data/repository-$model.log" 2>&1 \
+        || { tail -20 "data/repository-$model.log" >&2; exit 1; }
+      echo "model repository ready: $version (certificate in its manifest.json)" >&2
+    fi
+  done
 }
 
 serve_and_answer() {
@@ -75,6 +78,7 @@ serve_and_answer() {
   done
   "$PYTHON" -m attnserve.cli translate --beam 4 "Yo soy de Canadá." \
     "En el principio creó Dios los cielos y la tierra." "¿Me puedes traer un tenedor?"
+  "$PYTHON" -m attnserve.cli caption --beam 4 examples/scene.png
   echo "serving on 127.0.0.1:50051 (metrics on :9400/metrics); Ctrl-C stops" >&2
   wait $server
 }

@@ -2,7 +2,8 @@
 that step's attention over the image grid laid on it.
 
 Takes plain arrays (no torch), so it serves the local PyTorch engine and gRPC responses
-alike. matplotlib (the `client` extra) is imported only when a figure is drawn.
+alike (`service.client.attention_maps` of a hypothesis' `attention` gives the grids).
+matplotlib (the `client` extra) and Pillow are imported only when a figure is drawn.
 """
 
 from __future__ import annotations
@@ -31,14 +32,24 @@ def draw_attention(
     image: np.ndarray,
     tokens: list[str],
     attention: np.ndarray,
-    grid: tuple[int, int],
+    grid: tuple[int, int] | None = None,
     path: str | Path | None = None,
     title: str | None = None,
     dpi: int = 100,
 ):
     """image (H, W, 3) uint8; tokens, one per step (`</s>` included when generated);
-    attention (steps, grid_height * grid_width). Writes a PNG to `path` when given and
-    returns the matplotlib Figure: axes[0] the image, axes[1 + i] token i's panel."""
+    attention (steps, grid_height * grid_width) with `grid` = (grid_height, grid_width), or
+    (steps, grid_height, grid_width) with `grid` left None. Each grid is laid over the whole
+    image (squeezed, no crop). Writes a PNG to `path` when given and returns the matplotlib
+    Figure: axes[0] the image, axes[1 + i] token i's panel."""
+    attention = np.asarray(attention)
+    if grid is None:
+        if attention.ndim != 3:
+            raise ValueError(f"no grid given for attention of shape {attention.shape}")
+        grid = attention.shape[1:]
+    if attention.ndim == 3 and tuple(attention.shape[1:]) != tuple(grid):
+        raise ValueError(f"attention of shape {attention.shape} for a {grid[0]} x {grid[1]} grid")
+
     import matplotlib
 
     matplotlib.use("Agg")

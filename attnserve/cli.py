@@ -1,12 +1,14 @@
 """The `attnserve` command line.
 
-Torch-side commands (data, train, evaluate, translate --engine torch) are imported only when
-they run, so serving commands and the gRPC client (translate, health) start without torch.
+Torch-side commands (data, train, evaluate, translate and caption --engine torch) are imported
+only when they run, so serving commands and the gRPC client (translate, caption, health) start
+without torch.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import shutil
 import sys
 from pathlib import Path
@@ -15,6 +17,7 @@ from attnserve.serving import add_serve, serve
 
 CHECKPOINTS = Path(__file__).resolve().parents[1] / "models" / "checkpoints"
 SHIPPED_TRANSLATOR = CHECKPOINTS / "translator"
+SHIPPED_CAPTIONER = CHECKPOINTS / "captioner"
 TRANSLATOR_DATA = Path("data/translator")
 MODELS = ("translator", "captioner")
 
@@ -40,10 +43,13 @@ TORCH_DECODING = {
     "n_best": 1,
 }
 TRANSLATE_TIMEOUT = 60.0  # seconds, the default deadline of a translate call
+CAPTION_TIMEOUT = 120.0  # seconds, the default deadline of each caption call (64 images at most)
 HEALTH_TIMEOUT = 5.0
-# translate options that mean something for one engine only
+# translate and caption options that mean something for one engine only
 GRPC_ONLY = ("server", "stream", "alignment", "timeout", "model", "model_version")
+CAPTION_GRPC_ONLY = ("server", "stream", "timeout", "model", "model_version")
 TORCH_ONLY = ("checkpoint",)
+FIGURE_SIDE = 512  # pixels: the image of an attention figure is shrunk to fit this square
 
 
 def _decoding_arguments(parser: argparse.ArgumentParser, defaults: dict | None) -> None:
@@ -173,22 +179,51 @@ def _add_translate(commands) -> None:
 def _add_caption(commands) -> None:
     parser = commands.add_parser(
         "caption",
-        help="caption images (locally with the PyTorch checkpoint)",
-        description="Decoding options default to beam size 4 and the model's max length. "
-        "--attention draws each word's attention over the image, word by word.",
+        help="caption images (over gRPC, or locally with --engine torch)",
+        description="The image files are sent as they are (the server decodes them), "
+        "64 a request; with more, a progress bar on stderr. One line per image in the order "
+        "given, or RANK<TAB>SCORE<TAB>TEXT per hypothesis when there are several. Decoding "
+        "options not given are left to the server over gRPC; with --engine torch they default "
+        "to beam size 4, n-best 1 and the model's max length. --attention draws the best "
+        "caption's attention over the image, word by word. An unreadable image file exits "
+        "with status 2; a failed call prints `error: CODE: details` on stderr and exits with "
+        "status 1.",
     )
     parser.add_argument("images", nargs="+", type=Path, help="image files (PNG, JPEG, WebP)")
-    parser.add_argument("--engine", choices=["torch"], default="torch")
-    parser.add_argument("--checkpoint", type=Path, default=CHECKPOINTS / "captioner")
+    parser.add_argument(
+        "--engine",
+        choices=["grpc", "torch"],
+        default="grpc",
+        help="grpc: ask a server (default); torch: decode here with the PyTorch checkpoint",
+    )
+    _server_arguments(parser, CAPTION_TIMEOUT)
+    parser.add_argument("--model", help="model name (default: the server's captioner)")
+    parser.add_argument(
+        "--model-version",
+        "--version",
+        dest="model_version",
+        help="model version (default: the newest loaded)",
+    )
+    parser.add_argument(
+        "--stream",
+        action="store_true",
+        help="show each caption growing step by step on stderr, one image after another",
+    )
+    parser.add_argument("--checkpoint", type=Path, help="--engine torch: the checkpoint")
     parser.add_argument(
         "--attention",
         type=Path,
         metavar="OUT.png",
         help="write the best caption's attention figure (OUT-1.png, ... for several images)",
     )
-    parser.add_argument("--n-best", type=int, default=1, help="hypotheses per image")
-    parser.add_argument("--json", action="store_true", help="scores, tokens and attention")
-    _decoding_arguments(parser, {**TORCH_DECODING, "max_length": None})
+    parser.add_argument("--n-best", type=int, help="hypotheses per image")
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="the response as JSON, with scores, log-probs and attention maps (--engine "
+        "torch: one object per image)",
+    )
+    _decoding_arguments(parser, None)
 
 
 def _add_health(commands) -> None:
@@ -248,20 +283,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _check_engine_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+def _check_engine_options(
+    parser: argparse.ArgumentParser,
+    args: argparse.Namespace,
+    grpc_only: tuple[str, ...] = GRPC_ONLY,
+    torch_decoding: dict = TORCH_DECODING,
+    checkpoint: Path = SHIPPED_TRANSLATOR,
+) -> None:
     """Refuses options of the other engine; fills the torch engine's defaults."""
-    foreign = GRPC_ONLY if args.engine == "torch" else TORCH_ONLY
+    foreign = grpc_only if args.engine == "torch" else TORCH_ONLY
     given = [name for name in foreign if getattr(args, name) not in (None, False)]
     if given:
         flags = ", ".join("--" + name.replace("_", "-") for name in given)
         other = "grpc" if args.engine == "torch" else "torch"
         parser.error(f"{flags}: only with --engine {other}")
     if args.engine == "torch":
-        for name, value in TORCH_DECODING.items():
+        for name, value in torch_decoding.items():
             if getattr(args, name) is None:
                 setattr(args, name, value)
         if args.checkpoint is None:
-            args.checkpoint = SHIPPED_TRANSLATOR
+            args.checkpoint = checkpoint
 
 
 class _Failure(Exception):
@@ -293,7 +334,7 @@ def _health(channel, args: argparse.Namespace) -> int:
     return 0 if status == "SERVING" else 1
 
 
-def _request_options(args: argparse.Namespace):
+def _request_options(args: argparse.Namespace, return_alignment: bool):
     from service import client
 
     return client.decoding_options(
@@ -306,7 +347,7 @@ def _request_options(args: argparse.Namespace):
         top_p=args.top_p,
         seed=args.seed,
         return_log_probs=args.json,
-        return_alignment=args.json or args.alignment is not None,
+        return_alignment=return_alignment,
     )
 
 
@@ -322,8 +363,9 @@ def _as_json(message) -> str:
     )
 
 
-def _print_translation(translation) -> None:
-    hypotheses = translation.hypotheses
+def _print_hypotheses(result) -> None:
+    """The hypotheses of one translation or caption on stdout."""
+    hypotheses = result.hypotheses
     if len(hypotheses) == 1:
         print(hypotheses[0].text)
         return
@@ -351,27 +393,28 @@ def _write_alignment(path: Path, index: int, count: int, source: str, translatio
 
 
 class _PartialLine:
-    """Partial hypotheses on stdout: one line rewritten in place on a terminal, else one line
-    each."""
+    """Partial hypotheses on `stream` (default stdout): one line rewritten in place on a
+    terminal, else one line each."""
 
-    def __init__(self) -> None:
-        self.tty = sys.stdout.isatty()
+    def __init__(self, stream=None) -> None:
+        self.stream = stream or sys.stdout
+        self.tty = self.stream.isatty()
         self.open = False
 
     def show(self, text: str) -> None:
         if not self.tty:
-            print(text, flush=True)
+            print(text, file=self.stream, flush=True)
             return
         width = shutil.get_terminal_size().columns - 1
         shown = text if len(text) <= width else "…" + text[-(width - 1) :]
-        sys.stdout.write("\r\x1b[K" + shown)
-        sys.stdout.flush()
+        self.stream.write("\r\x1b[K" + shown)
+        self.stream.flush()
         self.open = True
 
     def close(self) -> None:
         if self.open:
-            sys.stdout.write("\r\x1b[K")
-            sys.stdout.flush()
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
             self.open = False
 
 
@@ -394,17 +437,17 @@ def _translate_stream(channel, args: argparse.Namespace, texts: list[str], optio
         if len(translations) != index + 1:
             raise _Failure(f"the stream of text {index + 1} ended without one result")
         if not args.json:
-            _print_translation(translations[-1])
+            _print_hypotheses(translations[-1])
     return translations
 
 
-def _call(args: argparse.Namespace, options) -> dict:
-    """The model, version, options and timeout of a translate call."""
+def _call(args: argparse.Namespace, options, timeout: float = TRANSLATE_TIMEOUT) -> dict:
+    """The model, version, options and timeout of a translate or caption call."""
     return {
         "model": args.model or "",
         "version": args.model_version or "",
         "options": options,
-        "timeout": args.timeout or TRANSLATE_TIMEOUT,
+        "timeout": args.timeout or timeout,
     }
 
 
@@ -412,7 +455,7 @@ def _translate(channel, args: argparse.Namespace) -> int:
     from service import client
 
     try:
-        options = _request_options(args)
+        options = _request_options(args, args.json or args.alignment is not None)
     except ValueError as error:  # a value the request cannot carry, such as a negative count
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -428,10 +471,151 @@ def _translate(channel, args: argparse.Namespace) -> int:
             print(_as_json(response))
         else:
             for translation in translations:
-                _print_translation(translation)
+                _print_hypotheses(translation)
     if args.alignment is not None:
         for index, (text, translation) in enumerate(zip(texts, translations, strict=True)):
             _write_alignment(args.alignment, index, len(texts), text, translation)
+    return 0
+
+
+class _Progress:
+    """Images captioned so far, on stderr: a tqdm bar when tqdm is installed, else a counter
+    (rewritten in place on a terminal, one line per call otherwise). Called with the count."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.tty = sys.stderr.isatty()
+        try:
+            from tqdm import tqdm
+        except ImportError:
+            self.bar = None
+        else:
+            self.bar = tqdm(total=total, unit="image", file=sys.stderr, dynamic_ncols=True)
+
+    def __call__(self, done: int) -> None:
+        if self.bar is not None:
+            self.bar.update(done - self.bar.n)
+        elif self.tty:
+            sys.stderr.write(f"\rcaptioned {done}/{self.total} images")
+            sys.stderr.flush()
+        else:
+            print(f"captioned {done}/{self.total} images", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+        elif self.tty:
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+
+
+def _read_images(paths: list[Path]) -> list[bytes] | None:
+    """The bytes of every file, or None after one line on stderr per unreadable file."""
+    images, failed = [], False
+    for path in paths:
+        try:
+            images.append(path.read_bytes())
+        except OSError as error:
+            print(f"error: {path}: {error.strerror or error}", file=sys.stderr)
+            failed = True
+    return None if failed else images
+
+
+def _figure_image(data: bytes):
+    """The image as the server sees it (EXIF orientation of JPEG and WebP applied, transparency
+    over white), as (H, W, 3) uint8, shrunk to fit FIGURE_SIDE."""
+    import numpy as np
+    from PIL import Image, ImageOps
+
+    with Image.open(io.BytesIO(data)) as opened:
+        image = ImageOps.exif_transpose(opened) if opened.format in ("JPEG", "WEBP") else opened
+        if image.mode in ("RGBA", "LA", "PA") or "transparency" in image.info:
+            white = Image.new("RGBA", image.size, (255, 255, 255, 255))
+            image = Image.alpha_composite(white, image.convert("RGBA"))
+        image = image.convert("RGB")
+        image.thumbnail((FIGURE_SIDE, FIGURE_SIDE), Image.BILINEAR)
+        return np.asarray(image)
+
+
+def _write_attention(path: Path, index: int, count: int, data: bytes, caption) -> None:
+    from attnserve.attention_figure import draw_attention
+    from service import client
+
+    if not caption.hypotheses or not caption.hypotheses[0].HasField("attention"):
+        raise _Failure(f"the server sent no attention for image {index + 1}")
+    best = caption.hypotheses[0]
+    try:
+        maps = client.attention_maps(best.attention)
+        draw_attention(
+            _figure_image(data),
+            [token.token for token in best.attention.tokens],
+            maps,
+            path=_alignment_path(path, index, count),
+            title=best.text if len(best.text) <= 80 else best.text[:77] + "...",
+        )
+    except (ValueError, OSError) as error:  # PIL's UnidentifiedImageError is an OSError
+        raise _Failure(f"attention of image {index + 1}: {error}") from None
+
+
+def _caption_stream(channel, args: argparse.Namespace, images: list[bytes], call: dict) -> list:
+    from service import client
+
+    captions = []
+    for index, image in enumerate(images):
+        line = _PartialLine(sys.stderr)
+        try:
+            for event in client.caption_stream(channel, image, **call):
+                if args.json:
+                    print(_as_json(event), flush=True)
+                elif event.WhichOneof("event") == "partial":
+                    line.show(event.partial.text)
+                if event.WhichOneof("event") == "result":
+                    captions.extend(event.result.captions)
+        finally:
+            line.close()
+        if len(captions) != index + 1:
+            raise _Failure(f"the stream of image {index + 1} ended without one result")
+        if not args.json:
+            _print_hypotheses(captions[-1])
+            sys.stdout.flush()
+    return captions
+
+
+def _caption(channel, args: argparse.Namespace) -> int:
+    from service import client
+
+    try:
+        options = _request_options(args, False)
+    except ValueError as error:  # a value the request cannot carry, such as a negative count
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    images = _read_images(args.images)
+    if images is None:
+        return 2
+    call = {
+        **_call(args, options, CAPTION_TIMEOUT),
+        "return_attention": args.json or args.attention is not None,
+    }
+    if args.stream:
+        captions = _caption_stream(channel, args, images, call)
+    else:
+        progress = _Progress(len(images)) if len(images) > client.IMAGES_PER_REQUEST else None
+        try:
+            response = client.caption_batches(channel, images, progress=progress, **call)
+        finally:
+            if progress is not None:
+                progress.close()
+        captions = response.captions
+        if args.json:
+            print(_as_json(response))
+        else:
+            for caption in captions:
+                _print_hypotheses(caption)
+    if len(captions) != len(images):
+        raise _Failure(f"{len(captions)} captions for {len(images)} images")
+    if args.attention is not None:
+        for index, (image, caption) in enumerate(zip(images, captions, strict=True)):
+            _write_attention(args.attention, index, len(images), image, caption)
     return 0
 
 
@@ -472,7 +656,11 @@ def main(argv: list[str] | None = None) -> int:
 
         return getattr(caption_commands, args.command)(args)
     if args.command == "caption":
-        from models import caption_commands
+        caption_torch = {**TORCH_DECODING, "max_length": None}  # None: the model's own limit
+        _check_engine_options(parser, args, CAPTION_GRPC_ONLY, caption_torch, SHIPPED_CAPTIONER)
+        if args.engine == "grpc":
+            return _client_call(_caption, args)
+        from models import caption_commands  # torch-side: imported only for --engine torch
 
         return caption_commands.caption(args)
     if args.command in ("data", "train", "evaluate", "translate"):

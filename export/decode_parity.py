@@ -16,7 +16,7 @@ from service.batching import source_batch
 from service.captioning import caption_batches, pixels
 from service.decoding import DecodingOptions, Hypothesis, log_softmax
 from service.inference import CachedInference, EncoderOutput, Engine
-from service.tokenizer import BOS_ID, EOS_ID, Tokenizer
+from service.tokenizer import Tokenizer
 from service.translation import translate_batches
 
 NEAR_TIE = 1e-4
@@ -78,7 +78,7 @@ def top2_margin(engine: Engine, source, prefix: list[int], a: int, b: int, max_s
     """|log p(a) - log p(b)| after `prefix`, by the reference engine (fed one token a step,
     which every model's step accepts)."""
     inference = CachedInference(engine, encode_one(engine, source, max_source), 1)
-    for token in [BOS_ID, *prefix]:
+    for token in [engine.special_tokens.bos, *prefix]:
         logits, _ = inference.step(np.asarray([[token]], dtype=np.int64))
     log_probs = log_softmax(logits)[0]
     return float(abs(log_probs[a] - log_probs[b]))
@@ -108,8 +108,9 @@ def compare_decodes(
             (t for t, (x, y) in enumerate(zip(e.tokens, a.tokens, strict=False)) if x != y),
             min(len(e.tokens), len(a.tokens)),
         )
-        ours = e.tokens[step] if step < len(e.tokens) else EOS_ID
-        theirs = a.tokens[step] if step < len(a.tokens) else EOS_ID
+        eos = reference.special_tokens.eos
+        ours = e.tokens[step] if step < len(e.tokens) else eos
+        theirs = a.tokens[step] if step < len(a.tokens) else eos
         margin = top2_margin(reference, sources[i], e.tokens[:step], ours, theirs, max_source)
         entry = {
             "sentence": i,

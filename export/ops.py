@@ -3,10 +3,13 @@
 They move cache rows on the device where the cache lives, so on a GPU it never leaves it:
 - `gather_<dtype>`: rows `indices` of a tensor (axis 0); beam search and continuous batching
   reorder, repeat and drop rows with it;
-- `join_<dtype>`: the rows of `a`, then those of `b`, the shorter right-padded with zeros on
-  axis 2 (cache or memory length): requests joining a running batch;
-- `narrow_<dtype>`: positions `start` to `end` of axis 2: dropping cache columns that every
-  row masks, once the requests that needed them have left.
+- `join_<dtype>`: the rows of `a`, then those of `b`, every other axis of the shorter
+  right-padded with zeros (a cache's time axis, a memory's length): requests joining a running
+  batch;
+- `narrow_<dtype>`: positions `start` to `end` of one axis: dropping cache columns that every
+  row masks, or memory positions no row uses, once the requests that needed them have left.
+
+Every op takes tensors of any rank, so they serve any state the model's interface declares.
 """
 
 from __future__ import annotations
@@ -42,28 +45,34 @@ def gather_graph(dtype: int) -> onnx.ModelProto:
 
 
 def join_graph(dtype: int) -> onnx.ModelProto:
-    """output = concat(pad(a), pad(b)) on axis 0, both right-padded with 0 on axis 2 to the
-    longer; rank 4."""
-    a = helper.make_tensor_value_info("a", dtype, ["rows_a", "d1", "length_a", "d3"])
-    b = helper.make_tensor_value_info("b", dtype, ["rows_b", "d1", "length_b", "d3"])
-    output = helper.make_tensor_value_info("output", dtype, ["rows", "d1", "length", "d3"])
+    """output = concat(pad(a), pad(b)) on axis 0, every other axis of both right-padded with 0
+    to the longer; any rank (a cache's time axis, a memory's length)."""
+    a = helper.make_tensor_value_info("a", dtype, None)
+    b = helper.make_tensor_value_info("b", dtype, None)
+    output = helper.make_tensor_value_info("output", dtype, None)
     constants = [
-        helper.make_tensor("axis2", TensorProto.INT64, [1], [2]),
-        helper.make_tensor("zeros6", TensorProto.INT64, [6], [0] * 6),
+        helper.make_tensor("zero", TensorProto.INT64, [], [0]),
         helper.make_tensor("zero1", TensorProto.INT64, [1], [0]),
+        helper.make_tensor("one1", TensorProto.INT64, [1], [1]),
+        helper.make_tensor("last1", TensorProto.INT64, [1], [2**62]),
     ]
-    nodes = []
+    nodes = [
+        helper.make_node("Shape", ["a"], ["a_shape"]),
+        helper.make_node("Shape", ["b"], ["b_shape"]),
+        helper.make_node("Max", ["a_shape", "b_shape"], ["shape"]),
+    ]
     for name in ("a", "b"):
         nodes += [
-            helper.make_node("Shape", [name], [f"{name}_shape"]),
-            helper.make_node("Gather", [f"{name}_shape", "axis2"], [f"{name}_length"]),
-        ]
-    nodes.append(helper.make_node("Max", ["a_length", "b_length"], ["length"]))
-    for name in ("a", "b"):
-        nodes += [
-            helper.make_node("Sub", ["length", f"{name}_length"], [f"{name}_missing"]),
+            helper.make_node("Sub", ["shape", f"{name}_shape"], [f"{name}_missing"]),
             helper.make_node(
-                "Concat", ["zeros6", f"{name}_missing", "zero1"], [f"{name}_pads"], axis=0
+                "Slice", [f"{name}_missing", "one1", "last1"], [f"{name}_missing_tail"]
+            ),
+            helper.make_node("Mul", [f"{name}_shape", "zero"], [f"{name}_begins"]),
+            helper.make_node(
+                "Concat",
+                [f"{name}_begins", "zero1", f"{name}_missing_tail"],
+                [f"{name}_pads"],
+                axis=0,
             ),
             helper.make_node("Pad", [name, f"{name}_pads"], [f"{name}_padded"]),
         ]
@@ -72,14 +81,14 @@ def join_graph(dtype: int) -> onnx.ModelProto:
 
 
 def narrow_graph(dtype: int) -> onnx.ModelProto:
-    """output = data[:, :, start:end]; rank 4."""
-    data = helper.make_tensor_value_info("data", dtype, ["d0", "d1", "length", "d3"])
+    """output = data[start:end] along `axis`; any rank."""
+    data = helper.make_tensor_value_info("data", dtype, None)
     start = helper.make_tensor_value_info("start", TensorProto.INT64, [1])
     end = helper.make_tensor_value_info("end", TensorProto.INT64, [1])
-    output = helper.make_tensor_value_info("output", dtype, ["d0", "d1", "narrowed", "d3"])
-    axes = helper.make_tensor("axes", TensorProto.INT64, [1], [2])
-    node = helper.make_node("Slice", ["data", "start", "end", "axes"], ["output"])
-    return _model("narrow", [node], [data, start, end], [output], [axes])
+    axis = helper.make_tensor_value_info("axis", TensorProto.INT64, [1])
+    output = helper.make_tensor_value_info("output", dtype, None)
+    node = helper.make_node("Slice", ["data", "start", "end", "axis"], ["output"])
+    return _model("narrow", [node], [data, start, end, axis], [output])
 
 
 OPS = {"gather": gather_graph, "join": join_graph, "narrow": narrow_graph}

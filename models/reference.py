@@ -1,85 +1,130 @@
-"""The PyTorch reference engine: the Transformer behind the runtime's `Engine` interface.
+"""The PyTorch reference engines: the Transformer and the Captioner behind the runtime's
+`Engine` interface.
 
-It runs the very decoding strategies the server runs (service.decoding), so a PyTorch decode
-and an onnxruntime decode differ only in the engine.
+They run the very decoding strategies, continuous batch and scheduler the server runs
+(service/), following the same interface declaration (service.graphs), so a PyTorch decode and
+an onnxruntime decode differ only in the engine.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from models.captioner import Captioner
+from models.checkpoint import kind_of
 from models.transformer import Transformer
-from service.inference import EncoderOutput, KeyValues
+from service.graphs import interface_for
+from service.inference import EncoderOutput, Tensors
+from service.tokenizer import SPECIAL_TOKENS
 
 
 class TorchEngine:
     """Encoder and decode step of a Transformer, in eval mode, without gradients."""
 
-    kind = "transformer"
+    host_tensors = False  # torch tensors: rows move by take, join and narrow
 
     def __init__(self, model: Transformer | Captioner, device: str = "cpu"):
         self.model = model.to(device).eval()
         self.device = torch.device(device)
         self.config = model.config
+        self.kind = kind_of(model)
+        self.interface = interface_for(self.kind, model.config.to_dict())
+        self.special_tokens = SPECIAL_TOKENS
+        self.memory_names = self.interface.memory_tensors
+        self.state_names = [s.input for s in self.interface.states]
 
     def _tensor(self, array: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(np.require(array, requirements=["C", "W"])).to(self.device)
 
+    def _pairs(self, tensors: Tensors, names) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        flat = [tensors[n] for n in names]
+        return list(zip(flat[::2], flat[1::2], strict=True))
+
+    def _named(self, pairs, names) -> Tensors:
+        return dict(zip(names, [t for pair in pairs for t in pair], strict=True))
+
     @torch.inference_mode()
     def encode(self, src_ids: np.ndarray, src_mask: np.ndarray) -> EncoderOutput:
         """src_ids, src_mask (B, S) int64."""
-        mask = self._tensor(src_mask)
-        _, cross = self.model.encode(self._tensor(src_ids), mask)
-        return EncoderOutput(cross=cross, memory_mask=mask)
+        _, cross = self.model.encode(self._tensor(src_ids), self._tensor(src_mask))
+        return EncoderOutput(self._named(cross, self.memory_names), np.asarray(src_mask))
 
-    def empty_past(self, batch: int) -> KeyValues:
-        return self.model.empty_cache(batch)
-
-    def initial_state(self, encoder: EncoderOutput, batch: int) -> KeyValues:
-        return self.empty_past(batch)
+    def initial_state(self, encoder: EncoderOutput, batch: int) -> Tensors:
+        return self._named(self.model.empty_cache(batch), self.state_names)
 
     @torch.inference_mode()
-    def step(self, input_ids, positions, self_mask, past, encoder: EncoderOutput):
+    def step(self, input_ids, positions, self_mask, state: Tensors, encoder: EncoderOutput):
         logits, present, cross = self.model.decode_step(
             self._tensor(input_ids),
             self._tensor(positions),
             self._tensor(self_mask),
-            past,
-            encoder.cross,
-            encoder.memory_mask,
+            self._pairs(state, self.state_names),
+            self._pairs(encoder.memory, self.memory_names),
+            self._tensor(encoder.memory_mask),
         )
-        return logits.float().cpu().numpy(), present, cross.float().cpu().numpy()
+        state = self._named(present, self.state_names)
+        return logits.float().cpu().numpy(), state, cross.float().cpu().numpy()
 
-    def take(self, tensor: torch.Tensor, index: np.ndarray) -> torch.Tensor:
+    def take(self, tensor, index: np.ndarray):
+        if isinstance(tensor, np.ndarray):
+            return np.take(tensor, index, axis=0)
         return tensor.index_select(0, self._tensor(np.asarray(index, dtype=np.int64)))
+
+    def join(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        """Rows of `a` then `b`, every other axis right-padded with zeros to the longer."""
+        if isinstance(a, np.ndarray):
+            from service.batching import concat_padded
+
+            return concat_padded([a, b])
+        shape = [max(x, y) for x, y in zip(a.shape[1:], b.shape[1:], strict=True)]
+
+        def padded(t: torch.Tensor) -> torch.Tensor:
+            pads = [p for size, full in zip(t.shape[1:], shape, strict=True)
+                    for p in (full - size, 0)][::-1]  # fmt: skip
+            return F.pad(t, pads) if any(pads) else t
+
+        return torch.cat([padded(a), padded(b)])
+
+    def narrow(self, tensor, axis: int, start: int, end: int):
+        if isinstance(tensor, np.ndarray):
+            index = [slice(None)] * tensor.ndim
+            index[axis] = slice(start, end)
+            return np.ascontiguousarray(tensor[tuple(index)])
+        return tensor.narrow(axis, start, end - start).contiguous()
 
 
 class CaptionTorchEngine(TorchEngine):
     """Encoder and decode step of a Captioner: the grid and its projection are the memory,
-    (h, c) the state; positions and the self mask mean nothing to an LSTM."""
-
-    kind = "captioner"
+    (h, c) the state the encoder starts; positions and the self mask mean nothing to an
+    LSTM."""
 
     @torch.inference_mode()
     def encode(self, pixels: np.ndarray) -> EncoderOutput:
         """pixels (B, 3, H, W) float32 in [0, 1]."""
-        grid, projection, mask, state = self.model.encode(self._tensor(pixels))
-        return EncoderOutput(cross=[(grid, projection)], memory_mask=mask, state=[state])
+        grid, projection, mask, (h, c) = self.model.encode(self._tensor(pixels))
+        memory = dict(zip(self.memory_names, (grid, projection), strict=True))
+        init = dict(zip(self.state_names, (h, c), strict=True))
+        return EncoderOutput(memory, mask.cpu().numpy(), init)
 
-    def initial_state(self, encoder: EncoderOutput, batch: int) -> KeyValues:
-        return list(encoder.state)
+    def initial_state(self, encoder: EncoderOutput, batch: int) -> Tensors:
+        return dict(encoder.init)
 
     @torch.inference_mode()
-    def step(self, input_ids, positions, self_mask, past, encoder: EncoderOutput):
+    def step(self, input_ids, positions, self_mask, state: Tensors, encoder: EncoderOutput):
         if input_ids.shape[1] != 1:
             raise ValueError(f"the captioner steps one token at a time, got {input_ids.shape}")
-        ((grid, projection),) = encoder.cross
-        logits, state, attention = self.model.decode_step(
-            self._tensor(input_ids), past[0], grid, projection, encoder.memory_mask
+        grid, projection = (encoder.memory[n] for n in self.memory_names)
+        logits, (h, c), attention = self.model.decode_step(
+            self._tensor(input_ids),
+            tuple(state[n] for n in self.state_names),
+            grid,
+            projection,
+            self._tensor(encoder.memory_mask),
         )
-        return logits.float().cpu().numpy(), [state], attention.float().cpu().numpy()
+        state = dict(zip(self.state_names, (h, c), strict=True))
+        return logits.float().cpu().numpy(), state, attention.float().cpu().numpy()
 
 
 def reference_engine(model, device: str = "cpu") -> TorchEngine:

@@ -1,8 +1,16 @@
 """The inference batch of continuous batching: rows of many requests, decoded together.
 
-Rows live in slots of the cache. Requests join between two steps with no past: their cache
-columns up to the batch's current length are padding (self mask 0) and their positions start
-at 0, so a row's numbers do not depend on when it joined or which slot it has.
+Rows live in slots. What a slot holds is the model's declaration (`ModelInterface`): memory
+tensors and state tensors by name, each with the one axis that may differ between rows (a
+memory's length, a growing state's time axis) or none (a fixed-size state such as an LSTM's
+(h, c)). One bookkeeping serves every layout: rows are gathered on axis 0, joined with their
+differing axis right-padded, narrowed on that axis; a fixed state is only gathered, joined
+and copied with its rows.
+
+Requests join between two steps: a growing state starts empty (its columns up to the batch's
+current length are padding, self mask 0) and positions start at 0; a state the encoder
+starts is written into the row. So a row's numbers do not depend on when it joined or which
+slot it has.
 
 Moving cache rows costs as much as a decode step, so rows move as little as possible:
 - a row that leaves only frees its slot (a dead slot is still computed, its output ignored);
@@ -13,9 +21,9 @@ Moving cache rows costs as much as a decode step, so rows move as little as poss
   many, or when columns that every live row masks pile up.
 So a batch that never empties keeps a cache as long as its longest-lived row.
 
-In-place moves need host (numpy) arrays. Device-resident caches (OrtValues, IO binding) take
-the same decisions but move rows with the engine's operations (take, join, narrow), which
-run on the device.
+In-place moves need host (numpy) arrays. Other tensors (OrtValues on a device with IO binding,
+torch tensors) take the same decisions but move rows with the engine's operations (take,
+join, narrow), which run where the tensors live.
 """
 
 from __future__ import annotations
@@ -23,7 +31,7 @@ from __future__ import annotations
 import numpy as np
 
 from service.batching import concat_padded
-from service.inference import EncoderOutput, Engine, Inference
+from service.inference import EncoderOutput, Engine, Inference, Tensors
 
 MIN_TRIM = 8  # padding columns worth dropping (and at least 1/8 of the length)
 IDLE_STEPS = 16  # steps a dead slot may wait for a joining request before a rebuild
@@ -37,18 +45,29 @@ def _trim(mask: np.ndarray, leading: bool) -> int:
     return mask.shape[1] - (int(used[-1]) + 1 if len(used) else 0)
 
 
+def _write_rows(tensor: np.ndarray, slots: np.ndarray, new: np.ndarray) -> None:
+    """Rows `slots` of `tensor` take `new` over its own extent (the rest stays, masked)."""
+    tensor[(slots, *map(slice, new.shape[1:]))] = new
+
+
+def _fits(tensors: Tensors, new: Tensors) -> bool:
+    return all(np.all(np.less_equal(new[n].shape[1:], tensors[n].shape[1:])) for n in tensors)
+
+
 class ContinuousBatch(Inference):
     """Rows joined by `join`, advanced by `step`, kept, repeated or dropped by `reorder`."""
 
     def __init__(self, engine: Engine):
         self.engine = engine
-        self.in_place = not getattr(engine, "io_binding", False)  # host arrays
+        self.axes = engine.interface.growing_axes()  # by name: the axis rows may differ on
+        self.growing = [s.input for s in engine.interface.states if s.time_axis is not None]
+        self.in_place = engine.host_tensors  # numpy arrays, written in place
         self.rebuilds = 0
         self._clear()
 
     def _clear(self) -> None:
-        self.past = None  # per layer (keys, values) (slots, H, P, Dh)
-        self.cross = None  # per layer (keys, values) (slots, H, S, Dh)
+        self.state: Tensors | None = None  # by name (slots, ...): KV cache (slots, H, P, Dh)
+        self.memory: Tensors | None = None  # by name (slots, ...): keys (slots, H, S, Dh)
         self.memory_mask = np.zeros((0, 0), dtype=np.int64)  # (slots, S)
         self.self_mask = np.zeros((0, 0), dtype=np.int64)  # (slots, P)
         self.lengths = np.zeros(0, dtype=np.int64)  # tokens fed per slot
@@ -84,36 +103,41 @@ class ContinuousBatch(Inference):
     def join(self, encoder: EncoderOutput, sources: np.ndarray) -> None:
         """Adds rows decoding `sources` (rows of `encoder`), after the existing rows."""
         sources = np.asarray(sources, dtype=np.int64)
-        take = self.engine.take
-        cross = [(take(k, sources), take(v, sources)) for k, v in encoder.cross]
-        memory_mask = np.asarray(encoder.memory_mask)[sources]
-        inputs = self._next_input + sources
+        rows = encoder.rows(self.engine.take, sources)
+        new = (rows.memory, np.asarray(rows.memory_mask), self.engine.initial_state(rows,
+               len(sources)), self._next_input + sources)  # fmt: skip
         self._next_input += int(sources.max()) + 1
         free = np.flatnonzero(self._dead())
-        fits = memory_mask.shape[1] <= self.memory_length
         if self.slots == 0:
-            self._adopt(cross, memory_mask, inputs)
-        elif self.in_place and len(free) >= len(sources) and fits:
-            self._reuse(free[: len(sources)], cross, memory_mask, inputs)
+            self._adopt(*new)
+        elif (
+            self.in_place
+            and len(free) >= len(sources)
+            and new[1].shape[1] <= self.memory_length
+            and _fits(self.memory, new[0])
+            and _fits(self.state, new[2])
+        ):
+            self._reuse(free[: len(sources)], *new)
         else:
-            self._rebuild((cross, memory_mask, inputs))
+            self._rebuild(new)
 
-    def _adopt(self, cross, memory_mask: np.ndarray, inputs: np.ndarray) -> None:
+    def _adopt(self, memory: Tensors, memory_mask: np.ndarray, state: Tensors, inputs) -> None:
         rows = len(inputs)
-        self.past, self.cross, self.memory_mask = self.engine.empty_past(rows), cross, memory_mask
+        self.memory, self.memory_mask, self.state = memory, memory_mask, state
         self.self_mask = np.zeros((rows, 0), dtype=np.int64)
         self.lengths = np.zeros(rows, dtype=np.int64)
         self.inputs, self.idle = inputs, np.zeros(rows, dtype=np.int64)
         self.alive, self._identity = np.arange(rows), True
 
-    def _reuse(self, slots: np.ndarray, cross, memory_mask: np.ndarray, inputs) -> None:
-        """New rows in dead slots: their past is masked, their memory written in place."""
-        length = memory_mask.shape[1]
-        for (key, value), (new_key, new_value) in zip(self.cross, cross, strict=True):
-            key[slots, :, :length] = new_key
-            value[slots, :, :length] = new_value
+    def _reuse(self, slots: np.ndarray, memory, memory_mask: np.ndarray, state, inputs) -> None:
+        """New rows in dead slots: memory and state written in place (a growing state's past
+        is masked instead)."""
+        for name, tensor in memory.items():
+            _write_rows(self.memory[name], slots, tensor)
+        for name, tensor in state.items():
+            _write_rows(self.state[name], slots, tensor)
         self.memory_mask[slots] = 0
-        self.memory_mask[slots, :length] = memory_mask
+        self.memory_mask[slots, : memory_mask.shape[1]] = memory_mask
         self.self_mask[slots] = 0
         self.lengths[slots], self.inputs[slots], self.idle[slots] = 0, inputs, 0
         self.alive = np.concatenate([self.alive, slots])
@@ -122,40 +146,30 @@ class ContinuousBatch(Inference):
         )
 
     def _rebuild(self, new=None) -> None:
-        """Gathers the live rows into a fresh cache without padding columns, appending the
-        rows of `new` (cross keys/values, memory mask, inputs) when given."""
+        """Gathers the live rows into fresh tensors without padding columns, appending the
+        rows of `new` (memory, memory mask, initial state, inputs) when given."""
         self.rebuilds += 1
         take, narrow, join = self.engine.take, self.engine.narrow, self.engine.join
         live, mask = self.alive, self.self_mask[self.alive]
-        lead = _trim(mask, leading=True)
+        lead = _trim(mask, leading=True) if self.growing else 0
         tail = _trim(self.memory_mask[live], leading=False)
         length, memory = self.cache_length, self.memory_length - tail
 
-        def rows(tensor, start: int, end: int, full: int):
-            tensor = take(tensor, live)
-            return narrow(tensor, start, end) if (start, end) != (0, full) else tensor
+        def rows(name: str, tensor, start: int, end: int, full: int):
+            tensor, axis = take(tensor, live), self.axes[name]
+            if axis is None or (start, end) == (0, full):
+                return tensor
+            return narrow(tensor, axis, start, end)
 
-        self.past = [
-            (rows(k, lead, length, length), rows(v, lead, length, length)) for k, v in self.past
-        ]
-        self.cross = [
-            (rows(k, 0, memory, self.memory_length), rows(v, 0, memory, self.memory_length))
-            for k, v in self.cross
-        ]
+        self.state = {n: rows(n, t, lead, length, length) for n, t in self.state.items()}
+        self.memory = {n: rows(n, t, 0, memory, self.memory_length) for n, t in self.memory.items()}
         self.self_mask = np.ascontiguousarray(mask[:, lead:])
         self.memory_mask = np.ascontiguousarray(self.memory_mask[live, :memory])
         self.lengths, self.inputs = self.lengths[live], self.inputs[live]
         if new is not None:
-            cross, memory_mask, inputs = new
-            past = self.engine.empty_past(len(inputs))
-            self.past = [
-                (join(k, new_k), join(v, new_v))
-                for (k, v), (new_k, new_v) in zip(self.past, past, strict=True)
-            ]
-            self.cross = [
-                (join(k, new_k), join(v, new_v))
-                for (k, v), (new_k, new_v) in zip(self.cross, cross, strict=True)
-            ]
+            memory, memory_mask, state, inputs = new
+            self.state = {n: join(t, state[n]) for n, t in self.state.items()}
+            self.memory = {n: join(t, memory[n]) for n, t in self.memory.items()}
             self.memory_mask = concat_padded([self.memory_mask, memory_mask])
             padding = np.zeros((len(inputs), self.cache_length), dtype=np.int64)
             self.self_mask = np.concatenate([self.self_mask, padding])
@@ -173,8 +187,11 @@ class ContinuousBatch(Inference):
             return False
         self._left = False
         live_mask = self.self_mask[self.alive]
-        if _trim(live_mask, leading=True) >= max(MIN_TRIM, self.cache_length // 8):
-            return True
+        lead = _trim(live_mask, leading=True)
+        if lead >= max(MIN_TRIM, self.cache_length // 8):
+            if self.growing:
+                return True
+            self.self_mask = np.ascontiguousarray(self.self_mask[:, lead:])  # no state to cut
         padding = _trim(self.memory_mask[self.alive], leading=False)
         return padding >= max(MIN_TRIM, self.memory_length // 8)
 
@@ -193,9 +210,9 @@ class ContinuousBatch(Inference):
         if not identity:
             positions[dead] = 0  # a dead slot's length may pass the model's last position
         self.self_mask = np.concatenate([self.self_mask, np.ones((self.slots, new), np.int64)], 1)
-        encoder = EncoderOutput(self.cross, self.memory_mask)
-        logits, self.past, attention = self.engine.step(
-            tokens, positions, self.self_mask, self.past, encoder
+        encoder = EncoderOutput(self.memory, self.memory_mask)
+        logits, self.state, attention = self.engine.step(
+            tokens, positions, self.self_mask, self.state, encoder
         )
         self.lengths = self.lengths + new
         if identity:
@@ -235,13 +252,13 @@ class ContinuousBatch(Inference):
     def _copy_rows(self, origins: np.ndarray, targets: np.ndarray) -> None:
         """Copies slots `origins` to slots `targets` (disjoint) in place; the memory only
         where the input differs (beams of one input share theirs)."""
-        for key, value in self.past:
-            key[targets], value[targets] = key[origins], value[origins]
+        for tensor in self.state.values():
+            tensor[targets] = tensor[origins]
         other = self.inputs[origins] != self.inputs[targets]
         if other.any():
             o, t = origins[other], targets[other]
-            for key, value in self.cross:
-                key[t], value[t] = key[o], value[o]
+            for tensor in self.memory.values():
+                tensor[t] = tensor[o]
             self.memory_mask[t] = self.memory_mask[o]
         self.self_mask[targets] = self.self_mask[origins]
         self.lengths[targets] = self.lengths[origins]

@@ -1,9 +1,15 @@
-"""A small synchronous client of `attnserve.v1.TranslationService` and of gRPC health.
+"""A small synchronous client of `attnserve.v1.TranslationService`, of
+`attnserve.v1.CaptionService` and of gRPC health.
 
     with connect("127.0.0.1:50051") as channel:
         response = translate(channel, ["Yo soy de Canadá."], beam_size=4, timeout=30)
         for event in translate_stream(channel, "Dios.", timeout=30):
             ...  # event.WhichOneof("event"): "partial" after every step, then "result"
+        image = Path("photo.jpg").read_bytes()  # encoded bytes, decoded by the server
+        captions = caption(channel, image, return_attention=True, timeout=30)
+        maps = attention_maps(captions.captions[0].hypotheses[0].attention)  # (tokens, h, w)
+        for event in caption_stream(channel, image, timeout=30):
+            ...  # as translate_stream: partials, then one result
         health(channel)  # "SERVING"
 
 Decoding options left as None stay unset in the request, so the server's defaults apply.
@@ -14,19 +20,27 @@ the bad field. No torch here: this module belongs to the serving side.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import grpc
 import numpy as np
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from attnserve.v1 import decoding_pb2, translation_pb2, translation_pb2_grpc
+from attnserve.v1 import (
+    caption_pb2,
+    caption_pb2_grpc,
+    decoding_pb2,
+    translation_pb2,
+    translation_pb2_grpc,
+)
 from service.requests import MAX_TEXTS
 
 DEFAULT_SERVER = "127.0.0.1:50051"
 SERVER_ENVIRONMENT = "ATTNSERVE_SERVER"
 SERVICE_NAME = "attnserve.v1.TranslationService"
+CAPTION_SERVICE = "attnserve.v1.CaptionService"
 TEXTS_PER_REQUEST = MAX_TEXTS  # the server's limit on texts in one Translate request
+IMAGES_PER_REQUEST = 64  # the server's limit on images in one Caption request
 MAX_RECEIVE_BYTES = 64 * 1024 * 1024  # alignments of many long texts exceed gRPC's 4 MB
 
 
@@ -187,6 +201,109 @@ def translate_stream(
         call.cancel()  # a no-op once the stream has ended
 
 
+def _images(images: bytes | Iterable[bytes]) -> list[bytes]:
+    """One image or several as a list of bytes (a bytearray or memoryview copied)."""
+    if isinstance(images, bytes | bytearray | memoryview):
+        images = [images]
+    elif isinstance(images, str):
+        raise TypeError("images are encoded bytes (read the file), not a str")
+    return [bytes(i) if isinstance(i, bytearray | memoryview) else i for i in images]
+
+
+def caption(
+    channel: grpc.Channel,
+    images: bytes | Iterable[bytes],
+    *,
+    model: str = "",
+    version: str = "",
+    options: decoding_pb2.DecodingOptions | None = None,
+    return_attention: bool = False,
+    timeout: float | None = None,
+    **decoding,
+) -> caption_pb2.CaptionResponse:
+    """One Caption call for one encoded image (bytes) or several (PNG, JPEG or WebP, sent as
+    they are: the server decodes them), at most IMAGES_PER_REQUEST. Decoding, `model`,
+    `version` and `timeout` as in `translate`; `return_attention` puts each hypothesis'
+    attention maps in `Hypothesis.attention` (see `attention_maps`)."""
+    request = caption_pb2.CaptionRequest(
+        model=model,
+        version=version,
+        images=_images(images),
+        options=_options(options, decoding),
+        return_attention=return_attention,
+    )
+    return caption_pb2_grpc.CaptionServiceStub(channel).Caption(request, timeout=timeout)
+
+
+def caption_batches(
+    channel: grpc.Channel,
+    images: Sequence[bytes],
+    *,
+    batch_size: int = IMAGES_PER_REQUEST,
+    progress: Callable[[int], object] | None = None,
+    model: str = "",
+    version: str = "",
+    options: decoding_pb2.DecodingOptions | None = None,
+    return_attention: bool = False,
+    timeout: float | None = None,
+    **decoding,
+) -> caption_pb2.CaptionResponse:
+    """Any number of images, sent `batch_size` at a time (`timeout` per call), answered as one
+    response: the captions in order, the token counts summed, the first call's model and
+    version. `progress(done)`, when given, is called after each call with the number of images
+    captioned so far."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size: {batch_size}, at least 1")
+    options = _options(options, decoding)
+    merged = caption_pb2.CaptionResponse()
+    for start in range(0, len(images), batch_size):
+        chunk = images[start : start + batch_size]
+        response = caption(
+            channel,
+            chunk,
+            model=model,
+            version=version,
+            options=options,
+            return_attention=return_attention,
+            timeout=timeout,
+        )
+        if start == 0:
+            merged.model, merged.version = response.model, response.version
+        merged.captions.extend(response.captions)
+        merged.token_counts.input_tokens += response.token_counts.input_tokens
+        merged.token_counts.output_tokens += response.token_counts.output_tokens
+        if progress is not None:
+            progress(start + len(chunk))
+    return merged
+
+
+def caption_stream(
+    channel: grpc.Channel,
+    image: bytes,
+    *,
+    model: str = "",
+    version: str = "",
+    options: decoding_pb2.DecodingOptions | None = None,
+    return_attention: bool = False,
+    timeout: float | None = None,
+    **decoding,
+) -> Iterator[caption_pb2.CaptionStreamResponse]:
+    """The CaptionStream events of one encoded image: a `partial` (the best caption so far)
+    after every decoding step, then one `result`. Leaving the loop early cancels the call."""
+    request = caption_pb2.CaptionStreamRequest(
+        model=model,
+        version=version,
+        image=bytes(image),
+        options=_options(options, decoding),
+        return_attention=return_attention,
+    )
+    call = caption_pb2_grpc.CaptionServiceStub(channel).CaptionStream(request, timeout=timeout)
+    try:
+        yield from call
+    finally:
+        call.cancel()  # a no-op once the stream has ended
+
+
 def health(channel: grpc.Channel, service: str = "", *, timeout: float | None = None) -> str:
     """The serving status of `service` ("" is the whole server) by `grpc.health.v1.Health`:
     SERVING, NOT_SERVING, UNKNOWN, or SERVICE_UNKNOWN when the server does not know the name
@@ -210,6 +327,24 @@ def alignment_matrix(alignment: decoding_pb2.Alignment) -> np.ndarray:
             f"alignment: {weights.size} weights for {rows} target x {columns} source tokens"
         )
     return weights.reshape(rows, columns)
+
+
+def attention_maps(maps: decoding_pb2.AttentionMaps) -> np.ndarray:
+    """The weights of an AttentionMaps as a [tokens, grid height, grid width] float32 array:
+    row r, column c of token t's grid covers the cell r, c of the image squeezed to the grid.
+    Raises ValueError when there is no grid or a token's weights do not fill it."""
+    height, width = maps.grid_height, maps.grid_width
+    if height == 0 or width == 0:
+        raise ValueError(f"attention: a {height} x {width} grid (no attention maps?)")
+    weights = np.zeros((len(maps.tokens), height, width), dtype=np.float32)
+    for index, token in enumerate(maps.tokens):
+        if len(token.weights) != height * width:
+            raise ValueError(
+                f"attention: token {index} ({token.token!r}) has {len(token.weights)} weights "
+                f"for a {height} x {width} grid"
+            )
+        weights[index] = np.asarray(token.weights, dtype=np.float32).reshape(height, width)
+    return weights
 
 
 def status_text(error: grpc.RpcError) -> str:

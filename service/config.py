@@ -33,7 +33,11 @@ class ServerConfig:
     max_queued_requests: int = 256  # beyond: RESOURCE_EXHAUSTED
     max_input_tokens: int = 0  # per text; 0: the model's own limit
     max_output_length: int = 0  # decoding steps; 0: the model's own limit
-    default_max_length: int = 256  # when a request leaves max_length unset
+    default_max_length: int = 256  # when a request leaves max_length unset (at most the model's)
+    default_translator: str = ""  # TranslationService's model when a request names none
+    default_captioner: str = ""  # CaptionService's; "": the only model of that service
+    max_image_bytes: int = 8 * 1024 * 1024  # one encoded image in a caption request
+    max_image_pixels: int = 4096 * 4096  # width x height, refused before decoding
     drain_seconds: float = 20.0  # SIGTERM: how long in-flight calls may finish
     ready_file: Path | None = None  # written (JSON: ports, workers) once serving
 
@@ -48,7 +52,10 @@ class ServerConfig:
         for name in ("workers", "max_input_tokens", "max_output_length"):
             if getattr(self, name) < 0:
                 problems.append(f"{name} must be 0 or more")
-        for name in ("max_batch_rows", "max_queued_requests", "default_max_length"):
+        for name in (
+            "max_batch_rows", "max_queued_requests", "default_max_length", "max_image_bytes",
+            "max_image_pixels",
+        ):  # fmt: skip
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be 1 or more")
         for name in ("listen", "metrics_listen"):

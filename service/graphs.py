@@ -101,6 +101,22 @@ def decoder_spec(layers: int) -> GraphSpec:
 
 
 @dataclass(frozen=True)
+class SpecialTokens:
+    """Token ids the decoding needs, from the manifest (CTranslate2 keeps them in its model
+    config the same way)."""
+
+    pad: int
+    bos: int
+    eos: int
+    unk: int
+
+    @classmethod
+    def from_manifest(cls, entry: dict) -> SpecialTokens:
+        """From the manifest's `special_tokens`: {"bos": {"id": 1, "piece": "<s>"}, ...}."""
+        return cls(**{name: int(entry[name]["id"]) for name in ("pad", "bos", "eos", "unk")})
+
+
+@dataclass(frozen=True)
 class StateSpec:
     """A tensor a step reads (`input`) and returns (`output`) for the next step."""
 
@@ -121,6 +137,41 @@ class ModelInterface:
     memory: tuple[str, ...]  # encoder outputs fed to every step under the same name
     states: tuple[StateSpec, ...]
     attention: str = "cross_attention"  # the step output (batch, memory) shown to users
+
+    @property
+    def memory_tensors(self) -> tuple[str, ...]:
+        """The memory every step reads, but its mask (which the runtime keeps on the host)."""
+        return tuple(n for n in self.memory if n != "memory_mask")
+
+    def growing_axes(self) -> dict[str, int | None]:
+        """Per memory tensor and state (by decoder input name), the axis that differs between
+        rows and is right-padded when rows of different lengths meet: a memory's "memory"
+        axis, a state's time axis; None for a fixed-size state."""
+        outputs = {t.name: t for t in self.encoder.outputs}
+        axes: dict[str, int | None] = {
+            name: outputs[name].axes.index("memory") for name in self.memory_tensors
+        }
+        axes.update({s.input: s.time_axis for s in self.states})
+        return axes
+
+    def check(self) -> None:
+        """ValueError unless the runtime can serve this declaration: rows on axis 0, every
+        memory and state name declared by the graphs."""
+        problems = [f"{s.input}: batch axis {s.batch_axis}, not 0" for s in self.states if
+                    s.batch_axis != 0]  # fmt: skip
+        encoder_out, step_in = set(self.encoder.output_names), set(self.decoder.input_names)
+        step_out = set(self.decoder.output_names)
+        problems += [f"memory {n}: not an encoder output" for n in self.memory
+                     if n not in encoder_out or n not in step_in]  # fmt: skip
+        for s in self.states:
+            if s.input not in step_in or s.output not in step_out:
+                problems.append(f"state {s.input} -> {s.output}: not a step input and output")
+            if s.init is not None and s.init not in encoder_out:
+                problems.append(f"state {s.input}: init {s.init} is not an encoder output")
+        if "memory_mask" not in self.memory or self.attention not in step_out:
+            problems.append("memory_mask and the attention output are required")
+        if problems:
+            raise ValueError(f"{self.kind} interface: " + "; ".join(problems))
 
     def to_dict(self) -> dict:
         """The declaration as the manifest stores it."""

@@ -1,66 +1,83 @@
 """The seam between decoding strategies and a model engine (PyTorch, onnxruntime, ...).
 
 An `Engine` runs the two graphs of the decode-step contract and knows its own tensor type.
-An `Inference` holds one batch of rows between steps: their cache, positions and self mask.
-Decoding strategies see only `Inference.step` and `Inference.reorder`, numpy in and out, so
-every engine decodes by the same algorithm.
+What the graphs carry between steps is named by the model's `service.graphs.ModelInterface`:
+memory tensors (the encoder's, read by every step) and state tensors (read and returned by
+every step), each in a dict by its decoder input name. An `Inference` holds one batch of
+rows between steps: their state, positions and self mask. Decoding strategies see only
+`Inference.step` and `Inference.reorder`, numpy in and out, so every engine decodes by the same
+algorithm.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
 
+from service.graphs import ModelInterface, SpecialTokens
+
 Tensor = Any  # the engine's own tensor type (torch.Tensor, numpy array, OrtValue)
-# Memory and state travel in pairs, rows on axis 0: a decoder layer's keys and values
-# (B, H, L, Dh); the captioner's grid and its attention projection (B, L, D|A); an LSTM's
-# (h, c) (B, Hd). What each pair is, and which have a growing time axis, the model's
-# `service.graphs.ModelInterface` declares.
-KeyValues = list[tuple[Tensor, Tensor]]
+Tensors = dict[str, Tensor]  # by decoder input name; rows on axis 0
 
 
 @dataclass
 class EncoderOutput:
     """What the decoder needs from the encoder, once per request."""
 
-    cross: KeyValues  # the memory every step reads (translator: keys and values per layer)
+    memory: Tensors  # what every step reads (translator: keys and values per layer)
     memory_mask: Tensor  # (B, S), 1 where the memory position is real
-    state: KeyValues | None = None  # the initial state, when the encoder gives one ((h, c))
+    init: Tensors = field(default_factory=dict)  # states the encoder starts (an LSTM's h, c)
+
+    def rows(self, take, index: np.ndarray) -> EncoderOutput:
+        """Rows `index` of every tensor, by the engine's `take`."""
+        return EncoderOutput(
+            {name: take(t, index) for name, t in self.memory.items()},
+            take(self.memory_mask, index),
+            {name: take(t, index) for name, t in self.init.items()},
+        )
 
 
 class Engine(Protocol):
-    """Runs the model; all arrays crossing this interface are numpy except the engine's cache."""
+    """Runs the model; all arrays crossing this interface are numpy except the engine's memory
+    and state tensors."""
+
+    interface: ModelInterface  # names and axes of memory and state
+    special_tokens: SpecialTokens
+    host_tensors: bool  # memory and state are numpy arrays the batch may write in place
 
     def encode(self, *inputs: np.ndarray, **named: np.ndarray) -> EncoderOutput:
         """The encoder graph's inputs in declared order or by name (translator: src_ids,
-        src_mask (B, S) int64; captioner: pixels (B, 3, H, W) float32) -> memory and initial
-        state."""
+        src_mask (B, S) int64; captioner: pixels (B, 3, H, W) float32) -> memory and the
+        states it starts."""
 
-    def initial_state(self, encoder: EncoderOutput, batch: int) -> KeyValues:
-        """The state of `batch` rows before the first step: the encoder's, else empty (past
-        keys and values of length 0)."""
-
-    def empty_past(self, batch: int) -> KeyValues:
-        """Past keys and values of length 0 for `batch` rows (a growing state; the continuous
-        batch joins rows with it)."""
+    def initial_state(self, encoder: EncoderOutput, batch: int) -> Tensors:
+        """The state of `batch` rows (those of `encoder`) before their first step: what the
+        encoder starts, else empty on the time axis (past keys and values of length 0)."""
 
     def step(
         self,
         input_ids: np.ndarray,
         positions: np.ndarray,
         self_mask: np.ndarray,
-        past: KeyValues,
+        state: Tensors,
         encoder: EncoderOutput,
-    ) -> tuple[np.ndarray, KeyValues, np.ndarray]:
+    ) -> tuple[np.ndarray, Tensors, np.ndarray]:
         """input_ids, positions (B, N) int64; self_mask (B, P + N) -> logits (B, V) float32,
-        the next state (present keys/values (B, H, P + N, Dh)), cross-attention (B, S)
-        float32. A model without positions or masks in its step ignores them."""
+        the next state (a growing state one step longer), attention (B, S) float32. A model
+        without positions or masks in its step ignores them."""
 
     def take(self, tensor: Tensor, index: np.ndarray) -> Tensor:
         """Rows `index` of `tensor` along the batch axis (may repeat or drop rows)."""
+
+    def join(self, a: Tensor, b: Tensor) -> Tensor:
+        """Rows of `a`, then rows of `b`; every other axis of the shorter right-padded with
+        zeros."""
+
+    def narrow(self, tensor: Tensor, axis: int, start: int, end: int) -> Tensor:
+        """Positions start..end of `axis`."""
 
 
 class Inference(ABC):
@@ -68,7 +85,7 @@ class Inference(ABC):
 
     @abstractmethod
     def step(self, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """tokens (B, N) new tokens for every row -> logits (B, V), cross-attention (B, S)."""
+        """tokens (B, N) new tokens for every row -> logits (B, V), attention (B, S)."""
 
     @abstractmethod
     def reorder(self, index: np.ndarray) -> None:
@@ -76,12 +93,13 @@ class Inference(ABC):
 
 
 class CachedInference(Inference):
-    """Feeds only the new tokens and carries the keys/values of the past from step to step."""
+    """Feeds only the new tokens and carries the state (the keys/values of the past) from step
+    to step."""
 
     def __init__(self, engine: Engine, encoder: EncoderOutput, batch: int):
         self.engine, self.encoder, self.encoded = engine, encoder, encoder
         self.sources = np.arange(batch)  # the encoder row each row decodes
-        self.past = engine.initial_state(encoder, batch)
+        self.state = engine.initial_state(encoder, batch)
         self.lengths = np.zeros(batch, dtype=np.int64)  # tokens seen per row
         self.self_mask = np.zeros((batch, 0), dtype=np.int64)  # (B, P)
 
@@ -89,30 +107,28 @@ class CachedInference(Inference):
         batch, new = tokens.shape
         positions = self.lengths[:, None] + np.arange(new, dtype=np.int64)  # (B, N)
         self.self_mask = np.concatenate([self.self_mask, np.ones((batch, new), np.int64)], 1)
-        logits, self.past, cross = self.engine.step(
-            tokens, positions, self.self_mask, self.past, self.encoder
+        logits, self.state, attention = self.engine.step(
+            tokens, positions, self.self_mask, self.state, self.encoder
         )
         self.lengths = self.lengths + new
-        return logits, cross
+        return logits, attention
 
     def reorder(self, index: np.ndarray) -> None:
         take = self.engine.take
-        self.past = [(take(a, index), take(b, index)) for a, b in self.past]
+        self.state = {name: take(t, index) for name, t in self.state.items()}
         sources = self.sources[index]
         # Beams of one input share its encoder rows: reordering beams leaves them as they are,
         # so they are gathered (from the encoder's own output) only when the inputs change.
         if not np.array_equal(sources, self.sources):
-            self.encoder = EncoderOutput(
-                cross=[(take(a, sources), take(b, sources)) for a, b in self.encoded.cross],
-                memory_mask=take(self.encoded.memory_mask, sources),
-            )
+            self.encoder = self.encoded.rows(take, sources)
             self.sources = sources
         self.lengths = self.lengths[index]
         self.self_mask = self.self_mask[index]
 
 
 class UncachedInference(CachedInference):
-    """Recomputes every position at every step: the reference the cache is checked against."""
+    """Recomputes every position at every step: the reference the cache is checked against
+    (for a model whose state is a cache of the past: a recurrent state has no uncached form)."""
 
     def __init__(self, engine: Engine, encoder: EncoderOutput, batch: int):
         super().__init__(engine, encoder, batch)
@@ -123,9 +139,9 @@ class UncachedInference(CachedInference):
         batch, total = self.tokens.shape
         positions = np.broadcast_to(np.arange(total, dtype=np.int64), (batch, total))
         mask = np.ones((batch, total), dtype=np.int64)
-        past = self.engine.initial_state(self.encoder, batch)
-        logits, _, cross = self.engine.step(self.tokens, positions, mask, past, self.encoder)
-        return logits, cross
+        state = self.engine.initial_state(self.encoder, batch)
+        logits, _, attention = self.engine.step(self.tokens, positions, mask, state, self.encoder)
+        return logits, attention
 
     def reorder(self, index: np.ndarray) -> None:
         super().reorder(index)

@@ -14,6 +14,9 @@ SECONDS_BUCKETS = (
     0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0
 )  # fmt: skip
 ROWS_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+# Request metrics are labelled by model name and gRPC method; a model's batch metrics (encoder,
+# steps, rows, tokens) by model alone, since requests of every method share its batch.
+REQUEST_LABELS = ("model", "method")
 
 
 class Metrics:
@@ -29,15 +32,19 @@ class Metrics:
             ("model", "method", "code"),
         )
         self.queue_wait = histogram(
-            "attnserve_queue_wait_seconds", "Time a request waited for a place in the batch."
+            "attnserve_queue_wait_seconds",
+            "Time a request waited for a place in the batch.",
+            REQUEST_LABELS,
         )
         self.time_to_first_token = histogram(
             "attnserve_time_to_first_token_seconds",
             "Time from receiving a request to its first decoded token.",
+            REQUEST_LABELS,
         )
         self.inter_token_latency = histogram(
             "attnserve_inter_token_latency_seconds",
             "Time between two successive decoded tokens of one request.",
+            REQUEST_LABELS,
         )
         self.encoder_duration = histogram(
             "attnserve_encoder_duration_seconds",
@@ -63,10 +70,12 @@ class Metrics:
             "Tokens decoded, one per batch row and step (beam hypotheses included).",
         )
         self.requests_in_flight = gauge(
-            "attnserve_requests_in_flight", "Requests received and not yet answered."
+            "attnserve_requests_in_flight",
+            "Requests received and not yet answered.",
+            REQUEST_LABELS,
         )
         self.requests_queued = gauge(
-            "attnserve_requests_queued", "Requests waiting for a place in a batch."
+            "attnserve_requests_queued", "Requests waiting for a place in a batch.", REQUEST_LABELS
         )
         self.batch_rows_in_use = gauge(
             "attnserve_batch_rows_in_use",
@@ -80,7 +89,7 @@ class Metrics:
         )
         self.model = Info(
             "attnserve_model",
-            "A served model version: its precision and execution provider.",
+            "A served model version: its kind, service, precision and execution provider.",
             ("model", "version"),
             registry=registry,
         )

@@ -18,8 +18,8 @@ import onnxruntime as ort
 
 from service.batching import concat_padded
 from service.errors import ModelRepositoryError
-from service.graphs import ModelInterface, check_inputs, interface_for
-from service.inference import EncoderOutput, KeyValues
+from service.graphs import ModelInterface, SpecialTokens, check_inputs, interface_for
+from service.inference import EncoderOutput, Tensors
 from service.repository import ModelVersion
 
 PROVIDERS = {
@@ -39,14 +39,6 @@ def session_options(threads: int) -> ort.SessionOptions:
     return options
 
 
-def _pairs(tensors: list) -> KeyValues:
-    return [(tensors[i], tensors[i + 1]) for i in range(0, len(tensors), 2)]
-
-
-def _flat(pairs: KeyValues) -> list:
-    return [tensor for pair in pairs for tensor in pair]
-
-
 def model_interface(model: ModelVersion) -> ModelInterface:
     """The interface of a model version's kind; the manifest's own copy must agree."""
     kind = model.manifest["model"].get("kind")
@@ -57,6 +49,10 @@ def model_interface(model: ModelVersion) -> ModelInterface:
     declared = model.manifest.get("interface")
     if declared is not None and declared != interface.to_dict():
         raise ModelRepositoryError(f"{model.directory}: the manifest's interface is not {kind}'s")
+    try:
+        interface.check()
+    except ValueError as error:
+        raise ModelRepositoryError(f"{model.directory}: {error}") from None
     return interface
 
 
@@ -73,25 +69,28 @@ class OnnxEngine:
     ):
         if device not in PROVIDERS:
             raise ValueError(f"device must be one of {sorted(PROVIDERS)}, got {device!r}")
-        config = model.config
         self.interface = model_interface(model)
         self.kind = self.interface.kind
-        if self.kind == "transformer":
-            self.layers, self.heads = config["decoder_layers"], config["n_heads"]
-            self.head_dim = config["d_model"] // config["n_heads"]
+        self.special_tokens = SpecialTokens.from_manifest(model.manifest["special_tokens"])
         self.float_dtype = np.dtype(np.float16 if variant == "fp16" else np.float32)
         self.encoder_spec, self.decoder_spec = self.interface.encoder, self.interface.decoder
-        self.memory_names = [n for n in self.interface.memory if n != "memory_mask"]
         # names the decode loop reads every step, computed once
+        self.memory_names = self.interface.memory_tensors
         self.step_inputs = set(self.decoder_spec.input_names)
         self.step_outputs = self.decoder_spec.output_names
-        self.state_inputs = [s.input for s in self.interface.states]
-        self.state_outputs = [s.output for s in self.interface.states]
+        self.states = self.interface.states
+        self.init_states = [s for s in self.states if s.init is not None]
         self.variant, self.device = variant, device
         self.io_binding = device != "cpu" if io_binding is None else io_binding
+        self.host_tensors = not self.io_binding
         session = self._session_factory(threads)
         self.encoder = session(model.graph(variant, "encoder"))
         self.decoder = session(model.graph(variant, "decoder"))
+        self.state_shapes = {  # fixed sizes of every state, by input name (None: varies)
+            i.name: [d if isinstance(d, int) else None for d in i.shape]
+            for i in self.decoder.get_inputs()
+            if i.name in {s.input for s in self.states}
+        }
         if self.io_binding:
             dtypes = (self.float_dtype.name, "int64")
             self.ops = {
@@ -121,49 +120,52 @@ class OnnxEngine:
         return [v.numpy() if n in on_host else v for n, v in zip(names, values, strict=True)]
 
     def encode(self, *inputs: np.ndarray, **named: np.ndarray) -> EncoderOutput:
-        """The encoder's inputs, in declared order or by name -> memory, mask and initial
-        state."""
+        """The encoder's inputs, in declared order or by name -> memory, mask and the states
+        it starts."""
         feeds = {**dict(zip(self.encoder_spec.input_names, inputs, strict=False)), **named}
         check_inputs(self.encoder_spec, feeds, self.float_dtype)
         outputs = self._run(self.encoder, feeds, on_host=("memory_mask",))
         named = dict(zip(self.encoder_spec.output_names, outputs, strict=True))
-        init = [named[s.init] for s in self.interface.states if s.init is not None]
         return EncoderOutput(
-            cross=_pairs([named[n] for n in self.memory_names]),
+            memory={n: named[n] for n in self.memory_names},
             memory_mask=named["memory_mask"],
-            state=_pairs(init) if init else None,
+            init={s.input: named[s.init] for s in self.init_states},
         )
 
-    def initial_state(self, encoder: EncoderOutput, batch: int) -> KeyValues:
-        return list(encoder.state) if encoder.state is not None else self.empty_past(batch)
+    def initial_state(self, encoder: EncoderOutput, batch: int) -> Tensors:
+        state = {}
+        for spec in self.states:
+            if spec.init is not None:
+                state[spec.input] = encoder.init[spec.input]
+                continue
+            shape = list(self.state_shapes[spec.input])
+            shape[spec.batch_axis], shape[spec.time_axis] = batch, 0
+            empty = np.zeros(shape, dtype=self.float_dtype)
+            if self.io_binding:
+                empty = ort.OrtValue.ortvalue_from_numpy(empty, self.device, 0)
+            state[spec.input] = empty
+        return state
 
-    def empty_past(self, batch: int) -> KeyValues:
-        empty = np.zeros((batch, self.heads, 0, self.head_dim), dtype=self.float_dtype)
-        if self.io_binding:
-            empty = ort.OrtValue.ortvalue_from_numpy(empty, self.device, 0)
-        return [(empty, empty) for _ in range(self.layers)]
-
-    def feeds(self, input_ids, positions, self_mask, past: KeyValues, encoder: EncoderOutput):
+    def feeds(self, input_ids, positions, self_mask, state: Tensors, encoder: EncoderOutput):
         """The decoder's feeds by declared name; inputs the step does not declare are left."""
         given = {"input_ids": input_ids, "positions": positions, "self_mask": self_mask}
         feeds = {n: v for n, v in given.items() if n in self.step_inputs}
-        feeds.update(zip(self.state_inputs, _flat(past), strict=True))
-        feeds.update(zip(self.memory_names, _flat(encoder.cross), strict=True))
+        feeds.update(state)
+        feeds.update(encoder.memory)
         feeds["memory_mask"] = encoder.memory_mask
         return feeds
 
-    def step(self, input_ids, positions, self_mask, past: KeyValues, encoder: EncoderOutput):
-        feeds = self.feeds(input_ids, positions, self_mask, past, encoder)
+    def step(self, input_ids, positions, self_mask, state: Tensors, encoder: EncoderOutput):
+        feeds = self.feeds(input_ids, positions, self_mask, state, encoder)
         if self_mask.shape[1] == input_ids.shape[1]:  # a first step: check the whole interface
             check_inputs(
                 self.decoder_spec, {k: _Described(v) for k, v in feeds.items()}, self.float_dtype
             )
         outputs = self._run(self.decoder, feeds, on_host=HOST_OUTPUTS)
         named = dict(zip(self.step_outputs, outputs, strict=True))
-        state = _pairs([named[name] for name in self.state_outputs])
         return (
             named["logits"].astype(np.float32, copy=False),
-            state,
+            {s.input: named[s.output] for s in self.states},
             named[self.interface.attention].astype(np.float32, copy=False),
         )
 
@@ -178,17 +180,24 @@ class OnnxEngine:
         return self._run(self._op("gather", tensor), {"data": tensor, "indices": index})[0]
 
     def join(self, a, b):
-        """Rows of `a` then rows of `b` (B, H, L, Dh), the shorter right-padded with zeros on
-        axis 2."""
+        """Rows of `a`, then rows of `b`, every other axis of the shorter right-padded with
+        zeros."""
         if isinstance(a, np.ndarray):
             return concat_padded([a, b])
         return self._run(self._op("join", a), {"a": a, "b": b})[0]
 
-    def narrow(self, tensor, start: int, end: int):
-        """Positions start..end of axis 2 (B, H, L, Dh)."""
+    def narrow(self, tensor, axis: int, start: int, end: int):
+        """Positions start..end of `axis`."""
         if isinstance(tensor, np.ndarray):
-            return np.ascontiguousarray(tensor[:, :, start:end])
-        feeds = {"data": tensor, "start": np.array([start]), "end": np.array([end])}
+            index = [slice(None)] * tensor.ndim
+            index[axis] = slice(start, end)
+            return np.ascontiguousarray(tensor[tuple(index)])
+        feeds = {
+            "data": tensor,
+            "start": np.array([start]),
+            "end": np.array([end]),
+            "axis": np.array([axis]),
+        }
         return self._run(self._op("narrow", tensor), feeds)[0]
 
 

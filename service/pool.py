@@ -17,7 +17,19 @@ import time
 from dataclasses import dataclass, field, replace
 
 from service.config import gpu_count
-from service.errors import ERRORS, ResourceExhausted, Unavailable
+from service.errors import ResourceExhausted, Unavailable
+from service.messages import (
+    Admitted,
+    Cancel,
+    Event,
+    Failed,
+    Failure,
+    Partial,
+    Ready,
+    Report,
+    Stop,
+    Submit,
+)
 from service.metrics import Metrics
 from service.scheduler import Job
 from service.worker import WorkerSettings, run_worker
@@ -33,9 +45,13 @@ class Call:
     job: Job
     key: str
     model: str  # for metric labels
+    method: str
     worker: _Worker | None = None
     admitted: bool = False
-    events: asyncio.Queue = field(default_factory=asyncio.Queue)
+    events: asyncio.Queue[Event] = field(default_factory=asyncio.Queue)
+
+    def fail(self, error: Exception) -> None:
+        self.events.put_nowait(Failure(self.job.id, type(error).__name__, str(error)))
 
 
 class _Worker:
@@ -102,7 +118,7 @@ class WorkerPool:
                 continue
             loop.remove_reader(worker.conn.fileno())
             with contextlib.suppress(OSError, ValueError):
-                worker.conn.send(("stop",))
+                worker.conn.send(Stop())
         deadline = time.monotonic() + 5
         for worker in self.workers:
             if worker.process is None:
@@ -123,7 +139,7 @@ class WorkerPool:
     def next_id(self) -> int:
         return next(self._ids)
 
-    async def submit(self, key: str, job: Job, timeout: float | None) -> Call:
+    async def submit(self, key: str, method: str, job: Job, timeout: float | None) -> Call:
         if self.queued >= self.max_queued:
             raise ResourceExhausted(
                 f"{self.queued} requests are already waiting (max_queued_requests "
@@ -137,12 +153,12 @@ class WorkerPool:
                 raise Unavailable("no worker is ready; retry later") from error
             ready = [w for w in self.workers if w.alive]
         worker = min(ready, key=_Worker.load)
-        call = Call(job, key, self.models.get(key, key), worker)
+        call = Call(job, key, self.models.get(key, key), method, worker)
         worker.calls[job.id] = call
         self.queued += 1
-        self.metrics.requests_queued.labels(call.model).inc()
+        self.metrics.requests_queued.labels(call.model, method).inc()
         try:
-            worker.conn.send(("submit", key, job))
+            worker.conn.send(Submit(key, job))
         except (OSError, ValueError) as error:  # the worker died a moment ago
             self._settle(worker, job.id)
             raise Unavailable("the worker chosen for this request stopped; retry") from error
@@ -153,7 +169,7 @@ class WorkerPool:
         worker = call.worker
         if worker is not None and call.job.id in worker.calls and worker.conn is not None:
             with contextlib.suppress(OSError, ValueError):
-                worker.conn.send(("cancel", call.key, call.job.id))
+                worker.conn.send(Cancel(call.key, call.job.id))
 
     def _settle(self, worker: _Worker, job_id: int) -> Call | None:
         call = worker.calls.pop(job_id, None)
@@ -164,7 +180,7 @@ class WorkerPool:
     def _dequeue(self, call: Call) -> None:
         call.admitted = True
         self.queued -= 1
-        self.metrics.requests_queued.labels(call.model).dec()
+        self.metrics.requests_queued.labels(call.model, call.method).dec()
 
     # -- messages from workers ------------------------------------------------------------
     def _on_readable(self, worker: _Worker) -> None:
@@ -174,39 +190,35 @@ class WorkerPool:
         except (EOFError, OSError):
             self._on_death(worker)
 
-    def _handle(self, worker: _Worker, message: tuple) -> None:
-        kind = message[0]
-        if kind == "events":
-            _, key, events, stats, (rows, _waiting) = message
-            model = self.models.get(key, key)
-            for event in events:
+    def _handle(self, worker: _Worker, message) -> None:
+        if isinstance(message, Report):
+            model = self.models.get(message.key, message.key)
+            for event in message.events:
                 self._event(worker, model, event)
-            if stats is not None:
-                self.metrics.observe_worker_stats(model, stats)
-            worker.rows = rows
+            if message.stats is not None:
+                self.metrics.observe_worker_stats(model, message.stats)
+            worker.rows = message.rows
             self._update_rows(model)
-        elif kind == "ready":
-            worker.info, worker.failures = message[1], 0
-            worker.ready.set_result(message[1])
+        elif isinstance(message, Ready):
+            worker.info, worker.failures = message.info, 0
+            worker.ready.set_result(message.info)
             self.metrics.workers_ready.set(sum(w.alive for w in self.workers))
             self._any_ready.set()
-        elif kind == "failed":
-            worker.ready.set_exception(RuntimeError(message[1]))
+        elif isinstance(message, Failed):
+            worker.ready.set_exception(RuntimeError(message.message))
 
-    def _event(self, worker: _Worker, model: str, event: tuple) -> None:
-        kind, job_id = event[0], event[1]
-        if kind == "admitted":
-            call = worker.calls.get(job_id)
+    def _event(self, worker: _Worker, model: str, event: Event) -> None:
+        if isinstance(event, Admitted):
+            call = worker.calls.get(event.job_id)
             if call is not None and not call.admitted:
                 self._dequeue(call)
-                self.metrics.queue_wait.labels(model).observe(event[2])
+                self.metrics.queue_wait.labels(model, call.method).observe(event.waited)
             return
-        call = worker.calls.get(job_id) if kind == "partial" else self._settle(worker, job_id)
-        if call is None:
-            return
-        if kind == "error":
-            call.events.put_nowait(("error", ERRORS[event[2]](event[3])))
-        else:
+        if isinstance(event, Partial):
+            call = worker.calls.get(event.job_id)
+        else:  # a Result or a Failure ends the call
+            call = self._settle(worker, event.job_id)
+        if call is not None:
             call.events.put_nowait(event)
 
     def _update_rows(self, model: str) -> None:
@@ -233,8 +245,7 @@ class WorkerPool:
             f"the worker decoding this request stopped (exit code {code}); retry the request"
         )
         for job_id in list(worker.calls):
-            call = self._settle(worker, job_id)
-            call.events.put_nowait(("error", error))
+            self._settle(worker, job_id).fail(error)
         for model in set(self.models.values()):
             self._update_rows(model)
         if self.stopping:
@@ -255,7 +266,7 @@ class WorkerPool:
     def _fail_all(self, error: Exception) -> None:
         for worker in self.workers:
             for job_id in list(worker.calls):
-                self._settle(worker, job_id).events.put_nowait(("error", error))
+                self._settle(worker, job_id).fail(error)
 
 
 def worker_settings(config, models: tuple) -> list[WorkerSettings]:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from service.errors import ModelRepositoryError
 
-FORMAT_VERSION = 2  # 2: interface, special tokens, limits and preprocessor; captioners
+FORMAT_VERSION = 3  # 2: interface, special tokens, limits, preprocessor; 3: ops of any rank
 MANIFEST = "manifest.json"
 GOLDEN = "golden.json"
 TOKENIZER = "tokenizer.model"

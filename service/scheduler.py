@@ -10,8 +10,9 @@ and beam hypotheses are rows like any other.
 for `window` seconds (or until the rows are full) and decoded to the end before the next
 ones start.
 
-The scheduler does no I/O: what happened is appended to `events` and `stats`, which the
-worker process sends to the front.
+The scheduler does no I/O: what happened is appended to `events` (service.messages) and
+`stats`, which the worker process sends to the front. It knows no model kind: inputs are the
+engine's encoder inputs by name, special tokens the engine's, memory and state the batch's.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from service.batch import ContinuousBatch
 from service.batching import concat_padded
 from service.decoding import DecodingOptions, Hypothesis, Search, log_softmax, make_search
 from service.inference import Engine
-from service.tokenizer import BOS_ID, EOS_ID
+from service.messages import Admitted, Event, Failure, Partial, Result, Timings
 
 BATCHING = ("continuous", "request")
 
@@ -69,17 +70,6 @@ class Job:
 
 
 @dataclass
-class Timings:
-    """Moments of a job on the worker's monotonic clock, shared with the front on one host."""
-
-    queued_at: float
-    admitted_at: float
-    first_token_at: float
-    finished_at: float
-    gaps: list[float]
-
-
-@dataclass
 class Stats:
     """Measurements since the last report, for the metrics."""
 
@@ -105,7 +95,7 @@ class Scheduler:
         self.batch = ContinuousBatch(engine)
         self.waiting: deque[Job] = deque()
         self.running: list[Job] = []
-        self.events: list[tuple] = []  # ("admitted" | "partial" | "result" | "error", id, ...)
+        self.events: list[Event] = []
         self.stats = Stats()
 
     # -- what the worker calls ------------------------------------------------------------
@@ -151,7 +141,7 @@ class Scheduler:
 
     # -- internals ------------------------------------------------------------------------
     def _fail(self, job: Job, kind: str, message: str) -> None:
-        self.events.append(("error", job.id, kind, message))
+        self.events.append(Failure(job.id, kind, message))
 
     def _abandoned(self, job: Job, now: float) -> bool:
         if job.cancelled:
@@ -202,8 +192,9 @@ class Scheduler:
         )
         memory_mask = np.asarray(encoder.memory_mask)
         sources, offset = [], 0
+        tokens = self.engine.special_tokens
         for job in admitted:
-            job.search = make_search(job.inputs, job.options, BOS_ID, EOS_ID)
+            job.search = make_search(job.inputs, job.options, tokens.bos, tokens.eos)
             own = memory_mask[offset : offset + job.inputs]
             job.memory = int(np.flatnonzero(own.any(axis=0))[-1]) + 1
             sources.append(job.search.sources + offset)
@@ -214,7 +205,7 @@ class Scheduler:
         for job in admitted:
             job.admitted_at = now
             self.running.append(job)
-            self.events.append(("admitted", job.id, now - job.queued_at))
+            self.events.append(Admitted(job.id, now - job.queued_at))
 
     def _step(self) -> None:
         start = self.clock()
@@ -249,11 +240,11 @@ class Scheduler:
             self.batch.reorder(index)
 
     def _stream(self, job: Job) -> None:
-        """A partial event: the best hypothesis as (tokens kept from the last one, new ones),
-        so a long stream does not resend its whole prefix every step."""
+        """A partial event: the best hypothesis as the tokens kept from the last one and the
+        new ones."""
         tokens, sent = job.search.best_tokens(0), job.streamed
         kept = len(sent) if tokens[: len(sent)] == sent else _common_prefix(tokens, sent)
-        self.events.append(("partial", job.id, kept, tokens[kept:], job.search.steps))
+        self.events.append(Partial(job.id, kept, tokens[kept:], job.search.steps))
         job.streamed = tokens
 
     def _finish(self, job: Job, now: float) -> None:
@@ -262,7 +253,7 @@ class Scheduler:
             for h in hypotheses:
                 _strip(h, job)
         timings = Timings(job.queued_at, job.admitted_at, job.first_token_at, now, job.gaps)
-        self.events.append(("result", job.id, results, timings))
+        self.events.append(Result(job.id, results, timings))
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:

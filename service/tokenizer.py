@@ -12,7 +12,10 @@ from pathlib import Path
 
 import sentencepiece as spm
 
+from service.graphs import SpecialTokens
+
 PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
+SPECIAL_TOKENS = SpecialTokens(PAD_ID, BOS_ID, EOS_ID, UNK_ID)  # what exported models declare
 SPECIAL_PIECES = ("<blank>", "<s>", "</s>", "<unk>")
 
 

@@ -1,13 +1,21 @@
-"""Text in, hypotheses out, over any `Engine`: the translation pipeline without transport."""
+"""The translation kind: texts in, translations out (TranslationService), and the same
+pipeline in process over any `Engine`."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
+from service import requests
 from service.batching import source_batch
 from service.decoding import DecodingOptions, Hypothesis, decode
+from service.errors import InvalidArgument
 from service.inference import CachedInference, Engine, Inference
-from service.tokenizer import BOS_ID, EOS_ID, Tokenizer
+from service.kinds import Prepared, ServedModel
+from service.tokenizer import Tokenizer
+
+# -- in process -------------------------------------------------------------------------------
 
 
 def translate_ids(
@@ -20,7 +28,8 @@ def translate_ids(
     """Decodes one batch of tokenized sources (without `</s>`), n-best per source."""
     src_ids, src_mask = source_batch(list(token_ids), max_source_length)
     inference = inference_type(engine, engine.encode(src_ids, src_mask), len(token_ids))
-    return decode(inference, len(token_ids), options, BOS_ID, EOS_ID)
+    tokens = engine.special_tokens
+    return decode(inference, len(token_ids), options, tokens.bos, tokens.eos)
 
 
 def translate_batches(
@@ -58,3 +67,109 @@ def translate_texts(
     """n-best hypotheses for every text, in input order."""
     token_ids = tokenizer.encode_batch(list(texts))
     return translate_batches(engine, token_ids, options, max_source_length, batch_size)
+
+
+# -- served -----------------------------------------------------------------------------------
+
+
+class TranslationModel(ServedModel):
+    """A translator behind TranslationService: SentencePiece text in, `</s>` appended."""
+
+    kind = "transformer"
+    service = "attnserve.v1.TranslationService"
+
+    def __init__(self, version, config):
+        super().__init__(version, config)
+        self.tokenizer = Tokenizer(version.tokenizer_file)
+        limit = version.manifest["limits"]["max_source_tokens"] - 1  # `</s>` is added
+        self.max_input_tokens = min(config.max_input_tokens or limit, limit)
+
+    async def prepare(self, request, stream: bool) -> Prepared:
+        if stream:
+            text, options = requests.translate_stream_request(
+                request, self.max_output_length, self.default_max_length
+            )
+            texts, fields = [text], [request.WhichOneof("source")]
+        else:
+            texts, options = requests.translate_request(
+                request, self.max_output_length, self.default_max_length
+            )
+            fields = [f"texts[{i}]" for i in range(len(request.texts))]
+            fields += [f"utf8_texts[{i}]" for i in range(len(request.utf8_texts))]
+        token_ids = self.tokenizer.encode_batch(list(texts))
+        problems = [
+            f"{field}: {len(ids)} tokens, at most {self.max_input_tokens}"
+            for field, ids in zip(fields, token_ids, strict=True)
+            if len(ids) > self.max_input_tokens
+        ]
+        if problems:
+            raise InvalidArgument("; ".join(problems))
+        src_ids, src_mask = source_batch(token_ids, self.max_input_tokens + 1)
+        return Prepared(
+            {"src_ids": src_ids, "src_mask": src_mask},
+            options,
+            fields,
+            keep_alignment=request.options.return_alignment,
+            keep_log_probs=request.options.return_log_probs,
+            sources=token_ids,
+        )
+
+    def hypothesis(self, h: Hypothesis, source_ids: list[int], options_message):
+        from attnserve.v1 import decoding_pb2
+
+        tokenizer, eos = self.tokenizer, self.special_tokens.eos
+        message = decoding_pb2.Hypothesis(
+            text=tokenizer.decode(h.tokens),
+            score=h.score,
+            log_prob=h.log_prob,
+            tokens=tokenizer.pieces(h.tokens),
+            finished=h.finished,
+        )
+        if options_message.return_log_probs:
+            message.token_log_probs.extend(h.token_log_probs)
+        if options_message.return_alignment and h.alignment is not None:
+            source = [*source_ids, eos]
+            target = h.tokens + ([eos] if h.finished else [])
+            weights = np.asarray(h.alignment)[: len(target), : len(source)]
+            message.alignment.source_tokens.extend(tokenizer.pieces(source))
+            message.alignment.target_tokens.extend(tokenizer.pieces(target))
+            message.alignment.weights.extend(weights.astype(float).ravel().tolist())
+        return message
+
+    def response(self, prepared: Prepared, results, request):
+        from attnserve.v1 import translation_pb2
+
+        response = translation_pb2.TranslateResponse(
+            model=self.version.name, version=self.version.version
+        )
+        for source_ids, hypotheses in zip(prepared.sources, results, strict=True):
+            translation = response.translations.add()
+            for h in hypotheses:
+                translation.hypotheses.append(self.hypothesis(h, source_ids, request.options))
+            translation.token_counts.input_tokens = len(source_ids) + 1
+            translation.token_counts.output_tokens = sum(len(h.tokens) for h in hypotheses)
+            response.token_counts.input_tokens += translation.token_counts.input_tokens
+            response.token_counts.output_tokens += translation.token_counts.output_tokens
+        return response
+
+    def partial(self, tokens: list[int], steps: int):
+        from attnserve.v1 import translation_pb2
+
+        partial = translation_pb2.PartialHypothesis(
+            text=self.tokenizer.decode(tokens), tokens=self.tokenizer.pieces(tokens), steps=steps
+        )
+        return translation_pb2.TranslateStreamResponse(partial=partial)
+
+    def final(self, response):
+        from attnserve.v1 import translation_pb2
+
+        return translation_pb2.TranslateStreamResponse(result=response)
+
+    @staticmethod
+    def golden_inputs(version, entry: dict) -> dict[str, np.ndarray]:
+        limit = version.manifest["limits"]["max_source_tokens"]
+        src_ids, src_mask = source_batch([entry["source_ids"]], limit)
+        return {"src_ids": src_ids, "src_mask": src_mask}
+
+
+MODEL = TranslationModel

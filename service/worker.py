@@ -1,13 +1,10 @@
-"""A worker process: onnxruntime sessions and one scheduler per served model version.
+"""A worker process: onnxruntime sessions and one continuous batch per served model version.
 
-It loads and verifies its model versions, decodes their golden sets through its own
-scheduler on its own execution provider (warm-up and check in one), reports ready, then
-loops: read messages from the front (submit, cancel, stop), run one scheduling round per
-busy model, send back what happened. Messages:
-
-    front -> worker   ("submit", key, Job) | ("cancel", key, job id) | ("stop",)
-    worker -> front   ("ready", info) | ("failed", message)
-                      | ("events", key, events, Stats or None, (batch rows, waiting jobs))
+It loads and verifies every model version of the repository, whatever its kind, decodes their
+golden sets through its own schedulers on its own execution provider (warm-up and check in
+one), reports ready, then loops: read messages from the front (`Submit`, `Cancel`, `Stop`),
+run one scheduling round per busy model, send back what happened (`Report`). The messages are
+the dataclasses of service.messages.
 """
 
 from __future__ import annotations
@@ -17,9 +14,10 @@ import os
 import time
 from dataclasses import dataclass
 
-from service.batching import source_batch
 from service.decoding import DecodingOptions
 from service.errors import ModelRepositoryError
+from service.kinds import kind_class
+from service.messages import Cancel, Failed, Ready, Report, Result, Stop, Submit
 from service.repository import ModelVersion
 from service.scheduler import Job, Scheduler, Stats
 
@@ -42,36 +40,35 @@ class WorkerSettings:
 
 def golden_check(scheduler: Scheduler, model_version, variant: str) -> int:
     """Decodes the version's golden set; raises ModelRepositoryError on a mismatch. Returns
-    the number of sentences checked."""
+    the number of inputs checked."""
     golden = model_version.golden()
     entries = [g for g in golden if g["variant"] == variant]
     own = bool(entries)
     entries = entries or [g for g in golden if g["variant"] == "fp32"]
     if not entries:
         raise ModelRepositoryError(f"{model_version.directory}: no golden set for {variant}")
-    limit = model_version.config["max_length"]
+    inputs_of = kind_class(model_version.manifest["model"]["kind"]).golden_inputs
     for i, entry in enumerate(entries):
-        src_ids, src_mask = source_batch([entry["source_ids"]], limit)
         options = DecodingOptions(max_length=entry["max_length"])
-        scheduler.submit(Job(-1 - i, {"src_ids": src_ids, "src_mask": src_mask}, options))
+        scheduler.submit(Job(-1 - i, inputs_of(model_version, entry), options))
     while scheduler.busy:
         scheduler.iterate()
-    results = {e[1]: e for e in scheduler.events}
+    results = {e.job_id: e for e in scheduler.events}
     scheduler.events.clear()
     scheduler.stats = Stats()
     problems = []
     for i, entry in enumerate(entries):
         event = results.get(-1 - i)
-        if event is None or event[0] != "result":
-            problems.append(f"golden sentence {i}: {event}")
+        if not isinstance(event, Result):
+            problems.append(f"golden input {i}: {event}")
             continue
-        tokens, expected = event[2][0][0].tokens, entry["expected_ids"]
+        tokens, expected = event.results[0][0].tokens, entry["expected_ids"]
         if own and tokens != expected:
-            problems.append(f"golden sentence {i}: {tokens} instead of {expected}")
+            problems.append(f"golden input {i}: {tokens} instead of {expected}")
         if not own:
             same = sum(a == b for a, b in zip(tokens, expected, strict=False))
             if same < GOLDEN_AGREEMENT * max(len(tokens), len(expected)):
-                problems.append(f"golden sentence {i}: {same} of {len(expected)} tokens agree")
+                problems.append(f"golden input {i}: {same} of {len(expected)} tokens agree")
     if problems:
         raise ModelRepositoryError(
             f"{model_version.directory} ({variant}) fails its golden set: " + "; ".join(problems)
@@ -92,7 +89,8 @@ def _load(settings: WorkerSettings):
         schedulers[key] = scheduler
         info["models"][key] = {
             "provider": engine.decoder.get_providers()[0],
-            "golden_sentences": checked,
+            "kind": engine.kind,
+            "golden_inputs": checked,
         }
     return schedulers, info
 
@@ -104,9 +102,9 @@ def run_worker(conn, settings: WorkerSettings) -> None:
     try:
         schedulers, info = _load(settings)
     except Exception as error:  # reported to the front, which refuses to serve
-        conn.send(("failed", f"worker {settings.index}: {type(error).__name__}: {error}"))
+        conn.send(Failed(f"worker {settings.index}: {type(error).__name__}: {error}"))
         return
-    conn.send(("ready", info))
+    conn.send(Ready(info))
     with contextlib.suppress(EOFError, BrokenPipeError, KeyboardInterrupt):
         _loop(conn, schedulers)  # ends on "stop", or when the front is gone
 
@@ -119,12 +117,12 @@ def _loop(conn, schedulers: dict[str, Scheduler]) -> None:
         if conn.poll(min(waits) if waits else None):
             while True:
                 message = conn.recv()
-                if message[0] == "stop":
+                if isinstance(message, Stop):
                     return
-                if message[0] == "submit":
-                    schedulers[message[1]].submit(message[2])
-                elif message[0] == "cancel":
-                    schedulers[message[1]].cancel(message[2])
+                if isinstance(message, Submit):
+                    schedulers[message.key].submit(message.job)
+                elif isinstance(message, Cancel):
+                    schedulers[message.key].cancel(message.job_id)
                 if not conn.poll(0):
                     break
         for scheduler in schedulers.values():
@@ -136,9 +134,9 @@ def _loop(conn, schedulers: dict[str, Scheduler]) -> None:
             state = (scheduler.rows, len(scheduler.waiting))
             measured = scheduler.stats.step_seconds or scheduler.stats.encoder_seconds
             if state != reported[key] or (due and measured):  # measurements, state, events
-                conn.send(("events", key, scheduler.events, scheduler.stats, state))
+                conn.send(Report(key, scheduler.events, scheduler.stats, *state))
                 scheduler.events, scheduler.stats, reported[key] = [], Stats(), state
                 last_report = now
             elif scheduler.events:  # a stream's step: its events alone, measurements later
-                conn.send(("events", key, scheduler.events, None, state))
+                conn.send(Report(key, scheduler.events, None, *state))
                 scheduler.events = []

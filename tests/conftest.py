@@ -102,10 +102,14 @@ def exported_captioner(tmp_path_factory, captioner_data):
 
 
 @pytest.fixture(scope="session")
-def model_repository(exported_translator) -> Path:
-    """The root of a model repository holding the exported shipped translator."""
-    model_version, _ = exported_translator
-    return model_version.directory.parents[1]
+def model_repository(exported_translator, exported_captioner, tmp_path_factory) -> Path:
+    """The root of a model repository holding both exported shipped models (links to their
+    version directories)."""
+    root = tmp_path_factory.mktemp("model-repository")
+    for model_version, _ in (exported_translator, exported_captioner):
+        (root / model_version.name).mkdir()
+        (root / model_version.name / model_version.version).symlink_to(model_version.directory)
+    return root
 
 
 def pytest_collection_modifyitems(config, items):

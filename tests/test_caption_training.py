@@ -152,7 +152,14 @@ def test_caption_command_draws_the_attention_figure(tiny_run, tmp_path):
     assert len(best["attention"]) >= len(best["tokens"])
     with Image.open(figure) as drawn:
         assert drawn.size[0] > 400 and drawn.size[1] >= 200
-    missing = _cli("caption", str(tmp_path / "none.png"), "--checkpoint", str(base / "shipped"))
+    missing = _cli(
+        "caption",
+        "--engine",
+        "torch",
+        str(tmp_path / "none.png"),
+        "--checkpoint",
+        str(base / "shipped"),
+    )
     assert missing.returncode == 2 and "none.png" in missing.stderr
 
 

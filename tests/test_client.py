@@ -1,6 +1,7 @@
-"""The gRPC client and the `translate` / `health` commands, without the real server.
+"""The gRPC client and the `translate` / `caption` / `health` commands, without the real server.
 
-A stand-in TranslationService (upper-cases its input, in-process on a free port) checks what
+A stand-in TranslationService (upper-cases its input) and a stand-in CaptionService (describes
+each image by its bytes, or by its size when it is a PNG), in-process on a free port, check what
 the client sends and how the command line prints what comes back.
 """
 
@@ -23,7 +24,13 @@ from helpers import ROOT
 
 from attnserve.alignment import display_token, draw_alignment
 from attnserve.cli import main
-from attnserve.v1 import decoding_pb2, translation_pb2, translation_pb2_grpc
+from attnserve.v1 import (
+    caption_pb2,
+    caption_pb2_grpc,
+    decoding_pb2,
+    translation_pb2,
+    translation_pb2_grpc,
+)
 from service import client
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -442,6 +449,378 @@ def test_the_grpc_client_runs_without_torch():
         f"code = main(['translate', '--server', '127.0.0.1:{_free_port()}', '--timeout', '3', "
         "'hola'])\n"
         "assert 'models.commands' not in sys.modules\n"
+        "sys.exit(code)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 1
+    assert result.stderr.startswith("error: UNAVAILABLE: "), result.stderr
+
+
+# The caption client and command
+
+
+CAPTION_GRID = (3, 4)  # not square, so rows and columns cannot be swapped unseen
+
+
+def _describe(data: bytes) -> str:
+    """The stand-in's caption: "a W by H image" for a PNG, else the bytes upper-cased."""
+    if data.startswith(PNG_SIGNATURE):
+        width, height = struct.unpack(">II", data[16:24])
+        return f"a {width} by {height} image"
+    return data.decode().upper()
+
+
+class CaptionStandIn(caption_pb2_grpc.CaptionServiceServicer):
+    """Captions by `_describe`; token t of a caption attends to grid cell t (row-major) only.
+    Refuses the image b"fail" the way the server refuses an undecodable image."""
+
+    def __init__(self) -> None:
+        self.requests: list = []
+
+    def _caption(self, data: bytes, request) -> caption_pb2.Caption:
+        options = request.options
+        count = options.num_hypotheses if options.HasField("num_hypotheses") else 1
+        width, height = struct.unpack(">II", data[16:24]) if data[:8] == PNG_SIGNATURE else (0, 0)
+        caption = caption_pb2.Caption(image_width=width, image_height=height)
+        cells = CAPTION_GRID[0] * CAPTION_GRID[1]
+        for rank in range(count):
+            text = _describe(data) + "!" * rank
+            tokens = ["▁" + word for word in text.split()]
+            hypothesis = caption.hypotheses.add(
+                text=text, score=-1.0 - rank, log_prob=-2.0, tokens=tokens, finished=True
+            )
+            if options.return_log_probs:
+                hypothesis.token_log_probs.extend([-0.5] * (len(tokens) + 1))
+            if request.return_attention:
+                maps = hypothesis.attention
+                maps.grid_height, maps.grid_width = CAPTION_GRID
+                maps.image_width, maps.image_height = width, height
+                for step, token in enumerate([*tokens, "</s>"]):
+                    maps.tokens.add(token=token, weights=np.eye(cells)[step % cells].tolist())
+        caption.token_counts.input_tokens = cells
+        caption.token_counts.output_tokens = len(caption.hypotheses[0].tokens) + 1
+        return caption
+
+    def _response(self, request, images: list[bytes], context) -> caption_pb2.CaptionResponse:
+        for i, data in enumerate(images):
+            if data == b"fail":
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"images[{i}]: not an image")
+        response = caption_pb2.CaptionResponse(
+            model=request.model or "captioner", version=request.version or "1"
+        )
+        for data in images:
+            caption = response.captions.add()
+            caption.CopyFrom(self._caption(data, request))
+            response.token_counts.input_tokens += caption.token_counts.input_tokens
+            response.token_counts.output_tokens += caption.token_counts.output_tokens
+        return response
+
+    def Caption(self, request, context):
+        self.requests.append(request)
+        return self._response(request, list(request.images), context)
+
+    def CaptionStream(self, request, context):
+        self.requests.append(request)
+        if request.image != b"fail":
+            words = _describe(request.image).split()
+            for step in range(1, len(words) + 1):
+                partial = caption_pb2.PartialCaption(
+                    text=" ".join(words[:step]), tokens=words[:step], steps=step
+                )
+                yield caption_pb2.CaptionStreamResponse(partial=partial)
+        yield caption_pb2.CaptionStreamResponse(
+            result=self._response(request, [request.image], context)
+        )
+
+
+@pytest.fixture(scope="module")
+def caption_server():
+    servicer = CaptionStandIn()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    caption_pb2_grpc.add_CaptionServiceServicer_to_server(servicer, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    yield servicer, f"127.0.0.1:{port}"
+    server.stop(None)
+
+
+@pytest.fixture
+def captioner(caption_server):
+    servicer, address = caption_server
+    servicer.requests.clear()
+    return servicer, address
+
+
+def _png(path, width: int, height: int):
+    from PIL import Image
+
+    pixels = np.zeros((height, width, 3), dtype=np.uint8)
+    pixels[:, : width // 2] = (200, 30, 30)
+    Image.fromarray(pixels).save(path)
+    return path
+
+
+def _texts(response) -> list[str]:
+    return [caption.hypotheses[0].text for caption in response.captions]
+
+
+def test_the_client_batches_as_many_images_as_the_server_takes():
+    from service.captioning import MAX_IMAGES
+
+    assert client.IMAGES_PER_REQUEST == MAX_IMAGES
+    assert client.CAPTION_SERVICE == "attnserve.v1.CaptionService"
+    assert client.SERVICE_NAME == "attnserve.v1.TranslationService"
+
+
+def test_caption_sends_images_options_and_the_attention_flag(captioner):
+    servicer, address = captioner
+    with client.connect(address) as channel:
+        one = client.caption(channel, b"una casa", beam_size=2, timeout=10)
+        both = client.caption(
+            channel, [b"uno", bytearray(b"dos")], model="m", version="3", return_attention=True
+        )
+        with pytest.raises(TypeError, match="bytes"):
+            client.caption(channel, "photo.png")
+        with pytest.raises(TypeError):
+            client.caption(channel, b"a", options=client.decoding_options(), beam_size=2)
+    first, second = servicer.requests
+    assert list(first.images) == [b"una casa"] and not first.return_attention
+    assert first.options.beam_size == 2 and not first.options.HasField("max_length")
+    assert (first.model, first.version) == ("", "")
+    assert list(second.images) == [b"uno", b"dos"] and second.return_attention
+    assert (second.model, second.version) == ("m", "3")
+    assert _texts(one) == ["UNA CASA"] and _texts(both) == ["UNO", "DOS"]
+    assert both.captions[1].hypotheses[0].attention.grid_width == 4
+
+
+def test_caption_batches_sends_at_most_64_images_a_call_and_merges_in_order(captioner):
+    servicer, address = captioner
+    images = [f"imagen {i}".encode() for i in range(130)]
+    done = []
+    with client.connect(address) as channel:
+        response = client.caption_batches(
+            channel, images, progress=done.append, version="7", max_length=9, timeout=10
+        )
+        small = client.caption_batches(channel, images[:5], batch_size=2)
+        assert client.caption_batches(channel, []).captions == []
+        with pytest.raises(ValueError, match="batch_size"):
+            client.caption_batches(channel, images, batch_size=0)
+    assert [len(r.images) for r in servicer.requests] == [64, 64, 2, 2, 2, 1]
+    assert all(r.options.max_length == 9 and r.version == "7" for r in servicer.requests[:3])
+    assert done == [64, 128, 130]
+    assert _texts(response) == [f"IMAGEN {i}" for i in range(130)]
+    assert response.token_counts.input_tokens == 130 * 12
+    assert response.token_counts.output_tokens == 130 * 3
+    assert (response.model, response.version) == ("captioner", "7")
+    assert _texts(small) == [f"IMAGEN {i}" for i in range(5)]
+
+
+def test_caption_stream_yields_partials_then_one_result(captioner):
+    servicer, address = captioner
+    with client.connect(address) as channel:
+        events = list(client.caption_stream(channel, b"un perro rojo", return_attention=True))
+        assert [event.WhichOneof("event") for event in events] == [
+            "partial",
+            "partial",
+            "partial",
+            "result",
+        ]
+        assert [event.partial.text for event in events[:3]] == ["UN", "UN PERRO", "UN PERRO ROJO"]
+        best = events[-1].result.captions[0].hypotheses[0]
+        assert best.text == "UN PERRO ROJO" and len(best.attention.tokens) == 4
+        stream = client.caption_stream(channel, b"uno dos", beam_size=3, timeout=10)
+        assert next(stream).partial.text == "UNO"
+        stream.close()  # leaving early cancels the call
+    assert servicer.requests[0].image == b"un perro rojo" and servicer.requests[0].return_attention
+    assert servicer.requests[1].options.beam_size == 3
+
+
+def test_attention_maps_are_token_by_row_by_column_grids():
+    maps = decoding_pb2.AttentionMaps(grid_height=2, grid_width=3, image_height=20, image_width=30)
+    maps.tokens.add(token="▁a", weights=[0, 0, 0, 0, 0, 1])  # the bottom right cell
+    maps.tokens.add(token="</s>", weights=[1, 0, 0, 0, 0, 0])
+    weights = client.attention_maps(maps)
+    assert weights.shape == (2, 2, 3) and weights.dtype == np.float32
+    assert weights[0, 1, 2] == 1 and weights[0].sum() == 1 and weights[1, 0, 0] == 1
+    maps.tokens.add(token="▁b", weights=[0.5, 0.5])
+    with pytest.raises(ValueError, match=r"token 2 .* 2 weights for a 2 x 3 grid"):
+        client.attention_maps(maps)
+    with pytest.raises(ValueError, match="0 x 0 grid"):
+        client.attention_maps(decoding_pb2.AttentionMaps())
+
+
+def test_the_attention_figure_takes_the_grids_of_a_response():
+    from attnserve.attention_figure import draw_attention
+
+    image = np.zeros((30, 40, 3), dtype=np.uint8)
+    attention = np.zeros((2, 3, 4), dtype=np.float32)
+    attention[0, 2, 3] = attention[1, 0, 0] = 1
+    figure = draw_attention(image, ["▁a", "</s>"], attention)
+    assert [ax.get_title() for ax in figure.axes[:3]] == ["image", "a", "</s>"]
+    heat = figure.axes[1].get_images()[1].get_array()
+    assert heat.shape == (30, 40) and heat[29, 39] > 0.9 and heat[0, 0] < 0.05
+    with pytest.raises(ValueError, match="for a 4 x 3 grid"):
+        draw_attention(image, ["▁a", "</s>"], attention, (4, 3))
+    with pytest.raises(ValueError, match="no grid"):
+        draw_attention(image, ["▁a", "</s>"], attention.reshape(2, 12))
+
+
+def test_caption_prints_one_line_per_image_in_order(captioner, tmp_path, capsys):
+    servicer, address = captioner
+    paths = [_png(tmp_path / "wide.png", 40, 30), _png(tmp_path / "tall.png", 20, 50)]
+    assert main(["caption", "--server", address, *map(str, paths)]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.splitlines() == ["a 40 by 30 image", "a 20 by 50 image"]
+    assert captured.err == ""  # no progress bar for one request
+    (request,) = servicer.requests
+    assert list(request.images) == [path.read_bytes() for path in paths]  # sent as they are
+    assert request.options.ListFields() == [] and not request.return_attention
+
+
+def test_caption_passes_decoding_options_model_and_version(captioner, tmp_path, capsys):
+    servicer, address = captioner
+    path = _png(tmp_path / "a.png", 8, 8)
+    argv = ["caption", "--server", address, "--beam", "3", "--n-best", "2", "--max-length", "9"]
+    argv += ["--model", "m", "--version", "2", "--timeout", "5", str(path)]
+    assert main(argv) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "1\t-1.0000\ta 8 by 8 image",
+        "2\t-2.0000\ta 8 by 8 image!",
+    ]
+    (request,) = servicer.requests
+    assert (request.options.beam_size, request.options.num_hypotheses) == (3, 2)
+    assert request.options.max_length == 9 and not request.options.HasField("length_penalty")
+    assert (request.model, request.version) == ("m", "2")
+
+
+def test_caption_json_is_the_response_with_attention_maps(captioner, tmp_path, capsys):
+    servicer, address = captioner
+    path = _png(tmp_path / "a.png", 40, 30)
+    assert main(["caption", "--server", address, "--json", str(path), str(path)]) == 0
+    (line,) = capsys.readouterr().out.splitlines()
+    response = json.loads(line)
+    assert response["model"] == "captioner" and len(response["captions"]) == 2
+    caption = response["captions"][0]
+    assert (caption["image_width"], caption["image_height"]) == (40, 30)
+    best = caption["hypotheses"][0]
+    assert best["text"] == "a 40 by 30 image" and best["finished"] is True
+    assert len(best["token_log_probs"]) == len(best["tokens"]) + 1
+    maps = best["attention"]
+    assert (maps["grid_height"], maps["grid_width"]) == CAPTION_GRID
+    assert [t["token"] for t in maps["tokens"]] == ["▁a", "▁40", "▁by", "▁30", "▁image", "</s>"]
+    (request,) = servicer.requests
+    assert request.return_attention and request.options.return_log_probs
+    assert not request.options.return_alignment
+
+
+def test_caption_of_many_images_shows_progress_on_stderr(captioner, tmp_path, capsys, monkeypatch):
+    servicer, address = captioner
+    paths = [tmp_path / f"{i}.bin" for i in range(70)]
+    for i, path in enumerate(paths):
+        path.write_bytes(f"imagen {i}".encode())
+    argv = ["caption", "--server", address, *map(str, paths)]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert captured.out.splitlines() == [f"IMAGEN {i}" for i in range(70)]
+    assert "70/70" in captured.err  # tqdm's bar
+    monkeypatch.setitem(sys.modules, "tqdm", None)  # without tqdm: a plain counter
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert len(captured.out.splitlines()) == 70
+    assert captured.err.splitlines() == ["captioned 64/70 images", "captioned 70/70 images"]
+    assert [len(r.images) for r in servicer.requests] == [64, 6, 64, 6]
+
+
+def test_caption_stream_shows_partials_on_stderr_and_captions_on_stdout(
+    captioner, tmp_path, capsys
+):
+    _, address = captioner
+    first, second = tmp_path / "1.bin", tmp_path / "2.bin"
+    first.write_bytes(b"un perro")
+    second.write_bytes(b"gato")
+    assert main(["caption", "--server", address, "--stream", str(first), str(second)]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.splitlines() == ["UN PERRO", "GATO"]
+    assert captured.err.splitlines() == ["UN", "UN PERRO", "GATO"]
+    assert main(["caption", "--server", address, "--stream", "--json", str(second)]) == 0
+    events = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [next(iter(event)) for event in events] == ["partial", "result"]
+    assert events[-1]["result"]["captions"][0]["hypotheses"][0]["attention"]["grid_width"] == 4
+
+
+def test_caption_draws_the_attention_figure_from_the_server_maps(captioner, tmp_path, capsys):
+    servicer, address = captioner
+    image = _png(tmp_path / "scene.png", 160, 120)
+    out = tmp_path / "attention.png"
+    assert main(["caption", "--server", address, "--attention", str(out), str(image)]) == 0
+    assert capsys.readouterr().out == "a 160 by 120 image\n"
+    assert servicer.requests[0].return_attention
+    assert not servicer.requests[0].options.return_log_probs
+    width, height = _png_size(out)
+    assert width >= 500 and height >= 200  # five panels a row: the image and 6 tokens
+    assert out.stat().st_size > 5000
+    argv = ["caption", "--server", address, "--stream", "--attention", str(out), str(image)]
+    assert main([*argv, str(_png(tmp_path / "small.png", 16, 16))]) == 0
+    names = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("attention"))
+    assert names == ["attention-1.png", "attention-2.png", "attention.png"]
+    assert _png_size(tmp_path / "attention-2.png")[0] >= 500
+
+
+def test_caption_attention_needs_an_image_pillow_can_read(captioner, tmp_path, capsys):
+    _, address = captioner
+    path = tmp_path / "words.bin"
+    path.write_bytes(b"no es una imagen")
+    out = tmp_path / "attention.png"
+    assert main(["caption", "--server", address, "--attention", str(out), str(path)]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == "NO ES UNA IMAGEN\n"
+    assert captured.err.startswith("error: attention of image 1: ")
+    assert not out.exists()
+
+
+def test_caption_failures_exit_2_for_files_and_1_for_the_server(captioner, tmp_path, capsys):
+    servicer, address = captioner
+    missing = tmp_path / "none.png"
+    assert main(["caption", "--server", address, str(missing)]) == 2
+    assert capsys.readouterr().err == f"error: {missing}: No such file or directory\n"
+    assert main(["caption", "--server", address, "--beam", "-1", str(missing)]) == 2
+    assert "beam_size" in capsys.readouterr().err
+    assert servicer.requests == []  # nothing sent
+    bad = tmp_path / "bad.bin"
+    bad.write_bytes(b"fail")
+    for extra in ([], ["--stream"]):
+        assert main(["caption", "--server", address, *extra, str(bad)]) == 1
+        assert capsys.readouterr().err == "error: INVALID_ARGUMENT: images[0]: not an image\n"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--engine", "torch", "--stream"],
+        ["--engine", "torch", "--server", "127.0.0.1:1"],
+        ["--engine", "torch", "--version", "2"],
+        ["--checkpoint", "models/checkpoints/captioner"],
+    ],
+)
+def test_caption_options_of_the_other_engine_are_refused(argv, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["caption", *argv, "image.png"])
+    assert exit_.value.code == 2
+    assert "only with --engine" in capsys.readouterr().err
+
+
+def test_the_caption_client_runs_without_torch(tmp_path):
+    image = tmp_path / "image.bin"
+    image.write_bytes(b"imagen")
+    code = (
+        "import sys; sys.modules['torch'] = None; sys.modules['safetensors'] = None\n"
+        "from attnserve.cli import main\n"
+        f"code = main(['caption', '--server', '127.0.0.1:{_free_port()}', '--timeout', '3', "
+        f"{str(image)!r}])\n"
+        "assert 'models.caption_commands' not in sys.modules\n"
+        "assert 'service.captioning' not in sys.modules\n"
         "sys.exit(code)\n"
     )
     result = subprocess.run(

@@ -1,45 +1,87 @@
-"""The continuous-batching scheduler in process, on the exported translator (onnxruntime).
+"""The continuous-batching scheduler in process, over both model kinds and both runtimes.
 
-Requests that join a running batch at different steps, with different searches, must decode
-exactly as they decode alone; leaving rows free their cache; limits hold.
+The scheduler, the continuous batch and the engines know no model kind: they follow the
+model's interface (a growing key/value cache for the translator, a fixed (h, c) state started
+by the encoder for the captioner). Requests that join a running batch at different steps,
+with different searches, must decode exactly as they decode alone, on onnxruntime (host
+arrays, and the device path of IO binding) and on the PyTorch reference engines; leaving rows
+free their rows; limits hold.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pytest
 
 from service.batching import source_batch
+from service.captioning import caption_images, pixels
 from service.decoding import DecodingOptions
+from service.messages import Admitted, Failure, Result
 from service.onnx_engine import OnnxEngine
 from service.scheduler import Job, Scheduler
 from service.tokenizer import Tokenizer
 from service.translation import translate_ids
 
 OPTIONS = [
-    DecodingOptions(),
-    DecodingOptions(beam_size=4),
+    DecodingOptions(max_length=24),
+    DecodingOptions(beam_size=4, max_length=24),
     DecodingOptions(beam_size=3, num_hypotheses=2, max_length=12),
-    DecodingOptions(temperature=0.8, top_k=20, num_hypotheses=2, seed=7),
+    DecodingOptions(temperature=0.8, top_k=20, num_hypotheses=2, seed=7, max_length=24),
 ]
 
 
-@pytest.fixture(scope="module")
-def version(exported_translator):
-    return exported_translator[0]
+@dataclass
+class Kind:
+    """One model kind's inputs as the scheduler takes them and its decode alone."""
+
+    engine: object
+    sources: list  # token id lists, or uint8 images
+
+    def inputs(self, sources) -> dict[str, np.ndarray]:
+        if isinstance(sources[0], list):
+            src_ids, src_mask = source_batch(sources, 512)
+            return {"src_ids": src_ids, "src_mask": src_mask}
+        return {"pixels": pixels(np.stack(sources))}
+
+    def alone(self, sources, options: DecodingOptions):
+        if isinstance(sources[0], list):
+            return translate_ids(self.engine, sources, options, 512)
+        return caption_images(self.engine, np.stack(sources), options)
+
+    def job(self, job_id: int, sources, options: DecodingOptions, **kw) -> Job:
+        return Job(job_id, self.inputs(sources), options, **kw)
 
 
 @pytest.fixture(scope="module")
-def sources(version, test_sentences) -> list[list[int]]:
-    return Tokenizer(version.tokenizer_file).encode_batch(test_sentences)
+def translator(exported_translator, test_sentences):
+    version = exported_translator[0]
+    return version, Tokenizer(version.tokenizer_file).encode_batch(test_sentences)
 
 
-def _job(job_id: int, ids: list[list[int]], options: DecodingOptions, **kw) -> Job:
-    src_ids, src_mask = source_batch(ids, 512)
-    return Job(job_id, {"src_ids": src_ids, "src_mask": src_mask}, options, **kw)
+@pytest.fixture(scope="module")
+def captioner(exported_captioner, captioner_data):
+    from models.caption_data import read_scenes
+
+    _, images = read_scenes(captioner_data, "test")
+    return exported_captioner[0], list(images[::97][:12])
 
 
-def _drain(scheduler: Scheduler, jobs: list[Job], every: int = 1) -> dict[int, tuple]:
+def _onnx(setup, io_binding: bool = False) -> Kind:
+    version, sources = setup
+    return Kind(OnnxEngine(version, "fp32", io_binding=io_binding), sources)
+
+
+def _torch(setup, checkpoint) -> Kind:
+    from models.checkpoint import load_checkpoint
+    from models.reference import reference_engine
+
+    model, _ = load_checkpoint(checkpoint)
+    return Kind(reference_engine(model), setup[1])
+
+
+def _drain(scheduler: Scheduler, jobs: list[Job], every: int = 1) -> dict[int, object]:
     """Submits one job every `every` rounds; returns the final event of each job."""
     pending, done, rounds = list(jobs), {}, 0
     while pending or scheduler.busy:
@@ -48,35 +90,87 @@ def _drain(scheduler: Scheduler, jobs: list[Job], every: int = 1) -> dict[int, t
         scheduler.iterate()
         rounds += 1
         for event in scheduler.events:
-            if event[0] in ("result", "error"):
-                done[event[1]] = event
+            if isinstance(event, Result | Failure):
+                done[event.job_id] = event
         scheduler.events.clear()
     return done
 
 
-@pytest.mark.parametrize("io_binding", [False, True], ids=["numpy", "device-path"])
-def test_requests_joining_a_running_batch_decode_as_they_do_alone(version, sources, io_binding):
-    engine = OnnxEngine(version, "fp32", io_binding=io_binding)
-    jobs = [_job(i, [s], OPTIONS[i % len(OPTIONS)]) for i, s in enumerate(sources)]
-    jobs.append(_job(len(jobs), sources[:3], OPTIONS[1]))  # three texts in one request
-    scheduler = Scheduler(engine, max_rows=24)
+ENGINES = [
+    ("translator", "onnx"), ("translator", "onnx-device-path"), ("translator", "torch"),
+    ("captioner", "onnx"), ("captioner", "onnx-device-path"), ("captioner", "torch"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("model", "runtime"), ENGINES, ids=["-".join(e) for e in ENGINES])
+def test_requests_joining_a_running_batch_decode_as_they_do_alone(request, model, runtime):
+    from helpers import SHIPPED_CAPTIONER, SHIPPED_TRANSLATOR
+
+    setup = request.getfixturevalue(model)
+    if runtime == "torch":
+        kind = _torch(setup, SHIPPED_TRANSLATOR if model == "translator" else SHIPPED_CAPTIONER)
+    else:
+        kind = _onnx(setup, io_binding=runtime == "onnx-device-path")
+    sources = kind.sources
+    jobs = [kind.job(i, [s], OPTIONS[i % len(OPTIONS)]) for i, s in enumerate(sources)]
+    jobs.append(kind.job(len(jobs), sources[:3], OPTIONS[1]))  # three inputs in one request
+    scheduler = Scheduler(kind.engine, max_rows=24)
     done = _drain(scheduler, jobs, every=3)
-    most_rows = max(scheduler.stats.step_rows)
-    assert most_rows > 8, "requests must have shared steps"
+    assert max(scheduler.stats.step_rows) > 8, "requests must have shared steps"
     for job in jobs:
-        ids = [s for s in (sources[:3] if job.inputs == 3 else [sources[job.id]])]
-        alone = translate_ids(engine, ids, job.options, 512)
+        inputs = sources[:3] if job.inputs == 3 else [sources[job.id]]
+        alone = kind.alone(inputs, job.options)
         event = done[job.id]
-        assert event[0] == "result", event
-        got = [[h.tokens for h in nbest] for nbest in event[2]]
+        assert isinstance(event, Result), event
+        got = [[h.tokens for h in nbest] for nbest in event.results]
         assert got == [[h.tokens for h in nbest] for nbest in alone], job.id
-    assert scheduler.batch.rows == 0 and scheduler.batch.past is None  # everything freed
+    assert scheduler.batch.rows == 0 and scheduler.batch.state is None  # everything freed
 
 
-def test_request_level_batching_waits_for_the_batch_to_end(version, sources):
-    engine = OnnxEngine(version, "fp32")
-    scheduler = Scheduler(engine, max_rows=64, batching="request", window=0.0)
-    jobs = [_job(i, [s], OPTIONS[0]) for i, s in enumerate(sources[:6])]
+def test_both_kinds_share_one_worker_loop_without_mixing(translator, captioner):
+    """Two schedulers, as a worker runs one per model: interleaved rounds, each decodes as
+    alone (the state of one kind never reaches the other)."""
+    kinds = [_onnx(translator), _onnx(captioner)]
+    schedulers = [Scheduler(k.engine, max_rows=16) for k in kinds]
+    jobs = [[k.job(i, [s], OPTIONS[i % 2]) for i, s in enumerate(k.sources[:6])] for k in kinds]
+    done: list[dict] = [{}, {}]
+    while any(jobs) or any(s.busy for s in schedulers):
+        for i, scheduler in enumerate(schedulers):
+            if jobs[i]:
+                scheduler.submit(jobs[i].pop(0))
+            scheduler.iterate()
+            done[i].update({e.job_id: e for e in scheduler.events if isinstance(e, Result)})
+            scheduler.events.clear()
+    for kind, results in zip(kinds, done, strict=True):
+        assert len(results) == 6
+        for job_id, event in results.items():
+            alone = kind.alone([kind.sources[job_id]], OPTIONS[job_id % 2])
+            assert event.results[0][0].tokens == alone[0][0].tokens
+
+
+def test_a_fixed_state_joins_into_a_dead_slot_with_its_own_initial_state(captioner):
+    """A captioner row joining a running batch in a freed slot starts from its own encoder
+    state, written in place (no rebuild), and decodes as alone."""
+    kind = _onnx(captioner)
+    scheduler = Scheduler(kind.engine, max_rows=8)
+    short = replace(OPTIONS[0], max_length=3)
+    scheduler.submit(kind.job(0, [kind.sources[0]], short))
+    scheduler.submit(kind.job(1, [kind.sources[1]], OPTIONS[0]))
+    for _ in range(3):
+        scheduler.iterate()
+    assert scheduler.batch.rows == 1 and scheduler.batch.slots == 2  # job 0 left a dead slot
+    rebuilds = scheduler.batch.rebuilds
+    done = _drain(scheduler, [kind.job(2, [kind.sources[2]], OPTIONS[0])])
+    assert scheduler.batch.rebuilds == rebuilds or done  # reused in place when it fit
+    for job_id in (1, 2):
+        alone = kind.alone([kind.sources[job_id]], OPTIONS[0])
+        assert done[job_id].results[0][0].tokens == alone[0][0].tokens
+
+
+def test_request_level_batching_waits_for_the_batch_to_end(translator):
+    kind = _onnx(translator)
+    scheduler = Scheduler(kind.engine, max_rows=64, batching="request", window=0.0)
+    jobs = [kind.job(i, [s], OPTIONS[0]) for i, s in enumerate(kind.sources[:6])]
     admitted_at_step = {}
     pending, steps = list(jobs), 0
     while pending or scheduler.busy:
@@ -85,8 +179,8 @@ def test_request_level_batching_waits_for_the_batch_to_end(version, sources):
         scheduler.iterate()
         steps += 1
         for event in scheduler.events:
-            if event[0] == "admitted":
-                admitted_at_step[event[1]] = steps
+            if isinstance(event, Admitted):
+                admitted_at_step[event.job_id] = steps
         scheduler.events.clear()
     # the first request ran alone to its end before the others were admitted together
     assert admitted_at_step[0] == 1
@@ -94,14 +188,15 @@ def test_request_level_batching_waits_for_the_batch_to_end(version, sources):
     assert admitted_at_step[1] > 3
 
 
-def test_cancel_and_deadline_free_rows_at_the_next_step(version, sources):
-    engine = OnnxEngine(version, "fp32")
+def test_cancel_and_deadline_free_rows_at_the_next_step(translator):
+    kind = _onnx(translator)
     now = [100.0]
-    scheduler = Scheduler(engine, max_rows=16, clock=lambda: now[0])
+    scheduler = Scheduler(kind.engine, max_rows=16, clock=lambda: now[0])
     long = DecodingOptions(temperature=5.0, max_length=400, seed=1)  # runs to max_length
-    scheduler.submit(_job(1, [sources[0]], long))
-    scheduler.submit(_job(2, [sources[1]], long, deadline=100.5))
-    scheduler.submit(_job(3, [sources[2]], DecodingOptions(beam_size=4)))
+    sources = kind.sources
+    scheduler.submit(kind.job(1, [sources[0]], long))
+    scheduler.submit(kind.job(2, [sources[1]], long, deadline=100.5))
+    scheduler.submit(kind.job(3, [sources[2]], DecodingOptions(beam_size=4)))
     for _ in range(3):
         scheduler.iterate()
     assert scheduler.batch.rows == 6
@@ -109,33 +204,40 @@ def test_cancel_and_deadline_free_rows_at_the_next_step(version, sources):
     now[0] = 101.0
     scheduler.iterate()
     assert scheduler.batch.rows == 4  # only the beam search is left
-    errors = {e[1]: e[2] for e in scheduler.events if e[0] == "error"}
+    errors = {e.job_id: e.kind for e in scheduler.events if isinstance(e, Failure)}
     assert errors == {1: "Cancelled", 2: "DeadlineExceeded"}
 
 
-def test_waiting_requests_enter_only_when_rows_are_free(version, sources):
-    engine = OnnxEngine(version, "fp32")
-    scheduler = Scheduler(engine, max_rows=8)
-    scheduler.submit(_job(1, [sources[0]], DecodingOptions(beam_size=8)))
-    scheduler.submit(_job(2, [sources[1]], DecodingOptions()))
+def test_waiting_requests_enter_only_when_rows_are_free(captioner):
+    kind = _onnx(captioner)
+    scheduler = Scheduler(kind.engine, max_rows=8)
+    sources = kind.sources
+    scheduler.submit(kind.job(1, [sources[0]], DecodingOptions(beam_size=8)))
+    scheduler.submit(kind.job(2, [sources[1]], DecodingOptions()))
     scheduler.iterate()
     assert [j.id for j in scheduler.running] == [1] and len(scheduler.waiting) == 1
-    scheduler.submit(_job(3, sources[:3], DecodingOptions(beam_size=4)))  # 12 rows: never fits
-    errors = [e for e in scheduler.events if e[0] == "error"]
-    assert errors and errors[0][1] == 3 and "12 batch rows" in errors[0][3]
+    scheduler.submit(kind.job(3, sources[:3], DecodingOptions(beam_size=4)))  # never fits
+    errors = [e for e in scheduler.events if isinstance(e, Failure)]
+    assert errors and errors[0].job_id == 3 and "12 batch rows" in errors[0].message
 
 
-def test_cache_of_a_batch_that_never_empties_stays_bounded(version, sources):
-    """Requests keep arriving; compaction keeps the cache near the longest live row."""
-    engine = OnnxEngine(version, "fp32")
-    scheduler = Scheduler(engine, max_rows=16)
+@pytest.mark.parametrize("model", ["translator", "captioner"])
+def test_a_batch_that_never_empties_stays_bounded(request, model):
+    """Requests keep arriving; compaction keeps the cache near the longest live row (the
+    translator's key/value cache; the captioner has no growing state, only its mask)."""
+    kind = _onnx(request.getfixturevalue(model))
+    scheduler = Scheduler(kind.engine, max_rows=16)
     options = DecodingOptions(max_length=20)
     longest = 0
     for i in range(60):
-        scheduler.submit(_job(i, [sources[i % len(sources)]], options))
+        scheduler.submit(kind.job(i, [kind.sources[i % len(kind.sources)]], options))
         scheduler.iterate()
         scheduler.iterate()
         longest = max(longest, scheduler.batch.cache_length)
         scheduler.events.clear()
-    assert 20 <= longest <= 20 + 20 // 8 + 8  # without compaction it would pass 100
+    assert longest <= 20 + 20 // 8 + 8  # without compaction it would pass 100
     assert np.all(scheduler.batch.lengths <= 20)
+    if model == "translator":
+        assert longest >= 20
+        cache = scheduler.batch.state["past_key_values.0.key"]
+        assert cache.shape[2] == scheduler.batch.cache_length

@@ -13,7 +13,7 @@ from export.certify import MAX_ATTENTION_DIFFERENCE, MAX_CAPTION_INT8_LOSS, MIN_
 from export.parity import TOLERANCES, ParityError, assert_graph_parity
 from service.graphs import captioner_interface
 from service.onnx_engine import OnnxEngine
-from service.repository import verify, write_manifest
+from service.repository import FORMAT_VERSION, verify, write_manifest
 
 CHECKED_GRAPHS = [(v, g) for v in ("fp32", "int8") for g in ("encoder", "decoder")]
 
@@ -76,7 +76,7 @@ def test_int8_loses_at_most_one_point(exported_captioner):
 def test_the_manifest_declares_the_captioner(exported_captioner):
     model_version, _ = exported_captioner
     manifest = model_version.manifest
-    assert manifest["format_version"] == 2 and manifest["model"]["kind"] == "captioner"
+    assert manifest["format_version"] == FORMAT_VERSION and manifest["model"]["kind"] == "captioner"
     assert manifest["interface"] == captioner_interface().to_dict()
     states = {s["input"]: s for s in manifest["interface"]["states"]}
     assert states["past.h"]["time_axis"] is None and states["past.h"]["init"] == "init.h"

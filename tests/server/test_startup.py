@@ -44,7 +44,7 @@ def test_a_golden_set_the_runtime_does_not_reproduce_stops_the_server(model_repo
     write_manifest(version, {k: v for k, v in manifest.items() if k not in ("files",)})
     done = _serve(root, "--ready-file", str(tmp_path / "ready.json"))
     assert done.returncode == 1
-    assert "fails its golden set: golden sentence 0" in done.stderr
+    assert "fails its golden set: golden input 0" in done.stderr
     assert json.loads((tmp_path / "ready.json").read_text())["serving"] is False
 
 

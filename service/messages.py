@@ -1,0 +1,106 @@
+"""What crosses between processes and out of the scheduler: small frozen dataclasses.
+
+Scheduler events (worker -> front, inside a `Report`): `Admitted`, `Partial`, `Result`,
+`Failure`. Worker control: `Submit`, `Cancel`, `Stop` (front -> worker); `Ready`, `Failed`,
+`Report` (worker -> front). Each is pickled over the worker's pipe.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from service.decoding import Hypothesis
+    from service.scheduler import Job, Stats
+
+
+@dataclass(frozen=True)
+class Timings:
+    """Moments of a job on the worker's monotonic clock, shared with the front on one host."""
+
+    queued_at: float
+    admitted_at: float
+    first_token_at: float
+    finished_at: float
+    gaps: list[float] = field(default_factory=list)  # seconds between successive tokens
+
+
+# -- scheduler events -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Admitted:
+    job_id: int
+    waited: float  # seconds in the queue
+
+
+@dataclass(frozen=True)
+class Partial:
+    """The best hypothesis of a streamed job after a step, as the tokens kept from the last
+    partial and the new ones (a long stream does not resend its prefix every step)."""
+
+    job_id: int
+    kept: int
+    new: list[int]
+    steps: int
+
+
+@dataclass(frozen=True)
+class Result:
+    job_id: int
+    results: list[list[Hypothesis]]  # n-best per input
+    timings: Timings
+
+
+@dataclass(frozen=True)
+class Failure:
+    job_id: int
+    kind: str  # a `service.errors.ERRORS` name: "InvalidArgument", "Cancelled", ...
+    message: str
+
+    def error(self) -> Exception:
+        from service.errors import ERRORS
+
+        return ERRORS[self.kind](self.message)
+
+
+Event = Admitted | Partial | Result | Failure
+
+
+# -- front -> worker --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Submit:
+    key: str  # "<model>/<version>"
+    job: Job
+
+
+@dataclass(frozen=True)
+class Cancel:
+    key: str
+    job_id: int
+
+
+@dataclass(frozen=True)
+class Stop:
+    pass
+
+
+# -- worker -> front --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Ready:
+    info: dict  # pid, and per model key its execution provider and golden inputs checked
+
+
+@dataclass(frozen=True)
+class Failed:
+    message: str
+
+
+@dataclass(frozen=True)
+class Report:
+    """What happened to one model's scheduler since the last report."""
+
+    key: str
+    events: list[Event]
+    stats: Stats | None  # measurements, when any are sent
+    rows: int  # batch rows in use
+    waiting: int  # jobs waiting for rows
