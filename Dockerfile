@@ -4,8 +4,9 @@
 #   docker build --target runtime-cuda -t attnserve:cuda \
 #     --build-arg EXPORT_VARIANTS=fp32,int8,fp16 .             the NVIDIA GPU server
 #
-# Stage build: torch (CPU wheel) and the Debian Bible packages; builds the corpus, exports the
-# shipped checkpoint to a model repository (with its parity certificate) and builds the wheel.
+# Stage build: torch (CPU wheel) and the Debian packages of the data (Bibles, emoji artwork and
+# names); builds the translator's corpus and the captioner's scenes, exports both shipped
+# checkpoints to one model repository (with their parity certificates) and builds the wheel.
 # The runtime stages hold the wheel with the serve (or gpu) extra and the repository: no torch.
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
@@ -17,10 +18,12 @@ ENV PIP_NO_CACHE_DIR=1 \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1
 
-# The corpus (`attnserve data translator`) is read from these SWORD modules through diatheke.
+# The corpus (`attnserve data translator`) is read from these SWORD modules through diatheke;
+# the captioner's scenes (`attnserve data captioner`) are drawn from Noto Color Emoji and named
+# from CLDR.
 RUN apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
-        diatheke sword-text-sparv sword-text-web \
+        diatheke sword-text-sparv sword-text-web fonts-noto-color-emoji unicode-cldr-core \
     && rm -rf /var/lib/apt/lists/*
 
 # torch first and from the CPU index (the PyPI wheel is the CUDA build); the pin in the train
@@ -45,7 +48,9 @@ RUN rm -rf attnserve/v1 && mkdir attnserve/v1 \
 
 ARG EXPORT_VARIANTS=fp32,int8
 RUN python -m attnserve.cli data translator \
-    && python -m attnserve.cli export translator --out /repository --variants "${EXPORT_VARIANTS}"
+    && python -m attnserve.cli export translator --out /repository --variants "${EXPORT_VARIANTS}" \
+    && python -m attnserve.cli data captioner --train-scenes 5000 \
+    && python -m attnserve.cli export captioner --out /repository --variants "${EXPORT_VARIANTS}"
 
 RUN pip wheel --no-deps --wheel-dir /dist .
 

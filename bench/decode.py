@@ -1,7 +1,9 @@
 """Decode benchmark: PyTorch eager, onnxruntime and CTranslate2 on the same weights and inputs.
 
-    python -m bench.decode --json [--quick] [--rounds N] [--lengths 16,32] [--batches 1,16]
-        [--engines onnx-fp32,ct2-float32] [--repository VERSION_DIR] [--markdown FILE]
+    python -m bench.decode --json [--quick] [--model translator|captioner|both] [--rounds N]
+        [--lengths 16,32] [--batches 1,16] [--caption-batches 1,16]
+        [--engines onnx-fp32,ct2-float32] [--repository VERSION_DIR]
+        [--captioner-repository VERSION_DIR] [--markdown FILE]
 
 The checkpoint is exported (unless --repository is a version made from it) and converted to
 CTranslate2 in a process of its own. Each engine then runs in a spawned process with one compute
@@ -14,6 +16,16 @@ whole call; ms per step is the time after the encoder over `length`. CTranslate2
 encoder-only call: its encoder time is a length-1 translation less one step. This process never
 imports torch, so the RSS high-water mark of a worker (ru_maxrss, which starts from its
 parent's) is the engine's own.
+
+The captioner (--model captioner or both, after the translator) runs the same way: its
+checkpoint exported (unless --captioner-repository is a version made from it), then
+torch-cached (PyTorch eager, the LSTM step with its state carried), onnx-fp32 and onnx-int8,
+one compute thread each, greedy parity with PyTorch first, then warm-up and timed rounds. A
+case (batch, beam) captions the first `batch` images of the test split of --captioner-data,
+every caption to its natural end (`</s>` is not suppressed; at most the model's max_length
+tokens, `</s>` included), so every engine decodes as the server does and a caption costs what
+it costs. captions/s counts the batch per second of the whole call (the conversion to pixels
+and the encoder included); ms per step is the time after the encoder over the steps taken.
 """
 
 from __future__ import annotations
@@ -31,26 +43,41 @@ from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from pathlib import Path
 
+import numpy as np
+
 from bench import machine
-from bench.engines import ENGINES, THREAD_CHECK, Worker, stdout_to_stderr
-from models.config import TransformerConfig
+from bench.engines import CAPTION_ENGINES, ENGINES, THREAD_CHECK, Worker, stdout_to_stderr
+from models.caption_data import read_scenes
+from models.config import CaptionerConfig, TransformerConfig
 from service.repository import sha256, verify
 from service.tokenizer import Tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ROOT / "models" / "checkpoints" / "translator"
 TEST_SOURCES = ROOT / "data" / "translator" / "test.es"
+SHIPPED_CAPTIONER = ROOT / "models" / "checkpoints" / "captioner"
+CAPTIONER_DATA = ROOT / "data" / "captioner"
+MODELS = ("translator", "captioner", "both")
 WEIGHT_BYTES = {"fp32": 4, "float32": 4, "int8": 1}
 BEAMS = (1, 4)
-FULL = {"rounds": 5, "warmup": 1, "lengths": [16, 32, 64, 128, 256], "batches": [1, 16]}
-QUICK = {"rounds": 1, "warmup": 1, "lengths": [4, 8], "batches": [1, 2]}
+FULL = {
+    "rounds": 5,
+    "warmup": 1,
+    "lengths": [16, 32, 64, 128, 256],
+    "batches": [1, 16],
+    "caption_batches": [1, 16],
+}
+QUICK = {"rounds": 1, "warmup": 1, "lengths": [4, 8], "batches": [1, 2], "caption_batches": [1, 2]}
 
 
-def _prepare(checkpoint: str, repository: str | None, workdir: str, ct2: list, onnx: bool, source):
-    """Exports the checkpoint for `onnx` engines unless `repository` is a version made from it,
-    and converts it to the CTranslate2 variants `ct2`. Runs in a process of its own."""
+def _prepare(
+    model: str, checkpoint: str, repository: str | None, workdir: str, ct2: list, onnx: bool, source
+):
+    """Exports the checkpoint of `model` (translator, captioner) for `onnx` engines unless
+    `repository` is a version made from it, and converts it to the CTranslate2 variants `ct2`.
+    Runs in a process of its own."""
     stdout_to_stderr()
-    setup = {"checkpoint": checkpoint, "repository": repository, "ct2": {}}
+    setup = {"model": model, "checkpoint": checkpoint, "repository": repository, "ct2": {}}
     if repository is not None:
         recorded = verify(Path(repository)).manifest.get("source", {}).get("sha256")
         if recorded not in (None, source["sha256"]):
@@ -59,10 +86,10 @@ def _prepare(checkpoint: str, repository: str | None, workdir: str, ct2: list, o
         from export.repository import write_version
         from models.checkpoint import load_checkpoint
 
-        model, tokenizer = load_checkpoint(Path(checkpoint))
-        directory = Path(workdir) / "repository" / "translator" / "1"
+        loaded, tokenizer = load_checkpoint(Path(checkpoint))
+        directory = Path(workdir) / "repository" / model / "1"
         variants = ("fp32", "int8")
-        write_version(model, tokenizer.model_file, directory, "translator", "1", variants, source)
+        write_version(loaded, tokenizer.model_file, directory, model, "1", variants, source)
         setup["repository"] = str(directory)
     if ct2:
         from bench.ctranslate2_convert import convert
@@ -79,6 +106,7 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--quick", action="store_true", help="batches 1,2, lengths 4,8, 1 round")
+    parser.add_argument("--model", choices=MODELS, default="both", help="default: both")
     parser.add_argument("--rounds", type=int)
     parser.add_argument("--warmup", type=int, help="untimed rounds first")
     parser.add_argument("--lengths", type=listed(int), help="output tokens, e.g. 16,32,64")
@@ -91,6 +119,12 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--workdir", type=Path, help="keep exports here (default: temporary)")
     parser.add_argument("--sources", type=Path, default=TEST_SOURCES, help="one sentence a line")
     parser.add_argument("--uncached-max-batch", type=int, default=1)
+    parser.add_argument("--caption-batches", type=listed(int), help="images per call, e.g. 1,16")
+    parser.add_argument("--captioner-checkpoint", type=Path, default=SHIPPED_CAPTIONER)
+    parser.add_argument("--captioner-repository", type=Path, help="a version exported from it")
+    parser.add_argument(
+        "--captioner-data", type=Path, default=CAPTIONER_DATA, help="its test split's images"
+    )
     parser.add_argument("--markdown", type=Path, help="write the results as Markdown")
     args = parser.parse_args(argv)
     for key, value in (QUICK if args.quick else FULL).items():
@@ -101,40 +135,88 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _runs(name: str, case: tuple[int, int, int], args) -> bool:
-    batch, beam, length = case
-    if name == "torch-uncached":
-        return batch <= args.uncached_max_batch
-    return name != THREAD_CHECK or (beam == 1 and length == args.lengths[len(args.lengths) // 2])
+class Translation:
+    """The translator's cases (batch, beam, length): the first `batch` sentences, each decoded
+    to exactly `length` tokens."""
+
+    unit = "sentences"
+
+    def __init__(self, args, inputs: tuple[list, list]):
+        self.args, self.inputs = args, inputs
+        self.cases = [(b, k, n) for b in args.batches for k in BEAMS for n in args.lengths]
+
+    def runs(self, name: str, case: tuple[int, int, int]) -> bool:
+        batch, beam, length = case
+        if name == "torch-uncached":
+            return batch <= self.args.uncached_max_batch
+        middle = self.args.lengths[len(self.args.lengths) // 2]
+        return name != THREAD_CHECK or (beam == 1 and length == middle)
+
+    def sample(self, worker: Worker, name: str, case: tuple[int, int, int]) -> dict:
+        (batch, beam, length), (ids, pieces) = case, self.inputs
+        sample = worker.call("time", ids[:batch], pieces[:batch], beam, length)
+        if sample["tokens"] != batch * length:
+            raise RuntimeError(f"{name}: {sample['tokens']} tokens, not {batch * length}")
+        return sample
+
+    def greedy(self, worker: Worker) -> list[list[int]]:
+        return worker.call("greedy", *self.inputs, max(self.args.lengths))
 
 
-def _rounds(workers: dict, cases: list, rounds: range, inputs: tuple, args) -> dict:
+class Captioning:
+    """The captioner's cases (batch, beam, max_length): the first `batch` images, every
+    caption decoded to its natural end."""
+
+    unit = "images"
+
+    def __init__(self, args, images, max_length: int):
+        self.images, self.max_length = images, max_length
+        self.cases = [(b, k, max_length) for b in args.caption_batches for k in BEAMS]
+
+    def runs(self, name: str, case: tuple[int, int, int]) -> bool:
+        return True
+
+    def sample(self, worker: Worker, name: str, case: tuple[int, int, int]) -> dict:
+        batch, beam, length = case
+        sample = worker.call("time", self.images[:batch], None, beam, length, False)
+        if sample["outputs"] != batch or not 0 < sample["tokens"] <= batch * length:
+            raise RuntimeError(f"{name}: {sample['outputs']} captions of {sample['tokens']} tokens")
+        return sample
+
+    def greedy(self, worker: Worker) -> list[list[int]]:
+        return worker.call("greedy", self.images, None, self.max_length)
+
+
+def _rounds(workers: dict, rounds: range, task) -> dict:
     """{(engine, case): samples}; in round r every engine runs each case in turn, from the r-th."""
-    ids, pieces = inputs
     samples = defaultdict(list)
     for r in rounds:
         print("warm-up" if r < 0 else f"round {r + 1}", file=sys.stderr)
-        for batch, beam, length in cases:
-            names = [name for name in workers if _runs(name, (batch, beam, length), args)]
+        for case in task.cases:
+            names = [name for name in workers if task.runs(name, case)]
             for name in names[r % len(names) :] + names[: r % len(names)]:
-                sample = workers[name].call("time", ids[:batch], pieces[:batch], beam, length)
-                if sample["tokens"] != batch * length:
-                    raise RuntimeError(f"{name}: {sample['tokens']} tokens, not {batch * length}")
-                samples[name, (batch, beam, length)].append(sample)
+                samples[name, case].append(task.sample(workers[name], name, case))
     return samples
 
 
-def _parity(workers: dict, inputs: tuple, length: int) -> dict:
+def _parity(workers: dict, task) -> dict:
     """How many greedy outputs are identical to PyTorch's (torch-cached), per engine."""
     if "torch-cached" not in workers:
         return {}
-    reference = workers["torch-cached"].call("greedy", *inputs, length)
+    reference = task.greedy(workers["torch-cached"])
     parity = {}
     for name in [n for n in workers if n not in ("torch-cached", "torch-uncached", THREAD_CHECK)]:
-        tokens = workers[name].call("greedy", *inputs, length)
+        tokens = task.greedy(workers[name])
         identical = sum(a == b for a, b in zip(tokens, reference, strict=True))
-        parity[name] = {"identical": identical, "sentences": len(reference)}
+        parity[name] = {"identical": identical, task.unit: len(reference)}
     return parity
+
+
+def _spreads(values: dict[str, list[float]]) -> dict:
+    return {
+        key: {"median": statistics.median(series), "min": min(series), "max": max(series)}
+        for key, series in values.items()
+    }
 
 
 def _case(name: str, case: tuple, samples: list, config: dict, limits: dict, ids: list) -> dict:
@@ -150,19 +232,34 @@ def _case(name: str, case: tuple, samples: list, config: dict, limits: dict, ids
         "decode_ms": [1000 * s["decode_s"] for s in samples],
     }
     result = {"batch": batch, "beam": beam, "length": length, "tokens": samples[0]["tokens"]}
-    for key, series in values.items():
-        result[key] = {"median": statistics.median(series), "min": min(series), "max": max(series)}
+    result |= _spreads(values)
     result["bound_ms_per_step"] = 1000 * bound
     result["bound_fraction"] = 1000 * bound / result["ms_per_step"]["median"]
     return result
 
 
-def _speedup(table: dict, fast: str, slow: str, cases: list) -> float | None:
-    """Geometric mean over `cases` of the median tokens/s of `fast` over `slow`."""
+def _caption_case(case: tuple, samples: list) -> dict:
+    """Medians and spreads of one captioner engine on one case (batch, beam, max_length)."""
+    batch, beam, max_length = case
+    seconds = [s["encoder_s"] + s["decode_s"] for s in samples]
+    values = {
+        "captions_per_s": [batch / t for t in seconds],
+        "ms_per_caption": [1000 * t / batch for t in seconds],
+        "ms_per_step": [1000 * s["decode_s"] / s["steps"] for s in samples],
+        "encoder_ms": [1000 * s["encoder_s"] for s in samples],
+        "decode_ms": [1000 * s["decode_s"] for s in samples],
+    }
+    result = {"batch": batch, "beam": beam, "max_length": max_length, "captions": batch}
+    result |= {"tokens": samples[0]["tokens"], "steps": samples[0]["steps"]}
+    return result | _spreads(values)
+
+
+def _speedup(
+    table: dict, fast: str, slow: str, cases: list, key: str = "tokens_per_s"
+) -> float | None:
+    """Geometric mean over `cases` of the median `key` of `fast` over `slow`."""
     pairs = [(table.get((fast, *c)), table.get((slow, *c))) for c in cases]
-    pairs = [
-        (a["tokens_per_s"]["median"], b["tokens_per_s"]["median"]) for a, b in pairs if a and b
-    ]
+    pairs = [(a[key]["median"], b[key]["median"]) for a, b in pairs if a and b]
     return math.exp(statistics.fmean(math.log(a / b) for a, b in pairs)) if pairs else None
 
 
@@ -202,6 +299,24 @@ def _ratios(engines: dict, args) -> list[tuple]:
     return rows
 
 
+def _caption_ratios(engines: dict, args, max_length: int) -> list[tuple]:
+    """(what, ratio, compare, target) of the captioner; per caption against PyTorch eager."""
+    table = {
+        (n, c["batch"], c["beam"], c["max_length"]): c for n in engines for c in engines[n]["cases"]
+    }
+    small, rows = min(args.caption_batches), []
+    for batch in sorted(set(args.caption_batches)):
+        for beam in BEAMS:
+            way = "greedy" if beam == 1 else f"beam {beam}"
+            for ours in ("onnx-fp32", "onnx-int8"):
+                case = [(batch, beam, max_length)]
+                speedup = _speedup(table, ours, "torch-cached", case, "captions_per_s")
+                target = 3.0 if ours == "onnx-fp32" and batch == small else None
+                text = f"captioner {ours} / torch-cached captions/s, batch {batch} {way}"
+                rows.append((text, speedup, ">=", target))
+    return rows
+
+
 def _goals(rows: list[tuple]) -> list[dict]:
     goals = []
     for text, ratio, compare, target in rows:
@@ -222,35 +337,132 @@ def _inputs(args, config: dict) -> tuple[list, list]:
     return ids, [tokenizer.pieces(s) for s in ids]
 
 
-def _measure(args, setup: dict, inputs: tuple) -> tuple[dict, dict]:
+def _images(args) -> np.ndarray:
+    """The first max(caption batches) images (N, H, W, 3) uint8 of the captioner's test split."""
+    _, images = read_scenes(args.captioner_data, "test")
+    count = max(args.caption_batches)
+    if len(images) < count:
+        raise SystemExit(f"{args.captioner_data}: {len(images)} test images, {count} needed")
+    return np.ascontiguousarray(images[:count])
+
+
+def _measure(args, setup: dict, names: list[str], task) -> tuple[dict, dict]:
     """Per engine its settings, peak RSS and samples per case; greedy parity."""
     context, workers = get_context("spawn"), {}
-    cases = [(b, k, n) for b in args.batches for k in BEAMS for n in args.lengths]
     try:
-        for name in args.engines:
+        for name in names:
             print(f"loading {name}", file=sys.stderr)
             workers[name] = Worker(context, name, setup)
-        parity = _parity(workers, inputs, max(args.lengths))
-        _rounds(workers, cases, range(-args.warmup, 0), inputs, args)
-        samples = _rounds(workers, cases, range(args.rounds), inputs, args)
+        parity = _parity(workers, task)
+        _rounds(workers, range(-args.warmup, 0), task)
+        samples = _rounds(workers, range(args.rounds), task)
         memory = {name: worker.call("peak_rss_mb") for name, worker in workers.items()}
     finally:
         for worker in workers.values():
             worker.pool.shutdown(cancel_futures=True)
     engines = {}
-    for name in args.engines:
+    for name in names:
         engines[name] = dict(zip(("kind", "variant", "threads"), ENGINES[name], strict=True))
         engines[name] |= {"library": workers[name].library, "peak_rss_mb": memory[name]}
-        engines[name]["cases"] = [(c, samples[name, c]) for c in cases if samples[name, c]]
+        engines[name]["cases"] = [(c, samples[name, c]) for c in task.cases if samples[name, c]]
     return engines, parity
 
 
-def _markdown(report: dict) -> str:
-    m, s = report["machine"], report["settings"]
-    lines = [
+def _setup(model: str, checkpoint: Path, repository, workdir: Path, ct2: list, onnx: bool):
+    """(setup of the workers, the weights' sha256): the checkpoint exported and converted in a
+    process of its own."""
+    weights = sha256(checkpoint / "model.safetensors")
+    source = {"checkpoint": str(checkpoint), "sha256": weights}
+    prepare = (model, str(checkpoint), repository and str(repository), str(workdir))
+    with ProcessPoolExecutor(1, get_context("spawn")) as pool:
+        setup = pool.submit(_prepare, *prepare, ct2, onnx, source).result()
+    return setup, weights
+
+
+def _translator(args, limits: dict, workdir: Path) -> dict:
+    """The translator's part of the report."""
+    config = TransformerConfig.load(args.checkpoint / "config.json").to_dict()
+    inputs = _inputs(args, config)
+    ct2 = sorted({ENGINES[name][1] for name in args.engines if ENGINES[name][0] == "ct2"})
+    onnx = any(ENGINES[name][0] == "onnx" for name in args.engines)
+    setup, weights = _setup("translator", args.checkpoint, args.repository, workdir, ct2, onnx)
+    engines, parity = _measure(args, setup, args.engines, Translation(args, inputs))
+    for name, engine in engines.items():
+        engine["cases"] = [_case(name, c, s, config, limits, inputs[0]) for c, s in engine["cases"]]
+    rows = _ratios(engines, args)
+    ratios, goals = {text: ratio for text, ratio, _, _ in rows}, _goals(rows)
+    settings = {k: getattr(args, k) for k in ("rounds", "warmup", "lengths", "batches", "engines")}
+    settings |= {"beams": list(BEAMS), "sentences": len(inputs[0]), "sources": str(args.sources)}
+    settings |= {"checkpoint": str(args.checkpoint), "weights_sha256": weights}
+    settings["repository"] = str(args.repository or "exported from the checkpoint")
+    settings["uncached_max_batch"] = args.uncached_max_batch
+    model = {"config": config, **machine.model_summary(config, len(inputs[0][0]) + 1)}
+    part = {"settings": settings, "model": model, "parity": parity}
+    return part | {"engines": engines, "ratios": ratios, "goals": goals}
+
+
+def _captioner(args, workdir: Path) -> dict:
+    """The captioner's part of the report."""
+    config = CaptionerConfig.load(args.captioner_checkpoint / "config.json")
+    images = _images(args)
+    names = [name for name in CAPTION_ENGINES if name in args.engines]
+    onnx = any(ENGINES[name][0] == "onnx" for name in names)
+    checkpoint, repository = args.captioner_checkpoint, args.captioner_repository
+    setup, weights = _setup("captioner", checkpoint, repository, workdir, [], onnx)
+    task = Captioning(args, images, config.max_length)
+    engines, parity = _measure(args, setup, names, task)
+    for engine in engines.values():
+        engine["cases"] = [_caption_case(c, s) for c, s in engine["cases"]]
+    rows = _caption_ratios(engines, args, config.max_length)
+    settings = {"rounds": args.rounds, "warmup": args.warmup, "batches": args.caption_batches}
+    settings |= {"beams": list(BEAMS), "engines": names, "images": len(images)}
+    settings |= {"data": str(args.captioner_data), "split": "test"}
+    settings |= {"max_length": config.max_length, "length": "natural end, `</s>` kept"}
+    settings |= {"checkpoint": str(checkpoint), "weights_sha256": weights}
+    settings["repository"] = str(repository or "exported from the checkpoint")
+    model = {"config": config.to_dict(), "grid_locations": config.grid**2}
+    part = {"settings": settings, "model": model, "parity": parity, "engines": engines}
+    return part | {"ratios": {text: ratio for text, ratio, _, _ in rows}, "goals": _goals(rows)}
+
+
+def _machine_text(m: dict) -> str:
+    return (
         f"{m['cpu']}, {m['usable_cpus']} CPUs; copy {m['copy_bandwidth_gb_s']:.1f} GB/s; float32 "
         f"matmul {m['matmul_gflop_s']:.1f} GFLOP/s on one thread; OPENBLAS_CORETYPE="
-        f"{m['environment']['OPENBLAS_CORETYPE']}. One compute thread per engine; "
+        f"{m['environment']['OPENBLAS_CORETYPE']}."
+    )
+
+
+def _verdicts(part: dict, output: str, unit: str) -> list[str]:
+    """The goals table, the other ratios and the parity of one model's part."""
+    lines = ["", "| goal | ratio | target | |", "|---|--:|--:|---|"]
+    for g in part["goals"]:
+        verdict = "met" if g["met"] else "missed"
+        target = f"{g['compare']} {g['target']:g}"
+        lines.append(f"| {g['goal']} | {g['ratio']:.2f} | {target} | {verdict} |")
+    goals = {g["goal"] for g in part["goals"]}
+    lines += [""] + [f"- {k}: {v:.2f}" for k, v in part["ratios"].items() if k not in goals and v]
+    for name, p in sorted(part["parity"].items()):
+        same = f"{p['identical']}/{p[unit]}"
+        lines.append(f"- {name} greedy {output} identical to PyTorch: {same} {unit}")
+    return lines
+
+
+def _markdown(report: dict) -> str:
+    m = report["machine"]
+    lines = []
+    if "engines" in report:
+        lines += _translator_markdown(report)
+    if "captioner" in report:
+        lines += [""] if lines else [_machine_text(m), ""]
+        lines += _captioner_markdown(report["captioner"])
+    return "\n".join(lines) + "\n"
+
+
+def _translator_markdown(report: dict) -> list[str]:
+    m, s = report["machine"], report["settings"]
+    lines = [
+        f"{_machine_text(m)} One compute thread per engine; "
         f"{s['rounds']} rounds after {s['warmup']} warm-up, median [min, max]. tokens/s: "
         "batch × tokens over the whole call; ms/step: decode after the encoder over tokens; "
         "of bound: the least time a step can take on this machine over ms/step.",
@@ -267,48 +479,47 @@ def _markdown(report: dict) -> str:
             cells += [f"{c['encoder_ms']['median']:.2f}", f"{c['bound_fraction']:.0%}"]
             cells.append(f"{engine['peak_rss_mb']:.0f}")
             lines.append("| " + " | ".join(map(str, cells)) + " |")
-    lines += ["", "| goal | ratio | target | |", "|---|--:|--:|---|"]
-    for g in report["goals"]:
-        verdict = "met" if g["met"] else "missed"
-        target = f"{g['compare']} {g['target']:g}"
-        lines.append(f"| {g['goal']} | {g['ratio']:.2f} | {target} | {verdict} |")
-    goals = {g["goal"] for g in report["goals"]}
-    lines += [""] + [f"- {k}: {v:.2f}" for k, v in report["ratios"].items() if k not in goals and v]
-    for name, p in sorted(report["parity"].items()):
-        same = f"{p['identical']}/{p['sentences']}"
-        lines.append(f"- {name} greedy output identical to PyTorch: {same} sentences")
-    return "\n".join(lines) + "\n"
+    return lines + _verdicts(report, "output", "sentences")
+
+
+def _captioner_markdown(part: dict) -> list[str]:
+    s = part["settings"]
+    lines = [
+        f"Captioner: the first {max(s['batches'])} of the test images, every caption to its "
+        f"natural end (at most {s['max_length']} tokens, `</s>` included). One compute thread "
+        f"per engine; {s['rounds']} rounds after {s['warmup']} warm-up, median [min, max]. "
+        "tokens: output tokens of the best captions; steps: decoding steps of the call; "
+        "captions/s: batch over the whole call (pixels and encoder included); ms/caption: its "
+        "inverse; ms/step: decode after the encoder over steps.",
+        "",
+        "| engine | batch | beam | tokens | steps | captions/s | ms/caption | ms/step "
+        "| encoder ms | RSS MB |",
+        "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
+    ]
+    for name, engine in part["engines"].items():
+        for c in engine["cases"]:
+            rate, each, step = c["captions_per_s"], c["ms_per_caption"], c["ms_per_step"]
+            cells = [name, c["batch"], c["beam"], c["tokens"], c["steps"]]
+            cells += [f"{rate['median']:.1f} [{rate['min']:.1f}, {rate['max']:.1f}]"]
+            cells += [f"{each['median']:.2f} [{each['min']:.2f}, {each['max']:.2f}]"]
+            cells += [f"{step['median']:.3f} [{step['min']:.3f}, {step['max']:.3f}]"]
+            cells += [f"{c['encoder_ms']['median']:.2f}", f"{engine['peak_rss_mb']:.0f}"]
+            lines.append("| " + " | ".join(map(str, cells)) + " |")
+    return lines + _verdicts(part, "captions", "images")
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _arguments(argv)
     os.environ.update(dict.fromkeys(machine.THREAD_VARIABLES, "1"))  # for every child process
     print("measuring the machine", file=sys.stderr)
-    limits = machine.measure_in_subprocess(args.quick)
-    config = TransformerConfig.load(args.checkpoint / "config.json").to_dict()
-    inputs = _inputs(args, config)
-    weights = sha256(args.checkpoint / "model.safetensors")
-    ct2 = sorted({ENGINES[name][1] for name in args.engines if ENGINES[name][0] == "ct2"})
-    onnx = any(ENGINES[name][0] == "onnx" for name in args.engines)
+    report = {"machine": machine.measure_in_subprocess(args.quick)}
     with contextlib.ExitStack() as stack:
         workdir = args.workdir or Path(stack.enter_context(tempfile.TemporaryDirectory()))
-        source = {"checkpoint": str(args.checkpoint), "sha256": weights}
-        prepare = (str(args.checkpoint), args.repository and str(args.repository), str(workdir))
-        with ProcessPoolExecutor(1, get_context("spawn")) as pool:
-            setup = pool.submit(_prepare, *prepare, ct2, onnx, source).result()
-        engines, parity = _measure(args, setup, inputs)
-    for name, engine in engines.items():
-        engine["cases"] = [_case(name, c, s, config, limits, inputs[0]) for c, s in engine["cases"]]
-    rows = _ratios(engines, args)
-    ratios, goals = {text: ratio for text, ratio, _, _ in rows}, _goals(rows)
-    settings = {k: getattr(args, k) for k in ("rounds", "warmup", "lengths", "batches", "engines")}
-    settings |= {"beams": list(BEAMS), "sentences": len(inputs[0]), "sources": str(args.sources)}
-    settings |= {"checkpoint": str(args.checkpoint), "weights_sha256": weights}
-    settings["repository"] = str(args.repository or "exported from the checkpoint")
-    settings["uncached_max_batch"] = args.uncached_max_batch
-    model = {"config": config, **machine.model_summary(config, len(inputs[0][0]) + 1)}
-    report = {"machine": limits, "settings": settings, "model": model, "parity": parity}
-    report |= {"engines": engines, "ratios": ratios, "goals": goals}
+        if args.model in ("translator", "both"):
+            report |= _translator(args, report["machine"], workdir)
+        if args.model in ("captioner", "both"):
+            print("captioner", file=sys.stderr)
+            report["captioner"] = _captioner(args, workdir)
     if args.markdown:
         args.markdown.parent.mkdir(parents=True, exist_ok=True)
         args.markdown.write_text(_markdown(report), encoding="utf-8")

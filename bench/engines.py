@@ -1,5 +1,6 @@
 """Engine workers of the decode benchmark: each engine loads once in a process of its own and
-answers timing requests (see bench.decode)."""
+answers timing requests (see bench.decode). A worker holds a translator or a captioner, as
+its setup's "model" says."""
 
 from __future__ import annotations
 
@@ -13,10 +14,11 @@ from pathlib import Path
 import numpy as np
 
 from service.batching import source_batch
+from service.captioning import pixels
 from service.decoding import DecodingOptions, decode
 from service.inference import CachedInference, Inference, UncachedInference
 from service.repository import verify
-from service.tokenizer import BOS_ID, EOS_ID, Tokenizer
+from service.tokenizer import Tokenizer
 
 THREAD_CHECK = "onnx-fp32-2threads"  # only the greedy cases at the middle length
 ENGINES = {  # name: (kind, variant, compute threads)
@@ -28,17 +30,21 @@ ENGINES = {  # name: (kind, variant, compute threads)
     "ct2-int8": ("ct2", "int8", 1),
     THREAD_CHECK: ("onnx", "fp32", 2),
 }
+CAPTION_ENGINES = ("torch-cached", "onnx-fp32", "onnx-int8")  # an LSTM's state has no uncached form
 
 
-class ForcedLength(Inference):
-    """Hides `</s>` from the decoding strategy, so that every row runs to max_length."""
+class Stepped(Inference):
+    """Counts the decoding steps; with `hidden` (the `</s>` id), hides that token from the
+    decoding strategy, so that every row runs to max_length."""
 
-    def __init__(self, inner: Inference):
-        self.inner = inner
+    def __init__(self, inner: Inference, hidden: int | None = None):
+        self.inner, self.hidden, self.steps = inner, hidden, 0
 
     def step(self, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         logits, attention = self.inner.step(tokens)
-        logits[:, EOS_ID] = -np.inf
+        self.steps += 1
+        if self.hidden is not None:
+            logits[:, self.hidden] = -np.inf
         return logits, attention
 
     def reorder(self, index: np.ndarray) -> None:
@@ -46,30 +52,46 @@ class ForcedLength(Inference):
 
 
 class OurRunner:
-    """An `Engine` decoded by service.decoding, as the server decodes."""
+    """An `Engine` decoded by service.decoding, as the server decodes: a translator's token
+    ids (padded to a batch here), or a captioner's uint8 images (B, H, W, 3) when
+    `max_source_length` is None."""
 
-    def __init__(self, engine, inference_type: type[Inference], max_source_length: int):
+    def __init__(self, engine, inference_type: type[Inference], max_source_length: int | None):
         self.engine, self.inference_type = engine, inference_type
         self.max_source = max_source_length
 
-    def _decode(self, ids, beam: int, length: int, forced: bool):
-        src_ids, src_mask = source_batch(ids, self.max_source)
+    def _encode(self, inputs):
+        if self.max_source is None:
+            return self.engine.encode(pixels=pixels(inputs))
+        return self.engine.encode(*source_batch(inputs, self.max_source))
+
+    def _decode(self, inputs, beam: int, length: int, forced: bool):
+        bos, eos = self.engine.special_tokens.bos, self.engine.special_tokens.eos
         start = time.perf_counter()
-        encoder = self.engine.encode(src_ids, src_mask)
+        encoder = self._encode(inputs)
         encoded = time.perf_counter()
-        inference = self.inference_type(self.engine, encoder, len(ids))
-        inference = ForcedLength(inference) if forced else inference
+        inference = self.inference_type(self.engine, encoder, len(inputs))
+        inference = Stepped(inference, eos if forced else None)
         options = DecodingOptions(beam_size=beam, max_length=length)
-        hypotheses = decode(inference, len(ids), options, BOS_ID, EOS_ID)
+        hypotheses = decode(inference, len(inputs), options, bos, eos)
         end = time.perf_counter()
-        return [nbest[0].tokens for nbest in hypotheses], encoded - start, end - encoded
+        tokens = [nbest[0].tokens for nbest in hypotheses]
+        return tokens, encoded - start, end - encoded, inference.steps
 
-    def time(self, ids, pieces, beam: int, length: int) -> dict:
-        tokens, encoder, decoding = self._decode(ids, beam, length, forced=True)
-        return {"encoder_s": encoder, "decode_s": decoding, "tokens": sum(map(len, tokens))}
+    def time(self, inputs, pieces, beam: int, length: int, forced: bool = True) -> dict:
+        """One timed decode of a batch; `forced`: exactly `length` tokens a row, else each
+        row to its natural end (`</s>`, at most `length` tokens)."""
+        tokens, encoder, decoding, steps = self._decode(inputs, beam, length, forced)
+        return {
+            "encoder_s": encoder,
+            "decode_s": decoding,
+            "tokens": sum(map(len, tokens)),
+            "steps": steps,
+            "outputs": len(tokens),
+        }
 
-    def greedy(self, ids, pieces, length: int) -> list[list[int]]:
-        return self._decode(ids, 1, length, forced=False)[0]
+    def greedy(self, inputs, pieces, length: int) -> list[list[int]]:
+        return self._decode(inputs, 1, length, forced=False)[0]
 
 
 class Ct2Runner:
@@ -100,19 +122,22 @@ class Ct2Runner:
 
 
 def _load(name: str, setup: dict):
-    """(runner, library and version) of one engine, its thread counts fixed first."""
+    """(runner, library and version) of one engine, its thread counts fixed first; the
+    captioner's when setup["model"] is "captioner"."""
     kind, variant, threads = ENGINES[name]
+    captioner = setup.get("model") == "captioner"
     if kind == "torch":
         import torch
 
         from models.checkpoint import load_checkpoint
-        from models.reference import TorchEngine
+        from models.reference import reference_engine
 
         torch.set_num_threads(threads)
         torch.set_num_interop_threads(1)
         model, _ = load_checkpoint(Path(setup["checkpoint"]))
         inference = UncachedInference if name == "torch-uncached" else CachedInference
-        runner = OurRunner(TorchEngine(model), inference, model.config.max_length)
+        source = None if captioner else model.config.max_length
+        runner = OurRunner(reference_engine(model), inference, source)
         return runner, f"torch {torch.__version__}"
     if kind == "onnx":
         import onnxruntime
@@ -121,7 +146,8 @@ def _load(name: str, setup: dict):
 
         version = verify(Path(setup["repository"]))
         engine = OnnxEngine(version, variant, "cpu", threads)
-        runner = OurRunner(engine, CachedInference, version.config["max_length"])
+        source = None if captioner else version.config["max_length"]
+        runner = OurRunner(engine, CachedInference, source)
         return runner, f"onnxruntime {onnxruntime.__version__}"
     import ctranslate2
 

@@ -1,7 +1,8 @@
 """Load benchmark: the gRPC server under closed- and open-loop streaming traffic.
 
-    python -m bench.load --json [--quick] [--repository ROOT] [--sources FILE] [--seed N]
-        [--slo-ms MS] [--workers N] [--max-batch-rows R] [--markdown FILE]
+    python -m bench.load --json [--quick] [--model both|translator] [--repository ROOT]
+        [--sources FILE] [--captioner-data DIR] [--seed N] [--slo-ms MS] [--workers N]
+        [--max-batch-rows R] [--mixed-fraction F] [--caption-rate-share S] [--markdown FILE]
 
 One script, one run, traffic to 127.0.0.1 only. The workload is a pool of Spanish test verses
 (several concatenated for the long ones), each with a target output length drawn from 8..128
@@ -26,6 +27,21 @@ The run, in this order:
 - open loops on the continuous server with Poisson arrivals (the same seeded pattern,
   scaled) at fractions of its closed-loop throughput at the most clients.
 
+With the captioner (--model both, the default; the repository holds both models and every
+server serves both, in the same workers), also:
+- a pool of test images of --captioner-data (seeded), each encoded as PNG and sent as it is
+  with max_length the model's own (captions end where the model ends them), decoded in
+  process one at a time with `OnnxEngine` (fp32, one thread) after the PNG decoding and the
+  squeeze to the model's side that the server does: the reference answers;
+- the first images one at a time over gRPC (CaptionStream and Caption) and in process in
+  turn, as the translations are;
+- closed loops of captions (CaptionStream) at 1 and 16 clients, in the same rounds as the
+  translator's levels;
+- mixed traffic: a translation open loop at a fixed rate (--mixed-fraction of the closed-loop
+  throughput at the most clients), alone and beside a caption open loop (CaptionStream,
+  Poisson, --caption-rate-share times that rate, over the same span), the two in turn with
+  the same translation arrivals, in rounds that alternate which runs first.
+
 Every level is bounded in requests and in time; both servers are stopped (SIGTERM, then
 kill) whatever happens. The client is one asyncio loop with one grpc.aio channel per server;
 its CPU time, that of the server's front and workers, and that of every other process (from
@@ -38,6 +54,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import io
 import itertools
 import json
 import math
@@ -55,7 +72,13 @@ import grpc
 import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 
-from attnserve.v1 import decoding_pb2, translation_pb2, translation_pb2_grpc
+from attnserve.v1 import (
+    caption_pb2,
+    caption_pb2_grpc,
+    decoding_pb2,
+    translation_pb2,
+    translation_pb2_grpc,
+)
 from bench import machine
 from service.decoding import DecodingOptions
 from service.repository import MANIFEST, verify
@@ -64,6 +87,8 @@ from service.tokenizer import Tokenizer
 ROOT = Path(__file__).resolve().parents[1]
 REPOSITORY = ROOT / "data" / "repository"
 TEST_SOURCES = ROOT / "data" / "translator" / "test.es"
+CAPTIONER_DATA = ROOT / "data" / "captioner"
+KINDS = {"transformer": "translator", "captioner": "captioner"}  # manifest kind: bench model
 SOURCE_PER_TARGET = 1.0  # source tokens wanted per target output token, at least
 NEAR, ATTEMPTS = 0.9, 10  # a request's output reaches NEAR x its target; sources tried for it
 START_SECONDS = 180.0  # for a server to bind and pass its warm-up
@@ -79,6 +104,9 @@ FULL = {
     "warmup": 16,
     "level_seconds": 120.0,  # closed loop: no new request after; open loop: no arrival after
     "drain_seconds": 60.0,  # open loop: in-flight calls after the last arrival
+    "caption_closed": [(1, 32), (16, 128)],  # captions: (clients, requests) per round
+    "caption_interleaved": 64,  # images over gRPC and in process in turn
+    "mixed_rounds": 2,  # translation open loops alone and beside captions, each once a round
 }
 QUICK = {
     "closed": [(1, 2), (4, 4), (16, 16), (32, 32)],
@@ -91,6 +119,9 @@ QUICK = {
     "warmup": 4,
     "level_seconds": 30.0,
     "drain_seconds": 30.0,
+    "caption_closed": [(1, 2), (16, 16)],
+    "caption_interleaved": 4,
+    "mixed_rounds": 1,
 }
 SERVER_METRICS = {  # histogram: what its mean is reported as
     "attnserve_decode_step_batch_rows": "step_rows_mean",
@@ -113,7 +144,30 @@ class Request:
     max_length: int  # the target output length
 
 
-class InProcess:
+class Local:
+    """A model in this process, answering one request at a time (`answer`)."""
+
+    tokenizer: Tokenizer
+
+    def answer(self, request):
+        """The best hypothesis of one request, detokenized as the server does."""
+        raise NotImplementedError
+
+    def references(self, pool: list) -> list[dict]:
+        """Each request decoded alone, one after the other: seconds, pieces, finished."""
+        for request in pool[:4]:  # warm-up: first runs, allocator growth
+            self.answer(request)
+        results = []
+        for request in pool:
+            start = time.perf_counter()
+            best = self.answer(request)
+            seconds = time.perf_counter() - start
+            pieces = self.tokenizer.pieces(best.tokens)
+            results.append({"seconds": seconds, "pieces": pieces, "finished": best.finished})
+        return results
+
+
+class InProcess(Local):
     """The translator in this process: `OnnxEngine` fp32, one thread, CPU, `translate_ids`."""
 
     def __init__(self, version):
@@ -133,18 +187,56 @@ class InProcess:
         self.tokenizer.decode(best.tokens)
         return best
 
-    def references(self, pool: list[Request]) -> list[dict]:
-        """Each request decoded alone, one after the other: seconds, pieces, finished."""
-        for request in pool[:4]:  # warm-up: first runs, allocator growth
-            self.translate(request.text, request.max_length)
-        results = []
-        for request in pool:
-            start = time.perf_counter()
-            best = self.translate(request.text, request.max_length)
-            seconds = time.perf_counter() - start
-            pieces = self.tokenizer.pieces(best.tokens)
-            results.append({"seconds": seconds, "pieces": pieces, "finished": best.finished})
-        return results
+    def answer(self, request: Request):
+        return self.translate(request.text, request.max_length)
+
+
+@dataclass(frozen=True)
+class Picture:
+    png: bytes  # the image as sent
+    scene: int  # its index in the test split
+    max_length: int  # the model's own: captions end where the model ends them
+
+
+class InProcessCaptioner(Local):
+    """The captioner in this process: the PNG decoded and squeezed to the model's side as the
+    server does, then `OnnxEngine` fp32, one thread, CPU, `caption_images`."""
+
+    def __init__(self, version):
+        from service.onnx_engine import OnnxEngine
+
+        self.engine = OnnxEngine(version, "fp32", "cpu", 1)
+        self.tokenizer = Tokenizer(version.tokenizer_file)
+        self.directory = version.directory
+        self.side = version.manifest["preprocessor"]["size"][0]
+        self.limit = version.config["max_length"]
+
+    def answer(self, request: Picture):
+        from service.captioning import caption_images
+        from service.images import decode_image, resize_square
+
+        square = resize_square(decode_image(request.png, "image").pixels, self.side)
+        options = DecodingOptions(max_length=request.max_length)
+        best = caption_images(self.engine, square[None], options)[0][0]
+        self.tokenizer.decode(best.tokens)
+        return best
+
+
+def make_pictures(data: Path, count: int, max_length: int, seed: int) -> list[Picture]:
+    """`count` distinct test images of the captioner's data (seeded), each encoded as PNG."""
+    from PIL import Image
+
+    from models.caption_data import read_scenes
+
+    _, images = read_scenes(data, "test")
+    if len(images) < count:
+        raise SystemExit(f"{data}: {len(images)} test images, {count} needed")
+    pictures = []
+    for scene in np.random.default_rng(seed).choice(len(images), count, replace=False):
+        encoded = io.BytesIO()
+        Image.fromarray(np.asarray(images[scene])).save(encoded, format="PNG")
+        pictures.append(Picture(encoded.getvalue(), int(scene), max_length))
+    return pictures
 
 
 def make_pool(lines: list[str], local: InProcess, count: int, targets, seed: int) -> list:
@@ -280,7 +372,7 @@ class Sample:
     partials: list[float] = field(default_factory=list)
     steps: list[int] = field(default_factory=list)  # decoding steps of each partial event
     code: str = "OK"
-    result: translation_pb2.TranslateResponse | None = None
+    result: translation_pb2.TranslateResponse | caption_pb2.CaptionResponse | None = None
 
 
 def stream_requests(pool: list[Request]) -> list[translation_pb2.TranslateStreamRequest]:
@@ -292,11 +384,12 @@ def stream_requests(pool: list[Request]) -> list[translation_pb2.TranslateStream
     ]
 
 
-async def call(stub, index: int, message, timeout: float) -> Sample:
-    """One TranslateStream call; a failed call is recorded, not raised."""
+async def call(method, index: int, message, timeout: float) -> Sample:
+    """One streaming call (`method`: a stub's TranslateStream or CaptionStream); a failed call
+    is recorded, not raised."""
     sample = Sample(index, time.perf_counter())
     partials = sample.partials
-    stream = stub.TranslateStream(message, timeout=timeout)
+    stream = method(message, timeout=timeout)
     try:
         async for event in stream:
             if event.HasField("partial"):
@@ -315,19 +408,18 @@ async def call(stub, index: int, message, timeout: float) -> Sample:
     return sample
 
 
-async def unary_call(stub, index: int, message, timeout: float) -> Sample:
-    """One Translate call with the text and options of a TranslateStream request."""
-    request = translation_pb2.TranslateRequest(texts=[message.text], options=message.options)
+async def unary_call(method, index: int, request, timeout: float) -> Sample:
+    """One unary call (`method`: a stub's Translate or Caption)."""
     sample = Sample(index, time.perf_counter())
     try:
-        sample.result = await stub.Translate(request, timeout=timeout)
+        sample.result = await method(request, timeout=timeout)
     except grpc.aio.AioRpcError as error:
         sample.code = error.code().name
     sample.end = time.perf_counter()
     return sample
 
 
-async def closed_loop(stub, messages, clients: int, seconds: float, timeout: float) -> dict:
+async def closed_loop(method, messages, clients: int, seconds: float, timeout: float) -> dict:
     """`clients` clients share the requests in order, each sending its next request when its
     previous one is answered; no request is sent after `seconds`."""
     samples, indices = [], iter(range(len(messages)))
@@ -338,13 +430,15 @@ async def closed_loop(stub, messages, clients: int, seconds: float, timeout: flo
         for index in indices:  # shared: each client takes the next request
             if time.perf_counter() > deadline:
                 return
-            samples.append(await call(stub, index, messages[index], timeout))
+            samples.append(await call(method, index, messages[index], timeout))
 
     await asyncio.gather(*(client() for _ in range(clients)))
     return {"samples": samples, "start": start}
 
 
-async def open_loop(stub, messages, rate: float, seed: int, seconds: float, drain: float, timeout):
+async def open_loop(
+    method, messages, rate: float, seed: int, seconds: float, drain: float, timeout
+):
     """Poisson arrivals at `rate` per second (seeded), none after `seconds`; calls still in
     flight `drain` seconds after the last arrival are cancelled."""
     arrivals = np.cumsum(np.random.default_rng(seed).exponential(1.0 / rate, len(messages)))
@@ -357,7 +451,7 @@ async def open_loop(stub, messages, rate: float, seed: int, seconds: float, drai
         if delay > 0:
             await asyncio.sleep(delay)
         lateness.append(time.perf_counter() - start - at)
-        tasks.append(asyncio.create_task(call(stub, index, messages[index], timeout)))
+        tasks.append(asyncio.create_task(call(method, index, messages[index], timeout)))
     pending = (await asyncio.wait(tasks, timeout=drain))[1] if tasks else set()
     for task in pending:
         task.cancel()
@@ -389,9 +483,10 @@ def check(sample: Sample, reference: dict, target: int) -> dict:
     unless the server merged the partials of a client that fell behind)."""
     if sample.code != "OK" or sample.result is None:
         return {"correct": False, "identical": False, "tokens": 0}
-    translation = sample.result.translations[0]
-    best = translation.hypotheses[0]
-    pieces, tokens = list(best.tokens), translation.token_counts.output_tokens
+    result = sample.result
+    answer = (result.captions if hasattr(result, "captions") else result.translations)[0]
+    best = answer.hypotheses[0]
+    pieces, tokens = list(best.tokens), answer.token_counts.output_tokens
     steps = len(pieces) + (1 if best.finished else 0)
     identical = pieces == reference["pieces"]
     if sample.steps:
@@ -402,12 +497,19 @@ def check(sample: Sample, reference: dict, target: int) -> dict:
     return {"correct": identical and consistent, "identical": identical, "tokens": tokens}
 
 
-def _histograms(before: dict, after: dict) -> dict:
-    """{histogram: (sum, count, {le: cumulative count})} over the level, every label summed."""
+def _of(labels: tuple, model: str | None) -> bool:
+    """Whether a sample counts for `model` (None: every model); one without a model label
+    counts for all."""
+    return model is None or dict(labels).get("model", model) == model
+
+
+def _histograms(before: dict, after: dict, model: str | None = None) -> dict:
+    """{histogram: (sum, count, {le: cumulative count})} over the level, every label summed
+    (of `model`'s samples only, when given)."""
     totals: dict = {}
     for (name, labels), value in after.items():
         base = name.removesuffix("_sum").removesuffix("_count").removesuffix("_bucket")
-        if base not in SERVER_METRICS:
+        if base not in SERVER_METRICS or not _of(labels, model):
             continue
         delta = value - before.get((name, labels), 0.0)
         entry = totals.setdefault(base, [0.0, 0.0, {}])
@@ -438,9 +540,10 @@ def _bucket_quantile(q: float, buckets: dict) -> float | None:
     return None
 
 
-def server_numbers(before: dict, after: dict) -> dict:
-    """Means (and TTFT quantiles from the buckets) of the server's histograms over a level."""
-    histograms = _histograms(before, after)
+def server_numbers(before: dict, after: dict, model: str | None = None) -> dict:
+    """Means (and TTFT quantiles from the buckets) of the server's histograms over a level, of
+    `model`'s samples only when given (the metrics' model label: its name)."""
+    histograms = _histograms(before, after, model)
     numbers: dict = {}
     for name, key in SERVER_METRICS.items():
         total, count, buckets = histograms.get(name, (0.0, 0.0, {}))
@@ -454,7 +557,7 @@ def server_numbers(before: dict, after: dict) -> dict:
                 numbers[f"ttft_ms_p{round(100 * q)}"] = None if value is None else 1000 * value
     tokens = "attnserve_generated_tokens_total"
     numbers["generated_tokens"] = int(
-        sum(v - before.get(k, 0.0) for k, v in after.items() if k[0] == tokens)
+        sum(v - before.get(k, 0.0) for k, v in after.items() if k[0] == tokens and _of(k[1], model))
     )
     restarts = "attnserve_worker_restarts_total"
     numbers["worker_restarts"] = int(
@@ -543,22 +646,81 @@ def summarize(runs: list[dict], pool, references, slo: float, closed_clients=Non
 
 @dataclass
 class Running:
-    """A started server and the client's channel to it."""
+    """A started server and the client's channel to it, with a stub per model."""
 
     name: str
     flags: list[str]
     server: Server
     channel: grpc.aio.Channel | None = None
-    stub: translation_pb2_grpc.TranslationServiceStub | None = None
+    stubs: dict = field(default_factory=dict)
+
+
+@dataclass
+class Traffic:
+    """One model's side of the run: its requests, their in-process answers (the reference),
+    and their gRPC messages and methods."""
+
+    model: str  # translator, captioner
+    label: str  # the model's name: its label in the server's metrics
+    pool: list  # Request or Picture, each with its max_length
+    local: Local
+    references: list[dict]
+    stream: list  # a streaming request per pool entry
+    unary: list  # the same as a unary request
+    stub: type
+    methods: tuple[str, str]  # (streaming, unary)
+
+    def method(self, running: Running, unary: bool = False):
+        return getattr(running.stubs[self.model], self.methods[unary])
+
+
+def translation_traffic(version, pool: list[Request], local: InProcess, references) -> Traffic:
+    stream = stream_requests(pool)
+    unary = [translation_pb2.TranslateRequest(texts=[m.text], options=m.options) for m in stream]
+    stub, methods = translation_pb2_grpc.TranslationServiceStub, ("TranslateStream", "Translate")
+    return Traffic(
+        "translator", version.name, pool, local, references, stream, unary, stub, methods
+    )
+
+
+def caption_traffic(version, pool: list[Picture], local: InProcessCaptioner, references) -> Traffic:
+    options = [decoding_pb2.DecodingOptions(max_length=p.max_length) for p in pool]
+    stream = [
+        caption_pb2.CaptionStreamRequest(image=p.png, options=o)
+        for p, o in zip(pool, options, strict=True)
+    ]
+    unary = [
+        caption_pb2.CaptionRequest(images=[p.png], options=o)
+        for p, o in zip(pool, options, strict=True)
+    ]
+    stub, methods = caption_pb2_grpc.CaptionServiceStub, ("CaptionStream", "Caption")
+    return Traffic("captioner", version.name, pool, local, references, stream, unary, stub, methods)
+
+
+@dataclass(frozen=True)
+class Flow:
+    """One loop of a level: `value` clients (closed) or requests a second (open) over the
+    first `count` requests of a traffic."""
+
+    traffic: Traffic
+    load: str  # closed, open
+    value: float
+    count: int
+    seed: int = 0  # added to the open loop's arrival seed
+
+    def __str__(self) -> str:
+        if self.load == "closed":
+            return f"{self.traffic.model}: closed, {self.value:g} clients, {self.count} requests"
+        return f"{self.traffic.model}: open, {self.value:.1f}/s, {self.count} requests"
 
 
 class Bench:
     """The measurements of one run."""
 
-    def __init__(self, args, pool: list[Request], local: InProcess, references: list[dict]):
-        self.args, self.pool, self.local, self.references = args, pool, local, references
-        self.messages = stream_requests(pool)
-        self.paired: dict = {}
+    def __init__(self, args, traffic: dict[str, Traffic]):
+        self.args, self.traffic = args, traffic
+        self.translation = traffic["translator"]
+        self.paired: dict = {}  # by model
         self.timeout = args.level_seconds + args.drain_seconds + 30.0
 
     def launch(self, name: str, flags: list[str], directory: Path) -> Running:
@@ -567,16 +729,19 @@ class Bench:
         return Running(name, flags, Server(self.args.repository, directory / name, flags))
 
     async def ready(self, running: Running) -> None:
-        """Waits for the server to serve, connects, and warms it up."""
+        """Waits for the server to serve, connects, and warms every model up."""
         await running.server.wait()
         running.channel = grpc.aio.insecure_channel(running.server.address)
         await asyncio.wait_for(running.channel.channel_ready(), 30)
-        running.stub = translation_pb2_grpc.TranslationServiceStub(running.channel)
-        warm = self.messages[: self.args.warmup]
-        run = await closed_loop(running.stub, warm, 4, self.args.level_seconds, self.timeout)
-        failed = [s.code for s in run["samples"] if s.code != "OK"]
-        if failed:
-            raise RuntimeError(f"{running.name} server: warm-up calls failed: {failed}")
+        for model, traffic in self.traffic.items():
+            running.stubs[model] = traffic.stub(running.channel)
+            warm = traffic.stream[: self.args.warmup]
+            run = await closed_loop(
+                traffic.method(running), warm, 4, self.args.level_seconds, self.timeout
+            )
+            failed = [s.code for s in run["samples"] if s.code != "OK"]
+            if failed:
+                raise RuntimeError(f"{running.name} server: {model} warm-up calls failed: {failed}")
 
     async def close(self, running: Running) -> dict:
         """Closes the channel and stops the server; its description."""
@@ -586,40 +751,38 @@ class Bench:
         workers = len(running.server.state.get("workers", []))
         return {"flags": running.flags, "workers": workers, "exit_code": exit_code}
 
-    async def interleaved(self, running: Running, count: int) -> None:
-        """The first `count` requests one at a time, each over gRPC and in process in turn
-        (alternating which goes first), so that both see the machine in the same state."""
-        print(f"{running.name} server: {count} requests over gRPC and in process in turn",
-              file=sys.stderr)  # fmt: skip
+    async def interleaved(self, running: Running, count: int, traffic: Traffic) -> None:
+        """The first `count` requests one at a time, each over gRPC (streaming and unary) and
+        in process in turn (rotating which goes first), so that all see the machine in the same
+        state."""
+        print(f"{running.name} server: {count} {traffic.model} requests over gRPC and in process "
+              "in turn", file=sys.stderr)  # fmt: skip
         remote, unary, local = [], [], []
         for index in range(count):
-            request, order = self.pool[index], ("grpc", "unary", "local")
+            order = ("grpc", "unary", "local")
             for way in order[index % 3 :] + order[: index % 3]:
-                message = self.messages[index]
                 if way == "grpc":
-                    remote.append(await call(running.stub, index, message, self.timeout))
+                    message, method = traffic.stream[index], traffic.method(running)
+                    remote.append(await call(method, index, message, self.timeout))
                 elif way == "unary":
-                    unary.append(await unary_call(running.stub, index, message, self.timeout))
+                    message, method = traffic.unary[index], traffic.method(running, unary=True)
+                    unary.append(await unary_call(method, index, message, self.timeout))
                 else:
                     start = time.perf_counter()
-                    self.local.translate(request.text, request.max_length)
+                    traffic.local.answer(traffic.pool[index])
                     local.append(time.perf_counter() - start)
+        references, pool = traffic.references, traffic.pool
         checks = [  # a request is correct when both its gRPC answers are
-            {
-                "correct": all(
-                    check(s, self.references[s.index], self.pool[s.index].max_length)["correct"]
-                    for s in pair
-                )
-            }
+            all(check(s, references[s.index], pool[s.index].max_length)["correct"] for s in pair)
             for pair in zip(remote, unary, strict=True)
         ]
         e2e = [s.end - s.start for s in remote]
         e2e_unary = [s.end - s.start for s in unary]
-        self.paired = {
+        self.paired[traffic.model] = {
             "requests": count,
             "order": "rotating: each request over gRPC streaming, gRPC unary and in process, "
             "the first way changing from request to request",
-            "correct": sum(c["correct"] for c in checks),
+            "correct": sum(checks),
             "errors": sum(s.code != "OK" for s in remote + unary),
             "grpc_e2e_ms": spread(e2e),
             "grpc_unary_e2e_ms": spread(e2e_unary),
@@ -629,25 +792,29 @@ class Bench:
             "median_of_ratios": float(np.median(np.divide(e2e, local))),
         }
 
-    async def measure(self, running: Running, load: str, value: float, count: int) -> dict:
-        """One round of a level: a closed loop of `value` clients or an open loop at `value`
-        requests per second over the first `count` requests; the server's metric and CPU
-        differences over it."""
-        what = f"closed, {value:g} clients" if load == "closed" else f"open, {value:.1f}/s"
-        print(f"{running.name} server: {what}, {count} requests", file=sys.stderr)
-        args, server, messages = self.args, running.server, self.messages[:count]
+    async def _loop(self, running: Running, flow: Flow) -> dict:
+        args, method = self.args, flow.traffic.method(running)
+        messages = flow.traffic.stream[: flow.count]
+        if flow.load == "closed":
+            return await closed_loop(method, messages, flow.value, args.level_seconds, self.timeout)
+        return await open_loop(
+            method, messages, flow.value, args.seed + flow.count + flow.seed, args.level_seconds,
+            args.drain_seconds, self.timeout,
+        )  # fmt: skip
+
+    async def measure(self, running: Running, *flows: Flow) -> dict:
+        """One round of a level: its flows side by side (a closed loop of clients or an open
+        loop of requests a second each); the server's metric and CPU differences over it."""
+        print(f"{running.name} server: " + "; ".join(map(str, flows)), file=sys.stderr)
+        args, server = self.args, running.server
         # Two requests first, untimed: the caches hold the other server's weights.
-        await closed_loop(running.stub, self.messages[:2], 1, args.level_seconds, self.timeout)
+        for traffic in {flow.traffic.model: flow.traffic for flow in flows}.values():
+            warm = traffic.stream[:2]
+            await closed_loop(traffic.method(running), warm, 1, args.level_seconds, self.timeout)
         await asyncio.sleep(0.3)  # the workers' last statistics reach the front
         before, cpu, client = server.metrics(), server.cpu_seconds(), time.process_time()
         busy = _machine_busy()
-        if load == "closed":
-            run = await closed_loop(running.stub, messages, value, args.level_seconds, self.timeout)
-        else:
-            run = await open_loop(
-                running.stub, messages, value, args.seed + count, args.level_seconds,
-                args.drain_seconds, self.timeout,
-            )  # fmt: skip
+        runs = await asyncio.gather(*(self._loop(running, flow) for flow in flows))
         client, busy = time.process_time() - client, _machine_busy() - busy
         await asyncio.sleep(0.3)
         after, cpu_after = server.metrics(), server.cpu_seconds()
@@ -655,14 +822,16 @@ class Bench:
         cpu_s |= {k: cpu_after[k] - cpu[k] for k in ("front", "workers")}
         cpu_s["other"] = max(0.0, busy - sum(cpu_s.values()))
         metrics = {k: v - before.get(k, 0.0) for k, v in after.items()}
-        return {"run": run, "metrics": metrics, "cpu_s": cpu_s}
+        return {"runs": list(runs), "metrics": metrics, "cpu_s": cpu_s}
 
-    def level(self, entry: dict, measured: list[dict]) -> dict:
-        """A level's entry from its rounds."""
-        runs = [m["run"] for m in measured]
+    def level(self, entry: dict, measured: list[dict], flow: int = 0) -> dict:
+        """A level's entry from its rounds: the answers of their `flow`-th flow; the server's
+        metrics of that flow's model; the CPU of the whole level."""
+        runs = [m["runs"][flow] for m in measured]
+        traffic = self.traffic[entry.get("model", "translator")]
         clients = entry.get("clients")
         slo = self.args.slo_ms / 1000
-        entry = entry | summarize(runs, self.pool, self.references, slo, clients)
+        entry = entry | summarize(runs, traffic.pool, traffic.references, slo, clients)
         cpu_s = {k: sum(m["cpu_s"][k] for m in measured) for k in measured[0]["cpu_s"]}
         entry["cpu_s"] = cpu_s
         entry["cpu_cores"] = {k: v / entry["duration_s"] for k, v in cpu_s.items()}
@@ -670,7 +839,7 @@ class Bench:
         for m in measured:
             for key, value in m["metrics"].items():
                 metrics[key] = metrics.get(key, 0.0) + value
-        entry["server_metrics"] = server_numbers({}, metrics)
+        entry["server_metrics"] = server_numbers({}, metrics, traffic.label)
         if "arrival_lateness" in runs[0]:
             entry["arrival_lateness"] = runs[0]["arrival_lateness"]
         return entry
@@ -735,6 +904,42 @@ def ratios(levels: list[dict], paired: dict, references: list[dict], args) -> li
     return rows
 
 
+def caption_ratios(part: dict, args) -> list[tuple]:
+    """(what, ratio, compare, target, per-round ratios) of the captioner's part; those with a
+    target are goals."""
+    rows, paired = [], part["in_process"]["interleaved"]
+    if paired and paired["errors"] == 0:
+        text = (
+            f"caption e2e p50 over gRPC (Caption) at 1 client / in-process p50 (PNG decoding "
+            f"included), the same {paired['requests']} images in turn"
+        )
+        rows.append((text, paired["ratio_of_medians_unary"], "<=", 1.15, None))
+        text = "the same with CaptionStream (a partial event every step)"
+        rows.append((text, paired["ratio_of_medians"], "<=", None, None))
+        text = "median per image of caption e2e over gRPC / in process, in turn"
+        rows.append((text, paired["median_of_ratios"], "<=", None, None))
+    clients = [c for c, _ in args.caption_closed]
+    single = _find(part["levels"], "continuous", "closed", min(clients))
+    multi = _find(part["levels"], "continuous", "closed", max(clients))
+    if single and multi and single["throughput_rps"] and multi is not single:
+        speedup = multi["throughput_rps"] / single["throughput_rps"]
+        text = f"caption throughput at {max(clients)} clients / at {min(clients)} client"
+        rows.append((text, speedup, ">=", None, _per_round(multi, single)))
+    mixed = part["mixed"]
+    if mixed and mixed["alone"]["e2e_ms"] and mixed["mixed"]["e2e_ms"]:
+        alone, beside = mixed["alone"], mixed["mixed"]
+        per_round = _per_round(beside, alone, "round_e2e_p99_ms")
+        text = (
+            f"translation e2e p99 beside captions / alone, open loop at {mixed['fraction']:.0%} "
+            f"of saturation, captions at {args.caption_rate_share:g} x its rate"
+        )
+        tail = beside["e2e_ms"]["p99"] / alone["e2e_ms"]["p99"]
+        rows.append((text, tail, "<=", 1.2, per_round))
+        text = "the same at p50"
+        rows.append((text, beside["e2e_ms"]["p50"] / alone["e2e_ms"]["p50"], "<=", None, None))
+    return rows
+
+
 def goals(rows: list[tuple]) -> list[dict]:
     judged = []
     for text, ratio, compare, target, per_round in rows:
@@ -761,6 +966,55 @@ def _load(level: dict) -> str:
     return f"open, {level['rate_rps']:.1f}/s ({level['fraction']:.0%})"
 
 
+LEVEL_HEADER = [
+    "| server | load | requests | errors | correct | TTFT | ITL | e2e | req/s | tokens/s "
+    "| goodput |",
+    "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
+]
+SERVER_HEADER = [
+    "| server | load | rows/step | step ms | encoder ms | queue ms | TTFT ms | ITL ms "
+    "| CPU client | CPU front | CPU workers | CPU other |",
+    "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
+]
+
+
+def _level_row(level: dict, first: str) -> str:
+    """A level's client-side figures, after its first cell (the server, or the traffic)."""
+    cells = [first, _load(level), level["requests"]]
+    cells += [sum(level["errors"].values()), level["correct"]]
+    cells += [_pair(level[key]) for key in ("ttft_ms", "itl_ms", "e2e_ms")]
+    cells += [f"{level['throughput_rps']:.1f}", f"{level['output_tokens_per_s']:.0f}"]
+    cells.append(f"{level['goodput_rps']:.1f}")
+    return "| " + " | ".join(map(str, cells)) + " |"
+
+
+def _server_row(level: dict, first: str) -> str:
+    """A level's server-side figures and CPU, after its first cell."""
+    metrics, cores = level["server_metrics"], level["cpu_cores"]
+    cells = [first, _load(level), _number(metrics["step_rows_mean"])]
+    for key in ("step_ms_mean", "encoder_ms_mean", "queue_wait_ms_mean", "ttft_ms_mean"):
+        cells.append(_number(metrics[key], 2 if key == "step_ms_mean" else 1))
+    cells.append(_number(metrics["itl_ms_mean"], 2))
+    cells += [f"{cores[k]:.2f}" for k in ("client", "front", "workers", "other")]
+    return "| " + " | ".join(map(str, cells)) + " |"
+
+
+def _goal_lines(part: dict) -> list[str]:
+    """The goals table and the other ratios of a part of the report."""
+    lines = ["| goal | ratio [min, max over rounds] | target | |", "|---|--:|--:|---|"]
+    for g in part["goals"]:
+        verdict = "met" if g["met"] else "missed"
+        ratio = f"{g['ratio']:.2f}"
+        if g.get("per_round"):
+            ratio += f" [{min(g['per_round']):.2f}, {max(g['per_round']):.2f}]"
+        lines.append(f"| {g['goal']} | {ratio} | {g['compare']} {g['target']:g} | {verdict} |")
+    judged = {g["goal"] for g in part["goals"]}
+    extra = [(k, v) for k, v in part["ratios"].items() if k not in judged and v is not None]
+    if extra:
+        lines += [""] + [f"- {k}: {v:.2f}" for k, v in extra]
+    return lines
+
+
 def markdown(report: dict) -> str:
     m, s, w = report["machine"], report["settings"], report["workload"]
     local, turn = report["in_process"]["decode_ms"], report["in_process"]["interleaved"]
@@ -782,17 +1036,9 @@ def markdown(report: dict) -> str:
         f"correct answers within {s['slo_ms']:.0f} ms end to end, per second of the same "
         "windows. Correct: identical to the in-process decode, with one partial event per step.",
         "",
-        "| server | load | requests | errors | correct | TTFT | ITL | e2e | req/s | tokens/s "
-        "| goodput |",
-        "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
+        *LEVEL_HEADER,
     ]
-    for level in report["levels"]:
-        cells = [level["server"], _load(level), level["requests"]]
-        cells += [sum(level["errors"].values()), level["correct"]]
-        cells += [_pair(level[key]) for key in ("ttft_ms", "itl_ms", "e2e_ms")]
-        cells += [f"{level['throughput_rps']:.1f}", f"{level['output_tokens_per_s']:.0f}"]
-        cells.append(f"{level['goodput_rps']:.1f}")
-        lines.append("| " + " | ".join(map(str, cells)) + " |")
+    lines += [_level_row(level, level["server"]) for level in report["levels"]]
     lines += [
         "",
         "Server side over each level (Prometheus histograms, means): rows per decode step, "
@@ -801,18 +1047,9 @@ def markdown(report: dict) -> str:
         "front process, all workers together, and every other process on the machine (from "
         "/proc and the client's process time).",
         "",
-        "| server | load | rows/step | step ms | encoder ms | queue ms | TTFT ms | ITL ms "
-        "| CPU client | CPU front | CPU workers | CPU other |",
-        "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
+        *SERVER_HEADER,
     ]
-    for level in report["levels"]:
-        metrics, cores = level["server_metrics"], level["cpu_cores"]
-        cells = [level["server"], _load(level), _number(metrics["step_rows_mean"])]
-        for key in ("step_ms_mean", "encoder_ms_mean", "queue_wait_ms_mean", "ttft_ms_mean"):
-            cells.append(_number(metrics[key], 2 if key == "step_ms_mean" else 1))
-        cells.append(_number(metrics["itl_ms_mean"], 2))
-        cells += [f"{cores[k]:.2f}" for k in ("client", "front", "workers", "other")]
-        lines.append("| " + " | ".join(map(str, cells)) + " |")
+    lines += [_server_row(level, level["server"]) for level in report["levels"]]
     lines += [
         "",
         f"In process (fp32, one thread, one request at a time), before the servers started: "
@@ -823,52 +1060,144 @@ def markdown(report: dict) -> str:
         f"e2e {_pair(turn['grpc_e2e_ms'])} ms streaming, {_pair(turn['grpc_unary_e2e_ms'])} "
         f"ms unary, in process {_pair(turn['in_process_ms'])} ms.",
         "",
-        "| goal | ratio [min, max over rounds] | target | |",
-        "|---|--:|--:|---|",
+        *_goal_lines(report),
     ]
-    for g in report["goals"]:
-        verdict = "met" if g["met"] else "missed"
-        ratio = f"{g['ratio']:.2f}"
-        if g.get("per_round"):
-            ratio += f" [{min(g['per_round']):.2f}, {max(g['per_round']):.2f}]"
-        lines.append(f"| {g['goal']} | {ratio} | {g['compare']} {g['target']:g} | {verdict} |")
-    judged = {g["goal"] for g in report["goals"]}
-    extra = [(k, v) for k, v in report["ratios"].items() if k not in judged and v is not None]
-    if extra:
-        lines += [""] + [f"- {k}: {v:.2f}" for k, v in extra]
+    if report.get("captioner"):
+        lines += ["", *_captioner_markdown(report["captioner"])]
     return "\n".join(lines) + "\n"
+
+
+def _captioner_markdown(part: dict) -> list[str]:
+    w, mixed = part["workload"], part["mixed"]
+    local, turn = part["in_process"]["decode_ms"], part["in_process"]["interleaved"]
+    rows = [(level, f"captions, {level['server']}") for level in part["levels"]]
+    rows += [
+        (mixed["alone"], "translations alone"),
+        (mixed["mixed"], "translations beside captions"),
+        (mixed["captions"], "captions beside translations"),
+    ]
+    lines = [
+        f"Captioner, served by the same servers and workers: {w['pool']} test images (seeded), "
+        f"sent as PNG ({w['png_bytes_mean'] / 1024:.1f} KiB on average) with max_length "
+        f"{w['max_length']}, the model's own; decoded in process, "
+        f"{w['finished_in_process']:.0%} of the captions end with `</s>`, "
+        f"{w['output_tokens_in_process_mean']:.1f} tokens on average. Closed loops of "
+        "CaptionStream calls in the translator's rounds. Mixed: a translation open loop "
+        f"(TranslateStream) at {mixed['rate_rps']:.1f}/s ({mixed['fraction']:.0%} of the "
+        "continuous server's closed-loop throughput at the most clients) alone, and beside a "
+        f"caption open loop (CaptionStream) at {mixed['caption_rate_rps']:.1f}/s over the same "
+        f"span, the two in turn in {mixed['rounds']} round{'s' if mixed['rounds'] > 1 else ''}, "
+        "with the same translation "
+        "arrivals. Times, rates and correctness as above; a mixed level's server-side figures "
+        "are its own model's, its CPU that of the whole level.",
+        "",
+        LEVEL_HEADER[0].replace("| server |", "| traffic |"),
+        LEVEL_HEADER[1],
+    ]
+    lines += [_level_row(level, first) for level, first in rows]
+    lines += ["", SERVER_HEADER[0].replace("| server |", "| traffic |"), SERVER_HEADER[1]]
+    lines += [_server_row(level, first) for level, first in rows]
+    lines += [
+        "",
+        f"In process (the PNG decoded and squeezed as the server does, fp32, one thread, one "
+        f"image at a time), before the servers started: p50 / p99 {local['p50']:.1f} / "
+        f"{local['p99']:.1f} ms over the {local['n']} images. In turn with gRPC (the first "
+        f"{turn['requests']} images): gRPC e2e {_pair(turn['grpc_e2e_ms'])} ms streaming, "
+        f"{_pair(turn['grpc_unary_e2e_ms'])} ms unary, in process "
+        f"{_pair(turn['in_process_ms'])} ms.",
+        "",
+        *_goal_lines(part),
+    ]
+    return lines
 
 
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--quick", action="store_true", help="few short requests per level")
+    parser.add_argument(
+        "--model", choices=("both", "translator"), default="both", help="both: captions too"
+    )
     parser.add_argument("--repository", type=Path, default=REPOSITORY, help="repository root")
     parser.add_argument("--sources", type=Path, default=TEST_SOURCES, help="one verse a line")
+    parser.add_argument(
+        "--captioner-data", type=Path, default=CAPTIONER_DATA, help="its test split's images"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--slo-ms", type=float, default=1000.0, help="goodput's e2e bound")
     parser.add_argument("--workers", type=int, default=0, help="0: the server's default")
     parser.add_argument("--max-batch-rows", type=int, default=64)
+    parser.add_argument(
+        "--mixed-fraction",
+        type=float,
+        default=0.5,
+        help="mixed levels: the translation rate, a fraction of the closed-loop throughput",
+    )
+    parser.add_argument(
+        "--caption-rate-share",
+        type=float,
+        default=1.0,
+        help="mixed levels: captions a second per translation a second",
+    )
     parser.add_argument("--markdown", type=Path, help="write the results as Markdown")
     args = parser.parse_args(argv)
     for key, value in (QUICK if args.quick else FULL).items():
         setattr(args, key, value)
+    args.mixed_captions = max(1, round(args.open_requests * args.caption_rate_share))
     return args
 
 
-def _model_version(repository: Path):
-    manifests = sorted(repository.glob(f"*/*/{MANIFEST}"))
-    if not manifests:
-        raise SystemExit(
-            f"no model repository at {repository}; build one with: attnserve export translator "
-            f"--out {repository} --variants fp32,int8"
-        )
-    return verify(manifests[-1].parent)
+def _model_versions(repository: Path, wanted: list[str]) -> dict:
+    """{translator, captioner: the newest version of that kind in the repository}."""
+    versions = {}
+    for manifest in sorted(repository.glob(f"*/*/{MANIFEST}")):
+        kind = json.loads(manifest.read_text()).get("model", {}).get("kind")
+        if KINDS.get(kind) in wanted:
+            versions[KINDS[kind]] = manifest.parent
+    for model in wanted:
+        if model not in versions:
+            raise SystemExit(
+                f"no {model} in the model repository {repository}; build one with: attnserve "
+                f"export {model} --out {repository} --variants fp32,int8"
+            )
+    return {model: verify(directory) for model, directory in versions.items()}
 
 
-async def _measure_all(args, bench: Bench, directory: Path) -> tuple[list[dict], dict]:
-    """Both servers, every level; (levels, server descriptions). The servers are stopped
-    whatever happens."""
+async def _mixed(args, bench: Bench, running: Running, top: dict) -> dict:
+    """Translation open loops at a fixed rate, alone and beside a caption open loop, in turn
+    with the same translation arrivals (rounds alternate which runs first)."""
+    saturation = top["throughput_rps"]
+    rate = args.mixed_fraction * saturation
+    translation = Flow(bench.translation, "open", rate, args.open_requests)
+    captions = bench.traffic["captioner"]
+    beside = Flow(captions, "open", args.caption_rate_share * rate, args.mixed_captions, seed=1)
+    alone: list[dict] = []
+    mixed: list[dict] = []
+    for r in range(args.mixed_rounds):
+        print(f"mixed round {r + 1} of {args.mixed_rounds}", file=sys.stderr)
+        for measured in (alone, mixed) if r % 2 == 0 else (mixed, alone):
+            flows = (translation,) if measured is alone else (translation, beside)
+            measured.append(await bench.measure(running, *flows))
+    entry = {"server": "continuous", "load": "open", "fraction": args.mixed_fraction}
+    entry |= {"rate_rps": rate, "saturation_rps": saturation}
+    result = {"fraction": args.mixed_fraction, "rate_rps": rate, "saturation_rps": saturation}
+    result |= {"caption_rate_rps": beside.value, "rounds": args.mixed_rounds}
+    for key, measured in (("alone", alone), ("mixed", mixed)):
+        result[key] = bench.level(entry | {"beside": "captions" if measured is mixed else None},
+                                  measured)  # fmt: skip
+        result[key]["round_e2e_p99_ms"] = [
+            spread([s.end - s.start for s in m["runs"][0]["samples"] if s.code == "OK"])["p99"]
+            for m in measured
+        ]
+    entry = {"server": "continuous", "load": "open", "model": "captioner"}
+    entry |= {"fraction": beside.value / saturation, "rate_rps": beside.value}
+    result["captions"] = bench.level(entry | {"beside": "translations"}, mixed, flow=1)
+    return result
+
+
+async def _measure_all(args, bench: Bench, directory: Path) -> tuple[dict, dict]:
+    """Both servers, every level; ({levels, caption_levels, mixed}, server descriptions). The
+    servers are stopped whatever happens."""
     common = ["--workers", str(args.workers), "--max-batch-rows", str(args.max_batch_rows)]
     flags = {
         "continuous": ["--batching", "continuous", *common],
@@ -876,39 +1205,88 @@ async def _measure_all(args, bench: Bench, directory: Path) -> tuple[list[dict],
     }
     servers: dict[str, Running] = {}
     descriptions: dict = {}
+    captions = bench.traffic.get("captioner")
     try:
         for name, server_flags in flags.items():
             servers[name] = bench.launch(name, server_flags, directory)
         for running in servers.values():
             await bench.ready(running)
-        await bench.interleaved(servers["continuous"], args.interleaved)
-        specs = [("continuous", c, n) for c, n in args.closed]
-        specs += [("request", c, n) for c, n in args.request_level]
+        await bench.interleaved(servers["continuous"], args.interleaved, bench.translation)
+        if captions:
+            await bench.interleaved(servers["continuous"], args.caption_interleaved, captions)
+        specs = [("continuous", c, n, "translator") for c, n in args.closed]
+        if captions:
+            specs += [("continuous", c, n, "captioner") for c, n in args.caption_closed]
+        specs += [("request", c, n, "translator") for c, n in args.request_level]
         measured: dict = {spec: [] for spec in specs}
         for r in range(args.rounds):
             print(f"round {r + 1} of {args.rounds}", file=sys.stderr)
             for spec in specs[r % len(specs) :] + specs[: r % len(specs)]:
-                name, clients, count = spec
-                measured[spec].append(await bench.measure(servers[name], "closed", clients, count))
+                name, clients, count, model = spec
+                flow = Flow(bench.traffic[model], "closed", clients, count)
+                measured[spec].append(await bench.measure(servers[name], flow))
         closed = {}
         for spec in specs:
             entry = {"server": spec[0], "load": "closed", "clients": spec[1]}
             entry["requests_per_round"] = spec[2]
+            if spec[3] != "translator":
+                entry["model"] = spec[3]
             closed[spec] = bench.level(entry, measured[spec])
-        top = closed["continuous", *args.closed[-1]]
+        top = closed["continuous", *args.closed[-1], "translator"]
         opened = []
         for fraction in args.open_fractions:
             rate = fraction * top["throughput_rps"]
             entry = {"server": "continuous", "load": "open", "fraction": fraction}
             entry |= {"rate_rps": rate, "saturation_rps": top["throughput_rps"]}
-            one = await bench.measure(servers["continuous"], "open", rate, args.open_requests)
-            opened.append(bench.level(entry, [one]))
-        levels = [closed[s] for s in specs if s[0] == "continuous"] + opened
-        levels += [closed[s] for s in specs if s[0] == "request"]
+            flow = Flow(bench.translation, "open", rate, args.open_requests)
+            opened.append(bench.level(entry, [await bench.measure(servers["continuous"], flow)]))
+        mixed = await _mixed(args, bench, servers["continuous"], top) if captions else None
+        translator = [s for s in specs if s[3] == "translator"]
+        levels = [closed[s] for s in translator if s[0] == "continuous"] + opened
+        levels += [closed[s] for s in translator if s[0] == "request"]
+        caption_levels = [closed[s] for s in specs if s[3] == "captioner"]
     finally:
         for name, running in servers.items():
             descriptions[name] = await bench.close(running)
-    return levels, descriptions
+    return {"levels": levels, "caption_levels": caption_levels, "mixed": mixed}, descriptions
+
+
+def _captioner_part(args, bench: Bench, measured: dict) -> dict:
+    """The captioner's part of the report."""
+    traffic = bench.traffic["captioner"]
+    outputs = [len(r["pieces"]) for r in traffic.references]
+    settings = {
+        "repository": str(traffic.local.directory),
+        "data": str(args.captioner_data),
+        "closed": [{"clients": c, "requests_per_round": n} for c, n in args.caption_closed],
+        "interleaved_requests": args.caption_interleaved,
+        "mixed_fraction": args.mixed_fraction,
+        "caption_rate_share": args.caption_rate_share,
+        "mixed_rounds": args.mixed_rounds,
+        "mixed_requests": {"translations": args.open_requests, "captions": args.mixed_captions},
+        "decoding": "greedy, max_length = the model's own",
+        "client": "CaptionStream in the levels; Caption and CaptionStream in turn",
+    }
+    workload = {
+        "pool": len(traffic.pool),
+        "split": "test",
+        "max_length": traffic.local.limit,
+        "png_bytes_mean": float(np.mean([len(p.png) for p in traffic.pool])),
+        "finished_in_process": float(np.mean([r["finished"] for r in traffic.references])),
+        "output_tokens_in_process_mean": float(np.mean(outputs)),
+    }
+    part = {"settings": settings, "workload": workload}
+    part["in_process"] = {
+        "engine": "OnnxEngine fp32, one thread, CPU; the PNG decoded and squeezed to the "
+        "model's side, caption_images, one image at a time",
+        "decode_ms": spread([r["seconds"] for r in traffic.references]),
+        "interleaved": bench.paired["captioner"],
+    }
+    part |= {"levels": measured["caption_levels"], "mixed": measured["mixed"]}
+    rows = caption_ratios(part, args)
+    part["ratios"] = {text: ratio for text, ratio, *_ in rows}
+    part["goals"] = goals(rows)
+    return part
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -917,7 +1295,9 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.update(dict.fromkeys(machine.THREAD_VARIABLES, "1"))
     print("measuring the machine", file=sys.stderr)
     limits = machine.measure_in_subprocess(args.quick)
-    version = _model_version(args.repository)
+    wanted = ["translator", "captioner"] if args.model == "both" else ["translator"]
+    versions = _model_versions(args.repository, wanted)
+    version = versions["translator"]
     local = InProcess(version)
     lines = [line for line in args.sources.read_text(encoding="utf-8").splitlines() if line]
     sizes = [n for _, n in args.closed + args.request_level]
@@ -926,10 +1306,21 @@ def main(argv: list[str] | None = None) -> int:
     pool = make_pool(lines, local, max(sizes), args.targets, args.seed)
     print(f"in-process decode of {len(pool)} requests", file=sys.stderr)
     references = local.references(pool)
-    bench = Bench(args, pool, local, references)
+    traffic = {"translator": translation_traffic(version, pool, local, references)}
+    if "captioner" in versions:
+        captioner = InProcessCaptioner(versions["captioner"])
+        sizes = [n for _, n in args.caption_closed]
+        sizes += [args.caption_interleaved, args.mixed_captions]
+        print(f"choosing {max(sizes)} images", file=sys.stderr)
+        pictures = make_pictures(args.captioner_data, max(sizes), captioner.limit, args.seed)
+        print(f"in-process captions of {len(pictures)} images", file=sys.stderr)
+        answers = captioner.references(pictures)
+        traffic["captioner"] = caption_traffic(versions["captioner"], pictures, captioner, answers)
+    bench = Bench(args, traffic)
     with tempfile.TemporaryDirectory(prefix="bench-load-") as directory:
-        levels, servers = asyncio.run(_measure_all(args, bench, Path(directory)))
-    rows = ratios(levels, bench.paired, references, args)
+        measured, servers = asyncio.run(_measure_all(args, bench, Path(directory)))
+    levels = measured["levels"]
+    rows = ratios(levels, bench.paired["translator"], references, args)
     targets = [r.max_length for r in pool]
     outputs = [len(r["pieces"]) for r in references]
     workload = {
@@ -945,6 +1336,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     settings = {
         "quick": args.quick,
+        "model": args.model,
         "seed": args.seed,
         "repository": str(version.directory),
         "sources": str(args.sources),
@@ -970,11 +1362,13 @@ def main(argv: list[str] | None = None) -> int:
         "engine": "OnnxEngine fp32, one thread, CPU; translate_ids, one request at a time",
         "decode_ms": spread([r["seconds"] for r in references]),
         "output_tokens_per_s": sum(outputs) / sum(r["seconds"] for r in references),
-        "interleaved": bench.paired,
+        "interleaved": bench.paired["translator"],
     }
     report |= {"levels": levels}
     report["ratios"] = {text: ratio for text, ratio, *_ in rows}
     report["goals"] = goals(rows)
+    if "captioner" in traffic:
+        report["captioner"] = _captioner_part(args, bench, measured)
     text = markdown(report)
     if args.markdown:
         args.markdown.parent.mkdir(parents=True, exist_ok=True)

@@ -133,27 +133,18 @@ class CaptionModel(ServedModel):
             sources=sizes,
         )
 
-    def hypothesis(self, h: Hypothesis, size: tuple[int, int], request):
-        from attnserve.v1 import decoding_pb2
-
-        tokenizer, eos = self.tokenizer, self.special_tokens.eos
-        message = decoding_pb2.Hypothesis(
-            text=tokenizer.decode(h.tokens),
-            score=h.score,
-            log_prob=h.log_prob,
-            tokens=tokenizer.pieces(h.tokens),
-            finished=h.finished,
-        )
-        if request.options.return_log_probs:
-            message.token_log_probs.extend(h.token_log_probs)
+    def attended(self, h: Hypothesis, size: tuple[int, int], request):
+        """The hypothesis message, with its attention maps when asked for."""
+        message = self.hypothesis(h, request.options.return_log_probs)
         if request.return_attention and h.alignment is not None:
+            eos = self.special_tokens.eos
             target = h.tokens + ([eos] if h.finished else [])
             cells = self.grid[0] * self.grid[1]
             weights = np.asarray(h.alignment, dtype=np.float64)[: len(target), :cells]
             maps = message.attention
             maps.grid_height, maps.grid_width = self.grid
             maps.image_width, maps.image_height = size
-            for piece, row in zip(tokenizer.pieces(target), weights, strict=True):
+            for piece, row in zip(self.tokenizer.pieces(target), weights, strict=True):
                 maps.tokens.add(token=piece, weights=row.tolist())
         return message
 
@@ -165,7 +156,7 @@ class CaptionModel(ServedModel):
         )
         for size, hypotheses in zip(prepared.sources, results, strict=True):
             caption = response.captions.add(image_width=size[0], image_height=size[1])
-            caption.hypotheses.extend(self.hypothesis(h, size, request) for h in hypotheses)
+            caption.hypotheses.extend(self.attended(h, size, request) for h in hypotheses)
             caption.token_counts.input_tokens = self.grid[0] * self.grid[1]
             caption.token_counts.output_tokens = sum(len(h.tokens) for h in hypotheses)
             response.token_counts.input_tokens += caption.token_counts.input_tokens

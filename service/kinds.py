@@ -25,6 +25,7 @@ from service.decoding import DecodingOptions, Hypothesis
 from service.errors import ModelRepositoryError
 from service.graphs import SpecialTokens
 from service.repository import ModelVersion
+from service.tokenizer import Tokenizer
 
 MODULES = {"transformer": "service.translation", "captioner": "service.captioning"}
 
@@ -50,6 +51,7 @@ class ServedModel(ABC):
 
     kind: str  # the manifest's model kind
     service: str  # the full gRPC service name
+    tokenizer: Tokenizer  # of the output text
 
     def __init__(self, version: ModelVersion, config):
         self.version = version
@@ -61,6 +63,21 @@ class ServedModel(ABC):
     @property
     def key(self) -> str:
         return f"{self.version.name}/{self.version.version}"
+
+    def hypothesis(self, h: Hypothesis, log_probs: bool):
+        """A Hypothesis message: text, pieces, scores (and log-probabilities when asked)."""
+        from attnserve.v1 import decoding_pb2
+
+        message = decoding_pb2.Hypothesis(
+            text=self.tokenizer.decode(h.tokens),
+            score=h.score,
+            log_prob=h.log_prob,
+            tokens=self.tokenizer.pieces(h.tokens),
+            finished=h.finished,
+        )
+        if log_probs:
+            message.token_log_probs.extend(h.token_log_probs)
+        return message
 
     @abstractmethod
     async def prepare(self, request, stream: bool) -> Prepared:

@@ -26,7 +26,6 @@ PROVIDERS = {
     "cpu": ["CPUExecutionProvider"],
     "cuda": ["CUDAExecutionProvider", "CPUExecutionProvider"],
 }
-HOST_OUTPUTS = ("logits", "cross_attention")
 ORT_TYPES = {"tensor(float)": "float32", "tensor(float16)": "float16", "tensor(int64)": "int64"}
 
 
@@ -79,6 +78,7 @@ class OnnxEngine:
         self.step_inputs = set(self.decoder_spec.input_names)
         self.step_outputs = self.decoder_spec.output_names
         self.states = self.interface.states
+        self.host_outputs = ("logits", self.interface.attention)  # the search reads these
         self.init_states = [s for s in self.states if s.init is not None]
         self.variant, self.device = variant, device
         self.io_binding = device != "cpu" if io_binding is None else io_binding
@@ -161,7 +161,7 @@ class OnnxEngine:
             check_inputs(
                 self.decoder_spec, {k: _Described(v) for k, v in feeds.items()}, self.float_dtype
             )
-        outputs = self._run(self.decoder, feeds, on_host=HOST_OUTPUTS)
+        outputs = self._run(self.decoder, feeds, on_host=self.host_outputs)
         named = dict(zip(self.step_outputs, outputs, strict=True))
         return (
             named["logits"].astype(np.float32, copy=False),

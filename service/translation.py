@@ -114,20 +114,11 @@ class TranslationModel(ServedModel):
             sources=token_ids,
         )
 
-    def hypothesis(self, h: Hypothesis, source_ids: list[int], options_message):
-        from attnserve.v1 import decoding_pb2
-
-        tokenizer, eos = self.tokenizer, self.special_tokens.eos
-        message = decoding_pb2.Hypothesis(
-            text=tokenizer.decode(h.tokens),
-            score=h.score,
-            log_prob=h.log_prob,
-            tokens=tokenizer.pieces(h.tokens),
-            finished=h.finished,
-        )
-        if options_message.return_log_probs:
-            message.token_log_probs.extend(h.token_log_probs)
+    def aligned(self, h: Hypothesis, source_ids: list[int], options_message):
+        """The hypothesis message, with its alignment when asked for."""
+        message = self.hypothesis(h, options_message.return_log_probs)
         if options_message.return_alignment and h.alignment is not None:
+            tokenizer, eos = self.tokenizer, self.special_tokens.eos
             source = [*source_ids, eos]
             target = h.tokens + ([eos] if h.finished else [])
             weights = np.asarray(h.alignment)[: len(target), : len(source)]
@@ -145,7 +136,7 @@ class TranslationModel(ServedModel):
         for source_ids, hypotheses in zip(prepared.sources, results, strict=True):
             translation = response.translations.add()
             for h in hypotheses:
-                translation.hypotheses.append(self.hypothesis(h, source_ids, request.options))
+                translation.hypotheses.append(self.aligned(h, source_ids, request.options))
             translation.token_counts.input_tokens = len(source_ids) + 1
             translation.token_counts.output_tokens = sum(len(h.tokens) for h in hypotheses)
             response.token_counts.input_tokens += translation.token_counts.input_tokens

@@ -1,7 +1,9 @@
-"""The decode benchmark in quick mode on a tiny random checkpoint: the shape of its report.
+"""The decode benchmark in quick mode on a tiny random translator and the shipped captioner:
+the shape of its report.
 
-Timings are not asserted, only that every engine ran every case it should and that every goal
-is judged. The CTranslate2 engines run only when ctranslate2 can be imported.
+Timings are not asserted, only that every engine ran every case it should, that the numbers
+agree with each other, and that every goal is judged. The CTranslate2 engines run only when
+ctranslate2 can be imported.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from helpers import run_bench
 torch = pytest.importorskip("torch")
 pytest.importorskip("onnxruntime")
 
-from bench.decode import BEAMS, ENGINES, THREAD_CHECK  # noqa: E402
+from bench.decode import BEAMS, CAPTION_ENGINES, ENGINES, THREAD_CHECK  # noqa: E402
 from models.checkpoint import save_checkpoint  # noqa: E402
 from models.config import TransformerConfig  # noqa: E402
 from models.transformer import Transformer  # noqa: E402
@@ -30,6 +32,7 @@ SENTENCES = [
     "Mañana lloverá en las montañas del norte.",
 ]
 QUICK_BATCHES, QUICK_LENGTHS = (1, 2), (4, 8)
+QUICK_CAPTION_BATCHES = (1, 2)
 
 pytestmark = pytest.mark.slow
 
@@ -40,8 +43,9 @@ def engines() -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory, engines) -> tuple[dict, str]:
-    """(report, markdown) of `python -m bench.decode --quick --json` on a tiny checkpoint."""
+def run(tmp_path_factory, engines, captioner_data) -> tuple[dict, str]:
+    """(report, markdown) of `python -m bench.decode --quick --json` on a tiny translator and
+    the shipped captioner (both exported by the benchmark)."""
     tmp = tmp_path_factory.mktemp("bench_decode")
     torch.manual_seed(0)
     config = TransformerConfig(
@@ -55,6 +59,7 @@ def run(tmp_path_factory, engines) -> tuple[dict, str]:
     save_checkpoint(Transformer(config), TOKENIZER, tmp / "checkpoint")
     (tmp / "sources.es").write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
     arguments = ["--checkpoint", str(tmp / "checkpoint"), "--sources", str(tmp / "sources.es")]
+    arguments += ["--captioner-data", str(captioner_data)]
     return run_bench(
         "bench.decode", [*arguments, "--engines", ",".join(engines)], tmp / "decode.md", 900
     )
@@ -126,3 +131,62 @@ def test_ctranslate2_runs_and_is_compared_with_pytorch(run):
     for batch in QUICK_BATCHES:
         assert f"onnx-fp32 / ct2-float32 tokens/s, batch {batch}" in goals
         assert f"onnx-int8 / ct2-int8 tokens/s, batch {batch}" in goals
+
+
+def test_captioner_reports_every_engine_and_case_with_consistent_numbers(run):
+    report, markdown = run
+    part = report["captioner"]
+    assert {"settings", "model", "parity", "engines", "ratios", "goals"} <= set(part)
+    settings, max_length = part["settings"], part["model"]["config"]["max_length"]
+    assert settings["batches"] == list(QUICK_CAPTION_BATCHES)
+    assert settings["images"] == max(QUICK_CAPTION_BATCHES)
+    assert settings["max_length"] == max_length and settings["rounds"] == 1
+    assert list(part["engines"]) == list(CAPTION_ENGINES) == settings["engines"]
+    for name, engine in part["engines"].items():
+        assert engine["threads"] == 1 and engine["peak_rss_mb"] > 0 and engine["library"]
+        cases = {(c["batch"], c["beam"]): c for c in engine["cases"]}
+        assert set(cases) == {(b, k) for b in QUICK_CAPTION_BATCHES for k in BEAMS}, name
+        for (batch, _), case in cases.items():
+            assert case["captions"] == batch and case["max_length"] == max_length
+            assert 0 < case["tokens"] <= batch * max_length
+            assert 0 < case["steps"] <= max_length
+            for key in ("captions_per_s", "ms_per_caption", "ms_per_step", "decode_ms"):
+                spread = case[key]
+                assert 0 < spread["min"] <= spread["median"] <= spread["max"], (name, key)
+            assert case["encoder_ms"]["median"] > 0
+            # one round: the time per caption is the inverse of the rate
+            rate, each = case["captions_per_s"]["median"], case["ms_per_caption"]["median"]
+            assert rate * each == pytest.approx(1000.0)
+        assert f"| {name} | " in markdown
+    greedy = {n: e["cases"][0] for n, e in part["engines"].items()}  # batch 1, greedy
+    assert greedy["onnx-fp32"]["tokens"] == greedy["torch-cached"]["tokens"]
+
+
+def test_captioner_greedy_parity_counts_every_image(run):
+    report, markdown = run
+    part = report["captioner"]
+    images = part["settings"]["images"]
+    assert set(part["parity"]) == set(CAPTION_ENGINES) - {"torch-cached"}
+    for name, parity in part["parity"].items():
+        assert parity["images"] == images and 0 <= parity["identical"] <= images
+        same = f"{parity['identical']}/{images} images"
+        assert f"- {name} greedy captions identical to PyTorch: {same}" in markdown
+    assert part["parity"]["onnx-fp32"]["identical"] == images  # the export is certified
+
+
+def test_captioner_goals_are_judged_and_ratios_reported(run):
+    report, markdown = run
+    part = report["captioner"]
+    small = min(QUICK_CAPTION_BATCHES)
+    texts = [goal["goal"] for goal in part["goals"]]
+    assert texts == [
+        f"captioner onnx-fp32 / torch-cached captions/s, batch {small} greedy",
+        f"captioner onnx-fp32 / torch-cached captions/s, batch {small} beam 4",
+    ]
+    for goal in part["goals"]:
+        assert isinstance(goal["met"], bool) and goal["compare"] == ">=" and goal["target"] == 3
+        assert goal["met"] == (goal["ratio"] >= 3)
+        assert part["ratios"][goal["goal"]] == goal["ratio"] > 0 and goal["goal"] in markdown
+    expected = len(QUICK_CAPTION_BATCHES) * len(BEAMS) * 2  # onnx-fp32 and onnx-int8
+    assert len(part["ratios"]) == expected and all(v > 0 for v in part["ratios"].values())
+    assert not set(part["ratios"]) & set(report["ratios"])  # the translator's are apart

@@ -1,8 +1,10 @@
-"""The load benchmark in quick mode against real servers: the shape of its report.
+"""The load benchmark in quick mode against real servers serving both models: the shape of its
+report.
 
 Timings are not asserted (the machine is shared), only that every level ran every request,
 that every answer is right, that the numbers are ordered and positive, and that every goal
-is judged. Two servers start and stop on 127.0.0.1 during the run.
+is judged, for translations and for captions. Two servers start and stop on 127.0.0.1 during
+the run.
 """
 
 from __future__ import annotations
@@ -22,10 +24,14 @@ GOALS = (
     "continuous / request-level batching throughput",
     "continuous / request-level batching e2e p99",
 )
+CAPTION_GOALS = (
+    "caption e2e p50 over gRPC (Caption) at 1 client / in-process p50",
+    "translation e2e p99 beside captions / alone",
+)
 
 
 @pytest.fixture(scope="module")
-def run(model_repository, translator_data, tmp_path_factory) -> tuple[dict, str]:
+def run(model_repository, translator_data, captioner_data, tmp_path_factory) -> tuple[dict, str]:
     """(report, markdown) of `python -m bench.load --quick --json`."""
     tmp = tmp_path_factory.mktemp("bench_load")
     arguments = [
@@ -33,6 +39,8 @@ def run(model_repository, translator_data, tmp_path_factory) -> tuple[dict, str]
         str(model_repository),
         "--sources",
         str(translator_data / "test.es"),
+        "--captioner-data",
+        str(captioner_data),
     ]
     return run_bench("bench.load", arguments, tmp / "load.md", 600)
 
@@ -127,3 +135,75 @@ def test_goals_are_judged_and_written(run):
         assert isinstance(goal["met"], bool) and goal["ratio"] > 0 and goal["target"] > 0
         assert goal["compare"] in ("<", "<=", ">=")
         assert goal["goal"] in report["ratios"] and goal["goal"] in markdown
+
+
+def _answered(level: dict, requests: int) -> None:
+    """Every request of a level answered, right, identical to the in-process answer."""
+    assert level["requests"] == requests > 0
+    assert level["errors"] == {}, level["errors"]
+    assert level["ok"] == level["correct"] == level["identical_to_in_process"] == requests
+    for key in ("ttft_ms", "itl_ms", "e2e_ms"):
+        if key != "itl_ms" or level[key] is not None:  # a one-token caption has no gap
+            assert 0 < level[key]["p50"] <= level[key]["p99"], key
+    assert level["throughput_rps"] > 0 and 0 <= level["goodput_rps"] <= level["throughput_rps"]
+    assert level["server_metrics"]["worker_restarts"] == 0
+    assert level["server_metrics"]["steps"] > 0
+    assert level["server_metrics"]["generated_tokens"] >= level["output_tokens"]["total"]
+
+
+def test_captions_are_served_beside_translations_and_all_right(run):
+    report, markdown = run
+    part = report["captioner"]
+    assert {"settings", "workload", "in_process", "levels", "mixed", "ratios", "goals"} <= set(part)
+    workload, settings = part["workload"], part["settings"]
+    assert workload["pool"] >= max(c["requests_per_round"] for c in settings["closed"])
+    assert 0 < workload["output_tokens_in_process_mean"] <= workload["max_length"]
+    assert 0 <= workload["finished_in_process"] <= 1 and workload["png_bytes_mean"] > 0
+    local = part["in_process"]["decode_ms"]
+    assert 0 < local["p50"] <= local["p99"] and local["n"] == workload["pool"]
+    turn = part["in_process"]["interleaved"]
+    assert turn["errors"] == 0 and turn["correct"] == turn["requests"] > 0
+    for key in ("grpc_e2e_ms", "grpc_unary_e2e_ms", "in_process_ms"):
+        assert 0 < turn[key]["p50"] <= turn[key]["p99"] and turn[key]["n"] == turn["requests"]
+    levels = part["levels"]
+    assert [(lv["server"], lv["load"], lv["clients"]) for lv in levels] == [
+        ("continuous", "closed", c["clients"]) for c in settings["closed"]
+    ]
+    rounds = report["settings"]["rounds"]
+    for level, spec in zip(levels, settings["closed"], strict=True):
+        assert level["model"] == "captioner" and level["rounds"] == rounds
+        _answered(level, rounds * spec["requests_per_round"])
+        assert f"| captions, continuous | closed, {level['clients']} client" in markdown
+
+
+def test_mixed_traffic_runs_the_same_translations_alone_and_beside_captions(run):
+    report, markdown = run
+    part, settings = report["captioner"], report["captioner"]["settings"]
+    mixed, rounds = part["mixed"], settings["mixed_rounds"]
+    assert mixed["rounds"] == rounds >= 1 and mixed["fraction"] == settings["mixed_fraction"]
+    assert 0 < mixed["rate_rps"] <= mixed["saturation_rps"]
+    share = settings["caption_rate_share"]
+    assert mixed["caption_rate_rps"] == pytest.approx(share * mixed["rate_rps"])
+    translations = settings["mixed_requests"]["translations"]
+    _answered(mixed["alone"], rounds * translations)
+    _answered(mixed["mixed"], rounds * translations)
+    _answered(mixed["captions"], rounds * settings["mixed_requests"]["captions"])
+    for key in ("alone", "mixed"):
+        assert len(mixed[key]["round_e2e_p99_ms"]) == rounds
+        assert all(p99 > 0 for p99 in mixed[key]["round_e2e_p99_ms"])
+    assert mixed["captions"]["model"] == "captioner" and "model" not in mixed["alone"]
+    for what in ("translations alone", "translations beside captions", "captions beside"):
+        assert f"| {what}" in markdown
+
+
+def test_caption_goals_are_judged_and_written(run):
+    report, markdown = run
+    part = report["captioner"]
+    for text in CAPTION_GOALS:
+        assert any(goal["goal"].startswith(text) for goal in part["goals"]), text
+    for goal in part["goals"]:
+        assert isinstance(goal["met"], bool) and goal["ratio"] > 0 and goal["target"] > 0
+        assert goal["compare"] == "<=" and goal["met"] == (goal["ratio"] <= goal["target"])
+        assert part["ratios"][goal["goal"]] == goal["ratio"] and goal["goal"] in markdown
+    assert any(k.startswith("caption throughput at 16 clients") for k in part["ratios"])
+    assert all(v is None or v > 0 for v in part["ratios"].values())

@@ -57,3 +57,39 @@ def test_invalid_utf8_cannot_travel_as_a_string_but_can_as_bytes():
     with pytest.raises(DecodeError):
         translation_pb2.TranslateRequest.FromString(as_string)
     assert translation_pb2.TranslateRequest.FromString(as_bytes).utf8_texts == [invalid]
+
+
+# The translation contract as released before CaptionService: later contracts must stay wire-
+# and source-compatible with it (buf's FILE rules).
+TRANSLATION_CONTRACT = "79e7571c7329b4edc5c4e7486abefa392cf0af45"
+
+
+def test_the_contract_is_backward_compatible_for_translation_clients():
+    buf = shutil.which("buf")
+    present = subprocess.run(
+        ["git", "cat-file", "-e", f"{TRANSLATION_CONTRACT}^{{commit}}"], cwd=ROOT, capture_output=True
+    )
+    if present.returncode != 0:
+        pytest.skip("this checkout has no history (a shallow clone)")
+    against = f"{ROOT / '.git'}#ref={TRANSLATION_CONTRACT},subdir=protos"
+    result = subprocess.run(
+        [buf, "breaking", "--against", against], cwd=ROOT / "protos", capture_output=True,
+        text=True,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_caption_service_methods_and_attention_maps():
+    from attnserve.v1 import caption_pb2
+
+    service = caption_pb2.DESCRIPTOR.services_by_name["CaptionService"]
+    methods = service.methods_by_name
+    assert set(methods) == {"Caption", "CaptionStream"}
+    assert not methods["Caption"].server_streaming and methods["CaptionStream"].server_streaming
+    maps = decoding_pb2.AttentionMaps(grid_height=2, grid_width=3, image_height=5, image_width=7)
+    maps.tokens.add(token="a", weights=[1 / 6] * 6)
+    hypothesis = decoding_pb2.Hypothesis(text="a", attention=maps)
+    request = caption_pb2.CaptionRequest(images=[b"\x89PNG"], return_attention=True)
+    assert caption_pb2.CaptionRequest.FromString(request.SerializeToString()) == request
+    parsed = decoding_pb2.Hypothesis.FromString(hypothesis.SerializeToString())
+    assert parsed.attention.tokens[0].weights[5] == pytest.approx(1 / 6)

@@ -1,0 +1,57 @@
+"""What the front declares rather than guesses: each service's default model, the kind of a
+model version, the messages between processes."""
+
+from __future__ import annotations
+
+import pickle
+from dataclasses import FrozenInstanceError, replace
+
+import pytest
+
+from service.config import ServerConfig
+from service.errors import InvalidArgument, ModelRepositoryError
+from service.kinds import kind_class
+from service.messages import Failure, Partial, Report, Submit
+from service.server import CAPTION_SERVICE, TRANSLATION_SERVICE, default_models
+
+
+def _models(translators: list[str], captioners: list[str]) -> dict:
+    models = {TRANSLATION_SERVICE: {n: {"1": None} for n in translators}}
+    if captioners:
+        models[CAPTION_SERVICE] = {n: {"1": None} for n in captioners}
+    return models
+
+
+def test_a_service_with_one_model_defaults_to_it_whatever_the_names_sort_as():
+    defaults = default_models(ServerConfig(), _models(["translator"], ["a-captioner"]))
+    assert defaults == {TRANSLATION_SERVICE: "translator", CAPTION_SERVICE: "a-captioner"}
+
+
+def test_several_models_need_a_declared_default():
+    models = _models(["bible", "modern"], ["captioner"])
+    with pytest.raises(ModelRepositoryError, match="set default_translator to one of them"):
+        default_models(ServerConfig(), models)
+    config = replace(ServerConfig(), default_translator="modern")
+    assert default_models(config, models)[TRANSLATION_SERVICE] == "modern"
+    wrong = replace(ServerConfig(), default_translator="captioner")
+    with pytest.raises(ModelRepositoryError, match="default_translator = 'captioner', not a"):
+        default_models(wrong, models)
+
+
+def test_every_manifest_kind_has_one_module_and_an_unknown_kind_is_refused():
+    assert kind_class("transformer").service == TRANSLATION_SERVICE
+    assert kind_class("captioner").service == CAPTION_SERVICE
+    with pytest.raises(ModelRepositoryError, match="unknown model kind 'speech'"):
+        kind_class("speech")
+
+
+def test_messages_are_frozen_and_cross_a_pipe_intact():
+    report = Report("captioner/1", [Partial(3, 1, [7, 8], 2), Failure(4, "InvalidArgument",
+                    "images[0]: empty")], None, 5, 1)  # fmt: skip
+    copy = pickle.loads(pickle.dumps(report))
+    assert copy == report and copy.events[0].new == [7, 8]
+    error = copy.events[1].error()
+    assert isinstance(error, InvalidArgument) and str(error) == "images[0]: empty"
+    with pytest.raises(FrozenInstanceError):
+        copy.rows = 0  # type: ignore[misc]
+    assert isinstance(pickle.loads(pickle.dumps(Submit("t/1", None))), Submit)
