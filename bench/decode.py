@@ -433,6 +433,10 @@ def _machine_text(m: dict) -> str:
     )
 
 
+def _median_range(spread: dict, digits: int) -> str:
+    return f"{spread['median']:.{digits}f} [{spread['min']:.{digits}f}, {spread['max']:.{digits}f}]"
+
+
 def _verdicts(part: dict, output: str, unit: str) -> list[str]:
     """The goals table, the other ratios and the parity of one model's part."""
     lines = ["", "| goal | ratio | target | |", "|---|--:|--:|---|"]
@@ -474,8 +478,7 @@ def _translator_markdown(report: dict) -> list[str]:
         for c in engine["cases"]:
             tps, step = c["tokens_per_s"], c["ms_per_step"]
             cells = [name, c["batch"], c["beam"], c["length"]]
-            cells += [f"{tps['median']:.0f} [{tps['min']:.0f}, {tps['max']:.0f}]"]
-            cells += [f"{step['median']:.2f} [{step['min']:.2f}, {step['max']:.2f}]"]
+            cells += [_median_range(tps, 0), _median_range(step, 2)]
             cells += [f"{c['encoder_ms']['median']:.2f}", f"{c['bound_fraction']:.0%}"]
             cells.append(f"{engine['peak_rss_mb']:.0f}")
             lines.append("| " + " | ".join(map(str, cells)) + " |")
@@ -500,9 +503,7 @@ def _captioner_markdown(part: dict) -> list[str]:
         for c in engine["cases"]:
             rate, each, step = c["captions_per_s"], c["ms_per_caption"], c["ms_per_step"]
             cells = [name, c["batch"], c["beam"], c["tokens"], c["steps"]]
-            cells += [f"{rate['median']:.1f} [{rate['min']:.1f}, {rate['max']:.1f}]"]
-            cells += [f"{each['median']:.2f} [{each['min']:.2f}, {each['max']:.2f}]"]
-            cells += [f"{step['median']:.3f} [{step['min']:.3f}, {step['max']:.3f}]"]
+            cells += [_median_range(rate, 1), _median_range(each, 2), _median_range(step, 3)]
             cells += [f"{c['encoder_ms']['median']:.2f}", f"{engine['peak_rss_mb']:.0f}"]
             lines.append("| " + " | ".join(map(str, cells)) + " |")
     return lines + _verdicts(part, "captions", "images")

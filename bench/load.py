@@ -854,7 +854,7 @@ def _find(levels: list[dict], server: str, load: str, clients: int | None = None
 
 
 def _per_round(a: dict, b: dict, key: str = "round_throughput_rps") -> list[float]:
-    return [x / y for x, y in zip(a[key], b[key], strict=False) if y > 0]
+    return [x / y for x, y in zip(a[key], b[key], strict=False) if x is not None and y]
 
 
 def ratios(levels: list[dict], paired: dict, references: list[dict], args) -> list[tuple]:
@@ -1183,12 +1183,11 @@ async def _mixed(args, bench: Bench, running: Running, top: dict) -> dict:
     result = {"fraction": args.mixed_fraction, "rate_rps": rate, "saturation_rps": saturation}
     result |= {"caption_rate_rps": beside.value, "rounds": args.mixed_rounds}
     for key, measured in (("alone", alone), ("mixed", mixed)):
-        result[key] = bench.level(entry | {"beside": "captions" if measured is mixed else None},
-                                  measured)  # fmt: skip
-        result[key]["round_e2e_p99_ms"] = [
-            spread([s.end - s.start for s in m["runs"][0]["samples"] if s.code == "OK"])["p99"]
-            for m in measured
-        ]
+        level = bench.level(entry | {"beside": "captions" if key == "mixed" else None}, measured)
+        runs = [m["runs"][0]["samples"] for m in measured]
+        e2e = [[s.end - s.start for s in samples if s.code == "OK"] for samples in runs]
+        level["round_e2e_p99_ms"] = [(spread(seconds) or {}).get("p99") for seconds in e2e]
+        result[key] = level
     entry = {"server": "continuous", "load": "open", "model": "captioner"}
     entry |= {"fraction": beside.value / saturation, "rate_rps": beside.value}
     result["captions"] = bench.level(entry | {"beside": "translations"}, mixed, flow=1)

@@ -66,9 +66,8 @@ TRANSLATION_CONTRACT = "79e7571c7329b4edc5c4e7486abefa392cf0af45"
 
 def test_the_contract_is_backward_compatible_for_translation_clients():
     buf = shutil.which("buf")
-    present = subprocess.run(
-        ["git", "cat-file", "-e", f"{TRANSLATION_CONTRACT}^{{commit}}"], cwd=ROOT, capture_output=True
-    )
+    commit = f"{TRANSLATION_CONTRACT}^{{commit}}"
+    present = subprocess.run(["git", "cat-file", "-e", commit], cwd=ROOT, capture_output=True)
     if present.returncode != 0:
         pytest.skip("this checkout has no history (a shallow clone)")
     against = f"{ROOT / '.git'}#ref={TRANSLATION_CONTRACT},subdir=protos"

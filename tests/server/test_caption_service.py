@@ -155,10 +155,10 @@ def test_bad_images_are_refused_by_field_and_nothing_in_flight_is_affected(serve
         for reason, data in bad.items():
             error = rpc_error(lambda d=data: client.caption(server.channel, [good, d], timeout=30))
             assert error.code() == grpc.StatusCode.INVALID_ARGUMENT, reason
-            assert error.details().startswith(f"images[1]: {reason}"), error.details()
+            assert error.details().startswith("images[1]: ") and reason in error.details()
             error = rpc_error(lambda d=data: list(client.caption_stream(server.channel, d)))
             assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
-            assert error.details().startswith(f"image: {reason}"), error.details()
+            assert error.details().startswith("image: ") and reason in error.details()
         two = rpc_error(lambda: client.caption(server.channel, [b"x", good, b""], timeout=30))
         assert "images[0]: not an image" in two.details() and "images[2]: empty" in two.details()
         assert len(translation.result(timeout=90).translations[0].hypotheses) == 16
