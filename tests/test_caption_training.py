@@ -142,8 +142,8 @@ def test_caption_command_draws_the_attention_figure(tiny_run, tmp_path):
     Image.fromarray(np.asarray(images[0])).save(path)
     figure = tmp_path / "attention.png"
     done = _cli(
-        "caption", str(path), "--checkpoint", str(base / "shipped"), "--attention", str(figure),
-        "--json", "--beam", "3", "--n-best", "2",
+        "caption", "--engine", "torch", str(path), "--checkpoint", str(base / "shipped"),
+        "--attention", str(figure), "--json", "--beam", "3", "--n-best", "2",
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout)
