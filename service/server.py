@@ -122,7 +122,7 @@ class Front:
         if versions is None:
             others = [s for s, n in self.models.items() if name in n and s != service]
             hint = f"; {name!r} is served by {others[0]}" if others else ""
-            raise NotFound(f"model: {service} has no model named {name!r} (served: "
+            raise NotFound(f"model: no model named {name!r} (served by {service}: "
                            f"{sorted(names)}){hint}")  # fmt: skip
         if not version:
             return versions[max(versions, key=_version_order)]
