@@ -97,7 +97,8 @@ def test_prometheus_scrapes_the_live_server_with_the_deployed_config(prometheus,
     query = 'attnserve_request_duration_seconds_count{method="Translate",code="OK"}'
     (count,) = _poll_query(web, query, process, deadline)
     assert count["metric"]["model"] == "translator" and float(count["value"][1]) >= 2
-    (info,) = _poll_query(web, "attnserve_model_info", process, deadline)
-    assert info["metric"]["execution_provider"] == "CPUExecutionProvider"
+    infos = _poll_query(web, "attnserve_model_info", process, deadline)
+    assert {i["metric"]["kind"] for i in infos} == {"transformer", "captioner"}
+    assert {i["metric"]["execution_provider"] for i in infos} == {"CPUExecutionProvider"}
     groups = {g["name"] for g in _api(web, "rules")["groups"]}
     assert groups == {"attnserve-recording", "attnserve-alerts"}
