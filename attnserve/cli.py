@@ -100,6 +100,12 @@ def _add_data(commands) -> None:
     parser.add_argument(
         "--test-scenes", type=int, default=400, help="captioner: scenes per test part"
     )
+    parser.add_argument(
+        "--catalogs",
+        action="store_true",
+        help="translator: modern pairs from Debian gettext catalogs (cached in "
+        "data/debian-cache), the modern and everyday test parts",
+    )
 
 
 def _add_train(commands) -> None:
@@ -131,7 +137,12 @@ def _add_evaluate(commands) -> None:
         "localisation; per test part",
     )
     parser.add_argument("model", choices=MODELS)
-    parser.add_argument("--split", choices=["dev", "test"], default="test")
+    parser.add_argument(
+        "--split",
+        choices=["dev", "test", "test-modern", "test-everyday"],
+        default="test",
+        help="test-modern, test-everyday: the translator's parts of `data translator --catalogs`",
+    )
     parser.add_argument("--data", type=Path, help="default: data/<model>")
     parser.add_argument("--checkpoint", type=Path, help="default: the shipped checkpoint")
     parser.add_argument("--baseline", choices=["apertium"], help="score a peer instead")

@@ -21,6 +21,12 @@ TEST_PART = "bible"
 
 
 def data(args: Namespace) -> int:
+    if getattr(args, "catalogs", False):
+        from models.catalogs import build_catalog_data
+
+        counts = build_catalog_data(args.out)
+        print(json.dumps({"out": str(args.out), **counts}, indent=2))
+        return 0
     stats = build_translator_data(args.out)
     print(json.dumps({"out": str(args.out), **asdict(stats)}, indent=2))
     return 0

@@ -1,0 +1,223 @@
+"""Modern Spanish-English sentence pairs from the gettext catalogs of Debian packages.
+
+A translated program ships its Spanish messages as a compiled catalog
+(`usr/share/locale/es/LC_MESSAGES/<domain>.mo`): every entry pairs an English original
+(msgid) with its Spanish translation (msgstr). The packages are fetched with `apt-get
+download` into a cache and unpacked with `dpkg-deb -x`, never installed (installing them
+would pull gigabytes of dependencies); a second build reads the cache only.
+
+Each entry is cleaned the same way on both sides: keyboard accelerators (`_File`, `&File`)
+and markup tags are removed, white space is collapsed. An entry is dropped when its original
+holds a format placeholder (`%s`, `%(name)s`, `{0}`, `%1`, `$NAME`): the sentence is not whole
+without its value. Untranslated entries (target equal to source), entries without a word,
+URLs and paths, and very short or very long ones are dropped too; duplicates are kept once.
+
+Packages are either training packages or held out whole for the `modern` test part
+(`PACKAGES`); the test part then drops every pair whose normalised source or target also
+occurs in training, so nothing leaks by repetition across packages.
+"""
+
+from __future__ import annotations
+
+import gettext
+import re
+import subprocess
+import unicodedata
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# package: "train" or "modern" (held out whole for the test part)
+PACKAGES = {
+    "hexchat-common": "modern",
+    "gnome-maps": "modern",
+    "gnome-weather": "modern",
+    "gnome-clocks": "modern",
+    "gnome-contacts": "modern",
+    "gnome-calendar": "modern",
+    "polari": "modern",
+    "geary": "modern",
+    "gimp-data": "train",
+    "inkscape": "train",
+    "vlc-l10n": "train",
+    "gnucash-common": "train",
+    "evolution-common": "train",
+    "gedit-common": "train",
+    "nautilus-data": "train",
+    "gnome-control-center-data": "train",
+    "totem-common": "train",
+    "rhythmbox-data": "train",
+    "transmission-common": "train",
+    "shotwell-common": "train",
+}
+LOCALE_DIRS = ("usr/share/locale/es/LC_MESSAGES", "usr/share/locale-langpack/es/LC_MESSAGES")
+MIN_WORDS, MAX_CHARS = 2, 300
+
+_ACCELERATOR = re.compile(r"(?<![\w&])&(?=\w)|_(?=\w)")
+_TAG = re.compile(r"</?[A-Za-z][\w:-]*(?:\s[^<>]*)?/?>")
+_ENTITY = {"&amp;": "&", "&lt;": "<", "&gt;": ">", "&quot;": '"', "&apos;": "'", "&#39;": "'"}
+_PLACEHOLDER = re.compile(
+    r"%(?:\([\w-]+\))?[-+ #0]*\d*(?:\.\d+)?[hlLqjzt]*[diouxXeEfFgGcrsaAp%]"  # printf, Python
+    r"|\{[\w.:!-]*\}"  # str.format, Qt/Fluent-like braces
+    r"|%\d+|\$\{?[A-Za-z_]\w*\}?"  # Qt %1, shell $NAME / ${NAME}
+)
+_NOT_PROSE = re.compile(r"https?://|www\.|\w+\.\w{2,4}/|^[/~]|\\n|\.(?:png|svg|desktop)\b")
+_SPACE = re.compile(r"\s+")
+_LETTER = re.compile(r"[^\W\d_]{2,}")
+
+
+@dataclass
+class CatalogStats:
+    """What a build read and kept, per package."""
+
+    entries: dict[str, int] = field(default_factory=dict)
+    kept: dict[str, int] = field(default_factory=dict)
+    dropped: dict[str, int] = field(default_factory=dict)  # by reason, over all packages
+
+
+def clean(text: str) -> str:
+    """Accelerators and markup removed, entities resolved, white space collapsed, NFC."""
+    text = _TAG.sub(" ", text)
+    for entity, character in _ENTITY.items():
+        text = text.replace(entity, character)
+    if text.count("_") <= 1:  # one underscore is an accelerator mark; more are a name
+        text = _ACCELERATOR.sub("", text)
+    else:
+        text = _ACCELERATOR.sub(lambda m: "" if m.group() == "&" else m.group(), text)
+    return unicodedata.normalize("NFC", _SPACE.sub(" ", text).strip())
+
+
+def normalised(text: str) -> str:
+    """The form two texts are compared in for leaks: case-folded, letters and digits only."""
+    return " ".join(re.findall(r"\w+", text.casefold()))
+
+
+def why_dropped(source: str, target: str, original: str) -> str | None:
+    """The reason to drop a cleaned pair (None: kept); `original` is the raw msgid."""
+    if _PLACEHOLDER.search(original):
+        return "placeholder"
+    if not source or not target or source == target:
+        return "untranslated"
+    if _NOT_PROSE.search(source) or _NOT_PROSE.search(target):
+        return "not prose"
+    if len(_LETTER.findall(source)) < MIN_WORDS or len(_LETTER.findall(target)) < MIN_WORDS:
+        return "too short"
+    if max(len(source), len(target)) > MAX_CHARS:
+        return "too long"
+    return None
+
+
+def catalog_entries(path: Path) -> list[tuple[str, str]]:
+    """(msgid, msgstr) of a compiled catalog's singular entries, message context stripped."""
+    with open(path, "rb") as f:
+        catalog = gettext.GNUTranslations(f)._catalog  # the parsed entries
+    entries = []
+    for key, value in catalog.items():
+        if not isinstance(key, str) or not key or not value:  # header, plural forms
+            continue
+        entries.append((key.rpartition("\x04")[2], value))  # "context\x04msgid"
+    return sorted(entries)
+
+
+def package_pairs(tree: Path, stats: CatalogStats, package: str) -> list[tuple[str, str]]:
+    """Cleaned (Spanish, English) pairs of every Spanish catalog under an unpacked package."""
+    pairs = []
+    for directory in LOCALE_DIRS:
+        for path in sorted((tree / directory).glob("*.mo")):
+            for original, translation in catalog_entries(path):
+                stats.entries[package] = stats.entries.get(package, 0) + 1
+                source, target = clean(translation), clean(original)
+                reason = why_dropped(source, target, original)
+                if reason is None:
+                    pairs.append((source, target))
+                else:
+                    stats.dropped[reason] = stats.dropped.get(reason, 0) + 1
+    return pairs
+
+
+def fetch(package: str, cache: Path) -> Path:
+    """The package's Spanish catalogs unpacked under `cache/tree/<package>` (downloaded and
+    unpacked once; only the Spanish locale directories are taken out of the archive)."""
+    tree = cache / "tree" / package
+    if tree.is_dir():
+        return tree
+    debs = cache / "debs"
+    debs.mkdir(parents=True, exist_ok=True)
+    if not list(debs.glob(f"{package}_*.deb")):
+        subprocess.run(["apt-get", "download", package], cwd=debs, check=True,
+                       capture_output=True)  # fmt: skip
+    deb = sorted(debs.glob(f"{package}_*.deb"))[-1]
+    partial = tree.with_name(tree.name + ".partial")
+    partial.mkdir(parents=True, exist_ok=True)
+    archive = subprocess.run(["dpkg-deb", "--fsys-tarfile", str(deb)], check=True,
+                             capture_output=True).stdout  # fmt: skip
+    wanted = [f"./{d}/*" for d in LOCALE_DIRS]
+    subprocess.run(  # no Spanish catalog in the package is not an error: tar exits 2
+        ["tar", "-x", "-C", str(partial), "--wildcards", *wanted], input=archive,
+        capture_output=True,
+    )  # fmt: skip
+    partial.rename(tree)
+    return tree
+
+
+def build_pairs(
+    trees: dict[str, Path], roles: dict[str, str] = PACKAGES
+) -> tuple[list[tuple[str, str]], list[tuple[str, str]], CatalogStats]:
+    """(training pairs, modern test pairs, stats) of unpacked packages, deduplicated; the test
+    pairs exclude every pair whose normalised source or target occurs in training."""
+    stats = CatalogStats()
+    parts: dict[str, dict[tuple[str, str], None]] = {"train": {}, "modern": {}}
+    for package, tree in sorted(trees.items()):
+        pairs = package_pairs(tree, stats, package)
+        stats.kept[package] = len(pairs)
+        parts[roles[package]].update(dict.fromkeys(pairs))
+    train = list(parts["train"])
+    seen = {normalised(s) for s, _ in train} | {normalised(t) for _, t in train}
+    modern = [
+        (s, t)
+        for s, t in parts["modern"]
+        if normalised(s) not in seen and normalised(t) not in seen and (s, t) not in parts["train"]
+    ]
+    return train, modern, stats
+
+
+EVERYDAY = Path(__file__).resolve().parent / "testsets" / "everyday.tsv"
+CACHE = Path("data") / "debian-cache"
+
+
+def read_everyday(path: Path = EVERYDAY) -> tuple[list[str], list[str]]:
+    """(Spanish, English) of the everyday test part, written for this project."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    pairs = [line.split("\t") for line in lines if line and not line.startswith("#")]
+    return [s for s, _ in pairs], [e for _, e in pairs]
+
+
+def _write(out: Path, name: str, pairs: list[tuple[str, str]]) -> None:
+    for side, language in ((0, "es"), (1, "en")):
+        text = "".join(pair[side] + "\n" for pair in pairs)
+        (out / f"{name}.{language}").write_text(text, encoding="utf-8")
+
+
+def build_catalog_data(out: Path, cache: Path = CACHE, roles: dict[str, str] = PACKAGES) -> dict:
+    """Writes `catalogs.{es,en}` (training pairs), `test-modern.{es,en}` and
+    `test-everyday.{es,en}` into `out`; returns the counts (also in `catalogs.json`)."""
+    import json
+
+    out.mkdir(parents=True, exist_ok=True)
+    trees = {package: fetch(package, cache) for package in roles}
+    train, modern, stats = build_pairs(trees, roles)
+    _write(out, "catalogs", train)
+    _write(out, "test-modern", modern)
+    spanish, english = read_everyday()
+    _write(out, "test-everyday", list(zip(spanish, english, strict=True)))
+    counts = {
+        "train_pairs": len(train),
+        "modern_pairs": len(modern),
+        "everyday_pairs": len(spanish),
+        "packages": {
+            p: {"role": roles[p], "entries": stats.entries.get(p, 0), "kept": stats.kept.get(p, 0)}
+            for p in sorted(roles)
+        },
+        "dropped": stats.dropped,
+    }
+    (out / "catalogs.json").write_text(json.dumps(counts, indent=2) + "\n", encoding="utf-8")
+    return counts
