@@ -9,7 +9,7 @@ from __future__ import annotations
 from service.decoding import DecodingOptions
 from service.errors import InvalidArgument
 
-MAX_TEXTS = 64  # source texts in one request
+MAX_TEXTS = 1000  # source texts in one request (decoded as independent sequences)
 MAX_TEXT_CHARS = 4096  # before tokenization; the token limit is the model's, checked later
 
 

@@ -48,7 +48,7 @@ SERVICES = {  # service: the setting naming its default model
     TRANSLATION_SERVICE: "default_translator",
     CAPTION_SERVICE: "default_captioner",
 }
-# Text requests are small (64 texts of 4,096 characters at most); caption requests carry
+# Text requests are small (1,000 texts of 4,096 characters at most); caption requests carry
 # encoded images (8 MB each by default), so a request may reach 32 MB. Responses with
 # alignments or attention maps can pass gRPC's default 4 MB, so they may reach 64 MB.
 GRPC_OPTIONS = [
@@ -145,32 +145,40 @@ class Front:
         if not self.serving:
             raise Unavailable("the server is warming up; retry shortly")
 
-    def job(self, prepared: Prepared, context, stream: bool) -> Job:
-        """The decode job of a prepared request; InvalidArgument beyond the batch's rows."""
-        rows = rows_needed(prepared.inputs, prepared.options)
-        if rows > self.config.max_batch_rows:
+    def jobs(self, prepared: Prepared, context, stream: bool) -> list[Job]:
+        """The decode jobs of a prepared request: its inputs are independent sequences, cut
+        into jobs that each fit a batch (they may run on different workers). InvalidArgument
+        only when one input's hypotheses alone need more rows than a batch has."""
+        copies, rows = rows_needed(1, prepared.options), self.config.max_batch_rows
+        if copies > rows:
             raise InvalidArgument(
-                f"options: {prepared.inputs} inputs x {rows // prepared.inputs} hypotheses "
-                f"need {rows} batch rows, at most {self.config.max_batch_rows}"
+                f"options: {copies} hypotheses per input need {copies} batch rows, at most {rows}"
             )
         remaining = context.time_remaining()
-        return Job(
-            id=self.pool.next_id(),
-            encoder_inputs=prepared.encoder_inputs,
-            options=prepared.options,
-            stream=stream,
-            deadline=None if remaining is None else time.monotonic() + remaining,
-            keep_alignment=prepared.keep_alignment,
-            keep_log_probs=prepared.keep_log_probs,
-        )
-
-    def observe(self, labels: tuple[str, str], received: float, timings: Timings) -> None:
-        if timings.first_token_at:
-            self.metrics.time_to_first_token.labels(*labels).observe(
-                timings.first_token_at - received
+        deadline = None if remaining is None else time.monotonic() + remaining
+        per_job = rows // copies
+        return [
+            Job(
+                id=self.pool.next_id(),
+                encoder_inputs={
+                    k: v[start : start + per_job] for k, v in prepared.encoder_inputs.items()
+                },
+                options=prepared.options,
+                stream=stream,
+                deadline=deadline,
+                keep_alignment=prepared.keep_alignment,
+                keep_log_probs=prepared.keep_log_probs,
             )
+            for start in range(0, prepared.inputs, per_job)
+        ]
+
+    def observe(self, labels: tuple[str, str], received: float, timings: list[Timings]) -> None:
+        """A request's time to first token (its first job's) and its token gaps."""
+        first = min((t.first_token_at for t in timings if t.first_token_at), default=0.0)
+        if first:
+            self.metrics.time_to_first_token.labels(*labels).observe(first - received)
         itl = self.metrics.inter_token_latency.labels(*labels)
-        for gap in timings.gaps:
+        for gap in (gap for t in timings for gap in t.gaps):
             itl.observe(gap)
 
 
@@ -238,22 +246,37 @@ class ModelServicer:
                 time.monotonic() - received
             )
 
+    async def _result(self, call: Call) -> Result:
+        async for event in self._events(call):
+            if isinstance(event, Result):
+                return event
+        raise Unavailable("the decode ended without a result; retry")
+
     async def unary(self, method: str, request, context):
         front = self.front
         async with self._accounted(method, request, context) as (model, labels, received):
             prepared = await model.prepare(request, stream=False)
-            job = front.job(prepared, context, stream=False)
-            call = await front.pool.submit(model.key, method, job, context.time_remaining())
-            async for event in self._events(call):
-                if isinstance(event, Result):
-                    front.observe(labels, received, event.timings)
-                    return model.response(prepared, event.results, request)
+            calls, tasks = [], []
+            try:
+                for job in front.jobs(prepared, context, stream=False):
+                    remaining = context.time_remaining()
+                    calls.append(await front.pool.submit(model.key, method, job, remaining))
+                    tasks.append(asyncio.ensure_future(self._result(calls[-1])))
+                events = await asyncio.gather(*tasks)
+            except BaseException:
+                for call, task in zip(calls, tasks, strict=True):
+                    front.pool.cancel(call)  # the request's other jobs stop at their next step
+                    task.cancel()
+                raise
+            front.observe(labels, received, [event.timings for event in events])
+            results = [nbest for event in events for nbest in event.results]
+            return model.response(prepared, results, request)
 
     async def stream(self, method: str, request, context):
         front = self.front
         async with self._accounted(method, request, context) as (model, labels, received):
             prepared = await model.prepare(request, stream=True)
-            job = front.job(prepared, context, stream=True)
+            (job,) = front.jobs(prepared, context, stream=True)
             call = await front.pool.submit(model.key, method, job, context.time_remaining())
             tokens: list[int] = []
             async for event in self._events(call):
@@ -262,7 +285,7 @@ class ModelServicer:
                         tokens = tokens[: partial.kept] + partial.new
                     yield model.partial(tokens, event[-1].steps)
                 elif isinstance(event, Result):
-                    front.observe(labels, received, event.timings)
+                    front.observe(labels, received, [event.timings])
                     yield model.final(model.response(prepared, event.results, request))
 
 

@@ -55,3 +55,36 @@ def test_messages_are_frozen_and_cross_a_pipe_intact():
     with pytest.raises(FrozenInstanceError):
         copy.rows = 0  # type: ignore[misc]
     assert isinstance(pickle.loads(pickle.dumps(Submit("t/1", None))), Submit)
+
+
+def test_a_request_is_cut_into_jobs_that_each_fit_a_batch():
+    import numpy as np
+
+    from service.decoding import DecodingOptions
+    from service.kinds import Prepared
+    from service.server import Front
+
+    class Pool:
+        ids = iter(range(1, 100))
+
+        def next_id(self):
+            return next(self.ids)
+
+    class Context:
+        def time_remaining(self):
+            return None
+
+    config = replace(ServerConfig(), max_batch_rows=8)
+    front = Front(config, _models(["translator"], []), Pool(), None)
+    ids = np.arange(10 * 3).reshape(10, 3)
+    prepared = Prepared({"src_ids": ids}, DecodingOptions(beam_size=3), [f"texts[{i}]" for i in
+                        range(10)])  # fmt: skip
+    jobs = front.jobs(prepared, Context(), stream=False)
+    assert [j.inputs for j in jobs] == [2, 2, 2, 2, 2] and all(j.rows <= 8 for j in jobs)
+    assert np.array_equal(np.concatenate([j.encoder_inputs["src_ids"] for j in jobs]), ids)
+    assert len({j.id for j in jobs}) == 5
+    wide = Prepared({"src_ids": ids}, DecodingOptions(beam_size=9), ["texts[0]"] * 10)
+    with pytest.raises(
+        InvalidArgument, match="9 hypotheses per input need 9 batch rows, at most 8"
+    ):
+        front.jobs(wide, Context(), stream=False)

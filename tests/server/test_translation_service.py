@@ -160,11 +160,6 @@ BAD_REQUESTS = {
     ),
     "unknown model": (_request(model="klingon"), "NOT_FOUND", "model: no model named 'klingon'"),
     "unknown version": (_request(version="7"), "NOT_FOUND", "version"),
-    "too many rows": (
-        _request(texts=["Hola."] * 5, options={"beam_size": 16}),
-        "INVALID_ARGUMENT",
-        "80 batch rows, at most 64",
-    ),
 }
 
 
@@ -269,3 +264,22 @@ def test_a_response_beyond_four_megabytes_arrives(server, test_sentences):
     assert response.ByteSize() > 4 * 1024 * 1024
     hypotheses = response.translations[0].hypotheses
     assert len(hypotheses) == 16 and all(h.alignment.weights for h in hypotheses)
+
+
+def test_a_request_of_more_texts_than_a_batch_holds_is_decoded_in_several_jobs(
+    server, shipped_translator, tokenizer, test_sentences
+):
+    """40 texts x beam 4 need 160 rows, a batch has 64: the texts are independent sequences,
+    decoded in three jobs (on any worker) and answered in order, as in process."""
+    from models.reference import TorchEngine
+
+    texts = [test_sentences[i % len(test_sentences)] + f" {i}" for i in range(40)]
+    response = client.translate(server.channel, texts, beam_size=4, max_length=80, timeout=120)
+    model, _ = shipped_translator
+    ids = tokenizer.encode_batch(texts)
+    options = DecodingOptions(beam_size=4, max_length=80)
+    expected = translate_ids(TorchEngine(model), ids, options, 512)
+    assert len(response.translations) == 40
+    got = [list(t.hypotheses[0].tokens) for t in response.translations]
+    assert got == [tokenizer.pieces(nbest[0].tokens) for nbest in expected]
+    assert response.token_counts.input_tokens == sum(len(s) + 1 for s in ids)
