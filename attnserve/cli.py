@@ -8,6 +8,7 @@ without torch.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import shutil
 import sys
@@ -46,7 +47,9 @@ TRANSLATE_TIMEOUT = 60.0  # seconds, the default deadline of a translate call
 CAPTION_TIMEOUT = 120.0  # seconds, the default deadline of each caption call (64 images at most)
 HEALTH_TIMEOUT = 5.0
 # translate and caption options that mean something for one engine only
-GRPC_ONLY = ("server", "stream", "alignment", "timeout", "model", "model_version")
+GRPC_ONLY = (
+    "server", "stream", "alignment", "timeout", "model", "model_version", "input", "output"
+)  # fmt: skip
 CAPTION_GRPC_ONLY = ("server", "stream", "timeout", "model", "model_version")
 TORCH_ONLY = ("checkpoint",)
 FIGURE_SIDE = 512  # pixels: the image of an attention figure is shrunk to fit this square
@@ -162,7 +165,14 @@ def _add_translate(commands) -> None:
         "hypothesis when there are several. A failed call prints `error: CODE: details` on "
         "stderr and exits with status 1.",
     )
-    parser.add_argument("texts", nargs="*", help="texts; read one a line from stdin when none")
+    parser.add_argument(
+        "texts", nargs="*", help="texts; read one a line from --input or stdin when none"
+    )
+    parser.add_argument("--input", type=Path, help="a file of texts, one a line")
+    parser.add_argument("--output", type=Path, help="write the translations here, one a line")
+    parser.add_argument(
+        "--concurrency", type=int, default=4, help="calls in flight (64 texts a call)"
+    )
     parser.add_argument(
         "--engine",
         choices=["grpc", "torch"],
@@ -374,14 +384,15 @@ def _as_json(message) -> str:
     )
 
 
-def _print_hypotheses(result) -> None:
-    """The hypotheses of one translation or caption on stdout."""
+def _print_hypotheses(result, out=None) -> None:
+    """The hypotheses of one translation or caption on `out` (default: stdout)."""
+    out = out or sys.stdout
     hypotheses = result.hypotheses
     if len(hypotheses) == 1:
-        print(hypotheses[0].text)
+        print(hypotheses[0].text, file=out)
         return
     for rank, hypothesis in enumerate(hypotheses, 1):
-        print(f"{rank}\t{hypothesis.score:.4f}\t{hypothesis.text}")
+        print(f"{rank}\t{hypothesis.score:.4f}\t{hypothesis.text}", file=out)
 
 
 def _alignment_path(path: Path, index: int, count: int) -> Path:
@@ -470,47 +481,82 @@ def _translate(channel, args: argparse.Namespace) -> int:
     except ValueError as error:  # a value the request cannot carry, such as a negative count
         print(f"error: {error}", file=sys.stderr)
         return 2
-    texts = args.texts or [line.rstrip("\n") for line in sys.stdin if line.strip()]
+    texts = args.texts or _read_lines(args.input)
+    if texts is None:
+        return 2
     if not texts:
         return 0
     if args.stream:
         translations = _translate_stream(channel, args, texts, options)
     else:
-        response = client.translate_batches(channel, texts, **_call(args, options))
+        many = len(texts) > client.TEXTS_PER_CHUNK
+        progress = _Progress(len(texts), "translated", "text") if many else None
+        try:
+            response = client.translate_batches(
+                channel, texts, concurrency=args.concurrency, progress=progress,
+                **_call(args, options),
+            )  # fmt: skip
+        finally:
+            if progress is not None:
+                progress.close()
         translations = response.translations
-        if args.json:
-            print(_as_json(response))
-        else:
-            for translation in translations:
-                _print_hypotheses(translation)
+        with _output(args.output) as out:
+            if args.json:
+                print(_as_json(response), file=out)
+            else:
+                for translation in translations:
+                    _print_hypotheses(translation, out)
     if args.alignment is not None:
         for index, (text, translation) in enumerate(zip(texts, translations, strict=True)):
             _write_alignment(args.alignment, index, len(texts), text, translation)
     return 0
 
 
+def _read_lines(path: Path | None) -> list[str] | None:
+    """Non-empty lines of a file, or of standard input when None (None: unreadable)."""
+    if path is None:
+        return [line.rstrip("\n") for line in sys.stdin if line.strip()]
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as error:
+        print(f"error: {path}: {error}", file=sys.stderr)
+        return None
+    return [line for line in lines if line.strip()]
+
+
+@contextlib.contextmanager
+def _output(path: Path | None):
+    """Standard output, or the file `path` (written whole, UTF-8)."""
+    if path is None:
+        yield sys.stdout
+        return
+    with open(path, "w", encoding="utf-8") as out:
+        yield out
+
+
 class _Progress:
-    """Images captioned so far, on stderr: a tqdm bar when tqdm is installed, else a counter
+    """Inputs answered so far, on stderr: a tqdm bar when tqdm is installed, else a counter
     (rewritten in place on a terminal, one line per call otherwise). Called with the count."""
 
-    def __init__(self, total: int) -> None:
-        self.total = total
+    def __init__(self, total: int, verb: str = "captioned", noun: str = "image") -> None:
+        self.total, self.verb, self.noun = total, verb, noun
         self.tty = sys.stderr.isatty()
         try:
             from tqdm import tqdm
         except ImportError:
             self.bar = None
         else:
-            self.bar = tqdm(total=total, unit="image", file=sys.stderr, dynamic_ncols=True)
+            self.bar = tqdm(total=total, unit=noun, file=sys.stderr, dynamic_ncols=True)
 
     def __call__(self, done: int) -> None:
+        text = f"{self.verb} {done}/{self.total} {self.noun}s"
         if self.bar is not None:
             self.bar.update(done - self.bar.n)
         elif self.tty:
-            sys.stderr.write(f"\rcaptioned {done}/{self.total} images")
+            sys.stderr.write(f"\r{text}")
             sys.stderr.flush()
         else:
-            print(f"captioned {done}/{self.total} images", file=sys.stderr, flush=True)
+            print(text, file=sys.stderr, flush=True)
 
     def close(self) -> None:
         if self.bar is not None:

@@ -1,16 +1,18 @@
 """Modern Spanish-English sentence pairs from the gettext catalogs of Debian packages.
 
 A translated program ships its Spanish messages as a compiled catalog
-(`usr/share/locale/es/LC_MESSAGES/<domain>.mo`): every entry pairs an English original
-(msgid) with its Spanish translation (msgstr). The packages are fetched with `apt-get
-download` into a cache and unpacked with `dpkg-deb -x`, never installed (installing them
-would pull gigabytes of dependencies); a second build reads the cache only.
+(`<prefix>/es/LC_MESSAGES/<domain>.mo`, usually under `usr/share/locale`): every entry pairs
+an English original (msgid) with its Spanish translation (msgstr). The packages are fetched
+with `apt-get download` into a cache and only their Spanish catalogs taken out of the
+archive, never installed (installing them would pull gigabytes of dependencies); a second
+build reads the cache only.
 
 Each entry is cleaned the same way on both sides: keyboard accelerators (`_File`, `&File`)
 and markup tags are removed, white space is collapsed. An entry is dropped when its original
 holds a format placeholder (`%s`, `%(name)s`, `{0}`, `%1`, `$NAME`): the sentence is not whole
 without its value. Untranslated entries (target equal to source), entries without a word,
 URLs and paths, and very short or very long ones are dropped too; duplicates are kept once.
+Packages of compiler and database jargon are capped (`CAPS`).
 
 Packages are either training packages or held out whole for the `modern` test part
 (`PACKAGES`); the test part then drops every pair whose normalised source or target also
@@ -20,6 +22,7 @@ occurs in training, so nothing leaks by repetition across packages.
 from __future__ import annotations
 
 import gettext
+import hashlib
 import re
 import subprocess
 import unicodedata
@@ -28,6 +31,8 @@ from pathlib import Path
 
 # package: "train" or "modern" (held out whole for the test part)
 PACKAGES = {
+    "pidgin-data": "modern",
+    "wesnoth-1.16-data": "modern",
     "hexchat-common": "modern",
     "gnome-maps": "modern",
     "gnome-weather": "modern",
@@ -46,10 +51,19 @@ PACKAGES = {
     "gnome-control-center-data": "train",
     "totem-common": "train",
     "rhythmbox-data": "train",
-    "transmission-common": "train",
     "shotwell-common": "train",
+    "libreoffice-l10n-es": "train",
+    "python3-django": "train",
+    "digikam-data": "train",
+    "gcc-12-locales": "train",
+    "binutils-common": "train",
+    "postgresql-15": "train",
 }
-LOCALE_DIRS = ("usr/share/locale/es/LC_MESSAGES", "usr/share/locale-langpack/es/LC_MESSAGES")
+# compiler and database jargon: at most this many pairs of these packages (a seeded choice)
+CAPS = {"gcc-12-locales": 2000, "binutils-common": 2000, "postgresql-15": 2000}
+MODERN_PAIRS = 2000  # the modern test part: a seeded choice among the held-out pairs
+LOCALE_DIRS = ("usr/share/locale/es/LC_MESSAGES",)  # where most packages put their catalogs
+CATALOGS = "*/es/LC_MESSAGES/*.mo"  # anywhere (LibreOffice, Wesnoth and others elsewhere)
 MIN_WORDS, MAX_CHARS = 2, 300
 
 _ACCELERATOR = re.compile(r"(?<![\w&])&(?=\w)|_(?=\w)")
@@ -121,16 +135,15 @@ def catalog_entries(path: Path) -> list[tuple[str, str]]:
 def package_pairs(tree: Path, stats: CatalogStats, package: str) -> list[tuple[str, str]]:
     """Cleaned (Spanish, English) pairs of every Spanish catalog under an unpacked package."""
     pairs = []
-    for directory in LOCALE_DIRS:
-        for path in sorted((tree / directory).glob("*.mo")):
-            for original, translation in catalog_entries(path):
-                stats.entries[package] = stats.entries.get(package, 0) + 1
-                source, target = clean(translation), clean(original)
-                reason = why_dropped(source, target, original)
-                if reason is None:
-                    pairs.append((source, target))
-                else:
-                    stats.dropped[reason] = stats.dropped.get(reason, 0) + 1
+    for path in sorted(tree.glob("**/es/LC_MESSAGES/*.mo")):
+        for original, translation in catalog_entries(path):
+            stats.entries[package] = stats.entries.get(package, 0) + 1
+            source, target = clean(translation), clean(original)
+            reason = why_dropped(source, target, original)
+            if reason is None:
+                pairs.append((source, target))
+            else:
+                stats.dropped[reason] = stats.dropped.get(reason, 0) + 1
     return pairs
 
 
@@ -150,9 +163,8 @@ def fetch(package: str, cache: Path) -> Path:
     partial.mkdir(parents=True, exist_ok=True)
     archive = subprocess.run(["dpkg-deb", "--fsys-tarfile", str(deb)], check=True,
                              capture_output=True).stdout  # fmt: skip
-    wanted = [f"./{d}/*" for d in LOCALE_DIRS]
     subprocess.run(  # no Spanish catalog in the package is not an error: tar exits 2
-        ["tar", "-x", "-C", str(partial), "--wildcards", *wanted], input=archive,
+        ["tar", "-x", "-C", str(partial), "--wildcards", CATALOGS], input=archive,
         capture_output=True,
     )  # fmt: skip
     partial.rename(tree)
@@ -167,7 +179,8 @@ def build_pairs(
     stats = CatalogStats()
     parts: dict[str, dict[tuple[str, str], None]] = {"train": {}, "modern": {}}
     for package, tree in sorted(trees.items()):
-        pairs = package_pairs(tree, stats, package)
+        pairs = list(dict.fromkeys(package_pairs(tree, stats, package)))
+        pairs = _seeded(pairs, CAPS.get(package, len(pairs)))
         stats.kept[package] = len(pairs)
         parts[roles[package]].update(dict.fromkeys(pairs))
     train = list(parts["train"])
@@ -177,7 +190,14 @@ def build_pairs(
         for s, t in parts["modern"]
         if normalised(s) not in seen and normalised(t) not in seen and (s, t) not in parts["train"]
     ]
-    return train, modern, stats
+    return train, _seeded(modern, MODERN_PAIRS), stats
+
+
+def _seeded(pairs: list[tuple[str, str]], count: int) -> list[tuple[str, str]]:
+    """At most `count` of `pairs`, chosen by their hash (the same whatever the order)."""
+    if len(pairs) <= count:
+        return pairs
+    return sorted(pairs, key=lambda pair: hashlib.sha256("\t".join(pair).encode()).digest())[:count]
 
 
 EVERYDAY = Path(__file__).resolve().parent / "testsets" / "everyday.tsv"

@@ -20,7 +20,9 @@ the bad field. No torch here: this module belongs to the serving side.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 import numpy as np
@@ -40,6 +42,7 @@ SERVER_ENVIRONMENT = "ATTNSERVE_SERVER"
 SERVICE_NAME = "attnserve.v1.TranslationService"
 CAPTION_SERVICE = "attnserve.v1.CaptionService"
 TEXTS_PER_REQUEST = MAX_TEXTS  # the server's limit on texts in one Translate request
+TEXTS_PER_CHUNK = 64  # texts a call of translate_batches sends by default
 IMAGES_PER_REQUEST = 64  # the server's limit on images in one Caption request
 MAX_RECEIVE_BYTES = 64 * 1024 * 1024  # alignments of many long texts exceed gRPC's 4 MB
 
@@ -144,28 +147,40 @@ def translate_batches(
     channel: grpc.Channel,
     texts: Sequence[str],
     *,
-    batch_size: int = TEXTS_PER_REQUEST,
+    batch_size: int = TEXTS_PER_CHUNK,
+    concurrency: int = 1,
+    progress: Callable[[int], None] | None = None,
     model: str = "",
     version: str = "",
     options: decoding_pb2.DecodingOptions | None = None,
     timeout: float | None = None,
     **decoding,
 ) -> translation_pb2.TranslateResponse:
-    """Any number of texts, sent `batch_size` at a time (`timeout` per call), answered as one
-    response: the translations in order, the token counts summed, the first call's model and
-    version."""
+    """Any number of texts, sent `batch_size` at a time (`timeout` per call), `concurrency`
+    calls in flight, answered as one response: the translations in order, the token counts
+    summed, the first call's model and version. `progress(done)` is called with the number of
+    texts answered after each call."""
+    if batch_size < 1 or concurrency < 1:
+        raise ValueError("batch_size and concurrency must be 1 or more")
     options = _options(options, decoding)
-    merged = translation_pb2.TranslateResponse()
-    for start in range(0, len(texts), batch_size):
+    chunks = [texts[start : start + batch_size] for start in range(0, len(texts), batch_size)]
+    done, lock = [0], threading.Lock()
+
+    def call(chunk: Sequence[str]) -> translation_pb2.TranslateResponse:
         response = translate(
-            channel,
-            texts[start : start + batch_size],
-            model=model,
-            version=version,
-            options=options,
-            timeout=timeout,
+            channel, chunk, model=model, version=version, options=options, timeout=timeout
         )
-        if start == 0:
+        if progress is not None:
+            with lock:
+                done[0] += len(chunk)
+                progress(done[0])
+        return response
+
+    with ThreadPoolExecutor(concurrency) as pool:
+        responses = list(pool.map(call, chunks))
+    merged = translation_pb2.TranslateResponse()
+    for index, response in enumerate(responses):
+        if index == 0:
             merged.model, merged.version = response.model, response.version
         merged.translations.extend(response.translations)
         merged.token_counts.input_tokens += response.token_counts.input_tokens

@@ -828,3 +828,34 @@ def test_the_caption_client_runs_without_torch(tmp_path):
     )
     assert result.returncode == 1
     assert result.stderr.startswith("error: UNAVAILABLE: "), result.stderr
+
+
+def test_translate_batches_keeps_order_with_calls_in_flight_and_reports_progress(stand_in):
+    servicer, address = stand_in
+    texts = [f"frase {i}" for i in range(23)]
+    seen = []
+    with client.connect(address) as channel:
+        response = client.translate_batches(
+            channel, texts, batch_size=3, concurrency=4, progress=seen.append
+        )
+        with pytest.raises(ValueError, match="concurrency"):
+            client.translate_batches(channel, texts, concurrency=0)
+    assert sorted(len(r.texts) for r in servicer.requests) == [2] + [3] * 7
+    assert [t.hypotheses[0].text for t in response.translations] == [t.upper() for t in texts]
+    assert seen == sorted(seen) and seen[-1] == 23 and len(seen) == 8
+
+
+def test_translate_command_reads_input_writes_output_with_progress(stand_in, tmp_path, capsys):
+    _, address = stand_in
+    source = tmp_path / "es.txt"
+    source.write_text("".join(f"linea {i}\n" for i in range(70)) + "\n", encoding="utf-8")
+    target = tmp_path / "en.txt"
+    argv = ["translate", "--server", address, "--input", str(source), "--output", str(target)]
+    assert main([*argv, "--concurrency", "2"]) == 0
+    assert target.read_text(encoding="utf-8").splitlines() == [f"LINEA {i}" for i in range(70)]
+    captured = capsys.readouterr()
+    assert captured.out == "" and "70/70" in captured.err  # 70 texts: two calls, a progress
+    assert main(["translate", "--server", address, "--input", str(tmp_path / "none")]) == 2
+    with pytest.raises(SystemExit) as refused:  # the local engine reads arguments or stdin
+        main(["translate", "--engine", "torch", "--input", str(source)])
+    assert refused.value.code == 2
