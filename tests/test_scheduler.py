@@ -149,20 +149,24 @@ def test_both_kinds_share_one_worker_loop_without_mixing(translator, captioner):
 
 
 def test_a_fixed_state_joins_into_a_dead_slot_with_its_own_initial_state(captioner):
-    """A captioner row joining a running batch in a freed slot starts from its own encoder
-    state, written in place (no rebuild), and decodes as alone."""
+    """A captioner row joining a running batch takes a freed slot, its own encoder state
+    written in place (no rebuild), and decodes as alone."""
     kind = _onnx(captioner)
     scheduler = Scheduler(kind.engine, max_rows=8)
     short = replace(OPTIONS[0], max_length=3)
-    scheduler.submit(kind.job(0, [kind.sources[0]], short))
-    scheduler.submit(kind.job(1, [kind.sources[1]], OPTIONS[0]))
+    for job_id, options in ((0, short), (1, OPTIONS[0]), (3, OPTIONS[0])):
+        scheduler.submit(kind.job(job_id, [kind.sources[job_id]], options))
     for _ in range(3):
         scheduler.iterate()
-    assert scheduler.batch.rows == 1 and scheduler.batch.slots == 2  # job 0 left a dead slot
-    rebuilds = scheduler.batch.rebuilds
-    done = _drain(scheduler, [kind.job(2, [kind.sources[2]], OPTIONS[0])])
-    assert scheduler.batch.rebuilds == rebuilds or done  # reused in place when it fit
-    for job_id in (1, 2):
+    assert scheduler.batch.rows == 2 and scheduler.batch.slots == 3  # job 0 left a dead slot
+    rebuilds, events = scheduler.batch.rebuilds, list(scheduler.events)
+    scheduler.events.clear()
+    scheduler.submit(kind.job(2, [kind.sources[2]], OPTIONS[0]))
+    scheduler.iterate()
+    assert scheduler.batch.rebuilds == rebuilds and scheduler.batch.slots == 3
+    scheduler.events = events + scheduler.events
+    done = _drain(scheduler, [])
+    for job_id in (1, 2, 3):
         alone = kind.alone([kind.sources[job_id]], OPTIONS[0])
         assert done[job_id].results[0][0].tokens == alone[0][0].tokens
 
