@@ -440,27 +440,38 @@ class _PartialLine:
             self.open = False
 
 
-def _translate_stream(channel, args: argparse.Namespace, texts: list[str], options) -> list:
-    from service import client
-
-    translations = []
-    for index, text in enumerate(texts):
-        line = _PartialLine()
+def _stream_each(stream, inputs: list, field: str, noun: str, json: bool, partials) -> list:
+    """Streams the inputs one after another: every event as JSON with `json`, else the
+    growing best hypothesis on `partials` and the final one on stdout. Returns the results
+    (`field` of each final response: translations, captions)."""
+    results = []
+    for index, item in enumerate(inputs):
+        line = _PartialLine(partials)
         try:
-            for event in client.translate_stream(channel, text, **_call(args, options)):
-                if args.json:
+            for event in stream(item):
+                if json:
                     print(_as_json(event), flush=True)
                 elif event.WhichOneof("event") == "partial":
                     line.show(event.partial.text)
                 if event.WhichOneof("event") == "result":
-                    translations.extend(event.result.translations)
+                    results.extend(getattr(event.result, field))
         finally:
             line.close()
-        if len(translations) != index + 1:
-            raise _Failure(f"the stream of text {index + 1} ended without one result")
-        if not args.json:
-            _print_hypotheses(translations[-1])
-    return translations
+        if len(results) != index + 1:
+            raise _Failure(f"the stream of {noun} {index + 1} ended without one result")
+        if not json:
+            _print_hypotheses(results[-1])
+            sys.stdout.flush()
+    return results
+
+
+def _translate_stream(channel, args: argparse.Namespace, texts: list[str], options) -> list:
+    from service import client
+
+    return _stream_each(
+        lambda text: client.translate_stream(channel, text, **_call(args, options)),
+        texts, "translations", "text", args.json, sys.stdout,
+    )  # fmt: skip
 
 
 def _call(args: argparse.Namespace, options, timeout: float = TRANSLATE_TIMEOUT) -> dict:
@@ -617,25 +628,10 @@ def _write_attention(path: Path, index: int, count: int, data: bytes, caption) -
 def _caption_stream(channel, args: argparse.Namespace, images: list[bytes], call: dict) -> list:
     from service import client
 
-    captions = []
-    for index, image in enumerate(images):
-        line = _PartialLine(sys.stderr)
-        try:
-            for event in client.caption_stream(channel, image, **call):
-                if args.json:
-                    print(_as_json(event), flush=True)
-                elif event.WhichOneof("event") == "partial":
-                    line.show(event.partial.text)
-                if event.WhichOneof("event") == "result":
-                    captions.extend(event.result.captions)
-        finally:
-            line.close()
-        if len(captions) != index + 1:
-            raise _Failure(f"the stream of image {index + 1} ended without one result")
-        if not args.json:
-            _print_hypotheses(captions[-1])
-            sys.stdout.flush()
-    return captions
+    return _stream_each(
+        lambda image: client.caption_stream(channel, image, **call),
+        images, "captions", "image", args.json, sys.stderr,
+    )  # fmt: skip
 
 
 def _caption(channel, args: argparse.Namespace) -> int:

@@ -160,16 +160,29 @@ def translate_batches(
     calls in flight, answered as one response: the translations in order, the token counts
     summed, the first call's model and version. `progress(done)` is called with the number of
     texts answered after each call."""
-    if batch_size < 1 or concurrency < 1:
-        raise ValueError("batch_size and concurrency must be 1 or more")
     options = _options(options, decoding)
-    chunks = [texts[start : start + batch_size] for start in range(0, len(texts), batch_size)]
-    done, lock = [0], threading.Lock()
 
     def call(chunk: Sequence[str]) -> translation_pb2.TranslateResponse:
-        response = translate(
+        return translate(
             channel, chunk, model=model, version=version, options=options, timeout=timeout
         )
+
+    merged = translation_pb2.TranslateResponse()
+    responses = _chunked(call, texts, batch_size, concurrency, progress)
+    return _merged(merged, responses, "translations")
+
+
+def _chunked(call, items: Sequence, batch_size: int, concurrency: int, progress) -> list:
+    """`call(chunk)` for every `batch_size` items, `concurrency` calls in flight, responses in
+    order; `progress(done)` after each call with the number of items answered."""
+    if batch_size < 1 or concurrency < 1:
+        raise ValueError(f"batch_size and concurrency must be 1 or more ({batch_size}, "
+                         f"{concurrency})")  # fmt: skip
+    chunks = [items[start : start + batch_size] for start in range(0, len(items), batch_size)]
+    done, lock = [0], threading.Lock()
+
+    def one(chunk: Sequence):
+        response = call(chunk)
         if progress is not None:
             with lock:
                 done[0] += len(chunk)
@@ -177,12 +190,16 @@ def translate_batches(
         return response
 
     with ThreadPoolExecutor(concurrency) as pool:
-        responses = list(pool.map(call, chunks))
-    merged = translation_pb2.TranslateResponse()
+        return list(pool.map(one, chunks))
+
+
+def _merged(merged, responses: list, field: str):
+    """One response of many: `field` (translations, captions) in order, the token counts
+    summed, the first response's model and version."""
     for index, response in enumerate(responses):
         if index == 0:
             merged.model, merged.version = response.model, response.version
-        merged.translations.extend(response.translations)
+        getattr(merged, field).extend(getattr(response, field))
         merged.token_counts.input_tokens += response.token_counts.input_tokens
         merged.token_counts.output_tokens += response.token_counts.output_tokens
     return merged
@@ -267,13 +284,10 @@ def caption_batches(
     response: the captions in order, the token counts summed, the first call's model and
     version. `progress(done)`, when given, is called after each call with the number of images
     captioned so far."""
-    if batch_size < 1:
-        raise ValueError(f"batch_size: {batch_size}, at least 1")
     options = _options(options, decoding)
-    merged = caption_pb2.CaptionResponse()
-    for start in range(0, len(images), batch_size):
-        chunk = images[start : start + batch_size]
-        response = caption(
+
+    def call(chunk: Sequence[bytes]) -> caption_pb2.CaptionResponse:
+        return caption(
             channel,
             chunk,
             model=model,
@@ -282,14 +296,9 @@ def caption_batches(
             return_attention=return_attention,
             timeout=timeout,
         )
-        if start == 0:
-            merged.model, merged.version = response.model, response.version
-        merged.captions.extend(response.captions)
-        merged.token_counts.input_tokens += response.token_counts.input_tokens
-        merged.token_counts.output_tokens += response.token_counts.output_tokens
-        if progress is not None:
-            progress(start + len(chunk))
-    return merged
+
+    responses = _chunked(call, images, batch_size, 1, progress)
+    return _merged(caption_pb2.CaptionResponse(), responses, "captions")
 
 
 def caption_stream(
