@@ -9,6 +9,7 @@ import resource
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +19,7 @@ from service.captioning import pixels
 from service.decoding import DecodingOptions, decode
 from service.inference import CachedInference, Inference, UncachedInference
 from service.repository import verify
+from service.search import SearchRequest
 from service.tokenizer import Tokenizer
 
 THREAD_CHECK = "onnx-fp32-2threads"  # only the greedy cases at the middle length
@@ -34,11 +36,17 @@ CAPTION_ENGINES = ("torch-cached", "onnx-fp32", "onnx-int8")  # an LSTM's state 
 
 
 class Stepped(Inference):
-    """Counts the decoding steps; with `hidden` (the `</s>` id), hides that token from the
-    decoding strategy, so that every row runs to max_length."""
+    """Counts the decoding steps; with `hidden` (the `</s>` id), bans that token in the search,
+    so that every row runs to max_length."""
 
     def __init__(self, inner: Inference, hidden: int | None = None):
         self.inner, self.hidden, self.steps = inner, hidden, 0
+
+    def search_step(self, tokens: np.ndarray, request: SearchRequest):
+        self.steps += 1
+        if self.hidden is not None:
+            request = replace(request, banned=(*request.banned, self.hidden))
+        return self.inner.search_step(tokens, request)
 
     def step(self, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         logits, attention = self.inner.step(tokens)
@@ -73,7 +81,7 @@ class OurRunner:
         inference = self.inference_type(self.engine, encoder, len(inputs))
         inference = Stepped(inference, eos if forced else None)
         options = DecodingOptions(beam_size=beam, max_length=length)
-        hypotheses = decode(inference, len(inputs), options, bos, eos)
+        hypotheses = decode(inference, len(inputs), options, bos, eos, attention=False)
         end = time.perf_counter()
         tokens = [nbest[0].tokens for nbest in hypotheses]
         return tokens, encoded - start, end - encoded, inference.steps

@@ -14,8 +14,9 @@ from models.caption_eval import text_scores
 from models.evaluate import corpus_scores
 from service.batching import source_batch
 from service.captioning import caption_batches, pixels
-from service.decoding import DecodingOptions, Hypothesis, log_softmax
+from service.decoding import DecodingOptions, Hypothesis
 from service.inference import CachedInference, EncoderOutput, Engine
+from service.search import log_softmax
 from service.tokenizer import Tokenizer
 from service.translation import translate_batches
 

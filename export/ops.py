@@ -10,6 +10,14 @@ They move cache rows on the device where the cache lives, so on a GPU it never l
   row masks, or memory positions no row uses, once the requests that needed them have left.
 
 Every op takes tensors of any rank, so they serve any state the model's interface declares.
+
+Two more run on a step's logits where they are (service.search), so that only a few numbers a
+row cross to the host:
+- `search_<float dtype>`: log-softmax of logits + bias (a bias of -inf bans a token), then the
+  k best tokens of each row and their log-probabilities, best first;
+- `sample_<float dtype>`: the same log-probabilities, then log_softmax(log_probs / temperature)
+  per row: the k best tokens by that, with both log-probabilities (sampling's candidates).
+Equal values come in index order (ONNX TopK), as `service.search.host_search` orders them.
 """
 
 from __future__ import annotations
@@ -91,7 +99,69 @@ def narrow_graph(dtype: int) -> onnx.ModelProto:
     return _model("narrow", [node], [data, start, end, axis], [output])
 
 
-OPS = {"gather": gather_graph, "join": join_graph, "narrow": narrow_graph}
+def _log_probs(dtype: int, nodes: list) -> list:
+    """Inputs logits (rows, vocab) and bias (1, vocab) float32 -> nodes computing `log_probs`
+    (rows, vocab) float32."""
+    logits = helper.make_tensor_value_info("logits", dtype, ["rows", "vocab"])
+    bias = helper.make_tensor_value_info("bias", TensorProto.FLOAT, [1, "vocab"])
+    source = "logits"
+    if dtype != TensorProto.FLOAT:
+        nodes.append(helper.make_node("Cast", ["logits"], ["logits_float"], to=TensorProto.FLOAT))
+        source = "logits_float"
+    nodes += [
+        helper.make_node("Add", [source, "bias"], ["biased"]),
+        helper.make_node("LogSoftmax", ["biased"], ["log_probs_all"], axis=-1),
+    ]
+    return [logits, bias]
+
+
+def _outputs(*names: str) -> list:
+    types = {"ids": TensorProto.INT64}
+    return [
+        helper.make_tensor_value_info(n, types.get(n, TensorProto.FLOAT), ["rows", "k"])
+        for n in names
+    ]
+
+
+def search_graph(dtype: int) -> onnx.ModelProto:
+    """logits, bias, k (1,) -> ids, log_probs (rows, k): the k most likely tokens."""
+    nodes: list = []
+    inputs = _log_probs(dtype, nodes)
+    inputs.append(helper.make_tensor_value_info("k", TensorProto.INT64, [1]))
+    nodes.append(
+        helper.make_node(
+            "TopK", ["log_probs_all", "k"], ["log_probs", "ids"], axis=-1, largest=1, sorted=1
+        )
+    )
+    return _model("search", nodes, inputs, _outputs("ids", "log_probs"))
+
+
+def sample_graph(dtype: int) -> onnx.ModelProto:
+    """logits, bias, k (1,), temperature (rows, 1) -> ids, log_probs, scores (rows, k): the
+    k best tokens after temperature (`scores`), with the model's own log-probabilities."""
+    nodes: list = []
+    inputs = _log_probs(dtype, nodes)
+    inputs += [
+        helper.make_tensor_value_info("k", TensorProto.INT64, [1]),
+        helper.make_tensor_value_info("temperature", TensorProto.FLOAT, ["rows", 1]),
+    ]
+    nodes += [
+        helper.make_node("Div", ["log_probs_all", "temperature"], ["tempered"]),
+        helper.make_node("LogSoftmax", ["tempered"], ["scores_all"], axis=-1),
+        helper.make_node("TopK", ["scores_all", "k"], ["scores", "ids"], axis=-1, sorted=1),
+        helper.make_node("GatherElements", ["log_probs_all", "ids"], ["log_probs"], axis=1),
+    ]
+    return _model("sample", nodes, inputs, _outputs("ids", "log_probs", "scores"))
+
+
+OPS = {
+    "gather": gather_graph,
+    "join": join_graph,
+    "narrow": narrow_graph,
+    "search": search_graph,
+    "sample": sample_graph,
+}
+FLOAT_ONLY = ("search", "sample")  # they read logits
 
 
 def write_ops(directory: Path) -> dict[str, dict[str, str]]:
@@ -99,6 +169,8 @@ def write_ops(directory: Path) -> dict[str, dict[str, str]]:
     paths: dict[str, dict[str, str]] = {}
     for op, build in OPS.items():
         for name, dtype in DTYPES.items():
+            if op in FLOAT_ONLY and dtype == TensorProto.INT64:
+                continue
             path = directory / "ops" / f"{op}_{name}.onnx"
             path.parent.mkdir(parents=True, exist_ok=True)
             onnx.save_model(build(dtype), str(path))

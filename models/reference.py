@@ -17,6 +17,7 @@ from models.checkpoint import kind_of
 from models.transformer import Transformer
 from service.graphs import interface_for
 from service.inference import EncoderOutput, Tensors
+from service.search import Candidates, SearchRequest, host_search
 from service.tokenizer import SPECIAL_TOKENS
 
 
@@ -25,9 +26,15 @@ class TorchEngine:
 
     host_tensors = False  # torch tensors: rows move by take, join and narrow
 
-    def __init__(self, model: Transformer | Captioner, device: str = "cpu"):
+    def __init__(
+        self, model: Transformer | Captioner, device: str = "cpu", device_search: bool = False
+    ):
+        """`device_search`: log-softmax and top-k by torch where the logits are (a fair
+        baseline on a GPU; equal values may come in another order than `host_search`'s, so
+        the reference for parity keeps it off)."""
         self.model = model.to(device).eval()
         self.device = torch.device(device)
+        self.device_search = device_search
         self.config = model.config
         self.kind = kind_of(model)
         self.interface = interface_for(self.kind, model.config.to_dict())
@@ -45,6 +52,30 @@ class TorchEngine:
     def _named(self, pairs, names) -> Tensors:
         return dict(zip(names, [t for pair in pairs for t in pair], strict=True))
 
+    @staticmethod
+    def _attention(attention: torch.Tensor, wanted: bool) -> np.ndarray | None:
+        return attention.float().cpu().numpy() if wanted else None
+
+    def host(self, logits: torch.Tensor) -> np.ndarray:
+        return logits.float().cpu().numpy()
+
+    @torch.inference_mode()
+    def search(self, logits: torch.Tensor, request: SearchRequest) -> Candidates:
+        if not self.device_search:
+            return host_search(self.host(logits), request)
+        logits = logits.float()
+        if request.banned:
+            logits = logits.index_fill(1, self._tensor(np.array(request.banned)), -torch.inf)
+        log_probs = torch.log_softmax(logits, dim=-1)
+        k = min(request.k or logits.shape[1], logits.shape[1])
+        if request.temperature is None:
+            values, ids = log_probs.topk(k, dim=-1)
+            return Candidates(ids.cpu().numpy(), values.cpu().numpy())
+        temperature = self._tensor(np.asarray(request.temperature, np.float32))[:, None]
+        scores, ids = torch.log_softmax(log_probs / temperature, dim=-1).topk(k, dim=-1)
+        chosen = log_probs.gather(1, ids)
+        return Candidates(ids.cpu().numpy(), chosen.cpu().numpy(), scores.cpu().numpy())
+
     @torch.inference_mode()
     def encode(self, src_ids: np.ndarray, src_mask: np.ndarray) -> EncoderOutput:
         """src_ids, src_mask (B, S) int64."""
@@ -55,7 +86,8 @@ class TorchEngine:
         return self._named(self.model.empty_cache(batch), self.state_names)
 
     @torch.inference_mode()
-    def step(self, input_ids, positions, self_mask, state: Tensors, encoder: EncoderOutput):
+    def step(self, input_ids, positions, self_mask, state: Tensors, encoder: EncoderOutput,
+             attention: bool = True):  # fmt: skip
         logits, present, cross = self.model.decode_step(
             self._tensor(input_ids),
             self._tensor(positions),
@@ -65,7 +97,7 @@ class TorchEngine:
             self._tensor(encoder.memory_mask),
         )
         state = self._named(present, self.state_names)
-        return logits.float().cpu().numpy(), state, cross.float().cpu().numpy()
+        return logits, state, self._attention(cross, attention)
 
     def take(self, tensor, index: np.ndarray):
         if isinstance(tensor, np.ndarray):
@@ -112,11 +144,12 @@ class CaptionTorchEngine(TorchEngine):
         return dict(encoder.init)
 
     @torch.inference_mode()
-    def step(self, input_ids, positions, self_mask, state: Tensors, encoder: EncoderOutput):
+    def step(self, input_ids, positions, self_mask, state: Tensors, encoder: EncoderOutput,
+             attention: bool = True):  # fmt: skip
         if input_ids.shape[1] != 1:
             raise ValueError(f"the captioner steps one token at a time, got {input_ids.shape}")
         grid, projection = (encoder.memory[n] for n in self.memory_names)
-        logits, (h, c), attention = self.model.decode_step(
+        logits, (h, c), weights = self.model.decode_step(
             self._tensor(input_ids),
             tuple(state[n] for n in self.state_names),
             grid,
@@ -124,13 +157,13 @@ class CaptionTorchEngine(TorchEngine):
             self._tensor(encoder.memory_mask),
         )
         state = dict(zip(self.state_names, (h, c), strict=True))
-        return logits.float().cpu().numpy(), state, attention.float().cpu().numpy()
+        return logits, state, self._attention(weights, attention)
 
 
-def reference_engine(model, device: str = "cpu") -> TorchEngine:
+def reference_engine(model, device: str = "cpu", device_search: bool = False) -> TorchEngine:
     """The PyTorch engine of a Transformer or a Captioner."""
     return (
-        CaptionTorchEngine(model, device)
+        CaptionTorchEngine(model, device, device_search)
         if isinstance(model, Captioner)
-        else TorchEngine(model, device)
+        else TorchEngine(model, device, device_search)
     )

@@ -32,6 +32,7 @@ import numpy as np
 
 from service.batching import concat_padded
 from service.inference import EncoderOutput, Engine, Inference, Tensors
+from service.search import SearchRequest
 
 MIN_TRIM = 8  # padding columns worth dropping (and at least 1/8 of the length)
 IDLE_STEPS = 16  # steps a dead slot may wait for a joining request before a rebuild
@@ -195,7 +196,9 @@ class ContinuousBatch(Inference):
         padding = _trim(self.memory_mask[self.alive], leading=False)
         return padding >= max(MIN_TRIM, self.memory_length // 8)
 
-    def step(self, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _forward(self, tokens: np.ndarray, attention: bool):
+        """One step of every slot (a dead slot is fed padding): the engine's logits of every
+        slot, the live rows' attention (or None), and the live slots (None: every slot)."""
         if self._worth_rebuilding():
             self._rebuild()
         identity = self._identity
@@ -211,13 +214,28 @@ class ContinuousBatch(Inference):
             positions[dead] = 0  # a dead slot's length may pass the model's last position
         self.self_mask = np.concatenate([self.self_mask, np.ones((self.slots, new), np.int64)], 1)
         encoder = EncoderOutput(self.memory, self.memory_mask)
-        logits, self.state, attention = self.engine.step(
-            tokens, positions, self.self_mask, self.state, encoder
+        logits, self.state, seen = self.engine.step(
+            tokens, positions, self.self_mask, self.state, encoder, attention
         )
         self.lengths = self.lengths + new
-        if identity:
-            return logits, attention
-        return logits[self.alive], attention[self.alive]
+        alive = None if identity else self.alive
+        if seen is not None and alive is not None:
+            seen = seen[alive]
+        return logits, seen, alive
+
+    def search_step(self, tokens: np.ndarray, request: SearchRequest):
+        logits, seen, alive = self._forward(tokens, request.attention)
+        if alive is not None and request.temperature is not None:  # dead slots: any value
+            temperature = np.ones(self.slots, dtype=np.float32)
+            temperature[alive] = request.temperature
+            request = SearchRequest(request.k, temperature, request.attention, request.banned)
+        candidates = self.engine.search(logits, request)
+        return (candidates if alive is None else candidates.rows(alive)), seen
+
+    def step(self, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        logits, seen, alive = self._forward(tokens, True)
+        logits = self.engine.host(logits)
+        return (logits if alive is None else logits[alive]), seen
 
     # -- leaving and reordering -------------------------------------------------------------
     def reorder(self, index: np.ndarray) -> None:

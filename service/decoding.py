@@ -14,6 +14,7 @@ import numpy as np
 
 from service.errors import InvalidArgument
 from service.inference import Inference
+from service.search import Candidates, SearchRequest
 
 MAX_BEAM_SIZE = 16
 
@@ -86,10 +87,9 @@ class _Row:
     log_probs: list[float]
     attention: list[np.ndarray]
 
-    def extend(self, token: int, log_prob: float, attention: np.ndarray) -> _Row:
-        return _Row(
-            self.tokens + [token], self.log_probs + [log_prob], self.attention + [attention]
-        )
+    def extend(self, token: int, log_prob: float, attention: np.ndarray | None) -> _Row:
+        seen = self.attention if attention is None else self.attention + [attention]
+        return _Row(self.tokens + [token], self.log_probs + [log_prob], seen)
 
     def finish(self, eos: int, penalty: float) -> Hypothesis:
         ended = bool(self.tokens) and self.tokens[-1] == eos
@@ -105,26 +105,29 @@ class _Row:
         )
 
 
-def log_softmax(logits: np.ndarray) -> np.ndarray:
-    """(B, V) float -> (B, V) float32 log-probabilities."""
-    logits = logits.astype(np.float32, copy=False)
-    shifted = logits - logits.max(axis=-1, keepdims=True)
-    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
-
-
 class Search(ABC):
     """The decoding state of a few inputs, advanced one step at a time.
 
     Its rows are inference rows: `sources` gives the input each row decodes and `tokens` what
-    each row is fed next. `advance` takes the log-probabilities and cross-attention of its rows
-    and returns the rows that go on (an index that may drop or repeat rows), with which the
-    caller reorders the inference. Several searches can share one inference batch (continuous
-    batching), each owning a block of rows.
+    each row is fed next. `k` and `temperature` say which candidates a step must give each row
+    (service.search); `advance` takes them, with the cross-attention of its rows when it was
+    asked for, and returns the rows that go on (an index that may drop or repeat rows), with
+    which the caller reorders the inference. Several searches can share one inference batch
+    (continuous batching), each owning a block of rows.
     """
 
     sources: np.ndarray  # (R,) input of each row
     tokens: np.ndarray  # (R, 1) int64, each row's next input token
     steps: int  # steps taken
+    k: int = 1  # candidates a row needs; 0: the whole vocabulary
+    temperature: float | None = None  # sampling: candidates ranked after this temperature
+
+    def request(self, attention: bool = True) -> SearchRequest:
+        """The search request of this search's rows alone."""
+        temperature = None
+        if self.temperature is not None:
+            temperature = np.full(self.rows, self.temperature, dtype=np.float32)
+        return SearchRequest(self.k, temperature, attention)
 
     @property
     def rows(self) -> int:
@@ -135,8 +138,9 @@ class Search(ABC):
         return self.rows == 0
 
     @abstractmethod
-    def advance(self, log_probs: np.ndarray, attention: np.ndarray) -> np.ndarray:
-        """log_probs (R, V), attention (R, S) of this search's rows -> rows to keep (int64)."""
+    def advance(self, candidates: Candidates, attention: np.ndarray | None) -> np.ndarray:
+        """The candidates (at least `k` a row) and attention (R, S) or None of this search's
+        rows -> rows to keep (int64)."""
 
     @abstractmethod
     def results(self) -> list[list[Hypothesis]]:
@@ -148,23 +152,26 @@ class Search(ABC):
 
 
 class GreedySearch(Search):
-    """One token per row and step, the most likely unless `choose` (log-probs (R, V) -> (R,))
-    picks otherwise; `copies` rows per input; finished rows leave."""
+    """One token per row and step, the most likely unless `choose` (candidates -> the column
+    picked in each row) picks otherwise; `copies` rows per input; finished rows leave."""
 
     def __init__(self, batch, options: DecodingOptions, bos: int, eos: int, choose=None, copies=1):
         self.options, self.eos, self.copies, self.steps = options, eos, copies, 0
-        self.choose = choose or (lambda log_probs: log_probs.argmax(axis=-1))
+        self.choose = choose or (lambda candidates: np.zeros(len(candidates), dtype=np.int64))
         self.hypotheses = [_Row([], [], []) for _ in range(batch * copies)]
         self.finished: list[Hypothesis | None] = [None] * (batch * copies)
         self.active = np.arange(batch * copies)  # the hypothesis each row extends
         self.sources = self.active // copies
         self.tokens = np.full((batch * copies, 1), bos, dtype=np.int64)
 
-    def advance(self, log_probs: np.ndarray, attention: np.ndarray) -> np.ndarray:
-        best = np.asarray(self.choose(log_probs), dtype=np.int64)  # (R,)
+    def advance(self, candidates: Candidates, attention: np.ndarray | None) -> np.ndarray:
+        column = np.asarray(self.choose(candidates), dtype=np.int64)[:, None]  # (R, 1)
+        best = np.take_along_axis(candidates.ids, column, 1)[:, 0]
+        log_probs = np.take_along_axis(candidates.log_probs, column, 1)[:, 0]
         rows = self.hypotheses
         for i, h in enumerate(self.active):
-            rows[h] = rows[h].extend(int(best[i]), float(log_probs[i, best[i]]), attention[i])
+            seen = None if attention is None else attention[i]
+            rows[h] = rows[h].extend(int(best[i]), float(log_probs[i]), seen)
         self.steps += 1
         keep = best != self.eos
         if self.steps >= self.options.max_length:
@@ -188,13 +195,14 @@ class GreedySearch(Search):
 
 
 def sampler(options: DecodingOptions):
-    """log-probs (B, V) -> one sampled token per row, after temperature, top-k and top-p."""
+    """Candidates ranked after temperature (the top_k best of each row, or the whole
+    vocabulary) -> the column of one sampled token per row, after top-k and top-p. The draw
+    reads the numbers in the candidates only, so a seed gives the same samples on every engine
+    whose candidates are equal."""
     rng = np.random.default_rng(options.seed)
 
-    def choose(log_probs: np.ndarray) -> np.ndarray:
-        scaled = log_softmax(log_probs / options.temperature)  # (B, V)
-        order = np.argsort(-scaled, axis=-1, kind="stable")
-        sorted_probs = np.exp(np.take_along_axis(scaled, order, -1))
+    def choose(candidates: Candidates) -> np.ndarray:
+        sorted_probs = np.exp(candidates.scores)  # (B, k), best first
         keep = np.ones_like(sorted_probs, dtype=bool)
         if options.top_k:
             keep[:, options.top_k :] = False
@@ -203,8 +211,7 @@ def sampler(options: DecodingOptions):
             keep &= before < options.top_p
         probs = np.where(keep, sorted_probs, 0.0)
         probs /= probs.sum(axis=-1, keepdims=True)
-        picks = [rng.choice(len(p), p=p) for p in probs]
-        return order[np.arange(len(order)), picks]
+        return np.array([rng.choice(len(p), p=p) for p in probs], dtype=np.int64)
 
     return choose
 
@@ -215,57 +222,61 @@ class SamplingSearch(GreedySearch):
 
     def __init__(self, batch: int, options: DecodingOptions, bos: int, eos: int):
         super().__init__(batch, options, bos, eos, sampler(options), options.num_hypotheses)
+        self.k, self.temperature = options.top_k, options.temperature
 
 
 class _Beams:
-    """The search state of a batch: k live hypotheses and the finished ones, per input."""
+    """The search state of a batch: `beam` live hypotheses and the finished ones, per input."""
 
     def __init__(self, batch: int, options: DecodingOptions, eos: int):
-        self.k, self.eos, self.penalty = options.beam_size, eos, options.length_penalty
-        self.live = [[_Row([], [], []) for _ in range(self.k)] for _ in range(batch)]
+        self.beam, self.eos, self.penalty = options.beam_size, eos, options.length_penalty
+        self.live = [[_Row([], [], []) for _ in range(self.beam)] for _ in range(batch)]
         # only the first beam is live at the start: the others would repeat it
-        self.scores = np.tile(np.array([0.0] + [-np.inf] * (self.k - 1)), (batch, 1))  # (B, k)
+        self.scores = np.tile(np.array([0.0] + [-np.inf] * (self.beam - 1)), (batch, 1))  # (B, k)
         self.finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
 
-    def best_candidates(self, active: np.ndarray, log_probs: np.ndarray) -> np.ndarray:
-        """(A * k, V) log-probs -> (A, 2k) flat candidate indices (beam * V + token), best
-        first, and the candidates' scores (A, k * V)."""
-        vocab, k = log_probs.shape[1], self.k
-        candidates = self.scores[active, :, None] + log_probs.reshape(len(active), k, vocab)
-        candidates = candidates.reshape(len(active), k * vocab)
-        top = np.argpartition(-candidates, 2 * k - 1, axis=1)[:, : 2 * k]  # unsorted
-        order = np.take_along_axis(-candidates, top, 1).argsort(axis=1, kind="stable")
-        return np.take_along_axis(top, order, 1), candidates
+    def best_candidates(self, active: np.ndarray, candidates: Candidates):
+        """Candidates of the A * beam live rows (2 beam a row: enough, since a row's tokens
+        past its 2 beam best cannot be among its input's 2 beam best) -> per input, its
+        2 beam best extensions, best first (equal scores in (beam, token) order), as
+        (A, 2 beam) arrays of beam, token, log-probability and score."""
+        n, width = self.beam, 2 * self.beam
+        shape = (len(active), n * width)
+        ids = candidates.ids[:, :width].reshape(shape)
+        log_probs = candidates.log_probs[:, :width].reshape(shape)
+        scores = (self.scores[active, :, None] + log_probs.reshape(-1, n, width)).reshape(shape)
+        beams = np.broadcast_to(np.repeat(np.arange(n), width), shape)
+        order = np.lexsort((ids, beams, -scores), axis=-1)[:, :width]
+        return tuple(np.take_along_axis(x, order, 1) for x in (beams, ids, log_probs, scores))
 
-    def advance(self, a, item, top, candidates, log_probs, attention) -> list[tuple[int, int]]:
-        """Sorts input `item`'s best candidates (its rows start at a * k) into finished and
-        live hypotheses. Returns (previous beam, new token) of each new live row."""
-        k, vocab = self.k, log_probs.shape[1]
+    def advance(self, a, item, best, attention) -> list[tuple[int, int]]:
+        """Sorts input `item`'s best extensions (its rows start at a * beam) into finished
+        and live hypotheses. Returns (previous beam, new token) of each new live row."""
+        n = self.beam
         chosen, live, scores = [], [], []
-        for rank, flat in enumerate(top):
-            beam, token = divmod(int(flat), vocab)
-            row = a * k + beam
-            extended = self.live[item][beam].extend(
-                token, float(log_probs[row, token]), attention[row]
-            )
+        for rank, (beam, token, log_prob, score) in enumerate(zip(*best, strict=True)):
+            beam, token = int(beam), int(token)
+            row = a * n + beam
+            seen = None if attention is None else attention[row]
+            extended = self.live[item][beam].extend(token, float(log_prob), seen)
             if token == self.eos:
-                if rank < k:  # an `</s>` outside the best k would not have been kept
+                if rank < n:  # an `</s>` outside the best `beam` would not have been kept
                     self.finished[item].append(extended.finish(self.eos, self.penalty))
-            elif len(chosen) < k:
+            elif len(chosen) < n:
                 chosen.append((beam, token))
                 live.append(extended)
-                scores.append(candidates[flat])
+                scores.append(score)
         self.live[item] = live
         self.scores[item, : len(scores)] = scores
         return chosen
 
     def done(self, item: int) -> bool:
-        return len(self.finished[item]) >= self.k
+        return len(self.finished[item]) >= self.beam
 
     def results(self, active: np.ndarray, n: int) -> list[list[Hypothesis]]:
         """Inputs still searching at max_length keep their live hypotheses as they are."""
         for item in active:
-            for beam in range(self.k):
+            for beam in range(self.beam):
                 if np.isfinite(self.scores[item, beam]):
                     self.finished[item].append(self.live[item][beam].finish(self.eos, self.penalty))
         return [sorted(f, key=lambda h: -h.score)[:n] for f in self.finished]
@@ -280,27 +291,28 @@ class BeamSearch(Search):
     """
 
     def __init__(self, batch: int, options: DecodingOptions, bos: int, eos: int):
-        self.k, self.options, self.steps = options.beam_size, options, 0
+        self.beam, self.options, self.steps = options.beam_size, options, 0
+        self.k = 2 * self.beam
         self.beams = _Beams(batch, options, eos)
-        self.active = np.arange(batch)  # inputs still searching, k rows each
-        self.sources = np.repeat(self.active, self.k)
-        self.tokens = np.full((batch * self.k, 1), bos, dtype=np.int64)
+        self.active = np.arange(batch)  # inputs still searching, `beam` rows each
+        self.sources = np.repeat(self.active, self.beam)
+        self.tokens = np.full((batch * self.beam, 1), bos, dtype=np.int64)
 
-    def advance(self, log_probs: np.ndarray, attention: np.ndarray) -> np.ndarray:
-        k, beams = self.k, self.beams
-        top, candidates = beams.best_candidates(self.active, log_probs)
+    def advance(self, candidates: Candidates, attention: np.ndarray | None) -> np.ndarray:
+        n, beams = self.beam, self.beams
+        best = beams.best_candidates(self.active, candidates)
         rows, next_tokens, still = [], [], []
         for a, item in enumerate(self.active):
-            chosen = beams.advance(a, item, top[a], candidates[a], log_probs, attention)
+            chosen = beams.advance(a, item, [x[a] for x in best], attention)
             if not beams.done(item):
                 still.append(item)
-                rows.extend(a * k + beam for beam, _ in chosen)
+                rows.extend(a * n + beam for beam, _ in chosen)
                 next_tokens.extend(token for _, token in chosen)
         self.active = np.asarray(still, dtype=np.int64)
         self.steps += 1
         if self.steps >= self.options.max_length:  # inputs still searching keep their live ones
             rows, next_tokens = [], []
-        self.sources = np.repeat(self.active, k) if rows else np.zeros(0, dtype=np.int64)
+        self.sources = np.repeat(self.active, n) if rows else np.zeros(0, dtype=np.int64)
         self.tokens = np.asarray(next_tokens, dtype=np.int64).reshape(-1, 1)
         return np.asarray(rows, dtype=np.int64)
 
@@ -322,14 +334,16 @@ def make_search(batch: int, options: DecodingOptions, bos: int, eos: int) -> Sea
     return BeamSearch(batch, options, bos, eos)
 
 
-def run(search: Search, inference: Inference) -> list[list[Hypothesis]]:
-    """Decodes `search` to the end on an inference batch of its own."""
+def run(search: Search, inference: Inference, attention: bool = True) -> list[list[Hypothesis]]:
+    """Decodes `search` to the end on an inference batch of its own; `attention`: keep each
+    step's cross-attention (the hypotheses' alignment)."""
     if not np.array_equal(search.sources, np.arange(search.rows)):
         inference.reorder(search.sources)
     while not search.done:
-        logits, attention = inference.step(search.tokens)
-        keep = search.advance(log_softmax(logits), attention)
-        if not search.done and not np.array_equal(keep, np.arange(len(logits))):
+        rows = search.rows
+        candidates, seen = inference.search_step(search.tokens, search.request(attention))
+        keep = search.advance(candidates, seen)
+        if not search.done and not np.array_equal(keep, np.arange(rows)):
             inference.reorder(keep)
     return search.results()
 
@@ -353,7 +367,13 @@ def beam_search(
 
 
 def decode(
-    inference: Inference, batch: int, options: DecodingOptions, bos: int, eos: int
+    inference: Inference,
+    batch: int,
+    options: DecodingOptions,
+    bos: int,
+    eos: int,
+    attention: bool = True,
 ) -> list[list[Hypothesis]]:
-    """n-best hypotheses, best first, for each of `batch` inputs."""
-    return run(make_search(batch, options, bos, eos), inference)
+    """n-best hypotheses, best first, for each of `batch` inputs; without `attention` the
+    hypotheses carry no alignment (and the cross-attention never leaves the engine)."""
+    return run(make_search(batch, options, bos, eos), inference, attention)

@@ -5,8 +5,11 @@ What the graphs carry between steps is named by the model's `service.graphs.Mode
 memory tensors (the encoder's, read by every step) and state tensors (read and returned by
 every step), each in a dict by its decoder input name. An `Inference` holds one batch of
 rows between steps: their state, positions and self mask. Decoding strategies see only
-`Inference.step` and `Inference.reorder`, numpy in and out, so every engine decodes by the same
-algorithm.
+`Inference.search_step` and `Inference.reorder`, numpy in and out, so every engine decodes by
+the same algorithm.
+
+A step's logits stay the engine's tensor: `Engine.search` turns them into the few candidates a
+row needs (service.search), where they are, and only those come to the host.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from service.graphs import ModelInterface, SpecialTokens
+from service.search import Candidates, SearchRequest
 
 Tensor = Any  # the engine's own tensor type (torch.Tensor, numpy array, OrtValue)
 Tensors = dict[str, Tensor]  # by decoder input name; rows on axis 0
@@ -64,10 +68,18 @@ class Engine(Protocol):
         self_mask: np.ndarray,
         state: Tensors,
         encoder: EncoderOutput,
-    ) -> tuple[np.ndarray, Tensors, np.ndarray]:
-        """input_ids, positions (B, N) int64; self_mask (B, P + N) -> logits (B, V) float32,
-        the next state (a growing state one step longer), attention (B, S) float32. A model
+        attention: bool = True,
+    ) -> tuple[Tensor, Tensors, np.ndarray | None]:
+        """input_ids, positions (B, N) int64; self_mask (B, P + N) -> logits (B, V) (the
+        engine's tensor, for `search` or `host`), the next state (a growing state one step
+        longer), attention (B, S) float32 on the host, or None unless `attention`. A model
         without positions or masks in its step ignores them."""
+
+    def search(self, logits: Tensor, request: SearchRequest) -> Candidates:
+        """A step's logits -> the candidates `request` asks for (on the host)."""
+
+    def host(self, logits: Tensor) -> np.ndarray:
+        """A step's logits as a float32 numpy array."""
 
     def take(self, tensor: Tensor, index: np.ndarray) -> Tensor:
         """Rows `index` of `tensor` along the batch axis (may repeat or drop rows)."""
@@ -84,8 +96,16 @@ class Inference(ABC):
     """A batch of rows being decoded; rows can be reordered, repeated or dropped between steps."""
 
     @abstractmethod
+    def search_step(
+        self, tokens: np.ndarray, request: SearchRequest
+    ) -> tuple[Candidates, np.ndarray | None]:
+        """tokens (B, N) new tokens for every row -> the candidates `request` asks for, and
+        the attention (B, S) if it asks for it (else None)."""
+
+    @abstractmethod
     def step(self, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """tokens (B, N) new tokens for every row -> logits (B, V), attention (B, S)."""
+        """tokens (B, N) -> the whole logits (B, V) float32 and attention (B, S) on the host
+        (checks and tools; decoding uses `search_step`)."""
 
     @abstractmethod
     def reorder(self, index: np.ndarray) -> None:
@@ -103,15 +123,23 @@ class CachedInference(Inference):
         self.lengths = np.zeros(batch, dtype=np.int64)  # tokens seen per row
         self.self_mask = np.zeros((batch, 0), dtype=np.int64)  # (B, P)
 
-    def step(self, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _forward(self, tokens: np.ndarray, attention: bool):
         batch, new = tokens.shape
         positions = self.lengths[:, None] + np.arange(new, dtype=np.int64)  # (B, N)
         self.self_mask = np.concatenate([self.self_mask, np.ones((batch, new), np.int64)], 1)
-        logits, self.state, attention = self.engine.step(
-            tokens, positions, self.self_mask, self.state, self.encoder
+        logits, self.state, seen = self.engine.step(
+            tokens, positions, self.self_mask, self.state, self.encoder, attention
         )
         self.lengths = self.lengths + new
-        return logits, attention
+        return logits, seen
+
+    def search_step(self, tokens, request):
+        logits, seen = self._forward(tokens, request.attention)
+        return self.engine.search(logits, request), seen
+
+    def step(self, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        logits, seen = self._forward(tokens, True)
+        return self.engine.host(logits), seen
 
     def reorder(self, index: np.ndarray) -> None:
         take = self.engine.take
@@ -134,14 +162,16 @@ class UncachedInference(CachedInference):
         super().__init__(engine, encoder, batch)
         self.tokens = np.zeros((batch, 0), dtype=np.int64)  # (B, T) everything fed so far
 
-    def step(self, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _forward(self, tokens: np.ndarray, attention: bool):
         self.tokens = np.concatenate([self.tokens, tokens], axis=1)
         batch, total = self.tokens.shape
         positions = np.broadcast_to(np.arange(total, dtype=np.int64), (batch, total))
         mask = np.ones((batch, total), dtype=np.int64)
         state = self.engine.initial_state(self.encoder, batch)
-        logits, _, attention = self.engine.step(self.tokens, positions, mask, state, self.encoder)
-        return logits, attention
+        logits, _, seen = self.engine.step(
+            self.tokens, positions, mask, state, self.encoder, attention
+        )
+        return logits, seen
 
     def reorder(self, index: np.ndarray) -> None:
         super().reorder(index)

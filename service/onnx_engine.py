@@ -5,7 +5,14 @@ Two ways to move tensors, one code path per way whatever the device:
 - IO binding (default on CUDA, selectable on CPU so tests exercise it): the cache and the
   encoder's keys/values stay `OrtValue`s on the device, rows are reordered, joined and
   narrowed there by the repository's helper graphs (export.ops), and only ids, positions,
-  masks, logits and the cross-attention row cross to the host.
+  masks, the search's candidates and (when asked for) the cross-attention row cross to the
+  host.
+
+The search (log-softmax and top-k over the vocabulary, service.search) runs as the
+repository's `search`/`sample` graph on the logits where the step left them (`device_search`,
+the default: on a GPU only (rows, k) numbers leave it, and on one CPU thread the graph is
+faster than numpy too, docs/benchmarks.md), or in numpy on the host (`host_search`, the
+reference it is proven equal to).
 
 One compute thread per session is the fastest setting on small CPUs (docs/benchmarks.md); a
 server scales by running more workers, not more threads per worker.
@@ -21,6 +28,7 @@ from service.errors import ModelRepositoryError
 from service.graphs import ModelInterface, SpecialTokens, check_inputs, interface_for
 from service.inference import EncoderOutput, Tensors
 from service.repository import ModelVersion
+from service.search import Candidates, SearchRequest, host_search
 
 PROVIDERS = {
     "cpu": ["CPUExecutionProvider"],
@@ -65,6 +73,7 @@ class OnnxEngine:
         device: str = "cpu",
         threads: int = 1,
         io_binding: bool | None = None,
+        device_search: bool | None = None,
     ):
         if device not in PROVIDERS:
             raise ValueError(f"device must be one of {sorted(PROVIDERS)}, got {device!r}")
@@ -78,11 +87,13 @@ class OnnxEngine:
         self.step_inputs = set(self.decoder_spec.input_names)
         self.step_outputs = self.decoder_spec.output_names
         self.states = self.interface.states
-        self.host_outputs = ("logits", self.interface.attention)  # the search reads these
         self.init_states = [s for s in self.states if s.init is not None]
         self.variant, self.device = variant, device
         self.io_binding = device != "cpu" if io_binding is None else io_binding
         self.host_tensors = not self.io_binding
+        self.device_search = True if device_search is None else device_search
+        self.logits_on_host = () if self.device_search else ("logits",)
+        self._bias: dict[tuple, object] = {}
         session = self._session_factory(threads)
         self.encoder = session(model.graph(variant, "encoder"))
         self.decoder = session(model.graph(variant, "decoder"))
@@ -97,15 +108,23 @@ class OnnxEngine:
                 op: {d: session(model.op(op, d)) for d in dtypes}
                 for op in ("gather", "join", "narrow")
             }
+        if self.device_search:
+            self.search_ops = {
+                op: session(model.op(op, self.float_dtype.name)) for op in ("search", "sample")
+            }
 
     def _session_factory(self, threads: int):
         options, providers = session_options(threads), PROVIDERS[self.device]
         return lambda path: ort.InferenceSession(str(path), options, providers=providers)
 
-    def _run(self, session: ort.InferenceSession, feeds: dict, on_host=()) -> list:
-        """Runs a session; with IO binding, outputs stay on the device except `on_host`."""
+    def _run(self, session: ort.InferenceSession, feeds: dict, on_host=(), skip=()) -> list:
+        """Runs a session; with IO binding, outputs stay on the device except `on_host`.
+        Outputs named in `skip` are not fetched (None in their place)."""
         if not self.io_binding:
-            return session.run(None, feeds)
+            names = [o.name for o in session.get_outputs()]
+            wanted = [n for n in names if n not in skip]
+            values = dict(zip(wanted, session.run(wanted, feeds), strict=True))
+            return [values.get(n) for n in names]
         binding = session.io_binding()
         for name, value in feeds.items():
             if isinstance(value, np.ndarray):
@@ -155,19 +174,59 @@ class OnnxEngine:
         feeds["memory_mask"] = encoder.memory_mask
         return feeds
 
-    def step(self, input_ids, positions, self_mask, state: Tensors, encoder: EncoderOutput):
+    def step(
+        self, input_ids, positions, self_mask, state: Tensors, encoder: EncoderOutput,
+        attention: bool = True,
+    ):  # fmt: skip
         feeds = self.feeds(input_ids, positions, self_mask, state, encoder)
         if self_mask.shape[1] == input_ids.shape[1]:  # a first step: check the whole interface
             check_inputs(
                 self.decoder_spec, {k: _Described(v) for k, v in feeds.items()}, self.float_dtype
             )
-        outputs = self._run(self.decoder, feeds, on_host=self.host_outputs)
+        name = self.interface.attention
+        on_host = (*self.logits_on_host, name) if attention else self.logits_on_host
+        skip = () if attention else (name,)
+        outputs = self._run(self.decoder, feeds, on_host=on_host, skip=skip)
         named = dict(zip(self.step_outputs, outputs, strict=True))
-        return (
-            named["logits"].astype(np.float32, copy=False),
-            {s.input: named[s.output] for s in self.states},
-            named[self.interface.attention].astype(np.float32, copy=False),
-        )
+        seen = named[name].astype(np.float32, copy=False) if attention else None
+        return named["logits"], {s.input: named[s.output] for s in self.states}, seen
+
+    def host(self, logits) -> np.ndarray:
+        if not isinstance(logits, np.ndarray):
+            logits = logits.numpy()
+        return logits.astype(np.float32, copy=False)
+
+    def _bias_for(self, banned: tuple[int, ...], vocab: int):
+        """(1, vocab) float32: -inf at the banned tokens, 0 elsewhere (kept on the device)."""
+        key = (banned, vocab)
+        if key not in self._bias:
+            bias = np.zeros((1, vocab), dtype=np.float32)
+            bias[0, list(banned)] = -np.inf
+            if self.io_binding:
+                bias = ort.OrtValue.ortvalue_from_numpy(bias, self.device, 0)
+            self._bias[key] = bias
+        return self._bias[key]
+
+    def search(self, logits, request: SearchRequest) -> Candidates:
+        """The candidates of every row: by the search graph where the logits are, or in numpy
+        on the host without one."""
+        if not self.device_search:
+            return host_search(self.host(logits), request)
+        vocab = _shape(logits)[1]
+        feeds = {
+            "logits": logits,
+            "bias": self._bias_for(tuple(request.banned), vocab),
+            "k": np.array([min(request.k or vocab, vocab)], dtype=np.int64),
+        }
+        names = ("ids", "log_probs")
+        if request.temperature is None:
+            session = self.search_ops["search"]
+        else:
+            session = self.search_ops["sample"]
+            feeds["temperature"] = np.asarray(request.temperature, np.float32).reshape(-1, 1)
+            names = ("ids", "log_probs", "scores")
+        outputs = self._run(session, feeds, on_host=names)
+        return Candidates(*outputs)
 
     def _op(self, name: str, tensor):
         return self.ops[name][ORT_TYPES[tensor.data_type()]]

@@ -20,7 +20,8 @@ from pathlib import Path
 
 from service.errors import ModelRepositoryError
 
-FORMAT_VERSION = 3  # 2: interface, special tokens, limits, preprocessor; 3: ops of any rank
+# 2: interface, special tokens, limits, preprocessor; 3: ops of any rank; 4: search ops
+FORMAT_VERSION = 4
 MANIFEST = "manifest.json"
 GOLDEN = "golden.json"
 TOKENIZER = "tokenizer.model"

@@ -25,9 +25,10 @@ import numpy as np
 
 from service.batch import ContinuousBatch
 from service.batching import concat_padded
-from service.decoding import DecodingOptions, Hypothesis, Search, log_softmax, make_search
+from service.decoding import DecodingOptions, Hypothesis, Search, make_search
 from service.inference import Engine
 from service.messages import Admitted, Event, Failure, Partial, Result, Timings
+from service.search import SearchRequest
 
 BATCHING = ("continuous", "request")
 
@@ -210,8 +211,7 @@ class Scheduler:
     def _step(self) -> None:
         start = self.clock()
         tokens = np.concatenate([job.search.tokens for job in self.running])
-        logits, attention = self.batch.step(tokens)
-        log_probs = log_softmax(logits)
+        candidates, attention = self.batch.search_step(tokens, self._request())
         now = self.clock()
         self.stats.step_seconds.append(now - start)
         self.stats.step_rows.append(len(tokens))
@@ -220,7 +220,8 @@ class Scheduler:
         for job in self.running:
             rows = job.search.rows
             own = slice(offset, offset + rows)
-            kept = job.search.advance(log_probs[own], _width(attention[own], job.memory))
+            seen = None if attention is None else _width(attention[own], job.memory)
+            kept = job.search.advance(candidates.rows(own), seen)
             if job.first_token_at:
                 job.gaps.append(now - job.last_token_at)
             else:
@@ -238,6 +239,20 @@ class Scheduler:
         index = np.concatenate(keep) if keep else np.zeros(0, np.int64)
         if not np.array_equal(index, np.arange(len(tokens))):
             self.batch.reorder(index)
+
+    def _request(self) -> SearchRequest:
+        """One search request for every running job's rows: as many candidates as the most
+        demanding search needs (0, the whole vocabulary, wins), a temperature per row when
+        a job samples (1 for the rows of the others), the attention when a job keeps it."""
+        searches = [job.search for job in self.running]
+        ks = [s.k for s in searches]
+        temperature = None
+        if any(s.temperature is not None for s in searches):
+            temperature = np.concatenate(
+                [np.full(s.rows, s.temperature or 1.0, dtype=np.float32) for s in searches]
+            )
+        attention = any(job.keep_alignment for job in self.running)
+        return SearchRequest(0 if 0 in ks else max(ks), temperature, attention)
 
     def _stream(self, job: Job) -> None:
         """A partial event: the best hypothesis as the tokens kept from the last one and the

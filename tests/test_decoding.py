@@ -11,11 +11,12 @@ from service.batching import source_batch
 from service.decoding import DecodingOptions, decode
 from service.errors import InvalidArgument
 from service.inference import CachedInference, UncachedInference
+from service.search import host_search, log_softmax
 from service.tokenizer import BOS_ID, EOS_ID
 
 
 class Recording:
-    """Wraps an Inference and keeps every step's logits."""
+    """Wraps an Inference and keeps every step's logits (its search runs on the host)."""
 
     def __init__(self, inner):
         self.inner, self.logits = inner, []
@@ -24,6 +25,10 @@ class Recording:
         logits, attention = self.inner.step(tokens)
         self.logits.append(logits.copy())
         return logits, attention
+
+    def search_step(self, tokens, request):
+        logits, attention = self.step(tokens)
+        return host_search(logits, request), attention if request.attention else None
 
     def reorder(self, index):
         self.inner.reorder(index)
@@ -172,8 +177,6 @@ def test_sampling_narrowed_to_one_token_is_greedy(case, sampling):
 
 
 def test_sampled_log_probs_are_the_models_own(case):
-    from service.decoding import log_softmax
-
     engine, sources, max_length = case
     options = DecodingOptions(max_length=max_length, temperature=3.0, seed=3)
     sample = _decode(engine, sources[:1], options)[0][0][0]
