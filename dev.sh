@@ -3,8 +3,10 @@
 #   ./dev.sh serve  install what is missing, build the model repository from the bundled
 #                   checkpoint, serve it over gRPC and answer a first request (Ctrl-C stops)
 #   ./dev.sh test   install what is missing, then lint and run the whole test suite
+# Where nvidia-smi lists an NVIDIA GPU, the server's onnxruntime is onnxruntime-gpu and the
+# model repository also holds fp16 graphs; ATTNSERVE_DEVICE=cpu keeps the CPU set-up there.
 set -euo pipefail
-cd "$(dirname "$0")"
+cd "$(dirname "${BASH_SOURCE[0]}")"
 
 DEBIAN_PACKAGES=(diatheke sword-text-sparv sword-text-web apertium apertium-eng-spa docker-compose prometheus
   fonts-noto-color-emoji unicode-cldr-core)
@@ -24,11 +26,41 @@ install_debian_packages() {
   fi
 }
 
+gpu_present() {
+  # nvidia-smi lists an NVIDIA GPU, and ATTNSERVE_DEVICE does not say cpu
+  local listing
+  [ "${ATTNSERVE_DEVICE:-}" != cpu ] && listing=$(nvidia-smi -L 2>/dev/null) \
+    && grep -q '^GPU ' <<<"$listing"
+}
+
 install_python_packages() {
-  local find_links=()
+  # The serving extra: serve (onnxruntime), or on a GPU gpu (onnxruntime-gpu with CUDA and
+  # cuDNN from their pip wheels, as the Dockerfile's runtime-cuda stage). Both packages install
+  # the same module, so the other one goes first.
+  local find_links=() extra=serve other=onnxruntime-gpu cuda_wheels=()
   [ -d /opt/wheels ] && find_links=(--find-links /opt/wheels)  # the CPU torch wheel
+  if gpu_present; then
+    extra=gpu other=onnxruntime cuda_wheels=("onnxruntime-gpu[cuda,cudnn]")
+  fi
+  if "$PYTHON" -m pip show -q "$other" >/dev/null 2>&1; then
+    "$PYTHON" -m pip uninstall -y -q "$other"
+  fi
   "$PYTHON" -m pip install -q --disable-pip-version-check "${find_links[@]}" \
-    -e ".[serve,client,train,bench,dev]"
+    -e ".[$extra,client,train,bench,dev]" "${cuda_wheels[@]}"
+  [ "$extra" = serve ] || register_cuda_libraries
+}
+
+register_cuda_libraries() {
+  # The nvidia-* wheels' lib folders on the loader's path, as in the Dockerfile.
+  local site
+  site=$("$PYTHON" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  [ -d "$site/nvidia" ] || return 0
+  find "$site/nvidia" -type d -name lib | as_root tee /etc/ld.so.conf.d/attnserve-nvidia.conf >/dev/null
+  as_root ldconfig
+}
+
+export_variants() {
+  if gpu_present; then echo fp32,int8,fp16; else echo fp32,int8; fi
 }
 
 build_protos() {
@@ -49,16 +81,18 @@ build_data() {
 
 build_repository() {
   # The served model repository: both shipped checkpoints exported with their parity
-  # certificates; a version is rebuilt when its checkpoint changes.
-  local model version
+  # certificates; a version is rebuilt when its checkpoint changes, or on a GPU to add fp16.
+  local model version variants
+  variants=$(export_variants)
   for model in translator captioner; do
     version=data/repository/$model/1
     if [ ! -f "$version/golden.json" ] || [ "models/checkpoints/$model/model.safetensors" -nt "$version/golden.json" ] \
-      || ! grep -q '"format_version": 3' "$version/manifest.json"; then
+      || ! grep -q '"format_version": 4' "$version/manifest.json" \
+      || { [[ $variants == *fp16* ]] && ! grep -q '"fp16/decoder.onnx"' "$version/manifest.json"; }; then
       rm -rf "$version"
       mkdir -p data
       echo "building $model in the model repository (ONNX export and parity, 1-2 minutes)" >&2
-      "$PYTHON" -m attnserve.cli export "$model" --out data/repository --variants fp32,int8 \
+      "$PYTHON" -m attnserve.cli export "$model" --out data/repository --variants "$variants" \
         --sentences 200 >"data/repository-$model.log" 2>&1 \
         || { tail -20 "data/repository-$model.log" >&2; exit 1; }
       echo "model repository ready: $version (certificate in its manifest.json)" >&2
@@ -89,6 +123,9 @@ setup() {
   build_protos
   build_data
 }
+
+# Sourced (tests/test_dev_sh.py), dev.sh only defines its functions.
+[ "${BASH_SOURCE[0]}" = "$0" ] || return 0
 
 case "${1:-}" in
   serve)

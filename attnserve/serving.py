@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import sys
 from dataclasses import fields
@@ -49,11 +50,34 @@ def serve(args: argparse.Namespace) -> int:
                 value = getattr(config, field.name)
                 if value is not None:
                     print(f"{field.name} = {_toml(value)}")
+            for line in _choices(config):  # comments: the output stays a configuration file
+                print(f"# {line}")
             return 0
         return asyncio.run(run_server(config))
     except ServiceError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+
+
+def _choices(config) -> list[str]:
+    """The device, and the variant of each model version in the repository, with why: what
+    the server logs at start-up (its manifests are read here, not verified)."""
+    from service.config import choice_lines
+    from service.repository import MANIFEST
+
+    device, why = config.device_choice()
+    variants, problems = {}, []
+    for path in sorted(Path(config.repository).glob(f"*/*/{MANIFEST}")):
+        try:
+            manifest = json.loads(path.read_text(encoding="utf-8"))
+            key = f"{manifest['model']['name']}/{manifest['model']['version']}"
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            problems.append(f"{path}: unreadable manifest ({error})")
+            continue
+        variants[key] = config.variant_choice(device, manifest)
+    if not variants and not problems:
+        problems.append(f"no model version under {config.repository}: no variant chosen")
+    return choice_lines(device, why, variants) + problems
 
 
 def _toml(value) -> str:

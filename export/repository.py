@@ -6,6 +6,7 @@ import shutil
 from importlib.metadata import version
 from pathlib import Path
 
+import onnxruntime
 import torch
 
 from export.onnx_export import OPSET, export_model, interface_of
@@ -21,7 +22,7 @@ def _versions() -> dict:
     return {
         "torch": torch.__version__,
         "onnx": version("onnx"),
-        "onnxruntime": version("onnxruntime"),
+        "onnxruntime": onnxruntime.__version__,  # the onnxruntime or onnxruntime-gpu package
         "opset": OPSET,
     }
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import subprocess
 import tomllib
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -16,6 +17,8 @@ from service.errors import InvalidArgument
 
 DEFAULT_REPOSITORY = Path(__file__).resolve().parents[1] / "data" / "repository"
 ENV_PREFIX = "ATTNSERVE_"
+VARIANTS = ("fp32", "int8", "fp16")
+GPU_PREFERENCE = ("fp16",)  # certified variants auto takes on cuda, in order; else fp32
 
 
 @dataclass(frozen=True)
@@ -25,7 +28,7 @@ class ServerConfig:
     repository: Path = DEFAULT_REPOSITORY  # <model>/<version>/manifest.json ...
     device: str = "auto"  # cuda when onnxruntime has CUDA, else cpu; or cpu, cuda
     workers: int = 0  # 0: one per CPU core, or one per GPU on cuda
-    variant: str = "fp32"  # fp32, int8 (CPU) or fp16 (GPU)
+    variant: str = "auto"  # per model version (auto_variant); or fp32, int8 (CPU), fp16 (GPU)
     io_binding: bool | None = None  # None: on for cuda, off for cpu
     batching: str = "continuous"  # or "request" (collect, then decode to the end)
     batch_window_ms: float = 5.0  # how long request-level batching collects
@@ -45,8 +48,8 @@ class ServerConfig:
         problems = []
         if self.device not in ("auto", "cpu", "cuda"):
             problems.append(f"device must be auto, cpu or cuda, got {self.device!r}")
-        if self.variant not in ("fp32", "int8", "fp16"):
-            problems.append(f"variant must be fp32, int8 or fp16, got {self.variant!r}")
+        if self.variant not in ("auto", *VARIANTS):
+            problems.append(f"variant must be auto, fp32, int8 or fp16, got {self.variant!r}")
         if self.batching not in ("continuous", "request"):
             problems.append(f"batching must be continuous or request, got {self.batching!r}")
         for name in ("workers", "max_input_tokens", "max_output_length"):
@@ -67,16 +70,39 @@ class ServerConfig:
         return self
 
     def resolved_device(self) -> str:
-        """The device to run on: "auto" becomes cuda where onnxruntime offers CUDA."""
+        """The device to run on (see device_choice)."""
+        return self.device_choice()[0]
+
+    def device_choice(self) -> tuple[str, str]:
+        """(device, why): "auto" becomes cuda where onnxruntime offers CUDA and a GPU is
+        visible, else cpu. An explicit cuda without CUDA in onnxruntime is an error."""
         import onnxruntime as ort
 
-        cuda = "CUDAExecutionProvider" in ort.get_available_providers()
+        providers = ort.get_available_providers()
+        cuda = "CUDAExecutionProvider" in providers
         if self.device == "cuda" and not cuda:
             raise InvalidArgument(
                 "configuration: device cuda, but this onnxruntime has no CUDA execution "
-                f"provider ({ort.get_available_providers()}); install the gpu extra"
+                f"provider ({providers}); install the gpu extra"
             )
-        return "cuda" if self.device == "cuda" or (self.device == "auto" and cuda) else "cpu"
+        if self.device != "auto":
+            return self.device, "set by the configuration"
+        if not cuda:
+            return "cpu", f"onnxruntime has no CUDAExecutionProvider ({', '.join(providers)})"
+        gpus, lister = visible_gpus()
+        if not gpus:
+            return "cpu", f"onnxruntime has CUDAExecutionProvider, but {lister} lists no GPU"
+        listed = f"{gpus} GPU" + ("s" if gpus > 1 else "")
+        return "cuda", f"onnxruntime has CUDAExecutionProvider and {lister} lists {listed}"
+
+    def variant_choice(self, device: str, manifest: dict) -> tuple[str, str]:
+        """(variant, why) of one model version: the configured variant, or auto_variant."""
+        if self.variant == "auto":
+            return auto_variant(device, manifest)
+        reason = "set by the configuration"
+        if self.variant not in manifest.get("graphs", {}):
+            reason += f", but this version has no {self.variant} graphs"
+        return self.variant, reason
 
     def worker_count(self, device: str) -> int:
         """Workers: as configured, else one per GPU on cuda, one per CPU core on cpu."""
@@ -88,10 +114,55 @@ class ServerConfig:
 
 
 def gpu_count() -> int:
+    return visible_gpus()[0]
+
+
+def visible_gpus() -> tuple[int, str]:
+    """(GPUs this process may use, what listed them): CUDA_VISIBLE_DEVICES when set, else
+    `nvidia-smi -L`, else /proc/driver/nvidia/gpus."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
-        return len([d for d in visible.split(",") if d.strip()])
-    return len(list(Path("/proc/driver/nvidia/gpus").glob("*")))
+        return len([d for d in visible.split(",") if d.strip()]), "CUDA_VISIBLE_DEVICES"
+    try:
+        listing = subprocess.run(
+            ["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20, check=True
+        ).stdout
+        return sum(line.startswith("GPU ") for line in listing.splitlines()), "nvidia-smi"
+    except (OSError, subprocess.SubprocessError):
+        return len(list(Path("/proc/driver/nvidia/gpus").glob("*"))), "/proc/driver/nvidia"
+
+
+def certified_variants(manifest: dict) -> list[str]:
+    """The variants whose graphs the version holds and whose graph parity its certificate
+    (export.certify, `parity` in the manifest) passed, in a certificate that passed."""
+    parity = manifest.get("parity") or {}
+    if parity.get("passed") is not True:
+        return []
+    passed = parity.get("graphs", {})
+    return [v for v in manifest.get("graphs", {}) if passed.get(v, {}).get("passed") is True]
+
+
+def auto_variant(device: str, manifest: dict) -> tuple[str, str]:
+    """(variant, why) for `variant = "auto"`: on cuda the preferred GPU variant the version
+    has certified graphs of (fp16), else fp32; on cpu fp32 (int8 only when asked)."""
+    if device != "cuda":
+        return "fp32", "the CPU default (int8 only when asked)"
+    for variant in GPU_PREFERENCE:
+        if variant in certified_variants(manifest):
+            return variant, f"certified {variant} graphs, preferred on CUDA"
+    if "fp16" in manifest.get("graphs", {}):
+        return "fp32", "its fp16 graphs have no passing parity certificate"
+    return "fp32", "no fp16 graphs in this version"
+
+
+def choice_lines(
+    device: str, device_reason: str, variants: dict[str, tuple[str, str]]
+) -> list[str]:
+    """What `serve --print-config` prints and the server logs: the device and each model
+    version's variant (keyed "name/version"), with why."""
+    return [f"device {device}: {device_reason}"] + [
+        f"variant {variant} for {key}: {reason}" for key, (variant, reason) in variants.items()
+    ]
 
 
 def _convert(name: str, kind, value):

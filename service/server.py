@@ -25,7 +25,7 @@ from grpc_reflection.v1alpha import reflection
 from prometheus_client import start_http_server
 
 from attnserve.v1 import caption_pb2_grpc, translation_pb2_grpc
-from service.config import ServerConfig
+from service.config import ServerConfig, choice_lines
 from service.errors import (
     InvalidArgument,
     ModelRepositoryError,
@@ -343,7 +343,13 @@ async def serve(config: ServerConfig, stop: asyncio.Event | None = None) -> int:
     metrics_server, metrics_thread = start_http_server(port, host, registry=metrics.registry)
     served = [m for names in models.values() for v in names.values() for m in v.values()]
     keys = tuple((m.key, m.version) for m in served)
-    pool = WorkerPool(worker_settings(config, keys), metrics, config.max_queued_requests)
+    device, why = config.device_choice()
+    choices = {m.key: config.variant_choice(device, m.version.manifest) for m in served}
+    for line in choice_lines(device, why, choices):
+        log.info("%s", line)
+    variants = {key: variant for key, (variant, _) in choices.items()}
+    settings = worker_settings(config, keys, device, variants)
+    pool = WorkerPool(settings, metrics, config.max_queued_requests)
     pool.models = {m.key: m.version.name for m in served}
     front = Front(config, models, pool, metrics)
 
@@ -376,7 +382,7 @@ async def serve(config: ServerConfig, stop: asyncio.Event | None = None) -> int:
             {
                 "kind": model.kind,
                 "service": model.service,
-                "precision": config.variant,
+                "precision": variants[model.key],
                 "execution_provider": provider,
             }
         )
@@ -384,8 +390,8 @@ async def serve(config: ServerConfig, stop: asyncio.Event | None = None) -> int:
     for name in ("", *models):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     _write_ready(config, {**ports, "serving": True, "workers": pool.pids()})
-    names = ", ".join(f"{m.key} ({m.kind}, {config.variant})" for m in served)
-    device, host = pool.workers[0].settings.device, config.listen.rpartition(":")[0]
+    names = ", ".join(f"{m.key} ({m.kind}, {variants[m.key]})" for m in served)
+    host = config.listen.rpartition(":")[0]
     log.info(
         "serving %s on %s:%d with %d %s workers; metrics on port %d",
         names, host, grpc_port, len(pool.workers), device, ports["metrics_port"],

@@ -21,7 +21,7 @@ from service.messages import Cancel, Failed, Ready, Report, Result, Stop, Submit
 from service.repository import ModelVersion
 from service.scheduler import Job, Scheduler, Stats
 
-STATS_EVERY = 0.1  # seconds between reports when only measurements are new
+STATS_EVERY = 0.1  # seconds between reports when only measurements or the batch state are new
 GOLDEN_AGREEMENT = 0.9  # token agreement a variant without its own golden set must reach
 
 
@@ -29,13 +29,17 @@ GOLDEN_AGREEMENT = 0.9  # token agreement a variant without its own golden set m
 class WorkerSettings:
     index: int
     models: tuple[tuple[str, ModelVersion], ...]  # (key, version verified by the front)
-    variant: str = "fp32"
+    variant: str = "fp32"  # of the models `variants` leaves out
+    variants: tuple[tuple[str, str], ...] = ()  # (key, variant): chosen per model version
     device: str = "cpu"
     gpu: int = 0  # the GPU of this worker, on cuda
     io_binding: bool | None = None
     max_rows: int = 64
     batching: str = "continuous"
     window: float = 0.005
+
+    def variant_of(self, key: str) -> str:
+        return dict(self.variants).get(key, self.variant)
 
 
 def golden_check(scheduler: Scheduler, model_version, variant: str) -> int:
@@ -81,11 +85,10 @@ def _load(settings: WorkerSettings):
 
     schedulers, info = {}, {"pid": os.getpid(), "models": {}}
     for key, model_version in settings.models:
-        engine = OnnxEngine(
-            model_version, settings.variant, settings.device, 1, settings.io_binding
-        )
+        variant = settings.variant_of(key)
+        engine = OnnxEngine(model_version, variant, settings.device, 1, settings.io_binding)
         scheduler = Scheduler(engine, settings.max_rows, settings.batching, settings.window)
-        checked = golden_check(scheduler, model_version, settings.variant)
+        checked = golden_check(scheduler, model_version, variant)
         schedulers[key] = scheduler
         info["models"][key] = {
             "provider": engine.decoder.get_providers()[0],
@@ -133,7 +136,9 @@ def _loop(conn, schedulers: dict[str, Scheduler]) -> None:
         for key, scheduler in schedulers.items():
             state = (scheduler.rows, len(scheduler.waiting))
             measured = scheduler.stats.step_seconds or scheduler.stats.encoder_seconds
-            if state != reported[key] or (due and measured):  # measurements, state, events
+            # events at once; measurements and the batch state (a gauge) at most every
+            # STATS_EVERY, so a busy worker does not send a message a step
+            if scheduler.events or (due and (measured or state != reported[key])):
                 conn.send(Report(key, scheduler.events, scheduler.stats, *state))
                 scheduler.events, scheduler.stats, reported[key] = [], Stats(), state
                 last_report = now

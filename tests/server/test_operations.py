@@ -180,7 +180,7 @@ def test_configuration_layers_defaults_file_environment_and_flags(tmp_path):
     config = load_config(file, environ, {"workers": "5", "variant": None})
     assert (config.max_batch_rows, config.batching, config.workers) == (48, "request", 5)
     assert (
-        config.io_binding is True and config.variant == "fp32" and config.listen.endswith(":50051")
+        config.io_binding is True and config.variant == "auto" and config.listen.endswith(":50051")
     )
     file.write_text("max_batch_rowz = 1\n")
     with pytest.raises(Exception, match="unknown settings \\['max_batch_rowz'\\]"):

@@ -1,0 +1,172 @@
+"""The device and the variant a server chooses, and `attnserve serve --print-config`, which
+says what it chose and why (no GPU needed: onnxruntime's providers and the GPU listing are
+replaced where a test needs CUDA)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import onnxruntime
+import pytest
+
+from attnserve.cli import main
+from service import config as config_module
+from service.config import ServerConfig, auto_variant, certified_variants, load_config
+from service.errors import InvalidArgument
+
+CUDA_PROVIDERS = ["CUDAExecutionProvider", "CPUExecutionProvider"]
+
+
+def _manifest(*variants: str, certified=("fp32", "int8"), passed: bool = True) -> dict:
+    """A manifest's graphs and parity certificate as export.certify writes them (the graph
+    parity of the `certified` variants only; fp16 is certified nowhere on a CPU)."""
+    graphs = {v: {"encoder": f"{v}/encoder.onnx", "decoder": f"{v}/decoder.onnx"} for v in variants}
+    checked = {v: {"variant": v, "passed": True} for v in certified if v in variants}
+    return {
+        "model": {"name": "translator", "version": "1", "kind": "translator"},
+        "graphs": graphs,
+        "parity": {"graphs": checked, "decodes": [], "passed": passed},
+    }
+
+
+def test_auto_takes_certified_fp16_on_cuda_and_fp32_otherwise():
+    certified = _manifest("fp32", "int8", "fp16", certified=("fp32", "int8", "fp16"))
+    assert certified_variants(certified) == ["fp32", "int8", "fp16"]
+    assert auto_variant("cuda", certified) == ("fp16", "certified fp16 graphs, preferred on CUDA")
+
+    without = _manifest("fp32", "int8")
+    assert auto_variant("cuda", without) == ("fp32", "no fp16 graphs in this version")
+
+    uncertified = _manifest("fp32", "int8", "fp16")  # exported, its parity never checked
+    variant, reason = auto_variant("cuda", uncertified)
+    assert (variant, reason) == ("fp32", "its fp16 graphs have no passing parity certificate")
+    failed = _manifest("fp32", "fp16", certified=("fp32", "fp16"), passed=False)
+    assert certified_variants(failed) == [] and auto_variant("cuda", failed)[0] == "fp32"
+    no_certificate = {"graphs": certified["graphs"]}
+    assert auto_variant("cuda", no_certificate)[0] == "fp32"
+
+    for manifest in (certified, without, uncertified):  # int8 only when asked
+        assert auto_variant("cpu", manifest) == ("fp32", "the CPU default (int8 only when asked)")
+
+
+def test_an_explicit_variant_wins_and_is_validated_as_before():
+    manifest = _manifest("fp32", "int8", "fp16", certified=("fp32", "int8", "fp16"))
+    assert ServerConfig().variant == "auto"
+    assert load_config(None, {"ATTNSERVE_VARIANT": "int8"}).variant_choice("cuda", manifest) == (
+        "int8",
+        "set by the configuration",
+    )
+    fp16 = load_config(None, {}, {"variant": "fp16"})
+    assert fp16.variant_choice("cpu", _manifest("fp32")) == (
+        "fp16",
+        "set by the configuration, but this version has no fp16 graphs",
+    )
+    assert load_config(None, {}, {"variant": "auto"}).variant_choice("cpu", manifest)[0] == "fp32"
+    with pytest.raises(InvalidArgument, match="variant must be auto, fp32, int8 or fp16"):
+        load_config(None, {"ATTNSERVE_VARIANT": "bf16"})
+
+
+def test_the_device_says_why(monkeypatch):
+    monkeypatch.setattr(onnxruntime, "get_available_providers", lambda: CUDA_PROVIDERS)
+    monkeypatch.setattr(config_module, "visible_gpus", lambda: (1, "nvidia-smi"))
+    auto = ServerConfig()
+    assert auto.device_choice() == (
+        "cuda",
+        "onnxruntime has CUDAExecutionProvider and nvidia-smi lists 1 GPU",
+    )
+    assert replace(auto, device="cpu").device_choice() == ("cpu", "set by the configuration")
+    monkeypatch.setattr(config_module, "visible_gpus", lambda: (0, "nvidia-smi"))
+    assert auto.device_choice() == (
+        "cpu",
+        "onnxruntime has CUDAExecutionProvider, but nvidia-smi lists no GPU",
+    )
+    monkeypatch.setattr(onnxruntime, "get_available_providers", lambda: ["CPUExecutionProvider"])
+    assert auto.device_choice() == (
+        "cpu",
+        "onnxruntime has no CUDAExecutionProvider (CPUExecutionProvider)",
+    )
+    with pytest.raises(InvalidArgument, match="device cuda, but this onnxruntime has no CUDA"):
+        replace(auto, device="cuda").device_choice()
+
+
+def test_visible_gpus_counts_cuda_visible_devices_then_nvidia_smi(monkeypatch, tmp_path):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    assert config_module.visible_gpus() == (2, "CUDA_VISIBLE_DEVICES")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text(
+        "#!/bin/sh\necho 'GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-1)'\n"
+        "echo '  MIG 1g.10gb     Device  0: (UUID: MIG-2)'\n"
+        "echo 'GPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-3)'\n"
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert config_module.visible_gpus() == (2, "nvidia-smi")
+    assert config_module.gpu_count() == 2
+
+
+def _repository(root, **versions: dict):
+    for key, manifest in versions.items():
+        name, version = key.split("_")
+        directory = root / name / version
+        directory.mkdir(parents=True)
+        model = {**manifest["model"], "name": name, "version": version}
+        (directory / "manifest.json").write_text(json.dumps({**manifest, "model": model}))
+    return root
+
+
+def _print_config(capsys, monkeypatch, *flags: str) -> tuple[int, list[str], list[str]]:
+    for name in ("DEVICE", "VARIANT", "REPOSITORY"):
+        monkeypatch.delenv(f"ATTNSERVE_{name}", raising=False)
+    code = main(["serve", "--print-config", *flags])
+    lines = capsys.readouterr().out.splitlines()
+    return code, lines, [line for line in lines if line.startswith("# ")]
+
+
+def test_print_config_names_the_device_and_each_variant_with_why(capsys, monkeypatch, tmp_path):
+    root = _repository(
+        tmp_path,
+        translator_1=_manifest("fp32", "int8", "fp16", certified=("fp32", "int8", "fp16")),
+        captioner_1=_manifest("fp32", "int8"),
+    )
+    monkeypatch.setattr(onnxruntime, "get_available_providers", lambda: CUDA_PROVIDERS)
+    monkeypatch.setattr(config_module, "visible_gpus", lambda: (1, "nvidia-smi"))
+    code, lines, chosen = _print_config(capsys, monkeypatch, "--repository", str(root))
+    assert code == 0
+    assert 'variant = "auto"' in lines and 'device = "auto"' in lines
+    assert chosen == [
+        "# device cuda: onnxruntime has CUDAExecutionProvider and nvidia-smi lists 1 GPU",
+        "# variant fp32 for captioner/1: no fp16 graphs in this version",
+        "# variant fp16 for translator/1: certified fp16 graphs, preferred on CUDA",
+    ]
+
+    code, lines, chosen = _print_config(
+        capsys, monkeypatch, "--repository", str(root), "--device", "cpu", "--variant", "int8"
+    )
+    assert code == 0 and 'variant = "int8"' in lines
+    assert chosen == [
+        "# device cpu: set by the configuration",
+        "# variant int8 for captioner/1: set by the configuration",
+        "# variant int8 for translator/1: set by the configuration",
+    ]
+
+
+def test_print_config_on_this_machine(capsys, monkeypatch, tmp_path):
+    """No CUDA in the CPU onnxruntime the tests run on: cpu and fp32, and the output is
+    still a configuration file (the choices are comments)."""
+    import tomllib
+
+    if "CUDAExecutionProvider" in onnxruntime.get_available_providers():
+        pytest.skip("this onnxruntime has CUDA")
+    root = _repository(tmp_path / "repository", translator_1=_manifest("fp32", "int8"))
+    code, lines, chosen = _print_config(capsys, monkeypatch, "--repository", str(root))
+    assert code == 0
+    assert chosen[0].startswith("# device cpu: onnxruntime has no CUDAExecutionProvider")
+    assert chosen[1:] == ["# variant fp32 for translator/1: the CPU default (int8 only when asked)"]
+    assert tomllib.loads("\n".join(lines))["variant"] == "auto"
+
+    code, lines, chosen = _print_config(capsys, monkeypatch, "--repository", str(tmp_path / "no"))
+    assert (
+        code == 0 and chosen[1] == f"# no model version under {tmp_path / 'no'}: no variant chosen"
+    )

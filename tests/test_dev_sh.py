@@ -1,0 +1,104 @@
+"""`./dev.sh` chooses the GPU set-up where nvidia-smi lists a GPU: the dev.sh functions are
+run from a sourced dev.sh with a fake `nvidia-smi` on PATH and a fake Python that records
+the pip commands instead of running them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+from helpers import ROOT
+
+H100 = "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0f2e5c1a)"
+FAKE_PYTHON = """#!/bin/sh
+echo "$*" >> "$PIP_LOG"
+case "$*" in
+  "-c "*) echo "$FAKE_SITE" ;;  # the purelib query: a folder without nvidia wheels
+  "-m pip show -q "*) case " $INSTALLED " in *" $5 "*) exit 0 ;; *) exit 1 ;; esac ;;
+esac
+"""
+
+
+def _dev_sh(tmp_path, nvidia_smi: str | None, installed: str = "", device: str = "") -> dict:
+    """Runs install_python_packages and export_variants of a sourced dev.sh; returns the
+    Python commands it ran and the variants it would export."""
+    bin_dir, log = tmp_path / "bin", tmp_path / "pip.log"
+    bin_dir.mkdir(exist_ok=True)
+    log.write_text("")
+    (tmp_path / "site").mkdir(exist_ok=True)
+    python = bin_dir / "fake-python"
+    python.write_text(FAKE_PYTHON)
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text(nvidia_smi if nvidia_smi is not None else "#!/bin/sh\nexit 127\n")
+    for script in (python, smi):
+        script.chmod(0o755)
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "PYTHON": str(python),
+        "PIP_LOG": str(log),
+        "FAKE_SITE": str(tmp_path / "site"),
+        "INSTALLED": installed,
+        "ATTNSERVE_DEVICE": device,
+    }
+    script = 'source "$1" && install_python_packages && export_variants'
+    done = subprocess.run(
+        ["bash", "-c", script, "bash", str(ROOT / "dev.sh")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return {"commands": log.read_text().splitlines(), "variants": done.stdout.strip()}
+
+
+@pytest.fixture
+def dev_sh(tmp_path):
+    return lambda *args, **kwargs: _dev_sh(tmp_path, *args, **kwargs)
+
+
+def _installs(commands: list[str]) -> list[str]:
+    return [c for c in commands if c.startswith("-m pip install")]
+
+
+def test_a_gpu_gets_onnxruntime_gpu_with_cuda_wheels_and_fp16_graphs(dev_sh):
+    run = dev_sh(f"#!/bin/sh\necho '{H100}'\n", installed="onnxruntime numpy")
+    assert "-m pip uninstall -y -q onnxruntime" in run["commands"]
+    (install,) = _installs(run["commands"])
+    assert install.endswith("-e .[gpu,client,train,bench,dev] onnxruntime-gpu[cuda,cudnn]")
+    assert run["commands"].index("-m pip uninstall -y -q onnxruntime") < run["commands"].index(
+        install
+    )
+    assert run["variants"] == "fp32,int8,fp16"
+
+    again = dev_sh(f"#!/bin/sh\necho '{H100}'\n", installed="onnxruntime-gpu")
+    assert not [c for c in again["commands"] if "uninstall" in c]  # nothing to remove
+
+
+@pytest.mark.parametrize(
+    "nvidia_smi",
+    [
+        None,  # no nvidia-smi
+        "#!/bin/sh\necho 'NVIDIA-SMI has failed because it could not communicate with the "
+        "NVIDIA driver.'\nexit 9\n",
+        "#!/bin/sh\necho 'No devices found.'\nexit 6\n",
+    ],
+    ids=["no-nvidia-smi", "no-driver", "no-device"],
+)
+def test_without_a_gpu_nothing_changes(dev_sh, nvidia_smi):
+    run = dev_sh(nvidia_smi, installed="onnxruntime")
+    assert not [c for c in run["commands"] if "uninstall" in c]
+    (install,) = _installs(run["commands"])
+    assert install.endswith("-e .[serve,client,train,bench,dev]")
+    assert run["variants"] == "fp32,int8"
+
+
+def test_attnserve_device_cpu_keeps_the_cpu_set_up_on_a_gpu(dev_sh):
+    run = dev_sh(f"#!/bin/sh\necho '{H100}'\n", installed="onnxruntime-gpu", device="cpu")
+    assert "-m pip uninstall -y -q onnxruntime-gpu" in run["commands"]
+    (install,) = _installs(run["commands"])
+    assert install.endswith("-e .[serve,client,train,bench,dev]")
+    assert run["variants"] == "fp32,int8"
