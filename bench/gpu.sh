@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The GPU benchmark (bench/gpu.py) on the GPU machine, from the project's root, after the
+# onnxruntime-gpu parts were copied to /tmp/g (../shared/gpu/README.md, steps 1-2):
+#
+#   bash bench/gpu.sh export    # export + certify the shipped translator (fp32, fp16): ~3 min
+#   bash bench/gpu.sh engine    # machine + engine level (time-boxed to 330 s): ~6.5 min
+#   bash bench/gpu.sh load      # machine + service level, the engine level's results kept: ~3 min
+#   bash bench/gpu.sh all       # everything in one command: ~12 min, over one command's 10
+#
+# Carry: .gpu/tools, attnserve/v1 (generated gRPC code), data/translator/test.es and
+# data/translator/test.en (ignored files). The phases share /tmp/attnserve-gpu (the export,
+# each section's results), so run them back to back on the same warm machine; each writes the
+# report so far to $OUT/gpu/benchmarks-gpu.{json,md}, the last one the whole of it.
+set -euo pipefail
+phase=${1:-all}
+out=${OUT:-bench-gpu-out}/gpu
+work=${BENCH_GPU_WORKDIR:-/tmp/attnserve-gpu}
+# shellcheck disable=SC1091
+source .gpu/tools/on-device.sh
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+run() { python3 -m bench.gpu --device cuda --workdir "$work" --out "$out" "$@"; }
+case "$phase" in
+  export) run --no-engine --no-load ;;
+  engine) run --engine --no-load ;;
+  load) run --no-engine --load ;;
+  all) run --engine --load ;;
+  *) echo "usage: bench/gpu.sh export|engine|load|all" >&2; exit 2 ;;
+esac

@@ -1,0 +1,132 @@
+"""The GPU benchmark in quick mode on the CPU: the shape of its report.
+
+`python -m bench.gpu --device cpu --quick --load` on a small random translator (the shipped
+tokenizer; its embedding scaled up so that greedy decodes are far from ties, fp16 included),
+which the benchmark exports and certifies itself: the shipped model's export and parity suite
+alone take minutes on two cores. Timings are not asserted, only that every section is there,
+that every engine passed parity and ran every case with positive figures, and that every goal
+is judged. The scaled logits are too large for the certificate's absolute graph tolerance, so
+whether the certificate passed is not asserted (the benchmark's own parity check is).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from helpers import ROOT, SHIPPED_TRANSLATOR, tiny_transformer
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("onnxruntime")
+
+pytestmark = pytest.mark.slow
+
+ENGINES = ("ort-fp32", "ort-fp16", "torch-fp32")
+QUICK_CASES = {(1, 1), (16, 1), (1, 4), (16, 4)}  # (batch, beam)
+EMBEDDING_SCALE = 30.0
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, translator_data) -> tuple[dict, str]:
+    """(report, markdown) of a quick CPU run, the service level included."""
+    from models.checkpoint import save_checkpoint
+    from service.tokenizer import Tokenizer
+
+    tmp = tmp_path_factory.mktemp("bench_gpu")
+    tokenizer = SHIPPED_TRANSLATOR / "tokenizer.model"
+    model = tiny_transformer(vocab_size=Tokenizer(tokenizer).vocab_size)
+    with torch.no_grad():
+        model.source_embedding.weight.mul_(EMBEDDING_SCALE)  # shared with the output layer
+    save_checkpoint(model, tokenizer, tmp / "checkpoint")
+    command = [
+        sys.executable, "-m", "bench.gpu", "--device", "cpu", "--quick", "--load",
+        "--checkpoint", str(tmp / "checkpoint"), "--out", str(tmp / "out"),
+    ]  # fmt: skip
+    done = subprocess.run(
+        command,
+        cwd=ROOT,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    report = json.loads((tmp / "out" / "benchmarks-gpu.json").read_text())
+    return report, (tmp / "out" / "benchmarks-gpu.md").read_text(encoding="utf-8")
+
+
+def test_machine_and_repository(run):
+    report, text = run
+    machine = report["machine"]
+    assert machine["device"] == "cpu"
+    assert machine["bandwidth_gb_s"] > 0
+    assert all(rate > 0 for rate in machine["matmul_tflop_s"].values())
+    repository = report["repository"]
+    certificate = repository["certificate"]
+    assert certificate["sentences"] == 8  # --quick: below the export's 200
+    assert repository["exported"] and repository["export_status"] == (
+        0 if certificate["passed"] else 1
+    )
+    assert {"fp32", "fp16"} <= set(repository["variants"])
+    assert text.startswith("# GPU benchmark") and f"onnxruntime {machine['onnxruntime']}" in text
+
+
+def test_every_engine_passes_parity_and_runs_every_case(run):
+    report, _ = run
+    engine = report["engine"]
+    assert set(engine["engines"]) == set(ENGINES)
+    for name, entry in engine["engines"].items():
+        parity = entry["parity"]
+        assert entry["trusted"], (name, entry)
+        assert parity["identical"] == parity["sentences"] == engine["settings"]["parity_sentences"]
+        assert entry["single_step_ms"]["median"] > 0
+    ran = {(c["engine"], c["batch"], c["beam"]) for c in engine["cases"]}
+    assert ran == {(name, b, k) for name in ENGINES for b, k in QUICK_CASES}
+    assert not engine["skipped"]
+    for case in engine["cases"]:
+        assert case["tokens"] == case["batch"] * case["length"] == case["batch"] * 16
+        assert case["rounds"] >= 1
+        assert case["tokens_per_s"]["min"] > 0 and case["ms_per_step"]["median"] > 0
+        assert case["limit"]["ms"] > 0 and case["of_limit"] > 0
+        assert case["limit"]["weight_bytes"] > 0 and case["limit"]["flops"] > 0
+        assert case["vs_torch"] > 0
+    fp16 = [c for c in engine["cases"] if c["engine"] == "ort-fp16"]
+    fp32 = {(c["batch"], c["beam"]): c for c in engine["cases"] if c["engine"] == "ort-fp32"}
+    for case in fp16:  # half the weight and cache bytes
+        twin = fp32[case["batch"], case["beam"]]
+        assert case["limit"]["weight_bytes"] * 2 == twin["limit"]["weight_bytes"]
+
+
+def test_service_level(run):
+    report, text = run
+    load = report["load"]
+    if load["status"] != "run":
+        pytest.skip(load["status"])
+    assert [level["clients"] for level in load["levels"]] == [1, 4]
+    for level in load["levels"]:
+        assert level["requests"] > 0 and not level["errors"]
+        assert level["requests_per_s"] > 0 and level["tokens_per_s"] > 0
+        assert 0 < level["latency_ms"]["p50"] <= level["latency_ms"]["p99"]
+        assert level["cpu_s"]["front"] > 0 and level["cpu_s"]["workers"] > 0
+        assert level["cpu_s"]["client"] > 0
+    sentence = load["sentence"]
+    assert sentence["calls"] > 0 and not sentence["errors"]
+    assert 0 < sentence["output_tokens"] <= sentence["max_length"] == 30
+    assert sentence["latency_ms"]["p50"] > 0
+    assert "## Service level (gRPC)" in text
+
+
+def test_goals_are_judged(run):
+    report, text = run
+    goals = {g["goal"]: g for g in report["goals"]}
+    assert len(goals) == 7
+    for goal in goals.values():
+        assert goal["status"] in ("met", "missed", "not measured")
+        if goal["measured"] is not None:
+            assert goal["measured"] > 0
+    step = goals["batch-1 decoder step (median, fastest onnxruntime engine)"]
+    assert step["status"] in ("met", "missed")  # measured at any batch list
+    assert "## Goals" in text
