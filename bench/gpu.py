@@ -426,7 +426,7 @@ class Runner:
             if spec.threads:
                 torch.set_num_threads(spec.threads)
             model, _ = load_checkpoint(Path(checkpoint))
-            self.engine = reference_engine(model, spec.device)
+            self.engine = reference_engine(model, spec.device, device_search=spec.device == "cuda")
             if spec.device == "cuda":
                 self.sync = torch.cuda.synchronize
             self.library = f"torch {torch.__version__}"
@@ -877,7 +877,7 @@ class LoadBench:
         cores = os.cpu_count() or 2
         self.max_processes = max(1, cores // 4)
         if args.device == "cuda":
-            self.flags = {"variant": "fp16", "workers": "1", "max-batch-rows": "1024"}
+            self.flags = {"variant": "auto", "workers": "1", "max-batch-rows": "1024"}
         else:
             self.flags = {"variant": "fp32", "workers": "0", "max-batch-rows": "64"}
         if args.server_variant:

@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from models.caption_eval import text_scores
 from models.evaluate import corpus_scores
 from service.batching import source_batch
 from service.captioning import caption_batches, pixels
@@ -153,6 +152,8 @@ def attention_difference(expected: list[Hypothesis], actual: list[Hypothesis]) -
 
 def caption_quality_loss(tokenizer: Tokenizer, references: list[str], baseline, variant) -> dict:
     """Exact match (points) and CIDEr of a variant against the baseline's."""
+    from models.caption_eval import text_scores  # pycocoevalcap: only for captioners
+
     base = text_scores([tokenizer.decode(h.tokens) for h in baseline], references)
     other = text_scores([tokenizer.decode(h.tokens) for h in variant], references)
     identical = sum(x.tokens == y.tokens for x, y in zip(baseline, variant, strict=True))

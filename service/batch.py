@@ -21,9 +21,10 @@ Moving cache rows costs as much as a decode step, so rows move as little as poss
   many, or when columns that every live row masks pile up.
 So a batch that never empties keeps a cache as long as its longest-lived row.
 
-In-place moves need host (numpy) arrays. Other tensors (OrtValues on a device with IO binding,
-torch tensors) take the same decisions but move rows with the engine's operations (take,
-join, narrow), which run where the tensors live.
+Rows move with the engine's operations (take, join, narrow, put), which run where the tensors
+live: numpy arrays are written in place, OrtValues on a device (IO binding) by the
+repository's helper graphs, torch tensors by torch. Only copying a repeated beam row into a
+free slot is done for host arrays alone (elsewhere a reorder that repeats rows rebuilds).
 """
 
 from __future__ import annotations
@@ -46,13 +47,14 @@ def _trim(mask: np.ndarray, leading: bool) -> int:
     return mask.shape[1] - (int(used[-1]) + 1 if len(used) else 0)
 
 
-def _write_rows(tensor: np.ndarray, slots: np.ndarray, new: np.ndarray) -> None:
-    """Rows `slots` of `tensor` take `new` over its own extent (the rest stays, masked)."""
-    tensor[(slots, *map(slice, new.shape[1:]))] = new
+def _shape(tensor) -> tuple[int, ...]:
+    """A numpy array's, a torch tensor's or an OrtValue's shape."""
+    shape = tensor.shape
+    return tuple(shape() if callable(shape) else shape)
 
 
 def _fits(tensors: Tensors, new: Tensors) -> bool:
-    return all(np.all(np.less_equal(new[n].shape[1:], tensors[n].shape[1:])) for n in tensors)
+    return all(np.all(np.less_equal(_shape(new[n])[1:], _shape(tensors[n])[1:])) for n in tensors)
 
 
 class ContinuousBatch(Inference):
@@ -112,8 +114,7 @@ class ContinuousBatch(Inference):
         if self.slots == 0:
             self._adopt(*new)
         elif (
-            self.in_place
-            and len(free) >= len(sources)
+            len(free) >= len(sources)
             and new[1].shape[1] <= self.memory_length
             and _fits(self.memory, new[0])
             and _fits(self.state, new[2])
@@ -131,12 +132,16 @@ class ContinuousBatch(Inference):
         self.alive, self._identity = np.arange(rows), True
 
     def _reuse(self, slots: np.ndarray, memory, memory_mask: np.ndarray, state, inputs) -> None:
-        """New rows in dead slots: memory and state written in place (a growing state's past
-        is masked instead)."""
+        """New rows in dead slots: memory and state written there (by the engine's `put`:
+        in place on the host, on the device where the tensors live); a growing state starts
+        empty, its past masked instead."""
+        put = self.engine.put
         for name, tensor in memory.items():
-            _write_rows(self.memory[name], slots, tensor)
+            self.memory[name] = put(self.memory[name], slots, tensor)
         for name, tensor in state.items():
-            _write_rows(self.state[name], slots, tensor)
+            axis = self.axes[name]
+            if axis is None or _shape(tensor)[axis] > 0:
+                self.state[name] = put(self.state[name], slots, tensor)
         self.memory_mask[slots] = 0
         self.memory_mask[slots, : memory_mask.shape[1]] = memory_mask
         self.self_mask[slots] = 0
@@ -244,15 +249,17 @@ class ContinuousBatch(Inference):
             self._clear()
             return
         slots = self.alive[index]
-        if len(slots) == 1 or np.all(np.diff(slots) > 0):  # rows leave, none repeats: free
-            self._left |= len(slots) < self.rows
-            self._identity &= len(slots) == self.rows
-            self.alive = slots
-            return
         first = np.zeros(len(slots), dtype=bool)
         first[np.unique(slots, return_index=True)[1]] = True
-        free = np.setdiff1d(np.arange(self.slots), slots[first])
         repeats = np.flatnonzero(~first)
+        if len(repeats) == 0:  # rows leave or change order, none repeats: free
+            self._left |= len(slots) < self.rows
+            self.alive = slots
+            self._identity = len(slots) == self.slots and np.array_equal(
+                slots, np.arange(self.slots)
+            )
+            return
+        free = np.setdiff1d(np.arange(self.slots), slots[first])
         if not self.in_place or len(repeats) > len(free):
             self.alive = slots
             self._rebuild()  # gathers, repeated rows included

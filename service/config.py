@@ -18,7 +18,9 @@ from service.errors import InvalidArgument
 DEFAULT_REPOSITORY = Path(__file__).resolve().parents[1] / "data" / "repository"
 ENV_PREFIX = "ATTNSERVE_"
 VARIANTS = ("fp32", "int8", "fp16")
-GPU_PREFERENCE = ("fp16",)  # certified variants auto takes on cuda, in order; else fp32
+# Certified variants auto takes before fp32 on cuda, in order. Empty: fp16 measured no faster
+# than fp32 through batch 256 on an H100 (docs/benchmarks-gpu.md).
+GPU_PREFERENCE: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -143,13 +145,15 @@ def certified_variants(manifest: dict) -> list[str]:
 
 
 def auto_variant(device: str, manifest: dict) -> tuple[str, str]:
-    """(variant, why) for `variant = "auto"`: on cuda the preferred GPU variant the version
-    has certified graphs of (fp16), else fp32; on cpu fp32 (int8 only when asked)."""
+    """(variant, why) for `variant = "auto"`: on cuda the first GPU_PREFERENCE variant the
+    version has certified graphs of, else fp32; on cpu fp32 (int8 only when asked)."""
     if device != "cuda":
         return "fp32", "the CPU default (int8 only when asked)"
     for variant in GPU_PREFERENCE:
         if variant in certified_variants(manifest):
             return variant, f"certified {variant} graphs, preferred on CUDA"
+    if not GPU_PREFERENCE:
+        return "fp32", "the fastest on CUDA as measured (docs/benchmarks-gpu.md)"
     if "fp16" in manifest.get("graphs", {}):
         return "fp32", "its fp16 graphs have no passing parity certificate"
     return "fp32", "no fp16 graphs in this version"

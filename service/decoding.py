@@ -88,8 +88,16 @@ class _Row:
     attention: list[np.ndarray]
 
     def extend(self, token: int, log_prob: float, attention: np.ndarray | None) -> _Row:
+        """A new row one token longer (beams: one row may be extended several ways)."""
         seen = self.attention if attention is None else self.attention + [attention]
         return _Row(self.tokens + [token], self.log_probs + [log_prob], seen)
+
+    def append(self, token: int, log_prob: float, attention: np.ndarray | None) -> None:
+        """This row one token longer, in place (a row extended one way only)."""
+        self.tokens.append(token)
+        self.log_probs.append(log_prob)
+        if attention is not None:
+            self.attention.append(attention)
 
     def finish(self, eos: int, penalty: float) -> Hypothesis:
         ended = bool(self.tokens) and self.tokens[-1] == eos
@@ -157,7 +165,7 @@ class GreedySearch(Search):
 
     def __init__(self, batch, options: DecodingOptions, bos: int, eos: int, choose=None, copies=1):
         self.options, self.eos, self.copies, self.steps = options, eos, copies, 0
-        self.choose = choose or (lambda candidates: np.zeros(len(candidates), dtype=np.int64))
+        self.choose = choose  # None: the best candidate
         self.hypotheses = [_Row([], [], []) for _ in range(batch * copies)]
         self.finished: list[Hypothesis | None] = [None] * (batch * copies)
         self.active = np.arange(batch * copies)  # the hypothesis each row extends
@@ -165,18 +173,26 @@ class GreedySearch(Search):
         self.tokens = np.full((batch * copies, 1), bos, dtype=np.int64)
 
     def advance(self, candidates: Candidates, attention: np.ndarray | None) -> np.ndarray:
-        column = np.asarray(self.choose(candidates), dtype=np.int64)[:, None]  # (R, 1)
-        best = np.take_along_axis(candidates.ids, column, 1)[:, 0]
-        log_probs = np.take_along_axis(candidates.log_probs, column, 1)[:, 0]
-        rows = self.hypotheses
-        for i, h in enumerate(self.active):
-            seen = None if attention is None else attention[i]
-            rows[h] = rows[h].extend(int(best[i]), float(log_probs[i]), seen)
+        # one row per decoding input is the common case of a busy server: plain Python there
+        if self.choose is None:
+            best, log_probs = candidates.ids[:, 0], candidates.log_probs[:, 0]
+        else:
+            column = np.asarray(self.choose(candidates), dtype=np.int64)[:, None]  # (R, 1)
+            best = np.take_along_axis(candidates.ids, column, 1)[:, 0]
+            log_probs = np.take_along_axis(candidates.log_probs, column, 1)[:, 0]
+        rows, active = self.hypotheses, self.active.tolist()
+        for i, (h, token, log_prob) in enumerate(
+            zip(active, best.tolist(), log_probs.tolist(), strict=True)
+        ):
+            rows[h].append(token, log_prob, None if attention is None else attention[i])
         self.steps += 1
         keep = best != self.eos
         if self.steps >= self.options.max_length:
             keep[:] = False
-        for h in self.active[~keep]:
+        if keep.all():
+            self.tokens = best[:, None]
+            return np.arange(len(keep))
+        for h in self.active[~keep].tolist():
             self.finished[h] = rows[h].finish(self.eos, self.options.length_penalty)
         self.active, self.sources = self.active[keep], self.sources[keep]
         self.tokens = best[keep, None]

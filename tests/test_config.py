@@ -30,7 +30,17 @@ def _manifest(*variants: str, certified=("fp32", "int8"), passed: bool = True) -
     }
 
 
-def test_auto_takes_certified_fp16_on_cuda_and_fp32_otherwise():
+def test_auto_takes_fp32_on_cuda_as_measured():
+    certified = _manifest("fp32", "int8", "fp16", certified=("fp32", "int8", "fp16"))
+    assert config_module.GPU_PREFERENCE == ()
+    assert auto_variant("cuda", certified) == (
+        "fp32",
+        "the fastest on CUDA as measured (docs/benchmarks-gpu.md)",
+    )
+
+
+def test_auto_takes_a_preferred_certified_variant_on_cuda_and_fp32_otherwise(monkeypatch):
+    monkeypatch.setattr(config_module, "GPU_PREFERENCE", ("fp16",))
     certified = _manifest("fp32", "int8", "fp16", certified=("fp32", "int8", "fp16"))
     assert certified_variants(certified) == ["fp32", "int8", "fp16"]
     assert auto_variant("cuda", certified) == ("fp16", "certified fp16 graphs, preferred on CUDA")
@@ -125,6 +135,7 @@ def _print_config(capsys, monkeypatch, *flags: str) -> tuple[int, list[str], lis
 
 
 def test_print_config_names_the_device_and_each_variant_with_why(capsys, monkeypatch, tmp_path):
+    monkeypatch.setattr(config_module, "GPU_PREFERENCE", ("fp16",))
     root = _repository(
         tmp_path,
         translator_1=_manifest("fp32", "int8", "fp16", certified=("fp32", "int8", "fp16")),
