@@ -7,9 +7,7 @@ They move cache rows on the device where the cache lives, so on a GPU it never l
   right-padded with zeros (a cache's time axis, a memory's length): requests joining a running
   batch;
 - `narrow_<dtype>`: positions `start` to `end` of one axis: dropping cache columns that every
-  row masks, or memory positions no row uses, once the requests that needed them have left;
-- `put_<dtype>`: rows `indices` of `data` replaced by `updates`, every other axis of `updates`
-  right-padded with zeros to `data`'s: requests joining into the slots of rows that left.
+  row masks, or memory positions no row uses, once the requests that needed them have left.
 
 Every op takes tensors of any rank, so they serve any state the model's interface declares.
 
@@ -101,34 +99,6 @@ def narrow_graph(dtype: int) -> onnx.ModelProto:
     return _model("narrow", [node], [data, start, end, axis], [output])
 
 
-def put_graph(dtype: int) -> onnx.ModelProto:
-    """output = data with rows `indices` (axis 0) replaced by `updates` right-padded to data's
-    other axes; any rank."""
-    data = helper.make_tensor_value_info("data", dtype, None)
-    indices = helper.make_tensor_value_info("indices", TensorProto.INT64, ["rows"])
-    updates = helper.make_tensor_value_info("updates", dtype, None)
-    output = helper.make_tensor_value_info("output", dtype, None)
-    constants = [
-        helper.make_tensor("zero", TensorProto.INT64, [], [0]),
-        helper.make_tensor("zero1", TensorProto.INT64, [1], [0]),
-        helper.make_tensor("one1", TensorProto.INT64, [1], [1]),
-        helper.make_tensor("last1", TensorProto.INT64, [1], [2**62]),
-        helper.make_tensor("axis1", TensorProto.INT64, [1], [1]),
-    ]
-    nodes = [
-        helper.make_node("Shape", ["data"], ["data_shape"]),
-        helper.make_node("Shape", ["updates"], ["updates_shape"]),
-        helper.make_node("Sub", ["data_shape", "updates_shape"], ["missing"]),
-        helper.make_node("Slice", ["missing", "one1", "last1"], ["missing_tail"]),
-        helper.make_node("Mul", ["updates_shape", "zero"], ["begins"]),
-        helper.make_node("Concat", ["begins", "zero1", "missing_tail"], ["pads"], axis=0),
-        helper.make_node("Pad", ["updates", "pads"], ["padded"]),
-        helper.make_node("Unsqueeze", ["indices", "axis1"], ["positions"]),
-        helper.make_node("ScatterND", ["data", "positions", "padded"], ["output"]),
-    ]
-    return _model("put", nodes, [data, indices, updates], [output], constants)
-
-
 def _log_probs(dtype: int, nodes: list) -> list:
     """Inputs logits (rows, vocab) and bias (1, vocab) float32 -> nodes computing `log_probs`
     (rows, vocab) float32."""
@@ -188,7 +158,6 @@ OPS = {
     "gather": gather_graph,
     "join": join_graph,
     "narrow": narrow_graph,
-    "put": put_graph,
     "search": search_graph,
     "sample": sample_graph,
 }

@@ -119,18 +119,6 @@ class TorchEngine:
 
         return torch.cat([padded(a), padded(b)])
 
-    def put(self, tensor, slots: np.ndarray, new):
-        """Rows `slots` of `tensor` replaced by `new` (right-padded with zeros), in place."""
-        if isinstance(tensor, np.ndarray):
-            from service.batching import write_rows
-
-            write_rows(tensor, slots, new)
-            return tensor
-        index = self._tensor(np.asarray(slots, dtype=np.int64))
-        tensor.index_fill_(0, index, 0)
-        tensor[(index, *map(slice, new.shape[1:]))] = new.to(tensor.dtype)
-        return tensor
-
     def narrow(self, tensor, axis: int, start: int, end: int):
         if isinstance(tensor, np.ndarray):
             index = [slice(None)] * tensor.ndim

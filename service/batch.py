@@ -21,17 +21,21 @@ Moving cache rows costs as much as a decode step, so rows move as little as poss
   many, or when columns that every live row masks pile up.
 So a batch that never empties keeps a cache as long as its longest-lived row.
 
-Rows move with the engine's operations (take, join, narrow, put), which run where the tensors
-live: numpy arrays are written in place, OrtValues on a device (IO binding) by the
-repository's helper graphs, torch tensors by torch. Only copying a repeated beam row into a
-free slot is done for host arrays alone (elsewhere a reorder that repeats rows rebuilds).
+Writing rows into slots in place needs host (numpy) arrays. Other tensors (OrtValues on a
+device with IO binding, torch tensors) take the same decisions but move rows with the
+engine's operations (take, join, narrow), which run where the tensors live, so there a
+joining request or a repeated beam row rebuilds. (Writing into dead slots on the GPU with a
+ScatterND graph was measured slower than rebuilding: 287 against 390 single-sentence jobs/s
+for one busy scheduler on an H100, docs/benchmarks-gpu.md; ScatterND copies the whole
+tensor, and the dead slots it keeps are computed every step.) A reorder that only drops or
+permutes rows moves nothing on any engine.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from service.batching import concat_padded
+from service.batching import concat_padded, write_rows
 from service.inference import EncoderOutput, Engine, Inference, Tensors
 from service.search import SearchRequest
 
@@ -114,7 +118,8 @@ class ContinuousBatch(Inference):
         if self.slots == 0:
             self._adopt(*new)
         elif (
-            len(free) >= len(sources)
+            self.in_place
+            and len(free) >= len(sources)
             and new[1].shape[1] <= self.memory_length
             and _fits(self.memory, new[0])
             and _fits(self.state, new[2])
@@ -132,16 +137,12 @@ class ContinuousBatch(Inference):
         self.alive, self._identity = np.arange(rows), True
 
     def _reuse(self, slots: np.ndarray, memory, memory_mask: np.ndarray, state, inputs) -> None:
-        """New rows in dead slots: memory and state written there (by the engine's `put`:
-        in place on the host, on the device where the tensors live); a growing state starts
-        empty, its past masked instead."""
-        put = self.engine.put
+        """New rows in dead slots: memory and state written in place (a growing state's past
+        is masked instead)."""
         for name, tensor in memory.items():
-            self.memory[name] = put(self.memory[name], slots, tensor)
+            write_rows(self.memory[name], slots, tensor)
         for name, tensor in state.items():
-            axis = self.axes[name]
-            if axis is None or _shape(tensor)[axis] > 0:
-                self.state[name] = put(self.state[name], slots, tensor)
+            write_rows(self.state[name], slots, tensor)
         self.memory_mask[slots] = 0
         self.memory_mask[slots, : memory_mask.shape[1]] = memory_mask
         self.self_mask[slots] = 0

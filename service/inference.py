@@ -91,10 +91,6 @@ class Engine(Protocol):
     def narrow(self, tensor: Tensor, axis: int, start: int, end: int) -> Tensor:
         """Positions start..end of `axis`."""
 
-    def put(self, tensor: Tensor, slots: np.ndarray, new: Tensor) -> Tensor:
-        """`tensor` with rows `slots` replaced by `new`, every other axis of `new`
-        right-padded to `tensor`'s (may write `tensor` in place and return it)."""
-
 
 class Inference(ABC):
     """A batch of rows being decoded; rows can be reordered, repeated or dropped between steps."""

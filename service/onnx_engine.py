@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 import onnxruntime as ort
 
-from service.batching import concat_padded, write_rows
+from service.batching import concat_padded
 from service.errors import ModelRepositoryError
 from service.graphs import ModelInterface, SpecialTokens, check_inputs, interface_for
 from service.inference import EncoderOutput, Tensors
@@ -106,7 +106,7 @@ class OnnxEngine:
             dtypes = (self.float_dtype.name, "int64")
             self.ops = {
                 op: {d: session(model.op(op, d)) for d in dtypes}
-                for op in ("gather", "join", "narrow", "put")
+                for op in ("gather", "join", "narrow")
             }
         if self.device_search:
             self.search_ops = {
@@ -244,16 +244,6 @@ class OnnxEngine:
         if isinstance(a, np.ndarray):
             return concat_padded([a, b])
         return self._run(self._op("join", a), {"a": a, "b": b})[0]
-
-    def put(self, tensor, slots: np.ndarray, new):
-        """`tensor` with rows `slots` replaced by `new` (its other axes right-padded with
-        zeros); a numpy array is written in place."""
-        slots = np.asarray(slots, dtype=np.int64)
-        if isinstance(tensor, np.ndarray):
-            write_rows(tensor, slots, new)
-            return tensor
-        feeds = {"data": tensor, "indices": slots, "updates": new}
-        return self._run(self._op("put", tensor), feeds)[0]
 
     def narrow(self, tensor, axis: int, start: int, end: int):
         """Positions start..end of `axis`."""
