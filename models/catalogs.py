@@ -172,10 +172,13 @@ def fetch(package: str, cache: Path) -> Path:
 
 
 def build_pairs(
-    trees: dict[str, Path], roles: dict[str, str] = PACKAGES
+    trees: dict[str, Path],
+    roles: dict[str, str] = PACKAGES,
+    extra: dict[str, list[tuple[str, str]]] | None = None,
 ) -> tuple[list[tuple[str, str]], list[tuple[str, str]], CatalogStats]:
-    """(training pairs, modern test pairs, stats) of unpacked packages, deduplicated; the test
-    pairs exclude every pair whose normalised source or target occurs in training."""
+    """(training pairs, modern test pairs, stats) of unpacked packages and `extra` training
+    pairs by source (CLDR), deduplicated; the test pairs exclude every pair whose normalised
+    source or target occurs in training."""
     stats = CatalogStats()
     parts: dict[str, dict[tuple[str, str], None]] = {"train": {}, "modern": {}}
     for package, tree in sorted(trees.items()):
@@ -183,6 +186,9 @@ def build_pairs(
         pairs = _seeded(pairs, CAPS.get(package, len(pairs)))
         stats.kept[package] = len(pairs)
         parts[roles[package]].update(dict.fromkeys(pairs))
+    for source, pairs in sorted((extra or {}).items()):
+        stats.entries[source] = stats.kept[source] = len(pairs)
+        parts["train"].update(dict.fromkeys(pairs))
     train = list(parts["train"])
     seen = {normalised(s) for s, _ in train} | {normalised(t) for _, t in train}
     modern = [
@@ -222,9 +228,12 @@ def build_catalog_data(out: Path, cache: Path = CACHE, roles: dict[str, str] = P
     `test-everyday.{es,en}` into `out`; returns the counts (also in `catalogs.json`)."""
     import json
 
+    from models.cldr import CLDR, cldr_pairs
+
     out.mkdir(parents=True, exist_ok=True)
     trees = {package: fetch(package, cache) for package in roles}
-    train, modern, stats = build_pairs(trees, roles)
+    extra = {"unicode-cldr-core": cldr_pairs()} if (CLDR / "main" / "es.xml").exists() else {}
+    train, modern, stats = build_pairs(trees, roles, extra)
     _write(out, "catalogs", train)
     _write(out, "test-modern", modern)
     spanish, english = read_everyday()
@@ -234,8 +243,12 @@ def build_catalog_data(out: Path, cache: Path = CACHE, roles: dict[str, str] = P
         "modern_pairs": len(modern),
         "everyday_pairs": len(spanish),
         "packages": {
-            p: {"role": roles[p], "entries": stats.entries.get(p, 0), "kept": stats.kept.get(p, 0)}
-            for p in sorted(roles)
+            p: {
+                "role": roles.get(p, "train"),
+                "entries": stats.entries.get(p, 0),
+                "kept": stats.kept.get(p, 0),
+            }
+            for p in sorted({*roles, *extra})
         },
         "dropped": stats.dropped,
     }
