@@ -147,9 +147,10 @@ def package_pairs(tree: Path, stats: CatalogStats, package: str) -> list[tuple[s
     return pairs
 
 
-def fetch(package: str, cache: Path) -> Path:
-    """The package's Spanish catalogs unpacked under `cache/tree/<package>` (downloaded and
-    unpacked once; only the Spanish locale directories are taken out of the archive)."""
+def fetch(package: str, cache: Path, pattern: str = CATALOGS) -> Path:
+    """The package's files matching `pattern` (its Spanish catalogs) unpacked under
+    `cache/tree/<package>` (downloaded and unpacked once; nothing else is taken out of the
+    archive)."""
     tree = cache / "tree" / package
     if tree.is_dir():
         return tree
@@ -164,7 +165,7 @@ def fetch(package: str, cache: Path) -> Path:
     archive = subprocess.run(["dpkg-deb", "--fsys-tarfile", str(deb)], check=True,
                              capture_output=True).stdout  # fmt: skip
     subprocess.run(  # no Spanish catalog in the package is not an error: tar exits 2
-        ["tar", "-x", "-C", str(partial), "--wildcards", CATALOGS], input=archive,
+        ["tar", "-x", "-C", str(partial), "--wildcards", pattern], input=archive,
         capture_output=True,
     )  # fmt: skip
     partial.rename(tree)
@@ -224,10 +225,13 @@ def _write(out: Path, name: str, pairs: list[tuple[str, str]]) -> None:
 
 
 def build_catalog_data(out: Path, cache: Path = CACHE, roles: dict[str, str] = PACKAGES) -> dict:
-    """Writes `catalogs.{es,en}` (training pairs), `test-modern.{es,en}` and
-    `test-everyday.{es,en}` into `out`; returns the counts (also in `catalogs.json`)."""
+    """Writes `catalogs.{es,en}` (training pairs), `synthetic.{es,en}` (back-translated
+    fortunes, models.backtranslation), `test-modern.{es,en}` and `test-everyday.{es,en}` into
+    `out`; returns the counts (also in `catalogs.json`)."""
     import json
+    import shutil
 
+    from models import backtranslation
     from models.cldr import CLDR, cldr_pairs
 
     out.mkdir(parents=True, exist_ok=True)
@@ -238,8 +242,22 @@ def build_catalog_data(out: Path, cache: Path = CACHE, roles: dict[str, str] = P
     _write(out, "test-modern", modern)
     spanish, english = read_everyday()
     _write(out, "test-everyday", list(zip(spanish, english, strict=True)))
+    synthetic: list[tuple[str, str]] = []
+    if shutil.which("apertium"):  # back-translation: real English, Apertium's Spanish
+        sentences = [
+            s
+            for package in backtranslation.FORTUNE_PACKAGES
+            for s in backtranslation.fortune_sentences(
+                fetch(package, cache, backtranslation.FORTUNES)
+            )
+        ]
+        held_out = {normalised(t) for _, t in modern} | {normalised(e) for e in english}
+        sentences = [s for s in dict.fromkeys(sentences) if normalised(s) not in held_out]
+        synthetic = backtranslation.synthetic_pairs(sentences)
+    _write(out, "synthetic", synthetic)
     counts = {
         "train_pairs": len(train),
+        "synthetic_pairs": len(synthetic),
         "modern_pairs": len(modern),
         "everyday_pairs": len(spanish),
         "packages": {

@@ -1,0 +1,63 @@
+"""Synthetic pairs by back-translation: real English sentences, their Spanish made by Apertium
+eng-spa (rule-based, offline, about 1,500 sentences a second here).
+
+The English side is the target the model learns to write, so it must be real: sentences from
+the `fortunes` and `fortunes-min` packages (quotations, jokes, proverbs: everyday English the
+other sources lack). Apertium's Spanish is only ever a source, and the pairs are kept apart
+(`synthetic.{es,en}`) so training can tag them as synthetic sources. Apertium's own English
+output is never trained on.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+FORTUNE_PACKAGES = ("fortunes", "fortunes-min")
+FORTUNES = "*/games/fortunes/*"
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z\"'])")
+_PROSE = re.compile(r"^[A-Z][A-Za-z ,;:'\"!?.\-]*[.!?]$")
+_ATTRIBUTION = re.compile(r"^\s*(--|-- |~|\()")
+MIN_WORDS, MAX_WORDS = 4, 25
+
+
+def fortune_sentences(tree: Path) -> list[str]:
+    """Sentences of the fortune files under `tree`: one line each, plain prose of
+    MIN_WORDS..MAX_WORDS words, deduplicated, in file and fortune order."""
+    sentences = []
+    files = sorted(p for p in tree.rglob("fortunes/*") if p.is_file() and p.suffix == "")
+    for path in files:
+        text = path.read_text(encoding="latin-1")
+        for fortune in text.split("\n%\n"):
+            lines = [line.strip() for line in fortune.splitlines()]
+            body = " ".join(line for line in lines if line and not _ATTRIBUTION.match(line))
+            for sentence in _SENTENCE_END.split(re.sub(r"\s+", " ", body)):
+                sentence = sentence.strip()
+                if _PROSE.match(sentence) and MIN_WORDS <= len(sentence.split()) <= MAX_WORDS:
+                    sentences.append(sentence)
+    return list(dict.fromkeys(sentences))
+
+
+def apertium_eng_spa(sentences: list[str]) -> list[str]:
+    """Spanish of every sentence by Apertium eng-spa, one line in, one line out (unknown-word
+    marks dropped)."""
+    if not sentences:
+        return []
+    result = subprocess.run(
+        ["apertium", "-u", "-f", "line", "eng-spa"],
+        input="\n".join(sentences) + "\n",
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    lines = result.stdout.split("\n")[: len(sentences)]
+    if len(lines) != len(sentences):
+        raise RuntimeError(f"apertium gave {len(lines)} lines for {len(sentences)} sentences")
+    return [re.sub(r"\s+", " ", line.replace("#", "").replace("~", "")).strip() for line in lines]
+
+
+def synthetic_pairs(sentences: list[str]) -> list[tuple[str, str]]:
+    """(Apertium's Spanish, the real English) of every sentence Apertium translated."""
+    spanish = apertium_eng_spa(sentences)
+    return [(s, e) for s, e in zip(spanish, sentences, strict=True) if s and s != e]
