@@ -107,7 +107,15 @@ def _add_data(commands) -> None:
         "--catalogs",
         action="store_true",
         help="translator: modern pairs from Debian gettext catalogs (cached in "
-        "data/debian-cache), the modern and everyday test parts",
+        "data/debian-cache) and CLDR, back-translated fortunes, the modern and everyday test "
+        "parts",
+    )
+    parser.add_argument(
+        "--modern",
+        type=Path,
+        metavar="DIR",
+        help="translator: mix the Bible corpus and the --catalogs build in --out into DIR "
+        "(train, dev and every test part) for the modern translator",
     )
 
 

@@ -21,6 +21,12 @@ TEST_PART = "bible"
 
 
 def data(args: Namespace) -> int:
+    if getattr(args, "modern", None):
+        from models.modern import build_modern_data
+
+        counts = build_modern_data(args.out, args.modern)
+        print(json.dumps({"out": str(args.modern), **counts}, indent=2))
+        return 0
     if getattr(args, "catalogs", False):
         from models.catalogs import build_catalog_data
 

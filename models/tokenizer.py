@@ -25,6 +25,7 @@ def train_tokenizer(
     model_file: Path,
     vocab_size: int = DEFAULT_VOCAB_SIZE,
     model_type: str = "unigram",
+    symbols: tuple[str, ...] = (),
 ) -> Tokenizer:
     """Trains a SentencePiece model on `lines` and writes it to `model_file`.
 
@@ -33,6 +34,7 @@ def train_tokenizer(
     text for NFC text with single spaces.
     word (the captioner): one piece per word of a closed vocabulary; `vocab_size` is the
     number of distinct words plus the four special pieces.
+    `symbols` are pieces of their own, never split (a tag such as models.modern's `<bt>`).
     """
     model = io.BytesIO()
     spm.SentencePieceTrainer.train(
@@ -53,6 +55,7 @@ def train_tokenizer(
         unk_piece=SPECIAL_PIECES[UNK_ID],
         num_threads=2,
         minloglevel=2,
+        **({"user_defined_symbols": list(symbols)} if symbols else {}),
     )
     model_file.parent.mkdir(parents=True, exist_ok=True)
     model_file.write_bytes(model.getvalue())

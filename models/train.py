@@ -24,6 +24,7 @@ from models.checkpoint import save_checkpoint
 from models.config import PRESETS, TransformerConfig
 from models.corpus import read_split
 from models.evaluate import corpus_scores
+from models.modern import SYNTHETIC_TAG
 from models.reference import TorchEngine
 from models.run_state import load_state, out_of_budget, save_state
 from models.tokenizer import train_tokenizer
@@ -153,7 +154,9 @@ class Trainer:
         model_file = self.run_dir / "tokenizer.model"
         if not model_file.exists() and self.rank == 0:
             spanish, english = read_split(self.options.data_dir, "train")
-            train_tokenizer(spanish + english, model_file, self.options.vocab_size)
+            tagged = any(line.startswith(SYNTHETIC_TAG) for line in spanish)
+            symbols = (SYNTHETIC_TAG,) if tagged else ()  # the modern mix's synthetic sources
+            train_tokenizer(spanish + english, model_file, self.options.vocab_size, symbols=symbols)
         if self.world > 1:
             dist.barrier()
         tokenizer = Tokenizer(model_file)

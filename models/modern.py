@@ -1,0 +1,70 @@
+"""The modern translator's corpus: the Bible corpus, the catalog pairs and the back-translated
+pairs mixed into one train / dev / test layout that `attnserve train translator --data` reads.
+
+    train   Bible train + catalog pairs (CLDR included) but the dev slice + synthetic pairs,
+            their Spanish prefixed with SYNTHETIC_TAG (a piece of its own in the tokenizer:
+            the model learns that such a source is machine Spanish; served text never has it)
+    dev     Bible dev + DEV_PAIRS catalog pairs (a seeded choice, taken out of train), so
+            that the dev score the training keeps the best checkpoint by reads modern text too
+    test    the Bible test part (`test`), `test-modern` and `test-everyday`, copied unchanged
+
+Everything is read from the two builds of `attnserve data translator` (the Bible corpus, then
+`--catalogs`), so the mix is reproducible from them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+from models.corpus import read_split
+
+SYNTHETIC_TAG = "<bt>"
+DEV_PAIRS = 500
+TEST_PARTS = ("test", "test-modern", "test-everyday")
+
+
+def _seeded_order(pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    return sorted(pairs, key=lambda pair: hashlib.sha256("\t".join(pair).encode()).digest())
+
+
+def _write(out: Path, split: str, pairs: list[tuple[str, str]]) -> None:
+    for side, language in ((0, "es"), (1, "en")):
+        text = "".join(pair[side] + "\n" for pair in pairs)
+        (out / f"{split}.{language}").write_text(text, encoding="utf-8")
+
+
+def _pairs(directory: Path, split: str) -> list[tuple[str, str]]:
+    spanish, english = read_split(directory, split)
+    return list(zip(spanish, english, strict=True))
+
+
+def build_modern_data(source: Path, out: Path) -> dict:
+    """Mixes the builds in `source` (data/translator) into `out`; returns the counts (also
+    written to `out/mix.json`)."""
+    out.mkdir(parents=True, exist_ok=True)
+    catalogs = _pairs(source, "catalogs")
+    dev_slice = set(_seeded_order(catalogs)[:DEV_PAIRS])
+    synthetic = [(f"{SYNTHETIC_TAG} {s}", e) for s, e in _pairs(source, "synthetic")]
+    parts = {
+        "bible": _pairs(source, "train"),
+        "catalogs": [pair for pair in catalogs if pair not in dev_slice],
+        "synthetic": synthetic,
+    }
+    train = [pair for part in parts.values() for pair in part]
+    dev = _pairs(source, "dev") + [pair for pair in catalogs if pair in dev_slice]
+    _write(out, "train", train)
+    _write(out, "dev", dev)
+    for part in TEST_PARTS:
+        for language in ("es", "en"):
+            shutil.copyfile(source / f"{part}.{language}", out / f"{part}.{language}")
+    counts = {
+        "train": {name: len(pairs) for name, pairs in parts.items()} | {"total": len(train)},
+        "dev": {"bible": len(dev) - len(dev_slice), "catalogs": len(dev_slice)},
+        "test": {part: len(read_split(out, part)[0]) for part in TEST_PARTS},
+        "synthetic_tag": SYNTHETIC_TAG,
+    }
+    (out / "mix.json").write_text(json.dumps(counts, indent=2) + "\n", encoding="utf-8")
+    return counts
