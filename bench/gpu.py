@@ -1187,12 +1187,20 @@ def markdown(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _engine_markdown(part: dict | None) -> list[str]:
-    lines = ["", "## Engine level (translator)", ""]
+def _section_head(title: str, part: dict | None, flag: str) -> list[str]:
+    """A section's title, and where its figures come from (or that it was not run)."""
+    lines = ["", f"## {title}", ""]
     if not part:
-        return [*lines, "not run (--no-engine)"]
+        return [*lines, f"not run ({flag})"]
     if part.get("from"):
         lines += [f"From {part['from']}.", ""]
+    return lines
+
+
+def _engine_markdown(part: dict | None) -> list[str]:
+    lines = _section_head("Engine level (translator)", part, "--no-engine")
+    if not part:
+        return lines
     s = part["settings"]
     lines += [
         f"Through service.decoding over CachedInference, every row forced to {s['length']} "
@@ -1242,11 +1250,9 @@ def _engine_markdown(part: dict | None) -> list[str]:
 
 
 def _load_markdown(part: dict | None) -> list[str]:
-    lines = ["", "## Service level (gRPC)", ""]
+    lines = _section_head("Service level (gRPC)", part, "--no-load")
     if not part:
-        return [*lines, "not run (--no-load)"]
-    if part.get("from"):
-        lines += [f"From {part['from']}.", ""]
+        return lines
     if part["status"] != "run":
         return [*lines, part["status"]]
     s, flags = part["settings"], part["flags"]

@@ -33,9 +33,11 @@ permutes rows moves nothing on any engine.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
-from service.batching import concat_padded, write_rows
+from service.batching import concat_padded
 from service.inference import EncoderOutput, Engine, Inference, Tensors
 from service.search import SearchRequest
 
@@ -51,14 +53,13 @@ def _trim(mask: np.ndarray, leading: bool) -> int:
     return mask.shape[1] - (int(used[-1]) + 1 if len(used) else 0)
 
 
-def _shape(tensor) -> tuple[int, ...]:
-    """A numpy array's, a torch tensor's or an OrtValue's shape."""
-    shape = tensor.shape
-    return tuple(shape() if callable(shape) else shape)
+def _write_rows(tensor: np.ndarray, slots: np.ndarray, new: np.ndarray) -> None:
+    """Rows `slots` of `tensor` take `new` over its own extent (the rest stays, masked)."""
+    tensor[(slots, *map(slice, new.shape[1:]))] = new
 
 
 def _fits(tensors: Tensors, new: Tensors) -> bool:
-    return all(np.all(np.less_equal(_shape(new[n])[1:], _shape(tensors[n])[1:])) for n in tensors)
+    return all(np.all(np.less_equal(new[n].shape[1:], tensors[n].shape[1:])) for n in tensors)
 
 
 class ContinuousBatch(Inference):
@@ -140,9 +141,9 @@ class ContinuousBatch(Inference):
         """New rows in dead slots: memory and state written in place (a growing state's past
         is masked instead)."""
         for name, tensor in memory.items():
-            write_rows(self.memory[name], slots, tensor)
+            _write_rows(self.memory[name], slots, tensor)
         for name, tensor in state.items():
-            write_rows(self.state[name], slots, tensor)
+            _write_rows(self.state[name], slots, tensor)
         self.memory_mask[slots] = 0
         self.memory_mask[slots, : memory_mask.shape[1]] = memory_mask
         self.self_mask[slots] = 0
@@ -234,7 +235,7 @@ class ContinuousBatch(Inference):
         if alive is not None and request.temperature is not None:  # dead slots: any value
             temperature = np.ones(self.slots, dtype=np.float32)
             temperature[alive] = request.temperature
-            request = SearchRequest(request.k, temperature, request.attention, request.banned)
+            request = replace(request, temperature=temperature)
         candidates = self.engine.search(logits, request)
         return (candidates if alive is None else candidates.rows(alive)), seen
 
@@ -250,15 +251,18 @@ class ContinuousBatch(Inference):
             self._clear()
             return
         slots = self.alive[index]
+        if len(slots) == 1 or np.all(np.diff(slots) > 0):  # rows leave, none repeats: free
+            self._left |= len(slots) < self.rows
+            self._identity &= len(slots) == self.rows
+            self.alive = slots
+            return
         first = np.zeros(len(slots), dtype=bool)
         first[np.unique(slots, return_index=True)[1]] = True
         repeats = np.flatnonzero(~first)
-        if len(repeats) == 0:  # rows leave or change order, none repeats: free
+        if len(repeats) == 0:  # rows change order (and may leave), none repeats: free
             self._left |= len(slots) < self.rows
+            self._identity = False
             self.alive = slots
-            self._identity = len(slots) == self.slots and np.array_equal(
-                slots, np.arange(self.slots)
-            )
             return
         free = np.setdiff1d(np.arange(self.slots), slots[first])
         if not self.in_place or len(repeats) > len(free):

@@ -35,8 +35,3 @@ def concat_padded(arrays: list[np.ndarray]) -> np.ndarray:
         out[(slice(row, row + len(a)), *map(slice, a.shape[1:]))] = a
         row += len(a)
     return out
-
-
-def write_rows(tensor: np.ndarray, slots: np.ndarray, new: np.ndarray) -> None:
-    """Rows `slots` of `tensor` take `new` over its own extent (the rest stays: masked)."""
-    tensor[(slots, *map(slice, new.shape[1:]))] = new

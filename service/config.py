@@ -71,10 +71,6 @@ class ServerConfig:
             raise InvalidArgument("configuration: " + "; ".join(problems))
         return self
 
-    def resolved_device(self) -> str:
-        """The device to run on (see device_choice)."""
-        return self.device_choice()[0]
-
     def device_choice(self) -> tuple[str, str]:
         """(device, why): "auto" becomes cuda where onnxruntime offers CUDA and a GPU is
         visible, else cpu. An explicit cuda without CUDA in onnxruntime is an error."""

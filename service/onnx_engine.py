@@ -94,6 +94,7 @@ class OnnxEngine:
         self.device_search = True if device_search is None else device_search
         self.logits_on_host = () if self.device_search else ("logits",)
         self._bias: dict[tuple, object] = {}
+        self._output_names: dict[ort.InferenceSession, list[str]] = {}
         session = self._session_factory(threads)
         self.encoder = session(model.graph(variant, "encoder"))
         self.decoder = session(model.graph(variant, "decoder"))
@@ -117,11 +118,20 @@ class OnnxEngine:
         options, providers = session_options(threads), PROVIDERS[self.device]
         return lambda path: ort.InferenceSession(str(path), options, providers=providers)
 
+    def _outputs(self, session: ort.InferenceSession) -> list[str]:
+        """A session's output names, read once (every step runs this)."""
+        names = self._output_names.get(session)
+        if names is None:
+            names = self._output_names[session] = [o.name for o in session.get_outputs()]
+        return names
+
     def _run(self, session: ort.InferenceSession, feeds: dict, on_host=(), skip=()) -> list:
         """Runs a session; with IO binding, outputs stay on the device except `on_host`.
         Outputs named in `skip` are not fetched (None in their place)."""
+        names = self._outputs(session)
         if not self.io_binding:
-            names = [o.name for o in session.get_outputs()]
+            if not skip:
+                return session.run(None, feeds)
             wanted = [n for n in names if n not in skip]
             values = dict(zip(wanted, session.run(wanted, feeds), strict=True))
             return [values.get(n) for n in names]
@@ -131,11 +141,10 @@ class OnnxEngine:
                 binding.bind_cpu_input(name, value)
             else:
                 binding.bind_ortvalue_input(name, value)
-        for output in session.get_outputs():
-            binding.bind_output(output.name, "cpu" if output.name in on_host else self.device)
+        for name in names:
+            binding.bind_output(name, "cpu" if name in on_host else self.device)
         session.run_with_iobinding(binding)
         values = binding.get_outputs()
-        names = [o.name for o in session.get_outputs()]
         return [v.numpy() if n in on_host else v for n, v in zip(names, values, strict=True)]
 
     def encode(self, *inputs: np.ndarray, **named: np.ndarray) -> EncoderOutput:

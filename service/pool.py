@@ -269,14 +269,9 @@ class WorkerPool:
                 self._settle(worker, job_id).fail(error)
 
 
-def worker_settings(
-    config, models: tuple, device: str | None = None, variants: dict | None = None
-) -> list[WorkerSettings]:
-    """One worker's settings per worker; `models` is ((key, ModelVersion), ...); `device`
-    and `variants` ({key: variant}) as chosen by the front, else chosen here."""
-    device = device or config.resolved_device()
-    if variants is None:
-        variants = {k: config.variant_choice(device, v.manifest)[0] for k, v in models}
+def worker_settings(config, models: tuple, device: str, variants: dict) -> list[WorkerSettings]:
+    """One worker's settings per worker; `models` is ((key, ModelVersion), ...), `device` and
+    `variants` ({key: variant}) as the front chose them."""
     gpus = max(1, gpu_count()) if device == "cuda" else 1
     base = WorkerSettings(
         index=0,

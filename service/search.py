@@ -31,12 +31,6 @@ class SearchRequest:
     attention: bool = True  # the step's cross-attention comes to the host
     banned: tuple[int, ...] = ()  # tokens never produced (their logit is -inf)
 
-    def rows(self, index) -> SearchRequest:
-        """The same request for rows `index` of the batch."""
-        if self.temperature is None:
-            return self
-        return SearchRequest(self.k, self.temperature[index], self.attention, self.banned)
-
 
 @dataclass(frozen=True)
 class Candidates:
@@ -49,9 +43,6 @@ class Candidates:
     def rows(self, index) -> Candidates:
         scores = None if self.scores is None else self.scores[index]
         return Candidates(self.ids[index], self.log_probs[index], scores)
-
-    def __len__(self) -> int:
-        return len(self.ids)
 
 
 def log_softmax(logits: np.ndarray) -> np.ndarray:

@@ -29,8 +29,7 @@ GOLDEN_AGREEMENT = 0.9  # token agreement a variant without its own golden set m
 class WorkerSettings:
     index: int
     models: tuple[tuple[str, ModelVersion], ...]  # (key, version verified by the front)
-    variant: str = "fp32"  # of the models `variants` leaves out
-    variants: tuple[tuple[str, str], ...] = ()  # (key, variant): chosen per model version
+    variants: tuple[tuple[str, str], ...] = ()  # (key, variant) of every model version
     device: str = "cpu"
     gpu: int = 0  # the GPU of this worker, on cuda
     io_binding: bool | None = None
@@ -39,7 +38,7 @@ class WorkerSettings:
     window: float = 0.005
 
     def variant_of(self, key: str) -> str:
-        return dict(self.variants).get(key, self.variant)
+        return dict(self.variants)[key]
 
 
 def golden_check(scheduler: Scheduler, model_version, variant: str) -> int:
