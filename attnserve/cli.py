@@ -139,6 +139,12 @@ def _add_train(commands) -> None:
     parser.add_argument("--dev-sentences", type=int, default=0, help="0: the whole dev split")
     parser.add_argument("--checkpoint-every", type=int, default=100)
     parser.add_argument("--threads", type=int, default=0, help="torch threads per process")
+    parser.add_argument(
+        "--init-from",
+        type=Path,
+        help="translator: start a new run from this checkpoint's weights (its embedding mapped "
+        "piece by piece onto the new tokenizer)",
+    )
 
 
 def _add_evaluate(commands) -> None:

@@ -2,10 +2,11 @@
 eng-spa (rule-based, offline, about 1,500 sentences a second here).
 
 The English side is the target the model learns to write, so it must be real: sentences from
-the `fortunes` and `fortunes-min` packages (quotations, jokes, proverbs: everyday English the
-other sources lack). Apertium's Spanish is only ever a source, and the pairs are kept apart
-(`synthetic.{es,en}`) so training can tag them as synthetic sources. Apertium's own English
-output is never trained on.
+the `fortunes` and `fortunes-min` packages (quotations, jokes, proverbs) and the usage examples
+of WordNet (`wordnet-base`: short sentences and phrases of everyday English, "the bread crusted
+in the oven", "my fate is in your hands"), the everyday English the other sources lack.
+Apertium's Spanish is only ever a source, and the pairs are kept apart (`synthetic.{es,en}`) so
+training can tag them as synthetic sources. Apertium's own English output is never trained on.
 """
 
 from __future__ import annotations
@@ -20,6 +21,11 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z\"'])")
 _PROSE = re.compile(r"^[A-Z][A-Za-z ,;:'\"!?.\-]*[.!?]$")
 _ATTRIBUTION = re.compile(r"^\s*(--|-- |~|\()")
 MIN_WORDS, MAX_WORDS = 4, 25
+WORDNET_PACKAGE = "wordnet-base"
+WORDNET = "*/wordnet/data.*"
+_EXAMPLE = re.compile(r'"([^"]+)"')
+_PLAIN = re.compile(r"^[A-Za-z][A-Za-z ,;:'!?.\-]*$")
+EXAMPLE_MIN_WORDS = 2
 
 
 def fortune_sentences(tree: Path) -> list[str]:
@@ -37,6 +43,23 @@ def fortune_sentences(tree: Path) -> list[str]:
                 if _PROSE.match(sentence) and MIN_WORDS <= len(sentence.split()) <= MAX_WORDS:
                     sentences.append(sentence)
     return list(dict.fromkeys(sentences))
+
+
+def wordnet_examples(tree: Path) -> list[str]:
+    """The usage examples of the WordNet data files under `tree` (the quoted parts of each
+    synset's gloss): plain text of EXAMPLE_MIN_WORDS..MAX_WORDS words, deduplicated, in file
+    and synset order."""
+    examples = []
+    for path in sorted(p for p in tree.rglob("data.*") if p.is_file()):
+        for line in path.read_text(encoding="latin-1").splitlines():
+            if line.startswith(" ") or "|" not in line:  # the licence header, or no gloss
+                continue
+            for example in _EXAMPLE.findall(line.split("|", 1)[1]):
+                example = re.sub(r"\s+", " ", example).strip()
+                words = len(example.split())
+                if _PLAIN.match(example) and EXAMPLE_MIN_WORDS <= words <= MAX_WORDS:
+                    examples.append(example)
+    return list(dict.fromkeys(examples))
 
 
 def apertium_eng_spa(sentences: list[str]) -> list[str]:

@@ -226,8 +226,8 @@ def _write(out: Path, name: str, pairs: list[tuple[str, str]]) -> None:
 
 def build_catalog_data(out: Path, cache: Path = CACHE, roles: dict[str, str] = PACKAGES) -> dict:
     """Writes `catalogs.{es,en}` (training pairs), `synthetic.{es,en}` (back-translated
-    fortunes, models.backtranslation), `test-modern.{es,en}` and `test-everyday.{es,en}` into
-    `out`; returns the counts (also in `catalogs.json`)."""
+    fortunes and WordNet examples, models.backtranslation), `test-modern.{es,en}` and
+    `test-everyday.{es,en}` into `out`; returns the counts (also in `catalogs.json`)."""
     import json
     import shutil
 
@@ -251,6 +251,8 @@ def build_catalog_data(out: Path, cache: Path = CACHE, roles: dict[str, str] = P
                 fetch(package, cache, backtranslation.FORTUNES)
             )
         ]
+        wordnet = fetch(backtranslation.WORDNET_PACKAGE, cache, backtranslation.WORDNET)
+        sentences += backtranslation.wordnet_examples(wordnet)
         held_out = {normalised(t) for _, t in modern} | {normalised(e) for e in english}
         sentences = [s for s in dict.fromkeys(sentences) if normalised(s) not in held_out]
         synthetic = backtranslation.synthetic_pairs(sentences)

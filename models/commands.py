@@ -60,6 +60,7 @@ def train(args: Namespace) -> int:
         checkpoint_every=args.checkpoint_every,
         dev_sentences=args.dev_sentences,
         threads=args.threads,
+        init_from=args.init_from,
     )
     shipped = run_training(options)
     if shipped is not None:

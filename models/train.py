@@ -28,6 +28,7 @@ from models.modern import SYNTHETIC_TAG
 from models.reference import TorchEngine
 from models.run_state import load_state, out_of_budget, save_state
 from models.tokenizer import train_tokenizer
+from models.transfer import transfer_weights
 from models.transformer import Transformer
 from service.batching import pad_batch
 from service.decoding import DecodingOptions
@@ -54,6 +55,7 @@ class TrainOptions:
     dev_sentences: int = 0  # 0: the whole dev split
     seed: int = 1
     threads: int = 0  # torch threads per process; 0 leaves torch's choice
+    init_from: Path | None = None  # a new run starts from this checkpoint (models.transfer)
 
 
 @dataclass
@@ -142,7 +144,10 @@ class Trainer:
             self.model.parameters(), lr=0.0, betas=(0.9, 0.98), eps=1e-9
         )
         self.progress = Progress()
-        self._resume()
+        if not self._resume() and options.init_from is not None:
+            counts = transfer_weights(self.model, self.tokenizer, Path(options.init_from))
+            if self.rank == 0:
+                print(json.dumps({"init_from": str(options.init_from), **counts}), flush=True)
         self.network = self.model
         if self.world > 1:
             self.network = DistributedDataParallel(self.model, device_ids=self._device_ids())
@@ -165,14 +170,16 @@ class Trainer:
             raise ValueError(f"tokenizer has {tokenizer.vocab_size} pieces, model {expected}")
         return tokenizer
 
-    def _resume(self) -> None:
+    def _resume(self) -> bool:
+        """Loads the run's last state; False when there is none yet."""
         state = load_state(self.run_dir, self.options.model.to_dict())
         if state is None:
-            return
+            return False
         state["model"] = {k: v.to(self.device) for k, v in state["model"].items()}
         self.model.load_state_dict(state["model"], strict=True)
         self.optimizer.load_state_dict(state["optimizer"])
         self.progress = Progress(**state["progress"])
+        return True
 
     def _save(self, name: str) -> None:
         if self.rank == 0:

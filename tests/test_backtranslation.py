@@ -1,4 +1,5 @@
-"""Back-translated pairs: sentences of fortune files written here, Spanish by Apertium."""
+"""Back-translated pairs: sentences of fortune files and WordNet data written here, Spanish by
+Apertium."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import shutil
 
 import pytest
 
-from models.backtranslation import fortune_sentences, synthetic_pairs
+from models.backtranslation import fortune_sentences, synthetic_pairs, wordnet_examples
 
 FORTUNES = """Where is the train station? It is near the old bridge.
 %
@@ -31,6 +32,24 @@ def test_fortunes_become_plain_sentences(tmp_path):
         "It is near the old bridge.",
         "A closed mouth gathers no foot.",
     ]  # no attribution, too short, code, or repeat
+
+
+WORDNET = """  1 This software and database is being provided to you, the LICENSEE, by
+00001740 03 n 01 bread 0 000 | food made from dough; "the bread crusted in the oven"; "bread"
+00001741 29 v 01 wait 0 000 | stay;  "We waited  for the bus"; "wait here"; "C++ <code>"
+00001742 00 s 01 grey 0 000 | of a dull colour; "the bread crusted in the oven"
+"""
+
+
+def test_wordnet_examples_are_the_quoted_usage_examples(tmp_path):
+    directory = tmp_path / "usr" / "share" / "wordnet"
+    directory.mkdir(parents=True)
+    (directory / "data.noun").write_text(WORDNET, encoding="latin-1")
+    assert wordnet_examples(tmp_path) == [
+        "the bread crusted in the oven",
+        "We waited for the bus",
+        "wait here",
+    ]  # not the licence header, a one-word example, markup, or a repeat
 
 
 @pytest.mark.skipif(shutil.which("apertium") is None, reason="apertium")
