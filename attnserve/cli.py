@@ -156,13 +156,17 @@ def _add_evaluate(commands) -> None:
     parser.add_argument("model", choices=MODELS)
     parser.add_argument(
         "--split",
-        choices=["dev", "test", "test-modern", "test-everyday"],
+        choices=["dev", "test", "test-modern", "test-everyday", "all"],
         default="test",
-        help="test-modern, test-everyday: the translator's parts of `data translator --catalogs`",
+        help="test-modern, test-everyday: the translator's parts of `data translator --catalogs`; "
+        "all: every test part the data has (bible, modern, everyday)",
     )
     parser.add_argument("--data", type=Path, help="default: data/<model>")
     parser.add_argument("--checkpoint", type=Path, help="default: the shipped checkpoint")
     parser.add_argument("--baseline", choices=["apertium"], help="score a peer instead")
+    parser.add_argument(
+        "--versus", choices=["apertium"], help="translator: score a peer too, on the same parts"
+    )
     parser.add_argument("--limit", type=int, default=0, help="first N sentences only")
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
     # max length: the translator's 256, the captioner's own limit

@@ -7,17 +7,20 @@ import sys
 import time
 from argparse import Namespace
 from dataclasses import asdict, replace
+from pathlib import Path
 
 from models.checkpoint import load_checkpoint
 from models.config import PRESETS
 from models.corpus import build_translator_data, read_split
 from models.evaluate import apertium_translate, corpus_scores
+from models.modern import TEST_PARTS
 from models.reference import TorchEngine
 from service.decoding import DecodingOptions
 from service.translation import translate_texts
 
-# The test split has one part so far: Bible verses from the test books.
-TEST_PART = "bible"
+# The name of each split's part in reports: the test split holds the Bible verses of the
+# test books, the others come from `data translator --catalogs` (models.modern).
+PART_NAMES = {"test": "bible", "test-modern": "modern", "test-everyday": "everyday"}
 
 
 def data(args: Namespace) -> int:
@@ -84,38 +87,73 @@ def decoding_options(args: Namespace, max_length_limit: int, n_best: int = 1) ->
     return options
 
 
+def _splits(args: Namespace) -> list[str]:
+    """The splits to score: one, or with `all` every test part the data directory has."""
+    if args.split != "all":
+        return [args.split]
+    present = [s for s in TEST_PARTS if (Path(args.data) / f"{s}.es").exists()]
+    if not present:
+        raise SystemExit(f"error: no test part in {args.data}")
+    return present
+
+
+def _score(system: str, spanish_by_split: dict, english_by_split: dict, translate) -> dict:
+    parts = {}
+    for split, spanish in spanish_by_split.items():
+        start = time.perf_counter()
+        scores = corpus_scores(translate(spanish), english_by_split[split])
+        parts[PART_NAMES.get(split, split)] = scores | {
+            "seconds": round(time.perf_counter() - start, 1)
+        }
+    return {"system": system, "parts": parts}
+
+
 def evaluate(args: Namespace) -> int:
-    spanish, english = read_split(args.data, args.split)
-    if args.limit:
-        spanish, english = spanish[: args.limit], english[: args.limit]
+    spanish, english = {}, {}
+    for split in _splits(args):
+        spanish[split], english[split] = read_split(args.data, split)
+        if args.limit:
+            spanish[split] = spanish[split][: args.limit]
+            english[split] = english[split][: args.limit]
     start = time.perf_counter()
+    apertium = ("apertium spa-eng", {"command": "apertium -u spa-eng"}, apertium_translate)
     if args.baseline == "apertium":
-        system, settings = "apertium spa-eng", {"command": "apertium -u spa-eng"}
-        hypotheses = apertium_translate(spanish)
+        system, settings, translate = apertium
     else:
         model, tokenizer = load_checkpoint(args.checkpoint)
         options = decoding_options(args, model.config.max_length)
         system, settings = f"attnserve translator ({args.checkpoint})", asdict(options)
-        nbest = translate_texts(
-            TorchEngine(model), tokenizer, spanish, options, model.config.max_length
-        )
-        hypotheses = [tokenizer.decode(n[0].tokens) for n in nbest]
+
+        def translate(texts: list[str]) -> list[str]:
+            nbest = translate_texts(
+                TorchEngine(model), tokenizer, texts, options, model.config.max_length
+            )
+            return [tokenizer.decode(n[0].tokens) for n in nbest]
+
+    scored = _score(system, spanish, english, translate)
     report = {
-        "system": system,
+        **scored,
         "engine": "apertium" if args.baseline else "torch",
         "split": args.split,
-        "parts": {TEST_PART: corpus_scores(hypotheses, english)},
         "decoding": settings,
-        "seconds": round(time.perf_counter() - start, 1),
     }
+    if args.versus == "apertium":
+        report["versus"] = _score(apertium[0], spanish, english, apertium[2])
+    report["seconds"] = round(time.perf_counter() - start, 1)
     if args.json:
         print(json.dumps(report, ensure_ascii=False))
-    else:
-        for part, scores in report["parts"].items():
+        return 0
+    rows = [(report["system"], report["parts"])]
+    if "versus" in report:
+        rows.append((report["versus"]["system"], report["versus"]["parts"]))
+    for name, parts in rows:
+        for part, scores in parts.items():
             print(
-                f"{system} {args.split}/{part}: BLEU {scores['bleu']} chrF {scores['chrf']} "
+                f"{name} {part}: BLEU {scores['bleu']} chrF {scores['chrf']} "
                 f"({scores['sentences']} sentences)"
             )
+    signatures = next(iter(report["parts"].values()))
+    print(f"BLEU {signatures['bleu_signature']}\nchrF {signatures['chrf_signature']}")
     return 0
 
 

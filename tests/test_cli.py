@@ -44,6 +44,25 @@ def test_evaluate_scores_the_apertium_baseline(capsys, translator_data):
     assert report["parts"]["bible"]["chrf"] > 10  # a real translation, not empty lines
 
 
+def test_evaluate_all_parts_beside_apertium(capsys, tmp_path):
+    parts = {
+        "test": [("Y dijo Dios: Sea la luz.", "And God said, Let there be light.")],
+        "test-modern": [("La contraseña es incorrecta.", "The password is incorrect.")],
+        "test-everyday": [("Buenos días.", "Good morning."), ("Tengo hambre.", "I am hungry.")],
+    }
+    for split, pairs in parts.items():
+        for side, language in ((0, "es"), (1, "en")):
+            (tmp_path / f"{split}.{language}").write_text("".join(p[side] + "\n" for p in pairs))
+    argv = ["evaluate", "translator", "--split", "all", "--versus", "apertium", "--json"]
+    assert main([*argv, "--data", str(tmp_path), "--max-length", "32"]) == 0
+    (report,) = _json_lines(capsys)
+    for scored in (report, report["versus"]):
+        assert list(scored["parts"]) == ["bible", "modern", "everyday"]
+        assert [p["sentences"] for p in scored["parts"].values()] == [1, 1, 2]
+    assert report["versus"]["system"] == "apertium spa-eng"
+    assert report["versus"]["parts"]["everyday"]["chrf"] > 30  # Apertium knows these words
+
+
 def test_translate_json_has_nbest_scores_log_probs_and_alignment(capsys):
     code = main(
         [
