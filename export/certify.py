@@ -1,7 +1,7 @@
 """The parity suite of one model version, and the certificate it writes into the manifest.
 
 graph parity     every output of both graphs, per variant, on many shapes
-decode parity    whole decodes of the test split: ORT fp32 greedy and beam 4 equal PyTorch;
+decode parity    whole decodes of the test parts: ORT fp32 greedy and beam 4 equal PyTorch;
                  a row alone equals the row in a padded batch;
   translator     cached equals uncached; int8 loses at most MAX_INT8_LOSS BLEU and chrF
   captioner      the attention maps of identical decodes within MAX_ATTENTION_DIFFERENCE;
@@ -157,8 +157,11 @@ def golden_set(model_version: ModelVersion, sources) -> list[dict]:
     return golden
 
 
-def run_suite(model_version: ModelVersion, checkpoint: Path, sources, references) -> dict:
-    """Every parity claim of one model version against its PyTorch checkpoint."""
+def run_suite(
+    model_version: ModelVersion, checkpoint: Path, sources, references, parts: dict | None = None
+) -> dict:
+    """Every parity claim of one model version against its PyTorch checkpoint; `parts` says how
+    many inputs come from each test part (recorded as given)."""
     if len(sources) < MIN_SENTENCES:
         raise ValueError(f"parity needs at least {MIN_SENTENCES} sentences, got {len(sources)}")
     start = time.perf_counter()
@@ -169,6 +172,7 @@ def run_suite(model_version: ModelVersion, checkpoint: Path, sources, references
         "graphs": graph_certificate(model, model_version, cpu_variants(model_version)),
         **decodes(model, tokenizer, model_version, sources, references),
         "sentences": len(sources),
+        "parts": parts or {"test": len(sources)},
         "near_tie": NEAR_TIE,
         "max_int8_loss": MAX_CAPTION_INT8_LOSS if captioner else MAX_INT8_LOSS,
     }
@@ -181,9 +185,11 @@ def run_suite(model_version: ModelVersion, checkpoint: Path, sources, references
     return certificate
 
 
-def certify(model_version: ModelVersion, checkpoint: Path, sources, references) -> dict:
+def certify(
+    model_version: ModelVersion, checkpoint: Path, sources, references, parts: dict | None = None
+) -> dict:
     """Runs the suite, writes the golden set and the certificate, re-hashes; returns it."""
-    certificate = run_suite(model_version, checkpoint, sources, references)
+    certificate = run_suite(model_version, checkpoint, sources, references, parts)
     directory = model_version.directory
     golden = golden_set(model_version, sources[:GOLDEN_SENTENCES])
     (directory / GOLDEN).write_text(json.dumps(golden) + "\n")

@@ -12,27 +12,43 @@ from export.certify import certify, run_suite
 from export.repository import write_version
 from models.caption_data import read_scenes
 from models.captioner import Captioner
+from models.catalogs import read_everyday
 from models.checkpoint import WEIGHTS, load_checkpoint
 from models.corpus import read_split
+from models.modern import PART_NAMES, TEST_PARTS
 from service.errors import ModelRepositoryError
 from service.repository import sha256, verify
 
 
-def parity_inputs(model, data: Path, tokenizer, count: int) -> tuple[list, list[str]]:
-    """`count` test inputs and their references: the first sentences, or images spread
-    evenly over the captioner's test parts."""
+def parity_inputs(model, data: Path, tokenizer, count: int) -> tuple[list, list[str], dict]:
+    """Test inputs, their references and how many come from each part. Translator: the first
+    `count` sentences of every test part (the Bible test split; `modern` where the data has it;
+    `everyday`, committed with the code). Captioner: `count` images spread evenly over its
+    test parts."""
     if isinstance(model, Captioner):
         scenes, images = read_scenes(data, "test")
         chosen = np.linspace(0, len(scenes) - 1, min(count, len(scenes))).round().astype(int)
-        return np.asarray(images[chosen]), [scenes[i].caption for i in chosen]
-    spanish, english = read_split(data, "test")
-    return tokenizer.encode_batch(spanish[:count]), english[:count]
+        captions = [scenes[i].caption for i in chosen]
+        return np.asarray(images[chosen]), captions, {"test": len(chosen)}
+    sources, references, parts = [], [], {}
+    for split in TEST_PARTS:
+        if (data / f"{split}.es").exists():
+            spanish, english = read_split(data, split)
+        elif split == "test-everyday":
+            spanish, english = read_everyday()
+        else:
+            continue
+        sources += tokenizer.encode_batch(spanish[:count])
+        references += english[:count]
+        parts[PART_NAMES[split]] = len(spanish[:count])
+    return sources, references, parts
 
 
 def _summary(certificate: dict) -> dict:
     return {
         "passed": certificate["passed"],
         "sentences": certificate["sentences"],
+        "parts": certificate.get("parts"),
         "graphs": {
             v: {"passed": g["passed"], "max_abs": g["max_abs"]}
             for v, g in certificate["graphs"].items()
@@ -61,8 +77,8 @@ def export(args: Namespace) -> int:
         tuple(args.variants.split(",")),
         source,
     )
-    sources, references = parity_inputs(model, args.data, tokenizer, args.sentences)
-    certificate = certify(model_version, args.checkpoint, sources, references)
+    sources, references, parts = parity_inputs(model, args.data, tokenizer, args.sentences)
+    certificate = certify(model_version, args.checkpoint, sources, references, parts)
     print(json.dumps({"model_version": str(directory), **_summary(certificate)}, indent=2))
     return 0 if certificate["passed"] else 1
 
@@ -79,8 +95,8 @@ def parity(args: Namespace) -> int:
     data = args.data or Path("data") / (
         "captioner" if isinstance(model, Captioner) else "translator"
     )
-    sources, references = parity_inputs(model, data, tokenizer, args.sentences)
-    certificate = run_suite(model_version, checkpoint, sources, references)
+    sources, references, parts = parity_inputs(model, data, tokenizer, args.sentences)
+    certificate = run_suite(model_version, checkpoint, sources, references, parts)
     output = certificate if args.json else _summary(certificate)
     print(json.dumps(output, indent=2 if not args.json else None))
     return 0 if certificate["passed"] else 1

@@ -13,14 +13,10 @@ from models.checkpoint import load_checkpoint
 from models.config import PRESETS
 from models.corpus import build_translator_data, read_split
 from models.evaluate import apertium_translate, corpus_scores
-from models.modern import TEST_PARTS
+from models.modern import PART_NAMES, TEST_PARTS
 from models.reference import TorchEngine
 from service.decoding import DecodingOptions
 from service.translation import translate_texts
-
-# The name of each split's part in reports: the test split holds the Bible verses of the
-# test books, the others come from `data translator --catalogs` (models.modern).
-PART_NAMES = {"test": "bible", "test-modern": "modern", "test-everyday": "everyday"}
 
 
 def data(args: Namespace) -> int:

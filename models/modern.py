@@ -24,6 +24,8 @@ from models.corpus import read_split
 SYNTHETIC_TAG = "<bt>"
 DEV_PAIRS = 500
 TEST_PARTS = ("test", "test-modern", "test-everyday")
+# Each test split's part in reports: the test split holds the Bible verses of the test books.
+PART_NAMES = {"test": "bible", "test-modern": "modern", "test-everyday": "everyday"}
 
 
 def _seeded_order(pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:

@@ -96,8 +96,8 @@ def exported_captioner(tmp_path_factory, captioner_data):
     model_version = write_version(
         model, tokenizer.model_file, directory, "captioner", "1", ("fp32", "int8"), source
     )
-    images, captions = parity_inputs(model, captioner_data, tokenizer, MIN_SENTENCES)
-    certificate = certify(model_version, SHIPPED_CAPTIONER, images, captions)
+    images, captions, parts = parity_inputs(model, captioner_data, tokenizer, MIN_SENTENCES)
+    certificate = certify(model_version, SHIPPED_CAPTIONER, images, captions, parts)
     return verify(directory), certificate
 
 
