@@ -134,16 +134,28 @@ def catalog_entries(path: Path) -> list[tuple[str, str]]:
 
 def package_pairs(tree: Path, stats: CatalogStats, package: str) -> list[tuple[str, str]]:
     """Cleaned (Spanish, English) pairs of every Spanish catalog under an unpacked package."""
+    entries = [
+        (translation, original)
+        for path in sorted(tree.glob("**/es/LC_MESSAGES/*.mo"))
+        for original, translation in catalog_entries(path)
+    ]
+    return cleaned_pairs(entries, stats, package)
+
+
+def cleaned_pairs(
+    entries: list[tuple[str, str]], stats: CatalogStats, package: str
+) -> list[tuple[str, str]]:
+    """The (Spanish, English) entries of one package cleaned, those to drop left out and
+    counted by reason."""
     pairs = []
-    for path in sorted(tree.glob("**/es/LC_MESSAGES/*.mo")):
-        for original, translation in catalog_entries(path):
-            stats.entries[package] = stats.entries.get(package, 0) + 1
-            source, target = clean(translation), clean(original)
-            reason = why_dropped(source, target, original)
-            if reason is None:
-                pairs.append((source, target))
-            else:
-                stats.dropped[reason] = stats.dropped.get(reason, 0) + 1
+    for translation, original in entries:
+        stats.entries[package] = stats.entries.get(package, 0) + 1
+        source, target = clean(translation), clean(original)
+        reason = why_dropped(source, target, original)
+        if reason is None:
+            pairs.append((source, target))
+        else:
+            stats.dropped[reason] = stats.dropped.get(reason, 0) + 1
     return pairs
 
 
@@ -233,11 +245,20 @@ def build_catalog_data(out: Path, cache: Path = CACHE, roles: dict[str, str] = P
 
     from models import backtranslation
     from models.cldr import CLDR, cldr_pairs
+    from models.fluent import ARCHIVES, ENGLISH, SPANISH, firefox_pairs
 
     out.mkdir(parents=True, exist_ok=True)
     trees = {package: fetch(package, cache) for package in roles}
     extra = {"unicode-cldr-core": cldr_pairs()} if (CLDR / "main" / "es.xml").exists() else {}
+    firefox = CatalogStats()  # Firefox's Fluent strings, cleaned as the catalogs are
+    archives = {package: fetch(package, cache, pattern) for package, pattern in ARCHIVES.items()}
+    extra[ENGLISH] = list(dict.fromkeys(cleaned_pairs(
+        firefox_pairs(archives[ENGLISH], archives[SPANISH]), firefox, ENGLISH
+    )))  # fmt: skip
     train, modern, stats = build_pairs(trees, roles, extra)
+    stats.entries[ENGLISH] = firefox.entries.get(ENGLISH, 0)
+    for reason, count in firefox.dropped.items():
+        stats.dropped[reason] = stats.dropped.get(reason, 0) + count
     _write(out, "catalogs", train)
     _write(out, "test-modern", modern)
     spanish, english = read_everyday()
