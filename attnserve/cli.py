@@ -140,6 +140,14 @@ def _add_train(commands) -> None:
     parser.add_argument("--checkpoint-every", type=int, default=100)
     parser.add_argument("--threads", type=int, default=0, help="torch threads per process")
     parser.add_argument(
+        "--average",
+        type=int,
+        default=0,
+        help="translator: keep the weights every --snapshot-every steps and ship the mean of "
+        "the last N when it beats the best checkpoint on dev (0: off)",
+    )
+    parser.add_argument("--snapshot-every", type=int, default=400)
+    parser.add_argument(
         "--init-from",
         type=Path,
         help="translator: start a new run from this checkpoint's weights (its embedding mapped "

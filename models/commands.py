@@ -60,6 +60,8 @@ def train(args: Namespace) -> int:
         dev_sentences=args.dev_sentences,
         threads=args.threads,
         init_from=args.init_from,
+        average=args.average,
+        snapshot_every=args.snapshot_every,
     )
     shipped = run_training(options)
     if shipped is not None:

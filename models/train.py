@@ -56,6 +56,10 @@ class TrainOptions:
     seed: int = 1
     threads: int = 0  # torch threads per process; 0 leaves torch's choice
     init_from: Path | None = None  # a new run starts from this checkpoint (models.transfer)
+    # Weights are also kept every `snapshot_every` steps (the last `average` of them); the mean
+    # of those is shipped when its dev BLEU beats the best single checkpoint's. 0: off.
+    average: int = 0
+    snapshot_every: int = 400
 
 
 @dataclass
@@ -188,6 +192,18 @@ class Trainer:
                 self.options.model.to_dict(),
             )  # fmt: skip
 
+    def _snapshot(self) -> None:
+        """Keeps the weights of this step in `snapshots/`, the last `average` of them."""
+        if self.rank != 0:
+            return
+        directory = self.run_dir / SNAPSHOTS
+        directory.mkdir(exist_ok=True)
+        tmp = directory / "step.tmp"
+        torch.save({"model": self.model.state_dict(), "step": self.progress.step}, tmp)
+        tmp.replace(directory / f"step-{self.progress.step:07d}.pt")
+        for old in snapshot_files(self.run_dir)[: -self.options.average]:
+            old.unlink()
+
     def _out_of_budget(self) -> bool:
         return out_of_budget(self.options, self.progress)
 
@@ -241,6 +257,8 @@ class Trainer:
             )
             if p.step % o.checkpoint_every == 0:
                 self._save("last")
+            if o.average and p.step % o.snapshot_every == 0:
+                self._snapshot()
         bar.close()
         if p.batch_in_epoch >= len(batches):
             p.epoch, p.batch_in_epoch = p.epoch + 1, 0
@@ -279,15 +297,27 @@ class Trainer:
         self._save("last")
 
     def ship(self) -> Path:
-        """Writes the best checkpoint (by dev BLEU) in shipped form."""
+        """Writes the best checkpoint (by dev BLEU) in shipped form: the best single one, or
+        the mean of the last snapshots when that scores higher."""
         best = self.run_dir / ("best.pt" if (self.run_dir / "best.pt").exists() else "last.pt")
         state = torch.load(best, map_location="cpu", weights_only=False)
         model = Transformer(self.options.model)
         state["model"] = {k: v.cpu() for k, v in state["model"].items()}
         model.load_state_dict(state["model"], strict=True)
+        shipped = {"weights": best.name, "dev_bleu": state["progress"]["best_bleu"]}
+        snapshots = snapshot_files(self.run_dir)[-self.options.average :]
+        if self.options.average and len(snapshots) > 1:
+            mean = Transformer(self.options.model)
+            mean.load_state_dict(average_weights(snapshots), strict=True)
+            scores = dev_bleu(mean, self.tokenizer, self.options)
+            averaged = {"weights": [p.name for p in snapshots], "dev_bleu": scores["bleu"]}
+            print(json.dumps({"mean of snapshots": averaged, "best": shipped}), flush=True)
+            if scores["bleu"] > shipped["dev_bleu"]:
+                model, shipped = mean, averaged
         save_checkpoint(model, self.run_dir / "tokenizer.model", Path(self.options.out_dir))
         summary = {
             "trained_minutes": round(state["progress"]["seconds"] / 60, 1),
+            "shipped": shipped,
             "history": state["progress"]["history"],
             "options": _jsonable(asdict(self.options)),
         }
@@ -295,6 +325,25 @@ class Trainer:
             json.dumps(summary, indent=2) + "\n"
         )
         return Path(self.options.out_dir)
+
+
+SNAPSHOTS = "snapshots"
+
+
+def snapshot_files(run_dir: Path) -> list[Path]:
+    """The run's weight snapshots, oldest first."""
+    return sorted((Path(run_dir) / SNAPSHOTS).glob("step-*.pt"))
+
+
+def average_weights(paths: list[Path]) -> dict[str, torch.Tensor]:
+    """The element-wise mean of the weights saved in `paths` (each holding a "model" state
+    dict of the same model), accumulated in float64."""
+    total: dict[str, torch.Tensor] = {}
+    for path in paths:
+        weights = torch.load(path, map_location="cpu", weights_only=False)["model"]
+        for name, value in weights.items():
+            total[name] = total.get(name, 0) + value.double()
+    return {name: (value / len(paths)).float() for name, value in total.items()}
 
 
 def _jsonable(value):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -92,10 +93,26 @@ def test_two_process_ddp_run_trains_resumes_and_ships(tmp_path, translator_data)
     state = torch.load(run / "last.pt", weights_only=False)
     assert state["progress"]["step"] == 3
 
-    second = _torchrun([*common, "--max-steps", "200", "--max-epochs", "1"], ROOT)
+    averaged = ["--average", "3", "--snapshot-every", "2"]
+    second = _torchrun([*common, *averaged, "--max-steps", "200", "--max-epochs", "1"], ROOT)
     assert second.returncode == 0, second.stderr[-3000:]
     state = torch.load(run / "last.pt", weights_only=False)
     progress = state["progress"]
     assert progress["epoch"] == 1 and 3 < progress["step"] < 200  # resumed, one epoch
     assert progress["history"][0]["dev_bleu"] >= 0
     assert (out / "model.safetensors").exists() and (out / "tokenizer.model").exists()
+    snapshots = sorted(p.name for p in (run / "snapshots").glob("*.pt"))
+    assert len(snapshots) == 3  # the last three kept
+    shipped = json.loads((out / "training.json").read_text())["shipped"]
+    assert shipped["weights"] in ("best.pt", snapshots) and shipped["dev_bleu"] >= 0
+
+
+def test_the_mean_of_snapshots_is_the_mean_of_their_weights(tmp_path):
+    from models.train import average_weights
+
+    for i, value in enumerate((1.0, 2.0, 6.0)):
+        weights = {"w": torch.full((2, 2), value), "b": torch.tensor([value, -value])}
+        torch.save({"model": weights, "step": i}, tmp_path / f"step-{i}.pt")
+    mean = average_weights(sorted(tmp_path.glob("*.pt")))
+    assert torch.equal(mean["w"], torch.full((2, 2), 3.0))
+    assert torch.equal(mean["b"], torch.tensor([3.0, -3.0])) and mean["b"].dtype == torch.float32
