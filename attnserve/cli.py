@@ -297,6 +297,13 @@ def _add_export(commands) -> None:
     parser.add_argument("--name", help="default: the model (translator, captioner)")
     parser.add_argument("--version", default="1")
     parser.add_argument("--variants", default="fp32,int8,fp16", help="of fp32, int8, fp16")
+    parser.add_argument(
+        "--graphs",
+        choices=["traced", "built"],
+        default="traced",
+        help="how the fp32 and int8 graphs are made: traced by torch.export, or built op by op "
+        "with fused attention (translator)",
+    )
     parser.add_argument("--data", type=Path, help="default: data/<model>")
     parser.add_argument(
         "--sentences", type=int, default=200, help="test sentences (or images) decoded"

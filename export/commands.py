@@ -76,6 +76,7 @@ def export(args: Namespace) -> int:
         args.version,
         tuple(args.variants.split(",")),
         source,
+        args.graphs,
     )
     sources, references, parts = parity_inputs(model, args.data, tokenizer, args.sentences)
     certificate = certify(model_version, args.checkpoint, sources, references, parts)

@@ -79,5 +79,7 @@ def quantize_int8(source: Path, target: Path, per_channel: bool = True) -> Path:
             per_channel=per_channel,
             weight_type=QuantType.QInt8,
             op_types_to_quantize=list(QUANTIZED_OPS),
+            # com.microsoft ops (the built graphs' attention) have no ONNX shape inference
+            extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
         )
     return target

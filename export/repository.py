@@ -9,6 +9,7 @@ from pathlib import Path
 import onnxruntime
 import torch
 
+from export.builder import build_model
 from export.onnx_export import OPSET, export_model, interface_of
 from export.ops import write_ops
 from export.quantize import quantize_int8
@@ -16,6 +17,8 @@ from models.captioner import Captioner
 from models.checkpoint import kind_of
 from service.repository import TOKENIZER, ModelVersion, verify, write_manifest
 from service.tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIAL_PIECES, UNK_ID
+
+METHODS = ("traced", "built")
 
 
 def _versions() -> dict:
@@ -68,13 +71,23 @@ def write_version(
     model_version: str,
     variants: tuple[str, ...] = ("fp32", "int8"),
     source: dict | None = None,
+    method: str = "traced",
 ) -> ModelVersion:
-    """Exports every variant into `directory` and writes the manifest (no parity yet)."""
+    """Exports every variant into `directory` and writes the manifest (no parity yet).
+    `method`: how the fp32 graphs (and the int8 ones quantised from them) are made, "traced"
+    (torch.export) or "built" (op by op, export.builder; translators only); fp16 is traced."""
     if directory.exists():
         shutil.rmtree(directory)
     directory.mkdir(parents=True)
     graphs = {}
-    fp32 = export_model(model.float(), directory / "fp32", torch.float32)
+    if method == "built" and isinstance(model, Captioner):
+        raise ValueError("the op-by-op builder writes translators only")
+    if method not in METHODS:
+        raise ValueError(f"method {method!r}: one of {METHODS}")
+    if method == "built":
+        fp32 = build_model(model.float(), directory / "fp32")
+    else:
+        fp32 = export_model(model.float(), directory / "fp32", torch.float32)
     graphs["fp32"] = {k: str(p.relative_to(directory)) for k, p in fp32.items()}
     if "int8" in variants:
         graphs["int8"] = {
@@ -99,6 +112,7 @@ def write_version(
         "limits": limits(model),
         "preprocessor": preprocessor(model),
         "graphs": graphs,
+        "graphs_made": {v: "traced" if v == "fp16" else method for v in graphs},
         "ops": ops,
         "tokenizer": TOKENIZER,
         "versions": _versions(),

@@ -1,0 +1,284 @@
+"""The translator's two graphs written op by op from its weights, beside the traced export.
+
+The traced export (export.onnx_export) turns PyTorch's code into some 140 small nodes per
+step. This writes the same two graphs of the decode-step contract directly with `onnx.helper`,
+the way onnxruntime-genai's model builder does:
+- the embedding pre-scaled by sqrt(d_model) and the sinusoids as a position table (one Gather
+  each); the output projection a MatMul on the stored transposed embedding, for the last new
+  position only;
+- per attention one MatMul for the fused query, key and value projections, and
+  com.microsoft `MultiHeadAttention` (CPU and CUDA kernels): causal with the past and the
+  key padding mask in the decoder, over the encoder's precomputed 4-D keys and values for
+  cross-attention;
+- every residual add fused with the layer norm after it (com.microsoft
+  `SkipLayerNormalization`, whose bias input takes the sublayer's output bias);
+- the one cross-attention layer whose weights are returned written out in plain ops (the
+  fused kernel gives no post-softmax weights), its mask exactly the traced graph's;
+- the encoder projects every decoder layer's cross keys and values with one MatMul.
+Inputs, outputs and axis names come from the same `service.graphs` declaration, so the
+runtime cannot tell the two apart; the parity suite proves each against PyTorch.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import onnx
+import torch
+from onnx import TensorProto, helper, numpy_helper
+
+from models.transformer import Transformer, sinusoids
+from service.graphs import GraphSpec, decoder_spec, encoder_spec
+
+MS = "com.microsoft"
+OPSET = 18
+EPSILON = 1e-5  # torch.nn.LayerNorm's default
+_TYPES = {"int64": TensorProto.INT64, "float": TensorProto.FLOAT}
+
+
+class Graph:
+    """Nodes and initializers of one graph, every intermediate named uniquely."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.nodes: list[onnx.NodeProto] = []
+        self.initializers: list[onnx.TensorProto] = []
+        self._count = 0
+
+    def _fresh(self, stem: str) -> str:
+        self._count += 1
+        return f"{stem}_{self._count}"
+
+    def weight(self, stem: str, value) -> str:
+        """An initializer: float tensors as float32, integer ones as they are."""
+        array = value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else value
+        array = np.asarray(array)
+        if array.dtype.kind == "f":
+            array = array.astype(np.float32)
+        name = self._fresh(stem)
+        self.initializers.append(numpy_helper.from_array(array.copy(order="C"), name))
+        return name
+
+    def op(self, op_type: str, inputs: list[str], outputs: int | list[str] = 1, **attributes):
+        """Adds a node; returns its output name, or the list of them when several."""
+        domain = attributes.pop("domain", "")
+        names = (
+            [self._fresh(op_type) for _ in range(outputs)] if isinstance(outputs, int) else outputs
+        )
+        self.nodes.append(
+            helper.make_node(op_type, inputs, names, name=self._fresh(f"/{op_type}"),
+                             domain=domain, **attributes)
+        )  # fmt: skip
+        return names[0] if len(names) == 1 else names
+
+    def model(self, spec: GraphSpec, fixed: dict[str, int]) -> onnx.ModelProto:
+        def value(tensor):
+            shape = [fixed.get(axis, axis) for axis in tensor.axes]
+            return helper.make_tensor_value_info(tensor.name, _TYPES[tensor.dtype], shape)
+
+        graph = helper.make_graph(
+            self.nodes,
+            self.name,
+            [value(t) for t in spec.inputs],
+            [value(t) for t in spec.outputs],
+            self.initializers,
+        )
+        imports = [helper.make_opsetid("", OPSET), helper.make_opsetid(MS, 1)]
+        model = helper.make_model(graph, opset_imports=imports, producer_name="attnserve")
+        onnx.checker.check_model(model)
+        return model
+
+
+def _linear_weight(linear: torch.nn.Linear) -> torch.Tensor:
+    return linear.weight.T  # (in, out): x @ W
+
+
+def _fused(*linears: torch.nn.Linear) -> tuple[torch.Tensor, torch.Tensor]:
+    """One (in, sum of outs) weight and its bias for projections of the same input."""
+    return (
+        torch.cat([_linear_weight(x) for x in linears], dim=1),
+        torch.cat([x.bias for x in linears]),
+    )
+
+
+class _Writer:
+    """Writes the translator's sublayers into a Graph."""
+
+    def __init__(self, model: Transformer, graph: Graph):
+        self.model, self.g = model, graph
+        c = model.config
+        self.heads, self.head_dim, self.d_model = c.n_heads, c.head_dim, c.d_model
+
+    def embed(self, ids: str, positions: str) -> str:
+        c, g = self.model.config, self.g
+        scaled = g.weight(
+            "embedding_scaled", self.model.source_embedding.weight * math.sqrt(c.d_model)
+        )
+        table = sinusoids(torch.arange(c.max_length + 1), c.d_model, c.position_offset)
+        return g.op(
+            "Add",
+            [
+                g.op("Gather", [scaled, ids]),
+                g.op("Gather", [g.weight("positions", table), positions]),
+            ],
+        )
+
+    def norm(self, x: str, norm: torch.nn.LayerNorm) -> str:
+        g = self.g
+        gamma, beta = g.weight("gamma", norm.weight), g.weight("beta", norm.bias)
+        return g.op("LayerNormalization", [x, gamma, beta], axis=-1, epsilon=EPSILON)
+
+    def skip_norm(self, x: str, residual: str, norm: torch.nn.LayerNorm, bias) -> tuple[str, str]:
+        """(LN(x + residual + bias), x + residual + bias)."""
+        g = self.g
+        inputs = [x, residual, g.weight("gamma", norm.weight), g.weight("beta", norm.bias),
+                  g.weight("bias", bias)]  # fmt: skip
+        normed, _, _, total = g.op("SkipLayerNormalization", inputs, 4, domain=MS, epsilon=EPSILON)
+        return normed, total
+
+    def matmul(self, x: str, weight, bias=None) -> str:
+        g = self.g
+        y = g.op("MatMul", [x, g.weight("weight", weight)])
+        return y if bias is None else g.op("Add", [y, g.weight("bias", bias)])
+
+    def self_attention(
+        self, h: str, attention, mask32: str, past=None, present=None, causal=0
+    ) -> str:
+        """MultiHeadAttention over the fused projections of `h`, before the output projection."""
+        g = self.g
+        weight, bias = _fused(attention.query, attention.key, attention.value)
+        q, k, v = g.op(
+            "Split", [g.op("MatMul", [h, g.weight("qkv", weight)])], 3, axis=2, num_outputs=3
+        )
+        inputs = [q, k, v, g.weight("qkv_bias", bias), mask32]
+        outputs: int | list[str] = 1
+        if past is not None:
+            inputs += ["", past[0], past[1]]
+            outputs = [g._fresh("attention"), *present]
+        result = g.op("MultiHeadAttention", inputs, outputs, domain=MS, num_heads=self.heads,
+                      unidirectional=causal)  # fmt: skip
+        return result if isinstance(result, str) else result[0]
+
+    def heads_view(self, x: str) -> str:
+        """(B, L, D) -> (B, H, L, Dh)."""
+        g = self.g
+        shape = g.weight("shape", np.array([0, 0, self.heads, self.head_dim], np.int64))
+        return g.op("Transpose", [g.op("Reshape", [x, shape])], perm=[0, 2, 1, 3])
+
+    def plain_cross_attention(
+        self, q: str, key: str, value: str, memory_mask: str
+    ) -> tuple[str, str]:
+        """The traced graph's attention in plain ops: (context (B, N, D), weights (B, H, N, S))."""
+        g = self.g
+        scores = g.op("MatMul", [self.heads_view(q), g.op("Transpose", [key], perm=[0, 1, 3, 2])])
+        scores = g.op(
+            "Div", [scores, g.weight("scale", np.array(math.sqrt(self.head_dim), np.float32))]
+        )
+        axes = g.weight("axes", np.array([1, 2], np.int64))
+        allowed = g.op("Cast", [g.op("Unsqueeze", [memory_mask, axes])], to=TensorProto.BOOL)
+        lowest = g.weight("lowest", np.array(np.finfo(np.float32).min, np.float32))
+        weights = g.op("Softmax", [g.op("Where", [allowed, scores, lowest])], axis=-1)
+        context = g.op("Transpose", [g.op("MatMul", [weights, value])], perm=[0, 2, 1, 3])
+        shape = g.weight("shape", np.array([0, 0, self.d_model], np.int64))
+        return g.op("Reshape", [context, shape]), weights
+
+    def feed_forward(self, h: str, ff) -> str:
+        """Before the second bias (it goes into the next skip norm)."""
+        return self.matmul(self.g.op("Relu", [self.matmul(h, _linear_weight(ff[0]), ff[0].bias)]),
+                           _linear_weight(ff[3]))  # fmt: skip
+
+
+def build_decoder(model: Transformer) -> onnx.ModelProto:
+    """The decoder step of `service.graphs.decoder_spec`, fp32."""
+    c = model.config
+    spec = decoder_spec(c.decoder_layers)
+    g = Graph("decoder")
+    w = _Writer(model, g)
+    self_mask = g.op("Cast", ["self_mask"], to=TensorProto.INT32)
+    memory_mask = g.op("Cast", ["memory_mask"], to=TensorProto.INT32)
+    residual = w.embed("input_ids", "positions")
+    layers = model.decoder_layers
+    h = w.norm(residual, layers[0].self_attn_norm)
+    chosen = c.cross_attention_layer % len(layers)
+    for i, layer in enumerate(layers):
+        past = (f"past_key_values.{i}.key", f"past_key_values.{i}.value")
+        present = [f"present.{i}.key", f"present.{i}.value"]
+        attended = w.self_attention(h, layer.self_attn, self_mask, past, present, causal=1)
+        out = w.matmul(attended, _linear_weight(layer.self_attn.out))
+        h, residual = w.skip_norm(out, residual, layer.cross_attn_norm, layer.self_attn.out.bias)
+        cross = layer.cross_attn
+        q = w.matmul(h, _linear_weight(cross.query), cross.query.bias)
+        key, value = f"encoder.{i}.key", f"encoder.{i}.value"
+        if i == chosen:
+            context, weights = w.plain_cross_attention(q, key, value, "memory_mask")
+            mean = g.op(
+                "ReduceMean", [weights, g.weight("axes", np.array([1], np.int64))], keepdims=0
+            )
+            g.op(
+                "Gather",
+                [mean, g.weight("last", np.array(-1, np.int64))],
+                ["cross_attention"],
+                axis=1,
+            )
+        else:
+            context = g.op("MultiHeadAttention", [q, key, value, "", memory_mask], domain=MS,
+                           num_heads=c.n_heads)  # fmt: skip
+        out = w.matmul(context, _linear_weight(cross.out))
+        h, residual = w.skip_norm(out, residual, layer.ff_norm, cross.out.bias)
+        out = w.feed_forward(h, layer.ff)
+        after = layers[i + 1].self_attn_norm if i + 1 < len(layers) else model.decoder_norm
+        h, residual = w.skip_norm(out, residual, after, layer.ff[3].bias)
+    last = g.op("Gather", [h, g.weight("last", np.array(-1, np.int64))], axis=1)  # (B, D)
+    g.op("MatMul", [last, g.weight("output", _linear_weight(model.output))], ["logits"])
+    return g.model(spec, {"heads": c.n_heads, "head_dim": c.head_dim, "vocab": c.vocab_size})
+
+
+def build_encoder(model: Transformer) -> onnx.ModelProto:
+    """The encoder of `service.graphs.encoder_spec`, fp32: memory mask and every decoder
+    layer's cross keys and values, projected by one MatMul."""
+    c = model.config
+    spec = encoder_spec(c.decoder_layers)
+    g = Graph("encoder")
+    w = _Writer(model, g)
+    mask = g.op("Cast", ["src_mask"], to=TensorProto.INT32)
+    length = g.op("Gather", [g.op("Shape", ["src_ids"]), g.weight("one", np.array(1, np.int64))])
+    zero, step = g.weight("zero", np.array(0, np.int64)), g.weight("step", np.array(1, np.int64))
+    positions = g.op("Range", [zero, length, step])
+    residual = w.embed("src_ids", positions)
+    layers = model.encoder_layers
+    h = w.norm(residual, layers[0].self_attn_norm)
+    for i, layer in enumerate(layers):
+        attended = w.self_attention(h, layer.self_attn, mask)
+        out = w.matmul(attended, _linear_weight(layer.self_attn.out))
+        h, residual = w.skip_norm(out, residual, layer.ff_norm, layer.self_attn.out.bias)
+        out = w.feed_forward(h, layer.ff)
+        after = layers[i + 1].self_attn_norm if i + 1 < len(layers) else model.encoder_norm
+        h, residual = w.skip_norm(out, residual, after, layer.ff[3].bias)
+    projections = [
+        p for layer in model.decoder_layers for p in (layer.cross_attn.key, layer.cross_attn.value)
+    ]
+    weight, bias = _fused(*projections)
+    fused = w.matmul(h, weight, bias)  # (B, S, 2 * layers * D)
+    parts = g.op("Split", [fused], len(projections), axis=2, num_outputs=len(projections))
+    parts = [parts] if isinstance(parts, str) else parts
+    for index, part in enumerate(parts):
+        layer, kind = divmod(index, 2)
+        name = f"encoder.{layer}.{('key', 'value')[kind]}"
+        shape = g.weight("shape", np.array([0, 0, c.n_heads, c.head_dim], np.int64))
+        g.op("Transpose", [g.op("Reshape", [part, shape])], [name], perm=[0, 2, 1, 3])
+    g.op("Identity", ["src_mask"], ["memory_mask"])
+    return g.model(spec, {"heads": c.n_heads, "head_dim": c.head_dim})
+
+
+def build_model(model: Transformer, out_dir: Path) -> dict[str, Path]:
+    """Writes encoder.onnx and decoder.onnx of `model` (fp32) built op by op."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model = model.float().eval()
+    paths = {}
+    with torch.no_grad():
+        for name, build in (("encoder", build_encoder), ("decoder", build_decoder)):
+            paths[name] = out_dir / f"{name}.onnx"
+            onnx.save_model(build(model), str(paths[name]))
+    return paths

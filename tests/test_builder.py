@@ -1,0 +1,79 @@
+"""The translator's graphs built op by op (export.builder) against PyTorch: the same
+declaration, the same graph parity and the same whole decodes as the traced export."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import onnx
+import pytest
+import torch
+from helpers import random_sources
+
+from export.parity import assert_graph_parity
+from export.repository import write_version
+from models.config import PRESETS
+from models.reference import TorchEngine
+from models.transformer import Transformer
+from service.decoding import DecodingOptions
+from service.onnx_engine import OnnxEngine
+from service.translation import translate_ids
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory, shipped_translator):
+    """A tiny random translator (3 decoder layers, the cross-attention of the middle one
+    returned) written with the builder: fp32 and int8."""
+    tokenizer = shipped_translator[1]
+    config = replace(PRESETS["tiny"], vocab_size=tokenizer.vocab_size, decoder_layers=3,
+                     cross_attention_layer=1)  # fmt: skip
+    torch.manual_seed(3)
+    model = Transformer(config).eval()
+    directory = tmp_path_factory.mktemp("repo") / "tiny" / "1"
+    version = write_version(model, tokenizer.model_file, directory, "tiny", "1",
+                            ("fp32", "int8"), method="built")  # fmt: skip
+    return model, version
+
+
+def test_the_built_graphs_are_fused_and_declared_as_the_traced_ones(built):
+    _, version = built
+    assert version.manifest["graphs_made"] == {"fp32": "built", "int8": "built"}
+    decoder = onnx.load(str(version.graph("fp32", "decoder")))
+    ops = [n.op_type for n in decoder.graph.node]
+    assert ops.count("MultiHeadAttention") == 3 + 2  # self in every layer, cross but one
+    assert ops.count("SkipLayerNormalization") == 3 * 3
+    assert len(ops) < 80
+    dims = {
+        i.name: [d.dim_param or d.dim_value for d in i.type.tensor_type.shape.dim]
+        for i in decoder.graph.input
+    }
+    assert dims["past_key_values.0.key"] == ["batch", 4, "past", 8]
+    assert [i.name for i in decoder.graph.input] == OnnxEngine(
+        version, "fp32"
+    ).decoder_spec.input_names
+
+
+def test_the_built_graphs_match_pytorch_and_decode_the_same(built):
+    model, version = built
+    summary = assert_graph_parity(model, OnnxEngine(version, "fp32"))
+    assert summary["comparisons"] > 100
+    sources = random_sources(model.config.vocab_size, [1, 4, 9, 30])
+    for beam in (1, 3):
+        options = DecodingOptions(beam_size=beam, max_length=20)
+        expected = translate_ids(TorchEngine(model), sources, options, 512)
+        actual = translate_ids(OnnxEngine(version, "fp32"), sources, options, 512)
+        for e, a in zip(expected, actual, strict=True):
+            assert e[0].tokens == a[0].tokens
+            assert e[0].score == pytest.approx(a[0].score, abs=1e-4)
+            if e[0].alignment is not None:  # the middle layer's cross-attention, as traced
+                assert a[0].alignment == pytest.approx(e[0].alignment, abs=1e-5)
+
+
+def test_int8_of_the_built_graphs_quantises_every_matmul(built):
+    _, version = built
+    decoder = onnx.load(str(version.graph("int8", "decoder")))
+    ops = {n.op_type for n in decoder.graph.node}
+    assert "MatMul" not in ops or all(
+        not n.input[1].startswith("weight") for n in decoder.graph.node if n.op_type == "MatMul"
+    )
+    assert ops & {"DynamicQuantizeMatMul", "MatMulInteger"}
