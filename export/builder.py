@@ -29,8 +29,9 @@ import onnx
 import torch
 from onnx import TensorProto, helper, numpy_helper
 
+from models.captioner import Captioner
 from models.transformer import Transformer, sinusoids
-from service.graphs import GraphSpec, decoder_spec, encoder_spec
+from service.graphs import GraphSpec, captioner_interface, decoder_spec, encoder_spec
 
 MS = "com.microsoft"
 OPSET = 18
@@ -106,10 +107,11 @@ def _fused(*linears: torch.nn.Linear) -> tuple[torch.Tensor, torch.Tensor]:
 class _Writer:
     """Writes the translator's sublayers into a Graph."""
 
-    def __init__(self, model: Transformer, graph: Graph):
+    def __init__(self, model, graph: Graph):
         self.model, self.g = model, graph
         c = model.config
-        self.heads, self.head_dim, self.d_model = c.n_heads, c.head_dim, c.d_model
+        if isinstance(model, Transformer):
+            self.heads, self.head_dim, self.d_model = c.n_heads, c.head_dim, c.d_model
 
     def embed(self, ids: str, positions: str) -> str:
         c, g = self.model.config, self.g
@@ -272,13 +274,71 @@ def build_encoder(model: Transformer) -> onnx.ModelProto:
     return g.model(spec, {"heads": c.n_heads, "head_dim": c.head_dim})
 
 
-def build_model(model: Transformer, out_dir: Path) -> dict[str, Path]:
-    """Writes encoder.onnx and decoder.onnx of `model` (fp32) built op by op."""
+def build_caption_step(model: Captioner) -> onnx.ModelProto:
+    """The captioner's decoder step of `service.graphs.captioner_interface`, fp32: one MatMul
+    for both projections of the previous state (attention and gate), the attention's weighted
+    sum as a MatMul, the LSTM cell's two input MatMuls as one over [word; context; h] with the
+    two biases summed, and the deep output's two projections as one."""
+    c = model.config
+    spec = captioner_interface().decoder
+    g = Graph("decoder")
+    w = _Writer(model, g)
+    h, cell = "past.h", "past.c"
+    one = g.weight("axis", np.array([1], np.int64))
+    previous = g.op("Squeeze", ["input_ids", one])  # (B,)
+    embedded = g.op("Gather", [g.weight("embedding", model.embedding.weight), previous])
+    state = _fused(model.state_attention, model.gate)
+    attention_in, gate = _split(g, w.matmul(h, *state), [c.attention_dim, 1], axis=1)
+    hidden = g.op(
+        "Tanh", [g.op("Add", ["grid_projection", g.op("Unsqueeze", [attention_in, one])])]
+    )
+    scores = w.matmul(hidden, _linear_weight(model.attention_score), model.attention_score.bias)
+    scores = g.op("Squeeze", [scores, g.weight("axis", np.array([2], np.int64))])  # (B, L)
+    allowed = g.op("Cast", ["memory_mask"], to=TensorProto.BOOL)
+    lowest = g.weight("lowest", np.array(np.finfo(np.float32).min, np.float32))
+    masked = g.op("Where", [allowed, scores, lowest])
+    weights = g.op("Softmax", [masked], ["cross_attention"], axis=-1)
+    context = g.op("MatMul", [g.op("Unsqueeze", [weights, one]), "grid"])  # (B, 1, D)
+    context = g.op("Squeeze", [context, one])
+    context = g.op("Mul", [g.op("Sigmoid", [gate]), context])
+    lstm = model.lstm
+    weight = torch.cat([lstm.weight_ih.T, lstm.weight_hh.T], dim=0)  # (E + D + Hd, 4 Hd)
+    inputs = g.op("Concat", [embedded, context, h], axis=1)
+    gates = w.matmul(inputs, weight, lstm.bias_ih + lstm.bias_hh)
+    i, f, candidate, o = _split(g, gates, [c.hidden_dim] * 4, axis=1)  # PyTorch's order
+    sigmoid = lambda x: g.op("Sigmoid", [x])  # noqa: E731
+    kept = g.op("Mul", [sigmoid(f), cell])
+    added = g.op("Mul", [sigmoid(i), g.op("Tanh", [candidate])])
+    g.op("Add", [kept, added], ["present.c"])
+    g.op("Mul", [sigmoid(o), g.op("Tanh", ["present.c"])], ["present.h"])
+    deep = torch.cat([model.output_state.weight.T, model.output_context.weight.T], dim=0)
+    both = g.op("Concat", ["present.h", context], axis=1)
+    biases = model.output_state.bias + model.output_context.bias
+    deep = g.op("Add", [embedded, w.matmul(both, deep, biases)])
+    logits = g.op("MatMul", [deep, g.weight("output", _linear_weight(model.output))])
+    g.op("Add", [logits, g.weight("bias", model.output.bias)], ["logits"])
+    fixed = {"hidden": c.hidden_dim, "features": c.feature_dim, "attention": c.attention_dim}
+    return g.model(spec, {**fixed, "vocab": c.vocab_size, "one": 1})
+
+
+def _split(g: Graph, x: str, sizes: list[int], axis: int) -> list[str]:
+    return g.op("Split", [x, g.weight("sizes", np.array(sizes, np.int64))], len(sizes), axis=axis)
+
+
+def build_model(model, out_dir: Path) -> dict[str, Path]:
+    """Writes encoder.onnx and decoder.onnx of `model` (fp32): a translator's both built op by
+    op; a captioner's step built, its convolutional encoder traced (nothing to fuse there that
+    onnxruntime does not fold itself)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     model = model.float().eval()
-    paths = {}
+    paths = {name: out_dir / f"{name}.onnx" for name in ("encoder", "decoder")}
     with torch.no_grad():
-        for name, build in (("encoder", build_encoder), ("decoder", build_decoder)):
-            paths[name] = out_dir / f"{name}.onnx"
-            onnx.save_model(build(model), str(paths[name]))
+        if isinstance(model, Captioner):
+            from export.onnx_export import export_model
+
+            traced = export_model(model, out_dir, torch.float32)
+            onnx.save_model(build_caption_step(model), str(traced["decoder"]))
+            return traced
+        onnx.save_model(build_encoder(model), str(paths["encoder"]))
+        onnx.save_model(build_decoder(model), str(paths["decoder"]))
     return paths

@@ -75,13 +75,11 @@ def write_version(
 ) -> ModelVersion:
     """Exports every variant into `directory` and writes the manifest (no parity yet).
     `method`: how the fp32 graphs (and the int8 ones quantised from them) are made, "traced"
-    (torch.export) or "built" (op by op, export.builder; translators only); fp16 is traced."""
+    (torch.export) or "built" (op by op where export.builder writes them); fp16 is traced."""
     if directory.exists():
         shutil.rmtree(directory)
     directory.mkdir(parents=True)
     graphs = {}
-    if method == "built" and isinstance(model, Captioner):
-        raise ValueError("the op-by-op builder writes translators only")
     if method not in METHODS:
         raise ValueError(f"method {method!r}: one of {METHODS}")
     if method == "built":

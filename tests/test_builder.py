@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
 import onnx
 import pytest
 import torch
@@ -13,7 +14,7 @@ from helpers import random_sources
 from export.parity import assert_graph_parity
 from export.repository import write_version
 from models.config import PRESETS
-from models.reference import TorchEngine
+from models.reference import TorchEngine, reference_engine
 from models.transformer import Transformer
 from service.decoding import DecodingOptions
 from service.onnx_engine import OnnxEngine
@@ -77,3 +78,33 @@ def test_int8_of_the_built_graphs_quantises_every_matmul(built):
         not n.input[1].startswith("weight") for n in decoder.graph.node if n.op_type == "MatMul"
     )
     assert ops & {"DynamicQuantizeMatMul", "MatMulInteger"}
+
+
+def test_the_built_caption_step_matches_pytorch_and_captions_the_same(tmp_path):
+    from helpers import SHIPPED_CAPTIONER
+
+    from models.captioner import Captioner
+    from models.config import CAPTIONER_PRESETS
+    from service.captioning import caption_images
+    from service.tokenizer import Tokenizer
+
+    tokenizer = Tokenizer(SHIPPED_CAPTIONER / "tokenizer.model")
+    config = replace(CAPTIONER_PRESETS["tiny"], vocab_size=tokenizer.vocab_size)
+    torch.manual_seed(5)
+    model = Captioner(config).eval()
+    directory = tmp_path / "tiny" / "1"
+    version = write_version(model, tokenizer.model_file, directory, "tiny", "1", ("fp32",),
+                            method="built")  # fmt: skip
+    step = onnx.load(str(version.graph("fp32", "decoder")))
+    matmuls = [n.op_type for n in step.graph.node].count("MatMul")
+    assert matmuls == 6  # previous state, score, context, LSTM gates, deep output, logits
+    assert_graph_parity(model, OnnxEngine(version, "fp32"))
+    size = (3, config.image_size, config.image_size, 3)
+    images = np.random.default_rng(0).integers(0, 256, size=size, dtype=np.uint8)
+    for beam in (1, 3):
+        options = DecodingOptions(beam_size=beam, max_length=12)
+        expected = caption_images(reference_engine(model), images, options)
+        actual = caption_images(OnnxEngine(version, "fp32"), images, options)
+        for e, a in zip(expected, actual, strict=True):
+            assert e[0].tokens == a[0].tokens
+            assert a[0].alignment == pytest.approx(e[0].alignment, abs=1e-5)
