@@ -6,7 +6,8 @@
         [--captioner-repository VERSION_DIR] [--markdown FILE]
 
 The checkpoint is exported (unless --repository is a version made from it) and converted to
-CTranslate2 in a process of its own. Each engine then runs in a spawned process with one compute
+CTranslate2 in a process of its own; onnx-fp32-built and onnx-int8-built run graphs written op
+by op (export.builder) from the same checkpoint, the others the traced export. Each engine then runs in a spawned process with one compute
 thread (onnx-fp32-2threads, run on the greedy cases of the middle length, has two): it loads
 once, decodes the sentences greedily (parity with PyTorch), then runs warm-up and timed rounds
 in which every engine runs the same case in turn; torch-uncached runs batch 1 only by default.
@@ -19,8 +20,8 @@ parent's) is the engine's own.
 
 The captioner (--model captioner or both, after the translator) runs the same way: its
 checkpoint exported (unless --captioner-repository is a version made from it), then
-torch-cached (PyTorch eager, the LSTM step with its state carried), onnx-fp32 and onnx-int8,
-one compute thread each, greedy parity with PyTorch first, then warm-up and timed rounds. A
+torch-cached (PyTorch eager, the LSTM step with its state carried), onnx-fp32 and onnx-int8
+(traced and built), one compute thread each, greedy parity with PyTorch first, then warm-up and timed rounds. A
 case (batch, beam) captions the first `batch` images of the test split of --captioner-data,
 every caption to its natural end (`</s>` is not suppressed; at most the model's max_length
 tokens, `</s>` included), so every engine decodes as the server does and a caption costs what
@@ -46,7 +47,14 @@ from pathlib import Path
 import numpy as np
 
 from bench import machine
-from bench.engines import CAPTION_ENGINES, ENGINES, THREAD_CHECK, Worker, stdout_to_stderr
+from bench.engines import (
+    CAPTION_ENGINES,
+    ENGINES,
+    THREAD_CHECK,
+    Worker,
+    graphs_of,
+    stdout_to_stderr,
+)
 from models.caption_data import read_scenes
 from models.config import CaptionerConfig, TransformerConfig
 from service.repository import sha256, verify
@@ -79,26 +87,37 @@ QUICK = {
 
 
 def _prepare(
-    model: str, checkpoint: str, repository: str | None, workdir: str, ct2: list, onnx: bool, source
+    model: str,
+    checkpoint: str,
+    repository: str | None,
+    workdir: str,
+    ct2: list,
+    methods: list[str],
+    source,
 ):
-    """Exports the checkpoint of `model` (translator, captioner) for `onnx` engines unless
-    `repository` is a version made from it, and converts it to the CTranslate2 variants `ct2`.
-    Runs in a process of its own."""
+    """Exports the checkpoint of `model` (translator, captioner) for the onnx engines, once per
+    way of making the graphs in `methods` (traced, built), unless `repository` is a traced
+    version made from it; converts it to the CTranslate2 variants `ct2`. Runs in a process of
+    its own."""
     stdout_to_stderr()
-    setup = {"model": model, "checkpoint": checkpoint, "repository": repository, "ct2": {}}
+    setup = {"model": model, "checkpoint": checkpoint, "repositories": {}, "ct2": {}}
     if repository is not None:
         recorded = verify(Path(repository)).manifest.get("source", {}).get("sha256")
         if recorded not in (None, source["sha256"]):
             raise ValueError(f"{repository} was not exported from {checkpoint}")
-    elif onnx:
+        setup["repositories"]["traced"] = repository
+    for method in methods:
+        if method in setup["repositories"]:
+            continue
         from export.repository import write_version
         from models.checkpoint import load_checkpoint
 
         loaded, tokenizer = load_checkpoint(Path(checkpoint))
-        directory = Path(workdir) / "repository" / model / "1"
+        directory = Path(workdir) / "repository" / method / model / "1"
         variants = ("fp32", "int8")
-        write_version(loaded, tokenizer.model_file, directory, model, "1", variants, source)
-        setup["repository"] = str(directory)
+        write_version(loaded, tokenizer.model_file, directory, model, "1", variants, source,
+                      method)  # fmt: skip
+        setup["repositories"][method] = str(directory)
     if ct2:
         from bench.ctranslate2_convert import convert
 
@@ -287,11 +306,20 @@ def _ratios(engines: dict, args) -> list[tuple]:
     greedy = [(small, 1, n) for n in lengths]
     speedup = _speedup(table, "onnx-fp32", "torch-cached", greedy)
     rows = [(f"onnx-fp32 / torch-cached tokens/s, batch {small} greedy", speedup, ">=", 3.0)]
+    speedup = _speedup(table, "onnx-fp32-built", "torch-cached", greedy)
+    rows.append((f"onnx-fp32-built / torch-cached tokens/s, batch {small} greedy", speedup,
+                 ">=", 4.0))  # fmt: skip
     for batch in sorted({small, large}):
         every = [(batch, beam, n) for beam in BEAMS for n in lengths]
         for ours, theirs in (("onnx-fp32", "ct2-float32"), ("onnx-int8", "ct2-int8")):
             speedup = _speedup(table, ours, theirs, every)
             rows.append((f"{ours} / {theirs} tokens/s, batch {batch}", speedup, ">=", 1.0))
+            int8_target = 1.3 if "int8" in ours and batch == small else 1.0
+            speedup = _speedup(table, f"{ours}-built", theirs, every)
+            text = f"{ours}-built / {theirs} tokens/s, batch {batch}"
+            rows.append((text, speedup, ">=", int8_target))
+        speedup = _speedup(table, "onnx-fp32-built", "onnx-fp32", every)
+        rows.append((f"onnx-fp32-built / onnx-fp32 tokens/s, batch {batch}", speedup, ">=", None))
     short = 32 if 32 in lengths else min(lengths)
     long = 256 if 256 in lengths else max(lengths)
     for name in ("onnx-fp32", "torch-cached", "torch-uncached"):
@@ -317,7 +345,7 @@ def _caption_ratios(engines: dict, args, max_length: int) -> list[tuple]:
     for batch in sorted(set(args.caption_batches)):
         for beam in BEAMS:
             way = "greedy" if beam == 1 else f"beam {beam}"
-            for ours in ("onnx-fp32", "onnx-int8"):
+            for ours in ("onnx-fp32", "onnx-int8", "onnx-fp32-built", "onnx-int8-built"):
                 case = [(batch, beam, max_length)]
                 speedup = _speedup(table, ours, "torch-cached", case, "captions_per_s")
                 target = 3.0 if ours == "onnx-fp32" and batch == small else None
@@ -377,15 +405,20 @@ def _measure(args, setup: dict, names: list[str], task, rounds: int) -> tuple[di
     return engines, parity
 
 
-def _setup(model: str, checkpoint: Path, repository, workdir: Path, ct2: list, onnx: bool):
+def _setup(model: str, checkpoint: Path, repository, workdir: Path, ct2: list, methods: list):
     """(setup of the workers, the weights' sha256): the checkpoint exported and converted in a
     process of its own."""
     weights = sha256(checkpoint / "model.safetensors")
     source = {"checkpoint": str(checkpoint), "sha256": weights}
     prepare = (model, str(checkpoint), repository and str(repository), str(workdir))
     with ProcessPoolExecutor(1, get_context("spawn")) as pool:
-        setup = pool.submit(_prepare, *prepare, ct2, onnx, source).result()
+        setup = pool.submit(_prepare, *prepare, ct2, methods, source).result()
     return setup, weights
+
+
+def _methods(names: list[str]) -> list[str]:
+    """The ways of making graphs that the onnx engines among `names` need."""
+    return sorted({graphs_of(name) for name in names if ENGINES[name][0] == "onnx"})
 
 
 def _translator(args, limits: dict, workdir: Path) -> dict:
@@ -393,8 +426,8 @@ def _translator(args, limits: dict, workdir: Path) -> dict:
     config = TransformerConfig.load(args.checkpoint / "config.json").to_dict()
     inputs = _inputs(args, config)
     ct2 = sorted({ENGINES[name][1] for name in args.engines if ENGINES[name][0] == "ct2"})
-    onnx = any(ENGINES[name][0] == "onnx" for name in args.engines)
-    setup, weights = _setup("translator", args.checkpoint, args.repository, workdir, ct2, onnx)
+    methods = _methods(args.engines)
+    setup, weights = _setup("translator", args.checkpoint, args.repository, workdir, ct2, methods)
     engines, parity = _measure(args, setup, args.engines, Translation(args, inputs), args.rounds)
     for name, engine in engines.items():
         engine["cases"] = [_case(name, c, s, config, limits, inputs[0]) for c, s in engine["cases"]]
@@ -415,9 +448,8 @@ def _captioner(args, workdir: Path) -> dict:
     config = CaptionerConfig.load(args.captioner_checkpoint / "config.json")
     images = _images(args)
     names = [name for name in CAPTION_ENGINES if name in args.engines]
-    onnx = any(ENGINES[name][0] == "onnx" for name in names)
     checkpoint, repository = args.captioner_checkpoint, args.captioner_repository
-    setup, weights = _setup("captioner", checkpoint, repository, workdir, [], onnx)
+    setup, weights = _setup("captioner", checkpoint, repository, workdir, [], _methods(names))
     task = Captioning(args, images, config.max_length)
     engines, parity = _measure(args, setup, names, task, args.caption_rounds)
     for engine in engines.values():

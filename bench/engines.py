@@ -31,8 +31,16 @@ ENGINES = {  # name: (kind, variant, compute threads)
     "ct2-float32": ("ct2", "float32", 1),
     "ct2-int8": ("ct2", "int8", 1),
     THREAD_CHECK: ("onnx", "fp32", 2),
+    "onnx-fp32-built": ("onnx", "fp32", 1),
+    "onnx-int8-built": ("onnx", "int8", 1),
 }
-CAPTION_ENGINES = ("torch-cached", "onnx-fp32", "onnx-int8")  # an LSTM's state has no uncached form
+# an LSTM's state has no uncached form
+CAPTION_ENGINES = ("torch-cached", "onnx-fp32", "onnx-int8", "onnx-fp32-built", "onnx-int8-built")
+
+
+def graphs_of(name: str) -> str:
+    """How an onnx engine's graphs were made: "built" (export.builder) or "traced"."""
+    return "built" if name.endswith("-built") else "traced"
 
 
 class Stepped(Inference):
@@ -152,7 +160,7 @@ def _load(name: str, setup: dict):
 
         from service.onnx_engine import OnnxEngine
 
-        version = verify(Path(setup["repository"]))
+        version = verify(Path(setup["repositories"][graphs_of(name)]))
         engine = OnnxEngine(version, variant, "cpu", threads)
         source = None if captioner else version.config["max_length"]
         runner = OurRunner(engine, CachedInference, source)

@@ -131,6 +131,11 @@ def test_ctranslate2_runs_and_is_compared_with_pytorch(run):
     for batch in QUICK_BATCHES:
         assert f"onnx-fp32 / ct2-float32 tokens/s, batch {batch}" in goals
         assert f"onnx-int8 / ct2-int8 tokens/s, batch {batch}" in goals
+        assert f"onnx-fp32-built / ct2-float32 tokens/s, batch {batch}" in goals
+        assert f"onnx-int8-built / ct2-int8 tokens/s, batch {batch}" in goals
+    target = {g["goal"]: g["target"] for g in report["goals"]}
+    assert target[f"onnx-int8-built / ct2-int8 tokens/s, batch {min(QUICK_BATCHES)}"] == 1.3
+    assert report["parity"]["onnx-fp32-built"]["identical"] == max(QUICK_BATCHES)  # as traced
 
 
 def test_captioner_reports_every_engine_and_case_with_consistent_numbers(run):
@@ -187,6 +192,6 @@ def test_captioner_goals_are_judged_and_ratios_reported(run):
         assert isinstance(goal["met"], bool) and goal["compare"] == ">=" and goal["target"] == 3
         assert goal["met"] == (goal["ratio"] >= 3)
         assert part["ratios"][goal["goal"]] == goal["ratio"] > 0 and goal["goal"] in markdown
-    expected = len(QUICK_CAPTION_BATCHES) * len(BEAMS) * 2  # onnx-fp32 and onnx-int8
+    expected = len(QUICK_CAPTION_BATCHES) * len(BEAMS) * 4  # fp32 and int8, traced and built
     assert len(part["ratios"]) == expected and all(v > 0 for v in part["ratios"].values())
     assert not set(part["ratios"]) & set(report["ratios"])  # the translator's are apart
