@@ -7,27 +7,27 @@
 
 The checkpoint is exported (unless --repository is a version made from it) and converted to
 CTranslate2 in a process of its own; onnx-fp32-built and onnx-int8-built run graphs written op
-by op (export.builder) from the same checkpoint, the others the traced export. Each engine then runs in a spawned process with one compute
-thread (onnx-fp32-2threads, run on the greedy cases of the middle length, has two): it loads
-once, decodes the sentences greedily (parity with PyTorch), then runs warm-up and timed rounds
-in which every engine runs the same case in turn; torch-uncached runs batch 1 only by default.
-A case (batch, beam, length) decodes the first `batch` sentences of --sources to exactly
-`length` tokens, `</s>` suppressed. tokens/s counts batch × length tokens per second of the
-whole call; ms per step is the time after the encoder over `length`. CTranslate2 has no
-encoder-only call: its encoder time is a length-1 translation less one step. This process never
-imports torch, so the RSS high-water mark of a worker (ru_maxrss, which starts from its
-parent's) is the engine's own.
+by op (export.builder) from the same checkpoint, the others the traced export. Each engine then
+runs in a spawned process with one compute thread (onnx-fp32-2threads, run on the greedy cases
+of the middle length, has two): it loads once, decodes the sentences greedily (parity with
+PyTorch), then runs warm-up and timed rounds in which every engine runs the same case in turn;
+torch-uncached runs batch 1 only by default. A case (batch, beam, length) decodes the first
+`batch` sentences of --sources to exactly `length` tokens, `</s>` suppressed. tokens/s counts
+batch × length tokens per second of the whole call; ms per step is the time after the encoder
+over `length`. CTranslate2 has no encoder-only call: its encoder time is a length-1 translation
+less one step. This process never imports torch, so the RSS high-water mark of a worker
+(ru_maxrss, which starts from its parent's) is the engine's own.
 
 The captioner (--model captioner or both, after the translator) runs the same way: its
 checkpoint exported (unless --captioner-repository is a version made from it), then
 torch-cached (PyTorch eager, the LSTM step with its state carried), onnx-fp32 and onnx-int8
-(traced and built), one compute thread each, greedy parity with PyTorch first, then warm-up and timed rounds. A
-case (batch, beam) captions the first `batch` images of the test split of --captioner-data,
-every caption to its natural end (`</s>` is not suppressed; at most the model's max_length
-tokens, `</s>` included), so every engine decodes as the server does and a caption costs what
-it costs. captions/s counts the batch per second of the whole call (the conversion to pixels
-and the encoder included); ms per step is the time after the encoder over the steps taken.
-"""
+(traced and built), one compute thread each, greedy parity with PyTorch first, then warm-up and
+timed rounds. A case (batch, beam) captions the first `batch` images of the test split of
+--captioner-data, every caption to its natural end (`</s>` is not suppressed; at most the
+model's max_length tokens, `</s>` included), so every engine decodes as the server does and a
+caption costs what it costs. captions/s counts the batch per second of the whole call (the
+conversion to pixels and the encoder included); ms per step is the time after the encoder over
+the steps taken."""
 
 from __future__ import annotations
 
