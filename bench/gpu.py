@@ -17,10 +17,10 @@ and a one-thread fp32 matmul; fp16 takes the fp32 rate).
 Model repository. --repository (a version exported from --checkpoint), or --checkpoint (the
 shipped translator by default) exported with fp32 and fp16 graphs by `export.commands.export`,
 the function of `attnserve export`, with its parity certificate and golden set: over 200
-test sentences, the export's minimum, or 8 in --quick (the minimum lowered for that call: a
-smoke test, not a certificate). With --workdir the export lies there and a later run with
-the same --workdir reuses it, as it reports the sections it does not run again (so the
-export, the engine level and the service level can run as separate commands).
+sentences of every test part, the export's minimum, or 8 of each in --quick (the minimum
+lowered for that call: a smoke test, not a certificate). With --workdir the export lies there
+and a later run with the same --workdir reuses it, as it reports the sections it does not run
+again (so the export, the engine level and the service level can run as separate commands).
 
 Engine level. Every engine runs in a spawned process of its own and decodes through the
 server's loop: `service.decoding.decode` over `CachedInference(engine, engine.encode(...))`,
@@ -333,6 +333,7 @@ def export_repository(
         variants=",".join(variants),
         data=DATA,
         sentences=sentences,
+        graphs="traced",
     )
     start = time.perf_counter()
     floor = min(certify.MIN_SENTENCES, sentences)
@@ -393,6 +394,7 @@ def repository_section(args, plan: Plan, workdir: Path, variants: tuple[str, ...
         "certificate": {
             "passed": parity.get("passed"),
             "sentences": parity.get("sentences"),
+            "parts": parity.get("parts"),
             "seconds": parity.get("seconds"),
             "decodes": {
                 d["setting"]: f"{d['identical']}/{d['sentences']} identical"

@@ -66,7 +66,9 @@ def test_machine_and_repository(run):
     assert all(rate > 0 for rate in machine["matmul_tflop_s"].values())
     repository = report["repository"]
     certificate = repository["certificate"]
-    assert certificate["sentences"] == 8  # --quick: below the export's 200
+    parts = certificate["parts"]  # --quick: 8 of every test part, below the export's 200
+    assert set(parts.values()) == {8} and {"bible", "everyday"} <= set(parts)
+    assert certificate["sentences"] == sum(parts.values())
     assert repository["exported"] and repository["export_status"] == (
         0 if certificate["passed"] else 1
     )
