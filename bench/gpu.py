@@ -300,9 +300,11 @@ def measure_machine(device: str, quick: bool) -> dict:
 # -- the model repository ------------------------------------------------------------------
 
 
-def _usable(directory: Path, variants: tuple[str, ...], checkpoint: Path) -> dict | None:
-    """The manifest of a verified version exported from `checkpoint` with every variant and a
-    golden set, else None."""
+def _usable(
+    directory: Path, variants: tuple[str, ...], checkpoint: Path, graphs: str
+) -> dict | None:
+    """The manifest of a verified version exported from `checkpoint` with every variant made
+    by `graphs` and a golden set, else None."""
     from models.checkpoint import WEIGHTS
     from service.errors import ModelRepositoryError
     from service.repository import GOLDEN, sha256, verify
@@ -314,11 +316,14 @@ def _usable(directory: Path, variants: tuple[str, ...], checkpoint: Path) -> dic
     source = version.manifest.get("source", {}).get("sha256")
     if source != sha256(checkpoint / WEIGHTS) or not (directory / GOLDEN).is_file():
         return None
+    made = version.manifest.get("graphs_made", {})
+    if any(made.get(v, "traced") != graphs for v in variants):
+        return None
     return version.manifest if set(variants) <= set(version.manifest["graphs"]) else None
 
 
 def export_repository(
-    root: Path, variants: tuple[str, ...], sentences: int, checkpoint: Path
+    root: Path, variants: tuple[str, ...], sentences: int, checkpoint: Path, graphs: str
 ) -> dict:
     """Exports the translator `checkpoint` into root/translator/1 with `attnserve export`'s
     own function (graphs, parity certificate over `sentences` test sentences, golden set)."""
@@ -333,7 +338,7 @@ def export_repository(
         variants=",".join(variants),
         data=DATA,
         sentences=sentences,
-        graphs="traced",
+        graphs=graphs,
     )
     start = time.perf_counter()
     floor = min(certify.MIN_SENTENCES, sentences)
@@ -378,10 +383,14 @@ def repository_section(args, plan: Plan, workdir: Path, variants: tuple[str, ...
     else:
         directory = workdir / "repository" / "translator" / "1"
         part = {"directory": str(directory), "exported": False}
-        if _usable(directory, variants, args.checkpoint) is None:
+        if _usable(directory, variants, args.checkpoint, args.graphs) is None:
             print(f"exporting {args.checkpoint} ({', '.join(variants)})", file=sys.stderr)
             part |= {"exported": True} | export_repository(
-                directory.parents[1], variants, plan.export_sentences, args.checkpoint
+                directory.parents[1],
+                variants,
+                plan.export_sentences,
+                args.checkpoint,
+                args.graphs,
             )
         served = directory.parents[1]
     version = verify(Path(part["directory"]))
@@ -390,6 +399,7 @@ def repository_section(args, plan: Plan, workdir: Path, variants: tuple[str, ...
         "checkpoint": str(args.checkpoint),
         "served_root": str(served),
         "variants": sorted(version.manifest["graphs"]),
+        "graphs_made": version.manifest.get("graphs_made", {}),
         "config": version.config,
         "certificate": {
             "passed": parity.get("passed"),
@@ -1160,13 +1170,15 @@ def markdown(report: dict) -> str:
     r = report["repository"]
     c = r["certificate"]
     exported = f"yes, {r['export_seconds']:.0f} s" if r["exported"] else "no"
+    made = r.get("graphs_made", {})
     lines += [
         "",
         "## Model repository",
         "",
-        "| directory | exported here | variants | certificate | decodes |",
+        "| directory | exported here | variants (graphs) | certificate | decodes |",
         "|---|---|---|---|---|",
-        f"| {r['directory']} | {exported} | {', '.join(r['variants'])} "
+        f"| {r['directory']} | {exported} | "
+        f"{', '.join(f'{v} ({made.get(v, chr(63))})' for v in r['variants'])} "
         f"| passed {c['passed']} over {c['sentences']} sentences "
         f"| {'; '.join(f'{k}: {v}' for k, v in c['decodes'].items())} |",
     ]
@@ -1329,6 +1341,12 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--engine-seconds", type=float, help="time box of the engine level")
     parser.add_argument("--server-variant", choices=("fp32", "fp16", "int8"))
     parser.add_argument("--server-rows", type=int, help="the server's --max-batch-rows")
+    parser.add_argument(
+        "--graphs",
+        choices=("traced", "built"),
+        default="traced",
+        help="how the exported graphs are made (attnserve export --graphs)",
+    )
     args = parser.parse_args(argv)
     if args.load is None:
         args.load = not args.quick

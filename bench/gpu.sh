@@ -6,6 +6,8 @@
 #   bash bench/gpu.sh engine    # machine + engine level (time-boxed to 330 s): ~6.5 min
 #   bash bench/gpu.sh load      # machine + service level, the engine level's results kept: ~3 min
 #   bash bench/gpu.sh all       # everything in one command: ~12 min, over one command's 10
+#   BENCH_GPU_GRAPHS=built bash bench/gpu.sh export   # the graphs built op by op instead
+#   bash bench/gpu.sh static    # gpu tests of the fixed-capacity step + bench.static_step: ~5 min
 #
 # Carry: .gpu/tools, attnserve/v1 (generated gRPC code), data/translator/test.es and
 # data/translator/test.en (ignored files). The phases share /tmp/attnserve-gpu (the export,
@@ -18,11 +20,17 @@ work=${BENCH_GPU_WORKDIR:-/tmp/attnserve-gpu}
 # shellcheck disable=SC1091
 source .gpu/tools/on-device.sh
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
-run() { python3 -m bench.gpu --device cuda --workdir "$work" --out "$out" "$@"; }
+graphs=${BENCH_GPU_GRAPHS:-traced}  # how the export makes the graphs: traced or built
+run() { python3 -m bench.gpu --device cuda --workdir "$work" --out "$out" --graphs "$graphs" "$@"; }
 case "$phase" in
   export) run --no-engine --no-load ;;
   engine) run --engine --no-load ;;
   load) run --no-engine --load ;;
   all) run --engine --load ;;
-  *) echo "usage: bench/gpu.sh export|engine|load|all" >&2; exit 2 ;;
+  static)  # gpu-marked tests of the static step and the fp16 graphs, then bench.static_step
+    mkdir -p "$out"
+    python3 -m pytest -q -m gpu tests/test_static_step.py tests/parity/test_translator_parity.py \
+      2>&1 | tee "$out/gpu-tests.log" || true
+    python3 -m bench.static_step --device cuda --traced --out "$out" ;;
+  *) echo "usage: bench/gpu.sh export|engine|load|all|static" >&2; exit 2 ;;
 esac

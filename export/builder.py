@@ -21,6 +21,7 @@ runtime cannot tell the two apart; the parity suite proves each against PyTorch.
 
 from __future__ import annotations
 
+import copy
 import math
 from pathlib import Path
 
@@ -36,14 +37,19 @@ from service.graphs import GraphSpec, captioner_interface, decoder_spec, encoder
 MS = "com.microsoft"
 OPSET = 18
 EPSILON = 1e-5  # torch.nn.LayerNorm's default
-_TYPES = {"int64": TensorProto.INT64, "float": TensorProto.FLOAT}
+FLOAT_TYPES = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float16): TensorProto.FLOAT16}
 
 
 class Graph:
-    """Nodes and initializers of one graph, every intermediate named uniquely."""
+    """Nodes and initializers of one graph, every intermediate named uniquely; its float
+    tensors (weights, constants, declared inputs and outputs) all of one type, float32 or
+    float16, so that a float16 graph has no Cast on its path."""
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, dtype=np.float32):
         self.name = name
+        self.dtype = np.dtype(dtype)
+        if self.dtype not in FLOAT_TYPES:
+            raise ValueError(f"float type {self.dtype}: float32 or float16")
         self.nodes: list[onnx.NodeProto] = []
         self.initializers: list[onnx.TensorProto] = []
         self._count = 0
@@ -53,11 +59,12 @@ class Graph:
         return f"{stem}_{self._count}"
 
     def weight(self, stem: str, value) -> str:
-        """An initializer: float tensors as float32, integer ones as they are."""
-        array = value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else value
-        array = np.asarray(array)
+        """An initializer: float tensors in the graph's float type, integer ones as they are."""
+        if isinstance(value, torch.Tensor):
+            value = value.detach().cpu().float().numpy()
+        array = np.asarray(value)
         if array.dtype.kind == "f":
-            array = array.astype(np.float32)
+            array = array.astype(self.dtype)
         name = self._fresh(stem)
         self.initializers.append(numpy_helper.from_array(array.copy(order="C"), name))
         return name
@@ -74,10 +81,16 @@ class Graph:
         )  # fmt: skip
         return names[0] if len(names) == 1 else names
 
+    def lowest(self) -> str:
+        """The float type's lowest value (what a masked score becomes)."""
+        return self.weight("lowest", np.array(np.finfo(self.dtype).min, self.dtype))
+
     def model(self, spec: GraphSpec, fixed: dict[str, int]) -> onnx.ModelProto:
+        types = {"int64": TensorProto.INT64, "float": FLOAT_TYPES[self.dtype]}
+
         def value(tensor):
             shape = [fixed.get(axis, axis) for axis in tensor.axes]
-            return helper.make_tensor_value_info(tensor.name, _TYPES[tensor.dtype], shape)
+            return helper.make_tensor_value_info(tensor.name, types[tensor.dtype], shape)
 
         graph = helper.make_graph(
             self.nodes,
@@ -175,13 +188,10 @@ class _Writer:
         """The traced graph's attention in plain ops: (context (B, N, D), weights (B, H, N, S))."""
         g = self.g
         scores = g.op("MatMul", [self.heads_view(q), g.op("Transpose", [key], perm=[0, 1, 3, 2])])
-        scores = g.op(
-            "Div", [scores, g.weight("scale", np.array(math.sqrt(self.head_dim), np.float32))]
-        )
+        scores = g.op("Div", [scores, g.weight("scale", np.array(math.sqrt(self.head_dim)))])
         axes = g.weight("axes", np.array([1, 2], np.int64))
         allowed = g.op("Cast", [g.op("Unsqueeze", [memory_mask, axes])], to=TensorProto.BOOL)
-        lowest = g.weight("lowest", np.array(np.finfo(np.float32).min, np.float32))
-        weights = g.op("Softmax", [g.op("Where", [allowed, scores, lowest])], axis=-1)
+        weights = g.op("Softmax", [g.op("Where", [allowed, scores, g.lowest()])], axis=-1)
         context = g.op("Transpose", [g.op("MatMul", [weights, value])], perm=[0, 2, 1, 3])
         shape = g.weight("shape", np.array([0, 0, self.d_model], np.int64))
         return g.op("Reshape", [context, shape]), weights
@@ -192,11 +202,16 @@ class _Writer:
                            _linear_weight(ff[3]))  # fmt: skip
 
 
-def build_decoder(model: Transformer) -> onnx.ModelProto:
-    """The decoder step of `service.graphs.decoder_spec`, fp32."""
+def build_decoder(
+    model: Transformer, dtype=np.float32, capacity: int | None = None
+) -> onnx.ModelProto:
+    """The decoder step of `service.graphs.decoder_spec`, in `dtype` (float32 or float16).
+    With `capacity`, the fixed-capacity step of `decoder_spec(fixed_cache=True)`: one new
+    token, a cache of `capacity` positions in and out (the attention's present less its
+    oldest position), so that every step of a batch has the same shapes (CUDA graphs)."""
     c = model.config
-    spec = decoder_spec(c.decoder_layers)
-    g = Graph("decoder")
+    spec = decoder_spec(c.decoder_layers, fixed_cache=capacity is not None)
+    g = Graph("decoder", dtype)
     w = _Writer(model, g)
     self_mask = g.op("Cast", ["self_mask"], to=TensorProto.INT32)
     memory_mask = g.op("Cast", ["memory_mask"], to=TensorProto.INT32)
@@ -204,10 +219,22 @@ def build_decoder(model: Transformer) -> onnx.ModelProto:
     layers = model.decoder_layers
     h = w.norm(residual, layers[0].self_attn_norm)
     chosen = c.cross_attention_layer % len(layers)
+    if capacity is not None:
+        one, two = (
+            g.weight("one", np.array([1], np.int64)),
+            g.weight("two", np.array([2], np.int64)),
+        )
+        after_capacity = g.weight("end", np.array([capacity + 1], np.int64))
     for i, layer in enumerate(layers):
         past = (f"past_key_values.{i}.key", f"past_key_values.{i}.value")
         present = [f"present.{i}.key", f"present.{i}.value"]
-        attended = w.self_attention(h, layer.self_attn, self_mask, past, present, causal=1)
+        if capacity is not None:  # attend over capacity + 1, keep the newest capacity
+            whole = [g._fresh(f"whole.{i}.key"), g._fresh(f"whole.{i}.value")]
+            attended = w.self_attention(h, layer.self_attn, self_mask, past, whole, causal=1)
+            for full, kept in zip(whole, present, strict=True):
+                g.op("Slice", [full, one, after_capacity, two], [kept])
+        else:
+            attended = w.self_attention(h, layer.self_attn, self_mask, past, present, causal=1)
         out = w.matmul(attended, _linear_weight(layer.self_attn.out))
         h, residual = w.skip_norm(out, residual, layer.cross_attn_norm, layer.self_attn.out.bias)
         cross = layer.cross_attn
@@ -234,15 +261,18 @@ def build_decoder(model: Transformer) -> onnx.ModelProto:
         h, residual = w.skip_norm(out, residual, after, layer.ff[3].bias)
     last = g.op("Gather", [h, g.weight("last", np.array(-1, np.int64))], axis=1)  # (B, D)
     g.op("MatMul", [last, g.weight("output", _linear_weight(model.output))], ["logits"])
-    return g.model(spec, {"heads": c.n_heads, "head_dim": c.head_dim, "vocab": c.vocab_size})
+    fixed = {"heads": c.n_heads, "head_dim": c.head_dim, "vocab": c.vocab_size}
+    if capacity is not None:
+        fixed |= {"new": 1, "past": capacity, "total": capacity + 1}
+    return g.model(spec, fixed)
 
 
-def build_encoder(model: Transformer) -> onnx.ModelProto:
-    """The encoder of `service.graphs.encoder_spec`, fp32: memory mask and every decoder
-    layer's cross keys and values, projected by one MatMul."""
+def build_encoder(model: Transformer, dtype=np.float32) -> onnx.ModelProto:
+    """The encoder of `service.graphs.encoder_spec`, in `dtype`: memory mask and every
+    decoder layer's cross keys and values, projected by one MatMul."""
     c = model.config
     spec = encoder_spec(c.decoder_layers)
-    g = Graph("encoder")
+    g = Graph("encoder", dtype)
     w = _Writer(model, g)
     mask = g.op("Cast", ["src_mask"], to=TensorProto.INT32)
     length = g.op("Gather", [g.op("Shape", ["src_ids"]), g.weight("one", np.array(1, np.int64))])
@@ -274,14 +304,14 @@ def build_encoder(model: Transformer) -> onnx.ModelProto:
     return g.model(spec, {"heads": c.n_heads, "head_dim": c.head_dim})
 
 
-def build_caption_step(model: Captioner) -> onnx.ModelProto:
-    """The captioner's decoder step of `service.graphs.captioner_interface`, fp32: one MatMul
+def build_caption_step(model: Captioner, dtype=np.float32) -> onnx.ModelProto:
+    """The captioner's decoder step of `service.graphs.captioner_interface`, in `dtype`: one MatMul
     for both projections of the previous state (attention and gate), the attention's weighted
     sum as a MatMul, the LSTM cell's two input MatMuls as one over [word; context; h] with the
     two biases summed, and the deep output's two projections as one."""
     c = model.config
     spec = captioner_interface().decoder
-    g = Graph("decoder")
+    g = Graph("decoder", dtype)
     w = _Writer(model, g)
     h, cell = "past.h", "past.c"
     one = g.weight("axis", np.array([1], np.int64))
@@ -295,8 +325,7 @@ def build_caption_step(model: Captioner) -> onnx.ModelProto:
     scores = w.matmul(hidden, _linear_weight(model.attention_score), model.attention_score.bias)
     scores = g.op("Squeeze", [scores, g.weight("axis", np.array([2], np.int64))])  # (B, L)
     allowed = g.op("Cast", ["memory_mask"], to=TensorProto.BOOL)
-    lowest = g.weight("lowest", np.array(np.finfo(np.float32).min, np.float32))
-    masked = g.op("Where", [allowed, scores, lowest])
+    masked = g.op("Where", [allowed, scores, g.lowest()])
     weights = g.op("Softmax", [masked], ["cross_attention"], axis=-1)
     context = g.op("MatMul", [g.op("Unsqueeze", [weights, one]), "grid"])  # (B, 1, D)
     context = g.op("Squeeze", [context, one])
@@ -325,20 +354,22 @@ def _split(g: Graph, x: str, sizes: list[int], axis: int) -> list[str]:
     return g.op("Split", [x, g.weight("sizes", np.array(sizes, np.int64))], len(sizes), axis=axis)
 
 
-def build_model(model, out_dir: Path) -> dict[str, Path]:
-    """Writes encoder.onnx and decoder.onnx of `model` (fp32): a translator's both built op by
-    op; a captioner's step built, its convolutional encoder traced (nothing to fuse there that
-    onnxruntime does not fold itself)."""
+def build_model(model, out_dir: Path, dtype=torch.float32) -> dict[str, Path]:
+    """Writes encoder.onnx and decoder.onnx of `model` in `dtype` (torch.float32 or
+    torch.float16): a translator's both built op by op; a captioner's step built, its
+    convolutional encoder traced (nothing to fuse there that onnxruntime does not fold
+    itself)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     model = model.float().eval()
+    floats = np.float16 if dtype == torch.float16 else np.float32
     paths = {name: out_dir / f"{name}.onnx" for name in ("encoder", "decoder")}
     with torch.no_grad():
         if isinstance(model, Captioner):
             from export.onnx_export import export_model
 
-            traced = export_model(model, out_dir, torch.float32)
-            onnx.save_model(build_caption_step(model), str(traced["decoder"]))
+            traced = export_model(copy.deepcopy(model).to(dtype), out_dir, dtype)
+            onnx.save_model(build_caption_step(model, floats), str(traced["decoder"]))
             return traced
-        onnx.save_model(build_encoder(model), str(paths["encoder"]))
-        onnx.save_model(build_decoder(model), str(paths["decoder"]))
+        onnx.save_model(build_encoder(model, floats), str(paths["encoder"]))
+        onnx.save_model(build_decoder(model, floats), str(paths["decoder"]))
     return paths

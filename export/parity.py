@@ -6,6 +6,8 @@ carry padding, and every mismatch is collected before one ParityError reports th
 
 from __future__ import annotations
 
+import copy
+
 from dataclasses import asdict, dataclass
 from itertools import product
 
@@ -147,7 +149,9 @@ def graph_parity(model, engine: OnnxEngine) -> dict:
     """Compares both graphs on every shape case: per output, the largest differences seen,
     and every failure (`passed` is False when there is any)."""
     tol = TOLERANCES[(engine.kind, engine.variant)]
-    model = model.to(torch.float16 if engine.variant == "fp16" else torch.float32).eval()
+    if engine.variant == "fp16":  # a copy: the caller's weights keep their precision
+        model = copy.deepcopy(model).to(torch.float16)
+    model = model.eval()
     comparisons = cases(model, engine, tol)
     failures = [c for c in comparisons if not c.passed]
     summary = {

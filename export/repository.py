@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import shutil
 from importlib.metadata import version
 from pathlib import Path
@@ -74,8 +75,8 @@ def write_version(
     method: str = "traced",
 ) -> ModelVersion:
     """Exports every variant into `directory` and writes the manifest (no parity yet).
-    `method`: how the fp32 graphs (and the int8 ones quantised from them) are made, "traced"
-    (torch.export) or "built" (op by op where export.builder writes them); fp16 is traced."""
+    `method`: how the float graphs (and the int8 ones quantised from the fp32 ones) are made,
+    "traced" (torch.export) or "built" (op by op where export.builder writes them)."""
     if directory.exists():
         shutil.rmtree(directory)
     directory.mkdir(parents=True)
@@ -93,9 +94,12 @@ def write_version(
             for k, p in fp32.items()
         }
     if "fp16" in variants:
-        fp16 = export_model(model.half(), directory / "fp16", torch.float16)
+        if method == "built":
+            fp16 = build_model(model, directory / "fp16", torch.float16)
+        else:
+            half = copy.deepcopy(model).half()  # the caller's model keeps its fp32 weights
+            fp16 = export_model(half, directory / "fp16", torch.float16)
         graphs["fp16"] = {k: str(p.relative_to(directory)) for k, p in fp16.items()}
-        model.float()
     shutil.copyfile(tokenizer_file, directory / TOKENIZER)
     ops = write_ops(directory)
     manifest = {
@@ -110,7 +114,7 @@ def write_version(
         "limits": limits(model),
         "preprocessor": preprocessor(model),
         "graphs": graphs,
-        "graphs_made": {v: "traced" if v == "fp16" else method for v in graphs},
+        "graphs_made": dict.fromkeys(graphs, method),
         "ops": ops,
         "tokenizer": TOKENIZER,
         "versions": _versions(),

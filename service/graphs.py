@@ -82,8 +82,11 @@ def encoder_spec(layers: int, inputs: tuple[TensorSpec, ...] = TEXT_ENCODER_INPU
     return GraphSpec("encoder", inputs, outputs)
 
 
-def decoder_spec(layers: int) -> GraphSpec:
-    """One decoding step over new tokens, with the cache in and out."""
+def decoder_spec(layers: int, fixed_cache: bool = False) -> GraphSpec:
+    """One decoding step over new tokens, with the cache in and out. With `fixed_cache` the
+    cache has a fixed capacity (`past` positions, the newest last): a step attends over the
+    cache and its new token (`total` = past + 1, masked by self_mask) and returns the cache
+    shifted by one, the oldest position dropped, so every step has the same shapes."""
     inputs = (
         TensorSpec("input_ids", "int64", ("batch", "new")),
         TensorSpec("positions", "int64", ("batch", "new")),
@@ -94,7 +97,7 @@ def decoder_spec(layers: int) -> GraphSpec:
     )
     outputs = (
         TensorSpec("logits", FLOAT, ("batch", "vocab")),
-        *_kv("present", layers, "total"),
+        *_kv("present", layers, "past" if fixed_cache else "total"),
         TensorSpec("cross_attention", FLOAT, ("batch", "memory")),
     )
     return GraphSpec("decoder", inputs, outputs)

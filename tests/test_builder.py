@@ -24,7 +24,7 @@ from service.translation import translate_ids
 @pytest.fixture(scope="module")
 def built(tmp_path_factory, shipped_translator):
     """A tiny random translator (3 decoder layers, the cross-attention of the middle one
-    returned) written with the builder: fp32 and int8."""
+    returned) written with the builder: fp32, int8 and fp16."""
     tokenizer = shipped_translator[1]
     config = replace(PRESETS["tiny"], vocab_size=tokenizer.vocab_size, decoder_layers=3,
                      cross_attention_layer=1)  # fmt: skip
@@ -32,13 +32,13 @@ def built(tmp_path_factory, shipped_translator):
     model = Transformer(config).eval()
     directory = tmp_path_factory.mktemp("repo") / "tiny" / "1"
     version = write_version(model, tokenizer.model_file, directory, "tiny", "1",
-                            ("fp32", "int8"), method="built")  # fmt: skip
+                            ("fp32", "int8", "fp16"), method="built")  # fmt: skip
     return model, version
 
 
 def test_the_built_graphs_are_fused_and_declared_as_the_traced_ones(built):
     _, version = built
-    assert version.manifest["graphs_made"] == {"fp32": "built", "int8": "built"}
+    assert version.manifest["graphs_made"] == {"fp32": "built", "int8": "built", "fp16": "built"}
     decoder = onnx.load(str(version.graph("fp32", "decoder")))
     ops = [n.op_type for n in decoder.graph.node]
     assert ops.count("MultiHeadAttention") == 3 + 2  # self in every layer, cross but one
@@ -70,6 +70,31 @@ def test_the_built_graphs_match_pytorch_and_decode_the_same(built):
                 assert a[0].alignment == pytest.approx(e[0].alignment, abs=1e-5)
 
 
+def test_the_fp16_built_graphs_are_float16_throughout_and_match_pytorch(built):
+    """Weights, inputs and outputs in float16, no float Cast anywhere (the traced fp16 graphs
+    cast around their layer norms and softmaxes); onnxruntime's CPU kernels run them, so the
+    parity bound of fp16 is checked here too."""
+    model, version = built
+    for name in ("encoder", "decoder"):
+        graph = onnx.load(str(version.graph("fp16", name))).graph
+        floats = {i.data_type for i in graph.initializer if i.data_type != onnx.TensorProto.INT64}
+        assert floats == {onnx.TensorProto.FLOAT16}
+        declared = [*graph.input, *graph.output]
+        types = {v.type.tensor_type.elem_type for v in declared}
+        assert onnx.TensorProto.FLOAT not in types and onnx.TensorProto.FLOAT16 in types
+        casts = [n for n in graph.node if n.op_type == "Cast"]
+        targets = {a.i for n in casts for a in n.attribute if a.name == "to"}
+        assert targets <= {onnx.TensorProto.INT32, onnx.TensorProto.BOOL}
+    summary = assert_graph_parity(model, OnnxEngine(version, "fp16"))
+    assert summary["passed"] and summary["max_abs"]["decoder.logits"] > 0
+    sources = random_sources(model.config.vocab_size, [3, 12])
+    options = DecodingOptions(beam_size=1, max_length=12)
+    expected = translate_ids(TorchEngine(model), sources, options, 512)
+    actual = translate_ids(OnnxEngine(version, "fp16"), sources, options, 512)
+    agree = sum(e[0].tokens == a[0].tokens for e, a in zip(expected, actual, strict=True))
+    assert agree >= 1  # random weights leave near ties; the certificate bounds real models
+
+
 def test_int8_of_the_built_graphs_quantises_every_matmul(built):
     _, version = built
     decoder = onnx.load(str(version.graph("int8", "decoder")))
@@ -93,12 +118,13 @@ def test_the_built_caption_step_matches_pytorch_and_captions_the_same(tmp_path):
     torch.manual_seed(5)
     model = Captioner(config).eval()
     directory = tmp_path / "tiny" / "1"
-    version = write_version(model, tokenizer.model_file, directory, "tiny", "1", ("fp32",),
-                            method="built")  # fmt: skip
+    version = write_version(model, tokenizer.model_file, directory, "tiny", "1",
+                            ("fp32", "fp16"), method="built")  # fmt: skip
     step = onnx.load(str(version.graph("fp32", "decoder")))
     matmuls = [n.op_type for n in step.graph.node].count("MatMul")
     assert matmuls == 6  # previous state, score, context, LSTM gates, deep output, logits
     assert_graph_parity(model, OnnxEngine(version, "fp32"))
+    assert assert_graph_parity(model, OnnxEngine(version, "fp16"))["passed"]
     size = (3, config.image_size, config.image_size, 3)
     images = np.random.default_rng(0).integers(0, 256, size=size, dtype=np.uint8)
     for beam in (1, 3):

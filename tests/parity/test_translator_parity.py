@@ -109,7 +109,8 @@ def test_a_perturbed_graph_fails_the_suite(exported_translator, tmp_path):
 
 
 @pytest.mark.gpu
-def test_fp16_graphs_on_cuda(tmp_path):
+@pytest.mark.parametrize("method", ["traced", "built"])
+def test_fp16_graphs_on_cuda(tmp_path, method):
     import onnxruntime as ort
 
     if "CUDAExecutionProvider" not in ort.get_available_providers():
@@ -123,6 +124,13 @@ def test_fp16_graphs_on_cuda(tmp_path):
 
     model, tokenizer = load_checkpoint(SHIPPED_TRANSLATOR)
     version = write_version(
-        model, tokenizer.model_file, tmp_path / "t" / "1", "t", "1", ("fp32", "fp16")
+        model,
+        tokenizer.model_file,
+        tmp_path / "t" / "1",
+        "t",
+        "1",
+        ("fp32", "fp16"),
+        method=method,
     )
     assert_graph_parity(model, OnnxEngine(version, "fp16", device="cuda"))
+    assert_graph_parity(model, OnnxEngine(version, "fp32", device="cuda"))

@@ -1,0 +1,185 @@
+"""A decoder step with static shapes, run over buffers bound once (CUDA graphs on a GPU).
+
+A step whose every input and output has a fixed shape for a given number of rows (the
+translator's fixed-capacity step of `service.graphs.decoder_spec(fixed_cache=True)`, the
+captioner's step over one image size) can be run by onnxruntime as a captured CUDA graph:
+the kernels of the whole step are recorded on its first runs and replayed after with one
+launch, instead of one launch per kernel (a batch-1 step is launch-bound: docs/benchmarks-gpu.md).
+Replay needs every tensor at the address it was captured with, so a `StaticStep` allocates
+its buffers once, for a bucket of rows (rows are padded up to the bucket: 1, 2, 4, ...), and:
+- writes new inputs (ids, positions, masks, a request's memory) into them in place;
+- carries the state through two buffer sets in turn: the step reads set A and writes set B,
+  the next reads B and writes A; each direction is a binding of its own and, on CUDA, a
+  graph of its own (onnxruntime's `gpu_graph_id`);
+- leaves the outputs (logits) in their own buffers for the search graph.
+On the CPU the same code runs without capture (tests prove it equal to the growing cache).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import onnxruntime as ort
+
+ORT_NUMPY = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int64)": np.int64}
+
+
+def bucket(rows: int, max_rows: int) -> int:
+    """The bucket of `rows`: the next power of two, at most `max_rows` (a bucket too)."""
+    if rows < 1 or rows > max_rows:
+        raise ValueError(f"{rows} rows: 1 to {max_rows}")
+    return min(1 << (rows - 1).bit_length(), max_rows)
+
+
+def buckets(max_rows: int) -> list[int]:
+    """Every bucket up to `max_rows`: 1, 2, 4, ..., max_rows."""
+    sizes = [1 << i for i in range(max_rows.bit_length()) if 1 << i < max_rows]
+    return [*sizes, max_rows]
+
+
+@dataclass(frozen=True)
+class Carried:
+    """A state the step reads as `input` and returns as `output`, for the next step."""
+
+    input: str
+    output: str
+
+
+def cuda_graph_session(path, device: str, threads: int = 1, capture: bool = True):
+    """A session for a StaticStep: on CUDA with onnxruntime's CUDA graphs when `capture`."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    if device == "cuda":
+        provider = ("CUDAExecutionProvider", {"enable_cuda_graph": "1" if capture else "0"})
+        providers = [provider, "CPUExecutionProvider"]
+    else:
+        providers = ["CPUExecutionProvider"]
+    return ort.InferenceSession(str(path), options, providers=providers)
+
+
+class StaticStep:
+    """One bucket's buffers and bindings for one step session."""
+
+    def __init__(
+        self,
+        session: ort.InferenceSession,
+        rows: int,
+        sizes: dict[str, int],
+        carried: list[Carried],
+        device: str = "cpu",
+        graph_ids: tuple[int, int] | None = None,
+    ):
+        """`sizes`: the size of every named axis the graph leaves open but `batch` (e.g.
+        {"memory": 128}); `graph_ids`: the CUDA graph ids of the two directions (None: no
+        capture)."""
+        self.session, self.rows, self.device = session, rows, device
+        self.carried = list(carried)
+        carried_in = {c.input for c in self.carried}
+        carried_out = {c.output for c in self.carried}
+        sizes = {"batch": rows, **sizes}
+
+        def allocate(meta) -> ort.OrtValue:
+            shape = [d if isinstance(d, int) else sizes[d] for d in meta.shape]
+            zeros = np.zeros(shape, dtype=ORT_NUMPY[meta.type])
+            return ort.OrtValue.ortvalue_from_numpy(zeros, device, 0)
+
+        inputs = {i.name: i for i in session.get_inputs()}
+        outputs = {o.name: o for o in session.get_outputs()}
+        self.inputs = {n: allocate(m) for n, m in inputs.items() if n not in carried_in}
+        self.outputs = {n: allocate(m) for n, m in outputs.items() if n not in carried_out}
+        # the two buffer sets of every carried state
+        self.sets = [{c.input: allocate(inputs[c.input]) for c in self.carried} for _ in range(2)]
+        self.bindings = []
+        for source, target in ((0, 1), (1, 0)):
+            binding = session.io_binding()
+            for name, value in self.inputs.items():
+                binding.bind_ortvalue_input(name, value)
+            for c in self.carried:
+                binding.bind_ortvalue_input(c.input, self.sets[source][c.input])
+                binding.bind_ortvalue_output(c.output, self.sets[target][c.input])
+            for name, value in self.outputs.items():
+                binding.bind_ortvalue_output(name, value)
+            self.bindings.append(binding)
+        self.run_options = []
+        for direction in range(2):
+            options = ort.RunOptions()
+            if graph_ids is not None:
+                options.add_run_config_entry("gpu_graph_id", str(graph_ids[direction]))
+            self.run_options.append(options)
+        self.current = 0  # the set the next step reads
+
+    def write(self, name: str, array: np.ndarray) -> None:
+        """Copies `array` (the buffer's shape and dtype) into input `name` in place."""
+        self.inputs[name].update_inplace(np.ascontiguousarray(array))
+
+    def write_state(self, name: str, array: np.ndarray) -> None:
+        """Copies `array` into the state the next step reads as `name`."""
+        self.sets[self.current][name].update_inplace(np.ascontiguousarray(array))
+
+    def state(self, name: str) -> ort.OrtValue:
+        """The state the next step reads as `name`."""
+        return self.sets[self.current][name]
+
+    def run(self) -> dict[str, ort.OrtValue]:
+        """One step over what the buffers hold; returns the output buffers (by name)."""
+        direction = self.current
+        self.session.run_with_iobinding(self.bindings[direction], self.run_options[direction])
+        self.current = 1 - direction
+        return self.outputs
+
+
+class FixedCacheDecoder:
+    """The translator's fixed-capacity step over one batch of rows: their memory written into
+    the bucket once, every row's self mask kept over the capacity (its newest positions real,
+    right-aligned), one token per row a step. Rows beyond the batch pad the bucket (one
+    memory position unmasked, so they stay finite) and are not read."""
+
+    def __init__(self, step: StaticStep, capacity: int, layers: int):
+        self.step, self.capacity, self.layers = step, capacity, layers
+        self.lengths = np.zeros(step.rows, dtype=np.int64)
+
+    def start(self, memory: dict[str, np.ndarray], memory_mask: np.ndarray) -> None:
+        """A new batch: its memory (encoder keys/values (B, H, S, D), mask (B, S)) padded to
+        the bucket's rows and memory size, the cache emptied."""
+        step = self.step
+        size = step.inputs["memory_mask"].shape()[1]
+        rows, length = memory_mask.shape
+        if rows > step.rows or length > size:
+            raise ValueError(f"{rows} rows of {length} positions: the bucket holds "
+                             f"{step.rows} of {size}")  # fmt: skip
+        mask = np.zeros((step.rows, size), dtype=np.int64)
+        mask[:rows, :length] = memory_mask
+        mask[rows:, 0] = 1
+        step.write("memory_mask", mask)
+        for name, array in memory.items():
+            shape = list(array.shape)
+            shape[0], shape[2] = step.rows, size
+            padded = np.zeros(shape, dtype=array.dtype)
+            padded[:rows, :, :length] = array
+            step.write(name, padded)
+        for c in step.carried:
+            step.write_state(c.input, np.zeros(step.state(c.input).shape(), step_dtype(step, c)))
+        self.lengths[:] = 0
+
+    def forward(self, tokens: np.ndarray) -> dict[str, ort.OrtValue]:
+        """tokens (rows,) -> the step's outputs; every row one position further."""
+        step, capacity = self.step, self.capacity
+        if int(self.lengths.max()) >= capacity:
+            raise ValueError(f"the cache holds {capacity} positions")
+        ids = np.zeros((step.rows, 1), dtype=np.int64)
+        ids[: len(tokens), 0] = tokens
+        step.write("input_ids", ids)
+        step.write("positions", self.lengths[:, None].copy())
+        # the newest length + 1 positions of capacity + 1 are real, right-aligned
+        columns = np.arange(capacity + 1)
+        mask = (columns[None, :] >= capacity - self.lengths[:, None]).astype(np.int64)
+        step.write("self_mask", mask)
+        outputs = step.run()
+        self.lengths += 1
+        return outputs
+
+
+def step_dtype(step: StaticStep, carried: Carried) -> np.dtype:
+    return np.dtype(ORT_NUMPY[step.state(carried.input).data_type()])

@@ -1,0 +1,143 @@
+"""The fixed-capacity decoder step over buffers bound once (service.static_step): the same
+logits and greedy tokens as the growing cache, on the CPU here and with CUDA graphs on a GPU."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import onnx
+import pytest
+import torch
+
+from export.builder import build_decoder
+from export.repository import write_version
+from models.config import PRESETS
+from models.transformer import Transformer
+from service.batching import source_batch
+from service.inference import CachedInference
+from service.onnx_engine import OnnxEngine
+from service.static_step import (
+    Carried,
+    FixedCacheDecoder,
+    StaticStep,
+    bucket,
+    buckets,
+    cuda_graph_session,
+)
+
+CAPACITY = 24
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory, shipped_translator):
+    """A tiny random translator built op by op (fp32, fp16), and its fixed-capacity steps."""
+    tokenizer = shipped_translator[1]
+    config = replace(PRESETS["tiny"], vocab_size=tokenizer.vocab_size, decoder_layers=3,
+                     cross_attention_layer=1)  # fmt: skip
+    torch.manual_seed(11)
+    model = Transformer(config).eval()
+    directory = tmp_path_factory.mktemp("repo") / "tiny" / "1"
+    version = write_version(model, tokenizer.model_file, directory, "tiny", "1",
+                            ("fp32", "fp16"), method="built")  # fmt: skip
+    fixed = {}
+    for variant, dtype in (("fp32", np.float32), ("fp16", np.float16)):
+        fixed[variant] = directory / f"fixed-{variant}.onnx"
+        onnx.save_model(build_decoder(model, dtype, capacity=CAPACITY), str(fixed[variant]))
+    return model, version, fixed
+
+
+def carried(layers: int) -> list[Carried]:
+    return [Carried(f"past_key_values.{i}.{p}", f"present.{i}.{p}")
+            for i in range(layers) for p in ("key", "value")]  # fmt: skip
+
+
+def compare(version, path, variant, device, graph_ids=None, steps=20, rows=3):
+    """Greedy from the growing step's logits; the fixed step fed the same tokens. Returns
+    the largest logit difference and the steps' argmax agreement."""
+    engine = OnnxEngine(version, variant, device)
+    rng = np.random.default_rng(0)
+    vocab = int(version.config["vocab_size"])
+    ids = [list(rng.integers(4, vocab, size=n)) for n in (3, 7, 11, 5, 9)[:rows]]
+    encoder = engine.encode(*source_batch(ids, 512))
+    inference = CachedInference(engine, encoder, rows)
+    layers = int(version.config["decoder_layers"])
+    session = cuda_graph_session(path, device, capture=graph_ids is not None)
+    step = StaticStep(session, bucket(rows, 8), {"memory": 16}, carried(layers), device,
+                      graph_ids)  # fmt: skip
+    decoder = FixedCacheDecoder(step, CAPACITY, layers)
+    memory = {n: t if isinstance(t, np.ndarray) else t.numpy() for n, t in encoder.memory.items()}
+    decoder.start(memory, encoder.memory_mask)
+    tokens = np.full(rows, engine.special_tokens.bos)
+    worst, agree = 0.0, 0
+    for _ in range(steps):
+        logits, _ = inference.step(tokens[:, None])
+        fixed = decoder.forward(tokens)["logits"].numpy()[:rows].astype(np.float32)
+        worst = max(worst, float(np.abs(fixed - logits).max()))
+        agree += int((fixed.argmax(1) == logits.argmax(1)).all())
+        tokens = logits.argmax(1)
+    return worst, agree
+
+
+def test_buckets_are_powers_of_two_up_to_the_largest():
+    assert buckets(8) == [1, 2, 4, 8]
+    assert buckets(12) == [1, 2, 4, 8, 12]
+    assert [bucket(n, 12) for n in (1, 2, 3, 5, 8, 9, 12)] == [1, 2, 4, 8, 8, 12, 12]
+    with pytest.raises(ValueError):
+        bucket(13, 12)
+    with pytest.raises(ValueError):
+        bucket(0, 12)
+
+
+def test_the_fixed_step_has_static_shapes(tiny):
+    _, _, fixed = tiny
+    graph = onnx.load(str(fixed["fp32"])).graph
+
+    def dims(values):
+        return {v.name: [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim]
+                for v in values}  # fmt: skip
+
+    inputs, outputs = dims(graph.input), dims(graph.output)
+    assert inputs["past_key_values.0.key"] == ["batch", 4, CAPACITY, 8]
+    assert outputs["present.2.value"] == ["batch", 4, CAPACITY, 8]
+    assert inputs["self_mask"] == ["batch", CAPACITY + 1]
+    assert inputs["input_ids"] == ["batch", 1]
+
+
+@pytest.mark.parametrize("variant", ["fp32", "fp16"])
+def test_the_fixed_step_equals_the_growing_cache_on_the_cpu(tiny, variant):
+    _, version, fixed = tiny
+    worst, agree = compare(version, fixed[variant], variant, "cpu")
+    assert worst < (1e-4 if variant == "fp32" else 2e-2)
+    assert agree == 20
+
+
+def test_the_fixed_step_refuses_what_its_buffers_cannot_hold(tiny):
+    _, version, fixed = tiny
+    layers = int(version.config["decoder_layers"])
+    step = StaticStep(cuda_graph_session(fixed["fp32"], "cpu"), 2, {"memory": 4},
+                      carried(layers))  # fmt: skip
+    decoder = FixedCacheDecoder(step, CAPACITY, layers)
+    keys = np.zeros((2, 4, 6, 8), np.float32)
+    with pytest.raises(ValueError, match="holds 2 of 4"):
+        decoder.start({"encoder.0.key": keys}, np.ones((2, 6), np.int64))
+    memory = {f"encoder.{i}.{p}": np.zeros((2, 4, 3, 8), np.float32)
+              for i in range(layers) for p in ("key", "value")}  # fmt: skip
+    decoder.start(memory, np.ones((2, 3), np.int64))
+    for _ in range(CAPACITY):
+        decoder.forward(np.array([5, 6]))
+    with pytest.raises(ValueError, match=f"holds {CAPACITY} positions"):
+        decoder.forward(np.array([5, 6]))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", ["fp32", "fp16"])
+def test_the_fixed_step_with_cuda_graphs_equals_the_growing_cache(tiny, variant):
+    import onnxruntime as ort
+
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        pytest.skip("no CUDA execution provider")
+    _, version, fixed = tiny
+    worst, agree = compare(version, fixed[variant], variant, "cuda", graph_ids=(0, 1))
+    assert worst < (1e-3 if variant == "fp32" else 5e-2)
+    assert agree >= 19
