@@ -19,7 +19,8 @@ logits where they are (k = 1) and the ids brought to the host:
   bucket and direction.
 One untimed round, then 3 timed rounds, the three ways in turn; median ms per step (the
 encoder excluded) and tokens/s (batch x length over the steps). The fixed ways' tokens are
-compared with the growing way's: rows identical of all.
+compared with the growing way's: rows identical of all. For the fixed ways, "step alone" is
+the median of 200 runs of the step by itself (no search, nothing to the host).
 """
 
 from __future__ import annotations
@@ -158,6 +159,19 @@ def memcpy_nodes(path: Path, device: str) -> int:
     return sum(n.op_type.startswith("Memcpy") for n in graph.node)
 
 
+def step_ms(step, calls: int = 200) -> float:
+    """The median of `calls` runs of the step alone (the buffers as the last decode left
+    them; onnxruntime returns once the device is done), in ms."""
+    for _ in range(5):
+        step.run()
+    times = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        step.run()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e3
+
+
 def memory_size(ids: list[list[int]]) -> int:
     longest = max(len(x) for x in ids) + 1  # </s>
     return -(-longest // 16) * 16
@@ -203,6 +217,7 @@ def main(argv=None) -> int:
                         tokens[way] = out
                         if round_:
                             times[way].append(seconds)
+                step_only = {w: step_ms(d.step) for w, d in decoders.items()}
                 for way in ways:
                     seconds = statistics.median(times[way])
                     row = {
@@ -214,6 +229,7 @@ def main(argv=None) -> int:
                         "ms_per_step": seconds / args.length * 1e3,
                         "tokens_per_s": batch * args.length / seconds,
                         "identical_rows": int((tokens[way] == tokens["growing"]).all(1).sum()),
+                        "step_only_ms": step_only.get(way),
                     }
                     report["rows"].append(row)
                     print(json.dumps(row), file=sys.stderr, flush=True)
@@ -230,8 +246,9 @@ def markdown(report: dict) -> str:
         f"device {report['device']}, capacity {report['capacity']}, {report['length']} tokens "
         f"per row, greedy; median of the timed rounds",
         "",
-        "| variant | batch | way | bucket | ms/step | tokens/s | vs growing | rows identical |",
-        "|---|--:|---|--:|--:|--:|--:|--:|",
+        "| variant | batch | way | bucket | ms/step | tokens/s | vs growing | rows identical "
+        "| step alone ms |",
+        "|---|--:|---|--:|--:|--:|--:|--:|--:|",
     ]
     lines[1:1] = ["", f"Memcpy nodes on the device: {json.dumps(report.get('memcpy_nodes', {}))}"]
     growing = {(r["variant"], r["batch"]): r for r in report["rows"] if r["way"] == "growing"}
@@ -241,7 +258,9 @@ def markdown(report: dict) -> str:
         lines.append(
             f"| {r['variant']} | {r['batch']} | {r['way']} | {r['bucket']} | "
             f"{r['ms_per_step']:.3f} | {r['tokens_per_s']:,.0f} | {ratio:.2f}x | "
-            f"{r['identical_rows']}/{r['batch']} |"
+            f"{r['identical_rows']}/{r['batch']} | "
+            + ("" if r.get("step_only_ms") is None else f"{r['step_only_ms']:.3f}")
+            + " |"
         )
     return "\n".join(lines) + "\n"
 

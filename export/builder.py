@@ -36,6 +36,8 @@ from service.graphs import GraphSpec, captioner_interface, decoder_spec, encoder
 
 MS = "com.microsoft"
 OPSET = 18
+IR_VERSION = 10  # what the traced export writes; newer onnx packages default above what
+# older onnxruntime releases load
 EPSILON = 1e-5  # torch.nn.LayerNorm's default
 FLOAT_TYPES = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float16): TensorProto.FLOAT16}
 
@@ -101,6 +103,7 @@ class Graph:
         )
         imports = [helper.make_opsetid("", OPSET), helper.make_opsetid(MS, 1)]
         model = helper.make_model(graph, opset_imports=imports, producer_name="attnserve")
+        model.ir_version = IR_VERSION
         onnx.checker.check_model(model)
         return model
 
