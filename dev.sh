@@ -81,13 +81,16 @@ build_data() {
 
 build_repository() {
   # The served model repository: both shipped checkpoints exported with their parity
-  # certificates; a version is rebuilt when its checkpoint changes, or on a GPU to add fp16.
+  # certificates; a version is rebuilt when its checkpoint changes, when its graphs were not
+  # built op by op (the default since the traced ones were measured slower), or on a GPU to
+  # add fp16.
   local model version variants
   variants=$(export_variants)
   for model in translator captioner; do
     version=data/repository/$model/1
     if [ ! -f "$version/golden.json" ] || [ "models/checkpoints/$model/model.safetensors" -nt "$version/golden.json" ] \
       || ! grep -q '"format_version": 4' "$version/manifest.json" \
+      || ! grep -q '"fp32": "built"' "$version/manifest.json" \
       || { [[ $variants == *fp16* ]] && ! grep -q '"fp16/decoder.onnx"' "$version/manifest.json"; }; then
       rm -rf "$version"
       mkdir -p data

@@ -1344,7 +1344,7 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--graphs",
         choices=("traced", "built"),
-        default="traced",
+        default="built",
         help="how the exported graphs are made (attnserve export --graphs)",
     )
     args = parser.parse_args(argv)

@@ -6,7 +6,7 @@
 #   bash bench/gpu.sh engine    # machine + engine level (time-boxed to 330 s): ~6.5 min
 #   bash bench/gpu.sh load      # machine + service level, the engine level's results kept: ~3 min
 #   bash bench/gpu.sh all       # everything in one command: ~12 min, over one command's 10
-#   BENCH_GPU_GRAPHS=built bash bench/gpu.sh export   # the graphs built op by op instead
+#   BENCH_GPU_GRAPHS=traced bash bench/gpu.sh export  # the graphs traced by torch.export instead
 #   bash bench/gpu.sh static    # gpu tests of the fixed-capacity step + bench.static_step: ~5 min
 #
 # Carry: .gpu/tools, attnserve/v1 (generated gRPC code), data/translator/test.es and
@@ -20,7 +20,7 @@ work=${BENCH_GPU_WORKDIR:-/tmp/attnserve-gpu}
 # shellcheck disable=SC1091
 source .gpu/tools/on-device.sh
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
-graphs=${BENCH_GPU_GRAPHS:-traced}  # how the export makes the graphs: traced or built
+graphs=${BENCH_GPU_GRAPHS:-built}  # how the export makes the graphs: built or traced
 run() { python3 -m bench.gpu --device cuda --workdir "$work" --out "$out" --graphs "$graphs" "$@"; }
 case "$phase" in
   export) run --no-engine --no-load ;;

@@ -44,12 +44,32 @@ BEAM = DecodingOptions(beam_size=4, max_length=160)
 
 
 def cpu_variants(model_version: ModelVersion) -> list[str]:
-    """fp16 graphs are checked only where a GPU runs them (tests marked gpu)."""
+    """The variants the golden set holds (decoded on the CPU): all but fp16, which a server
+    checks against fp32's golden tokens (service.worker.golden_check)."""
     return [v for v in model_version.manifest["graphs"] if v != "fp16"]
 
 
-def graph_certificate(model, model_version: ModelVersion, variants: list[str]) -> dict:
-    return {v: graph_parity(model, OnnxEngine(model_version, v)) for v in variants}
+def parity_devices(model_version: ModelVersion) -> dict[str, str]:
+    """Where each variant's graph parity is checked: fp32 and int8 on the CPU; fp16 on CUDA
+    where onnxruntime has it, else on the CPU when its graphs are built op by op (float16
+    kernels onnxruntime's CPU provider has), else not at all (traced fp16 graphs need a GPU)."""
+    import onnxruntime
+
+    devices = dict.fromkeys(cpu_variants(model_version), "cpu")
+    if "fp16" in model_version.manifest["graphs"]:
+        made = model_version.manifest.get("graphs_made", {}).get("fp16", "traced")
+        if "CUDAExecutionProvider" in onnxruntime.get_available_providers():
+            devices["fp16"] = "cuda"
+        elif made == "built":
+            devices["fp16"] = "cpu"
+    return devices
+
+
+def graph_certificate(model, model_version: ModelVersion, devices: dict[str, str]) -> dict:
+    return {
+        v: {**graph_parity(model, OnnxEngine(model_version, v, device)), "device": device}
+        for v, device in devices.items()
+    }
 
 
 def decode_certificate(model, tokenizer, model_version, sources, references) -> dict:
@@ -169,7 +189,7 @@ def run_suite(
     captioner = model_version.manifest["model"]["kind"] == "captioner"
     decodes = caption_decode_certificate if captioner else decode_certificate
     certificate = {
-        "graphs": graph_certificate(model, model_version, cpu_variants(model_version)),
+        "graphs": graph_certificate(model, model_version, parity_devices(model_version)),
         **decodes(model, tokenizer, model_version, sources, references),
         "sentences": len(sources),
         "parts": parts or {"test": len(sources)},

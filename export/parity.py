@@ -7,7 +7,6 @@ carry padding, and every mismatch is collected before one ParityError reports th
 from __future__ import annotations
 
 import copy
-
 from dataclasses import asdict, dataclass
 from itertools import product
 

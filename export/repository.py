@@ -72,7 +72,7 @@ def write_version(
     model_version: str,
     variants: tuple[str, ...] = ("fp32", "int8"),
     source: dict | None = None,
-    method: str = "traced",
+    method: str = "built",
 ) -> ModelVersion:
     """Exports every variant into `directory` and writes the manifest (no parity yet).
     `method`: how the float graphs (and the int8 ones quantised from the fp32 ones) are made,

@@ -18,9 +18,10 @@ from service.errors import InvalidArgument
 DEFAULT_REPOSITORY = Path(__file__).resolve().parents[1] / "data" / "repository"
 ENV_PREFIX = "ATTNSERVE_"
 VARIANTS = ("fp32", "int8", "fp16")
-# Certified variants auto takes before fp32 on cuda, in order. Empty: fp16 measured no faster
-# than fp32 through batch 256 on an H100 (docs/benchmarks-gpu.md).
-GPU_PREFERENCE: tuple[str, ...] = ()
+# The variant auto serves on cuda when the version has it certified, and how its graphs must
+# have been made: fp16 built op by op is faster than fp32 from batch 256 on an H100 and about
+# equal below; traced fp16 was slower than fp32 (docs/benchmarks-gpu.md).
+GPU_PREFERENCE: tuple[tuple[str, str], ...] = (("fp16", "built"),)
 
 
 @dataclass(frozen=True)
@@ -142,17 +143,20 @@ def certified_variants(manifest: dict) -> list[str]:
 
 def auto_variant(device: str, manifest: dict) -> tuple[str, str]:
     """(variant, why) for `variant = "auto"`: on cuda the first GPU_PREFERENCE variant the
-    version has certified graphs of, else fp32; on cpu fp32 (int8 only when asked)."""
+    version has certified graphs of, made the preferred way, else fp32; on cpu fp32 (int8
+    only when asked)."""
     if device != "cuda":
         return "fp32", "the CPU default (int8 only when asked)"
-    for variant in GPU_PREFERENCE:
-        if variant in certified_variants(manifest):
-            return variant, f"certified {variant} graphs, preferred on CUDA"
-    if not GPU_PREFERENCE:
-        return "fp32", "the fastest on CUDA as measured (docs/benchmarks-gpu.md)"
-    if "fp16" in manifest.get("graphs", {}):
+    certified, made = certified_variants(manifest), manifest.get("graphs_made", {})
+    for variant, method in GPU_PREFERENCE:
+        if variant in certified and made.get(variant, "traced") == method:
+            return variant, (f"certified {variant} graphs {method} op by op, the fastest on "
+                             "CUDA as measured (docs/benchmarks-gpu.md)")  # fmt: skip
+    if "fp16" not in manifest.get("graphs", {}):
+        return "fp32", "no fp16 graphs in this version"
+    if "fp16" not in certified:
         return "fp32", "its fp16 graphs have no passing parity certificate"
-    return "fp32", "no fp16 graphs in this version"
+    return "fp32", "its fp16 graphs are traced, slower than fp32 on CUDA as measured"
 
 
 def choice_lines(

@@ -58,3 +58,33 @@ def run_bench(
     )
     assert done.returncode == 0, done.stderr[-4000:]
     return json.loads(done.stdout), markdown.read_text(encoding="utf-8")
+
+
+def perturb_near_logits(path: Path, amount: float = 0.05) -> str:
+    """Adds `amount` to 8 channels of the 1-D float weight nearest the step's `logits` (a
+    layer norm's scale or an output bias, traced or built alike); returns its name."""
+    from collections import deque
+
+    import onnx
+    from onnx import numpy_helper
+
+    proto = onnx.load(str(path))
+    graph = proto.graph
+    weights = {i.name: i for i in graph.initializer}
+    producers = {out: node for node in graph.node for out in node.output}
+    queue, seen = deque(["logits"]), set()
+    while queue:
+        node = producers.get(queue.popleft())
+        if node is None or node.name in seen:
+            continue
+        seen.add(node.name)
+        for name in node.input:
+            weight = weights.get(name)
+            if weight is not None and len(weight.dims) == 1 and weight.data_type in (1, 10):
+                values = numpy_helper.to_array(weight).copy()
+                values[:8] += amount
+                weight.CopyFrom(numpy_helper.from_array(values, weight.name))
+                onnx.save(proto, str(path))
+                return name
+        queue.extend(node.input)
+    raise ValueError(f"{path}: no 1-D float weight leads to logits")

@@ -20,7 +20,7 @@ CUDA_PROVIDERS = ["CUDAExecutionProvider", "CPUExecutionProvider"]
 
 def _manifest(*variants: str, certified=("fp32", "int8"), passed: bool = True) -> dict:
     """A manifest's graphs and parity certificate as export.certify writes them (the graph
-    parity of the `certified` variants only; fp16 is certified nowhere on a CPU)."""
+    parity of the `certified` variants only)."""
     graphs = {v: {"encoder": f"{v}/encoder.onnx", "decoder": f"{v}/decoder.onnx"} for v in variants}
     checked = {v: {"variant": v, "passed": True} for v in certified if v in variants}
     return {
@@ -30,33 +30,37 @@ def _manifest(*variants: str, certified=("fp32", "int8"), passed: bool = True) -
     }
 
 
-def test_auto_takes_fp32_on_cuda_as_measured():
+def test_auto_takes_certified_built_fp16_on_cuda_and_fp32_otherwise():
     certified = _manifest("fp32", "int8", "fp16", certified=("fp32", "int8", "fp16"))
-    assert config_module.GPU_PREFERENCE == ()
-    assert auto_variant("cuda", certified) == (
-        "fp32",
-        "the fastest on CUDA as measured (docs/benchmarks-gpu.md)",
+    built = {**certified, "graphs_made": dict.fromkeys(certified["graphs"], "built")}
+    assert config_module.GPU_PREFERENCE == (("fp16", "built"),)
+    assert certified_variants(built) == ["fp32", "int8", "fp16"]
+    assert auto_variant("cuda", built) == (
+        "fp16",
+        "certified fp16 graphs built op by op, the fastest on CUDA as measured "
+        "(docs/benchmarks-gpu.md)",
     )
-
-
-def test_auto_takes_a_preferred_certified_variant_on_cuda_and_fp32_otherwise(monkeypatch):
-    monkeypatch.setattr(config_module, "GPU_PREFERENCE", ("fp16",))
-    certified = _manifest("fp32", "int8", "fp16", certified=("fp32", "int8", "fp16"))
-    assert certified_variants(certified) == ["fp32", "int8", "fp16"]
-    assert auto_variant("cuda", certified) == ("fp16", "certified fp16 graphs, preferred on CUDA")
+    traced = {**certified, "graphs_made": dict.fromkeys(certified["graphs"], "traced")}
+    for manifest in (traced, certified):  # no record of how: traced, as before the builder
+        assert auto_variant("cuda", manifest) == (
+            "fp32",
+            "its fp16 graphs are traced, slower than fp32 on CUDA as measured",
+        )
 
     without = _manifest("fp32", "int8")
     assert auto_variant("cuda", without) == ("fp32", "no fp16 graphs in this version")
 
     uncertified = _manifest("fp32", "int8", "fp16")  # exported, its parity never checked
+    uncertified["graphs_made"] = built["graphs_made"]
     variant, reason = auto_variant("cuda", uncertified)
     assert (variant, reason) == ("fp32", "its fp16 graphs have no passing parity certificate")
     failed = _manifest("fp32", "fp16", certified=("fp32", "fp16"), passed=False)
+    failed["graphs_made"] = built["graphs_made"]
     assert certified_variants(failed) == [] and auto_variant("cuda", failed)[0] == "fp32"
-    no_certificate = {"graphs": certified["graphs"]}
+    no_certificate = {"graphs": certified["graphs"], "graphs_made": built["graphs_made"]}
     assert auto_variant("cuda", no_certificate)[0] == "fp32"
 
-    for manifest in (certified, without, uncertified):  # int8 only when asked
+    for manifest in (built, certified, without, uncertified):  # int8 only when asked
         assert auto_variant("cpu", manifest) == ("fp32", "the CPU default (int8 only when asked)")
 
 
@@ -135,10 +139,11 @@ def _print_config(capsys, monkeypatch, *flags: str) -> tuple[int, list[str], lis
 
 
 def test_print_config_names_the_device_and_each_variant_with_why(capsys, monkeypatch, tmp_path):
-    monkeypatch.setattr(config_module, "GPU_PREFERENCE", ("fp16",))
+    translator = _manifest("fp32", "int8", "fp16", certified=("fp32", "int8", "fp16"))
+    translator["graphs_made"] = dict.fromkeys(translator["graphs"], "built")
     root = _repository(
         tmp_path,
-        translator_1=_manifest("fp32", "int8", "fp16", certified=("fp32", "int8", "fp16")),
+        translator_1=translator,
         captioner_1=_manifest("fp32", "int8"),
     )
     monkeypatch.setattr(onnxruntime, "get_available_providers", lambda: CUDA_PROVIDERS)
@@ -149,7 +154,8 @@ def test_print_config_names_the_device_and_each_variant_with_why(capsys, monkeyp
     assert chosen == [
         "# device cuda: onnxruntime has CUDAExecutionProvider and nvidia-smi lists 1 GPU",
         "# variant fp32 for captioner/1: no fp16 graphs in this version",
-        "# variant fp16 for translator/1: certified fp16 graphs, preferred on CUDA",
+        "# variant fp16 for translator/1: certified fp16 graphs built op by op, the fastest on "
+        "CUDA as measured (docs/benchmarks-gpu.md)",
     ]
 
     code, lines, chosen = _print_config(

@@ -37,7 +37,9 @@ def untied(tmp_path_factory, shipped_translator):
     torch.manual_seed(0)
     model = Transformer(config).eval()
     directory = tmp_path_factory.mktemp("repo") / "tiny" / "1"
-    version = write_version(model, shipped_translator[1].model_file, directory, "tiny", "1")
+    version = write_version(
+        model, shipped_translator[1].model_file, directory, "tiny", "1", method="traced"
+    )
     return model, version
 
 
