@@ -61,6 +61,7 @@ class _Worker:
         self.conn = None
         self.ready: asyncio.Future | None = None
         self.calls: dict[int, Call] = {}
+        self.held = 0  # batch rows its calls need, kept as calls come and go
         self.rows = 0  # batch rows in use, as last reported
         self.info: dict = {}
         self.failures = 0
@@ -70,7 +71,17 @@ class _Worker:
         return self.ready is not None and self.ready.done() and not self.ready.exception()
 
     def load(self) -> int:
-        return sum(c.job.rows for c in self.calls.values())
+        return self.held
+
+    def add(self, call: Call) -> None:
+        self.calls[call.job.id] = call
+        self.held += call.job.rows
+
+    def remove(self, job_id: int) -> Call | None:
+        call = self.calls.pop(job_id, None)
+        if call is not None:
+            self.held -= call.job.rows
+        return call
 
 
 class WorkerPool:
@@ -154,7 +165,7 @@ class WorkerPool:
             ready = [w for w in self.workers if w.alive]
         worker = min(ready, key=_Worker.load)
         call = Call(job, key, self.models.get(key, key), method, worker)
-        worker.calls[job.id] = call
+        worker.add(call)
         self.queued += 1
         self.metrics.requests_queued.labels(call.model, method).inc()
         try:
@@ -172,7 +183,7 @@ class WorkerPool:
                 worker.conn.send(Cancel(call.key, call.job.id))
 
     def _settle(self, worker: _Worker, job_id: int) -> Call | None:
-        call = worker.calls.pop(job_id, None)
+        call = worker.remove(job_id)
         if call is not None and not call.admitted:
             self._dequeue(call)
         return call
