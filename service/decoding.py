@@ -129,6 +129,7 @@ class Search(ABC):
     steps: int  # steps taken
     k: int = 1  # candidates a row needs; 0: the whole vocabulary
     temperature: float | None = None  # sampling: candidates ranked after this temperature
+    single: bool = False  # one row that takes its best candidate (GreedySearch.advance_single)
 
     def request(self, attention: bool = True) -> SearchRequest:
         """The search request of this search's rows alone."""
@@ -171,6 +172,23 @@ class GreedySearch(Search):
         self.active = np.arange(batch * copies)  # the hypothesis each row extends
         self.sources = self.active // copies
         self.tokens = np.full((batch * copies, 1), bos, dtype=np.int64)
+        # one row taking the best candidate: the scheduler advances it without numpy
+        self.single = choose is None and batch * copies == 1
+
+    def advance_single(self, token: int, log_prob: float) -> bool:
+        """`advance` of a `single` search by its row's best candidate, without attention;
+        whether the row goes on. Plain Python: a busy server's step holds hundreds of these,
+        and numpy's per-call cost would be most of their time."""
+        row = self.hypotheses[0]
+        row.append(token, log_prob, None)
+        self.steps += 1
+        if token != self.eos and self.steps < self.options.max_length:
+            self.tokens = np.array([[token]], dtype=np.int64)
+            return True
+        self.finished[0] = row.finish(self.eos, self.options.length_penalty)
+        self.active, self.sources = self.active[:0], self.sources[:0]
+        self.tokens = self.tokens[:0]
+        return False
 
     def advance(self, candidates: Candidates, attention: np.ndarray | None) -> np.ndarray:
         # one row per decoding input is the common case of a busy server: plain Python there

@@ -20,6 +20,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 import numpy as np
 
@@ -216,29 +217,39 @@ class Scheduler:
         self.stats.step_seconds.append(now - start)
         self.stats.step_rows.append(len(tokens))
         self.stats.tokens += len(tokens)
-        keep, still, offset = [], [], 0
+        keep: list[int] = []
+        still, offset = [], 0
+        # a one-row greedy job (most of a busy server's) takes its row's best candidate from
+        # these lists, without slicing the candidates
+        best = candidates.ids[:, 0].tolist() if attention is None else None
+        best_log_probs = candidates.log_probs[:, 0].tolist() if attention is None else None
         for job in self.running:
-            rows = job.search.rows
-            own = slice(offset, offset + rows)
-            seen = None if attention is None else _width(attention[own], job.memory)
-            kept = job.search.advance(candidates.rows(own), seen)
+            search = job.search
+            rows = search.rows
+            if best is not None and search.single:
+                kept = (
+                    [offset] if search.advance_single(best[offset], best_log_probs[offset]) else []
+                )
+            else:
+                own = slice(offset, offset + rows)
+                seen = None if attention is None else _width(attention[own], job.memory)
+                kept = (search.advance(candidates.rows(own), seen) + offset).tolist()
             if job.first_token_at:
                 job.gaps.append(now - job.last_token_at)
             else:
                 job.first_token_at = now
             job.last_token_at = now
-            if job.search.done:
+            if search.done:
                 self._finish(job, now)
             else:
-                keep.append(kept + offset)
+                keep.extend(kept)
                 still.append(job)
                 if job.stream:
                     self._stream(job)
             offset += rows
         self.running = still
-        index = np.concatenate(keep) if keep else np.zeros(0, np.int64)
-        if not np.array_equal(index, np.arange(len(tokens))):
-            self.batch.reorder(index)
+        if len(keep) != len(tokens) or keep[-1] != len(tokens) - 1 or not _ascending(keep):
+            self.batch.reorder(np.array(keep, dtype=np.int64))
 
     def _request(self) -> SearchRequest:
         """One search request for every running job's rows: as many candidates as the most
@@ -269,6 +280,12 @@ class Scheduler:
                 _strip(h, job)
         timings = Timings(job.queued_at, job.admitted_at, job.first_token_at, now, job.gaps)
         self.events.append(Result(job.id, results, timings))
+
+
+def _ascending(index: list[int]) -> bool:
+    """Whether `index` is 0, 1, 2, ... (every row kept in place), given its length and last
+    entry already match: rows only drop or permute, so a strictly increasing list is it."""
+    return all(a < b for a, b in pairwise(index))
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:

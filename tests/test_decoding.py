@@ -196,3 +196,30 @@ def test_sampling_options_are_checked():
         DecodingOptions(temperature=1.0, top_p=0.0, beam_size=2).validate(512)
     with pytest.raises(InvalidArgument, match=r"temperature must be in 0\.\.100"):
         DecodingOptions(temperature=-1.0).validate(512)
+
+
+@pytest.mark.parametrize("max_length", [3, 50])
+def test_a_single_greedy_row_advances_alike_without_numpy(max_length):
+    """GreedySearch.advance_single (the scheduler's path for one-row greedy jobs) keeps the
+    same hypothesis, tokens and end as advance over the row's candidates."""
+    from service.decoding import make_search
+    from service.search import Candidates
+
+    options = DecodingOptions(beam_size=1, max_length=max_length)
+    rng = np.random.default_rng(4)
+    general, single = (make_search(1, options, BOS_ID, EOS_ID) for _ in range(2))
+    assert single.single and not make_search(2, options, BOS_ID, EOS_ID).single
+    steps = 0
+    while not general.done:
+        token = EOS_ID if steps == 7 else int(rng.integers(4, 100))
+        log_prob = float(-rng.random())
+        candidates = Candidates(np.array([[token, 5]]), np.array([[log_prob, -9.0]], np.float32))
+        kept = general.advance(candidates, None)
+        goes_on = single.advance_single(token, np.float32(log_prob).item())
+        assert goes_on == (len(kept) == 1) and single.done == general.done
+        assert np.array_equal(single.tokens, general.tokens)
+        steps += 1
+    assert steps == min(8, max_length)
+    (expected,), (actual,) = general.results(), single.results()
+    assert actual[0].tokens == expected[0].tokens and actual[0].finished == expected[0].finished
+    assert actual[0].score == pytest.approx(expected[0].score)
