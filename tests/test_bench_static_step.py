@@ -1,0 +1,28 @@
+"""bench.static_step and bench.scheduler_step, run small on the CPU: what they report holds."""
+
+from __future__ import annotations
+
+import json
+
+from bench import scheduler_step, static_step
+
+
+def test_static_step_bench_reports_every_way_with_identical_tokens(tmp_path, translator_data):
+    code = static_step.main(["--device", "cpu", "--out", str(tmp_path), "--batches", "3",
+                             "--length", "4", "--rounds", "1", "--variants", "fp32",
+                             "--capacity", "16"])  # fmt: skip
+    assert code == 0
+    report = json.loads((tmp_path / "static-step.json").read_text())
+    rows = {r["way"]: r for r in report["rows"]}
+    assert set(rows) == {"growing", "fixed"}  # no CUDA graphs on the CPU
+    assert rows["fixed"]["bucket"] == 4 and rows["fixed"]["memory"] % 16 == 0
+    assert all(r["identical_rows"] == 3 and r["tokens_per_s"] > 0 for r in rows.values())
+    assert rows["fixed"]["step_only_ms"] > 0 and rows["growing"]["step_only_ms"] is None
+    assert report["memcpy_nodes"]["fp32"]["fixed"] == 0
+    assert "| fp32 | 3 | fixed | 4 |" in (tmp_path / "static-step.md").read_text()
+
+
+def test_scheduler_step_bench_steps_every_job(capsys):
+    assert scheduler_step.per_step_seconds(jobs=8, steps=5) > 0
+    assert scheduler_step.main(["--jobs", "8", "--steps", "5", "--rounds", "1"]) == 0
+    assert capsys.readouterr().out.startswith("8 jobs: ")
