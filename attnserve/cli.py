@@ -304,6 +304,13 @@ def _add_export(commands) -> None:
         help="how the graphs are made: built op by op with fused attention (the translator's "
         "both, the captioner's step; fewer kernels, faster), or traced by torch.export",
     )
+    parser.add_argument(
+        "--int8-scales",
+        choices=["per-channel", "per-tensor"],
+        default="per-channel",
+        help="int8 weights with a scale per output channel, or one per weight (onnxruntime "
+        "fuses the latter into DynamicQuantizeMatMul)",
+    )
     parser.add_argument("--data", type=Path, help="default: data/<model>")
     parser.add_argument(
         "--sentences", type=int, default=200, help="test sentences (or images) decoded"

@@ -20,6 +20,7 @@ from service.repository import TOKENIZER, ModelVersion, verify, write_manifest
 from service.tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIAL_PIECES, UNK_ID
 
 METHODS = ("traced", "built")
+INT8_SCALES = ("per-channel", "per-tensor")
 
 
 def _versions() -> dict:
@@ -73,24 +74,31 @@ def write_version(
     variants: tuple[str, ...] = ("fp32", "int8"),
     source: dict | None = None,
     method: str = "built",
+    int8_scales: str = "per-channel",
 ) -> ModelVersion:
     """Exports every variant into `directory` and writes the manifest (no parity yet).
     `method`: how the float graphs (and the int8 ones quantised from the fp32 ones) are made,
-    "traced" (torch.export) or "built" (op by op where export.builder writes them)."""
+    "traced" (torch.export) or "built" (op by op where export.builder writes them);
+    `int8_scales`: one int8 scale per output channel of a weight, or one per weight."""
     if directory.exists():
         shutil.rmtree(directory)
     directory.mkdir(parents=True)
     graphs = {}
     if method not in METHODS:
         raise ValueError(f"method {method!r}: one of {METHODS}")
+    if int8_scales not in INT8_SCALES:
+        raise ValueError(f"int8_scales {int8_scales!r}: one of {INT8_SCALES}")
     if method == "built":
         fp32 = build_model(model.float(), directory / "fp32")
     else:
         fp32 = export_model(model.float(), directory / "fp32", torch.float32)
     graphs["fp32"] = {k: str(p.relative_to(directory)) for k, p in fp32.items()}
     if "int8" in variants:
+        per_channel = int8_scales == "per-channel"
         graphs["int8"] = {
-            k: str(quantize_int8(p, directory / "int8" / p.name).relative_to(directory))
+            k: str(
+                quantize_int8(p, directory / "int8" / p.name, per_channel).relative_to(directory)
+            )
             for k, p in fp32.items()
         }
     if "fp16" in variants:
@@ -115,6 +123,7 @@ def write_version(
         "preprocessor": preprocessor(model),
         "graphs": graphs,
         "graphs_made": dict.fromkeys(graphs, method),
+        **({"int8_scales": int8_scales} if "int8" in graphs else {}),
         "ops": ops,
         "tokenizer": TOKENIZER,
         "versions": _versions(),

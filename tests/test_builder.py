@@ -134,3 +134,26 @@ def test_the_built_caption_step_matches_pytorch_and_captions_the_same(tmp_path):
         for e, a in zip(expected, actual, strict=True):
             assert e[0].tokens == a[0].tokens
             assert a[0].alignment == pytest.approx(e[0].alignment, abs=1e-5)
+
+
+def test_per_tensor_int8_is_one_scale_a_weight_and_recorded(tmp_path, shipped_translator):
+    tokenizer = shipped_translator[1]
+    config = replace(PRESETS["tiny"], vocab_size=tokenizer.vocab_size, decoder_layers=2)
+    torch.manual_seed(7)
+    model = Transformer(config).eval()
+    written = {}
+    for scales in ("per-channel", "per-tensor"):
+        version = write_version(model, tokenizer.model_file, tmp_path / scales / "1", "tiny",
+                                "1", ("fp32", "int8"), int8_scales=scales)  # fmt: skip
+        assert version.manifest["int8_scales"] == scales
+        graph = onnx.load(str(version.graph("int8", "decoder"))).graph
+        scale_sizes = {int(np.prod(i.dims)) for i in graph.initializer if i.name.endswith("_scale")}
+        written[scales] = scale_sizes
+        sources = random_sources(config.vocab_size, [4, 9])
+        options = DecodingOptions(beam_size=1, max_length=8)
+        assert all(h[0].tokens for h in translate_ids(OnnxEngine(version, "int8"), sources,
+                                                     options, 512))  # fmt: skip
+    assert written["per-tensor"] == {1} and max(written["per-channel"]) > 1
+    with pytest.raises(ValueError, match="int8_scales"):
+        write_version(model, tokenizer.model_file, tmp_path / "x" / "1", "tiny", "1",
+                      ("fp32", "int8"), int8_scales="per-row")  # fmt: skip
