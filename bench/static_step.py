@@ -87,16 +87,16 @@ class Case:
 
     def __init__(self, version, fixed_path: Path, variant: str, device: str, capacity: int,
                  traced=None):  # fmt: skip
+        from service.graphs import transformer_interface
         from service.onnx_engine import OnnxEngine
-        from service.static_step import Carried, cuda_graph_session
+        from service.static_step import cuda_graph_session
 
         self.engine = OnnxEngine(version, variant, device, 1, io_binding=True)
         self.growing = {"growing": self.engine}
         if traced is not None:
             self.growing["traced"] = OnnxEngine(traced, variant, device, 1, io_binding=True)
         self.layers = int(version.config["decoder_layers"])
-        self.carried = [Carried(f"past_key_values.{i}.{p}", f"present.{i}.{p}")
-                        for i in range(self.layers) for p in ("key", "value")]  # fmt: skip
+        self.carried = transformer_interface(self.layers).states
         self.capacity, self.device = capacity, device
         self.sessions = {"fixed": cuda_graph_session(fixed_path, device, capture=False)}
         if device == "cuda":
@@ -112,7 +112,7 @@ class Case:
             self.graph_ids += 2
         step = StaticStep(self.sessions[way], bucket(rows, 1 << 20), {"memory": memory},
                           self.carried, self.device, graph_ids)  # fmt: skip
-        return FixedCacheDecoder(step, self.capacity, self.layers)
+        return FixedCacheDecoder(step, self.capacity)
 
     def greedy(self, way: str, ids: list[list[int]], length: int, decoder=None):
         """(tokens (B, length), seconds of the steps)."""

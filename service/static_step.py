@@ -17,12 +17,13 @@ On the CPU the same code runs without capture (tests prove it equal to the growi
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
 
 import numpy as np
 import onnxruntime as ort
 
-ORT_NUMPY = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int64)": np.int64}
+from service.graphs import StateSpec
+from service.onnx_engine import ORT_TYPES, PROVIDERS, session_options
 
 
 def bucket(rows: int, max_rows: int) -> int:
@@ -32,31 +33,18 @@ def bucket(rows: int, max_rows: int) -> int:
     return min(1 << (rows - 1).bit_length(), max_rows)
 
 
-def buckets(max_rows: int) -> list[int]:
-    """Every bucket up to `max_rows`: 1, 2, 4, ..., max_rows."""
-    sizes = [1 << i for i in range(max_rows.bit_length()) if 1 << i < max_rows]
-    return [*sizes, max_rows]
-
-
-@dataclass(frozen=True)
-class Carried:
-    """A state the step reads as `input` and returns as `output`, for the next step."""
-
-    input: str
-    output: str
-
-
 def cuda_graph_session(path, device: str, threads: int = 1, capture: bool = True):
-    """A session for a StaticStep: on CUDA with onnxruntime's CUDA graphs when `capture`."""
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    """A session for a StaticStep, with the engine's options: on CUDA with onnxruntime's CUDA
+    graphs when `capture`."""
+    providers = PROVIDERS[device]
     if device == "cuda":
-        provider = ("CUDAExecutionProvider", {"enable_cuda_graph": "1" if capture else "0"})
-        providers = [provider, "CPUExecutionProvider"]
-    else:
-        providers = ["CPUExecutionProvider"]
-    return ort.InferenceSession(str(path), options, providers=providers)
+        flag = "1" if capture else "0"
+        providers = [("CUDAExecutionProvider", {"enable_cuda_graph": flag}), *providers[1:]]
+    return ort.InferenceSession(str(path), session_options(threads), providers=providers)
+
+
+def _numpy_type(ort_type: str) -> np.dtype:
+    return np.dtype(ORT_TYPES[ort_type])
 
 
 class StaticStep:
@@ -67,22 +55,23 @@ class StaticStep:
         session: ort.InferenceSession,
         rows: int,
         sizes: dict[str, int],
-        carried: list[Carried],
+        states: Sequence[StateSpec],
         device: str = "cpu",
         graph_ids: tuple[int, int] | None = None,
     ):
         """`sizes`: the size of every named axis the graph leaves open but `batch` (e.g.
-        {"memory": 128}); `graph_ids`: the CUDA graph ids of the two directions (None: no
+        {"memory": 128}); `states`: what each step reads and returns for the next (the model
+        interface's); `graph_ids`: the CUDA graph ids of the two directions (None: no
         capture)."""
         self.session, self.rows, self.device = session, rows, device
-        self.carried = list(carried)
+        self.carried = list(states)
         carried_in = {c.input for c in self.carried}
         carried_out = {c.output for c in self.carried}
         sizes = {"batch": rows, **sizes}
 
         def allocate(meta) -> ort.OrtValue:
             shape = [d if isinstance(d, int) else sizes[d] for d in meta.shape]
-            zeros = np.zeros(shape, dtype=ORT_NUMPY[meta.type])
+            zeros = np.zeros(shape, dtype=_numpy_type(meta.type))
             return ort.OrtValue.ortvalue_from_numpy(zeros, device, 0)
 
         inputs = {i.name: i for i in session.get_inputs()}
@@ -136,8 +125,8 @@ class FixedCacheDecoder:
     right-aligned), one token per row a step. Rows beyond the batch pad the bucket (one
     memory position unmasked, so they stay finite) and are not read."""
 
-    def __init__(self, step: StaticStep, capacity: int, layers: int):
-        self.step, self.capacity, self.layers = step, capacity, layers
+    def __init__(self, step: StaticStep, capacity: int):
+        self.step, self.capacity = step, capacity
         self.lengths = np.zeros(step.rows, dtype=np.int64)
 
     def start(self, memory: dict[str, np.ndarray], memory_mask: np.ndarray) -> None:
@@ -160,7 +149,8 @@ class FixedCacheDecoder:
             padded[:rows, :, :length] = array
             step.write(name, padded)
         for c in step.carried:
-            step.write_state(c.input, np.zeros(step.state(c.input).shape(), step_dtype(step, c)))
+            state = step.state(c.input)
+            step.write_state(c.input, np.zeros(state.shape(), _numpy_type(state.data_type())))
         self.lengths[:] = 0
 
     def forward(self, tokens: np.ndarray) -> dict[str, ort.OrtValue]:
@@ -179,7 +169,3 @@ class FixedCacheDecoder:
         outputs = step.run()
         self.lengths += 1
         return outputs
-
-
-def step_dtype(step: StaticStep, carried: Carried) -> np.dtype:
-    return np.dtype(ORT_NUMPY[step.state(carried.input).data_type()])

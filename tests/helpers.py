@@ -88,3 +88,23 @@ def perturb_near_logits(path: Path, amount: float = 0.05) -> str:
                 return name
         queue.extend(node.input)
     raise ValueError(f"{path}: no 1-D float weight leads to logits")
+
+
+def built_tiny_translator(directory: Path, tokenizer, seed: int, variants: tuple[str, ...]):
+    """(model, version): a tiny random translator (3 decoder layers, the middle one's
+    cross-attention returned) written op by op into `directory` with `variants`."""
+    from dataclasses import replace
+
+    import torch
+
+    from export.repository import write_version
+    from models.config import PRESETS
+    from models.transformer import Transformer
+
+    config = replace(PRESETS["tiny"], vocab_size=tokenizer.vocab_size, decoder_layers=3,
+                     cross_attention_layer=1)  # fmt: skip
+    torch.manual_seed(seed)
+    model = Transformer(config).eval()
+    version = write_version(model, tokenizer.model_file, directory, "tiny", "1", variants,
+                            method="built")  # fmt: skip
+    return model, version

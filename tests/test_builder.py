@@ -9,7 +9,7 @@ import numpy as np
 import onnx
 import pytest
 import torch
-from helpers import random_sources
+from helpers import built_tiny_translator, random_sources
 
 from export.parity import assert_graph_parity
 from export.repository import write_version
@@ -25,14 +25,9 @@ from service.translation import translate_ids
 def built(tmp_path_factory, shipped_translator):
     """A tiny random translator (3 decoder layers, the cross-attention of the middle one
     returned) written with the builder: fp32, int8 and fp16."""
-    tokenizer = shipped_translator[1]
-    config = replace(PRESETS["tiny"], vocab_size=tokenizer.vocab_size, decoder_layers=3,
-                     cross_attention_layer=1)  # fmt: skip
-    torch.manual_seed(3)
-    model = Transformer(config).eval()
     directory = tmp_path_factory.mktemp("repo") / "tiny" / "1"
-    version = write_version(model, tokenizer.model_file, directory, "tiny", "1",
-                            ("fp32", "int8", "fp16"), method="built")  # fmt: skip
+    variants = ("fp32", "int8", "fp16")
+    model, version = built_tiny_translator(directory, shipped_translator[1], 3, variants)
     return model, version
 
 

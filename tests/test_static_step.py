@@ -3,28 +3,17 @@ logits and greedy tokens as the growing cache, on the CPU here and with CUDA gra
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 import onnx
 import pytest
-import torch
+from helpers import built_tiny_translator
 
 from export.builder import build_decoder
-from export.repository import write_version
-from models.config import PRESETS
-from models.transformer import Transformer
 from service.batching import source_batch
+from service.graphs import transformer_interface
 from service.inference import CachedInference
 from service.onnx_engine import OnnxEngine
-from service.static_step import (
-    Carried,
-    FixedCacheDecoder,
-    StaticStep,
-    bucket,
-    buckets,
-    cuda_graph_session,
-)
+from service.static_step import FixedCacheDecoder, StaticStep, bucket, cuda_graph_session
 
 CAPACITY = 24
 
@@ -32,14 +21,8 @@ CAPACITY = 24
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory, shipped_translator):
     """A tiny random translator built op by op (fp32, fp16), and its fixed-capacity steps."""
-    tokenizer = shipped_translator[1]
-    config = replace(PRESETS["tiny"], vocab_size=tokenizer.vocab_size, decoder_layers=3,
-                     cross_attention_layer=1)  # fmt: skip
-    torch.manual_seed(11)
-    model = Transformer(config).eval()
     directory = tmp_path_factory.mktemp("repo") / "tiny" / "1"
-    version = write_version(model, tokenizer.model_file, directory, "tiny", "1",
-                            ("fp32", "fp16"), method="built")  # fmt: skip
+    model, version = built_tiny_translator(directory, shipped_translator[1], 11, ("fp32", "fp16"))
     fixed = {}
     for variant, dtype in (("fp32", np.float32), ("fp16", np.float16)):
         fixed[variant] = directory / f"fixed-{variant}.onnx"
@@ -47,9 +30,8 @@ def tiny(tmp_path_factory, shipped_translator):
     return model, version, fixed
 
 
-def carried(layers: int) -> list[Carried]:
-    return [Carried(f"past_key_values.{i}.{p}", f"present.{i}.{p}")
-            for i in range(layers) for p in ("key", "value")]  # fmt: skip
+def carried(layers: int):
+    return transformer_interface(layers).states
 
 
 def compare(version, path, variant, device, graph_ids=None, steps=20, rows=3):
@@ -65,7 +47,7 @@ def compare(version, path, variant, device, graph_ids=None, steps=20, rows=3):
     session = cuda_graph_session(path, device, capture=graph_ids is not None)
     step = StaticStep(session, bucket(rows, 8), {"memory": 16}, carried(layers), device,
                       graph_ids)  # fmt: skip
-    decoder = FixedCacheDecoder(step, CAPACITY, layers)
+    decoder = FixedCacheDecoder(step, CAPACITY)
     memory = {n: t if isinstance(t, np.ndarray) else t.numpy() for n, t in encoder.memory.items()}
     decoder.start(memory, encoder.memory_mask)
     tokens = np.full(rows, engine.special_tokens.bos)
@@ -80,8 +62,6 @@ def compare(version, path, variant, device, graph_ids=None, steps=20, rows=3):
 
 
 def test_buckets_are_powers_of_two_up_to_the_largest():
-    assert buckets(8) == [1, 2, 4, 8]
-    assert buckets(12) == [1, 2, 4, 8, 12]
     assert [bucket(n, 12) for n in (1, 2, 3, 5, 8, 9, 12)] == [1, 2, 4, 8, 8, 12, 12]
     with pytest.raises(ValueError):
         bucket(13, 12)
@@ -117,7 +97,7 @@ def test_the_fixed_step_refuses_what_its_buffers_cannot_hold(tiny):
     layers = int(version.config["decoder_layers"])
     step = StaticStep(cuda_graph_session(fixed["fp32"], "cpu"), 2, {"memory": 4},
                       carried(layers))  # fmt: skip
-    decoder = FixedCacheDecoder(step, CAPACITY, layers)
+    decoder = FixedCacheDecoder(step, CAPACITY)
     keys = np.zeros((2, 4, 6, 8), np.float32)
     with pytest.raises(ValueError, match="holds 2 of 4"):
         decoder.start({"encoder.0.key": keys}, np.ones((2, 6), np.int64))
