@@ -4,7 +4,9 @@ eng-spa (rule-based, offline, about 1,500 sentences a second here).
 The English side is the target the model learns to write, so it must be real: sentences from
 the `fortunes` and `fortunes-min` packages (quotations, jokes, proverbs) and the usage examples
 of WordNet (`wordnet-base`: short sentences and phrases of everyday English, "the bread crusted
-in the oven", "my fate is in your hands"), the everyday English the other sources lack.
+in the oven", "my fate is in your hands"), and the English example sentences of the Ding
+German-English dictionary (`trans-de-en`: "Are you allowed to park here?", "Thank you for
+visiting us, and have a safe journey home."), the everyday English the other sources lack.
 Apertium's Spanish is only ever a source, and the pairs are kept apart (`synthetic.{es,en}`) so
 training can tag them as synthetic sources. Apertium's own English output is never trained on.
 """
@@ -26,6 +28,9 @@ WORDNET = "*/wordnet/data.*"
 _EXAMPLE = re.compile(r'"([^"]+)"')
 _PLAIN = re.compile(r"^[A-Za-z][A-Za-z ,;:'!?.\-]*$")
 EXAMPLE_MIN_WORDS = 2
+DING_PACKAGE = "trans-de-en"
+DING = "*/trans/de-en"
+_CURLY = str.maketrans({"\u2019": "'", "\u2018": "'", "\u201c": '"', "\u201d": '"'})
 
 
 def fortune_sentences(tree: Path) -> list[str]:
@@ -60,6 +65,24 @@ def wordnet_examples(tree: Path) -> list[str]:
                 if _PLAIN.match(example) and EXAMPLE_MIN_WORDS <= words <= MAX_WORDS:
                     examples.append(example)
     return list(dict.fromkeys(examples))
+
+
+def ding_sentences(tree: Path) -> list[str]:
+    """The English sentences of the Ding dictionary files under `tree`: of each entry's
+    English side ("German :: English"; senses split by `|`, variants by `;`), the parts that
+    are one plain sentence of MIN_WORDS..MAX_WORDS words (a capital first, `.`, `!` or `?`
+    last). Parts with alternatives or notes (`/`, brackets, ellipses) are left out, as their
+    text is not one sentence. Deduplicated, in file order."""
+    sentences = []
+    for path in sorted(p for p in tree.rglob("de-en") if p.is_file()):
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+            if line.startswith("#") or "::" not in line:
+                continue
+            for part in re.split(r"[|;]", line.split("::", 1)[1]):
+                part = re.sub(r"\s+", " ", part.translate(_CURLY)).strip()
+                if _PROSE.match(part) and MIN_WORDS - 1 <= len(part.split()) <= MAX_WORDS:
+                    sentences.append(part)
+    return list(dict.fromkeys(sentences))
 
 
 def apertium_eng_spa(sentences: list[str]) -> list[str]:

@@ -304,8 +304,9 @@ def _write(out: Path, name: str, pairs: list[tuple[str, str]]) -> None:
 
 def build_catalog_data(out: Path, cache: Path = CACHE, roles: dict[str, str] = PACKAGES) -> dict:
     """Writes `catalogs.{es,en}` (training pairs), `synthetic.{es,en}` (back-translated
-    fortunes and WordNet examples, models.backtranslation), `test-modern.{es,en}` and
-    `test-everyday.{es,en}` into `out`; returns the counts (also in `catalogs.json`)."""
+    fortunes, WordNet examples and Ding's sentences, models.backtranslation),
+    `test-modern.{es,en}` and `test-everyday.{es,en}` into `out`; returns the counts (also
+    in `catalogs.json`)."""
     import json
     import shutil
 
@@ -340,6 +341,8 @@ def build_catalog_data(out: Path, cache: Path = CACHE, roles: dict[str, str] = P
         ]
         wordnet = fetch(backtranslation.WORDNET_PACKAGE, cache, backtranslation.WORDNET)
         sentences += backtranslation.wordnet_examples(wordnet)
+        ding = fetch(backtranslation.DING_PACKAGE, cache, backtranslation.DING)
+        sentences += backtranslation.ding_sentences(ding)
         held_out = {normalised(t) for _, t in modern} | {normalised(e) for e in english}
         sentences = [s for s in dict.fromkeys(sentences) if normalised(s) not in held_out]
         synthetic = backtranslation.synthetic_pairs(sentences)

@@ -7,7 +7,12 @@ import shutil
 
 import pytest
 
-from models.backtranslation import fortune_sentences, synthetic_pairs, wordnet_examples
+from models.backtranslation import (
+    ding_sentences,
+    fortune_sentences,
+    synthetic_pairs,
+    wordnet_examples,
+)
 
 FORTUNES = """Where is the train station? It is near the old bridge.
 %
@@ -50,6 +55,29 @@ def test_wordnet_examples_are_the_quoted_usage_examples(tmp_path):
         "We waited for the bus",
         "wait here",
     ]  # not the licence header, a one-word example, markup, or a repeat
+
+
+DING = """# Version :: 1.9 2022-01-01
+Guten Morgen! :: Good morning!
+Wo ist der Bahnhof? | Wie weit ist es? :: Where is the train station? | How far is it?
+Er hat sich gut/schlecht benommen. :: He behaved well/badly.
+Sie ist Ärztin (von Beruf). :: She is a doctor (by profession).
+Ich bin müde; Ich bin erschöpft. :: I’m tired out.; I am exhausted.
+Haus {n} :: house
+Guten Morgen! :: Good morning!
+"""
+
+
+def test_ding_gives_its_plain_english_sentences(tmp_path):
+    directory = tmp_path / "usr" / "share" / "trans"
+    directory.mkdir(parents=True)
+    (directory / "de-en").write_text(DING, encoding="utf-8")
+    assert ding_sentences(tmp_path) == [
+        "Where is the train station?",
+        "How far is it?",
+        "I'm tired out.",
+        "I am exhausted.",
+    ]  # not the header, two words, alternatives, notes, a bare word, or a repeat
 
 
 @pytest.mark.skipif(shutil.which("apertium") is None, reason="apertium")
