@@ -84,6 +84,17 @@ class Metrics:
         self.worker_restarts = counter(
             "attnserve_worker_restarts", "Worker processes restarted after they died.", ()
         )
+        self.retried_calls = counter(
+            "attnserve_retried_calls",
+            "Calls sent again to another worker after theirs died before any of their output "
+            "had left the front (once per call; the client sees nothing).",
+            ("model", "method"),
+        )
+        self.drain_cancelled_calls = counter(
+            "attnserve_drain_cancelled_calls",
+            "Calls still running when a drain reached drain_seconds, and so cancelled.",
+            (),
+        )
         self.workers_ready = gauge(
             "attnserve_workers_ready", "Worker processes ready to decode.", ()
         )

@@ -1,9 +1,11 @@
 """The front's side of the worker processes: start, dispatch, collect, restart.
 
 Each worker is a spawned process with a pipe; the front reads it from the event loop (no
-threads). A call goes to the ready worker holding the fewest batch rows. When a worker dies,
-the calls it held fail with UNAVAILABLE (retryable), a new worker takes its place, and the
-other workers' calls go on untouched.
+threads). A call goes to the ready worker holding the fewest batch rows. When a worker dies, a new
+worker takes its place and the other workers' calls go on untouched; each call it held is sent
+once more to another worker, with its remaining deadline, if none of its output has left the
+front (decoding is deterministic, so the client cannot tell), and fails with UNAVAILABLE
+(retryable) otherwise: a stream that already sent events, or a call already retried.
 """
 
 from __future__ import annotations
@@ -48,6 +50,9 @@ class Call:
     method: str
     worker: _Worker | None = None
     admitted: bool = False
+    retried: bool = False  # sent to a second worker after the first died
+    streamed: bool = False  # a partial event has gone to the client
+    cancelled: bool = False  # the client went away
     events: asyncio.Queue[Event] = field(default_factory=asyncio.Queue)
 
     def fail(self, error: Exception) -> None:
@@ -94,6 +99,7 @@ class WorkerPool:
         self._context = multiprocessing.get_context("spawn")
         self._ids = itertools.count(1)
         self._any_ready = asyncio.Event()
+        self._retries: set[asyncio.Task] = set()
 
     # -- life cycle -----------------------------------------------------------------------
     async def start(self) -> None:
@@ -123,6 +129,8 @@ class WorkerPool:
 
     async def stop(self) -> None:
         self.stopping = True
+        for task in list(self._retries):
+            task.cancel()
         loop = asyncio.get_running_loop()
         for worker in self.workers:
             if worker.conn is None:
@@ -141,7 +149,7 @@ class WorkerPool:
             worker.process.join(1)
             worker.conn.close()
             worker.conn = None
-        self._fail_all(Unavailable("the server is stopping"))
+        self.fail_all(Unavailable("the server is stopping"))
 
     def pids(self) -> list[int]:
         return [w.process.pid for w in self.workers if w.process is not None and w.alive]
@@ -156,14 +164,7 @@ class WorkerPool:
                 f"{self.queued} requests are already waiting (max_queued_requests "
                 f"{self.max_queued}); retry later"
             )
-        ready = [w for w in self.workers if w.alive]
-        if not ready:  # every worker is restarting: wait for one, within the deadline
-            try:
-                await asyncio.wait_for(self._any_ready.wait(), timeout or 30.0)
-            except TimeoutError as error:
-                raise Unavailable("no worker is ready; retry later") from error
-            ready = [w for w in self.workers if w.alive]
-        worker = min(ready, key=_Worker.load)
+        worker = await self._ready_worker(timeout)
         call = Call(job, key, self.models.get(key, key), method, worker)
         worker.add(call)
         self.queued += 1
@@ -175,8 +176,47 @@ class WorkerPool:
             raise Unavailable("the worker chosen for this request stopped; retry") from error
         return call
 
+    async def _ready_worker(self, timeout: float | None) -> _Worker:
+        """The ready worker holding the fewest rows; while every worker is restarting, waits
+        for one within `timeout` (UNAVAILABLE after it)."""
+        ready = [w for w in self.workers if w.alive]
+        if not ready:
+            try:
+                await asyncio.wait_for(self._any_ready.wait(), timeout or 30.0)
+            except TimeoutError as error:
+                raise Unavailable("no worker is ready; retry later") from error
+            ready = [w for w in self.workers if w.alive]
+        return min(ready, key=_Worker.load)
+
+    async def _retry(self, call: Call, error: Exception) -> None:
+        """Sends a call whose worker died to another one, within its remaining deadline; the
+        call fails with `error` when none is ready in time or the server is stopping."""
+        deadline = call.job.deadline
+        try:
+            if self.stopping:
+                raise error
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise error
+            worker = await self._ready_worker(remaining)
+            if self.stopping or call.cancelled or worker.conn is None:
+                raise error
+            call.worker = worker
+            worker.add(call)
+            worker.conn.send(Submit(call.key, call.job))
+            self.metrics.retried_calls.labels(call.model, call.method).inc()
+        except (Unavailable, OSError, ValueError, asyncio.CancelledError) as stopped:
+            if call.worker is not None:
+                call.worker.remove(call.job.id)
+            if not call.admitted:
+                self._dequeue(call)
+            call.fail(error)
+            if isinstance(stopped, asyncio.CancelledError):
+                raise
+
     def cancel(self, call: Call) -> None:
         """Frees the call's batch rows at the worker's next step (client gone)."""
+        call.cancelled = True
         worker = call.worker
         if worker is not None and call.job.id in worker.calls and worker.conn is not None:
             with contextlib.suppress(OSError, ValueError):
@@ -227,6 +267,8 @@ class WorkerPool:
             return
         if isinstance(event, Partial):
             call = worker.calls.get(event.job_id)
+            if call is not None:
+                call.streamed = True
         else:  # a Result or a Failure ends the call
             call = self._settle(worker, event.job_id)
         if call is not None:
@@ -256,7 +298,16 @@ class WorkerPool:
             f"the worker decoding this request stopped (exit code {code}); retry the request"
         )
         for job_id in list(worker.calls):
-            self._settle(worker, job_id).fail(error)
+            call = worker.remove(job_id)
+            if self.stopping or call.retried or call.streamed:
+                if not call.admitted:
+                    self._dequeue(call)
+                call.fail(error)
+                continue
+            call.retried, call.worker = True, None
+            task = loop.create_task(self._retry(call, error))
+            self._retries.add(task)
+            task.add_done_callback(self._retries.discard)
         for model in set(self.models.values()):
             self._update_rows(model)
         if self.stopping:
@@ -274,7 +325,8 @@ class WorkerPool:
         self._spawn(worker)
         worker.ready.add_done_callback(lambda future: future.exception())  # logged by death
 
-    def _fail_all(self, error: Exception) -> None:
+    def fail_all(self, error: Exception) -> None:
+        """Ends every call in flight with `error`."""
         for worker in self.workers:
             for job_id in list(worker.calls):
                 self._settle(worker, job_id).fail(error)

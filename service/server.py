@@ -56,6 +56,10 @@ GRPC_OPTIONS = [
     ("grpc.max_send_message_length", 64 * 1024 * 1024),
 ]
 
+# A drain waits for calls in flight, then for DRAIN_QUIET seconds without a new call (at most
+# DRAIN_LINGER seconds), before the gRPC server stops.
+DRAIN_QUIET, DRAIN_LINGER = 0.25, 1.0
+
 Models = dict[str, dict[str, dict[str, ServedModel]]]  # service -> name -> version -> model
 
 
@@ -114,6 +118,30 @@ class Front:
         self.in_flight = 0
         self.idle = asyncio.Event()
         self.idle.set()
+        self.last_call = 0.0  # time.monotonic() of the last call received
+
+    async def drained(self, seconds: float) -> bool:
+        """Waits, at most `seconds`, until no call is in flight and then no call has arrived
+        for DRAIN_QUIET seconds (at most DRAIN_LINGER after the last call ended): a client
+        still sending after its UNAVAILABLE would otherwise meet the gRPC server's shutdown,
+        which cancels the calls it has received but not yet handed to a handler. False when
+        calls are still in flight at the bound."""
+        end = time.monotonic() + seconds
+        linger_end = None
+        while True:
+            now = time.monotonic()
+            if self.in_flight:
+                linger_end = None
+                try:
+                    await asyncio.wait_for(self.idle.wait(), end - now)
+                except TimeoutError:
+                    return self.in_flight == 0
+                continue
+            linger_end = linger_end or min(end, now + DRAIN_LINGER)
+            quiet_at = self.last_call + DRAIN_QUIET
+            if now >= quiet_at or now >= linger_end:
+                return True
+            await asyncio.sleep(min(quiet_at, linger_end) - now)
 
     def resolve(self, service: str, name: str, version: str) -> ServedModel:
         names = self.models.get(service, {})
@@ -225,6 +253,7 @@ class ModelServicer:
         front = self.front
         labels = (front.label(self.service, request.model), method)
         received, code = time.monotonic(), grpc.StatusCode.OK
+        front.last_call = received
         front.in_flight += 1
         front.idle.clear()
         front.metrics.requests_in_flight.labels(*labels).inc()
@@ -400,13 +429,21 @@ async def serve(config: ServerConfig, stop: asyncio.Event | None = None) -> int:
     await stop.wait()
     log.info("draining: %d calls in flight, %.0f s to finish", front.in_flight,
                 config.drain_seconds)  # fmt: skip
+    await health_servicer.enter_graceful_shutdown()  # NOT_SERVING first, then refuse calls
     front.draining = True
-    await health_servicer.enter_graceful_shutdown()
-    try:
-        await asyncio.wait_for(front.idle.wait(), config.drain_seconds)
-    except TimeoutError:
-        log.warning("drain: %d calls still in flight after the grace period", front.in_flight)
-    await server.stop(1.0)
+    if not await front.drained(config.drain_seconds):
+        log.warning("drain: %d calls still in flight after %.0f s: cancelling them",
+                    front.in_flight, config.drain_seconds)  # fmt: skip
+        metrics.drain_cancelled_calls.inc(front.in_flight)
+        pool.fail_all(
+            Unavailable(
+                f"the server stopped: its drain ({config.drain_seconds:g} s) "
+                "ended before this call did; retry on another replica"
+            )
+        )
+        with contextlib.suppress(TimeoutError):  # the handlers send that status
+            await asyncio.wait_for(front.idle.wait(), 1.0)
+    await server.stop(0.2)
     await pool.stop()
     metrics_server.shutdown()
     metrics_thread.join(1)

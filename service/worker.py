@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import time
 from dataclasses import dataclass
 
@@ -99,6 +100,11 @@ def _load(settings: WorkerSettings):
 
 def run_worker(conn, settings: WorkerSettings) -> None:
     """The worker process's main function."""
+    # The front owns the workers' lives (a Stop message, or the pipe closing when it is
+    # gone): a Ctrl-C or SIGTERM sent to the whole process group must not end them in the
+    # middle of a drain, with calls in flight.
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_IGN)
     if settings.device == "cuda":
         os.environ["CUDA_VISIBLE_DEVICES"] = str(settings.gpu)
     try:

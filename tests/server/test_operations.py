@@ -3,12 +3,15 @@ endpoint (promtool), reflection (grpcurl), the command-line client."""
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import grpc
@@ -48,34 +51,105 @@ def test_health_is_serving_only_after_warm_up_and_not_serving_on_drain(start_ser
     assert server.process.wait(30) == 0
 
 
-def test_a_killed_worker_is_replaced_and_the_server_keeps_answering(start_server):
+def _load_until(server, stop: threading.Event, stream: bool) -> list[tuple[float, float, str]]:
+    """One client's calls until `stop`: (start, end, status code name) each. Like a client
+    with a retry policy, it backs off 0.1 s after a failure."""
+    texts = ["El perro come pan en la casa.", "Mañana iremos al mercado con mis hermanos."]
+    outcomes = []
+    while not stop.is_set():
+        start = time.monotonic()
+        try:
+            if stream:
+                list(client.translate_stream(server.channel, texts[1], timeout=30))
+            else:
+                client.translate(server.channel, texts, timeout=30)
+            code = "OK"
+        except grpc.RpcError as error:
+            code = error.code().name
+        outcomes.append((start, time.monotonic(), code))
+        if code != "OK":
+            time.sleep(0.1)
+    return outcomes
+
+
+def test_a_drain_under_load_loses_no_call(start_server):
+    server = start_server("--workers", "1", "--drain-seconds", "30")
+    stop = threading.Event()
+    with ThreadPoolExecutor(8) as pool:
+        clients = [pool.submit(_load_until, server, stop, i >= 6) for i in range(8)]
+        server.wait_for(lambda: server.value("attnserve_requests_in_flight") >= 4, what="load")
+        time.sleep(1.0)
+        signalled = time.monotonic()
+        server.process.send_signal(signal.SIGTERM)
+        assert server.process.wait(30) == 0
+        exited = time.monotonic()
+        time.sleep(0.3)  # the clients now meet a closed port
+        stop.set()
+        outcomes = [o for c in clients for o in c.result(timeout=60)]
+    codes = collections.Counter(code for _, _, code in outcomes)
+    assert set(codes) <= {"OK", "UNAVAILABLE"}, codes  # no CANCELLED, no INTERNAL
+    assert codes["OK"] > 20
+    # calls in flight at SIGTERM finished with OK during the drain; after it, UNAVAILABLE only
+    assert any(start < signalled < end and code == "OK" for start, end, code in outcomes)
+    assert all(code == "UNAVAILABLE" for start, _, code in outcomes if start > signalled + 0.05)
+    assert any(start > signalled for start, _, _ in outcomes)
+    assert exited - signalled < 10  # the drain ended when the calls did, not at 30 s
+
+
+def test_a_drain_cancels_only_the_calls_still_running_at_its_bound(start_server):
+    server = start_server("--workers", "1", "--drain-seconds", "1")
+    with ThreadPoolExecutor(1) as pool:
+        call = pool.submit(client.translate, server.channel, LONG_TEXTS[:1], timeout=90, **LONG)
+        server.wait_for(lambda: server.value("attnserve_batch_rows_in_use") > 0, what="running")
+        signalled = time.monotonic()
+        server.process.send_signal(signal.SIGTERM)
+        assert server.process.wait(30) == 0
+        assert time.monotonic() - signalled < 8
+        error = rpc_error(lambda: call.result(timeout=30))
+    assert error.code() == grpc.StatusCode.UNAVAILABLE and "drain (1 s) ended" in error.details()
+    assert "1 calls still in flight after 1 s: cancelling them" in server.log_file.read_text()
+
+
+def test_a_killed_worker_is_replaced_and_its_calls_retried_unseen(start_server):
     server = start_server("--workers", "2")
     before = set(server.worker_pids())
     assert len(before) == 2
     with ThreadPoolExecutor(2) as pool:
         calls = [
-            pool.submit(client.translate, server.channel, LONG_TEXTS[:1], timeout=60, **LONG)
+            pool.submit(client.translate, server.channel, LONG_TEXTS[:1], timeout=90, **LONG)
             for _ in range(2)
         ]
         server.wait_for(lambda: server.value("attnserve_batch_rows_in_use") == 32, what="both")
         victim = sorted(before)[0]
         os.kill(victim, signal.SIGKILL)
-        outcomes = []
-        for call in calls:
-            try:
-                outcomes.append(len(call.result(timeout=60).translations[0].hypotheses))
-            except grpc.RpcError as error:
-                outcomes.append(error.code())
-                assert "retry" in error.details()
-    # one call per worker: the killed worker's call fails as retryable, the other finishes
-    assert sorted(map(str, outcomes)) == sorted(["16", str(grpc.StatusCode.UNAVAILABLE)])
-    answer = client.translate(server.channel, ["Yo soy de Canadá."], timeout=30)
-    assert answer.translations[0].hypotheses[0].text
+        responses = [call.result(timeout=90) for call in calls]
+    # one call per worker: the killed worker's call is decoded again by the other worker, and
+    # its client has the whole answer as if nothing had happened
+    assert [len(r.translations[0].hypotheses) for r in responses] == [16, 16]
+    assert server.value("attnserve_retried_calls_total", method="Translate") == 1
     server.wait_for(lambda: server.value("attnserve_workers_ready") == 2, 60, "restart")
     after = set(server.worker_pids())
     assert len(after) == 2 and victim not in after and len(after & before) == 1
     assert server.value("attnserve_worker_restarts_total") == 1
     assert client.health(server.channel) == "SERVING"
+
+
+def test_a_stream_that_sent_events_fails_unavailable_when_its_worker_dies(start_server):
+    server = start_server("--workers", "1")
+    (victim,) = server.worker_pids()
+    with ThreadPoolExecutor(1) as pool:
+        stream = client.translate_stream(server.channel, LONG_TEXTS[0], timeout=90, **LONG)
+        first = next(stream)  # an event has reached the client: the call cannot be redone
+        assert first.HasField("partial")
+        unary = pool.submit(client.translate, server.channel, LONG_TEXTS[:1], timeout=90, **LONG)
+        server.wait_for(lambda: server.value("attnserve_batch_rows_in_use") == 32, what="both")
+        os.kill(victim, signal.SIGKILL)
+        error = rpc_error(lambda: list(stream))
+        assert error.code() == grpc.StatusCode.UNAVAILABLE and "retry" in error.details()
+        # the unary call had sent nothing: it waits for the restarted worker and succeeds
+        assert len(unary.result(timeout=90).translations[0].hypotheses) == 16
+    assert server.value("attnserve_retried_calls_total", method="Translate") == 1
+    assert server.value("attnserve_retried_calls_total", method="TranslateStream") == 0
 
 
 def test_metrics_endpoint_passes_promtool_and_has_every_metric(server):
@@ -102,6 +176,7 @@ def test_metrics_endpoint_passes_promtool_and_has_every_metric(server):
         "attnserve_requests_in_flight",
         "attnserve_requests_queued",
         "attnserve_worker_restarts_total",
+        "attnserve_drain_cancelled_calls_total",
     ):
         assert f"\n{name}" in text, name
     assert (
