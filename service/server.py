@@ -20,11 +20,13 @@ import time
 from pathlib import Path
 
 import grpc
+from google.protobuf.message import DecodeError
+from google.protobuf.message_factory import GetMessageClass
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import start_http_server
 
-from attnserve.v1 import caption_pb2_grpc, translation_pb2_grpc
+from attnserve.v1 import caption_pb2, caption_pb2_grpc, translation_pb2, translation_pb2_grpc
 from service.config import ServerConfig, choice_lines
 from service.errors import (
     InvalidArgument,
@@ -258,6 +260,9 @@ class ModelServicer:
         front.idle.clear()
         front.metrics.requests_in_flight.labels(*labels).inc()
         try:
+            if isinstance(request, Malformed):
+                reason = str(request.error).rpartition("': ")[2]
+                raise InvalidArgument(f"request: not a valid {request.message} ({reason})")
             front.check_available()
             yield front.resolve(self.service, request.model, request.version), labels, received
         except ServiceError as error:
@@ -341,10 +346,49 @@ class CaptionServicer(ModelServicer, caption_pb2_grpc.CaptionServiceServicer):
 
 
 SERVICERS = {
-    TRANSLATION_SERVICE: (TranslationServicer,
-                          translation_pb2_grpc.add_TranslationServiceServicer_to_server),
-    CAPTION_SERVICE: (CaptionServicer, caption_pb2_grpc.add_CaptionServiceServicer_to_server),
-}  # fmt: skip
+    TRANSLATION_SERVICE: (TranslationServicer, translation_pb2.DESCRIPTOR),
+    CAPTION_SERVICE: (CaptionServicer, caption_pb2.DESCRIPTOR),
+}
+
+
+class Malformed:
+    """What a request that does not parse becomes: its handler answers INVALID_ARGUMENT
+    (gRPC's own path would answer UNKNOWN and log a traceback per call)."""
+
+    model = version = ""
+
+    def __init__(self, message: str, error: Exception):
+        self.message, self.error = message, error
+
+
+def _parser(message_class):
+    name = message_class.DESCRIPTOR.full_name
+
+    def parse(data: bytes):
+        try:
+            return message_class.FromString(data)
+        except DecodeError as error:
+            return Malformed(name, error)
+
+    return parse
+
+
+def add_servicer(server, service: str, servicer) -> None:
+    """Registers `servicer`'s methods of `service` as the .proto declares them, each request
+    parsed by `_parser`."""
+    _, file = SERVICERS[service]
+    descriptor = file.services_by_name[service.rpartition(".")[2]]
+    handlers = {}
+    for method in descriptor.methods:
+        make = (grpc.unary_stream_rpc_method_handler if method.server_streaming
+                else grpc.unary_unary_rpc_method_handler)  # fmt: skip
+        handlers[method.name] = make(
+            getattr(servicer, method.name),
+            request_deserializer=_parser(GetMessageClass(method.input_type)),
+            response_serializer=GetMessageClass(method.output_type).SerializeToString,
+        )
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, handlers),))
+    server.add_registered_method_handlers(service, handlers)
 
 
 def _cancel_code(context) -> grpc.StatusCode:
@@ -384,8 +428,7 @@ async def serve(config: ServerConfig, stop: asyncio.Event | None = None) -> int:
 
     server = grpc.aio.server(options=GRPC_OPTIONS)
     for service in models:
-        servicer, add = SERVICERS[service]
-        add(servicer(front), server)
+        add_servicer(server, service, SERVICERS[service][0](front))
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     services = (*sorted(models), health.SERVICE_NAME, reflection.SERVICE_NAME)

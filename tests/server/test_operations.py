@@ -4,6 +4,7 @@ endpoint (promtool), reflection (grpcurl), the command-line client."""
 from __future__ import annotations
 
 import collections
+import functools
 import json
 import os
 import shutil
@@ -150,6 +151,28 @@ def test_a_stream_that_sent_events_fails_unavailable_when_its_worker_dies(start_
         assert len(unary.result(timeout=90).translations[0].hypotheses) == 16
     assert server.value("attnserve_retried_calls_total", method="Translate") == 1
     assert server.value("attnserve_retried_calls_total", method="TranslateStream") == 0
+
+
+def test_malformed_messages_get_invalid_argument_and_lose_nothing_else(server):
+    with ThreadPoolExecutor(1) as pool:
+        running = pool.submit(client.translate, server.channel, LONG_TEXTS[:1], timeout=90, **LONG)
+        server.wait_for(lambda: server.value("attnserve_batch_rows_in_use") > 0, what="running")
+        for method in (
+            "/attnserve.v1.TranslationService/Translate",
+            "/attnserve.v1.TranslationService/TranslateStream",
+            "/attnserve.v1.CaptionService/Caption",
+            "/attnserve.v1.CaptionService/CaptionStream",
+        ):
+            streaming = method.endswith("Stream")
+            make = server.channel.unary_stream if streaming else server.channel.unary_unary
+            call = make(method)  # bytes in, bytes out: the message is sent as it is
+            for garbage in (b"\xff" * 100, b"\x0a\x05\xff\xfe\xfd\xfc\xfb", b"\x08"):
+                answer = functools.partial(call, garbage, timeout=10)
+                error = rpc_error((lambda a=answer: list(a())) if streaming else answer)
+                assert error.code() == grpc.StatusCode.INVALID_ARGUMENT, (method, garbage)
+                assert "request: not a valid attnserve.v1." in error.details()
+        assert len(running.result(timeout=90).translations[0].hypotheses) == 16
+    assert "Traceback" not in server.log_file.read_text()
 
 
 def test_metrics_endpoint_passes_promtool_and_has_every_metric(server):
