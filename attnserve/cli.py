@@ -48,9 +48,11 @@ CAPTION_TIMEOUT = 120.0  # seconds, the default deadline of each caption call (6
 HEALTH_TIMEOUT = 5.0
 # translate and caption options that mean something for one engine only
 GRPC_ONLY = (
-    "server", "stream", "alignment", "timeout", "model", "model_version", "input", "output"
+    "server", "stream", "alignment", "timeout", "model", "model_version", "input", "output",
+    "tls", "tls_ca", "tls_cert", "tls_key", "token_file",
 )  # fmt: skip
-CAPTION_GRPC_ONLY = ("server", "stream", "timeout", "model", "model_version")
+CAPTION_GRPC_ONLY = ("server", "stream", "timeout", "model", "model_version", "tls", "tls_ca",
+                     "tls_cert", "tls_key", "token_file")  # fmt: skip
 TORCH_ONLY = ("checkpoint",)
 FIGURE_SIDE = 512  # pixels: the image of an attention figure is shrunk to fit this square
 
@@ -90,6 +92,16 @@ def _server_arguments(parser: argparse.ArgumentParser, timeout: float) -> None:
     )
     parser.add_argument(
         "--timeout", type=_seconds, help=f"deadline of each call in seconds (default: {timeout:g})"
+    )
+    tls = parser.add_argument_group("TLS and tokens")
+    tls.add_argument("--tls", action="store_true", help="TLS with the system's CA certificates")
+    tls.add_argument("--tls-ca", type=Path, help="PEM CA bundle that signed the server (TLS)")
+    tls.add_argument("--tls-cert", type=Path, help="PEM client certificate (mutual TLS)")
+    tls.add_argument("--tls-key", type=Path, help="PEM private key of --tls-cert")
+    tls.add_argument(
+        "--token-file",
+        type=Path,
+        help="file holding the bearer token to send (default: $ATTNSERVE_TOKEN)",
     )
 
 
@@ -377,7 +389,17 @@ def _client_call(command, args: argparse.Namespace) -> int:
     from service import client
 
     try:
-        with client.connect(args.server) as channel:
+        token = None
+        if args.token_file is not None:
+            try:
+                token = args.token_file.read_text(encoding="utf-8").strip()
+            except OSError as error:
+                raise _Failure(f"--token-file: {error}") from error
+        connection = client.connect(
+            args.server, tls=args.tls, tls_ca=args.tls_ca, tls_cert=args.tls_cert,
+            tls_key=args.tls_key, token=token,
+        )  # fmt: skip
+        with connection as channel:
             return command(channel, args)
     except grpc.RpcError as error:
         print(f"error: {client.status_text(error)}", file=sys.stderr)

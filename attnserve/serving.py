@@ -10,7 +10,14 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
+SECRET_SETTINGS = ("auth_tokens",)
 FLAG_HELP = {
+    "tls_cert": "PEM certificate chain: serve gRPC over TLS (with --tls-key)",
+    "tls_key": "PEM private key of --tls-cert",
+    "tls_client_ca": "PEM CA bundle: mutual TLS, clients show a certificate it signed",
+    "auth_tokens": "bearer tokens 'TOKEN [SERVICE,...]' separated by ';' (prefer the "
+    "environment or a file: flags are visible to other users)",
+    "auth_tokens_file": "file of bearer tokens, one 'TOKEN [SERVICE,...]' a line",
     "listen": "gRPC HOST:PORT (port 0: the OS chooses)",
     "metrics_listen": "Prometheus HOST:PORT",
     "repository": "model repository root",
@@ -48,7 +55,9 @@ def serve(args: argparse.Namespace) -> int:
         if args.print_config:
             for field in fields(config):
                 value = getattr(config, field.name)
-                if value is not None:
+                if field.name in SECRET_SETTINGS and value:
+                    print(f"# {field.name} is set (not shown)")
+                elif value is not None:
                     print(f"{field.name} = {_toml(value)}")
             for line in _choices(config):  # comments: the output stays a configuration file
                 print(f"# {line}")

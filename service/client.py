@@ -19,10 +19,12 @@ the bad field. No torch here: this module belongs to the serving side.
 
 from __future__ import annotations
 
+import collections
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import grpc
 import numpy as np
@@ -39,6 +41,7 @@ from service.requests import MAX_TEXTS
 
 DEFAULT_SERVER = "127.0.0.1:50051"
 SERVER_ENVIRONMENT = "ATTNSERVE_SERVER"
+TOKEN_ENVIRONMENT = "ATTNSERVE_TOKEN"
 SERVICE_NAME = "attnserve.v1.TranslationService"
 CAPTION_SERVICE = "attnserve.v1.CaptionService"
 TEXTS_PER_REQUEST = MAX_TEXTS  # the server's limit on texts in one Translate request
@@ -52,12 +55,82 @@ def default_server() -> str:
     return os.environ.get(SERVER_ENVIRONMENT) or DEFAULT_SERVER
 
 
-def connect(address: str | None = None) -> grpc.Channel:
-    """An insecure channel to HOST:PORT (default: `default_server()`); close it or use `with`."""
-    return grpc.insecure_channel(
-        address or default_server(),
-        options=[("grpc.max_receive_message_length", MAX_RECEIVE_BYTES)],
-    )
+def connect(
+    address: str | None = None,
+    *,
+    tls: bool = False,
+    tls_ca: Path | None = None,
+    tls_cert: Path | None = None,
+    tls_key: Path | None = None,
+    token: str | None = None,
+) -> grpc.Channel:
+    """A channel to HOST:PORT (default: `default_server()`); close it or use `with`.
+
+    Plaintext unless `tls` or a TLS file is given: `tls_ca` is the CA bundle that signed the
+    server's certificate (default: the system's), `tls_cert` and `tls_key` the client's own
+    for mutual TLS. `token` (default: $ATTNSERVE_TOKEN) goes with every call as
+    `authorization: Bearer TOKEN`."""
+    address = address or default_server()
+    options = [("grpc.max_receive_message_length", MAX_RECEIVE_BYTES)]
+    if tls or tls_ca is not None or tls_cert is not None or tls_key is not None:
+        if (tls_cert is None) != (tls_key is None):
+            raise ValueError("tls_cert and tls_key go together")
+        credentials = grpc.ssl_channel_credentials(
+            root_certificates=None if tls_ca is None else Path(tls_ca).read_bytes(),
+            private_key=None if tls_key is None else Path(tls_key).read_bytes(),
+            certificate_chain=None if tls_cert is None else Path(tls_cert).read_bytes(),
+        )
+        channel = grpc.secure_channel(address, credentials, options=options)
+    else:
+        channel = grpc.insecure_channel(address, options=options)
+    token = token if token is not None else os.environ.get(TOKEN_ENVIRONMENT) or None
+    if token:
+        channel = grpc.intercept_channel(channel, _Bearer(token))
+    return channel
+
+
+class _CallDetails(
+    collections.namedtuple(
+        "_CallDetails",
+        ("method", "timeout", "metadata", "credentials", "wait_for_ready", "compression"),
+    ),
+    grpc.ClientCallDetails,
+):
+    pass
+
+
+class _Bearer(
+    grpc.UnaryUnaryClientInterceptor,
+    grpc.UnaryStreamClientInterceptor,
+    grpc.StreamUnaryClientInterceptor,
+    grpc.StreamStreamClientInterceptor,
+):
+    """Adds `authorization: Bearer TOKEN` to every call of a channel."""
+
+    def __init__(self, token: str):
+        self.metadata = ("authorization", f"Bearer {token}")
+
+    def _details(self, details):
+        return _CallDetails(
+            details.method,
+            details.timeout,
+            [*(details.metadata or ()), self.metadata],
+            details.credentials,
+            getattr(details, "wait_for_ready", None),
+            getattr(details, "compression", None),
+        )
+
+    def intercept_unary_unary(self, continuation, details, request):
+        return continuation(self._details(details), request)
+
+    def intercept_unary_stream(self, continuation, details, request):
+        return continuation(self._details(details), request)
+
+    def intercept_stream_unary(self, continuation, details, requests):
+        return continuation(self._details(details), requests)
+
+    def intercept_stream_stream(self, continuation, details, requests):
+        return continuation(self._details(details), requests)
 
 
 def _set(message, field: str, value, name: str) -> None:

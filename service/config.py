@@ -21,6 +21,10 @@ VARIANTS = ("fp32", "int8", "fp16")
 # The variant auto serves on cuda when the version has it certified, and how its graphs must
 # have been made: fp16 built op by op is faster than fp32 from batch 256 on an H100 and about
 # equal below; traced fp16 was slower than fp32 (docs/benchmarks-gpu.md).
+# Text requests are small (1,000 texts of 4,096 characters at most); caption requests carry
+# encoded images (8 MB each by default), so a request may reach 32 MB. Responses with
+# alignments or attention maps can pass gRPC's default 4 MB, so they may reach 64 MB.
+MAX_RECEIVE_BYTES, MAX_SEND_BYTES = 32 * 1024 * 1024, 64 * 1024 * 1024
 GPU_PREFERENCE: tuple[tuple[str, str], ...] = (("fp16", "built"),)
 
 
@@ -46,6 +50,20 @@ class ServerConfig:
     max_image_pixels: int = 4096 * 4096  # width x height, refused before decoding
     drain_seconds: float = 20.0  # SIGTERM: how long in-flight calls may finish
     ready_file: Path | None = None  # written (JSON: ports, workers) once serving
+    # Security (service.security): TLS when both are set; mutual TLS with a client CA.
+    tls_cert: Path | None = None  # PEM certificate chain of the server
+    tls_key: Path | None = None  # PEM private key of the server
+    tls_client_ca: Path | None = None  # PEM CA bundle: clients must show a certificate it signed
+    auth_tokens: str = ""  # bearer tokens "TOKEN [SERVICE,...]" separated by ";" (secret)
+    auth_tokens_file: Path | None = None  # one "TOKEN [SERVICE,...]" a line
+    # Connections: streams at once per connection; keepalive pings a client may send (one per
+    # this many seconds at most, else the connection is closed); a connection's age after
+    # which the server asks the client to reconnect (so clients behind a load balancer
+    # spread over new replicas), with a grace for its calls to finish; 0: no limit.
+    max_concurrent_streams: int = 1000
+    min_ping_interval_seconds: float = 10.0
+    max_connection_age_seconds: float = 600.0
+    max_connection_age_grace_seconds: float = 60.0
 
     def validate(self) -> ServerConfig:
         problems = []
@@ -64,6 +82,12 @@ class ServerConfig:
         ):  # fmt: skip
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be 1 or more")
+        for name in ("min_ping_interval_seconds", "max_connection_age_seconds",
+                     "max_connection_age_grace_seconds"):  # fmt: skip
+            if getattr(self, name) < 0:
+                problems.append(f"{name} must be 0 or more")
+        if self.max_concurrent_streams < 1:
+            problems.append("max_concurrent_streams must be 1 or more")
         for name in ("listen", "metrics_listen"):
             host, _, port = getattr(self, name).rpartition(":")
             if not host or not port.isdigit():
@@ -71,6 +95,25 @@ class ServerConfig:
         if problems:
             raise InvalidArgument("configuration: " + "; ".join(problems))
         return self
+
+    def grpc_options(self) -> list[tuple[str, int]]:
+        """The gRPC server's channel arguments: message sizes and the connection settings."""
+        options = [
+            ("grpc.max_receive_message_length", MAX_RECEIVE_BYTES),
+            ("grpc.max_send_message_length", MAX_SEND_BYTES),
+            ("grpc.max_concurrent_streams", self.max_concurrent_streams),
+            ("grpc.http2.min_ping_interval_without_data_ms",
+             int(self.min_ping_interval_seconds * 1000)),
+            ("grpc.http2.max_ping_strikes", 2),
+            ("grpc.keepalive_permit_without_calls", 1),
+        ]  # fmt: skip
+        if self.max_connection_age_seconds:
+            options += [
+                ("grpc.max_connection_age_ms", int(self.max_connection_age_seconds * 1000)),
+                ("grpc.max_connection_age_grace_ms",
+                 int(self.max_connection_age_grace_seconds * 1000)),
+            ]  # fmt: skip
+        return options
 
     def device_choice(self) -> tuple[str, str]:
         """(device, why): "auto" becomes cuda where onnxruntime offers CUDA and a GPU is

@@ -95,6 +95,12 @@ class Metrics:
             "Calls still running when a drain reached drain_seconds, and so cancelled.",
             (),
         )
+        self.auth_refused = counter(
+            "attnserve_auth_refused_calls",
+            "Calls refused for their bearer token, by gRPC status (UNAUTHENTICATED: none or "
+            "unknown; PERMISSION_DENIED: not allowed on that service).",
+            ("code",),
+        )
         self.workers_ready = gauge(
             "attnserve_workers_ready", "Worker processes ready to decode.", ()
         )

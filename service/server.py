@@ -41,6 +41,7 @@ from service.metrics import Metrics
 from service.pool import Call, WorkerPool, worker_settings
 from service.repository import MANIFEST, verify
 from service.scheduler import Job, rows_needed
+from service.security import TokenAuth, load_tokens, server_credentials
 from service.status import status_code
 
 log = logging.getLogger("attnserve")
@@ -50,13 +51,6 @@ SERVICES = {  # service: the setting naming its default model
     TRANSLATION_SERVICE: "default_translator",
     CAPTION_SERVICE: "default_captioner",
 }
-# Text requests are small (1,000 texts of 4,096 characters at most); caption requests carry
-# encoded images (8 MB each by default), so a request may reach 32 MB. Responses with
-# alignments or attention maps can pass gRPC's default 4 MB, so they may reach 64 MB.
-GRPC_OPTIONS = [
-    ("grpc.max_receive_message_length", 32 * 1024 * 1024),
-    ("grpc.max_send_message_length", 64 * 1024 * 1024),
-]
 
 # A drain waits for calls in flight, then for DRAIN_QUIET seconds without a new call (at most
 # DRAIN_LINGER seconds), before the gRPC server stops.
@@ -411,6 +405,7 @@ async def serve(config: ServerConfig, stop: asyncio.Event | None = None) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     models = load_repository(config)
+    credentials, tokens = server_credentials(config), load_tokens(config)
     metrics = Metrics()
     host, port = _port(config.metrics_listen)
     metrics_server, metrics_thread = start_http_server(port, host, registry=metrics.registry)
@@ -426,14 +421,19 @@ async def serve(config: ServerConfig, stop: asyncio.Event | None = None) -> int:
     pool.models = {m.key: m.version.name for m in served}
     front = Front(config, models, pool, metrics)
 
-    server = grpc.aio.server(options=GRPC_OPTIONS)
+    refused = metrics.auth_refused.labels
+    interceptors = [TokenAuth(tokens, lambda code: refused(code.name).inc())] if tokens else []
+    server = grpc.aio.server(options=config.grpc_options(), interceptors=interceptors)
     for service in models:
         add_servicer(server, service, SERVICERS[service][0](front))
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     services = (*sorted(models), health.SERVICE_NAME, reflection.SERVICE_NAME)
     reflection.enable_server_reflection(services, server)
-    grpc_port = server.add_insecure_port(config.listen)
+    if credentials is None:
+        grpc_port = server.add_insecure_port(config.listen)
+    else:
+        grpc_port = server.add_secure_port(config.listen, credentials)
     if grpc_port == 0:
         raise Unavailable(f"cannot listen on {config.listen}")
     for name in ("", *models):

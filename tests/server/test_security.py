@@ -1,0 +1,165 @@
+"""TLS, mutual TLS and bearer tokens against a real server, with certificates made here: a CA,
+the server's certificate for 127.0.0.1 and a client's, both signed by it."""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import subprocess
+import sys
+import time
+
+import grpc
+import pytest
+from conftest import START_TIMEOUT, rpc_error
+
+from service import client
+from service.errors import InvalidArgument
+from service.security import parse_tokens
+
+x509 = pytest.importorskip("cryptography.x509")
+from cryptography.hazmat.primitives import hashes, serialization  # noqa: E402
+from cryptography.hazmat.primitives.asymmetric import ec  # noqa: E402
+from cryptography.x509.oid import NameOID  # noqa: E402
+
+TOKEN = "token-for-every-service-0123456789"
+CAPTION_ONLY = "token-for-captions-only-0123456789"
+
+
+def _certificate(name: str, key, issuer_name, issuer_key, *, ca=False, ip=None):
+    now = datetime.datetime.now(datetime.UTC)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
+        .issuer_name(issuer_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+    )
+    if ip is not None:
+        names = [x509.IPAddress(ipaddress.ip_address(ip)), x509.DNSName("localhost")]
+        builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
+    return builder.sign(issuer_key, hashes.SHA256())
+
+
+def _write(directory, name: str, key, certificate) -> tuple:
+    key_path, cert_path = directory / f"{name}.key", directory / f"{name}.pem"
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    return cert_path, key_path
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    """{name: (certificate, key)} of a CA, the server (127.0.0.1) and a client."""
+    directory = tmp_path_factory.mktemp("pki")
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "attnserve test CA")])
+    ca = _certificate("attnserve test CA", ca_key, ca_name, ca_key, ca=True)
+    files = {"ca": _write(directory, "ca", ca_key, ca)}
+    for name, ip in (("server", "127.0.0.1"), ("client", None)):
+        key = ec.generate_private_key(ec.SECP256R1())
+        files[name] = _write(directory, name, key, _certificate(name, key, ca_name, ca_key, ip=ip))
+    tokens = directory / "tokens"
+    tokens.write_text(f"# who may call\n{TOKEN}\n{CAPTION_ONLY} caption\n")
+    files["tokens"] = tokens
+    return files
+
+
+@pytest.fixture(scope="module")
+def secured(start_server, pki):
+    """A server with mutual TLS and tokens."""
+    (cert, key), (ca, _) = pki["server"], pki["ca"]
+    return start_server(
+        "--workers", "1", "--tls-cert", str(cert), "--tls-key", str(key),
+        "--tls-client-ca", str(ca), "--auth-tokens-file", str(pki["tokens"]), wait=False,
+    )  # fmt: skip
+
+
+def _ready(server) -> str:
+    """Waits for the secured server's ready file (the fixture's plaintext health check
+    cannot pass TLS) and returns its address."""
+    start = time.monotonic()
+    while time.monotonic() - start < START_TIMEOUT:
+        state = server.state()
+        if state is not None and state["serving"]:
+            server.metrics_url = f"http://127.0.0.1:{state['metrics_port']}/metrics"
+            return f"127.0.0.1:{state['grpc_port']}"
+        assert server.process.poll() is None, server.log_file.read_text()
+        time.sleep(0.05)
+    raise AssertionError(server.log_file.read_text())
+
+
+def _mtls(pki, token=None) -> dict:
+    (cert, key), (ca, _) = pki["client"], pki["ca"]
+    return {"tls_ca": ca, "tls_cert": cert, "tls_key": key, "token": token}
+
+
+def test_mutual_tls_and_tokens_refuse_and_serve_as_configured(secured, pki):
+    address = _ready(secured)
+    hello = ["Hola."]
+    with client.connect(address) as plaintext:  # TLS is on: plaintext gets no answer
+        error = rpc_error(lambda: client.translate(plaintext, hello, timeout=10))
+        assert error.code() == grpc.StatusCode.UNAVAILABLE
+    with client.connect(address, tls_ca=pki["ca"][0], token=TOKEN) as no_certificate:
+        error = rpc_error(lambda: client.translate(no_certificate, hello, timeout=10))
+        assert error.code() == grpc.StatusCode.UNAVAILABLE  # mutual TLS: refused handshake
+    with client.connect(address, **_mtls(pki)) as anonymous:
+        assert client.health(anonymous, timeout=10) == "SERVING"  # probes need no token
+        error = rpc_error(lambda: client.translate(anonymous, hello, timeout=10))
+        assert error.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert "no bearer token" in error.details()
+    with client.connect(address, **_mtls(pki, "a-wrong-token-0123456789")) as wrong:
+        error = rpc_error(lambda: client.translate(wrong, hello, timeout=10))
+        assert error.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert "not known" in error.details()
+    with client.connect(address, **_mtls(pki, CAPTION_ONLY)) as captions_only:
+        error = rpc_error(lambda: client.translate(captions_only, hello, timeout=10))
+        assert error.code() == grpc.StatusCode.PERMISSION_DENIED
+        error = rpc_error(  # allowed on captions: it passes authentication, the image fails
+            lambda: client.caption(captions_only, [b"not an image"], timeout=10)
+        )
+        assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    with client.connect(address, **_mtls(pki, TOKEN)) as allowed:
+        answer = client.translate(allowed, hello, timeout=30)
+        assert answer.translations[0].hypotheses[0].text
+        stream = list(client.translate_stream(allowed, "Dios es amor.", timeout=30))
+        assert stream[-1].HasField("result")
+    refused = secured.value
+    assert refused("attnserve_auth_refused_calls_total", code="UNAUTHENTICATED") == 2
+    assert refused("attnserve_auth_refused_calls_total", code="PERMISSION_DENIED") == 1
+
+
+def test_the_command_line_client_speaks_mutual_tls_with_a_token(secured, pki, tmp_path):
+    address = _ready(secured)
+    (cert, key), (ca, _) = pki["client"], pki["ca"]
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN + "\n")
+    base = [sys.executable, "-m", "attnserve.cli"]
+    tls = ["--server", address, "--tls-ca", str(ca), "--tls-cert", str(cert), "--tls-key",
+           str(key)]  # fmt: skip
+    command = [*base, "translate", *tls, "--token-file", str(token_file), "Dios es amor."]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip(), done.stderr
+    refused = subprocess.run([*base, "translate", *tls, "Dios es amor."], capture_output=True,
+                             text=True, timeout=60)  # fmt: skip
+    assert refused.returncode == 1 and "UNAUTHENTICATED" in refused.stderr
+    health = subprocess.run([*base, "health", *tls], capture_output=True, text=True, timeout=60)
+    assert health.returncode == 0 and health.stdout.strip() == "SERVING"
+
+
+def test_token_entries_are_checked():
+    (every, captions) = parse_tokens(f"{TOKEN}\n{CAPTION_ONLY} caption,translation # both", "t")
+    assert every.services is None
+    assert captions.services == {"attnserve.v1.CaptionService", "attnserve.v1.TranslationService"}
+    for bad in ("short", f"{TOKEN} nosuchservice", f"{TOKEN} caption extra"):
+        with pytest.raises(InvalidArgument):
+            parse_tokens(bad, "t")
