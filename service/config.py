@@ -56,6 +56,10 @@ class ServerConfig:
     tls_client_ca: Path | None = None  # PEM CA bundle: clients must show a certificate it signed
     auth_tokens: str = ""  # bearer tokens "TOKEN [SERVICE,...]" separated by ";" (secret)
     auth_tokens_file: Path | None = None  # one "TOKEN [SERVICE,...]" a line
+    # The metrics endpoint: HTTPS with both; basic authentication with "user:password" lines.
+    metrics_tls_cert: Path | None = None
+    metrics_tls_key: Path | None = None
+    metrics_basic_auth_file: Path | None = None
     # Connections: streams at once per connection; keepalive pings a client may send (one per
     # this many seconds at most, else the connection is closed); a connection's age after
     # which the server asks the client to reconnect (so clients behind a load balancer

@@ -7,7 +7,19 @@ send them with their events; the front process owns every metric.
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+import base64
+import binascii
+import hashlib
+import hmac
+import ssl
+import threading
+from pathlib import Path
+from socketserver import ThreadingMixIn
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, make_wsgi_app
+
+from service.errors import InvalidArgument
 
 # 0.5 ms to 60 s: a decode step at the low end, a long beam decode under load at the top
 SECONDS_BUCKETS = (
@@ -120,3 +132,67 @@ class Metrics:
             self.batch_rows.labels(model).observe(rows)
         if stats.tokens:
             self.generated_tokens.labels(model).inc(stats.tokens)
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format, *args):
+        pass
+
+
+class _Server(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+def _basic_auth(app, credentials: list[bytes]):
+    """`app` behind HTTP basic authentication: `credentials` are SHA-256 digests of
+    "user:password", compared with every one in constant time."""
+
+    def guarded(environ, start_response):
+        header = environ.get("HTTP_AUTHORIZATION", "")
+        scheme, _, encoded = header.partition(" ")
+        try:
+            presented = base64.b64decode(encoded.strip(), validate=True)
+        except (binascii.Error, ValueError):
+            presented = b""
+        digest, found = hashlib.sha256(presented).digest(), False
+        for known in credentials:
+            found |= hmac.compare_digest(known, digest)
+        if scheme.lower() != "basic" or not found:
+            start_response("401 Unauthorized", [("WWW-Authenticate", 'Basic realm="metrics"'),
+                                                ("Content-Type", "text/plain")])  # fmt: skip
+            return [b"unauthorized\n"]
+        return app(environ, start_response)
+
+    return guarded
+
+
+def serve_metrics(config, registry) -> tuple[WSGIServer, threading.Thread]:
+    """The /metrics endpoint on `config.metrics_listen`: plain HTTP, or HTTPS with
+    `metrics_tls_cert` and `metrics_tls_key`; behind basic authentication when
+    `metrics_basic_auth_file` holds "user:password" lines. Bind it to 127.0.0.1 to keep it
+    on the machine."""
+    if (config.metrics_tls_cert is None) != (config.metrics_tls_key is None):
+        raise InvalidArgument("configuration: metrics_tls_cert and metrics_tls_key go together")
+    host, _, port = config.metrics_listen.rpartition(":")
+    app = make_wsgi_app(registry)
+    if config.metrics_basic_auth_file is not None:
+        path = Path(config.metrics_basic_auth_file)
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except OSError as error:
+            raise InvalidArgument(f"metrics_basic_auth_file {path}: {error}") from error
+        entries = [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+        if not entries or any(":" not in e for e in entries):
+            raise InvalidArgument(f"metrics_basic_auth_file {path}: user:password lines expected")
+        app = _basic_auth(app, [hashlib.sha256(e.encode()).digest() for e in entries])
+    server = make_server(host.strip("[]"), int(port), app, _Server, handler_class=_QuietHandler)
+    if config.metrics_tls_cert is not None:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        try:
+            context.load_cert_chain(config.metrics_tls_cert, config.metrics_tls_key)
+        except (OSError, ssl.SSLError) as error:
+            raise InvalidArgument(f"metrics TLS: {error}") from error
+        server.socket = context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, name="metrics", daemon=True)
+    thread.start()
+    return server, thread

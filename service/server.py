@@ -24,7 +24,6 @@ from google.protobuf.message import DecodeError
 from google.protobuf.message_factory import GetMessageClass
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
-from prometheus_client import start_http_server
 
 from attnserve.v1 import caption_pb2, caption_pb2_grpc, translation_pb2, translation_pb2_grpc
 from service.config import ServerConfig, choice_lines
@@ -37,7 +36,7 @@ from service.errors import (
 )
 from service.kinds import Prepared, ServedModel, served_model
 from service.messages import Failure, Partial, Result, Timings
-from service.metrics import Metrics
+from service.metrics import Metrics, serve_metrics
 from service.pool import Call, WorkerPool, worker_settings
 from service.repository import MANIFEST, verify
 from service.scheduler import Job, rows_needed
@@ -393,11 +392,6 @@ def _cancel_code(context) -> grpc.StatusCode:
     return grpc.StatusCode.CANCELLED
 
 
-def _port(address: str) -> tuple[str, int]:
-    host, _, port = address.rpartition(":")
-    return host.strip("[]"), int(port)
-
-
 async def serve(config: ServerConfig, stop: asyncio.Event | None = None) -> int:
     """Runs the server until SIGTERM/SIGINT (or `stop`), then drains. Returns an exit code."""
     loop = asyncio.get_running_loop()
@@ -407,8 +401,7 @@ async def serve(config: ServerConfig, stop: asyncio.Event | None = None) -> int:
     models = load_repository(config)
     credentials, tokens = server_credentials(config), load_tokens(config)
     metrics = Metrics()
-    host, port = _port(config.metrics_listen)
-    metrics_server, metrics_thread = start_http_server(port, host, registry=metrics.registry)
+    metrics_server, metrics_thread = serve_metrics(config, metrics.registry)
     served = [m for names in models.values() for v in names.values() for m in v.values()]
     keys = tuple((m.key, m.version) for m in served)
     device, why = config.device_choice()

@@ -163,3 +163,40 @@ def test_token_entries_are_checked():
     for bad in ("short", f"{TOKEN} nosuchservice", f"{TOKEN} caption extra"):
         with pytest.raises(InvalidArgument):
             parse_tokens(bad, "t")
+
+
+def test_the_metrics_endpoint_serves_https_with_basic_auth_on_loopback(start_server, pki,
+                                                                       tmp_path):  # fmt: skip
+    import base64
+    import ssl
+    import urllib.error
+    import urllib.request
+
+    (cert, key), (ca, _) = pki["server"], pki["ca"]
+    users = tmp_path / "metrics-users"
+    users.write_text("# user:password\nprometheus:scrape-secret-0123\n")
+    server = start_server(
+        "--workers", "1", "--metrics-listen", "127.0.0.1:0", "--metrics-tls-cert", str(cert),
+        "--metrics-tls-key", str(key), "--metrics-basic-auth-file", str(users), wait=False,
+    )  # fmt: skip
+    _ready(server)
+    url = server.metrics_url.replace("http://", "https://")
+    context = ssl.create_default_context(cafile=str(ca))
+
+    def scrape(user_password: str | None) -> int:
+        request = urllib.request.Request(url)
+        if user_password is not None:
+            encoded = base64.b64encode(user_password.encode()).decode()
+            request.add_header("Authorization", f"Basic {encoded}")
+        try:
+            with urllib.request.urlopen(request, context=context, timeout=10) as response:
+                assert b"attnserve_workers_ready" in response.read()
+                return response.status
+        except urllib.error.HTTPError as error:
+            return error.code
+
+    assert scrape("prometheus:scrape-secret-0123") == 200
+    assert scrape("prometheus:wrong") == 401
+    assert scrape(None) == 401
+    with pytest.raises(OSError):  # plain HTTP gets no answer from HTTPS (reset or refused)
+        urllib.request.urlopen(server.metrics_url, timeout=10)
