@@ -115,6 +115,10 @@ def decode_image(data: bytes, field: str, limits: ImageLimits = ImageLimits()) -
         opened = _open(data)
     except UnidentifiedImageError:
         raise InvalidArgument(f"{field}: not an image ({expected} expected)") from None
+    except Image.DecompressionBombError as error:  # a plugin's own header check (WebP)
+        raise InvalidArgument(
+            f"{field}: too many pixels, refused before decoding ({error})"
+        ) from None
     except _DECODE_ERRORS as error:
         raise InvalidArgument(f"{field}: truncated or corrupt image data ({error})") from None
     with opened as im:
