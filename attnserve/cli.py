@@ -14,7 +14,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from attnserve.serving import add_serve, serve
+from attnserve.serving import add_repository, add_serve, repository, serve
 
 CHECKPOINTS = Path(__file__).resolve().parents[1] / "models" / "checkpoints"
 SHIPPED_TRANSLATOR = CHECKPOINTS / "translator"
@@ -351,6 +351,7 @@ def build_parser() -> argparse.ArgumentParser:
         add_serve,
         _add_health,
         _add_caption,
+        add_repository,
     ):
         add(commands)
     return parser
@@ -764,6 +765,8 @@ def main(argv: list[str] | None = None) -> int:
         return _client_call(_health, args)
     if args.command == "serve":
         return serve(args)
+    if args.command == "repository":
+        return repository(args)
     if args.command in ("data", "train", "evaluate", "export"):
         _model_defaults(args)
     if args.command in ("data", "train", "evaluate") and args.model == "captioner":

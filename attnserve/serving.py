@@ -95,3 +95,61 @@ def _toml(value) -> str:
     if isinstance(value, str | Path):
         return f'"{value}"'
     return str(value)
+
+
+def add_repository(commands) -> None:
+    from service.config import DEFAULT_REPOSITORY
+
+    parser = commands.add_parser(
+        "repository",
+        help="list or verify the model versions of a repository",
+        description="list: every version with its kind, variants and certificate; verify: "
+        "also checks every file against its manifest hash (exit status 1 on any problem). "
+        "A server checks a new version the same way, then decodes its golden set.",
+    )
+    parser.add_argument("action", choices=("list", "verify"))
+    parser.add_argument("--repository", type=Path, default=DEFAULT_REPOSITORY)
+    parser.add_argument("--json", action="store_true", help="one JSON object a version")
+
+
+def repository(args: argparse.Namespace) -> int:
+    from service.errors import ModelRepositoryError
+    from service.repository import MANIFEST, verify
+    from service.versions import certified
+
+    manifests = sorted(Path(args.repository).glob(f"*/*/{MANIFEST}"))
+    if not manifests:
+        print(f"error: no model version under {args.repository}", file=sys.stderr)
+        return 1
+    failed = 0
+    for path in manifests:
+        row = {"directory": str(path.parent)}
+        try:
+            manifest = json.loads(path.read_text(encoding="utf-8"))
+            model = manifest["model"]
+            parity = manifest.get("parity") or {}
+            row |= {
+                "model": model["name"],
+                "version": model["version"],
+                "kind": model["kind"],
+                "variants": sorted(manifest.get("graphs", {})),
+                "graphs_made": manifest.get("graphs_made", {}),
+                "certificate": "passed" if parity.get("passed") is True else "missing or failed",
+                "megabytes": round(_size(path.parent) / 1e6, 1),
+            }
+            if args.action == "verify":
+                certified(verify(path.parent))
+                row["verified"] = "hashes and certificate"
+        except (ModelRepositoryError, OSError, ValueError, KeyError, TypeError) as error:
+            row["problem"] = str(error)
+            failed += 1
+        if args.json:
+            print(json.dumps(row, ensure_ascii=False))
+        else:
+            fields = [f"{k}={v}" for k, v in row.items() if k != "directory"]
+            print(f"{row['directory']}: " + " ".join(fields))
+    return 1 if failed else 0
+
+
+def _size(directory: Path) -> int:
+    return sum(f.stat().st_size for f in directory.rglob("*") if f.is_file())

@@ -50,6 +50,11 @@ class ServerConfig:
     max_image_pixels: int = 4096 * 4096  # width x height, refused before decoding
     drain_seconds: float = 20.0  # SIGTERM: how long in-flight calls may finish
     ready_file: Path | None = None  # written (JSON: ports, workers) once serving
+    # Model versions while serving (service.versions): how often the repository is looked
+    # at (0: never, what is there at start-up is served) and how many versions of a model are
+    # served, the newest (0: all).
+    watch_seconds: float = 5.0
+    max_versions: int = 0
     # Security (service.security): TLS when both are set; mutual TLS with a client CA.
     tls_cert: Path | None = None  # PEM certificate chain of the server
     tls_key: Path | None = None  # PEM private key of the server
@@ -77,7 +82,7 @@ class ServerConfig:
             problems.append(f"variant must be auto, fp32, int8 or fp16, got {self.variant!r}")
         if self.batching not in ("continuous", "request"):
             problems.append(f"batching must be continuous or request, got {self.batching!r}")
-        for name in ("workers", "max_input_tokens", "max_output_length"):
+        for name in ("workers", "max_input_tokens", "max_output_length", "max_versions"):
             if getattr(self, name) < 0:
                 problems.append(f"{name} must be 0 or more")
         for name in (
@@ -86,7 +91,7 @@ class ServerConfig:
         ):  # fmt: skip
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be 1 or more")
-        for name in ("min_ping_interval_seconds", "max_connection_age_seconds",
+        for name in ("watch_seconds", "min_ping_interval_seconds", "max_connection_age_seconds",
                      "max_connection_age_grace_seconds"):  # fmt: skip
             if getattr(self, name) < 0:
                 problems.append(f"{name} must be 0 or more")

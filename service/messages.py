@@ -80,6 +80,22 @@ class Cancel:
 
 
 @dataclass(frozen=True)
+class Load:
+    """Serve one more model version: load it, check its golden set, answer Loaded/NotLoaded."""
+
+    key: str
+    version: object  # service.repository.ModelVersion, verified by the front
+    variant: str
+
+
+@dataclass(frozen=True)
+class Unload:
+    """Stop serving a model version (the front sends nothing more for it)."""
+
+    key: str
+
+
+@dataclass(frozen=True)
 class Stop:
     pass
 
@@ -92,6 +108,18 @@ class Ready:
 
 @dataclass(frozen=True)
 class Failed:
+    message: str
+
+
+@dataclass(frozen=True)
+class Loaded:
+    key: str
+    info: dict  # as in Ready's info, of this model
+
+
+@dataclass(frozen=True)
+class NotLoaded:
+    key: str
     message: str
 
 

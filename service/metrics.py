@@ -113,6 +113,11 @@ class Metrics:
             "unknown; PERMISSION_DENIED: not allowed on that service).",
             ("code",),
         )
+        self.versions_refused = counter(
+            "attnserve_model_versions_refused",
+            "Model version directories that failed their checks (hashes, parity certificate, "
+            "golden set) and are not served, by the model directory's name.",
+        )
         self.workers_ready = gauge(
             "attnserve_workers_ready", "Worker processes ready to decode.", ()
         )

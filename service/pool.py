@@ -19,18 +19,22 @@ import time
 from dataclasses import dataclass, field, replace
 
 from service.config import gpu_count
-from service.errors import ResourceExhausted, Unavailable
+from service.errors import ModelRepositoryError, ResourceExhausted, Unavailable
 from service.messages import (
     Admitted,
     Cancel,
     Event,
     Failed,
     Failure,
+    Load,
+    Loaded,
+    NotLoaded,
     Partial,
     Ready,
     Report,
     Stop,
     Submit,
+    Unload,
 )
 from service.metrics import Metrics
 from service.scheduler import Job
@@ -70,6 +74,7 @@ class _Worker:
         self.rows = 0  # batch rows in use, as last reported
         self.info: dict = {}
         self.failures = 0
+        self.loading: dict[str, asyncio.Future] = {}  # model key -> Loaded/NotLoaded
 
     @property
     def alive(self) -> bool:
@@ -99,7 +104,7 @@ class WorkerPool:
         self._context = multiprocessing.get_context("spawn")
         self._ids = itertools.count(1)
         self._any_ready = asyncio.Event()
-        self._retries: set[asyncio.Task] = set()
+        self._retries: dict[asyncio.Task, Call] = {}  # calls waiting to be sent again
 
     # -- life cycle -----------------------------------------------------------------------
     async def start(self) -> None:
@@ -150,6 +155,54 @@ class WorkerPool:
             worker.conn.close()
             worker.conn = None
         self.fail_all(Unavailable("the server is stopping"))
+
+    # -- model versions while serving ------------------------------------------------------
+    async def load(self, key: str, version, variant: str, timeout: float = 600.0) -> None:
+        """Every ready worker loads and checks one more model version; ModelRepositoryError
+        (and the version unloaded again) when one of them cannot. Workers started later
+        load it with the others."""
+        loop = asyncio.get_running_loop()
+        asked = []
+        for worker in self.workers:
+            if worker.alive and worker.conn is not None:
+                worker.loading[key] = loop.create_future()
+                with contextlib.suppress(OSError, ValueError):
+                    worker.conn.send(Load(key, version, variant))
+                    asked.append(worker)
+        outcomes = await asyncio.wait_for(
+            asyncio.gather(*(w.loading[key] for w in asked), return_exceptions=True), timeout
+        )
+        problems = [str(o) for o in outcomes if isinstance(o, BaseException)]
+        if problems:
+            self.unload(key)
+            raise ModelRepositoryError("; ".join(dict.fromkeys(problems)))
+        self._set_models(
+            (*((k, v) for k, v in self.workers[0].settings.models if k != key), (key, version)),
+            {**dict(self.workers[0].settings.variants), key: variant},
+        )
+
+    def unload(self, key: str) -> None:
+        """The workers drop a model version (send nothing more for it first)."""
+        settings = self.workers[0].settings
+        self._set_models(
+            tuple((k, v) for k, v in settings.models if k != key),
+            {k: v for k, v in settings.variants if k != key},
+        )
+        for worker in self.workers:
+            if worker.conn is not None:
+                with contextlib.suppress(OSError, ValueError):
+                    worker.conn.send(Unload(key))
+
+    def _set_models(self, models: tuple, variants: dict) -> None:
+        for worker in self.workers:  # what a worker started from now on loads
+            worker.settings = replace(
+                worker.settings, models=models, variants=tuple(variants.items())
+            )
+
+    def calls_of(self, key: str) -> int:
+        """Calls of one model version in flight (queued or decoding)."""
+        held = sum(c.key == key for w in self.workers for c in w.calls.values())
+        return held + sum(c.key == key for c in self._retries.values())
 
     def pids(self) -> list[int]:
         return [w.process.pid for w in self.workers if w.process is not None and w.alive]
@@ -257,6 +310,14 @@ class WorkerPool:
             self._any_ready.set()
         elif isinstance(message, Failed):
             worker.ready.set_exception(RuntimeError(message.message))
+        elif isinstance(message, Loaded | NotLoaded):
+            future = worker.loading.pop(message.key, None)
+            if isinstance(message, Loaded):
+                worker.info.setdefault("models", {})[message.key] = message.info
+                if future is not None and not future.done():
+                    future.set_result(message.info)
+            elif future is not None and not future.done():
+                future.set_exception(ModelRepositoryError(message.message))
 
     def _event(self, worker: _Worker, model: str, event: Event) -> None:
         if isinstance(event, Admitted):
@@ -289,6 +350,10 @@ class WorkerPool:
         if worker.ready is not None and not worker.ready.done():
             worker.ready.set_exception(RuntimeError(f"worker exited with code {code}"))
         was_alive = worker.alive or worker.calls
+        for future in worker.loading.values():
+            if not future.done():
+                future.set_exception(ModelRepositoryError(f"worker exited with code {code}"))
+        worker.loading.clear()
         worker.ready = None
         worker.rows = 0
         self.metrics.workers_ready.set(sum(w.alive for w in self.workers))
@@ -306,8 +371,8 @@ class WorkerPool:
                 continue
             call.retried, call.worker = True, None
             task = loop.create_task(self._retry(call, error))
-            self._retries.add(task)
-            task.add_done_callback(self._retries.discard)
+            self._retries[task] = call
+            task.add_done_callback(lambda done: self._retries.pop(done, None))
         for model in set(self.models.values()):
             self._update_rows(model)
         if self.stopping:

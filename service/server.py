@@ -42,6 +42,7 @@ from service.repository import MANIFEST, verify
 from service.scheduler import Job, rows_needed
 from service.security import TokenAuth, load_tokens, server_credentials
 from service.status import status_code
+from service.versions import VersionWatcher, newest, version_order
 
 log = logging.getLogger("attnserve")
 TRANSLATION_SERVICE = "attnserve.v1.TranslationService"
@@ -56,10 +57,6 @@ SERVICES = {  # service: the setting naming its default model
 DRAIN_QUIET, DRAIN_LINGER = 0.25, 1.0
 
 Models = dict[str, dict[str, dict[str, ServedModel]]]  # service -> name -> version -> model
-
-
-def _version_order(version: str):
-    return (0, int(version), "") if version.isdigit() else (1, 0, version)
 
 
 def load_repository(config: ServerConfig) -> Models:
@@ -78,6 +75,10 @@ def load_repository(config: ServerConfig) -> Models:
         models.setdefault(model.service, {}).setdefault(model.version.name, {})[
             model.version.version
         ] = model
+    for names in models.values():  # the newest max_versions of each model
+        for name, versions in names.items():
+            keep = newest(versions, config.max_versions)
+            names[name] = {v: m for v, m in versions.items() if v in keep}
     return models
 
 
@@ -107,6 +108,8 @@ class Front:
 
     def __init__(self, config: ServerConfig, models: Models, pool: WorkerPool, metrics: Metrics):
         self.config, self.models, self.pool, self.metrics = config, models, pool, metrics
+        self.services = frozenset(models)  # gRPC services cannot be added once started
+        self.device = "cpu"
         self.defaults = default_models(config, models)
         self.serving = False
         self.draining = False
@@ -148,13 +151,29 @@ class Front:
             raise NotFound(f"model: no model named {name!r} (served by {service}: "
                            f"{sorted(names)}){hint}")  # fmt: skip
         if not version:
-            return versions[max(versions, key=_version_order)]
+            return versions[max(versions, key=version_order)]
         if version not in versions:
             raise NotFound(
                 f"version: model {name!r} has no version {version!r} "
-                f"(served: {sorted(versions, key=_version_order)})"
+                f"(served: {sorted(versions, key=version_order)})"
             )
         return versions[version]
+
+    def describe(self, model: ServedModel, variant: str) -> None:
+        """The model's attnserve_model_info sample, once its workers have it loaded."""
+        info = self.pool.workers[0].info.get("models", {}).get(model.key, {})
+        self.metrics.model.labels(model.version.name, model.version.version).info(
+            {
+                "kind": model.kind,
+                "service": model.service,
+                "precision": variant,
+                "execution_provider": info.get("provider", ""),
+            }
+        )
+
+    def forget(self, model: ServedModel) -> None:
+        with contextlib.suppress(KeyError):
+            self.metrics.model.remove(model.version.name, model.version.version)
 
     def label(self, service: str, name: str) -> str:
         """Metric label of a requested model: its name when served, else "unknown" (a label
@@ -441,16 +460,9 @@ async def serve(config: ServerConfig, stop: asyncio.Event | None = None) -> int:
         await server.stop(0)
         metrics_server.shutdown()
         return 1
+    front.device = device
     for model in served:
-        provider = pool.workers[0].info["models"][model.key]["provider"]
-        metrics.model.labels(model.version.name, model.version.version).info(
-            {
-                "kind": model.kind,
-                "service": model.service,
-                "precision": variants[model.key],
-                "execution_provider": provider,
-            }
-        )
+        front.describe(model, variants[model.key])
     front.serving = True
     for name in ("", *models):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
@@ -462,7 +474,12 @@ async def serve(config: ServerConfig, stop: asyncio.Event | None = None) -> int:
         names, host, grpc_port, len(pool.workers), device, ports["metrics_port"],
     )  # fmt: skip
 
+    watcher = None
+    if config.watch_seconds:
+        watcher = asyncio.get_running_loop().create_task(VersionWatcher(front, config).run())
     await stop.wait()
+    if watcher is not None:
+        watcher.cancel()
     log.info("draining: %d calls in flight, %.0f s to finish", front.in_flight,
                 config.drain_seconds)  # fmt: skip
     await health_servicer.enter_graceful_shutdown()  # NOT_SERVING first, then refuse calls

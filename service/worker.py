@@ -18,7 +18,19 @@ from dataclasses import dataclass
 from service.decoding import DecodingOptions
 from service.errors import ModelRepositoryError
 from service.kinds import kind_class
-from service.messages import Cancel, Failed, Ready, Report, Result, Stop, Submit
+from service.messages import (
+    Cancel,
+    Failed,
+    Load,
+    Loaded,
+    NotLoaded,
+    Ready,
+    Report,
+    Result,
+    Stop,
+    Submit,
+    Unload,
+)
 from service.repository import ModelVersion
 from service.scheduler import Job, Scheduler, Stats
 
@@ -81,21 +93,27 @@ def golden_check(scheduler: Scheduler, model_version, variant: str) -> int:
 
 
 def _load(settings: WorkerSettings):
-    from service.onnx_engine import OnnxEngine  # after CUDA_VISIBLE_DEVICES is set
-
     schedulers, info = {}, {"pid": os.getpid(), "models": {}}
     for key, model_version in settings.models:
-        variant = settings.variant_of(key)
-        engine = OnnxEngine(model_version, variant, settings.device, 1, settings.io_binding)
-        scheduler = Scheduler(engine, settings.max_rows, settings.batching, settings.window)
-        checked = golden_check(scheduler, model_version, variant)
-        schedulers[key] = scheduler
-        info["models"][key] = {
-            "provider": engine.decoder.get_providers()[0],
-            "kind": engine.kind,
-            "golden_inputs": checked,
-        }
+        schedulers[key], info["models"][key] = _load_model(
+            settings, model_version, settings.variant_of(key)
+        )
     return schedulers, info
+
+
+def _load_model(settings: WorkerSettings, model_version, variant: str):
+    """(scheduler, info) of one model version, its golden set checked."""
+    from service.onnx_engine import OnnxEngine  # after CUDA_VISIBLE_DEVICES is set
+
+    engine = OnnxEngine(model_version, variant, settings.device, 1, settings.io_binding)
+    scheduler = Scheduler(engine, settings.max_rows, settings.batching, settings.window)
+    checked = golden_check(scheduler, model_version, variant)
+    info = {
+        "provider": engine.decoder.get_providers()[0],
+        "kind": engine.kind,
+        "golden_inputs": checked,
+    }
+    return scheduler, info
 
 
 def run_worker(conn, settings: WorkerSettings) -> None:
@@ -114,10 +132,21 @@ def run_worker(conn, settings: WorkerSettings) -> None:
         return
     conn.send(Ready(info))
     with contextlib.suppress(EOFError, BrokenPipeError, KeyboardInterrupt):
-        _loop(conn, schedulers)  # ends on "stop", or when the front is gone
+        _loop(conn, schedulers, settings)  # ends on "stop", or when the front is gone
 
 
-def _loop(conn, schedulers: dict[str, Scheduler]) -> None:
+def _serve_load(conn, schedulers: dict[str, Scheduler], settings, message: Load) -> None:
+    """Loads one more model version between two steps (the other models wait meanwhile)."""
+    try:
+        scheduler, info = _load_model(settings, message.version, message.variant)
+    except Exception as error:  # a broken version: refused, the others go on
+        conn.send(NotLoaded(message.key, f"{type(error).__name__}: {error}"))
+        return
+    schedulers[message.key] = scheduler
+    conn.send(Loaded(message.key, info))
+
+
+def _loop(conn, schedulers: dict[str, Scheduler], settings: WorkerSettings) -> None:
     reported = {key: (0, 0) for key in schedulers}  # (rows, waiting) last sent
     last_report = time.monotonic()
     while True:
@@ -130,7 +159,12 @@ def _loop(conn, schedulers: dict[str, Scheduler]) -> None:
                 if isinstance(message, Submit):
                     schedulers[message.key].submit(message.job)
                 elif isinstance(message, Cancel):
-                    schedulers[message.key].cancel(message.job_id)
+                    if message.key in schedulers:
+                        schedulers[message.key].cancel(message.job_id)
+                elif isinstance(message, Load):
+                    _serve_load(conn, schedulers, settings, message)
+                elif isinstance(message, Unload):
+                    schedulers.pop(message.key, None)
                 if not conn.poll(0):
                     break
         for scheduler in schedulers.values():
@@ -143,7 +177,7 @@ def _loop(conn, schedulers: dict[str, Scheduler]) -> None:
             measured = scheduler.stats.step_seconds or scheduler.stats.encoder_seconds
             # events at once; measurements and the batch state (a gauge) at most every
             # STATS_EVERY, so a busy worker does not send a message a step
-            if scheduler.events or (due and (measured or state != reported[key])):
+            if scheduler.events or (due and (measured or state != reported.get(key, (0, 0)))):
                 conn.send(Report(key, scheduler.events, scheduler.stats, *state))
                 scheduler.events, scheduler.stats, reported[key] = [], Stats(), state
                 last_report = now

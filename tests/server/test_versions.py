@@ -1,0 +1,99 @@
+"""Model versions while serving: a version added under load takes the calls that name no
+version, a broken one is refused without touching the others, a removed one drains; no call
+fails meanwhile."""
+
+from __future__ import annotations
+
+import collections
+import json
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import grpc
+from conftest import rpc_error
+
+from service import client
+
+
+def _add_version(repository, source: str, version: str, corrupt: bool = False):
+    """A copy of translator/<source> as <version>, written aside and renamed into place (how
+    a version is published: the server never sees it half written)."""
+    staging = repository / "translator" / f".incoming-{version}"
+    shutil.copytree(repository / "translator" / source, staging)
+    manifest = json.loads((staging / "manifest.json").read_text())
+    manifest["model"]["version"] = version  # the manifest itself is not among the hashed files
+    (staging / "manifest.json").write_text(json.dumps(manifest))
+    if corrupt:
+        with open(staging / "tokenizer.model", "ab") as f:
+            f.write(b"\0")
+    staging.rename(repository / "translator" / version)
+
+
+def _load(server, stop: threading.Event) -> list[tuple[str, str]]:
+    """(status, version that answered) of one client's calls until `stop`."""
+    outcomes = []
+    while not stop.is_set():
+        try:
+            answer = client.translate(server.channel, ["Dios es amor."], timeout=30)
+            outcomes.append(("OK", answer.version))
+        except grpc.RpcError as error:
+            outcomes.append((error.code().name, error.details()))
+    return outcomes
+
+
+def _served(server, version: str) -> bool:
+    return server.value("attnserve_model_info", model="translator", version=version) == 1
+
+
+def _swap(server, repository) -> None:
+    """Version 2 added, a broken 3 refused, 1 removed, each seen through the metrics."""
+    time.sleep(1.0)
+    _add_version(repository, "1", "2")
+    server.wait_for(lambda: _served(server, "2"), 120, "version 2 loaded and checked")
+    _add_version(repository, "1", "3", corrupt=True)
+    server.wait_for(lambda: server.value("attnserve_model_versions_refused_total") == 1, 60,
+                    "version 3 refused")  # fmt: skip
+    shutil.rmtree(repository / "translator" / "1")
+    server.wait_for(lambda: not _served(server, "1"), 60, "version 1 retired")
+    time.sleep(1.0)
+
+
+def test_versions_come_and_go_under_load_without_a_failed_call(
+    start_server, model_repository, tmp_path
+):
+    repository = tmp_path / "repository"
+    shutil.copytree(model_repository, repository)
+    server = start_server(
+        "--workers", "1", "--watch-seconds", "0.3", "--repository", str(repository)
+    )
+    stop = threading.Event()
+    with ThreadPoolExecutor(4) as pool:
+        clients = [pool.submit(_load, server, stop) for _ in range(4)]
+        try:
+            _swap(server, repository)
+        finally:
+            stop.set()
+        outcomes = [o for c in clients for o in c.result(timeout=60)]
+    codes = collections.Counter(code for code, _ in outcomes)
+    assert set(codes) == {"OK"}, codes  # no call failed through the swap
+    versions = [version for _, version in outcomes]
+    assert versions[0] == "1" and {"1", "2"} == set(versions)  # the broken 3 was never served
+    assert all(v == "2" for v in [v for c in clients for _, v in c.result()[-3:]])
+    error = rpc_error(lambda: client.translate(server.channel, ["Hola."], version="1", timeout=10))
+    assert error.code() == grpc.StatusCode.NOT_FOUND  # retired
+    log = server.log_file.read_text()
+    assert "translator/3 refused" in log and "sha256 does not match" in log
+    assert "retired translator/1" in log
+
+    listing = subprocess.run(
+        [sys.executable, "-m", "attnserve.cli", "repository", "verify", "--repository",
+         str(repository), "--json"], capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    rows = {(r["model"], r["version"]): r for r in map(json.loads, listing.stdout.splitlines())}
+    assert listing.returncode == 1  # version 3 does not verify
+    assert rows["translator", "2"]["verified"] == "hashes and certificate"
+    assert "sha256 does not match" in rows["translator", "3"]["problem"]
