@@ -195,3 +195,42 @@ def test_promtool_rejects_a_broken_rule(tmp_path):
     result = _run([_binary("promtool"), "check", "rules", str(rules)])
     assert result.returncode != 0
     assert "parse error" in result.stdout + result.stderr
+
+
+KUBERNETES = ROOT / "deploy" / "kubernetes" / "attnserve.yaml"
+
+
+def _kubernetes_validate(path: Path) -> subprocess.CompletedProcess:
+    return _run([_binary("kubernetes-validate"), "--strict", "--no-warn", str(path)])
+
+
+def test_kubernetes_manifests_validate_offline():
+    done = _kubernetes_validate(KUBERNETES)
+    assert done.returncode == 0, done.stdout + done.stderr
+    kinds = [d["kind"] for d in yaml.safe_load_all(KUBERNETES.read_text())]
+    assert kinds == ["Deployment", "Service", "PodDisruptionBudget", "HorizontalPodAutoscaler"]
+
+
+def test_kubernetes_probes_ask_grpc_health_and_the_pod_outlives_its_drain():
+    from service.config import ServerConfig
+    from service.metrics import Metrics
+
+    deployment, _, budget, scaler = yaml.safe_load_all(KUBERNETES.read_text())
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert container[probe]["grpc"]["port"] == GRPC_PORT  # health needs no token
+    drain = float(next(e["value"] for e in container["env"]
+                       if e["name"] == "ATTNSERVE_DRAIN_SECONDS"))  # fmt: skip
+    assert drain <= ServerConfig().drain_seconds and pod["terminationGracePeriodSeconds"] > drain
+    assert budget["spec"]["minAvailable"] >= 1
+    assert deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+    metric = scaler["spec"]["metrics"][0]["pods"]["metric"]["name"]
+    assert metric in {m.name for m in Metrics().registry.collect()}
+
+
+def test_kubernetes_validation_catches_a_misspelt_field(tmp_path):
+    broken = tmp_path / "broken.yaml"
+    broken.write_text(KUBERNETES.read_text().replace("readinessProbe:", "readynessProbe:", 1))
+    done = _kubernetes_validate(broken)
+    assert done.returncode != 0 and "readynessProbe" in done.stdout + done.stderr
