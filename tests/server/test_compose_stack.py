@@ -102,3 +102,42 @@ def test_prometheus_scrapes_the_live_server_with_the_deployed_config(prometheus,
     assert {i["metric"]["execution_provider"] for i in infos} == {"CPUExecutionProvider"}
     groups = {g["name"] for g in _api(web, "rules")["groups"]}
     assert groups == {"attnserve-recording", "attnserve-alerts"}
+
+
+def test_every_dashboard_panel_returns_data_from_the_live_prometheus(prometheus, server):
+    import importlib.util
+    import threading
+
+    from helpers import ROOT
+
+    spec = importlib.util.spec_from_file_location("panels", ROOT / "deploy/grafana/panels.py")
+    panels = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(panels)
+    written = json.loads((ROOT / "deploy/grafana/dashboards/attnserve.json").read_text())
+    assert written == panels.dashboard()  # the file is what panels.py writes
+    web, process = prometheus
+    image = (ROOT / "examples" / "scene.png").read_bytes()
+    stop = threading.Event()
+
+    def traffic():
+        while not stop.is_set():
+            client.translate(server.channel, ["Yo soy de Canadá."], timeout=30)
+            list(client.translate_stream(server.channel, "Dios es amor.", timeout=30))
+            client.caption(server.channel, [image], timeout=30)
+
+    thread = threading.Thread(target=traffic)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 60
+        _poll_query(web, "count_over_time(attnserve_workers_ready[1m]) >= 3", process, deadline)
+        empty = []
+        for panel in written["panels"]:
+            for target in panel["targets"]:
+                query = target["expr"].replace("$__rate_interval", "1m").replace("$model", ".*")
+                if not _api(web, "query", query=query)["result"]:
+                    empty.append((panel["title"], query))
+    finally:
+        stop.set()
+        thread.join(60)
+    assert not empty, empty
+    assert sum(len(p["targets"]) for p in written["panels"]) >= 20
