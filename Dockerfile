@@ -63,7 +63,11 @@ ENV PIP_NO_CACHE_DIR=1 \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1
 
-RUN useradd --system --uid 10001 --user-group --home-dir /nonexistent --no-create-home \
+# The user and its group are both 10001, what the images run as (USER 10001:10001 below and
+# runAsUser/runAsGroup in deploy/kubernetes): `--user-group` alone would make a system group
+# with another id.
+RUN groupadd --system --gid 10001 attnserve \
+    && useradd --system --uid 10001 --gid 10001 --home-dir /nonexistent --no-create-home \
         --shell /usr/sbin/nologin attnserve
 
 # Owned by root and read-only to the server: the manifest's hashes are checked at load.
@@ -87,15 +91,16 @@ CMD ["serve"]
 
 
 # NVIDIA GPUs: onnxruntime-gpu with CUDA and cuDNN from their pip wheels; the host needs only
-# the driver and the NVIDIA container toolkit.
+# the driver and the NVIDIA container toolkit. The wheels' libraries are found where Python
+# put the `nvidia` package (site-packages in python images, dist-packages on Debian's).
 FROM serve-base AS runtime-cuda
 
 COPY --from=build /dist/ /tmp/wheels/
 RUN wheel="$(echo /tmp/wheels/attnserve-*.whl)" \
     && pip install "${wheel}[gpu]" "onnxruntime-gpu[cuda,cudnn]" \
     && rm -rf /tmp/wheels \
-    && find /usr/local/lib/python3.11/site-packages/nvidia -type d -name lib \
-        > /etc/ld.so.conf.d/nvidia-wheels.conf \
+    && nvidia="$(python -c 'import nvidia; print(*nvidia.__path__)')" \
+    && find ${nvidia} -type d -name lib > /etc/ld.so.conf.d/nvidia-wheels.conf \
     && ldconfig \
     && python -c "import importlib.util as u, sys; sys.exit(u.find_spec('torch') is not None)"
 
