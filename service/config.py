@@ -41,6 +41,10 @@ class ServerConfig:
     batch_window_ms: float = 5.0  # how long request-level batching collects
     max_batch_rows: int = 64  # hypotheses decoded together by one worker
     max_queued_requests: int = 256  # beyond: RESOURCE_EXHAUSTED
+    # ... and RESOURCE_EXHAUSTED when a new call would wait longer than this for a place in a
+    # batch, at the rate calls were admitted lately (0: no such limit): under overload the
+    # calls that fit keep their latency and the others learn it at once.
+    max_queue_seconds: float = 0.5
     max_input_tokens: int = 0  # per text; 0: the model's own limit
     max_output_length: int = 0  # decoding steps; 0: the model's own limit
     default_max_length: int = 256  # when a request leaves max_length unset (at most the model's)
@@ -91,8 +95,10 @@ class ServerConfig:
         ):  # fmt: skip
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be 1 or more")
-        for name in ("watch_seconds", "min_ping_interval_seconds", "max_connection_age_seconds",
-                     "max_connection_age_grace_seconds"):  # fmt: skip
+        for name in (
+            "watch_seconds", "max_queue_seconds", "min_ping_interval_seconds",
+            "max_connection_age_seconds", "max_connection_age_grace_seconds",
+        ):  # fmt: skip
             if getattr(self, name) < 0:
                 problems.append(f"{name} must be 0 or more")
         if self.max_concurrent_streams < 1:

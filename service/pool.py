@@ -11,6 +11,7 @@ front (decoding is deterministic, so the client cannot tell), and fails with UNA
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import itertools
 import logging
@@ -41,6 +42,7 @@ from service.scheduler import Job
 from service.worker import WorkerSettings, run_worker
 
 log = logging.getLogger("attnserve")
+ADMISSION_WINDOW = 5.0  # seconds of admissions the expected queue wait is measured over
 RESTART_DELAYS = (0.0, 0.5, 1.0, 2.0, 5.0)  # seconds before successive restarts of a slot
 
 
@@ -95,8 +97,16 @@ class _Worker:
 
 
 class WorkerPool:
-    def __init__(self, settings: list[WorkerSettings], metrics: Metrics, max_queued: int):
+    def __init__(
+        self,
+        settings: list[WorkerSettings],
+        metrics: Metrics,
+        max_queued: int,
+        max_queue_seconds: float = 0.0,
+    ):
         self.metrics, self.max_queued = metrics, max_queued
+        self.max_queue_seconds = max_queue_seconds
+        self._admissions: collections.deque[float] = collections.deque()  # admission times
         self.workers = [_Worker(s) for s in settings]
         self.models: dict[str, str] = {}  # key -> model name, for metric labels
         self.queued = 0
@@ -217,6 +227,12 @@ class WorkerPool:
                 f"{self.queued} requests are already waiting (max_queued_requests "
                 f"{self.max_queued}); retry later"
             )
+        wait = self.expected_wait()
+        if wait is not None and wait > self.max_queue_seconds:
+            raise ResourceExhausted(
+                f"{self.queued} requests are waiting, about {wait:.1f} s at the rate calls are "
+                f"admitted (max_queue_seconds {self.max_queue_seconds:g}); retry later"
+            )
         worker = await self._ready_worker(timeout)
         call = Call(job, key, self.models.get(key, key), method, worker)
         worker.add(call)
@@ -285,6 +301,23 @@ class WorkerPool:
         call.admitted = True
         self.queued -= 1
         self.metrics.requests_queued.labels(call.model, call.method).dec()
+        now = time.monotonic()
+        self._admissions.append(now)
+        while self._admissions and self._admissions[0] < now - ADMISSION_WINDOW:
+            self._admissions.popleft()
+
+    def expected_wait(self) -> float | None:
+        """How long a call joining the queue now would wait, from the rate at which calls
+        were admitted over the last ADMISSION_WINDOW seconds (Little's law); None when
+        there is no queue, no such limit, or no rate measured yet."""
+        if not self.max_queue_seconds or not self.queued:
+            return None
+        now = time.monotonic()
+        recent = [t for t in self._admissions if t >= now - ADMISSION_WINDOW]
+        if len(recent) < 2:
+            return None
+        rate = len(recent) / max(now - recent[0], 1e-3)
+        return self.queued / rate
 
     # -- messages from workers ------------------------------------------------------------
     def _on_readable(self, worker: _Worker) -> None:

@@ -429,7 +429,7 @@ async def serve(config: ServerConfig, stop: asyncio.Event | None = None) -> int:
         log.info("%s", line)
     variants = {key: variant for key, (variant, _) in choices.items()}
     settings = worker_settings(config, keys, device, variants)
-    pool = WorkerPool(settings, metrics, config.max_queued_requests)
+    pool = WorkerPool(settings, metrics, config.max_queued_requests, config.max_queue_seconds)
     pool.models = {m.key: m.version.name for m in served}
     front = Front(config, models, pool, metrics)
 
