@@ -135,6 +135,26 @@ def test_a_killed_worker_is_replaced_and_its_calls_retried_unseen(start_server):
     assert client.health(server.channel) == "SERVING"
 
 
+def test_a_worker_killed_under_load_costs_no_unary_call(start_server):
+    server = start_server("--workers", "2")
+    stop = threading.Event()
+    with ThreadPoolExecutor(6) as pool:
+        clients = [pool.submit(_load_until, server, stop, False) for _ in range(6)]
+        try:
+            server.wait_for(lambda: server.value("attnserve_requests_in_flight") >= 3, what="load")
+            time.sleep(1.0)
+            os.kill(sorted(server.worker_pids())[0], signal.SIGKILL)
+            server.wait_for(lambda: server.value("attnserve_worker_restarts_total") == 1, 60,
+                            "restart")  # fmt: skip
+            time.sleep(1.0)
+        finally:
+            stop.set()
+        outcomes = [o for c in clients for o in c.result(timeout=60)]
+    codes = collections.Counter(code for _, _, code in outcomes)
+    assert codes == {"OK": codes["OK"]} and codes["OK"] > 20, codes
+    assert server.value("attnserve_retried_calls_total", method="Translate") >= 1
+
+
 def test_a_stream_that_sent_events_fails_unavailable_when_its_worker_dies(start_server):
     server = start_server("--workers", "1")
     (victim,) = server.worker_pids()
