@@ -121,7 +121,8 @@ async def open_loop(stub, pid: int, rate: float, seconds: float, seed: int) -> d
 
 async def run(args) -> dict:
     directory = Path(tempfile.mkdtemp(prefix="attnserve-overload-"))
-    flags = ["--workers", str(args.workers)] if args.workers else []
+    flags = ["--max-queue-seconds", str(args.max_queue_seconds)]
+    flags += ["--workers", str(args.workers)] if args.workers else []
     server = Server(args.repository, directory, flags)
     try:
         state = await server.wait()
@@ -165,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--factor", type=float, default=2.0)
     parser.add_argument("--workers", type=int, default=0)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--max-queue-seconds", type=float, default=0.5, help="the server's")
     parser.add_argument("--repository", type=Path, default=ROOT / "data" / "repository")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)

@@ -43,8 +43,9 @@ class ServerConfig:
     max_queued_requests: int = 256  # beyond: RESOURCE_EXHAUSTED
     # ... and RESOURCE_EXHAUSTED when a new call would wait longer than this for a place in a
     # batch, at the rate calls were admitted lately (0: no such limit): under overload the
-    # calls that fit keep their latency and the others learn it at once.
-    max_queue_seconds: float = 0.5
+    # calls that fit keep their latency and the others learn it at once. Off by default: with
+    # few long calls the rate is a poor guide, and closed loops of clients were refused.
+    max_queue_seconds: float = 0.0
     max_input_tokens: int = 0  # per text; 0: the model's own limit
     max_output_length: int = 0  # decoding steps; 0: the model's own limit
     default_max_length: int = 256  # when a request leaves max_length unset (at most the model's)
