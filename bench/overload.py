@@ -28,18 +28,8 @@ import numpy as np
 
 from attnserve.v1 import translation_pb2, translation_pb2_grpc
 from bench.load import ROOT, Server
-from bench.soak import sample
+from bench.soak import SENTENCES, sample
 
-SENTENCES = [
-    "Yo soy de Canadá.",
-    "¿Dónde está la estación de tren?",
-    "El perro come pan en la casa.",
-    "Mañana iremos al mercado con mis hermanos.",
-    "La contraseña es incorrecta.",
-    "No tengas miedo, porque yo estoy contigo.",
-    "Bienaventurados los pobres de espíritu.",
-    "El tren sale a las ocho de la mañana.",
-]
 DEADLINE = 30.0
 
 

@@ -312,12 +312,12 @@ class WorkerPool:
         there is no queue, no such limit, or no rate measured yet."""
         if not self.max_queue_seconds or not self.queued:
             return None
-        now = time.monotonic()
-        recent = [t for t in self._admissions if t >= now - ADMISSION_WINDOW]
-        if len(recent) < 2:
+        now, admissions = time.monotonic(), self._admissions
+        while admissions and admissions[0] < now - ADMISSION_WINDOW:
+            admissions.popleft()
+        if len(admissions) < 2:
             return None
-        rate = len(recent) / max(now - recent[0], 1e-3)
-        return self.queued / rate
+        return self.queued * max(now - admissions[0], 1e-3) / len(admissions)
 
     # -- messages from workers ------------------------------------------------------------
     def _on_readable(self, worker: _Worker) -> None:

@@ -133,11 +133,10 @@ class VersionWatcher:
         front.describe(model, variant)
         log.info("serving %s (%s, variant %s: %s), loaded and checked in %.1f s", model.key,
                  model.kind, variant, why, time.monotonic() - started)  # fmt: skip
-        for other_version in list(front.models[model.service][version.name]):
-            if other_version not in newest(front.models[model.service][version.name],
-                                           self.config.max_versions):  # fmt: skip
-                other = front.models[model.service][version.name][other_version]
-                self._retire(Path(other.version.directory), other, "a newer version came")
+        served = front.models[model.service][version.name]
+        keep = newest(served, self.config.max_versions)
+        for other in [m for v, m in served.items() if v not in keep]:
+            self._retire(Path(other.version.directory), other, "a newer version came")
 
     def _retire(self, directory: Path, model, why: str) -> None:
         if model.key in self.retiring:
