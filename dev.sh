@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 
-DEBIAN_PACKAGES=(diatheke sword-text-sparv sword-text-web apertium apertium-eng-spa docker-compose prometheus
+DEBIAN_PACKAGES=(diatheke sword-text-sparv sword-text-web apertium apertium-eng-spa lttoolbox-dev docker-compose prometheus
   fonts-noto-color-emoji unicode-cldr-core)
 PYTHON=${PYTHON:-python3}
 

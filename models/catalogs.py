@@ -305,6 +305,7 @@ def _write(out: Path, name: str, pairs: list[tuple[str, str]]) -> None:
 def build_catalog_data(out: Path, cache: Path = CACHE, roles: dict[str, str] = PACKAGES) -> dict:
     """Writes `catalogs.{es,en}` (training pairs), `synthetic.{es,en}` (back-translated
     fortunes, WordNet examples and Ding's sentences, models.backtranslation),
+    `lexicon.{es,en}` (Apertium's dictionary words, models.lexicon),
     `test-modern.{es,en}` and `test-everyday.{es,en}` into `out`; returns the counts (also
     in `catalogs.json`)."""
     import json
@@ -313,6 +314,7 @@ def build_catalog_data(out: Path, cache: Path = CACHE, roles: dict[str, str] = P
     from models import backtranslation
     from models.cldr import CLDR, cldr_pairs
     from models.fluent import ARCHIVES, ENGLISH, SPANISH, firefox_pairs
+    from models.lexicon import BILINGUAL, dictionary_pairs
 
     out.mkdir(parents=True, exist_ok=True)
     trees = {package: fetch(package, cache) for package in roles}
@@ -347,9 +349,20 @@ def build_catalog_data(out: Path, cache: Path = CACHE, roles: dict[str, str] = P
         sentences = [s for s in dict.fromkeys(sentences) if normalised(s) not in held_out]
         synthetic = backtranslation.synthetic_pairs(sentences)
     _write(out, "synthetic", synthetic)
+    lexicon: list[tuple[str, str]] = []
+    if shutil.which("lt-print") and BILINGUAL.exists():  # Apertium's dictionary words
+        held_out = {normalised(t) for pair in modern for t in pair}
+        held_out |= {normalised(t) for t in spanish + english}
+        lexicon = [
+            (s, e)
+            for s, e in dictionary_pairs()
+            if normalised(s) not in held_out and normalised(e) not in held_out
+        ]
+    _write(out, "lexicon", lexicon)
     counts = {
         "train_pairs": len(train),
         "synthetic_pairs": len(synthetic),
+        "lexicon_pairs": len(lexicon),
         "modern_pairs": len(modern),
         "everyday_pairs": len(spanish),
         "packages": {

@@ -19,6 +19,7 @@ def test_the_mix_tags_synthetic_sources_and_keeps_the_dev_slice_out_of_train(tmp
     catalogs = [(f"abrir archivo {i}", f"open file {i}") for i in range(DEV_PAIRS + 40)]
     _split(source, "catalogs", catalogs)
     _split(source, "synthetic", [("me gustan los gatos", "I like cats.")])
+    _split(source, "lexicon", [("tenedor", "fork"), ("traer", "bring")])
     _split(source, "train", [("En el principio", "In the beginning")])
     _split(source, "dev", [("Y dijo Dios", "And God said")])
     for part in TEST_PARTS:
@@ -28,8 +29,11 @@ def test_the_mix_tags_synthetic_sources_and_keeps_the_dev_slice_out_of_train(tmp
     dev = list(zip(*read_split(tmp_path / "modern", "dev"), strict=True))
     assert (f"{SYNTHETIC_TAG} me gustan los gatos", "I like cats.") in train
     assert ("En el principio", "In the beginning") in train
+    assert ("tenedor", "fork") in train  # dictionary words are human-made: not tagged
     assert len(dev) == 1 + DEV_PAIRS and not set(dev) & set(train)
-    assert counts["train"] == {"bible": 1, "catalogs": 40, "synthetic": 1, "total": 42}
+    assert counts["train"] == {
+        "bible": 1, "catalogs": 40, "synthetic": 1, "lexicon": 2, "total": 44
+    }  # fmt: skip
     assert counts["test"] == dict.fromkeys(TEST_PARTS, 1)
 
 
