@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import json
 import shutil
 import sys
 from pathlib import Path
@@ -159,6 +160,19 @@ def _add_train(commands) -> None:
         "the last N when it beats the best checkpoint on dev (0: off)",
     )
     parser.add_argument("--snapshot-every", type=int, default=400)
+    parser.add_argument(
+        "--pack",
+        type=Path,
+        metavar="FILE",
+        help="do not train: write the run's last state to FILE, small enough to commit (int8 "
+        "weights, progress, tokenizer; no optimizer moments), for --resume-from elsewhere",
+    )
+    parser.add_argument(
+        "--resume-from",
+        type=Path,
+        metavar="FILE",
+        help="a run directory without a run yet goes on from this packed run (--pack)",
+    )
     parser.add_argument(
         "--init-from",
         type=Path,
@@ -769,6 +783,16 @@ def main(argv: list[str] | None = None) -> int:
         return repository(args)
     if args.command in ("data", "train", "evaluate", "export"):
         _model_defaults(args)
+    if args.command == "train" and (args.pack or args.resume_from):
+        from models import run_state  # torch-side
+
+        if args.pack:
+            print(json.dumps(run_state.pack_run(args.run_dir, args.pack)))
+            return 0
+        if not (args.run_dir / "last.pt").exists():
+            print(json.dumps({"resumed": str(args.resume_from)} | run_state.unpack_run(
+                args.resume_from, args.run_dir
+            )))  # fmt: skip
     if args.command in ("data", "train", "evaluate") and args.model == "captioner":
         from models import caption_commands  # torch-side: imported only for these commands
 

@@ -9,13 +9,14 @@ from pathlib import Path
 import torch
 
 
-def load_state(run_dir: Path, model_config: dict) -> dict | None:
-    """The state of `last.pt`, or None for a new run; refuses a run of another config."""
+def load_state(run_dir: Path, model_config: dict | None) -> dict | None:
+    """The state of `last.pt`, or None for a new run; refuses a run of another config (None:
+    any config)."""
     last = Path(run_dir) / "last.pt"
     if not last.exists():
         return None
     state = torch.load(last, map_location="cpu", weights_only=False)
-    if state["model_config"] != model_config:
+    if model_config is not None and state["model_config"] != model_config:
         raise ValueError(f"{last} was trained with another model config; use a new run_dir")
     return state
 
@@ -38,3 +39,72 @@ def out_of_budget(options, progress) -> bool:
     over_time = progress.seconds >= options.max_minutes * 60
     over_steps = options.max_steps > 0 and progress.step >= options.max_steps
     return over_time or progress.epoch >= options.max_epochs or over_steps
+
+
+PACKED_FORMAT = "attnserve-packed-run/1"
+_NOT_MODULES = ("optimizer", "progress", "model_config")
+
+
+def _packed(weights: dict) -> dict:
+    packed = {}
+    for name, tensor in weights.items():
+        tensor = tensor.float()
+        if tensor.dim() == 2:
+            scale = (tensor.abs().amax(dim=1, keepdim=True) / 127).clamp_min(1e-12)
+            rows = torch.round(tensor / scale).to(torch.int8)
+            packed[name] = {"int8": rows, "scale": scale.half()}
+        else:
+            packed[name] = {"half": tensor.half()}
+    return packed
+
+
+def _unpacked(packed: dict) -> dict:
+    return {
+        name: parts["int8"].float() * parts["scale"].float() if "int8" in parts
+        else parts["half"].float()
+        for name, parts in packed.items()
+    }  # fmt: skip
+
+
+def pack_run(run_dir: Path, out: Path) -> dict:
+    """Writes `out`: the run's last state small enough to keep in the repository, so that a
+    run longer than one sitting goes on from another machine (`unpack_run`). Matrices are
+    int8 with one fp16 scale per row (the rounding is far below what the next hundred steps
+    change), everything else fp16; the progress, the model config and the run's tokenizer are
+    kept; the optimizer's moments are not (Adam rebuilds them in a few steps). Returns a
+    summary."""
+    state = load_state(run_dir, None)
+    if state is None:
+        raise FileNotFoundError(f"{run_dir}/last.pt: no run to pack")
+    modules = {key: value for key, value in state.items() if key not in _NOT_MODULES}
+    packed = {
+        "format": PACKED_FORMAT,
+        "modules": {key: _packed(weights) for key, weights in modules.items()},
+        "progress": state["progress"],
+        "model_config": state["model_config"],
+        "tokenizer": (Path(run_dir) / "tokenizer.model").read_bytes(),
+    }
+    tmp = Path(out).with_suffix(".tmp")
+    torch.save(packed, tmp)
+    tmp.replace(out)
+    return {"step": state["progress"]["step"], "bytes": Path(out).stat().st_size}
+
+
+def unpack_run(packed_file: Path, run_dir: Path) -> dict:
+    """Makes `run_dir` (which must hold no run yet) go on from a packed run: `last.pt` without
+    optimizer state and the tokenizer. The best dev score starts again (no best.pt travels)."""
+    run_dir = Path(run_dir)
+    if (run_dir / "last.pt").exists():
+        raise FileExistsError(f"{run_dir} already holds a run")
+    packed = torch.load(packed_file, map_location="cpu", weights_only=False)
+    if packed.get("format") != PACKED_FORMAT:
+        raise ValueError(f"{packed_file} is not a packed run")
+    modules = {key: _unpacked(weights) for key, weights in packed["modules"].items()}
+    progress = {k: -1.0 if k.startswith("best_") else v for k, v in packed["progress"].items()}
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "tokenizer.model").write_bytes(packed["tokenizer"])
+    state = {**modules, "progress": progress, "model_config": packed["model_config"]}
+    tmp = run_dir / "last.tmp"
+    torch.save(state, tmp)
+    tmp.replace(run_dir / "last.pt")
+    return {"step": progress["step"]}

@@ -181,7 +181,8 @@ class Trainer:
             return False
         state["model"] = {k: v.to(self.device) for k, v in state["model"].items()}
         self.model.load_state_dict(state["model"], strict=True)
-        self.optimizer.load_state_dict(state["optimizer"])
+        if "optimizer" in state:  # not in a packed run (models.run_state.pack_run)
+            self.optimizer.load_state_dict(state["optimizer"])
         self.progress = Progress(**state["progress"])
         return True
 

@@ -116,3 +116,42 @@ def test_the_mean_of_snapshots_is_the_mean_of_their_weights(tmp_path):
     mean = average_weights(sorted(tmp_path.glob("*.pt")))
     assert torch.equal(mean["w"], torch.full((2, 2), 3.0))
     assert torch.equal(mean["b"], torch.tensor([3.0, -3.0])) and mean["b"].dtype == torch.float32
+
+
+def test_a_packed_run_goes_on_elsewhere_where_it_stopped(tmp_path, translator_data):
+    from attnserve.cli import main
+    from models.run_state import pack_run, unpack_run
+
+    data = tmp_path / "data"
+    data.mkdir()
+    for split in ("train", "dev"):
+        for suffix in ("es", "en"):
+            shutil.copy(translator_data / f"dev.{suffix}", data / f"{split}.{suffix}")
+    common = ["train", "translator", "--preset", "tiny", "--vocab-size", "512", "--data",
+              str(data), "--max-tokens", "600", "--dev-sentences", "4", "--threads", "1",
+              "--checkpoint-every", "2", "--out", str(tmp_path / "out")]  # fmt: skip
+    first, second = tmp_path / "first", tmp_path / "second"
+    assert main([*common, "--run-dir", str(first), "--max-steps", "2"]) == 0
+    packed = tmp_path / "run.pt"
+    assert main([*common, "--run-dir", str(first), "--pack", str(packed)]) == 0
+    original = torch.load(first / "last.pt", weights_only=False)
+    # the matrices travel as int8 with a scale per row: a fraction of the fp32 state's size
+    assert packed.stat().st_size < 0.4 * (first / "last.pt").stat().st_size
+    with pytest.raises(FileExistsError):
+        unpack_run(packed, first)
+
+    assert unpack_run(packed, second) == {"step": 2}
+    resumed = torch.load(second / "last.pt", weights_only=False)
+    assert resumed["progress"]["step"] == 2 and "optimizer" not in resumed
+    assert resumed["progress"]["best_bleu"] == -1.0  # no best.pt travels: the best starts again
+    assert (second / "tokenizer.model").read_bytes() == (first / "tokenizer.model").read_bytes()
+    for name, weights in original["model"].items():
+        error = (resumed["model"][name] - weights).abs().max().item()
+        assert error <= weights.abs().max().item() / 127 * 0.51 + 1e-3, name
+    (second / "last.pt").unlink()
+
+    assert main([*common, "--run-dir", str(second), "--resume-from", str(packed),
+                 "--max-steps", "4"]) == 0  # fmt: skip
+    state = torch.load(second / "last.pt", weights_only=False)
+    assert state["progress"]["step"] == 4 and "optimizer" in state
+    assert pack_run(second, tmp_path / "again.pt")["step"] == 4
