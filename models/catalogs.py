@@ -305,7 +305,8 @@ def _write(out: Path, name: str, pairs: list[tuple[str, str]]) -> None:
 def build_catalog_data(out: Path, cache: Path = CACHE, roles: dict[str, str] = PACKAGES) -> dict:
     """Writes `catalogs.{es,en}` (training pairs), `synthetic.{es,en}` (back-translated
     fortunes, WordNet examples and Ding's sentences, models.backtranslation),
-    `lexicon.{es,en}` (Apertium's dictionary words, models.lexicon),
+    `lexicon.{es,en}` (Apertium's dictionary words, models.lexicon), `phrases.{es,en}`
+    (everyday patterns filled with them, models.phrasebook),
     `test-modern.{es,en}` and `test-everyday.{es,en}` into `out`; returns the counts (also
     in `catalogs.json`)."""
     import json
@@ -314,7 +315,8 @@ def build_catalog_data(out: Path, cache: Path = CACHE, roles: dict[str, str] = P
     from models import backtranslation
     from models.cldr import CLDR, cldr_pairs
     from models.fluent import ARCHIVES, ENGLISH, SPANISH, firefox_pairs
-    from models.lexicon import BILINGUAL, dictionary_pairs
+    from models.lexicon import BILINGUAL, dictionary_entries
+    from models.phrasebook import common_words, phrase_pairs
 
     out.mkdir(parents=True, exist_ok=True)
     trees = {package: fetch(package, cache) for package in roles}
@@ -332,7 +334,10 @@ def build_catalog_data(out: Path, cache: Path = CACHE, roles: dict[str, str] = P
     _write(out, "test-modern", modern)
     spanish, english = read_everyday()
     _write(out, "test-everyday", list(zip(spanish, english, strict=True)))
+    held_out = {normalised(t) for pair in modern for t in pair}
+    held_out |= {normalised(t) for t in spanish + english}
     synthetic: list[tuple[str, str]] = []
+    sentences: list[str] = []  # real English prose
     if shutil.which("apertium"):  # back-translation: real English, Apertium's Spanish
         sentences = [
             s
@@ -345,24 +350,27 @@ def build_catalog_data(out: Path, cache: Path = CACHE, roles: dict[str, str] = P
         sentences += backtranslation.wordnet_examples(wordnet)
         ding = fetch(backtranslation.DING_PACKAGE, cache, backtranslation.DING)
         sentences += backtranslation.ding_sentences(ding)
-        held_out = {normalised(t) for _, t in modern} | {normalised(e) for e in english}
         sentences = [s for s in dict.fromkeys(sentences) if normalised(s) not in held_out]
         synthetic = backtranslation.synthetic_pairs(sentences)
     _write(out, "synthetic", synthetic)
     lexicon: list[tuple[str, str]] = []
+    phrases: list[tuple[str, str]] = []
     if shutil.which("lt-print") and BILINGUAL.exists():  # Apertium's dictionary words
-        held_out = {normalised(t) for pair in modern for t in pair}
-        held_out |= {normalised(t) for t in spanish + english}
-        lexicon = [
-            (s, e)
-            for s, e in dictionary_pairs()
-            if normalised(s) not in held_out and normalised(e) not in held_out
-        ]
+        entries = dictionary_entries()
+        frequency = common_words([s for s, _ in train] + sentences)  # real text only
+        lexicon = [(e.spanish, e.english) for e in entries]
+        phrases = phrase_pairs(entries, frequency)
+    lexicon, phrases = (
+        [p for p in dict.fromkeys(pairs) if not {normalised(t) for t in p} & held_out]
+        for pairs in (lexicon, phrases)
+    )
     _write(out, "lexicon", lexicon)
+    _write(out, "phrases", phrases)
     counts = {
         "train_pairs": len(train),
         "synthetic_pairs": len(synthetic),
         "lexicon_pairs": len(lexicon),
+        "phrase_pairs": len(phrases),
         "modern_pairs": len(modern),
         "everyday_pairs": len(spanish),
         "packages": {

@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 import subprocess
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
 BILINGUAL = Path("/usr/share/apertium/apertium-eng-spa/spa-eng.autobil.bin")
@@ -60,19 +61,41 @@ def _split(entry: str) -> tuple[str, list[str]] | None:
     return lemma, re.findall(r"<([^>]+)>", match.group(2))
 
 
-def word_pairs(entries: list[tuple[str, str]]) -> list[tuple[str, str]]:
-    """(Spanish, English) lemma pairs of the kept kinds, deduplicated, in dictionary order."""
-    pairs = []
+@dataclass(frozen=True)
+class Entry:
+    """One kept dictionary entry: lemmas, kind (n, adj, vblex, adv, ij) and, for a Spanish
+    noun, its gender (m, f, mf or "")."""
+
+    spanish: str
+    english: str
+    kind: str
+    gender: str = ""
+
+
+def word_entries(entries: list[tuple[str, str]]) -> list[Entry]:
+    """The entries of the kept kinds made of letters only, deduplicated, in dictionary order."""
+    kept = []
     for spanish, english in entries:
         a, b = _split(spanish), _split(english)
         if a is None or b is None or not a[1] or a[1][0] not in KEPT or "acr" in a[1] + b[1]:
             continue
         if _WORDS.match(a[0]) and _WORDS.match(b[0]):
-            pairs.append((a[0], b[0]))
-    return list(dict.fromkeys(pairs))
+            gender = next((t for t in a[1][1:] if t in ("m", "f", "mf")), "")
+            kept.append(Entry(a[0], b[0], a[1][0], gender))
+    return list(dict.fromkeys(kept))
+
+
+def word_pairs(entries: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """(Spanish, English) lemma pairs of the kept kinds, deduplicated, in dictionary order."""
+    return list(dict.fromkeys((e.spanish, e.english) for e in word_entries(entries)))
+
+
+def dictionary_entries(path: Path = BILINGUAL) -> list[Entry]:
+    """The kept entries of the installed dictionary (needs `lt-print`)."""
+    att = subprocess.run(["lt-print", str(path)], capture_output=True, text=True, check=True)
+    return word_entries(paths(att.stdout))
 
 
 def dictionary_pairs(path: Path = BILINGUAL) -> list[tuple[str, str]]:
     """The kept pairs of the installed dictionary (needs `lt-print`)."""
-    att = subprocess.run(["lt-print", str(path)], capture_output=True, text=True, check=True)
-    return word_pairs(paths(att.stdout))
+    return list(dict.fromkeys((e.spanish, e.english) for e in dictionary_entries(path)))

@@ -4,7 +4,8 @@ pairs mixed into one train / dev / test layout that `attnserve train translator 
     train   Bible train + catalog pairs (CLDR included) but the dev slice + synthetic pairs,
             their Spanish prefixed with SYNTHETIC_TAG (a piece of its own in the tokenizer:
             the model learns that such a source is machine Spanish; served text never has it)
-            + Apertium's dictionary word pairs (`lexicon`, human-made, untagged) when built
+            + Apertium's dictionary word pairs (`lexicon`) and the everyday patterns filled
+            with them (`phrases`), human-made and untagged, when built
     dev     Bible dev + DEV_PAIRS catalog pairs (a seeded choice, taken out of train), so
             that the dev score the training keeps the best checkpoint by reads modern text too
     test    the Bible test part (`test`), `test-modern` and `test-everyday`, copied unchanged
@@ -51,12 +52,16 @@ def build_modern_data(source: Path, out: Path) -> dict:
     catalogs = _pairs(source, "catalogs")
     dev_slice = set(_seeded_order(catalogs)[:DEV_PAIRS])
     synthetic = [(f"{SYNTHETIC_TAG} {s}", e) for s, e in _pairs(source, "synthetic")]
-    lexicon = _pairs(source, "lexicon") if (source / "lexicon.es").exists() else []
+    lexicon, phrases = (
+        _pairs(source, name) if (source / f"{name}.es").exists() else []
+        for name in ("lexicon", "phrases")
+    )
     parts = {
         "bible": _pairs(source, "train"),
         "catalogs": [pair for pair in catalogs if pair not in dev_slice],
         "synthetic": synthetic,
         "lexicon": lexicon,
+        "phrases": phrases,
     }
     train = [pair for part in parts.values() for pair in part]
     dev = _pairs(source, "dev") + [pair for pair in catalogs if pair in dev_slice]

@@ -20,6 +20,7 @@ def test_the_mix_tags_synthetic_sources_and_keeps_the_dev_slice_out_of_train(tmp
     _split(source, "catalogs", catalogs)
     _split(source, "synthetic", [("me gustan los gatos", "I like cats.")])
     _split(source, "lexicon", [("tenedor", "fork"), ("traer", "bring")])
+    _split(source, "phrases", [("Necesito un tenedor.", "I need a fork.")])
     _split(source, "train", [("En el principio", "In the beginning")])
     _split(source, "dev", [("Y dijo Dios", "And God said")])
     for part in TEST_PARTS:
@@ -30,9 +31,10 @@ def test_the_mix_tags_synthetic_sources_and_keeps_the_dev_slice_out_of_train(tmp
     assert (f"{SYNTHETIC_TAG} me gustan los gatos", "I like cats.") in train
     assert ("En el principio", "In the beginning") in train
     assert ("tenedor", "fork") in train  # dictionary words are human-made: not tagged
+    assert ("Necesito un tenedor.", "I need a fork.") in train
     assert len(dev) == 1 + DEV_PAIRS and not set(dev) & set(train)
     assert counts["train"] == {
-        "bible": 1, "catalogs": 40, "synthetic": 1, "lexicon": 2, "total": 44
+        "bible": 1, "catalogs": 40, "synthetic": 1, "lexicon": 2, "phrases": 1, "total": 45
     }  # fmt: skip
     assert counts["test"] == dict.fromkeys(TEST_PARTS, 1)
 
