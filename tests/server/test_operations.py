@@ -7,6 +7,7 @@ import collections
 import functools
 import json
 import os
+import random
 import shutil
 import signal
 import subprocess
@@ -54,9 +55,12 @@ def test_health_is_serving_only_after_warm_up_and_not_serving_on_drain(start_ser
 
 def _load_until(server, stop: threading.Event, stream: bool) -> list[tuple[float, float, str]]:
     """One client's calls until `stop`: (start, end, status code name) each. Like a client
-    with a retry policy, it backs off 0.1 s after a failure."""
+    with gRPC's retry policy, it backs off after a failure: exponentially (0.1 s doubling up
+    to 1.6 s) with jitter, so that clients refused by a draining server leave it quiet spells
+    (a fixed 0.1 s pause from 8 clients never does, and the server's own shutdown, which
+    cancels calls received but not yet handed to a handler, then meets one of them)."""
     texts = ["El perro come pan en la casa.", "Mañana iremos al mercado con mis hermanos."]
-    outcomes = []
+    outcomes, failures, jitter = [], 0, random.Random()
     while not stop.is_set():
         start = time.monotonic()
         try:
@@ -68,8 +72,9 @@ def _load_until(server, stop: threading.Event, stream: bool) -> list[tuple[float
         except grpc.RpcError as error:
             code = error.code().name
         outcomes.append((start, time.monotonic(), code))
-        if code != "OK":
-            time.sleep(0.1)
+        failures = 0 if code == "OK" else failures + 1
+        if failures:
+            stop.wait(min(0.1 * 2 ** (failures - 1), 1.6) * jitter.uniform(0.5, 1.0))
     return outcomes
 
 
