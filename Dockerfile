@@ -27,8 +27,13 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/*
 
 # torch first and from the CPU index (the PyPI wheel is the CUDA build); the pin in the train
-# extra is then already satisfied.
-RUN pip install --index-url https://download.pytorch.org/whl/cpu torch==2.13.0
+# extra is then already satisfied. A build may mount a directory of wheels at /opt/wheels
+# (`podman build -v /opt/wheels:/opt/wheels:ro`): a CPU torch wheel there is taken instead.
+RUN if ls /opt/wheels/torch-2.13.0+cpu-*.whl >/dev/null 2>&1; then \
+        pip install --find-links /opt/wheels torch==2.13.0; \
+    else \
+        pip install --index-url https://download.pytorch.org/whl/cpu torch==2.13.0; \
+    fi
 
 WORKDIR /src
 COPY pyproject.toml README.md ./

@@ -3,6 +3,7 @@
 #   ./dev.sh serve  install what is missing, build the model repository from the bundled
 #                   checkpoint, serve it over gRPC and answer a first request (Ctrl-C stops)
 #   ./dev.sh test   install what is missing, then lint and run the whole test suite
+#   ./dev.sh stack  build the images and run the compose stack in podman (tests marked stack)
 # Where nvidia-smi lists an NVIDIA GPU, the server's onnxruntime is onnxruntime-gpu and the
 # model repository also holds fp16 graphs; ATTNSERVE_DEVICE=cpu keeps the CPU set-up there.
 set -euo pipefail
@@ -15,8 +16,10 @@ PYTHON=${PYTHON:-python3}
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 
 install_debian_packages() {
-  local missing=()
-  for package in "${DEBIAN_PACKAGES[@]}"; do
+  # the packages named, or DEBIAN_PACKAGES
+  local missing=() wanted=("$@")
+  [ $# -gt 0 ] || wanted=("${DEBIAN_PACKAGES[@]}")
+  for package in "${wanted[@]}"; do
     dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" \
       || missing+=("$package")
   done
@@ -120,6 +123,14 @@ serve_and_answer() {
   wait $server
 }
 
+STACK_DEBIAN_PACKAGES=(podman runc catatonit mmdebstrap iptables netavark aardvark-dns uidmap)
+
+install_stack_tools() {
+  # podman with runc and netavark, mmdebstrap for the base image, podman-compose from PyPI
+  install_debian_packages "${STACK_DEBIAN_PACKAGES[@]}"
+  "$PYTHON" -m pip install -q --disable-pip-version-check podman-compose
+}
+
 setup() {
   install_debian_packages
   install_python_packages
@@ -144,8 +155,13 @@ case "${1:-}" in
     lint-imports
     "$PYTHON" -m pytest "${@:2}"
     ;;
+  stack)
+    setup
+    install_stack_tools
+    "$PYTHON" -m pytest -m stack -s tests/test_podman_stack.py "${@:2}"
+    ;;
   *)
-    echo "usage: ./dev.sh serve [serve flags] | ./dev.sh test [pytest arguments]" >&2
+    echo "usage: ./dev.sh serve [serve flags] | ./dev.sh test [pytest arguments] | ./dev.sh stack" >&2
     exit 2
     ;;
 esac
