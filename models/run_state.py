@@ -46,8 +46,14 @@ _NOT_MODULES = ("optimizer", "progress", "model_config")
 
 
 def _packed(weights: dict) -> dict:
-    packed = {}
+    """Tied weights (one storage under several names) are kept once, the others name it."""
+    packed, first_of = {}, {}
     for name, tensor in weights.items():
+        storage = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tensor.shape)
+        if storage in first_of:
+            packed[name] = {"same_as": first_of[storage]}
+            continue
+        first_of[storage] = name
         tensor = tensor.float()
         if tensor.dim() == 2:
             scale = (tensor.abs().amax(dim=1, keepdim=True) / 127).clamp_min(1e-12)
@@ -59,11 +65,15 @@ def _packed(weights: dict) -> dict:
 
 
 def _unpacked(packed: dict) -> dict:
-    return {
-        name: parts["int8"].float() * parts["scale"].float() if "int8" in parts
-        else parts["half"].float()
-        for name, parts in packed.items()
-    }  # fmt: skip
+    weights = {}
+    for name, parts in packed.items():
+        if "same_as" in parts:
+            weights[name] = weights[parts["same_as"]]
+        elif "int8" in parts:
+            weights[name] = parts["int8"].float() * parts["scale"].float()
+        else:
+            weights[name] = parts["half"].float()
+    return weights
 
 
 def pack_run(run_dir: Path, out: Path) -> dict:

@@ -137,6 +137,8 @@ def test_a_packed_run_goes_on_elsewhere_where_it_stopped(tmp_path, translator_da
     original = torch.load(first / "last.pt", weights_only=False)
     # the matrices travel as int8 with a scale per row: a fraction of the fp32 state's size
     assert packed.stat().st_size < 0.4 * (first / "last.pt").stat().st_size
+    tied = torch.load(packed, weights_only=False)["modules"]["model"]["output.weight"]
+    assert tied == {"same_as": "source_embedding.weight"}  # shared embeddings kept once
     with pytest.raises(FileExistsError):
         unpack_run(packed, first)
 
