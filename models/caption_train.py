@@ -180,7 +180,8 @@ class CaptionTrainer:
         if state is not None:
             self.model.load_state_dict(state["model"], strict=True)
             self.presence.load_state_dict(state["presence"], strict=True)
-            self.optimizer.load_state_dict(state["optimizer"])
+            if "optimizer" in state:  # not in a packed run (models.run_state.pack_run)
+                self.optimizer.load_state_dict(state["optimizer"])
             self.progress = CaptionProgress(**state["progress"])
 
     def _save(self, name: str) -> None:

@@ -358,7 +358,7 @@ def build_catalog_data(out: Path, cache: Path = CACHE, roles: dict[str, str] = P
     if shutil.which("lt-print") and BILINGUAL.exists():  # Apertium's dictionary words
         entries = dictionary_entries()
         frequency = common_words([s for s, _ in train] + sentences)  # real text only
-        lexicon = [(e.spanish, e.english) for e in entries]
+        lexicon = [(e.spanish, e.english) for e in entries]  # word_pairs of the same entries
         phrases = phrase_pairs(entries, frequency)
     lexicon, phrases = (
         [p for p in dict.fromkeys(pairs) if not {normalised(t) for t in p} & held_out]

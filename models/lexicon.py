@@ -94,8 +94,3 @@ def dictionary_entries(path: Path = BILINGUAL) -> list[Entry]:
     """The kept entries of the installed dictionary (needs `lt-print`)."""
     att = subprocess.run(["lt-print", str(path)], capture_output=True, text=True, check=True)
     return word_entries(paths(att.stdout))
-
-
-def dictionary_pairs(path: Path = BILINGUAL) -> list[tuple[str, str]]:
-    """The kept pairs of the installed dictionary (needs `lt-print`)."""
-    return list(dict.fromkeys((e.spanish, e.english) for e in dictionary_entries(path)))

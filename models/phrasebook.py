@@ -5,8 +5,8 @@ The software catalogs say "Open the file", the Bible "And he said unto them"; ne
 where the station is or says that the soup is cold. A pattern is one everyday sentence in
 both languages with a slot: a noun ("¿Dónde está {el}?" / "Where is {the}?"), a verb
 ("Tengo que {v}." / "I have to {v}.") or an adjective ("{el} es {adj}." / "{the} is {adj}.").
-The slots are filled with dictionary words whose English lemma is common in real English
-prose (`common_words`: at least MIN_COUNT times in the back-translation's English sentences),
+The slots are filled with single dictionary words whose two lemmas are common in real text
+(`common_words`: each at least MIN_COUNT times in the catalogs' Spanish and English prose),
 so the fillers are everyday words, not "phytosanitary". Spanish grammar is done by rule from
 the dictionary's gender: the article (el / la, un / una; a + el = al, de + el = del), and
 the adjective's agreement (-o / -a; adjectives in -e or a consonant keep their form). Feminine
@@ -173,8 +173,8 @@ def phrase_pairs(entries: list[Entry], counts: Counter, seed: int = SEED) -> lis
     pairs = []
     nouns = [
         e for e in entries
-        if e.kind == "n" and e.gender in ("m", "f") and " " not in e.spanish
-        and e.spanish.islower() and _is_common(e, counts)
+        if e.kind == "n" and e.gender in ("m", "f") and e.spanish.islower()
+        and _is_common(e, counts)
         and not (e.gender == "f" and e.spanish.startswith(("a", "á", "ha", "há")))
         and not _PLURAL_ONLY.search(e.spanish)
     ]  # fmt: skip
@@ -207,8 +207,7 @@ def phrase_pairs(entries: list[Entry], counts: Counter, seed: int = SEED) -> lis
             pairs.append(_fill(pattern, {"v": verb.spanish}, {"v": verb.english}))
     adjectives = [
         e for e in entries
-        if e.kind == "adj" and " " not in e.spanish and e.spanish.islower()
-        and _is_common(e, counts)
+        if e.kind == "adj" and e.spanish.islower() and _is_common(e, counts)
     ]  # fmt: skip
     for adjective in adjectives:
         spanish_slots = {"adj": adjective.spanish, "adj_f": spanish_feminine(adjective.spanish)}

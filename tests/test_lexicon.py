@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from models.lexicon import BILINGUAL, dictionary_pairs, paths, word_pairs
+from models.lexicon import BILINGUAL, dictionary_entries, paths, word_pairs
 
 # Two entries sharing the tag arcs, a loop (a state reachable from itself) and a second
 # transducer that must be ignored; lt-print's layout: arcs, final states, "--" between.
@@ -56,6 +56,6 @@ def test_only_letters_of_the_kept_kinds_are_kept():
     reason="needs apertium-eng-spa and lttoolbox-dev (./dev.sh installs them)",
 )
 def test_the_installed_dictionary_gives_everyday_words():
-    pairs = set(dictionary_pairs())
+    pairs = {(e.spanish, e.english) for e in dictionary_entries()}
     assert len(pairs) > 15_000
     assert {("tenedor", "fork"), ("contraseña", "password"), ("traer", "bring")} <= pairs

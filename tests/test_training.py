@@ -56,15 +56,21 @@ def _torchrun(args: list[str], cwd) -> subprocess.CompletedProcess:
     return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
 
 
-@pytest.mark.slow
-def test_two_process_ddp_run_trains_resumes_and_ships(tmp_path, translator_data):
-    from helpers import ROOT
-
+def _tiny_corpus(tmp_path, translator_data):
+    """The Bible dev split as both train and dev: a corpus a tiny run gets through quickly."""
     data = tmp_path / "data"
     data.mkdir()
     for split in ("train", "dev"):
         for suffix in ("es", "en"):
             shutil.copy(translator_data / f"dev.{suffix}", data / f"{split}.{suffix}")
+    return data
+
+
+@pytest.mark.slow
+def test_two_process_ddp_run_trains_resumes_and_ships(tmp_path, translator_data):
+    from helpers import ROOT
+
+    data = _tiny_corpus(tmp_path, translator_data)
     run, out = tmp_path / "run", tmp_path / "out"
     common = [
         "train",
@@ -122,11 +128,7 @@ def test_a_packed_run_goes_on_elsewhere_where_it_stopped(tmp_path, translator_da
     from attnserve.cli import main
     from models.run_state import pack_run, unpack_run
 
-    data = tmp_path / "data"
-    data.mkdir()
-    for split in ("train", "dev"):
-        for suffix in ("es", "en"):
-            shutil.copy(translator_data / f"dev.{suffix}", data / f"{split}.{suffix}")
+    data = _tiny_corpus(tmp_path, translator_data)
     common = ["train", "translator", "--preset", "tiny", "--vocab-size", "512", "--data",
               str(data), "--max-tokens", "600", "--dev-sentences", "4", "--threads", "1",
               "--checkpoint-every", "2", "--out", str(tmp_path / "out")]  # fmt: skip
