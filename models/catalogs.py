@@ -306,14 +306,16 @@ def build_catalog_data(out: Path, cache: Path = CACHE, roles: dict[str, str] = P
     """Writes `catalogs.{es,en}` (training pairs), `synthetic.{es,en}` (back-translated
     fortunes, WordNet examples and Ding's sentences, models.backtranslation),
     `lexicon.{es,en}` (Apertium's dictionary words, models.lexicon), `phrases.{es,en}`
-    (everyday patterns filled with them, models.phrasebook),
+    (everyday patterns filled with them, models.phrasebook), `expressions.{es,en}` (everyday
+    expressions with CLDR's country and language names, models.expressions),
     `test-modern.{es,en}` and `test-everyday.{es,en}` into `out`; returns the counts (also
     in `catalogs.json`)."""
     import json
     import shutil
 
     from models import backtranslation
-    from models.cldr import CLDR, cldr_pairs
+    from models.cldr import CLDR, cldr_pairs, display_name_pairs
+    from models.expressions import LANGUAGE_CODES, expression_pairs
     from models.fluent import ARCHIVES, ENGLISH, SPANISH, firefox_pairs
     from models.lexicon import BILINGUAL, dictionary_entries
     from models.phrasebook import common_words, phrase_pairs
@@ -360,17 +362,24 @@ def build_catalog_data(out: Path, cache: Path = CACHE, roles: dict[str, str] = P
         frequency = common_words([s for s, _ in train] + sentences)  # real text only
         lexicon = [(e.spanish, e.english) for e in entries]  # word_pairs of the same entries
         phrases = phrase_pairs(entries, frequency)
-    lexicon, phrases = (
+    expressions: list[tuple[str, str]] = []
+    if (CLDR / "main" / "es.xml").exists():
+        countries = display_name_pairs("territories/territory")
+        languages = display_name_pairs("languages/language", LANGUAGE_CODES)
+        expressions = expression_pairs(countries, languages)
+    lexicon, phrases, expressions = (
         [p for p in dict.fromkeys(pairs) if not {normalised(t) for t in p} & held_out]
-        for pairs in (lexicon, phrases)
+        for pairs in (lexicon, phrases, expressions)
     )
     _write(out, "lexicon", lexicon)
     _write(out, "phrases", phrases)
+    _write(out, "expressions", expressions)
     counts = {
         "train_pairs": len(train),
         "synthetic_pairs": len(synthetic),
         "lexicon_pairs": len(lexicon),
         "phrase_pairs": len(phrases),
+        "expression_pairs": len(expressions),
         "modern_pairs": len(modern),
         "everyday_pairs": len(spanish),
         "packages": {

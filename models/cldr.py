@@ -19,6 +19,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 CLDR = Path("/usr/share/unicode/cldr/common")
+NOT_PLACES = frozenset({"EU", "EZ", "QO", "UN", "ZZ"})  # unions and groups, not countries
 PLURAL_NUMBERS = {"one": "1", "other": "3"}  # the count each plural form is filled with
 
 
@@ -107,3 +108,16 @@ def cldr_pairs(root: Path = CLDR) -> list[tuple[str, str]]:
             continue
         pairs.append((source, target))
     return list(dict.fromkeys(pairs))
+
+
+def display_name_pairs(kind: str, codes: tuple[str, ...] | None = None, root: Path = CLDR):
+    """(Spanish, English) display names of `kind` ("territories/territory" for countries,
+    "languages/language"), for `codes` or every alphabetic code both locales name; private-use
+    codes (X...) and groups of countries are left out."""
+    spanish, english = entries("es", root), entries("en", root)
+    wanted = [
+        code for k, code in sorted(key for key in spanish if key[0] == kind)
+        if code.isalpha() and code not in NOT_PLACES and not code.startswith("X")
+        and (codes is None or code in codes)
+    ]  # fmt: skip
+    return [(spanish[(kind, c)], english[(kind, c)]) for c in wanted if (kind, c) in english]

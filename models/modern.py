@@ -5,7 +5,9 @@ pairs mixed into one train / dev / test layout that `attnserve train translator 
             their Spanish prefixed with SYNTHETIC_TAG (a piece of its own in the tokenizer:
             the model learns that such a source is machine Spanish; served text never has it)
             + Apertium's dictionary word pairs (`lexicon`) and the everyday patterns filled
-            with them (`phrases`), human-made and untagged, when built
+            with them (`phrases`), human-made and untagged, when built; the everyday
+            expressions (`expressions`, models.expressions) EXPRESSION_REPEAT times: a few
+            thousand pairs of the turns of phrase no other source has
     dev     Bible dev + DEV_PAIRS catalog pairs (a seeded choice, taken out of train), so
             that the dev score the training keeps the best checkpoint by reads modern text too
     test    the Bible test part (`test`), `test-modern` and `test-everyday`, copied unchanged
@@ -25,6 +27,7 @@ from models.corpus import read_split
 
 SYNTHETIC_TAG = "<bt>"
 DEV_PAIRS = 500
+EXPRESSION_REPEAT = 3
 TEST_PARTS = ("test", "test-modern", "test-everyday")
 # Each test split's part in reports: the test split holds the Bible verses of the test books.
 PART_NAMES = {"test": "bible", "test-modern": "modern", "test-everyday": "everyday"}
@@ -52,9 +55,9 @@ def build_modern_data(source: Path, out: Path) -> dict:
     catalogs = _pairs(source, "catalogs")
     dev_slice = set(_seeded_order(catalogs)[:DEV_PAIRS])
     synthetic = [(f"{SYNTHETIC_TAG} {s}", e) for s, e in _pairs(source, "synthetic")]
-    lexicon, phrases = (
+    lexicon, phrases, expressions = (
         _pairs(source, name) if (source / f"{name}.es").exists() else []
-        for name in ("lexicon", "phrases")
+        for name in ("lexicon", "phrases", "expressions")
     )
     parts = {
         "bible": _pairs(source, "train"),
@@ -62,6 +65,7 @@ def build_modern_data(source: Path, out: Path) -> dict:
         "synthetic": synthetic,
         "lexicon": lexicon,
         "phrases": phrases,
+        "expressions": expressions * EXPRESSION_REPEAT,
     }
     train = [pair for part in parts.values() for pair in part]
     dev = _pairs(source, "dev") + [pair for pair in catalogs if pair in dev_slice]

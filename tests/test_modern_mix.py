@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 from models.corpus import read_split
-from models.modern import DEV_PAIRS, SYNTHETIC_TAG, TEST_PARTS, build_modern_data
+from models.modern import (
+    DEV_PAIRS,
+    EXPRESSION_REPEAT,
+    SYNTHETIC_TAG,
+    TEST_PARTS,
+    build_modern_data,
+)
 
 
 def _split(directory, name, pairs):
@@ -21,6 +27,7 @@ def test_the_mix_tags_synthetic_sources_and_keeps_the_dev_slice_out_of_train(tmp
     _split(source, "synthetic", [("me gustan los gatos", "I like cats.")])
     _split(source, "lexicon", [("tenedor", "fork"), ("traer", "bring")])
     _split(source, "phrases", [("Necesito un tenedor.", "I need a fork.")])
+    _split(source, "expressions", [("Tengo hambre.", "I am hungry.")])
     _split(source, "train", [("En el principio", "In the beginning")])
     _split(source, "dev", [("Y dijo Dios", "And God said")])
     for part in TEST_PARTS:
@@ -32,9 +39,11 @@ def test_the_mix_tags_synthetic_sources_and_keeps_the_dev_slice_out_of_train(tmp
     assert ("En el principio", "In the beginning") in train
     assert ("tenedor", "fork") in train  # dictionary words are human-made: not tagged
     assert ("Necesito un tenedor.", "I need a fork.") in train
+    assert train.count(("Tengo hambre.", "I am hungry.")) == EXPRESSION_REPEAT > 1
     assert len(dev) == 1 + DEV_PAIRS and not set(dev) & set(train)
     assert counts["train"] == {
-        "bible": 1, "catalogs": 40, "synthetic": 1, "lexicon": 2, "phrases": 1, "total": 45
+        "bible": 1, "catalogs": 40, "synthetic": 1, "lexicon": 2, "phrases": 1,
+        "expressions": EXPRESSION_REPEAT, "total": 45 + EXPRESSION_REPEAT,
     }  # fmt: skip
     assert counts["test"] == dict.fromkeys(TEST_PARTS, 1)
 

@@ -1,0 +1,76 @@
+"""Everyday expressions written here, slots filled from closed lists and CLDR names
+(models.expressions)."""
+
+from __future__ import annotations
+
+import re
+
+from models.expressions import FIXED, HOURS, expression_pairs
+
+COUNTRIES = [("Canadá", "Canada"), ("Francia", "France"), ("Estados Unidos", "United States")]
+LANGUAGES = [("inglés", "English"), ("alemán", "German")]
+
+
+def test_slots_are_filled_in_both_languages():
+    pairs = expression_pairs(COUNTRIES, LANGUAGES)
+    assert ("Soy de Canadá.", "I am from Canada.") in pairs
+    assert ("¿Hablas alemán?", "Do you speak German?") in pairs
+    assert ("Tengo hambre.", "I am hungry.") in pairs
+    assert ("Me duele la espalda.", "My back hurts.") in pairs
+    assert ("Hoy es lunes.", "Today is Monday.") in pairs
+    for spanish, english in pairs:
+        assert "{" not in spanish + english and "}" not in spanish + english
+        assert spanish[:1].isupper() or spanish[:1] in "¿¡", spanish
+        assert english[:1].isupper(), english
+        assert spanish[-1] in ".?!" and english[-1] in ".?!"
+    assert len(pairs) == len(set(pairs))
+
+
+def test_countries_of_several_words_are_left_out():
+    """ "the United States" needs an article in English that "Estados Unidos" does not."""
+    pairs = expression_pairs(COUNTRIES, LANGUAGES)
+    assert not any("United States" in english for _, english in pairs)
+
+
+def test_spanish_agrees_with_gender_and_the_hour():
+    pairs = dict(expression_pairs(COUNTRIES, LANGUAGES))
+    assert pairs["Estoy cansada."] == pairs["Estoy cansado."] == "I am tired."
+    assert pairs["Mi hermana está cansada."] == "My sister is tired."
+    assert pairs["Tengo mucha hambre."] == "I am very hungry."
+    assert pairs["Tengo mucho frío."] == "I am very cold."
+    assert pairs["Es la una y media."] == "It is half past one."
+    assert pairs["Son las tres y media."] == "It is half past three."
+    assert pairs["Son las doce menos cuarto."] == "It is quarter to twelve."
+    assert pairs["Es la una menos cuarto."] == "It is quarter to one."  # after twelve: one
+    assert pairs["¿Cómo llego al museo?"] == "How do I get to the museum?"
+    assert pairs["¿Cómo llego a la playa?"] == "How do I get to the beach?"
+    assert "¿Cómo llego a el museo?" not in pairs
+
+
+def test_every_hour_has_its_four_forms():
+    spanish = [s for s, _ in expression_pairs([], [])]
+    for hour, _ in HOURS:
+        forms = [s for s in spanish if re.fullmatch(rf"(Es|Son) las? {hour}( .*)?\.", s)]
+        # o'clock, half past, quarter past and quarter to (written from the hour before)
+        assert len(forms) == 4, (hour, forms)
+
+
+def test_fixed_expressions_are_kept_as_written():
+    pairs = expression_pairs([], [])
+    assert set(FIXED) <= set(pairs)
+    assert len(FIXED) == len(set(FIXED))
+
+
+def test_the_installed_cldr_names_countries_and_languages():
+    from models.cldr import CLDR, display_name_pairs
+    from models.expressions import LANGUAGE_CODES
+
+    if not (CLDR / "main" / "es.xml").exists():
+        import pytest
+
+        pytest.skip("unicode-cldr-core is not installed")
+    countries = dict(display_name_pairs("territories/territory"))
+    languages = dict(display_name_pairs("languages/language", LANGUAGE_CODES))
+    assert countries["Canadá"] == "Canada" and countries["Alemania"] == "Germany"
+    assert not any(name.startswith("Pseudo") for name in countries.values())
+    assert languages["inglés"] == "English" and len(languages) == len(LANGUAGE_CODES)
