@@ -1,12 +1,15 @@
 """Overload: an open loop at twice the server's measured capacity.
 
     python -m bench.overload [--seconds 20] [--clients 16] [--factor 2] [--workers N]
-        [--repository ROOT] [--json FILE]
+        [--latency-budget-seconds S | --budget-factor F] [--repository ROOT] [--json FILE]
 
-One server on 127.0.0.1 (bench.load.Server). First its capacity: `--clients` closed loops of
-unary Translate calls (one sentence each, a fixed pool) for `--seconds`: throughput and the
-p99 latency at capacity. Then an open loop for `--seconds` with Poisson arrivals (seeded) at
-`--factor` times that throughput, every call with a 30 s deadline. Reported: what was admitted
+A server on 127.0.0.1 (bench.load.Server), without admission control: its capacity, with
+`--clients` closed loops of unary Translate calls (one sentence each, a fixed pool) for
+`--seconds`: throughput and the p99 latency at capacity. Then a second server, with the
+latency budget an operator would set from that measurement (`latency_budget_seconds`: the p99
+at capacity, times `--budget-factor`), under an open loop for `--seconds` with Poisson
+arrivals (seeded) at `--factor` times that throughput, every call with a 30 s deadline.
+Reported: what was admitted
 and what got RESOURCE_EXHAUSTED, how fast the refusals came, the admitted calls' p99 over the
 p99 at capacity (goal: at most 2), and the largest resident memory of the front and of the
 workers in each phase (goal: bounded, within 1.5x of the capacity phase). Ends by itself.
@@ -109,21 +112,36 @@ async def open_loop(stub, pid: int, rate: float, seconds: float, seed: int) -> d
     }
 
 
-async def run(args) -> dict:
+async def _phase(args, flags: list[str], body):
+    """Runs `body(stub, pid)` against a fresh server started with `flags`."""
     directory = Path(tempfile.mkdtemp(prefix="attnserve-overload-"))
-    flags = ["--max-queue-seconds", str(args.max_queue_seconds)]
-    flags += ["--workers", str(args.workers)] if args.workers else []
+    flags = flags + (["--workers", str(args.workers)] if args.workers else [])
     server = Server(args.repository, directory, flags)
     try:
         state = await server.wait()
         async with grpc.aio.insecure_channel(server.address) as channel:
             stub = translation_pb2_grpc.TranslationServiceStub(channel)
-            await capacity(stub, server.process.pid, args.clients, min(5.0, args.seconds))
-            measured = await capacity(stub, server.process.pid, args.clients, args.seconds)
-            rate = measured["throughput_rps"] * args.factor
-            overloaded = await open_loop(stub, server.process.pid, rate, args.seconds, args.seed)
+            result = await body(stub, server.process.pid)
     finally:
         exit_code = server.stop()
+    return result, len(state.get("workers", [])), exit_code
+
+
+async def run(args) -> dict:
+    async def measure(stub, pid):
+        await capacity(stub, pid, args.clients, min(5.0, args.seconds))  # warm-up
+        return await capacity(stub, pid, args.clients, args.seconds)
+
+    measured, workers, _ = await _phase(args, [], measure)
+    budget = args.latency_budget_seconds or round(measured["p99_s"] * args.budget_factor, 4)
+    rate = measured["throughput_rps"] * args.factor
+
+    async def overload(stub, pid):
+        await capacity(stub, pid, args.clients, min(5.0, args.seconds))  # warm-up
+        return await open_loop(stub, pid, rate, args.seconds, args.seed)
+
+    flags = ["--latency-budget-seconds", str(budget)]
+    overloaded, _, exit_code = await _phase(args, flags, overload)
     p99_ratio = (
         overloaded["admitted_p99_s"] / measured["p99_s"]
         if overloaded["admitted_p99_s"] and measured["p99_s"]
@@ -135,7 +153,8 @@ async def run(args) -> dict:
         if measured["peak_rss_kb"].get(process)
     }
     return {
-        "workers": len(state.get("workers", [])),
+        "workers": workers,
+        "latency_budget_seconds": budget,
         "capacity": measured,
         "overload": overloaded,
         "admitted_p99_over_capacity_p99": round(p99_ratio, 3) if p99_ratio else None,
@@ -156,7 +175,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--factor", type=float, default=2.0)
     parser.add_argument("--workers", type=int, default=0)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--max-queue-seconds", type=float, default=0.5, help="the server's")
+    parser.add_argument(
+        "--latency-budget-seconds", type=float, default=0.0,
+        help="the overloaded server's (default: the p99 at capacity x --budget-factor)",
+    )  # fmt: skip
+    parser.add_argument("--budget-factor", type=float, default=1.0)
     parser.add_argument("--repository", type=Path, default=ROOT / "data" / "repository")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)

@@ -41,11 +41,11 @@ class ServerConfig:
     batch_window_ms: float = 5.0  # how long request-level batching collects
     max_batch_rows: int = 64  # hypotheses decoded together by one worker
     max_queued_requests: int = 256  # beyond: RESOURCE_EXHAUSTED
-    # ... and RESOURCE_EXHAUSTED when a new call would wait longer than this for a place in a
-    # batch, at the rate calls were admitted lately (0: no such limit): under overload the
-    # calls that fit keep their latency and the others learn it at once. Off by default: with
-    # few long calls the rate is a poor guide, and closed loops of clients were refused.
-    max_queue_seconds: float = 0.0
+    # ... and RESOURCE_EXHAUSTED at once for a call that would pass the limit on batch rows in
+    # flight that keeps the calls' p90 latency within this budget (service.admission; 0: no
+    # such limit): under overload the calls that fit keep their latency. Set it above the
+    # latency of the longest calls of normal traffic, e.g. their p99 at capacity.
+    latency_budget_seconds: float = 0.0
     max_input_tokens: int = 0  # per text; 0: the model's own limit
     max_output_length: int = 0  # decoding steps; 0: the model's own limit
     default_max_length: int = 256  # when a request leaves max_length unset (at most the model's)
@@ -97,7 +97,7 @@ class ServerConfig:
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be 1 or more")
         for name in (
-            "watch_seconds", "max_queue_seconds", "min_ping_interval_seconds",
+            "watch_seconds", "latency_budget_seconds", "min_ping_interval_seconds",
             "max_connection_age_seconds", "max_connection_age_grace_seconds",
         ):  # fmt: skip
             if getattr(self, name) < 0:

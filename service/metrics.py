@@ -89,6 +89,11 @@ class Metrics:
         self.requests_queued = gauge(
             "attnserve_requests_queued", "Requests waiting for a place in a batch.", REQUEST_LABELS
         )
+        self.admission_limit = gauge(
+            "attnserve_admission_limit_rows",
+            "Batch rows in flight the latency budget admits now (0: no latency_budget_seconds).",
+            (),
+        )
         self.batch_rows_in_use = gauge(
             "attnserve_batch_rows_in_use",
             "Batch rows (hypotheses) held by running requests, over all workers.",

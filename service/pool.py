@@ -11,7 +11,6 @@ front (decoding is deterministic, so the client cannot tell), and fails with UNA
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import itertools
 import logging
@@ -19,6 +18,7 @@ import multiprocessing
 import time
 from dataclasses import dataclass, field, replace
 
+from service.admission import AdmissionLimit
 from service.config import gpu_count
 from service.errors import ModelRepositoryError, ResourceExhausted, Unavailable
 from service.messages import (
@@ -33,6 +33,7 @@ from service.messages import (
     Partial,
     Ready,
     Report,
+    Result,
     Stop,
     Submit,
     Unload,
@@ -42,7 +43,7 @@ from service.scheduler import Job
 from service.worker import WorkerSettings, run_worker
 
 log = logging.getLogger("attnserve")
-ADMISSION_WINDOW = 5.0  # seconds of admissions the expected queue wait is measured over
+QUEUED_BATCHES = 2  # the admission limit's ceiling: this many full batches per worker
 RESTART_DELAYS = (0.0, 0.5, 1.0, 2.0, 5.0)  # seconds before successive restarts of a slot
 
 
@@ -59,6 +60,7 @@ class Call:
     retried: bool = False  # sent to a second worker after the first died
     streamed: bool = False  # a partial event has gone to the client
     cancelled: bool = False  # the client went away
+    started: float = field(default_factory=time.monotonic)  # when it was submitted
     events: asyncio.Queue[Event] = field(default_factory=asyncio.Queue)
 
     def fail(self, error: Exception) -> None:
@@ -102,12 +104,17 @@ class WorkerPool:
         settings: list[WorkerSettings],
         metrics: Metrics,
         max_queued: int,
-        max_queue_seconds: float = 0.0,
+        latency_budget_seconds: float = 0.0,
     ):
         self.metrics, self.max_queued = metrics, max_queued
-        self.max_queue_seconds = max_queue_seconds
-        self._admissions: collections.deque[float] = collections.deque()  # admission times
         self.workers = [_Worker(s) for s in settings]
+        self.admission = None  # service.admission: rows in flight under a latency budget
+        if latency_budget_seconds > 0:
+            rows = sum(s.max_rows for s in settings)  # one full batch per worker to start with
+            self.admission = AdmissionLimit(
+                latency_budget_seconds, QUEUED_BATCHES * rows, len(settings), start=rows
+            )
+            metrics.admission_limit.set(self.admission.limit)
         self.models: dict[str, str] = {}  # key -> model name, for metric labels
         self.queued = 0
         self.stopping = False
@@ -221,20 +228,32 @@ class WorkerPool:
     def next_id(self) -> int:
         return next(self._ids)
 
-    async def submit(self, key: str, method: str, job: Job, timeout: float | None) -> Call:
+    def check_admission(self, rows: int = 1) -> None:
+        """RESOURCE_EXHAUSTED when a call of `rows` batch rows would pass the latency budget's
+        limit now; the front asks before it tokenises, so that a refusal costs little."""
+        in_flight = self.rows_in_flight()
+        if self.admission is not None and not self.admission.admits(in_flight, rows):
+            raise ResourceExhausted(
+                f"{in_flight} batch rows are in flight, at most {self.admission.limit} keep "
+                f"calls within latency_budget_seconds {self.admission.budget:g}; retry later"
+            )
+
+    async def submit(
+        self, key: str, method: str, job: Job, timeout: float | None, received: float | None = None
+    ) -> Call:
+        """Sends `job` to the ready worker holding the fewest rows; `received` (monotonic) is
+        when the front got the request: the call's latency for the admission limit runs from
+        it."""
         if self.queued >= self.max_queued:
             raise ResourceExhausted(
                 f"{self.queued} requests are already waiting (max_queued_requests "
                 f"{self.max_queued}); retry later"
             )
-        wait = self.expected_wait()
-        if wait is not None and wait > self.max_queue_seconds:
-            raise ResourceExhausted(
-                f"{self.queued} requests are waiting, about {wait:.1f} s at the rate calls are "
-                f"admitted (max_queue_seconds {self.max_queue_seconds:g}); retry later"
-            )
+        self.check_admission(job.rows)
         worker = await self._ready_worker(timeout)
         call = Call(job, key, self.models.get(key, key), method, worker)
+        if received is not None:
+            call.started = received
         worker.add(call)
         self.queued += 1
         self.metrics.requests_queued.labels(call.model, method).inc()
@@ -301,23 +320,10 @@ class WorkerPool:
         call.admitted = True
         self.queued -= 1
         self.metrics.requests_queued.labels(call.model, call.method).dec()
-        now = time.monotonic()
-        self._admissions.append(now)
-        while self._admissions and self._admissions[0] < now - ADMISSION_WINDOW:
-            self._admissions.popleft()
 
-    def expected_wait(self) -> float | None:
-        """How long a call joining the queue now would wait, from the rate at which calls
-        were admitted over the last ADMISSION_WINDOW seconds (Little's law); None when
-        there is no queue, no such limit, or no rate measured yet."""
-        if not self.max_queue_seconds or not self.queued:
-            return None
-        now, admissions = time.monotonic(), self._admissions
-        while admissions and admissions[0] < now - ADMISSION_WINDOW:
-            admissions.popleft()
-        if len(admissions) < 2:
-            return None
-        return self.queued * max(now - admissions[0], 1e-3) / len(admissions)
+    def rows_in_flight(self) -> int:
+        """Batch rows of every call sent to a worker and not finished, queued ones included."""
+        return sum(w.held for w in self.workers) + sum(c.job.rows for c in self._retries.values())
 
     # -- messages from workers ------------------------------------------------------------
     def _on_readable(self, worker: _Worker) -> None:
@@ -365,6 +371,10 @@ class WorkerPool:
                 call.streamed = True
         else:  # a Result or a Failure ends the call
             call = self._settle(worker, event.job_id)
+            if call is not None and isinstance(event, Result) and self.admission is not None:
+                now = time.monotonic()
+                self.admission.observe(now - call.started, now)
+                self.metrics.admission_limit.set(self.admission.limit)
         if call is not None:
             call.events.put_nowait(event)
 

@@ -301,12 +301,15 @@ class ModelServicer:
     async def unary(self, method: str, request, context):
         front = self.front
         async with self._accounted(method, request, context) as (model, labels, received):
+            front.pool.check_admission()
             prepared = await model.prepare(request, stream=False)
             calls, tasks = [], []
             try:
                 for job in front.jobs(prepared, context, stream=False):
                     remaining = context.time_remaining()
-                    calls.append(await front.pool.submit(model.key, method, job, remaining))
+                    calls.append(
+                        await front.pool.submit(model.key, method, job, remaining, received)
+                    )
                     tasks.append(asyncio.ensure_future(self._result(calls[-1])))
                 events = await asyncio.gather(*tasks)
             except BaseException:
@@ -321,9 +324,11 @@ class ModelServicer:
     async def stream(self, method: str, request, context):
         front = self.front
         async with self._accounted(method, request, context) as (model, labels, received):
+            front.pool.check_admission()
             prepared = await model.prepare(request, stream=True)
             (job,) = front.jobs(prepared, context, stream=True)
-            call = await front.pool.submit(model.key, method, job, context.time_remaining())
+            remaining = context.time_remaining()
+            call = await front.pool.submit(model.key, method, job, remaining, received)
             tokens: list[int] = []
             async for event in self._events(call):
                 if isinstance(event, list):  # partials: tokens kept from the last, new ones
@@ -429,7 +434,7 @@ async def serve(config: ServerConfig, stop: asyncio.Event | None = None) -> int:
         log.info("%s", line)
     variants = {key: variant for key, (variant, _) in choices.items()}
     settings = worker_settings(config, keys, device, variants)
-    pool = WorkerPool(settings, metrics, config.max_queued_requests, config.max_queue_seconds)
+    pool = WorkerPool(settings, metrics, config.max_queued_requests, config.latency_budget_seconds)
     pool.models = {m.key: m.version.name for m in served}
     front = Front(config, models, pool, metrics)
 

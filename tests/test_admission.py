@@ -1,46 +1,86 @@
-"""The pool's admission control: a call that would wait longer than max_queue_seconds, at the
-rate calls were admitted lately, is refused with RESOURCE_EXHAUSTED at once."""
+"""Admission by a latency budget (service.admission): the limit on batch rows in flight falls
+when the calls' p90 latency passes the budget and rises again under pressure; the pool
+refuses a call beyond it with RESOURCE_EXHAUSTED at once."""
 
 from __future__ import annotations
 
 import asyncio
 
+import numpy as np
 import pytest
 
+from service.admission import MIN_SAMPLES, WINDOW_SECONDS, AdmissionLimit
+from service.decoding import DecodingOptions
 from service.errors import ResourceExhausted
 from service.metrics import Metrics
-from service.pool import Call, WorkerPool
+from service.pool import QUEUED_BATCHES, WorkerPool
 from service.scheduler import Job
+from service.worker import WorkerSettings
 
 
-def _admit(pool: WorkerPool, count: int) -> None:
-    for i in range(count):
-        pool.queued += 1
-        pool._dequeue(Call(Job(i, {}, None), "translator/1", "translator", "Translate"))
+def _window(limit: AdmissionLimit, seconds: float, now: float) -> float:
+    """One window of calls that each took `seconds`; returns the time after it."""
+    for i in range(MIN_SAMPLES):
+        limit.observe(seconds, now + i * WINDOW_SECONDS / (MIN_SAMPLES - 1))
+    return now + WINDOW_SECONDS + 0.01
 
 
-def test_the_expected_wait_follows_the_admission_rate(monkeypatch):
-    clock = [100.0]
-    monkeypatch.setattr("service.pool.time.monotonic", lambda: clock[0])
-    pool = WorkerPool([], Metrics(), max_queued=100, max_queue_seconds=1.0)
-    assert pool.expected_wait() is None  # nothing waiting
-    pool.queued = 5
-    assert pool.expected_wait() is None  # no rate measured yet: only max_queued applies
-    for _ in range(10):  # ten admissions, one every 0.1 s: 10 calls a second
-        _admit(pool, 1)
-        clock[0] += 0.1
-    pool.queued = 5
-    assert pool.expected_wait() == pytest.approx(0.5, rel=0.05)
-    pool.queued = 20
-    assert pool.expected_wait() == pytest.approx(2.0, rel=0.05)
-    with pytest.raises(ResourceExhausted, match=r"about 2\.0 s"):
-        asyncio.run(pool.submit("translator/1", "Translate", Job(99, {}, None), 5.0))
-    clock[0] += 10  # the window passed: no rate, no estimate
-    assert pool.expected_wait() is None
+def test_the_limit_falls_in_proportion_and_at_most_by_half():
+    limit = AdmissionLimit(budget_seconds=0.2, ceiling=128, floor=2)
+    now = _window(limit, 0.25, 0.0)  # p90 1.25x the budget: 128 -> 102
+    assert limit.limit == int(128 * 0.2 / 0.25)
+    now = _window(limit, 2.0, now)  # 10x the budget: halved, not divided by 10
+    assert limit.limit == int(128 * 0.2 / 0.25) // 2
+    for _ in range(20):
+        now = _window(limit, 5.0, now)
+    assert limit.limit == 2  # never under the floor
 
 
-def test_no_limit_when_max_queue_seconds_is_zero():
-    pool = WorkerPool([], Metrics(), max_queued=100, max_queue_seconds=0.0)
-    _admit(pool, 5)
-    pool.queued = 50
-    assert pool.expected_wait() is None
+def test_the_limit_rises_only_under_pressure_and_up_to_the_ceiling():
+    limit = AdmissionLimit(budget_seconds=0.2, ceiling=40, floor=1)
+    now = _window(limit, 1.0, 0.0)
+    now = _window(limit, 1.0, now)
+    assert limit.limit == 10
+    now = _window(limit, 0.05, now)  # fast, but nobody pressed on the limit: unchanged
+    assert limit.limit == 10
+    for _ in range(30):
+        assert limit.admits(in_flight=limit.limit - 1, rows=1)  # at the limit: pressed
+        now = _window(limit, 0.05, now)
+    assert limit.limit == 40
+
+
+def test_a_call_beyond_the_limit_is_refused_but_an_idle_pool_admits_anything():
+    limit = AdmissionLimit(budget_seconds=0.2, ceiling=16)
+    assert limit.admits(in_flight=12, rows=4)
+    assert not limit.admits(in_flight=13, rows=4)
+    assert limit.admits(in_flight=0, rows=64)  # alone, however large
+
+
+def test_a_few_slow_calls_close_a_long_window():
+    limit = AdmissionLimit(budget_seconds=0.2, ceiling=16)
+    limit.observe(1.0, 0.0)
+    limit.observe(1.0, 4.0)
+    assert limit.limit == 16  # 2 samples, window not closed
+    limit.observe(1.0, 5.5)
+    assert limit.limit == 8
+
+
+def test_the_pool_refuses_beyond_the_limit_and_counts_rows_in_flight():
+    settings = [WorkerSettings(index=i, models=(), device="cpu", max_rows=8) for i in range(2)]
+    pool = WorkerPool(settings, Metrics(), max_queued=100, latency_budget_seconds=0.5)
+    assert pool.admission.limit == 16  # one batch per worker to start with
+    assert pool.admission.ceiling == QUEUED_BATCHES * 16
+    pool.workers[0].held, pool.workers[1].held = 10, 6
+    assert pool.rows_in_flight() == 16
+    job = Job(1, {"src_ids": np.zeros((2, 5), np.int64)}, DecodingOptions())  # 2 rows
+    with pytest.raises(ResourceExhausted, match="16 batch rows are in flight, at most 16"):
+        asyncio.run(pool.submit("translator/1", "Translate", job, 5.0))
+    with pytest.raises(ResourceExhausted):
+        pool.check_admission()  # what the front asks before it tokenises: 17 rows
+    pool.workers[0].held = 8
+    assert pool.admission.admits(pool.rows_in_flight(), job.rows)  # 14 + 2 fit
+
+
+def test_no_limit_without_a_budget():
+    pool = WorkerPool([], Metrics(), max_queued=100, latency_budget_seconds=0.0)
+    assert pool.admission is None

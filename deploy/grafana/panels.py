@@ -50,6 +50,7 @@ PANELS = [
     ]),
     ("Batch rows in use", "short", [
         ("{{model}} {{instance}}", f"attnserve_batch_rows_in_use{{{MODEL}}}"),
+        ("admission limit {{instance}}", "attnserve_admission_limit_rows"),
     ]),
     ("Rows per decode step (mean)", "short", [
         ("{{model}}", f"{rate(ROWS + '_sum', 'model')} / {rate(ROWS + '_count', 'model')}"),
