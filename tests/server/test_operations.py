@@ -93,6 +93,9 @@ def test_a_drain_under_load_loses_no_call(start_server):
         stop.set()
         outcomes = [o for c in clients for o in c.result(timeout=60)]
     codes = collections.Counter(code for _, _, code in outcomes)
+    in_flight = sum(start < signalled < end for start, end, _ in outcomes)
+    print(f"drain under load: {dict(codes)}; {in_flight} calls in flight at SIGTERM; "
+          f"exit {exited - signalled:.2f} s after it")  # fmt: skip
     assert set(codes) <= {"OK", "UNAVAILABLE"}, codes  # no CANCELLED, no INTERNAL
     assert codes["OK"] > 20
     # calls in flight at SIGTERM finished with OK during the drain; after it, UNAVAILABLE only
@@ -156,6 +159,8 @@ def test_a_worker_killed_under_load_costs_no_unary_call(start_server):
             stop.set()
         outcomes = [o for c in clients for o in c.result(timeout=60)]
     codes = collections.Counter(code for _, _, code in outcomes)
+    retried = server.value("attnserve_retried_calls_total", method="Translate")
+    print(f"worker killed under load: {dict(codes)}; {retried:g} retried")
     assert codes == {"OK": codes["OK"]} and codes["OK"] > 20, codes
     assert server.value("attnserve_retried_calls_total", method="Translate") >= 1
 

@@ -79,6 +79,8 @@ def test_versions_come_and_go_under_load_without_a_failed_call(
             stop.set()
         outcomes = [o for c in clients for o in c.result(timeout=60)]
     codes = collections.Counter(code for code, _ in outcomes)
+    served = collections.Counter(version for _, version in outcomes)
+    print(f"versions swapped under load: {dict(codes)}; by version {dict(served)}")
     assert set(codes) == {"OK"}, codes  # no call failed through the swap
     versions = [version for _, version in outcomes]
     assert versions[0] == "1" and {"1", "2"} == set(versions)  # the broken 3 was never served
