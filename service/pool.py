@@ -371,7 +371,10 @@ class WorkerPool:
                 call.streamed = True
         else:  # a Result or a Failure ends the call
             call = self._settle(worker, event.job_id)
-            if call is not None and isinstance(event, Result) and self.admission is not None:
+            # the admission limit learns from answers and from calls that ran out of time
+            # (under overload those are the slow ones), not from what the client cancelled
+            slow = isinstance(event, Result) or event.kind == "DeadlineExceeded"
+            if call is not None and slow and self.admission is not None:
                 now = time.monotonic()
                 self.admission.observe(now - call.started, now)
                 self.metrics.admission_limit.set(self.admission.limit)

@@ -12,8 +12,9 @@ import pytest
 from service.admission import MIN_SAMPLES, WINDOW_SECONDS, AdmissionLimit
 from service.decoding import DecodingOptions
 from service.errors import ResourceExhausted
+from service.messages import Failure
 from service.metrics import Metrics
-from service.pool import QUEUED_BATCHES, WorkerPool
+from service.pool import QUEUED_BATCHES, Call, WorkerPool
 from service.scheduler import Job
 from service.worker import WorkerSettings
 
@@ -84,3 +85,20 @@ def test_the_pool_refuses_beyond_the_limit_and_counts_rows_in_flight():
 def test_no_limit_without_a_budget():
     pool = WorkerPool([], Metrics(), max_queued=100, latency_budget_seconds=0.0)
     assert pool.admission is None
+
+
+def test_answers_and_deadlines_teach_the_limit_cancellations_do_not():
+    settings = [WorkerSettings(index=0, models=(), device="cpu", max_rows=8)]
+    pool = WorkerPool(settings, Metrics(), max_queued=100, latency_budget_seconds=0.5)
+    worker = pool.workers[0]
+    for job_id, event in (
+        (1, Failure(1, "DeadlineExceeded", "deadline passed")),
+        (2, Failure(2, "Cancelled", "cancelled by the client")),
+    ):
+        call = Call(Job(job_id, {"src_ids": np.zeros((1, 3), np.int64)}, DecodingOptions()),
+                    "translator/1", "translator", "Translate", worker)  # fmt: skip
+        call.started -= 3.0
+        worker.add(call)
+        pool._event(worker, "translator", event)
+        assert not worker.calls  # settled
+    assert len(pool.admission._latencies) == 1 and pool.admission._latencies[0] >= 3.0
