@@ -50,6 +50,7 @@ from bench import machine
 from bench.engines import (
     CAPTION_ENGINES,
     ENGINES,
+    PER_TENSOR,
     THREAD_CHECK,
     Worker,
     graphs_of,
@@ -114,9 +115,11 @@ def _prepare(
 
         loaded, tokenizer = load_checkpoint(Path(checkpoint))
         directory = Path(workdir) / "repository" / method / model / "1"
-        variants = ("fp32", "int8")
+        graphs, scales, variants = "built", "per-tensor", ("int8",)
+        if method != PER_TENSOR:
+            graphs, scales, variants = method, "per-channel", ("fp32", "int8")
         write_version(loaded, tokenizer.model_file, directory, model, "1", variants, source,
-                      method)  # fmt: skip
+                      graphs, scales)  # fmt: skip
         setup["repositories"][method] = str(directory)
     if ct2:
         from bench.ctranslate2_convert import convert
@@ -318,6 +321,12 @@ def _ratios(engines: dict, args) -> list[tuple]:
             speedup = _speedup(table, f"{ours}-built", theirs, every)
             text = f"{ours}-built / {theirs} tokens/s, batch {batch}"
             rows.append((text, speedup, ">=", int8_target))
+        speedup = _speedup(table, "onnx-int8-built-per-tensor", "ct2-int8", every)
+        rows.append((f"onnx-int8-built-per-tensor / ct2-int8 tokens/s, batch {batch}", speedup,
+                     ">=", 1.3 if batch == small else 1.0))  # fmt: skip
+        speedup = _speedup(table, "onnx-int8-built-per-tensor", "onnx-int8-built", every)
+        rows.append((f"onnx-int8-built-per-tensor / onnx-int8-built tokens/s, batch {batch}",
+                     speedup, ">=", None))  # fmt: skip
         speedup = _speedup(table, "onnx-fp32-built", "onnx-fp32", every)
         rows.append((f"onnx-fp32-built / onnx-fp32 tokens/s, batch {batch}", speedup, ">=", None))
     short = 32 if 32 in lengths else min(lengths)

@@ -33,13 +33,20 @@ ENGINES = {  # name: (kind, variant, compute threads)
     THREAD_CHECK: ("onnx", "fp32", 2),
     "onnx-fp32-built": ("onnx", "fp32", 1),
     "onnx-int8-built": ("onnx", "int8", 1),
+    "onnx-int8-built-per-tensor": ("onnx", "int8", 1),
 }
 # an LSTM's state has no uncached form
 CAPTION_ENGINES = ("torch-cached", "onnx-fp32", "onnx-int8", "onnx-fp32-built", "onnx-int8-built")
 
 
+PER_TENSOR = "built-per-tensor"  # built graphs, int8 with one scale per weight
+
+
 def graphs_of(name: str) -> str:
-    """How an onnx engine's graphs were made: "built" (export.builder) or "traced"."""
+    """How an onnx engine's graphs were made: "built" (export.builder), PER_TENSOR (the same,
+    quantised with one int8 scale per weight instead of per output channel) or "traced"."""
+    if name.endswith("-" + PER_TENSOR):
+        return PER_TENSOR
     return "built" if name.endswith("-built") else "traced"
 
 
