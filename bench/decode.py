@@ -7,7 +7,9 @@
 
 The checkpoint is exported (unless --repository is a version made from it) and converted to
 CTranslate2 in a process of its own; onnx-fp32-built and onnx-int8-built run graphs written op
-by op (export.builder) from the same checkpoint, the others the traced export. Each engine then
+by op (export.builder) from the same checkpoint, onnx-int8-built-per-tensor the same graphs
+quantised with one int8 scale per weight (onnxruntime fuses those MatMuls into
+DynamicQuantizeMatMul), the others the traced export. Each engine then
 runs in a spawned process with one compute thread (onnx-fp32-2threads, run on the greedy cases
 of the middle length, has two): it loads once, decodes the sentences greedily (parity with
 PyTorch), then runs warm-up and timed rounds in which every engine runs the same case in turn;
