@@ -335,7 +335,7 @@ def _add_export(commands) -> None:
         choices=["per-channel", "per-tensor"],
         default="per-channel",
         help="int8 weights with a scale per output channel, or one per weight (onnxruntime "
-        "fuses the latter into DynamicQuantizeMatMul)",
+        "1.32 fuses either into DynamicQuantizeMatMul; one scale per weight is the cheaper)",
     )
     parser.add_argument("--data", type=Path, help="default: data/<model>")
     parser.add_argument(

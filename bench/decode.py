@@ -8,17 +8,17 @@
 The checkpoint is exported (unless --repository is a version made from it) and converted to
 CTranslate2 in a process of its own; onnx-fp32-built and onnx-int8-built run graphs written op
 by op (export.builder) from the same checkpoint, onnx-int8-built-per-tensor the same graphs
-quantised with one int8 scale per weight (onnxruntime fuses those MatMuls into
-DynamicQuantizeMatMul), the others the traced export. Each engine then
-runs in a spawned process with one compute thread (onnx-fp32-2threads, run on the greedy cases
-of the middle length, has two): it loads once, decodes the sentences greedily (parity with
-PyTorch), then runs warm-up and timed rounds in which every engine runs the same case in turn;
-torch-uncached runs batch 1 only by default. A case (batch, beam, length) decodes the first
-`batch` sentences of --sources to exactly `length` tokens, `</s>` suppressed. tokens/s counts
-batch × length tokens per second of the whole call; ms per step is the time after the encoder
-over `length`. CTranslate2 has no encoder-only call: its encoder time is a length-1 translation
-less one step. This process never imports torch, so the RSS high-water mark of a worker
-(ru_maxrss, which starts from its parent's) is the engine's own.
+quantised with one int8 scale per weight instead of one per output channel (onnxruntime 1.32
+fuses either kind into DynamicQuantizeMatMul at load), the others the traced export. Each
+engine then runs in a spawned process with one compute thread (onnx-fp32-2threads, run on the
+greedy cases of the middle length, has two): it loads once, decodes the sentences greedily
+(parity with PyTorch), then runs warm-up and timed rounds in which every engine runs the same
+case in turn; torch-uncached runs batch 1 only by default. A case (batch, beam, length) decodes
+the first `batch` sentences of --sources to exactly `length` tokens, `</s>` suppressed.
+tokens/s counts batch × length tokens per second of the whole call; ms per step is the time
+after the encoder over `length`. CTranslate2 has no encoder-only call: its encoder time is a
+length-1 translation less one step. This process never imports torch, so the RSS high-water
+mark of a worker (ru_maxrss, which starts from its parent's) is the engine's own.
 
 The captioner (--model captioner or both, after the translator) runs the same way: its
 checkpoint exported (unless --captioner-repository is a version made from it), then
