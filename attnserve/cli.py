@@ -196,7 +196,11 @@ def _add_evaluate(commands) -> None:
         "all: every test part the data has (bible, modern, everyday)",
     )
     parser.add_argument("--data", type=Path, help="default: data/<model>")
-    parser.add_argument("--checkpoint", type=Path, help="default: the shipped checkpoint")
+    parser.add_argument(
+        "--checkpoint", type=Path,
+        help="default: the shipped checkpoint; translator: also a run's last.pt, best.pt or "
+        "snapshots/step-*.pt",
+    )  # fmt: skip
     parser.add_argument("--baseline", choices=["apertium"], help="score a peer instead")
     parser.add_argument(
         "--versus", choices=["apertium"], help="translator: score a peer too, on the same parts"

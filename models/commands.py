@@ -118,7 +118,12 @@ def evaluate(args: Namespace) -> int:
     if args.baseline == "apertium":
         system, settings, translate = apertium
     else:
-        model, tokenizer = load_checkpoint(args.checkpoint)
+        if args.checkpoint.suffix == ".pt":  # a training run's weights (models.run_state)
+            from models.run_state import load_run_weights
+
+            model, tokenizer = load_run_weights(args.checkpoint)
+        else:
+            model, tokenizer = load_checkpoint(args.checkpoint)
         options = decoding_options(args, model.config.max_length)
         system, settings = f"attnserve translator ({args.checkpoint})", asdict(options)
 

@@ -118,3 +118,20 @@ def unpack_run(packed_file: Path, run_dir: Path) -> dict:
     torch.save(state, tmp)
     tmp.replace(run_dir / "last.pt")
     return {"step": progress["step"]}
+
+
+def load_run_weights(path: Path):
+    """The translator (eval mode, fp32) and tokenizer of a training run's weights file:
+    `last.pt` or `best.pt` of a run directory, or one of its `snapshots/step-*.pt`; the
+    config comes from the file or, for a snapshot, from the run's `last.pt`."""
+    from models.config import TransformerConfig
+    from models.tokenizer import Tokenizer
+    from models.transformer import Transformer
+
+    path = Path(path)
+    run_dir = path.parent.parent if path.parent.name == "snapshots" else path.parent
+    state = torch.load(path, map_location="cpu", weights_only=False)
+    config = state.get("model_config") or load_state(run_dir, None)["model_config"]
+    model = Transformer(TransformerConfig.from_dict(config))
+    model.load_state_dict({k: v.float() for k, v in state["model"].items()}, strict=True)
+    return model.eval(), Tokenizer(run_dir / "tokenizer.model")

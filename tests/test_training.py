@@ -159,3 +159,30 @@ def test_a_packed_run_goes_on_elsewhere_where_it_stopped(tmp_path, translator_da
     state = torch.load(second / "last.pt", weights_only=False)
     assert state["progress"]["step"] == 4 and "optimizer" in state
     assert pack_run(second, tmp_path / "again.pt")["step"] == 4
+
+
+def test_a_run_s_weights_files_are_evaluated_as_they_are(tmp_path, translator_data, capsys):
+    from attnserve.cli import main
+    from models.run_state import load_run_weights
+
+    data = _tiny_corpus(tmp_path, translator_data)
+    run = tmp_path / "run"
+    assert main(["train", "translator", "--preset", "tiny", "--vocab-size", "512", "--data",
+                 str(data), "--max-tokens", "600", "--dev-sentences", "4", "--threads", "1",
+                 "--checkpoint-every", "2", "--average", "2", "--snapshot-every", "2",
+                 "--run-dir", str(run), "--out", str(tmp_path / "out"),
+                 "--max-steps", "4"]) == 0  # fmt: skip
+    snapshot = sorted((run / "snapshots").glob("step-*.pt"))[-1]
+    last = torch.load(run / "last.pt", weights_only=False)["model"]
+    for path in (run / "last.pt", snapshot):
+        model, tokenizer = load_run_weights(path)
+        assert tokenizer.vocab_size == model.config.vocab_size == 512
+        assert not model.training
+    model, _ = load_run_weights(snapshot)  # step 4: the same weights as last.pt
+    assert all(torch.equal(model.state_dict()[k], v.float()) for k, v in last.items())
+    capsys.readouterr()
+    evaluate = ["evaluate", "translator", "--data", str(data), "--split", "dev", "--limit", "3",
+                "--max-length", "8", "--checkpoint", str(snapshot), "--json"]  # fmt: skip
+    assert main(evaluate) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["parts"]["dev"]["sentences"] == 3 and report["parts"]["dev"]["bleu"] >= 0
