@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from models.phrasebook import spanish_feminine
+
 # -- closed lists (Spanish, English) ----------------------------------------------------------
 
 NAMES_FEMININE = ("María", "Ana", "Lucía", "Sofía", "Elena", "Carmen", "Laura", "Isabel")
@@ -214,10 +216,6 @@ def _capital(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
-def _feminine(adjective: str) -> str:
-    return adjective[:-1] + "a" if adjective.endswith("o") else adjective
-
-
 def _time_pairs() -> list[tuple[str, str]]:
     pairs = []
     for at_es, is_es, at_en, is_en in _hour_phrases():
@@ -305,7 +303,7 @@ def _people_pairs(countries: list[tuple[str, str]], languages: list[tuple[str, s
             (f"Mi {spanish} trabaja mucho.", f"My {english} works a lot."),
         ]
         for state, state_english in STATES[:6]:
-            agreeing = state if gender == "m" else _feminine(state)
+            agreeing = state if gender == "m" else spanish_feminine(state)
             pairs.append((f"Mi {spanish} está {agreeing}.", f"My {english} is {state_english}."))
     return pairs
 
@@ -313,7 +311,7 @@ def _people_pairs(countries: list[tuple[str, str]], languages: list[tuple[str, s
 def _feeling_pairs() -> list[tuple[str, str]]:
     pairs = []
     for spanish, english in STATES:
-        for form in dict.fromkeys((spanish, _feminine(spanish))):
+        for form in dict.fromkeys((spanish, spanish_feminine(spanish))):
             pairs += [
                 (f"Estoy {form}.", f"I am {english}."),
                 (f"Estoy muy {form}.", f"I am very {english}."),
@@ -376,7 +374,7 @@ def expression_pairs(
     """Every expression of this module, its slots filled from the lists above and from
     `countries` and `languages` ((Spanish, English) names, e.g. CLDR's); deduplicated."""
     countries = [(s, e) for s, e in countries if " " not in s and " " not in e]
-    languages = [(s, e) for s, e in languages]
+    languages = list(languages)
     pairs = list(FIXED) + _time_pairs() + _people_pairs(countries, languages)
     pairs += _feeling_pairs() + _place_pairs()
     return list(dict.fromkeys(pairs))

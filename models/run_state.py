@@ -123,7 +123,7 @@ def unpack_run(packed_file: Path, run_dir: Path) -> dict:
 def load_run_weights(path: Path):
     """The translator (eval mode, fp32) and tokenizer of a training run's weights file:
     `last.pt` or `best.pt` of a run directory, or one of its `snapshots/step-*.pt`; the
-    config comes from the file or, for a snapshot, from the run's `last.pt`."""
+    config comes from the file (snapshots written before they carried it: from `last.pt`)."""
     from models.config import TransformerConfig
     from models.tokenizer import Tokenizer
     from models.transformer import Transformer

@@ -200,7 +200,8 @@ class Trainer:
         directory = self.run_dir / SNAPSHOTS
         directory.mkdir(exist_ok=True)
         tmp = directory / "step.tmp"
-        torch.save({"model": self.model.state_dict(), "step": self.progress.step}, tmp)
+        snapshot = {"model": self.model.state_dict(), "step": self.progress.step}
+        torch.save(snapshot | {"model_config": self.options.model.to_dict()}, tmp)
         tmp.replace(directory / f"step-{self.progress.step:07d}.pt")
         for old in snapshot_files(self.run_dir)[: -self.options.average]:
             old.unlink()

@@ -173,6 +173,7 @@ def test_a_run_s_weights_files_are_evaluated_as_they_are(tmp_path, translator_da
                  "--run-dir", str(run), "--out", str(tmp_path / "out"),
                  "--max-steps", "4"]) == 0  # fmt: skip
     snapshot = sorted((run / "snapshots").glob("step-*.pt"))[-1]
+    assert "model_config" in torch.load(snapshot, weights_only=False)  # no last.pt to read
     last = torch.load(run / "last.pt", weights_only=False)["model"]
     for path in (run / "last.pt", snapshot):
         model, tokenizer = load_run_weights(path)
