@@ -231,8 +231,10 @@ class WorkerPool:
     def check_admission(self, rows: int = 1) -> None:
         """RESOURCE_EXHAUSTED when a call of `rows` batch rows would pass the latency budget's
         limit now; the front asks before it tokenises, so that a refusal costs little."""
+        if self.admission is None:
+            return
         in_flight = self.rows_in_flight()
-        if self.admission is not None and not self.admission.admits(in_flight, rows):
+        if not self.admission.admits(in_flight, rows):
             raise ResourceExhausted(
                 f"{in_flight} batch rows are in flight, at most {self.admission.limit} keep "
                 f"calls within latency_budget_seconds {self.admission.budget:g}; retry later"
