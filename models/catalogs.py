@@ -359,7 +359,8 @@ def build_catalog_data(out: Path, cache: Path = CACHE, roles: dict[str, str] = P
     phrases: list[tuple[str, str]] = []
     if shutil.which("lt-print") and BILINGUAL.exists():  # Apertium's dictionary words
         entries = dictionary_entries()
-        frequency = common_words([s for s, _ in train] + sentences)  # real text only
+        # the catalogs' Spanish, real English prose and Apertium's Spanish for that prose
+        frequency = common_words([s for s, _ in train] + sentences + [s for s, _ in synthetic])
         lexicon = [(e.spanish, e.english) for e in entries]  # word_pairs of the same entries
         phrases = phrase_pairs(entries, frequency)
     expressions: list[tuple[str, str]] = []

@@ -5,9 +5,12 @@ The software catalogs say "Open the file", the Bible "And he said unto them"; ne
 where the station is or says that the soup is cold. A pattern is one everyday sentence in
 both languages with a slot: a noun ("¿Dónde está {el}?" / "Where is {the}?"), a verb
 ("Tengo que {v}." / "I have to {v}.") or an adjective ("{el} es {adj}." / "{the} is {adj}.").
-The slots are filled with single dictionary words whose two lemmas are common in real text
-(`common_words`: each at least MIN_COUNT times in the catalogs' Spanish and English prose),
-so the fillers are everyday words, not "phytosanitary". Spanish grammar is done by rule from
+The slots are filled with single dictionary words whose two lemmas are common (`common_words`:
+each at least MIN_COUNT times), so the fillers are everyday words, not "phytosanitary". The
+English lemma is counted in real English prose; the Spanish one in the catalogs' Spanish and
+in the back-translation's Spanish (Apertium's Spanish for that real English), since software
+strings seldom name a fork or a pillow: a Spanish word is common there when everyday English
+calls for it. Spanish grammar is done by rule from
 the dictionary's gender: the article (el / la, un / una; a + el = al, de + el = del), and
 the adjective's agreement (-o / -a; adjectives in -e or a consonant keep their form). Feminine
 nouns that begin with a stressed "a" take "el" in Spanish; not knowing the stress, those
@@ -61,6 +64,10 @@ NOUN_PATTERNS = (
     ("¿De quién es {el}?", "Whose {n} is this?"),
     ("Me gustaría ver {el}.", "I would like to see {the}."),
     ("Vamos a hablar de {el}.", "Let's talk about {the}."),
+    ("¿Me puedes traer {un}?", "Can you bring me {a}?"),
+    ("¿Me pasas {el}, por favor?", "Could you pass me {the}, please?"),
+    ("Tráeme {el}, por favor.", "Bring me {the}, please."),
+    ("¿Cuánto cuesta {el}?", "How much is {the}?"),
 )
 VERB_PATTERNS = (
     ("Quiero {v}.", "I want to {v}."),

@@ -317,10 +317,12 @@ class Trainer:
             if scores["bleu"] > shipped["dev_bleu"]:
                 model, shipped = mean, averaged
         save_checkpoint(model, self.run_dir / "tokenizer.model", Path(self.options.out_dir))
+        # The whole run's time and dev history: best.pt may be older than the run's end.
         summary = {
-            "trained_minutes": round(state["progress"]["seconds"] / 60, 1),
+            "trained_minutes": round(self.progress.seconds / 60, 1),
+            "steps": self.progress.step,
             "shipped": shipped,
-            "history": state["progress"]["history"],
+            "history": self.progress.history,
             "options": _jsonable(asdict(self.options)),
         }
         (Path(self.options.out_dir) / "training.json").write_text(
