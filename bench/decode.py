@@ -339,6 +339,12 @@ def _ratios(engines: dict, args) -> list[tuple]:
         rows.append(
             (f"{name} decode ms {long} / {short} tokens, batch {small} greedy", growth, "<=", limit)
         )
+    for name in ("onnx-fp32-built", "onnx-fp32"):  # the roofline: ms/step over the bound
+        cases = [table.get((name, small, 1, n)) for n in lengths]
+        over = [c["ms_per_step"]["median"] / c["bound_ms_per_step"] for c in cases if c]
+        text = f"{name} ms/step over the weight-read bound, batch {small} greedy (median)"
+        target = 1.3 if name == "onnx-fp32-built" else None
+        rows.append((text, statistics.median(over) if over else None, "<=", target))
     middle = lengths[len(lengths) // 2]
     for batch in args.batches:
         speedup = _speedup(table, THREAD_CHECK, "onnx-fp32", [(batch, 1, middle)])
