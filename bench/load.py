@@ -59,6 +59,7 @@ import itertools
 import json
 import math
 import os
+import queue
 import signal
 import subprocess
 import sys
@@ -173,6 +174,7 @@ class InProcess(Local):
     def __init__(self, version):
         from service.onnx_engine import OnnxEngine
 
+        self.version = version
         self.engine = OnnxEngine(version, "fp32", "cpu", 1)
         self.tokenizer = Tokenizer(version.tokenizer_file)
         self.limit = version.config["max_length"]
@@ -189,6 +191,116 @@ class InProcess(Local):
 
     def answer(self, request: Request):
         return self.translate(request.text, request.max_length)
+
+
+def _scheduler_share(
+    version_dir: str, requests: list, clients: int, max_rows: int, barrier, out
+) -> None:
+    """One process of the in-process run: the worker's scheduler over the worker's engine
+    (fp32, one thread), `clients` jobs in flight, each request's next one submitted when it
+    ends; tokenizing and detokenizing included, as the front does them. Its throughput window
+    is the closed loop's (`_window`): from the first request to the last one submitted,
+    counting the answers that ended inside it."""
+    from service.batching import source_batch
+    from service.messages import Failure, Result
+    from service.onnx_engine import OnnxEngine
+    from service.scheduler import Job, Scheduler
+
+    os.environ.update(dict.fromkeys(machine.THREAD_VARIABLES, "1"))
+    version = verify(Path(version_dir))
+    engine = OnnxEngine(version, "fp32", "cpu", 1)
+    tokenizer = Tokenizer(version.tokenizer_file)
+    limit = version.manifest["limits"]["max_source_tokens"]
+    scheduler = Scheduler(engine, max_rows)
+    submitted: list[float] = []
+
+    def submit(index: int) -> None:
+        text, max_length = requests[index]
+        src_ids, src_mask = source_batch([tokenizer.encode(text)], limit)
+        options = DecodingOptions(max_length=max_length)
+        scheduler.submit(Job(index, {"src_ids": src_ids, "src_mask": src_mask}, options))
+        submitted.append(time.perf_counter())
+
+    def run(indices: list[int]) -> list[tuple[float, int, bool]]:
+        waiting, answers = list(reversed(indices)), []
+        for _ in range(min(clients, len(waiting))):
+            submit(waiting.pop())
+        while scheduler.busy:
+            scheduler.iterate()
+            for event in scheduler.events:
+                if isinstance(event, Result):
+                    best = event.results[0][0]
+                    tokenizer.decode(best.tokens)
+                    answers.append((time.perf_counter(), len(best.tokens), True))
+                elif isinstance(event, Failure):
+                    answers.append((time.perf_counter(), 0, False))
+                else:
+                    continue
+                if waiting:
+                    submit(waiting.pop())
+            scheduler.events.clear()
+        return answers
+
+    run(list(range(min(2, len(requests)))))  # warm-up, untimed
+    barrier.wait()
+    submitted.clear()
+    start = time.perf_counter()
+    answers = run(list(range(len(requests))))
+    last_send = submitted[-1]
+    inside = [a for a in answers if a[2] and a[0] <= last_send]
+    steady = len(inside) >= 2 * clients and last_send > start
+    seconds = (last_send if steady else max(a[0] for a in answers)) - start
+    counted = inside if steady else [a for a in answers if a[2]]
+    out.put({
+        "requests": len(counted), "tokens": sum(a[1] for a in counted), "seconds": seconds,
+        "steady": steady, "failed": sum(not a[2] for a in answers),
+    })  # fmt: skip
+
+
+def in_process_closed_loop(
+    version, pool: list[Request], clients: int, workers: int, max_rows: int
+) -> dict:
+    """The requests of a closed loop of `clients` through the server's own scheduler, without
+    the server: `workers` processes (as many as the server's workers), each one scheduler with
+    its share of the clients and of the requests. Throughput: the sum of the processes'."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    barrier, out = context.Barrier(workers), context.Queue()
+    share = max(1, clients // workers)
+    shares = [[(r.text, r.max_length) for r in pool[w::workers]] for w in range(workers)]
+    directory = str(version.directory)
+    processes = [
+        context.Process(
+            target=_scheduler_share, args=(directory, part, share, max_rows, barrier, out)
+        )
+        for part in shares
+    ]
+    for process in processes:
+        process.start()
+    parts: list[dict] = []
+    deadline = time.monotonic() + 900
+    try:
+        while len(parts) < workers:
+            with contextlib.suppress(queue.Empty):
+                parts.append(out.get(timeout=1.0))
+                continue
+            dead = [p.exitcode for p in processes if p.exitcode not in (None, 0)]
+            if dead or time.monotonic() > deadline:
+                raise RuntimeError(f"the in-process run failed (exit codes {dead})")
+    finally:
+        for process in processes:
+            process.join(30)
+            if process.is_alive():
+                process.kill()
+    return {
+        "clients": clients,
+        "processes": workers,
+        "parts": parts,
+        "throughput_rps": sum(p["requests"] / p["seconds"] for p in parts),
+        "tokens_per_s": sum(p["tokens"] / p["seconds"] for p in parts),
+        "failed": sum(p["failed"] for p in parts),
+    }
 
 
 @dataclass(frozen=True)
@@ -857,7 +969,9 @@ def _per_round(a: dict, b: dict, key: str = "round_throughput_rps") -> list[floa
     return [x / y for x, y in zip(a[key], b[key], strict=False) if x is not None and y]
 
 
-def ratios(levels: list[dict], paired: dict, references: list[dict], args) -> list[tuple]:
+def ratios(
+    levels: list[dict], paired: dict, references: list[dict], args, scheduler_loop=None
+) -> list[tuple]:
     """(what, ratio, compare, target, per-round ratios) of this run; those with a target
     are goals."""
     rows = []
@@ -865,6 +979,20 @@ def ratios(levels: list[dict], paired: dict, references: list[dict], args) -> li
     one, many = min(clients), 16 if 16 in clients else max(clients)
     single = _find(levels, "continuous", "closed", one)
     multi = _find(levels, "continuous", "closed", many)
+    in_process = _find(levels, "continuous", "closed", (scheduler_loop or {}).get("clients"))
+    if in_process and scheduler_loop["throughput_rps"]:
+        text = (
+            f"throughput over gRPC at {in_process['clients']} clients / the same requests "
+            f"through the same scheduler in process ({scheduler_loop['processes']} processes)"
+        )
+        ratio = in_process["throughput_rps"] / scheduler_loop["throughput_rps"]
+        per_round = [
+            a / b["throughput_rps"]
+            for a, b in zip(
+                in_process.get("round_throughput_rps", []), scheduler_loop["rounds"], strict=False
+            )
+        ]
+        rows.append((text, ratio, ">=", 0.85, per_round))
     if single and multi and single["throughput_rps"]:
         speedup = multi["throughput_rps"] / single["throughput_rps"]
         text = f"throughput at {many} clients / at {one} client, continuous batching"
@@ -1217,13 +1345,35 @@ async def _measure_all(args, bench: Bench, directory: Path) -> tuple[dict, dict]
         if captions:
             specs += [("continuous", c, n, "captioner") for c, n in args.caption_closed]
         specs += [("request", c, n, "translator") for c, n in args.request_level]
+        # the same requests as the continuous server's closed loop at 16 clients, through the
+        # same scheduler in processes of their own: the serving overhead, in the same rounds
+        clients, count = next(((c, n) for c, n in args.closed if c == 16), args.closed[-1])
+        in_process = ("in-process", clients, count, "translator")
+        workers = len(servers["continuous"].server.state.get("workers", [])) or 1
+        specs.append(in_process)
         measured: dict = {spec: [] for spec in specs}
         for r in range(args.rounds):
             print(f"round {r + 1} of {args.rounds}", file=sys.stderr)
             for spec in specs[r % len(specs) :] + specs[: r % len(specs)]:
                 name, clients, count, model = spec
+                if spec == in_process:
+                    print(f"in process: {count} requests, {clients} in flight, {workers} "
+                          "schedulers", file=sys.stderr)  # fmt: skip
+                    measured[spec].append(await asyncio.get_running_loop().run_in_executor(
+                        None, in_process_closed_loop, bench.translation.local.version,
+                        bench.translation.pool[:count], clients, workers, args.max_batch_rows,
+                    ))  # fmt: skip
+                    continue
                 flow = Flow(bench.traffic[model], "closed", clients, count)
                 measured[spec].append(await bench.measure(servers[name], flow))
+        runs = measured.pop(in_process)
+        specs.remove(in_process)
+        scheduler_loop = {
+            "clients": in_process[1], "processes": workers, "rounds": runs,
+            "throughput_rps": float(np.median([r["throughput_rps"] for r in runs])),
+            "tokens_per_s": float(np.median([r["tokens_per_s"] for r in runs])),
+            "failed": sum(r["failed"] for r in runs),
+        }  # fmt: skip
         closed = {}
         for spec in specs:
             entry = {"server": spec[0], "load": "closed", "clients": spec[1]}
@@ -1247,7 +1397,8 @@ async def _measure_all(args, bench: Bench, directory: Path) -> tuple[dict, dict]
     finally:
         for name, running in servers.items():
             descriptions[name] = await bench.close(running)
-    return {"levels": levels, "caption_levels": caption_levels, "mixed": mixed}, descriptions
+    measured = {"levels": levels, "caption_levels": caption_levels, "mixed": mixed}
+    return measured | {"scheduler_loop": scheduler_loop}, descriptions
 
 
 def _captioner_part(args, bench: Bench, measured: dict) -> dict:
@@ -1319,7 +1470,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-load-") as directory:
         measured, servers = asyncio.run(_measure_all(args, bench, Path(directory)))
     levels = measured["levels"]
-    rows = ratios(levels, bench.paired["translator"], references, args)
+    scheduler_loop = measured["scheduler_loop"]
+    rows = ratios(levels, bench.paired["translator"], references, args, scheduler_loop)
     targets = [r.max_length for r in pool]
     outputs = [len(r["pieces"]) for r in references]
     workload = {
@@ -1362,6 +1514,12 @@ def main(argv: list[str] | None = None) -> int:
         "decode_ms": spread([r["seconds"] for r in references]),
         "output_tokens_per_s": sum(outputs) / sum(r["seconds"] for r in references),
         "interleaved": bench.paired["translator"],
+        "scheduler_loop": scheduler_loop
+        | {
+            "engine": "the worker's Scheduler over OnnxEngine fp32, one thread, CPU, in as many "
+            "processes as the server has workers, the closed loop's clients and requests shared "
+            "among them; tokenizing and detokenizing included"
+        },
     }
     report |= {"levels": levels}
     report["ratios"] = {text: ratio for text, ratio, *_ in rows}

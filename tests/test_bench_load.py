@@ -23,6 +23,7 @@ GOALS = (
     "e2e p50 over gRPC (Translate) at 1 client / in-process decode p50",
     "continuous / request-level batching throughput",
     "continuous / request-level batching e2e p99",
+    "throughput over gRPC at 16 clients / the same requests through the same scheduler",
 )
 CAPTION_GOALS = (
     "caption e2e p50 over gRPC (Caption) at 1 client / in-process p50",
@@ -101,6 +102,19 @@ def test_every_level_ran_every_request_and_every_answer_is_right(run):
         assert level["identical_to_in_process"] == level["requests"]
         assert level["output_tokens"]["total"] > 0
         assert f"| {server} | {load}, " in markdown
+
+
+def test_the_same_requests_ran_through_the_same_scheduler_in_process(run):
+    report, _ = run
+    loop, settings = report["in_process"]["scheduler_loop"], report["settings"]
+    assert loop["clients"] == 16 and loop["processes"] == settings["workers"]
+    assert len(loop["rounds"]) == settings["rounds"] and loop["failed"] == 0
+    count = next(c["requests_per_round"] for c in settings["closed"] if c["clients"] == 16)
+    for run_ in loop["rounds"]:
+        assert len(run_["parts"]) == loop["processes"]
+        assert 0 < sum(p["requests"] for p in run_["parts"]) <= count
+        assert all(p["seconds"] > 0 and p["tokens"] > 0 for p in run_["parts"])
+    assert loop["throughput_rps"] > 0 and loop["tokens_per_s"] > loop["throughput_rps"]
 
 
 def test_latencies_are_ordered_and_throughput_positive(run):
