@@ -1187,9 +1187,26 @@ def markdown(report: dict) -> str:
         f"order): gRPC "
         f"e2e {_pair(turn['grpc_e2e_ms'])} ms streaming, {_pair(turn['grpc_unary_e2e_ms'])} "
         f"ms unary, in process {_pair(turn['in_process_ms'])} ms.",
-        "",
-        *_goal_lines(report),
     ]
+    loop = report["in_process"].get("scheduler_loop")
+    if loop:
+        lines += [
+            "",
+            f"Through the same scheduler in process: the requests of the closed loop at "
+            f"{loop['clients']} clients, in {loop['processes']} processes (one per server "
+            f"worker, the clients shared), the worker's Scheduler over OnnxEngine, tokenizing "
+            f"and detokenizing included: {loop['throughput_rps']:.1f} req/s, "
+            f"{loop['tokens_per_s']:.0f} tokens/s (median of {len(loop['rounds'])} rounds, each "
+            "in the rounds of the closed loops).",
+        ]
+    level = _find(report["levels"], "continuous", "closed", (loop or {}).get("clients", 16))
+    if level and level["output_tokens"]["total"]:
+        tokens = level["output_tokens"]["total"]
+        cost = ", ".join(
+            f"{k} {1e3 * v / tokens:.3f}" for k, v in level["cpu_s"].items()
+        )  # every output token of the level's rounds, all answers counted
+        lines += ["", f"CPU ms per output token at {level['clients']} clients: {cost}."]
+    lines += ["", *_goal_lines(report)]
     if report.get("captioner"):
         lines += ["", *_captioner_markdown(report["captioner"])]
     return "\n".join(lines) + "\n"
