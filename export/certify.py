@@ -72,9 +72,12 @@ def graph_certificate(model, model_version: ModelVersion, devices: dict[str, str
     }
 
 
-def decode_certificate(model, tokenizer, model_version, sources, references) -> dict:
+def decode_certificate(
+    model, tokenizer, model_version, sources, references, parts: dict | None = None
+) -> dict:
     """Every whole-decode claim on `sources` (token ids) with their reference texts. ORT fp32
-    greedy is decoded once and serves every claim that compares against it."""
+    greedy is decoded once and serves every claim that compares against it. `parts` (name:
+    count, in the order of `sources`) adds the int8 loss of each part, for the record."""
     max_source = model.config.max_length
     torch_engine, fp32 = reference_engine(model), OnnxEngine(model_version, "fp32")
     fp32_greedy = decode_all(fp32, sources, GREEDY, max_source)
@@ -105,6 +108,14 @@ def decode_certificate(model, tokenizer, model_version, sources, references) -> 
         int8 = decode_all(OnnxEngine(model_version, "int8"), sources, GREEDY, max_source)
         loss = quality_loss(tokenizer, references, fp32_greedy, int8)
         loss["passed"] = loss["bleu_loss"] <= MAX_INT8_LOSS and loss["chrf_loss"] <= MAX_INT8_LOSS
+        if parts and len(parts) > 1:
+            loss["parts"], start = {}, 0
+            for name, count in parts.items():
+                window = slice(start, start + count)
+                loss["parts"][name] = quality_loss(
+                    tokenizer, references[window], fp32_greedy[window], int8[window]
+                )
+                start += count
         certificate["int8_vs_fp32"] = loss
     return certificate
 
@@ -187,10 +198,13 @@ def run_suite(
     start = time.perf_counter()
     model, tokenizer = load_checkpoint(checkpoint)
     captioner = model_version.manifest["model"]["kind"] == "captioner"
-    decodes = caption_decode_certificate if captioner else decode_certificate
+    if captioner:
+        decodes = caption_decode_certificate(model, tokenizer, model_version, sources, references)
+    else:
+        decodes = decode_certificate(model, tokenizer, model_version, sources, references, parts)
     certificate = {
         "graphs": graph_certificate(model, model_version, parity_devices(model_version)),
-        **decodes(model, tokenizer, model_version, sources, references),
+        **decodes,
         "sentences": len(sources),
         "parts": parts or {"test": len(sources)},
         "near_tie": NEAR_TIE,
