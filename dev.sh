@@ -117,7 +117,8 @@ serve_and_answer() {
     sleep 0.5
   done
   "$PYTHON" -m attnserve.cli translate --beam 4 "Yo soy de Canadá." \
-    "En el principio creó Dios los cielos y la tierra." "¿Me puedes traer un tenedor?"
+    "¿Me puedes traer un tenedor?" "¿Dónde está la estación de tren?" \
+    "La contraseña es incorrecta." "En el principio creó Dios los cielos y la tierra."
   "$PYTHON" -m attnserve.cli caption --beam 4 examples/scene.png
   echo "serving on 127.0.0.1:50051 (metrics on :9400/metrics); Ctrl-C stops" >&2
   wait $server

@@ -77,7 +77,7 @@ def export(args: Namespace) -> int:
         tuple(args.variants.split(",")),
         source,
         args.graphs,
-        getattr(args, "int8_scales", "per-channel"),
+        getattr(args, "int8_scales", "per-tensor"),
     )
     sources, references, parts = parity_inputs(model, args.data, tokenizer, args.sentences)
     certificate = certify(model_version, args.checkpoint, sources, references, parts)
