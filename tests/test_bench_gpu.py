@@ -19,8 +19,6 @@ import sys
 import pytest
 from helpers import ROOT, SHIPPED_TRANSLATOR, tiny_transformer
 
-from bench.gpu import PARITY_FLOOR
-
 torch = pytest.importorskip("torch")
 pytest.importorskip("onnxruntime")
 
@@ -28,7 +26,7 @@ pytestmark = pytest.mark.slow
 
 ENGINES = ("ort-fp32", "ort-fp16", "torch-fp32")
 QUICK_CASES = {(1, 1), (16, 1), (1, 4), (16, 4)}  # (batch, beam)
-EMBEDDING_SCALE = 30.0
+EMBEDDING_SCALE = 60.0  # decisive logits: no near tie for fp16 to flip on the test sentences
 
 
 @pytest.fixture(scope="module")
@@ -85,11 +83,7 @@ def test_every_engine_passes_parity_and_runs_every_case(run):
     for name, entry in engine["engines"].items():
         parity = entry["parity"]
         assert entry["trusted"], (name, entry)
-        assert parity["sentences"] == engine["settings"]["parity_sentences"]
-        if "fp16" in name:  # half precision may flip a near tie of the random model
-            assert parity["identical"] >= PARITY_FLOOR * parity["sentences"], (name, parity)
-        else:
-            assert parity["identical"] == parity["sentences"], (name, parity)
+        assert parity["identical"] == parity["sentences"] == engine["settings"]["parity_sentences"]
         assert entry["single_step_ms"]["median"] > 0
     ran = {(c["engine"], c["batch"], c["beam"]) for c in engine["cases"]}
     assert ran == {(name, b, k) for name in ENGINES for b, k in QUICK_CASES}
