@@ -194,7 +194,7 @@ class InProcess(Local):
 
 
 def _scheduler_share(
-    version_dir: str, requests: list, clients: int, max_rows: int, barrier, out
+    index: int, version_dir: str, requests: list, clients: int, max_rows: int, barrier, out
 ) -> None:
     """One process of the in-process run: the worker's scheduler over the worker's engine
     (fp32, one thread), `clients` jobs in flight, each request's next one submitted when it
@@ -246,15 +246,19 @@ def _scheduler_share(
     submitted.clear()
     start = time.perf_counter()
     answers = run(list(range(len(requests))))
-    last_send = submitted[-1]
-    inside = [a for a in answers if a[2] and a[0] <= last_send]
-    steady = len(inside) >= 2 * clients and last_send > start
-    seconds = (last_send if steady else max(a[0] for a in answers)) - start
-    counted = inside if steady else [a for a in answers if a[2]]
+    last_send, ok = submitted[-1], [a for a in answers if a[2]]
+    busy = _all_busy(start, last_send, [a[0] for a in ok], clients)  # as `_window` decides
+    end = last_send if busy else max(a[0] for a in answers)
+    counted = [a for a in ok if a[0] <= end]
     out.put({
-        "requests": len(counted), "tokens": sum(a[1] for a in counted), "seconds": seconds,
-        "steady": steady, "failed": sum(not a[2] for a in answers),
+        "process": index, "requests": len(counted), "tokens": sum(a[1] for a in counted),
+        "seconds": end - start, "steady": busy, "failed": sum(not a[2] for a in answers),
     })  # fmt: skip
+
+
+def _pooled(parts: list[dict], key: str) -> float:
+    """A process's `key` per second over all its rounds' windows."""
+    return sum(p[key] for p in parts) / sum(p["seconds"] for p in parts)
 
 
 def in_process_closed_loop(
@@ -272,9 +276,9 @@ def in_process_closed_loop(
     directory = str(version.directory)
     processes = [
         context.Process(
-            target=_scheduler_share, args=(directory, part, share, max_rows, barrier, out)
+            target=_scheduler_share, args=(w, directory, part, share, max_rows, barrier, out)
         )
-        for part in shares
+        for w, part in enumerate(shares)
     ]
     for process in processes:
         process.start()
@@ -296,7 +300,7 @@ def in_process_closed_loop(
     return {
         "clients": clients,
         "processes": workers,
-        "parts": parts,
+        "parts": sorted(parts, key=lambda p: p["process"]),
         "throughput_rps": sum(p["requests"] / p["seconds"] for p in parts),
         "tokens_per_s": sum(p["tokens"] / p["seconds"] for p in parts),
         "failed": sum(p["failed"] for p in parts),
@@ -686,10 +690,15 @@ def _window(run: dict, ok: list[Sample], closed_clients: int | None) -> tuple[fl
     end = max((s.end for s in run["samples"]), default=start)
     if closed_clients and len(run["samples"]) > 1:
         last_send = max(s.start for s in run["samples"])
-        inside = sum(1 for s in ok if s.end <= last_send)
-        if inside >= 2 * closed_clients and last_send > start:
+        if _all_busy(start, last_send, [s.end for s in ok], closed_clients):
             return start, last_send - start, True
     return start, end - start, False
+
+
+def _all_busy(start: float, last_send: float, ends: list[float], clients: int) -> bool:
+    """Whether a closed loop's first-to-last-send window holds at least two answers per client
+    (every client busy all along): the window its throughput is taken over."""
+    return last_send > start and sum(1 for e in ends if e <= last_send) >= 2 * clients
 
 
 def summarize(runs: list[dict], pool, references, slo: float, closed_clients=None) -> dict:
@@ -1196,8 +1205,8 @@ def markdown(report: dict) -> str:
             f"{loop['clients']} clients, in {loop['processes']} processes (one per server "
             f"worker, the clients shared), the worker's Scheduler over OnnxEngine, tokenizing "
             f"and detokenizing included: {loop['throughput_rps']:.1f} req/s, "
-            f"{loop['tokens_per_s']:.0f} tokens/s (median of {len(loop['rounds'])} rounds, each "
-            "in the rounds of the closed loops).",
+            f"{loop['tokens_per_s']:.0f} tokens/s (pooled over {len(loop['rounds'])} rounds, "
+            "run in the rounds of the closed loops).",
         ]
     level = _find(report["levels"], "continuous", "closed", (loop or {}).get("clients", 16))
     if level and level["output_tokens"]["total"]:
@@ -1385,10 +1394,12 @@ async def _measure_all(args, bench: Bench, directory: Path) -> tuple[dict, dict]
                 measured[spec].append(await bench.measure(servers[name], flow))
         runs = measured.pop(in_process)
         specs.remove(in_process)
+        # pooled over the rounds as a level is: each process's answers over its windows
+        pooled = [[r["parts"][w] for r in runs] for w in range(workers)]
         scheduler_loop = {
             "clients": in_process[1], "processes": workers, "rounds": runs,
-            "throughput_rps": float(np.median([r["throughput_rps"] for r in runs])),
-            "tokens_per_s": float(np.median([r["tokens_per_s"] for r in runs])),
+            "throughput_rps": sum(_pooled(parts, "requests") for parts in pooled),
+            "tokens_per_s": sum(_pooled(parts, "tokens") for parts in pooled),
             "failed": sum(r["failed"] for r in runs),
         }  # fmt: skip
         closed = {}
