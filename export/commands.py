@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from export.certify import certify, run_suite
-from export.repository import write_version
+from export.repository import INT8_SCALES, write_version
 from models.caption_data import read_scenes
 from models.captioner import Captioner
 from models.catalogs import read_everyday
@@ -77,7 +77,7 @@ def export(args: Namespace) -> int:
         tuple(args.variants.split(",")),
         source,
         args.graphs,
-        getattr(args, "int8_scales", "per-tensor"),
+        getattr(args, "int8_scales", INT8_SCALES[0]),
     )
     sources, references, parts = parity_inputs(model, args.data, tokenizer, args.sentences)
     certificate = certify(model_version, args.checkpoint, sources, references, parts)

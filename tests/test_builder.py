@@ -152,3 +152,11 @@ def test_per_tensor_int8_is_one_scale_a_weight_and_recorded(tmp_path, shipped_tr
     with pytest.raises(ValueError, match="int8_scales"):
         write_version(model, tokenizer.model_file, tmp_path / "x" / "1", "tiny", "1",
                       ("fp32", "int8"), int8_scales="per-row")  # fmt: skip
+
+
+def test_the_command_line_exports_int8_with_the_repository_s_default_scales():
+    from attnserve.cli import build_parser
+    from export.repository import INT8_SCALES
+
+    args = build_parser().parse_args(["export", "translator", "--out", "repository"])
+    assert args.int8_scales == INT8_SCALES[0] == "per-tensor"
