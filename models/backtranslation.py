@@ -30,6 +30,8 @@ _PLAIN = re.compile(r"^[A-Za-z][A-Za-z ,;:'!?.\-]*$")
 EXAMPLE_MIN_WORDS = 2
 DING_PACKAGE = "trans-de-en"
 DING = "*/trans/de-en"
+_LEFT_ENGLISH = re.compile(r"(?<!\w)[*@][a-z]")
+_MARK = re.compile(r"(?<!\w)[*@#](?=\w)|~")  # the marks a word starts with
 _CURLY = str.maketrans({"\u2019": "'", "\u2018": "'", "\u201c": '"', "\u201d": '"'})
 
 
@@ -86,12 +88,13 @@ def ding_sentences(tree: Path) -> list[str]:
 
 
 def apertium_eng_spa(sentences: list[str]) -> list[str]:
-    """Spanish of every sentence by Apertium eng-spa, one line in, one line out (unknown-word
-    marks dropped)."""
+    """Spanish of every sentence by Apertium eng-spa, one line in, one line out, with its
+    marks: `*word` a word Apertium does not know, `@word` one its bilingual dictionary lacks
+    (both left in English), `#word` a form it could not generate."""
     if not sentences:
         return []
     result = subprocess.run(
-        ["apertium", "-u", "-f", "line", "eng-spa"],
+        ["apertium", "-f", "line", "eng-spa"],
         input="\n".join(sentences) + "\n",
         capture_output=True,
         text=True,
@@ -100,10 +103,26 @@ def apertium_eng_spa(sentences: list[str]) -> list[str]:
     lines = result.stdout.split("\n")[: len(sentences)]
     if len(lines) != len(sentences):
         raise RuntimeError(f"apertium gave {len(lines)} lines for {len(sentences)} sentences")
-    return [re.sub(r"\s+", " ", line.replace("#", "").replace("~", "")).strip() for line in lines]
+    return [re.sub(r"\s+", " ", line).strip() for line in lines]
+
+
+def leaves_english(marked: str) -> bool:
+    """Apertium left a common English word in the Spanish (`*knob`, `@office`): such a source
+    teaches the model that a word it does not know is copied, and it then writes "a tenedor"
+    for "un tenedor". Unknown names (`*Bob`) are copied rightly and do not count."""
+    return _LEFT_ENGLISH.search(marked) is not None
+
+
+def unmarked(marked: str) -> str:
+    return re.sub(r"\s+", " ", _MARK.sub("", marked)).strip()
 
 
 def synthetic_pairs(sentences: list[str]) -> list[tuple[str, str]]:
-    """(Apertium's Spanish, the real English) of every sentence Apertium translated."""
+    """(Apertium's Spanish, the real English) of every sentence Apertium translated whole:
+    none it left a common English word in (`leaves_english`)."""
     spanish = apertium_eng_spa(sentences)
-    return [(s, e) for s, e in zip(spanish, sentences, strict=True) if s and s != e]
+    return [
+        (unmarked(s), e)
+        for s, e in zip(spanish, sentences, strict=True)
+        if s and not leaves_english(s) and unmarked(s) != e
+    ]

@@ -32,7 +32,7 @@ from collections.abc import Iterable
 from models.lexicon import Entry
 
 MIN_COUNT = 5
-PER_NOUN, PER_VERB, PER_ADJECTIVE = 4, 3, 2
+PER_NOUN, PER_VERB, PER_ADJECTIVE = 8, 3, 2
 SEED = 20261123
 
 # (Spanish, English): {el} / {un} and {the} / {a} are the noun with its article; {N} and {n}

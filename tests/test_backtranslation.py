@@ -10,7 +10,9 @@ import pytest
 from models.backtranslation import (
     ding_sentences,
     fortune_sentences,
+    leaves_english,
     synthetic_pairs,
+    unmarked,
     wordnet_examples,
 )
 
@@ -86,3 +88,21 @@ def test_apertium_gives_the_spanish_source_of_real_english():
     pairs = synthetic_pairs(english)
     assert [e for _, e in pairs] == english  # the English side is the real one
     assert "Canadá" in pairs[1][0] and "gatos" in pairs[2][0].lower()
+
+
+def test_a_source_with_an_english_word_left_in_it_is_not_kept():
+    # Apertium's marks: *unknown, @not in the bilingual dictionary, #not generated
+    assert leaves_english("Un circo *foreman hacía las rondas")
+    assert leaves_english("la bien-*knownness de él") and leaves_english("el @office")
+    assert not leaves_english("Soy de *Bob, un #carácter")  # a name is copied rightly
+    assert not leaves_english("5 *3 = 15") and not leaves_english("correo a@b.es")
+    assert unmarked("Soy de *Bob, un #carácter ~de") == "Soy de Bob, un carácter de"
+    assert unmarked("5 * 3 y a@b.es") == "5 * 3 y a@b.es"  # not marks: text
+
+
+@pytest.mark.skipif(shutil.which("apertium") is None, reason="apertium")
+def test_back_translation_drops_what_apertium_left_in_english():
+    english = ["The knob is loose.", "I like cats.", "Bob is my friend."]
+    pairs = synthetic_pairs(english)
+    assert [e for _, e in pairs] == ["I like cats.", "Bob is my friend."]
+    assert all(mark not in s for s, _ in pairs for mark in "*@#")
