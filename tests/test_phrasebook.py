@@ -9,6 +9,9 @@ from models.lexicon import Entry
 from models.phrasebook import (
     COMMON_ADJECTIVES,
     NOUN_PATTERNS,
+    PER_ADJECTIVE,
+    PER_NOUN,
+    PER_VERB,
     english_indefinite,
     phrase_pairs,
     spanish_feminine,
@@ -49,7 +52,7 @@ def test_patterns_are_filled_with_common_words_in_agreement():
     spanish = " ".join(s for s, _ in pairs)
     for absent in ("agua", "gafas", "estudiante", "percusor"):
         assert absent not in spanish
-    assert len(pairs) == len(set(pairs)) == 2 * 4 + 3 + 2
+    assert len(pairs) == len(set(pairs)) == 2 * PER_NOUN + PER_VERB + PER_ADJECTIVE
     for s, e in pairs:
         assert "{" not in s + e and s.lstrip("¿¡")[0].isupper() and e[0].isupper()
         if "mesa" in s:
