@@ -4,10 +4,13 @@ pairs mixed into one train / dev / test layout that `attnserve train translator 
     train   Bible train + catalog pairs (CLDR included) but the dev slice + synthetic pairs,
             their Spanish prefixed with SYNTHETIC_TAG (a piece of its own in the tokenizer:
             the model learns that such a source is machine Spanish; served text never has it)
-            + Apertium's dictionary word pairs (`lexicon`) and the everyday patterns filled
-            with them (`phrases`), human-made and untagged, when built; the everyday
-            expressions (`expressions`, models.expressions) EXPRESSION_REPEAT times: a few
-            thousand pairs of the turns of phrase no other source has
+            + Apertium's dictionary word pairs (`lexicon`) LEXICON_REPEAT times and the
+            everyday patterns filled with them (`phrases`) PHRASE_REPEAT times, human-made
+            and untagged, when built; the everyday expressions (`expressions`,
+            models.expressions) EXPRESSION_REPEAT times: a few thousand pairs of the turns
+            of phrase no other source has. A word pair the model sees a few times an epoch
+            it copies instead of translating ("tenedor" after 20 sightings); the repeats
+            cost little, batches being counted in tokens and these pairs short
     dev     Bible dev + DEV_PAIRS catalog pairs (a seeded choice, taken out of train), so
             that the dev score the training keeps the best checkpoint by reads modern text too
     test    the Bible test part (`test`), `test-modern` and `test-everyday`, copied unchanged
@@ -28,6 +31,8 @@ from models.corpus import read_split
 SYNTHETIC_TAG = "<bt>"
 DEV_PAIRS = 500
 EXPRESSION_REPEAT = 3
+LEXICON_REPEAT = 8
+PHRASE_REPEAT = 3
 TEST_PARTS = ("test", "test-modern", "test-everyday")
 # Each test split's part in reports: the test split holds the Bible verses of the test books.
 PART_NAMES = {"test": "bible", "test-modern": "modern", "test-everyday": "everyday"}
@@ -63,8 +68,8 @@ def build_modern_data(source: Path, out: Path) -> dict:
         "bible": _pairs(source, "train"),
         "catalogs": [pair for pair in catalogs if pair not in dev_slice],
         "synthetic": synthetic,
-        "lexicon": lexicon,
-        "phrases": phrases,
+        "lexicon": lexicon * LEXICON_REPEAT,
+        "phrases": phrases * PHRASE_REPEAT,
         "expressions": expressions * EXPRESSION_REPEAT,
     }
     train = [pair for part in parts.values() for pair in part]

@@ -6,6 +6,8 @@ from models.corpus import read_split
 from models.modern import (
     DEV_PAIRS,
     EXPRESSION_REPEAT,
+    LEXICON_REPEAT,
+    PHRASE_REPEAT,
     SYNTHETIC_TAG,
     TEST_PARTS,
     build_modern_data,
@@ -40,10 +42,13 @@ def test_the_mix_tags_synthetic_sources_and_keeps_the_dev_slice_out_of_train(tmp
     assert ("tenedor", "fork") in train  # dictionary words are human-made: not tagged
     assert ("Necesito un tenedor.", "I need a fork.") in train
     assert train.count(("Tengo hambre.", "I am hungry.")) == EXPRESSION_REPEAT > 1
+    assert train.count(("tenedor", "fork")) == LEXICON_REPEAT > 1
+    assert train.count(("Necesito un tenedor.", "I need a fork.")) == PHRASE_REPEAT > 1
     assert len(dev) == 1 + DEV_PAIRS and not set(dev) & set(train)
+    repeated = 2 * LEXICON_REPEAT + PHRASE_REPEAT + EXPRESSION_REPEAT
     assert counts["train"] == {
-        "bible": 1, "catalogs": 40, "synthetic": 1, "lexicon": 2, "phrases": 1,
-        "expressions": EXPRESSION_REPEAT, "total": 45 + EXPRESSION_REPEAT,
+        "bible": 1, "catalogs": 40, "synthetic": 1, "lexicon": 2 * LEXICON_REPEAT,
+        "phrases": PHRASE_REPEAT, "expressions": EXPRESSION_REPEAT, "total": 42 + repeated,
     }  # fmt: skip
     assert counts["test"] == dict.fromkeys(TEST_PARTS, 1)
 
