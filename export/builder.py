@@ -179,6 +179,20 @@ class _Writer:
                       unidirectional=causal)  # fmt: skip
         return result if isinstance(result, str) else result[0]
 
+    def in_place_self_attention(
+        self, h: str, attention, seqlens: str, total: str, past, present
+    ) -> str:
+        """GroupQueryAttention (as many key/value heads as query heads) over the fused
+        projections of `h`, the cache buffer `past` read and written as `present`."""
+        g = self.g
+        qkv = self.matmul(h, *_fused(attention.query, attention.key, attention.value))
+        q, k, v = g.op("Split", [qkv], 3, axis=2, num_outputs=3)
+        inputs = [q, k, v, past[0], past[1], seqlens, total]
+        outputs = [g._fresh("attention"), *present]
+        heads = self.heads
+        return g.op("GroupQueryAttention", inputs, outputs, domain=MS, num_heads=heads,
+                    kv_num_heads=heads)[0]  # fmt: skip
+
     def heads_view(self, x: str) -> str:
         """(B, L, D) -> (B, H, L, Dh)."""
         g = self.g
@@ -206,23 +220,34 @@ class _Writer:
 
 
 def build_decoder(
-    model: Transformer, dtype=np.float32, capacity: int | None = None
+    model: Transformer, dtype=np.float32, capacity: int | None = None, in_place: bool = False
 ) -> onnx.ModelProto:
     """The decoder step of `service.graphs.decoder_spec`, in `dtype` (float32 or float16).
     With `capacity`, the fixed-capacity step of `decoder_spec(fixed_cache=True)`: one new
     token, a cache of `capacity` positions in and out (the attention's present less its
-    oldest position), so that every step of a batch has the same shapes (CUDA graphs)."""
+    oldest position), so that every step of a batch has the same shapes (CUDA graphs).
+    With `in_place` too, the step of `decoder_spec(in_place=True)`: self-attention is
+    com.microsoft `GroupQueryAttention` over a buffer of `capacity` positions per row, which
+    it writes at each row's position and reads up to it (`seqlens_k` = the positions)."""
     c = model.config
-    spec = decoder_spec(c.decoder_layers, fixed_cache=capacity is not None)
+    if in_place and capacity is None:
+        raise ValueError("an in-place cache needs a capacity")
+    spec = decoder_spec(c.decoder_layers, fixed_cache=capacity is not None, in_place=in_place)
     g = Graph("decoder", dtype)
     w = _Writer(model, g)
-    self_mask = g.op("Cast", ["self_mask"], to=TensorProto.INT32)
+    if in_place:  # GQA's lengths: each row's past (its position), the longest + 1
+        axis = g.weight("axis", np.array([1], np.int64))
+        seqlens = g.op("Cast", [g.op("Squeeze", ["positions", axis])], to=TensorProto.INT32)
+        longest = g.op("ReduceMax", [seqlens], keepdims=0)
+        total = g.op("Add", [longest, g.weight("one", np.array(1, np.int32))])
+    else:
+        self_mask = g.op("Cast", ["self_mask"], to=TensorProto.INT32)
     memory_mask = g.op("Cast", ["memory_mask"], to=TensorProto.INT32)
     residual = w.embed("input_ids", "positions")
     layers = model.decoder_layers
     h = w.norm(residual, layers[0].self_attn_norm)
     chosen = c.cross_attention_layer % len(layers)
-    if capacity is not None:
+    if capacity is not None and not in_place:
         one, two = (
             g.weight("one", np.array([1], np.int64)),
             g.weight("two", np.array([2], np.int64)),
@@ -231,7 +256,10 @@ def build_decoder(
     for i, layer in enumerate(layers):
         past = (f"past_key_values.{i}.key", f"past_key_values.{i}.value")
         present = [f"present.{i}.key", f"present.{i}.value"]
-        if capacity is not None:  # attend over capacity + 1, keep the newest capacity
+        if in_place:
+            attended = w.in_place_self_attention(h, layer.self_attn, seqlens, total, past,
+                                                 present)  # fmt: skip
+        elif capacity is not None:  # attend over capacity + 1, keep the newest capacity
             whole = [g._fresh(f"whole.{i}.key"), g._fresh(f"whole.{i}.value")]
             attended = w.self_attention(h, layer.self_attn, self_mask, past, whole, causal=1)
             for full, kept in zip(whole, present, strict=True):
@@ -265,7 +293,9 @@ def build_decoder(
     last = g.op("Gather", [h, g.weight("last", np.array(-1, np.int64))], axis=1)  # (B, D)
     g.op("MatMul", [last, g.weight("output", _linear_weight(model.output))], ["logits"])
     fixed = {"heads": c.n_heads, "head_dim": c.head_dim, "vocab": c.vocab_size}
-    if capacity is not None:
+    if in_place:
+        fixed |= {"new": 1, "capacity": capacity}
+    elif capacity is not None:
         fixed |= {"new": 1, "past": capacity, "total": capacity + 1}
     return g.model(spec, fixed)
 

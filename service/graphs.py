@@ -82,22 +82,29 @@ def encoder_spec(layers: int, inputs: tuple[TensorSpec, ...] = TEXT_ENCODER_INPU
     return GraphSpec("encoder", inputs, outputs)
 
 
-def decoder_spec(layers: int, fixed_cache: bool = False) -> GraphSpec:
+def decoder_spec(layers: int, fixed_cache: bool = False, in_place: bool = False) -> GraphSpec:
     """One decoding step over new tokens, with the cache in and out. With `fixed_cache` the
     cache has a fixed capacity (`past` positions, the newest last): a step attends over the
     cache and its new token (`total` = past + 1, masked by self_mask) and returns the cache
-    shifted by one, the oldest position dropped, so every step has the same shapes."""
+    shifted by one, the oldest position dropped, so every step has the same shapes.
+
+    With `in_place` the cache is a buffer of `capacity` positions per row, each row's own
+    positions from 0: one new token per row, written at the row's position (its past length,
+    `positions`), attending over that row's positions up to it; no self mask. The present is
+    the same buffer: bound as both input and output, the step writes into it in place."""
+    axis = "capacity" if in_place else "past"
+    mask = () if in_place else (TensorSpec("self_mask", "int64", ("batch", "total")),)
     inputs = (
         TensorSpec("input_ids", "int64", ("batch", "new")),
         TensorSpec("positions", "int64", ("batch", "new")),
-        TensorSpec("self_mask", "int64", ("batch", "total")),
-        *_kv("past_key_values", layers, "past"),
+        *mask,
+        *_kv("past_key_values", layers, axis),
         *_kv("encoder", layers, "memory"),
         TensorSpec("memory_mask", "int64", ("batch", "memory")),
     )
     outputs = (
         TensorSpec("logits", FLOAT, ("batch", "vocab")),
-        *_kv("present", layers, "past" if fixed_cache else "total"),
+        *_kv("present", layers, axis if in_place or fixed_cache else "total"),
         TensorSpec("cross_attention", FLOAT, ("batch", "memory")),
     )
     return GraphSpec("decoder", inputs, outputs)

@@ -58,11 +58,13 @@ class StaticStep:
         states: Sequence[StateSpec],
         device: str = "cpu",
         graph_ids: tuple[int, int] | None = None,
+        in_place: bool = False,
     ):
         """`sizes`: the size of every named axis the graph leaves open but `batch` (e.g.
         {"memory": 128}); `states`: what each step reads and returns for the next (the model
         interface's); `graph_ids`: the CUDA graph ids of the two directions (None: no
-        capture)."""
+        capture); `in_place`: the step writes its state into the buffers it reads (one
+        buffer set, bound as input and output; `decoder_spec(in_place=True)`)."""
         self.session, self.rows, self.device = session, rows, device
         self.carried = list(states)
         carried_in = {c.input for c in self.carried}
@@ -81,7 +83,7 @@ class StaticStep:
         # the two buffer sets of every carried state
         self.sets = [{c.input: allocate(inputs[c.input]) for c in self.carried} for _ in range(2)]
         self.bindings = []
-        for source, target in ((0, 1), (1, 0)):
+        for source, target in ((0, 0),) if in_place else ((0, 1), (1, 0)):
             binding = session.io_binding()
             for name, value in self.inputs.items():
                 binding.bind_ortvalue_input(name, value)
@@ -91,8 +93,9 @@ class StaticStep:
             for name, value in self.outputs.items():
                 binding.bind_ortvalue_output(name, value)
             self.bindings.append(binding)
+        self.in_place = in_place
         self.run_options = []
-        for direction in range(2):
+        for direction in range(len(self.bindings)):
             options = ort.RunOptions()
             if graph_ids is not None:
                 options.add_run_config_entry("gpu_graph_id", str(graph_ids[direction]))
@@ -115,7 +118,7 @@ class StaticStep:
         """One step over what the buffers hold; returns the output buffers (by name)."""
         direction = self.current
         self.session.run_with_iobinding(self.bindings[direction], self.run_options[direction])
-        self.current = 1 - direction
+        self.current = direction if self.in_place else 1 - direction
         return self.outputs
 
 
@@ -168,4 +171,58 @@ class FixedCacheDecoder:
         step.write("self_mask", mask)
         outputs = step.run()
         self.lengths += 1
+        return outputs
+
+
+class SlotCacheDecoder:
+    """The translator's in-place step (`decoder_spec(in_place=True)`) over slots: every row
+    has its own positions from 0 in its slot of the cache buffer, so a row can start in any
+    slot between two steps while the others go on (its memory written into the slot, its
+    length set to 0) and nothing is ever shifted, padded or rebuilt; what a slot held before
+    lies beyond its length and is not read. A row that is not decoding is fed padding at
+    position 0 (one memory position unmasked, so it stays finite)."""
+
+    def __init__(self, step: StaticStep, capacity: int):
+        if not step.in_place:
+            raise ValueError("a slot cache needs a step that writes in place")
+        self.step, self.capacity = step, capacity
+        self.lengths = np.zeros(step.rows, dtype=np.int64)
+        self.active = np.zeros(step.rows, dtype=bool)
+        size = step.inputs["memory_mask"].shape()[1]
+        self.memory_mask = np.zeros((step.rows, size), dtype=np.int64)
+        self.memory_mask[:, 0] = 1
+        self.memory = {
+            name: np.zeros(value.shape(), _numpy_type(value.data_type()))
+            for name, value in step.inputs.items()
+            if name.startswith("encoder.")
+        }
+
+    def start(self, slot: int, memory: dict[str, np.ndarray], memory_mask: np.ndarray) -> None:
+        """A new row in `slot`: its memory (keys/values (H, S, Dh) each, mask (S,))."""
+        length = len(memory_mask)
+        if length > self.memory_mask.shape[1]:
+            raise ValueError(f"{length} memory positions: the slots hold "
+                             f"{self.memory_mask.shape[1]}")  # fmt: skip
+        self.memory_mask[slot] = 0
+        self.memory_mask[slot, :length] = memory_mask
+        for name, array in memory.items():
+            self.memory[name][slot] = 0
+            self.memory[name][slot, :, :length] = array
+            self.step.write(name, self.memory[name])
+        self.step.write("memory_mask", self.memory_mask)
+        self.lengths[slot], self.active[slot] = 0, True
+
+    def stop(self, slot: int) -> None:
+        self.active[slot] = False
+
+    def forward(self, tokens: np.ndarray) -> dict[str, ort.OrtValue]:
+        """tokens (rows,): the next token of every slot (ignored where none decodes) -> the
+        step's outputs; every decoding row one position further."""
+        if int(self.lengths[self.active].max(initial=0)) >= self.capacity:
+            raise ValueError(f"the cache holds {self.capacity} positions")
+        ids = np.where(self.active, tokens, 0)[:, None].astype(np.int64)
+        self.step.write("input_ids", ids)
+        self.step.write("positions", np.where(self.active, self.lengths, 0)[:, None])
+        outputs = self.step.run()
+        self.lengths[self.active] += 1
         return outputs

@@ -13,7 +13,13 @@ from service.batching import source_batch
 from service.graphs import transformer_interface
 from service.inference import CachedInference
 from service.onnx_engine import OnnxEngine
-from service.static_step import FixedCacheDecoder, StaticStep, bucket, cuda_graph_session
+from service.static_step import (
+    FixedCacheDecoder,
+    SlotCacheDecoder,
+    StaticStep,
+    bucket,
+    cuda_graph_session,
+)
 
 CAPACITY = 24
 
@@ -27,6 +33,9 @@ def tiny(tmp_path_factory, shipped_translator):
     for variant, dtype in (("fp32", np.float32), ("fp16", np.float16)):
         fixed[variant] = directory / f"fixed-{variant}.onnx"
         onnx.save_model(build_decoder(model, dtype, capacity=CAPACITY), str(fixed[variant]))
+        fixed[f"{variant}-in-place"] = directory / f"in-place-{variant}.onnx"
+        in_place = build_decoder(model, dtype, capacity=CAPACITY, in_place=True)
+        onnx.save_model(in_place, str(fixed[f"{variant}-in-place"]))
     return model, version, fixed
 
 
@@ -82,6 +91,11 @@ def test_the_fixed_step_has_static_shapes(tiny):
     assert outputs["present.2.value"] == ["batch", 4, CAPACITY, 8]
     assert inputs["self_mask"] == ["batch", CAPACITY + 1]
     assert inputs["input_ids"] == ["batch", 1]
+    graph = onnx.load(str(fixed["fp32-in-place"])).graph
+    inputs, outputs = dims(graph.input), dims(graph.output)
+    assert "self_mask" not in inputs  # each row's position is its length
+    assert inputs["past_key_values.0.key"] == outputs["present.0.key"] == ["batch", 4, CAPACITY, 8]
+    assert sum(n.op_type == "GroupQueryAttention" for n in graph.node) == 3
 
 
 @pytest.mark.parametrize("variant", ["fp32", "fp16"])
@@ -121,3 +135,69 @@ def test_the_fixed_step_with_cuda_graphs_equals_the_growing_cache(tiny, variant)
     worst, agree = compare(version, fixed[variant], variant, "cuda", graph_ids=(0, 1))
     assert worst < 5e-2  # onnxruntime's CUDA matmuls take TF32 for fp32 by default
     assert agree >= 19
+
+
+def alone(engine, ids: list[int], steps: int):
+    """The growing step's greedy decode of one row: (logits of every step, tokens fed)."""
+    encoder = engine.encode(*source_batch([ids], 512))
+    inference = CachedInference(engine, encoder, 1)
+    token, logits, fed = engine.special_tokens.bos, [], []
+    for _ in range(steps):
+        fed.append(token)
+        out, _ = inference.step(np.array([[token]]))
+        logits.append(out[0])
+        token = int(out[0].argmax())
+    return encoder, logits, fed
+
+
+@pytest.mark.parametrize("variant", ["fp32", "fp16"])
+def test_the_slot_cache_lets_rows_start_in_any_slot_at_any_step(tiny, variant):
+    """Rows start at different steps in slots in any order, one in a slot another row left
+    (its old keys and values still there): every row's logits are its own decode's alone."""
+    _, version, fixed = tiny
+    engine = OnnxEngine(version, variant, "cpu")
+    layers = int(version.config["decoder_layers"])
+    session = cuda_graph_session(fixed[f"{variant}-in-place"], "cpu", capture=False)
+    step = StaticStep(session, 4, {"memory": 16}, carried(layers), in_place=True)
+    decoder = SlotCacheDecoder(step, CAPACITY)
+    rng = np.random.default_rng(1)
+    vocab = int(version.config["vocab_size"])
+    # (slot, first step, steps): the last row takes the slot the first leaves at step 6
+    plan = [(2, 0, 6), (0, 2, 12), (3, 5, 9), (2, 7, 10)]
+    rows = []
+    for slot, first, steps in plan:
+        ids = list(rng.integers(4, vocab, size=int(rng.integers(3, 12))))
+        encoder, logits, fed = alone(engine, ids, steps)
+        memory = {n: np.asarray(t)[0] for n, t in encoder.memory.items()}
+        rows.append((slot, first, steps, memory, np.asarray(encoder.memory_mask)[0], logits, fed))
+    worst, agree, compared = 0.0, 0, 0
+    for t in range(max(first + steps for _, first, steps in plan)):
+        for slot, first, steps, memory, mask, _, _ in rows:
+            if t == first:
+                decoder.start(slot, memory, mask)
+            if t == first + steps:
+                decoder.stop(slot)
+        tokens = np.zeros(4, dtype=np.int64)
+        live = [r for r in rows if r[1] <= t < r[1] + r[2]]
+        for slot, first, _, _, _, _, fed in live:
+            tokens[slot] = fed[t - first]
+        if not live:
+            continue
+        out = decoder.forward(tokens)["logits"].numpy().astype(np.float32)
+        for slot, first, _, _, _, logits, _ in live:
+            expected = logits[t - first]
+            worst = max(worst, float(np.abs(out[slot] - expected).max()))
+            agree += int(out[slot].argmax() == expected.argmax())
+            compared += 1
+    assert compared == sum(steps for _, _, steps, *_ in rows) == 37
+    assert worst < (1e-4 if variant == "fp32" else 2e-2)
+    assert agree == compared
+
+
+def test_the_slot_cache_refuses_a_step_that_shifts_its_cache(tiny):
+    _, version, fixed = tiny
+    layers = int(version.config["decoder_layers"])
+    step = StaticStep(cuda_graph_session(fixed["fp32"], "cpu"), 2, {"memory": 4},
+                      carried(layers))  # fmt: skip
+    with pytest.raises(ValueError, match="writes in place"):
+        SlotCacheDecoder(step, CAPACITY)
