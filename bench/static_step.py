@@ -7,16 +7,20 @@
 The shipped translator's graphs are built op by op (export.builder) into a scratch
 repository: the encoder, the growing step and the search graphs as `attnserve export
 --graphs built` writes them, and beside them the fixed-capacity step
-(`build_decoder(capacity=...)`). For every variant and batch the first `batch` test
-sentences are encoded once and decoded greedily for exactly `length` tokens (the best token
-always fed back, `</s>` included) three ways, every step followed by the search graph on the
-logits where they are (k = 1) and the ids brought to the host:
+(`build_decoder(capacity=...)`) and the in-place step. For every variant and batch the first
+`batch` test sentences are encoded once and decoded greedily for exactly `length` tokens (the
+best token always fed back, `</s>` included) in every way, every step followed by the search
+graph on the logits where they are (k = 1) and the ids brought to the host:
 - growing: `CachedInference` over `OnnxEngine` (IO binding), the served path (with
   --traced also over the traced graphs, `attnserve export --graphs traced`, as "traced");
 - fixed: `service.static_step` (rows padded to their bucket, memory to the longest source
   rounded up to 16, the cache `capacity` positions), buffers bound once, no capture;
 - fixed + CUDA graph: the same with onnxruntime's CUDA graphs (cuda only), one graph per
-  bucket and direction.
+  bucket and direction;
+- in place: `service.static_step.SlotCacheDecoder` over the in-place step
+  (`build_decoder(in_place=True)`: GroupQueryAttention writing into the cache buffer it
+  reads, each row its own positions; every row in its slot of the bucket), on the CPU and
+  in fp16 on CUDA (GQA's CUDA kernel takes no fp32).
 One untimed round, then 3 timed rounds, the three ways in turn; median ms per step (the
 encoder excluded) and tokens/s (batch x length over the steps). The fixed ways' tokens are
 compared with the growing way's: rows identical of all. For the fixed ways, "step alone" is
@@ -70,10 +74,13 @@ def build(checkpoint: Path, directory: Path, variants: list[str], capacity: int,
     fixed = {}
     for variant in variants:
         dtype = np.float16 if variant == "fp16" else np.float32
-        path = directory / variant / f"decoder-fixed-{capacity}.onnx"
-        with torch.no_grad():
-            onnx.save_model(build_decoder(model.float(), dtype, capacity), str(path))
-        fixed[variant] = path
+        fixed[variant] = {}
+        for way, in_place in (("fixed", False), ("in place", True)):
+            path = directory / variant / f"decoder-{way.replace(' ', '-')}-{capacity}.onnx"
+            with torch.no_grad():
+                graph = build_decoder(model.float(), dtype, capacity, in_place=in_place)
+            onnx.save_model(graph, str(path))
+            fixed[variant][way] = path
     other = None
     if traced:
         other = write_version(model.float(), tokenizer.model_file,
@@ -85,8 +92,8 @@ def build(checkpoint: Path, directory: Path, variants: list[str], capacity: int,
 class Case:
     """One variant's engines on one device."""
 
-    def __init__(self, version, fixed_path: Path, variant: str, device: str, capacity: int,
-                 traced=None):  # fmt: skip
+    def __init__(self, version, paths: dict[str, Path], variant: str, device: str,
+                 capacity: int, traced=None):  # fmt: skip
         from service.graphs import transformer_interface
         from service.onnx_engine import OnnxEngine
         from service.static_step import cuda_graph_session
@@ -98,14 +105,20 @@ class Case:
         self.layers = int(version.config["decoder_layers"])
         self.carried = transformer_interface(self.layers).states
         self.capacity, self.device = capacity, device
-        self.sessions = {"fixed": cuda_graph_session(fixed_path, device, capture=False)}
+        self.sessions = {"fixed": cuda_graph_session(paths["fixed"], device, capture=False)}
         if device == "cuda":
-            self.sessions["fixed + CUDA graph"] = cuda_graph_session(fixed_path, device)
+            self.sessions["fixed + CUDA graph"] = cuda_graph_session(paths["fixed"], device)
+        if device == "cpu" or variant == "fp16":  # GQA's CUDA kernel: fp16 and bf16 only
+            self.sessions["in place"] = cuda_graph_session(paths["in place"], device, capture=False)
         self.graph_ids = 0
 
     def decoder(self, way: str, rows: int, memory: int):
-        from service.static_step import FixedCacheDecoder, StaticStep, bucket
+        from service.static_step import FixedCacheDecoder, SlotCacheDecoder, StaticStep, bucket
 
+        if way == "in place":
+            step = StaticStep(self.sessions[way], bucket(rows, 1 << 20), {"memory": memory},
+                              self.carried, self.device, in_place=True)  # fmt: skip
+            return SlotCacheDecoder(step, self.capacity)
         graph_ids = None
         if way.endswith("CUDA graph"):
             graph_ids = (self.graph_ids, self.graph_ids + 1)
@@ -128,6 +141,11 @@ class Case:
         out = np.zeros((rows, length), dtype=np.int64)
         if way in self.growing:
             inference = CachedInference(engine, encoder, rows)
+        elif way == "in place":  # every row into its slot
+            memory = {n: t.numpy() for n, t in encoder.memory.items()}
+            mask = np.asarray(encoder.memory_mask)
+            for row in range(rows):
+                decoder.start(row, {n: m[row] for n, m in memory.items()}, mask[row])
         else:
             memory = {n: t.numpy() for n, t in encoder.memory.items()}
             decoder.start(memory, encoder.memory_mask)
@@ -136,6 +154,8 @@ class Case:
             if way in self.growing:
                 candidates, _ = inference.search_step(tokens[:, None], request)
             else:
+                if way == "in place" and len(tokens) < decoder.step.rows:
+                    tokens = np.pad(tokens, (0, decoder.step.rows - len(tokens)))
                 outputs = decoder.forward(tokens)
                 candidates = engine.search(outputs["logits"], request)
             tokens = candidates.ids[:rows, 0]
@@ -200,7 +220,7 @@ def main(argv=None) -> int:
         for variant in variants:
             report.setdefault("memcpy_nodes", {})[variant] = {
                 "growing": memcpy_nodes(version.graph(variant, "decoder"), args.device),
-                "fixed": memcpy_nodes(fixed[variant], args.device),
+                **{way: memcpy_nodes(path, args.device) for way, path in fixed[variant].items()},
                 "encoder": memcpy_nodes(version.graph(variant, "encoder"), args.device),
             }
             case = Case(version, fixed[variant], variant, args.device, args.capacity, traced)

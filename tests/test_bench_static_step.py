@@ -14,11 +14,13 @@ def test_static_step_bench_reports_every_way_with_identical_tokens(tmp_path, tra
     assert code == 0
     report = json.loads((tmp_path / "static-step.json").read_text())
     rows = {r["way"]: r for r in report["rows"]}
-    assert set(rows) == {"growing", "fixed"}  # no CUDA graphs on the CPU
+    assert set(rows) == {"growing", "fixed", "in place"}  # no CUDA graphs on the CPU
+    assert rows["in place"]["bucket"] == 4 and rows["in place"]["step_only_ms"] > 0
     assert rows["fixed"]["bucket"] == 4 and rows["fixed"]["memory"] % 16 == 0
     assert all(r["identical_rows"] == 3 and r["tokens_per_s"] > 0 for r in rows.values())
     assert rows["fixed"]["step_only_ms"] > 0 and rows["growing"]["step_only_ms"] is None
-    assert report["memcpy_nodes"]["fp32"]["fixed"] == 0
+    memcpy = report["memcpy_nodes"]["fp32"]
+    assert memcpy["fixed"] == memcpy["in place"] == 0
     assert "| fp32 | 3 | fixed | 4 |" in (tmp_path / "static-step.md").read_text()
 
 
