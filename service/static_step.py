@@ -80,8 +80,12 @@ class StaticStep:
         outputs = {o.name: o for o in session.get_outputs()}
         self.inputs = {n: allocate(m) for n, m in inputs.items() if n not in carried_in}
         self.outputs = {n: allocate(m) for n, m in outputs.items() if n not in carried_out}
-        # the two buffer sets of every carried state
-        self.sets = [{c.input: allocate(inputs[c.input]) for c in self.carried} for _ in range(2)]
+        # the buffer sets of every carried state: two that the steps alternate between, or
+        # one that an in-place step reads and writes
+        self.sets = [
+            {c.input: allocate(inputs[c.input]) for c in self.carried}
+            for _ in range(1 if in_place else 2)
+        ]
         self.bindings = []
         for source, target in ((0, 0),) if in_place else ((0, 1), (1, 0)):
             binding = session.io_binding()

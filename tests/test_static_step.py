@@ -159,6 +159,7 @@ def test_the_slot_cache_lets_rows_start_in_any_slot_at_any_step(tiny, variant):
     layers = int(version.config["decoder_layers"])
     session = cuda_graph_session(fixed[f"{variant}-in-place"], "cpu", capture=False)
     step = StaticStep(session, 4, {"memory": 16}, carried(layers), in_place=True)
+    assert len(step.sets) == 1  # one cache, read and written: no second set to alternate to
     decoder = SlotCacheDecoder(step, CAPACITY)
     rng = np.random.default_rng(1)
     vocab = int(version.config["vocab_size"])
