@@ -55,6 +55,26 @@ FAMILY = (
     ("novia", "girlfriend", "f"), ("amigo", "friend", "m"), ("amiga", "friend", "f"),
     ("vecino", "neighbour", "m"), ("vecina", "neighbour", "f"), ("jefe", "boss", "m"),
 )  # fmt: skip
+# Counted family: (Spanish plural, English plural, Spanish singular, English singular, gender);
+# "hijos" alone are children, beside "una hija" they are sons
+KIN = (
+    ("hermanos", "brothers", "hermano", "brother", "m"),
+    ("hermanas", "sisters", "hermana", "sister", "f"),
+    ("hijos", "sons", "hijo", "son", "m"), ("hijas", "daughters", "hija", "daughter", "f"),
+    ("nietos", "grandsons", "nieto", "grandson", "m"),
+    ("nietas", "granddaughters", "nieta", "granddaughter", "f"),
+    ("primos", "cousins", "primo", "cousin", "m"), ("primas", "cousins", "prima", "cousin", "f"),
+)  # fmt: skip
+COUNTS = (("dos", "two"), ("tres", "three"), ("cuatro", "four"), ("cinco", "five"))
+GREETINGS = (
+    ("Hola", "Hello"), ("Buenos días", "Good morning"), ("Buenas tardes", "Good afternoon"),
+    ("Buenas noches", "Good evening"),
+)  # fmt: skip
+HOW_ARE_YOU = (
+    ("¿cómo estás?", "how are you?"), ("¿qué tal?", "how are you?"),
+    ("¿cómo está usted?", "how are you?"), ("¿qué tal estás?", "how are you doing?"),
+    ("¿cómo te va?", "how is it going?"),
+)  # fmt: skip
 BODY = (
     ("la cabeza", "head"), ("el estómago", "stomach"), ("la espalda", "back"),
     ("la garganta", "throat"), ("la pierna", "leg"), ("el brazo", "arm"), ("el pie", "foot"),
@@ -113,6 +133,7 @@ FIXED = (
     ("Buenas tardes a todos.", "Good afternoon, everyone."),
     ("Buenas noches a todos.", "Good night, everyone."),
     ("¿Qué tal?", "How are you?"), ("¿Qué tal estás?", "How are you doing?"),
+    ("¿Cómo estás?", "How are you?"), ("¿Cómo te va?", "How is it going?"),
     ("¿Cómo está usted?", "How are you?"), ("Muy bien, gracias.", "Very well, thank you."),
     ("Bien, ¿y tú?", "Fine, and you?"), ("Estoy bien, gracias.", "I am fine, thank you."),
     ("Gracias.", "Thank you."), ("Muchas gracias.", "Thank you very much."),
@@ -162,6 +183,10 @@ FIXED = (
     ("¿Cuántos años tienes?", "How old are you?"), ("¿Cómo se llama usted?", "What is your name?"),
     ("¿Cómo se llama tu hermano?", "What is your brother's name?"),
     ("¿Tienes hijos?", "Do you have children?"), ("¿Estás casado?", "Are you married?"),
+    ("¿Tienes hermanos?", "Do you have any brothers or sisters?"),
+    ("¿Cuántos hermanos tienes?", "How many brothers and sisters do you have?"),
+    ("¿Cuántos hijos tienes?", "How many children do you have?"),
+    ("Soy hijo único.", "I am an only child."), ("Soy hija única.", "I am an only child."),
     ("Estoy soltero.", "I am single."), ("¿Qué te pasa?", "What is wrong?"),
     ("¿Te gusta?", "Do you like it?"), ("Me encanta.", "I love it."),
     ("¿Vamos?", "Shall we go?"), ("¡Vamos!", "Let's go!"), ("¡Qué bonito!", "How beautiful!"),
@@ -210,6 +235,100 @@ def _hour_phrases() -> list[tuple[str, str, str, str]]:
              f"at quarter to {following_english}", f"It is quarter to {following_english}"),
         ]  # fmt: skip
     return phrases
+
+
+def _day_parts(hour: int) -> list[tuple[str, str]]:
+    """The parts of the day an hour (1-11) is said with, in both languages: Spanish says "de
+    la mañana" from six to eleven, "de la tarde" from one to seven, "de la noche" from eight;
+    English has the afternoon end at six and the night begin at ten."""
+    parts = []
+    if 6 <= hour <= 11:
+        parts.append(("de la mañana", "in the morning"))
+    if hour <= 7:
+        parts.append(("de la tarde", "in the afternoon" if hour <= 5 else "in the evening"))
+    if hour >= 8:
+        parts.append(("de la noche", "in the evening" if hour <= 9 else "at night"))
+    return parts
+
+
+def _day_time_pairs() -> list[tuple[str, str]]:
+    """Hours with the part of the day: "a las ocho de la mañana" is "at eight in the
+    morning", not "at the eight of the morning"."""
+    pairs = []
+    for index, (spanish, english) in enumerate(HOURS):
+        hour = index + 1
+        if hour == 12:  # "las doce de la tarde" is noon, said otherwise in English
+            continue
+        article = "la" if spanish == "una" else "las"
+        verb = "Es" if spanish == "una" else "Son"
+        for part, part_english in _day_parts(hour):
+            for at_es, at_en in (
+                (f"a {article} {spanish} {part}", f"at {english} {part_english}"),
+                (f"a {article} {spanish} y media {part}",
+                 f"at half past {english} {part_english}"),
+            ):  # fmt: skip
+                pairs += [
+                    (f"Nos vemos {at_es}.", f"See you {at_en}."),
+                    (f"El tren sale {at_es}.", f"The train leaves {at_en}."),
+                    (f"El autobús llega {at_es}.", f"The bus arrives {at_en}."),
+                    (f"La tienda abre {at_es}.", f"The shop opens {at_en}."),
+                    (f"Me levanto {at_es}.", f"I get up {at_en}."),
+                ]
+            pairs.append(
+                (f"{verb} {article} {spanish} {part}.", f"It is {english} {part_english}.")
+            )
+    return pairs
+
+
+def _kin_pairs() -> list[tuple[str, str]]:
+    """How many brothers, daughters or cousins one has: Spanish "tener" is "have" here, not
+    "be" as in "Tengo hambre"."""
+    pairs = []
+    for plural, plural_english, singular, singular_english, gender in KIN:
+        one = "un" if gender == "m" else "una"
+        english_plural = "children" if plural == "hijos" else plural_english
+        pairs += [
+            (f"Tengo {one} {singular}.", f"I have a {singular_english}."),
+            (f"No tengo {plural}.", f"I don't have any {english_plural}."),
+            (f"¿Tienes {plural}?", f"Do you have any {english_plural}?"),
+        ]
+        for count, count_english in COUNTS:
+            pairs += [
+                (f"Tengo {count} {plural}.", f"I have {count_english} {english_plural}."),
+                (f"Mi madre tiene {count} {plural}.",
+                 f"My mother has {count_english} {english_plural}."),
+                (f"Mis {count} {plural} viven en Madrid.",
+                 f"My {count_english} {english_plural} live in Madrid."),
+            ]  # fmt: skip
+    for plural, plural_english, _, _, gender in KIN:
+        for _, _, other, other_english, other_gender in KIN:
+            # hermanos and una hermana; not primos and una prima, both cousins in English
+            if (
+                other[:3] == plural[:3]
+                and other_gender != gender
+                and other_english + "s" != plural_english
+            ):
+                one = "un" if other_gender == "m" else "una"
+                for count, count_english in COUNTS[:3]:
+                    pairs.append((
+                        f"Tengo {count} {plural} y {one} {other}.",
+                        f"I have {count_english} {plural_english} and a {other_english}.",
+                    ))  # fmt: skip
+    return pairs
+
+
+def _greeting_pairs() -> list[tuple[str, str]]:
+    """A greeting and "how are you?" in one sentence, alone and with a name."""
+    pairs = []
+    for greeting, greeting_english in GREETINGS:
+        for question, question_english in HOW_ARE_YOU:
+            pairs.append((f"{greeting}, {question}", f"{greeting_english}, {question_english}"))
+            for name in NAMES_FEMININE[::2] + NAMES_MASCULINE[::2]:
+                pairs.append((
+                    f"{greeting}, {name}, {question}",
+                    f"{greeting_english}, {name}, {question_english}",
+                ))  # fmt: skip
+    return pairs
 
 
 def _capital(text: str) -> str:
@@ -375,6 +494,7 @@ def expression_pairs(
     `countries` and `languages` ((Spanish, English) names, e.g. CLDR's); deduplicated."""
     countries = [(s, e) for s, e in countries if " " not in s and " " not in e]
     languages = list(languages)
-    pairs = list(FIXED) + _time_pairs() + _people_pairs(countries, languages)
+    pairs = list(FIXED) + _time_pairs() + _day_time_pairs() + _people_pairs(countries, languages)
+    pairs += _kin_pairs() + _greeting_pairs()
     pairs += _feeling_pairs() + _place_pairs()
     return list(dict.fromkeys(pairs))

@@ -51,8 +51,48 @@ def test_every_hour_has_its_four_forms():
     spanish = [s for s, _ in expression_pairs([], [])]
     for hour, _ in HOURS:
         forms = [s for s in spanish if re.fullmatch(rf"(Es|Son) las? {hour}( .*)?\.", s)]
+        bare = [s for s in forms if " de la " not in s]
         # o'clock, half past, quarter past and quarter to (written from the hour before)
-        assert len(forms) == 4, (hour, forms)
+        assert len(bare) == 4, (hour, bare)
+        # and the hour with its parts of the day (one to five: afternoon; six and seven:
+        # morning or evening; eight to eleven: morning or night), none for twelve ("noon")
+        parts = (
+            0 if hour == "doce" else 1 if hour in ("una", "dos", "tres", "cuatro", "cinco") else 2
+        )
+        assert len(forms) - len(bare) == parts, (hour, forms)
+
+
+def test_hours_take_the_part_of_the_day_in_both_languages():
+    pairs = dict(expression_pairs([], []))
+    assert pairs["Son las ocho de la mañana."] == "It is eight in the morning."
+    assert pairs["Es la una de la tarde."] == "It is one in the afternoon."
+    assert pairs["Son las siete de la tarde."] == "It is seven in the evening."
+    assert pairs["Son las once de la noche."] == "It is eleven at night."
+    assert (
+        pairs["El tren sale a las nueve y media de la noche."]
+        == "The train leaves at half past nine in the evening."
+    )
+    assert pairs["Me levanto a las siete de la mañana."] == "I get up at seven in the morning."
+    assert not [s for s in pairs if re.search(r"(dos|tres|cuatro) de la (mañana|noche)", s)]
+
+
+def test_tener_counts_family_as_have_not_be():
+    pairs = dict(expression_pairs([], []))
+    assert pairs["Tengo dos hermanos y una hermana."] == "I have two brothers and a sister."
+    assert pairs["Tengo tres hijas y un hijo."] == "I have three daughters and a son."
+    assert pairs["Tengo dos hijos."] == "I have two children."  # alone, children
+    assert pairs["Tengo cuatro hijos y una hija."] == "I have four sons and a daughter."
+    assert pairs["Tengo una hermana."] == "I have a sister."
+    # both are cousins in English: "two cousins and a cousin" is not made
+    assert not [s for s in pairs if re.search(r"primos y una prima|primas y un primo", s)]
+    assert not [e for e in pairs.values() if e.startswith("I am") and "brothers" in e]
+
+
+def test_greetings_join_how_are_you():
+    pairs = dict(expression_pairs([], []))
+    assert pairs["Buenos días, ¿cómo estás?"] == "Good morning, how are you?"
+    assert pairs["Buenas tardes, Lucía, ¿qué tal?"] == "Good afternoon, Lucía, how are you?"
+    assert pairs["¿Cómo estás?"] == "How are you?"
 
 
 def test_fixed_expressions_are_kept_as_written():
