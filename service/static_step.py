@@ -71,14 +71,20 @@ class StaticStep:
         carried_out = {c.output for c in self.carried}
         sizes = {"batch": rows, **sizes}
 
-        def allocate(meta) -> ort.OrtValue:
+        # on the CPU a buffer is the numpy array it was made from (onnxruntime keeps and
+        # reads that memory), so single rows can be written into it without a copy
+        self.host: dict[str, np.ndarray] = {}
+
+        def allocate(meta, name: str | None = None) -> ort.OrtValue:
             shape = [d if isinstance(d, int) else sizes[d] for d in meta.shape]
             zeros = np.zeros(shape, dtype=_numpy_type(meta.type))
+            if device == "cpu" and name is not None:
+                self.host[name] = zeros
             return ort.OrtValue.ortvalue_from_numpy(zeros, device, 0)
 
         inputs = {i.name: i for i in session.get_inputs()}
         outputs = {o.name: o for o in session.get_outputs()}
-        self.inputs = {n: allocate(m) for n, m in inputs.items() if n not in carried_in}
+        self.inputs = {n: allocate(m, n) for n, m in inputs.items() if n not in carried_in}
         self.outputs = {n: allocate(m) for n, m in outputs.items() if n not in carried_out}
         # the buffer sets of every carried state: two that the steps alternate between, or
         # one that an in-place step reads and writes
@@ -109,6 +115,15 @@ class StaticStep:
     def write(self, name: str, array: np.ndarray) -> None:
         """Copies `array` (the buffer's shape and dtype) into input `name` in place."""
         self.inputs[name].update_inplace(np.ascontiguousarray(array))
+
+    def write_row(self, name: str, row: int, array: np.ndarray, full: np.ndarray) -> None:
+        """Row `row` of input `name` becomes `array`; `full` is the whole input with that row
+        already written, copied where the buffer is not host memory (on a device)."""
+        host = self.host.get(name)
+        if host is None:
+            self.write(name, full)
+        else:
+            host[row] = array
 
     def write_state(self, name: str, array: np.ndarray) -> None:
         """Copies `array` into the state the next step reads as `name`."""
@@ -202,7 +217,8 @@ class SlotCacheDecoder:
         }
 
     def start(self, slot: int, memory: dict[str, np.ndarray], memory_mask: np.ndarray) -> None:
-        """A new row in `slot`: its memory (keys/values (H, S, Dh) each, mask (S,))."""
+        """A new row in `slot`: its memory (keys/values (H, S, Dh) each, mask (S,)), written
+        into that slot alone where the buffers are host memory."""
         length = len(memory_mask)
         if length > self.memory_mask.shape[1]:
             raise ValueError(f"{length} memory positions: the slots hold "
@@ -212,8 +228,8 @@ class SlotCacheDecoder:
         for name, array in memory.items():
             self.memory[name][slot] = 0
             self.memory[name][slot, :, :length] = array
-            self.step.write(name, self.memory[name])
-        self.step.write("memory_mask", self.memory_mask)
+            self.step.write_row(name, slot, self.memory[name][slot], self.memory[name])
+        self.step.write_row("memory_mask", slot, self.memory_mask[slot], self.memory_mask)
         self.lengths[slot], self.active[slot] = 0, True
 
     def stop(self, slot: int) -> None:

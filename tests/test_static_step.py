@@ -151,15 +151,21 @@ def alone(engine, ids: list[int], steps: int):
 
 
 @pytest.mark.parametrize("variant", ["fp32", "fp16"])
-def test_the_slot_cache_lets_rows_start_in_any_slot_at_any_step(tiny, variant):
+@pytest.mark.parametrize("rows_written", ["one row", "whole buffer"])
+def test_the_slot_cache_lets_rows_start_in_any_slot_at_any_step(tiny, variant, rows_written):
     """Rows start at different steps in slots in any order, one in a slot another row left
-    (its old keys and values still there): every row's logits are its own decode's alone."""
+    (its old keys and values still there): every row's logits are its own decode's alone.
+    A start writes its slot alone into host buffers, the whole buffer into device ones (here
+    the CPU's buffers taken as a device's)."""
     _, version, fixed = tiny
     engine = OnnxEngine(version, variant, "cpu")
     layers = int(version.config["decoder_layers"])
     session = cuda_graph_session(fixed[f"{variant}-in-place"], "cpu", capture=False)
     step = StaticStep(session, 4, {"memory": 16}, carried(layers), in_place=True)
     assert len(step.sets) == 1  # one cache, read and written: no second set to alternate to
+    assert "memory_mask" in step.host and any(n.startswith("encoder.") for n in step.host)
+    if rows_written == "whole buffer":
+        step.host.clear()
     decoder = SlotCacheDecoder(step, CAPACITY)
     rng = np.random.default_rng(1)
     vocab = int(version.config["vocab_size"])
