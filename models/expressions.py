@@ -75,6 +75,30 @@ HOW_ARE_YOU = (
     ("¿cómo está usted?", "how are you?"), ("¿qué tal estás?", "how are you doing?"),
     ("¿cómo te va?", "how is it going?"),
 )  # fmt: skip
+# A time said first, then a plan: "Mañana iremos al mercado." is "Tomorrow we will go to the
+# market.", the time kept (a sentence that opens with it must not lose it)
+WHEN_FIRST = (
+    ("mañana", "tomorrow"), ("hoy", "today"), ("esta tarde", "this afternoon"),
+    ("esta noche", "tonight"), ("el sábado", "on Saturday"),
+    ("la semana que viene", "next week"), ("pasado mañana", "the day after tomorrow"),
+)  # fmt: skip
+GOING = (
+    ("iremos", "we will go"), ("iré", "I will go"), ("vamos", "we are going"),
+    ("voy", "I am going"),
+)  # fmt: skip
+COMPANY = (
+    ("mi hermano", "my brother"), ("mis hermanos", "my brothers"), ("mis padres", "my parents"),
+    ("mi madre", "my mother"), ("mis amigos", "my friends"), ("los niños", "the children"),
+    ("mi hija", "my daughter"),
+)  # fmt: skip
+# Peoples named by a plural noun: "los judíos" are "the Jews", where the dictionary's
+# adjective ("judío" / "Jewish") would give "the Jewish"
+PEOPLES = (
+    ("judíos", "Jews"), ("griegos", "Greeks"), ("romanos", "Romans"), ("egipcios", "Egyptians"),
+    ("alemanes", "Germans"), ("italianos", "Italians"), ("rusos", "Russians"),
+    ("árabes", "Arabs"), ("turcos", "Turks"), ("mexicanos", "Mexicans"),
+    ("americanos", "Americans"), ("canadienses", "Canadians"),
+)  # fmt: skip
 BODY = (
     ("la cabeza", "head"), ("el estómago", "stomach"), ("la espalda", "back"),
     ("la garganta", "throat"), ("la pierna", "leg"), ("el brazo", "arm"), ("el pie", "foot"),
@@ -487,6 +511,43 @@ def _place_pairs() -> list[tuple[str, str]]:
     return pairs
 
 
+def _plan_pairs() -> list[tuple[str, str]]:
+    """Where one will go and when, the time first or last, alone or with company: for each
+    place every way of going once, the times and the company taken in turn."""
+    pairs = []
+    turn = 0
+    for spanish, gender, english in PLACES:
+        bare = spanish.split(" ", 1)[1]
+        to = "al " + bare if gender == "m" else "a " + spanish
+        for going, going_english in GOING:
+            when, when_english = WHEN_FIRST[turn % len(WHEN_FIRST)]
+            company, company_english = COMPANY[turn % len(COMPANY)]
+            later, later_english = WHEN_FIRST[(turn + 3) % len(WHEN_FIRST)]
+            turn += 1
+            subject = _capital(going_english)
+            first, first_english = _capital(when), _capital(when_english)
+            pairs += [
+                (f"{first} {going} {to}.", f"{first_english} {going_english} to the {english}."),
+                (f"{first} {going} {to} con {company}.",
+                 f"{first_english} {going_english} to the {english} with {company_english}."),
+                (f"{_capital(going)} {to} {later}.",
+                 f"{subject} to the {english} {later_english}."),
+            ]  # fmt: skip
+    return pairs
+
+
+def _people_named_pairs() -> list[tuple[str, str]]:
+    pairs = []
+    for spanish, english in PEOPLES:
+        pairs += [
+            (f"Los {spanish} llegaron ayer.", f"The {english} arrived yesterday."),
+            (f"Es la historia de los {spanish}.", f"It is the history of the {english}."),
+            (f"Hablamos con los {spanish}.", f"We spoke with the {english}."),
+            (f"¿Dónde viven los {spanish}?", f"Where do the {english} live?"),
+        ]
+    return pairs
+
+
 def expression_pairs(
     countries: Iterable[tuple[str, str]], languages: Iterable[tuple[str, str]]
 ) -> list[tuple[str, str]]:
@@ -495,6 +556,6 @@ def expression_pairs(
     countries = [(s, e) for s, e in countries if " " not in s and " " not in e]
     languages = list(languages)
     pairs = list(FIXED) + _time_pairs() + _day_time_pairs() + _people_pairs(countries, languages)
-    pairs += _kin_pairs() + _greeting_pairs()
+    pairs += _kin_pairs() + _greeting_pairs() + _plan_pairs() + _people_named_pairs()
     pairs += _feeling_pairs() + _place_pairs()
     return list(dict.fromkeys(pairs))

@@ -114,3 +114,19 @@ def test_the_installed_cldr_names_countries_and_languages():
     assert countries["Canadá"] == "Canada" and countries["Alemania"] == "Germany"
     assert not any(name.startswith("Pseudo") for name in countries.values())
     assert languages["inglés"] == "English" and len(languages) == len(LANGUAGE_CODES)
+
+
+def test_a_time_said_first_is_kept_first():
+    pairs = dict(expression_pairs([], []))
+    assert pairs["El sábado iremos al mercado."] == "On Saturday we will go to the market."
+    assert pairs["Iremos al mercado mañana."] == "We will go to the market tomorrow."
+    assert pairs["Hoy iré a la estación."] == "Today I will go to the station."
+    assert pairs["Iré a la estación el sábado."] == "I will go to the station on Saturday."
+    firsts = [(s, e) for s, e in pairs.items() if s.startswith("Mañana ")]
+    assert firsts and all(e.startswith("Tomorrow ") for _, e in firsts)
+
+
+def test_peoples_are_plural_nouns():
+    pairs = dict(expression_pairs([], []))
+    assert pairs["Es la historia de los judíos."] == "It is the history of the Jews."
+    assert not [e for e in pairs.values() if "the Jewish" in e]
