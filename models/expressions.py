@@ -55,15 +55,11 @@ FAMILY = (
     ("novia", "girlfriend", "f"), ("amigo", "friend", "m"), ("amiga", "friend", "f"),
     ("vecino", "neighbour", "m"), ("vecina", "neighbour", "f"), ("jefe", "boss", "m"),
 )  # fmt: skip
-# Counted family: (Spanish plural, English plural, Spanish singular, English singular, gender);
-# "hijos" alone are children, beside "una hija" they are sons
+# Counted family: ((masculine Spanish, English), (feminine Spanish, English)), plurals in -s in
+# both languages; "hijos" alone are children, beside "una hija" they are sons
 KIN = (
-    ("hermanos", "brothers", "hermano", "brother", "m"),
-    ("hermanas", "sisters", "hermana", "sister", "f"),
-    ("hijos", "sons", "hijo", "son", "m"), ("hijas", "daughters", "hija", "daughter", "f"),
-    ("nietos", "grandsons", "nieto", "grandson", "m"),
-    ("nietas", "granddaughters", "nieta", "granddaughter", "f"),
-    ("primos", "cousins", "primo", "cousin", "m"), ("primas", "cousins", "prima", "cousin", "f"),
+    (("hermano", "brother"), ("hermana", "sister")), (("hijo", "son"), ("hija", "daughter")),
+    (("nieto", "grandson"), ("nieta", "granddaughter")), (("primo", "cousin"), ("prima", "cousin")),
 )  # fmt: skip
 COUNTS = (("dos", "two"), ("tres", "three"), ("cuatro", "four"), ("cinco", "five"))
 GREETINGS = (
@@ -237,16 +233,24 @@ FIXED = (
 )  # fmt: skip
 
 
+def _hour_words(hour: str) -> tuple[str, str]:
+    """The article and the verb of a Spanish hour: "la una" and "es", "las dos" and "son"."""
+    return ("la", "Es") if hour == "una" else ("las", "Son")
+
+
+def _to(place: str, gender: str) -> str:
+    """Spanish "to the place": "al museo", "a la playa"."""
+    return "al " + place.split(" ", 1)[1] if gender == "m" else "a " + place
+
+
 def _hour_phrases() -> list[tuple[str, str, str, str]]:
     """(Spanish "a las ..." form, Spanish "son las ..." form, English "at ...", English time),
     on the hour, half past, quarter past and quarter to."""
     phrases = []
     for index, (spanish, english) in enumerate(HOURS):
-        article = "la" if spanish == "una" else "las"
-        verb = "Es" if spanish == "una" else "Son"
+        article, verb = _hour_words(spanish)
         following_spanish, following_english = HOURS[(index + 1) % len(HOURS)]
-        following_article = "la" if following_spanish == "una" else "las"
-        following_verb = "Es" if following_spanish == "una" else "Son"
+        following_article, following_verb = _hour_words(following_spanish)
         phrases += [
             (f"a {article} {spanish}", f"{verb} {article} {spanish}", f"at {english}",
              f"It is {english} o'clock"),
@@ -283,8 +287,7 @@ def _day_time_pairs() -> list[tuple[str, str]]:
         hour = index + 1
         if hour == 12:  # "las doce de la tarde" is noon, said otherwise in English
             continue
-        article = "la" if spanish == "una" else "las"
-        verb = "Es" if spanish == "una" else "Son"
+        article, verb = _hour_words(spanish)
         for part, part_english in _day_parts(hour):
             for at_es, at_en in (
                 (f"a {article} {spanish} {part}", f"at {english} {part_english}"),
@@ -308,36 +311,36 @@ def _kin_pairs() -> list[tuple[str, str]]:
     """How many brothers, daughters or cousins one has: Spanish "tener" is "have" here, not
     "be" as in "Tengo hambre"."""
     pairs = []
-    for plural, plural_english, singular, singular_english, gender in KIN:
-        one = "un" if gender == "m" else "una"
-        english_plural = "children" if plural == "hijos" else plural_english
-        pairs += [
-            (f"Tengo {one} {singular}.", f"I have a {singular_english}."),
-            (f"No tengo {plural}.", f"I don't have any {english_plural}."),
-            (f"¿Tienes {plural}?", f"Do you have any {english_plural}?"),
-        ]
-        for count, count_english in COUNTS:
+    for relation in KIN:
+        for (singular, singular_english), one in zip(relation, ("un", "una"), strict=True):
+            plural = singular + "s"
+            english_plural = "children" if plural == "hijos" else singular_english + "s"
             pairs += [
-                (f"Tengo {count} {plural}.", f"I have {count_english} {english_plural}."),
-                (f"Mi madre tiene {count} {plural}.",
-                 f"My mother has {count_english} {english_plural}."),
-                (f"Mis {count} {plural} viven en Madrid.",
-                 f"My {count_english} {english_plural} live in Madrid."),
-            ]  # fmt: skip
-    for plural, plural_english, _, _, gender in KIN:
-        for _, _, other, other_english, other_gender in KIN:
-            # hermanos and una hermana; not primos and una prima, both cousins in English
-            if (
-                other[:3] == plural[:3]
-                and other_gender != gender
-                and other_english + "s" != plural_english
-            ):
-                one = "un" if other_gender == "m" else "una"
-                for count, count_english in COUNTS[:3]:
-                    pairs.append((
-                        f"Tengo {count} {plural} y {one} {other}.",
-                        f"I have {count_english} {plural_english} and a {other_english}.",
-                    ))  # fmt: skip
+                (f"Tengo {one} {singular}.", f"I have a {singular_english}."),
+                (f"No tengo {plural}.", f"I don't have any {english_plural}."),
+                (f"¿Tienes {plural}?", f"Do you have any {english_plural}?"),
+            ]
+            for count, count_english in COUNTS:
+                pairs += [
+                    (f"Tengo {count} {plural}.", f"I have {count_english} {english_plural}."),
+                    (f"Mi madre tiene {count} {plural}.",
+                     f"My mother has {count_english} {english_plural}."),
+                    (f"Mis {count} {plural} viven en Madrid.",
+                     f"My {count_english} {english_plural} live in Madrid."),
+                ]  # fmt: skip
+    # "dos hermanos y una hermana"; not "primos y una prima", both cousins in English
+    for (male, male_english), (female, female_english) in KIN:
+        if male_english == female_english:
+            continue
+        for many, many_english, one, other, other_english in (
+            (male, male_english, "una", female, female_english),
+            (female, female_english, "un", male, male_english),
+        ):
+            for count, count_english in COUNTS[:3]:
+                pairs.append((
+                    f"Tengo {count} {many}s y {one} {other}.",
+                    f"I have {count_english} {many_english}s and a {other_english}.",
+                ))  # fmt: skip
     return pairs
 
 
@@ -492,9 +495,8 @@ def _feeling_pairs() -> list[tuple[str, str]]:
 def _place_pairs() -> list[tuple[str, str]]:
     pairs = []
     for spanish, gender, english in PLACES:
-        bare = spanish.split(" ", 1)[1]
-        to = "al " + bare if gender == "m" else "a " + spanish
-        of = "del " + bare if gender == "m" else "de " + spanish
+        to = _to(spanish, gender)
+        of = "del " + spanish.split(" ", 1)[1] if gender == "m" else "de " + spanish
         pairs += [
             (f"¿Cómo llego {to}?", f"How do I get to the {english}?"),
             (f"¿Está lejos {spanish}?", f"Is the {english} far?"),
@@ -517,8 +519,7 @@ def _plan_pairs() -> list[tuple[str, str]]:
     pairs = []
     turn = 0
     for spanish, gender, english in PLACES:
-        bare = spanish.split(" ", 1)[1]
-        to = "al " + bare if gender == "m" else "a " + spanish
+        to = _to(spanish, gender)
         for going, going_english in GOING:
             when, when_english = WHEN_FIRST[turn % len(WHEN_FIRST)]
             company, company_english = COMPANY[turn % len(COMPANY)]

@@ -116,14 +116,14 @@ class StaticStep:
         """Copies `array` (the buffer's shape and dtype) into input `name` in place."""
         self.inputs[name].update_inplace(np.ascontiguousarray(array))
 
-    def write_row(self, name: str, row: int, array: np.ndarray, full: np.ndarray) -> None:
-        """Row `row` of input `name` becomes `array`; `full` is the whole input with that row
-        already written, copied where the buffer is not host memory (on a device)."""
+    def write_row(self, name: str, array: np.ndarray, row: int) -> None:
+        """Input `name` takes `array` (the whole input, of which only row `row` changed): that
+        row alone where the buffer is host memory, the whole array on a device."""
         host = self.host.get(name)
         if host is None:
-            self.write(name, full)
+            self.write(name, array)
         else:
-            host[row] = array
+            host[row] = array[row]
 
     def write_state(self, name: str, array: np.ndarray) -> None:
         """Copies `array` into the state the next step reads as `name`."""
@@ -228,8 +228,8 @@ class SlotCacheDecoder:
         for name, array in memory.items():
             self.memory[name][slot] = 0
             self.memory[name][slot, :, :length] = array
-            self.step.write_row(name, slot, self.memory[name][slot], self.memory[name])
-        self.step.write_row("memory_mask", slot, self.memory_mask[slot], self.memory_mask)
+            self.step.write_row(name, self.memory[name], slot)
+        self.step.write_row("memory_mask", self.memory_mask, slot)
         self.lengths[slot], self.active[slot] = 0, True
 
     def stop(self, slot: int) -> None:
