@@ -7,10 +7,12 @@ from models.modern import (
     DEV_PAIRS,
     EXPRESSION_REPEAT,
     LEXICON_REPEAT,
+    PEOPLES_REPEAT,
     PHRASE_REPEAT,
     SYNTHETIC_TAG,
     TEST_PARTS,
     build_modern_data,
+    modern_peoples,
 )
 
 
@@ -30,7 +32,8 @@ def test_the_mix_tags_synthetic_sources_and_keeps_the_dev_slice_out_of_train(tmp
     _split(source, "lexicon", [("tenedor", "fork"), ("traer", "bring")])
     _split(source, "phrases", [("Necesito un tenedor.", "I need a fork.")])
     _split(source, "expressions", [("Tengo hambre.", "I am hungry.")])
-    _split(source, "train", [("En el principio", "In the beginning")])
+    verse = ("Y los Judíos y los Griegos", "And the Jews and the Greeks")
+    _split(source, "train", [("En el principio", "In the beginning"), verse])
     _split(source, "dev", [("Y dijo Dios", "And God said")])
     for part in TEST_PARTS:
         _split(source, part, [(f"{part} es", f"{part} en")])
@@ -41,16 +44,33 @@ def test_the_mix_tags_synthetic_sources_and_keeps_the_dev_slice_out_of_train(tmp
     assert ("En el principio", "In the beginning") in train
     assert ("tenedor", "fork") in train  # dictionary words are human-made: not tagged
     assert ("Necesito un tenedor.", "I need a fork.") in train
+    assert train.count(verse) == 1
+    assert train.count(("Y los judíos y los griegos", verse[1])) == PEOPLES_REPEAT > 1
     assert train.count(("Tengo hambre.", "I am hungry.")) == EXPRESSION_REPEAT > 1
     assert train.count(("tenedor", "fork")) == LEXICON_REPEAT > 1
     assert train.count(("Necesito un tenedor.", "I need a fork.")) == PHRASE_REPEAT > 1
     assert len(dev) == 1 + DEV_PAIRS and not set(dev) & set(train)
     repeated = 2 * LEXICON_REPEAT + PHRASE_REPEAT + EXPRESSION_REPEAT
     assert counts["train"] == {
-        "bible": 1, "catalogs": 40, "synthetic": 1, "lexicon": 2 * LEXICON_REPEAT,
-        "phrases": PHRASE_REPEAT, "expressions": EXPRESSION_REPEAT, "total": 42 + repeated,
+        "bible": 2, "bible-peoples": PEOPLES_REPEAT, "catalogs": 40, "synthetic": 1,
+        "lexicon": 2 * LEXICON_REPEAT, "phrases": PHRASE_REPEAT,
+        "expressions": EXPRESSION_REPEAT, "total": 43 + PEOPLES_REPEAT + repeated,
     }  # fmt: skip
     assert counts["test"] == dict.fromkeys(TEST_PARTS, 1)
+
+
+def test_peoples_named_by_the_bible_are_written_lower_case_where_no_sentence_opens():
+    assert modern_peoples("¿Dónde está el Rey de los Judíos, que ha nacido?") == (
+        "¿Dónde está el Rey de los judíos, que ha nacido?"
+    )
+    assert modern_peoples("Judíos y Gentiles, Fariseos; Levitas") == (
+        "Judíos y gentiles, fariseos; levitas"
+    )  # the first word keeps the capital every sentence gives it
+    # a land is still a name; a person's name is not a people
+    assert (
+        modern_peoples("los reyes de Asiria y los Asirios") == "los reyes de Asiria y los asirios"
+    )
+    assert modern_peoples("vino Judas á Jerusalem") == "vino Judas á Jerusalem"
 
 
 def test_the_synthetic_tag_is_one_piece_of_the_tokenizer(tmp_path):
