@@ -247,7 +247,10 @@ def _add_translate(commands) -> None:
         metavar="OUT.png",
         help="write the best hypothesis' cross-attention heatmap (OUT-1.png, ... for several)",
     )
-    parser.add_argument("--checkpoint", type=Path, help="--engine torch: the checkpoint")
+    parser.add_argument(
+        "--checkpoint", type=Path,
+        help="--engine torch: the checkpoint (also a run's last.pt, best.pt, snapshots/step-*.pt)",
+    )  # fmt: skip
     parser.add_argument("--n-best", type=int, help="hypotheses per text")
     parser.add_argument("--json", action="store_true", help="scores, log-probs and alignment")
     _decoding_arguments(parser, None)

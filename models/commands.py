@@ -106,6 +106,15 @@ def _score(system: str, spanish_by_split: dict, english_by_split: dict, translat
     return {"system": system, "parts": parts}
 
 
+def _load_translator(checkpoint: Path):
+    """A shipped checkpoint directory, or a training run's weights (`.pt`, models.run_state)."""
+    if checkpoint.suffix == ".pt":
+        from models.run_state import load_run_weights
+
+        return load_run_weights(checkpoint)
+    return load_checkpoint(checkpoint)
+
+
 def evaluate(args: Namespace) -> int:
     spanish, english = {}, {}
     for split in _splits(args):
@@ -118,12 +127,7 @@ def evaluate(args: Namespace) -> int:
     if args.baseline == "apertium":
         system, settings, translate = apertium
     else:
-        if args.checkpoint.suffix == ".pt":  # a training run's weights (models.run_state)
-            from models.run_state import load_run_weights
-
-            model, tokenizer = load_run_weights(args.checkpoint)
-        else:
-            model, tokenizer = load_checkpoint(args.checkpoint)
+        model, tokenizer = _load_translator(args.checkpoint)
         options = decoding_options(args, model.config.max_length)
         system, settings = f"attnserve translator ({args.checkpoint})", asdict(options)
 
@@ -162,7 +166,7 @@ def evaluate(args: Namespace) -> int:
 
 def translate(args: Namespace) -> int:
     texts = args.texts or [line.rstrip("\n") for line in sys.stdin if line.strip()]
-    model, tokenizer = load_checkpoint(args.checkpoint)
+    model, tokenizer = _load_translator(args.checkpoint)
     options = decoding_options(args, model.config.max_length, n_best=args.n_best)
     nbest = translate_texts(TorchEngine(model), tokenizer, texts, options, model.config.max_length)
     for text, hypotheses in zip(texts, nbest, strict=True):

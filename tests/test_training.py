@@ -161,7 +161,7 @@ def test_a_packed_run_goes_on_elsewhere_where_it_stopped(tmp_path, translator_da
     assert pack_run(second, tmp_path / "again.pt")["step"] == 4
 
 
-def test_a_run_s_weights_files_are_evaluated_as_they_are(tmp_path, translator_data, capsys):
+def test_a_run_s_weights_files_are_evaluated_and_translate_as_they_are(tmp_path, translator_data, capsys):
     from attnserve.cli import main
     from models.run_state import load_run_weights
 
@@ -187,3 +187,7 @@ def test_a_run_s_weights_files_are_evaluated_as_they_are(tmp_path, translator_da
     assert main(evaluate) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["parts"]["dev"]["sentences"] == 3 and report["parts"]["dev"]["bleu"] >= 0
+    translate = ["translate", "--engine", "torch", "--checkpoint", str(snapshot), "--max-length",
+                 "8", "--json", "uno dos"]  # fmt: skip
+    assert main(translate) == 0  # the snapshot decodes as a shipped checkpoint would
+    assert json.loads(capsys.readouterr().out)["source"] == "uno dos"
