@@ -6,11 +6,20 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import onnx
 from onnx import numpy_helper
 from onnxruntime.quantization import QuantType, quantize_dynamic
 
 QUANTIZED_OPS = ("MatMul", "Gemm")
+# SmoothQuant's alpha: the share of a norm output channel's range moved into the weights
+SMOOTHING = 0.5
+# A norm's output channel j is gamma_j z + beta_j, z normalised: |z| up to about this many
+# standard deviations in practice (a constant common to all channels only rescales s)
+NORMAL_RANGE = 4.0
+# (gamma, beta) inputs of the norms: ONNX LayerNormalization, com.microsoft
+# SkipLayerNormalization (its output 0 is the normalised sum, output 3 the sum itself)
+NORM_PARAMETERS = {"LayerNormalization": (1, 2), "SkipLayerNormalization": (2, 3)}
 
 
 def untie_shared_weights(model: onnx.ModelProto) -> int:
@@ -63,12 +72,80 @@ def pretranspose_gemm_weights(model: onnx.ModelProto) -> int:
     return changed
 
 
+def _fed_matmuls(norm: onnx.NodeProto, users: dict, initializers: dict) -> list[onnx.NodeProto]:
+    """The MatMuls that read the norm's output with a weight of their own, directly or
+    through a Gather that picks positions (the decoder's last one); [] if anything else
+    reads it."""
+    matmuls, pending = [], [(node, norm.output[0]) for node in users.get(norm.output[0], [])]
+    while pending:
+        node, tensor = pending.pop()
+        axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+        if node.op_type == "Gather" and node.input[0] == tensor and axis != -1:
+            pending += [(user, node.output[0]) for user in users.get(node.output[0], [])]
+        elif (
+            node.op_type == "MatMul"
+            and node.input[0] == tensor
+            and node.input[1] in initializers
+            and len(users[node.input[1]]) == 1
+        ):
+            matmuls.append(node)
+        else:
+            return []
+    return matmuls
+
+
+def smooth_norms(model: onnx.ModelProto, alpha: float = SMOOTHING) -> int:
+    """Evens out the activations the int8 MatMuls quantise with one scale per call, leaving
+    the fp32 function as it was (SmoothQuant, with the ranges read off the weights instead of
+    calibration data). A layer norm's output channel j spans about NORMAL_RANGE |gamma_j| +
+    |beta_j|; gamma_j and beta_j are divided by s_j = range_j^alpha / max|W_j|^(1 - alpha)
+    and row j of every weight the norm feeds is multiplied by it, moving an outlier channel's
+    range into the weights, quantised per weight or per output channel. A norm is left alone
+    when anything but such MatMuls reads its output or its gamma and beta are shared.
+    Returns how many norms were smoothed; call after `untie_shared_weights`."""
+    initializers = {i.name: i for i in model.graph.initializer}
+    users: dict[str, list[onnx.NodeProto]] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            users.setdefault(name, []).append(node)
+    smoothed = 0
+    for node in model.graph.node:
+        if node.op_type not in NORM_PARAMETERS:
+            continue
+        gamma_at, beta_at = NORM_PARAMETERS[node.op_type]
+        gamma_name, beta_name = (
+            node.input[i] if len(node.input) > i else "" for i in (gamma_at, beta_at)
+        )
+        own = all(
+            not n or (n in initializers and len(users[n]) == 1) for n in (gamma_name, beta_name)
+        )
+        matmuls = _fed_matmuls(node, users, initializers)
+        if not (gamma_name and own and matmuls):
+            continue
+        gamma = numpy_helper.to_array(initializers[gamma_name]).astype(np.float64)
+        beta = numpy_helper.to_array(initializers[beta_name]) if beta_name else np.zeros_like(gamma)
+        weights = [numpy_helper.to_array(initializers[m.input[1]]) for m in matmuls]
+        if any(w.ndim != 2 or w.shape[0] != gamma.size for w in weights):
+            continue  # the Gather took channels, not positions
+        spread = NORMAL_RANGE * np.abs(gamma) + np.abs(beta)
+        largest = np.max([np.abs(w).max(axis=1) for w in weights], axis=0)
+        s = np.maximum(spread, 1e-6) ** alpha / np.maximum(largest, 1e-6) ** (1 - alpha)
+        updates = [(gamma_name, gamma / s)] + ([(beta_name, beta / s)] if beta_name else [])
+        updates += [(m.input[1], w * s[:, None]) for m, w in zip(matmuls, weights, strict=True)]
+        for name, value in updates:
+            dtype = numpy_helper.to_array(initializers[name]).dtype
+            initializers[name].CopyFrom(numpy_helper.from_array(value.astype(dtype), name))
+        smoothed += 1
+    return smoothed
+
+
 def quantize_int8(source: Path, target: Path, per_channel: bool = True) -> Path:
     """MatMul and Gemm weights to int8 (per output channel by default)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     model = onnx.load(str(source))
     untie_shared_weights(model)
     pretranspose_gemm_weights(model)
+    smooth_norms(model)
     del model.graph.value_info[:]  # stale after the rewrites; the quantiser infers them again
     with tempfile.TemporaryDirectory() as scratch:
         untied = Path(scratch) / source.name
