@@ -161,7 +161,7 @@ def test_a_packed_run_goes_on_elsewhere_where_it_stopped(tmp_path, translator_da
     assert pack_run(second, tmp_path / "again.pt")["step"] == 4
 
 
-def test_a_run_s_weights_files_are_evaluated_and_translate_as_they_are(tmp_path, translator_data, capsys):
+def test_a_run_s_weights_files_are_evaluated_and_translated(tmp_path, translator_data, capsys):
     from attnserve.cli import main
     from models.run_state import load_run_weights
 
