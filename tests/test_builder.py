@@ -159,4 +159,4 @@ def test_the_command_line_exports_int8_with_the_repository_s_default_scales():
     from export.repository import INT8_SCALES
 
     args = build_parser().parse_args(["export", "translator", "--out", "repository"])
-    assert args.int8_scales == INT8_SCALES[0] == "per-tensor"
+    assert args.int8_scales == INT8_SCALES[0] == "per-channel"
