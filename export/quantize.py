@@ -133,14 +133,15 @@ def smooth_norms(model: onnx.ModelProto, alpha: float = SMOOTHING) -> int:
         updates = [(gamma_name, gamma / s)] + ([(beta_name, beta / s)] if beta_name else [])
         updates += [(m.input[1], w * s[:, None]) for m, w in zip(matmuls, weights, strict=True)]
         for name, value in updates:
-            dtype = numpy_helper.to_array(initializers[name]).dtype
+            dtype = onnx.helper.tensor_dtype_to_np_dtype(initializers[name].data_type)
             initializers[name].CopyFrom(numpy_helper.from_array(value.astype(dtype), name))
         smoothed += 1
     return smoothed
 
 
 def quantize_int8(source: Path, target: Path, per_channel: bool = True) -> Path:
-    """MatMul and Gemm weights to int8 (per output channel by default)."""
+    """MatMul and Gemm weights to int8 (per output channel by default), the layer norms
+    smoothed first (`smooth_norms`)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     model = onnx.load(str(source))
     untie_shared_weights(model)
