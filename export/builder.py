@@ -13,7 +13,9 @@ the way onnxruntime-genai's model builder does:
 - every residual add fused with the layer norm after it (com.microsoft
   `SkipLayerNormalization`, whose bias input takes the sublayer's output bias);
 - the one cross-attention layer whose weights are returned written out in plain ops (the
-  fused kernel gives no post-softmax weights), its mask exactly the traced graph's;
+  fused kernel gives no post-softmax weights), its mask exactly the traced graph's; and a
+  lean step beside it without that output, every cross-attention fused (onnxruntime runs
+  every node whatever is fetched, so only another graph spares that work);
 - the encoder projects every decoder layer's cross keys and values with one MatMul.
 Inputs, outputs and axis names come from the same `service.graphs` declaration, so the
 runtime cannot tell the two apart; the parity suite proves each against PyTorch.
@@ -32,7 +34,13 @@ from onnx import TensorProto, helper, numpy_helper
 
 from models.captioner import Captioner
 from models.transformer import Transformer, sinusoids
-from service.graphs import GraphSpec, captioner_interface, decoder_spec, encoder_spec
+from service.graphs import (
+    LEAN_STEP,
+    GraphSpec,
+    captioner_interface,
+    decoder_spec,
+    encoder_spec,
+)
 
 MS = "com.microsoft"
 OPSET = 18
@@ -220,7 +228,11 @@ class _Writer:
 
 
 def build_decoder(
-    model: Transformer, dtype=np.float32, capacity: int | None = None, in_place: bool = False
+    model: Transformer,
+    dtype=np.float32,
+    capacity: int | None = None,
+    in_place: bool = False,
+    attention: bool = True,
 ) -> onnx.ModelProto:
     """The decoder step of `service.graphs.decoder_spec`, in `dtype` (float32 or float16).
     With `capacity`, the fixed-capacity step of `decoder_spec(fixed_cache=True)`: one new
@@ -228,11 +240,15 @@ def build_decoder(
     oldest position), so that every step of a batch has the same shapes (CUDA graphs).
     With `in_place` too, the step of `decoder_spec(in_place=True)`: self-attention is
     com.microsoft `GroupQueryAttention` over a buffer of `capacity` positions per row, which
-    it writes at each row's position and reads up to it (`seqlens_k` = the positions)."""
+    it writes at each row's position and reads up to it (`seqlens_k` = the positions).
+    Without `attention`, the lean step: no cross-attention output, every layer's
+    cross-attention one `MultiHeadAttention`."""
     c = model.config
     if in_place and capacity is None:
         raise ValueError("an in-place cache needs a capacity")
-    spec = decoder_spec(c.decoder_layers, fixed_cache=capacity is not None, in_place=in_place)
+    spec = decoder_spec(
+        c.decoder_layers, fixed_cache=capacity is not None, in_place=in_place, attention=attention
+    )
     g = Graph("decoder", dtype)
     w = _Writer(model, g)
     if in_place:  # GQA's lengths: each row's past (its position), the longest + 1
@@ -246,7 +262,7 @@ def build_decoder(
     residual = w.embed("input_ids", "positions")
     layers = model.decoder_layers
     h = w.norm(residual, layers[0].self_attn_norm)
-    chosen = c.cross_attention_layer % len(layers)
+    chosen = c.cross_attention_layer % len(layers) if attention else None
     if capacity is not None and not in_place:
         one, two = (
             g.weight("one", np.array([1], np.int64)),
@@ -389,13 +405,15 @@ def _split(g: Graph, x: str, sizes: list[int], axis: int) -> list[str]:
 
 def build_model(model, out_dir: Path, dtype=torch.float32) -> dict[str, Path]:
     """Writes encoder.onnx and decoder.onnx of `model` in `dtype` (torch.float32 or
-    torch.float16): a translator's both built op by op; a captioner's step built, its
-    convolutional encoder traced (nothing to fuse there that onnxruntime does not fold
-    itself)."""
+    torch.float16): a translator's both built op by op, and its lean step (lean_decoder.onnx,
+    the step without the cross-attention output, which the server runs when no row keeps
+    its alignment); a captioner's step built, its convolutional encoder traced (nothing to
+    fuse there that onnxruntime does not fold itself; its attention is the context it reads,
+    so a lean step would spare nothing)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     model = model.float().eval()
     floats = np.float16 if dtype == torch.float16 else np.float32
-    paths = {name: out_dir / f"{name}.onnx" for name in ("encoder", "decoder")}
+    paths = {name: out_dir / f"{name}.onnx" for name in ("encoder", "decoder", LEAN_STEP)}
     with torch.no_grad():
         if isinstance(model, Captioner):
             from export.onnx_export import export_model
@@ -405,4 +423,5 @@ def build_model(model, out_dir: Path, dtype=torch.float32) -> dict[str, Path]:
             return traced
         onnx.save_model(build_encoder(model, floats), str(paths["encoder"]))
         onnx.save_model(build_decoder(model, floats), str(paths["decoder"]))
+        onnx.save_model(build_decoder(model, floats, attention=False), str(paths[LEAN_STEP]))
     return paths

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from export.certify import certify, run_suite
+from export.certify import INT8_CLAIMS, certify, run_suite
 from export.repository import INT8_SCALES, write_version
 from models.caption_data import read_scenes
 from models.captioner import Captioner
@@ -59,7 +59,7 @@ def _summary(certificate: dict) -> dict:
             for d in certificate["decodes"]
         },
         "attention": certificate.get("attention"),
-        "int8_vs_fp32": certificate.get("int8_vs_fp32"),
+        **{k: certificate[k] for k in INT8_CLAIMS if k in certificate},
         "seconds": certificate["seconds"],
     }
 

@@ -15,6 +15,7 @@ import torch
 
 from export.graphs import DecoderStepGraph, EncoderGraph, flatten
 from models.transformer import Transformer
+from service.graphs import LEAN_STEP, ONE_ROW_STEP
 from service.onnx_engine import OnnxEngine
 
 BATCHES = (1, 3, 16)
@@ -130,6 +131,16 @@ def decoder_cases(model: Transformer, engine: OnnxEngine, tol: Tolerance, seed: 
         case = f"batch={batch} memory={memory} past={past} new={new}"
         for name, e, a in zip(engine.decoder_spec.output_names, expected, actual, strict=True):
             yield compare("decoder", name, case, e.float().numpy(), a, tol)
+        by_name = dict(zip(engine.decoder_spec.output_names, expected, strict=True))
+        feeds = dict(zip(engine.decoder_spec.input_names, inputs, strict=True))
+        leans = [(LEAN_STEP, engine.lean_decoder)]  # the same step less the attention output
+        leans += [(ONE_ROW_STEP, engine.one_row_decoder)] if batch == 1 else []
+        for graph, session in leans:
+            if session is None:
+                continue
+            lean = session.run(None, feeds)
+            for name, a in zip(engine.interface.lean_decoder.output_names, lean, strict=True):
+                yield compare(graph, name, case, by_name[name].float().numpy(), a, tol)
 
 
 def cases(model, engine: OnnxEngine, tol: Tolerance):

@@ -3,6 +3,7 @@ call), for CPU serving."""
 
 from __future__ import annotations
 
+import logging
 import tempfile
 from pathlib import Path
 
@@ -12,6 +13,9 @@ from onnx import numpy_helper
 from onnxruntime.quantization import QuantType, quantize_dynamic
 
 QUANTIZED_OPS = ("MatMul", "Gemm")
+# inputs per scale of the one-row int8 step: the translator's inputs are 256 wide (one scale
+# per column) but the feed-forward's second (1,024: four); of 64, 128 and 256, 256 ran fastest
+ONE_ROW_BLOCK = 256
 # SmoothQuant's alpha: the share of a norm output channel's range moved into the weights
 SMOOTHING = 0.5
 # A norm's output channel j is gamma_j z + beta_j, z normalised: |z| up to about this many
@@ -139,15 +143,22 @@ def smooth_norms(model: onnx.ModelProto, alpha: float = SMOOTHING) -> int:
     return smoothed
 
 
-def quantize_int8(source: Path, target: Path, per_channel: bool = True) -> Path:
-    """MatMul and Gemm weights to int8 (per output channel by default), the layer norms
-    smoothed first (`smooth_norms`)."""
-    target.parent.mkdir(parents=True, exist_ok=True)
+def _prepared(source: Path) -> onnx.ModelProto:
+    """`source` ready for a quantiser: shared weights untied, Gemm weights transposed, the
+    layer norms smoothed (`smooth_norms`)."""
     model = onnx.load(str(source))
     untie_shared_weights(model)
     pretranspose_gemm_weights(model)
     smooth_norms(model)
     del model.graph.value_info[:]  # stale after the rewrites; the quantiser infers them again
+    return model
+
+
+def quantize_int8(source: Path, target: Path, per_channel: bool = True) -> Path:
+    """MatMul and Gemm weights to int8 (per output channel by default), the layer norms
+    smoothed first (`smooth_norms`)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    model = _prepared(source)
     with tempfile.TemporaryDirectory() as scratch:
         untied = Path(scratch) / source.name
         onnx.save_model(model, str(untied))
@@ -160,4 +171,27 @@ def quantize_int8(source: Path, target: Path, per_channel: bool = True) -> Path:
             # com.microsoft ops (the built graphs' attention) have no ONNX shape inference
             extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
         )
+    return target
+
+
+def quantize_int8_one_row(source: Path, target: Path) -> Path:
+    """The one-row form of an int8 step: every MatMul weight int8 in com.microsoft
+    `MatMulNBits` (8 bits, symmetric, one scale per output column and block of
+    ONE_ROW_BLOCK inputs), activations quantised to int8 inside the op (accuracy level 4, the
+    integer kernel), the layer norms smoothed as `quantize_int8` does. onnxruntime runs it as
+    a matrix-vector product: faster than `DynamicQuantizeMatMul` at one row, slower from two
+    (docs/benchmarks.md), so a server runs it for single-row steps only."""
+    from onnxruntime.quantization.matmul_nbits_quantizer import (
+        DefaultWeightOnlyQuantConfig,
+        MatMulNBitsQuantizer,
+    )
+
+    logging.getLogger(MatMulNBitsQuantizer.__module__).setLevel(logging.WARNING)  # per node
+    target.parent.mkdir(parents=True, exist_ok=True)
+    config = DefaultWeightOnlyQuantConfig(
+        block_size=ONE_ROW_BLOCK, is_symmetric=True, accuracy_level=4, bits=8
+    )
+    quantizer = MatMulNBitsQuantizer(_prepared(source), algo_config=config)
+    quantizer.process()
+    onnx.save_model(quantizer.model.model, str(target))
     return target

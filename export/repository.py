@@ -13,9 +13,10 @@ import torch
 from export.builder import build_model
 from export.onnx_export import OPSET, export_model, interface_of
 from export.ops import write_ops
-from export.quantize import quantize_int8
+from export.quantize import quantize_int8, quantize_int8_one_row
 from models.captioner import Captioner
 from models.checkpoint import kind_of
+from service.graphs import LEAN_STEP, ONE_ROW_STEP
 from service.repository import TOKENIZER, ModelVersion, verify, write_manifest
 from service.tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIAL_PIECES, UNK_ID
 
@@ -103,6 +104,10 @@ def write_version(
             )
             for k, p in fp32.items()
         }
+        if LEAN_STEP in fp32:
+            one_row = directory / "int8" / f"{ONE_ROW_STEP}.onnx"
+            quantize_int8_one_row(fp32[LEAN_STEP], one_row)
+            graphs["int8"][ONE_ROW_STEP] = str(one_row.relative_to(directory))
     if "fp16" in variants:
         if method == "built":
             fp16 = build_model(model, directory / "fp16", torch.float16)

@@ -30,6 +30,12 @@ class TensorSpec:
         return np.dtype(np.int64) if self.dtype == "int64" else np.dtype(float_dtype)
 
 
+LEAN_STEP = "lean_decoder"  # the optional graph `lean` declares, by its name in the manifest
+# an optional form of the lean step for steps of one row (the same declaration; an int8
+# variant's weights in a matrix-vector kernel, export.quantize.quantize_int8_one_row)
+ONE_ROW_STEP = "lean_decoder_one_row"
+
+
 @dataclass(frozen=True)
 class GraphSpec:
     name: str  # file stem: "encoder" or "decoder"
@@ -54,6 +60,14 @@ class GraphSpec:
             t.name: {i: axis for i, axis in enumerate(t.axes) if axis not in fixed}
             for t in (*self.inputs, *self.outputs)
         }
+
+
+def lean(step: GraphSpec, attention: str) -> GraphSpec:
+    """`step` without its attention output: the lean step a model version may also ship, run
+    when no row of a batch keeps its alignment (same inputs; onnxruntime runs every node of a
+    graph whatever outputs are fetched, so only a graph without them spares their work)."""
+    outputs = tuple(t for t in step.outputs if t.name != attention)
+    return GraphSpec(LEAN_STEP, step.inputs, outputs)
 
 
 def _kv(prefix: str, layers: int, length_axis: str) -> tuple[TensorSpec, ...]:
@@ -82,7 +96,9 @@ def encoder_spec(layers: int, inputs: tuple[TensorSpec, ...] = TEXT_ENCODER_INPU
     return GraphSpec("encoder", inputs, outputs)
 
 
-def decoder_spec(layers: int, fixed_cache: bool = False, in_place: bool = False) -> GraphSpec:
+def decoder_spec(
+    layers: int, fixed_cache: bool = False, in_place: bool = False, attention: bool = True
+) -> GraphSpec:
     """One decoding step over new tokens, with the cache in and out. With `fixed_cache` the
     cache has a fixed capacity (`past` positions, the newest last): a step attends over the
     cache and its new token (`total` = past + 1, masked by self_mask) and returns the cache
@@ -105,9 +121,10 @@ def decoder_spec(layers: int, fixed_cache: bool = False, in_place: bool = False)
     outputs = (
         TensorSpec("logits", FLOAT, ("batch", "vocab")),
         *_kv("present", layers, axis if in_place or fixed_cache else "total"),
-        TensorSpec("cross_attention", FLOAT, ("batch", "memory")),
     )
-    return GraphSpec("decoder", inputs, outputs)
+    spec = GraphSpec("decoder", inputs, (*outputs, TensorSpec("cross_attention", FLOAT,
+                                                              ("batch", "memory"))))  # fmt: skip
+    return spec if attention else lean(spec, "cross_attention")
 
 
 @dataclass(frozen=True)
@@ -147,6 +164,10 @@ class ModelInterface:
     memory: tuple[str, ...]  # encoder outputs fed to every step under the same name
     states: tuple[StateSpec, ...]
     attention: str = "cross_attention"  # the step output (batch, memory) shown to users
+
+    @property
+    def lean_decoder(self) -> GraphSpec:
+        return lean(self.decoder, self.attention)
 
     @property
     def memory_tensors(self) -> tuple[str, ...]:

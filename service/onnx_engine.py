@@ -14,6 +14,11 @@ the default: on a GPU only (rows, k) numbers leave it, and on one CPU thread the
 faster than numpy too, docs/benchmarks.md), or in numpy on the host (`host_search`, the
 reference it is proven equal to).
 
+A step that keeps no alignment runs the version's lean step where it ships one (the same
+step without the cross-attention output, export.builder), for a single row its one-row form
+where the variant has one (int8: a matrix-vector kernel), else the full step with that
+output left unfetched.
+
 One compute thread per session is the fastest setting on small CPUs (docs/benchmarks.md); a
 server scales by running more workers, not more threads per worker.
 """
@@ -25,7 +30,14 @@ import onnxruntime as ort
 
 from service.batching import concat_padded
 from service.errors import ModelRepositoryError
-from service.graphs import ModelInterface, SpecialTokens, check_inputs, interface_for
+from service.graphs import (
+    LEAN_STEP,
+    ONE_ROW_STEP,
+    ModelInterface,
+    SpecialTokens,
+    check_inputs,
+    interface_for,
+)
 from service.inference import EncoderOutput, Tensors
 from service.repository import ModelVersion
 from service.search import Candidates, SearchRequest, host_search
@@ -85,7 +97,6 @@ class OnnxEngine:
         # names the decode loop reads every step, computed once
         self.memory_names = self.interface.memory_tensors
         self.step_inputs = set(self.decoder_spec.input_names)
-        self.step_outputs = self.decoder_spec.output_names
         self.states = self.interface.states
         self.init_states = [s for s in self.states if s.init is not None]
         self.variant, self.device = variant, device
@@ -98,6 +109,10 @@ class OnnxEngine:
         session = self._session_factory(threads)
         self.encoder = session(model.graph(variant, "encoder"))
         self.decoder = session(model.graph(variant, "decoder"))
+        # the step without the attention output, and its one-row form, where shipped
+        self.lean_decoder, self.one_row_decoder = (
+            self._lean(model, variant, name, session) for name in (LEAN_STEP, ONE_ROW_STEP)
+        )
         self.state_shapes = {  # fixed sizes of every state, by input name (None: varies)
             i.name: [d if isinstance(d, int) else None for d in i.shape]
             for i in self.decoder.get_inputs()
@@ -117,6 +132,19 @@ class OnnxEngine:
     def _session_factory(self, threads: int):
         options, providers = session_options(threads), PROVIDERS[self.device]
         return lambda path: ort.InferenceSession(str(path), options, providers=providers)
+
+    def _lean(self, model: ModelVersion, variant: str, name: str, session):
+        """The session of a lean step `name` if the version ships one (its outputs checked)."""
+        if not model.has_graph(variant, name):
+            return None
+        lean = session(model.graph(variant, name))
+        shipped, declared = [o.name for o in lean.get_outputs()], self.interface.lean_decoder
+        if shipped != declared.output_names:
+            raise ModelRepositoryError(
+                f"{model.directory}: {variant} {name} outputs {shipped}, not "
+                f"{declared.output_names}"
+            )
+        return lean
 
     def _outputs(self, session: ort.InferenceSession) -> list[str]:
         """A session's output names, read once (every step runs this)."""
@@ -193,10 +221,16 @@ class OnnxEngine:
                 self.decoder_spec, {k: _Described(v) for k, v in feeds.items()}, self.float_dtype
             )
         name = self.interface.attention
-        on_host = (*self.logits_on_host, name) if attention else self.logits_on_host
-        skip = () if attention else (name,)
-        outputs = self._run(self.decoder, feeds, on_host=on_host, skip=skip)
-        named = dict(zip(self.step_outputs, outputs, strict=True))
+        if attention:
+            session, on_host, skip = self.decoder, (*self.logits_on_host, name), ()
+        elif self.one_row_decoder is not None and _shape(input_ids)[0] == 1:
+            session, on_host, skip = self.one_row_decoder, self.logits_on_host, ()
+        elif self.lean_decoder is not None:
+            session, on_host, skip = self.lean_decoder, self.logits_on_host, ()
+        else:
+            session, on_host, skip = self.decoder, self.logits_on_host, (name,)
+        outputs = self._run(session, feeds, on_host=on_host, skip=skip)
+        named = dict(zip(self._outputs(session), outputs, strict=True))
         seen = named[name].astype(np.float32, copy=False) if attention else None
         return named["logits"], {s.input: named[s.output] for s in self.states}, seen
 

@@ -6,6 +6,9 @@
     tokenizer.model      SentencePiece model
     golden.json          a few inputs with their expected tokens, re-checked at start-up
     <variant>/encoder.onnx, <variant>/decoder.onnx     variant: fp32, int8, fp16
+    <variant>/lean_decoder.onnx   optional: the step without its attention output (built
+                                  translators), run when no row keeps its alignment
+    int8/lean_decoder_one_row.onnx    optional: its form for steps of one row
 
 The runtime refuses a manifest whose format version it does not know or whose files do not
 match their hashes.
@@ -60,6 +63,9 @@ class ModelVersion:
         if variant not in graphs:
             raise ModelRepositoryError(f"{self.directory}: no {variant} variant ({sorted(graphs)})")
         return self.directory / graphs[variant][name]
+
+    def has_graph(self, variant: str, name: str) -> bool:
+        return name in self.manifest["graphs"].get(variant, {})
 
     def op(self, name: str, dtype: str) -> Path:
         """A helper graph (see export.ops), e.g. op("gather", "float32")."""

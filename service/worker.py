@@ -64,11 +64,11 @@ def golden_check(scheduler: Scheduler, model_version, variant: str) -> int:
     if not entries:
         raise ModelRepositoryError(f"{model_version.directory}: no golden set for {variant}")
     inputs_of = kind_class(model_version.manifest["model"]["kind"]).golden_inputs
-    for i, entry in enumerate(entries):
-        options = DecodingOptions(max_length=entry["max_length"])
+    for i, entry in enumerate(entries):  # one at a time, as they were decoded (the batch a
+        options = DecodingOptions(max_length=entry["max_length"])  # row shares moves int8)
         scheduler.submit(Job(-1 - i, inputs_of(model_version, entry), options))
-    while scheduler.busy:
-        scheduler.iterate()
+        while scheduler.busy:
+            scheduler.iterate()
     results = {e.job_id: e for e in scheduler.events}
     scheduler.events.clear()
     scheduler.stats = Stats()

@@ -16,7 +16,9 @@ from export.repository import write_version
 from models.config import PRESETS
 from models.reference import TorchEngine, reference_engine
 from models.transformer import Transformer
-from service.decoding import DecodingOptions
+from service.batching import source_batch
+from service.decoding import DecodingOptions, decode
+from service.inference import CachedInference
 from service.onnx_engine import OnnxEngine
 from service.translation import translate_ids
 
@@ -63,6 +65,84 @@ def test_the_built_graphs_match_pytorch_and_decode_the_same(built):
             assert e[0].score == pytest.approx(a[0].score, abs=1e-4)
             if e[0].alignment is not None:  # the middle layer's cross-attention, as traced
                 assert a[0].alignment == pytest.approx(e[0].alignment, abs=1e-5)
+
+
+class _Counted:
+    """A session that counts its runs (plain or IO-bound)."""
+
+    def __init__(self, session):
+        self.session, self.runs = session, 0
+
+    def run(self, *args, **kwargs):
+        self.runs += 1
+        return self.session.run(*args, **kwargs)
+
+    def io_binding(self):
+        self.runs += 1
+        return self.session.io_binding()
+
+    def __getattr__(self, name):
+        return getattr(self.session, name)
+
+
+@pytest.mark.parametrize("variant", ["fp32", "int8", "fp16"])
+def test_the_lean_step_runs_when_no_alignment_is_kept_and_decodes_the_same(built, variant):
+    """Every variant ships the step without its cross-attention output (every cross-attention
+    fused); a decode without alignment runs it alone and gives the full step's tokens."""
+    model, version = built
+    full = onnx.load(str(version.graph(variant, "decoder")))
+    lean = onnx.load(str(version.graph(variant, "lean_decoder")))
+    assert [o.name for o in lean.graph.output] == [
+        o.name for o in full.graph.output if o.name != "cross_attention"
+    ]
+    assert [i.name for i in lean.graph.input] == [i.name for i in full.graph.input]
+    ops = [n.op_type for n in lean.graph.node]
+    assert ops.count("MultiHeadAttention") == 3 + 3 and "Softmax" not in ops
+    assert len(lean.graph.node) < len(full.graph.node)
+    if variant == "fp32":
+        summary = assert_graph_parity(model, OnnxEngine(version, "fp32"))
+        assert summary["max_abs"]["lean_decoder.logits"] < 1e-4
+    sources = random_sources(model.config.vocab_size, [2, 9, 30])
+    for beam in (1, 3):
+        options = DecodingOptions(beam_size=beam, max_length=16)
+        engine = OnnxEngine(version, variant, io_binding=beam == 3)
+        aligned = translate_ids(engine, sources, options, 512)
+        engine.decoder, engine.lean_decoder = (_Counted(engine.decoder),
+                                               _Counted(engine.lean_decoder))  # fmt: skip
+        batch = source_batch(sources, 512)
+        inference = CachedInference(engine, engine.encode(*batch), len(sources))
+        bos, eos = engine.special_tokens.bos, engine.special_tokens.eos
+        unaligned = decode(inference, len(sources), options, bos, eos, attention=False)
+        assert engine.decoder.runs == 0 and engine.lean_decoder.runs >= 15
+        for a, u in zip(aligned, unaligned, strict=True):
+            assert a[0].alignment is not None and u[0].alignment is None
+            assert [h.tokens for h in a] == [h.tokens for h in u]
+            assert [h.score for h in u] == pytest.approx([h.score for h in a], abs=1e-3)
+
+
+def test_int8_ships_a_one_row_step_that_runs_for_single_rows(built):
+    """int8's lean step has a one-row form (MatMulNBits, a matrix-vector kernel): proven
+    against PyTorch at batch 1 by the graph parity, run for every step of one row and for
+    no step of more."""
+    model, version = built
+    one_row = onnx.load(str(version.graph("int8", "lean_decoder_one_row")))
+    ops = [n.op_type for n in one_row.graph.node]
+    assert ops.count("MatMulNBits") == 3 * 6 + 1 and "MatMul" not in ops
+    assert not version.has_graph("fp32", "lean_decoder_one_row")
+    summary = assert_graph_parity(model, OnnxEngine(version, "int8"))
+    assert summary["max_abs"]["lean_decoder_one_row.logits"] > 0
+    sources = random_sources(model.config.vocab_size, [2, 9, 30])
+    options = DecodingOptions(beam_size=1, max_length=16)
+    engine = OnnxEngine(version, "int8")
+    for name in ("decoder", "lean_decoder", "one_row_decoder"):
+        setattr(engine, name, _Counted(getattr(engine, name)))
+    bos, eos = engine.special_tokens.bos, engine.special_tokens.eos
+    for rows in (sources[:1], sources):
+        inference = CachedInference(engine, engine.encode(*source_batch(rows, 512)), len(rows))
+        decode(inference, len(rows), options, bos, eos, attention=False)
+        if len(rows) == 1:
+            assert engine.one_row_decoder.runs >= 2 and engine.lean_decoder.runs == 0
+    assert engine.lean_decoder.runs >= 2 and engine.decoder.runs == 0
 
 
 def test_the_fp16_built_graphs_are_float16_throughout_and_match_pytorch(built):
