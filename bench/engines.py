@@ -34,12 +34,17 @@ ENGINES = {  # name: (kind, variant, compute threads)
     "onnx-fp32-built": ("onnx", "fp32", 1),
     "onnx-int8-built": ("onnx", "int8", 1),
     "onnx-int8-built-per-tensor": ("onnx", "int8", 1),
+    "onnx-fp32-built-full-step": ("onnx", "fp32", 1),
+    "onnx-int8-built-full-step": ("onnx", "int8", 1),
 }
 # an LSTM's state has no uncached form
 CAPTION_ENGINES = ("torch-cached", "onnx-fp32", "onnx-int8", "onnx-fp32-built", "onnx-int8-built")
 
 
 PER_TENSOR = "built-per-tensor"  # built graphs, int8 with one scale per weight
+# built graphs, every step the full one (its attention output unfetched), as served before
+# the lean step and its one-row form (the versions they run from ship both)
+FULL_STEP = "-full-step"
 
 
 def graphs_of(name: str) -> str:
@@ -47,6 +52,7 @@ def graphs_of(name: str) -> str:
     quantised with one int8 scale per weight instead of per output channel) or "traced"."""
     if name.endswith("-" + PER_TENSOR):
         return PER_TENSOR
+    name = name.removesuffix(FULL_STEP)
     return "built" if name.endswith("-built") else "traced"
 
 
@@ -169,6 +175,8 @@ def _load(name: str, setup: dict):
 
         version = verify(Path(setup["repositories"][graphs_of(name)]))
         engine = OnnxEngine(version, variant, "cpu", threads)
+        if name.endswith(FULL_STEP):
+            engine.lean_decoder = engine.one_row_decoder = None
         source = None if captioner else version.config["max_length"]
         runner = OurRunner(engine, CachedInference, source)
         return runner, f"onnxruntime {onnxruntime.__version__}"

@@ -119,6 +119,10 @@ def test_goals_are_judged_and_ratios_reported(run):
     assert "onnx-fp32 / torch-cached" in texts and "onnx-fp32 decode ms" in texts
     assert any(k.startswith("torch-uncached decode ms") and v for k, v in report["ratios"].items())
     assert any(k.startswith(THREAD_CHECK) and v for k, v in report["ratios"].items())
+    for batch in QUICK_BATCHES:  # the lean step against the full one, side by side
+        for ours in ("onnx-fp32-built", "onnx-int8-built"):
+            assert report["ratios"][f"{ours} / {ours}-full-step tokens/s, batch {batch}"] > 0
+    assert report["parity"]["onnx-fp32-built-full-step"]["identical"] == max(QUICK_BATCHES)
 
 
 def test_ctranslate2_runs_and_is_compared_with_pytorch(run):
