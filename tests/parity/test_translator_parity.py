@@ -10,6 +10,7 @@ from export.parity import TOLERANCES
 
 # (variant, graph) pairs this suite checks; the meta-test below holds the repository to it.
 CHECKED_GRAPHS = [(v, g) for v in ("fp32", "int8") for g in ("encoder", "decoder", "lean_decoder")]
+CHECKED_GRAPHS.append(("int8", "lean_decoder_one_row"))  # run for steps of one row
 
 
 @pytest.mark.slow
