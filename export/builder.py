@@ -15,7 +15,8 @@ the way onnxruntime-genai's model builder does:
 - the one cross-attention layer whose weights are returned written out in plain ops (the
   fused kernel gives no post-softmax weights), its mask exactly the traced graph's; and a
   lean step beside it without that output, every cross-attention fused (onnxruntime runs
-  every node whatever is fetched, so only another graph spares that work);
+  every node whatever is fetched, so only another graph spares that work), the search
+  (log-softmax and top k) folded in so that a step and its search are one run;
 - the encoder projects every decoder layer's cross keys and values with one MatMul.
 Inputs, outputs and axis names come from the same `service.graphs` declaration, so the
 runtime cannot tell the two apart; the parity suite proves each against PyTorch.
@@ -32,6 +33,7 @@ import onnx
 import torch
 from onnx import TensorProto, helper, numpy_helper
 
+from export.ops import search_nodes
 from models.captioner import Captioner
 from models.transformer import Transformer, sinusoids
 from service.graphs import (
@@ -96,7 +98,8 @@ class Graph:
         return self.weight("lowest", np.array(np.finfo(self.dtype).min, self.dtype))
 
     def model(self, spec: GraphSpec, fixed: dict[str, int]) -> onnx.ModelProto:
-        types = {"int64": TensorProto.INT64, "float": FLOAT_TYPES[self.dtype]}
+        types = {"int64": TensorProto.INT64, "float": FLOAT_TYPES[self.dtype],
+                 "float32": TensorProto.FLOAT}  # fmt: skip
 
         def value(tensor):
             shape = [fixed.get(axis, axis) for axis in tensor.axes]
@@ -241,8 +244,9 @@ def build_decoder(
     With `in_place` too, the step of `decoder_spec(in_place=True)`: self-attention is
     com.microsoft `GroupQueryAttention` over a buffer of `capacity` positions per row, which
     it writes at each row's position and reads up to it (`seqlens_k` = the positions).
-    Without `attention`, the lean step: no cross-attention output, every layer's
-    cross-attention one `MultiHeadAttention`."""
+    Without `attention`, the lean step (`service.graphs.lean`): no cross-attention output,
+    every layer's cross-attention one `MultiHeadAttention`, and the search graph's nodes
+    (export.ops) on its logits."""
     c = model.config
     if in_place and capacity is None:
         raise ValueError("an in-place cache needs a capacity")
@@ -309,6 +313,9 @@ def build_decoder(
     last = g.op("Gather", [h, g.weight("last", np.array(-1, np.int64))], axis=1)  # (B, D)
     g.op("MatMul", [last, g.weight("output", _linear_weight(model.output))], ["logits"])
     fixed = {"heads": c.n_heads, "head_dim": c.head_dim, "vocab": c.vocab_size}
+    if not attention:  # the lean step: its search folded in (service.graphs.lean)
+        g.nodes += search_nodes(FLOAT_TYPES[g.dtype], "logits", prefix="search/")
+        fixed["one"] = 1
     if in_place:
         fixed |= {"new": 1, "capacity": capacity}
     elif capacity is not None:

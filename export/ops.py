@@ -99,19 +99,37 @@ def narrow_graph(dtype: int) -> onnx.ModelProto:
     return _model("narrow", [node], [data, start, end, axis], [output])
 
 
+def log_prob_nodes(dtype: int, logits: str, bias: str, out: str, prefix: str = "") -> list:
+    """Nodes: `out` (rows, vocab) float32 = log_softmax(`logits` + `bias`), the logits of
+    float type `dtype` (float16 cast first); intermediates named after `prefix`."""
+    nodes, source = [], logits
+    if dtype != TensorProto.FLOAT:
+        source = f"{prefix}logits_float"
+        nodes.append(helper.make_node("Cast", [logits], [source], to=TensorProto.FLOAT))
+    return [
+        *nodes,
+        helper.make_node("Add", [source, bias], [f"{prefix}biased"]),
+        helper.make_node("LogSoftmax", [f"{prefix}biased"], [out], axis=-1),
+    ]
+
+
+def search_nodes(dtype: int, logits: str, prefix: str = "") -> list:
+    """The search graph's nodes over `logits` (bias and k its inputs of those names): outputs
+    `ids` and `log_probs` (rows, k), best first (export.builder folds them into the lean
+    step)."""
+    every = f"{prefix}log_probs_all"
+    return [
+        *log_prob_nodes(dtype, logits, "bias", every, prefix),
+        helper.make_node("TopK", [every, "k"], ["log_probs", "ids"], axis=-1, largest=1, sorted=1),
+    ]
+
+
 def _log_probs(dtype: int, nodes: list) -> list:
     """Inputs logits (rows, vocab) and bias (1, vocab) float32 -> nodes computing `log_probs`
     (rows, vocab) float32."""
     logits = helper.make_tensor_value_info("logits", dtype, ["rows", "vocab"])
     bias = helper.make_tensor_value_info("bias", TensorProto.FLOAT, [1, "vocab"])
-    source = "logits"
-    if dtype != TensorProto.FLOAT:
-        nodes.append(helper.make_node("Cast", ["logits"], ["logits_float"], to=TensorProto.FLOAT))
-        source = "logits_float"
-    nodes += [
-        helper.make_node("Add", [source, "bias"], ["biased"]),
-        helper.make_node("LogSoftmax", ["biased"], ["log_probs_all"], axis=-1),
-    ]
+    nodes += log_prob_nodes(dtype, "logits", "bias", "log_probs_all")
     return [logits, bias]
 
 
@@ -125,14 +143,13 @@ def _outputs(*names: str) -> list:
 
 def search_graph(dtype: int) -> onnx.ModelProto:
     """logits, bias, k (1,) -> ids, log_probs (rows, k): the k most likely tokens."""
-    nodes: list = []
-    inputs = _log_probs(dtype, nodes)
-    inputs.append(helper.make_tensor_value_info("k", TensorProto.INT64, [1]))
-    nodes.append(
-        helper.make_node(
-            "TopK", ["log_probs_all", "k"], ["log_probs", "ids"], axis=-1, largest=1, sorted=1
-        )
-    )
+    logits = helper.make_tensor_value_info("logits", dtype, ["rows", "vocab"])
+    inputs = [
+        logits,
+        helper.make_tensor_value_info("bias", TensorProto.FLOAT, [1, "vocab"]),
+        helper.make_tensor_value_info("k", TensorProto.INT64, [1]),
+    ]
+    nodes = search_nodes(dtype, "logits")
     return _model("search", nodes, inputs, _outputs("ids", "log_probs"))
 
 

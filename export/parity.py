@@ -17,6 +17,7 @@ from export.graphs import DecoderStepGraph, EncoderGraph, flatten
 from models.transformer import Transformer
 from service.graphs import LEAN_STEP, ONE_ROW_STEP
 from service.onnx_engine import OnnxEngine
+from service.search import log_softmax, top_k
 
 BATCHES = (1, 3, 16)
 MEMORY_LENGTHS = (1, 7, 33)  # and the model's maximum
@@ -136,11 +137,29 @@ def decoder_cases(model: Transformer, engine: OnnxEngine, tol: Tolerance, seed: 
         leans = [(LEAN_STEP, engine.lean_decoder)]  # the same step less the attention output
         leans += [(ONE_ROW_STEP, engine.one_row_decoder)] if batch == 1 else []
         for graph, session in leans:
-            if session is None:
-                continue
-            lean = session.run(None, feeds)
-            for name, a in zip(engine.interface.lean_decoder.output_names, lean, strict=True):
-                yield compare(graph, name, case, by_name[name].float().numpy(), a, tol)
+            if session is not None:
+                yield from _lean_cases(engine, graph, session, feeds, by_name, case, tol, rng)
+
+
+def _lean_cases(engine: OnnxEngine, graph, session, feeds, expected, case, tol, rng):
+    """A lean step's outputs: the step's against PyTorch's; its search's, with a few tokens
+    banned, against the log-softmax of its own logits: the k best log-probabilities, and
+    those of the ids it names (onnxruntime may keep a float16 step's logits in float32 up to
+    its search, so a float16 search is not that of the rounded logits)."""
+    vocab = engine.vocab
+    bias = np.zeros((1, vocab), dtype=np.float32)
+    bias[0, rng.choice(vocab, size=3, replace=False)] = -np.inf
+    search = {"bias": bias, "k": np.array([4], dtype=np.int64)}
+    named = dict(zip(engine.interface.lean_decoder.output_names,
+                     session.run(None, {**feeds, **search}), strict=True))  # fmt: skip
+    for name, value in named.items():
+        if name in expected:
+            yield compare(graph, name, case, expected[name].float().numpy(), value, tol)
+    every = log_softmax(named["logits"].astype(np.float32) + bias)
+    best = np.take_along_axis(every, top_k(every, 4), 1)
+    yield compare(graph, "log_probs", case, best, named["log_probs"], tol)
+    chosen = np.take_along_axis(every, named["ids"], 1)
+    yield compare(graph, "ids", case, chosen, named["log_probs"], tol)
 
 
 def cases(model, engine: OnnxEngine, tol: Tolerance):

@@ -87,7 +87,7 @@ class TorchEngine:
 
     @torch.inference_mode()
     def step(self, input_ids, positions, self_mask, state: Tensors, encoder: EncoderOutput,
-             attention: bool = True):  # fmt: skip
+             attention: bool = True, search=None):  # fmt: skip
         logits, present, cross = self.model.decode_step(
             self._tensor(input_ids),
             self._tensor(positions),
@@ -145,7 +145,7 @@ class CaptionTorchEngine(TorchEngine):
 
     @torch.inference_mode()
     def step(self, input_ids, positions, self_mask, state: Tensors, encoder: EncoderOutput,
-             attention: bool = True):  # fmt: skip
+             attention: bool = True, search=None):  # fmt: skip
         if input_ids.shape[1] != 1:
             raise ValueError(f"the captioner steps one token at a time, got {input_ids.shape}")
         grid, projection = (encoder.memory[n] for n in self.memory_names)

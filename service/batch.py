@@ -203,7 +203,7 @@ class ContinuousBatch(Inference):
         padding = _trim(self.memory_mask[self.alive], leading=False)
         return padding >= max(MIN_TRIM, self.memory_length // 8)
 
-    def _forward(self, tokens: np.ndarray, attention: bool):
+    def _forward(self, tokens: np.ndarray, attention: bool, search=None):
         """One step of every slot (a dead slot is fed padding): the engine's logits of every
         slot, the live rows' attention (or None), and the live slots (None: every slot)."""
         if self._worth_rebuilding():
@@ -222,7 +222,7 @@ class ContinuousBatch(Inference):
         self.self_mask = np.concatenate([self.self_mask, np.ones((self.slots, new), np.int64)], 1)
         encoder = EncoderOutput(self.memory, self.memory_mask)
         logits, self.state, seen = self.engine.step(
-            tokens, positions, self.self_mask, self.state, encoder, attention
+            tokens, positions, self.self_mask, self.state, encoder, attention, search
         )
         self.lengths = self.lengths + new
         alive = None if identity else self.alive
@@ -231,7 +231,7 @@ class ContinuousBatch(Inference):
         return logits, seen, alive
 
     def search_step(self, tokens: np.ndarray, request: SearchRequest):
-        logits, seen, alive = self._forward(tokens, request.attention)
+        logits, seen, alive = self._forward(tokens, request.attention, request)
         if alive is not None and request.temperature is not None:  # dead slots: any value
             temperature = np.ones(self.slots, dtype=np.float32)
             temperature[alive] = request.temperature

@@ -23,11 +23,13 @@ FLOAT = "float"  # float32, or float16 in an fp16 variant
 @dataclass(frozen=True)
 class TensorSpec:
     name: str
-    dtype: str  # "int64" or FLOAT
+    dtype: str  # "int64", FLOAT, or "float32" whatever the variant
     axes: tuple[str, ...]  # a name per axis; fixed sizes are names too ("heads", "head_dim")
 
     def numpy_dtype(self, float_dtype: np.dtype) -> np.dtype:
-        return np.dtype(np.int64) if self.dtype == "int64" else np.dtype(float_dtype)
+        if self.dtype in ("int64", "float32"):
+            return np.dtype(self.dtype)
+        return np.dtype(float_dtype)
 
 
 LEAN_STEP = "lean_decoder"  # the optional graph `lean` declares, by its name in the manifest
@@ -62,12 +64,26 @@ class GraphSpec:
         }
 
 
+# the search of export.ops folded into the lean step: the logits + bias, log-softmax, top k
+SEARCH_INPUTS = (
+    TensorSpec("bias", "float32", ("one", "vocab")),  # -inf bans a token
+    TensorSpec("k", "int64", ("one",)),
+)
+SEARCH_OUTPUTS = (
+    TensorSpec("ids", "int64", ("batch", "k")),
+    TensorSpec("log_probs", "float32", ("batch", "k")),
+)
+
+
 def lean(step: GraphSpec, attention: str) -> GraphSpec:
-    """`step` without its attention output: the lean step a model version may also ship, run
-    when no row of a batch keeps its alignment (same inputs; onnxruntime runs every node of a
-    graph whatever outputs are fetched, so only a graph without them spares their work)."""
+    """`step` without its attention output, and with the search folded in: the lean step a
+    model version may also ship, run when no row of a batch keeps its alignment. Its inputs
+    are the step's and the search's (bias, k), its outputs the step's less the attention and
+    the search's candidates (ids, log_probs, as the `search` graph gives them from these
+    logits), so a step and its search are one run. onnxruntime runs every node of a graph
+    whatever outputs are fetched: only a graph without the attention spares its work."""
     outputs = tuple(t for t in step.outputs if t.name != attention)
-    return GraphSpec(LEAN_STEP, step.inputs, outputs)
+    return GraphSpec(LEAN_STEP, (*step.inputs, *SEARCH_INPUTS), (*outputs, *SEARCH_OUTPUTS))
 
 
 def _kv(prefix: str, layers: int, length_axis: str) -> tuple[TensorSpec, ...]:

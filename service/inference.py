@@ -69,11 +69,13 @@ class Engine(Protocol):
         state: Tensors,
         encoder: EncoderOutput,
         attention: bool = True,
+        search: SearchRequest | None = None,
     ) -> tuple[Tensor, Tensors, np.ndarray | None]:
         """input_ids, positions (B, N) int64; self_mask (B, P + N) -> logits (B, V) (the
         engine's tensor, for `search` or `host`), the next state (a growing state one step
         longer), attention (B, S) float32 on the host, or None unless `attention`. A model
-        without positions or masks in its step ignores them."""
+        without positions or masks in its step ignores them. `search`: the request `search`
+        will be asked next for these logits (an engine may answer it within the step)."""
 
     def search(self, logits: Tensor, request: SearchRequest) -> Candidates:
         """A step's logits -> the candidates `request` asks for (on the host)."""
@@ -123,18 +125,18 @@ class CachedInference(Inference):
         self.lengths = np.zeros(batch, dtype=np.int64)  # tokens seen per row
         self.self_mask = np.zeros((batch, 0), dtype=np.int64)  # (B, P)
 
-    def _forward(self, tokens: np.ndarray, attention: bool):
+    def _forward(self, tokens: np.ndarray, attention: bool, search=None):
         batch, new = tokens.shape
         positions = self.lengths[:, None] + np.arange(new, dtype=np.int64)  # (B, N)
         self.self_mask = np.concatenate([self.self_mask, np.ones((batch, new), np.int64)], 1)
         logits, self.state, seen = self.engine.step(
-            tokens, positions, self.self_mask, self.state, self.encoder, attention
+            tokens, positions, self.self_mask, self.state, self.encoder, attention, search
         )
         self.lengths = self.lengths + new
         return logits, seen
 
     def search_step(self, tokens, request):
-        logits, seen = self._forward(tokens, request.attention)
+        logits, seen = self._forward(tokens, request.attention, request)
         return self.engine.search(logits, request), seen
 
     def step(self, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -162,14 +164,14 @@ class UncachedInference(CachedInference):
         super().__init__(engine, encoder, batch)
         self.tokens = np.zeros((batch, 0), dtype=np.int64)  # (B, T) everything fed so far
 
-    def _forward(self, tokens: np.ndarray, attention: bool):
+    def _forward(self, tokens: np.ndarray, attention: bool, search=None):
         self.tokens = np.concatenate([self.tokens, tokens], axis=1)
         batch, total = self.tokens.shape
         positions = np.broadcast_to(np.arange(total, dtype=np.int64), (batch, total))
         mask = np.ones((batch, total), dtype=np.int64)
         state = self.engine.initial_state(self.encoder, batch)
         logits, _, seen = self.engine.step(
-            self.tokens, positions, mask, state, self.encoder, attention
+            self.tokens, positions, mask, state, self.encoder, attention, search
         )
         return logits, seen
 

@@ -42,6 +42,7 @@ from service.inference import EncoderOutput, Tensors
 from service.repository import ModelVersion
 from service.search import Candidates, SearchRequest, host_search
 
+CANDIDATES = ("ids", "log_probs")  # a lean step's search outputs
 PROVIDERS = {
     "cpu": ["CPUExecutionProvider"],
     "cuda": ["CUDAExecutionProvider", "CPUExecutionProvider"],
@@ -105,6 +106,8 @@ class OnnxEngine:
         self.device_search = True if device_search is None else device_search
         self.logits_on_host = () if self.device_search else ("logits",)
         self._bias: dict[tuple, object] = {}
+        self._searched: tuple | None = None  # (logits, request, candidates) of a lean step
+        self.vocab = int(model.config.get("vocab_size", 0))
         self._output_names: dict[ort.InferenceSession, list[str]] = {}
         session = self._session_factory(threads)
         self.encoder = session(model.graph(variant, "encoder"))
@@ -213,8 +216,11 @@ class OnnxEngine:
 
     def step(
         self, input_ids, positions, self_mask, state: Tensors, encoder: EncoderOutput,
-        attention: bool = True,
+        attention: bool = True, search: SearchRequest | None = None,
     ):  # fmt: skip
+        """A lean step also runs the search `search` asks for (by log-probability; a sampling
+        or absent request gets k = 1 and its candidates are dropped): `search` then returns
+        them for these logits without another run."""
         feeds = self.feeds(input_ids, positions, self_mask, state, encoder)
         if self_mask.shape[1] == input_ids.shape[1]:  # a first step: check the whole interface
             check_inputs(
@@ -229,10 +235,21 @@ class OnnxEngine:
             session, on_host, skip = self.lean_decoder, self.logits_on_host, ()
         else:
             session, on_host, skip = self.decoder, self.logits_on_host, (name,)
+        self._searched = None
+        lean, ranked = session is not self.decoder, False
+        if lean:  # the search folded into the step
+            ranked = search is not None and search.temperature is None
+            request = search if ranked else SearchRequest()
+            feeds["bias"] = self._bias_for(tuple(request.banned), self.vocab)
+            feeds["k"] = np.array([min(request.k or self.vocab, self.vocab)], dtype=np.int64)
+            on_host = (*on_host, *CANDIDATES)
         outputs = self._run(session, feeds, on_host=on_host, skip=skip)
         named = dict(zip(self._outputs(session), outputs, strict=True))
         seen = named[name].astype(np.float32, copy=False) if attention else None
-        return named["logits"], {s.input: named[s.output] for s in self.states}, seen
+        logits = named["logits"]
+        if lean and ranked:
+            self._searched = (logits, request, Candidates(*(named[n] for n in CANDIDATES)))
+        return logits, {s.input: named[s.output] for s in self.states}, seen
 
     def host(self, logits) -> np.ndarray:
         if not isinstance(logits, np.ndarray):
@@ -251,8 +268,14 @@ class OnnxEngine:
         return self._bias[key]
 
     def search(self, logits, request: SearchRequest) -> Candidates:
-        """The candidates of every row: by the search graph where the logits are, or in numpy
-        on the host without one."""
+        """The candidates of every row: those the lean step found for these very logits and
+        this request, else by the search graph where the logits are, or in numpy on the host
+        without one."""
+        searched = self._searched
+        if searched is not None and searched[0] is logits and request.temperature is None:
+            done = searched[1]
+            if (done.k, tuple(done.banned)) == (request.k, tuple(request.banned)):
+                return searched[2]
         if not self.device_search:
             return host_search(self.host(logits), request)
         vocab = _shape(logits)[1]

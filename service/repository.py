@@ -23,8 +23,9 @@ from pathlib import Path
 
 from service.errors import ModelRepositoryError
 
-# 2: interface, special tokens, limits, preprocessor; 3: ops of any rank; 4: search ops
-FORMAT_VERSION = 4
+# 2: interface, special tokens, limits, preprocessor; 3: ops of any rank; 4: search ops;
+# 5: lean steps (the step less its attention, the search folded in) and their one-row form
+FORMAT_VERSION = 5
 MANIFEST = "manifest.json"
 GOLDEN = "golden.json"
 TOKENIZER = "tokenizer.model"

@@ -88,20 +88,29 @@ class _Counted:
 @pytest.mark.parametrize("variant", ["fp32", "int8", "fp16"])
 def test_the_lean_step_runs_when_no_alignment_is_kept_and_decodes_the_same(built, variant):
     """Every variant ships the step without its cross-attention output (every cross-attention
-    fused); a decode without alignment runs it alone and gives the full step's tokens."""
+    fused) and with the search folded in; a decode without alignment runs it alone, no
+    search graph beside it, and gives the full step's tokens."""
     model, version = built
     full = onnx.load(str(version.graph(variant, "decoder")))
     lean = onnx.load(str(version.graph(variant, "lean_decoder")))
     assert [o.name for o in lean.graph.output] == [
-        o.name for o in full.graph.output if o.name != "cross_attention"
+        *(o.name for o in full.graph.output if o.name != "cross_attention"),
+        "ids",
+        "log_probs",
     ]
-    assert [i.name for i in lean.graph.input] == [i.name for i in full.graph.input]
+    assert [i.name for i in lean.graph.input] == [i.name for i in full.graph.input] + [
+        "bias",
+        "k",
+    ]
     ops = [n.op_type for n in lean.graph.node]
     assert ops.count("MultiHeadAttention") == 3 + 3 and "Softmax" not in ops
+    assert ops.count("LogSoftmax") == ops.count("TopK") == 1
     assert len(lean.graph.node) < len(full.graph.node)
     if variant == "fp32":
         summary = assert_graph_parity(model, OnnxEngine(version, "fp32"))
         assert summary["max_abs"]["lean_decoder.logits"] < 1e-4
+        assert summary["max_abs"]["lean_decoder.ids"] < 1e-4  # the best tokens, best first
+        assert summary["max_abs"]["lean_decoder.log_probs"] < 1e-4
     sources = random_sources(model.config.vocab_size, [2, 9, 30])
     for beam in (1, 3):
         options = DecodingOptions(beam_size=beam, max_length=16)
@@ -109,11 +118,13 @@ def test_the_lean_step_runs_when_no_alignment_is_kept_and_decodes_the_same(built
         aligned = translate_ids(engine, sources, options, 512)
         engine.decoder, engine.lean_decoder = (_Counted(engine.decoder),
                                                _Counted(engine.lean_decoder))  # fmt: skip
+        engine.search_ops["search"] = _Counted(engine.search_ops["search"])
         batch = source_batch(sources, 512)
         inference = CachedInference(engine, engine.encode(*batch), len(sources))
         bos, eos = engine.special_tokens.bos, engine.special_tokens.eos
         unaligned = decode(inference, len(sources), options, bos, eos, attention=False)
         assert engine.decoder.runs == 0 and engine.lean_decoder.runs >= 15
+        assert engine.search_ops["search"].runs == 0  # each step's search came with it
         for a, u in zip(aligned, unaligned, strict=True):
             assert a[0].alignment is not None and u[0].alignment is None
             assert [h.tokens for h in a] == [h.tokens for h in u]
