@@ -10,8 +10,10 @@ Part 1 times the search alone on random logits of the model's vocabulary: the `s
 copied to the host first (what the served step did before). Part 2 times one whole decoder
 step at a past of 32 positions with each search (the step's logits and, on the host path,
 the cross-attention fetched as before), so the share of the step that the search saves is
-measured on the real model. Every case runs its two variants in turn, best of several
-rounds, so the ratio is measured side by side.
+measured on the real model; a third variant, `folded`, is the lean step with the search
+folded into its graph (service.graphs.lean: one run for both), against `graph`, the same
+lean step with the search graph run after it. Every case runs its variants in turn, best of
+several rounds, so the ratios are measured side by side.
 """
 
 from __future__ import annotations
@@ -72,6 +74,7 @@ def step_with_search(version, device: str, batches, seconds: float) -> list[dict
     engines = {
         "graph": OnnxEngine(version, "fp32", device, device_search=True),
         "numpy": OnnxEngine(version, "fp32", device, device_search=False),
+        "folded": OnnxEngine(version, "fp32", device, device_search=True),
     }
     rows = []
     for batch in batches:
@@ -88,14 +91,18 @@ def step_with_search(version, device: str, batches, seconds: float) -> list[dict
             where = np.full((batch, 1), 32, dtype=np.int64)
             full = np.ones((batch, 33), dtype=np.int64)
             attention = name == "numpy"  # the served step before the search moved
+            folded = SearchRequest(k=8) if name == "folded" else None
 
-            def step(e=engine, s=state, enc=encoder, a=attention, feeds=(one, where, full)):
-                logits, _, _ = e.step(*feeds, s, enc, a)
+            def step(e=engine, s=state, enc=encoder, a=attention, f=folded,
+                     feeds=(one, where, full)):  # fmt: skip
+                logits, _, _ = e.step(*feeds, s, enc, a, f)
                 return e.search(logits, SearchRequest(k=8))
 
             times[name] = _best(step, seconds)
         rows.append({"batch": batch, "graph_ms": times["graph"], "numpy_ms": times["numpy"],
-                     "saved": 1 - times["graph"] / times["numpy"]})  # fmt: skip
+                     "saved": 1 - times["graph"] / times["numpy"],
+                     "folded_ms": times["folded"],
+                     "folded_over_graph": times["graph"] / times["folded"]})  # fmt: skip
     return rows
 
 
