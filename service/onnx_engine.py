@@ -240,8 +240,7 @@ class OnnxEngine:
         if lean:  # the search folded into the step
             ranked = search is not None and search.temperature is None
             request = search if ranked else SearchRequest()
-            feeds["bias"] = self._bias_for(tuple(request.banned), self.vocab)
-            feeds["k"] = np.array([min(request.k or self.vocab, self.vocab)], dtype=np.int64)
+            feeds.update(self._search_feeds(request, self.vocab))
             on_host = (*on_host, *CANDIDATES)
         outputs = self._run(session, feeds, on_host=on_host, skip=skip)
         named = dict(zip(self._outputs(session), outputs, strict=True))
@@ -267,6 +266,13 @@ class OnnxEngine:
             self._bias[key] = bias
         return self._bias[key]
 
+    def _search_feeds(self, request: SearchRequest, vocab: int) -> dict:
+        """The search's bias (banned tokens) and k, for the search graphs and the lean step."""
+        return {
+            "bias": self._bias_for(tuple(request.banned), vocab),
+            "k": np.array([min(request.k or vocab, vocab)], dtype=np.int64),
+        }
+
     def search(self, logits, request: SearchRequest) -> Candidates:
         """The candidates of every row: those the lean step found for these very logits and
         this request, else by the search graph where the logits are, or in numpy on the host
@@ -278,19 +284,14 @@ class OnnxEngine:
                 return searched[2]
         if not self.device_search:
             return host_search(self.host(logits), request)
-        vocab = _shape(logits)[1]
-        feeds = {
-            "logits": logits,
-            "bias": self._bias_for(tuple(request.banned), vocab),
-            "k": np.array([min(request.k or vocab, vocab)], dtype=np.int64),
-        }
-        names = ("ids", "log_probs")
+        feeds = {"logits": logits, **self._search_feeds(request, _shape(logits)[1])}
+        names = CANDIDATES
         if request.temperature is None:
             session = self.search_ops["search"]
         else:
             session = self.search_ops["sample"]
             feeds["temperature"] = np.asarray(request.temperature, np.float32).reshape(-1, 1)
-            names = ("ids", "log_probs", "scores")
+            names = (*CANDIDATES, "scores")
         outputs = self._run(session, feeds, on_host=names)
         return Candidates(*outputs)
 
