@@ -17,6 +17,9 @@ the way onnxruntime-genai's model builder does:
   lean step beside it without that output, every cross-attention fused (onnxruntime runs
   every node whatever is fetched, so only another graph spares that work), the search
   (log-softmax and top k) folded in so that a step and its search are one run;
+- both steps also with their cache written in place: self-attention com.microsoft
+  `GroupQueryAttention` over a buffer bound as its past and its present, which it writes at
+  each row's position and reads up to it (no step copies the past);
 - the encoder projects every decoder layer's cross keys and values with one MatMul.
 Inputs, outputs and axis names come from the same `service.graphs` declaration, so the
 runtime cannot tell the two apart; the parity suite proves each against PyTorch.
@@ -37,6 +40,7 @@ from export.ops import search_nodes
 from models.captioner import Captioner
 from models.transformer import Transformer, sinusoids
 from service.graphs import (
+    IN_PLACE,
     LEAN_STEP,
     GraphSpec,
     captioner_interface,
@@ -241,15 +245,14 @@ def build_decoder(
     With `capacity`, the fixed-capacity step of `decoder_spec(fixed_cache=True)`: one new
     token, a cache of `capacity` positions in and out (the attention's present less its
     oldest position), so that every step of a batch has the same shapes (CUDA graphs).
-    With `in_place` too, the step of `decoder_spec(in_place=True)`: self-attention is
-    com.microsoft `GroupQueryAttention` over a buffer of `capacity` positions per row, which
-    it writes at each row's position and reads up to it (`seqlens_k` = the positions).
+    With `in_place`, the step of `decoder_spec(in_place=True)`: self-attention is
+    com.microsoft `GroupQueryAttention` over a buffer of positions per row (`capacity` of
+    them, or as many as the buffer it is given has), which it writes at each row's position
+    and reads up to it (`seqlens_k` = the positions).
     Without `attention`, the lean step (`service.graphs.lean`): no cross-attention output,
     every layer's cross-attention one `MultiHeadAttention`, and the search graph's nodes
     (export.ops) on its logits."""
     c = model.config
-    if in_place and capacity is None:
-        raise ValueError("an in-place cache needs a capacity")
     spec = decoder_spec(
         c.decoder_layers, fixed_cache=capacity is not None, in_place=in_place, attention=attention
     )
@@ -317,7 +320,7 @@ def build_decoder(
         g.nodes += search_nodes(FLOAT_TYPES[g.dtype], "logits", prefix="search/")
         fixed["one"] = 1
     if in_place:
-        fixed |= {"new": 1, "capacity": capacity}
+        fixed |= {"new": 1} | ({} if capacity is None else {"capacity": capacity})
     elif capacity is not None:
         fixed |= {"new": 1, "past": capacity, "total": capacity + 1}
     return g.model(spec, fixed)
@@ -414,13 +417,16 @@ def build_model(model, out_dir: Path, dtype=torch.float32) -> dict[str, Path]:
     """Writes encoder.onnx and decoder.onnx of `model` in `dtype` (torch.float32 or
     torch.float16): a translator's both built op by op, and its lean step (lean_decoder.onnx,
     the step without the cross-attention output, which the server runs when no row keeps
-    its alignment); a captioner's step built, its convolutional encoder traced (nothing to
-    fuse there that onnxruntime does not fold itself; its attention is the context it reads,
-    so a lean step would spare nothing)."""
+    its alignment), and both steps with their cache written in place (in_place_*.onnx,
+    what the engine runs by default where the device has the kernels); a captioner's step
+    built, its convolutional encoder traced (nothing to fuse there that onnxruntime does not
+    fold itself; its attention is the context it reads, so a lean step would spare
+    nothing)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     model = model.float().eval()
     floats = np.float16 if dtype == torch.float16 else np.float32
-    paths = {name: out_dir / f"{name}.onnx" for name in ("encoder", "decoder", LEAN_STEP)}
+    names = ("encoder", "decoder", LEAN_STEP, IN_PLACE + "decoder", IN_PLACE + LEAN_STEP)
+    paths = {name: out_dir / f"{name}.onnx" for name in names}
     with torch.no_grad():
         if isinstance(model, Captioner):
             from export.onnx_export import export_model
@@ -431,4 +437,7 @@ def build_model(model, out_dir: Path, dtype=torch.float32) -> dict[str, Path]:
         onnx.save_model(build_encoder(model, floats), str(paths["encoder"]))
         onnx.save_model(build_decoder(model, floats), str(paths["decoder"]))
         onnx.save_model(build_decoder(model, floats, attention=False), str(paths[LEAN_STEP]))
+        for lean in (False, True):  # the same two steps with their cache written in place
+            step = build_decoder(model, floats, in_place=True, attention=not lean)
+            onnx.save_model(step, str(paths[IN_PLACE + (LEAN_STEP if lean else "decoder")]))
     return paths

@@ -16,7 +16,7 @@ from export.ops import write_ops
 from export.quantize import quantize_int8, quantize_int8_one_row
 from models.captioner import Captioner
 from models.checkpoint import kind_of
-from service.graphs import LEAN_STEP, ONE_ROW_STEP
+from service.graphs import IN_PLACE, LEAN_STEP, ONE_ROW_STEP
 from service.repository import TOKENIZER, ModelVersion, verify, write_manifest
 from service.tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIAL_PIECES, UNK_ID
 
@@ -104,10 +104,11 @@ def write_version(
             )
             for k, p in fp32.items()
         }
-        if LEAN_STEP in fp32:
-            one_row = directory / "int8" / f"{ONE_ROW_STEP}.onnx"
-            quantize_int8_one_row(fp32[LEAN_STEP], one_row)
-            graphs["int8"][ONE_ROW_STEP] = str(one_row.relative_to(directory))
+        for prefix in ("", IN_PLACE):  # every lean step's one-row form
+            if prefix + LEAN_STEP in fp32:
+                one_row = directory / "int8" / f"{prefix}{ONE_ROW_STEP}.onnx"
+                quantize_int8_one_row(fp32[prefix + LEAN_STEP], one_row)
+                graphs["int8"][prefix + ONE_ROW_STEP] = str(one_row.relative_to(directory))
     if "fp16" in variants:
         if method == "built":
             fp16 = build_model(model, directory / "fp16", torch.float16)

@@ -10,7 +10,11 @@ and copied with its rows.
 Requests join between two steps: a growing state starts empty (its columns up to the batch's
 current length are padding, self mask 0) and positions start at 0; a state the encoder
 starts is written into the row. So a row's numbers do not depend on when it joined or which
-slot it has.
+slot it has. A cache written in place (`StateSpec.in_place`) has no shared time axis: every
+slot's positions start at 0 in its own row of the buffer, what lies beyond a row's length is
+never read, so a joining row only resets its length, and the buffer is treated as a
+fixed-size state (gathered, joined, copied); the engine grows its capacity when a row needs
+more, and a rebuild that finds it over four times what the live rows hold cuts it to twice.
 
 Moving cache rows costs as much as a decode step, so rows move as little as possible:
 - a row that leaves only frees its slot (a dead slot is still computed, its output ignored);
@@ -58,6 +62,12 @@ def _write_rows(tensor: np.ndarray, slots: np.ndarray, new: np.ndarray) -> None:
     tensor[(slots, *map(slice, new.shape[1:]))] = new
 
 
+def _size(tensor, axis: int) -> int:
+    """The size of `axis` of a numpy array or an OrtValue."""
+    shape = tensor.shape() if callable(tensor.shape) else tensor.shape
+    return shape[axis]
+
+
 def _fits(tensors: Tensors, new: Tensors) -> bool:
     return all(np.all(np.less_equal(new[n].shape[1:], tensors[n].shape[1:])) for n in tensors)
 
@@ -68,7 +78,13 @@ class ContinuousBatch(Inference):
     def __init__(self, engine: Engine):
         self.engine = engine
         self.axes = engine.interface.growing_axes()  # by name: the axis rows may differ on
-        self.growing = [s.input for s in engine.interface.states if s.time_axis is not None]
+        states = engine.interface.states
+        self.growing = [  # states on the batch's shared time axis (narrowed with it)
+            s.input for s in states if s.time_axis is not None and not s.in_place
+        ]
+        # buffers written in place: their capacity axis (cut when a rebuild finds it mostly
+        # beyond every live row's length)
+        self.buffers = {s.input: s.time_axis for s in states if s.in_place}
         self.in_place = engine.host_tensors  # numpy arrays, written in place
         self.rebuilds = 0
         self._clear()
@@ -163,8 +179,15 @@ class ContinuousBatch(Inference):
         tail = _trim(self.memory_mask[live], leading=False)
         length, memory = self.cache_length, self.memory_length - tail
 
+        held = int(self.lengths[live].max(initial=0)) + 1  # positions the next step needs
+
         def rows(name: str, tensor, start: int, end: int, full: int):
             tensor, axis = take(tensor, live), self.axes[name]
+            if name in self.buffers:  # every row from position 0: only the end is cut
+                axis = self.buffers[name]
+                start, end, full = 0, 2 * held, _size(tensor, axis)
+                if full <= 2 * end:
+                    return tensor
             if axis is None or (start, end) == (0, full):
                 return tensor
             return narrow(tensor, axis, start, end)

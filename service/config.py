@@ -37,6 +37,10 @@ class ServerConfig:
     workers: int = 0  # 0: one per CPU core, or one per GPU on cuda
     variant: str = "auto"  # per model version (auto_variant); or fp32, int8 (CPU), fp16 (GPU)
     io_binding: bool | None = None  # None: on for cuda, off for cpu
+    # how a step carries the key/value cache: "auto" writes it in place where the version ships
+    # that step and the device has its kernels (the CPU; fp16 on CUDA), else it grows; or
+    # "in_place", "growing"
+    cache: str = "auto"
     batching: str = "continuous"  # or "request" (collect, then decode to the end)
     batch_window_ms: float = 5.0  # how long request-level batching collects
     max_batch_rows: int = 64  # hypotheses decoded together by one worker
@@ -85,6 +89,8 @@ class ServerConfig:
             problems.append(f"device must be auto, cpu or cuda, got {self.device!r}")
         if self.variant not in ("auto", *VARIANTS):
             problems.append(f"variant must be auto, fp32, int8 or fp16, got {self.variant!r}")
+        if self.cache not in ("auto", "in_place", "growing"):
+            problems.append(f"cache must be auto, in_place or growing, got {self.cache!r}")
         if self.batching not in ("continuous", "request"):
             problems.append(f"batching must be continuous or request, got {self.batching!r}")
         for name in ("workers", "max_input_tokens", "max_output_length", "max_versions"):

@@ -13,7 +13,7 @@ comes from (the encoder's `init.*` outputs, or empty on the time axis).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -32,6 +32,7 @@ class TensorSpec:
         return np.dtype(float_dtype)
 
 
+IN_PLACE = "in_place_"  # the prefix of a graph's in-place form (`ModelInterface.in_place`)
 LEAN_STEP = "lean_decoder"  # the optional graph `lean` declares, by its name in the manifest
 # an optional form of the lean step for steps of one row (the same declaration; an int8
 # variant's weights in a matrix-vector kernel, export.quantize.quantize_int8_one_row)
@@ -83,7 +84,8 @@ def lean(step: GraphSpec, attention: str) -> GraphSpec:
     logits), so a step and its search are one run. onnxruntime runs every node of a graph
     whatever outputs are fetched: only a graph without the attention spares its work."""
     outputs = tuple(t for t in step.outputs if t.name != attention)
-    return GraphSpec(LEAN_STEP, (*step.inputs, *SEARCH_INPUTS), (*outputs, *SEARCH_OUTPUTS))
+    name = step.name.removesuffix("decoder") + LEAN_STEP  # an in-place step's: in place too
+    return GraphSpec(name, (*step.inputs, *SEARCH_INPUTS), (*outputs, *SEARCH_OUTPUTS))
 
 
 def _kv(prefix: str, layers: int, length_axis: str) -> tuple[TensorSpec, ...]:
@@ -168,6 +170,10 @@ class StateSpec:
     batch_axis: int = 0
     time_axis: int | None = None  # grows by `new` every step (padded, masked, narrowed)
     init: str | None = None  # the encoder output that starts it; None: empty on time_axis
+    # a buffer the step writes into (bound as its input and its output): every row's own
+    # positions from 0 on time_axis, which is its capacity (grown by the engine, right-padded
+    # when rows join, never narrowed); no shared time axis, so no self mask and no padding
+    in_place: bool = False
 
 
 @dataclass(frozen=True)
@@ -198,8 +204,20 @@ class ModelInterface:
         axes: dict[str, int | None] = {
             name: outputs[name].axes.index("memory") for name in self.memory_tensors
         }
-        axes.update({s.input: s.time_axis for s in self.states})
+        axes.update({s.input: None if s.in_place else s.time_axis for s in self.states})
         return axes
+
+    def in_place(self) -> ModelInterface:
+        """The same model with its growing cache written in place (`decoder_spec(in_place=
+        True)`, graphs named IN_PLACE + the growing form's name): ValueError for a model
+        without a growing state."""
+        if not any(s.time_axis is not None for s in self.states):
+            raise ValueError(f"{self.kind}: no growing state to write in place")
+        layers = sum(1 for s in self.states if s.time_axis is not None) // 2
+        decoder = decoder_spec(layers, in_place=True)
+        decoder = GraphSpec(IN_PLACE + decoder.name, decoder.inputs, decoder.outputs)
+        states = tuple(replace(s, in_place=s.time_axis is not None) for s in self.states)
+        return replace(self, decoder=decoder, states=states)
 
     def check(self) -> None:
         """ValueError unless the runtime can serve this declaration: rows on axis 0, every
@@ -243,6 +261,7 @@ class ModelInterface:
                     "batch_axis": s.batch_axis,
                     "time_axis": s.time_axis,
                     "init": s.init,
+                    **({"in_place": True} if s.in_place else {}),
                 }
                 for s in self.states
             ],

@@ -14,6 +14,14 @@ the default: on a GPU only (rows, k) numbers leave it, and on one CPU thread the
 faster than numpy too, docs/benchmarks.md), or in numpy on the host (`host_search`, the
 reference it is proven equal to).
 
+Where a variant ships them, the steps run with their cache written in place (the default on
+the CPU, and for fp16 on CUDA, where GroupQueryAttention has kernels): the keys and values
+of every row live in a buffer bound as the step's input and output, each row's positions
+from 0, written at the row's position and read up to it, so no step copies the past (a
+growing cache concatenates it every step); the engine grows the buffer when a row reaches
+its capacity. The growing step stays the reference they are certified against, and the
+only form that takes several new tokens at once (the uncached decode).
+
 A step that keeps no alignment runs the version's lean step where it ships one (the same
 step without the cross-attention output, export.builder), for a single row its one-row form
 where the variant has one (int8: a matrix-vector kernel), else the full step with that
@@ -31,6 +39,7 @@ import onnxruntime as ort
 from service.batching import concat_padded
 from service.errors import ModelRepositoryError
 from service.graphs import (
+    IN_PLACE,
     LEAN_STEP,
     ONE_ROW_STEP,
     ModelInterface,
@@ -47,6 +56,8 @@ PROVIDERS = {
     "cpu": ["CPUExecutionProvider"],
     "cuda": ["CUDAExecutionProvider", "CPUExecutionProvider"],
 }
+CACHES = ("in_place", "growing")  # how a step carries its keys and values
+MIN_CAPACITY = 32  # positions of an in-place buffer when it is first grown
 ORT_TYPES = {"tensor(float)": "float32", "tensor(float16)": "float16", "tensor(int64)": "int64"}
 
 
@@ -87,10 +98,32 @@ class OnnxEngine:
         threads: int = 1,
         io_binding: bool | None = None,
         device_search: bool | None = None,
+        cache: str | None = None,
     ):
+        """`cache`: "in_place" or "growing" (the key/value cache); by default in place where the
+        variant ships that form and the device has its kernels."""
         if device not in PROVIDERS:
             raise ValueError(f"device must be one of {sorted(PROVIDERS)}, got {device!r}")
+        self.io_binding = device != "cpu" if io_binding is None else io_binding
+        shipped = model.has_graph(variant, IN_PLACE + "decoder")
+        # where an in-place buffer can be bound: host memory on the CPU, an OrtValue anywhere
+        bindable = device == "cpu" or self.io_binding
+        if cache is None:
+            kernels = device == "cpu" or variant == "fp16"  # GQA on CUDA: float16 only
+            cache = "in_place" if shipped and kernels and bindable else "growing"
+        if cache not in CACHES:
+            raise ValueError(f"cache must be one of {CACHES}, got {cache!r}")
+        if cache == "in_place" and not shipped:
+            raise ModelRepositoryError(f"{model.directory}: {variant} has no in-place step")
+        if cache == "in_place" and not bindable:
+            raise ValueError(f"an in-place cache on {device} needs IO binding")
+        prefix = IN_PLACE if cache == "in_place" else ""
         self.interface = model_interface(model)
+        if prefix:
+            self.interface = self.interface.in_place()
+        elif not any(s.time_axis is not None for s in self.interface.states):
+            cache = "none"  # no key/value cache (an LSTM's state)
+        self.cache = cache  # "in_place", "growing" or "none"
         self.kind = self.interface.kind
         self.special_tokens = SpecialTokens.from_manifest(model.manifest["special_tokens"])
         self.float_dtype = np.dtype(np.float16 if variant == "fp16" else np.float32)
@@ -99,9 +132,9 @@ class OnnxEngine:
         self.memory_names = self.interface.memory_tensors
         self.step_inputs = set(self.decoder_spec.input_names)
         self.states = self.interface.states
+        self.in_place = {s.input: s for s in self.states if s.in_place}  # buffers written into
         self.init_states = [s for s in self.states if s.init is not None]
         self.variant, self.device = variant, device
-        self.io_binding = device != "cpu" if io_binding is None else io_binding
         self.host_tensors = not self.io_binding
         self.device_search = True if device_search is None else device_search
         self.logits_on_host = () if self.device_search else ("logits",)
@@ -109,12 +142,13 @@ class OnnxEngine:
         self._searched: tuple | None = None  # (logits, request, candidates) of a lean step
         self.vocab = int(model.config.get("vocab_size", 0))
         self._output_names: dict[ort.InferenceSession, list[str]] = {}
+        self._bindings: dict[ort.InferenceSession, tuple] = {}  # (binding, bound inputs)
         session = self._session_factory(threads)
         self.encoder = session(model.graph(variant, "encoder"))
-        self.decoder = session(model.graph(variant, "decoder"))
+        self.decoder = session(model.graph(variant, prefix + "decoder"))
         # the step without the attention output, and its one-row form, where shipped
         self.lean_decoder, self.one_row_decoder = (
-            self._lean(model, variant, name, session) for name in (LEAN_STEP, ONE_ROW_STEP)
+            self._lean(model, variant, prefix + name, session) for name in (LEAN_STEP, ONE_ROW_STEP)
         )
         self.state_shapes = {  # fixed sizes of every state, by input name (None: varies)
             i.name: [d if isinstance(d, int) else None for d in i.shape]
@@ -156,27 +190,69 @@ class OnnxEngine:
             names = self._output_names[session] = [o.name for o in session.get_outputs()]
         return names
 
-    def _run(self, session: ort.InferenceSession, feeds: dict, on_host=(), skip=()) -> list:
+    def _run(
+        self, session: ort.InferenceSession, feeds: dict, on_host=(), skip=(), into=None
+    ) -> list:
         """Runs a session; with IO binding, outputs stay on the device except `on_host`.
-        Outputs named in `skip` are not fetched (None in their place)."""
+        Outputs named in `skip` are not fetched (None in their place). `into` (output name:
+        input name): outputs written into the buffer fed as that input, returned as that
+        feed (a numpy array too: bound by its memory, so on the host path as well)."""
         names = self._outputs(session)
-        if not self.io_binding:
+        into = into or {}
+        if not self.io_binding and not into:
             if not skip:
                 return session.run(None, feeds)
             wanted = [n for n in names if n not in skip]
             values = dict(zip(wanted, session.run(wanted, feeds), strict=True))
             return [values.get(n) for n in names]
-        binding = session.io_binding()
-        for name, value in feeds.items():
-            if isinstance(value, np.ndarray):
-                binding.bind_cpu_input(name, value)
-            else:
-                binding.bind_ortvalue_input(name, value)
+        binding, bound = self._bind_inputs(session, feeds)
+        host, order = not self.io_binding, []
         for name in names:
-            binding.bind_output(name, "cpu" if name in on_host else self.device)
+            if name in into:
+                binding.bind_ortvalue_output(name, bound[into[name]][1])
+            elif host and name in skip:
+                continue
+            else:
+                binding.bind_output(name, "cpu" if host or name in on_host else self.device)
+            order.append(name)
         session.run_with_iobinding(binding)
-        values = binding.get_outputs()
-        return [v.numpy() if n in on_host else v for n, v in zip(names, values, strict=True)]
+        values = dict(zip(order, binding.get_outputs(), strict=True))
+        result = []
+        for name in names:
+            if name in into:
+                result.append(feeds[into[name]])
+            elif name not in values:
+                result.append(None)
+            else:
+                value = values[name]
+                result.append(value.numpy() if host or name in on_host else value)
+        return result
+
+    def _bind_inputs(self, session: ort.InferenceSession, feeds: dict):
+        """The session's IO binding with `feeds` bound, and what each input is bound to (by
+        name: the tensor fed, the OrtValue bound). A binding is kept per session and an input
+        is bound again only when another tensor is fed (a step's cache and memory stay
+        bound from step to step). A numpy array is bound by its own memory on the CPU, so
+        rows written into it in place are read, and an in-place output written into it; on
+        another device it is copied in at every run."""
+        binding, bound = self._bindings.get(session) or self._bindings.setdefault(
+            session, (session.io_binding(), {})
+        )
+        for name, value in feeds.items():
+            last = bound.get(name)
+            if last is not None and last[0] is value:
+                continue
+            if not isinstance(value, np.ndarray):
+                kept = value
+            elif self.device == "cpu" and value.flags.c_contiguous:
+                kept = ort.OrtValue.ortvalue_from_numpy(value)
+            else:  # copied now: bound again at the next run
+                binding.bind_cpu_input(name, value)
+                bound[name] = (None, None)
+                continue
+            binding.bind_ortvalue_input(name, kept)
+            bound[name] = (value, kept)
+        return binding, bound
 
     def encode(self, *inputs: np.ndarray, **named: np.ndarray) -> EncoderOutput:
         """The encoder's inputs, in declared order or by name -> memory, mask and the states
@@ -220,7 +296,13 @@ class OnnxEngine:
     ):  # fmt: skip
         """A lean step also runs the search `search` asks for (by log-probability; a sampling
         or absent request gets k = 1 and its candidates are dropped): `search` then returns
-        them for these logits without another run."""
+        them for these logits without another run. An in-place cache is written where it is
+        (the state returned is the buffers given, or larger ones when a row needed more
+        positions than they hold)."""
+        if self.in_place:
+            if _shape(input_ids)[1] != 1:
+                raise ValueError("a cache written in place takes one new token per row a step")
+            state = self._capacity(state, int(np.max(positions)) + 1)
         feeds = self.feeds(input_ids, positions, self_mask, state, encoder)
         if self_mask.shape[1] == input_ids.shape[1]:  # a first step: check the whole interface
             check_inputs(
@@ -242,13 +324,34 @@ class OnnxEngine:
             request = search if ranked else SearchRequest()
             feeds.update(self._search_feeds(request, self.vocab))
             on_host = (*on_host, *CANDIDATES)
-        outputs = self._run(session, feeds, on_host=on_host, skip=skip)
+        into = {s.output: s.input for s in self.in_place.values()}
+        outputs = self._run(session, feeds, on_host=on_host, skip=skip, into=into)
         named = dict(zip(self._outputs(session), outputs, strict=True))
         seen = named[name].astype(np.float32, copy=False) if attention else None
         logits = named["logits"]
         if lean and ranked:
             self._searched = (logits, request, Candidates(*(named[n] for n in CANDIDATES)))
         return logits, {s.input: named[s.output] for s in self.states}, seen
+
+    def _capacity(self, state: Tensors, needed: int) -> Tensors:
+        """`state` whose in-place buffers hold at least `needed` positions: a buffer too small
+        is replaced by one twice as large (or `needed`), its rows' positions copied."""
+        grown = dict(state)
+        for name, spec in self.in_place.items():
+            tensor = state[name]
+            shape = list(_shape(tensor))
+            if shape[spec.time_axis] >= needed:
+                continue
+            shape[spec.time_axis] = max(needed, 2 * shape[spec.time_axis], MIN_CAPACITY)
+            if isinstance(tensor, np.ndarray):
+                larger = np.zeros(shape, dtype=tensor.dtype)
+                larger[tuple(map(slice, tensor.shape))] = tensor
+            else:  # joined with no rows of the larger size: padded to it, on the device
+                shape[spec.batch_axis] = 0
+                empty = np.zeros(shape, dtype=ORT_TYPES[tensor.data_type()])
+                larger = self.join(tensor, ort.OrtValue.ortvalue_from_numpy(empty, self.device, 0))
+            grown[name] = larger
+        return grown
 
     def host(self, logits) -> np.ndarray:
         if not isinstance(logits, np.ndarray):

@@ -455,6 +455,7 @@ def worker_settings(config, models: tuple, device: str, variants: dict) -> list[
         variants=tuple(variants.items()),
         device=device,
         io_binding=config.io_binding,
+        cache=config.cache,
         max_rows=config.max_batch_rows,
         batching=config.batching,
         window=config.batch_window_ms / 1000,

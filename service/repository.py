@@ -24,8 +24,9 @@ from pathlib import Path
 from service.errors import ModelRepositoryError
 
 # 2: interface, special tokens, limits, preprocessor; 3: ops of any rank; 4: search ops;
-# 5: lean steps (the step less its attention, the search folded in) and their one-row form
-FORMAT_VERSION = 5
+# 5: lean steps (the step less its attention, the search folded in) and their one-row form;
+# 6: the steps with their cache written in place (in_place_*)
+FORMAT_VERSION = 6
 MANIFEST = "manifest.json"
 GOLDEN = "golden.json"
 TOKENIZER = "tokenizer.model"

@@ -168,6 +168,7 @@ class Front:
                 "service": model.service,
                 "precision": variant,
                 "execution_provider": info.get("provider", ""),
+                "cache": info.get("cache", ""),  # the key/value cache in place, or growing
             }
         )
 

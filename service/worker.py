@@ -46,6 +46,7 @@ class WorkerSettings:
     device: str = "cpu"
     gpu: int = 0  # the GPU of this worker, on cuda
     io_binding: bool | None = None
+    cache: str = "auto"  # ServerConfig.cache
     max_rows: int = 64
     batching: str = "continuous"
     window: float = 0.005
@@ -105,11 +106,14 @@ def _load_model(settings: WorkerSettings, model_version, variant: str):
     """(scheduler, info) of one model version, its golden set checked."""
     from service.onnx_engine import OnnxEngine  # after CUDA_VISIBLE_DEVICES is set
 
-    engine = OnnxEngine(model_version, variant, settings.device, 1, settings.io_binding)
+    cache = None if settings.cache == "auto" else settings.cache
+    engine = OnnxEngine(model_version, variant, settings.device, 1, settings.io_binding,
+                        cache=cache)  # fmt: skip
     scheduler = Scheduler(engine, settings.max_rows, settings.batching, settings.window)
     checked = golden_check(scheduler, model_version, variant)
     info = {
         "provider": engine.decoder.get_providers()[0],
+        "cache": engine.cache,
         "kind": engine.kind,
         "golden_inputs": checked,
     }

@@ -4,6 +4,7 @@ declaration, the same graph parity and the same whole decodes as the traced expo
 from __future__ import annotations
 
 from dataclasses import replace
+from itertools import product
 
 import numpy as np
 import onnx
@@ -46,20 +47,36 @@ def test_the_built_graphs_are_fused_and_declared_as_the_traced_ones(built):
         for i in decoder.graph.input
     }
     assert dims["past_key_values.0.key"] == ["batch", 4, "past", 8]
-    assert [i.name for i in decoder.graph.input] == OnnxEngine(
-        version, "fp32"
-    ).decoder_spec.input_names
+    growing = OnnxEngine(version, "fp32", cache="growing")
+    assert [i.name for i in decoder.graph.input] == growing.decoder_spec.input_names
+    # the same step with its cache written in place: GQA for self-attention, no self mask
+    in_place = onnx.load(str(version.graph("fp32", "in_place_decoder")))
+    ops = [n.op_type for n in in_place.graph.node]
+    assert ops.count("GroupQueryAttention") == 3 and ops.count("MultiHeadAttention") == 2
+    dims = {
+        i.name: [d.dim_param or d.dim_value for d in i.type.tensor_type.shape.dim]
+        for i in in_place.graph.input
+    }
+    assert dims["past_key_values.0.key"] == ["batch", 4, "capacity", 8]
+    assert "self_mask" not in dims
+    engine = OnnxEngine(version, "fp32")
+    assert engine.cache == "in_place"  # the default where the variant ships it
+    assert [i.name for i in in_place.graph.input] == engine.decoder_spec.input_names
 
 
 def test_the_built_graphs_match_pytorch_and_decode_the_same(built):
     model, version = built
-    summary = assert_graph_parity(model, OnnxEngine(version, "fp32"))
+    engines = [OnnxEngine(version, "fp32", cache=cache) for cache in ("growing", "in_place")]
+    summary = assert_graph_parity(model, *engines)
     assert summary["comparisons"] > 100
+    assert summary["max_abs"]["decoder.logits"] < 1e-4
+    assert summary["max_abs"]["in_place_decoder.logits"] < 1e-4
+    assert summary["max_abs"]["in_place_decoder.present"] < 1e-4
     sources = random_sources(model.config.vocab_size, [1, 4, 9, 30])
-    for beam in (1, 3):
+    for beam, engine in product((1, 3), engines):
         options = DecodingOptions(beam_size=beam, max_length=20)
         expected = translate_ids(TorchEngine(model), sources, options, 512)
-        actual = translate_ids(OnnxEngine(version, "fp32"), sources, options, 512)
+        actual = translate_ids(engine, sources, options, 512)
         for e, a in zip(expected, actual, strict=True):
             assert e[0].tokens == a[0].tokens
             assert e[0].score == pytest.approx(a[0].score, abs=1e-4)
@@ -77,22 +94,24 @@ class _Counted:
         self.runs += 1
         return self.session.run(*args, **kwargs)
 
-    def io_binding(self):
+    def run_with_iobinding(self, *args, **kwargs):
         self.runs += 1
-        return self.session.io_binding()
+        return self.session.run_with_iobinding(*args, **kwargs)
 
     def __getattr__(self, name):
         return getattr(self.session, name)
 
 
+@pytest.mark.parametrize("cache", ["growing", "in_place"])
 @pytest.mark.parametrize("variant", ["fp32", "int8", "fp16"])
-def test_the_lean_step_runs_when_no_alignment_is_kept_and_decodes_the_same(built, variant):
+def test_the_lean_step_runs_when_no_alignment_is_kept_and_decodes_the_same(built, variant, cache):
     """Every variant ships the step without its cross-attention output (every cross-attention
-    fused) and with the search folded in; a decode without alignment runs it alone, no
-    search graph beside it, and gives the full step's tokens."""
+    fused) and with the search folded in, with either cache; a decode without alignment runs
+    it alone, no search graph beside it, and gives the full step's tokens."""
     model, version = built
-    full = onnx.load(str(version.graph(variant, "decoder")))
-    lean = onnx.load(str(version.graph(variant, "lean_decoder")))
+    prefix = "in_place_" if cache == "in_place" else ""
+    full = onnx.load(str(version.graph(variant, prefix + "decoder")))
+    lean = onnx.load(str(version.graph(variant, prefix + "lean_decoder")))
     assert [o.name for o in lean.graph.output] == [
         *(o.name for o in full.graph.output if o.name != "cross_attention"),
         "ids",
@@ -103,18 +122,19 @@ def test_the_lean_step_runs_when_no_alignment_is_kept_and_decodes_the_same(built
         "k",
     ]
     ops = [n.op_type for n in lean.graph.node]
-    assert ops.count("MultiHeadAttention") == 3 + 3 and "Softmax" not in ops
+    attentions = ops.count("MultiHeadAttention") + ops.count("GroupQueryAttention")
+    assert attentions == 3 + 3 and "Softmax" not in ops
     assert ops.count("LogSoftmax") == ops.count("TopK") == 1
     assert len(lean.graph.node) < len(full.graph.node)
     if variant == "fp32":
-        summary = assert_graph_parity(model, OnnxEngine(version, "fp32"))
-        assert summary["max_abs"]["lean_decoder.logits"] < 1e-4
-        assert summary["max_abs"]["lean_decoder.ids"] < 1e-4  # the best tokens, best first
-        assert summary["max_abs"]["lean_decoder.log_probs"] < 1e-4
+        summary = assert_graph_parity(model, OnnxEngine(version, "fp32", cache=cache))
+        assert summary["max_abs"][prefix + "lean_decoder.logits"] < 1e-4
+        assert summary["max_abs"][prefix + "lean_decoder.ids"] < 1e-4  # the best, best first
+        assert summary["max_abs"][prefix + "lean_decoder.log_probs"] < 1e-4
     sources = random_sources(model.config.vocab_size, [2, 9, 30])
     for beam in (1, 3):
         options = DecodingOptions(beam_size=beam, max_length=16)
-        engine = OnnxEngine(version, variant, io_binding=beam == 3)
+        engine = OnnxEngine(version, variant, io_binding=beam == 3, cache=cache)
         aligned = translate_ids(engine, sources, options, 512)
         engine.decoder, engine.lean_decoder = (_Counted(engine.decoder),
                                                _Counted(engine.lean_decoder))  # fmt: skip
@@ -131,20 +151,22 @@ def test_the_lean_step_runs_when_no_alignment_is_kept_and_decodes_the_same(built
             assert [h.score for h in u] == pytest.approx([h.score for h in a], abs=1e-3)
 
 
-def test_int8_ships_a_one_row_step_that_runs_for_single_rows(built):
-    """int8's lean step has a one-row form (MatMulNBits, a matrix-vector kernel): proven
-    against PyTorch at batch 1 by the graph parity, run for every step of one row and for
-    no step of more."""
+@pytest.mark.parametrize("cache", ["growing", "in_place"])
+def test_int8_ships_a_one_row_step_that_runs_for_single_rows(built, cache):
+    """int8's lean step has a one-row form (MatMulNBits, a matrix-vector kernel), with either
+    cache: proven against PyTorch at batch 1 by the graph parity, run for every step of one
+    row and for no step of more."""
     model, version = built
-    one_row = onnx.load(str(version.graph("int8", "lean_decoder_one_row")))
+    prefix = "in_place_" if cache == "in_place" else ""
+    one_row = onnx.load(str(version.graph("int8", prefix + "lean_decoder_one_row")))
     ops = [n.op_type for n in one_row.graph.node]
     assert ops.count("MatMulNBits") == 3 * 6 + 1 and "MatMul" not in ops
-    assert not version.has_graph("fp32", "lean_decoder_one_row")
-    summary = assert_graph_parity(model, OnnxEngine(version, "int8"))
-    assert summary["max_abs"]["lean_decoder_one_row.logits"] > 0
+    assert not version.has_graph("fp32", prefix + "lean_decoder_one_row")
+    summary = assert_graph_parity(model, OnnxEngine(version, "int8", cache=cache))
+    assert summary["max_abs"][prefix + "lean_decoder_one_row.logits"] > 0
     sources = random_sources(model.config.vocab_size, [2, 9, 30])
     options = DecodingOptions(beam_size=1, max_length=16)
-    engine = OnnxEngine(version, "int8")
+    engine = OnnxEngine(version, "int8", cache=cache)
     for name in ("decoder", "lean_decoder", "one_row_decoder"):
         setattr(engine, name, _Counted(getattr(engine, name)))
     bos, eos = engine.special_tokens.bos, engine.special_tokens.eos
@@ -171,8 +193,10 @@ def test_the_fp16_built_graphs_are_float16_throughout_and_match_pytorch(built):
         casts = [n for n in graph.node if n.op_type == "Cast"]
         targets = {a.i for n in casts for a in n.attribute if a.name == "to"}
         assert targets <= {onnx.TensorProto.INT32, onnx.TensorProto.BOOL}
-    summary = assert_graph_parity(model, OnnxEngine(version, "fp16"))
+    engines = [OnnxEngine(version, "fp16", cache=cache) for cache in ("growing", "in_place")]
+    summary = assert_graph_parity(model, *engines)
     assert summary["passed"] and summary["max_abs"]["decoder.logits"] > 0
+    assert summary["max_abs"]["in_place_decoder.logits"] > 0
     sources = random_sources(model.config.vocab_size, [3, 12])
     options = DecodingOptions(beam_size=1, max_length=12)
     expected = translate_ids(TorchEngine(model), sources, options, 512)
@@ -183,12 +207,13 @@ def test_the_fp16_built_graphs_are_float16_throughout_and_match_pytorch(built):
 
 def test_int8_of_the_built_graphs_quantises_every_matmul(built):
     _, version = built
-    decoder = onnx.load(str(version.graph("int8", "decoder")))
-    ops = {n.op_type for n in decoder.graph.node}
-    assert "MatMul" not in ops or all(
-        not n.input[1].startswith("weight") for n in decoder.graph.node if n.op_type == "MatMul"
-    )
-    assert ops & {"DynamicQuantizeMatMul", "MatMulInteger"}
+    for name in ("decoder", "in_place_decoder"):
+        decoder = onnx.load(str(version.graph("int8", name)))
+        ops = {n.op_type for n in decoder.graph.node}
+        assert "MatMul" not in ops or all(
+            not n.input[1].startswith("weight") for n in decoder.graph.node if n.op_type == "MatMul"
+        )
+        assert ops & {"DynamicQuantizeMatMul", "MatMulInteger"}
 
 
 def test_the_built_caption_step_matches_pytorch_and_captions_the_same(tmp_path):

@@ -68,9 +68,9 @@ def captioner(exported_captioner, captioner_data):
     return exported_captioner[0], list(images[::97][:12])
 
 
-def _onnx(setup, io_binding: bool = False) -> Kind:
+def _onnx(setup, io_binding: bool = False, cache: str | None = None) -> Kind:
     version, sources = setup
-    return Kind(OnnxEngine(version, "fp32", io_binding=io_binding), sources)
+    return Kind(OnnxEngine(version, "fp32", io_binding=io_binding, cache=cache), sources)
 
 
 def _torch(setup, checkpoint) -> Kind:
@@ -97,9 +97,15 @@ def _drain(scheduler: Scheduler, jobs: list[Job], every: int = 1) -> dict[int, o
 
 
 ENGINES = [
-    ("translator", "onnx"), ("translator", "onnx-device-path"), ("translator", "torch"),
-    ("captioner", "onnx"), ("captioner", "onnx-device-path"), ("captioner", "torch"),
-]  # fmt: skip
+    ("translator", "onnx"),
+    ("translator", "onnx-device-path"),
+    ("translator", "torch"),
+    ("translator", "onnx-growing"),
+    ("translator", "onnx-device-path-growing"),
+    ("captioner", "onnx"),
+    ("captioner", "onnx-device-path"),
+    ("captioner", "torch"),
+]  # fmt: skip (onnx: the translator's cache written in place, as served on the CPU)
 
 
 @pytest.mark.parametrize(("model", "runtime"), ENGINES, ids=["-".join(e) for e in ENGINES])
@@ -110,7 +116,10 @@ def test_requests_joining_a_running_batch_decode_as_they_do_alone(request, model
     if runtime == "torch":
         kind = _torch(setup, SHIPPED_TRANSLATOR if model == "translator" else SHIPPED_CAPTIONER)
     else:
-        kind = _onnx(setup, io_binding=runtime == "onnx-device-path")
+        cache = "growing" if runtime.endswith("-growing") else None
+        kind = _onnx(setup, runtime.startswith("onnx-device-path"), cache)
+        default = "in_place" if model == "translator" else "none"  # an LSTM has no cache
+        assert kind.engine.cache == (cache or default)
     sources = kind.sources
     jobs = [kind.job(i, [s], OPTIONS[i % len(OPTIONS)]) for i, s in enumerate(sources)]
     jobs.append(kind.job(len(jobs), sources[:3], OPTIONS[1]))  # three inputs in one request
@@ -225,11 +234,14 @@ def test_waiting_requests_enter_only_when_rows_are_free(captioner):
     assert errors and errors[0].job_id == 3 and "12 batch rows" in errors[0].message
 
 
-@pytest.mark.parametrize("model", ["translator", "captioner"])
-def test_a_batch_that_never_empties_stays_bounded(request, model):
+@pytest.mark.parametrize(
+    ("model", "cache"), [("translator", "growing"), ("translator", "in_place"), ("captioner", None)]
+)
+def test_a_batch_that_never_empties_stays_bounded(request, model, cache):
     """Requests keep arriving; compaction keeps the cache near the longest live row (the
-    translator's key/value cache; the captioner has no growing state, only its mask)."""
-    kind = _onnx(request.getfixturevalue(model))
+    translator's key/value cache, growing or written in place; the captioner has no growing
+    state, only its mask)."""
+    kind = _onnx(request.getfixturevalue(model), cache=cache)
     scheduler = Scheduler(kind.engine, max_rows=16)
     options = DecodingOptions(max_length=20)
     longest = 0
@@ -243,5 +255,42 @@ def test_a_batch_that_never_empties_stays_bounded(request, model):
     assert np.all(scheduler.batch.lengths <= 20)
     if model == "translator":
         assert longest >= 20
-        cache = scheduler.batch.state["past_key_values.0.key"]
-        assert cache.shape[2] == scheduler.batch.cache_length
+        buffer = scheduler.batch.state["past_key_values.0.key"]
+        if cache == "growing":
+            assert buffer.shape[2] == scheduler.batch.cache_length
+        else:  # every row from position 0: as long as the longest row needs, at most twice
+            assert 20 <= buffer.shape[2] <= 2 * 32
+
+
+def test_an_in_place_cache_grows_with_its_longest_row_and_is_cut_when_it_leaves(translator):
+    """The buffer grows (doubling) as a row reaches its end; once that row has left, a rebuild
+    cuts it to twice what the live rows hold, and the row left decodes on as it does alone."""
+    from service.batch import ContinuousBatch
+    from service.inference import CachedInference
+
+    engine = OnnxEngine(translator[0], "fp32")
+    assert engine.cache == "in_place"
+    sources = translator[1][:2]
+    encoder = engine.encode(*source_batch(sources, 512))
+    batch = ContinuousBatch(engine)
+    batch.join(encoder, np.array([0]))
+    token = np.array([[engine.special_tokens.bos]])
+    for _ in range(100):
+        batch.step(token)
+        token = np.array([[17]])
+    capacity = batch.state["past_key_values.0.key"].shape[2]
+    assert capacity >= 101
+    batch.join(encoder, np.array([1]))  # no dead slot: appended, the buffer padded to it
+    alone = CachedInference(engine, engine.encode(*source_batch(sources[1:], 512)), 1)
+    tokens = [engine.special_tokens.bos, 5, 9, 11, 13, 21, 40, 7, 8]
+    for i, new in enumerate(tokens):
+        if i == 5:
+            batch.reorder(np.array([1]))  # the long row leaves
+        feed = np.array([[17], [new]]) if i < 5 else np.array([[new]])
+        logits, _ = batch.step(feed)
+        expected, _ = alone.step(np.array([[new]]))
+        np.testing.assert_allclose(logits[-1], expected[0], atol=1e-4)
+        if i == 5:  # the step after the leave rebuilt: cut to twice the 6 positions held
+            assert batch.rebuilds >= 2
+            assert batch.state["past_key_values.0.key"].shape[2] == 2 * (5 + 1)
+    assert batch.state["past_key_values.0.key"].shape[2] >= len(tokens)

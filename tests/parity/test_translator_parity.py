@@ -11,6 +11,8 @@ from export.parity import TOLERANCES
 # (variant, graph) pairs this suite checks; the meta-test below holds the repository to it.
 CHECKED_GRAPHS = [(v, g) for v in ("fp32", "int8") for g in ("encoder", "decoder", "lean_decoder")]
 CHECKED_GRAPHS.append(("int8", "lean_decoder_one_row"))  # run for steps of one row
+# the same steps with their cache written in place (what the server runs on the CPU)
+CHECKED_GRAPHS += [(v, "in_place_" + g) for v, g in CHECKED_GRAPHS if g != "encoder"]
 
 
 @pytest.mark.slow
@@ -45,6 +47,7 @@ def test_whole_decodes_are_token_identical(exported_translator):
         "onnxruntime fp32 beam4 vs pytorch",
         "onnxruntime cached vs uncached",
         "onnxruntime padded batch vs alone",
+        "onnxruntime cache in place vs growing",
     }
     for name, report in settings.items():
         assert report["divergence_count"] == 0, (name, report["divergences"])
@@ -91,16 +94,22 @@ def test_a_perturbed_graph_fails_the_suite(exported_translator, tmp_path):
     model_version, _ = exported_translator
     copy = tmp_path / "translator" / "1"
     shutil.copytree(model_version.directory, copy)
-    perturb_near_logits(copy / "fp32" / "decoder.onnx")  # small, on a few channels only
+    steps = ("decoder", "in_place_decoder")  # the growing cache's step, and the in-place one
+    for step in steps:
+        perturb_near_logits(copy / "fp32" / f"{step}.onnx")  # small, on a few channels only
     manifest = json.loads((copy / "manifest.json").read_text())
     write_manifest(
         copy, {k: v for k, v in manifest.items() if k not in ("files", "format_version")}
     )
     model, _ = load_checkpoint(SHIPPED_TRANSLATOR)
+    version = verify(copy)
+    engines = [OnnxEngine(version, "fp32", cache=cache) for cache in ("growing", "in_place")]
     with pytest.raises(ParityError, match=r"decoder\.logits") as failure:
-        assert_graph_parity(model, OnnxEngine(verify(copy), "fp32"))
+        assert_graph_parity(model, *engines)
     outputs = {f.output for f in failure.value.failures}
     assert "logits" in outputs and not any(o.startswith("encoder.") for o in outputs)
+    logits = {f.graph for f in failure.value.failures if f.output == "logits"}
+    assert logits == set(steps)  # each perturbed step caught, the lean ones untouched
     assert np.isfinite([f.max_abs for f in failure.value.failures]).all()
 
 
