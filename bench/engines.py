@@ -36,6 +36,8 @@ ENGINES = {  # name: (kind, variant, compute threads)
     "onnx-int8-built-per-tensor": ("onnx", "int8", 1),
     "onnx-fp32-built-full-step": ("onnx", "fp32", 1),
     "onnx-int8-built-full-step": ("onnx", "int8", 1),
+    "onnx-fp32-built-growing": ("onnx", "fp32", 1),
+    "onnx-int8-built-growing": ("onnx", "int8", 1),
 }
 # an LSTM's state has no uncached form
 CAPTION_ENGINES = ("torch-cached", "onnx-fp32", "onnx-int8", "onnx-fp32-built", "onnx-int8-built")
@@ -45,6 +47,9 @@ PER_TENSOR = "built-per-tensor"  # built graphs, int8 with one scale per weight
 # built graphs, every step the full one (its attention output unfetched), as served before
 # the lean step and its one-row form (the versions they run from ship both)
 FULL_STEP = "-full-step"
+# built graphs, the cache growing (its past concatenated every step) instead of written in
+# place, as served before the in-place steps (the versions they run from ship both)
+GROWING = "-growing"
 
 
 def graphs_of(name: str) -> str:
@@ -52,7 +57,7 @@ def graphs_of(name: str) -> str:
     quantised with one int8 scale per weight instead of per output channel) or "traced"."""
     if name.endswith("-" + PER_TENSOR):
         return PER_TENSOR
-    name = name.removesuffix(FULL_STEP)
+    name = name.removesuffix(FULL_STEP).removesuffix(GROWING)
     return "built" if name.endswith("-built") else "traced"
 
 
@@ -174,7 +179,8 @@ def _load(name: str, setup: dict):
         from service.onnx_engine import OnnxEngine
 
         version = verify(Path(setup["repositories"][graphs_of(name)]))
-        engine = OnnxEngine(version, variant, "cpu", threads)
+        cache = "growing" if name.endswith(GROWING) else None
+        engine = OnnxEngine(version, variant, "cpu", threads, cache=cache)
         if name.endswith(FULL_STEP):
             engine.lean_decoder = engine.one_row_decoder = None
         source = None if captioner else version.config["max_length"]

@@ -122,7 +122,9 @@ def test_goals_are_judged_and_ratios_reported(run):
     for batch in QUICK_BATCHES:  # the lean step against the full one, side by side
         for ours in ("onnx-fp32-built", "onnx-int8-built"):
             assert report["ratios"][f"{ours} / {ours}-full-step tokens/s, batch {batch}"] > 0
+            assert report["ratios"][f"{ours} / {ours}-growing tokens/s, batch {batch}"] > 0
     assert report["parity"]["onnx-fp32-built-full-step"]["identical"] == max(QUICK_BATCHES)
+    assert report["parity"]["onnx-fp32-built-growing"]["identical"] == max(QUICK_BATCHES)
 
 
 def test_ctranslate2_runs_and_is_compared_with_pytorch(run):

@@ -1,0 +1,30 @@
+"""bench.continuous on the exported translator: the scheduler's continuous batch with the
+cache written in place and with the cache growing, side by side."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench import continuous
+
+
+@pytest.mark.slow
+def test_the_continuous_batch_benchmark_compares_both_caches(exported_translator, capsys, tmp_path):
+    version, _ = exported_translator
+    markdown = tmp_path / "continuous.md"
+    arguments = ["--quick", "--json", "--repository", str(version.directory)]
+    assert continuous.main([*arguments, "--rows", "4", "--markdown", str(markdown)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    (case,) = report["cases"]
+    assert (case["variant"], case["beam"]) == ("fp32", 1)
+    assert case["requests"] == report["settings"]["requests"] == 12
+    assert case["identical"] == 12  # fp32: the two caches decode the same tokens
+    rates = case["tokens_per_s"]
+    assert rates["in_place"] > 0 and rates["growing"] > 0
+    assert case["in_place_over_growing"] == pytest.approx(rates["in_place"] / rates["growing"])
+    # 12 requests through 4 rows: requests joined a running batch, and the in-place cache
+    # (no shared time axis) never rebuilds more than the growing one
+    assert case["rebuilds"]["in_place"] <= case["rebuilds"]["growing"]
+    assert "| fp32 | 1 |" in markdown.read_text()
