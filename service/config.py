@@ -37,9 +37,8 @@ class ServerConfig:
     workers: int = 0  # 0: one per CPU core, or one per GPU on cuda
     variant: str = "auto"  # per model version (auto_variant); or fp32, int8 (CPU), fp16 (GPU)
     io_binding: bool | None = None  # None: on for cuda, off for cpu
-    # how a step carries the key/value cache: "auto" writes it in place where the version ships
-    # that step and the device has its kernels (the CPU; fp16 on CUDA), else it grows; or
-    # "in_place", "growing"
+    # how a step carries the key/value cache: "auto" writes it in place on the CPU where the
+    # version ships that step, else it grows; or "in_place" (on CUDA: fp16), "growing"
     cache: str = "auto"
     batching: str = "continuous"  # or "request" (collect, then decode to the end)
     batch_window_ms: float = 5.0  # how long request-level batching collects

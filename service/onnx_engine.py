@@ -15,12 +15,13 @@ faster than numpy too, docs/benchmarks.md), or in numpy on the host (`host_searc
 reference it is proven equal to).
 
 Where a variant ships them, the steps run with their cache written in place (the default on
-the CPU, and for fp16 on CUDA, where GroupQueryAttention has kernels): the keys and values
-of every row live in a buffer bound as the step's input and output, each row's positions
-from 0, written at the row's position and read up to it, so no step copies the past (a
-growing cache concatenates it every step); the engine grows the buffer when a row reaches
-its capacity. The growing step stays the reference they are certified against, and the
-only form that takes several new tokens at once (the uncached decode).
+the CPU; on CUDA, whose GroupQueryAttention kernel is float16 only, when asked for, as this
+path is not yet measured there): the keys and values of every row live in a buffer bound as
+the step's input and output, each row's positions from 0, written at the row's position and
+read up to it, so no step copies the past (a growing cache concatenates it every step); the
+engine grows the buffer when a row reaches its capacity. The growing step stays the
+reference they are certified against, and the only form that takes several new tokens at
+once (the uncached decode).
 
 A step that keeps no alignment runs the version's lean step where it ships one (the same
 step without the cross-attention output, export.builder), for a single row its one-row form
@@ -100,17 +101,16 @@ class OnnxEngine:
         device_search: bool | None = None,
         cache: str | None = None,
     ):
-        """`cache`: "in_place" or "growing" (the key/value cache); by default in place where the
-        variant ships that form and the device has its kernels."""
+        """`cache`: "in_place" or "growing" (the key/value cache); by default in place on the
+        CPU where the variant ships that form."""
         if device not in PROVIDERS:
             raise ValueError(f"device must be one of {sorted(PROVIDERS)}, got {device!r}")
         self.io_binding = device != "cpu" if io_binding is None else io_binding
         shipped = model.has_graph(variant, IN_PLACE + "decoder")
         # where an in-place buffer can be bound: host memory on the CPU, an OrtValue anywhere
         bindable = device == "cpu" or self.io_binding
-        if cache is None:
-            kernels = device == "cpu" or variant == "fp16"  # GQA on CUDA: float16 only
-            cache = "in_place" if shipped and kernels and bindable else "growing"
+        if cache is None:  # on CUDA (GQA: float16 only) in place only when asked, until measured
+            cache = "in_place" if shipped and device == "cpu" else "growing"
         if cache not in CACHES:
             raise ValueError(f"cache must be one of {CACHES}, got {cache!r}")
         if cache == "in_place" and not shipped:
