@@ -57,6 +57,7 @@ PROVIDERS = {
     "cpu": ["CPUExecutionProvider"],
     "cuda": ["CUDAExecutionProvider", "CPUExecutionProvider"],
 }
+OUT = "->"  # prefix of an output's entry among a binding's bound tensors
 CACHES = ("in_place", "growing")  # how a step carries its keys and values
 MIN_CAPACITY = 32  # positions of an in-place buffer when it is first grown
 ORT_TYPES = {"tensor(float)": "float32", "tensor(float16)": "float16", "tensor(int64)": "int64"}
@@ -133,6 +134,7 @@ class OnnxEngine:
         self.step_inputs = set(self.decoder_spec.input_names)
         self.states = self.interface.states
         self.in_place = {s.input: s for s in self.states if s.in_place}  # buffers written into
+        self._into = {s.output: s.input for s in self.in_place.values()}
         self.init_states = [s for s in self.states if s.init is not None]
         self.variant, self.device = variant, device
         self.host_tensors = not self.io_binding
@@ -143,6 +145,7 @@ class OnnxEngine:
         self.vocab = int(model.config.get("vocab_size", 0))
         self._output_names: dict[ort.InferenceSession, list[str]] = {}
         self._bindings: dict[ort.InferenceSession, tuple] = {}  # (binding, bound inputs)
+        self._types: dict[ort.InferenceSession, dict] = {}  # output dtypes
         session = self._session_factory(threads)
         self.encoder = session(model.graph(variant, "encoder"))
         self.decoder = session(model.graph(variant, prefix + "decoder"))
@@ -191,14 +194,18 @@ class OnnxEngine:
         return names
 
     def _run(
-        self, session: ort.InferenceSession, feeds: dict, on_host=(), skip=(), into=None
-    ) -> list:
+        self, session: ort.InferenceSession, feeds: dict, on_host=(), skip=(), into=None,
+        shapes=None,
+    ) -> list:  # fmt: skip
         """Runs a session; with IO binding, outputs stay on the device except `on_host`.
         Outputs named in `skip` are not fetched (None in their place). `into` (output name:
         input name): outputs written into the buffer fed as that input, returned as that
-        feed (a numpy array too: bound by its memory, so on the host path as well)."""
+        feed (a numpy array too: bound by its memory, so on the host path as well).
+        `shapes` (output name: shape): host outputs written into numpy arrays kept bound
+        from run to run while their shape holds (binding an output costs more than copying
+        a step's logits), returned as copies, so no OrtValue is made or read for them."""
         names = self._outputs(session)
-        into = into or {}
+        into, shapes = into or {}, shapes or {}
         if not self.io_binding and not into:
             if not skip:
                 return session.run(None, feeds)
@@ -206,52 +213,68 @@ class OnnxEngine:
             values = dict(zip(wanted, session.run(wanted, feeds), strict=True))
             return [values.get(n) for n in names]
         binding, bound = self._bind_inputs(session, feeds)
-        host, order = not self.io_binding, []
+        host, types = not self.io_binding, self._output_types(session)
+        given, order = {}, []  # arrays kept bound; outputs onnxruntime allocates
         for name in names:
-            if name in into:
-                binding.bind_ortvalue_output(name, bound[into[name]][1])
-            elif host and name in skip:
-                continue
+            if name in into:  # bound again only when the buffer changes
+                buffer = feeds[into[name]]
+                if bound.get(OUT + name) is not buffer:
+                    _bind_output(binding, name, buffer)
+                    bound[OUT + name] = buffer
+            elif name in shapes and (host or name in on_host):
+                buffer = bound.get(OUT + name)
+                if buffer is None or buffer.shape != shapes[name]:
+                    buffer = bound[OUT + name] = np.empty(shapes[name], dtype=types[name])
+                    _bind_output(binding, name, buffer)
+                given[name] = buffer
             else:
+                bound.pop(OUT + name, None)
                 binding.bind_output(name, "cpu" if host or name in on_host else self.device)
-            order.append(name)
+                order.append(name)
         session.run_with_iobinding(binding)
-        values = dict(zip(order, binding.get_outputs(), strict=True))
+        values = {}
+        if order:  # every output is bound at every run, in the same order
+            values = dict(zip(names, binding.get_outputs(), strict=True))
         result = []
         for name in names:
             if name in into:
                 result.append(feeds[into[name]])
-            elif name not in values:
+            elif name in given:
+                result.append(None if name in skip else given[name].copy())
+            elif name in skip and host:
                 result.append(None)
             else:
                 value = values[name]
                 result.append(value.numpy() if host or name in on_host else value)
         return result
 
+    def _output_types(self, session: ort.InferenceSession) -> dict[str, np.dtype]:
+        types = self._types.get(session)
+        if types is None:
+            types = self._types[session] = {
+                o.name: np.dtype(ORT_TYPES[o.type]) for o in session.get_outputs()
+            }
+        return types
+
     def _bind_inputs(self, session: ort.InferenceSession, feeds: dict):
         """The session's IO binding with `feeds` bound, and what each input is bound to (by
-        name: the tensor fed, the OrtValue bound). A binding is kept per session and an input
-        is bound again only when another tensor is fed (a step's cache and memory stay
-        bound from step to step). A numpy array is bound by its own memory on the CPU, so
-        rows written into it in place are read, and an in-place output written into it; on
-        another device it is copied in at every run."""
+        name). A binding is kept per session and an input is bound again only when another
+        tensor is fed (a step's cache and memory stay bound from step to step). A numpy
+        array is bound by its own memory (onnxruntime copies it to another device at every
+        run), so rows written into it in place are read; one that is not contiguous is
+        copied when bound, so it is bound again at the next run."""
         binding, bound = self._bindings.get(session) or self._bindings.setdefault(
             session, (session.io_binding(), {})
         )
         for name, value in feeds.items():
-            last = bound.get(name)
-            if last is not None and last[0] is value:
+            if bound.get(name) is value:
                 continue
-            if not isinstance(value, np.ndarray):
-                kept = value
-            elif self.device == "cpu" and value.flags.c_contiguous:
-                kept = ort.OrtValue.ortvalue_from_numpy(value)
-            else:  # copied now: bound again at the next run
+            if isinstance(value, np.ndarray):
                 binding.bind_cpu_input(name, value)
-                bound[name] = (None, None)
-                continue
-            binding.bind_ortvalue_input(name, kept)
-            bound[name] = (value, kept)
+                bound[name] = value if value.flags.c_contiguous else None
+            else:
+                binding.bind_ortvalue_input(name, value)
+                bound[name] = value
         return binding, bound
 
     def encode(self, *inputs: np.ndarray, **named: np.ndarray) -> EncoderOutput:
@@ -324,8 +347,12 @@ class OnnxEngine:
             request = search if ranked else SearchRequest()
             feeds.update(self._search_feeds(request, self.vocab))
             on_host = (*on_host, *CANDIDATES)
-        into = {s.output: s.input for s in self.in_place.values()}
-        outputs = self._run(session, feeds, on_host=on_host, skip=skip, into=into)
+        rows = _shape(input_ids)[0]  # the host outputs' shapes, so that they are allocated here
+        shapes = {"logits": (rows, self.vocab), name: (rows, _shape(encoder.memory_mask)[1])}
+        if lean:
+            k = int(feeds["k"][0])
+            shapes |= {"ids": (rows, k), "log_probs": (rows, k)}
+        outputs = self._run(session, feeds, on_host, skip, self._into, shapes)
         named = dict(zip(self._outputs(session), outputs, strict=True))
         seen = named[name].astype(np.float32, copy=False) if attention else None
         logits = named["logits"]
@@ -336,12 +363,13 @@ class OnnxEngine:
     def _capacity(self, state: Tensors, needed: int) -> Tensors:
         """`state` whose in-place buffers hold at least `needed` positions: a buffer too small
         is replaced by one twice as large (or `needed`), its rows' positions copied."""
+        first = next(iter(self.in_place.values()))  # every buffer has the same capacity
+        if _shape(state[first.input])[first.time_axis] >= needed:
+            return state
         grown = dict(state)
         for name, spec in self.in_place.items():
             tensor = state[name]
             shape = list(_shape(tensor))
-            if shape[spec.time_axis] >= needed:
-                continue
             shape[spec.time_axis] = max(needed, 2 * shape[spec.time_axis], MIN_CAPACITY)
             if isinstance(tensor, np.ndarray):
                 larger = np.zeros(shape, dtype=tensor.dtype)
@@ -428,6 +456,14 @@ class OnnxEngine:
             "axis": np.array([axis]),
         }
         return self._run(self._op("narrow", tensor), feeds)[0]
+
+
+def _bind_output(binding: ort.IOBinding, name: str, tensor) -> None:
+    """Binds output `name` to a numpy array's memory (on the CPU), or to an OrtValue."""
+    if isinstance(tensor, np.ndarray):
+        binding.bind_output(name, "cpu", 0, tensor.dtype, tensor.shape, tensor.ctypes.data)
+    else:
+        binding.bind_ortvalue_output(name, tensor)
 
 
 def _shape(tensor) -> tuple[int, ...]:
