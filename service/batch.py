@@ -42,7 +42,7 @@ from dataclasses import replace
 import numpy as np
 
 from service.batching import concat_padded
-from service.inference import EncoderOutput, Engine, Inference, Tensors
+from service.inference import EncoderOutput, Engine, Inference, Tensors, written
 from service.search import SearchRequest
 
 MIN_TRIM = 8  # padding columns worth dropping (and at least 1/8 of the length)
@@ -305,8 +305,13 @@ class ContinuousBatch(Inference):
     def _copy_rows(self, origins: np.ndarray, targets: np.ndarray) -> None:
         """Copies slots `origins` to slots `targets` (disjoint) in place; the memory only
         where the input differs (beams of one input share theirs)."""
-        for tensor in self.state.values():
-            tensor[targets] = tensor[origins]
+        length = int(self.lengths[origins].max(initial=0))
+        for name, tensor in self.state.items():
+            if name in self.buffers:  # only the positions the rows have written
+                part = written(self.buffers[name], length)
+                tensor[(targets, *part[1:])] = tensor[(origins, *part[1:])]
+            else:
+                tensor[targets] = tensor[origins]
         other = self.inputs[origins] != self.inputs[targets]
         if other.any():
             o, t = origins[other], targets[other]

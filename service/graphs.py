@@ -172,7 +172,7 @@ class StateSpec:
     init: str | None = None  # the encoder output that starts it; None: empty on time_axis
     # a buffer the step writes into (bound as its input and its output): every row's own
     # positions from 0 on time_axis, which is its capacity (grown by the engine, right-padded
-    # when rows join, never narrowed); no shared time axis, so no self mask and no padding
+    # when rows join, only its end ever cut); no shared time axis, so no self mask, no padding
     in_place: bool = False
 
 

@@ -44,6 +44,21 @@ class EncoderOutput:
         )
 
 
+def written(axis: int, length: int) -> tuple:
+    """The index of the positions 0..length on `axis` of a buffer written in place (what lies
+    beyond them is never read, so rows are moved without it)."""
+    return (slice(None),) * axis + (slice(0, length),)
+
+
+def take_written(tensor: np.ndarray, index: np.ndarray, axis: int, length: int) -> np.ndarray:
+    """Rows `index` of a host buffer written in place, in a new buffer of the same capacity,
+    only their first `length` positions on `axis` copied."""
+    rows = np.empty((len(index), *tensor.shape[1:]), dtype=tensor.dtype)
+    part = written(axis, length)
+    rows[part] = tensor[part][index]
+    return rows
+
+
 class Engine(Protocol):
     """Runs the model; all arrays crossing this interface are numpy except the engine's memory
     and state tensors."""
@@ -144,8 +159,14 @@ class CachedInference(Inference):
         return self.engine.host(logits), seen
 
     def reorder(self, index: np.ndarray) -> None:
-        take = self.engine.take
-        self.state = {name: take(t, index) for name, t in self.state.items()}
+        take, length = self.engine.take, int(self.lengths.max(initial=0))
+        buffers = {s.input: s.time_axis for s in self.engine.interface.states if s.in_place}
+        self.state = {
+            name: take_written(t, index, buffers[name], length)
+            if name in buffers and isinstance(t, np.ndarray)
+            else take(t, index)
+            for name, t in self.state.items()
+        }
         sources = self.sources[index]
         # Beams of one input share its encoder rows: reordering beams leaves them as they are,
         # so they are gathered (from the encoder's own output) only when the inputs change.

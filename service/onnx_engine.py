@@ -348,7 +348,9 @@ class OnnxEngine:
             feeds.update(self._search_feeds(request, self.vocab))
             on_host = (*on_host, *CANDIDATES)
         rows = _shape(input_ids)[0]  # the host outputs' shapes, so that they are allocated here
-        shapes = {"logits": (rows, self.vocab), name: (rows, _shape(encoder.memory_mask)[1])}
+        shapes = {name: (rows, _shape(encoder.memory_mask)[1])}
+        if self.vocab:
+            shapes["logits"] = (rows, self.vocab)
         if lean:
             k = int(feeds["k"][0])
             shapes |= {"ids": (rows, k), "log_probs": (rows, k)}

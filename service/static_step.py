@@ -13,6 +13,9 @@ its buffers once, for a bucket of rows (rows are padded up to the bucket: 1, 2, 
   graph of its own (onnxruntime's `gpu_graph_id`);
 - leaves the outputs (logits) in their own buffers for the search graph.
 On the CPU the same code runs without capture (tests prove it equal to the growing cache).
+The server itself runs the in-place step through `OnnxEngine(cache="in_place")` and the
+continuous batch (service.batch), whose buffers grow with the rows; the fixed buffers here
+are for CUDA graphs.
 """
 
 from __future__ import annotations
