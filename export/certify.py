@@ -204,24 +204,30 @@ def golden_sources(model_version: ModelVersion, sources) -> list:
 
 
 def golden_set(model_version: ModelVersion, sources) -> list[dict]:
-    """Greedy tokens of a few sources per variant, for the runtime's start-up check: each
-    source decoded alone, as the check decodes it (int8's dynamic activation scales, and its
-    one-row step, make a row's tokens depend on the rows beside it)."""
+    """Greedy tokens of a few sources per variant and per way of carrying the cache (a server
+    may run either; int8 quantises each step's activations, so its tokens may differ between
+    the two), for the runtime's start-up check: each source decoded alone, as the check
+    decodes it (int8's dynamic activation scales, and its one-row step, make a row's tokens
+    depend on the rows beside it)."""
     golden, inputs = [], golden_sources(model_version, sources)
     options = replace(GREEDY, max_length=min(GREEDY.max_length, model_version.config["max_length"]))
     for variant in cpu_variants(model_version):
-        engine = OnnxEngine(model_version, variant)
-        max_source = model_version.config["max_length"]
-        hypotheses = decode_all(engine, sources, options, max_source, batch=1)
-        golden += [
-            {
-                "variant": variant,
-                **source,
-                "expected_ids": h.tokens,
-                "max_length": options.max_length,
-            }
-            for source, h in zip(inputs, hypotheses, strict=True)
-        ]
+        in_place = model_version.has_graph(variant, IN_PLACE + "decoder")
+        caches = ["growing", "in_place"] if in_place else ["growing"]
+        for cache in caches:
+            engine = OnnxEngine(model_version, variant, cache=cache)
+            max_source = model_version.config["max_length"]
+            hypotheses = decode_all(engine, sources, options, max_source, batch=1)
+            golden += [
+                {
+                    "variant": variant,
+                    "cache": engine.cache,
+                    **source,
+                    "expected_ids": h.tokens,
+                    "max_length": options.max_length,
+                }
+                for source, h in zip(inputs, hypotheses, strict=True)
+            ]
     return golden
 
 

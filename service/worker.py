@@ -58,10 +58,14 @@ class WorkerSettings:
 def golden_check(scheduler: Scheduler, model_version, variant: str) -> int:
     """Decodes the version's golden set; raises ModelRepositoryError on a mismatch. Returns
     the number of inputs checked."""
-    golden = model_version.golden()
-    entries = [g for g in golden if g["variant"] == variant]
+    golden, cache = model_version.golden(), getattr(scheduler.engine, "cache", None)
+
+    def of(name: str) -> list[dict]:  # a variant's entries made with this cache (older: any)
+        return [g for g in golden if g["variant"] == name and g.get("cache", cache) == cache]
+
+    entries = of(variant)
     own = bool(entries)
-    entries = entries or [g for g in golden if g["variant"] == "fp32"]
+    entries = entries or of("fp32") or [g for g in golden if g["variant"] == "fp32"]
     if not entries:
         raise ModelRepositoryError(f"{model_version.directory}: no golden set for {variant}")
     inputs_of = kind_class(model_version.manifest["model"]["kind"]).golden_inputs

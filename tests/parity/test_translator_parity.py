@@ -74,9 +74,28 @@ def test_certificate_and_golden_set_are_in_the_manifest(exported_translator):
     assert model_version.manifest["parity"]["passed"] is certificate["passed"] is True
     golden = model_version.golden()
     assert {g["variant"] for g in golden} == {"fp32", "int8"}
+    # per variant, made with each way of carrying the cache the version ships
+    assert {(g["variant"], g["cache"]) for g in golden} == {
+        (v, c) for v in ("fp32", "int8") for c in ("growing", "in_place")
+    }
     assert all(g["expected_ids"] for g in golden)
     assert model_version.manifest["versions"]["opset"] >= 18
     assert "golden.json" in model_version.manifest["files"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cache", ["growing", "in_place"])
+def test_the_start_up_check_passes_with_either_cache(exported_translator, cache):
+    """A server may carry the cache either way (the `cache` setting): each variant's workers
+    reproduce the golden tokens made that way, int8 included."""
+    from service.onnx_engine import OnnxEngine
+    from service.scheduler import Scheduler
+    from service.worker import golden_check
+
+    model_version, _ = exported_translator
+    for variant in ("fp32", "int8"):
+        engine = OnnxEngine(model_version, variant, cache=cache)
+        assert golden_check(Scheduler(engine), model_version, variant) == 4
 
 
 @pytest.mark.slow
