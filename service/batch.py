@@ -42,7 +42,7 @@ from dataclasses import replace
 import numpy as np
 
 from service.batching import concat_padded
-from service.inference import EncoderOutput, Engine, Inference, Tensors, written
+from service.inference import EncoderOutput, Engine, Inference, Tensors, shape_of, written
 from service.search import SearchRequest
 
 MIN_TRIM = 8  # padding columns worth dropping (and at least 1/8 of the length)
@@ -60,12 +60,6 @@ def _trim(mask: np.ndarray, leading: bool) -> int:
 def _write_rows(tensor: np.ndarray, slots: np.ndarray, new: np.ndarray) -> None:
     """Rows `slots` of `tensor` take `new` over its own extent (the rest stays, masked)."""
     tensor[(slots, *map(slice, new.shape[1:]))] = new
-
-
-def _size(tensor, axis: int) -> int:
-    """The size of `axis` of a numpy array or an OrtValue."""
-    shape = tensor.shape() if callable(tensor.shape) else tensor.shape
-    return shape[axis]
 
 
 def _fits(tensors: Tensors, new: Tensors) -> bool:
@@ -185,7 +179,7 @@ class ContinuousBatch(Inference):
             tensor, axis = take(tensor, live), self.axes[name]
             if name in self.buffers:  # every row from position 0: only the end is cut
                 axis = self.buffers[name]
-                start, end, full = 0, 2 * held, _size(tensor, axis)
+                start, end, full = 0, 2 * held, shape_of(tensor)[axis]
                 if full <= 2 * end:
                     return tensor
             if axis is None or (start, end) == (0, full):

@@ -44,6 +44,11 @@ class EncoderOutput:
         )
 
 
+def shape_of(tensor) -> tuple[int, ...]:
+    """The shape of an engine tensor: a numpy array, a torch tensor or an OrtValue."""
+    return tuple(tensor.shape() if callable(tensor.shape) else tensor.shape)
+
+
 def written(axis: int, length: int) -> tuple:
     """The index of the positions 0..length on `axis` of a buffer written in place (what lies
     beyond them is never read, so rows are moved without it)."""
@@ -136,6 +141,9 @@ class CachedInference(Inference):
     def __init__(self, engine: Engine, encoder: EncoderOutput, batch: int):
         self.engine, self.encoder, self.encoded = engine, encoder, encoder
         self.sources = np.arange(batch)  # the encoder row each row decodes
+        # buffers written in place (by name: their positions' axis), moved without what
+        # lies beyond the rows' lengths
+        self.buffers = {s.input: s.time_axis for s in engine.interface.states if s.in_place}
         self.state = engine.initial_state(encoder, batch)
         self.lengths = np.zeros(batch, dtype=np.int64)  # tokens seen per row
         self.self_mask = np.zeros((batch, 0), dtype=np.int64)  # (B, P)
@@ -160,10 +168,9 @@ class CachedInference(Inference):
 
     def reorder(self, index: np.ndarray) -> None:
         take, length = self.engine.take, int(self.lengths.max(initial=0))
-        buffers = {s.input: s.time_axis for s in self.engine.interface.states if s.in_place}
         self.state = {
-            name: take_written(t, index, buffers[name], length)
-            if name in buffers and isinstance(t, np.ndarray)
+            name: take_written(t, index, self.buffers[name], length)
+            if name in self.buffers and isinstance(t, np.ndarray)
             else take(t, index)
             for name, t in self.state.items()
         }

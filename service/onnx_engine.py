@@ -48,7 +48,7 @@ from service.graphs import (
     check_inputs,
     interface_for,
 )
-from service.inference import EncoderOutput, Tensors
+from service.inference import EncoderOutput, Tensors, shape_of
 from service.repository import ModelVersion
 from service.search import Candidates, SearchRequest, host_search
 
@@ -323,7 +323,7 @@ class OnnxEngine:
         (the state returned is the buffers given, or larger ones when a row needed more
         positions than they hold)."""
         if self.in_place:
-            if _shape(input_ids)[1] != 1:
+            if shape_of(input_ids)[1] != 1:
                 raise ValueError("a cache written in place takes one new token per row a step")
             state = self._capacity(state, int(np.max(positions)) + 1)
         feeds = self.feeds(input_ids, positions, self_mask, state, encoder)
@@ -334,7 +334,7 @@ class OnnxEngine:
         name = self.interface.attention
         if attention:
             session, on_host, skip = self.decoder, (*self.logits_on_host, name), ()
-        elif self.one_row_decoder is not None and _shape(input_ids)[0] == 1:
+        elif self.one_row_decoder is not None and shape_of(input_ids)[0] == 1:
             session, on_host, skip = self.one_row_decoder, self.logits_on_host, ()
         elif self.lean_decoder is not None:
             session, on_host, skip = self.lean_decoder, self.logits_on_host, ()
@@ -347,13 +347,15 @@ class OnnxEngine:
             request = search if ranked else SearchRequest()
             feeds.update(self._search_feeds(request, self.vocab))
             on_host = (*on_host, *CANDIDATES)
-        rows = _shape(input_ids)[0]  # the host outputs' shapes, so that they are allocated here
-        shapes = {name: (rows, _shape(encoder.memory_mask)[1])}
-        if self.vocab:
-            shapes["logits"] = (rows, self.vocab)
-        if lean:
-            k = int(feeds["k"][0])
-            shapes |= {"ids": (rows, k), "log_probs": (rows, k)}
+        shapes = None  # a bound step's host outputs, so that they are written into arrays
+        if self.io_binding or self._into:
+            rows = shape_of(input_ids)[0]
+            shapes = {name: (rows, shape_of(encoder.memory_mask)[1])}
+            if self.vocab:
+                shapes["logits"] = (rows, self.vocab)
+            if lean:
+                k = int(feeds["k"][0])
+                shapes |= {"ids": (rows, k), "log_probs": (rows, k)}
         outputs = self._run(session, feeds, on_host, skip, self._into, shapes)
         named = dict(zip(self._outputs(session), outputs, strict=True))
         seen = named[name].astype(np.float32, copy=False) if attention else None
@@ -366,12 +368,12 @@ class OnnxEngine:
         """`state` whose in-place buffers hold at least `needed` positions: a buffer too small
         is replaced by one twice as large (or `needed`), its rows' positions copied."""
         first = next(iter(self.in_place.values()))  # every buffer has the same capacity
-        if _shape(state[first.input])[first.time_axis] >= needed:
+        if shape_of(state[first.input])[first.time_axis] >= needed:
             return state
         grown = dict(state)
         for name, spec in self.in_place.items():
             tensor = state[name]
-            shape = list(_shape(tensor))
+            shape = list(shape_of(tensor))
             shape[spec.time_axis] = max(needed, 2 * shape[spec.time_axis], MIN_CAPACITY)
             if isinstance(tensor, np.ndarray):
                 larger = np.zeros(shape, dtype=tensor.dtype)
@@ -417,7 +419,7 @@ class OnnxEngine:
                 return searched[2]
         if not self.device_search:
             return host_search(self.host(logits), request)
-        feeds = {"logits": logits, **self._search_feeds(request, _shape(logits)[1])}
+        feeds = {"logits": logits, **self._search_feeds(request, shape_of(logits)[1])}
         names = CANDIDATES
         if request.temperature is None:
             session = self.search_ops["search"]
@@ -468,15 +470,11 @@ def _bind_output(binding: ort.IOBinding, name: str, tensor) -> None:
         binding.bind_ortvalue_output(name, tensor)
 
 
-def _shape(tensor) -> tuple[int, ...]:
-    return tuple(tensor.shape() if callable(tensor.shape) else tensor.shape)
-
-
 class _Described:
     """Shape and dtype of a numpy array or an OrtValue, for the interface check."""
 
     def __init__(self, tensor):
-        self.shape = _shape(tensor)
+        self.shape = shape_of(tensor)
         self.ndim = len(self.shape)
         self.dtype = (
             tensor.dtype
