@@ -6,10 +6,17 @@ up and every call slows down together (a step over 64 rows costs more than over 
 limit alone refuses too late. `AdmissionLimit` keeps the rows in flight (running and queued,
 over all workers) under a limit, and moves the limit after every window of finished calls:
 
-- the window's p90 latency over the budget: the limit falls in proportion
-  (limit x budget / p90, at most halved per window), so a burst is cut within a few windows;
+- the window's p99 latency over the budget: the limit falls in proportion
+  (limit x budget / p99, at most halved per window), so a burst is cut within a few windows;
 - under the budget while the rows in flight came near the limit: it rises by a tenth (at
-  least one row), so the limit finds the largest batch that keeps the budget.
+  least one row), so the limit finds the largest batch that keeps the budget;
+- under the budget, with the rows in flight far from the limit: the limit comes down to
+  HEADROOM times the most rows any window has held within the budget since the last cut.
+  A limit no traffic has tried is a promise nobody has checked: a server started with a
+  full batch per worker, and serving 16 rows, would otherwise let the first burst of an
+  overload take 128 rows at once, and every call admitted in that burst takes several times
+  the budget before the first window can close. This is TCP's congestion window validation
+  (RFC 7661) applied to batch rows.
 
 A call whose rows would pass the limit is refused at once (RESOURCE_EXHAUSTED): it learns in
 a millisecond what it would have learnt after its deadline. When nothing is in flight a call
@@ -22,6 +29,8 @@ the gradient limiters of service proxies) applied to batch rows.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 WINDOW_SECONDS = 0.5  # a window closes after this long with MIN_SAMPLES calls finished ...
@@ -29,6 +38,8 @@ MIN_SAMPLES = 8
 LONG_WINDOW_SECONDS = 5.0  # ... or after this long with any
 NEAR_LIMIT = 0.8  # rows in flight at least this part of the limit: the limit may rise
 RISE = 0.1
+HEADROOM = 1.5  # an unpressed limit comes down to this times the most rows proven in budget
+PERCENTILE = 99  # of a window's latencies, held to the budget
 
 
 class AdmissionLimit:
@@ -39,12 +50,17 @@ class AdmissionLimit:
         self._latencies: list[float] = []
         self._window_start: float | None = None
         self._pressed = False  # rows in flight came near the limit during the window
+        self._peak = 0  # the most rows in flight during the window
+        self._proven = 0  # the most rows a window held within the budget since the last cut
 
     def admits(self, in_flight: int, rows: int) -> bool:
         """Whether a call of `rows` may join `in_flight` rows."""
         if in_flight + rows >= NEAR_LIMIT * self.limit:
             self._pressed = True
-        return in_flight == 0 or in_flight + rows <= self.limit
+        admitted = in_flight == 0 or in_flight + rows <= self.limit
+        if admitted:
+            self._peak = max(self._peak, in_flight + rows)
+        return admitted
 
     def observe(self, seconds: float, now: float) -> None:
         """A call finished after `seconds`; closes the window when it is due."""
@@ -55,12 +71,19 @@ class AdmissionLimit:
         if (age >= WINDOW_SECONDS and len(self._latencies) >= MIN_SAMPLES) or (
             age >= LONG_WINDOW_SECONDS
         ):
-            self._adjust(float(np.percentile(self._latencies, 90)))
+            self._adjust(float(np.percentile(self._latencies, PERCENTILE)))
             self._latencies, self._window_start, self._pressed = [], now, False
+            self._peak = 0
 
-    def _adjust(self, p90: float) -> None:
-        if p90 > self.budget:
-            factor = max(0.5, self.budget / p90)
+    def _adjust(self, latency: float) -> None:
+        if latency > self.budget:
+            factor = max(0.5, self.budget / latency)
             self.limit = max(self.floor, int(self.limit * factor))
-        elif self._pressed:
+            self._proven = 0
+            return
+        self._proven = max(self._proven, self._peak)
+        if self._pressed:
             self.limit = min(self.ceiling, self.limit + max(1, int(self.limit * RISE)))
+        elif self._proven:
+            validated = math.ceil(HEADROOM * self._proven)
+            self.limit = max(self.floor, min(self.limit, validated))

@@ -45,7 +45,7 @@ class ServerConfig:
     max_batch_rows: int = 64  # hypotheses decoded together by one worker
     max_queued_requests: int = 256  # beyond: RESOURCE_EXHAUSTED
     # ... and RESOURCE_EXHAUSTED at once for a call that would pass the limit on batch rows in
-    # flight that keeps the calls' p90 latency within this budget (service.admission; 0: no
+    # flight that keeps the calls' p99 latency within this budget (service.admission; 0: no
     # such limit): under overload the calls that fit keep their latency. Set it above the
     # latency of the longest calls of normal traffic, e.g. their p99 at capacity.
     latency_budget_seconds: float = 0.0

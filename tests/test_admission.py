@@ -1,15 +1,17 @@
 """Admission by a latency budget (service.admission): the limit on batch rows in flight falls
-when the calls' p90 latency passes the budget and rises again under pressure; the pool
-refuses a call beyond it with RESOURCE_EXHAUSTED at once."""
+when the calls' p99 latency passes the budget, rises again under pressure, and comes down to
+what traffic has proven within the budget when nothing presses on it; the pool refuses a
+call beyond it with RESOURCE_EXHAUSTED at once."""
 
 from __future__ import annotations
 
 import asyncio
+import math
 
 import numpy as np
 import pytest
 
-from service.admission import MIN_SAMPLES, WINDOW_SECONDS, AdmissionLimit
+from service.admission import HEADROOM, MIN_SAMPLES, WINDOW_SECONDS, AdmissionLimit
 from service.decoding import DecodingOptions
 from service.errors import ResourceExhausted
 from service.messages import Failure
@@ -48,6 +50,45 @@ def test_the_limit_rises_only_under_pressure_and_up_to_the_ceiling():
         assert limit.admits(in_flight=limit.limit - 1, rows=1)  # at the limit: pressed
         now = _window(limit, 0.05, now)
     assert limit.limit == 40
+
+
+def test_an_untried_limit_comes_down_to_what_traffic_held_within_the_budget():
+    # a full batch per worker to start with (128 rows), traffic of 16 rows within the budget
+    limit = AdmissionLimit(budget_seconds=0.2, ceiling=256, floor=2, start=128)
+    now = 0.0
+    for _ in range(3):
+        assert limit.admits(in_flight=15, rows=1)
+        now = _window(limit, 0.1, now)
+    validated = math.ceil(HEADROOM * 16)
+    assert limit.limit == validated  # 24, not 128: the first burst of an overload takes 24
+    # lighter traffic afterwards does not lower it: what was proven stays proven
+    assert limit.admits(in_flight=0, rows=1)
+    now = _window(limit, 0.05, now)
+    assert limit.limit == validated
+    assert not limit.admits(in_flight=validated, rows=1)  # refused: pressure
+    # pressed within the budget, it rises again past what was proven
+    now = _window(limit, 0.1, now)
+    assert limit.limit == validated + max(1, int(validated * 0.1))
+
+
+def test_a_cut_forgets_what_was_proven_before_it():
+    limit = AdmissionLimit(budget_seconds=0.2, ceiling=256, floor=2, start=100)
+    assert limit.admits(in_flight=59, rows=1)
+    now = _window(limit, 0.1, 0.0)
+    assert limit.limit == 90  # 1.5 x 60
+    now = _window(limit, 0.4, now)  # twice the budget: halved
+    assert limit.limit == 45
+    now = _window(limit, 0.1, now)  # within the budget, nothing admitted: nothing proven
+    assert limit.limit == 45  # not back to 90 from the proof before the cut
+
+
+def test_the_window_is_held_to_its_p99_not_its_median():
+    limit = AdmissionLimit(budget_seconds=0.2, ceiling=100, floor=2)
+    for i in range(98):
+        limit.observe(0.05, i * WINDOW_SECONDS / 200)
+    limit.observe(0.4, WINDOW_SECONDS / 2)
+    limit.observe(0.4, WINDOW_SECONDS + 0.01)  # 2 calls in 100 at twice the budget
+    assert limit.limit == 50
 
 
 def test_a_call_beyond_the_limit_is_refused_but_an_idle_pool_admits_anything():
