@@ -55,8 +55,10 @@ async def _memory(pid: int, stop: asyncio.Event, peak: dict) -> None:
         await asyncio.sleep(0.5)
 
 
-async def capacity(stub, pid: int, clients: int, seconds: float) -> dict:
-    outcomes, peak, stop = [], {}, asyncio.Event()
+async def closed_loop(stub, clients: int, seconds: float) -> tuple[list[tuple[str, float]], float]:
+    """`clients` closed loops of calls for `seconds`: every call's (code, seconds), and the
+    time they took."""
+    outcomes = []
     end = time.monotonic() + seconds
 
     async def loop(index: int) -> None:
@@ -65,10 +67,15 @@ async def capacity(stub, pid: int, clients: int, seconds: float) -> dict:
             outcomes.append(await _call(stub, turn))
             turn += clients
 
-    watcher = asyncio.create_task(_memory(pid, stop, peak))
     started = time.monotonic()
     await asyncio.gather(*(loop(i) for i in range(clients)))
-    elapsed = time.monotonic() - started
+    return outcomes, time.monotonic() - started
+
+
+async def capacity(stub, pid: int, clients: int, seconds: float) -> dict:
+    peak, stop = {}, asyncio.Event()
+    watcher = asyncio.create_task(_memory(pid, stop, peak))
+    outcomes, elapsed = await closed_loop(stub, clients, seconds)
     stop.set()
     await watcher
     ok = [t for code, t in outcomes if code == "OK"]
