@@ -8,6 +8,7 @@
 #   bash bench/gpu.sh all       # everything in one command: ~12 min, over one command's 10
 #   BENCH_GPU_GRAPHS=traced bash bench/gpu.sh export  # the graphs traced by torch.export instead
 #   bash bench/gpu.sh static    # gpu tests of the fixed-capacity step + bench.static_step: ~5 min
+#   bash bench/gpu.sh scaling   # after export: the CPU server, 1 and 16 workers (bench.scaling): ~5 min
 #
 # Carry: .gpu/tools, attnserve/v1 (generated gRPC code), data/translator/test.es and
 # data/translator/test.en (ignored files). The phases share /tmp/attnserve-gpu (the export,
@@ -32,5 +33,9 @@ case "$phase" in
     python3 -m pytest -q -m gpu tests/test_static_step.py tests/parity/test_translator_parity.py \
       2>&1 | tee "$out/gpu-tests.log" || true
     python3 -m bench.static_step --device cuda --traced --out "$out" ;;
-  *) echo "usage: bench/gpu.sh export|engine|load|all|static" >&2; exit 2 ;;
+  scaling)  # the server on the machine's CPU cores: 16 workers against one
+    mkdir -p "$out"
+    python3 -m bench.scaling --device cpu --workers 1,16 --clients 64,256 --seconds 15 \
+      --repository "$work/repository" --json "$out/benchmarks-scaling.json" ;;
+  *) echo "usage: bench/gpu.sh export|engine|load|all|static|scaling" >&2; exit 2 ;;
 esac

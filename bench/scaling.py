@@ -1,7 +1,7 @@
 """Scaling: one server's throughput with more workers, and with more clients.
 
     python -m bench.scaling [--workers 1,2] [--clients 16,64] [--seconds 15] [--rounds 2]
-        [--repository ROOT] [--json FILE]
+        [--device cpu|cuda] [--repository ROOT] [--json FILE]
 
 For every worker count a server on 127.0.0.1 (bench.load.Server, no admission control), and
 against it closed loops of unary Translate calls (one sentence each, bench.soak's fixed pool)
@@ -46,7 +46,8 @@ async def _serve(args, workers: int, levels: dict) -> int | None:
     """One server with `workers`: a warm-up, then every client count once; adds each level's
     measurements to `levels[(workers, clients)]`."""
     directory = Path(tempfile.mkdtemp(prefix="attnserve-scaling-"))
-    server = Server(args.repository, directory, ["--workers", str(workers)])
+    flags = ["--workers", str(workers)] + (["--device", args.device] if args.device else [])
+    server = Server(args.repository, directory, flags)
     try:
         state = await server.wait()
         if len(state.get("workers", [])) != workers:
@@ -123,6 +124,7 @@ async def run(args) -> dict:
         "clients": args.clients,
         "seconds": args.seconds,
         "rounds": args.rounds,
+        "device": args.device or "the server's default",
         "requests": "unary Translate, one sentence each (bench.soak)",
     }
     return {
@@ -142,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", type=_counts, default=[16, 64])
     parser.add_argument("--seconds", type=float, default=15.0)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--device", choices=("cpu", "cuda"), help="default: the server's choice")
     parser.add_argument("--repository", type=Path, default=ROOT / "data" / "repository")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)

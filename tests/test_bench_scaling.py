@@ -1,0 +1,55 @@
+"""bench.scaling: its ratios from pooled levels, and a short run against live servers."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench import scaling
+
+
+def _level(calls: int, seconds: float) -> dict:
+    return {
+        "latencies": [0.01 * (i + 1) for i in range(calls)],
+        "failed": 0,
+        "seconds": seconds,
+        "cpu_s": {"front": 0.1, "workers": 0.5, "client": 0.05},
+    }
+
+
+def test_the_ratios_compare_the_most_workers_and_the_most_clients_with_their_goals():
+    levels = {(1, 16): _level(100, 1.0), (1, 64): _level(90, 1.0),
+              (2, 16): _level(170, 1.0), (2, 64): _level(150, 1.0)}  # fmt: skip
+    report = scaling.summary(levels, [1, 2], [16, 64])
+    assert report["ratios"] == {
+        "2 workers / 1, 16 clients": 1.7,
+        "2 workers / 1, 64 clients": 1.667,
+        "64 clients / 16, 1 workers": 0.9,
+        "64 clients / 16, 2 workers": 0.882,
+    }
+    assert report["goals"] == {
+        "2 workers / 1, 16 clients >= 1.6": True,
+        "2 workers / 1, 64 clients >= 1.6": True,
+        "64 clients / 16, 1 workers >= 1.0": False,
+        "64 clients / 16, 2 workers >= 1.0": False,
+    }
+    level = report["levels"]["1 workers, 16 clients"]
+    assert level["requests_per_s"] == 100 and level["p50_s"] == pytest.approx(0.505)
+    assert level["cpu_ms_per_call"] == {"front": 1.0, "workers": 5.0, "client": 0.5}
+
+
+@pytest.mark.slow
+def test_a_short_run_serves_every_level_without_a_failed_call(model_repository, tmp_path):
+    out = tmp_path / "scaling.json"
+    scaling.main(
+        ["--workers", "1,2", "--clients", "2,4", "--seconds", "2", "--rounds", "1",
+         "--repository", str(model_repository), "--json", str(out)]
+    )  # fmt: skip
+    report = json.loads(out.read_text())
+    assert set(report["levels"]) == {f"{w} workers, {c} clients" for w in (1, 2) for c in (2, 4)}
+    for level in report["levels"].values():
+        assert level["calls"] > 0 and level["failed"] == 0
+        assert level["cpu_ms_per_call"]["workers"] > 0
+    assert len(report["ratios"]) == 4 and len(report["goals"]) == 4
+    assert report["server_exit_codes"] == [0, 0]
