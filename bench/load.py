@@ -90,6 +90,16 @@ REPOSITORY = ROOT / "data" / "repository"
 TEST_SOURCES = ROOT / "data" / "translator" / "test.es"
 CAPTIONER_DATA = ROOT / "data" / "captioner"
 KINDS = {"transformer": "translator", "captioner": "captioner"}  # manifest kind: bench model
+
+
+def print_report(report: dict, path: Path | None) -> None:
+    """A bench's JSON report on stdout, and in `path` when one is given."""
+    text = json.dumps(report, indent=2)
+    print(text)
+    if path is not None:
+        path.write_text(text + "\n")
+
+
 SOURCE_PER_TARGET = 1.0  # source tokens wanted per target output token, at least
 NEAR, ATTEMPTS = 0.9, 10  # a request's output reaches NEAR x its target; sources tried for it
 START_SECONDS = 180.0  # for a server to bind and pass its warm-up

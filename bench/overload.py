@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
-import json
 import random
 import tempfile
 import time
@@ -30,7 +29,7 @@ import grpc
 import numpy as np
 
 from attnserve.v1 import translation_pb2, translation_pb2_grpc
-from bench.load import ROOT, Server
+from bench.load import ROOT, Server, print_report
 from bench.soak import SENTENCES, sample
 
 DEADLINE = 30.0
@@ -191,10 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     report = asyncio.run(run(args))
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.json is not None:
-        args.json.write_text(text + "\n")
+    print_report(report, args.json)
     return 0
 
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import resource
 import tempfile
 from pathlib import Path
@@ -30,7 +29,7 @@ import grpc
 import numpy as np
 
 from attnserve.v1 import translation_pb2_grpc
-from bench.load import ROOT, Server
+from bench.load import ROOT, Server, print_report
 from bench.overload import closed_loop
 
 WORKERS_GOAL = 1.6  # the most workers over one, on a 2-core host
@@ -149,10 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     report = asyncio.run(run(args))
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.json is not None:
-        args.json.write_text(text + "\n")
+    print_report(report, args.json)
     return 0
 
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
-import json
 import os
 import tempfile
 import threading
@@ -27,7 +26,7 @@ from pathlib import Path
 
 import grpc
 
-from bench.load import ROOT, Server
+from bench.load import ROOT, Server, print_report
 from service import client
 
 SENTENCES = [
@@ -188,10 +187,7 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = _arguments(argv)
     report = soak(args)
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.json is not None:
-        args.json.write_text(text + "\n")
+    print_report(report, args.json)
     return 0 if report["goal"]["met"] else 1
 
 
