@@ -2,7 +2,7 @@
 
     python -m bench.continuous --json [--variants fp32,int8] [--beams 1,4] [--rows 16]
         [--requests 96] [--waiting 4] [--rounds 3] [--repository VERSION_DIR]
-        [--markdown FILE] [--quick]
+        [--device cpu|cuda] [--io-binding] [--markdown FILE] [--quick]
 
 The server's scheduler (service.scheduler: one continuous batch of at most `rows` rows)
 decodes `requests` test sentences, one request each, submitted so that `waiting` are always
@@ -14,7 +14,9 @@ ratio is measured side by side. Reported per cache: output tokens per second of 
 (the encoder included, as served), the batch's rebuilds (a join that found no dead slot to
 reuse, or too many dead slots), and how many requests decoded identical tokens (fp32: all;
 int8 quantises its activations at run time, so tiny float differences between the two steps
-may change a token).
+may change a token). `--device cuda` runs both on the GPU (IO binding, the cache on the
+device; fp16 and fp32 are the variants to compare there); `--io-binding` runs that device
+path on the CPU.
 """
 
 from __future__ import annotations
@@ -63,7 +65,11 @@ def stream(engine: OnnxEngine, sources, options: DecodingOptions, rows: int, wai
 
 
 def case(version, variant: str, beam: int, sources, args) -> dict:
-    engines = {cache: OnnxEngine(version, variant, cache=cache) for cache in CACHES}
+    io_binding = True if args.io_binding else None  # None: the engine's default
+    engines = {
+        cache: OnnxEngine(version, variant, args.device, io_binding=io_binding, cache=cache)
+        for cache in CACHES
+    }
     options = DecodingOptions(beam_size=beam, max_length=MAX_LENGTH)
     rates: dict[str, list[float]] = {cache: [] for cache in CACHES}
     tokens, rebuilds = {}, {}
@@ -92,7 +98,8 @@ def case(version, variant: str, beam: int, sources, args) -> dict:
 def markdown(report: dict) -> str:
     s = report["settings"]
     lines = [
-        f"Continuous batch of {s['rows']} rows, {s['requests']} requests ({s['waiting']} always "
+        f"On {s['device']}{' (IO binding)' if s['io_binding'] else ''}: continuous batch "
+        f"of {s['rows']} rows, {s['requests']} requests ({s['waiting']} always "
         f"queued), at most {MAX_LENGTH} tokens, median of {s['rounds']} alternated rounds:",
         "",
         "| variant | beam | in place tokens/s | growing tokens/s | in place / growing | "
@@ -119,6 +126,8 @@ def main(argv=None) -> int:
     parser.add_argument("--waiting", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--io-binding", action="store_true", help="the device path on any device")
     parser.add_argument("--quick", action="store_true", help="fp32 greedy, 12 requests, 1 round")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--markdown", type=Path)
@@ -128,7 +137,8 @@ def main(argv=None) -> int:
     version = verify(args.repository)
     spanish, _ = read_split(DATA, "test")
     sources = Tokenizer(version.tokenizer_file).encode_batch(spanish[: args.requests])
-    settings = {k: getattr(args, k) for k in ("rows", "requests", "waiting", "rounds")}
+    keys = ("rows", "requests", "waiting", "rounds", "device", "io_binding")
+    settings = {k: getattr(args, k) for k in keys}
     report = {"settings": settings, "cases": []}
     for variant in args.variants.split(","):
         for beam in map(int, args.beams.split(",")):

@@ -8,6 +8,7 @@
 #   bash bench/gpu.sh all       # everything in one command: ~12 min, over one command's 10
 #   BENCH_GPU_GRAPHS=traced bash bench/gpu.sh export  # the graphs traced by torch.export instead
 #   bash bench/gpu.sh static    # gpu tests of the fixed-capacity step + bench.static_step: ~5 min
+#   bash bench/gpu.sh inplace   # after export: gpu tests, then the served batch, cache in place vs growing (fp16): ~4 min
 #   bash bench/gpu.sh scaling   # after export: the CPU server, 1 and 16 workers (bench.scaling): ~5 min
 #
 # Carry: .gpu/tools, attnserve/v1 (generated gRPC code), data/translator/test.es and
@@ -33,9 +34,17 @@ case "$phase" in
     python3 -m pytest -q -m gpu tests/test_static_step.py tests/parity/test_translator_parity.py \
       2>&1 | tee "$out/gpu-tests.log" || true
     python3 -m bench.static_step --device cuda --traced --out "$out" ;;
+  inplace)  # the continuous batch on CUDA with its cache written in place (GQA, fp16 only)
+    mkdir -p "$out"
+    python3 -m pytest -q -m gpu tests/parity/test_translator_parity.py 2>&1 | tee "$out/gpu-tests-in-place.log" || true
+    for rows in 16 64; do
+      python3 -m bench.continuous --device cuda --variants fp16 --rows "$rows" --requests 192 \
+        --repository "$work/repository/translator/1" --json --markdown "$out/continuous-cuda-$rows.md" \
+        > "$out/continuous-cuda-$rows.json"
+    done ;;
   scaling)  # the server on the machine's CPU cores: 16 workers against one
     mkdir -p "$out"
     python3 -m bench.scaling --device cpu --workers 1,16 --clients 64,256 --seconds 15 \
       --repository "$work/repository" --json "$out/benchmarks-scaling.json" ;;
-  *) echo "usage: bench/gpu.sh export|engine|load|all|static|scaling" >&2; exit 2 ;;
+  *) echo "usage: bench/gpu.sh export|engine|load|all|static|inplace|scaling" >&2; exit 2 ;;
 esac

@@ -28,3 +28,15 @@ def test_the_continuous_batch_benchmark_compares_both_caches(exported_translator
     # (no shared time axis) never rebuilds more than the growing one
     assert case["rebuilds"]["in_place"] <= case["rebuilds"]["growing"]
     assert "| fp32 | 1 |" in markdown.read_text()
+
+
+@pytest.mark.slow
+def test_the_benchmark_runs_the_device_path_with_io_binding(exported_translator, capsys):
+    version, _ = exported_translator
+    arguments = ["--quick", "--json", "--io-binding", "--repository", str(version.directory)]
+    assert continuous.main([*arguments, "--rows", "4"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["settings"]["io_binding"] and report["settings"]["device"] == "cpu"
+    (case,) = report["cases"]
+    assert case["identical"] == 12  # both caches through IO binding, the same tokens
+    assert case["tokens_per_s"]["in_place"] > 0 and case["tokens_per_s"]["growing"] > 0
