@@ -8,8 +8,11 @@ over all workers) under a limit, and moves the limit after every window of finis
 
 - the window's p99 latency over the budget: the limit falls in proportion
   (limit x budget / p99, at most halved per window), so a burst is cut within a few windows;
-- under the budget while the rows in flight came near the limit: it rises by a tenth (at
-  least one row), so the limit finds the largest batch that keeps the budget;
+- under the budget while the rows in flight came near the limit: it rises in proportion
+  too (limit x budget / p99), by at least a tenth (and one row) and at most doubled, so the
+  limit finds the largest batch that keeps the budget, slowly near the budget and quickly
+  when calls take a fraction of it (a burst after quiet traffic is admitted within a few
+  windows, not refused while the limit creeps up a row at a time);
 - under the budget, with the rows in flight far from the limit: the limit comes down to
   HEADROOM times the most rows any window has held within the budget since the last cut.
   A limit no traffic has tried is a promise nobody has checked: a server started with a
@@ -83,7 +86,8 @@ class AdmissionLimit:
             return
         self._proven = max(self._proven, self._peak)
         if self._pressed:
-            self.limit = min(self.ceiling, self.limit + max(1, int(self.limit * RISE)))
+            factor = min(2.0, max(1.0 + RISE, self.budget / max(latency, 1e-9)))
+            self.limit = min(self.ceiling, max(self.limit + 1, int(self.limit * factor)))
         elif self._proven:
             validated = math.ceil(HEADROOM * self._proven)
             self.limit = max(self.floor, min(self.limit, validated))

@@ -1,7 +1,8 @@
 """Admission by a latency budget (service.admission): the limit on batch rows in flight falls
-when the calls' p99 latency passes the budget, rises again under pressure, and comes down to
-what traffic has proven within the budget when nothing presses on it; the pool refuses a
-call beyond it with RESOURCE_EXHAUSTED at once."""
+when the calls' p99 latency passes the budget, rises again under pressure (in proportion to
+the room under the budget), and comes down to what traffic has proven within the budget
+when nothing presses on it; the pool refuses a call beyond it with RESOURCE_EXHAUSTED at
+once."""
 
 from __future__ import annotations
 
@@ -67,8 +68,26 @@ def test_an_untried_limit_comes_down_to_what_traffic_held_within_the_budget():
     assert limit.limit == validated
     assert not limit.admits(in_flight=validated, rows=1)  # refused: pressure
     # pressed within the budget, it rises again past what was proven
-    now = _window(limit, 0.1, now)
+    now = _window(limit, 0.19, now)  # near the budget: by a tenth
     assert limit.limit == validated + max(1, int(validated * 0.1))
+
+
+def test_the_limit_rises_in_proportion_to_the_room_under_the_budget():
+    # quiet traffic (one call at a time) brought the limit down to 2
+    limit = AdmissionLimit(budget_seconds=0.2, ceiling=256, floor=1, start=128)
+    assert limit.admits(in_flight=0, rows=1)
+    now = _window(limit, 0.02, 0.0)
+    assert limit.limit == 2
+    # a burst: calls refused (pressure) while the answered ones take a tenth of the budget;
+    # the limit doubles a window instead of creeping up a row at a time
+    for expected in (4, 8, 16, 32):
+        assert not limit.admits(in_flight=limit.limit, rows=1)
+        now = _window(limit, 0.02, now)
+        assert limit.limit == expected
+    # at 0.8 of the budget: 1.25x
+    assert not limit.admits(in_flight=limit.limit, rows=1)
+    now = _window(limit, 0.16, now)
+    assert limit.limit == 40
 
 
 def test_a_cut_forgets_what_was_proven_before_it():
