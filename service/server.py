@@ -39,6 +39,7 @@ from service.messages import Failure, Partial, Result, Timings
 from service.metrics import Metrics, serve_metrics
 from service.pool import Call, WorkerPool, worker_settings
 from service.repository import MANIFEST, verify
+from service.repository import manifests as repository_manifests
 from service.scheduler import Job, rows_needed
 from service.security import TokenAuth, load_tokens, server_credentials
 from service.status import status_code
@@ -63,7 +64,7 @@ def load_repository(config: ServerConfig) -> Models:
     """{service: {model name: {version: ServedModel}}} of every verified version under the
     repository, each under the service of its kind."""
     root = Path(config.repository)
-    manifests = sorted(root.glob(f"*/*/{MANIFEST}"))
+    manifests = repository_manifests(root)
     if not manifests:
         raise ModelRepositoryError(
             f"no model repository at {root} (expected <model>/<version>/{MANIFEST}); build one "
@@ -238,11 +239,12 @@ class ModelServicer:
         """The call's events until its result; cancels the job if the client goes away.
         Partial events already waiting are merged into one list: when the client or the
         front falls behind, it gets the newest hypothesis, not a backlog."""
-        held = None
+        held, ended = None, False
         try:
             while True:
                 event, held = held or await call.events.get(), None
                 if isinstance(event, Failure):
+                    ended = True
                     raise event.error()
                 if isinstance(event, Partial):
                     partials = [event]
@@ -254,12 +256,16 @@ class ModelServicer:
                         partials.append(following)
                     yield partials
                     continue
+                ended = isinstance(event, Result)  # the last event: nothing left to free
                 yield event
-                if isinstance(event, Result):
+                if ended:
                     return
-        except asyncio.CancelledError:
-            self.front.pool.cancel(call)
-            raise
+        finally:
+            # cancelled while waiting for an event (CancelledError here), or closed while
+            # its caller was suspended (a stream whose client left while a message was being
+            # written gets GeneratorExit at its yield, not CancelledError): the rows go free
+            if not ended:
+                self.front.pool.cancel(call)
 
     @contextlib.asynccontextmanager
     async def _accounted(self, method: str, request, context):
@@ -281,7 +287,7 @@ class ModelServicer:
         except ServiceError as error:
             code = status_code(error)
             await context.abort(code, str(error))
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, GeneratorExit):  # a stream closed mid-write: the same
             code = _cancel_code(context)
             raise
         finally:
@@ -331,14 +337,16 @@ class ModelServicer:
             remaining = context.time_remaining()
             call = await front.pool.submit(model.key, method, job, remaining, received)
             tokens: list[int] = []
-            async for event in self._events(call):
-                if isinstance(event, list):  # partials: tokens kept from the last, new ones
-                    for partial in event:
-                        tokens = tokens[: partial.kept] + partial.new
-                    yield model.partial(tokens, event[-1].steps)
-                elif isinstance(event, Result):
-                    front.observe(labels, received, [event.timings])
-                    yield model.final(model.response(prepared, event.results, request))
+            # closed with this generator, so that a client leaving mid-write cancels the job
+            async with contextlib.aclosing(self._events(call)) as events:
+                async for event in events:
+                    if isinstance(event, list):  # partials: tokens kept from the last, new
+                        for partial in event:
+                            tokens = tokens[: partial.kept] + partial.new
+                        yield model.partial(tokens, event[-1].steps)
+                    elif isinstance(event, Result):
+                        front.observe(labels, received, [event.timings])
+                        yield model.final(model.response(prepared, event.results, request))
 
 
 class TranslationServicer(ModelServicer, translation_pb2_grpc.TranslationServiceServicer):

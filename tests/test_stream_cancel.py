@@ -1,0 +1,120 @@
+"""A call's job is cancelled however its handler ends early: cancelled while it waits for the
+next event, or closed while it is suspended at a yield (a stream whose client left while a
+message was being written: gRPC closes the generator, which sees GeneratorExit, not
+CancelledError). Before, only the first freed the job's rows; the second left it decoding
+to its end."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+
+import numpy as np
+
+from service.config import ServerConfig
+from service.decoding import DecodingOptions
+from service.messages import Partial, Result, Timings
+from service.metrics import Metrics
+from service.pool import Call, WorkerPool
+from service.scheduler import Job
+from service.server import Front, TranslationServicer
+
+
+def _servicer() -> tuple[TranslationServicer, list[Call]]:
+    pool = WorkerPool([], Metrics(), max_queued=10)
+    cancelled: list[Call] = []
+    pool.cancel = cancelled.append
+    front = Front(ServerConfig(), {}, pool, pool.metrics)
+    front.serving = True
+    return TranslationServicer(front), cancelled
+
+
+def _call() -> Call:
+    job = Job(1, {"src_ids": np.zeros((1, 3), np.int64)}, DecodingOptions(), stream=True)
+    return Call(job, "translator/1", "translator", "TranslateStream")
+
+
+def _result() -> Result:
+    return Result(1, [[]], Timings(0.0, 0.0, 0.0, 0.0))
+
+
+def test_events_closed_at_a_yield_cancel_the_job():
+    async def run():
+        servicer, cancelled = _servicer()
+        call = _call()
+        call.events.put_nowait(Partial(1, 0, [5], 1))
+        events = servicer._events(call)
+        assert await anext(events) == [Partial(1, 0, [5], 1)]
+        await events.aclose()  # GeneratorExit at the yield
+        return call, cancelled
+
+    call, cancelled = asyncio.run(run())
+    assert cancelled == [call]
+
+
+def test_events_cancelled_while_waiting_cancel_the_job():
+    async def run():
+        servicer, cancelled = _servicer()
+        call = _call()
+        events = servicer._events(call)
+        task = asyncio.ensure_future(anext(events))
+        await asyncio.sleep(0.01)  # waiting for an event that does not come
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        return call, cancelled
+
+    call, cancelled = asyncio.run(run())
+    assert cancelled == [call]
+
+
+def test_events_that_reached_the_result_cancel_nothing():
+    async def run():
+        servicer, cancelled = _servicer()
+        call = _call()
+        call.events.put_nowait(_result())
+        events = servicer._events(call)
+        assert isinstance(await anext(events), Result)
+        await events.aclose()  # the caller stopped at the result, as unary calls do
+        return cancelled
+
+    assert asyncio.run(run()) == []
+
+
+def test_a_stream_closed_while_a_message_is_written_cancels_its_job():
+    async def run():
+        servicer, cancelled = _servicer()
+        front, call = servicer.front, _call()
+        prepared = SimpleNamespace()
+
+        async def prepare(request, stream):
+            return prepared
+
+        async def submit(key, method, job, timeout, received):
+            return call
+
+        model = SimpleNamespace(
+            key="translator/1", prepare=prepare, partial=lambda tokens, steps: (tokens, steps)
+        )
+        front.resolve = lambda service, name, version: model
+        front.jobs = lambda prepared_, context, stream: [call.job]
+        front.pool.submit = submit
+        context = SimpleNamespace(time_remaining=lambda: None)
+        request = SimpleNamespace(model="", version="")
+        call.events.put_nowait(Partial(1, 0, [5], 1))
+        stream = servicer.stream("TranslateStream", request, context)
+        assert await anext(stream) == ([5], 1)  # suspended at its yield, as while written
+        await stream.aclose()  # what gRPC does when the client leaves then
+        return call, cancelled, front
+
+    call, cancelled, front = asyncio.run(run())
+    assert cancelled == [call]
+    assert front.in_flight == 0
+    assert _count(front.metrics, "CANCELLED") == 1 and _count(front.metrics, "OK") == 0
+
+
+def _count(metrics: Metrics, code: str) -> float:
+    for family in metrics.request_duration.collect():
+        for sample in family.samples:
+            if sample.name.endswith("_count") and sample.labels.get("code") == code:
+                return sample.value
+    return 0.0
