@@ -72,11 +72,11 @@ def _choices(config) -> list[str]:
     """The device, and the variant of each model version in the repository, with why: what
     the server logs at start-up (its manifests are read here, not verified)."""
     from service.config import choice_lines
-    from service.repository import MANIFEST
+    from service.repository import manifests
 
     device, why = config.device_choice()
     variants, problems = {}, []
-    for path in sorted(Path(config.repository).glob(f"*/*/{MANIFEST}")):
+    for path in manifests(Path(config.repository)):
         try:
             manifest = json.loads(path.read_text(encoding="utf-8"))
             key = f"{manifest['model']['name']}/{manifest['model']['version']}"
@@ -114,15 +114,15 @@ def add_repository(commands) -> None:
 
 def repository(args: argparse.Namespace) -> int:
     from service.errors import ModelRepositoryError
-    from service.repository import MANIFEST, verify
+    from service.repository import manifests, verify
     from service.versions import certified
 
-    manifests = sorted(Path(args.repository).glob(f"*/*/{MANIFEST}"))
-    if not manifests:
+    found = manifests(Path(args.repository))
+    if not found:
         print(f"error: no model version under {args.repository}", file=sys.stderr)
         return 1
     failed = 0
-    for path in manifests:
+    for path in found:
         row = {"directory": str(path.parent)}
         try:
             manifest = json.loads(path.read_text(encoding="utf-8"))

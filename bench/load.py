@@ -82,7 +82,7 @@ from attnserve.v1 import (
 )
 from bench import machine
 from service.decoding import DecodingOptions
-from service.repository import MANIFEST, verify
+from service.repository import manifests, verify
 from service.tokenizer import Tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -1314,7 +1314,7 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
 def _model_versions(repository: Path, wanted: list[str]) -> dict:
     """{translator, captioner: the newest version of that kind in the repository}."""
     versions = {}
-    for manifest in sorted(repository.glob(f"*/*/{MANIFEST}")):
+    for manifest in manifests(repository):
         kind = json.loads(manifest.read_text()).get("model", {}).get("kind")
         if KINDS.get(kind) in wanted:
             versions[KINDS[kind]] = manifest.parent

@@ -33,6 +33,17 @@ TOKENIZER = "tokenizer.model"
 VARIANTS = ("fp32", "int8", "fp16")
 
 
+def manifests(root: Path) -> list[Path]:
+    """The manifest of every `<model>/<version>/` under `root`, in order. Hidden names (a
+    leading ".") are left out: a version is published by writing it aside under such a name
+    (`translator/.incoming-2`) and renaming it into place, and is not read half written."""
+    return [
+        path
+        for path in sorted(root.glob(f"*/*/{MANIFEST}"))
+        if not (path.parent.name.startswith(".") or path.parent.parent.name.startswith("."))
+    ]
+
+
 def sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as f:

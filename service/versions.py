@@ -20,7 +20,7 @@ from pathlib import Path
 
 from service.errors import ModelRepositoryError
 from service.kinds import served_model
-from service.repository import MANIFEST, verify
+from service.repository import manifests, verify
 
 log = logging.getLogger("attnserve")
 
@@ -67,7 +67,7 @@ class VersionWatcher:
 
     def _manifests(self) -> dict[Path, Path]:
         root = Path(self.config.repository)
-        return {m.parent: m for m in sorted(root.glob(f"*/*/{MANIFEST}"))}
+        return {m.parent: m for m in manifests(root)}
 
     async def run(self) -> None:
         for directory, manifest in self._manifests().items():  # held back at start-up

@@ -90,6 +90,7 @@ def test_versions_come_and_go_under_load_without_a_failed_call(
     log = server.log_file.read_text()
     assert "translator/3 refused" in log and "sha256 does not match" in log
     assert "retired translator/1" in log
+    assert ".incoming" not in log  # versions written aside were never looked at
 
     listing = subprocess.run(
         [sys.executable, "-m", "attnserve.cli", "repository", "verify", "--repository",
