@@ -305,7 +305,10 @@ class WorkerPool:
                 raise
 
     def cancel(self, call: Call) -> None:
-        """Frees the call's batch rows at the worker's next step (client gone)."""
+        """Frees the call's batch rows at the worker's next step (client gone). Once: the
+        handler and its events generator may both ask."""
+        if call.cancelled:
+            return
         call.cancelled = True
         worker = call.worker
         if worker is not None and call.job.id in worker.calls and worker.conn is not None:

@@ -118,3 +118,15 @@ def _count(metrics: Metrics, code: str) -> float:
             if sample.name.endswith("_count") and sample.labels.get("code") == code:
                 return sample.value
     return 0.0
+
+
+def test_a_call_cancelled_twice_sends_one_message():
+    sent = []
+    pool = WorkerPool([], Metrics(), max_queued=10)
+    worker = SimpleNamespace(calls={}, conn=SimpleNamespace(send=sent.append))
+    call = _call()
+    call.worker = worker
+    worker.calls[call.job.id] = call
+    pool.cancel(call)
+    pool.cancel(call)  # the unary handler and the events generator both ask
+    assert call.cancelled and len(sent) == 1 and sent[0].job_id == call.job.id
