@@ -42,6 +42,7 @@ from models.transformer import Transformer, sinusoids
 from service.graphs import (
     IN_PLACE,
     LEAN_STEP,
+    STATIC,
     GraphSpec,
     captioner_interface,
     decoder_spec,
@@ -248,7 +249,11 @@ def build_decoder(
     With `in_place`, the step of `decoder_spec(in_place=True)`: self-attention is
     com.microsoft `GroupQueryAttention` over a buffer of positions per row (`capacity` of
     them, or as many as the buffer it is given has), which it writes at each row's position
-    and reads up to it (`seqlens_k` = the positions).
+    and reads up to it (`seqlens_k` = the positions). GQA also takes the longest total
+    length as a host value: computed from the positions where the capacity varies, the
+    capacity itself where it is fixed (the static step, STATIC: every shape fixed but the
+    rows, nothing read back to the host, so a CUDA graph can replay it; GQA then decodes
+    every row by its own `seqlens_k`, never as a first prompt).
     Without `attention`, the lean step (`service.graphs.lean`): no cross-attention output,
     every layer's cross-attention one `MultiHeadAttention`, and the search graph's nodes
     (export.ops) on its logits."""
@@ -261,8 +266,11 @@ def build_decoder(
     if in_place:  # GQA's lengths: each row's past (its position), the longest + 1
         axis = g.weight("axis", np.array([1], np.int64))
         seqlens = g.op("Cast", [g.op("Squeeze", ["positions", axis])], to=TensorProto.INT32)
-        longest = g.op("ReduceMax", [seqlens], keepdims=0)
-        total = g.op("Add", [longest, g.weight("one", np.array(1, np.int32))])
+        if capacity is None:
+            longest = g.op("ReduceMax", [seqlens], keepdims=0)
+            total = g.op("Add", [longest, g.weight("one", np.array(1, np.int32))])
+        else:  # the buffer's size: a constant, so no value leaves the device to be read
+            total = g.weight("total", np.array(capacity, np.int32))
     else:
         self_mask = g.op("Cast", ["self_mask"], to=TensorProto.INT32)
     memory_mask = g.op("Cast", ["memory_mask"], to=TensorProto.INT32)
@@ -418,14 +426,16 @@ def build_model(model, out_dir: Path, dtype=torch.float32) -> dict[str, Path]:
     torch.float16): a translator's both built op by op, and its lean step (lean_decoder.onnx,
     the step without the cross-attention output, which the server runs when no row keeps
     its alignment), and both steps with their cache written in place (in_place_*.onnx,
-    what the engine runs by default where the device has the kernels); a captioner's step
+    what the engine runs by default where the device has the kernels) and in place with a
+    fixed capacity (static_*.onnx, the steps CUDA graphs replay); a captioner's step
     built, its convolutional encoder traced (nothing to fuse there that onnxruntime does not
     fold itself; its attention is the context it reads, so a lean step would spare
     nothing)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     model = model.float().eval()
     floats = np.float16 if dtype == torch.float16 else np.float32
-    names = ("encoder", "decoder", LEAN_STEP, IN_PLACE + "decoder", IN_PLACE + LEAN_STEP)
+    names = ("encoder", "decoder", LEAN_STEP)
+    names += tuple(p + n for p in (IN_PLACE, STATIC) for n in ("decoder", LEAN_STEP))
     paths = {name: out_dir / f"{name}.onnx" for name in names}
     with torch.no_grad():
         if isinstance(model, Captioner):
@@ -437,7 +447,10 @@ def build_model(model, out_dir: Path, dtype=torch.float32) -> dict[str, Path]:
         onnx.save_model(build_encoder(model, floats), str(paths["encoder"]))
         onnx.save_model(build_decoder(model, floats), str(paths["decoder"]))
         onnx.save_model(build_decoder(model, floats, attention=False), str(paths[LEAN_STEP]))
-        for lean in (False, True):  # the same two steps with their cache written in place
-            step = build_decoder(model, floats, in_place=True, attention=not lean)
-            onnx.save_model(step, str(paths[IN_PLACE + (LEAN_STEP if lean else "decoder")]))
+        # the same two steps with their cache written in place, and with it fixed at the
+        # longest output the model can write (the static steps, for CUDA graphs)
+        for prefix, capacity in ((IN_PLACE, None), (STATIC, model.config.max_length)):
+            for lean in (False, True):
+                step = build_decoder(model, floats, capacity, in_place=True, attention=not lean)
+                onnx.save_model(step, str(paths[prefix + (LEAN_STEP if lean else "decoder")]))
     return paths

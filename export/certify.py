@@ -32,8 +32,9 @@ from export.decode_parity import (
 from export.parity import graph_parity
 from models.checkpoint import load_checkpoint
 from models.reference import reference_engine
+from service.batch import joined
 from service.decoding import DecodingOptions
-from service.graphs import IN_PLACE
+from service.graphs import IN_PLACE, STATIC
 from service.inference import UncachedInference
 from service.onnx_engine import OnnxEngine
 from service.repository import GOLDEN, ModelVersion, verify, write_manifest
@@ -119,6 +120,10 @@ def decode_certificate(
     ]
     if growing is not fp32:
         reports.append(self_check("onnxruntime cache in place vs growing", growing))
+    if model_version.has_graph("fp32", STATIC + "decoder"):  # buckets of the continuous batch
+        static = OnnxEngine(model_version, "fp32", cache="static")
+        reports.append(self_check("onnxruntime static step vs cache in place", static,
+                                  inference_type=joined))  # fmt: skip
     certificate = {"decodes": [r.to_dict() for r in reports]}
     if "int8" in model_version.manifest["graphs"]:
         int8 = OnnxEngine(model_version, "int8")

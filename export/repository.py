@@ -16,7 +16,7 @@ from export.ops import write_ops
 from export.quantize import quantize_int8, quantize_int8_one_row
 from models.captioner import Captioner
 from models.checkpoint import kind_of
-from service.graphs import IN_PLACE, LEAN_STEP, ONE_ROW_STEP
+from service.graphs import IN_PLACE, LEAN_STEP, ONE_ROW_STEP, STATIC
 from service.repository import TOKENIZER, ModelVersion, verify, write_manifest
 from service.tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIAL_PIECES, UNK_ID
 
@@ -103,6 +103,7 @@ def write_version(
                 quantize_int8(p, directory / "int8" / p.name, per_channel).relative_to(directory)
             )
             for k, p in fp32.items()
+            if not k.startswith(STATIC)  # the static steps are for CUDA graphs
         }
         for prefix in ("", IN_PLACE):  # every lean step's one-row form
             if prefix + LEAN_STEP in fp32:

@@ -79,7 +79,10 @@ class ContinuousBatch(Inference):
         # buffers written in place: their capacity axis (cut when a rebuild finds it mostly
         # beyond every live row's length)
         self.buffers = {s.input: s.time_axis for s in states if s.in_place}
-        self.in_place = engine.host_tensors  # numpy arrays, written in place
+        # an engine whose step runs over fixed buffers per bucket of slots (CUDA graphs)
+        self.static = getattr(engine, "static", None)
+        # rows are written into slots: numpy arrays in place, or by the static engine
+        self.in_place = engine.host_tensors or self.static is not None
         self.rebuilds = 0
         self._clear()
 
@@ -95,6 +98,7 @@ class ContinuousBatch(Inference):
         self._next_input = 0
         self._identity = True  # row i is in slot i, no slot is dead
         self._left = False  # rows left since the last look for padding columns
+        self.bucket = None  # a static engine's buffers the slots are
 
     @property
     def rows(self) -> int:
@@ -125,6 +129,9 @@ class ContinuousBatch(Inference):
         new = (rows.memory, np.asarray(rows.memory_mask), self.engine.initial_state(rows,
                len(sources)), self._next_input + sources)  # fmt: skip
         self._next_input += int(sources.max()) + 1
+        if self.static is not None:
+            self._join_static(*new)
+            return
         free = np.flatnonzero(self._dead())
         if self.slots == 0:
             self._adopt(*new)
@@ -203,6 +210,76 @@ class ContinuousBatch(Inference):
         self.idle = np.zeros(self.slots, dtype=np.int64)
         self.alive, self._identity, self._left = np.arange(self.slots), True, False
 
+    # -- a static engine's buckets ----------------------------------------------------------
+    def _join_static(self, memory, memory_mask: np.ndarray, state, inputs) -> None:
+        """New rows in free slots of the bucket, the batch moved to a larger bucket first
+        when too few are free."""
+        free = np.flatnonzero(self._dead())
+        if self.bucket is None or len(free) < len(inputs):
+            self._move(self.static.slots_for(self.rows + len(inputs)))
+            free = np.flatnonzero(self._dead())
+        slots = free[: len(inputs)]
+        static, bucket, rows = self.static, self.bucket, np.arange(len(inputs))
+        for name, tensor in memory.items():
+            target = bucket.memory[name]
+            static.move(static.fit(tensor, target), rows, target, slots)
+        for name, tensor in state.items():  # an empty cache: nothing to write, in place
+            if 0 not in shape_of(tensor):
+                target = bucket.state[name]
+                static.move(static.fit(tensor, target), rows, target, slots)
+        mask = np.zeros((len(inputs), self.memory_length), dtype=np.int64)
+        mask[:, : memory_mask.shape[1]] = memory_mask
+        self.memory_mask[slots] = mask
+        static.move(mask, rows, bucket.memory_mask, slots)
+        self.lengths[slots], self.inputs[slots], self.idle[slots] = 0, inputs, 0
+        self.alive = np.concatenate([self.alive, slots])
+        self._identity = self.slots == self.rows and np.array_equal(
+            self.alive, np.arange(self.slots)
+        )
+
+    def _move(self, slots: int, order: np.ndarray | None = None) -> None:
+        """The batch into the bucket of `slots`: rows `order` of the slots (by default the
+        live rows; may repeat) into its first slots, by the engine, where the buffers live."""
+        static, target = self.static, self.static.bucket(slots)
+        live = self.alive if order is None else np.asarray(order, dtype=np.int64)
+        rows, old = np.arange(len(live)), self.bucket
+        mask = np.zeros((slots, target.memory_mask.shape()[1]), dtype=np.int64)
+        mask[:, 0] = 1  # a free slot attends to one memory position
+        if old is not None and len(live):
+            if old is target:
+                raise ValueError("rows move between two buckets, not within one")
+            for name, tensor in old.memory.items():
+                static.move(tensor, live, target.memory[name], rows)
+            for name, tensor in old.state.items():
+                static.move(tensor, live, target.state[name], rows)
+            mask[rows] = self.memory_mask[live]
+            static.move(mask[rows], rows, target.memory_mask, rows)
+        lengths, inputs = np.zeros(slots, np.int64), np.zeros(slots, np.int64)
+        if old is not None:
+            lengths[rows], inputs[rows] = self.lengths[live], self.inputs[live]
+        self.bucket, self.memory, self.state = target, target.memory, target.state
+        self.memory_mask, self.lengths, self.inputs = mask, lengths, inputs
+        self.self_mask = np.zeros((slots, 0), dtype=np.int64)  # the static step has none
+        self.idle = np.zeros(slots, dtype=np.int64)
+        self.alive, self._left = rows, False
+        self._identity = len(rows) == slots
+        self.rebuilds += 1
+
+    def _copy_static(self, origins: np.ndarray, targets: np.ndarray) -> None:
+        """`_copy_rows` by the static engine: whole rows, within the bucket's buffers."""
+        static, bucket = self.static, self.bucket
+        for tensor in bucket.state.values():
+            static.move(tensor, origins, tensor, targets)
+        other = self.inputs[origins] != self.inputs[targets]
+        if other.any():
+            o, t = origins[other], targets[other]
+            for tensor in bucket.memory.values():
+                static.move(tensor, o, tensor, t)
+            self.memory_mask[t] = self.memory_mask[o]
+            static.move(self.memory_mask[t], np.arange(len(t)), bucket.memory_mask, t)
+        self.lengths[targets] = self.lengths[origins]
+        self.inputs[targets] = self.inputs[origins]
+
     # -- stepping ---------------------------------------------------------------------------
     def _worth_rebuilding(self) -> bool:
         dead = self.slots - self.rows
@@ -223,7 +300,10 @@ class ContinuousBatch(Inference):
     def _forward(self, tokens: np.ndarray, attention: bool, search=None):
         """One step of every slot (a dead slot is fed padding): the engine's logits of every
         slot, the live rows' attention (or None), and the live slots (None: every slot)."""
-        if self._worth_rebuilding():
+        if self.static is not None:  # a bucket four times too large: a smaller one
+            if self.slots > 1 and 4 * self.rows <= self.slots:
+                self._move(self.static.slots_for(self.rows))
+        elif self._worth_rebuilding():
             self._rebuild()
         identity = self._identity
         dead = None if identity else self._dead()
@@ -236,7 +316,9 @@ class ContinuousBatch(Inference):
         positions = self.lengths[:, None] + np.arange(new, dtype=np.int64)
         if not identity:
             positions[dead] = 0  # a dead slot's length may pass the model's last position
-        self.self_mask = np.concatenate([self.self_mask, np.ones((self.slots, new), np.int64)], 1)
+        if self.static is None:
+            ones = np.ones((self.slots, new), np.int64)
+            self.self_mask = np.concatenate([self.self_mask, ones], 1)
         encoder = EncoderOutput(self.memory, self.memory_mask)
         logits, self.state, seen = self.engine.step(
             tokens, positions, self.self_mask, self.state, encoder, attention, search
@@ -282,13 +364,19 @@ class ContinuousBatch(Inference):
             self.alive = slots
             return
         free = np.setdiff1d(np.arange(self.slots), slots[first])
+        if self.static is not None and len(repeats) > len(free):
+            self._move(self.static.slots_for(len(slots)), order=slots)
+            return
         if not self.in_place or len(repeats) > len(free):
             self.alive = slots
             self._rebuild()  # gathers, repeated rows included
             return
         targets = slots.copy()
         targets[repeats] = free[: len(repeats)]
-        self._copy_rows(slots[repeats], targets[repeats])
+        if self.static is not None:
+            self._copy_static(slots[repeats], targets[repeats])
+        else:
+            self._copy_rows(slots[repeats], targets[repeats])
         self.idle[targets] = 0
         self._left |= len(targets) < self.rows
         self.alive = targets
@@ -315,3 +403,11 @@ class ContinuousBatch(Inference):
         self.self_mask[targets] = self.self_mask[origins]
         self.lengths[targets] = self.lengths[origins]
         self.inputs[targets] = self.inputs[origins]
+
+
+def joined(engine: Engine, encoder: EncoderOutput, rows: int) -> ContinuousBatch:
+    """A continuous batch of the `rows` rows of `encoder` (an `Inference` made as
+    CachedInference is, for decodes of one batch through the served path)."""
+    batch = ContinuousBatch(engine)
+    batch.join(encoder, np.arange(rows))
+    return batch

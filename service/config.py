@@ -38,7 +38,9 @@ class ServerConfig:
     variant: str = "auto"  # per model version (auto_variant); or fp32, int8 (CPU), fp16 (GPU)
     io_binding: bool | None = None  # None: on for cuda, off for cpu
     # how a step carries the key/value cache: "auto" writes it in place on the CPU where the
-    # version ships that step, else it grows; or "in_place" (on CUDA: fp16), "growing"
+    # version ships that step, else it grows; or "in_place" (on CUDA: fp16), "growing", or
+    # "static" (in place at a fixed capacity over buffers per bucket of rows, each bucket's
+    # step a CUDA graph on cuda); a version without that form of its step keeps its default
     cache: str = "auto"
     batching: str = "continuous"  # or "request" (collect, then decode to the end)
     batch_window_ms: float = 5.0  # how long request-level batching collects
@@ -88,8 +90,10 @@ class ServerConfig:
             problems.append(f"device must be auto, cpu or cuda, got {self.device!r}")
         if self.variant not in ("auto", *VARIANTS):
             problems.append(f"variant must be auto, fp32, int8 or fp16, got {self.variant!r}")
-        if self.cache not in ("auto", "in_place", "growing"):
-            problems.append(f"cache must be auto, in_place or growing, got {self.cache!r}")
+        if self.cache not in ("auto", "in_place", "growing", "static"):
+            problems.append(f"cache must be auto, in_place, growing or static, got {self.cache!r}")
+        if self.cache == "static" and self.io_binding is False:
+            problems.append("cache static runs over bound buffers: io_binding cannot be false")
         if self.batching not in ("continuous", "request"):
             problems.append(f"batching must be continuous or request, got {self.batching!r}")
         for name in ("workers", "max_input_tokens", "max_output_length", "max_versions"):

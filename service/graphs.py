@@ -33,6 +33,9 @@ class TensorSpec:
 
 
 IN_PLACE = "in_place_"  # the prefix of a graph's in-place form (`ModelInterface.in_place`)
+# the prefix of the in-place form with a fixed capacity (the model's longest output): every
+# shape fixed but the rows, nothing the host must read, so a CUDA graph can replay it
+STATIC = "static_"
 LEAN_STEP = "lean_decoder"  # the optional graph `lean` declares, by its name in the manifest
 # an optional form of the lean step for steps of one row (the same declaration; an int8
 # variant's weights in a matrix-vector kernel, export.quantize.quantize_int8_one_row)

@@ -43,6 +43,7 @@ from service.graphs import (
     IN_PLACE,
     LEAN_STEP,
     ONE_ROW_STEP,
+    STATIC,
     ModelInterface,
     SpecialTokens,
     check_inputs,
@@ -58,7 +59,7 @@ PROVIDERS = {
     "cuda": ["CUDAExecutionProvider", "CPUExecutionProvider"],
 }
 OUT = "->"  # prefix of an output's entry among a binding's bound tensors
-CACHES = ("in_place", "growing")  # how a step carries its keys and values
+CACHES = ("in_place", "growing", "static")  # how a step carries its keys and values
 MIN_CAPACITY = 32  # positions of an in-place buffer when it is first grown
 ORT_TYPES = {"tensor(float)": "float32", "tensor(float16)": "float16", "tensor(int64)": "int64"}
 
@@ -101,11 +102,26 @@ class OnnxEngine:
         io_binding: bool | None = None,
         device_search: bool | None = None,
         cache: str | None = None,
+        capture: bool | None = None,
     ):
-        """`cache`: "in_place" or "growing" (the key/value cache); by default in place on the
-        CPU where the variant ships that form."""
+        """`cache`: "in_place", "growing" or "static" (the key/value cache); by default in
+        place on the CPU where the variant ships that form. "static": the in-place step with
+        a fixed capacity over buffers allocated once per bucket of rows (service.static_step),
+        through IO binding; `capture` (by default on CUDA) replays each bucket's step as a
+        CUDA graph."""
         if device not in PROVIDERS:
             raise ValueError(f"device must be one of {sorted(PROVIDERS)}, got {device!r}")
+        if cache == "static":
+            if io_binding is False:
+                raise ValueError("a static cache is bound to its buffers: it needs IO binding")
+            io_binding = True
+            if not model.has_graph(variant, STATIC + "decoder"):
+                raise ModelRepositoryError(f"{model.directory}: {variant} has no static step")
+        capture = device == "cuda" if capture is None else capture
+        if capture and cache != "static":
+            raise ValueError("CUDA graphs replay the static step: capture needs cache='static'")
+        if capture and device != "cuda":
+            raise ValueError("CUDA graphs need device cuda")
         self.io_binding = device != "cpu" if io_binding is None else io_binding
         shipped = model.has_graph(variant, IN_PLACE + "decoder")
         # where an in-place buffer can be bound: host memory on the CPU, an OrtValue anywhere
@@ -118,7 +134,7 @@ class OnnxEngine:
             raise ModelRepositoryError(f"{model.directory}: {variant} has no in-place step")
         if cache == "in_place" and not bindable:
             raise ValueError(f"an in-place cache on {device} needs IO binding")
-        prefix = IN_PLACE if cache == "in_place" else ""
+        prefix = {"in_place": IN_PLACE, "static": STATIC}.get(cache, "")
         self.interface = model_interface(model)
         if prefix:
             self.interface = self.interface.in_place()
@@ -148,10 +164,12 @@ class OnnxEngine:
         self._types: dict[ort.InferenceSession, dict] = {}  # output dtypes
         session = self._session_factory(threads)
         self.encoder = session(model.graph(variant, "encoder"))
-        self.decoder = session(model.graph(variant, prefix + "decoder"))
+        step_session = self._session_factory(threads, capture) if capture else session
+        self.decoder = step_session(model.graph(variant, prefix + "decoder"))
         # the step without the attention output, and its one-row form, where shipped
         self.lean_decoder, self.one_row_decoder = (
-            self._lean(model, variant, prefix + name, session) for name in (LEAN_STEP, ONE_ROW_STEP)
+            self._lean(model, variant, prefix + name, step_session)
+            for name in (LEAN_STEP, ONE_ROW_STEP)
         )
         self.state_shapes = {  # fixed sizes of every state, by input name (None: varies)
             i.name: [d if isinstance(d, int) else None for d in i.shape]
@@ -168,9 +186,19 @@ class OnnxEngine:
             self.search_ops = {
                 op: session(model.op(op, self.float_dtype.name)) for op in ("search", "sample")
             }
+        self.static = None
+        if cache == "static":
+            from service.static_step import StaticBatches
 
-    def _session_factory(self, threads: int):
+            memory = int(model.manifest.get("limits", {}).get("max_source_tokens", 0)) or int(
+                model.config["max_length"]
+            )
+            self.static = StaticBatches(self, memory, capture)
+
+    def _session_factory(self, threads: int, capture: bool = False):
         options, providers = session_options(threads), PROVIDERS[self.device]
+        if capture:  # onnxruntime's CUDA graphs, for the static step's sessions alone
+            providers = [("CUDAExecutionProvider", {"enable_cuda_graph": "1"}), *providers[1:]]
         return lambda path: ort.InferenceSession(str(path), options, providers=providers)
 
     def _lean(self, model: ModelVersion, variant: str, name: str, session):
@@ -322,6 +350,8 @@ class OnnxEngine:
         them for these logits without another run. An in-place cache is written where it is
         (the state returned is the buffers given, or larger ones when a row needed more
         positions than they hold)."""
+        if self.static is not None:
+            return self._static_step(input_ids, positions, state, attention, search)
         if self.in_place:
             if shape_of(input_ids)[1] != 1:
                 raise ValueError("a cache written in place takes one new token per row a step")
@@ -363,6 +393,34 @@ class OnnxEngine:
         if lean and ranked:
             self._searched = (logits, request, Candidates(*(named[n] for n in CANDIDATES)))
         return logits, {s.input: named[s.output] for s in self.states}, seen
+
+    def _static_step(self, input_ids, positions, state: Tensors, attention: bool, search):
+        """The static step over the bucket whose cache buffers `state` are (its memory and
+        mask are that bucket's too): the lean step with its search where no alignment is
+        kept, one captured graph per bucket and k."""
+        static = self.static
+        bucket = static.owner(state)
+        if shape_of(input_ids) != (bucket.slots, 1):
+            raise ValueError(f"a static step takes one token for each of its {bucket.slots} slots")
+        if int(np.max(positions)) >= static.capacity:
+            raise ValueError(f"the static cache holds {static.capacity} positions")
+        self._searched = None
+        lean = not attention and self.lean_decoder is not None
+        ranked = lean and search is not None and search.temperature is None
+        request = search if ranked else SearchRequest()
+        if lean:
+            k = min(request.k or self.vocab, self.vocab)
+            out = static.run(bucket, self.lean_decoder, input_ids, positions, k,
+                             tuple(request.banned))  # fmt: skip
+        else:
+            out = static.run(bucket, self.decoder, input_ids, positions)
+        logits = out["logits"]
+        if ranked:
+            found = Candidates(*(out[n].numpy() for n in CANDIDATES))
+            self._searched = (logits, request, found)
+        name = self.interface.attention
+        seen = out[name].numpy().astype(np.float32, copy=False) if attention else None
+        return logits, state, seen
 
     def _capacity(self, state: Tensors, needed: int) -> Tensors:
         """`state` whose in-place buffers hold at least `needed` positions: a buffer too small

@@ -13,18 +13,20 @@ its buffers once, for a bucket of rows (rows are padded up to the bucket: 1, 2, 
   graph of its own (onnxruntime's `gpu_graph_id`);
 - leaves the outputs (logits) in their own buffers for the search graph.
 On the CPU the same code runs without capture (tests prove it equal to the growing cache).
-The server itself runs the in-place step through `OnnxEngine(cache="in_place")` and the
-continuous batch (service.batch), whose buffers grow with the rows; the fixed buffers here
-are for CUDA graphs.
+The server runs the static step through `OnnxEngine(cache="static")` and the continuous
+batch (service.batch): `StaticBatches` holds the engine's buckets, writes rows into their
+slots and runs a bucket's step, captured on CUDA.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 import numpy as np
 import onnxruntime as ort
 
+from service.errors import ModelRepositoryError
 from service.graphs import StateSpec
 from service.onnx_engine import ORT_TYPES, PROVIDERS, session_options
 
@@ -249,3 +251,185 @@ class SlotCacheDecoder:
         outputs = self.step.run()
         self.lengths[self.active] += 1
         return outputs
+
+
+def _runs(slots: np.ndarray) -> list[tuple[int, int]]:
+    """(start, end) of every run of consecutive slots, in the order given."""
+    breaks = np.flatnonzero(np.diff(slots) != 1) + 1
+    bounds = [0, *breaks.tolist(), len(slots)]
+    return list(itertools.pairwise(bounds))
+
+
+class Bucket:
+    """The buffers of one bucket of rows of the static step, allocated once: the step's
+    inputs (ids, positions, memory and its mask), its cache buffers (read and written in
+    place) and its outputs; and a binding per way of running it."""
+
+    def __init__(self, engine, slots: int, memory: int):
+        self.slots = slots
+        device = engine.device
+        inputs = {i.name: i for i in engine.decoder.get_inputs()}
+
+        def allocate(name: str, shape, dtype, fill=None) -> ort.OrtValue:
+            array = np.zeros(shape, dtype=dtype)
+            if fill is not None:
+                fill(array)
+            return ort.OrtValue.ortvalue_from_numpy(array, device, 0)
+
+        def shape(name: str) -> list[int]:
+            sizes = {"batch": slots, "memory": memory}
+            return [d if isinstance(d, int) else sizes[d] for d in inputs[name].shape]
+
+        floats = engine.float_dtype
+        self.ids = allocate("input_ids", (slots, 1), np.int64)
+        self.positions = allocate("positions", (slots, 1), np.int64)
+        # a free slot attends to one memory position, so that its numbers stay finite
+        self.memory_mask = allocate("memory_mask", (slots, memory), np.int64,
+                                    lambda a: a.__setitem__((slice(None), 0), 1))  # fmt: skip
+        self.memory = {n: allocate(n, shape(n), floats) for n in engine.memory_names}
+        self.state = {s.input: allocate(s.input, shape(s.input), floats) for s in engine.states}
+        self.outputs: dict[str, ort.OrtValue] = {}  # by output name, shared by the bindings
+        self.bindings: dict[tuple, tuple] = {}  # (session, k) -> (binding, run options, feeds)
+
+
+class StaticBatches:
+    """An engine's static step (`OnnxEngine(cache="static")`): the in-place step with a fixed
+    capacity, run over buffers allocated once per bucket of rows (1, 2, 4, ...; the
+    continuous batch pads its rows up to one) and a fixed memory size, so that every run of
+    a bucket has the same shapes at the same addresses: on CUDA each (bucket, step, k) is
+    captured once as a CUDA graph (onnxruntime's `gpu_graph_id`) and replayed with one
+    launch. Rows are written into a bucket's slots, and moved between buckets, by the
+    version's gather graph writing straight into the slots' memory (its output bound to the
+    slot's address), on the device where the buffers live; nothing is ever reallocated, so
+    a graph stays valid as long as the engine. On the CPU the same code runs uncaptured."""
+
+    def __init__(self, engine, memory: int, capture: bool):
+        self.engine, self.memory, self.capture = engine, memory, capture
+        first = engine.states[0]
+        capacity = engine.decoder.get_inputs()[
+            [i.name for i in engine.decoder.get_inputs()].index(first.input)
+        ].shape[first.time_axis]
+        if not isinstance(capacity, int):
+            raise ModelRepositoryError(f"{engine.variant} static step: its capacity is not fixed")
+        self.capacity = capacity
+        self.buckets: dict[int, Bucket] = {}
+        self._owner: dict[int, Bucket] = {}  # id of a bucket's first state buffer -> bucket
+        self._graphs = 0  # CUDA graph ids given
+
+    def slots_for(self, rows: int) -> int:
+        """The bucket that holds `rows` rows: the next power of two."""
+        return 1 << max(rows - 1, 0).bit_length()
+
+    def bucket(self, slots: int) -> Bucket:
+        """The buffers of the bucket of `slots` rows (allocated on first use, then kept)."""
+        bucket = self.buckets.get(slots)
+        if bucket is None:
+            bucket = self.buckets[slots] = Bucket(self.engine, slots, self.memory)
+            self._owner[id(next(iter(bucket.state.values())))] = bucket
+        return bucket
+
+    def owner(self, state) -> Bucket:
+        bucket = self._owner.get(id(next(iter(state.values()))))
+        if bucket is None:
+            raise ValueError("a static step runs over the buffers of one of its buckets")
+        return bucket
+
+    # -- rows into slots ----------------------------------------------------------------------
+    def fit(self, rows, target: ort.OrtValue):
+        """`rows` (numpy or OrtValue) right-padded with zeros to `target`'s row shape."""
+        shape = list(target.shape())
+        have = list(rows.shape if isinstance(rows, np.ndarray) else rows.shape())
+        if have[1:] == shape[1:]:
+            return rows
+        if any(h > s for h, s in zip(have[1:], shape[1:], strict=True)):
+            raise ValueError(f"rows of shape {have[1:]} do not fit slots of {shape[1:]}")
+        if isinstance(rows, np.ndarray):
+            padded = np.zeros([have[0], *shape[1:]], dtype=rows.dtype)
+            padded[tuple(map(slice, have))] = rows
+            return padded
+        shape[0] = 0
+        empty = np.zeros(shape, dtype=ORT_TYPES[rows.data_type()])
+        empty = ort.OrtValue.ortvalue_from_numpy(empty, rows.device_name(), 0)
+        return self.engine.join(rows, empty)
+
+    def move(self, source, index: np.ndarray, target: ort.OrtValue, slots: np.ndarray) -> None:
+        """Rows `index` of `source` (numpy or OrtValue, `target`'s row shape) into slots
+        `slots` of `target`, in place: the gather graph writes each run of consecutive slots
+        straight into their memory. Source and target may be the same buffer when the slots
+        read and written differ."""
+        index, slots = np.asarray(index, np.int64), np.asarray(slots, np.int64)
+        if len(slots) == 0:
+            return
+        dtype = ORT_TYPES[target.data_type()]
+        session = self.engine.ops["gather"][dtype]
+        shape = target.shape()
+        row = int(np.prod(shape[1:], dtype=np.int64)) * np.dtype(dtype).itemsize
+        device = self.engine.device
+        for start, end in _runs(slots):
+            binding = session.io_binding()
+            if isinstance(source, np.ndarray):
+                binding.bind_cpu_input("data", np.ascontiguousarray(source))
+            else:
+                binding.bind_ortvalue_input("data", source)
+            binding.bind_cpu_input("indices", index[start:end].copy())
+            address = target.data_ptr() + int(slots[start]) * row
+            binding.bind_output("output", device, 0, np.dtype(dtype), [end - start, *shape[1:]],
+                                address)  # fmt: skip
+            session.run_with_iobinding(binding)
+
+    # -- the step -----------------------------------------------------------------------------
+    def _binding(self, bucket: Bucket, session: ort.InferenceSession, k: int | None):
+        key = (id(session), k)
+        made = bucket.bindings.get(key)
+        if made is not None:
+            return made
+        engine, device = self.engine, self.engine.device
+        binding = session.io_binding()
+        feeds = {"input_ids": bucket.ids, "positions": bucket.positions,
+                 "memory_mask": bucket.memory_mask, **bucket.memory, **bucket.state}  # fmt: skip
+        if k is not None:  # the lean step's search: its bias kept at one address
+            vocab = int(engine.vocab)
+            feeds["bias"] = ort.OrtValue.ortvalue_from_numpy(
+                np.zeros((1, vocab), np.float32), device, 0
+            )
+            feeds["k"] = np.array([k], dtype=np.int64)
+        for name, value in feeds.items():
+            if isinstance(value, np.ndarray):  # k: read by TopK on the host
+                binding.bind_cpu_input(name, value)
+            else:
+                binding.bind_ortvalue_input(name, value)
+        into = {s.output: s.input for s in engine.states}
+        for o in session.get_outputs():
+            if o.name in into:
+                binding.bind_ortvalue_output(o.name, bucket.state[into[o.name]])
+                continue
+            value = bucket.outputs.get((o.name, k))
+            if value is None:
+                sizes = {"batch": bucket.slots, "memory": self.memory, "one": 1}
+                shape = [d if isinstance(d, int) else sizes.get(d, k) for d in o.shape]
+                value = ort.OrtValue.ortvalue_from_numpy(
+                    np.zeros(shape, dtype=ORT_TYPES[o.type]), device, 0
+                )
+                bucket.outputs[(o.name, k)] = value
+            binding.bind_ortvalue_output(o.name, value)
+        options = ort.RunOptions()
+        if self.capture:
+            options.add_run_config_entry("gpu_graph_id", str(self._graphs))
+            self._graphs += 1
+        made = bucket.bindings[key] = (binding, options, feeds, [None])
+        return made
+
+    def run(self, bucket: Bucket, session, tokens: np.ndarray, positions: np.ndarray,
+            k: int | None = None, banned: tuple = ()) -> dict[str, ort.OrtValue]:  # fmt: skip
+        """One step of every slot of `bucket` (tokens, positions (slots, 1)) -> the step's
+        outputs by name (the bucket's buffers: read them before the next step)."""
+        bucket.ids.update_inplace(np.ascontiguousarray(tokens, dtype=np.int64))
+        bucket.positions.update_inplace(np.ascontiguousarray(positions, dtype=np.int64))
+        binding, options, feeds, last = self._binding(bucket, session, k)
+        if k is not None and last[0] != banned:  # written in place, never rebound
+            bias = np.zeros(feeds["bias"].shape(), dtype=np.float32)
+            bias[0, list(banned)] = -np.inf
+            feeds["bias"].update_inplace(bias)
+            last[0] = banned
+        session.run_with_iobinding(binding, options)
+        return {o.name: bucket.outputs.get((o.name, k)) for o in session.get_outputs()}

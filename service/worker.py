@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from service.decoding import DecodingOptions
 from service.errors import ModelRepositoryError
+from service.graphs import IN_PLACE, STATIC
 from service.kinds import kind_class
 from service.messages import (
     Cancel,
@@ -59,6 +60,8 @@ def golden_check(scheduler: Scheduler, model_version, variant: str) -> int:
     """Decodes the version's golden set; raises ModelRepositoryError on a mismatch. Returns
     the number of inputs checked."""
     golden, cache = model_version.golden(), getattr(scheduler.engine, "cache", None)
+    if cache == "static":  # the in-place step at a fixed capacity, certified token-identical
+        cache = "in_place"
 
     def of(name: str) -> list[dict]:  # a variant's entries made with this cache (older: any)
         return [g for g in golden if g["variant"] == name and g.get("cache", cache) == cache]
@@ -106,11 +109,21 @@ def _load(settings: WorkerSettings):
     return schedulers, info
 
 
+def _cache_for(cache: str, model_version, variant: str) -> str | None:
+    """The configured cache where the version ships that form of its step, else the engine's
+    default (None): a repository may hold models without a key/value cache (the captioner)
+    beside the translator."""
+    prefix = {"in_place": IN_PLACE, "static": STATIC}.get(cache)
+    if cache == "auto" or (prefix and not model_version.has_graph(variant, prefix + "decoder")):
+        return None
+    return cache
+
+
 def _load_model(settings: WorkerSettings, model_version, variant: str):
     """(scheduler, info) of one model version, its golden set checked."""
     from service.onnx_engine import OnnxEngine  # after CUDA_VISIBLE_DEVICES is set
 
-    cache = None if settings.cache == "auto" else settings.cache
+    cache = _cache_for(settings.cache, model_version, variant)
     engine = OnnxEngine(model_version, variant, settings.device, 1, settings.io_binding,
                         cache=cache)  # fmt: skip
     scheduler = Scheduler(engine, settings.max_rows, settings.batching, settings.window)

@@ -70,7 +70,8 @@ def captioner(exported_captioner, captioner_data):
 
 def _onnx(setup, io_binding: bool = False, cache: str | None = None) -> Kind:
     version, sources = setup
-    return Kind(OnnxEngine(version, "fp32", io_binding=io_binding, cache=cache), sources)
+    engine = OnnxEngine(version, "fp32", io_binding=io_binding or None, cache=cache)
+    return Kind(engine, sources)
 
 
 def _torch(setup, checkpoint) -> Kind:
@@ -102,6 +103,7 @@ ENGINES = [
     ("translator", "torch"),
     ("translator", "onnx-growing"),
     ("translator", "onnx-device-path-growing"),
+    ("translator", "onnx-static"),
     ("captioner", "onnx"),
     ("captioner", "onnx-device-path"),
     ("captioner", "torch"),
@@ -116,7 +118,7 @@ def test_requests_joining_a_running_batch_decode_as_they_do_alone(request, model
     if runtime == "torch":
         kind = _torch(setup, SHIPPED_TRANSLATOR if model == "translator" else SHIPPED_CAPTIONER)
     else:
-        cache = "growing" if runtime.endswith("-growing") else None
+        cache = runtime.rsplit("-", 1)[1] if runtime.endswith(("-growing", "-static")) else None
         kind = _onnx(setup, runtime.startswith("onnx-device-path"), cache)
         default = "in_place" if model == "translator" else "none"  # an LSTM has no cache
         assert kind.engine.cache == (cache or default)

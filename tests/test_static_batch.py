@@ -1,0 +1,168 @@
+"""The static step served by the continuous batch (`OnnxEngine(cache="static")`): rows in the
+slots of buckets of fixed buffers (1, 2, 4, ... rows), written and moved by the gather graph
+straight into the slots' memory, each row decoding as it does alone; on CUDA each bucket's
+step replayed as a CUDA graph. On the CPU the same code runs uncaptured."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from helpers import built_tiny_translator
+
+from service.batch import ContinuousBatch, joined
+from service.batching import source_batch
+from service.decoding import DecodingOptions
+from service.graphs import STATIC
+from service.inference import CachedInference
+from service.onnx_engine import OnnxEngine
+from service.translation import translate_ids
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory, shipped_translator):
+    directory = tmp_path_factory.mktemp("repo") / "tiny" / "1"
+    model, version = built_tiny_translator(directory, shipped_translator[1], 5, ("fp32", "fp16"))
+    rng = np.random.default_rng(3)
+    vocab = int(version.config["vocab_size"])
+    sources = [list(rng.integers(4, vocab, size=n)) for n in (4, 9, 6, 12, 3, 7)]
+    return model, version, sources
+
+
+def test_the_static_step_has_every_shape_fixed_but_the_rows(tiny):
+    model, version, _ = tiny
+    for name in ("decoder", "lean_decoder"):
+        graph = onnx.load(str(version.graph("fp32", STATIC + name))).graph
+        dims = {v.name: [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim]
+                for v in (*graph.input, *graph.output)}  # fmt: skip
+        capacity = model.config.max_length
+        assert dims["past_key_values.0.key"] == ["batch", 4, capacity, 8]
+        assert dims["present.2.value"] == dims["past_key_values.2.value"]
+        # GQA's total length is the capacity, a constant: nothing read back to the host
+        assert not any(n.op_type == "ReduceMax" for n in graph.node)
+        totals = {n.input[6] for n in graph.node if n.op_type == "GroupQueryAttention"}
+        assert totals <= {i.name for i in graph.initializer} and len(totals) == 1
+    assert not version.has_graph("int8", STATIC + "decoder")  # CUDA graphs: float variants
+
+
+def _alone(engine, source):
+    """A row's own decode: (cached inference, its first logits) fed `bos`."""
+    inference = CachedInference(engine, engine.encode(*source_batch([source], 512)), 1)
+    return inference
+
+
+def test_rows_join_free_slots_move_between_buckets_and_decode_as_alone(tiny):
+    _, version, sources = tiny
+    static = OnnxEngine(version, "fp32", cache="static")
+    reference = OnnxEngine(version, "fp32", cache="growing")
+    assert static.cache == "static" and static.io_binding and not static.static.capture
+    encoder = static.encode(*source_batch(sources, 512))
+    batch = ContinuousBatch(static)
+    rows: list[tuple[int, CachedInference]] = []  # (source, its decode alone), in row order
+    bos = static.special_tokens.bos
+    fed: list[list[int]] = []
+
+    def join(index: list[int]) -> None:
+        batch.join(encoder, np.array(index))
+        for i in index:
+            rows.append((i, _alone(reference, sources[i])))
+            fed.append([bos])
+
+    def step() -> None:
+        tokens = np.array([[f[-1]] for f in fed])
+        logits, _ = batch.step(tokens)
+        for r, ((_, alone), f) in enumerate(zip(rows, fed, strict=True)):
+            expected, _ = alone.step(np.array([[f[-1]]]))
+            np.testing.assert_allclose(logits[r], expected[0], atol=1e-4)
+            f.append(int(expected[0].argmax()))
+
+    join([0])
+    assert batch.slots == 1
+    first = batch.state["past_key_values.0.key"]
+    step()
+    join([1, 2])  # 3 rows: moved into the bucket of 4, a free slot left
+    assert batch.slots == 4 and batch.rows == 3 and batch.rebuilds == 2
+    step()
+    step()
+    batch.reorder(np.array([0, 2]))  # row 1 leaves: its slot is free
+    del rows[1], fed[1]
+    step()
+    moves = batch.rebuilds
+    join([3, 4])  # two free slots: written in place, nothing moves
+    assert batch.rebuilds == moves and batch.slots == 4 and batch.rows == 4
+    step()
+    # a beam repeats a row into a free slot... none free: the batch moves to 8 slots
+    batch.reorder(np.array([0, 1, 1, 2, 3]))
+    rows.insert(2, (rows[1][0], _alone(reference, sources[rows[1][0]])))
+    for token in fed[1][:-1]:  # the copy's decode alone, brought to the same step
+        rows[2][1].step(np.array([[token]]))
+    fed.insert(2, list(fed[1]))
+    assert batch.slots == 8 and batch.rebuilds == moves + 1
+    step()
+    # a repeat with free slots copies within the bucket
+    batch.reorder(np.array([0, 1, 2, 3, 4, 4]))
+    rows.append((rows[4][0], _alone(reference, sources[rows[4][0]])))
+    for token in fed[4][:-1]:
+        rows[-1][1].step(np.array([[token]]))
+    fed.append(list(fed[4]))
+    assert batch.slots == 8 and batch.rebuilds == moves + 1
+    step()
+    batch.reorder(np.array([5]))  # one row of 8 slots: a bucket of 1 again, the same buffers
+    rows, fed = [rows[5]], [fed[5]]
+    step()
+    assert batch.slots == 1 and batch.state["past_key_values.0.key"] is first
+    assert sorted(static.static.buckets) == [1, 4, 8]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        DecodingOptions(max_length=20),
+        DecodingOptions(beam_size=4, max_length=20),
+        DecodingOptions(beam_size=3, num_hypotheses=2, max_length=12),
+    ],
+    ids=["greedy", "beam4", "nbest"],
+)
+def test_a_padded_batch_decodes_as_the_in_place_step(tiny, options):
+    _, version, sources = tiny
+    static = OnnxEngine(version, "fp32", cache="static")
+    in_place = OnnxEngine(version, "fp32", cache="in_place")
+    got = translate_ids(static, sources, options, 512, joined)
+    expected = translate_ids(in_place, sources, options, 512)
+    assert [[h.tokens for h in n] for n in got] == [[h.tokens for h in n] for n in expected]
+
+
+def test_the_static_step_refuses_what_it_cannot_run(tiny):
+    _, version, sources = tiny
+    with pytest.raises(ValueError, match="needs IO binding"):
+        OnnxEngine(version, "fp32", cache="static", io_binding=False)
+    with pytest.raises(ValueError, match="capture needs cache='static'"):
+        OnnxEngine(version, "fp32", cache="in_place", capture=True)
+    with pytest.raises(ValueError, match="need device cuda"):
+        OnnxEngine(version, "fp32", cache="static", capture=True)
+    static = OnnxEngine(version, "fp32", cache="static")
+    with pytest.raises(ValueError, match="buffers of one of its buckets"):
+        translate_ids(static, sources[:2], DecodingOptions(max_length=4), 512)
+    keys = static.static.bucket(1).memory["encoder.0.key"]
+    longer = np.zeros((1, 4, static.static.memory + 1, 8), np.float32)
+    with pytest.raises(ValueError, match="do not fit"):
+        static.static.fit(longer, keys)
+
+
+@pytest.mark.gpu
+def test_each_bucket_replayed_as_a_cuda_graph_decodes_as_uncaptured(tiny):
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        pytest.skip("no CUDA execution provider")
+    _, version, sources = tiny
+    captured = OnnxEngine(version, "fp16", "cuda", cache="static")
+    assert captured.static.capture
+    uncaptured = OnnxEngine(version, "fp16", "cuda", cache="static", capture=False)
+    for options in (DecodingOptions(max_length=20), DecodingOptions(beam_size=4, max_length=20)):
+        got = translate_ids(captured, sources, options, 512, joined)
+        expected = translate_ids(uncaptured, sources, options, 512, joined)
+        assert [[h.tokens for h in n] for n in got] == [[h.tokens for h in n] for n in expected]
+        for rows in (1, 3):  # buckets replayed again, other rows in them
+            got = translate_ids(captured, sources[:rows], options, 512, joined)
+            expected = translate_ids(uncaptured, sources[:rows], options, 512, joined)
+            assert [n[0].tokens for n in got] == [n[0].tokens for n in expected]
