@@ -2,7 +2,7 @@
 
     python -m bench.continuous --json [--variants fp32,int8] [--beams 1,4] [--rows 16]
         [--requests 96] [--waiting 4] [--rounds 3] [--repository VERSION_DIR]
-        [--device cpu|cuda] [--io-binding] [--markdown FILE] [--quick]
+        [--device cpu|cuda] [--io-binding] [--static] [--markdown FILE] [--quick]
 
 The server's scheduler (service.scheduler: one continuous batch of at most `rows` rows)
 decodes `requests` test sentences, one request each, submitted so that `waiting` are always
@@ -16,7 +16,9 @@ reuse, or too many dead slots), and how many requests decoded identical tokens (
 int8 quantises its activations at run time, so tiny float differences between the two steps
 may change a token). `--device cuda` runs both on the GPU (IO binding, the cache on the
 device; fp16 and fp32 are the variants to compare there); `--io-binding` runs that device
-path on the CPU.
+path on the CPU. `--static` adds the static step (`OnnxEngine(cache="static")`: the in-place
+step at a fixed capacity over buffers per bucket of rows, each bucket's step replayed as a
+CUDA graph on cuda) as a third engine in the same rounds.
 """
 
 from __future__ import annotations
@@ -66,12 +68,13 @@ def stream(engine: OnnxEngine, sources, options: DecodingOptions, rows: int, wai
 
 def case(version, variant: str, beam: int, sources, args) -> dict:
     io_binding = True if args.io_binding else None  # None: the engine's default
+    caches = (*CACHES, "static") if args.static else CACHES
     engines = {
         cache: OnnxEngine(version, variant, args.device, io_binding=io_binding, cache=cache)
-        for cache in CACHES
+        for cache in caches
     }
     options = DecodingOptions(beam_size=beam, max_length=MAX_LENGTH)
-    rates: dict[str, list[float]] = {cache: [] for cache in CACHES}
+    rates: dict[str, list[float]] = {cache: [] for cache in caches}
     tokens, rebuilds = {}, {}
     for _ in range(args.warmup):
         for engine in engines.values():
@@ -82,17 +85,25 @@ def case(version, variant: str, beam: int, sources, args) -> dict:
                                                           args.waiting)  # fmt: skip
             rates[cache].append(rate)
     medians = {cache: statistics.median(r) for cache, r in rates.items()}
-    identical = sum(a == b for a, b in zip(tokens["in_place"], tokens["growing"], strict=True))
-    return {
+
+    def same(a: str, b: str) -> int:
+        return sum(x == y for x, y in zip(tokens[a], tokens[b], strict=True))
+
+    report = {
         "variant": variant,
         "beam": beam,
         "tokens_per_s": medians,
         "rounds": rates,
         "in_place_over_growing": medians["in_place"] / medians["growing"],
         "rebuilds": rebuilds,
-        "identical": identical,
+        "identical": same("in_place", "growing"),
         "requests": len(sources),
     }
+    if "static" in engines:  # its buckets captured on CUDA (the engine's default there)
+        report["static_over_growing"] = medians["static"] / medians["growing"]
+        report["static_identical_to_in_place"] = same("static", "in_place")
+        report["static_captured"] = engines["static"].static.capture
+    return report
 
 
 def markdown(report: dict) -> str:
@@ -113,6 +124,20 @@ def markdown(report: dict) -> str:
             f"{r['in_place_over_growing']:.3f} | {r['rebuilds']['in_place']}, "
             f"{r['rebuilds']['growing']} | {r['identical']}/{r['requests']} |"
         )
+    static = [r for r in report["cases"] if "static_over_growing" in r]
+    if static:
+        lines += [
+            "",
+            "| variant | beam | static tokens/s | CUDA graphs | static / growing | bucket moves "
+            "| identical to in place |",
+            "|---|--:|--:|---|--:|--:|--:|",
+        ]
+        for r in static:
+            lines.append(
+                f"| {r['variant']} | {r['beam']} | {r['tokens_per_s']['static']:.0f} | "
+                f"{'yes' if r['static_captured'] else 'no'} | {r['static_over_growing']:.3f} | "
+                f"{r['rebuilds']['static']} | {r['static_identical_to_in_place']}/{r['requests']} |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -128,6 +153,7 @@ def main(argv=None) -> int:
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--io-binding", action="store_true", help="the device path on any device")
+    parser.add_argument("--static", action="store_true", help="the static step as well")
     parser.add_argument("--quick", action="store_true", help="fp32 greedy, 12 requests, 1 round")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--markdown", type=Path)
@@ -137,7 +163,7 @@ def main(argv=None) -> int:
     version = verify(args.repository)
     spanish, _ = read_split(DATA, "test")
     sources = Tokenizer(version.tokenizer_file).encode_batch(spanish[: args.requests])
-    keys = ("rows", "requests", "waiting", "rounds", "device", "io_binding")
+    keys = ("rows", "requests", "waiting", "rounds", "device", "io_binding", "static")
     settings = {k: getattr(args, k) for k in keys}
     report = {"settings": settings, "cases": []}
     for variant in args.variants.split(","):

@@ -8,7 +8,7 @@
 #   bash bench/gpu.sh all       # everything in one command: ~12 min, over one command's 10
 #   BENCH_GPU_GRAPHS=traced bash bench/gpu.sh export  # the graphs traced by torch.export instead
 #   bash bench/gpu.sh static    # gpu tests of the fixed-capacity step + bench.static_step: ~5 min
-#   bash bench/gpu.sh inplace   # after export: gpu tests, then the served batch, cache in place vs growing (fp16): ~4 min
+#   bash bench/gpu.sh inplace   # after export: gpu tests, then the served batch, cache in place, growing and static with CUDA graphs (fp16): ~6 min
 #   bash bench/gpu.sh scaling   # after export: the CPU server, 1 and 16 workers (bench.scaling): ~5 min
 #
 # Carry: .gpu/tools, attnserve/v1 (generated gRPC code), data/translator/test.es and
@@ -34,11 +34,13 @@ case "$phase" in
     python3 -m pytest -q -m gpu tests/test_static_step.py tests/parity/test_translator_parity.py \
       2>&1 | tee "$out/gpu-tests.log" || true
     python3 -m bench.static_step --device cuda --traced --out "$out" ;;
-  inplace)  # the continuous batch on CUDA with its cache written in place (GQA, fp16 only)
+  inplace)  # the continuous batch on CUDA with its cache written in place (GQA, fp16 only),
+    # growing, and the static step (its buckets replayed as CUDA graphs)
     mkdir -p "$out"
-    python3 -m pytest -q -m gpu tests/parity/test_translator_parity.py 2>&1 | tee "$out/gpu-tests-in-place.log" || true
-    for rows in 16 64; do
-      python3 -m bench.continuous --device cuda --variants fp16 --rows "$rows" --requests 192 \
+    python3 -m pytest -q -m gpu tests/parity/test_translator_parity.py tests/test_static_batch.py \
+      2>&1 | tee "$out/gpu-tests-in-place.log" || true
+    for rows in 1 16 64; do
+      python3 -m bench.continuous --device cuda --variants fp16 --static --rows "$rows" --requests 192 \
         --repository "$work/repository/translator/1" --json --markdown "$out/continuous-cuda-$rows.md" \
         > "$out/continuous-cuda-$rows.json"
     done ;;
