@@ -73,12 +73,14 @@ def parity_devices(model_version: ModelVersion) -> dict[str, str]:
 
 def graph_certificate(model, model_version: ModelVersion, devices: dict[str, str]) -> dict:
     """Per variant: its graphs against PyTorch, the growing steps and, where shipped, the
-    steps whose cache is written in place."""
+    steps whose cache is written in place, and those at a fixed capacity (static)."""
     certificate = {}
     for v, device in devices.items():
         engines = [OnnxEngine(model_version, v, device, cache="growing")]
         if model_version.has_graph(v, IN_PLACE + "decoder"):
             engines.append(OnnxEngine(model_version, v, device, cache="in_place"))
+        if model_version.has_graph(v, STATIC + "decoder"):  # uncaptured: every shape case
+            engines.append(OnnxEngine(model_version, v, device, cache="static", capture=False))
         certificate[v] = {**graph_parity(model, *engines), "device": device}
     return certificate
 

@@ -188,8 +188,10 @@ def in_place_cases(model: Transformer, engine: OnnxEngine, tol: Tolerance, seed:
     carried = {s.output: s.input for s in engine.states}
     lengths = (*MEMORY_LENGTHS, config.max_length)
     step = DecoderStepGraph(model)
+    static = getattr(engine, "static", None)  # a fixed capacity: the buffers have it
     for batch, memory, past in product(BATCHES, lengths, PAST_LENGTHS):
-        inputs = _decoder_inputs(model, engine, batch, memory, past + 5, 1, rng)
+        capacity = static.capacity if static is not None else past + 5
+        inputs = _decoder_inputs(model, engine, batch, memory, capacity, 1, rng)
         tokens, buffers, cross, memory_mask = inputs[0], inputs[3:3 + len(carried)], \
             inputs[3 + len(carried):-1], inputs[-1]  # fmt: skip
         pasts = past - (np.arange(batch) * 7) % (past + 1)  # every row its own length
@@ -261,7 +263,7 @@ def cases(model, engine: OnnxEngine, tol: Tolerance, encoder: bool = True):
             *(caption_parity.encoder_cases(model, engine, tol) if encoder else ()),
             *caption_parity.decoder_cases(model, engine, tol),
         ]
-    steps = in_place_cases if engine.cache == "in_place" else decoder_cases
+    steps = in_place_cases if engine.cache in ("in_place", "static") else decoder_cases
     return [*(encoder_cases(model, engine, tol) if encoder else ()),
             *steps(model, engine, tol)]  # fmt: skip
 

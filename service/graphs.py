@@ -210,15 +210,15 @@ class ModelInterface:
         axes.update({s.input: None if s.in_place else s.time_axis for s in self.states})
         return axes
 
-    def in_place(self) -> ModelInterface:
+    def in_place(self, prefix: str = IN_PLACE) -> ModelInterface:
         """The same model with its growing cache written in place (`decoder_spec(in_place=
-        True)`, graphs named IN_PLACE + the growing form's name): ValueError for a model
-        without a growing state."""
+        True)`, graphs named `prefix` + the growing form's name: IN_PLACE, or STATIC for
+        its fixed-capacity form): ValueError for a model without a growing state."""
         if not any(s.time_axis is not None for s in self.states):
             raise ValueError(f"{self.kind}: no growing state to write in place")
         layers = sum(1 for s in self.states if s.time_axis is not None) // 2
         decoder = decoder_spec(layers, in_place=True)
-        decoder = GraphSpec(IN_PLACE + decoder.name, decoder.inputs, decoder.outputs)
+        decoder = GraphSpec(prefix + decoder.name, decoder.inputs, decoder.outputs)
         states = tuple(replace(s, in_place=s.time_axis is not None) for s in self.states)
         return replace(self, decoder=decoder, states=states)
 

@@ -137,7 +137,7 @@ class OnnxEngine:
         prefix = {"in_place": IN_PLACE, "static": STATIC}.get(cache, "")
         self.interface = model_interface(model)
         if prefix:
-            self.interface = self.interface.in_place()
+            self.interface = self.interface.in_place(prefix)
         elif not any(s.time_axis is not None for s in self.interface.states):
             cache = "none"  # no key/value cache (an LSTM's state)
         self.cache = cache  # "in_place", "growing" or "none"

@@ -13,6 +13,8 @@ CHECKED_GRAPHS = [(v, g) for v in ("fp32", "int8") for g in ("encoder", "decoder
 CHECKED_GRAPHS.append(("int8", "lean_decoder_one_row"))  # run for steps of one row
 # the same steps with their cache written in place (what the server runs on the CPU)
 CHECKED_GRAPHS += [(v, "in_place_" + g) for v, g in CHECKED_GRAPHS if g != "encoder"]
+# and in place at a fixed capacity, the steps CUDA graphs replay (float variants)
+CHECKED_GRAPHS += [("fp32", "static_" + g) for g in ("decoder", "lean_decoder")]
 
 
 @pytest.mark.slow
@@ -48,6 +50,7 @@ def test_whole_decodes_are_token_identical(exported_translator):
         "onnxruntime cached vs uncached",
         "onnxruntime padded batch vs alone",
         "onnxruntime cache in place vs growing",
+        "onnxruntime static step vs cache in place",
     }
     for name, report in settings.items():
         assert report["divergence_count"] == 0, (name, report["divergences"])
