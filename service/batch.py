@@ -33,6 +33,13 @@ ScatterND graph was measured slower than rebuilding: 287 against 390 single-sent
 for one busy scheduler on an H100, docs/benchmarks-gpu.md; ScatterND copies the whole
 tensor, and the dead slots it keeps are computed every step.) A reorder that only drops or
 permutes rows moves nothing on any engine.
+
+A static engine (`OnnxEngine(cache="static")`, service.static_step) fixes every shape: the
+slots are a bucket of rows (1, 2, 4, ...) whose buffers it allocated once, the memory has
+the longest source's size, the cache its fixed capacity. Rows are written into its slots,
+and copied between them, by the engine (its gather graph writing into the slots' memory on
+the device); a rebuild is a move to another bucket: a larger one when rows need more slots,
+a smaller one when a quarter of the slots or fewer are live.
 """
 
 from __future__ import annotations

@@ -166,3 +166,22 @@ def test_each_bucket_replayed_as_a_cuda_graph_decodes_as_uncaptured(tiny):
             got = translate_ids(captured, sources[:rows], options, 512, joined)
             expected = translate_ids(uncaptured, sources[:rows], options, 512, joined)
             assert [n[0].tokens for n in got] == [n[0].tokens for n in expected]
+
+
+def test_the_configured_cache_applies_where_the_version_ships_that_step(tiny):
+    from service.config import ServerConfig
+    from service.errors import InvalidArgument
+    from service.worker import _cache_for
+
+    _, version, _ = tiny
+    assert _cache_for("static", version, "fp32") == "static"
+    assert _cache_for("in_place", version, "fp32") == "in_place"
+    assert _cache_for("growing", version, "fp32") == "growing"
+    assert _cache_for("auto", version, "fp32") is None
+    # int8 has no static step (nor has a captioner any cached one): its own default
+    assert _cache_for("static", version, "int8") is None
+    ServerConfig(cache="static").validate()
+    with pytest.raises(InvalidArgument, match="io_binding cannot be false"):
+        ServerConfig(cache="static", io_binding=False).validate()
+    with pytest.raises(InvalidArgument, match="auto, in_place, growing or static"):
+        ServerConfig(cache="fixed").validate()
