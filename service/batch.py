@@ -218,24 +218,35 @@ class ContinuousBatch(Inference):
         self.alive, self._identity, self._left = np.arange(self.slots), True, False
 
     # -- a static engine's buckets ----------------------------------------------------------
+    def _memory_needed(self, new: int = 0) -> int:
+        """Memory positions the live rows use (at least `new`, a joining row's)."""
+        if self.rows == 0:
+            return max(new, 1)
+        used = self.memory_length - _trim(self.memory_mask[self.alive], leading=False)
+        return max(used, new, 1)
+
     def _join_static(self, memory, memory_mask: np.ndarray, state, inputs) -> None:
-        """New rows in free slots of the bucket, the batch moved to a larger bucket first
-        when too few are free."""
+        """New rows in free slots of the bucket; first into a bucket of more slots when too
+        few are free, or of a larger memory when theirs is longer."""
+        static, count = self.static, len(inputs)
+        extent = memory_mask.shape[1] - _trim(memory_mask, leading=False)  # what they use
+        size = static.memory_for(self._memory_needed(extent))
         free = np.flatnonzero(self._dead())
-        if self.bucket is None or len(free) < len(inputs):
-            self._move(self.static.slots_for(self.rows + len(inputs)))
+        if self.bucket is None or len(free) < count:
+            self._move(static.slots_for(self.rows + count), max(size, self._memory_size()))
             free = np.flatnonzero(self._dead())
-        slots = free[: len(inputs)]
-        static, bucket, rows = self.static, self.bucket, np.arange(len(inputs))
+        elif size > self.bucket.memory_size:
+            self._move(self.slots, size)
+        slots = free[:count]
+        bucket, rows = self.bucket, np.arange(count)
         for name, tensor in memory.items():
-            target = bucket.memory[name]
-            static.move(static.fit(tensor, target), rows, target, slots)
+            static.place(name, tensor, bucket.memory[name], slots)
         for name, tensor in state.items():  # an empty cache: nothing to write, in place
             if 0 not in shape_of(tensor):
                 target = bucket.state[name]
                 static.move(static.fit(tensor, target), rows, target, slots)
-        mask = np.zeros((len(inputs), self.memory_length), dtype=np.int64)
-        mask[:, : memory_mask.shape[1]] = memory_mask
+        mask = np.zeros((count, self.memory_length), dtype=np.int64)
+        mask[:, :extent] = memory_mask[:, :extent]
         self.memory_mask[slots] = mask
         static.move(mask, rows, bucket.memory_mask, slots)
         self.lengths[slots], self.inputs[slots], self.idle[slots] = 0, inputs, 0
@@ -244,33 +255,54 @@ class ContinuousBatch(Inference):
             self.alive, np.arange(self.slots)
         )
 
-    def _move(self, slots: int, order: np.ndarray | None = None) -> None:
-        """The batch into the bucket of `slots`: rows `order` of the slots (by default the
-        live rows; may repeat) into its first slots, by the engine, where the buffers live."""
-        static, target = self.static, self.static.bucket(slots)
+    def _memory_size(self) -> int:
+        return 0 if self.bucket is None else self.bucket.memory_size
+
+    def _move(self, slots: int, memory: int, order: np.ndarray | None = None) -> None:
+        """The batch into the bucket (`slots`, `memory`), by the engine where the buffers
+        live. Of as many slots: only the memory moves, every row keeps its slot (the cache
+        buffers are the same). Else rows `order` of the slots (by default the live rows; may
+        repeat) go to its first slots."""
+        static, target, old = self.static, self.static.bucket(slots, memory), self.bucket
+        if target is old:
+            raise ValueError("rows move between two buckets, not within one")
         live = self.alive if order is None else np.asarray(order, dtype=np.int64)
-        rows, old = np.arange(len(live)), self.bucket
-        mask = np.zeros((slots, target.memory_mask.shape()[1]), dtype=np.int64)
+        same = old is not None and old.slots == slots and order is None
+        places = live if same else np.arange(len(live))  # the slots the rows take
+        mask = np.zeros((slots, memory), dtype=np.int64)
         mask[:, 0] = 1  # a free slot attends to one memory position
         if old is not None and len(live):
-            if old is target:
-                raise ValueError("rows move between two buckets, not within one")
             for name, tensor in old.memory.items():
-                static.move(tensor, live, target.memory[name], rows)
-            for name, tensor in old.state.items():
-                static.move(tensor, live, target.state[name], rows)
-            mask[rows] = self.memory_mask[live]
-            static.move(mask[rows], rows, target.memory_mask, rows)
+                static.move_memory(name, tensor, live, target.memory[name], places)
+            if not same:
+                for name, tensor in old.state.items():
+                    static.move(tensor, live, target.state[name], places)
+            kept = min(memory, old.memory_size)
+            mask[places] = 0
+            mask[places, :kept] = self.memory_mask[live, :kept]
+            static.move(mask[places], np.arange(len(live)), target.memory_mask, places)
+        self.bucket, self.memory, self.state = target, target.memory, target.state
+        self.memory_mask = mask
+        self.rebuilds += 1
+        if same:
+            return
         lengths, inputs = np.zeros(slots, np.int64), np.zeros(slots, np.int64)
         if old is not None:
-            lengths[rows], inputs[rows] = self.lengths[live], self.inputs[live]
-        self.bucket, self.memory, self.state = target, target.memory, target.state
-        self.memory_mask, self.lengths, self.inputs = mask, lengths, inputs
+            lengths[places], inputs[places] = self.lengths[live], self.inputs[live]
+        self.lengths, self.inputs = lengths, inputs
         self.self_mask = np.zeros((slots, 0), dtype=np.int64)  # the static step has none
         self.idle = np.zeros(slots, dtype=np.int64)
-        self.alive, self._left = rows, False
-        self._identity = len(rows) == slots
-        self.rebuilds += 1
+        self.alive, self._left = places, False
+        self._identity = len(places) == slots
+
+    def _shrink_static(self) -> None:
+        """A bucket four times too large (slots or memory) for the live rows: a smaller one."""
+        static = self.static
+        slots = static.slots_for(self.rows) if 4 * self.rows <= self.slots else self.slots
+        size = static.memory_for(self._memory_needed())
+        memory = size if 4 * size <= self.bucket.memory_size else self.bucket.memory_size
+        if (slots, memory) != (self.slots, self.bucket.memory_size):
+            self._move(slots, memory)
 
     def _copy_static(self, origins: np.ndarray, targets: np.ndarray) -> None:
         """`_copy_rows` by the static engine: whole rows, within the bucket's buffers."""
@@ -307,9 +339,8 @@ class ContinuousBatch(Inference):
     def _forward(self, tokens: np.ndarray, attention: bool, search=None):
         """One step of every slot (a dead slot is fed padding): the engine's logits of every
         slot, the live rows' attention (or None), and the live slots (None: every slot)."""
-        if self.static is not None:  # a bucket four times too large: a smaller one
-            if self.slots > 1 and 4 * self.rows <= self.slots:
-                self._move(self.static.slots_for(self.rows))
+        if self.static is not None:
+            self._shrink_static()
         elif self._worth_rebuilding():
             self._rebuild()
         identity = self._identity
@@ -326,7 +357,8 @@ class ContinuousBatch(Inference):
         if self.static is None:
             ones = np.ones((self.slots, new), np.int64)
             self.self_mask = np.concatenate([self.self_mask, ones], 1)
-        encoder = EncoderOutput(self.memory, self.memory_mask)
+        mask = self.memory_mask if self.static is None else self.bucket.memory_mask
+        encoder = EncoderOutput(self.memory, mask)
         logits, self.state, seen = self.engine.step(
             tokens, positions, self.self_mask, self.state, encoder, attention, search
         )
@@ -372,7 +404,7 @@ class ContinuousBatch(Inference):
             return
         free = np.setdiff1d(np.arange(self.slots), slots[first])
         if self.static is not None and len(repeats) > len(free):
-            self._move(self.static.slots_for(len(slots)), order=slots)
+            self._move(self.static.slots_for(len(slots)), self.bucket.memory_size, slots)
             return
         if not self.in_place or len(repeats) > len(free):
             self.alive = slots

@@ -351,7 +351,7 @@ class OnnxEngine:
         (the state returned is the buffers given, or larger ones when a row needed more
         positions than they hold)."""
         if self.static is not None:
-            return self._static_step(input_ids, positions, state, attention, search)
+            return self._static_step(input_ids, positions, state, encoder, attention, search)
         if self.in_place:
             if shape_of(input_ids)[1] != 1:
                 raise ValueError("a cache written in place takes one new token per row a step")
@@ -394,12 +394,13 @@ class OnnxEngine:
             self._searched = (logits, request, Candidates(*(named[n] for n in CANDIDATES)))
         return logits, {s.input: named[s.output] for s in self.states}, seen
 
-    def _static_step(self, input_ids, positions, state: Tensors, attention: bool, search):
-        """The static step over the bucket whose cache buffers `state` are (its memory and
-        mask are that bucket's too): the lean step with its search where no alignment is
-        kept, one captured graph per bucket and k."""
+    def _static_step(self, input_ids, positions, state: Tensors, encoder: EncoderOutput,
+                     attention: bool, search):  # fmt: skip
+        """The static step over the bucket whose memory mask `encoder`'s is (its memory and
+        cache buffers are that bucket's too): the lean step with its search where no
+        alignment is kept, one captured graph per bucket and k."""
         static = self.static
-        bucket = static.owner(state)
+        bucket = static.owner(encoder.memory_mask)
         if shape_of(input_ids) != (bucket.slots, 1):
             raise ValueError(f"a static step takes one token for each of its {bucket.slots} slots")
         if int(np.max(positions)) >= static.capacity:

@@ -30,6 +30,8 @@ from service.errors import ModelRepositoryError
 from service.graphs import StateSpec
 from service.onnx_engine import ORT_TYPES, PROVIDERS, session_options
 
+MIN_MEMORY = 16  # the smallest memory size of the static step's buckets
+
 
 def bucket(rows: int, max_rows: int) -> int:
     """The bucket of `rows`: the next power of two, at most `max_rows` (a bucket too)."""
@@ -260,43 +262,60 @@ def _runs(slots: np.ndarray) -> list[tuple[int, int]]:
     return list(itertools.pairwise(bounds))
 
 
+def _allocate(device: str, shape, dtype, fill=None) -> ort.OrtValue:
+    array = np.zeros(shape, dtype=dtype)
+    if fill is not None:
+        fill(array)
+    return ort.OrtValue.ortvalue_from_numpy(array, device, 0)
+
+
+def _shape(meta, sizes: dict[str, int]) -> list[int]:
+    return [d if isinstance(d, int) else sizes[d] for d in meta.shape]
+
+
+class Slots:
+    """What a number of slots holds whatever its memory size: the ids and positions fed and
+    the cache buffers (read and written in place), shared by its buckets of every memory
+    size (a batch is in one of them at a time, so the cache never moves between them)."""
+
+    def __init__(self, engine, slots: int):
+        device, inputs = engine.device, {i.name: i for i in engine.decoder.get_inputs()}
+        self.ids = _allocate(device, (slots, 1), np.int64)
+        self.positions = _allocate(device, (slots, 1), np.int64)
+        sizes, floats = {"batch": slots}, engine.float_dtype
+        self.state = {
+            s.input: _allocate(device, _shape(inputs[s.input], sizes), floats)
+            for s in engine.states
+        }
+
+
 class Bucket:
-    """The buffers of one bucket of rows of the static step, allocated once: the step's
-    inputs (ids, positions, memory and its mask), its cache buffers (read and written in
-    place) and its outputs; and a binding per way of running it."""
+    """The buffers of one bucket of the static step, (slots, memory size), allocated once:
+    its slots' (`Slots`), the memory and its mask, the step's outputs; and a binding per
+    way of running it."""
 
-    def __init__(self, engine, slots: int, memory: int):
-        self.slots = slots
-        device = engine.device
-        inputs = {i.name: i for i in engine.decoder.get_inputs()}
-
-        def allocate(name: str, shape, dtype, fill=None) -> ort.OrtValue:
-            array = np.zeros(shape, dtype=dtype)
-            if fill is not None:
-                fill(array)
-            return ort.OrtValue.ortvalue_from_numpy(array, device, 0)
-
-        def shape(name: str) -> list[int]:
-            sizes = {"batch": slots, "memory": memory}
-            return [d if isinstance(d, int) else sizes[d] for d in inputs[name].shape]
-
-        floats = engine.float_dtype
-        self.ids = allocate("input_ids", (slots, 1), np.int64)
-        self.positions = allocate("positions", (slots, 1), np.int64)
+    def __init__(self, engine, slots: Slots, count: int, memory: int):
+        self.slots, self.memory_size = count, memory
+        device, inputs = engine.device, {i.name: i for i in engine.decoder.get_inputs()}
+        self.ids, self.positions, self.state = slots.ids, slots.positions, slots.state
         # a free slot attends to one memory position, so that its numbers stay finite
-        self.memory_mask = allocate("memory_mask", (slots, memory), np.int64,
-                                    lambda a: a.__setitem__((slice(None), 0), 1))  # fmt: skip
-        self.memory = {n: allocate(n, shape(n), floats) for n in engine.memory_names}
-        self.state = {s.input: allocate(s.input, shape(s.input), floats) for s in engine.states}
-        self.outputs: dict[str, ort.OrtValue] = {}  # by output name, shared by the bindings
-        self.bindings: dict[tuple, tuple] = {}  # (session, k) -> (binding, run options, feeds)
+        self.memory_mask = _allocate(device, (count, memory), np.int64,
+                                     lambda a: a.__setitem__((slice(None), 0), 1))  # fmt: skip
+        sizes = {"batch": count, "memory": memory}
+        self.memory = {
+            n: _allocate(device, _shape(inputs[n], sizes), engine.float_dtype)
+            for n in engine.memory_names
+        }
+        self.outputs: dict[tuple, ort.OrtValue] = {}  # by (output name, k)
+        self.bindings: dict[tuple, tuple] = {}  # (session, k) -> (binding, options, feeds, ..)
 
 
 class StaticBatches:
     """An engine's static step (`OnnxEngine(cache="static")`): the in-place step with a fixed
-    capacity, run over buffers allocated once per bucket of rows (1, 2, 4, ...; the
-    continuous batch pads its rows up to one) and a fixed memory size, so that every run of
-    a bucket has the same shapes at the same addresses: on CUDA each (bucket, step, k) is
+    capacity, run over buffers allocated once per bucket: a number of slots (1, 2, 4, ...;
+    the continuous batch pads its rows up to one) and a memory size (16, 32, ... up to the
+    longest source; the batch's longest memory padded up to one), so that every run of a
+    bucket has the same shapes at the same addresses: on CUDA each (bucket, step, k) is
     captured once as a CUDA graph (onnxruntime's `gpu_graph_id`) and replayed with one
     launch. Rows are written into a bucket's slots, and moved between buckets, by the
     version's gather graph writing straight into the slots' memory (its output bound to the
@@ -305,31 +324,45 @@ class StaticBatches:
 
     def __init__(self, engine, memory: int, capture: bool):
         self.engine, self.memory, self.capture = engine, memory, capture
+        inputs = {i.name: i for i in engine.decoder.get_inputs()}
         first = engine.states[0]
-        capacity = engine.decoder.get_inputs()[
-            [i.name for i in engine.decoder.get_inputs()].index(first.input)
-        ].shape[first.time_axis]
+        capacity = inputs[first.input].shape[first.time_axis]
         if not isinstance(capacity, int):
             raise ModelRepositoryError(f"{engine.variant} static step: its capacity is not fixed")
         self.capacity = capacity
-        self.buckets: dict[int, Bucket] = {}
-        self._owner: dict[int, Bucket] = {}  # id of a bucket's first state buffer -> bucket
+        self.axes = engine.interface.growing_axes()  # a memory tensor's memory axis
+        self.slot_sets: dict[int, Slots] = {}
+        self.buckets: dict[tuple[int, int], Bucket] = {}  # by (slots, memory size)
+        self._owner: dict[int, Bucket] = {}  # id of a bucket's memory mask -> bucket
         self._graphs = 0  # CUDA graph ids given
 
     def slots_for(self, rows: int) -> int:
-        """The bucket that holds `rows` rows: the next power of two."""
+        """The number of slots that holds `rows` rows: the next power of two."""
         return 1 << max(rows - 1, 0).bit_length()
 
-    def bucket(self, slots: int) -> Bucket:
-        """The buffers of the bucket of `slots` rows (allocated on first use, then kept)."""
-        bucket = self.buckets.get(slots)
+    def memory_for(self, length: int) -> int:
+        """The memory size that holds `length` positions: the next power of two from
+        MIN_MEMORY, at most the longest source."""
+        if length > self.memory:
+            raise ValueError(f"{length} memory positions: the static step holds {self.memory}")
+        return min(max(MIN_MEMORY, 1 << max(length - 1, 0).bit_length()), self.memory)
+
+    def bucket(self, slots: int, memory: int | None = None) -> Bucket:
+        """The buffers of the bucket (`slots`, `memory`; by default the longest source's),
+        allocated on first use, then kept."""
+        memory = self.memory if memory is None else memory
+        bucket = self.buckets.get((slots, memory))
         if bucket is None:
-            bucket = self.buckets[slots] = Bucket(self.engine, slots, self.memory)
-            self._owner[id(next(iter(bucket.state.values())))] = bucket
+            shared = self.slot_sets.get(slots) or self.slot_sets.setdefault(
+                slots, Slots(self.engine, slots)
+            )
+            bucket = self.buckets[(slots, memory)] = Bucket(self.engine, shared, slots, memory)
+            self._owner[id(bucket.memory_mask)] = bucket
         return bucket
 
-    def owner(self, state) -> Bucket:
-        bucket = self._owner.get(id(next(iter(state.values()))))
+    def owner(self, memory_mask) -> Bucket:
+        """The bucket whose memory mask `memory_mask` is."""
+        bucket = self._owner.get(id(memory_mask))
         if bucket is None:
             raise ValueError("a static step runs over the buffers of one of its buckets")
         return bucket
@@ -377,6 +410,24 @@ class StaticBatches:
                                 address)  # fmt: skip
             session.run_with_iobinding(binding)
 
+    def move_memory(self, name: str, source, index: np.ndarray, target, slots: np.ndarray):
+        """`move` for the memory tensor `name` between buckets of two memory sizes: rows
+        `index` gathered, padded or cut on their memory axis to `target`'s (positions beyond
+        every row's memory are padding), then written into `slots`."""
+        if source.shape()[1:] == target.shape()[1:]:
+            self.move(source, index, target, slots)
+            return
+        self.place(name, self.engine.take(source, index), target, slots)
+
+    def place(self, name: str, rows, target, slots: np.ndarray) -> None:
+        """The memory tensor `name`'s `rows` (all of them, any memory size not longer than
+        what they use of it) into `slots` of `target`, padded or cut on the memory axis."""
+        axis, size = self.axes[name], target.shape()[self.axes[name]]
+        shape = rows.shape if isinstance(rows, np.ndarray) else rows.shape()
+        if shape[axis] > size:
+            rows = self.engine.narrow(rows, axis, 0, size)
+        self.move(self.fit(rows, target), np.arange(shape[0]), target, slots)
+
     # -- the step -----------------------------------------------------------------------------
     def _binding(self, bucket: Bucket, session: ort.InferenceSession, k: int | None):
         key = (id(session), k)
@@ -405,7 +456,7 @@ class StaticBatches:
                 continue
             value = bucket.outputs.get((o.name, k))
             if value is None:
-                sizes = {"batch": bucket.slots, "memory": self.memory, "one": 1}
+                sizes = {"batch": bucket.slots, "memory": bucket.memory_size, "one": 1}
                 shape = [d if isinstance(d, int) else sizes.get(d, k) for d in o.shape]
                 value = ort.OrtValue.ortvalue_from_numpy(
                     np.zeros(shape, dtype=ORT_TYPES[o.type]), device, 0

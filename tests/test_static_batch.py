@@ -112,7 +112,47 @@ def test_rows_join_free_slots_move_between_buckets_and_decode_as_alone(tiny):
     rows, fed = [rows[5]], [fed[5]]
     step()
     assert batch.slots == 1 and batch.state["past_key_values.0.key"] is first
-    assert sorted(static.static.buckets) == [1, 4, 8]
+    assert sorted(static.static.slot_sets) == [1, 4, 8]
+
+
+def test_a_longer_memory_moves_the_batch_and_every_row_keeps_its_slot(tiny):
+    """A joining source longer than the bucket's memory: the batch moves to a bucket of as
+    many slots and a larger memory (only the memory moves, the cache stays in its buffers);
+    once that row leaves, to a smaller memory again. Rows decode as alone throughout."""
+    _, version, _ = tiny
+    rng = np.random.default_rng(8)
+    vocab = int(version.config["vocab_size"])
+    sources = [list(rng.integers(4, vocab, size=n)) for n in (5, 6, 40)]
+    static = OnnxEngine(version, "fp32", cache="static")
+    reference = OnnxEngine(version, "fp32", cache="growing")
+    encoder = static.encode(*source_batch(sources, 512))
+    batch = ContinuousBatch(static)
+    batch.join(encoder, np.array([0, 1]))
+    assert (batch.slots, batch.bucket.memory_size) == (2, 16)
+    alone = {i: _alone(reference, sources[i]) for i in range(3)}
+    fed = {i: [static.special_tokens.bos] for i in range(3)}
+
+    def step(live: list[int]) -> None:
+        logits, _ = batch.step(np.array([[fed[i][-1]] for i in live]))
+        for r, i in enumerate(live):
+            expected, _ = alone[i].step(np.array([[fed[i][-1]]]))
+            np.testing.assert_allclose(logits[r], expected[0], atol=1e-4)
+            fed[i].append(int(expected[0].argmax()))
+
+    step([0, 1])
+    step([0, 1])
+    batch.reorder(np.array([0]))  # row 1 leaves a free slot
+    cache, slot, moves = batch.state["past_key_values.0.key"], batch.alive[0], batch.rebuilds
+    batch.join(encoder, np.array([2]))  # 41 memory positions: a bucket of 64
+    assert (batch.slots, batch.bucket.memory_size) == (2, 64) and batch.rebuilds == moves + 1
+    assert batch.alive[0] == slot and batch.state["past_key_values.0.key"] is cache
+    step([0, 2])
+    step([0, 2])
+    batch.reorder(np.array([0]))  # the long row leaves: 6 positions in a memory of 64
+    step([0])
+    assert (batch.slots, batch.bucket.memory_size) == (2, 16) and batch.rebuilds == moves + 2
+    step([0])
+    assert sorted(static.static.buckets) == [(2, 16), (2, 64)]
 
 
 @pytest.mark.parametrize(
@@ -144,7 +184,7 @@ def test_the_static_step_refuses_what_it_cannot_run(tiny):
     static = OnnxEngine(version, "fp32", cache="static")
     with pytest.raises(ValueError, match="buffers of one of its buckets"):
         translate_ids(static, sources[:2], DecodingOptions(max_length=4), 512)
-    keys = static.static.bucket(1).memory["encoder.0.key"]
+    keys = static.static.bucket(1).memory["encoder.0.key"]  # the longest source's size
     longer = np.zeros((1, 4, static.static.memory + 1, 8), np.float32)
     with pytest.raises(ValueError, match="do not fit"):
         static.static.fit(longer, keys)
