@@ -15,9 +15,11 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pytest
 
+from service.batch import joined
 from service.batching import source_batch
 from service.captioning import caption_images, pixels
 from service.decoding import DecodingOptions
+from service.inference import CachedInference
 from service.messages import Admitted, Failure, Result
 from service.onnx_engine import OnnxEngine
 from service.scheduler import Job, Scheduler
@@ -47,7 +49,9 @@ class Kind:
 
     def alone(self, sources, options: DecodingOptions):
         if isinstance(sources[0], list):
-            return translate_ids(self.engine, sources, options, 512)
+            # a static engine's step runs over its buckets: a batch of its own, alone
+            alone = joined if getattr(self.engine, "static", None) else CachedInference
+            return translate_ids(self.engine, sources, options, 512, alone)
         return caption_images(self.engine, np.stack(sources), options)
 
     def job(self, job_id: int, sources, options: DecodingOptions, **kw) -> Job:
