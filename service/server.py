@@ -169,7 +169,9 @@ class Front:
                 "service": model.service,
                 "precision": variant,
                 "execution_provider": info.get("provider", ""),
-                "cache": info.get("cache", ""),  # the key/value cache in place, or growing
+                "cache": info.get("cache", ""),  # in place, growing, static (or none)
+                # whether each bucket of the static step is replayed as a CUDA graph
+                "cuda_graphs": str(bool(info.get("cuda_graphs"))).lower(),
             }
         )
 

@@ -131,6 +131,7 @@ def _load_model(settings: WorkerSettings, model_version, variant: str):
     info = {
         "provider": engine.decoder.get_providers()[0],
         "cache": engine.cache,
+        "cuda_graphs": bool(engine.static is not None and engine.static.capture),
         "kind": engine.kind,
         "golden_inputs": checked,
     }

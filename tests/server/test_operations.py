@@ -245,6 +245,7 @@ def test_metrics_endpoint_passes_promtool_and_has_every_metric(server):
         precision="fp32",
         execution_provider="CPUExecutionProvider",
         cache="in_place",  # the translator's steps write their cache in place on the CPU
+        cuda_graphs="false",
     )
     assert info == 1
 
