@@ -28,6 +28,11 @@ step without the cross-attention output, export.builder), for a single row its o
 where the variant has one (int8: a matrix-vector kernel), else the full step with that
 output left unfetched.
 
+The static step (`cache="static"`, service.static_step) is the in-place step at a fixed
+capacity over buffers allocated once per bucket of rows and memory size, so that CUDA graphs
+can replay it (each bucket's step captured once); the continuous batch moves rows between
+its buckets.
+
 One compute thread per session is the fastest setting on small CPUs (docs/benchmarks.md); a
 server scales by running more workers, not more threads per worker.
 """
@@ -140,7 +145,7 @@ class OnnxEngine:
             self.interface = self.interface.in_place(prefix)
         elif not any(s.time_axis is not None for s in self.interface.states):
             cache = "none"  # no key/value cache (an LSTM's state)
-        self.cache = cache  # "in_place", "growing" or "none"
+        self.cache = cache  # "in_place", "growing", "static" or "none"
         self.kind = self.interface.kind
         self.special_tokens = SpecialTokens.from_manifest(model.manifest["special_tokens"])
         self.float_dtype = np.dtype(np.float16 if variant == "fp16" else np.float32)
@@ -416,11 +421,13 @@ class OnnxEngine:
         else:
             out = static.run(bucket, self.decoder, input_ids, positions)
         logits = out["logits"]
+        # the bucket's output buffers are written again by the next step (on the CPU their
+        # numpy() is a view of them): what leaves the step is copied
         if ranked:
-            found = Candidates(*(out[n].numpy() for n in CANDIDATES))
+            found = Candidates(*(np.array(out[n].numpy()) for n in CANDIDATES))
             self._searched = (logits, request, found)
         name = self.interface.attention
-        seen = out[name].numpy().astype(np.float32, copy=False) if attention else None
+        seen = np.array(out[name].numpy(), dtype=np.float32) if attention else None
         return logits, state, seen
 
     def _capacity(self, state: Tensors, needed: int) -> Tensors:
@@ -447,6 +454,8 @@ class OnnxEngine:
     def host(self, logits) -> np.ndarray:
         if not isinstance(logits, np.ndarray):
             logits = logits.numpy()
+            if self.static is not None:  # a bucket's buffer, written again by the next step
+                return np.array(logits, dtype=np.float32)
         return logits.astype(np.float32, copy=False)
 
     def _bias_for(self, banned: tuple[int, ...], vocab: int):

@@ -225,3 +225,22 @@ def test_the_configured_cache_applies_where_the_version_ships_that_step(tiny):
         ServerConfig(cache="static", io_binding=False).validate()
     with pytest.raises(InvalidArgument, match="auto, in_place, growing or static"):
         ServerConfig(cache="fixed").validate()
+
+
+def test_what_leaves_a_step_is_not_overwritten_by_the_next(tiny):
+    """The bucket's output buffers are written by every step; the logits, attention and
+    candidates a step hands out are the caller's."""
+    from service.search import SearchRequest
+
+    _, version, sources = tiny
+    static = OnnxEngine(version, "fp32", cache="static")
+    batch = joined(static, static.encode(*source_batch(sources[:2], 512)), 2)
+    bos = static.special_tokens.bos
+    logits, attention = batch.step(np.array([[bos], [bos]]))
+    candidates, _ = batch.search_step(np.array([[5], [6]]), SearchRequest(k=3, attention=False))
+    held = [a.copy() for a in (logits, attention, candidates.ids, candidates.log_probs)]
+    batch.step(np.array([[7], [8]]))
+    batch.search_step(np.array([[9], [10]]), SearchRequest(k=3, attention=False))
+    for kept, now in zip(held, (logits, attention, candidates.ids, candidates.log_probs),
+                         strict=True):  # fmt: skip
+        np.testing.assert_array_equal(kept, now)
