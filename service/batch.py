@@ -64,6 +64,11 @@ def _trim(mask: np.ndarray, leading: bool) -> int:
     return mask.shape[1] - (int(used[-1]) + 1 if len(used) else 0)
 
 
+def _extent(mask: np.ndarray) -> int:
+    """Columns of `mask` (rows, L) up to the last any row uses."""
+    return mask.shape[1] - _trim(mask, leading=False)
+
+
 def _write_rows(tensor: np.ndarray, slots: np.ndarray, new: np.ndarray) -> None:
     """Rows `slots` of `tensor` take `new` over its own extent (the rest stays, masked)."""
     tensor[(slots, *map(slice, new.shape[1:]))] = new
@@ -163,19 +168,35 @@ class ContinuousBatch(Inference):
 
     def _reuse(self, slots: np.ndarray, memory, memory_mask: np.ndarray, state, inputs) -> None:
         """New rows in dead slots: memory and state written in place (a growing state's past
-        is masked instead)."""
+        is masked instead; an empty one is nothing to write), by the static engine where
+        it holds the buffers."""
+        static, extent = self.static, _extent(memory_mask)
         for name, tensor in memory.items():
-            _write_rows(self.memory[name], slots, tensor)
+            if static is None:
+                _write_rows(self.memory[name], slots, tensor)
+            else:  # padded or cut to the bucket's memory size
+                static.place(name, tensor, self.memory[name], slots)
         for name, tensor in state.items():
-            _write_rows(self.state[name], slots, tensor)
+            if 0 in shape_of(tensor):
+                continue
+            if static is None:
+                _write_rows(self.state[name], slots, tensor)
+            else:
+                target = self.state[name]
+                static.move(static.fit(tensor, target), np.arange(len(slots)), target, slots)
         self.memory_mask[slots] = 0
-        self.memory_mask[slots, : memory_mask.shape[1]] = memory_mask
+        self.memory_mask[slots, :extent] = memory_mask[:, :extent]
+        if static is not None:
+            static.move(self.memory_mask[slots], np.arange(len(slots)),
+                        self.bucket.memory_mask, slots)  # fmt: skip
         self.self_mask[slots] = 0
         self.lengths[slots], self.inputs[slots], self.idle[slots] = 0, inputs, 0
-        self.alive = np.concatenate([self.alive, slots])
-        self._identity = self.slots == self.rows and np.array_equal(
-            self.alive, np.arange(self.slots)
-        )
+        self._set_alive(np.concatenate([self.alive, slots]))
+
+    def _set_alive(self, alive: np.ndarray) -> None:
+        """The slots of the rows, in row order."""
+        self.alive = alive
+        self._identity = self.slots == self.rows and np.array_equal(alive, np.arange(self.slots))
 
     def _rebuild(self, new=None) -> None:
         """Gathers the live rows into fresh tensors without padding columns, appending the
@@ -222,38 +243,20 @@ class ContinuousBatch(Inference):
         """Memory positions the live rows use (at least `new`, a joining row's)."""
         if self.rows == 0:
             return max(new, 1)
-        used = self.memory_length - _trim(self.memory_mask[self.alive], leading=False)
-        return max(used, new, 1)
+        return max(_extent(self.memory_mask[self.alive]), new, 1)
 
     def _join_static(self, memory, memory_mask: np.ndarray, state, inputs) -> None:
         """New rows in free slots of the bucket; first into a bucket of more slots when too
         few are free, or of a larger memory when theirs is longer."""
         static, count = self.static, len(inputs)
-        extent = memory_mask.shape[1] - _trim(memory_mask, leading=False)  # what they use
-        size = static.memory_for(self._memory_needed(extent))
+        size = static.memory_for(self._memory_needed(_extent(memory_mask)))
         free = np.flatnonzero(self._dead())
         if self.bucket is None or len(free) < count:
             self._move(static.slots_for(self.rows + count), max(size, self._memory_size()))
             free = np.flatnonzero(self._dead())
         elif size > self.bucket.memory_size:
             self._move(self.slots, size)
-        slots = free[:count]
-        bucket, rows = self.bucket, np.arange(count)
-        for name, tensor in memory.items():
-            static.place(name, tensor, bucket.memory[name], slots)
-        for name, tensor in state.items():  # an empty cache: nothing to write, in place
-            if 0 not in shape_of(tensor):
-                target = bucket.state[name]
-                static.move(static.fit(tensor, target), rows, target, slots)
-        mask = np.zeros((count, self.memory_length), dtype=np.int64)
-        mask[:, :extent] = memory_mask[:, :extent]
-        self.memory_mask[slots] = mask
-        static.move(mask, rows, bucket.memory_mask, slots)
-        self.lengths[slots], self.inputs[slots], self.idle[slots] = 0, inputs, 0
-        self.alive = np.concatenate([self.alive, slots])
-        self._identity = self.slots == self.rows and np.array_equal(
-            self.alive, np.arange(self.slots)
-        )
+        self._reuse(free[:count], memory, memory_mask, state, inputs)
 
     def _memory_size(self) -> int:
         return 0 if self.bucket is None else self.bucket.memory_size
@@ -296,28 +299,16 @@ class ContinuousBatch(Inference):
         self._identity = len(places) == slots
 
     def _shrink_static(self) -> None:
-        """A bucket four times too large (slots or memory) for the live rows: a smaller one."""
-        static = self.static
+        """A bucket four times too large (slots or memory) for the live rows: a smaller one.
+        The memory the rows use shrinks only when rows leave, so it is looked at then."""
+        static, memory = self.static, self.bucket.memory_size
         slots = static.slots_for(self.rows) if 4 * self.rows <= self.slots else self.slots
-        size = static.memory_for(self._memory_needed())
-        memory = size if 4 * size <= self.bucket.memory_size else self.bucket.memory_size
+        if self._left:
+            self._left = False
+            size = static.memory_for(self._memory_needed())
+            memory = size if 4 * size <= memory else memory
         if (slots, memory) != (self.slots, self.bucket.memory_size):
             self._move(slots, memory)
-
-    def _copy_static(self, origins: np.ndarray, targets: np.ndarray) -> None:
-        """`_copy_rows` by the static engine: whole rows, within the bucket's buffers."""
-        static, bucket = self.static, self.bucket
-        for tensor in bucket.state.values():
-            static.move(tensor, origins, tensor, targets)
-        other = self.inputs[origins] != self.inputs[targets]
-        if other.any():
-            o, t = origins[other], targets[other]
-            for tensor in bucket.memory.values():
-                static.move(tensor, o, tensor, t)
-            self.memory_mask[t] = self.memory_mask[o]
-            static.move(self.memory_mask[t], np.arange(len(t)), bucket.memory_mask, t)
-        self.lengths[targets] = self.lengths[origins]
-        self.inputs[targets] = self.inputs[origins]
 
     # -- stepping ---------------------------------------------------------------------------
     def _worth_rebuilding(self) -> bool:
@@ -412,33 +403,35 @@ class ContinuousBatch(Inference):
             return
         targets = slots.copy()
         targets[repeats] = free[: len(repeats)]
-        if self.static is not None:
-            self._copy_static(slots[repeats], targets[repeats])
-        else:
-            self._copy_rows(slots[repeats], targets[repeats])
+        self._copy_rows(slots[repeats], targets[repeats])
         self.idle[targets] = 0
         self._left |= len(targets) < self.rows
-        self.alive = targets
-        self._identity = self.slots == self.rows and np.array_equal(
-            self.alive, np.arange(self.slots)
-        )
+        self._set_alive(targets)
 
     def _copy_rows(self, origins: np.ndarray, targets: np.ndarray) -> None:
         """Copies slots `origins` to slots `targets` (disjoint) in place; the memory only
-        where the input differs (beams of one input share theirs)."""
-        length = int(self.lengths[origins].max(initial=0))
-        for name, tensor in self.state.items():
-            if name in self.buffers:  # only the positions the rows have written
-                part = written(self.buffers[name], length)
-                tensor[(targets, *part[1:])] = tensor[(origins, *part[1:])]
+        where the input differs (beams of one input share theirs). A static engine copies
+        whole rows within its buffers, where they live."""
+        length, static = int(self.lengths[origins].max(initial=0)), self.static
+
+        def copy(tensor, o: np.ndarray, t: np.ndarray, part: tuple = ()) -> None:
+            if static is None:
+                tensor[(t, *part)] = tensor[(o, *part)]
             else:
-                tensor[targets] = tensor[origins]
+                static.move(tensor, o, tensor, t)
+
+        for name, tensor in self.state.items():
+            # host buffers: only the positions the rows have written
+            part = written(self.buffers[name], length)[1:] if name in self.buffers else ()
+            copy(tensor, origins, targets, part)
         other = self.inputs[origins] != self.inputs[targets]
         if other.any():
             o, t = origins[other], targets[other]
             for tensor in self.memory.values():
-                tensor[t] = tensor[o]
+                copy(tensor, o, t)
             self.memory_mask[t] = self.memory_mask[o]
+            if static is not None:
+                static.move(self.memory_mask[t], np.arange(len(t)), self.bucket.memory_mask, t)
         self.self_mask[targets] = self.self_mask[origins]
         self.lengths[targets] = self.lengths[origins]
         self.inputs[targets] = self.inputs[origins]

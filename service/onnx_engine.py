@@ -415,7 +415,7 @@ class OnnxEngine:
         ranked = lean and search is not None and search.temperature is None
         request = search if ranked else SearchRequest()
         if lean:
-            k = min(request.k or self.vocab, self.vocab)
+            k = request.width(self.vocab)
             out = static.run(bucket, self.lean_decoder, input_ids, positions, k,
                              tuple(request.banned))  # fmt: skip
         else:
@@ -441,15 +441,21 @@ class OnnxEngine:
             tensor = state[name]
             shape = list(shape_of(tensor))
             shape[spec.time_axis] = max(needed, 2 * shape[spec.time_axis], MIN_CAPACITY)
-            if isinstance(tensor, np.ndarray):
-                larger = np.zeros(shape, dtype=tensor.dtype)
-                larger[tuple(map(slice, tensor.shape))] = tensor
-            else:  # joined with no rows of the larger size: padded to it, on the device
-                shape[spec.batch_axis] = 0
-                empty = np.zeros(shape, dtype=ORT_TYPES[tensor.data_type()])
-                larger = self.join(tensor, ort.OrtValue.ortvalue_from_numpy(empty, self.device, 0))
-            grown[name] = larger
+            grown[name] = self.pad(tensor, shape)
         return grown
+
+    def pad(self, tensor, shape):
+        """`tensor` right-padded with zeros to `shape` (rows on axis 0 unchanged), where it
+        lives."""
+        if tuple(shape_of(tensor)) == tuple(shape):
+            return tensor
+        if isinstance(tensor, np.ndarray):
+            padded = np.zeros(shape, dtype=tensor.dtype)
+            padded[tuple(map(slice, tensor.shape))] = tensor
+            return padded
+        # joined with no rows of the larger size: padded to it, on the device
+        empty = np.zeros([0, *shape[1:]], dtype=ORT_TYPES[tensor.data_type()])
+        return self.join(tensor, ort.OrtValue.ortvalue_from_numpy(empty, self.device, 0))
 
     def host(self, logits) -> np.ndarray:
         if not isinstance(logits, np.ndarray):
@@ -459,11 +465,10 @@ class OnnxEngine:
         return logits.astype(np.float32, copy=False)
 
     def _bias_for(self, banned: tuple[int, ...], vocab: int):
-        """(1, vocab) float32: -inf at the banned tokens, 0 elsewhere (kept on the device)."""
+        """`banned_bias`, kept (on the device with IO binding) for the next steps."""
         key = (banned, vocab)
         if key not in self._bias:
-            bias = np.zeros((1, vocab), dtype=np.float32)
-            bias[0, list(banned)] = -np.inf
+            bias = banned_bias(banned, vocab)
             if self.io_binding:
                 bias = ort.OrtValue.ortvalue_from_numpy(bias, self.device, 0)
             self._bias[key] = bias
@@ -473,7 +478,7 @@ class OnnxEngine:
         """The search's bias (banned tokens) and k, for the search graphs and the lean step."""
         return {
             "bias": self._bias_for(tuple(request.banned), vocab),
-            "k": np.array([min(request.k or vocab, vocab)], dtype=np.int64),
+            "k": np.array([request.width(vocab)], dtype=np.int64),
         }
 
     def search(self, logits, request: SearchRequest) -> Candidates:
@@ -528,6 +533,13 @@ class OnnxEngine:
             "axis": np.array([axis]),
         }
         return self._run(self._op("narrow", tensor), feeds)[0]
+
+
+def banned_bias(banned, vocab: int) -> np.ndarray:
+    """(1, vocab) float32: -inf at the banned tokens, 0 elsewhere (the search graphs' bias)."""
+    bias = np.zeros((1, vocab), dtype=np.float32)
+    bias[0, list(banned)] = -np.inf
+    return bias
 
 
 def _bind_output(binding: ort.IOBinding, name: str, tensor) -> None:

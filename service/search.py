@@ -31,6 +31,10 @@ class SearchRequest:
     attention: bool = True  # the step's cross-attention comes to the host
     banned: tuple[int, ...] = ()  # tokens never produced (their logit is -inf)
 
+    def width(self, vocab: int) -> int:
+        """Candidates a row gets over a vocabulary of `vocab`."""
+        return min(self.k or vocab, vocab)
+
 
 @dataclass(frozen=True)
 class Candidates:
@@ -81,7 +85,7 @@ def host_search(logits: np.ndarray, request: SearchRequest) -> Candidates:
         logits = logits.copy()
         logits[:, list(request.banned)] = -np.inf
     log_probs = log_softmax(logits)
-    k = min(request.k or logits.shape[1], logits.shape[1])
+    k = request.width(logits.shape[1])
     if request.temperature is None:
         ids = top_k(log_probs, k)
         return Candidates(ids, np.take_along_axis(log_probs, ids, 1))

@@ -28,16 +28,22 @@ import onnxruntime as ort
 
 from service.errors import ModelRepositoryError
 from service.graphs import StateSpec
-from service.onnx_engine import ORT_TYPES, PROVIDERS, session_options
+from service.inference import shape_of
+from service.onnx_engine import ORT_TYPES, PROVIDERS, banned_bias, session_options
 
 MIN_MEMORY = 16  # the smallest memory size of the static step's buckets
+
+
+def power_of_two(n: int) -> int:
+    """The smallest power of two at least `n` (1 for n <= 1)."""
+    return 1 << max(n - 1, 0).bit_length()
 
 
 def bucket(rows: int, max_rows: int) -> int:
     """The bucket of `rows`: the next power of two, at most `max_rows` (a bucket too)."""
     if rows < 1 or rows > max_rows:
         raise ValueError(f"{rows} rows: 1 to {max_rows}")
-    return min(1 << (rows - 1).bit_length(), max_rows)
+    return min(power_of_two(rows), max_rows)
 
 
 def cuda_graph_session(path, device: str, threads: int = 1, capture: bool = True):
@@ -83,8 +89,7 @@ class StaticStep:
         self.host: dict[str, np.ndarray] = {}
 
         def allocate(meta, name: str | None = None) -> ort.OrtValue:
-            shape = [d if isinstance(d, int) else sizes[d] for d in meta.shape]
-            zeros = np.zeros(shape, dtype=_numpy_type(meta.type))
+            zeros = np.zeros(_shape(meta, sizes), dtype=_numpy_type(meta.type))
             if device == "cpu" and name is not None:
                 self.host[name] = zeros
             return ort.OrtValue.ortvalue_from_numpy(zeros, device, 0)
@@ -338,14 +343,14 @@ class StaticBatches:
 
     def slots_for(self, rows: int) -> int:
         """The number of slots that holds `rows` rows: the next power of two."""
-        return 1 << max(rows - 1, 0).bit_length()
+        return power_of_two(rows)
 
     def memory_for(self, length: int) -> int:
         """The memory size that holds `length` positions: the next power of two from
         MIN_MEMORY, at most the longest source."""
         if length > self.memory:
             raise ValueError(f"{length} memory positions: the static step holds {self.memory}")
-        return min(max(MIN_MEMORY, 1 << max(length - 1, 0).bit_length()), self.memory)
+        return min(max(MIN_MEMORY, power_of_two(length)), self.memory)
 
     def bucket(self, slots: int, memory: int | None = None) -> Bucket:
         """The buffers of the bucket (`slots`, `memory`; by default the longest source's),
@@ -370,20 +375,10 @@ class StaticBatches:
     # -- rows into slots ----------------------------------------------------------------------
     def fit(self, rows, target: ort.OrtValue):
         """`rows` (numpy or OrtValue) right-padded with zeros to `target`'s row shape."""
-        shape = list(target.shape())
-        have = list(rows.shape if isinstance(rows, np.ndarray) else rows.shape())
-        if have[1:] == shape[1:]:
-            return rows
+        shape, have = target.shape(), shape_of(rows)
         if any(h > s for h, s in zip(have[1:], shape[1:], strict=True)):
-            raise ValueError(f"rows of shape {have[1:]} do not fit slots of {shape[1:]}")
-        if isinstance(rows, np.ndarray):
-            padded = np.zeros([have[0], *shape[1:]], dtype=rows.dtype)
-            padded[tuple(map(slice, have))] = rows
-            return padded
-        shape[0] = 0
-        empty = np.zeros(shape, dtype=ORT_TYPES[rows.data_type()])
-        empty = ort.OrtValue.ortvalue_from_numpy(empty, rows.device_name(), 0)
-        return self.engine.join(rows, empty)
+            raise ValueError(f"rows of shape {list(have[1:])} do not fit slots of {shape[1:]}")
+        return self.engine.pad(rows, [have[0], *shape[1:]])
 
     def move(self, source, index: np.ndarray, target: ort.OrtValue, slots: np.ndarray) -> None:
         """Rows `index` of `source` (numpy or OrtValue, `target`'s row shape) into slots
@@ -423,7 +418,7 @@ class StaticBatches:
         """The memory tensor `name`'s `rows` (all of them, any memory size not longer than
         what they use of it) into `slots` of `target`, padded or cut on the memory axis."""
         axis, size = self.axes[name], target.shape()[self.axes[name]]
-        shape = rows.shape if isinstance(rows, np.ndarray) else rows.shape()
+        shape = shape_of(rows)
         if shape[axis] > size:
             rows = self.engine.narrow(rows, axis, 0, size)
         self.move(self.fit(rows, target), np.arange(shape[0]), target, slots)
@@ -439,10 +434,8 @@ class StaticBatches:
         feeds = {"input_ids": bucket.ids, "positions": bucket.positions,
                  "memory_mask": bucket.memory_mask, **bucket.memory, **bucket.state}  # fmt: skip
         if k is not None:  # the lean step's search: its bias kept at one address
-            vocab = int(engine.vocab)
-            feeds["bias"] = ort.OrtValue.ortvalue_from_numpy(
-                np.zeros((1, vocab), np.float32), device, 0
-            )
+            feeds["bias"] = ort.OrtValue.ortvalue_from_numpy(banned_bias((), engine.vocab),
+                                                             device, 0)  # fmt: skip
             feeds["k"] = np.array([k], dtype=np.int64)
         for name, value in feeds.items():
             if isinstance(value, np.ndarray):  # k: read by TopK on the host
@@ -456,18 +449,17 @@ class StaticBatches:
                 continue
             value = bucket.outputs.get((o.name, k))
             if value is None:
-                sizes = {"batch": bucket.slots, "memory": bucket.memory_size, "one": 1}
-                shape = [d if isinstance(d, int) else sizes.get(d, k) for d in o.shape]
-                value = ort.OrtValue.ortvalue_from_numpy(
-                    np.zeros(shape, dtype=ORT_TYPES[o.type]), device, 0
-                )
+                sizes = {"batch": bucket.slots, "memory": bucket.memory_size, "k": k}
+                value = _allocate(device, _shape(o, sizes), ORT_TYPES[o.type])
                 bucket.outputs[(o.name, k)] = value
             binding.bind_ortvalue_output(o.name, value)
         options = ort.RunOptions()
         if self.capture:
             options.add_run_config_entry("gpu_graph_id", str(self._graphs))
             self._graphs += 1
-        made = bucket.bindings[key] = (binding, options, feeds, [None])
+        # what a run returns: the outputs by name (the carried ones are the state's)
+        returned = {o.name: bucket.outputs.get((o.name, k)) for o in session.get_outputs()}
+        made = bucket.bindings[key] = (binding, options, feeds, returned, [()])
         return made
 
     def run(self, bucket: Bucket, session, tokens: np.ndarray, positions: np.ndarray,
@@ -476,11 +468,9 @@ class StaticBatches:
         outputs by name (the bucket's buffers: read them before the next step)."""
         bucket.ids.update_inplace(np.ascontiguousarray(tokens, dtype=np.int64))
         bucket.positions.update_inplace(np.ascontiguousarray(positions, dtype=np.int64))
-        binding, options, feeds, last = self._binding(bucket, session, k)
+        binding, options, feeds, returned, last = self._binding(bucket, session, k)
         if k is not None and last[0] != banned:  # written in place, never rebound
-            bias = np.zeros(feeds["bias"].shape(), dtype=np.float32)
-            bias[0, list(banned)] = -np.inf
-            feeds["bias"].update_inplace(bias)
+            feeds["bias"].update_inplace(banned_bias(banned, self.engine.vocab))
             last[0] = banned
         session.run_with_iobinding(binding, options)
-        return {o.name: bucket.outputs.get((o.name, k)) for o in session.get_outputs()}
+        return returned
