@@ -100,6 +100,16 @@ def print_report(report: dict, path: Path | None) -> None:
         path.write_text(text + "\n")
 
 
+def run_server_bench(parser: argparse.ArgumentParser, run, argv: list[str] | None) -> int:
+    """The tail of a server bench's command line: `--repository` and `--json` added to
+    `parser`, `run(args)` (a coroutine) run, its report printed."""
+    parser.add_argument("--repository", type=Path, default=REPOSITORY)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args(argv)
+    print_report(asyncio.run(run(args)), args.json)
+    return 0
+
+
 SOURCE_PER_TARGET = 1.0  # source tokens wanted per target output token, at least
 NEAR, ATTEMPTS = 0.9, 10  # a request's output reaches NEAR x its target; sources tried for it
 START_SECONDS = 180.0  # for a server to bind and pass its warm-up

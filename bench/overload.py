@@ -29,7 +29,7 @@ import grpc
 import numpy as np
 
 from attnserve.v1 import translation_pb2, translation_pb2_grpc
-from bench.load import ROOT, Server, print_report
+from bench.load import Server, run_server_bench
 from bench.soak import SENTENCES, sample
 
 DEADLINE = 30.0
@@ -186,12 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         help="the overloaded server's (default: the p99 at capacity x --budget-factor)",
     )  # fmt: skip
     parser.add_argument("--budget-factor", type=float, default=1.0)
-    parser.add_argument("--repository", type=Path, default=ROOT / "data" / "repository")
-    parser.add_argument("--json", type=Path)
-    args = parser.parse_args(argv)
-    report = asyncio.run(run(args))
-    print_report(report, args.json)
-    return 0
+    return run_server_bench(parser, run, argv)
 
 
 if __name__ == "__main__":

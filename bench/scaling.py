@@ -20,7 +20,6 @@ and is reported beside it. Ends by itself.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import resource
 import tempfile
 from pathlib import Path
@@ -29,7 +28,7 @@ import grpc
 import numpy as np
 
 from attnserve.v1 import translation_pb2_grpc
-from bench.load import ROOT, Server, print_report
+from bench.load import Server, run_server_bench
 from bench.overload import closed_loop
 
 WORKERS_GOAL = 1.6  # the most workers over one, on a 2-core host
@@ -144,12 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=15.0)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--device", choices=("cpu", "cuda"), help="default: the server's choice")
-    parser.add_argument("--repository", type=Path, default=ROOT / "data" / "repository")
-    parser.add_argument("--json", type=Path)
-    args = parser.parse_args(argv)
-    report = asyncio.run(run(args))
-    print_report(report, args.json)
-    return 0
+    return run_server_bench(parser, run, argv)
 
 
 if __name__ == "__main__":
