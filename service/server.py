@@ -38,8 +38,7 @@ from service.kinds import Prepared, ServedModel, served_model
 from service.messages import Failure, Partial, Result, Timings
 from service.metrics import Metrics, serve_metrics
 from service.pool import Call, WorkerPool, worker_settings
-from service.repository import MANIFEST, verify
-from service.repository import manifests as repository_manifests
+from service.repository import MANIFEST, manifests, verify
 from service.scheduler import Job, rows_needed
 from service.security import TokenAuth, load_tokens, server_credentials
 from service.status import status_code
@@ -64,14 +63,14 @@ def load_repository(config: ServerConfig) -> Models:
     """{service: {model name: {version: ServedModel}}} of every verified version under the
     repository, each under the service of its kind."""
     root = Path(config.repository)
-    manifests = repository_manifests(root)
-    if not manifests:
+    found = manifests(root)
+    if not found:
         raise ModelRepositoryError(
             f"no model repository at {root} (expected <model>/<version>/{MANIFEST}); build one "
             f"with: attnserve export translator --out {root}"
         )
     models: Models = {}
-    for manifest in manifests:
+    for manifest in found:
         model = served_model(verify(manifest.parent), config)
         models.setdefault(model.service, {}).setdefault(model.version.name, {})[
             model.version.version
