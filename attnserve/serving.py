@@ -22,6 +22,7 @@ FLAG_HELP = {
     "metrics_listen": "Prometheus HOST:PORT",
     "repository": "model repository root",
     "workers": "worker processes (0: one per core, or per GPU)",
+    "fronts": "gRPC front processes sharing the port and every worker",
     "batching": "continuous or request",
     "ready_file": "write the ports (JSON) here once serving",
 }

@@ -35,6 +35,9 @@ class ServerConfig:
     repository: Path = DEFAULT_REPOSITORY  # <model>/<version>/manifest.json ...
     device: str = "auto"  # cuda when onnxruntime has CUDA, else cpu; or cpu, cuda
     workers: int = 0  # 0: one per CPU core, or one per GPU on cuda
+    # gRPC front processes on one port (SO_REUSEPORT), every one reaching every worker
+    # (service.fronts): one front answers about a thousand calls a second at most
+    fronts: int = 1
     variant: str = "auto"  # per model version (auto_variant); or fp32, int8 (CPU), fp16 (GPU)
     io_binding: bool | None = None  # None: on for cuda, off for cpu
     # how a step carries the key/value cache: "auto" writes it in place on the CPU where the
@@ -111,6 +114,8 @@ class ServerConfig:
         ):  # fmt: skip
             if getattr(self, name) < 0:
                 problems.append(f"{name} must be 0 or more")
+        if self.fronts < 1:
+            problems.append("fronts must be 1 or more")
         if self.max_concurrent_streams < 1:
             problems.append("max_concurrent_streams must be 1 or more")
         for name in ("listen", "metrics_listen"):
@@ -131,6 +136,8 @@ class ServerConfig:
              int(self.min_ping_interval_seconds * 1000)),
             ("grpc.http2.max_ping_strikes", 2),
             ("grpc.keepalive_permit_without_calls", 1),
+            # several fronts bind one port; one front alone refuses a second server there
+            ("grpc.so_reuseport", int(self.fronts > 1)),
         ]  # fmt: skip
         if self.max_connection_age_seconds:
             options += [

@@ -6,6 +6,13 @@ worker takes its place and the other workers' calls go on untouched; each call i
 once more to another worker, with its remaining deadline, if none of its output has left the
 front (decoding is deterministic, so the client cannot tell), and fails with UNAVAILABLE
 (retryable) otherwise: a stream that already sent events, or a call already retried.
+
+With several fronts, the first starts the workers (and restarts them) and the others connect
+to each worker's socket (`WorkerSettings.socket`): a front that is not the workers' parent
+reconnects when a worker comes back. Every front sends calls to every worker; job ids are
+unique across fronts (front i of n numbers its jobs i+1, i+1+n, ...). Each front holds its
+share of `max_queued_requests` and of the latency budget's rows, and only the first reports
+what belongs to the workers (their readiness, rows in use, restarts, measurements).
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import logging
 import multiprocessing
 import time
 from dataclasses import dataclass, field, replace
+from multiprocessing.connection import Client
 
 from service.admission import AdmissionLimit
 from service.config import gpu_count
@@ -45,6 +53,7 @@ from service.worker import WorkerSettings, run_worker
 log = logging.getLogger("attnserve")
 QUEUED_BATCHES = 2  # the admission limit's ceiling: this many full batches per worker
 RESTART_DELAYS = (0.0, 0.5, 1.0, 2.0, 5.0)  # seconds before successive restarts of a slot
+RECONNECT_SECONDS = 0.1  # a front that is not the workers' parent tries a worker again after
 
 
 @dataclass
@@ -105,12 +114,16 @@ class WorkerPool:
         metrics: Metrics,
         max_queued: int,
         latency_budget_seconds: float = 0.0,
+        front: int = 0,
+        fronts: int = 1,
     ):
-        self.metrics, self.max_queued = metrics, max_queued
+        self.metrics, self.max_queued = metrics, max(1, max_queued // fronts)
+        self.parent = front == 0  # starts the workers; else connects to them
         self.workers = [_Worker(s) for s in settings]
         self.admission = None  # service.admission: rows in flight under a latency budget
         if latency_budget_seconds > 0:
-            rows = sum(s.max_rows for s in settings)  # one full batch per worker to start with
+            # one full batch per worker to start with, shared by the fronts
+            rows = max(1, sum(s.max_rows for s in settings) // fronts)
             self.admission = AdmissionLimit(
                 latency_budget_seconds, QUEUED_BATCHES * rows, len(settings), start=rows
             )
@@ -119,7 +132,7 @@ class WorkerPool:
         self.queued = 0
         self.stopping = False
         self._context = multiprocessing.get_context("spawn")
-        self._ids = itertools.count(1)
+        self._ids = itertools.count(front + 1, fronts)
         self._any_ready = asyncio.Event()
         self._retries: dict[asyncio.Task, Call] = {}  # calls waiting to be sent again
 
@@ -127,12 +140,33 @@ class WorkerPool:
     async def start(self) -> None:
         """Starts every worker; raises ModelRepositoryError-like failures as RuntimeError."""
         for worker in self.workers:
-            self._spawn(worker)
+            self._start(worker)
         results = await asyncio.gather(*(w.ready for w in self.workers), return_exceptions=True)
         failures = [str(r) for r in results if isinstance(r, BaseException)]
         if failures:
             await self.stop()
             raise RuntimeError("; ".join(failures))
+
+    def _start(self, worker: _Worker) -> None:
+        if self.parent:
+            self._spawn(worker)
+        else:
+            self._connect(worker)
+
+    def _connect(self, worker: _Worker) -> None:
+        """Connects to a worker another front started; tries again while it is (re)starting."""
+        loop = asyncio.get_running_loop()
+        if worker.ready is None or worker.ready.done():
+            worker.ready = loop.create_future()
+        if self.stopping:
+            return
+        try:
+            conn = Client(worker.settings.socket, "AF_UNIX", authkey=worker.settings.authkey)
+        except OSError:  # not listening (yet, or again)
+            loop.call_later(RECONNECT_SECONDS, self._connect, worker)
+            return
+        worker.conn, worker.rows = conn, 0
+        loop.add_reader(conn.fileno(), self._on_readable, worker)
 
     def _spawn(self, worker: _Worker) -> None:
         loop = asyncio.get_running_loop()
@@ -158,6 +192,10 @@ class WorkerPool:
             if worker.conn is None:
                 continue
             loop.remove_reader(worker.conn.fileno())
+            if worker.process is None:  # a worker of another front: let go of it
+                worker.conn.close()
+                worker.conn = None
+                continue
             with contextlib.suppress(OSError, ValueError):
                 worker.conn.send(Stop())
         deadline = time.monotonic() + 5
@@ -346,11 +384,13 @@ class WorkerPool:
             if message.stats is not None:
                 self.metrics.observe_worker_stats(model, message.stats)
             worker.rows = message.rows
-            self._update_rows(model)
+            if self.parent:
+                self._update_rows(model)
         elif isinstance(message, Ready):
             worker.info, worker.failures = message.info, 0
             worker.ready.set_result(message.info)
-            self.metrics.workers_ready.set(sum(w.alive for w in self.workers))
+            if self.parent:
+                self.metrics.workers_ready.set(sum(w.alive for w in self.workers))
             self._any_ready.set()
         elif isinstance(message, Failed):
             worker.ready.set_exception(RuntimeError(message.message))
@@ -396,8 +436,10 @@ class WorkerPool:
         loop.remove_reader(worker.conn.fileno())
         worker.conn.close()
         worker.conn = None
-        worker.process.join(1)
-        code = worker.process.exitcode
+        code = None  # known to the workers' parent only
+        if worker.process is not None:
+            worker.process.join(1)
+            code = worker.process.exitcode
         if worker.ready is not None and not worker.ready.done():
             worker.ready.set_exception(RuntimeError(f"worker exited with code {code}"))
         was_alive = worker.alive or worker.calls
@@ -407,7 +449,8 @@ class WorkerPool:
         worker.loading.clear()
         worker.ready = None
         worker.rows = 0
-        self.metrics.workers_ready.set(sum(w.alive for w in self.workers))
+        if self.parent:
+            self.metrics.workers_ready.set(sum(w.alive for w in self.workers))
         if not any(w.alive for w in self.workers):
             self._any_ready.clear()
         error = Unavailable(
@@ -424,9 +467,14 @@ class WorkerPool:
             task = loop.create_task(self._retry(call, error))
             self._retries[task] = call
             task.add_done_callback(lambda done: self._retries.pop(done, None))
-        for model in set(self.models.values()):
-            self._update_rows(model)
+        if self.parent:
+            for model in set(self.models.values()):
+                self._update_rows(model)
         if self.stopping:
+            return
+        if not self.parent:  # its parent front restarts it; this one connects again
+            log.warning("worker %d went away; connecting again", worker.settings.index)
+            loop.call_later(RECONNECT_SECONDS, self._connect, worker)
             return
         log.warning("worker %d exited with code %s; restarting it", worker.settings.index, code)
         if was_alive:

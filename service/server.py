@@ -34,6 +34,13 @@ from service.errors import (
     ServiceError,
     Unavailable,
 )
+from service.fronts import (
+    FrontProcesses,
+    MergedRegistry,
+    Secondary,
+    remove_sockets,
+    worker_sockets,
+)
 from service.kinds import Prepared, ServedModel, served_model
 from service.messages import Failure, Partial, Result, Timings
 from service.metrics import Metrics, serve_metrics
@@ -426,25 +433,42 @@ def _cancel_code(context) -> grpc.StatusCode:
     return grpc.StatusCode.CANCELLED
 
 
-async def serve(config: ServerConfig, stop: asyncio.Event | None = None) -> int:
-    """Runs the server until SIGTERM/SIGINT (or `stop`), then drains. Returns an exit code."""
+async def serve(
+    config: ServerConfig, stop: asyncio.Event | None = None, role: Secondary | None = None
+) -> int:
+    """Runs the server until SIGTERM/SIGINT (or `stop`), then drains. Returns an exit code.
+    With `fronts` > 1 this is the first front, and the others run it with their `role`
+    (service.fronts): they connect to its workers and drain when it says so."""
     loop = asyncio.get_running_loop()
     stop = stop or asyncio.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
+    if role is None:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
     models = load_repository(config)
     credentials, tokens = server_credentials(config), load_tokens(config)
     metrics = Metrics()
-    metrics_server, metrics_thread = serve_metrics(config, metrics.registry)
     served = [m for names in models.values() for v in names.values() for m in v.values()]
-    keys = tuple((m.key, m.version) for m in served)
-    device, why = config.device_choice()
-    choices = {m.key: config.variant_choice(device, m.version.manifest) for m in served}
-    for line in choice_lines(device, why, choices):
-        log.info("%s", line)
-    variants = {key: variant for key, (variant, _) in choices.items()}
-    settings = worker_settings(config, keys, device, variants)
-    pool = WorkerPool(settings, metrics, config.max_queued_requests, config.latency_budget_seconds)
+    others = sockets = None
+    if role is None:
+        keys = tuple((m.key, m.version) for m in served)
+        device, why = config.device_choice()
+        choices = {m.key: config.variant_choice(device, m.version.manifest) for m in served}
+        for line in choice_lines(device, why, choices):
+            log.info("%s", line)
+        variants = {key: variant for key, (variant, _) in choices.items()}
+        settings, sockets = worker_sockets(
+            worker_settings(config, keys, device, variants), config.fronts
+        )
+        registry = metrics.registry
+        if config.fronts > 1:
+            others = FrontProcesses(config, settings, device, variants)
+            registry = MergedRegistry(metrics.registry, others.collect)
+        metrics_server, metrics_thread = serve_metrics(config, registry)
+    else:
+        settings, device, variants = list(role.settings), role.device, role.variants
+    pool = WorkerPool(settings, metrics, config.max_queued_requests,
+                      config.latency_budget_seconds, role.index if role else 0,
+                      config.fronts)  # fmt: skip
     pool.models = {m.key: m.version.name for m in served}
     front = Front(config, models, pool, metrics)
 
@@ -466,28 +490,40 @@ async def serve(config: ServerConfig, stop: asyncio.Event | None = None) -> int:
     for name in ("", *models):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
     await server.start()
-    ports = {"grpc_port": grpc_port, "metrics_port": metrics_server.server_port}
-    _write_ready(config, {**ports, "serving": False})
+    host = config.listen.rpartition(":")[0]
+    if role is None:
+        ports = {"grpc_port": grpc_port, "metrics_port": metrics_server.server_port}
+        _write_ready(config, {**ports, "serving": False})
     try:
         await pool.start()
+        if others is not None:
+            await others.start(f"{host}:{grpc_port}")
     except RuntimeError as error:
-        log.error("workers failed to start: %s", error)
+        log.error("%s failed to start: %s", "front" if others else "workers", error)
         await server.stop(0)
-        metrics_server.shutdown()
+        await pool.stop()
+        if role is None:
+            metrics_server.shutdown()
+            remove_sockets(sockets)
         return 1
     front.device = device
-    for model in served:
-        front.describe(model, variants[model.key])
+    if role is None:
+        for model in served:
+            front.describe(model, variants[model.key])
     front.serving = True
     for name in ("", *models):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    _write_ready(config, {**ports, "serving": True, "workers": pool.pids()})
-    names = ", ".join(f"{m.key} ({m.kind}, {variants[m.key]})" for m in served)
-    host = config.listen.rpartition(":")[0]
-    log.info(
-        "serving %s on %s:%d with %d %s workers; metrics on port %d",
-        names, host, grpc_port, len(pool.workers), device, ports["metrics_port"],
-    )  # fmt: skip
+    if role is None:
+        fronts = {"fronts": others.pids()} if others else {}
+        _write_ready(config, {**ports, "serving": True, "workers": pool.pids(), **fronts})
+        names = ", ".join(f"{m.key} ({m.kind}, {variants[m.key]})" for m in served)
+        log.info(
+            "serving %s on %s:%d with %d %s workers and %d front%s; metrics on port %d",
+            names, host, grpc_port, len(pool.workers), device, config.fronts,
+            "s" if config.fronts > 1 else "", ports["metrics_port"],
+        )  # fmt: skip
+    else:
+        _answer_first_front(role, metrics, stop)
 
     watcher = None
     if config.watch_seconds:
@@ -495,6 +531,8 @@ async def serve(config: ServerConfig, stop: asyncio.Event | None = None) -> int:
     await stop.wait()
     if watcher is not None:
         watcher.cancel()
+    if others is not None:
+        others.drain()  # every front drains at once
     log.info("draining: %d calls in flight, %.0f s to finish", front.in_flight,
                 config.drain_seconds)  # fmt: skip
     await health_servicer.enter_graceful_shutdown()  # NOT_SERVING first, then refuse calls
@@ -512,10 +550,41 @@ async def serve(config: ServerConfig, stop: asyncio.Event | None = None) -> int:
         with contextlib.suppress(TimeoutError):  # the handlers send that status
             await asyncio.wait_for(front.idle.wait(), 1.0)
     await server.stop(0.2)
+    if others is not None:  # the workers stop once no front has calls for them
+        await others.stopped(config.drain_seconds + 5.0)
     await pool.stop()
-    metrics_server.shutdown()
-    metrics_thread.join(1)
+    if role is None:
+        metrics_server.shutdown()
+        metrics_thread.join(1)
+        remove_sockets(sockets)
     return 0
+
+
+def _answer_first_front(role: Secondary, metrics: Metrics, stop: asyncio.Event) -> None:
+    """A front other than the first: says it serves, then answers scrapes with its metrics
+    and drains when told (or when the first front is gone)."""
+    loop = asyncio.get_running_loop()
+    role.control.send("ready")
+
+    def on_control() -> None:
+        try:
+            while role.control.poll():
+                if role.control.recv() == "drain":
+                    stop.set()
+        except (EOFError, OSError):
+            loop.remove_reader(role.control.fileno())
+            stop.set()
+
+    def on_scrape() -> None:
+        try:
+            while role.scrape.poll():
+                role.scrape.recv()
+                role.scrape.send(list(metrics.registry.collect()))
+        except (EOFError, OSError):
+            loop.remove_reader(role.scrape.fileno())
+
+    loop.add_reader(role.control.fileno(), on_control)
+    loop.add_reader(role.scrape.fileno(), on_scrape)
 
 
 def _write_ready(config: ServerConfig, state: dict) -> None:

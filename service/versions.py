@@ -121,7 +121,8 @@ class VersionWatcher:
             started = time.monotonic()
             await front.pool.load(model.key, version, variant)
         except (ModelRepositoryError, OSError, ValueError, KeyError, TimeoutError) as error:
-            front.metrics.versions_refused.labels(directory.parent.name).inc()
+            if front.pool.parent:  # every front checks it; the first one counts it
+                front.metrics.versions_refused.labels(directory.parent.name).inc()
             log.error("model version at %s refused: %s", directory, error)
             return
         front.pool.models[model.key] = version.name

@@ -5,6 +5,12 @@ golden sets through its own schedulers on its own execution provider (warm-up an
 one), reports ready, then loops: read messages from the front (`Submit`, `Cancel`, `Stop`),
 run one scheduling round per busy model, send back what happened (`Report`). The messages are
 the dataclasses of service.messages.
+
+With several front processes (`fronts` in the configuration) the worker also listens on a Unix
+socket of its own (`WorkerSettings.socket`, authenticated by `authkey`), and every other front
+connects to it: one batch serves the calls of every front. Each front's events go back to it
+alone; the measurements (`Stats`) go to the front that started the worker, so that every
+metric is counted once. A model version stays loaded while any connected front serves it.
 """
 
 from __future__ import annotations
@@ -12,8 +18,10 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import threading
 import time
 from dataclasses import dataclass
+from multiprocessing.connection import AuthenticationError, Listener, wait
 
 from service.decoding import DecodingOptions
 from service.errors import ModelRepositoryError
@@ -22,6 +30,7 @@ from service.kinds import kind_class
 from service.messages import (
     Cancel,
     Failed,
+    Failure,
     Load,
     Loaded,
     NotLoaded,
@@ -51,6 +60,8 @@ class WorkerSettings:
     max_rows: int = 64
     batching: str = "continuous"
     window: float = 0.005
+    socket: str = ""  # a Unix socket the other fronts connect to ("" with one front)
+    authkey: bytes = b""  # what a front connecting to `socket` must know
 
     def variant_of(self, key: str) -> str:
         return dict(self.variants)[key]
@@ -149,60 +160,184 @@ def run_worker(conn, settings: WorkerSettings) -> None:
         os.environ["CUDA_VISIBLE_DEVICES"] = str(settings.gpu)
     try:
         schedulers, info = _load(settings)
+        fronts = _Fronts(conn, schedulers, info, settings)
     except Exception as error:  # reported to the front, which refuses to serve
         conn.send(Failed(f"worker {settings.index}: {type(error).__name__}: {error}"))
         return
     conn.send(Ready(info))
-    with contextlib.suppress(EOFError, BrokenPipeError, KeyboardInterrupt):
-        _loop(conn, schedulers, settings)  # ends on "stop", or when the front is gone
-
-
-def _serve_load(conn, schedulers: dict[str, Scheduler], settings, message: Load) -> None:
-    """Loads one more model version between two steps (the other models wait meanwhile)."""
     try:
-        scheduler, info = _load_model(settings, message.version, message.variant)
-    except Exception as error:  # a broken version: refused, the others go on
-        conn.send(NotLoaded(message.key, f"{type(error).__name__}: {error}"))
-        return
-    schedulers[message.key] = scheduler
-    conn.send(Loaded(message.key, info))
+        with contextlib.suppress(EOFError, BrokenPipeError, KeyboardInterrupt):
+            _loop(fronts, schedulers, settings)  # ends on "stop", or when the front is gone
+    finally:
+        fronts.close()
 
 
-def _loop(conn, schedulers: dict[str, Scheduler], settings: WorkerSettings) -> None:
+class _Fronts:
+    """The front processes a worker answers: `parent`, the pipe to the front that started it,
+    and the fronts connected on its socket since. Keeps which front submitted each job and
+    which fronts serve each model version."""
+
+    def __init__(self, parent, schedulers: dict[str, Scheduler], info: dict, settings):
+        self.parent, self.links = parent, [parent]
+        self.schedulers, self.info = schedulers, info
+        self.owner: dict[int, tuple] = {}  # job id -> (link, key), jobs of the other fronts
+        self.holders = {key: {parent} for key in schedulers}  # key -> links serving it
+        self.listener = self._wake = None
+        self._accepted: list = []
+        if settings.socket:
+            with contextlib.suppress(FileNotFoundError):  # a worker's before this one
+                os.unlink(settings.socket)
+            self.listener = Listener(settings.socket, "AF_UNIX", authkey=settings.authkey)
+            self._wake, self._waker = os.pipe()
+            threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                link = self.listener.accept()
+            except (AuthenticationError, EOFError, ConnectionError):
+                continue  # a connection that did not know the key, or left mid-handshake
+            except OSError:
+                return  # closed
+            self._accepted.append(link)
+            os.write(self._waker, b"\0")
+
+    def wait(self, timeout: float | None) -> list:
+        """The links with messages waiting (fronts that connected are added first)."""
+        waitables = self.links + ([self._wake] if self._wake is not None else [])
+        ready = wait(waitables, timeout)
+        if self._wake in ready:
+            ready.remove(self._wake)
+            os.read(self._wake, 4096)
+            while self._accepted:
+                link = self._accepted.pop()
+                self.links.append(link)
+                for holders in self.holders.values():
+                    holders.add(link)
+                self.send(link, Ready(self.info))
+        return ready
+
+    def send(self, link, message) -> None:
+        """Sends to one front; a front gone away (not the parent) is dropped."""
+        try:
+            link.send(message)
+        except OSError:
+            if link is self.parent:
+                raise
+            self.drop(link)
+
+    def drop(self, link) -> None:
+        """A front went away: its jobs are cancelled and its model versions let go."""
+        if link not in self.links:
+            return
+        self.links.remove(link)
+        link.close()
+        for job_id, (owner, key) in list(self.owner.items()):
+            if owner is link:
+                del self.owner[job_id]
+                if key in self.schedulers:
+                    self.schedulers[key].cancel(job_id)
+        for key in list(self.holders):
+            self.unload(link, key)
+
+    def submit(self, link, message: Submit) -> None:
+        scheduler = self.schedulers.get(message.key)
+        if scheduler is None:  # unloaded while that front still named it
+            failure = Failure(message.job.id, "Unavailable",
+                              f"model version {message.key} is not loaded here; retry")  # fmt: skip
+            self.send(link, Report(message.key, [failure], None, 0, 0))
+            return
+        if link is not self.parent:
+            self.owner[message.job.id] = (link, message.key)
+        scheduler.submit(message.job)
+
+    def load(self, link, message: Load, settings) -> None:
+        """Loads one more model version between two steps (the other models wait meanwhile);
+        a version another front had loaded is answered at once."""
+        if message.key in self.schedulers:
+            self.holders[message.key].add(link)
+            self.send(link, Loaded(message.key, self.info["models"][message.key]))
+            return
+        try:
+            scheduler, info = _load_model(settings, message.version, message.variant)
+        except Exception as error:  # a broken version: refused, the others go on
+            self.send(link, NotLoaded(message.key, f"{type(error).__name__}: {error}"))
+            return
+        self.schedulers[message.key], self.info["models"][message.key] = scheduler, info
+        self.holders[message.key] = {link}
+        self.send(link, Loaded(message.key, info))
+
+    def unload(self, link, key: str) -> None:
+        """`link`'s front serves `key` no more; the last one to let go unloads it."""
+        holders = self.holders.get(key)
+        if holders is None:
+            return
+        holders.discard(link)
+        if not holders:
+            del self.holders[key]
+            self.schedulers.pop(key, None)
+            self.info["models"].pop(key, None)
+
+    def route(self, events: list) -> dict:
+        """{link: its events}: each event to the front whose job it is."""
+        routed: dict = {}
+        for event in events:
+            owner = self.owner.get(event.job_id)
+            link = self.parent if owner is None else owner[0]
+            routed.setdefault(link, []).append(event)
+            if owner is not None and isinstance(event, Result | Failure):
+                del self.owner[event.job_id]
+        return routed
+
+    def close(self) -> None:
+        if self.listener is not None:
+            self.listener.close()
+
+
+def _loop(fronts: _Fronts, schedulers: dict[str, Scheduler], settings: WorkerSettings) -> None:
     reported = {key: (0, 0) for key in schedulers}  # (rows, waiting) last sent
     last_report = time.monotonic()
     while True:
         waits = [w for s in schedulers.values() if (w := s.wait_time()) is not None]
-        if conn.poll(min(waits) if waits else None):
-            while True:
-                message = conn.recv()
-                if isinstance(message, Stop):
+        for link in fronts.wait(min(waits) if waits else None):
+            while link in fronts.links:
+                try:
+                    message = link.recv()
+                except (EOFError, OSError):
+                    if link is fronts.parent:
+                        raise
+                    fronts.drop(link)
+                    break
+                if isinstance(message, Stop) and link is fronts.parent:
                     return
                 if isinstance(message, Submit):
-                    schedulers[message.key].submit(message.job)
+                    fronts.submit(link, message)
                 elif isinstance(message, Cancel):
                     if message.key in schedulers:
                         schedulers[message.key].cancel(message.job_id)
                 elif isinstance(message, Load):
-                    _serve_load(conn, schedulers, settings, message)
+                    fronts.load(link, message, settings)
                 elif isinstance(message, Unload):
-                    schedulers.pop(message.key, None)
-                if not conn.poll(0):
+                    fronts.unload(link, message.key)
+                if not link.poll(0):
                     break
         for scheduler in schedulers.values():
             if scheduler.busy:
                 scheduler.iterate()
         now = time.monotonic()
         due = now - last_report >= STATS_EVERY
-        for key, scheduler in schedulers.items():
+        for key, scheduler in list(schedulers.items()):  # a front gone may unload one
             state = (scheduler.rows, len(scheduler.waiting))
             measured = scheduler.stats.step_seconds or scheduler.stats.encoder_seconds
+            routed = fronts.route(scheduler.events)
+            scheduler.events = []
+            own = routed.pop(fronts.parent, [])
             # events at once; measurements and the batch state (a gauge) at most every
             # STATS_EVERY, so a busy worker does not send a message a step
-            if scheduler.events or (due and (measured or state != reported.get(key, (0, 0)))):
-                conn.send(Report(key, scheduler.events, scheduler.stats, *state))
-                scheduler.events, scheduler.stats, reported[key] = [], Stats(), state
+            if own or (due and (measured or state != reported.get(key, (0, 0)))):
+                fronts.send(fronts.parent, Report(key, own, scheduler.stats, *state))
+                scheduler.stats, reported[key] = Stats(), state
                 last_report = now
-            elif scheduler.events:  # a stream's step: its events alone, measurements later
-                conn.send(Report(key, scheduler.events, None, *state))
-                scheduler.events = []
+            for link, events in routed.items():  # the other fronts' calls: their events
+                if link in fronts.links:
+                    fronts.send(link, Report(key, events, None, *state))

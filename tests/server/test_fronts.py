@@ -1,0 +1,185 @@
+"""Several front processes on one port (`--fronts`): the kernel spreads connections over them,
+every front reaches every worker, /metrics counts every call once, and a worker or a front
+that dies costs no unary call."""
+
+from __future__ import annotations
+
+import collections
+import os
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import grpc
+import pytest
+
+from service import client
+
+TEXTS = ["El perro come pan en la casa.", "Mañana iremos al mercado con mis hermanos."]
+CHANNELS = 16
+pytestmark = pytest.mark.slow  # servers of two fronts, killed and drained
+
+
+def _channels(server) -> list[grpc.Channel]:
+    """Channels with a connection each (a local subchannel pool: channels of one process
+    would otherwise share one connection)."""
+    options = [("grpc.use_local_subchannel_pool", 1)]
+    return [grpc.insecure_channel(server.address, options=options) for _ in range(CHANNELS)]
+
+
+def _connections(pid: int, port: int, state: str = "01") -> int:
+    """TCP sockets on `port` that process `pid` holds (/proc), in `state` (01: established
+    connections, 0A: listening)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    held = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            local_port = int(fields[1].rpartition(":")[2], 16)
+            if local_port == port and fields[3] == state and fields[9] in inodes:
+                held += 1
+    return held
+
+
+def _answers(channels, rounds: int) -> list[str]:
+    def one(channel) -> list[str]:
+        answers = []
+        for _ in range(rounds):
+            response = client.translate(channel, TEXTS, timeout=60)
+            answers.append(" | ".join(t.hypotheses[0].text for t in response.translations))
+        return answers
+
+    with ThreadPoolExecutor(len(channels)) as pool:
+        return [a for answers in pool.map(one, channels) for a in answers]
+
+
+def _load_until(channel, stop: threading.Event) -> list[str]:
+    codes = []
+    while not stop.is_set():
+        try:
+            client.translate(channel, TEXTS[:1], timeout=60)
+            codes.append("OK")
+        except grpc.RpcError as error:
+            codes.append(error.code().name)
+            stop.wait(0.1)
+    return codes
+
+
+def test_fronts_share_the_port_every_worker_and_the_metrics(start_server):
+    server = start_server("--workers", "2", "--fronts", "2")
+    state = server.wait()
+    (other,) = state["fronts"]
+    port = state["grpc_port"]
+    reference = _answers([server.channel], 1)[0]
+    channels = _channels(server)
+    try:
+        answers = _answers(channels, 3)
+        # every answer is the one a single connection gets, whichever front took it
+        assert answers == [reference] * CHANNELS * 3
+        # the kernel spread the connections: both fronts hold some of them
+        held = {pid: _connections(pid, port) for pid in (server.process.pid, other)}
+        assert all(held.values()) and sum(held.values()) >= CHANNELS, held
+        # /metrics adds the fronts: every call counted once, the workers' gauges not doubled
+        calls = 1 + CHANNELS * 3
+        count = "attnserve_request_duration_seconds_count"
+        server.wait_for(lambda: server.value(count, method="Translate", code="OK") == calls,
+                        what="every call counted")  # fmt: skip
+        assert server.value("attnserve_requests_in_flight") == 0
+        assert server.value("attnserve_workers_ready") == 2
+        assert server.value("attnserve_model_info", model="translator") == 1
+        assert server.value("attnserve_time_to_first_token_seconds_count") == calls
+        promtool = [shutil.which("promtool"), "check", "metrics"]
+        check = subprocess.run(
+            promtool, input=server.scrape(), capture_output=True, text=True, timeout=30
+        )
+        assert check.returncode == 0 and not (check.stdout + check.stderr).strip(), check
+
+        # a worker killed under load from every connection: no call fails, the worker is
+        # started again by the first front and the other front connects to it again
+        stop = threading.Event()
+        with ThreadPoolExecutor(len(channels)) as pool:
+            loads = [pool.submit(_load_until, channel, stop) for channel in channels]
+            try:
+                server.wait_for(lambda: server.value("attnserve_requests_in_flight") >= 4,
+                                what="load")  # fmt: skip
+                time.sleep(0.5)
+                os.kill(state["workers"][0], signal.SIGKILL)
+                server.wait_for(lambda: server.value("attnserve_workers_ready") == 2, 60,
+                                "restart")  # fmt: skip
+                time.sleep(1.0)
+            finally:
+                stop.set()
+            codes = collections.Counter(code for load in loads for code in load.result(60))
+        assert codes == {"OK": codes["OK"]} and codes["OK"] > CHANNELS, codes
+        assert server.value("attnserve_worker_restarts_total") == 1
+        # both fronts reach the new worker: every connection is answered again
+        assert _answers(channels, 1) == [reference] * CHANNELS
+    finally:
+        for channel in channels:
+            channel.close()
+
+
+def test_a_front_that_dies_is_started_again_and_every_front_drains(start_server):
+    server = start_server("--workers", "1", "--fronts", "2")
+    state = server.wait()
+    (other,) = state["fronts"]
+    os.kill(other, signal.SIGKILL)
+    log = Path(server.log_file)
+    server.wait_for(lambda: "front 1 exited" in log.read_text(), 30, "the front's death")
+
+    def new_front() -> int | None:  # the first front's child listening on the port
+        children = Path(f"/proc/{server.process.pid}/task/{server.process.pid}/children")
+        pids = {int(p) for p in children.read_text().split()} - {other}
+        return next((p for p in pids if _connections(p, state["grpc_port"], "0A")), None)
+
+    server.wait_for(lambda: new_front() is not None, 60, "the front started again")
+    channels = _channels(server)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # the new front serves once it has the worker
+            try:
+                answers = _answers(channels, 1)
+                break
+            except grpc.RpcError as error:
+                assert error.code() == grpc.StatusCode.UNAVAILABLE, error
+                time.sleep(0.5)
+        assert len(set(answers)) == 1 and len(answers) == CHANNELS
+        replacement = new_front()
+        assert _connections(replacement, state["grpc_port"]) > 0
+
+        # SIGTERM to the first front drains both: calls in flight finish, nothing is lost
+        stop = threading.Event()
+        with ThreadPoolExecutor(len(channels)) as pool:
+            loads = [pool.submit(_load_until, channel, stop) for channel in channels]
+            server.wait_for(lambda: server.value("attnserve_requests_in_flight") >= 4,
+                            what="load")  # fmt: skip
+            server.process.send_signal(signal.SIGTERM)
+            code = server.process.wait(60)
+            stop.set()
+            codes = collections.Counter(c for load in loads for c in load.result(60))
+    finally:
+        for channel in channels:
+            channel.close()
+    assert code == 0
+    # calls in flight were answered; new ones were refused as UNAVAILABLE (retryable)
+    assert set(codes) <= {"OK", "UNAVAILABLE"} and codes["OK"] > 0, codes
+    assert not Path(f"/proc/{replacement}").exists() or _zombie(replacement)
+    assert "[front 1]: draining" in log.read_text()
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+    except OSError:
+        return True

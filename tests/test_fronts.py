@@ -1,0 +1,79 @@
+"""The pieces of several fronts that need no server: the merged /metrics, the workers'
+sockets, the setting."""
+
+from __future__ import annotations
+
+import stat
+
+import pytest
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from service.config import ServerConfig, load_config
+from service.errors import InvalidArgument
+from service.fronts import MergedRegistry, worker_sockets
+from service.metrics import Metrics
+from service.worker import WorkerSettings
+
+
+def _samples(registry) -> dict:
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(generate_latest(registry).decode())
+        for s in family.samples
+    }
+
+
+def test_merged_metrics_add_every_front_and_count_the_workers_once():
+    first, second, third = Metrics(), Metrics(), Metrics()
+    for metrics, calls in ((first, 3), (second, 5), (third, 0)):
+        for i in range(calls):
+            labels = ("translator", "Translate", "OK")
+            metrics.request_duration.labels(*labels).observe(0.01 * (i + 1))
+        metrics.requests_in_flight.labels("translator", "Translate").set(calls)
+    # the workers' metrics are the first front's alone
+    first.workers_ready.set(2)
+    first.generated_tokens.labels("translator").inc(40)
+    first.model.labels("translator", "1").info({"kind": "transformer"})
+    third.model.labels("translator", "1").info({"kind": "transformer"})  # a version both load
+    pickled = [list(second.registry.collect()), list(third.registry.collect())]
+    merged = _samples(MergedRegistry(first.registry, lambda: pickled))
+    alone = _samples(first.registry)
+    duration = "attnserve_request_duration_seconds"
+    labels = (("code", "OK"), ("method", "Translate"), ("model", "translator"))
+    assert merged[(duration + "_count", labels)] == 8
+    assert merged[(duration + "_sum", labels)] == pytest.approx(0.06 + 0.15)
+    bucket = (("code", "OK"), ("le", "0.02"), ("method", "Translate"), ("model", "translator"))
+    assert merged[(duration + "_bucket", bucket)] == 2 + 2  # 0.01 and 0.02 in each
+    in_flight = (("method", "Translate"), ("model", "translator"))
+    assert merged[("attnserve_requests_in_flight", in_flight)] == 8
+    assert merged[("attnserve_workers_ready", ())] == 2
+    assert merged[("attnserve_generated_tokens_total", (("model", "translator"),))] == 40
+    info = (("kind", "transformer"), ("model", "translator"), ("version", "1"))
+    assert merged[("attnserve_model_info", info)] == 1
+    created = (duration + "_created", labels)
+    assert merged[created] == alone[created]  # the earliest: the first front's
+    # nothing is lost or invented: the same samples as one front's, with other values
+    assert set(merged) == set(alone) | set(_samples(second.registry))
+
+
+def test_worker_sockets_are_private_and_only_with_several_fronts():
+    settings = [WorkerSettings(index=i, models=()) for i in range(3)]
+    assert worker_sockets(settings, 1) == (settings, None)
+    shared, directory = worker_sockets(settings, 2)
+    try:
+        assert stat.S_IMODE(directory.stat().st_mode) == 0o700
+        assert [s.socket for s in shared] == [str(directory / f"worker-{i}.sock") for i in range(3)]
+        assert len({s.authkey for s in shared}) == 1 and len(shared[0].authkey) == 32
+    finally:
+        directory.rmdir()
+
+
+def test_fronts_setting():
+    assert ServerConfig().fronts == 1
+    assert load_config(environ={"ATTNSERVE_FRONTS": "4"}).fronts == 4
+    with pytest.raises(InvalidArgument, match="fronts must be 1 or more"):
+        load_config(environ={}, overrides={"fronts": "0"})
+    options = dict(load_config(environ={}, overrides={"fronts": "2"}).grpc_options())
+    assert options["grpc.so_reuseport"] == 1
+    assert dict(ServerConfig().grpc_options())["grpc.so_reuseport"] == 0
