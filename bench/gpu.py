@@ -3,6 +3,7 @@
     python -m bench.gpu --out DIR [--quick] [--repository VERSION_DIR] [--device cuda|cpu]
         [--load | --no-load] [--no-engine] [--workdir DIR] [--checkpoint DIR]
         [--beam-max-batch N] [--engine-seconds S] [--server-variant V] [--server-rows N]
+        [--server-fronts N]
 
 Writes DIR/benchmarks-gpu.json and DIR/benchmarks-gpu.md (bench/gpu.sh runs it on the GPU
 machine). Torch runs in spawned processes (the GPU's measurement, every engine), and in this
@@ -52,8 +53,9 @@ bench.load.Server on the device (cuda: fp16, one worker, 1,024 batch rows; cpu: 
 server's default workers and rows), warmed up at the most clients, then closed loops of unary
 Translate calls (test sentences, max_length 128, natural ends) at 1, 16, 64, 256 and 1,024
 clients (quick: 1 and 4) for a fixed time each, the clients spread over client processes
-(one asyncio loop and channel each; one process per 64 clients, at most a quarter of the
-CPUs): requests/s and tokens/s (answers within the level's time over it), p50/p99 latency,
+(one asyncio loop and CHANNELS connections each; one process per 64 clients, at most a
+quarter of the CPUs; --server-fronts N serves with N front processes): requests/s and
+tokens/s (answers within the level's time over it), p50/p99 latency,
 CPU seconds of the front, the workers and the clients. Then the end-to-end latency of one
 sentence whose translation reaches 30 tokens (sent with max_length 30), one client, one call
 at a time. A server that cannot start (e.g. grpcio-health-checking missing) is recorded as
@@ -99,6 +101,7 @@ VARIANT_BYTES = {"fp32": 4, "fp16": 2}
 SERVER_MAX_LENGTH = 128  # max_length of the service level's requests
 SENTENCE_TOKENS = 30  # the single-sentence latency's output length
 CALL_TIMEOUT = 120.0  # seconds, one gRPC call
+CHANNELS = 8  # connections per client process
 
 
 @dataclass(frozen=True)
@@ -832,7 +835,8 @@ def client_run(
     offset: int = 0,
     count: int = 0,
 ) -> dict:
-    """A closed loop of `clients` Translate callers in one asyncio loop (one channel), from
+    """A closed loop of `clients` Translate callers in one asyncio loop (over CHANNELS
+    connections: the kernel spreads connections over a server's fronts), from
     wall-clock time `start_at` for `seconds` (and at most `count` calls when given). Runs in a
     client process."""
     return asyncio.run(
@@ -847,9 +851,11 @@ async def _closed_loop(address, texts, max_length, clients, seconds, start_at, o
 
     options = decoding_pb2.DecodingOptions(max_length=max_length)
     requests = [translation_pb2.TranslateRequest(texts=[t], options=options) for t in texts]
-    channel = grpc.aio.insecure_channel(address)
-    await asyncio.wait_for(channel.channel_ready(), 30)
-    stub = translation_pb2_grpc.TranslationServiceStub(channel)
+    local = [("grpc.use_local_subchannel_pool", 1)]  # a connection per channel
+    channels = [grpc.aio.insecure_channel(address, options=local) for _ in range(CHANNELS)]
+    for channel in channels:
+        await asyncio.wait_for(channel.channel_ready(), 30)
+    stubs = [translation_pb2_grpc.TranslationServiceStub(channel) for channel in channels]
     calls = itertools.count(offset)
     answers: list[tuple[float, float, int, int]] = []  # (latency, end, index, output tokens)
     errors: dict[str, int] = {}
@@ -857,7 +863,7 @@ async def _closed_loop(address, texts, max_length, clients, seconds, start_at, o
     deadline = start_at + seconds
     cpu = time.process_time()
 
-    async def client() -> None:
+    async def client(stub) -> None:
         while time.time() < deadline:
             call = next(calls)
             if count and call - offset >= count:
@@ -874,9 +880,10 @@ async def _closed_loop(address, texts, max_length, clients, seconds, start_at, o
             tokens = response.translations[0].token_counts.output_tokens
             answers.append((latency, time.time(), index, tokens))
 
-    await asyncio.gather(*(client() for _ in range(clients)))
+    await asyncio.gather(*(client(stubs[i % CHANNELS]) for i in range(clients)))
     cpu = time.process_time() - cpu
-    await channel.close()
+    for channel in channels:
+        await channel.close()
     return {"answers": answers, "errors": errors, "cpu_s": cpu, "pid": os.getpid()}
 
 
@@ -896,6 +903,8 @@ class LoadBench:
             self.flags["variant"] = args.server_variant
         if args.server_rows:
             self.flags["max-batch-rows"] = str(args.server_rows)
+        if args.server_fronts:
+            self.flags["fronts"] = str(args.server_fronts)
         self.flags["device"] = args.device
         self.flags["max-queued-requests"] = str(4 * max(plan.clients))
 
@@ -1029,8 +1038,9 @@ class LoadBench:
                 "warmup_seconds": plan.warmup_seconds,
                 "max_length": SERVER_MAX_LENGTH,
                 "requests": "unary Translate, one test sentence each, greedy, natural end",
-                "client": "closed loop; one asyncio loop and grpc.aio channel per client "
-                "process; requests/s and tokens/s count answers within the level's time",
+                "client": f"closed loop; one asyncio loop and {CHANNELS} grpc.aio channels "
+                "(a connection each) per client process; requests/s and tokens/s count "
+                "answers within the level's time",
             },
             "warmup": {"requests": warm["requests"], "errors": warm["errors"]},
             "levels": levels,
@@ -1341,6 +1351,7 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--engine-seconds", type=float, help="time box of the engine level")
     parser.add_argument("--server-variant", choices=("fp32", "fp16", "int8"))
     parser.add_argument("--server-rows", type=int, help="the server's --max-batch-rows")
+    parser.add_argument("--server-fronts", type=int, help="the server's --fronts")
     parser.add_argument(
         "--graphs",
         choices=("traced", "built"),

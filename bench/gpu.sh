@@ -5,11 +5,12 @@
 #   bash bench/gpu.sh export    # export + certify the shipped translator (fp32, fp16): ~3 min
 #   bash bench/gpu.sh engine    # machine + engine level (time-boxed to 330 s): ~6.5 min
 #   bash bench/gpu.sh load      # machine + service level, the engine level's results kept: ~3 min
+#   bash bench/gpu.sh fronts    # the service level with 4 front processes (into $out/fronts): ~3 min
 #   bash bench/gpu.sh all       # everything in one command: ~12 min, over one command's 10
 #   BENCH_GPU_GRAPHS=traced bash bench/gpu.sh export  # the graphs traced by torch.export instead
 #   bash bench/gpu.sh static    # gpu tests of the fixed-capacity step + bench.static_step: ~5 min
 #   bash bench/gpu.sh inplace   # after export: gpu tests, then the served batch, cache in place, growing and static with CUDA graphs (fp16): ~6 min
-#   bash bench/gpu.sh scaling   # after export: the CPU server, 1 and 16 workers (bench.scaling): ~5 min
+#   bash bench/gpu.sh scaling   # after export: the CPU server, 1 and 16 workers, 1 and 4 fronts (bench.scaling): ~5 min
 #
 # Carry: .gpu/tools, attnserve/v1 (generated gRPC code), data/translator/test.es and
 # data/translator/test.en (ignored files). The phases share /tmp/attnserve-gpu (the export,
@@ -28,6 +29,10 @@ case "$phase" in
   export) run --no-engine --no-load ;;
   engine) run --engine --no-load ;;
   load) run --no-engine --load ;;
+  fronts)  # the service level again with 4 front processes, beside the load phase's one
+    OUT_FRONTS="$out/fronts"; mkdir -p "$OUT_FRONTS"
+    python3 -m bench.gpu --device cuda --workdir "$work" --out "$OUT_FRONTS" --graphs "$graphs" \
+      --no-engine --load --server-fronts 4 ;;
   all) run --engine --load ;;
   static)  # gpu-marked tests of the static step and the fp16 graphs, then bench.static_step
     mkdir -p "$out"
@@ -44,9 +49,10 @@ case "$phase" in
         --repository "$work/repository/translator/1" --json --markdown "$out/continuous-cuda-$rows.md" \
         > "$out/continuous-cuda-$rows.json"
     done ;;
-  scaling)  # the server on the machine's CPU cores: 16 workers against one
+  scaling)  # the server on the machine's CPU cores: 16 workers against one, 4 fronts against one
     mkdir -p "$out"
-    python3 -m bench.scaling --device cpu --workers 1,16 --clients 64,256 --seconds 15 \
-      --repository "$work/repository" --json "$out/benchmarks-scaling.json" ;;
-  *) echo "usage: bench/gpu.sh export|engine|load|all|static|inplace|scaling" >&2; exit 2 ;;
+    python3 -m bench.scaling --device cpu --workers 1,16 --fronts 1,4 --clients 64,256 \
+      --channels 32 --seconds 15 --rounds 1 --repository "$work/repository" \
+      --json "$out/benchmarks-scaling.json" ;;
+  *) echo "usage: bench/gpu.sh export|engine|load|fronts|all|static|inplace|scaling" >&2; exit 2 ;;
 esac

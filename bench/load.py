@@ -456,9 +456,10 @@ class Server:
         }
 
     def cpu_seconds(self) -> dict:
-        """User + system CPU seconds of the front process and of its workers."""
+        """User + system CPU seconds of the front processes (every one) and of the workers."""
+        fronts = [self.process.pid, *self.state.get("fronts", [])]
         return {
-            "front": _process_cpu(self.process.pid),
+            "front": sum(_process_cpu(pid) for pid in fronts),
             "workers": sum(_process_cpu(pid) for pid in self.state.get("workers", [])),
         }
 

@@ -56,14 +56,16 @@ async def _memory(pid: int, stop: asyncio.Event, peak: dict) -> None:
 
 async def closed_loop(stub, clients: int, seconds: float) -> tuple[list[tuple[str, float]], float]:
     """`clients` closed loops of calls for `seconds`: every call's (code, seconds), and the
-    time they took."""
+    time they took. `stub` may be a list: client i calls through stub i modulo its length
+    (one connection each)."""
     outcomes = []
     end = time.monotonic() + seconds
+    stubs = stub if isinstance(stub, list) else [stub]
 
     async def loop(index: int) -> None:
         turn = index
         while time.monotonic() < end:
-            outcomes.append(await _call(stub, turn))
+            outcomes.append(await _call(stubs[index % len(stubs)], turn))
             turn += clients
 
     started = time.monotonic()

@@ -1,18 +1,21 @@
-"""Scaling: one server's throughput with more workers, and with more clients.
+"""Scaling: one server's throughput with more workers, more front processes, more clients.
 
-    python -m bench.scaling [--workers 1,2] [--clients 16,64] [--seconds 15] [--rounds 2]
-        [--device cpu|cuda] [--repository ROOT] [--json FILE]
+    python -m bench.scaling [--workers 1,2] [--fronts 1] [--clients 16,64] [--channels 8]
+        [--seconds 15] [--rounds 2] [--device cpu|cuda] [--repository ROOT] [--json FILE]
 
-For every worker count a server on 127.0.0.1 (bench.load.Server, no admission control), and
-against it closed loops of unary Translate calls (one sentence each, bench.soak's fixed pool)
-at every client count for `--seconds`, after a warm-up at the most clients. The servers take
-turns: each round starts every worker count's server again, in an order that rotates from
-round to round, so that a host whose speed drifts weighs on both alike; each (workers,
-clients) figure pools its rounds. Reported per level: requests/s, p50/p99 latency, and the CPU
-seconds per call of the front, the workers and the client (this process). Ratios, each against
-its goal:
-- the most workers over one, at every client count (goal on a 2-core host: at least 1.6);
-- the most clients over the fewest, at every worker count (goal: at least 1, no loss).
+For every worker count and front count a server on 127.0.0.1 (bench.load.Server, no admission
+control), and against it closed loops of unary Translate calls (one sentence each,
+bench.soak's fixed pool) at every client count for `--seconds`, after a warm-up at the most
+clients. The clients share `--channels` connections (client i the i-th modulo): the kernel
+spreads connections, not calls, over several fronts. The servers take turns: each round starts
+every server again, in an order that rotates from round to round, so that a host whose speed
+drifts weighs on all alike; each (server, clients) figure pools its rounds. Reported per
+level: requests/s, p50/p99 latency, and the CPU seconds per call of the fronts, the workers
+and the client (this process). Ratios, each against its goal where the issue sets one:
+- the most workers over one (one front), at every client count (goal on a 2-core host: at
+  least 1.6);
+- the most clients over the fewest, at every server (goal: at least 1, no loss);
+- the most fronts over one (the most workers), at every client count (no goal: reported).
 The clients share the host with the server: on a small host their CPU is part of the result,
 and is reported beside it. Ends by itself.
 """
@@ -40,46 +43,57 @@ def _own_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-async def _serve(args, workers: int, levels: dict) -> int | None:
-    """One server with `workers`: a warm-up, then every client count once; adds each level's
-    measurements to `levels[(workers, clients)]`."""
+def _name(workers: int, fronts: int) -> str:
+    return f"{workers} workers" + (f", {fronts} fronts" if fronts > 1 else "")
+
+
+async def _serve(args, workers: int, fronts: int, levels: dict) -> int | None:
+    """One server with `workers` and `fronts`: a warm-up, then every client count once; adds
+    each level's measurements to `levels[(workers, fronts, clients)]`."""
     directory = Path(tempfile.mkdtemp(prefix="attnserve-scaling-"))
-    flags = ["--workers", str(workers)] + (["--device", args.device] if args.device else [])
+    flags = ["--workers", str(workers), "--fronts", str(fronts)]
+    flags += ["--device", args.device] if args.device else []
     server = Server(args.repository, directory, flags)
+    channels = []
     try:
         state = await server.wait()
-        if len(state.get("workers", [])) != workers:
-            raise RuntimeError(f"asked for {workers} workers, the server runs {state}")
-        async with grpc.aio.insecure_channel(server.address) as channel:
-            stub = translation_pb2_grpc.TranslationServiceStub(channel)
-            await closed_loop(stub, max(args.clients), min(5.0, args.seconds))  # warm-up
-            for clients in args.clients:
-                cpu_before, own_before = server.cpu_seconds(), _own_cpu()
-                outcomes, elapsed = await closed_loop(stub, clients, args.seconds)
-                latencies = [seconds for code, seconds in outcomes if code == "OK"]
-                cpu_after, own_after = server.cpu_seconds(), _own_cpu()
-                level = levels.setdefault((workers, clients), {
-                    "latencies": [], "failed": 0, "seconds": 0.0,
-                    "cpu_s": {"front": 0.0, "workers": 0.0, "client": 0.0},
-                })  # fmt: skip
-                level["latencies"] += latencies
-                level["failed"] += len(outcomes) - len(latencies)
-                level["seconds"] += elapsed
-                for process in ("front", "workers"):
-                    level["cpu_s"][process] += cpu_after[process] - cpu_before[process]
-                level["cpu_s"]["client"] += own_after - own_before
+        if len(state.get("workers", [])) != workers or len(state.get("fronts", [])) != fronts - 1:
+            raise RuntimeError(f"asked for {workers} workers and {fronts} fronts: {state}")
+        options = [("grpc.use_local_subchannel_pool", 1)]  # a connection per channel
+        channels = [grpc.aio.insecure_channel(server.address, options=options)
+                    for _ in range(args.channels)]  # fmt: skip
+        stub = [translation_pb2_grpc.TranslationServiceStub(channel) for channel in channels]
+        await closed_loop(stub, max(args.clients), min(5.0, args.seconds))  # warm-up
+        for clients in args.clients:
+            cpu_before, own_before = server.cpu_seconds(), _own_cpu()
+            outcomes, elapsed = await closed_loop(stub, clients, args.seconds)
+            latencies = [seconds for code, seconds in outcomes if code == "OK"]
+            cpu_after, own_after = server.cpu_seconds(), _own_cpu()
+            level = levels.setdefault((workers, fronts, clients), {
+                "latencies": [], "failed": 0, "seconds": 0.0,
+                "cpu_s": {"front": 0.0, "workers": 0.0, "client": 0.0},
+            })  # fmt: skip
+            level["latencies"] += latencies
+            level["failed"] += len(outcomes) - len(latencies)
+            level["seconds"] += elapsed
+            for process in ("front", "workers"):
+                level["cpu_s"][process] += cpu_after[process] - cpu_before[process]
+            level["cpu_s"]["client"] += own_after - own_before
     finally:
+        for channel in channels:
+            await channel.close()
         exit_code = server.stop()
     return exit_code
 
 
-def summary(levels: dict, workers: list[int], clients: list[int]) -> dict:
-    """Each level's figures, and the two ratios against their goals."""
+def summary(levels: dict, workers: list[int], clients: list[int], fronts=(1,)) -> dict:
+    """Each level's figures, and the ratios (against their goals where there is one)."""
     table = {}
-    for (w, c), level in sorted(levels.items()):
+    for (w, f, c), level in sorted(levels.items()):
         calls = len(level["latencies"])
-        table[f"{w} workers, {c} clients"] = {
+        table[f"{_name(w, f)}, {c} clients"] = {
             "workers": w,
+            "fronts": f,
             "clients": c,
             "calls": calls,
             "failed": level["failed"],
@@ -92,34 +106,42 @@ def summary(levels: dict, workers: list[int], clients: list[int]) -> dict:
             },
         }
 
-    def rate(w: int, c: int) -> float:
-        return table[f"{w} workers, {c} clients"]["requests_per_s"]
+    def rate(w: int, f: int, c: int) -> float:
+        return table[f"{_name(w, f)}, {c} clients"]["requests_per_s"]
 
-    most, fewest, one = max(workers), min(clients), min(workers)
+    most, fewest, one, front = max(workers), min(clients), min(workers), min(fronts)
     ratios, goals = {}, {}
     if most != one:
         for c in clients:
             name = f"{most} workers / {one}, {c} clients"
-            ratios[name] = round(rate(most, c) / rate(one, c), 3)
+            ratios[name] = round(rate(most, front, c) / rate(one, front, c), 3)
             goals[f"{name} >= {WORKERS_GOAL}"] = ratios[name] >= WORKERS_GOAL
     if max(clients) != fewest:
         for w in workers:
-            name = f"{max(clients)} clients / {fewest}, {w} workers"
-            ratios[name] = round(rate(w, max(clients)) / rate(w, fewest), 3)
-            goals[f"{name} >= {CLIENTS_GOAL}"] = ratios[name] >= CLIENTS_GOAL
+            for f in fronts:
+                name = f"{max(clients)} clients / {fewest}, {_name(w, f)}"
+                ratios[name] = round(rate(w, f, max(clients)) / rate(w, f, fewest), 3)
+                goals[f"{name} >= {CLIENTS_GOAL}"] = ratios[name] >= CLIENTS_GOAL
+    if max(fronts) != front:
+        for c in clients:
+            name = f"{max(fronts)} fronts / {front}, {most} workers, {c} clients"
+            ratios[name] = round(rate(most, max(fronts), c) / rate(most, front, c), 3)
     return {"levels": table, "ratios": ratios, "goals": goals}
 
 
 async def run(args) -> dict:
     levels: dict = {}
     exit_codes = []
+    servers = [(w, f) for w in args.workers for f in args.fronts]
     for round_ in range(args.rounds):
-        shift = round_ % len(args.workers)
-        for workers in args.workers[shift:] + args.workers[:shift]:
-            exit_codes.append(await _serve(args, workers, levels))
+        shift = round_ % len(servers)
+        for workers, fronts in servers[shift:] + servers[:shift]:
+            exit_codes.append(await _serve(args, workers, fronts, levels))
     settings = {
         "workers": args.workers,
+        "fronts": args.fronts,
         "clients": args.clients,
+        "channels": args.channels,
         "seconds": args.seconds,
         "rounds": args.rounds,
         "device": args.device or "the server's default",
@@ -127,7 +149,7 @@ async def run(args) -> dict:
     }
     return {
         "settings": settings,
-        **summary(levels, args.workers, args.clients),
+        **summary(levels, args.workers, args.clients, args.fronts),
         "server_exit_codes": exit_codes,
     }
 
@@ -139,7 +161,9 @@ def _counts(text: str) -> list[int]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.scaling")
     parser.add_argument("--workers", type=_counts, default=[1, 2])
+    parser.add_argument("--fronts", type=_counts, default=[1])
     parser.add_argument("--clients", type=_counts, default=[16, 64])
+    parser.add_argument("--channels", type=int, default=8, help="connections the clients share")
     parser.add_argument("--seconds", type=float, default=15.0)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--device", choices=("cpu", "cuda"), help="default: the server's choice")

@@ -19,8 +19,8 @@ def _level(calls: int, seconds: float) -> dict:
 
 
 def test_the_ratios_compare_the_most_workers_and_the_most_clients_with_their_goals():
-    levels = {(1, 16): _level(100, 1.0), (1, 64): _level(90, 1.0),
-              (2, 16): _level(170, 1.0), (2, 64): _level(150, 1.0)}  # fmt: skip
+    levels = {(1, 1, 16): _level(100, 1.0), (1, 1, 64): _level(90, 1.0),
+              (2, 1, 16): _level(170, 1.0), (2, 1, 64): _level(150, 1.0)}  # fmt: skip
     report = scaling.summary(levels, [1, 2], [16, 64])
     assert report["ratios"] == {
         "2 workers / 1, 16 clients": 1.7,
@@ -39,6 +39,18 @@ def test_the_ratios_compare_the_most_workers_and_the_most_clients_with_their_goa
     assert level["cpu_ms_per_call"] == {"front": 1.0, "workers": 5.0, "client": 0.5}
 
 
+def test_more_fronts_are_compared_at_the_most_workers_and_the_workers_at_one_front():
+    levels = {(1, 1, 16): _level(100, 1.0), (2, 1, 16): _level(150, 1.0),
+              (1, 2, 16): _level(90, 1.0), (2, 2, 16): _level(180, 1.0)}  # fmt: skip
+    report = scaling.summary(levels, [1, 2], [16], [1, 2])
+    assert report["ratios"] == {
+        "2 workers / 1, 16 clients": 1.5,
+        "2 fronts / 1, 2 workers, 16 clients": 1.2,
+    }
+    assert report["goals"] == {"2 workers / 1, 16 clients >= 1.6": False}
+    assert report["levels"]["2 workers, 2 fronts, 16 clients"]["fronts"] == 2
+
+
 @pytest.mark.slow
 def test_a_short_run_serves_every_level_without_a_failed_call(model_repository, tmp_path):
     out = tmp_path / "scaling.json"
@@ -52,4 +64,21 @@ def test_a_short_run_serves_every_level_without_a_failed_call(model_repository, 
         assert level["calls"] > 0 and level["failed"] == 0
         assert level["cpu_ms_per_call"]["workers"] > 0
     assert len(report["ratios"]) == 4 and len(report["goals"]) == 4
+    assert report["server_exit_codes"] == [0, 0]
+
+
+@pytest.mark.slow
+def test_two_fronts_serve_every_level_without_a_failed_call(model_repository, tmp_path):
+    out = tmp_path / "scaling.json"
+    scaling.main(
+        ["--workers", "2", "--fronts", "1,2", "--clients", "4", "--channels", "8",
+         "--seconds", "2", "--rounds", "1", "--repository", str(model_repository),
+         "--json", str(out)]
+    )  # fmt: skip
+    report = json.loads(out.read_text())
+    assert set(report["levels"]) == {"2 workers, 4 clients", "2 workers, 2 fronts, 4 clients"}
+    for level in report["levels"].values():
+        assert level["calls"] > 0 and level["failed"] == 0
+        assert level["cpu_ms_per_call"]["front"] > 0
+    assert list(report["ratios"]) == ["2 fronts / 1, 2 workers, 4 clients"]
     assert report["server_exit_codes"] == [0, 0]
