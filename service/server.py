@@ -6,7 +6,8 @@ CaptionService). It checks every request at the edge (fields, texts, images, lim
 decode jobs to the worker processes and turns their results into responses. Health reports
 NOT_SERVING, for the server and for each service by name, until every worker has passed its
 golden-set checks, and again once a drain starts (SIGTERM): from then on new calls get
-UNAVAILABLE and calls in flight have `drain_seconds` to finish.
+UNAVAILABLE and calls in flight have `drain_seconds` to finish. With `fronts` > 1 several
+front processes run this on one port and share the workers (service.fronts).
 """
 
 from __future__ import annotations
