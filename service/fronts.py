@@ -12,7 +12,9 @@ the kernel spreads new connections over them) and share every worker:
   for new versions as the first does, and answers the first front over two pipes: `control`
   (ready, drain) and `scrape` (its metrics, at every scrape of /metrics);
 - /metrics adds every front's samples of the same name and labels (`MergedRegistry`), so
-  counters and histograms are the server's, exact at each scrape;
+  counters and histograms are the server's, exact at each scrape (a front started again
+  counts from zero: the sums fall by what the dead front had counted, which Prometheus's
+  `rate()` reads as a counter reset);
 - a drain (SIGTERM to the first front) reaches every front at once; the workers stop after
   the last front has drained. A front that dies is started again; its clients connect again
   (to any front) and its calls in flight fail with UNAVAILABLE, as with a replica gone.
@@ -37,6 +39,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from prometheus_client.metrics_core import Metric
+
+from service.pool import wait_or_kill
 
 log = logging.getLogger("attnserve")
 SCRAPE_SECONDS = 2.0  # a front that does not answer a scrape within this is left out of it
@@ -210,17 +214,10 @@ class FrontProcesses:
     async def stopped(self, seconds: float) -> None:
         """Waits for every other front to end (its drain done), at most `seconds`; kills
         what is left."""
+        await wait_or_kill([f.process for f in self.fronts if f.process is not None], seconds)
         loop = asyncio.get_running_loop()
-        end = loop.time() + seconds
         for front in self.fronts:
-            if front.process is None:
-                continue
-            while front.process.is_alive() and loop.time() < end:
-                await asyncio.sleep(0.05)
-            if front.process.is_alive():
-                front.process.kill()
-            front.process.join(1)
-            with contextlib.suppress(ValueError, OSError):
+            with contextlib.suppress(ValueError, OSError, AttributeError):
                 loop.remove_reader(front.control.fileno())
 
     def pids(self) -> list[int]:

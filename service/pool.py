@@ -198,17 +198,11 @@ class WorkerPool:
                 continue
             with contextlib.suppress(OSError, ValueError):
                 worker.conn.send(Stop())
-        deadline = time.monotonic() + 5
+        await wait_or_kill([w.process for w in self.workers if w.process is not None], 5.0)
         for worker in self.workers:
-            if worker.process is None:
-                continue
-            while worker.process.is_alive() and time.monotonic() < deadline:
-                await asyncio.sleep(0.02)
-            if worker.process.is_alive():
-                worker.process.kill()
-            worker.process.join(1)
-            worker.conn.close()
-            worker.conn = None
+            if worker.conn is not None:
+                worker.conn.close()
+                worker.conn = None
         self.fail_all(Unavailable("the server is stopping"))
 
     # -- model versions while serving ------------------------------------------------------
@@ -494,6 +488,17 @@ class WorkerPool:
         for worker in self.workers:
             for job_id in list(worker.calls):
                 self._settle(worker, job_id).fail(error)
+
+
+async def wait_or_kill(processes: list, seconds: float) -> None:
+    """Waits at most `seconds` for the processes to end, then kills what is left."""
+    deadline = time.monotonic() + seconds
+    for process in processes:
+        while process.is_alive() and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        if process.is_alive():
+            process.kill()
+        process.join(1)
 
 
 def worker_settings(config, models: tuple, device: str, variants: dict) -> list[WorkerSettings]:
