@@ -172,9 +172,10 @@ class FrontProcesses:
                     front.ready.set_exception(RuntimeError(message))
         except (EOFError, OSError):  # the front is gone
             loop.remove_reader(front.control.fileno())
-            front.process.join(5)
+            front.process.join(0.5)
             code = front.process.exitcode
             if not front.ready.done():
+                log.error("front %d exited before serving (code %s)", front.index, code)
                 front.ready.set_exception(RuntimeError(f"front {front.index} exited ({code})"))
                 return
             if self.stopping:
@@ -195,6 +196,8 @@ class FrontProcesses:
                 if front.scrape is None or front.ready is None or not front.ready.done():
                     continue
                 try:
+                    while front.scrape.poll(0):  # a late answer to a scrape that gave up
+                        front.scrape.recv()
                     front.scrape.send("scrape")
                     if front.scrape.poll(SCRAPE_SECONDS):
                         gathered.append(front.scrape.recv())

@@ -5,6 +5,7 @@ that dies costs no unary call."""
 from __future__ import annotations
 
 import collections
+import io
 import os
 import shutil
 import signal
@@ -15,7 +16,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import grpc
+import numpy as np
 import pytest
+from PIL import Image
+from test_operations import load_until
 
 from service import client
 
@@ -64,18 +68,6 @@ def _answers(channels, rounds: int) -> list[str]:
         return [a for answers in pool.map(one, channels) for a in answers]
 
 
-def _load_until(channel, stop: threading.Event) -> list[str]:
-    codes = []
-    while not stop.is_set():
-        try:
-            client.translate(channel, TEXTS[:1], timeout=60)
-            codes.append("OK")
-        except grpc.RpcError as error:
-            codes.append(error.code().name)
-            stop.wait(0.1)
-    return codes
-
-
 def test_fronts_share_the_port_every_worker_and_the_metrics(start_server):
     server = start_server("--workers", "2", "--fronts", "2")
     state = server.wait()
@@ -87,18 +79,54 @@ def test_fronts_share_the_port_every_worker_and_the_metrics(start_server):
         answers = _answers(channels, 3)
         # every answer is the one a single connection gets, whichever front took it
         assert answers == [reference] * CHANNELS * 3
+        # streams too: every step's events reach the front that holds the stream
+        unary = client.translate(server.channel, TEXTS[1:], timeout=60)
+        with ThreadPoolExecutor(len(channels)) as pool:
+            streams = list(pool.map(
+                lambda c: list(client.translate_stream(c, TEXTS[1], timeout=60)), channels
+            ))  # fmt: skip
+        for events in streams:
+            got, want = events[-1].result.translations[0], unary.translations[0]
+            assert [(h.text, h.tokens) for h in got.hypotheses] == [
+                (h.text, h.tokens) for h in want.hypotheses
+            ]
+            assert len(events) > 2 and events[-1].result.model == unary.model
+            assert [e.partial.steps for e in events[:-1]] == sorted(
+                {e.partial.steps for e in events[:-1]}
+            )
+        # and the captioner, the other service every front serves
+        buffer = io.BytesIO()
+        pixels = np.random.default_rng(0).integers(0, 256, (96, 96, 3), dtype=np.uint8)
+        Image.fromarray(pixels).save(buffer, "PNG")
+        expected = client.caption(server.channel, [buffer.getvalue()], timeout=60)
+        with ThreadPoolExecutor(len(channels)) as pool:
+            captions = list(pool.map(
+                lambda c: client.caption(c, [buffer.getvalue()], timeout=60), channels
+            ))  # fmt: skip
+        best = expected.captions[0].hypotheses[0]
+        assert best.text  # the same caption, whichever front (scores to float rounding: the
+        for caption in captions:  # rows a batch holds change the sums' order)
+            got = caption.captions[0].hypotheses[0]
+            assert (got.text, got.tokens) == (best.text, best.tokens)
+            assert got.score == pytest.approx(best.score, abs=1e-4)
         # the kernel spread the connections: both fronts hold some of them
         held = {pid: _connections(pid, port) for pid in (server.process.pid, other)}
         assert all(held.values()) and sum(held.values()) >= CHANNELS, held
         # /metrics adds the fronts: every call counted once, the workers' gauges not doubled
-        calls = 1 + CHANNELS * 3
+        calls = 2 + CHANNELS * 3
         count = "attnserve_request_duration_seconds_count"
         server.wait_for(lambda: server.value(count, method="Translate", code="OK") == calls,
                         what="every call counted")  # fmt: skip
+        streamed = server.value(count, method="TranslateStream", code="OK")
+        assert streamed == CHANNELS
         assert server.value("attnserve_requests_in_flight") == 0
         assert server.value("attnserve_workers_ready") == 2
         assert server.value("attnserve_model_info", model="translator") == 1
-        assert server.value("attnserve_time_to_first_token_seconds_count") == calls
+        first_tokens = server.value(
+            "attnserve_time_to_first_token_seconds_count", model="translator"
+        )
+        assert first_tokens == calls + CHANNELS
+        assert server.value(count, method="Caption", code="OK") == 1 + CHANNELS
         promtool = [shutil.which("promtool"), "check", "metrics"]
         check = subprocess.run(
             promtool, input=server.scrape(), capture_output=True, text=True, timeout=30
@@ -109,7 +137,7 @@ def test_fronts_share_the_port_every_worker_and_the_metrics(start_server):
         # started again by the first front and the other front connects to it again
         stop = threading.Event()
         with ThreadPoolExecutor(len(channels)) as pool:
-            loads = [pool.submit(_load_until, channel, stop) for channel in channels]
+            loads = [pool.submit(load_until, channel, stop, False) for channel in channels]
             try:
                 server.wait_for(lambda: server.value("attnserve_requests_in_flight") >= 4,
                                 what="load")  # fmt: skip
@@ -120,7 +148,7 @@ def test_fronts_share_the_port_every_worker_and_the_metrics(start_server):
                 time.sleep(1.0)
             finally:
                 stop.set()
-            codes = collections.Counter(code for load in loads for code in load.result(60))
+            codes = collections.Counter(c for load in loads for _, _, c in load.result(60))
         assert codes == {"OK": codes["OK"]} and codes["OK"] > CHANNELS, codes
         assert server.value("attnserve_worker_restarts_total") == 1
         # both fronts reach the new worker: every connection is answered again
@@ -161,13 +189,13 @@ def test_a_front_that_dies_is_started_again_and_every_front_drains(start_server)
         # SIGTERM to the first front drains both: calls in flight finish, nothing is lost
         stop = threading.Event()
         with ThreadPoolExecutor(len(channels)) as pool:
-            loads = [pool.submit(_load_until, channel, stop) for channel in channels]
+            loads = [pool.submit(load_until, channel, stop, False) for channel in channels]
             server.wait_for(lambda: server.value("attnserve_requests_in_flight") >= 4,
                             what="load")  # fmt: skip
             server.process.send_signal(signal.SIGTERM)
             code = server.process.wait(60)
             stop.set()
-            codes = collections.Counter(c for load in loads for c in load.result(60))
+            codes = collections.Counter(c for load in loads for _, _, c in load.result(60))
     finally:
         for channel in channels:
             channel.close()

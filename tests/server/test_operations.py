@@ -53,7 +53,7 @@ def test_health_is_serving_only_after_warm_up_and_not_serving_on_drain(start_ser
     assert server.process.wait(30) == 0
 
 
-def _load_until(server, stop: threading.Event, stream: bool) -> list[tuple[float, float, str]]:
+def load_until(channel, stop: threading.Event, stream: bool) -> list[tuple[float, float, str]]:
     """One client's calls until `stop`: (start, end, status code name) each. Like a client
     with gRPC's retry policy, it backs off after a failure: exponentially (0.1 s doubling up
     to 1.6 s) with jitter, so that clients refused by a draining server leave it quiet spells
@@ -65,9 +65,9 @@ def _load_until(server, stop: threading.Event, stream: bool) -> list[tuple[float
         start = time.monotonic()
         try:
             if stream:
-                list(client.translate_stream(server.channel, texts[1], timeout=30))
+                list(client.translate_stream(channel, texts[1], timeout=30))
             else:
-                client.translate(server.channel, texts, timeout=30)
+                client.translate(channel, texts, timeout=30)
             code = "OK"
         except grpc.RpcError as error:
             code = error.code().name
@@ -82,7 +82,7 @@ def test_a_drain_under_load_loses_no_call(start_server):
     server = start_server("--workers", "1", "--drain-seconds", "30")
     stop = threading.Event()
     with ThreadPoolExecutor(8) as pool:
-        clients = [pool.submit(_load_until, server, stop, i >= 6) for i in range(8)]
+        clients = [pool.submit(load_until, server.channel, stop, i >= 6) for i in range(8)]
         server.wait_for(lambda: server.value("attnserve_requests_in_flight") >= 4, what="load")
         time.sleep(1.0)
         signalled = time.monotonic()
@@ -147,7 +147,7 @@ def test_a_worker_killed_under_load_costs_no_unary_call(start_server):
     server = start_server("--workers", "2")
     stop = threading.Event()
     with ThreadPoolExecutor(6) as pool:
-        clients = [pool.submit(_load_until, server, stop, False) for _ in range(6)]
+        clients = [pool.submit(load_until, server.channel, stop, False) for _ in range(6)]
         try:
             server.wait_for(lambda: server.value("attnserve_requests_in_flight") >= 3, what="load")
             time.sleep(1.0)
