@@ -233,10 +233,8 @@ class _Fronts:
         self.links.remove(link)
         link.close()
         for job_id, (owner, key) in list(self.owner.items()):
-            if owner is link:
-                del self.owner[job_id]
-                if key in self.schedulers:
-                    self.schedulers[key].cancel(job_id)
+            if owner is link and key in self.schedulers:  # its last event goes nowhere
+                self.schedulers[key].cancel(job_id)
         for key in list(self.holders):
             self.unload(link, key)
 
@@ -280,6 +278,8 @@ class _Fronts:
 
     def route(self, events: list) -> dict:
         """{link: its events}: each event to the front whose job it is."""
+        if not self.owner:  # the parent's jobs alone (always so with one front)
+            return {self.parent: events} if events else {}
         routed: dict = {}
         for event in events:
             owner = self.owner.get(event.job_id)
