@@ -293,9 +293,8 @@ class WorkerPool:
         self.metrics.requests_queued.labels(call.model, method).inc()
         try:
             worker.conn.send(Submit(key, job))
-        except (OSError, ValueError) as error:  # the worker died a moment ago
-            self._settle(worker, job.id)
-            raise Unavailable("the worker chosen for this request stopped; retry") from error
+        except (OSError, ValueError):  # the worker died a moment ago, before its pipe said
+            self._on_death(worker)  # so: its calls, this one among them, go to another
         return call
 
     async def _ready_worker(self, timeout: float | None) -> _Worker:
