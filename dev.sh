@@ -92,7 +92,7 @@ build_repository() {
   for model in translator captioner; do
     version=data/repository/$model/1
     if [ ! -f "$version/golden.json" ] || [ "models/checkpoints/$model/model.safetensors" -nt "$version/golden.json" ] \
-      || ! grep -q '"format_version": 6' "$version/manifest.json" \
+      || ! grep -q '"format_version": 7' "$version/manifest.json" \
       || ! grep -q '"fp32": "built"' "$version/manifest.json" \
       || { [[ $variants == *fp16* ]] && ! grep -q '"fp16/decoder.onnx"' "$version/manifest.json"; }; then
       rm -rf "$version"

@@ -4,8 +4,8 @@ They move cache rows on the device where the cache lives, so on a GPU it never l
 - `gather_<dtype>`: rows `indices` of a tensor (axis 0); beam search and continuous batching
   reorder, repeat and drop rows with it;
 - `join_<dtype>`: the rows of `a`, then those of `b`, every other axis of the shorter
-  right-padded with zeros (a cache's time axis, a memory's length): requests joining a running
-  batch;
+  right-padded with zeros (a cache's time axis, a memory's length), the pads given by the host:
+  requests joining a running batch;
 - `narrow_<dtype>`: positions `start` to `end` of one axis: dropping cache columns that every
   row masks, or memory positions no row uses, once the requests that needed them have left.
 
@@ -53,39 +53,18 @@ def gather_graph(dtype: int) -> onnx.ModelProto:
 
 
 def join_graph(dtype: int) -> onnx.ModelProto:
-    """output = concat(pad(a), pad(b)) on axis 0, every other axis of both right-padded with 0
-    to the longer; any rank (a cache's time axis, a memory's length)."""
+    """output = concat(pad(a, a_pads), pad(b, b_pads)) on axis 0; any rank (a cache's time
+    axis, a memory's length). The pads (rank begins, then rank ends, as ONNX Pad reads them)
+    come from the host, which knows both shapes (service.onnx_engine.join_pads): computed in
+    the graph, that shape arithmetic runs on the CPU under CUDA and puts Memcpy nodes between
+    it and the Pads."""
     a = helper.make_tensor_value_info("a", dtype, None)
     b = helper.make_tensor_value_info("b", dtype, None)
+    pads = [helper.make_tensor_value_info(f"{n}_pads", TensorProto.INT64, ["pads"]) for n in "ab"]
     output = helper.make_tensor_value_info("output", dtype, None)
-    constants = [
-        helper.make_tensor("zero", TensorProto.INT64, [], [0]),
-        helper.make_tensor("zero1", TensorProto.INT64, [1], [0]),
-        helper.make_tensor("one1", TensorProto.INT64, [1], [1]),
-        helper.make_tensor("last1", TensorProto.INT64, [1], [2**62]),
-    ]
-    nodes = [
-        helper.make_node("Shape", ["a"], ["a_shape"]),
-        helper.make_node("Shape", ["b"], ["b_shape"]),
-        helper.make_node("Max", ["a_shape", "b_shape"], ["shape"]),
-    ]
-    for name in ("a", "b"):
-        nodes += [
-            helper.make_node("Sub", ["shape", f"{name}_shape"], [f"{name}_missing"]),
-            helper.make_node(
-                "Slice", [f"{name}_missing", "one1", "last1"], [f"{name}_missing_tail"]
-            ),
-            helper.make_node("Mul", [f"{name}_shape", "zero"], [f"{name}_begins"]),
-            helper.make_node(
-                "Concat",
-                [f"{name}_begins", "zero1", f"{name}_missing_tail"],
-                [f"{name}_pads"],
-                axis=0,
-            ),
-            helper.make_node("Pad", [name, f"{name}_pads"], [f"{name}_padded"]),
-        ]
+    nodes = [helper.make_node("Pad", [n, f"{n}_pads"], [f"{n}_padded"]) for n in "ab"]
     nodes.append(helper.make_node("Concat", ["a_padded", "b_padded"], ["output"], axis=0))
-    return _model("join", nodes, [a, b], [output], constants)
+    return _model("join", nodes, [a, b, *pads], [output])
 
 
 def narrow_graph(dtype: int) -> onnx.ModelProto:

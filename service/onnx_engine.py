@@ -518,7 +518,9 @@ class OnnxEngine:
         zeros."""
         if isinstance(a, np.ndarray):
             return concat_padded([a, b])
-        return self._run(self._op("join", a), {"a": a, "b": b})[0]
+        a_pads, b_pads = join_pads(shape_of(a), shape_of(b))
+        feeds = {"a": a, "b": b, "a_pads": a_pads, "b_pads": b_pads}
+        return self._run(self._op("join", a), feeds)[0]
 
     def narrow(self, tensor, axis: int, start: int, end: int):
         """Positions start..end of `axis`."""
@@ -533,6 +535,21 @@ class OnnxEngine:
             "axis": np.array([axis]),
         }
         return self._run(self._op("narrow", tensor), feeds)[0]
+
+
+def join_pads(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """The join graph's pads (2 x rank,) int64 for tensors of shapes `a` and `b`: nothing
+    before, and after every axis but the first up to the longer of the two."""
+    if len(a) != len(b):
+        raise ValueError(f"joined tensors have one rank, got shapes {a} and {b}")
+    longest = np.maximum(a, b)
+    longest[0] = 0  # rows are concatenated, not padded
+
+    def pads(shape) -> np.ndarray:
+        ends = np.maximum(longest - np.asarray(shape, np.int64), 0)
+        return np.concatenate([np.zeros(len(shape), np.int64), ends]).astype(np.int64)
+
+    return pads(a), pads(b)
 
 
 def banned_bias(banned, vocab: int) -> np.ndarray:

@@ -25,8 +25,9 @@ from service.errors import ModelRepositoryError
 
 # 2: interface, special tokens, limits, preprocessor; 3: ops of any rank; 4: search ops;
 # 5: lean steps (the step less its attention, the search folded in) and their one-row form;
-# 6: the steps with their cache written in place (in_place_*)
-FORMAT_VERSION = 6
+# 6: the steps with their cache written in place (in_place_*); 7: the join op's pads are
+# inputs (the host computes them: no shape arithmetic in the graph, no Memcpy on CUDA)
+FORMAT_VERSION = 7
 MANIFEST = "manifest.json"
 GOLDEN = "golden.json"
 TOKENIZER = "tokenizer.model"

@@ -1,0 +1,65 @@
+"""The helper graphs that move rows on the device (export.ops) against numpy, run as the
+runtime runs them (service.onnx_engine)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto
+
+from export.ops import join_graph
+from service.batching import concat_padded
+from service.onnx_engine import join_pads
+
+SHAPES = [  # (a, b): a cache joined by rows with an empty one, a longer one, memories
+    ((2, 4, 5, 8), (1, 4, 0, 8)),
+    ((3, 4, 2, 8), (2, 4, 7, 8)),
+    ((1, 6), (4, 3)),
+    ((2, 3), (2, 3)),
+]
+
+
+def _join(dtype: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    session = ort.InferenceSession(
+        join_graph(dtype).SerializeToString(), providers=["CPUExecutionProvider"]
+    )
+    a_pads, b_pads = join_pads(a.shape, b.shape)
+    return session.run(None, {"a": a, "b": b, "a_pads": a_pads, "b_pads": b_pads})[0]
+
+
+@pytest.mark.parametrize(("a_shape", "b_shape"), SHAPES)
+@pytest.mark.parametrize(
+    ("dtype", "numpy"),
+    [
+        (TensorProto.FLOAT, np.float32),
+        (TensorProto.FLOAT16, np.float16),
+        (TensorProto.INT64, np.int64),
+    ],
+)
+def test_join_pads_the_shorter_and_concatenates_rows_as_numpy_does(a_shape, b_shape, dtype, numpy):
+    rng = np.random.default_rng(0)
+    a = (rng.standard_normal(a_shape) * 100).astype(numpy)
+    b = (rng.standard_normal(b_shape) * 100).astype(numpy)
+    joined = _join(dtype, a, b)
+    expected = concat_padded([a, b])
+    assert joined.dtype == numpy and joined.shape == expected.shape
+    np.testing.assert_array_equal(joined, expected)
+
+
+def test_join_has_no_shape_arithmetic():
+    """Only Pad and Concat, the pads graph inputs: nothing for CUDA to run on the CPU (whose
+    results would come back through Memcpy nodes)."""
+    graph = join_graph(TensorProto.FLOAT).graph
+    assert [n.op_type for n in graph.node] == ["Pad", "Pad", "Concat"]
+    inputs = {i.name for i in graph.input}
+    assert {n.input[1] for n in graph.node if n.op_type == "Pad"} == {"a_pads", "b_pads"} <= inputs
+
+
+def test_join_pads_pad_only_after_the_rows_axis():
+    a_pads, b_pads = join_pads((2, 4, 5, 8), (1, 4, 0, 8))
+    assert a_pads.tolist() == [0, 0, 0, 0, 0, 0, 0, 0]
+    assert b_pads.tolist() == [0, 0, 0, 0, 0, 0, 5, 0]
+    assert a_pads.dtype == b_pads.dtype == np.int64
+    with pytest.raises(ValueError, match="one rank"):
+        join_pads((2, 3), (2, 3, 4))
