@@ -3,7 +3,8 @@
     python -m bench.gpu --out DIR [--quick] [--repository VERSION_DIR] [--device cuda|cpu]
         [--load | --no-load] [--no-engine] [--workdir DIR] [--checkpoint DIR]
         [--beam-max-batch N] [--engine-seconds S] [--server-variant V] [--server-rows N]
-        [--server-fronts N]
+        [--server-fronts N] [--server-cache in_place|growing|static] [--clients 1,256]
+        [--level-seconds S]
 
 Writes DIR/benchmarks-gpu.json and DIR/benchmarks-gpu.md (bench/gpu.sh runs it on the GPU
 machine). Torch runs in spawned processes (the GPU's measurement, every engine), and in this
@@ -52,9 +53,10 @@ Service level (--load; default on, off in --quick). `attnserve serve` started by
 bench.load.Server on the device (cuda: fp16, one worker, 1,024 batch rows; cpu: fp32, the
 server's default workers and rows), warmed up at the most clients, then closed loops of unary
 Translate calls (test sentences, max_length 128, natural ends) at 1, 16, 64, 256 and 1,024
-clients (quick: 1 and 4) for a fixed time each, the clients spread over client processes
-(one asyncio loop and CHANNELS connections each; one process per 64 clients, at most a
-quarter of the CPUs; --server-fronts N serves with N front processes): requests/s and
+clients (quick: 1 and 4; --clients names others) for a fixed time each (--level-seconds),
+the clients spread over client processes (one asyncio loop and CHANNELS connections each; one
+process per 64 clients, at most a quarter of the CPUs; --server-fronts N serves with N front
+processes, --server-cache with that key/value cache, e.g. static): requests/s and
 tokens/s (answers within the level's time over it), p50/p99 latency,
 CPU seconds of the front, the workers and the clients. Then the end-to-end latency of one
 sentence whose translation reaches 30 tokens (sent with max_length 30), one client, one call
@@ -905,6 +907,8 @@ class LoadBench:
             self.flags["max-batch-rows"] = str(args.server_rows)
         if args.server_fronts:
             self.flags["fronts"] = str(args.server_fronts)
+        if args.server_cache:
+            self.flags["cache"] = args.server_cache
         self.flags["device"] = args.device
         self.flags["max-queued-requests"] = str(4 * max(plan.clients))
 
@@ -1352,6 +1356,9 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--server-variant", choices=("fp32", "fp16", "int8"))
     parser.add_argument("--server-rows", type=int, help="the server's --max-batch-rows")
     parser.add_argument("--server-fronts", type=int, help="the server's --fronts")
+    parser.add_argument("--server-cache", choices=("in_place", "growing", "static"))
+    parser.add_argument("--clients", help="the service level's client counts, e.g. 1,256")
+    parser.add_argument("--level-seconds", type=float, help="each service level's duration")
     parser.add_argument(
         "--graphs",
         choices=("traced", "built"),
@@ -1370,6 +1377,10 @@ def _plan(args) -> Plan:
         plan = replace(plan, beam_max_batch=args.beam_max_batch)
     if args.engine_seconds is not None:
         plan = replace(plan, engine_seconds=args.engine_seconds)
+    if args.clients:
+        plan = replace(plan, clients=tuple(int(c) for c in args.clients.split(",")))
+    if args.level_seconds is not None:
+        plan = replace(plan, level_seconds=args.level_seconds)
     return plan
 
 

@@ -11,6 +11,7 @@
 #   bash bench/gpu.sh static    # gpu tests of the fixed-capacity step + bench.static_step: ~5 min
 #   bash bench/gpu.sh inplace   # after export: gpu tests, then the served batch, cache in place, growing and static with CUDA graphs (fp16): ~6 min
 #   bash bench/gpu.sh scaling   # after export: the CPU server, 1 and 16 workers, 1 and 4 fronts (bench.scaling): ~5 min
+#   bash bench/gpu.sh pending   # what no GPU run has measured yet, in one command: ~8 min (below)
 #
 # Carry: .gpu/tools, attnserve/v1 (generated gRPC code), data/translator/test.es and
 # data/translator/test.en (ignored files). The phases share /tmp/attnserve-gpu (the export,
@@ -54,5 +55,31 @@ case "$phase" in
     python3 -m bench.scaling --device cpu --workers 1,16 --fronts 1,4 --clients 64,256 \
       --channels 32 --seconds 15 --rounds 1 --repository "$work/repository" \
       --json "$out/benchmarks-scaling.json" ;;
-  *) echo "usage: bench/gpu.sh export|engine|load|fronts|all|static|inplace|scaling" >&2; exit 2 ;;
+  pending)  # Sized for a lent machine's 15 minutes, its start and the parts included: every
+    # step time-boxed, each one's results under $out as it ends. A quick export (parity over 8
+    # sentences a part: the gpu tests are the check), the gpu tests of the static batch and the
+    # in-place step, the Memcpy nodes of every graph (the join helper's among them), the
+    # served batch fp16 greedy at 1 and 16 rows (in place, growing, static captured), the
+    # service level with the static cache at 1 and 256 clients (the 30-token sentence with
+    # it), and last the CPU server's scaling, 16 workers with 1 and 4 fronts.
+    mkdir -p "$out"
+    timeout 150 python3 -m bench.gpu --device cuda --workdir "$work" --out "$out" --graphs "$graphs" \
+      --quick --no-engine --no-load || true
+    version="$work/repository/translator/1"
+    timeout 120 python3 -m pytest -q -m gpu tests/test_static_batch.py \
+      tests/parity/test_translator_parity.py 2>&1 | tee "$out/gpu-tests-pending.log" || true
+    timeout 30 python3 -m bench.static_step --device cuda --out "$out" --memcpy-of "$version" || true
+    for rows in 1 16; do
+      timeout 45 python3 -m bench.continuous --device cuda --variants fp16 --beams 1 --static \
+        --rows "$rows" --requests 48 --rounds 2 --repository "$version" --json \
+        --markdown "$out/continuous-cuda-$rows.md" > "$out/continuous-cuda-$rows.json" || true
+    done
+    OUT_STATIC="$out/static"; mkdir -p "$OUT_STATIC"
+    timeout 100 python3 -m bench.gpu --device cuda --workdir "$work" --out "$OUT_STATIC" \
+      --graphs "$graphs" --quick --no-engine --load --server-cache static --clients 1,256 \
+      --level-seconds 8 || true
+    timeout 60 python3 -m bench.scaling --device cpu --workers 16 --fronts 1,4 --clients 256 \
+      --channels 32 --seconds 10 --rounds 1 --repository "$work/repository" \
+      --json "$out/benchmarks-scaling-pending.json" || true ;;
+  *) echo "usage: bench/gpu.sh export|engine|load|fronts|all|static|inplace|scaling|pending" >&2; exit 2 ;;
 esac

@@ -3,6 +3,10 @@
     python -m bench.static_step --out DIR [--device cuda|cpu] [--checkpoint DIR]
         [--capacity 128] [--batches 1,16,64,256,1024] [--length 64] [--variants fp32,fp16]
         [--traced]
+    python -m bench.static_step --out DIR --memcpy-of VERSION_DIR [--device cuda|cpu]
+
+The second form writes DIR/memcpy.json: the Memcpy nodes onnxruntime puts into every graph
+the version ships (steps, encoders, helper graphs) on the device, nothing timed.
 
 The shipped translator's graphs are built op by op (export.builder) into a scratch
 repository: the encoder, the growing step and the search graphs as `attnserve export
@@ -42,6 +46,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 CHECKPOINT = ROOT / "models" / "checkpoints" / "translator"
 SOURCES = ROOT / "data" / "translator" / "test.es"
+FLOAT_TYPES = {"fp32": "float32", "fp16": "float16"}  # a variant's helper graphs
 
 
 def _arguments(argv):
@@ -55,6 +60,9 @@ def _arguments(argv):
     parser.add_argument("--variants", default="fp32,fp16")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--traced", action="store_true", help="the traced graphs' growing step too")
+    parser.add_argument(
+        "--memcpy-of", type=Path, help="a model version: count its graphs' Memcpy nodes, no more"
+    )
     return parser.parse_args(argv)
 
 
@@ -179,6 +187,24 @@ def memcpy_nodes(path: Path, device: str) -> int:
     return sum(n.op_type.startswith("Memcpy") for n in graph.node)
 
 
+def version_memcpy(directory: Path, device: str) -> dict[str, dict[str, int]]:
+    """Memcpy nodes of every graph a model version ships on `device`: {variant or "ops":
+    {graph name: count}} (the helper graphs of every element type under "ops")."""
+    from service.repository import verify
+
+    version = verify(directory)
+    counts = {
+        variant: {name: memcpy_nodes(directory / path, device) for name, path in graphs.items()}
+        for variant, graphs in version.manifest["graphs"].items()
+    }
+    counts["ops"] = {
+        f"{op}_{dtype}": memcpy_nodes(directory / path, device)
+        for op, paths in version.manifest["ops"].items()
+        for dtype, path in paths.items()
+    }
+    return counts
+
+
 def step_ms(step, calls: int = 200) -> float:
     """The median of `calls` runs of the step alone (the buffers as the last decode left
     them; onnxruntime returns once the device is done), in ms."""
@@ -199,6 +225,12 @@ def memory_size(ids: list[list[int]]) -> int:
 
 def main(argv=None) -> int:
     args = _arguments(argv)
+    if args.memcpy_of:  # only the Memcpy nodes of a version's graphs
+        counts = version_memcpy(args.memcpy_of, args.device)
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "memcpy.json").write_text(json.dumps(counts, indent=2) + "\n")
+        print(json.dumps(counts))
+        return 0
     from service.tokenizer import Tokenizer
 
     batches = [int(b) for b in args.batches.split(",")]
@@ -222,6 +254,10 @@ def main(argv=None) -> int:
                 "growing": memcpy_nodes(version.graph(variant, "decoder"), args.device),
                 **{way: memcpy_nodes(path, args.device) for way, path in fixed[variant].items()},
                 "encoder": memcpy_nodes(version.graph(variant, "encoder"), args.device),
+                **{  # the helper graphs continuous batching moves rows with
+                    op: memcpy_nodes(version.op(op, FLOAT_TYPES[variant]), args.device)
+                    for op in ("gather", "join", "narrow")
+                },
             }
             case = Case(version, fixed[variant], variant, args.device, args.capacity, traced)
             ways = [*case.growing, *case.sessions]

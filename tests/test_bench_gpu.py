@@ -1,6 +1,7 @@
 """The GPU benchmark in quick mode on the CPU: the shape of its report.
 
-`python -m bench.gpu --device cpu --quick --load` on a small random translator (the shipped
+`python -m bench.gpu --device cpu --quick --load` (the server with the static cache, 1 and 3
+clients) on a small random translator (the shipped
 tokenizer; its embedding scaled up so that greedy decodes are far from ties, fp16 included),
 which the benchmark exports and certifies itself: the shipped model's export and parity suite
 alone take minutes on two cores. Timings are not asserted, only that every section is there,
@@ -44,6 +45,7 @@ def run(tmp_path_factory, translator_data) -> tuple[dict, str]:
     command = [
         sys.executable, "-m", "bench.gpu", "--device", "cpu", "--quick", "--load",
         "--checkpoint", str(tmp / "checkpoint"), "--out", str(tmp / "out"),
+        "--server-cache", "static", "--clients", "1,3", "--level-seconds", "3",
     ]  # fmt: skip
     done = subprocess.run(
         command,
@@ -107,7 +109,8 @@ def test_service_level(run):
     load = report["load"]
     if load["status"] != "run":
         pytest.skip(load["status"])
-    assert [level["clients"] for level in load["levels"]] == [1, 4]
+    assert [level["clients"] for level in load["levels"]] == [1, 3]  # as asked
+    assert load["flags"]["cache"] == "static"  # the served step of CUDA graphs, over gRPC
     for level in load["levels"]:
         assert level["requests"] > 0 and not level["errors"]
         assert level["requests_per_s"] > 0 and level["tokens_per_s"] > 0

@@ -21,6 +21,7 @@ def test_static_step_bench_reports_every_way_with_identical_tokens(tmp_path, tra
     assert rows["fixed"]["step_only_ms"] > 0 and rows["growing"]["step_only_ms"] is None
     memcpy = report["memcpy_nodes"]["fp32"]
     assert memcpy["fixed"] == memcpy["in place"] == 0
+    assert memcpy["join"] == memcpy["gather"] == memcpy["narrow"] == 0
     assert "| fp32 | 3 | fixed | 4 |" in (tmp_path / "static-step.md").read_text()
 
 
@@ -28,3 +29,14 @@ def test_scheduler_step_bench_steps_every_job(capsys):
     assert scheduler_step.per_step_seconds(jobs=8, steps=5) > 0
     assert scheduler_step.main(["--jobs", "8", "--steps", "5", "--rounds", "1"]) == 0
     assert capsys.readouterr().out.startswith("8 jobs: ")
+
+
+def test_memcpy_count_covers_every_graph_a_version_ships(tmp_path, exported_translator):
+    version = exported_translator[0]
+    assert static_step.main(["--out", str(tmp_path), "--device", "cpu",
+                             "--memcpy-of", str(version.directory)]) == 0  # fmt: skip
+    counts = json.loads((tmp_path / "memcpy.json").read_text())
+    assert set(counts) == {"fp32", "int8", "ops"}
+    assert set(counts["fp32"]) == set(version.manifest["graphs"]["fp32"])  # every step
+    assert {"join_float32", "join_int64", "gather_float32", "search_float32"} <= set(counts["ops"])
+    assert all(n == 0 for graphs in counts.values() for n in graphs.values())  # none on a CPU
