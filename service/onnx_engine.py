@@ -228,7 +228,7 @@ class OnnxEngine:
 
     def _run(
         self, session: ort.InferenceSession, feeds: dict, on_host=(), skip=(), into=None,
-        shapes=None,
+        shapes=None, borrowed=(),
     ) -> list:  # fmt: skip
         """Runs a session; with IO binding, outputs stay on the device except `on_host`.
         Outputs named in `skip` are not fetched (None in their place). `into` (output name:
@@ -236,7 +236,9 @@ class OnnxEngine:
         feed (a numpy array too: bound by its memory, so on the host path as well).
         `shapes` (output name: shape): host outputs written into numpy arrays kept bound
         from run to run while their shape holds (binding an output costs more than copying
-        a step's logits), returned as copies, so no OrtValue is made or read for them."""
+        a step's logits), returned as copies, so no OrtValue is made or read for them; those
+        named in `borrowed` as the kept array itself, valid until the next run (logits that
+        no one reads: a copy of (rows, vocab) floats is a tenth of a wide CPU step)."""
         names = self._outputs(session)
         into, shapes = into or {}, shapes or {}
         if not self.io_binding and not into:
@@ -273,7 +275,8 @@ class OnnxEngine:
             if name in into:
                 result.append(feeds[into[name]])
             elif name in given:
-                result.append(None if name in skip else given[name].copy())
+                kept = given[name]
+                result.append(None if name in skip else kept if name in borrowed else kept.copy())
             elif name in skip and host:
                 result.append(None)
             else:
@@ -352,7 +355,9 @@ class OnnxEngine:
     ):  # fmt: skip
         """A lean step also runs the search `search` asks for (by log-probability; a sampling
         or absent request gets k = 1 and its candidates are dropped): `search` then returns
-        them for these logits without another run. An in-place cache is written where it is
+        them for these logits without another run (the logits are then only matched by
+        `search`: on the host they are the step's output buffer, which the next step writes
+        again). An in-place cache is written where it is
         (the state returned is the buffers given, or larger ones when a row needed more
         positions than they hold)."""
         if self.static is not None:
@@ -391,7 +396,9 @@ class OnnxEngine:
             if lean:
                 k = int(feeds["k"][0])
                 shapes |= {"ids": (rows, k), "log_probs": (rows, k)}
-        outputs = self._run(session, feeds, on_host, skip, self._into, shapes)
+        # logits whose search the step answered are only matched by `search`, never read
+        borrowed = ("logits",) if ranked else ()
+        outputs = self._run(session, feeds, on_host, skip, self._into, shapes, borrowed)
         named = dict(zip(self._outputs(session), outputs, strict=True))
         seen = named[name].astype(np.float32, copy=False) if attention else None
         logits = named["logits"]
