@@ -77,7 +77,8 @@ case "$phase" in
       tests/parity/test_translator_parity.py 2>&1 | tee "$out/gpu-tests-pending.log" || true
     OUT_STATIC="$out/static"; mkdir -p "$OUT_STATIC"
     timeout 90 python3 -m bench.gpu --device cuda --workdir "$work" --out "$OUT_STATIC" \
-      --graphs "$graphs" --quick --no-engine --load --server-cache static --clients 1,256 \
+      --graphs "$graphs" --quick --no-engine --load --server-cache static --server-variant fp16 \
+      --clients 1,256 \
       --level-seconds 8 || true
     timeout 60 python3 -m bench.scaling --device cpu --workers 16 --fronts 1,4 --clients 256 \
       --channels 32 --seconds 10 --rounds 1 --repository "$work/repository" \
