@@ -78,8 +78,7 @@ case "$phase" in
     OUT_STATIC="$out/static"; mkdir -p "$OUT_STATIC"
     timeout 90 python3 -m bench.gpu --device cuda --workdir "$work" --out "$OUT_STATIC" \
       --graphs "$graphs" --quick --no-engine --load --server-cache static --server-variant fp16 \
-      --clients 1,256 \
-      --level-seconds 8 || true
+      --clients 1,256 --level-seconds 8 || true
     timeout 60 python3 -m bench.scaling --device cpu --workers 16 --fronts 1,4 --clients 256 \
       --channels 32 --seconds 10 --rounds 1 --repository "$work/repository" \
       --json "$out/benchmarks-scaling-pending.json" || true ;;
