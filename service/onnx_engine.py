@@ -238,7 +238,7 @@ class OnnxEngine:
         from run to run while their shape holds (binding an output costs more than copying
         a step's logits), returned as copies, so no OrtValue is made or read for them; those
         named in `borrowed` as the kept array itself, valid until the next run (logits that
-        no one reads: a copy of (rows, vocab) floats is a tenth of a wide CPU step)."""
+        no one reads: copying (rows, vocab) floats was 4% of a 1,024-row CPU step)."""
         names = self._outputs(session)
         into, shapes = into or {}, shapes or {}
         if not self.io_binding and not into:
@@ -357,9 +357,8 @@ class OnnxEngine:
         or absent request gets k = 1 and its candidates are dropped): `search` then returns
         them for these logits without another run (the logits are then only matched by
         `search`: on the host they are the step's output buffer, which the next step writes
-        again). An in-place cache is written where it is
-        (the state returned is the buffers given, or larger ones when a row needed more
-        positions than they hold)."""
+        again). An in-place cache is written where it is (the state returned is the buffers
+        given, or larger ones when a row needed more positions than they hold)."""
         if self.static is not None:
             return self._static_step(input_ids, positions, state, encoder, attention, search)
         if self.in_place:
