@@ -122,7 +122,8 @@ class OnnxEngine:
             io_binding = True
             if not model.has_graph(variant, STATIC + "decoder"):
                 raise ModelRepositoryError(f"{model.directory}: {variant} has no static step")
-        capture = device == "cuda" if capture is None else capture
+        if capture is None:  # by default the static step is captured on CUDA, nothing else
+            capture = device == "cuda" and cache == "static"
         if capture and cache != "static":
             raise ValueError("CUDA graphs replay the static step: capture needs cache='static'")
         if capture and device != "cuda":
@@ -553,7 +554,7 @@ def join_pads(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[np.ndarray, np.nd
 
     def pads(shape) -> np.ndarray:
         ends = np.maximum(longest - np.asarray(shape, np.int64), 0)
-        return np.concatenate([np.zeros(len(shape), np.int64), ends]).astype(np.int64)
+        return np.concatenate([np.zeros(len(shape), np.int64), ends])
 
     return pads(a), pads(b)
 
