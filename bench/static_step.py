@@ -46,7 +46,6 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 CHECKPOINT = ROOT / "models" / "checkpoints" / "translator"
 SOURCES = ROOT / "data" / "translator" / "test.es"
-FLOAT_TYPES = {"fp32": "float32", "fp16": "float16"}  # a variant's helper graphs
 
 
 def _arguments(argv):
@@ -254,10 +253,6 @@ def main(argv=None) -> int:
                 "growing": memcpy_nodes(version.graph(variant, "decoder"), args.device),
                 **{way: memcpy_nodes(path, args.device) for way, path in fixed[variant].items()},
                 "encoder": memcpy_nodes(version.graph(variant, "encoder"), args.device),
-                **{  # the helper graphs continuous batching moves rows with
-                    op: memcpy_nodes(version.op(op, FLOAT_TYPES[variant]), args.device)
-                    for op in ("gather", "join", "narrow")
-                },
             }
             case = Case(version, fixed[variant], variant, args.device, args.capacity, traced)
             ways = [*case.growing, *case.sessions]

@@ -21,7 +21,6 @@ def test_static_step_bench_reports_every_way_with_identical_tokens(tmp_path, tra
     assert rows["fixed"]["step_only_ms"] > 0 and rows["growing"]["step_only_ms"] is None
     memcpy = report["memcpy_nodes"]["fp32"]
     assert memcpy["fixed"] == memcpy["in place"] == 0
-    assert memcpy["join"] == memcpy["gather"] == memcpy["narrow"] == 0
     assert "| fp32 | 3 | fixed | 4 |" in (tmp_path / "static-step.md").read_text()
 
 
