@@ -249,11 +249,14 @@ def build_decoder(
     With `in_place`, the step of `decoder_spec(in_place=True)`: self-attention is
     com.microsoft `GroupQueryAttention` over a buffer of positions per row (`capacity` of
     them, or as many as the buffer it is given has), which it writes at each row's position
-    and reads up to it (`seqlens_k` = the positions). GQA also takes the longest total
-    length as a host value: computed from the positions where the capacity varies, the
-    capacity itself where it is fixed (the static step, STATIC: every shape fixed but the
-    rows, nothing read back to the host, so a CUDA graph can replay it; GQA then decodes
-    every row by its own `seqlens_k`, never as a first prompt).
+    and reads up to it (`seqlens_k` = the positions). GQA also takes a total length as a
+    host value: the buffer's size (its shape where the capacity varies, a constant where it
+    is fixed: the static step, STATIC, every shape fixed but the rows, so a CUDA graph can
+    replay it). That is how onnxruntime's own tests of a shared buffer drive it, and the
+    size is known without reading anything back from the device: the longest position + 1,
+    computed from the positions, put a Memcpy into the step on CUDA. GQA decodes every row
+    by its own `seqlens_k` either way (a first prompt only where the buffer holds one
+    position, so every row is at 0).
     Without `attention`, the lean step (`service.graphs.lean`): no cross-attention output,
     every layer's cross-attention one `MultiHeadAttention`, and the search graph's nodes
     (export.ops) on its logits."""
@@ -263,13 +266,13 @@ def build_decoder(
     )
     g = Graph("decoder", dtype)
     w = _Writer(model, g)
-    if in_place:  # GQA's lengths: each row's past (its position), the longest + 1
+    if in_place:  # GQA's lengths: each row's past (its position), and the buffer's size
         axis = g.weight("axis", np.array([1], np.int64))
         seqlens = g.op("Cast", [g.op("Squeeze", ["positions", axis])], to=TensorProto.INT32)
-        if capacity is None:
-            longest = g.op("ReduceMax", [seqlens], keepdims=0)
-            total = g.op("Add", [longest, g.weight("one", np.array(1, np.int32))])
-        else:  # the buffer's size: a constant, so no value leaves the device to be read
+        if capacity is None:  # from the buffer's shape, which lives on the host
+            size = g.op("Shape", ["past_key_values.0.key"], start=2, end=3)
+            total = g.op("Cast", [size], to=TensorProto.INT32)
+        else:  # a constant
             total = g.weight("total", np.array(capacity, np.int32))
     else:
         self_mask = g.op("Cast", ["self_mask"], to=TensorProto.INT32)

@@ -59,6 +59,15 @@ def test_the_built_graphs_are_fused_and_declared_as_the_traced_ones(built):
     }
     assert dims["past_key_values.0.key"] == ["batch", 4, "capacity", 8]
     assert "self_mask" not in dims
+    # GQA's total length is the buffer's size, read from its shape (on the host under CUDA),
+    # never computed from the positions on the device
+    producers = {o: n for n in in_place.graph.node for o in n.output}
+    totals = {n.input[6] for n in in_place.graph.node if n.op_type == "GroupQueryAttention"}
+    (total,) = totals
+    assert producers[total].op_type == "Cast"
+    shape = producers[producers[total].input[0]]
+    assert shape.op_type == "Shape" and shape.input[0] == "past_key_values.0.key"
+    assert "ReduceMax" not in ops
     engine = OnnxEngine(version, "fp32")
     assert engine.cache == "in_place"  # the default where the variant ships it
     assert [i.name for i in in_place.graph.input] == engine.decoder_spec.input_names
