@@ -62,7 +62,8 @@ case "$phase" in
     # graph (the join helper's among them), the served batch fp16 greedy at 1 and 16 rows (in
     # place, growing and static captured, with the tokens each gives the same as in place),
     # the gpu tests of the static batch and the fp16 graphs, the service level with the
-    # static cache at 1 and 256 clients (the 30-token sentence with it), and last the CPU
+    # cache the server chooses by default (auto: static once checked on the GPU) at 1 and 256
+    # clients (the 30-token sentence with it), and last the CPU
     # server's scaling, 16 workers with 1 and 4 fronts.
     mkdir -p "$out"
     for flash in 0 1; do  # GQA alone against numpy: flash attention's kernel, then the other
@@ -82,8 +83,9 @@ case "$phase" in
       tests/parity/test_translator_parity.py 2>&1 | tee "$out/gpu-tests-pending.log" || true
     OUT_STATIC="$out/static"; mkdir -p "$OUT_STATIC"
     timeout 90 python3 -m bench.gpu --device cuda --workdir "$work" --out "$OUT_STATIC" \
-      --graphs "$graphs" --quick --no-engine --load --server-cache static --server-variant fp16 \
+      --graphs "$graphs" --quick --no-engine --load --server-variant fp16 \
       --clients 1,256 --level-seconds 8 || true
+    grep -h "steps with cache" "$work/server/server.log" || true  # the cache chosen, and why
     timeout 45 python3 -m bench.scaling --device cpu --workers 16 --fronts 1,4 --clients 256 \
       --channels 32 --seconds 8 --rounds 1 --repository "$work/repository" \
       --json "$out/benchmarks-scaling-pending.json" || true ;;

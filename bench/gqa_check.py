@@ -24,7 +24,6 @@ from dataclasses import asdict, dataclass
 from itertools import product
 
 import numpy as np
-import onnx
 from onnx import TensorProto, helper
 
 MS = "com.microsoft"

@@ -41,9 +41,11 @@ class ServerConfig:
     variant: str = "auto"  # per model version (auto_variant); or fp32, int8 (CPU), fp16 (GPU)
     io_binding: bool | None = None  # None: on for cuda, off for cpu
     # how a step carries the key/value cache: "auto" writes it in place on the CPU where the
-    # version ships that step, else it grows; or "in_place" (on CUDA: fp16), "growing", or
-    # "static" (in place at a fixed capacity over buffers per bucket of rows, each bucket's
-    # step a CUDA graph on cuda); a version without that form of its step keeps its default
+    # version ships that step, else it grows; on CUDA "auto" serves the static step where the
+    # version ships it and it decodes as the growing one on the GPU at start-up
+    # (service.worker.choose_engine), else growing. Or "in_place" (on CUDA: fp16),
+    # "growing", or "static" (in place at a fixed capacity over buffers per bucket of rows,
+    # each bucket's step a CUDA graph on cuda); a version without that step keeps its default
     cache: str = "auto"
     batching: str = "continuous"  # or "request" (collect, then decode to the end)
     batch_window_ms: float = 5.0  # how long request-level batching collects
@@ -234,12 +236,27 @@ def auto_variant(device: str, manifest: dict) -> tuple[str, str]:
     return "fp32", "its fp16 graphs are traced, slower than fp32 on CUDA as measured"
 
 
+def cache_line(cache: str, device: str) -> str:
+    """How the workers will carry each step's key/value cache (they choose per model version
+    at start-up, and log what they chose and why)."""
+    if cache != "auto":
+        return (f"cache {cache}: set by the configuration (a version without that step keeps "
+                "its default)")  # fmt: skip
+    if device == "cuda":
+        return (
+            "cache auto on cuda: the static step replayed as CUDA graphs where a version "
+            "ships it, once it decodes the golden inputs as the growing step does on the "
+            "GPU at start-up (else growing, and the log says why); growing for the others"
+        )
+    return "cache auto on cpu: written in place where a version ships that step, else growing"
+
+
 def choice_lines(
-    device: str, device_reason: str, variants: dict[str, tuple[str, str]]
+    device: str, device_reason: str, variants: dict[str, tuple[str, str]], cache: str = "auto"
 ) -> list[str]:
-    """What `serve --print-config` prints and the server logs: the device and each model
-    version's variant (keyed "name/version"), with why."""
-    return [f"device {device}: {device_reason}"] + [
+    """What `serve --print-config` prints and the server logs: the device, how the cache is
+    carried, and each model version's variant (keyed "name/version"), with why."""
+    return [f"device {device}: {device_reason}", cache_line(cache, device)] + [
         f"variant {variant} for {key}: {reason}" for key, (variant, reason) in variants.items()
     ]
 

@@ -170,6 +170,8 @@ class Front:
     def describe(self, model: ServedModel, variant: str) -> None:
         """The model's attnserve_model_info sample, once its workers have it loaded."""
         info = self.pool.workers[0].info.get("models", {}).get(model.key, {})
+        if info.get("cache_reason"):
+            log.info("%s steps with cache %s: %s", model.key, info["cache"], info["cache_reason"])
         self.metrics.model.labels(model.version.name, model.version.version).info(
             {
                 "kind": model.kind,
@@ -454,7 +456,7 @@ async def serve(
         keys = tuple((m.key, m.version) for m in served)
         device, why = config.device_choice()
         choices = {m.key: config.variant_choice(device, m.version.manifest) for m in served}
-        for line in choice_lines(device, why, choices):
+        for line in choice_lines(device, why, choices, config.cache):
             log.info("%s", line)
         variants = {key: variant for key, (variant, _) in choices.items()}
         settings, sockets = worker_sockets(

@@ -46,6 +46,9 @@ from service.scheduler import Job, Scheduler, Stats
 
 STATS_EVERY = 0.1  # seconds between reports when only measurements or the batch state are new
 GOLDEN_AGREEMENT = 0.9  # token agreement a variant without its own golden set must reach
+# the start-up check of the static step on CUDA (device_check): the golden inputs submitted
+# in waves, a few steps apart, each wave decoding a few tokens further
+CHECK_WAVES, CHECK_STAGGER, CHECK_LENGTH = 4, 3, 12
 
 
 @dataclass(frozen=True)
@@ -111,6 +114,87 @@ def golden_check(scheduler: Scheduler, model_version, variant: str) -> int:
     return len(entries)
 
 
+def device_check(fast: Scheduler, reference: Scheduler, inputs: list[dict]) -> str | None:
+    """None where `fast` decodes `inputs` greedily as `reference` does, token for token, else
+    what differed. Each scheduler decodes them in CHECK_WAVES waves CHECK_STAGGER steps apart
+    (the n-th wave CHECK_LENGTH + n tokens long at most), so that rows join a batch whose
+    other rows are at other positions and leave it at other times, and up to CHECK_WAVES x
+    len(inputs) rows decode at once: the cases a decode of one input at a time (the golden
+    check) never meets."""
+
+    def decode(scheduler: Scheduler) -> dict[int, list[int] | str]:
+        for wave in range(CHECK_WAVES):
+            options = DecodingOptions(max_length=CHECK_LENGTH + wave)
+            for i, job_inputs in enumerate(inputs):
+                scheduler.submit(Job(-1 - wave * len(inputs) - i, job_inputs, options))
+            for _ in range(CHECK_STAGGER):
+                if scheduler.busy:
+                    scheduler.iterate()
+        while scheduler.busy:
+            scheduler.iterate()
+        events, scheduler.events = scheduler.events, []
+        scheduler.stats = Stats()
+        return {e.job_id: e.results[0][0].tokens if isinstance(e, Result) else str(e)
+                for e in events}  # fmt: skip
+
+    got, expected = decode(fast), decode(reference)
+    if len(expected) != CHECK_WAVES * len(inputs) or got.keys() != expected.keys():
+        return f"{len(got)} of {len(expected)} jobs answered"
+    differing = sorted(j for j in expected if got[j] != expected[j])
+    if not differing:
+        return None
+    first = differing[0]
+    return (f"{len(differing)} of {len(expected)} decodes differ, e.g. {got[first]} instead "
+            f"of {expected[first]}")  # fmt: skip
+
+
+def choose_engine(settings: WorkerSettings, model_version, variant: str):
+    """(engine, why) of one model version. With `cache = "auto"` on CUDA, where the version
+    ships the static step (fp16 and fp32 built op by op), the static step with each bucket
+    replayed as a CUDA graph: the fastest served step as measured (docs/benchmarks-gpu.md),
+    once it decodes as the growing step on this very device (device_check over the golden
+    inputs); else the growing step, and why. Otherwise the configured cache where the version
+    ships that form of its step, or the engine's default."""
+    from service.onnx_engine import OnnxEngine  # after CUDA_VISIBLE_DEVICES is set
+
+    def engine(cache: str | None):
+        return OnnxEngine(model_version, variant, settings.device, 1, settings.io_binding,
+                          cache=cache)  # fmt: skip
+
+    auto = settings.cache == "auto"
+    if not (
+        auto and settings.device == "cuda" and model_version.has_graph(variant, STATIC + "decoder")
+    ):
+        cache = _cache_for(settings.cache, model_version, variant)
+        chosen = engine(cache)
+        why = "the default on " + settings.device if cache is None else "set by the configuration"
+        if not auto and cache is None and settings.cache != chosen.cache:
+            why = f"{settings.cache} asked for, but this version ships no such step"
+        return chosen, why
+    inputs_of = kind_class(model_version.manifest["model"]["kind"]).golden_inputs
+    inputs = [
+        inputs_of(model_version, entry)
+        for entry in model_version.golden()
+        if entry["variant"] == "fp32" and entry.get("cache", "in_place") == "in_place"
+    ]
+    return static_if_checked(engine, inputs, settings)
+
+
+def static_if_checked(engine, inputs: list[dict], settings: WorkerSettings):
+    """(engine, why): `engine("static")` where it decodes `inputs` as `engine("growing")`
+    does (device_check), else the growing one. `engine`: cache -> an engine on the device."""
+    static, growing = engine("static"), engine("growing")
+    if not inputs:
+        return growing, "the static step not checked on this device: no golden inputs"
+    schedulers = (Scheduler(e, settings.max_rows, settings.batching, settings.window)
+                  for e in (static, growing))  # fmt: skip
+    problem = device_check(*schedulers, inputs)
+    if problem is not None:
+        return growing, f"the static step decodes unlike the growing one here: {problem}"
+    return static, (f"the fastest served step, decoding as the growing one on this device "
+                    f"({CHECK_WAVES * len(inputs)} staggered decodes)")  # fmt: skip
+
+
 def _load(settings: WorkerSettings):
     schedulers, info = {}, {"pid": os.getpid(), "models": {}}
     for key, model_version in settings.models:
@@ -132,16 +216,13 @@ def _cache_for(cache: str, model_version, variant: str) -> str | None:
 
 def _load_model(settings: WorkerSettings, model_version, variant: str):
     """(scheduler, info) of one model version, its golden set checked."""
-    from service.onnx_engine import OnnxEngine  # after CUDA_VISIBLE_DEVICES is set
-
-    cache = _cache_for(settings.cache, model_version, variant)
-    engine = OnnxEngine(model_version, variant, settings.device, 1, settings.io_binding,
-                        cache=cache)  # fmt: skip
+    engine, why = choose_engine(settings, model_version, variant)
     scheduler = Scheduler(engine, settings.max_rows, settings.batching, settings.window)
     checked = golden_check(scheduler, model_version, variant)
     info = {
         "provider": engine.decoder.get_providers()[0],
         "cache": engine.cache,
+        "cache_reason": why,
         "cuda_graphs": bool(engine.static is not None and engine.static.capture),
         "kind": engine.kind,
         "golden_inputs": checked,

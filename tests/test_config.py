@@ -12,7 +12,13 @@ import pytest
 
 from attnserve.cli import main
 from service import config as config_module
-from service.config import ServerConfig, auto_variant, certified_variants, load_config
+from service.config import (
+    ServerConfig,
+    auto_variant,
+    cache_line,
+    certified_variants,
+    load_config,
+)
 from service.errors import InvalidArgument
 
 CUDA_PROVIDERS = ["CUDAExecutionProvider", "CPUExecutionProvider"]
@@ -153,10 +159,12 @@ def test_print_config_names_the_device_and_each_variant_with_why(capsys, monkeyp
     assert 'variant = "auto"' in lines and 'device = "auto"' in lines
     assert chosen == [
         "# device cuda: onnxruntime has CUDAExecutionProvider and nvidia-smi lists 1 GPU",
+        "# " + cache_line("auto", "cuda"),
         "# variant fp32 for captioner/1: no fp16 graphs in this version",
         "# variant fp16 for translator/1: certified fp16 graphs built op by op, the fastest on "
         "CUDA as measured (docs/benchmarks-gpu.md)",
     ]
+    assert "static step replayed as CUDA graphs" in chosen[1] and "else growing" in chosen[1]
 
     code, lines, chosen = _print_config(
         capsys, monkeypatch, "--repository", str(root), "--device", "cpu", "--variant", "int8"
@@ -164,6 +172,7 @@ def test_print_config_names_the_device_and_each_variant_with_why(capsys, monkeyp
     assert code == 0 and 'variant = "int8"' in lines
     assert chosen == [
         "# device cpu: set by the configuration",
+        "# cache auto on cpu: written in place where a version ships that step, else growing",
         "# variant int8 for captioner/1: set by the configuration",
         "# variant int8 for translator/1: set by the configuration",
     ]
@@ -180,10 +189,13 @@ def test_print_config_on_this_machine(capsys, monkeypatch, tmp_path):
     code, lines, chosen = _print_config(capsys, monkeypatch, "--repository", str(root))
     assert code == 0
     assert chosen[0].startswith("# device cpu: onnxruntime has no CUDAExecutionProvider")
-    assert chosen[1:] == ["# variant fp32 for translator/1: the CPU default (int8 only when asked)"]
+    assert chosen[1:] == [
+        "# cache auto on cpu: written in place where a version ships that step, else growing",
+        "# variant fp32 for translator/1: the CPU default (int8 only when asked)",
+    ]
     assert tomllib.loads("\n".join(lines))["variant"] == "auto"
 
     code, lines, chosen = _print_config(capsys, monkeypatch, "--repository", str(tmp_path / "no"))
     assert (
-        code == 0 and chosen[1] == f"# no model version under {tmp_path / 'no'}: no variant chosen"
+        code == 0 and chosen[2] == f"# no model version under {tmp_path / 'no'}: no variant chosen"
     )

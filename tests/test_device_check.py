@@ -1,0 +1,101 @@
+"""The worker's choice of step on CUDA (`cache = "auto"`): the static step where it decodes, on
+the device itself, as the growing step does (service.worker.device_check, staggered waves of
+the golden inputs), else the growing step and why. On the CPU the same check runs over bound
+buffers (the static step uncaptured)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+from helpers import built_tiny_translator, perturb_near_logits
+
+from service.batching import source_batch
+from service.onnx_engine import OnnxEngine
+from service.repository import verify, write_manifest
+from service.worker import (
+    CHECK_WAVES,
+    Scheduler,
+    WorkerSettings,
+    choose_engine,
+    device_check,
+    static_if_checked,
+)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory, shipped_translator):
+    directory = tmp_path_factory.mktemp("repo") / "tiny" / "1"
+    _, version = built_tiny_translator(directory, shipped_translator[1], 7, ("fp32",))
+    rng = np.random.default_rng(11)
+    vocab = int(version.config["vocab_size"])
+    inputs = []
+    for length in (5, 11, 3, 8):
+        src_ids, src_mask = source_batch([list(rng.integers(4, vocab, size=length))], 512)
+        inputs.append({"src_ids": src_ids, "src_mask": src_mask})
+    return version, inputs
+
+
+def _on_cpu(version):
+    return lambda cache: OnnxEngine(version, "fp32", "cpu", 1, True, cache=cache)
+
+
+def test_the_static_step_is_chosen_where_it_decodes_as_the_growing_one(tiny):
+    version, inputs = tiny
+    settings = WorkerSettings(index=0, models=(), max_rows=32)
+    engine, why = static_if_checked(_on_cpu(version), inputs, settings)
+    assert engine.cache == "static", why
+    assert f"{CHECK_WAVES * len(inputs)} staggered decodes" in why
+
+
+def test_the_check_meets_rows_at_other_positions_and_a_full_batch(tiny):
+    """The waves overlap: the batch holds rows of several waves at once, more than one wave's
+    rows, at different lengths."""
+    version, inputs = tiny
+    engine = OnnxEngine(version, "fp32", "cpu", 1, True, cache="static")
+    seen: list[int] = []
+
+    class Watching(Scheduler):
+        def iterate(self):
+            super().iterate()
+            seen.extend(self.stats.step_rows)
+            self.stats.step_rows.clear()
+
+    reference = Scheduler(OnnxEngine(version, "fp32", cache="growing"), 32)
+    assert device_check(Watching(engine, 32), reference, inputs) is None
+    assert max(seen) > len(inputs)  # rows of more than one wave decoded together
+
+
+def test_a_static_step_that_decodes_otherwise_falls_back_to_growing(tiny, tmp_path):
+    version, inputs = tiny
+    copy = tmp_path / "tiny" / "1"
+    shutil.copytree(version.directory, copy)
+    for name in ("static_decoder", "static_lean_decoder"):
+        perturb_near_logits(copy / "fp32" / f"{name}.onnx", amount=10.0)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    write_manifest(
+        copy, {k: v for k, v in manifest.items() if k not in ("files", "format_version")}
+    )
+    perturbed = verify(copy)
+    settings = WorkerSettings(index=0, models=(), max_rows=32)
+    engine, why = static_if_checked(_on_cpu(perturbed), inputs, settings)
+    assert engine.cache == "growing"
+    assert "decodes unlike the growing one" in why and "decodes differ" in why
+
+
+def test_no_inputs_no_static_step(tiny):
+    version, _ = tiny
+    settings = WorkerSettings(index=0, models=(), max_rows=32)
+    engine, why = static_if_checked(_on_cpu(version), [], settings)
+    assert engine.cache == "growing" and "no golden inputs" in why
+
+
+def test_on_the_cpu_auto_keeps_the_engine_default(tiny):
+    version, _ = tiny
+    engine, why = choose_engine(WorkerSettings(index=0, models=()), version, "fp32")
+    assert engine.cache == "in_place" and why == "the default on cpu"
+    settings = WorkerSettings(index=0, models=(), cache="growing")
+    engine, why = choose_engine(settings, version, "fp32")
+    assert engine.cache == "growing" and why == "set by the configuration"
