@@ -211,8 +211,13 @@ class Scheduler:
 
     def _step(self) -> None:
         start = self.clock()
-        tokens = np.concatenate([job.search.tokens for job in self.running])
-        candidates, attention = self.batch.search_step(tokens, self._request())
+        searches = [job.search for job in self.running]
+        if all(s.single for s in searches):  # one array of ints, not hundreds of arrays joined
+            tokens = np.fromiter((s.next_token for s in searches), np.int64, len(searches))
+            tokens = tokens.reshape(-1, 1)
+        else:
+            tokens = np.concatenate([s.tokens for s in searches])
+        candidates, attention = self.batch.search_step(tokens, self._request(searches))
         now = self.clock()
         self.stats.step_seconds.append(now - start)
         self.stats.step_rows.append(len(tokens))
@@ -223,26 +228,27 @@ class Scheduler:
         # these lists, without slicing the candidates
         best = candidates.ids[:, 0].tolist() if attention is None else None
         best_log_probs = candidates.log_probs[:, 0].tolist() if attention is None else None
-        for job in self.running:
-            search = job.search
-            rows = search.rows
+        for job, search in zip(self.running, searches, strict=True):
             if best is not None and search.single:
-                kept = (
-                    [offset] if search.advance_single(best[offset], best_log_probs[offset]) else []
-                )
+                rows, going = 1, search.advance_single(best[offset], best_log_probs[offset])
+                if going:
+                    keep.append(offset)
             else:
+                rows = search.rows
                 own = slice(offset, offset + rows)
                 seen = None if attention is None else _width(attention[own], job.memory)
-                kept = (search.advance(candidates.rows(own), seen) + offset).tolist()
+                kept = search.advance(candidates.rows(own), seen) + offset
+                going = not search.done
+                if going:
+                    keep.extend(kept.tolist())
             if job.first_token_at:
                 job.gaps.append(now - job.last_token_at)
             else:
                 job.first_token_at = now
             job.last_token_at = now
-            if search.done:
+            if not going:
                 self._finish(job, now)
             else:
-                keep.extend(kept)
                 still.append(job)
                 if job.stream:
                     self._stream(job)
@@ -251,11 +257,11 @@ class Scheduler:
         if len(keep) != len(tokens) or keep[-1] != len(tokens) - 1 or not _ascending(keep):
             self.batch.reorder(np.array(keep, dtype=np.int64))
 
-    def _request(self) -> SearchRequest:
-        """One search request for every running job's rows: as many candidates as the most
-        demanding search needs (0, the whole vocabulary, wins), a temperature per row when
-        a job samples (1 for the rows of the others), the attention when a job keeps it."""
-        searches = [job.search for job in self.running]
+    def _request(self, searches: list[Search]) -> SearchRequest:
+        """One search request for every running job's rows (`searches`, in order): as many
+        candidates as the most demanding search needs (0, the whole vocabulary, wins), a
+        temperature per row when a job samples (1 for the rows of the others), the attention
+        when a job keeps it."""
         ks = [s.k for s in searches]
         temperature = None
         if any(s.temperature is not None for s in searches):
