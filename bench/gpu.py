@@ -171,23 +171,35 @@ class EngineSpec:
     device: str  # cuda, cpu
     io_binding: bool
     threads: int  # compute threads on the CPU (0: the library's default)
+    cache: str | None = None  # onnx: OnnxEngine's cache (None: its default on the device)
 
     @property
     def label(self) -> str:
         device = self.device.upper()
         if self.kind == "torch":
             return f"PyTorch {device} {self.variant} eager"
-        return f"ORT {device} {self.variant}" + (" + IO binding" if self.io_binding else "")
+        label = f"ORT {device} {self.variant}" + (" + IO binding" if self.io_binding else "")
+        return label + (" + cache in place" if self.cache == "in_place" else "")
 
 
-def engine_specs(device: str) -> list[EngineSpec]:
-    """The timed engines: onnxruntime fp32 and fp16, PyTorch fp32 eager, on `device`."""
+def engine_specs(device: str, in_place: bool = False) -> list[EngineSpec]:
+    """The timed engines: onnxruntime fp32 and fp16, PyTorch fp32 eager, on `device`; with
+    `in_place` on CUDA also fp16 with its cache written in place (GroupQueryAttention over a
+    shared buffer: a step reads each row's own length only, where the growing cache's step
+    attends over the longest row's)."""
     binding = device == "cuda"
-    return [
+    specs = [
         EngineSpec("ort-fp32", "onnx", "fp32", device, binding, 1),
         EngineSpec("ort-fp16", "onnx", "fp16", device, binding, 1),
         EngineSpec("torch-fp32", "torch", "fp32", device, False, 1),
     ]
+    if in_place and device == "cuda":
+        specs.insert(2, EngineSpec("ort-fp16-in-place", "onnx", "fp16", device, True, 1,
+                                   "in_place"))  # fmt: skip
+    return specs
+
+
+FP16_ENGINES = ("ort-fp16", "ort-fp16-in-place")  # the goals take the faster at each batch
 
 
 REFERENCE = EngineSpec("reference", "torch", "fp32", "cpu", False, 0)
@@ -454,7 +466,7 @@ class Runner:
             from service.onnx_engine import OnnxEngine
 
             self.engine = OnnxEngine(
-                version, spec.variant, spec.device, spec.threads, spec.io_binding
+                version, spec.variant, spec.device, spec.threads, spec.io_binding, cache=spec.cache
             )
             self.library = f"onnxruntime {onnxruntime.__version__}"
             session = getattr(self.engine, "decoder", None)  # the step's session
@@ -608,8 +620,9 @@ class EngineBench:
 
     def run(self) -> dict:
         start = time.perf_counter()
-        specs = engine_specs(self.args.device)
         directory, checkpoint = self.repository["directory"], self.repository["checkpoint"]
+        in_place = (Path(directory) / "fp16" / "in_place_decoder.onnx").exists()
+        specs = engine_specs(self.args.device, in_place)
         print("loading the engines", file=sys.stderr)
         reference = Worker(REFERENCE, directory, checkpoint)
         for spec in specs:
@@ -1088,6 +1101,12 @@ def _case(report: dict, engine: str, batch: int, beam: int = 1) -> dict | None:
     return None
 
 
+def _fastest_fp16(report: dict, batch: int) -> dict | None:
+    """The greedy case at `batch` of the fp16 engine with the most tokens/s."""
+    cases = [c for c in (_case(report, name, batch) for name in FP16_ENGINES) if c is not None]
+    return max(cases, key=lambda c: c["tokens_per_s"]["median"], default=None)
+
+
 def _goal(text: str, measured, compare: str, target: float, unit: str, note: str = "") -> dict:
     if measured is None:
         status = "not measured"
@@ -1109,14 +1128,14 @@ def goals(report: dict) -> list[dict]:
     """The goals table: each met, missed, or not measured."""
     rows = []
     for batch, target in ((256, 400_000), (1024, 1_000_000)):
-        case = _case(report, "ort-fp16", batch)
+        case = _fastest_fp16(report, batch)
         rate = case["tokens_per_s"]["median"] if case else None
         text = f"engine fp16 greedy tokens/s at batch {batch}"
-        rows.append(_goal(text, rate, ">=", target, "tokens/s"))
-    case = _case(report, "ort-fp16", 256)
+        rows.append(_goal(text, rate, ">=", target, "tokens/s", case["engine"] if case else ""))
+    case = _fastest_fp16(report, 256)
     ratio = case["vs_torch"] if case else None
     text = "engine fp16 greedy / PyTorch eager tokens/s at batch 256"
-    rows.append(_goal(text, ratio, ">=", 5.0, "x"))
+    rows.append(_goal(text, ratio, ">=", 5.0, "x", case["engine"] if case else ""))
     steps = {
         name: e["single_step_ms"]["median"]
         for name, e in report.get("engine", {}).get("engines", {}).items()
