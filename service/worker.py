@@ -183,12 +183,16 @@ def choose_engine(settings: WorkerSettings, model_version, variant: str):
 def static_if_checked(engine, inputs: list[dict], settings: WorkerSettings):
     """(engine, why): `engine("static")` where it decodes `inputs` as `engine("growing")`
     does (device_check), else the growing one. `engine`: cache -> an engine on the device."""
-    static, growing = engine("static"), engine("growing")
+    growing = engine("growing")
     if not inputs:
         return growing, "the static step not checked on this device: no golden inputs"
-    schedulers = (Scheduler(e, settings.max_rows, settings.batching, settings.window)
-                  for e in (static, growing))  # fmt: skip
-    problem = device_check(*schedulers, inputs)
+    try:
+        static = engine("static")
+        schedulers = (Scheduler(e, settings.max_rows, settings.batching, settings.window)
+                      for e in (static, growing))  # fmt: skip
+        problem = device_check(*schedulers, inputs)
+    except Exception as error:  # e.g. a capture this onnxruntime or device refuses
+        return growing, f"the static step failed to run here: {type(error).__name__}: {error}"
     if problem is not None:
         return growing, f"the static step decodes unlike the growing one here: {problem}"
     return static, (f"the fastest served step, decoding as the growing one on this device "

@@ -99,3 +99,17 @@ def test_on_the_cpu_auto_keeps_the_engine_default(tiny):
     settings = WorkerSettings(index=0, models=(), cache="growing")
     engine, why = choose_engine(settings, version, "fp32")
     assert engine.cache == "growing" and why == "set by the configuration"
+
+
+def test_a_static_step_that_cannot_run_falls_back_to_growing(tiny):
+    version, inputs = tiny
+    settings = WorkerSettings(index=0, models=(), max_rows=32)
+
+    def engine(cache):
+        if cache == "static":  # as a device refusing the capture would
+            raise RuntimeError("CUDA graph capture failed")
+        return OnnxEngine(version, "fp32", "cpu", 1, True, cache=cache)
+
+    chosen, why = static_if_checked(engine, inputs, settings)
+    assert chosen.cache == "growing"
+    assert why == "the static step failed to run here: RuntimeError: CUDA graph capture failed"
