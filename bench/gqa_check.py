@@ -12,7 +12,9 @@ reports, per case, the largest error of the attention output and of the buffer (
 token written at each row's position, every other position left as it was). Each case also
 runs with the buffer's past and present bound to different memory ("copied"), which
 onnxruntime's kernels take by another path. A case fails when an error passes the dtype's
-bound. On CUDA, `ORT_DISABLE_FLASH_ATTENTION=1` in the environment selects the other kernel.
+bound. On CUDA, onnxruntime picks the kernel by environment: `ORT_DISABLE_FLASH_DECODE=1`
+leaves flash attention's decoding path (a shared buffer, one new token), and
+`ORT_DISABLE_FLASH_ATTENTION=1` flash attention altogether (memory-efficient attention then).
 """
 
 from __future__ import annotations
