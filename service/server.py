@@ -61,8 +61,10 @@ SERVICES = {  # service: the setting naming its default model
 }
 
 # A drain waits for calls in flight, then for DRAIN_QUIET seconds without a new call (at most
-# DRAIN_LINGER seconds), before the gRPC server stops.
-DRAIN_QUIET, DRAIN_LINGER = 0.25, 1.0
+# DRAIN_LINGER seconds), before the gRPC server stops: long enough for a client answered
+# during the drain to send its next call (refused with UNAVAILABLE, so that it goes to another
+# replica) on a loaded host, where 0.25 s was seen to be too short.
+DRAIN_QUIET, DRAIN_LINGER = 1.0, 3.0
 
 Models = dict[str, dict[str, dict[str, ServedModel]]]  # service -> name -> version -> model
 

@@ -28,7 +28,8 @@ SERVICE = "attnserve.v1.TranslationService"
 
 
 def test_health_is_serving_only_after_warm_up_and_not_serving_on_drain(start_server):
-    server = start_server("--workers", "1", "--drain-seconds", "30", wait=False)
+    # a drain long enough for the long call on a slow host (it ends as soon as the call does)
+    server = start_server("--workers", "1", "--drain-seconds", "150", wait=False)
     state = server.wait(serving=False)
     if not state["serving"]:  # bound, workers still loading and checking their golden set
         assert client.health(server.channel, timeout=5) == "NOT_SERVING"
@@ -39,7 +40,7 @@ def test_health_is_serving_only_after_warm_up_and_not_serving_on_drain(start_ser
     assert client.health(server.channel, "no.such.Service") == "SERVICE_UNKNOWN"
 
     with ThreadPoolExecutor(1) as pool:
-        long = pool.submit(client.translate, server.channel, LONG_TEXTS[:2], timeout=60, **LONG)
+        long = pool.submit(client.translate, server.channel, LONG_TEXTS[:2], timeout=180, **LONG)
         server.wait_for(lambda: server.value("attnserve_batch_rows_in_use") > 0, what="running")
         server.process.send_signal(signal.SIGTERM)
         server.wait_for(
@@ -48,7 +49,7 @@ def test_health_is_serving_only_after_warm_up_and_not_serving_on_drain(start_ser
         error = rpc_error(lambda: client.translate(server.channel, ["Hola."], timeout=5))
         assert error.code() == grpc.StatusCode.UNAVAILABLE and "draining" in error.details()
         assert not long.done()
-        response = long.result(timeout=60)  # the call in flight finishes during the drain
+        response = long.result(timeout=180)  # the call in flight finishes during the drain
     assert len(response.translations) == 2
     assert server.process.wait(30) == 0
 
