@@ -46,8 +46,9 @@ def _model(node, inputs, outputs):
     return helper.make_model(graph, opset_imports=opsets).SerializeToString()
 
 
-def _float(name, shape):
-    return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+def _float(name, shape, dtype: str = "float32"):
+    elem = TensorProto.FLOAT16 if dtype == "float16" else TensorProto.FLOAT
+    return helper.make_tensor_value_info(name, elem, shape)
 
 
 def growing_attention(heads: int, head_dim: int) -> bytes:
@@ -63,12 +64,16 @@ def growing_attention(heads: int, head_dim: int) -> bytes:
     return _model(node, inputs, [_float(n, None) for n in node.output])
 
 
-def in_place_attention(heads: int, head_dim: int, capacity: int) -> bytes:
-    """GQA: q, k, v (B, 1, D), buffers (B, H, capacity, Dh) as past and present, seqlens_k
-    (B,) the past length of each row, total_sequence_length the longest past + 1."""
+def in_place_attention(
+    heads: int, head_dim: int, capacity: int | str, dtype: str = "float32"
+) -> bytes:
+    """GQA: q, k, v (B, 1, D), buffers (B, H, capacity, Dh) as past and present (`capacity`
+    a size, or a name for any), seqlens_k (B,) the past length of each row, `total` GQA's
+    total sequence length (a host scalar: the buffer's size, as the steps pass it, or the
+    longest past + 1)."""
     width, buffer = heads * head_dim, ["B", heads, capacity, head_dim]
-    inputs = [_float(n, ["B", 1, width]) for n in ("q", "k", "v")]
-    inputs += [_float(n, buffer) for n in ("past_key", "past_value")]
+    inputs = [_float(n, ["B", 1, width], dtype) for n in ("q", "k", "v")]
+    inputs += [_float(n, buffer, dtype) for n in ("past_key", "past_value")]
     inputs += [
         helper.make_tensor_value_info("seqlens_k", TensorProto.INT32, ["B"]),
         helper.make_tensor_value_info("total", TensorProto.INT32, []),
@@ -79,7 +84,8 @@ def in_place_attention(heads: int, head_dim: int, capacity: int) -> bytes:
         ["out", "present_key", "present_value"], domain=MS, num_heads=heads,
         kv_num_heads=heads,
     )  # fmt: skip
-    outputs = [_float("out", None), _float("present_key", buffer), _float("present_value", buffer)]
+    outputs = [_float("out", None, dtype)]
+    outputs += [_float(n, buffer, dtype) for n in ("present_key", "present_value")]
     return _model(node, inputs, outputs)
 
 

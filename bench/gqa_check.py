@@ -26,9 +26,9 @@ from dataclasses import asdict, dataclass
 from itertools import product
 
 import numpy as np
-from onnx import TensorProto, helper
 
-MS = "com.microsoft"
+from bench.cache_attention import in_place_attention
+
 BOUNDS = {"float16": 2e-2, "float32": 1e-4}  # max abs error of outputs of order 1
 TOTALS = ("capacity", "longest")
 
@@ -42,45 +42,6 @@ class Case:
     output_error: float
     buffer_error: float
     passed: bool
-
-
-def gqa_graph(heads: int, head_dim: int, dtype: str) -> bytes:
-    """One GroupQueryAttention node; its total length is a graph input (a host value)."""
-    elem = TensorProto.FLOAT16 if dtype == "float16" else TensorProto.FLOAT
-    width = heads * head_dim
-
-    def value(name, elem_type, shape):
-        return helper.make_tensor_value_info(name, elem_type, shape)
-
-    cache = ["batch", heads, "capacity", head_dim]
-    inputs = [
-        value("query", elem, ["batch", 1, width]),
-        value("key", elem, ["batch", 1, width]),
-        value("value", elem, ["batch", 1, width]),
-        value("past_key", elem, cache),
-        value("past_value", elem, cache),
-        value("seqlens_k", TensorProto.INT32, ["batch"]),
-        value("total_sequence_length", TensorProto.INT32, [1]),
-    ]
-    outputs = [
-        value("output", elem, ["batch", 1, width]),
-        value("present_key", elem, cache),
-        value("present_value", elem, cache),
-    ]
-    node = helper.make_node(
-        "GroupQueryAttention",
-        [i.name for i in inputs],
-        [o.name for o in outputs],
-        domain=MS,
-        num_heads=heads,
-        kv_num_heads=heads,
-    )
-    graph = helper.make_graph([node], "gqa", inputs, outputs)
-    model = helper.make_model(
-        graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid(MS, 1)]
-    )
-    model.ir_version = 9
-    return model.SerializeToString()
 
 
 def reference(q, k, v, past_k, past_v, positions):
@@ -121,9 +82,9 @@ def run_case(session, device, dtype, heads, head_dim, batch, layout, total, buff
     longest = int(positions.max()) + 1
     size = capacity if total == "capacity" else longest
     binding = session.io_binding()
-    for name, array in (("query", q), ("key", k), ("value", v), ("seqlens_k", positions)):
+    for name, array in (("q", q), ("k", k), ("v", v), ("seqlens_k", positions)):
         binding.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(array, device, 0))
-    binding.bind_cpu_input("total_sequence_length", np.array([size], dtype=np.int32))
+    binding.bind_cpu_input("total", np.array(size, dtype=np.int32))
     buffers = {}
     for name, array in (("key", past_k), ("value", past_v)):
         past = ort.OrtValue.ortvalue_from_numpy(np.array(array, copy=True), device, 0)
@@ -136,7 +97,7 @@ def run_case(session, device, dtype, heads, head_dim, batch, layout, total, buff
             binding.bind_ortvalue_output(f"present_{name}", present)
             buffers[name] = present
     output = ort.OrtValue.ortvalue_from_numpy(np.zeros_like(q), device, 0)
-    binding.bind_ortvalue_output("output", output)
+    binding.bind_ortvalue_output("out", output)
     session.run_with_iobinding(binding)
     output_error = float(np.abs(output.numpy().astype(np.float64) - expected).max())
     # the positions a row has written (0..position) must hold the reference; the rest of a
@@ -166,7 +127,8 @@ def check(
     import onnxruntime as ort
 
     provider = "CUDAExecutionProvider" if device == "cuda" else "CPUExecutionProvider"
-    session = ort.InferenceSession(gqa_graph(heads, head_dim, dtype), providers=[provider])
+    graph = in_place_attention(heads, head_dim, "capacity", dtype)
+    session = ort.InferenceSession(graph, providers=[provider])
     rng = np.random.default_rng(seed)
     return [
         run_case(session, device, dtype, heads, head_dim, batch, layout, total, buffer, rng)
