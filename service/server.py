@@ -171,9 +171,15 @@ class Front:
 
     def describe(self, model: ServedModel, variant: str) -> None:
         """The model's attnserve_model_info sample, once its workers have it loaded."""
-        info = self.pool.workers[0].info.get("models", {}).get(model.key, {})
-        if info.get("cache_reason"):
-            log.info("%s steps with cache %s: %s", model.key, info["cache"], info["cache_reason"])
+        infos = [w.info.get("models", {}).get(model.key, {}) for w in self.pool.workers]
+        info = infos[0]
+        choices: dict[tuple, list[int]] = {}  # each GPU's worker checks its own static step
+        for i, each in enumerate(infos):
+            if each.get("cache_reason"):
+                choices.setdefault((each["cache"], each["cache_reason"]), []).append(i)
+        for (cache, why), workers in choices.items():
+            log.info("%s steps with cache %s (worker%s %s): %s", model.key, cache,
+                     "s" * (len(workers) > 1), ", ".join(map(str, workers)), why)  # fmt: skip
         self.metrics.model.labels(model.version.name, model.version.version).info(
             {
                 "kind": model.kind,

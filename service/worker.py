@@ -91,9 +91,7 @@ def golden_check(scheduler: Scheduler, model_version, variant: str) -> int:
         scheduler.submit(Job(-1 - i, inputs_of(model_version, entry), options))
         while scheduler.busy:
             scheduler.iterate()
-    results = {e.job_id: e for e in scheduler.events}
-    scheduler.events.clear()
-    scheduler.stats = Stats()
+    results = _collect(scheduler)
     problems = []
     for i, entry in enumerate(entries):
         event = results.get(-1 - i)
@@ -114,6 +112,15 @@ def golden_check(scheduler: Scheduler, model_version, variant: str) -> int:
     return len(entries)
 
 
+def _collect(scheduler: Scheduler) -> dict[int, object]:
+    """The events of a start-up check's jobs by job id, taken out of the scheduler with its
+    measurements (they are not traffic)."""
+    events = {e.job_id: e for e in scheduler.events}
+    scheduler.events.clear()
+    scheduler.stats = Stats()
+    return events
+
+
 def device_check(fast: Scheduler, reference: Scheduler, inputs: list[dict]) -> str | None:
     """None where `fast` decodes `inputs` greedily as `reference` does, token for token, else
     what differed. Each scheduler decodes them in CHECK_WAVES waves CHECK_STAGGER steps apart
@@ -132,10 +139,8 @@ def device_check(fast: Scheduler, reference: Scheduler, inputs: list[dict]) -> s
                     scheduler.iterate()
         while scheduler.busy:
             scheduler.iterate()
-        events, scheduler.events = scheduler.events, []
-        scheduler.stats = Stats()
-        return {e.job_id: e.results[0][0].tokens if isinstance(e, Result) else str(e)
-                for e in events}  # fmt: skip
+        return {j: e.results[0][0].tokens if isinstance(e, Result) else str(e)
+                for j, e in _collect(scheduler).items()}  # fmt: skip
 
     got, expected = decode(fast), decode(reference)
     if len(expected) != CHECK_WAVES * len(inputs) or got.keys() != expected.keys():
@@ -166,11 +171,13 @@ def choose_engine(settings: WorkerSettings, model_version, variant: str):
         auto and settings.device == "cuda" and model_version.has_graph(variant, STATIC + "decoder")
     ):
         cache = _cache_for(settings.cache, model_version, variant)
-        chosen = engine(cache)
-        why = "the default on " + settings.device if cache is None else "set by the configuration"
-        if not auto and cache is None and settings.cache != chosen.cache:
+        if auto:
+            why = f"the default on {settings.device}"
+        elif cache is None:
             why = f"{settings.cache} asked for, but this version ships no such step"
-        return chosen, why
+        else:
+            why = "set by the configuration"
+        return engine(cache), why
     inputs_of = kind_class(model_version.manifest["model"]["kind"]).golden_inputs
     inputs = [
         inputs_of(model_version, entry)

@@ -8,6 +8,7 @@ import functools
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -249,6 +250,9 @@ def test_metrics_endpoint_passes_promtool_and_has_every_metric(server):
         cuda_graphs="false",
     )
     assert info == 1
+    log = server.log_file.read_text()  # and the log says how each worker carries it, and why
+    assert re.search(r"translator/1 steps with cache in_place \(workers? 0[, 0-9]*\): the default "
+                     r"on cpu", log), log[-2000:]  # fmt: skip
 
 
 def test_reflection_lets_grpcurl_list_describe_and_call(server):
