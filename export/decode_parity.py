@@ -14,8 +14,7 @@ from models.evaluate import corpus_scores
 from service.batching import source_batch
 from service.captioning import caption_batches, pixels
 from service.decoding import DecodingOptions, Hypothesis
-from service.inference import CachedInference, EncoderOutput, Engine
-from service.search import log_softmax
+from service.inference import CachedInference, EncoderOutput, Engine, log_probs_after
 from service.tokenizer import Tokenizer
 from service.translation import translate_batches
 
@@ -77,10 +76,7 @@ def encode_one(engine: Engine, source, max_source: int) -> EncoderOutput:
 def top2_margin(engine: Engine, source, prefix: list[int], a: int, b: int, max_source: int):
     """|log p(a) - log p(b)| after `prefix`, by the reference engine (fed one token a step,
     which every model's step accepts)."""
-    inference = CachedInference(engine, encode_one(engine, source, max_source), 1)
-    for token in [engine.special_tokens.bos, *prefix]:
-        logits, _ = inference.step(np.asarray([[token]], dtype=np.int64))
-    log_probs = log_softmax(logits)[0]
+    log_probs = log_probs_after(engine, encode_one(engine, source, max_source), prefix)
     return float(abs(log_probs[a] - log_probs[b]))
 
 

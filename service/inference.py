@@ -21,7 +21,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from service.graphs import ModelInterface, SpecialTokens
-from service.search import Candidates, SearchRequest
+from service.search import Candidates, SearchRequest, log_softmax
 
 Tensor = Any  # the engine's own tensor type (torch.Tensor, numpy array, OrtValue)
 Tensors = dict[str, Tensor]  # by decoder input name; rows on axis 0
@@ -206,3 +206,13 @@ class UncachedInference(CachedInference):
     def reorder(self, index: np.ndarray) -> None:
         super().reorder(index)
         self.tokens = self.tokens[index]
+
+
+def log_probs_after(engine: Engine, encoder: EncoderOutput, prefix: list[int]) -> np.ndarray:
+    """(V,) float32: the log-probabilities of the token after `<s>` and `prefix`, by
+    `engine` on one row of `encoder` fed one token a step (which every model's step
+    accepts): how close two competing tokens were, where two decodes part."""
+    inference = CachedInference(engine, encoder, 1)
+    for token in [engine.special_tokens.bos, *prefix]:
+        logits, _ = inference.step(np.asarray([[token]], dtype=np.int64))
+    return log_softmax(logits)[0]

@@ -26,6 +26,7 @@ from multiprocessing.connection import AuthenticationError, Listener, wait
 from service.decoding import DecodingOptions
 from service.errors import ModelRepositoryError
 from service.graphs import IN_PLACE, STATIC
+from service.inference import log_probs_after
 from service.kinds import kind_class
 from service.messages import (
     Cancel,
@@ -121,13 +122,17 @@ def _collect(scheduler: Scheduler) -> dict[int, object]:
     return events
 
 
-def device_check(fast: Scheduler, reference: Scheduler, inputs: list[dict]) -> str | None:
-    """None where `fast` decodes `inputs` greedily as `reference` does, token for token, else
-    what differed. Each scheduler decodes them in CHECK_WAVES waves CHECK_STAGGER steps apart
-    (the n-th wave CHECK_LENGTH + n tokens long at most), so that rows join a batch whose
-    other rows are at other positions and leave it at other times, and up to CHECK_WAVES x
-    len(inputs) rows decode at once: the cases a decode of one input at a time (the golden
-    check) never meets."""
+def device_check(
+    fast: Scheduler, reference: Scheduler, inputs: list[dict], tie: float = 0.0
+) -> tuple[str | None, int]:
+    """(what differed, or None where `fast` decodes `inputs` greedily as `reference` does;
+    how many decodes parted at a near tie). Each scheduler decodes them in CHECK_WAVES waves
+    CHECK_STAGGER steps apart (the n-th wave CHECK_LENGTH + n tokens long at most), so that
+    rows join a batch whose other rows are at other positions and leave it at other times,
+    and up to CHECK_WAVES x len(inputs) rows decode at once: the cases a decode of one input
+    at a time (the golden check) never meets. A decode that parts from the reference's where
+    the reference's log-probabilities of the two tokens lie within `tie` is a near tie, not a
+    difference: two steps within their certified tolerance may rank such tokens either way."""
 
     def decode(scheduler: Scheduler) -> dict[int, list[int] | str]:
         for wave in range(CHECK_WAVES):
@@ -144,13 +149,42 @@ def device_check(fast: Scheduler, reference: Scheduler, inputs: list[dict]) -> s
 
     got, expected = decode(fast), decode(reference)
     if len(expected) != CHECK_WAVES * len(inputs) or got.keys() != expected.keys():
-        return f"{len(got)} of {len(expected)} jobs answered"
+        return f"{len(got)} of {len(expected)} jobs answered", 0
     differing = sorted(j for j in expected if got[j] != expected[j])
+    ties = [
+        j for j in differing
+        if tie > 0 and _near_tie(reference.engine, inputs[(-1 - j) % len(inputs)], expected[j],
+                                 got[j], tie)
+    ]  # fmt: skip
+    differing = [j for j in differing if j not in ties]
     if not differing:
-        return None
+        return None, len(ties)
     first = differing[0]
     return (f"{len(differing)} of {len(expected)} decodes differ, e.g. {got[first]} instead "
-            f"of {expected[first]}")  # fmt: skip
+            f"of {expected[first]}"), len(ties)  # fmt: skip
+
+
+def _near_tie(engine, job_inputs: dict, expected, got, tie: float) -> bool:
+    """Whether two decodes of one input part where `engine` (the reference) gives the two
+    tokens log-probabilities within `tie` of each other."""
+    if isinstance(expected, str) or isinstance(got, str):  # a failed job
+        return False
+    pairs = enumerate(zip(expected, got, strict=False))
+    step = next((t for t, (x, y) in pairs if x != y), min(len(expected), len(got)))
+    eos = engine.special_tokens.eos
+    ours = expected[step] if step < len(expected) else eos
+    theirs = got[step] if step < len(got) else eos
+    log_probs = log_probs_after(engine, engine.encode(**job_inputs), expected[:step])
+    return bool(abs(log_probs[ours] - log_probs[theirs]) <= tie)
+
+
+def tie_window(manifest: dict, variant: str) -> float:
+    """How close two tokens' log-probabilities may be for two steps certified for `variant`
+    (each step's logits within the certificate's `atol` of the model's) to rank them either
+    way: a flip needs the model's margin within 2 atol, where a step may see it as 4 atol.
+    0 where the version holds no certified tolerance for it (token-identical then)."""
+    graphs = (manifest.get("parity") or {}).get("graphs", {})
+    return 4 * float(graphs.get(variant, {}).get("tolerance", {}).get("atol", 0.0))
 
 
 def choose_engine(settings: WorkerSettings, model_version, variant: str):
@@ -184,12 +218,14 @@ def choose_engine(settings: WorkerSettings, model_version, variant: str):
         for entry in model_version.golden()
         if entry["variant"] == "fp32" and entry.get("cache", "in_place") == "in_place"
     ]
-    return static_if_checked(engine, inputs, settings)
+    tie = tie_window(model_version.manifest, variant)
+    return static_if_checked(engine, inputs, settings, tie)
 
 
-def static_if_checked(engine, inputs: list[dict], settings: WorkerSettings):
+def static_if_checked(engine, inputs: list[dict], settings: WorkerSettings, tie: float = 0.0):
     """(engine, why): `engine("static")` where it decodes `inputs` as `engine("growing")`
-    does (device_check), else the growing one. `engine`: cache -> an engine on the device."""
+    does (device_check, near ties within `tie` allowed), else the growing one. `engine`:
+    cache -> an engine on the device."""
     growing = engine("growing")
     if not inputs:
         return growing, "the static step not checked on this device: no golden inputs"
@@ -197,13 +233,14 @@ def static_if_checked(engine, inputs: list[dict], settings: WorkerSettings):
         static = engine("static")
         schedulers = (Scheduler(e, settings.max_rows, settings.batching, settings.window)
                       for e in (static, growing))  # fmt: skip
-        problem = device_check(*schedulers, inputs)
+        problem, ties = device_check(*schedulers, inputs, tie)
     except Exception as error:  # e.g. a capture this onnxruntime or device refuses
         return growing, f"the static step failed to run here: {type(error).__name__}: {error}"
     if problem is not None:
         return growing, f"the static step decodes unlike the growing one here: {problem}"
+    parted = f", {ties} parting at a near tie (within {tie:g})" if ties else ""
     return static, (f"the fastest served step, decoding as the growing one on this device "
-                    f"({CHECK_WAVES * len(inputs)} staggered decodes)")  # fmt: skip
+                    f"({CHECK_WAVES * len(inputs)} staggered decodes{parted})")  # fmt: skip
 
 
 def _load(settings: WorkerSettings):

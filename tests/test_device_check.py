@@ -22,6 +22,7 @@ from service.worker import (
     choose_engine,
     device_check,
     static_if_checked,
+    tie_window,
 )
 
 
@@ -64,13 +65,15 @@ def test_the_check_meets_rows_at_other_positions_and_a_full_batch(tiny):
             self.stats.step_rows.clear()
 
     reference = Scheduler(OnnxEngine(version, "fp32", cache="growing"), 32)
-    assert device_check(Watching(engine, 32), reference, inputs) is None
+    assert device_check(Watching(engine, 32), reference, inputs) == (None, 0)
     assert max(seen) > len(inputs)  # rows of more than one wave decoded together
 
 
-def test_a_static_step_that_decodes_otherwise_falls_back_to_growing(tiny, tmp_path):
-    version, inputs = tiny
-    copy = tmp_path / "tiny" / "1"
+@pytest.fixture(scope="module")
+def perturbed(tiny, tmp_path_factory):
+    """The tiny version with its static steps' logits moved far off the growing step's."""
+    version, _ = tiny
+    copy = tmp_path_factory.mktemp("perturbed") / "tiny" / "1"
     shutil.copytree(version.directory, copy)
     for name in ("static_decoder", "static_lean_decoder"):
         perturb_near_logits(copy / "fp32" / f"{name}.onnx", amount=10.0)
@@ -78,11 +81,45 @@ def test_a_static_step_that_decodes_otherwise_falls_back_to_growing(tiny, tmp_pa
     write_manifest(
         copy, {k: v for k, v in manifest.items() if k not in ("files", "format_version")}
     )
-    perturbed = verify(copy)
+    return verify(copy)
+
+
+def test_a_static_step_that_decodes_otherwise_falls_back_to_growing(tiny, perturbed):
+    _, inputs = tiny
     settings = WorkerSettings(index=0, models=(), max_rows=32)
     engine, why = static_if_checked(_on_cpu(perturbed), inputs, settings)
     assert engine.cache == "growing"
     assert "decodes unlike the growing one" in why and "decodes differ" in why
+
+
+def test_decodes_that_part_at_a_near_tie_are_not_differences(tiny, perturbed):
+    """A decode that parts where the reference's two tokens lie within the tie window counts
+    as a near tie; the far-off perturbed step's partings are no near ties of a narrow window,
+    and all are in a window wider than any two log-probabilities."""
+    _, inputs = tiny
+
+    def check(tie: float):
+        static = OnnxEngine(perturbed, "fp32", "cpu", 1, True, cache="static")
+        reference = OnnxEngine(perturbed, "fp32", "cpu", 1, True, cache="growing")
+        return device_check(Scheduler(static, 32), Scheduler(reference, 32), inputs, tie)
+
+    problem, ties = check(0.0)
+    differing = int(problem.split(" of ")[0])
+    assert ties == 0 and 0 < differing <= CHECK_WAVES * len(inputs)
+    problem, ties = check(1e-6)
+    assert problem is not None and problem.startswith(f"{differing} of ") and ties == 0
+    assert check(1e9) == (None, differing)
+    settings = WorkerSettings(index=0, models=(), max_rows=32)
+    engine, why = static_if_checked(_on_cpu(perturbed), inputs, settings, tie=1e9)
+    assert engine.cache == "static"
+    assert why.endswith(f"staggered decodes, {differing} parting at a near tie (within 1e+09))")
+
+
+def test_the_tie_window_is_four_times_the_certified_tolerance():
+    manifest = {"parity": {"graphs": {"fp16": {"tolerance": {"atol": 0.05, "rtol": 0.01}}}}}
+    assert tie_window(manifest, "fp16") == pytest.approx(0.2)
+    assert tie_window(manifest, "fp32") == 0.0  # no certified tolerance: token-identical
+    assert tie_window({}, "fp16") == 0.0
 
 
 def test_no_inputs_no_static_step(tiny):
