@@ -70,9 +70,9 @@ def serve(args: argparse.Namespace) -> int:
 
 
 def _choices(config) -> list[str]:
-    """The device, how the cache is carried, and the variant of each model version in the
-    repository, with why: what the server logs at start-up (its manifests are read here,
-    not verified)."""
+    """The device, the front processes, how the cache is carried, and the variant of each
+    model version in the repository, with why: what the server logs at start-up (its
+    manifests are read here, not verified)."""
     from service.config import choice_lines
     from service.repository import manifests
 
@@ -88,7 +88,7 @@ def _choices(config) -> list[str]:
         variants[key] = config.variant_choice(device, manifest)
     if not variants and not problems:
         problems.append(f"no model version under {config.repository}: no variant chosen")
-    return choice_lines(device, why, variants, config.cache) + problems
+    return choice_lines(device, why, variants, config.cache, config.front_choice()) + problems
 
 
 def _toml(value) -> str:

@@ -25,6 +25,8 @@ VARIANTS = ("fp32", "int8", "fp16")
 # encoded images (8 MB each by default), so a request may reach 32 MB. Responses with
 # alignments or attention maps can pass gRPC's default 4 MB, so they may reach 64 MB.
 MAX_RECEIVE_BYTES, MAX_SEND_BYTES = 32 * 1024 * 1024, 64 * 1024 * 1024
+# `fronts = 0`: a front per this many cores, at most this many fronts (the most measured)
+CORES_PER_FRONT, MAX_AUTO_FRONTS = 4, 4
 GPU_PREFERENCE: tuple[tuple[str, str], ...] = (("fp16", "built"),)
 
 
@@ -36,8 +38,9 @@ class ServerConfig:
     device: str = "auto"  # cuda when onnxruntime has CUDA, else cpu; or cpu, cuda
     workers: int = 0  # 0: one per CPU core, or one per GPU on cuda
     # gRPC front processes on one port (SO_REUSEPORT), every one reaching every worker
-    # (service.fronts): one front answers about a thousand calls a second at most
-    fronts: int = 1
+    # (service.fronts): one front answers about a thousand calls a second at most.
+    # 0: one per CORES_PER_FRONT CPU cores, at most MAX_AUTO_FRONTS (front_choice)
+    fronts: int = 0
     variant: str = "auto"  # per model version (auto_variant); or fp32, int8 (CPU), fp16 (GPU)
     io_binding: bool | None = None  # None: on for cuda, off for cpu
     # how a step carries the key/value cache: "auto" writes it in place on the CPU where the
@@ -116,8 +119,8 @@ class ServerConfig:
         ):  # fmt: skip
             if getattr(self, name) < 0:
                 problems.append(f"{name} must be 0 or more")
-        if self.fronts < 1:
-            problems.append("fronts must be 1 or more")
+        if self.fronts < 0:
+            problems.append("fronts must be 0 (one per 4 CPU cores) or more")
         if self.max_concurrent_streams < 1:
             problems.append("max_concurrent_streams must be 1 or more")
         for name in ("listen", "metrics_listen"):
@@ -139,7 +142,7 @@ class ServerConfig:
             ("grpc.http2.max_ping_strikes", 2),
             ("grpc.keepalive_permit_without_calls", 1),
             # several fronts bind one port; one front alone refuses a second server there
-            ("grpc.so_reuseport", int(self.fronts > 1)),
+            ("grpc.so_reuseport", int(self.front_choice()[0] > 1)),
         ]  # fmt: skip
         if self.max_connection_age_seconds:
             options += [
@@ -179,6 +182,19 @@ class ServerConfig:
         if self.variant not in manifest.get("graphs", {}):
             reason += f", but this version has no {self.variant} graphs"
         return self.variant, reason
+
+    def front_choice(self) -> tuple[int, str]:
+        """(front processes, why): as configured, else one per CORES_PER_FRONT CPU cores this
+        process may use, at least one and at most MAX_AUTO_FRONTS."""
+        if self.fronts:
+            return self.fronts, "set by the configuration"
+        cores = len(os.sched_getaffinity(0))
+        count = min(MAX_AUTO_FRONTS, max(1, cores // CORES_PER_FRONT))
+        return count, (
+            f"one per {CORES_PER_FRONT} of the {cores} CPU cores, at most {MAX_AUTO_FRONTS} "
+            "(measured: 4 fronts answered 2.4x the calls of one for 16 workers on 16 cores, "
+            "docs/benchmarks-gpu.md; a second front adds nothing on 2, docs/benchmarks.md)"
+        )
 
     def worker_count(self, device: str) -> int:
         """Workers: as configured, else one per GPU on cuda, one per CPU core on cpu."""
@@ -252,13 +268,20 @@ def cache_line(cache: str, device: str) -> str:
 
 
 def choice_lines(
-    device: str, device_reason: str, variants: dict[str, tuple[str, str]], cache: str = "auto"
+    device: str,
+    device_reason: str,
+    variants: dict[str, tuple[str, str]],
+    cache: str = "auto",
+    fronts: tuple[int, str] | None = None,
 ) -> list[str]:
-    """What `serve --print-config` prints and the server logs: the device, how the cache is
-    carried, and each model version's variant (keyed "name/version"), with why."""
-    return [f"device {device}: {device_reason}", cache_line(cache, device)] + [
-        f"variant {variant} for {key}: {reason}" for key, (variant, reason) in variants.items()
-    ]
+    """What `serve --print-config` prints and the server logs: the device, the front
+    processes, how the cache is carried, and each model version's variant (keyed
+    "name/version"), with why."""
+    lines = [f"device {device}: {device_reason}"]
+    if fronts is not None:
+        lines.append(f"fronts {fronts[0]}: {fronts[1]}")
+    lines.append(cache_line(cache, device))
+    return lines + [f"variant {v} for {key}: {why}" for key, (v, why) in variants.items()]
 
 
 def _convert(name: str, kind, value):

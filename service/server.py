@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import signal
@@ -463,8 +464,10 @@ async def serve(
     if role is None:
         keys = tuple((m.key, m.version) for m in served)
         device, why = config.device_choice()
+        fronts = config.front_choice()
+        config = dataclasses.replace(config, fronts=fronts[0])  # what every front is told
         choices = {m.key: config.variant_choice(device, m.version.manifest) for m in served}
-        for line in choice_lines(device, why, choices, config.cache):
+        for line in choice_lines(device, why, choices, config.cache, fronts):
             log.info("%s", line)
         variants = {key: variant for key, (variant, _) in choices.items()}
         settings, sockets = worker_sockets(

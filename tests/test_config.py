@@ -5,6 +5,7 @@ replaced where a test needs CUDA)."""
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import replace
 
 import onnxruntime
@@ -154,24 +155,28 @@ def test_print_config_names_the_device_and_each_variant_with_why(capsys, monkeyp
     )
     monkeypatch.setattr(onnxruntime, "get_available_providers", lambda: CUDA_PROVIDERS)
     monkeypatch.setattr(config_module, "visible_gpus", lambda: (1, "nvidia-smi"))
+    monkeypatch.setattr("os.sched_getaffinity", lambda _: set(range(16)))
     code, lines, chosen = _print_config(capsys, monkeypatch, "--repository", str(root))
     assert code == 0
-    assert 'variant = "auto"' in lines and 'device = "auto"' in lines
+    assert 'variant = "auto"' in lines and 'device = "auto"' in lines and "fronts = 0" in lines
     assert chosen == [
         "# device cuda: onnxruntime has CUDAExecutionProvider and nvidia-smi lists 1 GPU",
+        "# fronts 4: " + ServerConfig().front_choice()[1],
         "# " + cache_line("auto", "cuda"),
         "# variant fp32 for captioner/1: no fp16 graphs in this version",
         "# variant fp16 for translator/1: certified fp16 graphs built op by op, the fastest on "
         "CUDA as measured (docs/benchmarks-gpu.md)",
     ]
-    assert "static step replayed as CUDA graphs" in chosen[1] and "else growing" in chosen[1]
+    assert "static step replayed as CUDA graphs" in chosen[2] and "else growing" in chosen[2]
 
     code, lines, chosen = _print_config(
-        capsys, monkeypatch, "--repository", str(root), "--device", "cpu", "--variant", "int8"
-    )
-    assert code == 0 and 'variant = "int8"' in lines
+        capsys, monkeypatch, "--repository", str(root), "--device", "cpu", "--variant", "int8",
+        "--fronts", "2",
+    )  # fmt: skip
+    assert code == 0 and 'variant = "int8"' in lines and "fronts = 2" in lines
     assert chosen == [
         "# device cpu: set by the configuration",
+        "# fronts 2: set by the configuration",
         "# cache auto on cpu: written in place where a version ships that step, else growing",
         "# variant int8 for captioner/1: set by the configuration",
         "# variant int8 for translator/1: set by the configuration",
@@ -189,7 +194,9 @@ def test_print_config_on_this_machine(capsys, monkeypatch, tmp_path):
     code, lines, chosen = _print_config(capsys, monkeypatch, "--repository", str(root))
     assert code == 0
     assert chosen[0].startswith("# device cpu: onnxruntime has no CUDAExecutionProvider")
-    assert chosen[1:] == [
+    cores = len(os.sched_getaffinity(0))
+    assert chosen[1].startswith(f"# fronts {min(4, max(1, cores // 4))}: one per 4 of the {cores} ")
+    assert chosen[2:] == [
         "# cache auto on cpu: written in place where a version ships that step, else growing",
         "# variant fp32 for translator/1: the CPU default (int8 only when asked)",
     ]
@@ -197,5 +204,5 @@ def test_print_config_on_this_machine(capsys, monkeypatch, tmp_path):
 
     code, lines, chosen = _print_config(capsys, monkeypatch, "--repository", str(tmp_path / "no"))
     assert (
-        code == 0 and chosen[2] == f"# no model version under {tmp_path / 'no'}: no variant chosen"
+        code == 0 and chosen[3] == f"# no model version under {tmp_path / 'no'}: no variant chosen"
     )

@@ -69,11 +69,19 @@ def test_worker_sockets_are_private_and_only_with_several_fronts():
         directory.rmdir()
 
 
-def test_fronts_setting():
-    assert ServerConfig().fronts == 1
-    assert load_config(environ={"ATTNSERVE_FRONTS": "4"}).fronts == 4
-    with pytest.raises(InvalidArgument, match="fronts must be 1 or more"):
-        load_config(environ={}, overrides={"fronts": "0"})
+def test_fronts_setting(monkeypatch):
+    chosen = load_config(environ={"ATTNSERVE_FRONTS": "4"}).front_choice()
+    assert chosen == (4, "set by the configuration")
+    with pytest.raises(InvalidArgument, match=r"fronts must be 0 \(one per 4 CPU cores\) or more"):
+        load_config(environ={}, overrides={"fronts": "-1"})
     options = dict(load_config(environ={}, overrides={"fronts": "2"}).grpc_options())
     assert options["grpc.so_reuseport"] == 1
-    assert dict(ServerConfig().grpc_options())["grpc.so_reuseport"] == 0
+    assert dict(ServerConfig(fronts=1).grpc_options())["grpc.so_reuseport"] == 0
+    # the default: one front per 4 cores this process may use, at least 1, at most 4
+    assert ServerConfig().fronts == 0
+    for cores, fronts in ((1, 1), (2, 1), (7, 1), (8, 2), (16, 4), (64, 4)):
+        monkeypatch.setattr("os.sched_getaffinity", lambda _, n=cores: set(range(n)))
+        count, why = ServerConfig().front_choice()
+        assert count == fronts and f"one per 4 of the {cores} CPU cores" in why, (cores, why)
+        reuse = dict(ServerConfig().grpc_options())["grpc.so_reuseport"]
+        assert reuse == int(fronts > 1)

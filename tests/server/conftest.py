@@ -27,6 +27,8 @@ class Server:
     def __init__(self, repository: Path, directory: Path, *flags: str):
         self.ready_file = directory / "ready.json"
         self.log_file = directory / "server.log"
+        if "--fronts" not in flags:  # one front, whatever the host's cores (fronts = 0)
+            flags = ("--fronts", "1", *flags)
         command = [
             sys.executable, "-m", "attnserve.cli", "serve",
             "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
