@@ -955,7 +955,9 @@ class LoadBench:
             except Exception as error:  # the engine level's results are kept all the same
                 failure = f"failed: {type(error).__name__}: {error}"[:3000]
                 return {"status": failure, "flags": self.flags, "startup_s": startup}
-            return result | {"status": "run", "flags": self.flags, "startup_s": startup}
+            fronts = 1 + len(server.state.get("fronts", []))  # the default: by the cores
+            return result | {"status": "run", "flags": self.flags, "startup_s": startup,
+                             "fronts": fronts}  # fmt: skip
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
             code = server.stop()
@@ -1304,8 +1306,9 @@ def _load_markdown(part: dict | None) -> list[str]:
         return [*lines, part["status"]]
     s, flags = part["settings"], part["flags"]
     lines += [
-        f"`attnserve serve` with {' '.join(f'--{k} {v}' for k, v in flags.items())} "
-        f"(serving after {part['startup_s']:.1f} s). {s['requests']}, max_length "
+        f"`attnserve serve` with {' '.join(f'--{k} {v}' for k, v in flags.items())}, "
+        f"{part.get('fronts', 1)} front process(es) (serving after {part['startup_s']:.1f} "
+        f"s). {s['requests']}, max_length "
         f"{s['max_length']}; {s['client']}. {s['level_seconds']:g} s per level after a "
         f"{s['warmup_seconds']:g} s warm-up. CPU: seconds over the level.",
         "",

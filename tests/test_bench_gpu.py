@@ -111,6 +111,11 @@ def test_service_level(run):
         pytest.skip(load["status"])
     assert [level["clients"] for level in load["levels"]] == [1, 3]  # as asked
     assert load["flags"]["cache"] == "static"  # the served step of CUDA graphs, over gRPC
+    from service.config import ServerConfig
+
+    fronts = ServerConfig().front_choice()[0]  # no --fronts: the default for these cores
+    assert "fronts" not in load["flags"] and load["fronts"] == fronts
+    assert f"{fronts} front process(es)" in text
     for level in load["levels"]:
         assert level["requests"] > 0 and not level["errors"]
         assert level["requests_per_s"] > 0 and level["tokens_per_s"] > 0
