@@ -42,6 +42,7 @@ def per_step_seconds(jobs: int, steps: int) -> float:
     scheduler = Scheduler.__new__(Scheduler)  # the state _step reads, without an engine
     scheduler.clock, scheduler.batch = time.monotonic, _InstantBatch()
     scheduler.events, scheduler.stats = [], Stats()
+    scheduler._times, scheduler._times_from, scheduler._steps = [], 0, 0
     options = DecodingOptions(beam_size=1, max_length=10**9)
     scheduler.running = []
     for i in range(jobs):

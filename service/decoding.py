@@ -196,7 +196,8 @@ class GreedySearch(Search):
         and numpy's per-call cost would be most of their time (the next token stays an int:
         the scheduler makes one array of every single row's, `next_token`)."""
         row = self.hypotheses[0]
-        row.append(token, log_prob, None)
+        row.tokens.append(token)  # _Row.append without attention, inlined
+        row.log_probs.append(log_prob)
         self.steps += 1
         if token != self.eos and self.steps < self.options.max_length:
             self._tokens, self._token = None, token

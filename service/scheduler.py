@@ -32,6 +32,7 @@ from service.messages import Admitted, Event, Failure, Partial, Result, Timings
 from service.search import SearchRequest
 
 BATCHING = ("continuous", "request")
+KEEP_TIMES = 4096  # step times kept before those no running job needs are dropped
 
 
 def rows_needed(inputs: int, options: DecodingOptions) -> int:
@@ -56,9 +57,9 @@ class Job:
     memory: int = 0  # memory length of the job's own encoder output
     queued_at: float = 0.0
     admitted_at: float = 0.0
-    first_token_at: float = 0.0
-    last_token_at: float = 0.0
-    gaps: list[float] = field(default_factory=list)  # seconds between successive tokens
+    # the scheduler's step that gives the job its first token (the one after its admission);
+    # every running job takes a token at every step, so its token times are the steps'
+    first_step: int = 0
     streamed: list[int] = field(default_factory=list)  # best tokens in the last partial event
     cancelled: bool = False
 
@@ -99,6 +100,10 @@ class Scheduler:
         self.running: list[Job] = []
         self.events: list[Event] = []
         self.stats = Stats()
+        # when each step ended, from the first step of the oldest running job on (the jobs'
+        # token times): step `n` at _times[n - _times_from]; _steps: the steps taken so far
+        self._times: list[float] = []
+        self._times_from = self._steps = 0
 
     # -- what the worker calls ------------------------------------------------------------
     def submit(self, job: Job) -> None:
@@ -205,14 +210,16 @@ class Scheduler:
         now = self.clock()
         self.stats.encoder_seconds.append(now - start)
         for job in admitted:
-            job.admitted_at = now
+            job.admitted_at, job.first_step = now, self._steps
             self.running.append(job)
             self.events.append(Admitted(job.id, now - job.queued_at))
 
     def _step(self) -> None:
         start = self.clock()
-        searches = [job.search for job in self.running]
-        if all(s.single for s in searches):  # one array of ints, not hundreds of arrays joined
+        running = self.running
+        searches = [job.search for job in running]
+        singles = all(s.single for s in searches)
+        if singles:  # one array of ints, not hundreds of arrays joined
             tokens = np.fromiter((s.next_token for s in searches), np.int64, len(searches))
             tokens = tokens.reshape(-1, 1)
         else:
@@ -222,40 +229,51 @@ class Scheduler:
         self.stats.step_seconds.append(now - start)
         self.stats.step_rows.append(len(tokens))
         self.stats.tokens += len(tokens)
-        keep: list[int] = []
-        still, offset = [], 0
-        # a one-row greedy job (most of a busy server's) takes its row's best candidate from
-        # these lists, without slicing the candidates
-        best = candidates.ids[:, 0].tolist() if attention is None else None
-        best_log_probs = candidates.log_probs[:, 0].tolist() if attention is None else None
-        for job, search in zip(self.running, searches, strict=True):
-            if best is not None and search.single:
-                rows, going = 1, search.advance_single(best[offset], best_log_probs[offset])
-                if going:
-                    keep.append(offset)
-            else:
+        self._times.append(now)
+        self._steps += 1
+        if singles and attention is None:
+            # every job a one-row greedy search (most of a busy server's): each takes its
+            # row's best candidate from these lists, no candidates sliced
+            going = [
+                search.advance_single(token, log_prob)
+                for search, token, log_prob in zip(
+                    searches,
+                    candidates.ids[:, 0].tolist(),
+                    candidates.log_probs[:, 0].tolist(),
+                    strict=True,
+                )
+            ]
+            keep = None if all(going) else [i for i, g in enumerate(going) if g]
+        else:
+            keep, going, offset = [], [], 0
+            for job, search in zip(running, searches, strict=True):
                 rows = search.rows
                 own = slice(offset, offset + rows)
                 seen = None if attention is None else _width(attention[own], job.memory)
                 kept = search.advance(candidates.rows(own), seen) + offset
-                going = not search.done
-                if going:
+                going.append(not search.done)
+                if going[-1]:
                     keep.extend(kept.tolist())
-            if job.first_token_at:
-                job.gaps.append(now - job.last_token_at)
-            else:
-                job.first_token_at = now
-            job.last_token_at = now
-            if not going:
-                self._finish(job, now)
-            else:
-                still.append(job)
-                if job.stream:
-                    self._stream(job)
-            offset += rows
+                offset += rows
+        if keep is None:  # every row goes on, in place
+            still = running
+        else:
+            still = [job for job, g in zip(running, going, strict=True) if g]
+            for job, g in zip(running, going, strict=True):
+                if not g:
+                    self._finish(job, now)
+        for job in still:
+            if job.stream:
+                self._stream(job)
         self.running = still
-        if len(keep) != len(tokens) or keep[-1] != len(tokens) - 1 or not _ascending(keep):
+        if keep is not None and (
+            len(keep) != len(tokens) or keep[-1] != len(tokens) - 1 or not _ascending(keep)
+        ):
             self.batch.reorder(np.array(keep, dtype=np.int64))
+        if len(self._times) > KEEP_TIMES:  # forget the steps before every running job's first
+            oldest = min((job.first_step for job in still), default=self._steps)
+            del self._times[: oldest - self._times_from]
+            self._times_from = oldest
 
     def _request(self, searches: list[Search]) -> SearchRequest:
         """One search request for every running job's rows (`searches`, in order): as many
@@ -284,7 +302,9 @@ class Scheduler:
         for hypotheses in results:
             for h in hypotheses:
                 _strip(h, job)
-        timings = Timings(job.queued_at, job.admitted_at, job.first_token_at, now, job.gaps)
+        times = self._times[job.first_step - self._times_from :]  # its tokens', now last
+        gaps = [b - a for a, b in pairwise(times)]
+        timings = Timings(job.queued_at, job.admitted_at, times[0], now, gaps)
         self.events.append(Result(job.id, results, timings))
 
 
