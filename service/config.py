@@ -7,6 +7,7 @@ environment, `--max-batch-rows` on the command line.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import subprocess
 import tomllib
@@ -36,7 +37,7 @@ class ServerConfig:
     metrics_listen: str = "0.0.0.0:9400"  # Prometheus /metrics; port 0 lets the OS choose
     repository: Path = DEFAULT_REPOSITORY  # <model>/<version>/manifest.json ...
     device: str = "auto"  # cuda when onnxruntime has CUDA, else cpu; or cpu, cuda
-    workers: int = 0  # 0: one per CPU core, or one per GPU on cuda
+    workers: int = 0  # 0: one per usable CPU core (usable_cores), or one per GPU on cuda
     # gRPC front processes on one port (SO_REUSEPORT), every one reaching every worker
     # (service.fronts): one front answers about a thousand calls a second at most.
     # 0: one per CORES_PER_FRONT CPU cores, at most MAX_AUTO_FRONTS (front_choice)
@@ -188,7 +189,7 @@ class ServerConfig:
         process may use, at least one and at most MAX_AUTO_FRONTS."""
         if self.fronts:
             return self.fronts, "set by the configuration"
-        cores = len(os.sched_getaffinity(0))
+        cores = usable_cores()
         count = min(MAX_AUTO_FRONTS, max(1, cores // CORES_PER_FRONT))
         return count, (
             f"one per {CORES_PER_FRONT} of the {cores} CPU cores, at most {MAX_AUTO_FRONTS} "
@@ -197,12 +198,65 @@ class ServerConfig:
         )
 
     def worker_count(self, device: str) -> int:
-        """Workers: as configured, else one per GPU on cuda, one per CPU core on cpu."""
+        """Workers: as configured, else one per GPU on cuda, one per usable CPU core on cpu."""
         if self.workers:
             return self.workers
         if device == "cuda":
             return max(1, gpu_count())
-        return max(1, len(os.sched_getaffinity(0)))
+        return usable_cores()
+
+
+def usable_cores() -> int:
+    """The CPU cores this process may use: those it may run on (its affinity), fewer where its
+    cgroup's CPU quota allows less (a container started with --cpus 2 on a 64-core host: 2)."""
+    cores = len(os.sched_getaffinity(0))
+    quota = cpu_quota()
+    return max(1, min(cores, math.ceil(quota)) if quota is not None else cores)
+
+
+def cpu_quota(
+    root: Path = Path("/sys/fs/cgroup"), membership: Path = Path("/proc/self/cgroup")
+) -> float | None:
+    """Cores' worth of CPU time the cgroups of this process allow (quota over period, the
+    smallest along its cgroup and the cgroups above it), or None where none sets a quota:
+    cgroup v2's cpu.max, or v1's cpu.cfs_quota_us and cpu.cfs_period_us."""
+    try:
+        lines = membership.read_text().splitlines()
+    except OSError:
+        return None
+    places = []  # (directory of this process's cgroup, how that hierarchy writes its quota)
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        relative = path.strip("/")
+        if controllers == "":  # v2: the unified hierarchy
+            places.append((root / relative, root, "v2"))
+        elif "cpu" in controllers.split(","):
+            mount = root / controllers
+            mount = mount if mount.is_dir() else root / "cpu"
+            places.append((mount / relative, mount, "v1"))
+    quotas = []
+    for directory, top, version in places:
+        while True:
+            quotas.append(_quota(directory, version))
+            if directory == top or top not in directory.parents:
+                break
+            directory = directory.parent
+    found = [q for q in quotas if q is not None]
+    return min(found) if found else None
+
+
+def _quota(directory: Path, version: str) -> float | None:
+    try:
+        if version == "v2":
+            quota, _, period = (directory / "cpu.max").read_text().strip().partition(" ")
+        else:
+            quota = (directory / "cpu.cfs_quota_us").read_text().strip()
+            period = (directory / "cpu.cfs_period_us").read_text().strip()
+        if quota in ("max", "-1") or float(period) <= 0:
+            return None
+        return float(quota) / float(period)
+    except (OSError, ValueError):
+        return None
 
 
 def gpu_count() -> int:

@@ -5,8 +5,8 @@ replaced where a test needs CUDA)."""
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import replace
+from pathlib import Path
 
 import onnxruntime
 import pytest
@@ -18,7 +18,9 @@ from service.config import (
     auto_variant,
     cache_line,
     certified_variants,
+    cpu_quota,
     load_config,
+    usable_cores,
 )
 from service.errors import InvalidArgument
 
@@ -156,6 +158,7 @@ def test_print_config_names_the_device_and_each_variant_with_why(capsys, monkeyp
     monkeypatch.setattr(onnxruntime, "get_available_providers", lambda: CUDA_PROVIDERS)
     monkeypatch.setattr(config_module, "visible_gpus", lambda: (1, "nvidia-smi"))
     monkeypatch.setattr("os.sched_getaffinity", lambda _: set(range(16)))
+    monkeypatch.setattr(config_module, "cpu_quota", lambda: None)
     code, lines, chosen = _print_config(capsys, monkeypatch, "--repository", str(root))
     assert code == 0
     assert 'variant = "auto"' in lines and 'device = "auto"' in lines and "fronts = 0" in lines
@@ -194,7 +197,7 @@ def test_print_config_on_this_machine(capsys, monkeypatch, tmp_path):
     code, lines, chosen = _print_config(capsys, monkeypatch, "--repository", str(root))
     assert code == 0
     assert chosen[0].startswith("# device cpu: onnxruntime has no CUDAExecutionProvider")
-    cores = len(os.sched_getaffinity(0))
+    cores = usable_cores()
     assert chosen[1].startswith(f"# fronts {min(4, max(1, cores // 4))}: one per 4 of the {cores} ")
     assert chosen[2:] == [
         "# cache auto on cpu: written in place where a version ships that step, else growing",
@@ -206,3 +209,43 @@ def test_print_config_on_this_machine(capsys, monkeypatch, tmp_path):
     assert (
         code == 0 and chosen[3] == f"# no model version under {tmp_path / 'no'}: no variant chosen"
     )
+
+
+def _cgroups(tmp_path, membership: str, files: dict[str, str]):
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc" / "cgroup").write_text(membership)
+    root = tmp_path / "sys"
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return cpu_quota(root, tmp_path / "proc" / "cgroup")
+
+
+@pytest.mark.parametrize(
+    ("membership", "files", "quota"),
+    [
+        ("0::/\n", {"cpu.max": "200000 100000\n"}, 2.0),  # a container's own namespace
+        ("0::/\n", {"cpu.max": "max 100000\n"}, None),
+        # nested: the parent's quota is the smaller
+        ("0::/a/b\n", {"a/cpu.max": "150000 100000", "a/b/cpu.max": "400000 100000"}, 1.5),
+        ("0::/a/b\n", {}, None),  # no cpu.max anywhere (the controller not enabled)
+        # cgroup v1, and a hybrid host whose v1 cpu hierarchy sets the quota
+        ("4:cpu,cpuacct:/\n", {"cpu,cpuacct/cpu.cfs_quota_us": "300000",
+                               "cpu,cpuacct/cpu.cfs_period_us": "100000"}, 3.0),
+        ("1:cpu:/x\n0::/\n", {"cpu/x/cpu.cfs_quota_us": "-1",
+                              "cpu/x/cpu.cfs_period_us": "100000",
+                              "cpu/cpu.cfs_quota_us": "50000",
+                              "cpu/cpu.cfs_period_us": "100000"}, 0.5),
+        ("1:memory:/\n", {"cpu/cpu.cfs_quota_us": "100000"}, None),  # no cpu controller line
+    ],
+)  # fmt: skip
+def test_the_cgroup_cpu_quota_bounds_the_usable_cores(tmp_path, membership, files, quota):
+    assert _cgroups(tmp_path, membership, files) == quota
+
+
+def test_usable_cores_are_the_affinity_within_the_quota(monkeypatch):
+    monkeypatch.setattr("os.sched_getaffinity", lambda _: set(range(16)))
+    for quota, cores in ((None, 16), (2.0, 2), (2.5, 3), (0.5, 1), (64.0, 16)):
+        monkeypatch.setattr(config_module, "cpu_quota", lambda q=quota: q)
+        assert usable_cores() == cores, quota
+    assert cpu_quota(membership=Path("/nonexistent/cgroup")) is None
