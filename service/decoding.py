@@ -216,10 +216,16 @@ class GreedySearch(Search):
             best = np.take_along_axis(candidates.ids, column, 1)[:, 0]
             log_probs = np.take_along_axis(candidates.log_probs, column, 1)[:, 0]
         rows, active = self.hypotheses, self.active.tolist()
-        for i, (h, token, log_prob) in enumerate(
-            zip(active, best.tolist(), log_probs.tolist(), strict=True)
-        ):
-            rows[h].append(token, log_prob, None if attention is None else attention[i])
+        if attention is None:  # _Row.append without attention, inlined: hundreds of rows
+            for h, token, log_prob in zip(active, best.tolist(), log_probs.tolist(), strict=True):
+                row = rows[h]
+                row.tokens.append(token)
+                row.log_probs.append(log_prob)
+        else:
+            for i, (h, token, log_prob) in enumerate(
+                zip(active, best.tolist(), log_probs.tolist(), strict=True)
+            ):
+                rows[h].append(token, log_prob, attention[i])
         self.steps += 1
         keep = best != self.eos
         if self.steps >= self.options.max_length:
