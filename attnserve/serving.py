@@ -21,8 +21,9 @@ FLAG_HELP = {
     "listen": "gRPC HOST:PORT (port 0: the OS chooses)",
     "metrics_listen": "Prometheus HOST:PORT",
     "repository": "model repository root",
-    "workers": "worker processes (0: one per core, or per GPU)",
-    "fronts": "gRPC front processes sharing the port and every worker",
+    "workers": "worker processes (0: one per usable core, or per GPU)",
+    "fronts": "gRPC front processes sharing the port and every worker (0: one per 4 usable "
+    "cores, at most 4)",
     "batching": "continuous or request",
     "ready_file": "write the ports (JSON) here once serving",
 }
