@@ -56,15 +56,15 @@ case "$phase" in
       --channels 32 --seconds 15 --rounds 1 --repository "$work/repository" \
       --json "$out/benchmarks-scaling.json" ;;
   pending)  # Sized for a lent machine's 15 minutes, its start and the parts included: every
-    # step time-boxed (590 s in all, the most wanted first; the whole ran 225 s last time),
+    # step time-boxed (596 s in all, the most wanted first; the whole ran 225 s last time),
     # each one's results under $out as it ends. GroupQueryAttention alone against numpy
     # (bench.gqa_check under onnxruntime's kernels one by one, a table each on stdout), a
     # quick export (parity over 8 sentences a part), the gpu tests (GQA, the static batch,
     # the fp16 graphs in place), the served batch fp16 greedy at 1, 16 and 256 rows (in
     # place, growing and static captured, each one's tokens against in place), the service
     # level with the cache the server chooses by default (auto: static once checked on the
-    # GPU, the choice printed) at 1 and 256 clients (the 30-token sentence with it), and the
-    # Memcpy nodes of every graph.
+    # GPU, the choice printed) at 1 and 256 clients (the 30-token sentence with it), the
+    # scheduler's host work a step, and the Memcpy nodes of every graph.
     mkdir -p "$out"
     # GQA alone against numpy: onnxruntime's default kernels, then without flash attention's
     # decoding path (the one a shared buffer and one new token take), then without flash
@@ -72,10 +72,10 @@ case "$phase" in
       echo "GroupQueryAttention with $setting"
       env "$setting" timeout 15 python3 -m bench.gqa_check --device cuda || true
     done
-    timeout 140 python3 -m bench.gpu --device cuda --workdir "$work" --out "$out" --graphs "$graphs" \
+    timeout 135 python3 -m bench.gpu --device cuda --workdir "$work" --out "$out" --graphs "$graphs" \
       --quick --no-engine --no-load || true
     version="$work/repository/translator/1"
-    timeout 150 python3 -m pytest -q -m gpu tests/test_gqa.py tests/test_static_batch.py \
+    timeout 140 python3 -m pytest -q -m gpu tests/test_gqa.py tests/test_static_batch.py \
       tests/parity/test_translator_parity.py 2>&1 | tee "$out/gpu-tests-pending.log" || true
     for rows in 1 16 256; do
       timeout $((rows == 256 ? 60 : 40)) python3 -m bench.continuous --device cuda --variants fp16 \
@@ -87,7 +87,10 @@ case "$phase" in
     timeout 90 python3 -m bench.gpu --device cuda --workdir "$work" --out "$OUT_STATIC" \
       --graphs "$graphs" --quick --no-engine --load --server-variant fp16 \
       --clients 1,256 --level-seconds 8 || true
-    grep -h "steps with cache" "$work/server/server.log" || true  # the cache chosen, and why
+    grep -h "steps with cache\|fronts" "$work/server/server.log" || true  # the cache and fronts chosen, and why
+    for jobs in 256 1024; do  # the scheduler's own host work a step, on this machine's CPU
+      timeout 8 python3 -m bench.scheduler_step --jobs "$jobs" --rounds 5 || true
+    done
     timeout 30 python3 -m bench.static_step --device cuda --out "$out" --memcpy-of "$version" \
       || true ;;
   *) echo "usage: bench/gpu.sh export|engine|load|fronts|all|static|inplace|scaling|pending" >&2; exit 2 ;;
