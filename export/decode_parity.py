@@ -14,7 +14,7 @@ from models.evaluate import corpus_scores
 from service.batching import source_batch
 from service.captioning import caption_batches, pixels
 from service.decoding import DecodingOptions, Hypothesis
-from service.inference import CachedInference, EncoderOutput, Engine, log_probs_after
+from service.inference import CachedInference, EncoderOutput, Engine, parting_margin
 from service.tokenizer import Tokenizer
 from service.translation import translate_batches
 
@@ -73,13 +73,6 @@ def encode_one(engine: Engine, source, max_source: int) -> EncoderOutput:
     return engine.encode(*source_batch([source], max_source))
 
 
-def top2_margin(engine: Engine, source, prefix: list[int], a: int, b: int, max_source: int):
-    """|log p(a) - log p(b)| after `prefix`, by the reference engine (fed one token a step,
-    which every model's step accepts)."""
-    log_probs = log_probs_after(engine, encode_one(engine, source, max_source), prefix)
-    return float(abs(log_probs[a] - log_probs[b]))
-
-
 def compare_decodes(
     reference: Engine,
     candidate: Engine,
@@ -100,14 +93,8 @@ def compare_decodes(
         if e.tokens == a.tokens:
             report.identical += 1
             continue
-        step = next(
-            (t for t, (x, y) in enumerate(zip(e.tokens, a.tokens, strict=False)) if x != y),
-            min(len(e.tokens), len(a.tokens)),
-        )
-        eos = reference.special_tokens.eos
-        ours = e.tokens[step] if step < len(e.tokens) else eos
-        theirs = a.tokens[step] if step < len(a.tokens) else eos
-        margin = top2_margin(reference, sources[i], e.tokens[:step], ours, theirs, max_source)
+        encoder = encode_one(reference, sources[i], max_source)
+        step, margin = parting_margin(reference, encoder, e.tokens, a.tokens)
         entry = {
             "sentence": i,
             "step": step,

@@ -208,11 +208,20 @@ class UncachedInference(CachedInference):
         self.tokens = self.tokens[index]
 
 
-def log_probs_after(engine: Engine, encoder: EncoderOutput, prefix: list[int]) -> np.ndarray:
-    """(V,) float32: the log-probabilities of the token after `<s>` and `prefix`, by
-    `engine` on one row of `encoder` fed one token a step (which every model's step
-    accepts): how close two competing tokens were, where two decodes part."""
+def parting_margin(
+    engine: Engine, encoder: EncoderOutput, expected: list[int], got: list[int]
+) -> tuple[int, float]:
+    """(step, margin) of two decodes of one input (tokens, `</s>` left out) that differ: the
+    first step where their tokens part (`</s>` where one has ended), and how close `engine`
+    ranks those two tokens there, |log p(a) - log p(b)|, fed `<s>` and the shared prefix one
+    token a step on one row of `encoder` (which every model's step accepts)."""
+    pairs = enumerate(zip(expected, got, strict=False))
+    step = next((t for t, (x, y) in pairs if x != y), min(len(expected), len(got)))
+    eos = engine.special_tokens.eos
+    ours = expected[step] if step < len(expected) else eos
+    theirs = got[step] if step < len(got) else eos
     inference = CachedInference(engine, encoder, 1)
-    for token in [engine.special_tokens.bos, *prefix]:
+    for token in [engine.special_tokens.bos, *expected[:step]]:
         logits, _ = inference.step(np.asarray([[token]], dtype=np.int64))
-    return log_softmax(logits)[0]
+    log_probs = log_softmax(logits)[0]
+    return step, float(abs(log_probs[ours] - log_probs[theirs]))

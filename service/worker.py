@@ -26,7 +26,7 @@ from multiprocessing.connection import AuthenticationError, Listener, wait
 from service.decoding import DecodingOptions
 from service.errors import ModelRepositoryError
 from service.graphs import IN_PLACE, STATIC
-from service.inference import log_probs_after
+from service.inference import parting_margin
 from service.kinds import kind_class
 from service.messages import (
     Cancel,
@@ -169,13 +169,7 @@ def _near_tie(engine, job_inputs: dict, expected, got, tie: float) -> bool:
     tokens log-probabilities within `tie` of each other."""
     if isinstance(expected, str) or isinstance(got, str):  # a failed job
         return False
-    pairs = enumerate(zip(expected, got, strict=False))
-    step = next((t for t, (x, y) in pairs if x != y), min(len(expected), len(got)))
-    eos = engine.special_tokens.eos
-    ours = expected[step] if step < len(expected) else eos
-    theirs = got[step] if step < len(got) else eos
-    log_probs = log_probs_after(engine, engine.encode(**job_inputs), expected[:step])
-    return bool(abs(log_probs[ours] - log_probs[theirs]) <= tie)
+    return parting_margin(engine, engine.encode(**job_inputs), expected, got)[1] <= tie
 
 
 def tie_window(manifest: dict, variant: str) -> float:

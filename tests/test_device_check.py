@@ -13,6 +13,7 @@ import pytest
 from helpers import built_tiny_translator, perturb_near_logits
 
 from service.batching import source_batch
+from service.inference import CachedInference, parting_margin
 from service.onnx_engine import OnnxEngine
 from service.repository import verify, write_manifest
 from service.worker import (
@@ -150,3 +151,20 @@ def test_a_static_step_that_cannot_run_falls_back_to_growing(tiny):
     chosen, why = static_if_checked(engine, inputs, settings)
     assert chosen.cache == "growing"
     assert why == "the static step failed to run here: RuntimeError: CUDA graph capture failed"
+
+
+def test_where_two_decodes_part_and_how_close_the_reference_ranks_them(tiny):
+    version, inputs = tiny
+    engine = OnnxEngine(version, "fp32", "cpu", 1, cache="growing")
+    encoder = engine.encode(**inputs[0])
+    eos = engine.special_tokens.eos
+    step, margin = parting_margin(engine, encoder, [5, 6, 7], [5, 6])  # one ended at step 2
+    assert step == 2 and margin >= 0
+    assert parting_margin(engine, encoder, [5, 6], [5, 6, 7]) == (2, margin)  # either way
+    step, between = parting_margin(engine, encoder, [5, 9, 4], [5, 8])
+    assert step == 1 and between == parting_margin(engine, encoder, [5, 8], [5, 9])[1]
+    log_probs = CachedInference(engine, encoder, 1)
+    for token in (engine.special_tokens.bos, 5, 6):
+        logits, _ = log_probs.step(np.asarray([[token]], dtype=np.int64))
+    scores = logits[0] - np.logaddexp.reduce(logits[0].astype(np.float64))
+    assert margin == pytest.approx(abs(scores[7] - scores[eos]), abs=1e-5)
