@@ -32,7 +32,7 @@ from service.messages import Admitted, Event, Failure, Partial, Result, Timings
 from service.search import SearchRequest
 
 BATCHING = ("continuous", "request")
-KEEP_TIMES = 4096  # step times kept before those no running job needs are dropped
+KEEP_TIMES = 4096  # every this many steps, the step times no running job needs are dropped
 
 
 def rows_needed(inputs: int, options: DecodingOptions) -> int:
@@ -270,7 +270,7 @@ class Scheduler:
             len(keep) != len(tokens) or keep[-1] != len(tokens) - 1 or not _ascending(keep)
         ):
             self.batch.reorder(np.array(keep, dtype=np.int64))
-        if len(self._times) > KEEP_TIMES:  # forget the steps before every running job's first
+        if self._steps % KEEP_TIMES == 0:  # forget the steps before every running job's first
             oldest = min((job.first_step for job in still), default=self._steps)
             del self._times[: oldest - self._times_from]
             self._times_from = oldest

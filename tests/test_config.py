@@ -237,6 +237,7 @@ def _cgroups(tmp_path, membership: str, files: dict[str, str]):
                               "cpu/cpu.cfs_quota_us": "50000",
                               "cpu/cpu.cfs_period_us": "100000"}, 0.5),
         ("1:memory:/\n", {"cpu/cpu.cfs_quota_us": "100000"}, None),  # no cpu controller line
+        ("garbled\n0::/\n", {"cpu.max": "100000 100000"}, 1.0),  # a line that is no cgroup
     ],
 )  # fmt: skip
 def test_the_cgroup_cpu_quota_bounds_the_usable_cores(tmp_path, membership, files, quota):
