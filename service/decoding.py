@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -81,19 +82,14 @@ class Hypothesis:
 
 @dataclass
 class _Row:
-    """A live hypothesis: what it produced so far."""
+    """A greedy or sampled hypothesis: what it produced so far."""
 
     tokens: list[int]
     log_probs: list[float]
     attention: list[np.ndarray]
 
-    def extend(self, token: int, log_prob: float, attention: np.ndarray | None) -> _Row:
-        """A new row one token longer (beams: one row may be extended several ways)."""
-        seen = self.attention if attention is None else self.attention + [attention]
-        return _Row(self.tokens + [token], self.log_probs + [log_prob], seen)
-
     def append(self, token: int, log_prob: float, attention: np.ndarray | None) -> None:
-        """This row one token longer, in place (a row extended one way only)."""
+        """This row one token longer, in place."""
         self.tokens.append(token)
         self.log_probs.append(log_prob)
         if attention is not None:
@@ -282,61 +278,21 @@ class SamplingSearch(GreedySearch):
         self.k, self.temperature = options.top_k, options.temperature
 
 
-class _Beams:
-    """The search state of a batch: `beam` live hypotheses and the finished ones, per input."""
+class _Step(NamedTuple):
+    """What one beam step chose, by row index (a trace back, not a copy of every hypothesis).
+    Its live rows, in the order of the next step's inference rows: `parent`, the row of this
+    step each extends, and its `token`, `log_prob` and cross-attention (None when not asked
+    for). Its ended hypotheses (an `</s>`), in input then rank order: `ended_item`, the input;
+    `ended_parent`, the row each extends; its log-probability and cross-attention."""
 
-    def __init__(self, batch: int, options: DecodingOptions, eos: int):
-        self.beam, self.eos, self.penalty = options.beam_size, eos, options.length_penalty
-        self.live = [[_Row([], [], []) for _ in range(self.beam)] for _ in range(batch)]
-        # only the first beam is live at the start: the others would repeat it
-        self.scores = np.tile(np.array([0.0] + [-np.inf] * (self.beam - 1)), (batch, 1))  # (B, k)
-        self.finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
-
-    def best_candidates(self, active: np.ndarray, candidates: Candidates):
-        """Candidates of the A * beam live rows (2 beam a row: enough, since a row's tokens
-        past its 2 beam best cannot be among its input's 2 beam best) -> per input, its
-        2 beam best extensions, best first (equal scores in (beam, token) order), as
-        (A, 2 beam) arrays of beam, token, log-probability and score."""
-        n, width = self.beam, 2 * self.beam
-        shape = (len(active), n * width)
-        ids = candidates.ids[:, :width].reshape(shape)
-        log_probs = candidates.log_probs[:, :width].reshape(shape)
-        scores = (self.scores[active, :, None] + log_probs.reshape(-1, n, width)).reshape(shape)
-        beams = np.broadcast_to(np.repeat(np.arange(n), width), shape)
-        order = np.lexsort((ids, beams, -scores), axis=-1)[:, :width]
-        return tuple(np.take_along_axis(x, order, 1) for x in (beams, ids, log_probs, scores))
-
-    def advance(self, a, item, best, attention) -> list[tuple[int, int]]:
-        """Sorts input `item`'s best extensions (its rows start at a * beam) into finished
-        and live hypotheses. Returns (previous beam, new token) of each new live row."""
-        n = self.beam
-        chosen, live, scores = [], [], []
-        for rank, (beam, token, log_prob, score) in enumerate(zip(*best, strict=True)):
-            beam, token = int(beam), int(token)
-            row = a * n + beam
-            seen = None if attention is None else attention[row]
-            extended = self.live[item][beam].extend(token, float(log_prob), seen)
-            if token == self.eos:
-                if rank < n:  # an `</s>` outside the best `beam` would not have been kept
-                    self.finished[item].append(extended.finish(self.eos, self.penalty))
-            elif len(chosen) < n:
-                chosen.append((beam, token))
-                live.append(extended)
-                scores.append(score)
-        self.live[item] = live
-        self.scores[item, : len(scores)] = scores
-        return chosen
-
-    def done(self, item: int) -> bool:
-        return len(self.finished[item]) >= self.beam
-
-    def results(self, active: np.ndarray, n: int) -> list[list[Hypothesis]]:
-        """Inputs still searching at max_length keep their live hypotheses as they are."""
-        for item in active:
-            for beam in range(self.beam):
-                if np.isfinite(self.scores[item, beam]):
-                    self.finished[item].append(self.live[item][beam].finish(self.eos, self.penalty))
-        return [sorted(f, key=lambda h: -h.score)[:n] for f in self.finished]
+    parent: np.ndarray  # (R,) int64
+    token: np.ndarray  # (R,) int64
+    log_prob: np.ndarray  # (R,) float
+    attention: np.ndarray | None  # (R, S)
+    ended_item: np.ndarray  # (E,) int64
+    ended_parent: np.ndarray  # (E,) int64
+    ended_log_prob: np.ndarray  # (E,) float
+    ended_attention: np.ndarray | None  # (E, S)
 
 
 class BeamSearch(Search):
@@ -345,41 +301,158 @@ class BeamSearch(Search):
     An `</s>` among the best `beam_size` candidates of a step finishes a hypothesis; an input
     is done once it has `beam_size` finished ones, and its rows leave. With beam_size 1 this is
     greedy search.
+
+    A step is a few numpy calls over every input at once: each step keeps, per row, the row it
+    extends and its token (`_Step`), and a hypothesis is traced back through them when it is
+    asked for, instead of every extension copying its hypothesis' tokens.
     """
 
     def __init__(self, batch: int, options: DecodingOptions, bos: int, eos: int):
-        self.beam, self.options, self.steps = options.beam_size, options, 0
-        self.k = 2 * self.beam
-        self.beams = _Beams(batch, options, eos)
+        self.beam, self.options, self.eos, self.steps = options.beam_size, options, eos, 0
+        self.batch, self.k = batch, 2 * self.beam
         self.active = np.arange(batch)  # inputs still searching, `beam` rows each
         self.sources = np.repeat(self.active, self.beam)
         self.tokens = np.full((batch * self.beam, 1), bos, dtype=np.int64)
+        # each active input's live scores; only the first beam is live at the start (the
+        # others would repeat it)
+        self.scores = np.tile(np.array([0.0] + [-np.inf] * (self.beam - 1)), (batch, 1))
+        self.ended = np.zeros(batch, dtype=np.int64)  # each active input's finished count
+        self.history: list[_Step] = []
+        n, width = self.beam, self.k
+        self._beam_of = np.repeat(np.arange(n), width)  # (n * width,) a candidate's beam
 
     def advance(self, candidates: Candidates, attention: np.ndarray | None) -> np.ndarray:
-        n, beams = self.beam, self.beams
-        best = beams.best_candidates(self.active, candidates)
-        rows, next_tokens, still = [], [], []
-        for a, item in enumerate(self.active):
-            chosen = beams.advance(a, item, [x[a] for x in best], attention)
-            if not beams.done(item):
-                still.append(item)
-                rows.extend(a * n + beam for beam, _ in chosen)
-                next_tokens.extend(token for _, token in chosen)
-        self.active = np.asarray(still, dtype=np.int64)
+        n, width = self.beam, self.k
+        # each input's candidates: 2 beam of each of its beam rows (enough, since a row's tokens
+        # past its 2 beam best cannot be among its input's 2 beam best), as (A, beam * 2 beam)
+        shape = (len(self.active), n * width)
+        ids = candidates.ids[:, :width].reshape(shape)
+        log_probs = candidates.log_probs[:, :width].reshape(shape)
+        scores = (self.scores[:, :, None] + log_probs.reshape(-1, n, width)).reshape(shape)
+        inputs = np.arange(len(self.active))[:, None]
+        best = self._best(ids, scores)
+        is_eos = ids[inputs, best] == self.eos  # at most one a beam: beam or more are not
+        ends = is_eos.copy()
+        ends[:, n:] = False  # an `</s>` outside the best `beam` would not have been kept
+        live = best[inputs, np.argsort(is_eos, axis=1, kind="stable")[:, :n]]  # best others
+        self.scores = scores[inputs, live]
+        self.ended = self.ended + ends.sum(axis=1)
+        going = self.ended < n
+        live = live[going]
+        kept = inputs[going]
+        parent = (kept * n + self._beam_of[live]).ravel()
+        token = ids[kept, live].ravel().astype(np.int64, copy=False)
+        at, rank = np.nonzero(ends)
+        ended = best[at, rank]
+        ended_parent = at * n + self._beam_of[ended]
+        self.history.append(
+            _Step(
+                parent,
+                token,
+                log_probs[kept, live].ravel(),
+                None if attention is None else attention[parent],
+                self.active[at],
+                ended_parent,
+                log_probs[at, ended],
+                None if attention is None else attention[ended_parent],
+            )
+        )
+        self.active, self.scores, self.ended = (
+            self.active[going], self.scores[going], self.ended[going]
+        )  # fmt: skip
         self.steps += 1
         if self.steps >= self.options.max_length:  # inputs still searching keep their live ones
-            rows, next_tokens = [], []
-        self.sources = np.repeat(self.active, n) if rows else np.zeros(0, dtype=np.int64)
-        self.tokens = np.asarray(next_tokens, dtype=np.int64).reshape(-1, 1)
-        return np.asarray(rows, dtype=np.int64)
+            parent = token = parent[:0]
+        self.sources = np.repeat(self.active, n) if len(parent) else np.zeros(0, dtype=np.int64)
+        self.tokens = token.reshape(-1, 1)
+        return parent
+
+    def _best(self, ids: np.ndarray, scores: np.ndarray) -> np.ndarray:
+        """(A, C) candidates' tokens and scores -> the index of each input's 2 beam best, best
+        first, equal scores in (beam, token) order. A plain sort decides every input whose
+        best 2 beam + 1 scores are distinct (all but rare ones); the others are sorted by
+        (score, beam, token)."""
+        width = self.k
+        order = np.argsort(-scores, axis=-1)[:, : width + 1]
+        top = np.take_along_axis(scores, order, 1)
+        tied = np.flatnonzero((top[:, 1:] == top[:, :-1]).any(axis=1) | np.isnan(top).any(axis=1))
+        best = order[:, :width]
+        if len(tied):
+            beams = np.broadcast_to(self._beam_of, (len(tied), scores.shape[1]))
+            best[tied] = np.lexsort((ids[tied], beams, -scores[tied]), axis=-1)[:, :width]
+        return best
+
+    def _trace(self, last: int, rows: np.ndarray):
+        """Tokens (R, last + 1), their log-probabilities and the steps' cross-attention (a list,
+        steps in order) of the live `rows` of step `last` (-1: before the first step)."""
+        tokens = np.empty((len(rows), last + 1), dtype=np.int64)
+        log_probs = np.empty((len(rows), last + 1), dtype=np.float64)
+        attention = []
+        for s in range(last, -1, -1):
+            step = self.history[s]
+            tokens[:, s], log_probs[:, s] = step.token[rows], step.log_prob[rows]
+            if step.attention is not None:
+                attention.append(step.attention[rows])
+            rows = step.parent[rows]
+        return tokens, log_probs, attention[::-1]
+
+    def _hypotheses(self, last: int, rows, ends=None) -> list[Hypothesis]:
+        """The hypotheses of the live `rows` of step `last`, extended by `ends` (the `</s>` of
+        step last + 1: its log-probabilities and attention) when they ended with one."""
+        tokens, log_probs, attention = self._trace(last, np.asarray(rows, dtype=np.int64))
+        if ends is not None:
+            end_log_probs, end_attention = ends
+            log_probs = np.concatenate([log_probs, end_log_probs[:, None]], axis=1)
+            if end_attention is not None:
+                attention.append(end_attention)
+        penalty, hypotheses = self.options.length_penalty, []
+        for i, row in enumerate(log_probs):
+            total = float(np.sum(row, dtype=np.float64))
+            hypotheses.append(
+                Hypothesis(
+                    tokens=tokens[i].tolist(),
+                    log_prob=total,
+                    score=total / max(len(row), 1) ** penalty,
+                    token_log_probs=row.tolist(),
+                    alignment=np.stack([a[i] for a in attention]) if attention else None,
+                    finished=ends is not None,
+                )
+            )
+        return hypotheses
+
+    def _finished(self, item: int | None = None) -> list[list[Hypothesis]]:
+        """Every input's finished hypotheses (or input `item`'s alone), in the order they
+        ended."""
+        finished: list[list[Hypothesis]] = [[] for _ in range(self.batch)]
+        for last, step in enumerate(self.history):
+            chosen = slice(None) if item is None else step.ended_item == item
+            items = step.ended_item[chosen]
+            if len(items):
+                attention = None if step.ended_attention is None else step.ended_attention[chosen]
+                ends = (step.ended_log_prob[chosen], attention)
+                ended = self._hypotheses(last - 1, step.ended_parent[chosen], ends)
+                for i, h in zip(items.tolist(), ended, strict=True):
+                    finished[i].append(h)
+        return finished
 
     def results(self) -> list[list[Hypothesis]]:
-        return self.beams.results(self.active, self.options.num_hypotheses)
+        """Inputs still searching at max_length keep their live hypotheses as they are."""
+        finished = self._finished()
+        last = len(self.history) - 1
+        for a, item in enumerate(self.active.tolist()):
+            beams = np.flatnonzero(np.isfinite(self.scores[a]))
+            finished[item].extend(self._hypotheses(last, a * self.beam + beams))
+        n = self.options.num_hypotheses
+        return [sorted(f, key=lambda h: -h.score)[:n] for f in finished]
 
     def best_tokens(self, item: int) -> list[int]:
-        if item in self.active and self.rows:
-            return list(self.beams.live[item][0].tokens)
-        return max(self.beams.finished[item], key=lambda h: h.score).tokens
+        if self.rows and item in self.active:  # its first live row, traced back
+            row, tokens = int(np.flatnonzero(self.active == item)[0]) * self.beam, []
+            for step in reversed(self.history):
+                tokens.append(int(step.token[row]))
+                row = int(step.parent[row])
+            return tokens[::-1]
+        return max(self._finished(item)[item], key=lambda h: h.score).tokens
 
 
 def make_search(batch: int, options: DecodingOptions, bos: int, eos: int) -> Search:

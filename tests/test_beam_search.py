@@ -1,0 +1,173 @@
+"""BeamSearch against beam search written out per input, over a scripted model whose
+log-probabilities come from a few exact values, so that equal scores (and so the tie order)
+are common."""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+import pytest
+
+from service.decoding import BeamSearch, DecodingOptions, Hypothesis, run
+from service.search import Candidates
+
+BOS, EOS, VOCAB, SPAN = 1, 2, 12, 5
+
+
+def scripted(source: int, prefix: list[int], width: int):
+    """The scripted model after `prefix` (tokens after `<s>`): `width` distinct tokens with
+    their float32 log-probabilities, best first and equal ones by token (as the search graph
+    orders them), and a cross-attention row."""
+    rng = np.random.default_rng(zlib.crc32(repr((source, prefix)).encode()))
+    tokens = rng.choice(np.arange(EOS, VOCAB), size=width, replace=False)
+    log_probs = -rng.choice([0.25, 0.5, 0.75, 1.0, 1.5], size=width).astype(np.float32)
+    order = np.lexsort((tokens, -log_probs))
+    return tokens[order], log_probs[order], rng.random(SPAN).astype(np.float32)
+
+
+class Scripted:
+    """An Inference over the scripted model: it keeps each row's source and prefix."""
+
+    def __init__(self, batch: int, width: int):
+        self.rows = [(i, []) for i in range(batch)]
+        self.width, self.fed = width, 0
+
+    def search_step(self, tokens, request):
+        assert request.k == self.width
+        fed = tokens[:, 0].tolist() if self.fed else [None] * len(self.rows)  # `<s>` first
+        assert self.fed or set(tokens[:, 0].tolist()) == {BOS}
+        grown = zip(self.rows, fed, strict=True)
+        self.rows = [(s, p if t is None else p + [t]) for (s, p), t in grown]
+        self.fed += 1
+        outs = [scripted(s, p, self.width) for s, p in self.rows]
+        ids, log_probs, attention = (np.stack(x) for x in zip(*outs, strict=True))
+        return Candidates(ids.astype(np.int64), log_probs), (
+            attention if request.attention else None
+        )
+
+    def reorder(self, index):
+        self.rows = [self.rows[i] for i in np.asarray(index).tolist()]
+
+
+def _hypothesis(tokens, log_probs, attention, ended, penalty) -> Hypothesis:
+    total = float(np.sum(log_probs, dtype=np.float64))
+    return Hypothesis(
+        tokens=tokens[:-1] if ended else list(tokens),
+        log_prob=total,
+        score=total / max(len(tokens), 1) ** penalty,
+        token_log_probs=list(log_probs),
+        alignment=np.stack(attention) if attention else None,
+        finished=ended,
+    )
+
+
+def written_out(source: int, options: DecodingOptions, attention: bool):
+    """One input's beam search: the n-best, and the best live hypothesis' tokens after each
+    step while the input searches."""
+    n, width = options.beam_size, 2 * options.beam_size
+    live = [([], [], [], 0.0)]  # tokens, log-probs, attention rows, score
+    finished, best_live = [], []
+    for _ in range(options.max_length):
+        extensions = []
+        for beam, (tokens, _, _, score) in enumerate(live):
+            ids, lps, row = scripted(source, tokens, width)
+            for token, log_prob in zip(ids.tolist(), lps, strict=True):
+                extensions.append((score + float(log_prob), beam, token, float(log_prob), row))
+        extensions.sort(key=lambda e: (-e[0], e[1], e[2]))
+        kept = []
+        for rank, (score, beam, token, log_prob, row) in enumerate(extensions[:width]):
+            tokens, log_probs, seen, _ = live[beam]
+            grown = (tokens + [token], log_probs + [log_prob], seen + [row] * attention, score)
+            if token == EOS:
+                if rank < n:
+                    finished.append(_hypothesis(*grown[:3], True, options.length_penalty))
+            elif len(kept) < n:
+                kept.append(grown)
+        live = kept
+        if len(finished) >= n:
+            break
+        best_live.append(live[0][0])
+    else:
+        finished += [_hypothesis(*h[:3], False, options.length_penalty) for h in live]
+    return sorted(finished, key=lambda h: -h.score)[: options.num_hypotheses], best_live
+
+
+def _same(a: Hypothesis, b: Hypothesis) -> None:
+    assert (a.tokens, a.finished) == (b.tokens, b.finished)
+    assert (a.log_prob, a.score, a.token_log_probs) == (b.log_prob, b.score, b.token_log_probs)
+    if a.alignment is None or b.alignment is None:
+        assert a.alignment is None and b.alignment is None
+    else:
+        np.testing.assert_array_equal(a.alignment, b.alignment)
+
+
+@pytest.mark.parametrize(
+    "batch, beam, max_length, nbest, penalty, attention",
+    [
+        (1, 2, 6, 1, 1.0, False),
+        (5, 4, 9, 4, 1.0, True),
+        (7, 3, 12, 2, 0.0, False),
+        (3, 5, 4, 5, 2.0, True),
+        (9, 2, 30, 2, 0.6, False),
+    ],
+)
+def test_beam_search_is_beam_search_written_out_per_input(
+    batch, beam, max_length, nbest, penalty, attention
+):
+    options = DecodingOptions(beam_size=beam, max_length=max_length, num_hypotheses=nbest,
+                              length_penalty=penalty)  # fmt: skip
+    got = run(BeamSearch(batch, options, BOS, EOS), Scripted(batch, 2 * beam), attention)
+    for source in range(batch):
+        expected, _ = written_out(source, options, attention)
+        assert len(got[source]) == len(expected) >= 1
+        for a, b in zip(got[source], expected, strict=True):
+            _same(a, b)
+
+
+def test_the_streamed_best_is_the_first_live_hypothesis_then_the_best_finished():
+    options = DecodingOptions(beam_size=3, max_length=10, num_hypotheses=3)
+    batch, width = 6, 6
+    search, inference = BeamSearch(batch, options, BOS, EOS), Scripted(batch, width)
+    outcomes = [written_out(source, options, False) for source in range(batch)]
+    inference.reorder(search.sources)
+    ended_early = 0
+    while not search.done:
+        rows = search.rows
+        keep = search.advance(*inference.search_step(search.tokens, search.request(False)))
+        for item, (nbest, best_live) in enumerate(outcomes):
+            if item in search.active and search.rows:
+                assert search.best_tokens(item) == best_live[search.steps - 1]
+            elif len(best_live) < search.steps:  # done before max_length: its best finished
+                ended_early += 1
+                assert search.best_tokens(item) == max(nbest, key=lambda h: h.score).tokens
+        if not search.done and not np.array_equal(keep, np.arange(rows)):
+            inference.reorder(keep)
+    assert ended_early  # the script ends some inputs early, or this checks nothing of them
+
+
+def test_equal_scores_rank_by_beam_then_token():
+    """Two beams whose extensions tie: the lower beam first, then the lower token."""
+    options = DecodingOptions(beam_size=2, max_length=3, num_hypotheses=2)
+    search = BeamSearch(1, options, BOS, EOS)
+    first = Candidates(np.array([[7, 5, 9, 3], [7, 5, 9, 3]]), np.full((2, 4), -1.0, np.float32))
+    search.advance(first, None)  # beam 0 only: 5 and 3 tie with 7 and 9; tokens 3 and 5 go on
+    assert search.tokens[:, 0].tolist() == [3, 5]
+    second = Candidates(np.array([[8, 4, 6, 10], [4, 8, 6, 10]]), np.full((2, 4), -0.5, np.float32))
+    keep = search.advance(second, None)  # all tie: beam 0's 4 and 6, before beam 1's
+    assert keep.tolist() == [0, 0] and search.tokens[:, 0].tolist() == [4, 6]
+    assert search.best_tokens(0) == [3, 4]
+
+
+def test_a_tie_at_the_edge_of_the_kept_candidates_ranks_by_token():
+    """The 4th and 5th best extensions tie (beam 2 keeps 4); the row lists them against token
+    order, so only the tie-break says which one is kept and, two `</s>` being ahead, goes on."""
+    options = DecodingOptions(beam_size=2, max_length=5, num_hypotheses=2)
+    search = BeamSearch(1, options, BOS, EOS)
+    lps = np.array([[-1.0, -2.0, -3.0, -4.0]] * 2, np.float32)
+    search.advance(Candidates(np.array([[3, 4, 5, 6]] * 2), lps), None)  # beams: 3 (-1), 4 (-2)
+    ids = np.array([[EOS, 11, 13, 14], [EOS, 9, 5, 6]])
+    lps = np.array([[-0.1, -0.2, -3.5, -4.0], [-0.05, -0.5, -0.5, -3.0]], np.float32)
+    keep = search.advance(Candidates(ids, lps), None)
+    # ranks: </s> (-1.1), 11 (-1.2), </s> (-2.05, past the best 2: dropped), then 9 and 5 (-2.5)
+    assert keep.tolist() == [0, 1] and search.tokens[:, 0].tolist() == [11, 5]
