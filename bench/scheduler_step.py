@@ -1,11 +1,12 @@
-"""The scheduler's own work per step, the engine left out: N one-row greedy jobs stepped.
+"""The scheduler's own work per step, the engine left out: N one-input jobs stepped.
 
-    python -m bench.scheduler_step [--jobs 256] [--steps 200] [--rounds 3]
+    python -m bench.scheduler_step [--jobs 256] [--beam 1] [--steps 200] [--rounds 3]
 
 `Scheduler._step` over a batch whose search step returns random candidates at once, so what
 is timed is the per-job bookkeeping a busy GPU worker does around every decoder step (a row's
-token appended, its end checked, the kept rows' index built). Prints the best round's ms per
-step and us per job.
+token appended, its end checked, the kept rows' index built; with `--beam` above 1, each job
+a beam search: its rows' candidates ranked and its beams chosen). Prints the best round's ms
+per step and us per job.
 """
 
 from __future__ import annotations
@@ -22,28 +23,35 @@ from service.search import Candidates
 
 
 class _InstantBatch:
-    """A ContinuousBatch stand-in: candidates for every row, no model."""
+    """A ContinuousBatch stand-in: candidates for every row, no model (a few sets made before
+    the clock starts, taken in turn)."""
 
     rows = 0
 
-    def __init__(self, seed: int = 0):
-        self.rng = np.random.default_rng(seed)
+    def __init__(self, rows: int, k: int, seed: int = 0):
+        rng, self.sets, self.turn = np.random.default_rng(seed), [], 0
+        for _ in range(8):  # distinct tokens a row, never </s>: every job runs on
+            ids = 4 + np.argsort(rng.random((rows, 64)), axis=1)[:, :k] * 100
+            ids += rng.integers(0, 100, size=(rows, 1))
+            log_probs = -np.sort(rng.random((rows, k)), axis=1).astype(np.float32)
+            self.sets.append(Candidates(ids, log_probs))
 
     def search_step(self, tokens, request):
-        n = len(tokens)
-        ids = self.rng.integers(4, 8000, size=(n, 1))  # never </s>: every job runs on
-        return Candidates(ids, np.full((n, 1), -0.5, np.float32)), None
+        candidates = self.sets[self.turn % len(self.sets)]
+        self.turn += 1
+        assert len(tokens) == len(candidates.ids) and request.k <= candidates.ids.shape[1]
+        return candidates, None
 
     def reorder(self, index) -> None:
         pass
 
 
-def per_step_seconds(jobs: int, steps: int) -> float:
+def per_step_seconds(jobs: int, steps: int, beam: int = 1) -> float:
     scheduler = Scheduler.__new__(Scheduler)  # the state _step reads, without an engine
-    scheduler.clock, scheduler.batch = time.monotonic, _InstantBatch()
+    scheduler.clock, scheduler.batch = time.monotonic, _InstantBatch(jobs * beam, 2 * beam)
     scheduler.events, scheduler.stats = [], Stats()
     scheduler._times, scheduler._times_from, scheduler._steps = [], 0, 0
-    options = DecodingOptions(beam_size=1, max_length=10**9)
+    options = DecodingOptions(beam_size=beam, max_length=10**9)
     scheduler.running = []
     for i in range(jobs):
         job = Job(i, {}, options)
@@ -58,12 +66,14 @@ def per_step_seconds(jobs: int, steps: int) -> float:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=256)
+    parser.add_argument("--beam", type=int, default=1, help="each job's beam size")
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args(argv)
-    best = min(per_step_seconds(args.jobs, args.steps) for _ in range(args.rounds))
+    best = min(per_step_seconds(args.jobs, args.steps, args.beam) for _ in range(args.rounds))
     print(
-        f"{args.jobs} jobs: {best * 1e3:.3f} ms per step, {best / args.jobs * 1e6:.2f} us per job"
+        f"{args.jobs} jobs, beam {args.beam}: {best * 1e3:.3f} ms per step, "
+        f"{best / args.jobs * 1e6:.2f} us per job"
     )
     return 0
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from functools import cache
 from typing import NamedTuple
 
 import numpy as np
@@ -295,6 +296,112 @@ class _Step(NamedTuple):
     ended_attention: np.ndarray | None  # (E, S)
 
 
+class _Ranked(NamedTuple):
+    """One beam step's choices for A inputs, best first: the live rows' (A, beam) `scores`,
+    `beams` (the row of its input each extends), `tokens` and `log_probs`; and which of the
+    best `beam` extensions are an `</s>` (`ends`, (A, beam)), with their beam and
+    log-probability."""
+
+    scores: np.ndarray
+    beams: np.ndarray
+    tokens: np.ndarray
+    log_probs: np.ndarray
+    ends: np.ndarray
+    end_beams: np.ndarray
+    end_log_probs: np.ndarray
+
+    def inputs(self, start: int, stop: int) -> _Ranked:
+        return _Ranked(*(x[start:stop] for x in self))
+
+
+def rank_beams(beam: int, eos: int, ids, log_probs, scores: np.ndarray) -> _Ranked:
+    """The candidates `ids`, `log_probs` (A * beam rows, 2 beam or more each, best first) of A
+    inputs whose live scores are `scores` (A, beam) -> each input's step choices: its 2 beam
+    best extensions (enough: a row's tokens past its 2 beam best cannot be among its input's
+    2 beam best), equal scores in (beam, token) order; the `</s>` among the best `beam` end a
+    hypothesis (one outside would not have been kept), the best `beam` others go on (at most
+    one `</s>` a beam, so there are that many)."""
+    width = 2 * beam
+    shape = (len(scores), beam * width)
+    ids = ids[:, :width].reshape(shape)
+    log_probs = log_probs[:, :width].reshape(shape)
+    totals = (scores[:, :, None] + log_probs.reshape(-1, beam, width)).reshape(shape)
+    inputs, beam_of = np.arange(len(scores))[:, None], _beam_of(beam, width)
+    best = _best(ids, totals, width, beam_of)
+    is_eos = ids[inputs, best] == eos
+    live = best[inputs, np.argsort(is_eos, axis=1, kind="stable")[:, :beam]]
+    ended = best[:, :beam]
+    return _Ranked(
+        totals[inputs, live],
+        beam_of[live],
+        ids[inputs, live].astype(np.int64, copy=False),
+        log_probs[inputs, live],
+        is_eos[:, :beam],
+        beam_of[ended],
+        log_probs[inputs, ended],
+    )
+
+
+@cache
+def _beam_of(beam: int, width: int) -> np.ndarray:
+    """(beam * width,) the beam of each of an input's candidates (a row's `width` in turn)."""
+    return np.repeat(np.arange(beam), width)
+
+
+def _best(ids: np.ndarray, scores: np.ndarray, width: int, beams: np.ndarray) -> np.ndarray:
+    """(A, C) candidates' tokens and scores -> the index of each input's `width` best, best
+    first, equal scores in (beam, token) order. A plain sort decides every input whose best
+    width + 1 scores are distinct (all but rare ones); the others are sorted by (score, beam,
+    token)."""
+    order = np.argsort(-scores, axis=-1)[:, : width + 1]
+    top = np.take_along_axis(scores, order, 1)
+    tied = np.flatnonzero((top[:, 1:] == top[:, :-1]).any(axis=1) | np.isnan(top).any(axis=1))
+    best = order[:, :width]
+    if len(tied):
+        beams = np.broadcast_to(beams, (len(tied), scores.shape[1]))
+        best[tied] = np.lexsort((ids[tied], beams, -scores[tied]), axis=-1)[:, :width]
+    return best
+
+
+def rank_together(searches: list[Search], candidates: Candidates) -> list[_Ranked | None]:
+    """Each beam search's step choices (`BeamSearch.advance_ranked`), ranked in one numpy
+    pass for all the beam searches of one beam size, whose rows of `candidates` are their
+    own in turn (`searches` in row order); None for every other search."""
+    groups: dict[tuple[int, int], list[int]] = {}
+    starts, offset = [], 0
+    for i, search in enumerate(searches):
+        starts.append(offset)
+        offset += search.rows
+        if isinstance(search, BeamSearch) and search.rows:
+            groups.setdefault((search.beam, search.eos), []).append(i)
+    ranked: list[_Ranked | None] = [None] * len(searches)
+    for (beam, eos), members in groups.items():
+        starts_of = np.array([starts[i] for i in members])
+        sizes = np.array([searches[i].rows for i in members])
+        before = np.cumsum(sizes) - sizes  # where each member's rows start among the group's
+        rows = np.repeat(starts_of - before, sizes) + np.arange(sizes.sum())
+        scores = np.concatenate([searches[i].scores for i in members])
+        together = rank_beams(beam, eos, candidates.ids[rows], candidates.log_probs[rows], scores)
+        if len(scores) == len(members):  # one input each (a busy server's): split in C
+            parts = zip(*(list(x[:, None]) for x in together), strict=True)
+            for i, fields in zip(members, parts, strict=True):
+                ranked[i] = _Ranked(*fields)
+            continue
+        firsts, inputs = (before // beam).tolist(), (sizes // beam).tolist()
+        for i, first, size in zip(members, firsts, inputs, strict=True):
+            ranked[i] = together.inputs(first, first + size)
+    return ranked
+
+
+_NOTHING_ENDED = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32))
+
+
+@cache
+def _first_rows(inputs: int, beam: int) -> np.ndarray:
+    """(inputs, 1) each input's first row."""
+    return np.arange(inputs)[:, None] * beam
+
+
 class BeamSearch(Search):
     """Beam search with `beam_size` live hypotheses (rows) per input.
 
@@ -318,69 +425,50 @@ class BeamSearch(Search):
         self.scores = np.tile(np.array([0.0] + [-np.inf] * (self.beam - 1)), (batch, 1))
         self.ended = np.zeros(batch, dtype=np.int64)  # each active input's finished count
         self.history: list[_Step] = []
-        n, width = self.beam, self.k
-        self._beam_of = np.repeat(np.arange(n), width)  # (n * width,) a candidate's beam
 
     def advance(self, candidates: Candidates, attention: np.ndarray | None) -> np.ndarray:
-        n, width = self.beam, self.k
-        # each input's candidates: 2 beam of each of its beam rows (enough, since a row's tokens
-        # past its 2 beam best cannot be among its input's 2 beam best), as (A, beam * 2 beam)
-        shape = (len(self.active), n * width)
-        ids = candidates.ids[:, :width].reshape(shape)
-        log_probs = candidates.log_probs[:, :width].reshape(shape)
-        scores = (self.scores[:, :, None] + log_probs.reshape(-1, n, width)).reshape(shape)
-        inputs = np.arange(len(self.active))[:, None]
-        best = self._best(ids, scores)
-        is_eos = ids[inputs, best] == self.eos  # at most one a beam: beam or more are not
-        ends = is_eos.copy()
-        ends[:, n:] = False  # an `</s>` outside the best `beam` would not have been kept
-        live = best[inputs, np.argsort(is_eos, axis=1, kind="stable")[:, :n]]  # best others
-        self.scores = scores[inputs, live]
-        self.ended = self.ended + ends.sum(axis=1)
-        going = self.ended < n
-        live = live[going]
-        kept = inputs[going]
-        parent = (kept * n + self._beam_of[live]).ravel()
-        token = ids[kept, live].ravel().astype(np.int64, copy=False)
-        at, rank = np.nonzero(ends)
-        ended = best[at, rank]
-        ended_parent = at * n + self._beam_of[ended]
+        ranked = rank_beams(self.beam, self.eos, candidates.ids, candidates.log_probs, self.scores)
+        return self.advance_ranked(ranked, attention)
+
+    def advance_ranked(self, ranked: _Ranked, attention: np.ndarray | None) -> np.ndarray:
+        """`advance` by its inputs' choices, ranked already (`rank_beams`, maybe with other
+        searches' inputs: `rank_together`). Most steps end no input, and take a short way."""
+        n, ends = self.beam, ranked.ends
+        ended = _NOTHING_ENDED
+        going = None  # every input goes on
+        if ends.any():
+            at, rank = np.nonzero(ends)
+            ended = (self.active[at], at * n + ranked.end_beams[at, rank],
+                     ranked.end_log_probs[at, rank])  # fmt: skip
+            self.ended = self.ended + ends.sum(axis=1)
+            going = self.ended < n
+            if going.all():
+                going = None
+        if going is None:
+            parent = (_first_rows(len(self.active), n) + ranked.beams).ravel()
+            token, log_probs, self.scores = ranked.tokens.ravel(), ranked.log_probs, ranked.scores
+        else:
+            parent = (np.flatnonzero(going)[:, None] * n + ranked.beams[going]).ravel()
+            token, log_probs = ranked.tokens[going].ravel(), ranked.log_probs[going]
+            self.active, self.scores = self.active[going], ranked.scores[going]
+            self.ended = self.ended[going]
+            self.sources = np.repeat(self.active, n)
         self.history.append(
             _Step(
                 parent,
                 token,
-                log_probs[kept, live].ravel(),
+                log_probs.ravel(),
                 None if attention is None else attention[parent],
-                self.active[at],
-                ended_parent,
-                log_probs[at, ended],
-                None if attention is None else attention[ended_parent],
+                *ended,
+                None if attention is None else attention[ended[1]],
             )
         )
-        self.active, self.scores, self.ended = (
-            self.active[going], self.scores[going], self.ended[going]
-        )  # fmt: skip
         self.steps += 1
         if self.steps >= self.options.max_length:  # inputs still searching keep their live ones
             parent = token = parent[:0]
-        self.sources = np.repeat(self.active, n) if len(parent) else np.zeros(0, dtype=np.int64)
+            self.sources = parent
         self.tokens = token.reshape(-1, 1)
         return parent
-
-    def _best(self, ids: np.ndarray, scores: np.ndarray) -> np.ndarray:
-        """(A, C) candidates' tokens and scores -> the index of each input's 2 beam best, best
-        first, equal scores in (beam, token) order. A plain sort decides every input whose
-        best 2 beam + 1 scores are distinct (all but rare ones); the others are sorted by
-        (score, beam, token)."""
-        width = self.k
-        order = np.argsort(-scores, axis=-1)[:, : width + 1]
-        top = np.take_along_axis(scores, order, 1)
-        tied = np.flatnonzero((top[:, 1:] == top[:, :-1]).any(axis=1) | np.isnan(top).any(axis=1))
-        best = order[:, :width]
-        if len(tied):
-            beams = np.broadcast_to(self._beam_of, (len(tied), scores.shape[1]))
-            best[tied] = np.lexsort((ids[tied], beams, -scores[tied]), axis=-1)[:, :width]
-        return best
 
     def _trace(self, last: int, rows: np.ndarray):
         """Tokens (R, last + 1), their log-probabilities and the steps' cross-attention (a list,

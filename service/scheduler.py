@@ -26,7 +26,7 @@ import numpy as np
 
 from service.batch import ContinuousBatch
 from service.batching import concat_padded
-from service.decoding import DecodingOptions, Hypothesis, Search, make_search
+from service.decoding import DecodingOptions, Hypothesis, Search, make_search, rank_together
 from service.inference import Engine
 from service.messages import Admitted, Event, Failure, Partial, Result, Timings
 from service.search import SearchRequest
@@ -246,11 +246,16 @@ class Scheduler:
             keep = None if all(going) else [i for i, g in enumerate(going) if g]
         else:
             keep, going, offset = [], [], 0
-            for job, search in zip(running, searches, strict=True):
+            # the beam searches' choices, ranked in one pass for all of one beam size
+            ranked = rank_together(searches, candidates)
+            for job, search, chosen in zip(running, searches, ranked, strict=True):
                 rows = search.rows
                 own = slice(offset, offset + rows)
                 seen = None if attention is None else _width(attention[own], job.memory)
-                kept = search.advance(candidates.rows(own), seen) + offset
+                if chosen is None:
+                    kept = search.advance(candidates.rows(own), seen) + offset
+                else:
+                    kept = search.advance_ranked(chosen, seen) + offset
                 going.append(not search.done)
                 if going[-1]:
                     keep.extend(kept.tolist())

@@ -171,3 +171,59 @@ def test_a_tie_at_the_edge_of_the_kept_candidates_ranks_by_token():
     keep = search.advance(Candidates(ids, lps), None)
     # ranks: </s> (-1.1), 11 (-1.2), </s> (-2.05, past the best 2: dropped), then 9 and 5 (-2.5)
     assert keep.tolist() == [0, 1] and search.tokens[:, 0].tolist() == [11, 5]
+
+
+def test_beam_searches_ranked_together_step_as_each_does_alone():
+    """Beam searches of two beam sizes, one or several inputs each, between greedy ones, in
+    one batch: ranked in one pass a beam size (`rank_together`), each ends as it does alone."""
+    from service.decoding import GreedySearch, rank_together
+
+    options = [DecodingOptions(beam_size=b, max_length=8, num_hypotheses=2) for b in (2, 3)]
+    plan = [(0, 1), (None, 2), (1, 1), (0, 3), (1, 2), (0, 1), (None, 1), (1, 1)]
+
+    def make(which, inputs):
+        if which is None:
+            return GreedySearch(inputs, DecodingOptions(max_length=8), BOS, EOS)
+        return BeamSearch(inputs, options[which], BOS, EOS)
+
+    searches = [make(w, i) for w, i in plan]
+    alone = [make(w, i) for w, i in plan]
+    firsts = np.cumsum([0] + [i for _, i in plan])
+    sources = [list(range(firsts[j], firsts[j + 1])) for j in range(len(plan))]
+
+    def candidates(search, own):  # the scripted model's, for each row of `search`
+        rows = [scripted(own[s], p, 6) for s, p in zip(search.sources.tolist(), search.prefixes,
+                                                     strict=True)]  # fmt: skip
+        return Candidates(np.stack([r[0] for r in rows]), np.stack([r[1] for r in rows]))
+
+    for group in (searches, alone):
+        for s in group:
+            s.prefixes = [[] for _ in range(s.rows)]
+    grouped = 0
+    while any(not s.done for s in searches):
+        live = [(s, own) for s, own in zip(searches, sources, strict=True) if not s.done]
+        parts = [candidates(s, own) for s, own in live]
+        joined = Candidates(np.concatenate([c.ids for c in parts]),
+                            np.concatenate([c.log_probs for c in parts]))  # fmt: skip
+        ranked = rank_together([s for s, _ in live], joined)
+        grouped += sum(r is not None for r in ranked)
+        for (s, _), chosen, own in zip(live, ranked, parts, strict=True):
+            step = s.advance(own, None) if chosen is None else s.advance_ranked(chosen, None)
+            _follow(s, step)
+    for s, own in zip(alone, sources, strict=True):
+        while not s.done:
+            _follow(s, s.advance(candidates(s, own), None))
+    assert grouped > len(plan)
+    for a, b in zip(searches, alone, strict=True):
+        for nbest_a, nbest_b in zip(a.results(), b.results(), strict=True):
+            assert len(nbest_a) == len(nbest_b) >= 1
+            for x, y in zip(nbest_a, nbest_b, strict=True):
+                _same(x, y)
+
+
+def _follow(search, keep) -> None:
+    """Each row's prefix after a step: the kept rows' prefixes, with the token each is fed."""
+    if search.done:
+        return
+    search.prefixes = [search.prefixes[i] + [t] for i, t in
+                       zip(keep.tolist(), search.tokens[:, 0].tolist(), strict=True)]  # fmt: skip

@@ -26,8 +26,11 @@ def test_static_step_bench_reports_every_way_with_identical_tokens(tmp_path, tra
 
 def test_scheduler_step_bench_steps_every_job(capsys):
     assert scheduler_step.per_step_seconds(jobs=8, steps=5) > 0
+    assert scheduler_step.per_step_seconds(jobs=8, steps=5, beam=4) > 0
     assert scheduler_step.main(["--jobs", "8", "--steps", "5", "--rounds", "1"]) == 0
-    assert capsys.readouterr().out.startswith("8 jobs: ")
+    assert capsys.readouterr().out.startswith("8 jobs, beam 1: ")
+    assert scheduler_step.main(["--jobs", "3", "--beam", "2", "--steps", "5", "--rounds", "1"]) == 0
+    assert capsys.readouterr().out.startswith("3 jobs, beam 2: ")
 
 
 def test_memcpy_count_covers_every_graph_a_version_ships(tmp_path, exported_translator):
