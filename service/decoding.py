@@ -265,7 +265,13 @@ def sampler(options: DecodingOptions):
             keep &= before < options.top_p
         probs = np.where(keep, sorted_probs, 0.0)
         probs /= probs.sum(axis=-1, keepdims=True)
-        return np.array([rng.choice(len(p), p=p) for p in probs], dtype=np.int64)
+        # every row's draw at once, the very draw of Generator.choice(len(p), p=p) row by row
+        # (the same uniform numbers, the first index whose cumulative probability passes one)
+        cdf = np.cumsum(probs, axis=-1, dtype=np.float64)
+        if not np.isfinite(cdf[:, -1]).all():
+            raise ValueError("probabilities contain NaN")
+        cdf /= cdf[:, -1:]
+        return (cdf <= rng.random(len(probs))[:, None]).sum(axis=-1)
 
     return choose
 

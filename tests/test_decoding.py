@@ -223,3 +223,30 @@ def test_a_single_greedy_row_advances_alike_without_numpy(max_length):
     (expected,), (actual,) = general.results(), single.results()
     assert actual[0].tokens == expected[0].tokens and actual[0].finished == expected[0].finished
     assert actual[0].score == pytest.approx(expected[0].score)
+
+
+@pytest.mark.parametrize("top_k, top_p", [(0, 1.0), (3, 1.0), (0, 0.6), (5, 0.8)])
+def test_the_sampled_draw_is_generator_choice_row_by_row(top_k, top_p):
+    """All rows drawn at once give what numpy's Generator.choice(len(p), p=p) gives row by row
+    with the same seed: the same samples for a seed as before the draw was vectorised."""
+    from service.decoding import sampler
+    from service.search import Candidates
+
+    rng = np.random.default_rng(11)
+    scores = np.sort(np.log(rng.dirichlet(np.ones(40), size=64)).astype(np.float32), axis=1)
+    candidates = Candidates(np.zeros((64, 40), np.int64), scores[:, ::-1], scores[:, ::-1])
+    options = DecodingOptions(temperature=1.0, top_k=top_k, top_p=top_p, seed=5)
+    choose, reference = sampler(options), np.random.default_rng(5)
+    for _ in range(3):  # the generator's state carries on between steps alike
+        got = choose(candidates)
+        probs = np.exp(candidates.scores)
+        keep = np.ones_like(probs, dtype=bool)
+        if top_k:
+            keep[:, top_k:] = False
+        if top_p < 1.0:
+            keep &= np.cumsum(probs, axis=1) - probs < top_p
+        probs = np.where(keep, probs, 0.0)
+        probs /= probs.sum(axis=1, keepdims=True)
+        expected = [reference.choice(len(p), p=p) for p in probs]
+        assert got.tolist() == expected
+        assert len(set(expected)) > 1  # the draw is not one column everywhere
