@@ -64,8 +64,8 @@ case "$phase" in
     # place, growing and static captured, each one's tokens against in place), the service
     # level with the cache the server chooses by default (auto: static once checked on the
     # GPU, the choice printed) at 1 and 256 clients (the 30-token sentence with it), the
-    # scheduler's host work a step (greedy jobs, and beam 4 jobs), and the Memcpy nodes of
-    # every graph.
+    # scheduler's host work a step (greedy jobs, beam 4 jobs, and both), and the Memcpy
+    # nodes of every graph.
     mkdir -p "$out"
     # GQA alone against numpy: onnxruntime's default kernels, then without flash attention's
     # decoding path (the one a shared buffer and one new token take), then without flash
@@ -90,9 +90,10 @@ case "$phase" in
       --clients 1,256 --level-seconds 8 || true
     grep -h "steps with cache\|fronts" "$work/server/server.log" || true  # the cache and fronts chosen, and why
     for jobs in 256 1024; do  # the scheduler's own host work a step, on this machine's CPU
-      timeout 6 python3 -m bench.scheduler_step --jobs "$jobs" --rounds 5 || true
+      timeout 5 python3 -m bench.scheduler_step --jobs "$jobs" --rounds 5 || true
     done
-    timeout 4 python3 -m bench.scheduler_step --jobs 64 --beam 4 --rounds 3 || true
+    timeout 3 python3 -m bench.scheduler_step --jobs 64 --beam 4 --rounds 3 || true
+    timeout 3 python3 -m bench.scheduler_step --jobs 1024 --beam-jobs 1 --rounds 3 || true
     timeout 30 python3 -m bench.static_step --device cuda --out "$out" --memcpy-of "$version" \
       || true ;;
   *) echo "usage: bench/gpu.sh export|engine|load|fronts|all|static|inplace|scaling|pending" >&2; exit 2 ;;

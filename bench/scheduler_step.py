@@ -1,12 +1,14 @@
 """The scheduler's own work per step, the engine left out: N one-input jobs stepped.
 
-    python -m bench.scheduler_step [--jobs 256] [--beam 1] [--steps 200] [--rounds 3]
+    python -m bench.scheduler_step [--jobs 256] [--beam 1] [--beam-jobs 0] [--steps 200]
+        [--rounds 3]
 
 `Scheduler._step` over a batch whose search step returns random candidates at once, so what
 is timed is the per-job bookkeeping a busy GPU worker does around every decoder step (a row's
 token appended, its end checked, the kept rows' index built; with `--beam` above 1, each job
-a beam search: its rows' candidates ranked and its beams chosen). Prints the best round's ms
-per step and us per job.
+a beam search: its rows' candidates ranked and its beams chosen; `--beam-jobs` puts a few
+beam jobs beside the others, a batch of mixed traffic). Prints the best round's ms per step
+and us per job.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import numpy as np
 from service.decoding import DecodingOptions, make_search
 from service.scheduler import Job, Scheduler, Stats
 from service.search import Candidates
+
+BEAM_JOB = 4  # the beam of --beam-jobs
 
 
 class _InstantBatch:
@@ -46,14 +50,16 @@ class _InstantBatch:
         pass
 
 
-def per_step_seconds(jobs: int, steps: int, beam: int = 1) -> float:
+def per_step_seconds(jobs: int, steps: int, beam: int = 1, beam_jobs: int = 0) -> float:
+    """`jobs` one-input jobs of beam `beam` (1: greedy), and `beam_jobs` more of beam 4."""
     scheduler = Scheduler.__new__(Scheduler)  # the state _step reads, without an engine
-    scheduler.clock, scheduler.batch = time.monotonic, _InstantBatch(jobs * beam, 2 * beam)
+    rows, width = jobs * beam + beam_jobs * BEAM_JOB, 2 * max(beam, BEAM_JOB if beam_jobs else 1)
+    scheduler.clock, scheduler.batch = time.monotonic, _InstantBatch(rows, width)
     scheduler.events, scheduler.stats = [], Stats()
     scheduler._times, scheduler._times_from, scheduler._steps = [], 0, 0
-    options = DecodingOptions(beam_size=beam, max_length=10**9)
     scheduler.running = []
-    for i in range(jobs):
+    for i in range(jobs + beam_jobs):
+        options = DecodingOptions(beam_size=beam if i < jobs else BEAM_JOB, max_length=10**9)
         job = Job(i, {}, options)
         job.search = make_search(1, options, 1, 2)
         scheduler.running.append(job)
@@ -67,13 +73,19 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=256)
     parser.add_argument("--beam", type=int, default=1, help="each job's beam size")
+    parser.add_argument("--beam-jobs", type=int, default=0,
+                        help=f"more jobs beside them, of beam {BEAM_JOB}")  # fmt: skip
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args(argv)
-    best = min(per_step_seconds(args.jobs, args.steps, args.beam) for _ in range(args.rounds))
+    best = min(
+        per_step_seconds(args.jobs, args.steps, args.beam, args.beam_jobs)
+        for _ in range(args.rounds)
+    )
+    beside = f" and {args.beam_jobs} of beam {BEAM_JOB}" if args.beam_jobs else ""
     print(
-        f"{args.jobs} jobs, beam {args.beam}: {best * 1e3:.3f} ms per step, "
-        f"{best / args.jobs * 1e6:.2f} us per job"
+        f"{args.jobs} jobs, beam {args.beam}{beside}: {best * 1e3:.3f} ms per step, "
+        f"{best / (args.jobs + args.beam_jobs) * 1e6:.2f} us per job"
     )
     return 0
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from functools import cache
+from itertools import accumulate
 from typing import NamedTuple
 
 import numpy as np
@@ -369,16 +370,19 @@ def _best(ids: np.ndarray, scores: np.ndarray, width: int, beams: np.ndarray) ->
     return best
 
 
-def rank_together(searches: list[Search], candidates: Candidates) -> list[_Ranked | None]:
+def rank_together(
+    searches: list[Search], candidates: Candidates, sizes: list[int] | None = None
+) -> list[_Ranked | None]:
     """Each beam search's step choices (`BeamSearch.advance_ranked`), ranked in one numpy
     pass for all the beam searches of one beam size, whose rows of `candidates` are their
-    own in turn (`searches` in row order); None for every other search."""
+    own in turn (`searches` in row order, `sizes` their rows when known); None for every
+    other search."""
     groups: dict[tuple[int, int], list[int]] = {}
-    starts, offset = [], 0
+    if sizes is None:
+        sizes = [search.rows for search in searches]
+    starts = list(accumulate(sizes, initial=0))
     for i, search in enumerate(searches):
-        starts.append(offset)
-        offset += search.rows
-        if isinstance(search, BeamSearch) and search.rows:
+        if type(search) is BeamSearch and sizes[i]:
             groups.setdefault((search.beam, search.eos), []).append(i)
     ranked: list[_Ranked | None] = [None] * len(searches)
     for (beam, eos), members in groups.items():

@@ -222,8 +222,17 @@ class Scheduler:
         if singles:  # one array of ints, not hundreds of arrays joined
             tokens = np.fromiter((s.next_token for s in searches), np.int64, len(searches))
             tokens = tokens.reshape(-1, 1)
-        else:
-            tokens = np.concatenate([s.tokens for s in searches])
+            sizes = None
+        else:  # the one-row greedy jobs' ints, the others' rows, in one list
+            pieces, sizes = [], []
+            for s in searches:
+                if s.single:
+                    pieces.append(s.next_token)
+                    sizes.append(1)
+                else:
+                    pieces.extend(s.tokens[:, 0].tolist())
+                    sizes.append(s.rows)
+            tokens = np.array(pieces, dtype=np.int64).reshape(-1, 1)
         candidates, attention = self.batch.search_step(tokens, self._request(searches))
         now = self.clock()
         self.stats.step_seconds.append(now - start)
@@ -247,8 +256,17 @@ class Scheduler:
         else:
             keep, going, offset = [], [], 0
             # the beam searches' choices, ranked in one pass for all of one beam size
-            ranked = rank_together(searches, candidates)
+            ranked = rank_together(searches, candidates, sizes)
+            if attention is None:  # the one-row greedy jobs among the others: as above
+                best = candidates.ids[:, 0].tolist()
+                best_log_probs = candidates.log_probs[:, 0].tolist()
             for job, search, chosen in zip(running, searches, ranked, strict=True):
+                if search.single and attention is None:
+                    going.append(search.advance_single(best[offset], best_log_probs[offset]))
+                    if going[-1]:
+                        keep.append(offset)
+                    offset += 1
+                    continue
                 rows = search.rows
                 own = slice(offset, offset + rows)
                 seen = None if attention is None else _width(attention[own], job.memory)

@@ -31,6 +31,9 @@ def test_scheduler_step_bench_steps_every_job(capsys):
     assert capsys.readouterr().out.startswith("8 jobs, beam 1: ")
     assert scheduler_step.main(["--jobs", "3", "--beam", "2", "--steps", "5", "--rounds", "1"]) == 0
     assert capsys.readouterr().out.startswith("3 jobs, beam 2: ")
+    assert scheduler_step.main(["--jobs", "4", "--beam-jobs", "2", "--steps", "5",
+                                "--rounds", "1"]) == 0  # fmt: skip
+    assert capsys.readouterr().out.startswith("4 jobs, beam 1 and 2 of beam 4: ")
 
 
 def test_memcpy_count_covers_every_graph_a_version_ships(tmp_path, exported_translator):
