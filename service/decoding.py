@@ -435,6 +435,7 @@ class BeamSearch(Search):
         self.scores = np.tile(np.array([0.0] + [-np.inf] * (self.beam - 1)), (batch, 1))
         self.ended = np.zeros(batch, dtype=np.int64)  # each active input's finished count
         self.history: list[_Step] = []
+        self._traced: dict[int, tuple] = {}  # input -> the rows and tokens of its best_tokens
 
     def advance(self, candidates: Candidates, attention: np.ndarray | None) -> np.ndarray:
         ranked = rank_beams(self.beam, self.eos, candidates.ids, candidates.log_probs, self.scores)
@@ -545,11 +546,21 @@ class BeamSearch(Search):
 
     def best_tokens(self, item: int) -> list[int]:
         if self.rows and item in self.active:  # its first live row, traced back
-            row, tokens = int(np.flatnonzero(self.active == item)[0]) * self.beam, []
-            for step in reversed(self.history):
-                tokens.append(int(step.token[row]))
-                row = int(step.parent[row])
-            return tokens[::-1]
+            row = int(np.flatnonzero(self.active == item)[0]) * self.beam
+            # back only to where it meets the path last traced (a stream asks at every step)
+            rows, tokens = self._traced.get(item, ((), ()))
+            last, new_rows, new_tokens = len(self.history) - 1, [], []
+            while last >= 0 and not (last < len(rows) and rows[last] == row):
+                step = self.history[last]
+                new_rows.append(row)
+                new_tokens.append(int(step.token[row]))
+                row, last = int(step.parent[row]), last - 1
+            rows, tokens = (
+                rows[: last + 1] + tuple(new_rows[::-1]),
+                tokens[: last + 1] + tuple(new_tokens[::-1]),
+            )
+            self._traced[item] = (rows, tokens)
+            return list(tokens)
         return max(self._finished(item)[item], key=lambda h: h.score).tokens
 
 
