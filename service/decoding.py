@@ -387,9 +387,9 @@ def rank_together(
     ranked: list[_Ranked | None] = [None] * len(searches)
     for (beam, eos), members in groups.items():
         starts_of = np.array([starts[i] for i in members])
-        sizes = np.array([searches[i].rows for i in members])
-        before = np.cumsum(sizes) - sizes  # where each member's rows start among the group's
-        rows = np.repeat(starts_of - before, sizes) + np.arange(sizes.sum())
+        counts = np.array([sizes[i] for i in members])
+        before = np.cumsum(counts) - counts  # where each member's rows start among the group's
+        rows = np.repeat(starts_of - before, counts) + np.arange(counts.sum())
         scores = np.concatenate([searches[i].scores for i in members])
         together = rank_beams(beam, eos, candidates.ids[rows], candidates.log_probs[rows], scores)
         if len(scores) == len(members):  # one input each (a busy server's): split in C
@@ -397,7 +397,7 @@ def rank_together(
             for i, fields in zip(members, parts, strict=True):
                 ranked[i] = _Ranked(*fields)
             continue
-        firsts, inputs = (before // beam).tolist(), (sizes // beam).tolist()
+        firsts, inputs = (before // beam).tolist(), (counts // beam).tolist()
         for i, first, size in zip(members, firsts, inputs, strict=True):
             ranked[i] = together.inputs(first, first + size)
     return ranked
