@@ -471,6 +471,17 @@ class Runner:
             self.library = f"onnxruntime {onnxruntime.__version__}"
             session = getattr(self.engine, "decoder", None)  # the step's session
             self.providers = session.get_providers() if session is not None else []
+            self.in_runs = 0.0  # seconds inside onnxruntime's runs (the step, search, helpers)
+            run = self.engine._run
+
+            def timed(*args, **kwargs):
+                start = time.perf_counter()
+                try:
+                    return run(*args, **kwargs)
+                finally:
+                    self.in_runs += time.perf_counter() - start
+
+            self.engine._run = timed
 
     def info(self) -> dict:
         return {"library": self.library, "providers": self.providers}
@@ -493,9 +504,11 @@ class Runner:
         if forced:
             inference = Stepped(inference, eos)
         options = DecodingOptions(beam_size=beam, max_length=length)
+        runs = getattr(self, "in_runs", None)
         hypotheses = decode(inference, len(ids), options, bos, eos, **decode_keywords())
         self.sync()
         end = time.perf_counter()
+        self.decode_runs = None if runs is None else self.in_runs - runs
         return [n[0].tokens for n in hypotheses], encoded - start, end - encoded
 
     def greedy(self, ids: list[list[int]], length: int) -> list[list[int]]:
@@ -505,7 +518,8 @@ class Runner:
     def sample(self, ids: list[list[int]], beam: int, length: int) -> dict:
         """One timed decode of the batch, every row to exactly `length` tokens."""
         tokens, encoder, decoding = self._decode(ids, beam, length, forced=True)
-        return {"encoder_s": encoder, "decode_s": decoding, "tokens": sum(map(len, tokens))}
+        return {"encoder_s": encoder, "decode_s": decoding, "tokens": sum(map(len, tokens)),
+                "runs_s": self.decode_runs}  # fmt: skip
 
     def single_step(self, ids: list[int], steps: int) -> dict:
         """Seconds of each `CachedInference.step` of one row, after SINGLE_WARMUP steps."""
@@ -763,6 +777,8 @@ class EngineBench:
             limit = step_limit(config, batch * beam, length // 2, source, variant, self.machine)
             series = samples[name]
             step = _spread([1000 * s["decode_s"] / length for s in series])
+            runs = [s.get("runs_s") for s in series]  # onnxruntime's part; None for PyTorch
+            in_runs = None if None in runs else _spread([1000 * r / length for r in runs])
             rows.append(
                 {
                     "engine": name,
@@ -775,6 +791,7 @@ class EngineBench:
                         [s["tokens"] / (s["encoder_s"] + s["decode_s"]) for s in series]
                     ),
                     "ms_per_step": step,
+                    "runtime_ms_per_step": in_runs,
                     "encoder_ms": _spread([1000 * s["encoder_s"] for s in series]),
                     "source_positions": source,
                     "limit": limit,
@@ -1257,7 +1274,9 @@ def _engine_markdown(part: dict | None) -> list[str]:
         "tokens/s: batch × length over the whole call (encoder included); ms/step: after the "
         "encoder, over length; limit: the least time of a step at mid-decode on this machine "
         "(weights + caches over bandwidth, or FLOPs over matrix rate); of limit: limit over "
-        f"ms/step. Parity: greedy outputs of the first {s['parity_sentences']} test sentences "
+        "ms/step; in runs: the part of ms/step inside onnxruntime's runs (the step, the search "
+        "and helper graphs, synchronised), the rest being the host's decoding loop. "
+        f"Parity: greedy outputs of the first {s['parity_sentences']} test sentences "
         f"identical to {s['reference']}. decode keywords: {s.get('decode_keywords') or 'none'}.",
         "",
         "| engine | library | parity | batch-1 step ms (median) |",
@@ -1273,12 +1292,12 @@ def _engine_markdown(part: dict | None) -> list[str]:
         )
     lines += [
         "",
-        "| engine | batch | beam | rounds | tokens/s | ms/step | encoder ms | vs PyTorch "
-        "| limit ms | of limit |",
-        "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
+        "| engine | batch | beam | rounds | tokens/s | ms/step | in runs ms/step | encoder ms "
+        "| vs PyTorch | limit ms | of limit |",
+        "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
     ]
     for c in part["cases"]:
-        t, step = c["tokens_per_s"], c["ms_per_step"]
+        t, step, runs = c["tokens_per_s"], c["ms_per_step"], c.get("runtime_ms_per_step")
         cells = [
             part["engines"][c["engine"]]["label"],
             c["batch"],
@@ -1286,6 +1305,7 @@ def _engine_markdown(part: dict | None) -> list[str]:
             c["rounds"],
             f"{_number(t['median'])} [{_number(t['min'])}, {_number(t['max'])}]",
             f"{step['median']:.3f} [{step['min']:.3f}, {step['max']:.3f}]",
+            "–" if runs is None else f"{runs['median']:.3f}",
             f"{c['encoder_ms']['median']:.2f}",
             "–" if c["vs_torch"] is None else f"{c['vs_torch']:.2f}x",
             f"{c['limit']['ms']:.4f}",

@@ -79,7 +79,8 @@ def test_machine_and_repository(run):
 
 
 def test_every_engine_passes_parity_and_runs_every_case(run):
-    report, _ = run
+    report, text = run
+    assert "| ms/step | in runs ms/step | encoder ms |" in text
     engine = report["engine"]
     assert set(engine["engines"]) == set(ENGINES)
     for name, entry in engine["engines"].items():
@@ -97,6 +98,11 @@ def test_every_engine_passes_parity_and_runs_every_case(run):
         assert case["limit"]["ms"] > 0 and case["of_limit"] > 0
         assert case["limit"]["weight_bytes"] > 0 and case["limit"]["flops"] > 0
         assert case["vs_torch"] > 0
+        runs = case["runtime_ms_per_step"]  # onnxruntime's part of a step, PyTorch has none
+        if case["engine"] == "torch-fp32":
+            assert runs is None
+        else:
+            assert 0 < runs["median"] <= case["ms_per_step"]["median"]
     fp16 = [c for c in engine["cases"] if c["engine"] == "ort-fp16"]
     fp32 = {(c["batch"], c["beam"]): c for c in engine["cases"] if c["engine"] == "ort-fp32"}
     for case in fp16:  # half the weight and cache bytes
