@@ -446,6 +446,7 @@ class Runner:
         version = verify(Path(repository))
         self.max_source = int(version.config["max_length"])
         self.sync = lambda: None
+        self.in_runs: float | None = None  # onnxruntime's: seconds inside its runs
         if spec.kind == "torch":
             import torch
 
@@ -471,7 +472,7 @@ class Runner:
             self.library = f"onnxruntime {onnxruntime.__version__}"
             session = getattr(self.engine, "decoder", None)  # the step's session
             self.providers = session.get_providers() if session is not None else []
-            self.in_runs = 0.0  # seconds inside onnxruntime's runs (the step, search, helpers)
+            self.in_runs = 0.0  # the step, the search and helper graphs
             run = self.engine._run
 
             def timed(*args, **kwargs):
@@ -504,12 +505,12 @@ class Runner:
         if forced:
             inference = Stepped(inference, eos)
         options = DecodingOptions(beam_size=beam, max_length=length)
-        runs = getattr(self, "in_runs", None)
+        before = self.in_runs
         hypotheses = decode(inference, len(ids), options, bos, eos, **decode_keywords())
         self.sync()
         end = time.perf_counter()
-        self.decode_runs = None if runs is None else self.in_runs - runs
-        return [n[0].tokens for n in hypotheses], encoded - start, end - encoded
+        runs = None if before is None else self.in_runs - before
+        return [n[0].tokens for n in hypotheses], encoded - start, end - encoded, runs
 
     def greedy(self, ids: list[list[int]], length: int) -> list[list[int]]:
         """Greedy tokens of every source, each to its natural end (at most `length`)."""
@@ -517,9 +518,9 @@ class Runner:
 
     def sample(self, ids: list[list[int]], beam: int, length: int) -> dict:
         """One timed decode of the batch, every row to exactly `length` tokens."""
-        tokens, encoder, decoding = self._decode(ids, beam, length, forced=True)
+        tokens, encoder, decoding, runs = self._decode(ids, beam, length, forced=True)
         return {"encoder_s": encoder, "decode_s": decoding, "tokens": sum(map(len, tokens)),
-                "runs_s": self.decode_runs}  # fmt: skip
+                "runs_s": runs}  # fmt: skip
 
     def single_step(self, ids: list[int], steps: int) -> dict:
         """Seconds of each `CachedInference.step` of one row, after SINGLE_WARMUP steps."""

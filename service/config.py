@@ -226,10 +226,10 @@ def cpu_quota(
         return None
     places = []  # (directory of this process's cgroup, how that hierarchy writes its quota)
     for line in lines:
-        fields_ = line.split(":", 2)
-        if len(fields_) != 3:  # not "id:controllers:path"
+        entry = line.split(":", 2)
+        if len(entry) != 3:  # not "id:controllers:path"
             continue
-        _, controllers, path = fields_
+        _, controllers, path = entry
         relative = path.strip("/")
         if controllers == "":  # v2: the unified hierarchy
             places.append((root / relative, root, "v2"))
