@@ -56,7 +56,7 @@ case "$phase" in
       --channels 32 --seconds 15 --rounds 1 --repository "$work/repository" \
       --json "$out/benchmarks-scaling.json" ;;
   pending)  # Sized for a lent machine's 15 minutes, its start and the parts included: every
-    # step time-boxed (596 s in all, the most wanted first; the whole ran 225 s last time),
+    # step time-boxed (598 s in all, the most wanted first; the whole ran 225 s last time),
     # each one's results under $out as it ends. GroupQueryAttention alone against numpy
     # (bench.gqa_check under onnxruntime's kernels one by one, a table each on stdout), a
     # quick export (parity over 8 sentences a part), the gpu tests (GQA, the static batch,
@@ -64,22 +64,23 @@ case "$phase" in
     # place, growing and static captured, each one's tokens against in place), the service
     # level with the cache the server chooses by default (auto: static once checked on the
     # GPU, the choice printed) at 1 and 256 clients (the 30-token sentence with it), the
-    # scheduler's host work a step (greedy jobs, beam 4 jobs, and both), and the Memcpy
-    # nodes of every graph.
+    # scheduler's host work a step (greedy jobs, beam 4 jobs, and both), the Memcpy
+    # nodes of every graph, and one worker kept full at 256 rows in process (fp16, static and
+    # growing: jobs/s and onnxruntime runs a step, joins written in place by the put graph).
     mkdir -p "$out"
     # GQA alone against numpy: onnxruntime's default kernels, then without flash attention's
     # decoding path (the one a shared buffer and one new token take), then without flash
     for setting in DEFAULT=1 ORT_DISABLE_FLASH_DECODE=1 ORT_DISABLE_FLASH_ATTENTION=1; do
       echo "GroupQueryAttention with $setting"
-      env "$setting" timeout 15 python3 -m bench.gqa_check --device cuda || true
+      env "$setting" timeout 14 python3 -m bench.gqa_check --device cuda || true
     done
-    timeout 135 python3 -m bench.gpu --device cuda --workdir "$work" --out "$out" --graphs "$graphs" \
+    timeout 125 python3 -m bench.gpu --device cuda --workdir "$work" --out "$out" --graphs "$graphs" \
       --quick --no-engine --no-load || true
     version="$work/repository/translator/1"
-    timeout 140 python3 -m pytest -q -m gpu tests/test_gqa.py tests/test_static_batch.py \
+    timeout 125 python3 -m pytest -q -m gpu tests/test_gqa.py tests/test_static_batch.py \
       tests/parity/test_translator_parity.py 2>&1 | tee "$out/gpu-tests-pending.log" || true
     for rows in 1 16 256; do
-      timeout $((rows == 256 ? 60 : 40)) python3 -m bench.continuous --device cuda --variants fp16 \
+      timeout $((rows == 256 ? 50 : 40)) python3 -m bench.continuous --device cuda --variants fp16 \
         --beams 1 --static --rows "$rows" --requests $((rows == 256 ? 512 : 48)) --rounds 2 \
         --repository "$version" --json --markdown "$out/continuous-cuda-$rows.md" \
         > "$out/continuous-cuda-$rows.json" || true
@@ -95,6 +96,10 @@ case "$phase" in
     timeout 3 python3 -m bench.scheduler_step --jobs 64 --beam 4 --rounds 3 || true
     timeout 3 python3 -m bench.scheduler_step --jobs 1024 --beam-jobs 1 --rounds 3 || true
     timeout 30 python3 -m bench.static_step --device cuda --out "$out" --memcpy-of "$version" \
-      || true ;;
+      || true
+    for cache in static growing; do  # one worker's scheduler kept full, no gRPC
+      timeout 20 python3 -m bench.profile_scheduler --device cuda --repository "$version" \
+        --variant fp16 --cache "$cache" --seconds 5 --top 12 || true
+    done ;;
   *) echo "usage: bench/gpu.sh export|engine|load|fronts|all|static|inplace|scaling|pending" >&2; exit 2 ;;
 esac
