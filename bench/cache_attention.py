@@ -43,7 +43,10 @@ def _arguments(argv):
 def _model(node, inputs, outputs):
     graph = helper.make_graph([node], node.op_type, inputs, outputs)
     opsets = [helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)]
-    return helper.make_model(graph, opset_imports=opsets).SerializeToString()
+    model = helper.make_model(graph, opset_imports=opsets)
+    model.ir_version = 8  # what every onnxruntime this project supports reads (a newer onnx
+    # writes its own, which an older onnxruntime refuses)
+    return model.SerializeToString()
 
 
 def _float(name, shape, dtype: str = "float32"):

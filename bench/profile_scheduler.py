@@ -6,8 +6,9 @@ of single-sentence greedy jobs (as a server at many clients), under cProfile.
         [--rows 256] [--seconds 20] [--top 30]
 
 Prints the share of the wall time spent inside onnxruntime's runs, how many runs a step takes
-(the step, the search, the encoder and the helper graphs of admissions and rebuilds: on a
-GPU each costs the host a launch), and the functions with the most time of their own.
+by graph (the step, the encoder and the helper graphs of admissions and rebuilds: on a GPU
+each costs the host a launch and a synchronisation), and with `--top N` a second loop under
+cProfile with the N functions of most time of their own.
 `--io-binding` runs a CPU engine through the device path (tensors as OrtValues, rows moved by
 the helper graphs), as a GPU worker runs.
 """
@@ -20,6 +21,7 @@ import io
 import pstats
 import sys
 import time
+from collections import defaultdict
 from pathlib import Path
 
 from service.batching import source_batch
@@ -42,7 +44,7 @@ def main(argv=None) -> int:
     parser.add_argument("--io-binding", action="store_true")
     parser.add_argument("--rows", type=int, default=256)
     parser.add_argument("--seconds", type=float, default=20.0)
-    parser.add_argument("--top", type=int, default=30)
+    parser.add_argument("--top", type=int, default=0, help="then profile: the N costliest")
     args = parser.parse_args(argv)
     version = verify(args.repository)
     engine = OnnxEngine(version, args.variant, args.device, cache=args.cache,
@@ -76,30 +78,71 @@ def main(argv=None) -> int:
         scheduler.iterate()
     done = submitted
     scheduler.events.clear()
-    steps, tokens = len(scheduler.stats.step_seconds), scheduler.stats.tokens
-    profile = cProfile.Profile()
-    start = time.perf_counter()
-    profile.runcall(run)
-    wall = time.perf_counter() - start
-    stats = pstats.Stats(profile, stream=(out := io.StringIO()))
-    runs = [
-        (calls, t)
-        for (_, _, name), (_, calls, t, _, _) in stats.stats.items()
-        if "onnxruntime_pybind11_state.run" in name  # run and run_with_iobinding
-    ]
-    inside, count = sum(t for _, t in runs), sum(c for c, _ in runs)
-    steps = len(scheduler.stats.step_seconds) - steps
-    tokens = scheduler.stats.tokens - tokens
     print(f"{engine.variant} {engine.device}, cache {engine.cache}, "
           f"{'IO binding' if engine.io_binding else 'host arrays'}, {args.rows} rows")  # fmt: skip
-    jobs = done - args.rows  # ended within the profiled time
-    print(f"{jobs} jobs ({jobs / wall:.1f}/s), "
-          f"{steps} steps, {tokens} tokens in {wall:.1f} s")  # fmt: skip
-    print(f"onnxruntime runs: {inside:.1f} s ({inside / wall:.0%} of the wall time), "
-          f"{count / max(steps, 1):.1f} runs a step")  # fmt: skip
-    stats.sort_stats("tottime").print_stats(args.top)
-    print(out.getvalue())
+    # timed without a profiler (cProfile misreads onnxruntime's calls on some Pythons):
+    # every run and every host-to-device write, by graph
+    spent: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
+    originals = _time_onnxruntime(spent)
+    steps, tokens = len(scheduler.stats.step_seconds), scheduler.stats.tokens
+    start = time.perf_counter()
+    try:
+        run()
+    finally:
+        for owner, name, original in originals:
+            setattr(owner, name, original)
+    wall = time.perf_counter() - start
+    steps = max(len(scheduler.stats.step_seconds) - steps, 1)
+    tokens = scheduler.stats.tokens - tokens
+    jobs = done - args.rows  # ended within the timed loop
+    print(f"{jobs} jobs ({jobs / wall:.1f}/s), {steps} steps ({wall / steps * 1e3:.2f} ms "
+          f"each), {tokens} tokens in {wall:.1f} s")  # fmt: skip
+    inside = sum(t for _, t in spent.values())
+    count = sum(c for c, _ in spent.values())
+    print(f"onnxruntime: {inside:.1f} s ({inside / wall:.0%} of the wall time), "
+          f"{count / steps:.1f} calls a step")  # fmt: skip
+    for name, (calls, seconds) in sorted(spent.items(), key=lambda kv: -kv[1][1]):
+        print(f"  {name}: {calls / steps:.2f} a step, {seconds / steps * 1e3:.3f} ms a step")
+    if args.top:  # where the host's time goes, in a second loop as long
+        profile = cProfile.Profile()
+        profile.runcall(run)
+        stats = pstats.Stats(profile, stream=(out := io.StringIO()))
+        stats.sort_stats("tottime").print_stats(args.top)
+        print(out.getvalue())
     return 0
+
+
+def _time_onnxruntime(spent: dict) -> list:
+    """Wraps onnxruntime's runs and OrtValue.update_inplace to add (calls, seconds) into
+    `spent` by graph; returns what to restore."""
+    import onnxruntime as ort
+
+    def timed(original, label):
+        def call(self, *args, **kwargs):
+            begin = time.perf_counter()
+            try:
+                return original(self, *args, **kwargs)
+            finally:
+                entry = spent[label(self)]
+                entry[0] += 1
+                entry[1] += time.perf_counter() - begin
+
+        return call
+
+    def graph(session) -> str:
+        return Path(str(getattr(session, "_model_path", "") or "graph")).stem
+
+    patched = [
+        (ort.InferenceSession, "run", graph),
+        (ort.InferenceSession, "run_with_iobinding", graph),
+        (ort.OrtValue, "update_inplace", lambda _: "update_inplace (host to device)"),
+    ]
+    originals = []
+    for owner, name, label in patched:
+        original = getattr(owner, name)
+        originals.append((owner, name, original))
+        setattr(owner, name, timed(original, label))
+    return originals
 
 
 if __name__ == "__main__":
