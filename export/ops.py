@@ -193,9 +193,9 @@ OPS = {
     "search": search_graph,
     "sample": sample_graph,
 }
-# search and sample read logits; put and put_many write float memory and state (an int64 Pad
-# would run on the CPU under CUDA)
-FLOAT_ONLY = ("put", "put_many", "search", "sample")
+# search and sample read logits; put writes float memory and state (an int64 Pad would run on
+# the CPU under CUDA)
+FLOAT_ONLY = ("put", "search", "sample")
 
 
 def write_ops(directory: Path, tensors: int = 1) -> dict[str, dict[str, str]]:
@@ -207,7 +207,7 @@ def write_ops(directory: Path, tensors: int = 1) -> dict[str, dict[str, str]]:
         builds["put_many"] = lambda dtype: put_graph(dtype, tensors)
     for op, build in builds.items():
         for name, dtype in DTYPES.items():
-            if op in FLOAT_ONLY and dtype == TensorProto.INT64:
+            if op in (*FLOAT_ONLY, "put_many") and dtype == TensorProto.INT64:
                 continue
             path = directory / "ops" / f"{op}_{name}.onnx"
             path.parent.mkdir(parents=True, exist_ok=True)

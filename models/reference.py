@@ -126,12 +126,15 @@ class TorchEngine:
 
     @torch.inference_mode()
     def put(self, targets, rows, index: np.ndarray, slots: np.ndarray) -> None:
-        index, slots = (np.asarray(a, dtype=np.int64) for a in (index, slots))
         for target, source in zip(targets, rows, strict=True):
             if isinstance(target, np.ndarray):
                 put_rows(target, source, index, slots)
-            else:  # the same indexing with torch's index tensors
-                put_rows(target, source, self._tensor(index), self._tensor(slots))
+                continue
+            part = tuple(slice(0, min(h, t)) for h, t in zip(source.shape[1:], target.shape[1:],
+                                                             strict=True))  # fmt: skip
+            taken = source.index_select(0, self._tensor(np.asarray(index, dtype=np.int64)))
+            where = self._tensor(np.asarray(slots, dtype=np.int64))
+            target[(where, *part)] = taken[(slice(None), *part)]
 
 
 class CaptionTorchEngine(TorchEngine):

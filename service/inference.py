@@ -78,10 +78,9 @@ def take_written(tensor: np.ndarray, index: np.ndarray, axis: int, length: int) 
     return tensor[: len(index)]
 
 
-def put_rows(target, rows, index, slots) -> None:
-    """`Engine.put` for arrays indexed in place (numpy, or torch with index tensors): rows
-    `index` of `rows` over rows `slots` of `target`, on the positions both have (what a slot
-    holds beyond them is masked, so it stays); the rows are read before any is written."""
+def put_rows(target: np.ndarray, rows: np.ndarray, index: np.ndarray, slots: np.ndarray) -> None:
+    """`Engine.put` for host arrays: rows `index` of `rows` over rows `slots` of `target`, on
+    the positions both have (what a slot holds beyond them is masked, so it stays)."""
     part = tuple(slice(0, min(h, t)) for h, t in zip(rows.shape[1:], target.shape[1:], strict=True))
     target[(slots, *part)] = rows[(index, *part)]
 
@@ -201,8 +200,8 @@ class CachedInference(Inference):
         # copied within them, in place, in one run (a beam step's reorder); else gathered
         same = len(index) == len(self.lengths)
         moved = [n for n, t in self.state.items() if same and not isinstance(t, np.ndarray)]
-        changed = np.flatnonzero(index != np.arange(len(index))) if moved else ()
-        if len(changed):
+        if moved:
+            changed = np.flatnonzero(index != np.arange(len(index)))
             tensors = [self.state[n] for n in moved]
             self.engine.put(tensors, tensors, index[changed], changed)
         self.state = {
