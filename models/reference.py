@@ -24,6 +24,8 @@ from service.tokenizer import SPECIAL_TOKENS
 class TorchEngine:
     """Encoder and decode step of a Transformer, in eval mode, without gradients."""
 
+    host_tensors = False  # torch tensors: rows move by take, join and narrow
+
     def __init__(
         self, model: Transformer | Captioner, device: str = "cpu", device_search: bool = False
     ):

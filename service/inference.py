@@ -91,6 +91,7 @@ class Engine(Protocol):
 
     interface: ModelInterface  # names and axes of memory and state
     special_tokens: SpecialTokens
+    host_tensors: bool  # memory and state are numpy arrays the batch may write in place
 
     def encode(self, *inputs: np.ndarray, **named: np.ndarray) -> EncoderOutput:
         """The encoder graph's inputs in declared order or by name (translator: src_ids,

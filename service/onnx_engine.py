@@ -159,6 +159,7 @@ class OnnxEngine:
         self._into = {s.output: s.input for s in self.in_place.values()}
         self.init_states = [s for s in self.states if s.init is not None]
         self.variant, self.device = variant, device
+        self.host_tensors = not self.io_binding
         self.device_search = True if device_search is None else device_search
         self.logits_on_host = () if self.device_search else ("logits",)
         self._bias: dict[tuple, object] = {}
