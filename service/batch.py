@@ -37,8 +37,8 @@ A static engine (`OnnxEngine(cache="static")`, service.static_step) fixes every 
 slots are a bucket of rows (1, 2, 4, ...) whose buffers it allocated once, the memory has
 the longest source's size, the cache its fixed capacity. Rows are written into its slots,
 and copied between them, by `Engine.put` into its buffers, which never move; a rebuild is a
-move to another bucket (put too): a larger one when rows need more slots, a smaller one when
-a quarter of the slots or fewer are live.
+move to another bucket (the gather graph writing into the new bucket's slots): a larger one
+when rows need more slots, a smaller one when a quarter of the slots or fewer are live.
 """
 
 from __future__ import annotations
@@ -237,11 +237,11 @@ class ContinuousBatch(Inference):
         return 0 if self.bucket is None else self.bucket.memory_size
 
     def _move(self, slots: int, memory: int, order: np.ndarray | None = None) -> None:
-        """The batch into the bucket (`slots`, `memory`), by the engine's put where the
-        buffers live (one run for the memory, one for the cache). Of as many slots: only the
-        memory moves, every row keeps its slot (the cache buffers are the same). Else rows
-        `order` of the slots (by default the live rows; may repeat) go to its first slots."""
-        target, old = self.static.bucket(slots, memory), self.bucket
+        """The batch into the bucket (`slots`, `memory`), by the engine where the buffers
+        live. Of as many slots: only the memory moves, every row keeps its slot (the cache
+        buffers are the same). Else rows `order` of the slots (by default the live rows; may
+        repeat) go to its first slots."""
+        static, target, old = self.static, self.static.bucket(slots, memory), self.bucket
         if target is old:
             raise ValueError("rows move between two buckets, not within one")
         live = self.alive if order is None else np.asarray(order, dtype=np.int64)
@@ -249,15 +249,16 @@ class ContinuousBatch(Inference):
         places = live if same else np.arange(len(live))  # the slots the rows take
         mask = np.zeros((slots, memory), dtype=np.int64)
         mask[:, 0] = 1  # a free slot attends to one memory position
-        if old is not None and len(live):  # the memory cut or padded to the target's size
-            put = self.engine.put
-            put(list(target.memory.values()), list(old.memory.values()), live, places)
+        if old is not None and len(live):
+            for name, tensor in old.memory.items():
+                static.move_memory(name, tensor, live, target.memory[name], places)
             if not same:
-                put(list(target.state.values()), list(old.state.values()), live, places)
+                for name, tensor in old.state.items():
+                    static.move(tensor, live, target.state[name], places)
             kept = min(memory, old.memory_size)
             mask[places] = 0
             mask[places, :kept] = self.memory_mask[live, :kept]
-        target.memory_mask.update_inplace(mask)
+            static.move(mask[places], np.arange(len(live)), target.memory_mask, places)
         self.bucket, self.memory, self.state = target, target.memory, target.state
         self.memory_mask = mask
         self.rebuilds += 1

@@ -20,6 +20,7 @@ slots and runs a bucket's step, captured on CUDA.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 import numpy as np
@@ -27,6 +28,7 @@ import onnxruntime as ort
 
 from service.errors import ModelRepositoryError
 from service.graphs import StateSpec
+from service.inference import shape_of
 from service.onnx_engine import ORT_TYPES, PROVIDERS, banned_bias, session_options
 
 MIN_MEMORY = 16  # the smallest memory size of the static step's buckets
@@ -258,6 +260,13 @@ class SlotCacheDecoder:
         return outputs
 
 
+def _runs(slots: np.ndarray) -> list[tuple[int, int]]:
+    """(start, end) of every run of consecutive slots, in the order given."""
+    breaks = np.flatnonzero(np.diff(slots) != 1) + 1
+    bounds = [0, *breaks.tolist(), len(slots)]
+    return list(itertools.pairwise(bounds))
+
+
 def _allocate(device: str, shape, dtype, fill=None) -> ort.OrtValue:
     array = np.zeros(shape, dtype=dtype)
     if fill is not None:
@@ -313,10 +322,11 @@ class StaticBatches:
     longest source; the batch's longest memory padded up to one), so that every run of a
     bucket has the same shapes at the same addresses: on CUDA each (bucket, step, k) is
     captured once as a CUDA graph (onnxruntime's `gpu_graph_id`) and replayed with one
-    launch. Rows are written into a bucket's slots, and moved between buckets, by the
-    engine's put graphs (their outputs bound to the buffers they write), on the device where
-    the buffers live; nothing is ever reallocated, so a graph stays valid as long as the
-    engine. On the CPU the same code runs uncaptured."""
+    launch. Rows are written into a bucket's slots by the engine's put graph (its output
+    bound to the buffer it writes), and moved between buckets by the version's gather graph
+    writing straight into the slots' memory (its output bound to the slots' address), on
+    the device where the buffers live; nothing is ever reallocated, so a graph stays valid
+    as long as the engine. On the CPU the same code runs uncaptured."""
 
     def __init__(self, engine, memory: int, capture: bool):
         self.engine, self.memory, self.capture = engine, memory, capture
@@ -362,6 +372,57 @@ class StaticBatches:
         if bucket is None:
             raise ValueError("a static step runs over the buffers of one of its buckets")
         return bucket
+
+    # -- rows into slots ----------------------------------------------------------------------
+    def fit(self, rows, target: ort.OrtValue):
+        """`rows` (numpy or OrtValue) right-padded with zeros to `target`'s row shape."""
+        shape, have = target.shape(), shape_of(rows)
+        if any(h > s for h, s in zip(have[1:], shape[1:], strict=True)):
+            raise ValueError(f"rows of shape {list(have[1:])} do not fit slots of {shape[1:]}")
+        return self.engine.pad(rows, [have[0], *shape[1:]])
+
+    def move(self, source, index: np.ndarray, target: ort.OrtValue, slots: np.ndarray) -> None:
+        """Rows `index` of `source` (numpy or OrtValue, `target`'s row shape) into slots
+        `slots` of `target`, in place: the gather graph writes each run of consecutive slots
+        straight into their memory. Source and target may be the same buffer when the slots
+        read and written differ."""
+        index, slots = np.asarray(index, np.int64), np.asarray(slots, np.int64)
+        if len(slots) == 0:
+            return
+        dtype = ORT_TYPES[target.data_type()]
+        session = self.engine.ops["gather"][dtype]
+        shape = target.shape()
+        row = int(np.prod(shape[1:], dtype=np.int64)) * np.dtype(dtype).itemsize
+        device = self.engine.device
+        for start, end in _runs(slots):
+            binding = session.io_binding()
+            if isinstance(source, np.ndarray):
+                binding.bind_cpu_input("data", np.ascontiguousarray(source))
+            else:
+                binding.bind_ortvalue_input("data", source)
+            binding.bind_cpu_input("indices", index[start:end].copy())
+            address = target.data_ptr() + int(slots[start]) * row
+            binding.bind_output("output", device, 0, np.dtype(dtype), [end - start, *shape[1:]],
+                                address)  # fmt: skip
+            session.run_with_iobinding(binding)
+
+    def move_memory(self, name: str, source, index: np.ndarray, target, slots: np.ndarray):
+        """`move` for the memory tensor `name` between buckets of two memory sizes: rows
+        `index` gathered, padded or cut on their memory axis to `target`'s (positions beyond
+        every row's memory are padding), then written into `slots`."""
+        if source.shape()[1:] == target.shape()[1:]:
+            self.move(source, index, target, slots)
+            return
+        self.place(name, self.engine.take(source, index), target, slots)
+
+    def place(self, name: str, rows, target, slots: np.ndarray) -> None:
+        """The memory tensor `name`'s `rows` (all of them, any memory size not longer than
+        what they use of it) into `slots` of `target`, padded or cut on the memory axis."""
+        axis, size = self.axes[name], target.shape()[self.axes[name]]
+        shape = shape_of(rows)
+        if shape[axis] > size:
+            rows = self.engine.narrow(rows, axis, 0, size)
+        self.move(self.fit(rows, target), np.arange(shape[0]), target, slots)
 
     # -- the step -----------------------------------------------------------------------------
     def _binding(self, bucket: Bucket, session: ort.InferenceSession, k: int | None):

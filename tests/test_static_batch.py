@@ -184,8 +184,10 @@ def test_the_static_step_refuses_what_it_cannot_run(tiny):
     static = OnnxEngine(version, "fp32", cache="static")
     with pytest.raises(ValueError, match="buffers of one of its buckets"):
         translate_ids(static, sources[:2], DecodingOptions(max_length=4), 512)
-    with pytest.raises(ValueError, match="the static step holds"):  # the longest source's
-        static.static.memory_for(static.static.memory + 1)
+    keys = static.static.bucket(1).memory["encoder.0.key"]  # the longest source's size
+    longer = np.zeros((1, 4, static.static.memory + 1, 8), np.float32)
+    with pytest.raises(ValueError, match="do not fit"):
+        static.static.fit(longer, keys)
 
 
 @pytest.mark.gpu
