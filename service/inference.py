@@ -196,19 +196,8 @@ class CachedInference(Inference):
 
     def reorder(self, index: np.ndarray) -> None:
         take, length = self.engine.take, int(self.lengths.max(initial=0))
-        index = np.asarray(index, dtype=np.int64)
-        # an engine's own tensors (a device's) keeping their rows: the rows that change are
-        # copied within them, in place, in one run (a beam step's reorder); else gathered
-        same = len(index) == len(self.lengths)
-        moved = [n for n, t in self.state.items() if same and not isinstance(t, np.ndarray)]
-        if moved:
-            changed = np.flatnonzero(index != np.arange(len(index)))
-            tensors = [self.state[n] for n in moved]
-            self.engine.put(tensors, tensors, index[changed], changed)
         self.state = {
-            name: t
-            if name in moved
-            else take_written(t, index, self.buffers[name], length)
+            name: take_written(t, index, self.buffers[name], length)
             if name in self.buffers and isinstance(t, np.ndarray)
             else take(t, index)
             for name, t in self.state.items()

@@ -132,23 +132,14 @@ def test_runtime_input_checks_name_every_problem():
 
 @pytest.mark.parametrize("variant", ["fp32", "int8"])
 def test_io_binding_path_decodes_like_the_plain_path(untied, variant):
-    """The device-resident path (cache as OrtValues, its beam rows copied in place by the put
-    graph, or gathered when rows leave) on CPU."""
+    """The device-resident path (cache as OrtValues, reordered by the gather graph) on CPU."""
     model, version = untied
     sources = random_sources(model.config.vocab_size, [2, 6, 11])
     options = DecodingOptions(beam_size=3, num_hypotheses=2, max_length=16)
     plain = translate_ids(OnnxEngine(version, variant), sources, options, 512)
     bound_engine = OnnxEngine(version, variant, io_binding=True)
-    run, puts = bound_engine._run, []
-
-    def counted(session, *args, **kw):
-        puts.append(session in bound_engine.ops["put_many"].values())
-        return run(session, *args, **kw)
-
-    bound_engine._run = counted
     bound = translate_ids(bound_engine, sources, options, 512)
     assert bound_engine.io_binding and set(bound_engine.ops["gather"]) == {"float32", "int64"}
-    assert any(puts)  # a beam step's reorder
     for p, b in zip(plain, bound, strict=True):
         assert [h.tokens for h in p] == [h.tokens for h in b]
         assert [h.score for h in p] == pytest.approx([h.score for h in b], abs=1e-6)
