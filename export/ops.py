@@ -12,9 +12,7 @@ They move cache rows on the device where the cache lives, so on a GPU it never l
   written over rows `slots` of `data`. Run with its output bound to `data`'s own buffer, it
   writes those rows in place and copies nothing else (ScatterND copies its input to its output
   only when they are two buffers): requests joining dead slots, beam rows copied into free
-  ones, one run a tensor however scattered the slots; `put_many_<float dtype>` puts as many
-  tensors of one shape at once as the model has memory tensors (a translator's cross-attention
-  keys and values of every layer, or its cache's), in one run.
+  ones, one run a tensor however scattered the slots.
 
 Every op takes tensors of any rank, so they serve any state the model's interface declares.
 
@@ -85,32 +83,25 @@ def narrow_graph(dtype: int) -> onnx.ModelProto:
     return _model("narrow", [node], [data, start, end, axis], [output])
 
 
-def put_graph(dtype: int, count: int = 1) -> onnx.ModelProto:
+def put_graph(dtype: int) -> onnx.ModelProto:
     """output = data with output[slots[i]] = fit(rows[index[i]]); `fit` cuts every axis after
     the rows' to `ends` (Slice from `starts`, zeros) and right-pads it with `pads` (ONNX Pad's
     layout, zeros on axis 0), both from the host, which knows the shapes (no shape arithmetic
-    on the device, as in `join`). `slots` is (n, 1), ScatterND's indices of whole rows.
-    `count` > 1: as many tensors of one shape at once (`data_<i>`, `rows_<i>` -> `output_<i>`,
-    the rest shared), in one run."""
-    names = [""] if count == 1 else [f"_{i}" for i in range(count)]
+    on the device, as in `join`). `slots` is (n, 1), ScatterND's indices of whole rows."""
+    data = helper.make_tensor_value_info("data", dtype, None)
+    rows = helper.make_tensor_value_info("rows", dtype, None)
     index = helper.make_tensor_value_info("index", TensorProto.INT64, ["n"])
     slots = helper.make_tensor_value_info("slots", TensorProto.INT64, ["n", 1])
-    bounds = [
-        helper.make_tensor_value_info(n, TensorProto.INT64, ["rank"]) for n in ("starts", "ends")
-    ]
+    bounds = [helper.make_tensor_value_info(n, TensorProto.INT64, ["rank"]) for n in ("starts", "ends")]
     pads = helper.make_tensor_value_info("pads", TensorProto.INT64, ["pads"])
-    inputs, outputs, nodes = [], [], []
-    for n in names:
-        inputs += [helper.make_tensor_value_info(f"data{n}", dtype, None),
-                   helper.make_tensor_value_info(f"rows{n}", dtype, None)]  # fmt: skip
-        outputs.append(helper.make_tensor_value_info(f"output{n}", dtype, None))
-        nodes += [
-            helper.make_node("Gather", [f"rows{n}", "index"], [f"taken{n}"], axis=0),
-            helper.make_node("Slice", [f"taken{n}", "starts", "ends"], [f"cut{n}"]),
-            helper.make_node("Pad", [f"cut{n}", "pads"], [f"fitted{n}"]),
-            helper.make_node("ScatterND", [f"data{n}", "slots", f"fitted{n}"], [f"output{n}"]),
-        ]
-    return _model("put", nodes, [*inputs, index, slots, *bounds, pads], outputs)
+    output = helper.make_tensor_value_info("output", dtype, None)
+    nodes = [
+        helper.make_node("Gather", ["rows", "index"], ["taken"], axis=0),
+        helper.make_node("Slice", ["taken", "starts", "ends"], ["cut"]),
+        helper.make_node("Pad", ["cut", "pads"], ["fitted"]),
+        helper.make_node("ScatterND", ["data", "slots", "fitted"], ["output"]),
+    ]
+    return _model("put", nodes, [data, rows, index, slots, *bounds, pads], [output])
 
 
 def log_prob_nodes(dtype: int, logits: str, bias: str, out: str, prefix: str = "") -> list:
@@ -198,16 +189,12 @@ OPS = {
 FLOAT_ONLY = ("put", "search", "sample")
 
 
-def write_ops(directory: Path, tensors: int = 1) -> dict[str, dict[str, str]]:
-    """Writes the helper graphs; returns {op: {dtype: relative path}} for the manifest.
-    `tensors` > 1 (the model's memory tensors): `put_many`, the put of that many at once."""
+def write_ops(directory: Path) -> dict[str, dict[str, str]]:
+    """Writes the helper graphs; returns {op: {dtype: relative path}} for the manifest."""
     paths: dict[str, dict[str, str]] = {}
-    builds = dict(OPS)
-    if tensors > 1:
-        builds["put_many"] = lambda dtype: put_graph(dtype, tensors)
-    for op, build in builds.items():
+    for op, build in OPS.items():
         for name, dtype in DTYPES.items():
-            if op in (*FLOAT_ONLY, "put_many") and dtype == TensorProto.INT64:
+            if op in FLOAT_ONLY and dtype == TensorProto.INT64:
                 continue
             path = directory / "ops" / f"{op}_{name}.onnx"
             path.parent.mkdir(parents=True, exist_ok=True)

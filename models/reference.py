@@ -127,16 +127,14 @@ class TorchEngine:
         return tensor.narrow(axis, start, end - start).contiguous()
 
     @torch.inference_mode()
-    def put(self, targets, rows, index: np.ndarray, slots: np.ndarray) -> None:
-        for target, source in zip(targets, rows, strict=True):
-            if isinstance(target, np.ndarray):
-                put_rows(target, source, index, slots)
-                continue
-            part = tuple(slice(0, min(h, t)) for h, t in zip(source.shape[1:], target.shape[1:],
-                                                             strict=True))  # fmt: skip
-            taken = source.index_select(0, self._tensor(np.asarray(index, dtype=np.int64)))
-            where = self._tensor(np.asarray(slots, dtype=np.int64))
-            target[(where, *part)] = taken[(slice(None), *part)]
+    def put(self, target, rows, index: np.ndarray, slots: np.ndarray) -> None:
+        if isinstance(target, np.ndarray):
+            put_rows(target, rows, index, slots)
+            return
+        part = tuple(slice(0, min(h, t)) for h, t in zip(rows.shape[1:], target.shape[1:],
+                                                         strict=True))  # fmt: skip
+        taken = rows.index_select(0, self._tensor(np.asarray(index, dtype=np.int64)))
+        target[(self._tensor(np.asarray(slots, dtype=np.int64)), *part)] = taken[(slice(None), *part)]
 
 
 class CaptionTorchEngine(TorchEngine):

@@ -157,8 +157,10 @@ class ContinuousBatch(Inference):
         the encoder starts. A growing state's past is masked instead, and a buffer written in
         place is written from position 0 by the row's own steps."""
         put, extent = self.engine.put, _extent(memory_mask)
-        for ours, theirs in ((self.memory, encoder.memory), (self.state, encoder.init)):
-            put([ours[n] for n in theirs], list(theirs.values()), sources, slots)
+        for name, tensor in encoder.memory.items():
+            put(self.memory[name], tensor, sources, slots)
+        for name, tensor in encoder.init.items():
+            put(self.state[name], tensor, sources, slots)
         self.memory_mask[slots] = 0
         self.memory_mask[slots, :extent] = memory_mask[:, :extent]
         if self.static is not None:
@@ -387,20 +389,19 @@ class ContinuousBatch(Inference):
         """Copies slots `origins` to slots `targets` (disjoint) in place, by the engine where
         the tensors live; the memory only where the input differs (beams of one input share
         theirs)."""
-        length, put, moved = int(self.lengths[origins].max(initial=0)), self.engine.put, []
+        length, put = int(self.lengths[origins].max(initial=0)), self.engine.put
         for name, tensor in self.state.items():
             if name in self.buffers and isinstance(tensor, np.ndarray):
                 # a host buffer: only the positions the rows have written
                 part = written(self.buffers[name], length)[1:]
                 tensor[(targets, *part)] = tensor[(origins, *part)]
             else:
-                moved.append(tensor)
-        put(moved, moved, origins, targets)
+                put(tensor, tensor, origins, targets)
         other = self.inputs[origins] != self.inputs[targets]
         if other.any():
             o, t = origins[other], targets[other]
-            memory = list(self.memory.values())
-            put(memory, memory, o, t)
+            for tensor in self.memory.values():
+                put(tensor, tensor, o, t)
             self.memory_mask[t] = self.memory_mask[o]
             if self.static is not None:
                 self.bucket.memory_mask.update_inplace(self.memory_mask)

@@ -134,12 +134,11 @@ class Engine(Protocol):
     def narrow(self, tensor: Tensor, axis: int, start: int, end: int) -> Tensor:
         """Positions start..end of `axis`."""
 
-    def put(self, targets: list[Tensor], rows: list[Tensor], index: np.ndarray,
-            slots: np.ndarray) -> None:  # fmt: skip
-        """For each target and its rows: rows `index` of the rows over rows `slots` of the
-        target (distinct), in place: every axis after the rows' cut or padded to the
-        target's (what lies beyond a row's own extent is masked, so only the positions both
-        have count). The rows may be the target itself, read before any row is written."""
+    def put(self, target: Tensor, rows: Tensor, index: np.ndarray, slots: np.ndarray) -> None:
+        """Rows `index` of `rows` over rows `slots` of `target` (distinct), in place: every
+        axis after the rows' cut or padded to `target`'s (what lies beyond a row's own extent
+        is masked, so only the positions both have count). `rows` may be `target` itself,
+        its rows read before any is written."""
 
 
 class Inference(ABC):

@@ -190,8 +190,6 @@ class OnnxEngine:
             }
             floats = {self.float_dtype.name, "float32"}  # a state may be float32 in any variant
             self.ops["put"] = {d: session(model.op("put", d)) for d in floats}
-            if "put_many" in model.manifest["ops"]:  # one run for the model's memory tensors
-                self.ops["put_many"] = {d: session(model.op("put_many", d)) for d in floats}
         if self.device_search:
             self.search_ops = {
                 op: session(model.op(op, self.float_dtype.name)) for op in ("search", "sample")
@@ -533,35 +531,19 @@ class OnnxEngine:
         feeds = {"a": a, "b": b, "a_pads": a_pads, "b_pads": b_pads}
         return self._run(self._op("join", a), feeds)[0]
 
-    def put(self, targets, rows, index: np.ndarray, slots: np.ndarray) -> None:
-        """Rows `index` of each of `rows` over rows `slots` of its target, in place, where the
-        target lives: on a device the put graph, its output bound to the target itself, one
-        run whatever the slots, and one run for all when they are as many tensors of one
-        shape as the put_many graph takes (a translator's memory or cache). See
-        `Engine.put`."""
+    def put(self, target, rows, index: np.ndarray, slots: np.ndarray) -> None:
+        """Rows `index` of `rows` over rows `slots` of `target`, in place, where `target`
+        lives (the put graph, its output bound to `target` itself: one run whatever the
+        slots). See `Engine.put`."""
         index, slots = np.asarray(index, dtype=np.int64), np.asarray(slots, dtype=np.int64)
-        pairs = list(zip(targets, rows, strict=True))
-        for target, source in pairs:
-            if isinstance(target, np.ndarray):
-                put_rows(target, source, index, slots)
-        pairs = [(t, r) for t, r in pairs if not isinstance(t, np.ndarray)]
-        if not pairs or len(slots) == 0:
+        if isinstance(target, np.ndarray):
+            put_rows(target, rows, index, slots)
             return
-        described = {(tuple(t.shape()), shape_of(r), t.data_type()) for t, r in pairs}
-        many = self.ops.get("put_many")
-        if many is not None and len(described) == 1:
-            target, source, dtype = next(iter(described))
-            session = many[ORT_TYPES[dtype]]
-            if len(pairs) == len(self._outputs(session)):
-                feeds = put_feeds(target, source, index, slots)
-                for i, (t, r) in enumerate(pairs):
-                    feeds[f"data_{i}"], feeds[f"rows_{i}"] = t, r
-                into = {f"output_{i}": f"data_{i}" for i in range(len(pairs))}
-                self._run(session, feeds, into=into)
-                return
-        for t, r in pairs:
-            feeds = {"data": t, "rows": r, **put_feeds(shape_of(t), shape_of(r), index, slots)}
-            self._run(self.ops["put"][ORT_TYPES[t.data_type()]], feeds, into={"output": "data"})
+        if len(slots) == 0:
+            return
+        feeds = {"data": target, "rows": rows, **put_feeds(shape_of(target), shape_of(rows),
+                                                            index, slots)}  # fmt: skip
+        self._run(self.ops["put"][ORT_TYPES[target.data_type()]], feeds, into={"output": "data"})
 
     def narrow(self, tensor, axis: int, start: int, end: int):
         """Positions start..end of `axis`."""

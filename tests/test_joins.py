@@ -53,12 +53,11 @@ def test_staggered_requests_decode_alike_on_the_device_and_the_host_path(
 
 
 @pytest.mark.parametrize("cache", ["growing", "static"])
-def test_a_join_into_scattered_dead_slots_is_one_put_run(
+def test_a_join_into_scattered_dead_slots_is_one_put_run_a_memory_tensor(
     exported_translator, translator_data, cache
 ):
-    """On the device path a request joining dead slots costs one run of the put graph for
-    every memory tensor at once, however scattered the slots, and no rebuild; its rows then
-    step as alone."""
+    """On the device path a request joining dead slots costs one run of the put graph per
+    memory tensor, however scattered the slots, and no rebuild; its rows then step as alone."""
     version = exported_translator[0]
     engine = OnnxEngine(version, "fp32", io_binding=True, cache=cache)
     spanish, _ = read_split(translator_data, "test")
@@ -75,7 +74,7 @@ def test_a_join_into_scattered_dead_slots_is_one_put_run(
     batch.join(joining, np.arange(2))
     engine._run = run
     assert batch.rebuilds == rebuilds and list(batch.alive) == [1, 3, 5, 0, 2]
-    assert runs == [engine.ops["put_many"]["float32"]]
+    assert runs == [engine.ops["put"]["float32"]] * len(engine.memory_names)
     host = OnnxEngine(version, "fp32")  # the host path, the joining rows alone
     alone = CachedInference(host, host.encode(*source_batch(sources[6:8], 512)), 2)
     for token in (bos, 17, 9):
