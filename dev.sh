@@ -84,17 +84,15 @@ build_data() {
 
 build_repository() {
   # The served model repository: both shipped checkpoints exported with their parity
-  # certificates; a version is rebuilt when its checkpoint changes, when its manifest's
-  # format is not the runtime's (service.repository.FORMAT_VERSION), when its graphs were not
+  # certificates; a version is rebuilt when its checkpoint changes, when its graphs were not
   # built op by op (the default since the traced ones were measured slower), or on a GPU to
   # add fp16.
-  local model version variants format
+  local model version variants
   variants=$(export_variants)
-  format=$("$PYTHON" -c 'from service.repository import FORMAT_VERSION; print(FORMAT_VERSION)')
   for model in translator captioner; do
     version=data/repository/$model/1
     if [ ! -f "$version/golden.json" ] || [ "models/checkpoints/$model/model.safetensors" -nt "$version/golden.json" ] \
-      || ! grep -q "\"format_version\": $format," "$version/manifest.json" \
+      || ! grep -q '"format_version": 7' "$version/manifest.json" \
       || ! grep -q '"fp32": "built"' "$version/manifest.json" \
       || { [[ $variants == *fp16* ]] && ! grep -q '"fp16/decoder.onnx"' "$version/manifest.json"; }; then
       rm -rf "$version"

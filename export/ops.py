@@ -7,12 +7,7 @@ They move cache rows on the device where the cache lives, so on a GPU it never l
   right-padded with zeros (a cache's time axis, a memory's length), the pads given by the host:
   requests joining a running batch;
 - `narrow_<dtype>`: positions `start` to `end` of one axis: dropping cache columns that every
-  row masks, or memory positions no row uses, once the requests that needed them have left;
-- `put_<float dtype>`: rows `index` of `rows`, cut or zero-padded to the row shape of `data`,
-  written over rows `slots` of `data`. Run with its output bound to `data`'s own buffer, it
-  writes those rows in place and copies nothing else (ScatterND copies its input to its output
-  only when they are two buffers): requests joining dead slots, beam rows copied into free
-  ones, one run a tensor however scattered the slots.
+  row masks, or memory positions no row uses, once the requests that needed them have left.
 
 Every op takes tensors of any rank, so they serve any state the model's interface declares.
 
@@ -81,27 +76,6 @@ def narrow_graph(dtype: int) -> onnx.ModelProto:
     output = helper.make_tensor_value_info("output", dtype, None)
     node = helper.make_node("Slice", ["data", "start", "end", "axis"], ["output"])
     return _model("narrow", [node], [data, start, end, axis], [output])
-
-
-def put_graph(dtype: int) -> onnx.ModelProto:
-    """output = data with output[slots[i]] = fit(rows[index[i]]); `fit` cuts every axis after
-    the rows' to `ends` (Slice from `starts`, zeros) and right-pads it with `pads` (ONNX Pad's
-    layout, zeros on axis 0), both from the host, which knows the shapes (no shape arithmetic
-    on the device, as in `join`). `slots` is (n, 1), ScatterND's indices of whole rows."""
-    data = helper.make_tensor_value_info("data", dtype, None)
-    rows = helper.make_tensor_value_info("rows", dtype, None)
-    index = helper.make_tensor_value_info("index", TensorProto.INT64, ["n"])
-    slots = helper.make_tensor_value_info("slots", TensorProto.INT64, ["n", 1])
-    bounds = [helper.make_tensor_value_info(n, TensorProto.INT64, ["rank"]) for n in ("starts", "ends")]
-    pads = helper.make_tensor_value_info("pads", TensorProto.INT64, ["pads"])
-    output = helper.make_tensor_value_info("output", dtype, None)
-    nodes = [
-        helper.make_node("Gather", ["rows", "index"], ["taken"], axis=0),
-        helper.make_node("Slice", ["taken", "starts", "ends"], ["cut"]),
-        helper.make_node("Pad", ["cut", "pads"], ["fitted"]),
-        helper.make_node("ScatterND", ["data", "slots", "fitted"], ["output"]),
-    ]
-    return _model("put", nodes, [data, rows, index, slots, *bounds, pads], [output])
 
 
 def log_prob_nodes(dtype: int, logits: str, bias: str, out: str, prefix: str = "") -> list:
@@ -180,13 +154,10 @@ OPS = {
     "gather": gather_graph,
     "join": join_graph,
     "narrow": narrow_graph,
-    "put": put_graph,
     "search": search_graph,
     "sample": sample_graph,
 }
-# search and sample read logits; put writes float memory and state (an int64 Pad would run on
-# the CPU under CUDA)
-FLOAT_ONLY = ("put", "search", "sample")
+FLOAT_ONLY = ("search", "sample")  # they read logits
 
 
 def write_ops(directory: Path) -> dict[str, dict[str, str]]:

@@ -16,7 +16,7 @@ from models.captioner import Captioner
 from models.checkpoint import kind_of
 from models.transformer import Transformer
 from service.graphs import interface_for
-from service.inference import EncoderOutput, Tensors, put_rows
+from service.inference import EncoderOutput, Tensors
 from service.search import Candidates, SearchRequest, host_search
 from service.tokenizer import SPECIAL_TOKENS
 
@@ -125,16 +125,6 @@ class TorchEngine:
             index[axis] = slice(start, end)
             return np.ascontiguousarray(tensor[tuple(index)])
         return tensor.narrow(axis, start, end - start).contiguous()
-
-    @torch.inference_mode()
-    def put(self, target, rows, index: np.ndarray, slots: np.ndarray) -> None:
-        if isinstance(target, np.ndarray):
-            put_rows(target, rows, index, slots)
-            return
-        part = tuple(slice(0, min(h, t)) for h, t in zip(rows.shape[1:], target.shape[1:],
-                                                         strict=True))  # fmt: skip
-        taken = rows.index_select(0, self._tensor(np.asarray(index, dtype=np.int64)))
-        target[(self._tensor(np.asarray(slots, dtype=np.int64)), *part)] = taken[(slice(None), *part)]
 
 
 class CaptionTorchEngine(TorchEngine):

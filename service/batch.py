@@ -25,20 +25,21 @@ Moving cache rows costs as much as a decode step, so rows move as little as poss
   many, or when columns that every live row masks pile up.
 So a batch that never empties keeps a cache as long as its longest-lived row.
 
-Every engine writes rows into slots in place where its tensors live (`Engine.put`): numpy
-arrays on the host; on a device the version's put graph, its output bound to the tensor it
-writes, so that an admission round costs one run a memory tensor whatever the slots, and
-nothing else is copied. (An earlier ScatterND graph, its output a new tensor, copied the whole
-tensor at every join and was measured slower than rebuilding on an H100: 287 against 390
-single-sentence jobs/s.) Elsewhere rows move with the engine's take, join and narrow. A
-reorder that only drops or permutes rows moves nothing on any engine.
+Writing rows into slots in place needs host (numpy) arrays. Other tensors (OrtValues on a
+device with IO binding, torch tensors) take the same decisions but move rows with the
+engine's operations (take, join, narrow), which run where the tensors live, so there a
+joining request or a repeated beam row rebuilds. (Writing into dead slots on the GPU with a
+ScatterND graph was measured slower than rebuilding: 287 against 390 single-sentence jobs/s
+for one busy scheduler on an H100, docs/benchmarks-gpu.md; ScatterND copies the whole
+tensor, and the dead slots it keeps are computed every step.) A reorder that only drops or
+permutes rows moves nothing on any engine.
 
 A static engine (`OnnxEngine(cache="static")`, service.static_step) fixes every shape: the
 slots are a bucket of rows (1, 2, 4, ...) whose buffers it allocated once, the memory has
 the longest source's size, the cache its fixed capacity. Rows are written into its slots,
-and copied between them, by `Engine.put` into its buffers, which never move; a rebuild is a
-move to another bucket (the gather graph writing into the new bucket's slots): a larger one
-when rows need more slots, a smaller one when a quarter of the slots or fewer are live.
+and copied between them, by the engine (its gather graph writing into the slots' memory on
+the device); a rebuild is a move to another bucket: a larger one when rows need more slots,
+a smaller one when a quarter of the slots or fewer are live.
 """
 
 from __future__ import annotations
@@ -68,6 +69,15 @@ def _extent(mask: np.ndarray) -> int:
     return mask.shape[1] - _trim(mask, leading=False)
 
 
+def _write_rows(tensor: np.ndarray, slots: np.ndarray, new: np.ndarray) -> None:
+    """Rows `slots` of `tensor` take `new` over its own extent (the rest stays, masked)."""
+    tensor[(slots, *map(slice, new.shape[1:]))] = new
+
+
+def _fits(tensors: Tensors, new: Tensors) -> bool:
+    return all(np.all(np.less_equal(new[n].shape[1:], tensors[n].shape[1:])) for n in tensors)
+
+
 class ContinuousBatch(Inference):
     """Rows joined by `join`, advanced by `step`, kept, repeated or dropped by `reorder`."""
 
@@ -83,6 +93,8 @@ class ContinuousBatch(Inference):
         self.buffers = {s.input: s.time_axis for s in states if s.in_place}
         # an engine whose step runs over fixed buffers per bucket of slots (CUDA graphs)
         self.static = getattr(engine, "static", None)
+        # rows are written into slots: numpy arrays in place, or by the static engine
+        self.in_place = engine.host_tensors or self.static is not None
         self.rebuilds = 0
         self._clear()
 
@@ -125,20 +137,24 @@ class ContinuousBatch(Inference):
     def join(self, encoder: EncoderOutput, sources: np.ndarray) -> None:
         """Adds rows decoding `sources` (rows of `encoder`), after the existing rows."""
         sources = np.asarray(sources, dtype=np.int64)
-        inputs = self._next_input + sources
+        rows = encoder.rows(self.engine.take, sources)
+        new = (rows.memory, np.asarray(rows.memory_mask), self.engine.initial_state(rows,
+               len(sources)), self._next_input + sources)  # fmt: skip
         self._next_input += int(sources.max()) + 1
-        memory_mask = np.asarray(encoder.memory_mask)[sources]
         if self.static is not None:
-            self._join_static(encoder, sources, memory_mask, inputs)
+            self._join_static(*new)
             return
         free = np.flatnonzero(self._dead())
-        if self.slots and len(free) >= len(sources) and _extent(memory_mask) <= self.memory_length:
-            self._reuse(free[: len(sources)], encoder, sources, memory_mask, inputs)
-            return
-        rows = encoder.rows(self.engine.take, sources)
-        new = (rows.memory, memory_mask, self.engine.initial_state(rows, len(sources)), inputs)
         if self.slots == 0:
             self._adopt(*new)
+        elif (
+            self.in_place
+            and len(free) >= len(sources)
+            and new[1].shape[1] <= self.memory_length
+            and _fits(self.memory, new[0])
+            and _fits(self.state, new[2])
+        ):
+            self._reuse(free[: len(sources)], *new)
         else:
             self._rebuild(new)
 
@@ -150,21 +166,29 @@ class ContinuousBatch(Inference):
         self.inputs, self.idle = inputs, np.zeros(rows, dtype=np.int64)
         self.alive, self._identity = np.arange(rows), True
 
-    def _reuse(self, slots: np.ndarray, encoder: EncoderOutput, sources: np.ndarray,
-               memory_mask: np.ndarray, inputs: np.ndarray) -> None:  # fmt: skip
-        """Rows `sources` of `encoder` in dead slots `slots`, written in place by the engine
-        where the tensors live (one run a tensor on a device): their memory, and the states
-        the encoder starts. A growing state's past is masked instead, and a buffer written in
-        place is written from position 0 by the row's own steps."""
-        put, extent = self.engine.put, _extent(memory_mask)
-        for name, tensor in encoder.memory.items():
-            put(self.memory[name], tensor, sources, slots)
-        for name, tensor in encoder.init.items():
-            put(self.state[name], tensor, sources, slots)
+    def _reuse(self, slots: np.ndarray, memory, memory_mask: np.ndarray, state, inputs) -> None:
+        """New rows in dead slots: memory and state written in place (a growing state's past
+        is masked instead; an empty one is nothing to write), by the static engine where
+        it holds the buffers."""
+        static, extent = self.static, _extent(memory_mask)
+        for name, tensor in memory.items():
+            if static is None:
+                _write_rows(self.memory[name], slots, tensor)
+            else:  # padded or cut to the bucket's memory size
+                static.place(name, tensor, self.memory[name], slots)
+        for name, tensor in state.items():
+            if 0 in shape_of(tensor):
+                continue
+            if static is None:
+                _write_rows(self.state[name], slots, tensor)
+            else:
+                target = self.state[name]
+                static.move(static.fit(tensor, target), np.arange(len(slots)), target, slots)
         self.memory_mask[slots] = 0
         self.memory_mask[slots, :extent] = memory_mask[:, :extent]
-        if self.static is not None:
-            self.bucket.memory_mask.update_inplace(self.memory_mask)
+        if static is not None:
+            static.move(self.memory_mask[slots], np.arange(len(slots)),
+                        self.bucket.memory_mask, slots)  # fmt: skip
         self.self_mask[slots] = 0
         self.lengths[slots], self.inputs[slots], self.idle[slots] = 0, inputs, 0
         self._set_alive(np.concatenate([self.alive, slots]))
@@ -221,8 +245,7 @@ class ContinuousBatch(Inference):
             return max(new, 1)
         return max(_extent(self.memory_mask[self.alive]), new, 1)
 
-    def _join_static(self, encoder: EncoderOutput, sources: np.ndarray,
-                     memory_mask: np.ndarray, inputs: np.ndarray) -> None:  # fmt: skip
+    def _join_static(self, memory, memory_mask: np.ndarray, state, inputs) -> None:
         """New rows in free slots of the bucket; first into a bucket of more slots when too
         few are free, or of a larger memory when theirs is longer."""
         static, count = self.static, len(inputs)
@@ -233,7 +256,7 @@ class ContinuousBatch(Inference):
             free = np.flatnonzero(self._dead())
         elif size > self.bucket.memory_size:
             self._move(self.slots, size)
-        self._reuse(free[:count], encoder, sources, memory_mask, inputs)
+        self._reuse(free[:count], memory, memory_mask, state, inputs)
 
     def _memory_size(self) -> int:
         return 0 if self.bucket is None else self.bucket.memory_size
@@ -374,7 +397,7 @@ class ContinuousBatch(Inference):
         if self.static is not None and len(repeats) > len(free):
             self._move(self.static.slots_for(len(slots)), self.bucket.memory_size, slots)
             return
-        if len(repeats) > len(free):
+        if not self.in_place or len(repeats) > len(free):
             self.alive = slots
             self._rebuild()  # gathers, repeated rows included
             return
@@ -386,25 +409,29 @@ class ContinuousBatch(Inference):
         self._set_alive(targets)
 
     def _copy_rows(self, origins: np.ndarray, targets: np.ndarray) -> None:
-        """Copies slots `origins` to slots `targets` (disjoint) in place, by the engine where
-        the tensors live; the memory only where the input differs (beams of one input share
-        theirs)."""
-        length, put = int(self.lengths[origins].max(initial=0)), self.engine.put
-        for name, tensor in self.state.items():
-            if name in self.buffers and isinstance(tensor, np.ndarray):
-                # a host buffer: only the positions the rows have written
-                part = written(self.buffers[name], length)[1:]
-                tensor[(targets, *part)] = tensor[(origins, *part)]
+        """Copies slots `origins` to slots `targets` (disjoint) in place; the memory only
+        where the input differs (beams of one input share theirs). A static engine copies
+        whole rows within its buffers, where they live."""
+        length, static = int(self.lengths[origins].max(initial=0)), self.static
+
+        def copy(tensor, o: np.ndarray, t: np.ndarray, part: tuple = ()) -> None:
+            if static is None:
+                tensor[(t, *part)] = tensor[(o, *part)]
             else:
-                put(tensor, tensor, origins, targets)
+                static.move(tensor, o, tensor, t)
+
+        for name, tensor in self.state.items():
+            # host buffers: only the positions the rows have written
+            part = written(self.buffers[name], length)[1:] if name in self.buffers else ()
+            copy(tensor, origins, targets, part)
         other = self.inputs[origins] != self.inputs[targets]
         if other.any():
             o, t = origins[other], targets[other]
             for tensor in self.memory.values():
-                put(tensor, tensor, o, t)
+                copy(tensor, o, t)
             self.memory_mask[t] = self.memory_mask[o]
-            if self.static is not None:
-                self.bucket.memory_mask.update_inplace(self.memory_mask)
+            if static is not None:
+                static.move(self.memory_mask[t], np.arange(len(t)), self.bucket.memory_mask, t)
         self.self_mask[targets] = self.self_mask[origins]
         self.lengths[targets] = self.lengths[origins]
         self.inputs[targets] = self.inputs[origins]

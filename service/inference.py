@@ -78,13 +78,6 @@ def take_written(tensor: np.ndarray, index: np.ndarray, axis: int, length: int) 
     return tensor[: len(index)]
 
 
-def put_rows(target: np.ndarray, rows: np.ndarray, index: np.ndarray, slots: np.ndarray) -> None:
-    """`Engine.put` for host arrays: rows `index` of `rows` over rows `slots` of `target`, on
-    the positions both have (what a slot holds beyond them is masked, so it stays)."""
-    part = tuple(slice(0, min(h, t)) for h, t in zip(rows.shape[1:], target.shape[1:], strict=True))
-    target[(slots, *part)] = rows[(index, *part)]
-
-
 class Engine(Protocol):
     """Runs the model; all arrays crossing this interface are numpy except the engine's memory
     and state tensors."""
@@ -133,12 +126,6 @@ class Engine(Protocol):
 
     def narrow(self, tensor: Tensor, axis: int, start: int, end: int) -> Tensor:
         """Positions start..end of `axis`."""
-
-    def put(self, target: Tensor, rows: Tensor, index: np.ndarray, slots: np.ndarray) -> None:
-        """Rows `index` of `rows` over rows `slots` of `target` (distinct), in place: every
-        axis after the rows' cut or padded to `target`'s (what lies beyond a row's own extent
-        is masked, so only the positions both have count). `rows` may be `target` itself,
-        its rows read before any is written."""
 
 
 class Inference(ABC):

@@ -54,7 +54,7 @@ from service.graphs import (
     check_inputs,
     interface_for,
 )
-from service.inference import EncoderOutput, Tensors, put_rows, shape_of
+from service.inference import EncoderOutput, Tensors, shape_of
 from service.repository import ModelVersion
 from service.search import Candidates, SearchRequest, host_search
 
@@ -188,8 +188,6 @@ class OnnxEngine:
                 op: {d: session(model.op(op, d)) for d in dtypes}
                 for op in ("gather", "join", "narrow")
             }
-            floats = {self.float_dtype.name, "float32"}  # a state may be float32 in any variant
-            self.ops["put"] = {d: session(model.op("put", d)) for d in floats}
         if self.device_search:
             self.search_ops = {
                 op: session(model.op(op, self.float_dtype.name)) for op in ("search", "sample")
@@ -531,20 +529,6 @@ class OnnxEngine:
         feeds = {"a": a, "b": b, "a_pads": a_pads, "b_pads": b_pads}
         return self._run(self._op("join", a), feeds)[0]
 
-    def put(self, target, rows, index: np.ndarray, slots: np.ndarray) -> None:
-        """Rows `index` of `rows` over rows `slots` of `target`, in place, where `target`
-        lives (the put graph, its output bound to `target` itself: one run whatever the
-        slots). See `Engine.put`."""
-        index, slots = np.asarray(index, dtype=np.int64), np.asarray(slots, dtype=np.int64)
-        if isinstance(target, np.ndarray):
-            put_rows(target, rows, index, slots)
-            return
-        if len(slots) == 0:
-            return
-        feeds = {"data": target, "rows": rows, **put_feeds(shape_of(target), shape_of(rows),
-                                                            index, slots)}  # fmt: skip
-        self._run(self.ops["put"][ORT_TYPES[target.data_type()]], feeds, into={"output": "data"})
-
     def narrow(self, tensor, axis: int, start: int, end: int):
         """Positions start..end of `axis`."""
         if isinstance(tensor, np.ndarray):
@@ -573,23 +557,6 @@ def join_pads(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[np.ndarray, np.nd
         return np.concatenate([np.zeros(len(shape), np.int64), ends])
 
     return pads(a), pads(b)
-
-
-def put_feeds(target: tuple[int, ...], rows: tuple[int, ...], index: np.ndarray,
-              slots: np.ndarray) -> dict[str, np.ndarray]:  # fmt: skip
-    """The put graph's inputs but its tensors, for rows `index` of a tensor of shape `rows`
-    into rows `slots` of one of shape `target`: every axis after the rows' cut to the
-    target's (Slice from 0 to `ends`) and right-padded to it (`pads`, ONNX Pad's layout)."""
-    kept = [min(h, t) for h, t in zip(rows[1:], target[1:], strict=True)]
-    pads = np.zeros(2 * len(target), dtype=np.int64)
-    pads[len(target) + 1 :] = np.subtract(target[1:], kept)
-    return {
-        "index": np.asarray(index, dtype=np.int64),
-        "slots": np.asarray(slots, dtype=np.int64).reshape(-1, 1),
-        "starts": np.zeros(len(target), dtype=np.int64),
-        "ends": np.array([len(index), *kept], dtype=np.int64),
-        "pads": pads,
-    }
 
 
 def banned_bias(banned, vocab: int) -> np.ndarray:

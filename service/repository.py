@@ -26,9 +26,8 @@ from service.errors import ModelRepositoryError
 # 2: interface, special tokens, limits, preprocessor; 3: ops of any rank; 4: search ops;
 # 5: lean steps (the step less its attention, the search folded in) and their one-row form;
 # 6: the steps with their cache written in place (in_place_*); 7: the join op's pads are
-# inputs (the host computes them: no shape arithmetic in the graph, no Memcpy on CUDA);
-# 8: the put op (rows written into slots in place, one run a tensor)
-FORMAT_VERSION = 8
+# inputs (the host computes them: no shape arithmetic in the graph, no Memcpy on CUDA)
+FORMAT_VERSION = 7
 MANIFEST = "manifest.json"
 GOLDEN = "golden.json"
 TOKENIZER = "tokenizer.model"

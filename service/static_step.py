@@ -322,11 +322,10 @@ class StaticBatches:
     longest source; the batch's longest memory padded up to one), so that every run of a
     bucket has the same shapes at the same addresses: on CUDA each (bucket, step, k) is
     captured once as a CUDA graph (onnxruntime's `gpu_graph_id`) and replayed with one
-    launch. Rows are written into a bucket's slots by the engine's put graph (its output
-    bound to the buffer it writes), and moved between buckets by the version's gather graph
-    writing straight into the slots' memory (its output bound to the slots' address), on
-    the device where the buffers live; nothing is ever reallocated, so a graph stays valid
-    as long as the engine. On the CPU the same code runs uncaptured."""
+    launch. Rows are written into a bucket's slots, and moved between buckets, by the
+    version's gather graph writing straight into the slots' memory (its output bound to the
+    slot's address), on the device where the buffers live; nothing is ever reallocated, so
+    a graph stays valid as long as the engine. On the CPU the same code runs uncaptured."""
 
     def __init__(self, engine, memory: int, capture: bool):
         self.engine, self.memory, self.capture = engine, memory, capture
