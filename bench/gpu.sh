@@ -66,7 +66,7 @@ case "$phase" in
     # GPU, the choice printed) at 1 and 256 clients (the 30-token sentence with it), the
     # scheduler's host work a step (greedy jobs, beam 4 jobs, and both), the Memcpy
     # nodes of every graph, and one worker kept full at 256 rows in process (fp16, static and
-    # growing: jobs/s and onnxruntime runs a step, joins written in place by the put graph).
+    # growing: jobs/s, and onnxruntime runs and their time a step by graph).
     mkdir -p "$out"
     # GQA alone against numpy: onnxruntime's default kernels, then without flash attention's
     # decoding path (the one a shared buffer and one new token take), then without flash
