@@ -2,7 +2,7 @@
 
     python -m bench.gpu --out DIR [--quick] [--repository VERSION_DIR] [--device cuda|cpu]
         [--load | --no-load] [--no-engine] [--workdir DIR] [--checkpoint DIR]
-        [--beam-max-batch N] [--engine-seconds S] [--server-variant V] [--server-rows N]
+        [--beam-max-batch N] [--engine-seconds S] [--export-sentences N] [--server-variant V] [--server-rows N]
         [--server-fronts N] [--server-cache in_place|growing|static] [--clients 1,256]
         [--level-seconds S]
 
@@ -19,8 +19,8 @@ and a one-thread fp32 matmul; fp16 takes the fp32 rate).
 Model repository. --repository (a version exported from --checkpoint), or --checkpoint (the
 shipped translator by default) exported with fp32 and fp16 graphs by `export.commands.export`,
 the function of `attnserve export`, with its parity certificate and golden set: over 200
-sentences of every test part, the export's minimum, or 8 of each in --quick (the minimum
-lowered for that call: a smoke test, not a certificate). With --workdir the export lies there
+sentences of every test part, the export's minimum, or 8 of each in --quick or as many as
+--export-sentences says (the minimum lowered for that call: a smoke test, not a certificate). With --workdir the export lies there
 and a later run with the same --workdir reuses it, as it reports the sections it does not run
 again (so the export, the engine level and the service level can run as separate commands).
 
@@ -1395,6 +1395,12 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
         "workdir reuses the export and reports the sections it does not run again",
     )
     parser.add_argument("--beam-max-batch", type=int, help="beam 4 up to this batch")
+    parser.add_argument(
+        "--export-sentences",
+        type=int,
+        help="certify the export over this many sentences a test part (fewer than 200: a "
+        "smoke test, not a certificate)",
+    )
     parser.add_argument("--engine-seconds", type=float, help="time box of the engine level")
     parser.add_argument("--server-variant", choices=("fp32", "fp16", "int8"))
     parser.add_argument("--server-rows", type=int, help="the server's --max-batch-rows")
@@ -1420,6 +1426,8 @@ def _plan(args) -> Plan:
         plan = replace(plan, beam_max_batch=args.beam_max_batch)
     if args.engine_seconds is not None:
         plan = replace(plan, engine_seconds=args.engine_seconds)
+    if args.export_sentences is not None:
+        plan = replace(plan, export_sentences=args.export_sentences)
     if args.clients:
         plan = replace(plan, clients=tuple(int(c) for c in args.clients.split(",")))
     if args.level_seconds is not None:

@@ -12,6 +12,8 @@
 #   bash bench/gpu.sh inplace   # after export: gpu tests, then the served batch, cache in place, growing and static with CUDA graphs (fp16): ~6 min
 #   bash bench/gpu.sh scaling   # after export: the CPU server, 1 and 16 workers, 1 and 4 fronts (bench.scaling): ~5 min
 #   bash bench/gpu.sh pending   # what no GPU run has measured yet, in one command: ~8 min (below)
+#   bash bench/gpu.sh goals-engine  # the goals table, first half: quick export + engine level: ~5 min
+#   bash bench/gpu.sh goals-serve   # then its second half: the CUDA and CPU servers: ~4 min
 #
 # Carry: .gpu/tools, attnserve/v1 (generated gRPC code), data/translator/test.es and
 # data/translator/test.en (ignored files). The phases share /tmp/attnserve-gpu (the export,
@@ -101,5 +103,30 @@ case "$phase" in
       timeout 20 python3 -m bench.profile_scheduler --device cuda --repository "$version" \
         --variant fp16 --cache "$cache" --seconds 5 --top 12 || true
     done ;;
-  *) echo "usage: bench/gpu.sh export|engine|load|fronts|all|static|inplace|scaling|pending" >&2; exit 2 ;;
+  goals-engine)  # Every goal of the issue on one machine, in two commands sized for a lent
+    # machine's 15 minutes: first the machine, a quick export (parity over 8 sentences a part:
+    # the export's own certificate is `bash bench/gpu.sh export`) and the engine level at
+    # batches 1 to 1,024 (fp32, fp16, fp16 in place, PyTorch eager; greedy, then beam 4 as the
+    # time box allows)
+    mkdir -p "$out"
+    timeout 420 python3 -m bench.gpu --device cuda --workdir "$work" --out "$out" \
+      --graphs "$graphs" --export-sentences 8 --engine --no-load --engine-seconds 180 || true ;;
+  goals-serve)  # then, on the same warm machine: the CUDA server as set up by default (its
+    # device check, cache and fronts printed) at 1 to 1,024 clients and the 30-token sentence;
+    # the CPU server (16 workers, the default fronts) at 256 clients; one CPU worker's
+    # in-process rate (fp32, 64 rows, one thread: the CPU scaling goal's "one worker"); one
+    # CUDA worker's in-process rate (fp16, the static step, 256 rows)
+    mkdir -p "$out"
+    timeout 200 python3 -m bench.gpu --device cuda --workdir "$work" --out "$out" \
+      --graphs "$graphs" --no-engine --load --clients 1,16,64,256,1024 --level-seconds 8 || true
+    grep -h "steps with cache\|fronts\|variant" "$work/server/server.log" | head -20 || true
+    OUT_CPU="$out/cpu-server"; mkdir -p "$OUT_CPU"
+    timeout 150 python3 -m bench.gpu --device cpu --workdir "$work" --out "$OUT_CPU" \
+      --graphs "$graphs" --quick --no-engine --load --clients 64,256 --level-seconds 10 || true
+    timeout 30 python3 -m bench.profile_scheduler --device cpu --repository "$work/repository/translator/1" \
+      --variant fp32 --rows 64 --seconds 10 2>&1 | tee "$out/cpu-worker.log" || true
+    timeout 30 python3 -m bench.profile_scheduler --device cuda \
+      --repository "$work/repository/translator/1" --variant fp16 --cache static --seconds 8 \
+      2>&1 | tee "$out/cuda-worker.log" || true ;;
+  *) echo "usage: bench/gpu.sh export|engine|load|fronts|all|static|inplace|scaling|pending|goals-engine|goals-serve" >&2; exit 2 ;;
 esac
