@@ -2,7 +2,8 @@
 
     python -m bench.gpu --out DIR [--quick] [--repository VERSION_DIR] [--device cuda|cpu]
         [--load | --no-load] [--no-engine] [--workdir DIR] [--checkpoint DIR]
-        [--beam-max-batch N] [--engine-seconds S] [--export-sentences N] [--server-variant V] [--server-rows N]
+        [--beam-max-batch N] [--engine-seconds S] [--export-sentences N]
+        [--server-variant V] [--server-rows N]
         [--server-fronts N] [--server-cache in_place|growing|static] [--clients 1,256]
         [--level-seconds S]
 
@@ -20,9 +21,10 @@ Model repository. --repository (a version exported from --checkpoint), or --chec
 shipped translator by default) exported with fp32 and fp16 graphs by `export.commands.export`,
 the function of `attnserve export`, with its parity certificate and golden set: over 200
 sentences of every test part, the export's minimum, or 8 of each in --quick or as many as
---export-sentences says (the minimum lowered for that call: a smoke test, not a certificate). With --workdir the export lies there
-and a later run with the same --workdir reuses it, as it reports the sections it does not run
-again (so the export, the engine level and the service level can run as separate commands).
+--export-sentences says (the minimum lowered for that call: a smoke test, not a
+certificate). With --workdir the export lies there and a later run with the same --workdir
+reuses it, as it reports the sections it does not run again (so the export, the engine level
+and the service level can run as separate commands).
 
 Engine level. Every engine runs in a spawned process of its own and decodes through the
 server's loop: `service.decoding.decode` over `CachedInference(engine, engine.encode(...))`,
