@@ -71,7 +71,7 @@ def serve(args: argparse.Namespace) -> int:
 
 
 def _choices(config) -> list[str]:
-    """The device, the front processes, how the cache is carried, and the variant of each
+    """The device, the front and worker processes, how the cache is carried, and the variant of each
     model version in the repository, with why: what the server logs at start-up (its
     manifests are read here, not verified)."""
     from service.config import choice_lines
@@ -89,7 +89,8 @@ def _choices(config) -> list[str]:
         variants[key] = config.variant_choice(device, manifest)
     if not variants and not problems:
         problems.append(f"no model version under {config.repository}: no variant chosen")
-    return choice_lines(device, why, variants, config.cache, config.front_choice()) + problems
+    fronts, workers = config.front_choice(), config.worker_choice(device)
+    return choice_lines(device, why, variants, config.cache, fronts, workers) + problems
 
 
 def _toml(value) -> str:

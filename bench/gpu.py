@@ -4,7 +4,8 @@
         [--load | --no-load] [--no-engine] [--workdir DIR] [--checkpoint DIR]
         [--beam-max-batch N] [--engine-seconds S] [--export-sentences N]
         [--server-variant V] [--server-rows N]
-        [--server-fronts N] [--server-cache in_place|growing|static] [--clients 1,256]
+        [--server-fronts N] [--server-workers N] [--server-cache in_place|growing|static]
+        [--clients 1,256]
         [--level-seconds S]
 
 Writes DIR/benchmarks-gpu.json and DIR/benchmarks-gpu.md (bench/gpu.sh runs it on the GPU
@@ -52,18 +53,18 @@ round of the previous case of its beam, scaled by the batch) no longer fits is r
 run; beam 4 at batch 1,024 runs only when it fits.
 
 Service level (--load; default on, off in --quick). `attnserve serve` started by
-bench.load.Server on the device (cuda: fp16, one worker, 1,024 batch rows; cpu: fp32, the
-server's default workers and rows), warmed up at the most clients, then closed loops of unary
-Translate calls (test sentences, max_length 128, natural ends) at 1, 16, 64, 256 and 1,024
-clients (quick: 1 and 4; --clients names others) for a fixed time each (--level-seconds),
-the clients spread over client processes (one asyncio loop and CHANNELS connections each; one
-process per 64 clients, at most a quarter of the CPUs; --server-fronts N serves with N front
-processes, --server-cache with that key/value cache, e.g. static): requests/s and
-tokens/s (answers within the level's time over it), p50/p99 latency,
-CPU seconds of the front, the workers and the clients. Then the end-to-end latency of one
-sentence whose translation reaches 30 tokens (sent with max_length 30), one client, one call
-at a time. A server that cannot start (e.g. grpcio-health-checking missing) is recorded as
-"not run: <reason>".
+bench.load.Server on the device (cuda: fp16, the server's default workers, 1,024 batch rows;
+cpu: fp32, the server's default workers and rows; --server-workers N: N workers), warmed up
+at the most clients, then closed loops of unary Translate calls (test sentences, max_length
+128, natural ends) at 1, 16, 64, 256 and 1,024 clients (quick: 1 and 4; --clients names
+others) for a fixed time each (--level-seconds), the clients spread over client processes
+(one asyncio loop and CHANNELS connections each; one process per 64 clients, at most a
+quarter of the CPUs; --server-fronts N serves with N front processes, --server-cache with
+that key/value cache, e.g. static): requests/s and tokens/s (answers within the level's time
+over it), p50/p99 latency, CPU seconds of the front, the workers and the clients. Then the
+end-to-end latency of one sentence whose translation reaches 30 tokens (sent with max_length
+30), one client, one call at a time. A server that cannot start (e.g. grpcio-health-checking
+missing) is recorded as "not run: <reason>".
 
 Goals: each met, missed, or not measured, with the measured figure.
 """
@@ -930,8 +931,8 @@ class LoadBench:
         self.texts, self.workdir = texts, workdir
         cores = os.cpu_count() or 2
         self.max_processes = max(1, cores // 4)
-        if args.device == "cuda":
-            self.flags = {"variant": "auto", "workers": "1", "max-batch-rows": "1024"}
+        if args.device == "cuda":  # the server's own choice of workers (a few per GPU)
+            self.flags = {"variant": "auto", "max-batch-rows": "1024"}
         else:
             self.flags = {"variant": "fp32", "workers": "0", "max-batch-rows": "64"}
         if args.server_variant:
@@ -940,6 +941,8 @@ class LoadBench:
             self.flags["max-batch-rows"] = str(args.server_rows)
         if args.server_fronts:
             self.flags["fronts"] = str(args.server_fronts)
+        if args.server_workers:
+            self.flags["workers"] = str(args.server_workers)
         if args.server_cache:
             self.flags["cache"] = args.server_cache
         self.flags["device"] = args.device
@@ -976,8 +979,9 @@ class LoadBench:
                 failure = f"failed: {type(error).__name__}: {error}"[:3000]
                 return {"status": failure, "flags": self.flags, "startup_s": startup}
             fronts = 1 + len(server.state.get("fronts", []))  # the default: by the cores
+            workers = len(server.state.get("workers", []))
             return result | {"status": "run", "flags": self.flags, "startup_s": startup,
-                             "fronts": fronts}  # fmt: skip
+                             "fronts": fronts, "workers": workers}  # fmt: skip
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
             code = server.stop()
@@ -1330,7 +1334,8 @@ def _load_markdown(part: dict | None) -> list[str]:
     s, flags = part["settings"], part["flags"]
     lines += [
         f"`attnserve serve` with {' '.join(f'--{k} {v}' for k, v in flags.items())}, "
-        f"{part.get('fronts', 1)} front process(es) (serving after {part['startup_s']:.1f} "
+        f"{part.get('fronts', 1)} front process(es), {part.get('workers', '?')} worker(s) "
+        f"(serving after {part['startup_s']:.1f} "
         f"s). {s['requests']}, max_length "
         f"{s['max_length']}; {s['client']}. {s['level_seconds']:g} s per level after a "
         f"{s['warmup_seconds']:g} s warm-up. CPU: seconds over the level.",
@@ -1407,6 +1412,7 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--server-variant", choices=("fp32", "fp16", "int8"))
     parser.add_argument("--server-rows", type=int, help="the server's --max-batch-rows")
     parser.add_argument("--server-fronts", type=int, help="the server's --fronts")
+    parser.add_argument("--server-workers", type=int, help="the server's --workers")
     parser.add_argument("--server-cache", choices=("in_place", "growing", "static"))
     parser.add_argument("--clients", help="the service level's client counts, e.g. 1,256")
     parser.add_argument("--level-seconds", type=float, help="each service level's duration")

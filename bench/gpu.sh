@@ -14,6 +14,7 @@
 #   bash bench/gpu.sh pending   # what no GPU run has measured yet, in one command: ~8 min (below)
 #   bash bench/gpu.sh goals-engine  # the goals table, first half: quick export + engine level: ~5 min
 #   bash bench/gpu.sh goals-serve   # then its second half: the CUDA and CPU servers: ~4 min
+#   bash bench/gpu.sh workers   # quick export, the CUDA server with 1, 2 and its default workers: ~5 min
 #
 # Carry: .gpu/tools, attnserve/v1 (generated gRPC code), data/translator/test.es and
 # data/translator/test.en (ignored files). The phases share /tmp/attnserve-gpu (the export,
@@ -128,5 +129,21 @@ case "$phase" in
     timeout 30 python3 -m bench.profile_scheduler --device cuda \
       --repository "$work/repository/translator/1" --variant fp16 --cache static --seconds 8 \
       2>&1 | tee "$out/cuda-worker.log" || true ;;
-  *) echo "usage: bench/gpu.sh export|engine|load|fronts|all|static|inplace|scaling|pending|goals-engine|goals-serve" >&2; exit 2 ;;
+  workers)  # the CUDA server with 1 and 2 workers sharing the GPU at 256 and 1,024 clients,
+    # then with its default (a few per GPU, printed) at 1 to 1,024 clients and the 30-token
+    # sentence; a quick export first where the workdir has none
+    mkdir -p "$out"
+    timeout 150 python3 -m bench.gpu --device cuda --workdir "$work" --out "$out" \
+      --graphs "$graphs" --export-sentences 8 --no-engine --no-load > /dev/null || true
+    for workers in 1 2; do
+      OUT_W="$out/workers-$workers"; mkdir -p "$OUT_W"
+      timeout 100 python3 -m bench.gpu --device cuda --workdir "$work" --out "$OUT_W" \
+        --graphs "$graphs" --no-engine --load --server-workers "$workers" --clients 256,1024 \
+        --level-seconds 10 | sed -n '/^## Service level/,/^## Goals/p' || true
+    done
+    timeout 150 python3 -m bench.gpu --device cuda --workdir "$work" --out "$out" \
+      --graphs "$graphs" --no-engine --load --clients 1,16,64,256,1024 --level-seconds 8 \
+      | sed -n '/^## Service level/,$p' || true
+    grep -h "workers\|fronts\|steps with cache" "$work/server/server.log" | head -20 || true ;;
+  *) echo "usage: bench/gpu.sh export|engine|load|fronts|all|static|inplace|scaling|pending|goals-engine|goals-serve|workers" >&2; exit 2 ;;
 esac

@@ -3,7 +3,7 @@ of single-sentence greedy jobs (as a server at many clients), under cProfile.
 
     python -m bench.profile_scheduler [--device cpu|cuda] [--repository VERSION_DIR]
         [--variant fp32] [--cache in_place|growing|static] [--io-binding]
-        [--rows 256] [--seconds 20] [--top 30]
+        [--rows 256] [--seconds 20] [--max-length 128] [--top 30]
 
 Prints the share of the wall time spent inside onnxruntime's runs, how many runs a step takes
 by graph (the step, the encoder and the helper graphs of admissions and rebuilds: on a GPU
@@ -44,6 +44,13 @@ def main(argv=None) -> int:
     parser.add_argument("--io-binding", action="store_true")
     parser.add_argument("--rows", type=int, default=256)
     parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument(
+        "--max-length",
+        type=int,
+        default=128,
+        help="a job's most tokens (a small one makes an untrained model's jobs end, and "
+        "rows join, as often as a trained model's)",
+    )
     parser.add_argument("--top", type=int, default=0, help="then profile: the N costliest")
     args = parser.parse_args(argv)
     version = verify(args.repository)
@@ -53,7 +60,7 @@ def main(argv=None) -> int:
         args.sources.read_text(encoding="utf-8").splitlines()[:2000]
     )
     scheduler = Scheduler(engine, max_rows=args.rows)
-    options = DecodingOptions(max_length=128)
+    options = DecodingOptions(max_length=args.max_length)
     submitted = done = 0
 
     def submit() -> None:

@@ -28,6 +28,10 @@ VARIANTS = ("fp32", "int8", "fp16")
 MAX_RECEIVE_BYTES, MAX_SEND_BYTES = 32 * 1024 * 1024, 64 * 1024 * 1024
 # `fronts = 0`: a front per this many cores, at most this many fronts (the most measured)
 CORES_PER_FRONT, MAX_AUTO_FRONTS = 4, 4
+# `workers = 0` on cuda: workers per GPU, one per this many of the GPU's share of the cores,
+# at most this many. A CUDA worker's decoding loop keeps one core busy while its GPU waits
+# for most of each step (docs/benchmarks-gpu.md), so several workers share each GPU.
+CORES_PER_GPU_WORKER, MAX_WORKERS_PER_GPU = 4, 4
 GPU_PREFERENCE: tuple[tuple[str, str], ...] = (("fp16", "built"),)
 
 
@@ -37,7 +41,9 @@ class ServerConfig:
     metrics_listen: str = "0.0.0.0:9400"  # Prometheus /metrics; port 0 lets the OS choose
     repository: Path = DEFAULT_REPOSITORY  # <model>/<version>/manifest.json ...
     device: str = "auto"  # cuda when onnxruntime has CUDA, else cpu; or cpu, cuda
-    workers: int = 0  # 0: one per usable CPU core (usable_cores), or one per GPU on cuda
+    # worker processes; 0: one per usable CPU core (usable_cores) on cpu, on cuda a few per
+    # GPU (worker_choice)
+    workers: int = 0
     # gRPC front processes on one port (SO_REUSEPORT), every one reaching every worker
     # (service.fronts): one front answers about a thousand calls a second at most.
     # 0: one per CORES_PER_FRONT CPU cores, at most MAX_AUTO_FRONTS (front_choice)
@@ -198,12 +204,24 @@ class ServerConfig:
         )
 
     def worker_count(self, device: str) -> int:
-        """Workers: as configured, else one per GPU on cuda, one per usable CPU core on cpu."""
+        return self.worker_choice(device)[0]
+
+    def worker_choice(self, device: str) -> tuple[int, str]:
+        """(worker processes, why): as configured; else on cpu one per usable CPU core; on
+        cuda, on every GPU one per CORES_PER_GPU_WORKER of its share of the cores, at least
+        one and at most MAX_WORKERS_PER_GPU."""
         if self.workers:
-            return self.workers
-        if device == "cuda":
-            return max(1, gpu_count())
-        return usable_cores()
+            return self.workers, "set by the configuration"
+        cores = usable_cores()
+        if device != "cuda":
+            return cores, f"one per usable CPU core ({cores})"
+        gpus = max(1, gpu_count())
+        each = min(MAX_WORKERS_PER_GPU, max(1, cores // gpus // CORES_PER_GPU_WORKER))
+        return gpus * each, (
+            f"{each} per GPU on {gpus} GPU(s): one per {CORES_PER_GPU_WORKER} of the {cores} "
+            f"CPU cores, at most {MAX_WORKERS_PER_GPU} a GPU (a CUDA worker's decoding loop "
+            "keeps a core busy while its GPU is mostly idle, docs/benchmarks-gpu.md)"
+        )
 
 
 def usable_cores() -> int:
@@ -330,13 +348,16 @@ def choice_lines(
     variants: dict[str, tuple[str, str]],
     cache: str = "auto",
     fronts: tuple[int, str] | None = None,
+    workers: tuple[int, str] | None = None,
 ) -> list[str]:
-    """What `serve --print-config` prints and the server logs: the device, the front
-    processes, how the cache is carried, and each model version's variant (keyed
+    """What `serve --print-config` prints and the server logs: the device, the front and
+    worker processes, how the cache is carried, and each model version's variant (keyed
     "name/version"), with why."""
     lines = [f"device {device}: {device_reason}"]
     if fronts is not None:
         lines.append(f"fronts {fronts[0]}: {fronts[1]}")
+    if workers is not None:
+        lines.append(f"workers {workers[0]}: {workers[1]}")
     lines.append(cache_line(cache, device))
     return lines + [f"variant {v} for {key}: {why}" for key, (v, why) in variants.items()]
 

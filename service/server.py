@@ -467,7 +467,8 @@ async def serve(
         fronts = config.front_choice()
         config = dataclasses.replace(config, fronts=fronts[0])  # what every front is told
         choices = {m.key: config.variant_choice(device, m.version.manifest) for m in served}
-        for line in choice_lines(device, why, choices, config.cache, fronts):
+        workers = config.worker_choice(device)
+        for line in choice_lines(device, why, choices, config.cache, fronts, workers):
             log.info("%s", line)
         variants = {key: variant for key, (variant, _) in choices.items()}
         settings, sockets = worker_sockets(

@@ -129,6 +129,24 @@ def test_visible_gpus_counts_cuda_visible_devices_then_nvidia_smi(monkeypatch, t
     assert config_module.gpu_count() == 2
 
 
+@pytest.mark.parametrize(
+    ("cores", "gpus", "workers"),
+    [(2, 1, 1), (4, 1, 1), (8, 1, 2), (16, 1, 4), (64, 1, 4), (16, 2, 4), (64, 2, 8), (4, 8, 8)],
+)
+def test_cuda_workers_share_each_gpu_by_the_cores(monkeypatch, cores, gpus, workers):
+    """A CUDA worker's loop keeps a core busy while its GPU mostly waits: by default a few
+    workers share each GPU, one per 4 of its share of the cores, 1 to 4 a GPU; pool.py
+    spreads them over the GPUs in turn."""
+    monkeypatch.setattr(config_module, "cpu_quota", lambda: None)
+    monkeypatch.setattr("os.sched_getaffinity", lambda _: set(range(cores)))
+    monkeypatch.setattr(config_module, "visible_gpus", lambda: (gpus, "nvidia-smi"))
+    count, why = ServerConfig().worker_choice("cuda")
+    assert count == workers and f"{workers // gpus} per GPU on {gpus} GPU(s)" in why
+    assert ServerConfig().worker_count("cuda") == workers
+    assert ServerConfig(workers=3).worker_choice("cuda") == (3, "set by the configuration")
+    assert ServerConfig().worker_choice("cpu") == (cores, f"one per usable CPU core ({cores})")
+
+
 def _repository(root, **versions: dict):
     for key, manifest in versions.items():
         name, version = key.split("_")
@@ -165,12 +183,15 @@ def test_print_config_names_the_device_and_each_variant_with_why(capsys, monkeyp
     assert chosen == [
         "# device cuda: onnxruntime has CUDAExecutionProvider and nvidia-smi lists 1 GPU",
         "# fronts 4: " + ServerConfig().front_choice()[1],
+        "# workers 4: 4 per GPU on 1 GPU(s): one per 4 of the 16 CPU cores, at most 4 a GPU "
+        "(a CUDA worker's decoding loop keeps a core busy while its GPU is mostly idle, "
+        "docs/benchmarks-gpu.md)",
         "# " + cache_line("auto", "cuda"),
         "# variant fp32 for captioner/1: no fp16 graphs in this version",
         "# variant fp16 for translator/1: certified fp16 graphs built op by op, the fastest on "
         "CUDA as measured (docs/benchmarks-gpu.md)",
     ]
-    assert "static step replayed as CUDA graphs" in chosen[2] and "else growing" in chosen[2]
+    assert "static step replayed as CUDA graphs" in chosen[3] and "else growing" in chosen[3]
 
     code, lines, chosen = _print_config(
         capsys, monkeypatch, "--repository", str(root), "--device", "cpu", "--variant", "int8",
@@ -180,6 +201,7 @@ def test_print_config_names_the_device_and_each_variant_with_why(capsys, monkeyp
     assert chosen == [
         "# device cpu: set by the configuration",
         "# fronts 2: set by the configuration",
+        "# workers 16: one per usable CPU core (16)",
         "# cache auto on cpu: written in place where a version ships that step, else growing",
         "# variant int8 for captioner/1: set by the configuration",
         "# variant int8 for translator/1: set by the configuration",
@@ -199,7 +221,8 @@ def test_print_config_on_this_machine(capsys, monkeypatch, tmp_path):
     assert chosen[0].startswith("# device cpu: onnxruntime has no CUDAExecutionProvider")
     cores = usable_cores()
     assert chosen[1].startswith(f"# fronts {min(4, max(1, cores // 4))}: one per 4 of the {cores} ")
-    assert chosen[2:] == [
+    assert chosen[2] == f"# workers {cores}: one per usable CPU core ({cores})"
+    assert chosen[3:] == [
         "# cache auto on cpu: written in place where a version ships that step, else growing",
         "# variant fp32 for translator/1: the CPU default (int8 only when asked)",
     ]
@@ -207,7 +230,7 @@ def test_print_config_on_this_machine(capsys, monkeypatch, tmp_path):
 
     code, lines, chosen = _print_config(capsys, monkeypatch, "--repository", str(tmp_path / "no"))
     assert (
-        code == 0 and chosen[3] == f"# no model version under {tmp_path / 'no'}: no variant chosen"
+        code == 0 and chosen[4] == f"# no model version under {tmp_path / 'no'}: no variant chosen"
     )
 
 
