@@ -931,7 +931,7 @@ class LoadBench:
         self.texts, self.workdir = texts, workdir
         cores = os.cpu_count() or 2
         self.max_processes = max(1, cores // 4)
-        if args.device == "cuda":  # the server's own choice of workers (a few per GPU)
+        if args.device == "cuda":  # the server's own choice of workers (one per GPU)
             self.flags = {"variant": "auto", "max-batch-rows": "1024"}
         else:
             self.flags = {"variant": "fp32", "workers": "0", "max-batch-rows": "64"}

@@ -14,7 +14,7 @@
 #   bash bench/gpu.sh pending   # what no GPU run has measured yet, in one command: ~8 min (below)
 #   bash bench/gpu.sh goals-engine  # the goals table, first half: quick export + engine level: ~5 min
 #   bash bench/gpu.sh goals-serve   # then its second half: the CUDA and CPU servers: ~4 min
-#   bash bench/gpu.sh workers   # quick export, the CUDA server with 1, 2 and its default workers: ~5 min
+#   bash bench/gpu.sh workers   # quick export, the CUDA server with 1, 2 and its default workers: ~4 min
 #
 # Carry: .gpu/tools, attnserve/v1 (generated gRPC code), data/translator/test.es and
 # data/translator/test.en (ignored files). The phases share /tmp/attnserve-gpu (the export,
@@ -130,7 +130,7 @@ case "$phase" in
       --repository "$work/repository/translator/1" --variant fp16 --cache static --seconds 8 \
       2>&1 | tee "$out/cuda-worker.log" || true ;;
   workers)  # the CUDA server with 1 and 2 workers sharing the GPU at 256 and 1,024 clients,
-    # then with its default (a few per GPU, printed) at 1 to 1,024 clients and the 30-token
+    # then with its default (printed with why) at 1 to 1,024 clients and the 30-token
     # sentence; a quick export first where the workdir has none
     mkdir -p "$out"
     timeout 150 python3 -m bench.gpu --device cuda --workdir "$work" --out "$out" \

@@ -28,10 +28,6 @@ VARIANTS = ("fp32", "int8", "fp16")
 MAX_RECEIVE_BYTES, MAX_SEND_BYTES = 32 * 1024 * 1024, 64 * 1024 * 1024
 # `fronts = 0`: a front per this many cores, at most this many fronts (the most measured)
 CORES_PER_FRONT, MAX_AUTO_FRONTS = 4, 4
-# `workers = 0` on cuda: workers per GPU, one per this many of the GPU's share of the cores,
-# at most this many. A CUDA worker's decoding loop keeps one core busy while its GPU waits
-# for most of each step (docs/benchmarks-gpu.md), so several workers share each GPU.
-CORES_PER_GPU_WORKER, MAX_WORKERS_PER_GPU = 4, 4
 GPU_PREFERENCE: tuple[tuple[str, str], ...] = (("fp16", "built"),)
 
 
@@ -41,9 +37,7 @@ class ServerConfig:
     metrics_listen: str = "0.0.0.0:9400"  # Prometheus /metrics; port 0 lets the OS choose
     repository: Path = DEFAULT_REPOSITORY  # <model>/<version>/manifest.json ...
     device: str = "auto"  # cuda when onnxruntime has CUDA, else cpu; or cpu, cuda
-    # worker processes; 0: one per usable CPU core (usable_cores) on cpu, on cuda a few per
-    # GPU (worker_choice)
-    workers: int = 0
+    workers: int = 0  # 0: one per usable CPU core (usable_cores), or one per GPU on cuda
     # gRPC front processes on one port (SO_REUSEPORT), every one reaching every worker
     # (service.fronts): one front answers about a thousand calls a second at most.
     # 0: one per CORES_PER_FRONT CPU cores, at most MAX_AUTO_FRONTS (front_choice)
@@ -207,20 +201,18 @@ class ServerConfig:
         return self.worker_choice(device)[0]
 
     def worker_choice(self, device: str) -> tuple[int, str]:
-        """(worker processes, why): as configured; else on cpu one per usable CPU core; on
-        cuda, on every GPU one per CORES_PER_GPU_WORKER of its share of the cores, at least
-        one and at most MAX_WORKERS_PER_GPU."""
+        """(worker processes, why): as configured; else one per usable CPU core on cpu, one
+        per GPU on cuda."""
         if self.workers:
             return self.workers, "set by the configuration"
-        cores = usable_cores()
         if device != "cuda":
+            cores = usable_cores()
             return cores, f"one per usable CPU core ({cores})"
         gpus = max(1, gpu_count())
-        each = min(MAX_WORKERS_PER_GPU, max(1, cores // gpus // CORES_PER_GPU_WORKER))
-        return gpus * each, (
-            f"{each} per GPU on {gpus} GPU(s): one per {CORES_PER_GPU_WORKER} of the {cores} "
-            f"CPU cores, at most {MAX_WORKERS_PER_GPU} a GPU (a CUDA worker's decoding loop "
-            "keeps a core busy while its GPU is mostly idle, docs/benchmarks-gpu.md)"
+        return gpus, (
+            f"one per GPU ({gpus}): a CUDA worker's loop keeps one CPU core busy while its GPU "
+            "mostly waits, yet workers sharing an H100 served fewer calls than one (0.73x with "
+            "2, 0.53x with 4 at 256 clients; docs/benchmarks-gpu.md)"
         )
 
 
