@@ -48,8 +48,9 @@ def main(argv=None) -> int:
         "--max-length",
         type=int,
         default=128,
-        help="a job's most tokens (a small one makes an untrained model's jobs end, and "
-        "rows join, as often as a trained model's)",
+        help="a job's most tokens: each job's between half of it and it, in turn (a small one "
+        "makes an untrained model's jobs end, and rows join, as often and as scattered as a "
+        "trained model's)",
     )
     parser.add_argument("--top", type=int, default=0, help="then profile: the N costliest")
     args = parser.parse_args(argv)
@@ -60,13 +61,15 @@ def main(argv=None) -> int:
         args.sources.read_text(encoding="utf-8").splitlines()[:2000]
     )
     scheduler = Scheduler(engine, max_rows=args.rows)
-    options = DecodingOptions(max_length=args.max_length)
+    shortest = max(1, args.max_length // 2)
+    options = [DecodingOptions(max_length=n) for n in range(shortest, args.max_length + 1)]
     submitted = done = 0
 
     def submit() -> None:
         nonlocal submitted
         src, mask = source_batch([ids[submitted % len(ids)]], 512)
-        scheduler.submit(Job(submitted, {"src_ids": src, "src_mask": mask}, options))
+        chosen = options[submitted * 7 % len(options)]  # lengths in a scattered order
+        scheduler.submit(Job(submitted, {"src_ids": src, "src_mask": mask}, chosen))
         submitted += 1
 
     def run() -> None:
