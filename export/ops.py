@@ -8,6 +8,11 @@ They move cache rows on the device where the cache lives, so on a GPU it never l
   requests joining a running batch;
 - `narrow_<dtype>`: positions `start` to `end` of one axis: dropping cache columns that every
   row masks, or memory positions no row uses, once the requests that needed them have left.
+- `place_<float dtype>`: `gather` and a right-padding of every axis after it, of each of a
+  model's memory tensors in one run (as many inputs as the model has memory tensors): the
+  static step writes a request's memory into its slots with it, one run a run of slots where
+  a gather a tensor took as many runs as the model has memory tensors (each run of a graph
+  costs the host a launch and a synchronisation on a GPU).
 
 Every op takes tensors of any rank, so they serve any state the model's interface declares.
 
@@ -50,6 +55,25 @@ def gather_graph(dtype: int) -> onnx.ModelProto:
     output = helper.make_tensor_value_info("output", dtype, None)
     node = helper.make_node("Gather", ["data", "indices"], ["output"], axis=0)
     return _model("gather", [node], [data, indices], [output])
+
+
+def place_graph(dtype: int, count: int) -> onnx.ModelProto:
+    """output_i = data_i[indices] along axis 0, then right-padded with zeros by pads_i (rank
+    begins, then rank ends, as ONNX Pad reads them; from the host, as `join`'s), for i below
+    `count`; any ranks, any sizes."""
+    inputs = [helper.make_tensor_value_info("indices", TensorProto.INT64, ["rows"])]
+    outputs, nodes = [], []
+    for i in range(count):
+        inputs += [
+            helper.make_tensor_value_info(f"data_{i}", dtype, None),
+            helper.make_tensor_value_info(f"pads_{i}", TensorProto.INT64, [f"pads_{i}"]),
+        ]
+        outputs.append(helper.make_tensor_value_info(f"output_{i}", dtype, None))
+        nodes += [
+            helper.make_node("Gather", [f"data_{i}", "indices"], [f"rows_{i}"], axis=0),
+            helper.make_node("Pad", [f"rows_{i}", f"pads_{i}"], [f"output_{i}"]),
+        ]
+    return _model("place", nodes, inputs, outputs)
 
 
 def join_graph(dtype: int) -> onnx.ModelProto:
@@ -160,12 +184,16 @@ OPS = {
 FLOAT_ONLY = ("search", "sample")  # they read logits
 
 
-def write_ops(directory: Path) -> dict[str, dict[str, str]]:
-    """Writes the helper graphs; returns {op: {dtype: relative path}} for the manifest."""
+def write_ops(directory: Path, memory_tensors: int = 0) -> dict[str, dict[str, str]]:
+    """Writes the helper graphs, `place` for a model of `memory_tensors` memory tensors (none
+    for 0); returns {op: {dtype: relative path}} for the manifest."""
+    builds = dict(OPS)
+    if memory_tensors:
+        builds["place"] = lambda dtype: place_graph(dtype, memory_tensors)
     paths: dict[str, dict[str, str]] = {}
-    for op, build in OPS.items():
+    for op, build in builds.items():
         for name, dtype in DTYPES.items():
-            if op in FLOAT_ONLY and dtype == TensorProto.INT64:
+            if op in (*FLOAT_ONLY, "place") and dtype == TensorProto.INT64:
                 continue
             path = directory / "ops" / f"{op}_{name}.onnx"
             path.parent.mkdir(parents=True, exist_ok=True)

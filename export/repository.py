@@ -118,7 +118,7 @@ def write_version(
             fp16 = export_model(half, directory / "fp16", torch.float16)
         graphs["fp16"] = {k: str(p.relative_to(directory)) for k, p in fp16.items()}
     shutil.copyfile(tokenizer_file, directory / TOKENIZER)
-    ops = write_ops(directory)
+    ops = write_ops(directory, len(interface_of(model).memory_tensors))
     manifest = {
         "model": {
             "name": name,

@@ -64,6 +64,12 @@ def _trim(mask: np.ndarray, leading: bool) -> int:
     return mask.shape[1] - (int(used[-1]) + 1 if len(used) else 0)
 
 
+def _every_row(encoder: EncoderOutput, index: np.ndarray) -> bool:
+    """Whether `index` is every row of `encoder` in order (a greedy admission's)."""
+    count = shape_of(encoder.memory_mask)[0]
+    return len(index) == count and bool(np.array_equal(index, np.arange(count)))
+
+
 def _extent(mask: np.ndarray) -> int:
     """Columns of `mask` (rows, L) up to the last any row uses."""
     return mask.shape[1] - _trim(mask, leading=False)
@@ -137,7 +143,10 @@ class ContinuousBatch(Inference):
     def join(self, encoder: EncoderOutput, sources: np.ndarray) -> None:
         """Adds rows decoding `sources` (rows of `encoder`), after the existing rows."""
         sources = np.asarray(sources, dtype=np.int64)
-        rows = encoder.rows(self.engine.take, sources)
+        if self.static is not None and _every_row(encoder, sources):
+            rows = encoder  # copied into the slots' buffers: nothing to gather first
+        else:
+            rows = encoder.rows(self.engine.take, sources)
         new = (rows.memory, np.asarray(rows.memory_mask), self.engine.initial_state(rows,
                len(sources)), self._next_input + sources)  # fmt: skip
         self._next_input += int(sources.max()) + 1
@@ -171,11 +180,11 @@ class ContinuousBatch(Inference):
         is masked instead; an empty one is nothing to write), by the static engine where
         it holds the buffers."""
         static, extent = self.static, _extent(memory_mask)
-        for name, tensor in memory.items():
-            if static is None:
+        if static is not None:  # padded or cut to the bucket's memory size
+            static.place_memory(memory, self.memory, slots)
+        else:
+            for name, tensor in memory.items():
                 _write_rows(self.memory[name], slots, tensor)
-            else:  # padded or cut to the bucket's memory size
-                static.place(name, tensor, self.memory[name], slots)
         for name, tensor in state.items():
             if 0 in shape_of(tensor):
                 continue
@@ -187,8 +196,7 @@ class ContinuousBatch(Inference):
         self.memory_mask[slots] = 0
         self.memory_mask[slots, :extent] = memory_mask[:, :extent]
         if static is not None:
-            static.move(self.memory_mask[slots], np.arange(len(slots)),
-                        self.bucket.memory_mask, slots)  # fmt: skip
+            static.write_mask(self.bucket, self.memory_mask)
         self.self_mask[slots] = 0
         self.lengths[slots], self.inputs[slots], self.idle[slots] = 0, inputs, 0
         self._set_alive(np.concatenate([self.alive, slots]))
@@ -275,17 +283,15 @@ class ContinuousBatch(Inference):
         mask = np.zeros((slots, memory), dtype=np.int64)
         mask[:, 0] = 1  # a free slot attends to one memory position
         if old is not None and len(live):
-            for name, tensor in old.memory.items():
-                static.move_memory(name, tensor, live, target.memory[name], places)
+            static.move_memories(old.memory, live, target.memory, places)
             if not same:
-                for name, tensor in old.state.items():
-                    static.move(tensor, live, target.state[name], places)
+                static.move_states(old.state, live, target.state, places)
             kept = min(memory, old.memory_size)
             mask[places] = 0
             mask[places, :kept] = self.memory_mask[live, :kept]
-            static.move(mask[places], np.arange(len(live)), target.memory_mask, places)
         self.bucket, self.memory, self.state = target, target.memory, target.state
         self.memory_mask = mask
+        static.write_mask(target, mask)
         self.rebuilds += 1
         if same:
             return
@@ -413,25 +419,23 @@ class ContinuousBatch(Inference):
         where the input differs (beams of one input share theirs). A static engine copies
         whole rows within its buffers, where they live."""
         length, static = int(self.lengths[origins].max(initial=0)), self.static
-
-        def copy(tensor, o: np.ndarray, t: np.ndarray, part: tuple = ()) -> None:
-            if static is None:
-                tensor[(t, *part)] = tensor[(o, *part)]
-            else:
-                static.move(tensor, o, tensor, t)
-
-        for name, tensor in self.state.items():
-            # host buffers: only the positions the rows have written
-            part = written(self.buffers[name], length)[1:] if name in self.buffers else ()
-            copy(tensor, origins, targets, part)
         other = self.inputs[origins] != self.inputs[targets]
+        o, t = origins[other], targets[other]
+        if static is not None:  # every state (memory) tensor in one run a run of slots
+            static.move_states(self.state, origins, self.state, targets)
+            if other.any():
+                static.move_memories(self.memory, o, self.memory, t)
+        else:
+            for name, tensor in self.state.items():
+                # host buffers: only the positions the rows have written
+                part = written(self.buffers[name], length)[1:] if name in self.buffers else ()
+                tensor[(targets, *part)] = tensor[(origins, *part)]
+            for tensor in self.memory.values() if other.any() else ():
+                tensor[t] = tensor[o]
         if other.any():
-            o, t = origins[other], targets[other]
-            for tensor in self.memory.values():
-                copy(tensor, o, t)
             self.memory_mask[t] = self.memory_mask[o]
             if static is not None:
-                static.move(self.memory_mask[t], np.arange(len(t)), self.bucket.memory_mask, t)
+                static.write_mask(self.bucket, self.memory_mask)
         self.self_mask[targets] = self.self_mask[origins]
         self.lengths[targets] = self.lengths[origins]
         self.inputs[targets] = self.inputs[origins]

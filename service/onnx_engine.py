@@ -199,7 +199,21 @@ class OnnxEngine:
             memory = int(model.manifest.get("limits", {}).get("max_source_tokens", 0)) or int(
                 model.config["max_length"]
             )
-            self.static = StaticBatches(self, memory, capture)
+            self.static = StaticBatches(self, memory, capture, self._place_op(model, session))
+
+    def _place_op(self, model: ModelVersion, session):
+        """The version's `place` op (every memory tensor's rows into slots in one run), where
+        it ships one; None where not (rows are then placed a tensor at a time)."""
+        dtype = self.float_dtype.name
+        if not model.has_op("place", dtype):
+            return None
+        place = session(model.op("place", dtype))
+        if len(place.get_outputs()) != len(self.memory_names):
+            raise ModelRepositoryError(
+                f"{model.directory}: its {dtype} place op writes {len(place.get_outputs())} "
+                f"tensors, the model has {len(self.memory_names)} memory tensors"
+            )
+        return place
 
     def _session_factory(self, threads: int, capture: bool = False):
         options, providers = session_options(threads), PROVIDERS[self.device]

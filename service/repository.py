@@ -26,7 +26,9 @@ from service.errors import ModelRepositoryError
 # 2: interface, special tokens, limits, preprocessor; 3: ops of any rank; 4: search ops;
 # 5: lean steps (the step less its attention, the search folded in) and their one-row form;
 # 6: the steps with their cache written in place (in_place_*); 7: the join op's pads are
-# inputs (the host computes them: no shape arithmetic in the graph, no Memcpy on CUDA)
+# inputs (the host computes them: no shape arithmetic in the graph, no Memcpy on CUDA). A
+# version of 7 may also ship the `place` op (the static step then places a request's memory
+# tensors in one run a run of slots); without it they are placed a tensor at a time.
 FORMAT_VERSION = 7
 MANIFEST = "manifest.json"
 GOLDEN = "golden.json"
@@ -80,6 +82,9 @@ class ModelVersion:
 
     def has_graph(self, variant: str, name: str) -> bool:
         return name in self.manifest["graphs"].get(variant, {})
+
+    def has_op(self, name: str, dtype: str) -> bool:
+        return dtype in self.manifest.get("ops", {}).get(name, {})
 
     def op(self, name: str, dtype: str) -> Path:
         """A helper graph (see export.ops), e.g. op("gather", "float32")."""

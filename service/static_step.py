@@ -327,8 +327,11 @@ class StaticBatches:
     slot's address), on the device where the buffers live; nothing is ever reallocated, so
     a graph stays valid as long as the engine. On the CPU the same code runs uncaptured."""
 
-    def __init__(self, engine, memory: int, capture: bool):
+    def __init__(self, engine, memory: int, capture: bool, place=None):
+        """`place`: the version's place op session (every memory tensor in one run), or
+        None."""
         self.engine, self.memory, self.capture = engine, memory, capture
+        self.place_op = place
         inputs = {i.name: i for i in engine.decoder.get_inputs()}
         first = engine.states[0]
         capacity = inputs[first.input].shape[first.time_axis]
@@ -422,6 +425,81 @@ class StaticBatches:
         if shape[axis] > size:
             rows = self.engine.narrow(rows, axis, 0, size)
         self.move(self.fit(rows, target), np.arange(shape[0]), target, slots)
+
+    def write_mask(self, bucket: Bucket, mask: np.ndarray) -> None:
+        """The bucket's memory mask written whole from `mask`, the batch's copy on the host:
+        one copy to the device, where moving the rows that changed took a gather a run of
+        slots."""
+        if mask.shape != tuple(bucket.memory_mask.shape()):
+            raise ValueError(f"a mask of {mask.shape} for a bucket of {bucket.memory_mask.shape()}")
+        bucket.memory_mask.update_inplace(np.ascontiguousarray(mask, dtype=np.int64))
+
+    # -- every tensor of a kind at once: the place op ------------------------------------------
+    def place_memory(self, rows: dict, targets: dict, slots: np.ndarray) -> None:
+        """`place` of every memory tensor: `rows` (by name, all of them) into `slots` of
+        `targets` (by name), each padded on every axis to its target's; by the place op where
+        it applies (`_placed`), else tensor by tensor."""
+        if not self._placed(rows, np.arange(len(slots)), targets, slots):
+            for name, tensor in rows.items():
+                self.place(name, tensor, targets[name], slots)
+
+    def move_memories(self, sources: dict, index: np.ndarray, targets: dict, slots) -> None:
+        """`move_memory` of every memory tensor: rows `index` of each of `sources` (by name)
+        into `slots` of `targets`; by the place op where it applies, else tensor by tensor."""
+        if not self._placed(sources, index, targets, slots):
+            for name, tensor in sources.items():
+                self.move_memory(name, tensor, index, targets[name], slots)
+
+    def move_states(self, sources: dict, index: np.ndarray, targets: dict, slots) -> None:
+        """`move` of every state tensor (of one shape a row in source and target): by the
+        place op where the model has as many memory tensors as states (a translator: keys
+        and values a layer of each), else tensor by tensor."""
+        if not self._placed(sources, index, targets, slots):
+            for name, tensor in sources.items():
+                self.move(tensor, index, targets[name], slots)
+
+    def _placed(self, sources: dict, index: np.ndarray, targets: dict, slots) -> bool:
+        """Rows `index` of every tensor of `sources` (by name; numpy or OrtValue), right-padded
+        to its target's row shape, written into `slots` of `targets` (by name, the same
+        names): one run of the version's place op a run of consecutive slots, its outputs
+        bound to the slots' memory (source and target may be one buffer when the slots read
+        and written differ). False, nothing done, where the version ships no place op, it
+        takes another number of tensors, or a row is longer than its target's."""
+        op = self.place_op
+        if op is None or len(sources) != len(op.get_outputs()) or set(sources) != set(targets):
+            return False
+        shapes = [(shape_of(sources[n]), targets[n].shape()) for n in sources]
+        for have, shape in shapes:
+            if len(have) != len(shape) or any(
+                h > t for h, t in zip(have[1:], shape[1:], strict=True)
+            ):
+                return False
+        index, slots = np.asarray(index, np.int64), np.asarray(slots, np.int64)
+        if len(slots) == 0:
+            return True
+        binding, device, kept = op.io_binding(), self.engine.device, []
+        outputs = []  # (output name, target, its shape, its dtype, bytes a row)
+        for i, (name, (have, shape)) in enumerate(zip(sources, shapes, strict=True)):
+            source, target = sources[name], targets[name]
+            if isinstance(source, np.ndarray):
+                kept.append(np.ascontiguousarray(source))
+                binding.bind_cpu_input(f"data_{i}", kept[-1])
+            else:
+                binding.bind_ortvalue_input(f"data_{i}", source)
+            ends = [0, *(t - h for t, h in zip(shape[1:], have[1:], strict=True))]
+            kept.append(np.array([0] * len(shape) + ends, dtype=np.int64))
+            binding.bind_cpu_input(f"pads_{i}", kept[-1])
+            dtype = np.dtype(ORT_TYPES[target.data_type()])
+            row = int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize
+            outputs.append((f"output_{i}", target, shape, dtype, row))
+        for start, end in _runs(slots):
+            kept.append(index[start:end].copy())
+            binding.bind_cpu_input("indices", kept[-1])
+            for name, target, shape, dtype, row in outputs:
+                address = target.data_ptr() + int(slots[start]) * row
+                binding.bind_output(name, device, 0, dtype, [end - start, *shape[1:]], address)
+            op.run_with_iobinding(binding)
+        return True
 
     # -- the step -----------------------------------------------------------------------------
     def _binding(self, bucket: Bucket, session: ort.InferenceSession, k: int | None):

@@ -8,7 +8,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto
 
-from export.ops import join_graph
+from export.ops import join_graph, place_graph
 from service.batching import concat_padded
 from service.onnx_engine import join_pads
 
@@ -63,3 +63,30 @@ def test_join_pads_pad_only_after_the_rows_axis():
     assert a_pads.dtype == b_pads.dtype == np.int64
     with pytest.raises(ValueError, match="one rank"):
         join_pads((2, 3), (2, 3, 4))
+
+
+@pytest.mark.parametrize(("dtype", "numpy"), [(TensorProto.FLOAT, np.float32),
+                                              (TensorProto.FLOAT16, np.float16)])  # fmt: skip
+def test_place_gathers_and_pads_every_tensor_as_numpy_does(dtype, numpy):
+    """The place op: rows `indices` of each data_i (any rank), right-padded by pads_i, in one
+    run (a request's memory tensors written into a static step's slots)."""
+    rng = np.random.default_rng(1)
+    shapes = [(5, 4, 6, 8), (5, 4, 6, 8), (5, 3)]  # ranks and sizes of their own
+    targets = [(4, 9, 8), (4, 6, 8), (7,)]  # each row's padded shape
+    session = ort.InferenceSession(
+        place_graph(dtype, len(shapes)).SerializeToString(), providers=["CPUExecutionProvider"]
+    )
+    data = [(rng.standard_normal(s) * 100).astype(numpy) for s in shapes]
+    indices = np.array([3, 0, 3], dtype=np.int64)  # any order, repeats
+    feeds = {"indices": indices}
+    for i, (tensor, target) in enumerate(zip(data, targets, strict=True)):
+        ends = [t - h for t, h in zip(target, tensor.shape[1:], strict=True)]
+        feeds |= {f"data_{i}": tensor, f"pads_{i}": np.array([0] * tensor.ndim + [0, *ends])}
+    outputs = session.run(None, feeds)
+    for tensor, target, output in zip(data, targets, outputs, strict=True):
+        expected = np.zeros((len(indices), *target), dtype=numpy)
+        expected[(slice(None), *(slice(0, n) for n in tensor.shape[1:]))] = tensor[indices]
+        assert output.dtype == numpy
+        np.testing.assert_array_equal(output, expected)
+    graph = place_graph(dtype, 2).graph
+    assert [n.op_type for n in graph.node] == ["Gather", "Pad"] * 2

@@ -244,3 +244,80 @@ def test_what_leaves_a_step_is_not_overwritten_by_the_next(tiny):
     for kept, now in zip(held, (logits, attention, candidates.ids, candidates.log_probs),
                          strict=True):  # fmt: skip
         np.testing.assert_array_equal(kept, now)
+
+
+def _counting(session, runs: list) -> None:
+    """Counts `session`'s runs with IO binding into `runs` (the session keeps running)."""
+    run = session.run_with_iobinding
+
+    def counted(binding, options=None):
+        runs.append(1)
+        return run(binding, options)
+
+    session.run_with_iobinding = counted
+
+
+def test_the_place_op_writes_every_memory_tensor_of_a_run_of_slots_at_once(tiny):
+    """Rows joining scattered free slots: one run of the version's place op a run of slots
+    writes all of a request's memory tensors (the gather graph took one a tensor), nothing is
+    gathered first when every row of the encoder's output joins in order (a greedy
+    admission), and the batch decodes exactly as one placing them a tensor at a time (a
+    version without the op)."""
+    _, version, sources = tiny
+    assert version.has_op("place", "float32") and version.has_op("place", "float16")
+
+    def decode(place: bool) -> tuple[list, list]:
+        static = OnnxEngine(version, "fp32", cache="static")
+        assert static.static.place_op is not None
+        if not place:
+            static.static.place_op = None
+        places, gathers, counts = [], [], []
+        if place:
+            _counting(static.static.place_op, places)
+        _counting(static.ops["gather"]["float32"], gathers)
+        _counting(static.ops["gather"]["int64"], gathers)  # the masks are copied whole
+        batch, out = ContinuousBatch(static), []
+        for joining, leaving in (([0, 1, 2, 3, 4, 5], None), ([0, 2, 4], [1, 3, 5])):
+            if leaving is not None:  # their slots are free: runs of one slot
+                batch.reorder(np.array(leaving))
+            places.clear(), gathers.clear()
+            batch.join(static.encode(*source_batch([sources[i] for i in joining], 512)),
+                       np.arange(len(joining)))  # fmt: skip
+            counts.append((len(places), len(gathers)))
+            logits, _ = batch.step(np.full((6, 1), 7))
+            out.append(logits.copy())
+        assert batch.slots == 8 and batch.rows == 6
+        return out, counts
+
+    with_op, counts = decode(place=True)
+    without, tensor_counts = decode(place=False)
+    memory = len(OnnxEngine(version, "fp32", cache="static").memory_names)
+    assert counts == [(1, 0), (3, 0)]  # a run of slots a run, every memory tensor in it
+    assert tensor_counts == [(0, memory), (0, 3 * memory)]
+    for a, b in zip(with_op, without, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_place_op_of_another_model_is_refused(tiny, tmp_path):
+    import json
+    import shutil
+
+    from export.ops import place_graph
+    from service.errors import ModelRepositoryError
+    from service.repository import sha256, verify
+
+    _, version, _ = tiny
+    copy = tmp_path / "tiny" / "1"
+    shutil.copytree(version.directory, copy)
+    onnx.save_model(
+        place_graph(onnx.TensorProto.FLOAT, 2), str(copy / "ops" / "place_float32.onnx")
+    )
+    manifest = json.loads((copy / "manifest.json").read_text())
+    assert manifest["ops"]["place"]["float32"] == "ops/place_float32.onnx"
+    manifest["files"]["ops/place_float32.onnx"] = sha256(copy / "ops" / "place_float32.onnx")
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ModelRepositoryError, match="writes 2 tensors, the model has"):
+        OnnxEngine(verify(copy), "fp32", cache="static")
+    del manifest["ops"]["place"]  # a version without one: a tensor at a time
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    assert OnnxEngine(verify(copy), "fp32", cache="static").static.place_op is None
