@@ -2,7 +2,7 @@
 of single-sentence greedy jobs (as a server at many clients), under cProfile.
 
     python -m bench.profile_scheduler [--device cpu|cuda] [--repository VERSION_DIR]
-        [--variant fp32] [--cache in_place|growing|static] [--io-binding]
+        [--variant fp32] [--cache in_place|growing|static] [--io-binding] [--no-place]
         [--rows 256] [--seconds 20] [--max-length 128] [--top 30]
 
 Prints the share of the wall time spent inside onnxruntime's runs, how many runs a step takes
@@ -42,6 +42,12 @@ def main(argv=None) -> int:
     parser.add_argument("--variant", default="fp32")
     parser.add_argument("--cache", choices=("in_place", "growing", "static"))
     parser.add_argument("--io-binding", action="store_true")
+    parser.add_argument(
+        "--no-place",
+        action="store_true",
+        help="the static step's rows placed a tensor at a time, as in a version without the "
+        "place op (its effect, side by side)",
+    )
     parser.add_argument("--rows", type=int, default=256)
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument(
@@ -57,6 +63,8 @@ def main(argv=None) -> int:
     version = verify(args.repository)
     engine = OnnxEngine(version, args.variant, args.device, cache=args.cache,
                         io_binding=True if args.io_binding else None)  # fmt: skip
+    if args.no_place and engine.static is not None:
+        engine.static.place_op = None
     ids = Tokenizer(version.tokenizer_file).encode_batch(
         args.sources.read_text(encoding="utf-8").splitlines()[:2000]
     )
@@ -89,7 +97,8 @@ def main(argv=None) -> int:
     done = submitted
     scheduler.events.clear()
     print(f"{engine.variant} {engine.device}, cache {engine.cache}, "
-          f"{'IO binding' if engine.io_binding else 'host arrays'}, {args.rows} rows")  # fmt: skip
+          f"{'IO binding' if engine.io_binding else 'host arrays'}, {args.rows} rows"
+          f"{', place op' if getattr(engine.static, 'place_op', None) else ''}")  # fmt: skip
     # timed without a profiler (cProfile misreads onnxruntime's calls on some Pythons):
     # every run and every host-to-device write, by graph
     spent: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
