@@ -1,5 +1,6 @@
 """Where a busy worker's time goes: one scheduler over one engine, kept full by a closed loop
-of single-sentence greedy jobs (as a server at many clients), under cProfile.
+of single-sentence greedy jobs (as a server at many clients), onnxruntime's runs timed by
+graph (and, with --top, the host's functions under cProfile).
 
     python -m bench.profile_scheduler [--device cpu|cuda] [--repository VERSION_DIR]
         [--variant fp32] [--cache in_place|growing|static] [--io-binding] [--no-place]

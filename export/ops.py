@@ -181,7 +181,7 @@ OPS = {
     "search": search_graph,
     "sample": sample_graph,
 }
-FLOAT_ONLY = ("search", "sample")  # they read logits
+FLOAT_ONLY = ("search", "sample", "place")  # they read logits, or a model's float memory
 
 
 def write_ops(directory: Path, memory_tensors: int = 0) -> dict[str, dict[str, str]]:
@@ -193,7 +193,7 @@ def write_ops(directory: Path, memory_tensors: int = 0) -> dict[str, dict[str, s
     paths: dict[str, dict[str, str]] = {}
     for op, build in builds.items():
         for name, dtype in DTYPES.items():
-            if op in (*FLOAT_ONLY, "place") and dtype == TensorProto.INT64:
+            if op in FLOAT_ONLY and dtype == TensorProto.INT64:
                 continue
             path = directory / "ops" / f"{op}_{name}.onnx"
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -143,8 +143,12 @@ class ContinuousBatch(Inference):
     def join(self, encoder: EncoderOutput, sources: np.ndarray) -> None:
         """Adds rows decoding `sources` (rows of `encoder`), after the existing rows."""
         sources = np.asarray(sources, dtype=np.int64)
-        if self.static is not None and _every_row(encoder, sources):
-            rows = encoder  # copied into the slots' buffers: nothing to gather first
+        if not self.engine.host_tensors and _every_row(encoder, sources):
+            # every row in order (a greedy admission): nothing to gather first. Device
+            # tensors are never written in place (the static step copies them into its
+            # slots, a growing batch joins them into new tensors); host arrays adopted by
+            # the batch are, so those are always taken (copied)
+            rows = encoder
         else:
             rows = encoder.rows(self.engine.take, sources)
         new = (rows.memory, np.asarray(rows.memory_mask), self.engine.initial_state(rows,

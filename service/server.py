@@ -464,10 +464,10 @@ async def serve(
     if role is None:
         keys = tuple((m.key, m.version) for m in served)
         device, why = config.device_choice()
-        fronts = config.front_choice()
-        config = dataclasses.replace(config, fronts=fronts[0])  # what every front is told
+        fronts, workers = config.front_choice(), config.worker_choice(device)
+        # what every front is told, and the count of the workers they share: chosen once
+        config = dataclasses.replace(config, fronts=fronts[0], workers=workers[0])
         choices = {m.key: config.variant_choice(device, m.version.manifest) for m in served}
-        workers = config.worker_choice(device)
         for line in choice_lines(device, why, choices, config.cache, fronts, workers):
             log.info("%s", line)
         variants = {key: variant for key, (variant, _) in choices.items()}

@@ -391,11 +391,7 @@ class StaticBatches:
         index, slots = np.asarray(index, np.int64), np.asarray(slots, np.int64)
         if len(slots) == 0:
             return
-        dtype = ORT_TYPES[target.data_type()]
-        session = self.engine.ops["gather"][dtype]
-        shape = target.shape()
-        row = int(np.prod(shape[1:], dtype=np.int64)) * np.dtype(dtype).itemsize
-        device = self.engine.device
+        session = self.engine.ops["gather"][ORT_TYPES[target.data_type()]]
         for start, end in _runs(slots):
             binding = session.io_binding()
             if isinstance(source, np.ndarray):
@@ -403,10 +399,15 @@ class StaticBatches:
             else:
                 binding.bind_ortvalue_input("data", source)
             binding.bind_cpu_input("indices", index[start:end].copy())
-            address = target.data_ptr() + int(slots[start]) * row
-            binding.bind_output("output", device, 0, np.dtype(dtype), [end - start, *shape[1:]],
-                                address)  # fmt: skip
+            self._bind_slots(binding, "output", target, int(slots[start]), end - start)
             session.run_with_iobinding(binding)
+
+    def _bind_slots(self, binding, name: str, target: ort.OrtValue, slot: int, count: int):
+        """Binds output `name` to `count` rows of `target` from row `slot` on, in place."""
+        shape, dtype = target.shape(), np.dtype(ORT_TYPES[target.data_type()])
+        row = int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize
+        binding.bind_output(name, self.engine.device, 0, dtype, [count, *shape[1:]],
+                            target.data_ptr() + slot * row)  # fmt: skip
 
     def move_memory(self, name: str, source, index: np.ndarray, target, slots: np.ndarray):
         """`move` for the memory tensor `name` between buckets of two memory sizes: rows
@@ -477,10 +478,9 @@ class StaticBatches:
         index, slots = np.asarray(index, np.int64), np.asarray(slots, np.int64)
         if len(slots) == 0:
             return True
-        binding, device, kept = op.io_binding(), self.engine.device, []
-        outputs = []  # (output name, target, its shape, its dtype, bytes a row)
+        binding, kept = op.io_binding(), []  # kept: host arrays bound, alive until run
         for i, (name, (have, shape)) in enumerate(zip(sources, shapes, strict=True)):
-            source, target = sources[name], targets[name]
+            source = sources[name]
             if isinstance(source, np.ndarray):
                 kept.append(np.ascontiguousarray(source))
                 binding.bind_cpu_input(f"data_{i}", kept[-1])
@@ -489,15 +489,12 @@ class StaticBatches:
             ends = [0, *(t - h for t, h in zip(shape[1:], have[1:], strict=True))]
             kept.append(np.array([0] * len(shape) + ends, dtype=np.int64))
             binding.bind_cpu_input(f"pads_{i}", kept[-1])
-            dtype = np.dtype(ORT_TYPES[target.data_type()])
-            row = int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize
-            outputs.append((f"output_{i}", target, shape, dtype, row))
         for start, end in _runs(slots):
             kept.append(index[start:end].copy())
             binding.bind_cpu_input("indices", kept[-1])
-            for name, target, shape, dtype, row in outputs:
-                address = target.data_ptr() + int(slots[start]) * row
-                binding.bind_output(name, device, 0, dtype, [end - start, *shape[1:]], address)
+            for i, name in enumerate(sources):
+                self._bind_slots(binding, f"output_{i}", targets[name], int(slots[start]),
+                                 end - start)  # fmt: skip
             op.run_with_iobinding(binding)
         return True
 

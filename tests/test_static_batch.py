@@ -321,3 +321,33 @@ def test_a_place_op_of_another_model_is_refused(tiny, tmp_path):
     del manifest["ops"]["place"]  # a version without one: a tensor at a time
     (copy / "manifest.json").write_text(json.dumps(manifest))
     assert OnnxEngine(verify(copy), "fp32", cache="static").static.place_op is None
+
+
+def test_a_greedy_admission_gathers_nothing_on_the_device_and_copies_host_arrays(tiny):
+    """Every row of an encoder's output joining in order is taken as it is where the batch
+    never writes it in place (device tensors), and copied where it does (host arrays, whose
+    free slots the next rows are written into)."""
+    _, version, sources = tiny
+    device = OnnxEngine(version, "fp32", cache="growing", io_binding=True)
+    gathers: list = []
+    _counting(device.ops["gather"]["float32"], gathers)
+    encoder = device.encode(*source_batch(sources[:3], 512))
+    batch = ContinuousBatch(device)
+    batch.join(encoder, np.arange(3))
+    assert gathers == [] and batch.memory["encoder.0.key"] is encoder.memory["encoder.0.key"]
+    taken, take = [], device.take
+
+    def counted(tensor, index):
+        taken.append(index)
+        return take(tensor, index)
+
+    device.take = counted
+    ContinuousBatch(device).join(encoder, np.array([2, 0]))  # other rows, or another order
+    assert len(taken) == len(device.memory_names) + 1  # its memory and its mask taken
+    host = OnnxEngine(version, "fp32", cache="in_place")
+    encoder = host.encode(*source_batch(sources[:3], 512))
+    batch = ContinuousBatch(host)
+    batch.join(encoder, np.arange(3))
+    kept = batch.memory["encoder.0.key"]
+    assert kept is not encoder.memory["encoder.0.key"]
+    np.testing.assert_array_equal(kept, encoder.memory["encoder.0.key"])
