@@ -33,10 +33,10 @@ from pathlib import Path
 from models.corpus import read_split
 from service.batching import source_batch
 from service.decoding import DecodingOptions
-from service.messages import Result
+from service.messages import Job, Result
 from service.onnx_engine import OnnxEngine
 from service.repository import verify
-from service.scheduler import Job, Scheduler
+from service.scheduler import Scheduler
 from service.tokenizer import Tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -222,9 +222,9 @@ def _scheduler_share(
     is the closed loop's (`_window`): from the first request to the last one submitted,
     counting the answers that ended inside it."""
     from service.batching import source_batch
-    from service.messages import Failure, Result
+    from service.messages import Failure, Job, Result
     from service.onnx_engine import OnnxEngine
-    from service.scheduler import Job, Scheduler
+    from service.scheduler import Scheduler
 
     os.environ.update(dict.fromkeys(machine.THREAD_VARIABLES, "1"))
     version = verify(Path(version_dir))

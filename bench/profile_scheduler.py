@@ -3,15 +3,20 @@ of single-sentence greedy jobs (as a server at many clients), onnxruntime's runs
 graph (and, with --top, the host's functions under cProfile).
 
     python -m bench.profile_scheduler [--device cpu|cuda] [--repository VERSION_DIR]
-        [--variant fp32] [--cache in_place|growing|static] [--io-binding] [--no-place]
-        [--rows 256] [--seconds 20] [--max-length 128] [--top 30]
+        [--random-model] [--variant fp32] [--cache in_place|growing|static] [--io-binding]
+        [--no-place] [--encoder-thread] [--admission-interval 1] [--rows 256] [--seconds 20]
+        [--max-length 128] [--top 30]
 
-Prints the share of the wall time spent inside onnxruntime's runs, how many runs a step takes
-by graph (the step, the encoder and the helper graphs of admissions and rebuilds: on a GPU
-each costs the host a launch and a synchronisation), and with `--top N` a second loop under
-cProfile with the N functions of most time of their own.
+Prints the host's time a step outside onnxruntime's runs on the scheduler's thread (`host:`),
+the share of the wall time inside those runs and how many runs a step takes by graph (the
+step, the encoder and the helper graphs of admissions and rebuilds: on a GPU each costs the
+host a launch and a synchronisation), the encoder thread's runs apart (`--encoder-thread`:
+they run beside the steps), and with `--top N` a second loop under cProfile with the N
+functions of most time of their own.
 `--io-binding` runs a CPU engine through the device path (tensors as OrtValues, rows moved by
-the helper graphs), as a GPU worker runs.
+the helper graphs), as a GPU worker runs. `--random-model` profiles a small random
+translator (the shipped tokenizer, the tiny preset: width 32, 2 layers each side) built into
+a temporary folder, so that onnxruntime's own time does not drown the host's at many rows.
 """
 
 from __future__ import annotations
@@ -21,15 +26,20 @@ import cProfile
 import io
 import pstats
 import sys
+import tempfile
+import threading
 import time
 from collections import defaultdict
 from pathlib import Path
 
+import numpy as np
+
 from service.batching import source_batch
 from service.decoding import DecodingOptions
+from service.messages import Failure, Job, Result
 from service.onnx_engine import OnnxEngine
 from service.repository import verify
-from service.scheduler import Job, Scheduler
+from service.scheduler import Scheduler
 from service.tokenizer import Tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,6 +59,15 @@ def main(argv=None) -> int:
         help="the static step's rows placed a tensor at a time, as in a version without the "
         "place op (its effect, side by side)",
     )
+    parser.add_argument(
+        "--random-model", action="store_true", help="a small random translator, not --repository"
+    )
+    parser.add_argument(
+        "--encoder-thread", action="store_true", help="admissions' encoder beside the steps"
+    )
+    parser.add_argument(
+        "--admission-interval", type=int, default=1, help="steps between admission rounds"
+    )
     parser.add_argument("--rows", type=int, default=256)
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument(
@@ -61,7 +80,37 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--top", type=int, default=0, help="then profile: the N costliest")
     args = parser.parse_args(argv)
-    version = verify(args.repository)
+    with tempfile.TemporaryDirectory() as folder:
+        repository = (
+            _random_translator(Path(folder), args.repository)
+            if args.random_model
+            else args.repository
+        )
+        return _profile(args, verify(repository))
+
+
+def _random_translator(folder: Path, shipped: Path) -> Path:
+    """A small random translator with the tokenizer of `shipped` (a version folder), its
+    fp32 graphs built op by op into `folder`; returns its version folder."""
+    from dataclasses import replace
+
+    import torch
+
+    from export.repository import write_version
+    from models.config import PRESETS
+    from models.transformer import Transformer
+
+    tokenizer_file = verify(shipped).tokenizer_file
+    tokenizer = Tokenizer(tokenizer_file)
+    config = replace(PRESETS["tiny"], vocab_size=tokenizer.vocab_size)
+    torch.manual_seed(0)
+    model = Transformer(config).eval()
+    directory = folder / "random" / "1"
+    write_version(model, tokenizer_file, directory, "random", "1", ("fp32",), method="built")
+    return directory
+
+
+def _profile(args, version) -> int:
     engine = OnnxEngine(version, args.variant, args.device, cache=args.cache,
                         io_binding=True if args.io_binding else None)  # fmt: skip
     if args.no_place and engine.static is not None:
@@ -69,7 +118,12 @@ def main(argv=None) -> int:
     ids = Tokenizer(version.tokenizer_file).encode_batch(
         args.sources.read_text(encoding="utf-8").splitlines()[:2000]
     )
-    scheduler = Scheduler(engine, max_rows=args.rows)
+    scheduler = Scheduler(
+        engine,
+        max_rows=args.rows,
+        encoder_thread=args.encoder_thread,
+        admission_interval=args.admission_interval,
+    )
     shortest = max(1, args.max_length // 2)
     options = [DecodingOptions(max_length=n) for n in range(shortest, args.max_length + 1)]
     submitted = done = 0
@@ -81,6 +135,8 @@ def main(argv=None) -> int:
         scheduler.submit(Job(submitted, {"src_ids": src, "src_mask": mask}, chosen))
         submitted += 1
 
+    first_token: list[float] = []  # seconds from submission to the first token, a job
+
     def run() -> None:
         nonlocal done
         end = time.monotonic() + args.seconds
@@ -88,7 +144,12 @@ def main(argv=None) -> int:
             while submitted - done < args.rows:
                 submit()
             scheduler.iterate()
-            done += sum(type(e).__name__ in ("Result", "Failure") for e in scheduler.events)
+            for event in scheduler.events:
+                if isinstance(event, Result | Failure):
+                    done += 1
+                if isinstance(event, Result):
+                    timings = event.timings
+                    first_token.append(timings.first_token_at - timings.queued_at)
             scheduler.events.clear()
 
     for _ in range(args.rows):  # warm-up
@@ -97,12 +158,15 @@ def main(argv=None) -> int:
         scheduler.iterate()
     done = submitted
     scheduler.events.clear()
-    print(f"{engine.variant} {engine.device}, cache {engine.cache}, "
-          f"{'IO binding' if engine.io_binding else 'host arrays'}, {args.rows} rows"
-          f"{', place op' if getattr(engine.static, 'place_op', None) else ''}")  # fmt: skip
+    first_token.clear()
+    threads = "the encoder beside the steps" if args.encoder_thread else "the encoder inline"
+    place = ", place op" if getattr(engine.static, "place_op", None) else ""
+    binding = "IO binding" if engine.io_binding else "host arrays"
+    print(f"{engine.variant} {engine.device}, cache {engine.cache}, {binding}, {args.rows} rows")
+    print(f"  {threads}{place}")
     # timed without a profiler (cProfile misreads onnxruntime's calls on some Pythons):
-    # every run and every host-to-device write, by graph
-    spent: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
+    # every run and every host-to-device write, by graph, the scheduler's thread apart
+    spent: dict[tuple[bool, str], list[float]] = defaultdict(lambda: [0, 0.0])
     originals = _time_onnxruntime(spent)
     steps, tokens = len(scheduler.stats.step_seconds), scheduler.stats.tokens
     start = time.perf_counter()
@@ -117,12 +181,24 @@ def main(argv=None) -> int:
     jobs = done - args.rows  # ended within the timed loop
     print(f"{jobs} jobs ({jobs / wall:.1f}/s), {steps} steps ({wall / steps * 1e3:.2f} ms "
           f"each), {tokens} tokens in {wall:.1f} s")  # fmt: skip
-    inside = sum(t for _, t in spent.values())
-    count = sum(c for c, _ in spent.values())
-    print(f"onnxruntime: {inside:.1f} s ({inside / wall:.0%} of the wall time), "
-          f"{count / steps:.1f} calls a step")  # fmt: skip
-    for name, (calls, seconds) in sorted(spent.items(), key=lambda kv: -kv[1][1]):
-        print(f"  {name}: {calls / steps:.2f} a step, {seconds / steps * 1e3:.3f} ms a step")
+    if first_token:
+        p50, p99 = np.percentile(first_token, [50, 99]) * 1e3
+        print(f"first token: p50 {p50:.1f} ms, p99 {p99:.1f} ms after submission")
+    for loop in (True, False):
+        mine = {name: v for (own, name), v in spent.items() if own == loop}
+        inside = sum(t for _, t in mine.values())
+        count = sum(c for c, _ in mine.values())
+        if not loop and not mine:
+            continue
+        if loop:
+            print(f"host: {(wall - inside) / steps * 1e3:.3f} ms a step outside onnxruntime")
+            print(f"onnxruntime: {inside:.1f} s ({inside / wall:.0%} of the wall time), "
+                  f"{count / steps:.1f} calls a step")  # fmt: skip
+        else:
+            print(f"encoder thread: {inside:.1f} s of runs beside the steps ({inside / wall:.0%} "
+                  f"of the wall time), {count / steps:.1f} calls a step")  # fmt: skip
+        for name, (calls, seconds) in sorted(mine.items(), key=lambda kv: -kv[1][1]):
+            print(f"  {name}: {calls / steps:.2f} a step, {seconds / steps * 1e3:.3f} ms a step")
     if args.top:  # where the host's time goes, in a second loop as long
         profile = cProfile.Profile()
         profile.runcall(run)
@@ -134,8 +210,10 @@ def main(argv=None) -> int:
 
 def _time_onnxruntime(spent: dict) -> list:
     """Wraps onnxruntime's runs and OrtValue.update_inplace to add (calls, seconds) into
-    `spent` by graph; returns what to restore."""
+    `spent` by (on the scheduler's thread, graph); returns what to restore."""
     import onnxruntime as ort
+
+    loop = threading.get_ident()
 
     def timed(original, label):
         def call(self, *args, **kwargs):
@@ -143,7 +221,7 @@ def _time_onnxruntime(spent: dict) -> list:
             try:
                 return original(self, *args, **kwargs)
             finally:
-                entry = spent[label(self)]
+                entry = spent[(threading.get_ident() == loop, label(self))]
                 entry[0] += 1
                 entry[1] += time.perf_counter() - begin
 

@@ -3,7 +3,7 @@
     python -m bench.scheduler_step [--jobs 256] [--beam 1] [--beam-jobs 0] [--steps 200]
         [--rounds 3]
 
-`Scheduler._step` over a batch whose search step returns random candidates at once, so what
+`Scheduler.iterate` over a batch whose search step returns random candidates at once, so what
 is timed is the per-job bookkeeping a busy GPU worker does around every decoder step (a row's
 token appended, its end checked, the kept rows' index built; with `--beam` above 1, each job
 a beam search: its rows' candidates ranked and its beams chosen; `--beam-jobs` puts a few
@@ -16,11 +16,14 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from types import SimpleNamespace
 
 import numpy as np
 
-from service.decoding import DecodingOptions, make_search
-from service.scheduler import Job, Scheduler, Stats
+from service.decoding import DecodingOptions
+from service.inference import EncoderOutput
+from service.messages import Job
+from service.scheduler import Scheduler
 from service.search import Candidates
 
 BEAM_JOB = 4  # the beam of --beam-jobs
@@ -30,15 +33,16 @@ class _InstantBatch:
     """A ContinuousBatch stand-in: candidates for every row, no model (a few sets made before
     the clock starts, taken in turn)."""
 
-    rows = 0
-
     def __init__(self, rows: int, k: int, seed: int = 0):
-        rng, self.sets, self.turn = np.random.default_rng(seed), [], 0
+        rng, self.sets, self.turn, self.rows = np.random.default_rng(seed), [], 0, 0
         for _ in range(8):  # distinct tokens a row, never </s>: every job runs on
             ids = 4 + np.argsort(rng.random((rows, 64)), axis=1)[:, :k] * 100
             ids += rng.integers(0, 100, size=(rows, 1))
             log_probs = -np.sort(rng.random((rows, k)), axis=1).astype(np.float32)
             self.sets.append(Candidates(ids, log_probs))
+
+    def join(self, encoder, sources) -> None:
+        self.rows += len(sources)
 
     def search_step(self, tokens, request):
         candidates = self.sets[self.turn % len(self.sets)]
@@ -47,25 +51,32 @@ class _InstantBatch:
         return candidates, None
 
     def reorder(self, index) -> None:
-        pass
+        self.rows = len(index)
+
+
+class _NoEngine:
+    """What the scheduler reads of an engine before its batch: special tokens, and an
+    encoder whose output is a mask alone."""
+
+    special_tokens = SimpleNamespace(bos=1, eos=2)
+
+    def encode(self, x: np.ndarray) -> EncoderOutput:
+        return EncoderOutput({}, np.ones((len(x), 1), dtype=np.int64))
 
 
 def per_step_seconds(jobs: int, steps: int, beam: int = 1, beam_jobs: int = 0) -> float:
     """`jobs` one-input jobs of beam `beam` (1: greedy), and `beam_jobs` more of beam 4."""
-    scheduler = Scheduler.__new__(Scheduler)  # the state _step reads, without an engine
     rows, width = jobs * beam + beam_jobs * BEAM_JOB, 2 * max(beam, BEAM_JOB if beam_jobs else 1)
-    scheduler.clock, scheduler.batch = time.monotonic, _InstantBatch(rows, width)
-    scheduler.events, scheduler.stats = [], Stats()
-    scheduler._times, scheduler._times_from, scheduler._steps = [], 0, 0
-    scheduler.running = []
+    scheduler = Scheduler(_NoEngine(), max_rows=rows, batch=_InstantBatch(rows, width))
     for i in range(jobs + beam_jobs):
         options = DecodingOptions(beam_size=beam if i < jobs else BEAM_JOB, max_length=10**9)
-        job = Job(i, {}, options)
-        job.search = make_search(1, options, 1, 2)
-        scheduler.running.append(job)
+        scheduler.submit(Job(i, {"x": np.zeros((1, 1), np.int64)}, options))
+    scheduler.iterate()  # every job admitted, and a first step
+    if scheduler.rows != rows:
+        raise RuntimeError(f"{scheduler.rows} rows admitted of {rows}")
     start = time.perf_counter()
     for _ in range(steps):
-        scheduler._step()
+        scheduler.iterate()
     return (time.perf_counter() - start) / steps
 
 

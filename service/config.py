@@ -28,6 +28,7 @@ VARIANTS = ("fp32", "int8", "fp16")
 MAX_RECEIVE_BYTES, MAX_SEND_BYTES = 32 * 1024 * 1024, 64 * 1024 * 1024
 # `fronts = 0`: a front per this many cores, at most this many fronts (the most measured)
 CORES_PER_FRONT, MAX_AUTO_FRONTS = 4, 4
+ENCODERS = ("auto", "thread", "inline")
 GPU_PREFERENCE: tuple[tuple[str, str], ...] = (("fp16", "built"),)
 
 
@@ -52,6 +53,10 @@ class ServerConfig:
     # each bucket's step a CUDA graph on cuda); a version without that step keeps its default
     cache: str = "auto"
     batching: str = "continuous"  # or "request" (collect, then decode to the end)
+    # where admissions' encoder runs: "thread" beside the steps (their rows join once it has
+    # run), "inline" before the step; "auto": a thread on cuda, where the worker's loop
+    # would otherwise leave the GPU idle, inline on the CPU, where each worker has a core
+    encoder: str = "auto"
     batch_window_ms: float = 5.0  # how long request-level batching collects
     max_batch_rows: int = 64  # hypotheses decoded together by one worker
     max_queued_requests: int = 256  # beyond: RESOURCE_EXHAUSTED
@@ -105,6 +110,8 @@ class ServerConfig:
             problems.append("cache static runs over bound buffers: io_binding cannot be false")
         if self.batching not in ("continuous", "request"):
             problems.append(f"batching must be continuous or request, got {self.batching!r}")
+        if self.encoder not in ENCODERS:
+            problems.append(f"encoder must be auto, thread or inline, got {self.encoder!r}")
         for name in ("workers", "max_input_tokens", "max_output_length", "max_versions"):
             if getattr(self, name) < 0:
                 problems.append(f"{name} must be 0 or more")

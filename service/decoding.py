@@ -37,6 +37,11 @@ class DecodingOptions:
     def sampling(self) -> bool:
         return self.temperature > 0
 
+    @property
+    def copies(self) -> int:
+        """Batch rows an input takes at its start: one per hypothesis searched."""
+        return self.num_hypotheses if self.sampling else self.beam_size
+
     def validate(self, max_length_limit: int) -> None:
         """Raises one InvalidArgument naming every bad field."""
         problems = self._sampling_problems()

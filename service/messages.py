@@ -1,8 +1,10 @@
 """What crosses between processes and out of the scheduler: small frozen dataclasses.
 
-Scheduler events (worker -> front, inside a `Report`): `Admitted`, `Partial`, `Result`,
-`Failure`. Worker control: `Submit`, `Cancel`, `Stop` (front -> worker); `Ready`, `Failed`,
-`Report` (worker -> front). Each is pickled over the worker's pipe.
+A `Job` is a request's decoding work as the front sends it (the scheduler keeps its own
+state of it apart: service.running). Scheduler events (worker -> front, inside a `Report`):
+`Admitted`, `Partial`, `Result`, `Failure`, with the scheduler's `Stats`. Worker control:
+`Submit`, `Cancel`, `Stop` (front -> worker); `Ready`, `Failed`, `Report` (worker -> front).
+Each is pickled over the worker's pipe.
 """
 
 from __future__ import annotations
@@ -10,9 +12,42 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 if TYPE_CHECKING:
-    from service.decoding import Hypothesis
-    from service.scheduler import Job, Stats
+    from service.decoding import DecodingOptions, Hypothesis
+
+
+@dataclass(frozen=True)
+class Job:
+    """One request's decoding work: the engine's encoder inputs for its inputs, and how."""
+
+    id: int
+    encoder_inputs: dict[str, np.ndarray]  # keyword arguments of Engine.encode, batch = inputs
+    options: DecodingOptions
+    stream: bool = False  # send the best hypothesis after every step
+    deadline: float | None = None  # time.monotonic() after which the job is dropped
+    keep_alignment: bool = False
+    keep_log_probs: bool = False
+
+    @property
+    def inputs(self) -> int:
+        return len(next(iter(self.encoder_inputs.values())))
+
+    @property
+    def rows(self) -> int:
+        """Batch rows the job takes at its start: one per hypothesis searched."""
+        return self.inputs * self.options.copies
+
+
+@dataclass
+class Stats:
+    """A scheduler's measurements since its last report, for the metrics."""
+
+    encoder_seconds: list[float] = field(default_factory=list)
+    step_seconds: list[float] = field(default_factory=list)
+    step_rows: list[int] = field(default_factory=list)
+    tokens: int = 0
 
 
 @dataclass(frozen=True)

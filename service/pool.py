@@ -35,6 +35,7 @@ from service.messages import (
     Event,
     Failed,
     Failure,
+    Job,
     Load,
     Loaded,
     NotLoaded,
@@ -47,7 +48,6 @@ from service.messages import (
     Unload,
 )
 from service.metrics import Metrics
-from service.scheduler import Job
 from service.worker import WorkerSettings, run_worker
 
 log = logging.getLogger("attnserve")
@@ -514,5 +514,6 @@ def worker_settings(config, models: tuple, device: str, variants: dict) -> list[
         max_rows=config.max_batch_rows,
         batching=config.batching,
         window=config.batch_window_ms / 1000,
+        encoder=config.encoder,
     )
     return [replace(base, index=i, gpu=i % gpus) for i in range(config.worker_count(device))]

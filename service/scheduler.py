@@ -1,10 +1,18 @@
 """Iteration-level scheduling of decode jobs over one engine.
 
 Between two decode steps the scheduler drops the rows of jobs whose client cancelled or whose
-deadline passed, admits waiting jobs (encoder run, then their rows join the running batch)
-while the batch has room, takes one step for every row, lets each job's search advance on
-its own rows, and sends finished jobs away at once. A short job never waits for a long one,
-and beam hypotheses are rows like any other.
+deadline passed, joins the rows of admitted jobs whose encoder has run, admits waiting jobs
+while the batch has room (their encoder runs inline, or beside the steps on the encoder
+thread), takes one step for every row, lets each job's search advance on its own rows, and
+sends finished jobs away at once. A short job never waits for a long one, and beam hypotheses
+are rows like any other.
+
+The running rows' state lives in arrays updated in place, in the batch's row order: the
+owner of each row (its request's index in the scheduler's tables) and the token it is fed
+next. One-row greedy jobs, most of a busy server's, are lanes of `GreedyRows` and advance
+together by a few numpy operations; Python runs per job only when a job is admitted, ends,
+streams, or searches with a `Search` (beams, samples, several inputs, alignment). So a
+step's host work grows with what changed, not with the rows.
 
 `batching="request"` is request-level batching instead, for comparison: jobs are collected
 for `window` seconds (or until the rows are full) and decoded to the end before the next
@@ -17,69 +25,39 @@ engine's encoder inputs by name, special tokens the engine's, memory and state t
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from concurrent.futures import Future
+from dataclasses import dataclass
 from itertools import pairwise
 
 import numpy as np
 
 from service.batch import ContinuousBatch
 from service.batching import concat_padded
-from service.decoding import DecodingOptions, Hypothesis, Search, make_search, rank_together
-from service.inference import Engine
-from service.messages import Admitted, Event, Failure, Partial, Result, Timings
-from service.search import SearchRequest
+from service.decoding import Hypothesis, make_search, rank_together
+from service.encoder_thread import EncoderThread
+from service.greedy_rows import GreedyRows
+from service.inference import EncoderOutput, Engine
+from service.messages import Admitted, Event, Failure, Job, Partial, Result, Stats, Timings
+from service.running import FinishReason, Request, RequestStatus
+from service.search import Candidates, SearchRequest
 
 BATCHING = ("continuous", "request")
 KEEP_TIMES = 4096  # every this many steps, the step times no running job needs are dropped
 
 
-def rows_needed(inputs: int, options: DecodingOptions) -> int:
-    """Batch rows a job takes at its start: one per hypothesis searched."""
-    copies = options.num_hypotheses if options.sampling else options.beam_size
-    return inputs * copies
-
-
 @dataclass
-class Job:
-    """One request's decoding work: the engine's encoder inputs for its inputs, and how."""
+class _Admission:
+    """An admission round: its requests (in encoder row order) and its encoder's run."""
 
-    id: int
-    encoder_inputs: dict[str, np.ndarray]  # keyword arguments of Engine.encode, batch = inputs
-    options: DecodingOptions
-    stream: bool = False  # send the best hypothesis after every step
-    deadline: float | None = None  # time.monotonic() after which the job is dropped
-    keep_alignment: bool = False
-    keep_log_probs: bool = False
-    # set by the scheduler
-    search: Search | None = field(default=None, repr=False)
-    memory: int = 0  # memory length of the job's own encoder output
-    queued_at: float = 0.0
-    admitted_at: float = 0.0
-    # the scheduler's step that gives the job its first token (the one after its admission);
-    # every running job takes a token at every step, so its token times are the steps'
-    first_step: int = 0
-    streamed: list[int] = field(default_factory=list)  # best tokens in the last partial event
-    cancelled: bool = False
-
-    @property
-    def inputs(self) -> int:
-        return len(next(iter(self.encoder_inputs.values())))
-
-    @property
-    def rows(self) -> int:
-        return rows_needed(self.inputs, self.options)
-
-
-@dataclass
-class Stats:
-    """Measurements since the last report, for the metrics."""
-
-    encoder_seconds: list[float] = field(default_factory=list)
-    step_seconds: list[float] = field(default_factory=list)
-    step_rows: list[int] = field(default_factory=list)
-    tokens: int = 0
+    requests: list[Request]
+    started: float
+    future: Future | None = None  # on the encoder thread
+    encoder: EncoderOutput | None = None  # inline: already run
+    seconds: float = 0.0
 
 
 class Scheduler:
@@ -90,16 +68,41 @@ class Scheduler:
         batching: str = "continuous",
         window: float = 0.005,
         clock=time.monotonic,
+        encoder_thread: bool = False,
+        admission_interval: int = 1,
+        batch: ContinuousBatch | None = None,
     ):
+        """`encoder_thread`: admissions' encoder runs beside the steps (service.encoder_thread)
+        and their rows join at the first step boundary after it; else inline, before the
+        step. `admission_interval`: while rows run, an admission round starts at most every
+        this many steps (gathering more jobs into one encoder run, at the cost of their wait).
+        `batch`: the engine's continuous batch by default."""
         if batching not in BATCHING:
             raise ValueError(f"batching must be one of {BATCHING}, got {batching!r}")
         self.engine, self.max_rows, self.batching, self.window = engine, max_rows, batching, window
         self.clock = clock
-        self.batch = ContinuousBatch(engine)
-        self.waiting: deque[Job] = deque()
-        self.running: list[Job] = []
+        self.batch = ContinuousBatch(engine) if batch is None else batch
+        self.waiting: deque[Request] = deque()
         self.events: list[Event] = []
         self.stats = Stats()
+        tokens = engine.special_tokens
+        self.bos, self.eos = tokens.bos, tokens.eos
+        # by owner index (a request holding rows: admitted, not yet ended)
+        self.owners: list[Request | None] = [None] * max_rows
+        self._free = list(range(max_rows - 1, -1, -1))
+        self.greedy = GreedyRows(max_rows, tokens.eos)
+        self.is_greedy = np.zeros(max_rows, dtype=bool)  # (owners,) a lane of `greedy`
+        # by batch row
+        self.row_owner = np.zeros(0, dtype=np.int64)  # (rows,)
+        self.next_tokens = np.zeros(0, dtype=np.int64)  # (rows,) what each row is fed next
+        self._searching = self._aligning = self._sampling = self._streaming = 0
+        self._requests: dict[int, Request] = {}  # by job id, until it ends
+        self._cancelled: list[Request] = []
+        self._deadlines: list[tuple[float, int, Request]] = []  # a heap
+        self._order = itertools.count()
+        self._admission: _Admission | None = None
+        self.admission_interval, self._admitted_at_step = admission_interval, -admission_interval
+        self._encoder = EncoderThread(engine) if encoder_thread else None
         # when each step ended, from the first step of the oldest running job on (the jobs'
         # token times): step `n` at _times[n - _times_from]; _steps: the steps taken so far
         self._times: list[float] = []
@@ -107,31 +110,52 @@ class Scheduler:
 
     # -- what the worker calls ------------------------------------------------------------
     def submit(self, job: Job) -> None:
-        job.queued_at = self.clock()
+        request = Request(job, self.clock())
         if job.rows > self.max_rows:  # the front checks this too; never admit what cannot fit
-            self._fail(
-                job, "InvalidArgument", f"needs {job.rows} batch rows, at most {self.max_rows}"
-            )
+            message = f"needs {job.rows} batch rows, at most {self.max_rows}"
+            self._abort(request, FinishReason.REFUSED, "InvalidArgument", message)
             return
-        self.waiting.append(job)
+        self.waiting.append(request)
+        self._requests[job.id] = request
+        if job.deadline is not None:
+            heapq.heappush(self._deadlines, (job.deadline, next(self._order), request))
 
     def cancel(self, job_id: int) -> None:
-        for job in (*self.waiting, *self.running):
-            if job.id == job_id:
-                job.cancelled = True
+        request = self._requests.get(job_id)
+        if request is not None:
+            self._cancelled.append(request)
+
+    def close(self) -> None:
+        """Stops: waits for an admission's encoder in progress, then every job still held
+        (waiting, encoding or running) fails with Unavailable, so that none is lost."""
+        if self._encoder is not None:
+            self._encoder.close()
+        for request in list(self._requests.values()):
+            message = "the worker stopped before the decode finished; retry"
+            self._abort(request, FinishReason.STOPPED, "Unavailable", message)
+        self.waiting.clear()
+        self._admission = None
+        if len(self.row_owner):
+            self._keep_rows(np.zeros(0, dtype=np.int64))
 
     @property
     def busy(self) -> bool:
-        return bool(self.waiting or self.running)
+        return bool(self.waiting or self._admission or len(self.row_owner))
 
     @property
     def rows(self) -> int:
         return self.batch.rows
 
+    @property
+    def running(self) -> list[Request]:
+        """The requests holding rows of the batch, in row order."""
+        owners = self.row_owner[np.r_[True, self.row_owner[1:] != self.row_owner[:-1]]]
+        return [self.owners[o] for o in owners.tolist()] if len(self.row_owner) else []
+
     def wait_time(self) -> float | None:
         """How long the worker may sleep before `iterate` has something to do (None: until a
         message comes)."""
-        if self.running:
+        if len(self.row_owner) or self._admission is not None:
             return 0.0
         if not self.waiting:
             return None
@@ -140,201 +164,310 @@ class Scheduler:
         return 0.0
 
     def iterate(self) -> None:
-        """One scheduling round: drop, admit, step."""
+        """One scheduling round: drop, join what was encoded, admit, step."""
         self._drop_abandoned()
+        self._join_encoded()
         self._admit()
-        if self.running:
+        if len(self.row_owner):
             self._step()
 
-    # -- internals ------------------------------------------------------------------------
-    def _fail(self, job: Job, kind: str, message: str) -> None:
-        self.events.append(Failure(job.id, kind, message))
+    # -- leaving --------------------------------------------------------------------------
+    def _fail(self, request: Request, kind: str, message: str) -> None:
+        self.events.append(Failure(request.id, kind, message))
 
-    def _abandoned(self, job: Job, now: float) -> bool:
-        if job.cancelled:
-            self._fail(job, "Cancelled", "cancelled by the client")
-            return True
-        if job.deadline is not None and now >= job.deadline:
-            self._fail(job, "DeadlineExceeded", "deadline passed before the decode finished")
-            return True
-        return False
+    def _abort(self, request: Request, reason: FinishReason, kind: str, message: str) -> None:
+        self._release(request)
+        request.end(RequestStatus.ABORTED, reason)
+        self._fail(request, kind, message)
+
+    def _release(self, request: Request) -> None:
+        """Frees what the request holds in the scheduler's tables (not its batch rows)."""
+        if self._requests.get(request.id) is request:
+            del self._requests[request.id]
+        owner = request.owner
+        if owner < 0:
+            return
+        self.owners[owner] = None
+        self._free.append(owner)
+        job = request.job
+        if request.status is RequestStatus.RUNNING:
+            self._searching -= request.search is not None
+            self._aligning -= job.keep_alignment
+            self._sampling -= job.options.sampling
+            self._streaming -= job.stream and request.search is None
 
     def _drop_abandoned(self) -> None:
+        """Cancelled jobs, and jobs whose deadline passed, leave: their rows too."""
+        gone: list[tuple[Request, FinishReason]] = []
+        for request in self._cancelled:
+            if not request.status.ended:
+                gone.append((request, FinishReason.CANCELLED))
+        self._cancelled.clear()
         now = self.clock()
-        jobs = (*self.waiting, *self.running)
-        if not any(j.cancelled or (j.deadline is not None and now >= j.deadline) for j in jobs):
+        while self._deadlines and self._deadlines[0][0] <= now:
+            request = heapq.heappop(self._deadlines)[2]
+            if not request.status.ended:
+                gone.append((request, FinishReason.EXPIRED))
+        if not gone:
             return
-        self.waiting = deque(j for j in self.waiting if not self._abandoned(j, now))
-        keep, still, offset = [], [], 0
-        for job in self.running:
-            rows = job.search.rows
-            if not self._abandoned(job, now):
-                keep.append(np.arange(offset, offset + rows))
-                still.append(job)
-            offset += rows
-        if len(still) < len(self.running):
-            self.running = still
-            self.batch.reorder(np.concatenate(keep) if keep else np.zeros(0, np.int64))
+        owners = [r.owner for r, _ in gone if r.status is RequestStatus.RUNNING]
+        if any(r.status is RequestStatus.WAITING for r, _ in gone):
+            leaving = {id(r) for r, _ in gone}
+            self.waiting = deque(r for r in self.waiting if id(r) not in leaving)
+        for request, reason in gone:
+            if request.status.ended:  # cancelled and expired at once
+                continue
+            if reason is FinishReason.CANCELLED:
+                self._abort(request, reason, "Cancelled", "cancelled by the client")
+            else:
+                message = "deadline passed before the decode finished"
+                self._abort(request, reason, "DeadlineExceeded", message)
+        if owners:
+            self._keep_rows(np.flatnonzero(~np.isin(self.row_owner, owners)))
 
+    def _keep_rows(self, keep: np.ndarray) -> None:
+        """Keeps rows `keep` (int64, may drop, repeat or permute) of the batch and tables."""
+        self.row_owner = self.row_owner[keep]
+        self.next_tokens = self.next_tokens[keep]
+        self.batch.reorder(keep)
+
+    # -- joining --------------------------------------------------------------------------
     def _admit(self) -> None:
-        if not self.waiting:
+        """Starts an admission round of the waiting jobs that fit, one round at a time."""
+        if not self.waiting or self._admission is not None:
+            return
+        running = len(self.row_owner) > 0
+        if running and self._steps - self._admitted_at_step < self.admission_interval:
             return
         if self.batching == "request":
-            if self.running:
+            if len(self.row_owner):
                 return
-            full = sum(j.rows for j in self.waiting) >= self.max_rows
+            full = sum(r.rows for r in self.waiting) >= self.max_rows
             if not full and self.clock() < self.waiting[0].queued_at + self.window:
                 return
         admitted, rows = [], self.batch.rows
         while self.waiting and rows + self.waiting[0].rows <= self.max_rows:
-            admitted.append(self.waiting.popleft())
-            rows += admitted[-1].rows
+            request = self.waiting.popleft()
+            request.status, request.owner = RequestStatus.ENCODING, self._free.pop()
+            self.owners[request.owner] = request
+            admitted.append(request)
+            rows += request.rows
         if not admitted:
             return
+        self._admitted_at_step = self._steps
         # one encoder run for every request admitted in this round, one join
-        start = self.clock()
-        inputs = [job.encoder_inputs for job in admitted]
-        encoder = self.engine.encode(
-            **{k: concat_padded([i[k] for i in inputs]) for k in inputs[0]}
-        )
+        jobs = [r.job for r in admitted]
+        inputs = {
+            k: concat_padded([j.encoder_inputs[k] for j in jobs]) for k in jobs[0].encoder_inputs
+        }
+        admission = _Admission(admitted, self.clock())
+        if self._encoder is None:
+            encoder_start = time.perf_counter()
+            admission.encoder = self.engine.encode(**inputs)
+            admission.seconds = time.perf_counter() - encoder_start
+        else:
+            admission.future = self._encoder.submit(inputs)
+        self._admission = admission
+        self._join_encoded()
+
+    def _join_encoded(self) -> None:
+        """The rows of the admission in progress join the batch once its encoder has run (at
+        once when no row runs: there is nothing to do meanwhile)."""
+        admission = self._admission
+        if admission is None:
+            return
+        if admission.future is not None:
+            if len(self.row_owner) and not admission.future.done():
+                return
+            admission.encoder, admission.seconds = admission.future.result()
+        self._admission = None
+        self._join(admission)
+
+    def _join(self, admission: _Admission) -> None:
+        encoder = admission.encoder
         memory_mask = np.asarray(encoder.memory_mask)
-        sources, offset = [], 0
-        tokens = self.engine.special_tokens
-        for job in admitted:
-            job.search = make_search(job.inputs, job.options, tokens.bos, tokens.eos)
-            own = memory_mask[offset : offset + job.inputs]
-            job.memory = int(np.flatnonzero(own.any(axis=0))[-1]) + 1
-            sources.append(job.search.sources + offset)
+        sources, owners, tokens, offset, joined = [], [], [], 0, []
+        for request in admission.requests:
+            job, first = request.job, offset
             offset += job.inputs
+            if request.status is not RequestStatus.ENCODING:  # left while it was encoded
+                continue
+            owner = request.owner
+            if Request.is_greedy_row(job):
+                self.is_greedy[owner] = True
+                self.greedy.start(owner, job.options.max_length, job.stream)
+                rows = np.array([first])
+                tokens.append(np.array([self.bos], dtype=np.int64))
+            else:
+                self.is_greedy[owner] = False
+                search = make_search(job.inputs, job.options, self.bos, self.eos)
+                request.search = search
+                own = memory_mask[first:offset]
+                request.memory = int(np.flatnonzero(own.any(axis=0))[-1]) + 1
+                rows = search.sources + first
+                tokens.append(search.tokens[:, 0])
+            sources.append(rows)
+            owners.append(np.full(len(rows), owner, dtype=np.int64))
+            joined.append(request)
+        self.stats.encoder_seconds.append(admission.seconds)
+        if not joined:
+            return
         self.batch.join(encoder, np.concatenate(sources))
+        self.row_owner = np.concatenate([self.row_owner, *owners])
+        self.next_tokens = np.concatenate([self.next_tokens, *tokens])
         now = self.clock()
-        self.stats.encoder_seconds.append(now - start)
-        for job in admitted:
-            job.admitted_at, job.first_step = now, self._steps
-            self.running.append(job)
-            self.events.append(Admitted(job.id, now - job.queued_at))
+        for request in joined:
+            job = request.job
+            request.status = RequestStatus.RUNNING
+            request.admitted_at, request.first_step = now, self._steps
+            self._searching += request.search is not None
+            self._aligning += job.keep_alignment
+            self._sampling += job.options.sampling
+            self._streaming += job.stream and request.search is None
+            self.events.append(Admitted(job.id, now - request.queued_at))
+
+    # -- stepping -------------------------------------------------------------------------
+    def _blocks(self) -> list[tuple[Request, int, int]]:
+        """(request, first row, rows) of every request decoded by a Search, in row order
+        (a request's rows are contiguous)."""
+        owner = self.row_owner
+        starts = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]])
+        ends = np.r_[starts[1:], len(owner)]
+        searched = ~self.is_greedy[owner[starts]]
+        return [
+            (self.owners[o], s, e - s)
+            for o, s, e in zip(
+                owner[starts[searched]].tolist(),
+                starts[searched].tolist(),
+                ends[searched].tolist(),
+                strict=True,
+            )
+        ]
+
+    def _request(self, blocks: list[tuple[Request, int, int]]) -> SearchRequest:
+        """One search request for every row: as many candidates as the most demanding
+        search needs (0, the whole vocabulary, wins), a temperature per row when a job
+        samples (1 for the others' rows), the attention when a job keeps it."""
+        ks = [r.search.k for r, _, _ in blocks]
+        k = 0 if 0 in ks else max(ks, default=1)
+        temperature = None
+        if self._sampling:
+            temperature = np.ones(len(self.row_owner), dtype=np.float32)
+            for request, start, rows in blocks:
+                if request.search.temperature is not None:
+                    temperature[start : start + rows] = request.search.temperature
+        return SearchRequest(k, temperature, self._aligning > 0)
 
     def _step(self) -> None:
         start = self.clock()
-        running = self.running
-        searches = [job.search for job in running]
-        singles = all(s.single for s in searches)
-        if singles:  # one array of ints, not hundreds of arrays joined
-            tokens = np.fromiter((s.next_token for s in searches), np.int64, len(searches))
-            tokens = tokens.reshape(-1, 1)
-            sizes = None
-        else:  # the one-row greedy jobs' ints, the others' rows, in one list
-            pieces, sizes = [], []
-            for s in searches:
-                if s.single:
-                    pieces.append(s.next_token)
-                    sizes.append(1)
-                else:
-                    pieces.extend(s.tokens[:, 0].tolist())
-                    sizes.append(s.rows)
-            tokens = np.array(pieces, dtype=np.int64).reshape(-1, 1)
-        candidates, attention = self.batch.search_step(tokens, self._request(searches))
+        blocks = self._blocks() if self._searching else []
+        for request, first, rows in blocks:
+            self.next_tokens[first : first + rows] = request.search.tokens[:, 0]
+        rows = len(self.row_owner)
+        candidates, attention = self.batch.search_step(
+            self.next_tokens[:, None], self._request(blocks)
+        )
         now = self.clock()
         self.stats.step_seconds.append(now - start)
-        self.stats.step_rows.append(len(tokens))
-        self.stats.tokens += len(tokens)
+        self.stats.step_rows.append(rows)
+        self.stats.tokens += rows
         self._times.append(now)
         self._steps += 1
-        if singles and attention is None:
-            # every job a one-row greedy search (most of a busy server's): each takes its
-            # row's best candidate from these lists, no candidates sliced
-            going = [
-                search.advance_single(token, log_prob)
-                for search, token, log_prob in zip(
-                    searches,
-                    candidates.ids[:, 0].tolist(),
-                    candidates.log_probs[:, 0].tolist(),
-                    strict=True,
-                )
-            ]
-            keep = None if all(going) else [i for i, g in enumerate(going) if g]
+        ids = np.ascontiguousarray(candidates.ids[:, 0])
+        ended = self._advance_greedy(ids, candidates.log_probs[:, 0], bool(blocks))
+        if blocks:
+            keep = self._advance_searches(blocks, candidates, attention, ended, now)
         else:
-            keep, going, offset = [], [], 0
-            # the beam searches' choices, ranked in one pass for all of one beam size
-            ranked = rank_together(searches, candidates, sizes)
-            if attention is None:  # the one-row greedy jobs among the others: as above
-                best = candidates.ids[:, 0].tolist()
-                best_log_probs = candidates.log_probs[:, 0].tolist()
-            for job, search, chosen in zip(running, searches, ranked, strict=True):
-                if search.single and attention is None:
-                    going.append(search.advance_single(best[offset], best_log_probs[offset]))
-                    if going[-1]:
-                        keep.append(offset)
-                    offset += 1
-                    continue
-                rows = search.rows
-                own = slice(offset, offset + rows)
-                seen = None if attention is None else _width(attention[own], job.memory)
-                if chosen is None:
-                    kept = search.advance(candidates.rows(own), seen) + offset
-                else:
-                    kept = search.advance_ranked(chosen, seen) + offset
-                going.append(not search.done)
-                if going[-1]:
-                    keep.extend(kept.tolist())
-                offset += rows
-        if keep is None:  # every row goes on, in place
-            still = running
-        else:
-            still = [job for job, g in zip(running, going, strict=True) if g]
-            for job, g in zip(running, going, strict=True):
-                if not g:
-                    self._finish(job, now)
-        for job in still:
-            if job.stream:
-                self._stream(job)
-        self.running = still
-        if keep is not None and (
-            len(keep) != len(tokens) or keep[-1] != len(tokens) - 1 or not _ascending(keep)
-        ):
-            self.batch.reorder(np.array(keep, dtype=np.int64))
+            keep = None if not ended.any() else np.flatnonzero(~ended)
+        if ended.any():
+            for owner in self.row_owner[ended].tolist():
+                self._finish(self.owners[owner], now)
+        if self._streaming:
+            self._stream_greedy(ids, ended)
+        self.next_tokens = ids
+        if keep is not None and not (len(keep) == rows and np.array_equal(keep, np.arange(rows))):
+            self._keep_rows(keep)
         if self._steps % KEEP_TIMES == 0:  # forget the steps before every running job's first
-            oldest = min((job.first_step for job in still), default=self._steps)
+            running = (self.owners[o] for o in np.unique(self.row_owner).tolist())
+            oldest = min((r.first_step for r in running), default=self._steps)
             del self._times[: oldest - self._times_from]
             self._times_from = oldest
 
-    def _request(self, searches: list[Search]) -> SearchRequest:
-        """One search request for every running job's rows (`searches`, in order): as many
-        candidates as the most demanding search needs (0, the whole vocabulary, wins), a
-        temperature per row when a job samples (1 for the rows of the others), the attention
-        when a job keeps it."""
-        ks = [s.k for s in searches]
-        temperature = None
-        if any(s.temperature is not None for s in searches):
-            temperature = np.concatenate(
-                [np.full(s.rows, s.temperature or 1.0, dtype=np.float32) for s in searches]
-            )
-        attention = any(job.keep_alignment for job in self.running)
-        return SearchRequest(0 if 0 in ks else max(ks), temperature, attention)
+    def _advance_greedy(self, ids: np.ndarray, log_probs: np.ndarray, mixed: bool) -> np.ndarray:
+        """The greedy rows take their best candidate -> (rows,) bool, the greedy rows that
+        ended."""
+        if not mixed:  # every row a greedy lane
+            return self.greedy.advance(self.row_owner, ids, log_probs)
+        ended = np.zeros(len(self.row_owner), dtype=bool)
+        rows = np.flatnonzero(self.is_greedy[self.row_owner])
+        if len(rows):
+            ended[rows] = self.greedy.advance(self.row_owner[rows], ids[rows], log_probs[rows])
+        return ended
 
-    def _stream(self, job: Job) -> None:
+    def _advance_searches(self, blocks, candidates: Candidates, attention, ended, now):
+        """Each Search advances on its own rows (the beam searches ranked in one pass for
+        all of one beam size) -> the rows to keep, in order: the greedy rows that go on and
+        what each search keeps of its own."""
+        searches = [r.search for r, _, _ in blocks]
+        sizes = [n for _, _, n in blocks]
+        searched = candidates  # the search rows' candidates, in order
+        if sum(sizes) < len(self.row_owner):
+            searched = candidates.rows(np.flatnonzero(~self.is_greedy[self.row_owner]))
+        ranked = rank_together(searches, searched, sizes)
+        pieces, done = [], 0  # done: the rows before it whose greedy rows are decided
+        for (request, first, count), chosen in zip(blocks, ranked, strict=True):
+            if done < first:
+                pieces.append(done + np.flatnonzero(~ended[done:first]))
+            done = first + count
+            seen = None if attention is None else _width(attention[first:done], request.memory)
+            search = request.search
+            if chosen is None:
+                kept = search.advance(candidates.rows(slice(first, done)), seen)
+            else:
+                kept = search.advance_ranked(chosen, seen)
+            if search.done:
+                self._finish(request, now)
+                continue
+            pieces.append(kept + first if first else kept)
+            if request.job.stream:
+                self._stream(request)
+        if done < len(ended):
+            pieces.append(done + np.flatnonzero(~ended[done:]))
+        return np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)
+
+    def _stream_greedy(self, ids: np.ndarray, ended: np.ndarray) -> None:
+        """The partial events of every streamed greedy row that goes on: its new token."""
+        streamed = np.flatnonzero(self.greedy.stream[self.row_owner] & ~ended)
+        owners = self.row_owner[streamed].tolist()
+        steps = self.greedy.steps[self.row_owner[streamed]].tolist()
+        for owner, token, step in zip(owners, ids[streamed].tolist(), steps, strict=True):
+            if self.is_greedy[owner]:
+                self.events.append(Partial(self.owners[owner].id, step - 1, [token], step))
+
+    def _stream(self, request: Request) -> None:
         """A partial event: the best hypothesis as the tokens kept from the last one and the
         new ones."""
-        tokens, sent = job.search.best_tokens(0), job.streamed
+        tokens, sent = request.search.best_tokens(0), request.streamed
         kept = len(sent) if tokens[: len(sent)] == sent else _common_prefix(tokens, sent)
-        self.events.append(Partial(job.id, kept, tokens[kept:], job.search.steps))
-        job.streamed = tokens
+        self.events.append(Partial(request.id, kept, tokens[kept:], request.search.steps))
+        request.streamed = tokens
 
-    def _finish(self, job: Job, now: float) -> None:
-        results = job.search.results()
+    def _finish(self, request: Request, now: float) -> None:
+        job = request.job
+        if request.search is None:
+            penalty = job.options.length_penalty
+            results = [[self.greedy.hypothesis(request.owner, penalty)]]
+        else:
+            results = request.search.results()
         for hypotheses in results:
             for h in hypotheses:
                 _strip(h, job)
-        times = self._times[job.first_step - self._times_from :]  # its tokens', now last
+        times = self._times[request.first_step - self._times_from :]  # its tokens', now last
         gaps = [b - a for a, b in pairwise(times)]
-        timings = Timings(job.queued_at, job.admitted_at, times[0], now, gaps)
+        timings = Timings(request.queued_at, request.admitted_at, times[0], now, gaps)
+        self._release(request)
+        request.end(RequestStatus.FINISHED, FinishReason.DONE)
         self.events.append(Result(job.id, results, timings))
-
-
-def _ascending(index: list[int]) -> bool:
-    """Whether `index` is 0, 1, 2, ... (every row kept in place), given its length and last
-    entry already match: rows only drop or permute, so a strictly increasing list is it."""
-    return all(a < b for a, b in pairwise(index))
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:

@@ -44,11 +44,10 @@ from service.fronts import (
     worker_sockets,
 )
 from service.kinds import Prepared, ServedModel, served_model
-from service.messages import Failure, Partial, Result, Timings
+from service.messages import Failure, Job, Partial, Result, Timings
 from service.metrics import Metrics, serve_metrics
 from service.pool import Call, WorkerPool, worker_settings
 from service.repository import MANIFEST, manifests, verify
-from service.scheduler import Job, rows_needed
 from service.security import TokenAuth, load_tokens, server_credentials
 from service.status import status_code
 from service.versions import VersionWatcher, newest, version_order
@@ -213,7 +212,7 @@ class Front:
         """The decode jobs of a prepared request: its inputs are independent sequences, cut
         into jobs that each fit a batch (they may run on different workers). InvalidArgument
         only when one input's hypotheses alone need more rows than a batch has."""
-        copies, rows = rows_needed(1, prepared.options), self.config.max_batch_rows
+        copies, rows = prepared.options.copies, self.config.max_batch_rows
         if copies > rows:
             raise InvalidArgument(
                 f"options: {copies} hypotheses per input need {copies} batch rows, at most {rows}"

@@ -32,18 +32,21 @@ from service.messages import (
     Cancel,
     Failed,
     Failure,
+    Job,
     Load,
     Loaded,
     NotLoaded,
     Ready,
     Report,
     Result,
+    Stats,
     Stop,
     Submit,
     Unload,
 )
+from service.outbox import Outbox
 from service.repository import ModelVersion
-from service.scheduler import Job, Scheduler, Stats
+from service.scheduler import Scheduler
 
 STATS_EVERY = 0.1  # seconds between reports when only measurements or the batch state are new
 GOLDEN_AGREEMENT = 0.9  # token agreement a variant without its own golden set must reach
@@ -64,11 +67,19 @@ class WorkerSettings:
     max_rows: int = 64
     batching: str = "continuous"
     window: float = 0.005
+    encoder: str = "auto"  # ServerConfig.encoder
     socket: str = ""  # a Unix socket the other fronts connect to ("" with one front)
     authkey: bytes = b""  # what a front connecting to `socket` must know
 
     def variant_of(self, key: str) -> str:
         return dict(self.variants)[key]
+
+    def scheduler(self, engine) -> Scheduler:
+        """A scheduler over `engine` as configured (the encoder on its own thread on cuda
+        unless configured otherwise)."""
+        thread = self.encoder == "thread" or (self.encoder == "auto" and self.device == "cuda")
+        return Scheduler(engine, self.max_rows, self.batching, self.window,
+                         encoder_thread=thread)  # fmt: skip
 
 
 def golden_check(scheduler: Scheduler, model_version, variant: str) -> int:
@@ -225,9 +236,12 @@ def static_if_checked(engine, inputs: list[dict], settings: WorkerSettings, tie:
         return growing, "the static step not checked on this device: no golden inputs"
     try:
         static = engine("static")
-        schedulers = (Scheduler(e, settings.max_rows, settings.batching, settings.window)
-                      for e in (static, growing))  # fmt: skip
-        problem, ties = device_check(*schedulers, inputs, tie)
+        schedulers = [settings.scheduler(e) for e in (static, growing)]
+        try:
+            problem, ties = device_check(*schedulers, inputs, tie)
+        finally:
+            for scheduler in schedulers:
+                scheduler.close()
     except Exception as error:  # e.g. a capture this onnxruntime or device refuses
         return growing, f"the static step failed to run here: {type(error).__name__}: {error}"
     if problem is not None:
@@ -259,7 +273,7 @@ def _cache_for(cache: str, model_version, variant: str) -> str | None:
 def _load_model(settings: WorkerSettings, model_version, variant: str):
     """(scheduler, info) of one model version, its golden set checked."""
     engine, why = choose_engine(settings, model_version, variant)
-    scheduler = Scheduler(engine, settings.max_rows, settings.batching, settings.window)
+    scheduler = settings.scheduler(engine)
     checked = golden_check(scheduler, model_version, variant)
     info = {
         "provider": engine.decoder.get_providers()[0],
@@ -306,6 +320,7 @@ class _Fronts:
         self.owner: dict[int, tuple] = {}  # job id -> (link, key), jobs of the other fronts
         self.holders = {key: {parent} for key in schedulers}  # key -> links serving it
         self.listener = self._wake = None
+        self.outbox = Outbox()
         self._accepted: list = []
         if settings.socket:
             with contextlib.suppress(FileNotFoundError):  # a worker's before this one
@@ -341,12 +356,15 @@ class _Fronts:
         return ready
 
     def send(self, link, message) -> None:
-        """Sends to one front; a front gone away (not the parent) is dropped."""
-        try:
-            link.send(message)
-        except OSError:
+        """Sends to one front, by the outbox's thread."""
+        self.outbox.put(link, message)
+
+    def check_sent(self) -> None:
+        """Fronts whose messages could not be sent are gone: the parent ends the worker,
+        another is dropped."""
+        for link in self.outbox.failed():
             if link is self.parent:
-                raise
+                raise BrokenPipeError("the front that started this worker is gone")
             self.drop(link)
 
     def drop(self, link) -> None:
@@ -396,7 +414,9 @@ class _Fronts:
         holders.discard(link)
         if not holders:
             del self.holders[key]
-            self.schedulers.pop(key, None)
+            scheduler = self.schedulers.pop(key, None)
+            if scheduler is not None:
+                scheduler.close()
             self.info["models"].pop(key, None)
 
     def route(self, events: list) -> dict:
@@ -413,14 +433,26 @@ class _Fronts:
         return routed
 
     def close(self) -> None:
+        self.outbox.close()
         if self.listener is not None:
             self.listener.close()
+
+
+def _stop(fronts: _Fronts, schedulers: dict[str, Scheduler]) -> None:
+    """Every scheduler stops; what each still held is answered (Unavailable), each front its
+    own jobs."""
+    for key, scheduler in schedulers.items():
+        scheduler.close()
+        for link, events in fronts.route(scheduler.events).items():
+            fronts.send(link, Report(key, events, None, 0, 0))
+        scheduler.events = []
 
 
 def _loop(fronts: _Fronts, schedulers: dict[str, Scheduler], settings: WorkerSettings) -> None:
     reported = {key: (0, 0) for key in schedulers}  # (rows, waiting) last sent
     last_report = time.monotonic()
     while True:
+        fronts.check_sent()
         waits = [w for s in schedulers.values() if (w := s.wait_time()) is not None]
         for link in fronts.wait(min(waits) if waits else None):
             while link in fronts.links:
@@ -432,6 +464,7 @@ def _loop(fronts: _Fronts, schedulers: dict[str, Scheduler], settings: WorkerSet
                     fronts.drop(link)
                     break
                 if isinstance(message, Stop) and link is fronts.parent:
+                    _stop(fronts, schedulers)
                     return
                 if isinstance(message, Submit):
                     fronts.submit(link, message)

@@ -15,10 +15,9 @@ import pytest
 from service.admission import HEADROOM, MIN_SAMPLES, WINDOW_SECONDS, AdmissionLimit
 from service.decoding import DecodingOptions
 from service.errors import ResourceExhausted
-from service.messages import Failure
+from service.messages import Failure, Job
 from service.metrics import Metrics
 from service.pool import QUEUED_BATCHES, Call, WorkerPool
-from service.scheduler import Job
 from service.worker import WorkerSettings
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 from models.corpus import read_split
 from service.batching import source_batch
 from service.decoding import DecodingOptions
-from service.messages import Result
+from service.messages import Job, Result
 from service.onnx_engine import OnnxEngine
-from service.scheduler import Job, Scheduler
+from service.scheduler import Scheduler
 from service.tokenizer import Tokenizer
 
 

@@ -20,9 +20,9 @@ from service.batching import source_batch
 from service.captioning import caption_images, pixels
 from service.decoding import DecodingOptions
 from service.inference import CachedInference
-from service.messages import Admitted, Failure, Result
+from service.messages import Admitted, Failure, Job, Partial, Result
 from service.onnx_engine import OnnxEngine
-from service.scheduler import Job, Scheduler
+from service.scheduler import Scheduler
 from service.tokenizer import Tokenizer
 from service.translation import translate_ids
 
@@ -300,3 +300,136 @@ def test_an_in_place_cache_grows_with_its_longest_row_and_is_cut_when_it_leaves(
             assert batch.rebuilds >= 2
             assert batch.state["past_key_values.0.key"].shape[2] == 2 * (5 + 1)
     assert batch.state["past_key_values.0.key"].shape[2] >= len(tokens)
+
+
+class _SlowEncoder:
+    """An engine whose encoder takes `seconds` longer (delegating everything else), so that
+    an admission's encoder on the encoder thread is still running over several steps."""
+
+    def __init__(self, engine, seconds: float):
+        self._engine, self._seconds = engine, seconds
+
+    def __getattr__(self, name):
+        return getattr(self._engine, name)
+
+    def encode(self, *inputs, **named):
+        import time
+
+        time.sleep(self._seconds)
+        return self._engine.encode(*inputs, **named)
+
+
+STORES = [
+    ("translator", "onnx", None),
+    ("translator", "onnx-device-path", None),
+    ("translator", "onnx-device-path", "growing"),
+    ("translator", "onnx-device-path", "static"),
+    ("captioner", "onnx", None),
+]
+
+
+def _store(request, model: str, runtime: str, cache) -> Kind:
+    return _onnx(request.getfixturevalue(model), runtime == "onnx-device-path", cache)
+
+
+@pytest.mark.parametrize(("model", "runtime", "cache"), STORES)
+def test_rows_joining_while_another_admission_is_encoded_decode_as_alone(
+    request, model, runtime, cache
+):
+    """The encoder on its own thread: rows step while later admissions are encoded, and the
+    admitted rows join at a later step boundary; every job (greedy rows, beams, samples, a
+    stream) decodes as alone, and a stream's partials add up to its result."""
+    kind = _store(request, model, runtime, cache)
+    engine = kind.engine
+    scheduler = Scheduler(_SlowEncoder(engine, 0.02), max_rows=24, encoder_thread=True)
+    sources = kind.sources[:9]
+    jobs = [
+        kind.job(i, [s], OPTIONS[i % len(OPTIONS)] if i % 3 else OPTIONS[0], stream=i == 3)
+        for i, s in enumerate(sources)
+    ]
+    pending, done, partial, overlapped = list(jobs), {}, [], 0
+    while pending or scheduler.busy:
+        if pending:
+            scheduler.submit(pending.pop(0))
+        encoding = scheduler._admission is not None
+        rows = scheduler.rows
+        scheduler.iterate()
+        overlapped += encoding and rows > 0 and scheduler._admission is not None
+        for event in scheduler.events:
+            if isinstance(event, Result | Failure):
+                done[event.job_id] = event
+            elif isinstance(event, Partial):
+                partial.append(event)
+        scheduler.events.clear()
+    scheduler.close()
+    assert overlapped > 0, "no step ran while an admission was encoded"
+    for job in jobs:
+        alone = kind.alone([sources[job.id]], job.options)
+        assert isinstance(done[job.id], Result), done[job.id]
+        got = [[h.tokens for h in nbest] for nbest in done[job.id].results]
+        assert got == [[h.tokens for h in nbest] for nbest in alone], job.id
+    streamed: list[int] = []
+    for event in partial:
+        assert event.job_id == 3
+        streamed = streamed[: event.kept] + event.new
+    assert streamed == done[3].results[0][0].tokens[: len(streamed)]
+    assert len(streamed) >= len(done[3].results[0][0].tokens) - 1
+    assert scheduler.batch.rows == 0 and scheduler.owners == [None] * 24
+
+
+@pytest.mark.parametrize(("model", "runtime", "cache"), STORES)
+def test_a_cancelled_or_expired_job_leaves_no_row_behind(request, model, runtime, cache):
+    """Cancelled while running (a greedy row, a beam search), cancelled while its encoder
+    runs, expired while running: each fails once and its rows leave at once; the others
+    decode on as alone."""
+    kind = _store(request, model, runtime, cache)
+    now = [0.0]
+    scheduler = Scheduler(_SlowEncoder(kind.engine, 0.01), max_rows=16,
+                          clock=lambda: now[0], encoder_thread=True)  # fmt: skip
+    long = DecodingOptions(max_length=30)
+    s = kind.sources
+    first = [kind.job(0, [s[0]], long), kind.job(1, [s[1]], OPTIONS[1]),
+             kind.job(2, [s[2]], long, deadline=5.0), kind.job(3, [s[3]], OPTIONS[0])]  # fmt: skip
+    for job in first:
+        scheduler.submit(job)
+    scheduler.iterate()  # admitted and joined (nothing ran yet), one step
+    assert scheduler.rows == 1 + 4 + 1 + 1
+    scheduler.submit(kind.job(4, [s[4]], long))
+    scheduler.iterate()  # job 4's encoder runs beside this step
+    scheduler.cancel(0)
+    scheduler.cancel(1)
+    scheduler.cancel(4)
+    now[0] = 6.0
+    scheduler.iterate()
+    failures = {e.job_id: e.kind for e in scheduler.events if isinstance(e, Failure)}
+    assert failures == {0: "Cancelled", 1: "Cancelled", 2: "DeadlineExceeded", 4: "Cancelled"}
+    assert [r.id for r in scheduler.running] == [3] and scheduler.rows == 1
+    assert scheduler.batch.rows == len(scheduler.row_owner) == len(scheduler.next_tokens)
+    scheduler.events.clear()
+    done = _drain(scheduler, [])
+    assert list(done) == [3] and isinstance(done[3], Result)  # each failed job failed once
+    alone = kind.alone([s[3]], OPTIONS[0])
+    assert done[3].results[0][0].tokens == alone[0][0].tokens
+    assert scheduler.batch.rows == 0 and sorted(scheduler._free) == list(range(16))
+    scheduler.close()
+
+
+def test_a_scheduler_stopping_mid_admission_answers_every_job(translator):
+    """A stop while an admission's encoder runs: it is waited for, and every job held
+    (running, encoding, waiting) fails once with Unavailable; none is lost."""
+    kind = _onnx(translator)
+    scheduler = Scheduler(_SlowEncoder(kind.engine, 0.05), max_rows=4, encoder_thread=True)
+    jobs = [
+        kind.job(i, [s], DecodingOptions(max_length=50)) for i, s in enumerate(kind.sources[:7])
+    ]
+    scheduler.submit(jobs[0])
+    scheduler.iterate()  # job 0 runs
+    for job in jobs[1:]:
+        scheduler.submit(job)
+    scheduler.iterate()  # jobs 1-3 encoded beside the step, 4-6 wait for rows
+    assert scheduler._admission is not None and len(scheduler.waiting) == 3
+    scheduler.close()
+    ended = [e for e in scheduler.events if isinstance(e, Result | Failure)]
+    assert sorted(e.job_id for e in ended) == list(range(7))
+    assert all(e.kind == "Unavailable" for e in ended if isinstance(e, Failure))
+    assert scheduler.rows == 0 and not scheduler.busy

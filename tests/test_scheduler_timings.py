@@ -12,9 +12,9 @@ from helpers import built_tiny_translator
 from service import scheduler as scheduler_module
 from service.batching import source_batch
 from service.decoding import DecodingOptions
-from service.messages import Result
+from service.messages import Job, Result
 from service.onnx_engine import OnnxEngine
-from service.scheduler import Job, Scheduler
+from service.scheduler import Scheduler
 
 
 @pytest.fixture(scope="module")

@@ -13,10 +13,9 @@ import numpy as np
 
 from service.config import ServerConfig
 from service.decoding import DecodingOptions
-from service.messages import Partial, Result, Timings
+from service.messages import Job, Partial, Result, Timings
 from service.metrics import Metrics
 from service.pool import Call, WorkerPool
-from service.scheduler import Job
 from service.server import Front, TranslationServicer
 
 

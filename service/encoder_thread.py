@@ -1,0 +1,37 @@
+"""The encoder beside the steps: admissions' encoder runs on a thread of their own.
+
+onnxruntime releases the GIL while it runs a graph, so an admission's encoder runs while the
+scheduler's thread steps the running rows (on a GPU, in a session of its own, on its own
+stream); the admitted rows join the batch at the first step boundary after it has finished.
+Only the encoder runs here: every change to the batch and every event stays on the
+scheduler's thread.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import numpy as np
+
+from service.inference import EncoderOutput, Engine
+
+
+class EncoderThread:
+    def __init__(self, engine: Engine):
+        self.engine = engine
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="encoder")
+
+    def submit(self, inputs: dict[str, np.ndarray]) -> Future[tuple[EncoderOutput, float]]:
+        """Starts the encoder over `inputs` (its inputs by name) -> (its output, seconds)."""
+        return self._executor.submit(_encode, self.engine, inputs)
+
+    def close(self) -> None:
+        """Waits for the run in progress; runs nothing after."""
+        self._executor.shutdown(wait=True)
+
+
+def _encode(engine: Engine, inputs: dict[str, np.ndarray]) -> tuple[EncoderOutput, float]:
+    start = time.perf_counter()
+    encoder = engine.encode(**inputs)
+    return encoder, time.perf_counter() - start

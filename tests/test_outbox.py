@@ -1,0 +1,32 @@
+"""The worker's outbox: messages leave by a thread of their own, in order, and a front whose
+pipe is gone is reported back to the loop rather than raised in it."""
+
+from __future__ import annotations
+
+from multiprocessing import Pipe
+
+from service.outbox import Outbox
+
+
+def test_messages_arrive_in_order_and_a_closed_link_is_reported():
+    outbox = Outbox()
+    (ours, theirs), (gone, other_end) = Pipe(), Pipe()
+    other_end.close()
+    gone.close()  # sending on it fails
+    for i in range(200):
+        outbox.put(ours, ("report", i))
+    outbox.put(gone, "lost")
+    outbox.put(gone, "lost again")  # a broken link is reported once
+    outbox.close()
+    assert [theirs.recv() for _ in range(200)] == [("report", i) for i in range(200)]
+    assert outbox.failed() == [gone] and outbox.failed() == []
+
+
+def test_a_full_pipe_does_not_block_the_caller():
+    outbox = Outbox()
+    ours, theirs = Pipe()
+    big = b"x" * 1_000_000  # more than a pipe holds: the outbox's send waits for a reader
+    for _ in range(3):
+        outbox.put(ours, big)  # returns at once
+    assert [len(theirs.recv()) for _ in range(3)] == [len(big)] * 3
+    outbox.close()
