@@ -102,7 +102,7 @@ def case(version, variant: str, beam: int, sources, args) -> dict:
     if "static" in engines:  # its buckets captured on CUDA (the engine's default there)
         report["static_over_growing"] = medians["static"] / medians["growing"]
         report["static_identical_to_in_place"] = same("static", "in_place")
-        report["static_captured"] = engines["static"].static.capture
+        report["static_captured"] = engines["static"].capture
     return report
 
 

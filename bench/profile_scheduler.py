@@ -113,8 +113,8 @@ def _random_translator(folder: Path, shipped: Path) -> Path:
 def _profile(args, version) -> int:
     engine = OnnxEngine(version, args.variant, args.device, cache=args.cache,
                         io_binding=True if args.io_binding else None)  # fmt: skip
-    if args.no_place and engine.static is not None:
-        engine.static.place_op = None
+    if args.no_place:
+        engine.place_op = None
     ids = Tokenizer(version.tokenizer_file).encode_batch(
         args.sources.read_text(encoding="utf-8").splitlines()[:2000]
     )
@@ -160,7 +160,7 @@ def _profile(args, version) -> int:
     scheduler.events.clear()
     first_token.clear()
     threads = "the encoder beside the steps" if args.encoder_thread else "the encoder inline"
-    place = ", place op" if getattr(engine.static, "place_op", None) else ""
+    place = ", place op" if engine.place_op is not None else ""
     binding = "IO binding" if engine.io_binding else "host arrays"
     print(f"{engine.variant} {engine.device}, cache {engine.cache}, {binding}, {args.rows} rows")
     print(f"  {threads}{place}")

@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
+from service.inference import searched
 from service.onnx_engine import OnnxEngine
 from service.repository import verify
 from service.search import SearchRequest, host_search
@@ -87,7 +88,7 @@ def step_with_search(version, device: str, batches, seconds: float) -> list[dict
             tokens = np.full((batch, 32), 11, dtype=np.int64)
             positions = np.broadcast_to(np.arange(32), (batch, 32)).copy()
             mask = np.ones((batch, 32), dtype=np.int64)
-            _, state, _ = engine.step(tokens, positions, mask, state, encoder)
+            state = engine.step(tokens, positions, mask, state, encoder).state
             one = np.full((batch, 1), 12, dtype=np.int64)
             where = np.full((batch, 1), 32, dtype=np.int64)
             full = np.ones((batch, 33), dtype=np.int64)
@@ -96,8 +97,7 @@ def step_with_search(version, device: str, batches, seconds: float) -> list[dict
 
             def step(e=engine, s=state, enc=encoder, a=attention, f=folded,
                      feeds=(one, where, full)):  # fmt: skip
-                logits, _, _ = e.step(*feeds, s, enc, a, f)
-                return e.search(logits, SearchRequest(k=8))
+                return searched(e, e.step(*feeds, s, enc, a, f), SearchRequest(k=8))
 
             times[name] = _best(step, seconds)
         rows.append({"batch": batch, "graph_ms": times["graph"], "numpy_ms": times["numpy"],

@@ -17,11 +17,11 @@ best token always fed back, `</s>` included) in every way, every step followed b
 graph on the logits where they are (k = 1) and the ids brought to the host:
 - growing: `CachedInference` over `OnnxEngine` (IO binding), the served path (with
   --traced also over the traced graphs, `attnserve export --graphs traced`, as "traced");
-- fixed: `service.static_step` (rows padded to their bucket, memory to the longest source
+- fixed: `bench.static_buffers` (rows padded to their bucket, memory to the longest source
   rounded up to 16, the cache `capacity` positions), buffers bound once, no capture;
 - fixed + CUDA graph: the same with onnxruntime's CUDA graphs (cuda only), one graph per
   bucket and direction;
-- in place: `service.static_step.SlotCacheDecoder` over the in-place step
+- in place: `bench.static_buffers.SlotCacheDecoder` over the in-place step
   (`build_decoder(in_place=True)`: GroupQueryAttention writing into the cache buffer it
   reads, each row its own positions; every row in its slot of the bucket), on the CPU and
   in fp16 on CUDA (GQA's CUDA kernel takes no fp32).
@@ -101,9 +101,9 @@ class Case:
 
     def __init__(self, version, paths: dict[str, Path], variant: str, device: str,
                  capacity: int, traced=None):  # fmt: skip
+        from bench.static_buffers import cuda_graph_session
         from service.graphs import transformer_interface
         from service.onnx_engine import OnnxEngine
-        from service.static_step import cuda_graph_session
 
         self.engine = OnnxEngine(version, variant, device, 1, io_binding=True)
         self.growing = {"growing": self.engine}
@@ -120,7 +120,7 @@ class Case:
         self.graph_ids = 0
 
     def decoder(self, way: str, rows: int, memory: int):
-        from service.static_step import FixedCacheDecoder, SlotCacheDecoder, StaticStep, bucket
+        from bench.static_buffers import FixedCacheDecoder, SlotCacheDecoder, StaticStep, bucket
 
         if way == "in place":
             step = StaticStep(self.sessions[way], bucket(rows, 1 << 20), {"memory": memory},
@@ -176,7 +176,7 @@ def memcpy_nodes(path: Path, device: str) -> int:
     import onnx
     import onnxruntime as ort
 
-    from service.onnx_engine import PROVIDERS
+    from service.onnx_runtime import PROVIDERS
 
     with tempfile.TemporaryDirectory() as scratch:
         options = ort.SessionOptions()

@@ -188,9 +188,8 @@ def in_place_cases(model: Transformer, engine: OnnxEngine, tol: Tolerance, seed:
     carried = {s.output: s.input for s in engine.states}
     lengths = (*MEMORY_LENGTHS, config.max_length)
     step = DecoderStepGraph(model)
-    static = getattr(engine, "static", None)  # a fixed capacity: the buffers have it
     for batch, memory, past in product(BATCHES, lengths, PAST_LENGTHS):
-        capacity = static.capacity if static is not None else past + 5
+        capacity = engine.static_capacity or past + 5  # a static step's buffers have it
         inputs = _decoder_inputs(model, engine, batch, memory, capacity, 1, rng)
         tokens, buffers, cross, memory_mask = inputs[0], inputs[3:3 + len(carried)], \
             inputs[3 + len(carried):-1], inputs[-1]  # fmt: skip

@@ -16,15 +16,14 @@ from models.captioner import Captioner
 from models.checkpoint import kind_of
 from models.transformer import Transformer
 from service.graphs import interface_for
-from service.inference import EncoderOutput, Tensors
+from service.inference import EncoderOutput, StepOutput, Tensors
+from service.rows import DeviceRows
 from service.search import Candidates, SearchRequest, host_search
 from service.tokenizer import SPECIAL_TOKENS
 
 
 class TorchEngine:
     """Encoder and decode step of a Transformer, in eval mode, without gradients."""
-
-    host_tensors = False  # torch tensors: rows move by take, join and narrow
 
     def __init__(
         self, model: Transformer | Captioner, device: str = "cpu", device_search: bool = False
@@ -58,6 +57,9 @@ class TorchEngine:
 
     def host(self, logits: torch.Tensor) -> np.ndarray:
         return logits.float().cpu().numpy()
+
+    def row_store(self) -> DeviceRows:
+        return DeviceRows(self)
 
     @torch.inference_mode()
     def search(self, logits: torch.Tensor, request: SearchRequest) -> Candidates:
@@ -97,7 +99,7 @@ class TorchEngine:
             self._tensor(encoder.memory_mask),
         )
         state = self._named(present, self.state_names)
-        return logits, state, self._attention(cross, attention)
+        return StepOutput(logits, state, self._attention(cross, attention))
 
     def take(self, tensor, index: np.ndarray):
         if isinstance(tensor, np.ndarray):
@@ -157,7 +159,7 @@ class CaptionTorchEngine(TorchEngine):
             self._tensor(encoder.memory_mask),
         )
         state = dict(zip(self.state_names, (h, c), strict=True))
-        return logits, state, self._attention(weights, attention)
+        return StepOutput(logits, state, self._attention(weights, attention))
 
 
 def reference_engine(model, device: str = "cpu", device_search: bool = False) -> TorchEngine:

@@ -16,15 +16,29 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import numpy as np
 
 from service.graphs import ModelInterface, SpecialTokens
 from service.search import Candidates, SearchRequest, log_softmax
 
+if TYPE_CHECKING:
+    from service.rows import RowStore
+
 Tensor = Any  # the engine's own tensor type (torch.Tensor, numpy array, OrtValue)
 Tensors = dict[str, Tensor]  # by decoder input name; rows on axis 0
+
+
+class StepOutput(NamedTuple):
+    """What a decoder step returns."""
+
+    logits: Tensor  # (B, V) the engine's tensor, for `Engine.search` or `Engine.host`
+    state: Tensors  # the next state (a growing state one step longer)
+    attention: np.ndarray | None  # (B, S) float32 on the host, when asked for
+    # the candidates of the search the step was asked for, where the engine answered it
+    # within the step (None: ask `Engine.search` for them)
+    candidates: Candidates | None = None
 
 
 @dataclass
@@ -42,6 +56,14 @@ class EncoderOutput:
             take(self.memory_mask, index),
             {name: take(t, index) for name, t in self.init.items()},
         )
+
+
+def searched(engine: Engine, out: StepOutput, request: SearchRequest) -> Candidates:
+    """The candidates `request` asks for of a step's output: those the step found, else
+    the engine's search of its logits."""
+    if out.candidates is not None:
+        return out.candidates
+    return engine.search(out.logits, request)
 
 
 def shape_of(tensor) -> tuple[int, ...]:
@@ -84,7 +106,6 @@ class Engine(Protocol):
 
     interface: ModelInterface  # names and axes of memory and state
     special_tokens: SpecialTokens
-    host_tensors: bool  # memory and state are numpy arrays the batch may write in place
 
     def encode(self, *inputs: np.ndarray, **named: np.ndarray) -> EncoderOutput:
         """The encoder graph's inputs in declared order or by name (translator: src_ids,
@@ -104,18 +125,20 @@ class Engine(Protocol):
         encoder: EncoderOutput,
         attention: bool = True,
         search: SearchRequest | None = None,
-    ) -> tuple[Tensor, Tensors, np.ndarray | None]:
-        """input_ids, positions (B, N) int64; self_mask (B, P + N) -> logits (B, V) (the
-        engine's tensor, for `search` or `host`), the next state (a growing state one step
-        longer), attention (B, S) float32 on the host, or None unless `attention`. A model
-        without positions or masks in its step ignores them. `search`: the request `search`
-        will be asked next for these logits (an engine may answer it within the step)."""
+    ) -> StepOutput:
+        """input_ids, positions (B, N) int64; self_mask (B, P + N) -> the step's output, its
+        attention None unless `attention`. A model without positions or masks in its step
+        ignores them. `search`: the search these logits are for (an engine may answer it
+        within the step: the output's candidates)."""
 
     def search(self, logits: Tensor, request: SearchRequest) -> Candidates:
         """A step's logits -> the candidates `request` asks for (on the host)."""
 
     def host(self, logits: Tensor) -> np.ndarray:
         """A step's logits as a float32 numpy array."""
+
+    def row_store(self) -> RowStore:
+        """A new holder of a continuous batch's rows over this engine (service.rows)."""
 
     def take(self, tensor: Tensor, index: np.ndarray) -> Tensor:
         """Rows `index` of `tensor` along the batch axis (may repeat or drop rows)."""
@@ -166,19 +189,20 @@ class CachedInference(Inference):
         batch, new = tokens.shape
         positions = self.lengths[:, None] + np.arange(new, dtype=np.int64)  # (B, N)
         self.self_mask = np.concatenate([self.self_mask, np.ones((batch, new), np.int64)], 1)
-        logits, self.state, seen = self.engine.step(
+        out = self.engine.step(
             tokens, positions, self.self_mask, self.state, self.encoder, attention, search
         )
+        self.state = out.state
         self.lengths = self.lengths + new
-        return logits, seen
+        return out
 
     def search_step(self, tokens, request):
-        logits, seen = self._forward(tokens, request.attention, request)
-        return self.engine.search(logits, request), seen
+        out = self._forward(tokens, request.attention, request)
+        return searched(self.engine, out, request), out.attention
 
     def step(self, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        logits, seen = self._forward(tokens, True)
-        return self.engine.host(logits), seen
+        out = self._forward(tokens, True)
+        return self.engine.host(out.logits), out.attention
 
     def reorder(self, index: np.ndarray) -> None:
         take, length = self.engine.take, int(self.lengths.max(initial=0))
@@ -212,10 +236,9 @@ class UncachedInference(CachedInference):
         positions = np.broadcast_to(np.arange(total, dtype=np.int64), (batch, total))
         mask = np.ones((batch, total), dtype=np.int64)
         state = self.engine.initial_state(self.encoder, batch)
-        logits, _, seen = self.engine.step(
+        return self.engine.step(
             self.tokens, positions, mask, state, self.encoder, attention, search
         )
-        return logits, seen
 
     def reorder(self, index: np.ndarray) -> None:
         super().reorder(index)

@@ -28,16 +28,14 @@ step without the cross-attention output, export.builder), for a single row its o
 where the variant has one (int8: a matrix-vector kernel), else the full step with that
 output left unfetched.
 
-The static step (`cache="static"`, service.static_step) is the in-place step at a fixed
-capacity over buffers allocated once per bucket of rows and memory size, so that CUDA graphs
-can replay it (each bucket's step captured once); the continuous batch moves rows between
-its buckets.
-
-One compute thread per session is the fastest setting on small CPUs (docs/benchmarks.md); a
-server scales by running more workers, not more threads per worker.
+The static step (`cache="static"`) is the in-place step at a fixed capacity; a continuous
+batch runs it over its row store's buckets of buffers allocated once, so that CUDA graphs can
+replay it (service.rows.static). The engine holds its sessions, helper graphs and place op.
 """
 
 from __future__ import annotations
+
+import itertools
 
 import numpy as np
 import onnxruntime as ort
@@ -54,28 +52,23 @@ from service.graphs import (
     check_inputs,
     interface_for,
 )
-from service.inference import EncoderOutput, Tensors, shape_of
+from service.inference import EncoderOutput, StepOutput, Tensors, shape_of
+from service.onnx_runtime import (
+    ORT_TYPES,
+    PROVIDERS,
+    banned_bias,
+    bind_output,
+    providers,
+    session_options,
+)
 from service.repository import ModelVersion
+from service.rows import DeviceRows, HostRows, StaticRows
 from service.search import Candidates, SearchRequest, host_search
 
 CANDIDATES = ("ids", "log_probs")  # a lean step's search outputs
-PROVIDERS = {
-    "cpu": ["CPUExecutionProvider"],
-    "cuda": ["CUDAExecutionProvider", "CPUExecutionProvider"],
-}
 OUT = "->"  # prefix of an output's entry among a binding's bound tensors
 CACHES = ("in_place", "growing", "static")  # how a step carries its keys and values
 MIN_CAPACITY = 32  # positions of an in-place buffer when it is first grown
-ORT_TYPES = {"tensor(float)": "float32", "tensor(float16)": "float16", "tensor(int64)": "int64"}
-
-
-def session_options(threads: int) -> ort.SessionOptions:
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    return options
 
 
 def model_interface(model: ModelVersion) -> ModelInterface:
@@ -111,7 +104,7 @@ class OnnxEngine:
     ):
         """`cache`: "in_place", "growing" or "static" (the key/value cache); by default in
         place on the CPU where the variant ships that form. "static": the in-place step with
-        a fixed capacity over buffers allocated once per bucket of rows (service.static_step),
+        a fixed capacity over buffers allocated once per bucket of rows (service.rows.static),
         through IO binding; `capture` (by default on CUDA) replays each bucket's step as a
         CUDA graph."""
         if device not in PROVIDERS:
@@ -163,7 +156,6 @@ class OnnxEngine:
         self.device_search = True if device_search is None else device_search
         self.logits_on_host = () if self.device_search else ("logits",)
         self._bias: dict[tuple, object] = {}
-        self._searched: tuple | None = None  # (logits, request, candidates) of a lean step
         self.vocab = int(model.config.get("vocab_size", 0))
         self._output_names: dict[ort.InferenceSession, list[str]] = {}
         self._bindings: dict[ort.InferenceSession, tuple] = {}  # (binding, bound inputs)
@@ -192,14 +184,31 @@ class OnnxEngine:
             self.search_ops = {
                 op: session(model.op(op, self.float_dtype.name)) for op in ("search", "sample")
             }
-        self.static = None
+        self.capture, self.graph_ids = capture, itertools.count()  # CUDA graphs, their ids
+        self.place_op = self.static_memory = self.static_capacity = None
         if cache == "static":
-            from service.static_step import StaticBatches
-
-            memory = int(model.manifest.get("limits", {}).get("max_source_tokens", 0)) or int(
+            limits = model.manifest.get("limits", {})
+            self.static_memory = int(limits.get("max_source_tokens", 0)) or int(
                 model.config["max_length"]
             )
-            self.static = StaticBatches(self, memory, capture, self._place_op(model, session))
+            self.static_capacity = self._fixed_capacity()
+            self.place_op = self._place_op(model, session)
+
+    def row_store(self):
+        """How a continuous batch holds rows over this engine: the static step's buckets,
+        numpy arrays written in place on the host path, or OrtValues on the device path."""
+        if self.cache == "static":
+            return StaticRows(self)
+        return HostRows(self) if self.host_tensors else DeviceRows(self)
+
+    def _fixed_capacity(self) -> int:
+        """The static step's cache capacity (positions), fixed in its graph."""
+        inputs = {i.name: i for i in self.decoder.get_inputs()}
+        first = self.states[0]
+        capacity = inputs[first.input].shape[first.time_axis]
+        if not isinstance(capacity, int):
+            raise ModelRepositoryError(f"{self.variant} static step: its capacity is not fixed")
+        return capacity
 
     def _place_op(self, model: ModelVersion, session):
         """The version's `place` op (every memory tensor's rows into slots in one run), where
@@ -216,10 +225,10 @@ class OnnxEngine:
         return place
 
     def _session_factory(self, threads: int, capture: bool = False):
-        options, providers = session_options(threads), PROVIDERS[self.device]
-        if capture:  # onnxruntime's CUDA graphs, for the static step's sessions alone
-            providers = [("CUDAExecutionProvider", {"enable_cuda_graph": "1"}), *providers[1:]]
-        return lambda path: ort.InferenceSession(str(path), options, providers=providers)
+        """Sessions on the engine's device; with `capture` (the static step's sessions
+        alone), onnxruntime's CUDA graphs."""
+        options, chosen = session_options(threads), providers(self.device, capture)
+        return lambda path: ort.InferenceSession(str(path), options, providers=chosen)
 
     def _lean(self, model: ModelVersion, variant: str, name: str, session):
         """The session of a lean step `name` if the version ships one (its outputs checked)."""
@@ -269,13 +278,13 @@ class OnnxEngine:
             if name in into:  # bound again only when the buffer changes
                 buffer = feeds[into[name]]
                 if bound.get(OUT + name) is not buffer:
-                    _bind_output(binding, name, buffer)
+                    bind_output(binding, name, buffer)
                     bound[OUT + name] = buffer
             elif name in shapes and (host or name in on_host):
                 buffer = bound.get(OUT + name)
                 if buffer is None or buffer.shape != shapes[name]:
                     buffer = bound[OUT + name] = np.empty(shapes[name], dtype=types[name])
-                    _bind_output(binding, name, buffer)
+                    bind_output(binding, name, buffer)
                 given[name] = buffer
             else:
                 bound.pop(OUT + name, None)
@@ -368,14 +377,13 @@ class OnnxEngine:
         self, input_ids, positions, self_mask, state: Tensors, encoder: EncoderOutput,
         attention: bool = True, search: SearchRequest | None = None,
     ):  # fmt: skip
-        """A lean step also runs the search `search` asks for (by log-probability; a sampling
-        or absent request gets k = 1 and its candidates are dropped): `search` then returns
-        them for these logits without another run (the logits are then only matched by
-        `search`: on the host they are the step's output buffer, which the next step writes
-        again). An in-place cache is written where it is (the state returned is the buffers
-        given, or larger ones when a row needed more positions than they hold)."""
-        if self.static is not None:
-            return self._static_step(input_ids, positions, state, encoder, attention, search)
+        """A lean step also runs the search `search` asks for (by log-probability: a sampling
+        or absent request gets k = 1 and its candidates are dropped) and returns its
+        candidates (its logits are then the step's output buffer on the host, which the next
+        step writes again). An in-place cache is written where it is (the state returned is
+        the buffers given, or larger ones when a row needed more positions than they hold)."""
+        if self.cache == "static":
+            raise ValueError("the static step runs over a batch's buckets (service.rows.static)")
         if self.in_place:
             if shape_of(input_ids)[1] != 1:
                 raise ValueError("a cache written in place takes one new token per row a step")
@@ -394,7 +402,6 @@ class OnnxEngine:
             session, on_host, skip = self.lean_decoder, self.logits_on_host, ()
         else:
             session, on_host, skip = self.decoder, self.logits_on_host, (name,)
-        self._searched = None
         lean, ranked = session is not self.decoder, False
         if lean:  # the search folded into the step
             ranked = search is not None and search.temperature is None
@@ -415,41 +422,9 @@ class OnnxEngine:
         outputs = self._run(session, feeds, on_host, skip, self._into, shapes, borrowed)
         named = dict(zip(self._outputs(session), outputs, strict=True))
         seen = named[name].astype(np.float32, copy=False) if attention else None
-        logits = named["logits"]
-        if lean and ranked:
-            self._searched = (logits, request, Candidates(*(named[n] for n in CANDIDATES)))
-        return logits, {s.input: named[s.output] for s in self.states}, seen
-
-    def _static_step(self, input_ids, positions, state: Tensors, encoder: EncoderOutput,
-                     attention: bool, search):  # fmt: skip
-        """The static step over the bucket whose memory mask `encoder`'s is (its memory and
-        cache buffers are that bucket's too): the lean step with its search where no
-        alignment is kept, one captured graph per bucket and k."""
-        static = self.static
-        bucket = static.owner(encoder.memory_mask)
-        if shape_of(input_ids) != (bucket.slots, 1):
-            raise ValueError(f"a static step takes one token for each of its {bucket.slots} slots")
-        if int(np.max(positions)) >= static.capacity:
-            raise ValueError(f"the static cache holds {static.capacity} positions")
-        self._searched = None
-        lean = not attention and self.lean_decoder is not None
-        ranked = lean and search is not None and search.temperature is None
-        request = search if ranked else SearchRequest()
-        if lean:
-            k = request.width(self.vocab)
-            out = static.run(bucket, self.lean_decoder, input_ids, positions, k,
-                             tuple(request.banned))  # fmt: skip
-        else:
-            out = static.run(bucket, self.decoder, input_ids, positions)
-        logits = out["logits"]
-        # the bucket's output buffers are written again by the next step (on the CPU their
-        # numpy() is a view of them): what leaves the step is copied
-        if ranked:
-            found = Candidates(*(np.array(out[n].numpy()) for n in CANDIDATES))
-            self._searched = (logits, request, found)
-        name = self.interface.attention
-        seen = np.array(out[name].numpy(), dtype=np.float32) if attention else None
-        return logits, state, seen
+        found = Candidates(*(named[n] for n in CANDIDATES)) if ranked else None
+        state = {s.input: named[s.output] for s in self.states}
+        return StepOutput(named["logits"], state, seen, found)
 
     def _capacity(self, state: Tensors, needed: int) -> Tensors:
         """`state` whose in-place buffers hold at least `needed` positions: a buffer too small
@@ -481,7 +456,7 @@ class OnnxEngine:
     def host(self, logits) -> np.ndarray:
         if not isinstance(logits, np.ndarray):
             logits = logits.numpy()
-            if self.static is not None:  # a bucket's buffer, written again by the next step
+            if self.cache == "static":  # a bucket's buffer, written again by the next step
                 return np.array(logits, dtype=np.float32)
         return logits.astype(np.float32, copy=False)
 
@@ -503,14 +478,8 @@ class OnnxEngine:
         }
 
     def search(self, logits, request: SearchRequest) -> Candidates:
-        """The candidates of every row: those the lean step found for these very logits and
-        this request, else by the search graph where the logits are, or in numpy on the host
-        without one."""
-        searched = self._searched
-        if searched is not None and searched[0] is logits and request.temperature is None:
-            done = searched[1]
-            if (done.k, tuple(done.banned)) == (request.k, tuple(request.banned)):
-                return searched[2]
+        """The candidates of every row: by the search graph where the logits are, or in numpy
+        on the host without one."""
         if not self.device_search:
             return host_search(self.host(logits), request)
         feeds = {"logits": logits, **self._search_feeds(request, shape_of(logits)[1])}
@@ -571,21 +540,6 @@ def join_pads(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[np.ndarray, np.nd
         return np.concatenate([np.zeros(len(shape), np.int64), ends])
 
     return pads(a), pads(b)
-
-
-def banned_bias(banned, vocab: int) -> np.ndarray:
-    """(1, vocab) float32: -inf at the banned tokens, 0 elsewhere (the search graphs' bias)."""
-    bias = np.zeros((1, vocab), dtype=np.float32)
-    bias[0, list(banned)] = -np.inf
-    return bias
-
-
-def _bind_output(binding: ort.IOBinding, name: str, tensor) -> None:
-    """Binds output `name` to a numpy array's memory (on the CPU), or to an OrtValue."""
-    if isinstance(tensor, np.ndarray):
-        binding.bind_output(name, "cpu", 0, tensor.dtype, tensor.shape, tensor.ctypes.data)
-    else:
-        binding.bind_ortvalue_output(name, tensor)
 
 
 class _Described:

@@ -279,7 +279,7 @@ def _load_model(settings: WorkerSettings, model_version, variant: str):
         "provider": engine.decoder.get_providers()[0],
         "cache": engine.cache,
         "cache_reason": why,
-        "cuda_graphs": bool(engine.static is not None and engine.static.capture),
+        "cuda_graphs": bool(engine.capture),
         "kind": engine.kind,
         "golden_inputs": checked,
     }

@@ -50,7 +50,7 @@ class Kind:
     def alone(self, sources, options: DecodingOptions):
         if isinstance(sources[0], list):
             # a static engine's step runs over its buckets: a batch of its own, alone
-            alone = joined if getattr(self.engine, "static", None) else CachedInference
+            alone = joined if getattr(self.engine, "cache", None) == "static" else CachedInference
             return translate_ids(self.engine, sources, options, 512, alone)
         return caption_images(self.engine, np.stack(sources), options)
 

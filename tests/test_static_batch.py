@@ -56,7 +56,7 @@ def test_rows_join_free_slots_move_between_buckets_and_decode_as_alone(tiny):
     _, version, sources = tiny
     static = OnnxEngine(version, "fp32", cache="static")
     reference = OnnxEngine(version, "fp32", cache="growing")
-    assert static.cache == "static" and static.io_binding and not static.static.capture
+    assert static.cache == "static" and static.io_binding and not static.capture
     encoder = static.encode(*source_batch(sources, 512))
     batch = ContinuousBatch(static)
     rows: list[tuple[int, CachedInference]] = []  # (source, its decode alone), in row order
@@ -112,7 +112,7 @@ def test_rows_join_free_slots_move_between_buckets_and_decode_as_alone(tiny):
     rows, fed = [rows[5]], [fed[5]]
     step()
     assert batch.slots == 1 and batch.state["past_key_values.0.key"] is first
-    assert sorted(static.static.slot_sets) == [1, 4, 8]
+    assert sorted(batch.store.slot_sets) == [1, 4, 8]
 
 
 def test_a_longer_memory_moves_the_batch_and_every_row_keeps_its_slot(tiny):
@@ -128,7 +128,7 @@ def test_a_longer_memory_moves_the_batch_and_every_row_keeps_its_slot(tiny):
     encoder = static.encode(*source_batch(sources, 512))
     batch = ContinuousBatch(static)
     batch.join(encoder, np.array([0, 1]))
-    assert (batch.slots, batch.bucket.memory_size) == (2, 16)
+    assert (batch.slots, batch.store.bucket.memory_size) == (2, 16)
     alone = {i: _alone(reference, sources[i]) for i in range(3)}
     fed = {i: [static.special_tokens.bos] for i in range(3)}
 
@@ -144,15 +144,15 @@ def test_a_longer_memory_moves_the_batch_and_every_row_keeps_its_slot(tiny):
     batch.reorder(np.array([0]))  # row 1 leaves a free slot
     cache, slot, moves = batch.state["past_key_values.0.key"], batch.alive[0], batch.rebuilds
     batch.join(encoder, np.array([2]))  # 41 memory positions: a bucket of 64
-    assert (batch.slots, batch.bucket.memory_size) == (2, 64) and batch.rebuilds == moves + 1
+    assert (batch.slots, batch.store.bucket.memory_size) == (2, 64) and batch.rebuilds == moves + 1
     assert batch.alive[0] == slot and batch.state["past_key_values.0.key"] is cache
     step([0, 2])
     step([0, 2])
     batch.reorder(np.array([0]))  # the long row leaves: 6 positions in a memory of 64
     step([0])
-    assert (batch.slots, batch.bucket.memory_size) == (2, 16) and batch.rebuilds == moves + 2
+    assert (batch.slots, batch.store.bucket.memory_size) == (2, 16) and batch.rebuilds == moves + 2
     step([0])
-    assert sorted(static.static.buckets) == [(2, 16), (2, 64)]
+    assert sorted(batch.store.buckets) == [(2, 16), (2, 64)]
 
 
 @pytest.mark.parametrize(
@@ -182,12 +182,13 @@ def test_the_static_step_refuses_what_it_cannot_run(tiny):
     with pytest.raises(ValueError, match="need device cuda"):
         OnnxEngine(version, "fp32", cache="static", capture=True)
     static = OnnxEngine(version, "fp32", cache="static")
-    with pytest.raises(ValueError, match="buffers of one of its buckets"):
+    with pytest.raises(ValueError, match="runs over a batch's buckets"):
         translate_ids(static, sources[:2], DecodingOptions(max_length=4), 512)
-    keys = static.static.bucket(1).memory["encoder.0.key"]  # the longest source's size
-    longer = np.zeros((1, 4, static.static.memory + 1, 8), np.float32)
+    store = ContinuousBatch(static).store
+    keys = store.bucket_of(1).memory["encoder.0.key"]  # the longest source's size
+    longer = np.zeros((1, 4, store.memory_limit + 1, 8), np.float32)
     with pytest.raises(ValueError, match="do not fit"):
-        static.static.fit(longer, keys)
+        store.fit(longer, keys)
 
 
 @pytest.mark.gpu
@@ -196,7 +197,7 @@ def test_each_bucket_replayed_as_a_cuda_graph_decodes_as_uncaptured(tiny):
         pytest.skip("no CUDA execution provider")
     _, version, sources = tiny
     captured = OnnxEngine(version, "fp16", "cuda", cache="static")
-    assert captured.static.capture
+    assert captured.capture
     uncaptured = OnnxEngine(version, "fp16", "cuda", cache="static", capture=False)
     for options in (DecodingOptions(max_length=20), DecodingOptions(beam_size=4, max_length=20)):
         got = translate_ids(captured, sources, options, 512, joined)
@@ -268,12 +269,12 @@ def test_the_place_op_writes_every_memory_tensor_of_a_run_of_slots_at_once(tiny)
 
     def decode(place: bool) -> tuple[list, list]:
         static = OnnxEngine(version, "fp32", cache="static")
-        assert static.static.place_op is not None
+        assert static.place_op is not None
         if not place:
-            static.static.place_op = None
+            static.place_op = None
         places, gathers, counts = [], [], []
         if place:
-            _counting(static.static.place_op, places)
+            _counting(static.place_op, places)
         _counting(static.ops["gather"]["float32"], gathers)
         _counting(static.ops["gather"]["int64"], gathers)  # the masks are copied whole
         batch, out = ContinuousBatch(static), []
@@ -320,7 +321,7 @@ def test_a_place_op_of_another_model_is_refused(tiny, tmp_path):
         OnnxEngine(verify(copy), "fp32", cache="static")
     del manifest["ops"]["place"]  # a version without one: a tensor at a time
     (copy / "manifest.json").write_text(json.dumps(manifest))
-    assert OnnxEngine(verify(copy), "fp32", cache="static").static.place_op is None
+    assert OnnxEngine(verify(copy), "fp32", cache="static").place_op is None
 
 
 def test_a_greedy_admission_gathers_nothing_on_the_device_and_copies_host_arrays(tiny):

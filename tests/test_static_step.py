@@ -1,4 +1,4 @@
-"""The fixed-capacity decoder step over buffers bound once (service.static_step): the same
+"""The fixed-capacity decoder step over buffers bound once (bench.static_buffers): the same
 logits and greedy tokens as the growing cache, on the CPU here and with CUDA graphs on a GPU."""
 
 from __future__ import annotations
@@ -8,18 +8,18 @@ import onnx
 import pytest
 from helpers import built_tiny_translator
 
-from export.builder import build_decoder
-from service.batching import source_batch
-from service.graphs import transformer_interface
-from service.inference import CachedInference
-from service.onnx_engine import OnnxEngine
-from service.static_step import (
+from bench.static_buffers import (
     FixedCacheDecoder,
     SlotCacheDecoder,
     StaticStep,
     bucket,
     cuda_graph_session,
 )
+from export.builder import build_decoder
+from service.batching import source_batch
+from service.graphs import transformer_interface
+from service.inference import CachedInference
+from service.onnx_engine import OnnxEngine
 
 CAPACITY = 24
 
