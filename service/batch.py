@@ -79,17 +79,44 @@ class ContinuousBatch(Inference):
     def memory_length(self) -> int:
         return self.table.memory_length
 
-    def join(self, encoder: EncoderOutput, sources: np.ndarray) -> None:
-        """Adds rows decoding `sources` (rows of `encoder`), after the existing rows."""
+    def join(self, encoder: EncoderOutput, sources: np.ndarray, reservation=None) -> None:
+        """Adds rows decoding `sources` (rows of `encoder`), after the existing rows; in the
+        slots of `reservation` where their memory was written there already (`place`)."""
         sources = np.asarray(sources, dtype=np.int64)
-        if self.store.adopts_encoder_rows and _every_row(encoder, sources):
-            rows = encoder  # every row in order (a greedy admission): nothing to gather
-        else:
-            rows = encoder.rows(self.engine.take, sources)
-        state = self.engine.initial_state(rows, len(sources))
-        new = NewRows(rows.memory, np.asarray(rows.memory_mask), state, self._next_input + sources)
+        inputs = self._next_input + sources
         self._next_input += int(sources.max()) + 1
-        self.store.join(self.table, new)
+        if reservation is not None and self.store.placed(self.table, reservation):
+            mask = np.asarray(encoder.memory_mask)[sources]
+            init = {n: self.engine.take(t, sources) for n, t in encoder.init.items()}
+            state = self.engine.initial_state(EncoderOutput({}, mask, init), len(sources))
+            self.store.join(self.table, NewRows({}, mask, state, inputs), reservation)
+            return
+        self.store.release(reservation)
+        rows = self._rows(encoder, sources)
+        state = self.engine.initial_state(rows, len(sources))
+        self.store.join(
+            self.table, NewRows(rows.memory, np.asarray(rows.memory_mask), state, inputs)
+        )
+
+    def _rows(self, encoder: EncoderOutput, sources: np.ndarray) -> EncoderOutput:
+        if self.store.adopts_encoder_rows and _every_row(encoder, sources):
+            return encoder  # every row in order (a greedy admission): nothing to gather
+        return encoder.rows(self.engine.take, sources)
+
+    def reserve(self, rows: int):
+        """Free slots for `rows` joining rows, kept for them until they join, where the
+        store can write their memory beside the steps (`place`); None elsewhere."""
+        return self.store.reserve(self.table, rows)
+
+    def place(self, reservation, sources: np.ndarray, encoder: EncoderOutput) -> None:
+        """On the encoder thread: rows `sources` of `encoder` written into the reserved slots
+        (nothing without a reservation)."""
+        if reservation is not None:
+            self.store.place(reservation, self._rows(encoder, sources))
+
+    def release(self, reservation) -> None:
+        """A reservation no row will use."""
+        self.store.release(reservation)
 
     def _forward(self, tokens: np.ndarray, attention: bool, search=None):
         """One step of every slot (a dead slot is fed padding) -> the step's output, the

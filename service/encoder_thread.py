@@ -3,7 +3,8 @@
 onnxruntime releases the GIL while it runs a graph, so an admission's encoder runs while the
 scheduler's thread steps the running rows (on a GPU, in a session of its own, on its own
 stream); the admitted rows join the batch at the first step boundary after it has finished.
-Only the encoder runs here: every change to the batch and every event stays on the
+Where the batch reserved slots for them (service.rows.static), their memory is written into
+those slots here too. Every other change to the batch, and every event, stays on the
 scheduler's thread.
 """
 
@@ -22,16 +23,20 @@ class EncoderThread:
         self.engine = engine
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="encoder")
 
-    def submit(self, inputs: dict[str, np.ndarray]) -> Future[tuple[EncoderOutput, float]]:
-        """Starts the encoder over `inputs` (its inputs by name) -> (its output, seconds)."""
-        return self._executor.submit(_encode, self.engine, inputs)
+    def submit(self, inputs: dict[str, np.ndarray], then=None) -> Future:
+        """Starts the encoder over `inputs` (its inputs by name), then `then(output)` where
+        given (a batch writing the memory into slots reserved for it) -> (its output,
+        seconds)."""
+        return self._executor.submit(_encode, self.engine, inputs, then)
 
     def close(self) -> None:
         """Waits for the run in progress; runs nothing after."""
         self._executor.shutdown(wait=True)
 
 
-def _encode(engine: Engine, inputs: dict[str, np.ndarray]) -> tuple[EncoderOutput, float]:
+def _encode(engine: Engine, inputs: dict, then) -> tuple[EncoderOutput, float]:
     start = time.perf_counter()
     encoder = engine.encode(**inputs)
+    if then is not None:
+        then(encoder)
     return encoder, time.perf_counter() - start

@@ -31,6 +31,7 @@ import time
 from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass
+from functools import partial
 from itertools import pairwise
 
 import numpy as np
@@ -51,13 +52,15 @@ KEEP_TIMES = 4096  # every this many steps, the step times no running job needs 
 
 @dataclass
 class _Admission:
-    """An admission round: its requests (in encoder row order) and its encoder's run."""
+    """An admission round: its requests (in encoder row order), the encoder row each of
+    their batch rows decodes, and its encoder's run."""
 
     requests: list[Request]
-    started: float
+    sources: np.ndarray  # (rows,) int64
     future: Future | None = None  # on the encoder thread
     encoder: EncoderOutput | None = None  # inline: already run
     seconds: float = 0.0
+    reservation: object = None  # slots the encoder thread writes the memory into (or None)
 
 
 class Scheduler:
@@ -256,19 +259,33 @@ class Scheduler:
             return
         self._admitted_at_step = self._steps
         # one encoder run for every request admitted in this round, one join
-        jobs = [r.job for r in admitted]
-        inputs = {
-            k: concat_padded([j.encoder_inputs[k] for j in jobs]) for k in jobs[0].encoder_inputs
-        }
-        admission = _Admission(admitted, self.clock())
+        given = [r.job.encoder_inputs for r in admitted]
+        inputs = {k: concat_padded([i[k] for i in given]) for k in given[0]}
+        admission = _Admission(admitted, self._sources(admitted))
         if self._encoder is None:
             encoder_start = time.perf_counter()
             admission.encoder = self.engine.encode(**inputs)
             admission.seconds = time.perf_counter() - encoder_start
-        else:
-            admission.future = self._encoder.submit(inputs)
+        else:  # the memory written into reserved slots beside the steps, where it can be
+            admission.reservation = self.batch.reserve(len(admission.sources))
+            place = partial(self.batch.place, admission.reservation, admission.sources)
+            admission.future = self._encoder.submit(inputs, place)
         self._admission = admission
         self._join_encoded()
+
+    def _sources(self, admitted: list[Request]) -> np.ndarray:
+        """Each admitted request's search (None: a greedy row) -> the encoder row of each of
+        their batch rows, in order."""
+        sources, offset = [], 0
+        for request in admitted:
+            job = request.job
+            if Request.is_greedy_row(job):
+                sources.append(np.array([offset]))
+            else:
+                request.search = make_search(job.inputs, job.options, self.bos, self.eos)
+                sources.append(request.search.sources + offset)
+            offset += job.inputs
+        return np.concatenate(sources)
 
     def _join_encoded(self) -> None:
         """The rows of the admission in progress join the batch once its encoder has run (at
@@ -286,33 +303,36 @@ class Scheduler:
     def _join(self, admission: _Admission) -> None:
         encoder = admission.encoder
         memory_mask = np.asarray(encoder.memory_mask)
-        sources, owners, tokens, offset, joined = [], [], [], 0, []
+        sources, owners, tokens, offset, joined, row = [], [], [], 0, [], 0
         for request in admission.requests:
             job, first = request.job, offset
             offset += job.inputs
+            count = 1 if request.search is None else len(request.search.sources)
+            rows, row = admission.sources[row : row + count], row + count
             if request.status is not RequestStatus.ENCODING:  # left while it was encoded
                 continue
             owner = request.owner
-            if Request.is_greedy_row(job):
-                self.is_greedy[owner] = True
+            self.is_greedy[owner] = request.search is None
+            if request.search is None:
                 self.greedy.start(owner, job.options.max_length, job.stream)
-                rows = np.array([first])
                 tokens.append(np.array([self.bos], dtype=np.int64))
             else:
-                self.is_greedy[owner] = False
-                search = make_search(job.inputs, job.options, self.bos, self.eos)
-                request.search = search
                 own = memory_mask[first:offset]
                 request.memory = int(np.flatnonzero(own.any(axis=0))[-1]) + 1
-                rows = search.sources + first
-                tokens.append(search.tokens[:, 0])
+                tokens.append(request.search.tokens[:, 0])
             sources.append(rows)
             owners.append(np.full(len(rows), owner, dtype=np.int64))
             joined.append(request)
         self.stats.encoder_seconds.append(admission.seconds)
+        # what the encoder thread wrote is used only where every admitted row joins
+        every = len(joined) == len(admission.requests)
+        reservation = admission.reservation if every else None
         if not joined:
+            self.batch.release(admission.reservation)
             return
-        self.batch.join(encoder, np.concatenate(sources))
+        if not every:
+            self.batch.release(admission.reservation)
+        self.batch.join(encoder, np.concatenate(sources), reservation)
         self.row_owner = np.concatenate([self.row_owner, *owners])
         self.next_tokens = np.concatenate([self.next_tokens, *tokens])
         now = self.clock()

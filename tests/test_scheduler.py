@@ -342,6 +342,10 @@ def test_rows_joining_while_another_admission_is_encoded_decode_as_alone(
     kind = _store(request, model, runtime, cache)
     engine = kind.engine
     scheduler = Scheduler(_SlowEncoder(engine, 0.02), max_rows=24, encoder_thread=True)
+    store, placed = scheduler.batch.store, []
+    if cache == "static":  # the encoder thread writes the memory into reserved slots
+        place = store.place
+        store.place = lambda reservation, rows: (place(reservation, rows), placed.append(1))
     sources = kind.sources[:9]
     jobs = [
         kind.job(i, [s], OPTIONS[i % len(OPTIONS)] if i % 3 else OPTIONS[0], stream=i == 3)
@@ -363,6 +367,7 @@ def test_rows_joining_while_another_admission_is_encoded_decode_as_alone(
         scheduler.events.clear()
     scheduler.close()
     assert overlapped > 0, "no step ran while an admission was encoded"
+    assert bool(placed) == (cache == "static")
     for job in jobs:
         alone = kind.alone([sources[job.id]], job.options)
         assert isinstance(done[job.id], Result), done[job.id]

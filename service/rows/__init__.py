@@ -1,8 +1,9 @@
 """How a continuous batch holds its rows' memory and state tensors: one class per way.
 
 Every way keeps the batch's `SlotTable` (which slot each row is in, the slots' masks,
-lengths and inputs: host arrays) and owns its tensors, with the same four calls:
-- `join(table, new)`: new rows after the existing ones;
+lengths and inputs: host arrays) and owns its tensors, with the same calls:
+- `join(table, new)`: new rows after the existing ones (`reserve` and `place` first, where
+  the store writes a joining admission's memory beside the steps: the static step's);
 - `prepare(table)`: before a step, a rebuild or a move where one is worth it;
 - `step(table, tokens, positions, attention, search) -> StepOutput`: one step of every slot;
 - `repeat(table, slots, first)`: rows kept in an order where some repeat (beams).
@@ -19,7 +20,7 @@ from typing import Protocol
 
 import numpy as np
 
-from service.inference import StepOutput, Tensors
+from service.inference import EncoderOutput, StepOutput, Tensors
 from service.rows.device import DeviceRows, HostRows
 from service.rows.static import StaticRows
 from service.rows.table import NewRows, SlotTable
@@ -34,7 +35,22 @@ class RowStore(Protocol):
 
     def clear(self) -> None: ...
 
-    def join(self, table: SlotTable, new: NewRows) -> None: ...
+    def reserve(self, table: SlotTable, rows: int) -> object | None:
+        """Free slots kept for `rows` joining rows, whose memory `place` may write beside
+        the steps; None where the store does not place ahead."""
+
+    def place(self, reservation, rows: EncoderOutput) -> None:
+        """From the encoder thread: the joining rows' memory into the reserved slots."""
+
+    def placed(self, table: SlotTable, reservation) -> bool:
+        """Whether `reservation`'s rows were placed and its slots are still theirs."""
+
+    def release(self, reservation) -> None:
+        """A reservation no row will use (None: nothing)."""
+
+    def join(self, table: SlotTable, new: NewRows, reservation=None) -> None:
+        """`new`'s rows after the existing ones (in `reservation`'s slots, their memory
+        written already, where it is given)."""
 
     def prepare(self, table: SlotTable) -> None: ...
 

@@ -42,7 +42,20 @@ class DeviceRows:
         self.memory: Tensors | None = None  # by name (slots, ...): keys (slots, H, S, Dh)
 
     # -- the protocol -----------------------------------------------------------------------
-    def join(self, table: SlotTable, new: NewRows) -> None:
+    def reserve(self, table: SlotTable, rows: int) -> None:
+        """Rows join by a rebuild here: no slot is kept for them ahead."""
+        return None
+
+    def placed(self, table: SlotTable, reservation) -> bool:
+        return False
+
+    def place(self, reservation, rows) -> None:
+        raise ValueError("rows held as the engine's tensors are not placed ahead")
+
+    def release(self, reservation) -> None:
+        pass
+
+    def join(self, table: SlotTable, new: NewRows, reservation=None) -> None:
         if table.slots == 0:
             self._adopt(table, new)
         else:
@@ -125,7 +138,7 @@ class HostRows(DeviceRows):
     # the batch writes rows into the arrays it holds: a joining admission's are copies
     adopts_encoder_rows = False
 
-    def join(self, table: SlotTable, new: NewRows) -> None:
+    def join(self, table: SlotTable, new: NewRows, reservation=None) -> None:
         free = table.free()
         if table.slots == 0:
             self._adopt(table, new)

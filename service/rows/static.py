@@ -20,6 +20,8 @@ uncaptured.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import onnxruntime as ort
 
@@ -47,8 +49,6 @@ class SlotBuffers:
 
     def __init__(self, engine, slots: int):
         device, inputs = engine.device, {i.name: i for i in engine.decoder.get_inputs()}
-        self.ids = allocate(device, (slots, 1), np.int64)
-        self.positions = allocate(device, (slots, 1), np.int64)
         sizes, floats = {"batch": slots}, engine.float_dtype
         self.state = {
             s.input: allocate(device, named_shape(inputs[s.input], sizes), floats)
@@ -63,12 +63,11 @@ class Bucket:
     def __init__(self, engine, buffers: SlotBuffers, count: int, memory: int):
         self.slots, self.memory_size = count, memory
         device, inputs = engine.device, {i.name: i for i in engine.decoder.get_inputs()}
-        self.ids, self.positions, self.state = buffers.ids, buffers.positions, buffers.state
-
-        def one_position(mask: np.ndarray) -> None:  # a free slot's numbers stay finite
-            mask[:, 0] = 1
-
-        self.memory_mask = allocate(device, (count, memory), np.int64, one_position)
+        self.state = buffers.state
+        # every int64 input of a step in one buffer: the ids fed (slots,), their positions
+        # (slots,) and the memory mask (slots, memory), each input bound to its part, so that
+        # a step's inputs cross to the device in one copy
+        self.fed = allocate(device, (count * (2 + memory),), np.int64)
         sizes = {"batch": count, "memory": memory}
         self.memory = {
             n: allocate(device, named_shape(inputs[n], sizes), engine.float_dtype)
@@ -76,6 +75,16 @@ class Bucket:
         }
         self.outputs: dict[tuple, ort.OrtValue] = {}  # by (output name, k)
         self.bindings: dict[tuple, tuple] = {}  # (session, k) -> (binding, options, ...)
+
+
+@dataclass
+class Reservation:
+    """Free slots of a bucket kept for an admission's rows; `placed` once their memory is
+    written there."""
+
+    bucket: Bucket
+    slots: np.ndarray
+    placed: bool = False
 
 
 class StaticRows:
@@ -96,6 +105,7 @@ class StaticRows:
 
     def clear(self) -> None:
         self.bucket: Bucket | None = None
+        self.reserved: Reservation | None = None  # slots no other row may take meanwhile
 
     @property
     def state(self):
@@ -130,9 +140,51 @@ class StaticRows:
         return bucket
 
     # -- the protocol -----------------------------------------------------------------------
-    def join(self, table: SlotTable, new: NewRows) -> None:
+    def reserve(self, table: SlotTable, rows: int) -> Reservation | None:
+        """Free slots of the bucket kept for `rows` joining rows (first into a bucket of more
+        slots, where too few are free). While they are kept the batch stays in its bucket,
+        and a step computes them as any dead slot (what it reads there is not used)."""
+        if self.bucket is None or self.reserved is not None:
+            return None
+        free = table.free()
+        if len(free) < rows:  # the bucket of more slots the join would move to, now
+            self._move(table, self.slots_for(table.rows + rows), self.bucket.memory_size)
+            free = table.free()
+        self.reserved = Reservation(self.bucket, free[:rows])
+        return self.reserved
+
+    def place(self, reservation: Reservation, rows) -> None:
+        """From the encoder thread: `rows`' memory (an EncoderOutput of the joining rows)
+        into the reserved slots, where it fits the bucket's memory size. The state is left
+        to the join: a step writes every slot's state, dead ones included."""
+        bucket = reservation.bucket
+        if extent(np.asarray(rows.memory_mask)) > bucket.memory_size:
+            return
+        slots = reservation.slots
+        self._place(rows.memory, np.arange(len(slots)), bucket.memory, slots, pad=True)
+        reservation.placed = True
+
+    def placed(self, table: SlotTable, reservation: Reservation) -> bool:
+        return (
+            reservation.placed
+            and reservation is self.reserved
+            and reservation.bucket is self.bucket
+            and bool(table.dead()[reservation.slots].all())
+        )
+
+    def release(self, reservation: Reservation | None) -> None:
+        if reservation is not None and reservation is self.reserved:
+            self.reserved = None
+
+    def join(self, table: SlotTable, new: NewRows, reservation=None) -> None:
         """New rows in free slots of the bucket; first into a bucket of more slots when too
-        few are free, or of a larger memory when theirs is longer."""
+        few are free, or of a larger memory when theirs is longer. Rows whose memory was
+        placed ahead take their reserved slots, their state written here."""
+        if reservation is not None:
+            self.reserved = None
+            self._write_state(new, reservation.slots)
+            table.write(reservation.slots, new)
+            return
         count = len(new)
         size = self.memory_for(self._memory_needed(table, extent(new.memory_mask)))
         free = table.free()
@@ -144,16 +196,22 @@ class StaticRows:
             self._move(table, table.slots, size)
         slots = free[:count]
         self._place(new.memory, np.arange(count), self.bucket.memory, slots, pad=True)
+        self._write_state(new, slots)
+        table.write(slots, new)
+
+    def _write_state(self, new: NewRows, slots: np.ndarray) -> None:
+        """The joining rows' initial state into `slots` (an empty one is nothing to write)."""
         for name, tensor in new.state.items():
             if 0 not in shape_of(tensor):
                 target = self.bucket.state[name]
-                self._gather(self.fit(tensor, target), np.arange(count), target, slots)
-        table.write(slots, new)
-        self.write_mask(table.memory_mask)
+                self._gather(self.fit(tensor, target), np.arange(len(slots)), target, slots)
 
     def prepare(self, table: SlotTable) -> None:
-        """A bucket four times too large (slots or memory) for the live rows: a smaller one.
-        The memory the rows use shrinks only when rows leave, so it is looked at then."""
+        """A bucket four times too large (slots or memory) for the live rows: a smaller one,
+        unless slots are kept for joining rows. The memory the rows use shrinks only when
+        rows leave, so it is looked at then."""
+        if self.reserved is not None:
+            return
         slots = self.slots_for(table.rows) if 4 * table.rows <= table.slots else table.slots
         memory = self.bucket.memory_size
         if table.left:
@@ -176,9 +234,10 @@ class StaticRows:
         request = search if ranked else SearchRequest()
         if lean:
             k = request.width(engine.vocab)
-            out = self._run(engine.lean_decoder, tokens, positions, k, tuple(request.banned))
+            banned = tuple(request.banned)
+            out = self._run(engine.lean_decoder, table, tokens, positions, k, banned)
         else:
-            out = self._run(engine.decoder, tokens, positions)
+            out = self._run(engine.decoder, table, tokens, positions)
         # the bucket's output buffers are written again by the next step (on the CPU their
         # numpy() is a view of them): what leaves the step is copied
         found = None
@@ -193,6 +252,8 @@ class StaticRows:
         a run of slots), or the rows into a bucket of more slots."""
         repeats = np.flatnonzero(~first)
         free = np.setdiff1d(np.arange(table.slots), slots[first])
+        if self.reserved is not None:  # kept for joining rows
+            free = np.setdiff1d(free, self.reserved.slots)
         if len(repeats) > len(free):
             self._move(table, self.slots_for(len(slots)), self.bucket.memory_size, slots)
             return
@@ -204,7 +265,6 @@ class StaticRows:
         if other.any():
             o, t = origins[other], targets[repeats][other]
             self._place(self.bucket.memory, o, self.bucket.memory, t)
-            self.write_mask(table.memory_mask)
         table.left |= len(targets) < table.rows
         table.set_alive(targets)
 
@@ -237,7 +297,6 @@ class StaticRows:
             mask[places, :kept] = table.memory_mask[live, :kept]
         self.bucket = target
         table.memory_mask = mask
-        self.write_mask(mask)
         self.rebuilds += 1
         if same:
             return
@@ -249,15 +308,6 @@ class StaticRows:
         table.idle = np.zeros(slots, dtype=np.int64)
         table.alive, table.left = places, False
         table.identity = len(places) == slots
-
-    def write_mask(self, mask: np.ndarray) -> None:
-        """The bucket's memory mask written whole from `mask`, the table's copy on the host:
-        one copy to the device, where moving the rows that changed took a gather a run of
-        slots."""
-        target = self.bucket.memory_mask
-        if mask.shape != tuple(target.shape()):
-            raise ValueError(f"a mask of {mask.shape} for a bucket of {target.shape()}")
-        target.update_inplace(np.ascontiguousarray(mask, dtype=np.int64))
 
     def fit(self, rows, target: ort.OrtValue):
         """`rows` (numpy or OrtValue) right-padded with zeros to `target`'s row shape."""
@@ -360,13 +410,16 @@ class StaticRows:
             return made
         engine, device = self.engine, self.engine.device
         binding = session.io_binding()
-        feeds = {
-            "input_ids": bucket.ids,
-            "positions": bucket.positions,
-            "memory_mask": bucket.memory_mask,
-            **bucket.memory,
-            **bucket.state,
-        }
+        count, size, start = bucket.slots, np.dtype(np.int64).itemsize, bucket.fed.data_ptr()
+        mask = [count, bucket.memory_size]
+        for name, shape in (
+            ("input_ids", [count, 1]),
+            ("positions", [count, 1]),
+            ("memory_mask", mask),
+        ):
+            binding.bind_input(name, device, 0, np.int64, shape, start)
+            start += int(np.prod(shape)) * size
+        feeds = {**bucket.memory, **bucket.state}
         if k is not None:  # the lean step's search: its bias kept at one address
             bias = banned_bias((), engine.vocab)
             feeds["bias"] = ort.OrtValue.ortvalue_from_numpy(bias, device, 0)
@@ -395,12 +448,16 @@ class StaticRows:
         made = bucket.bindings[key] = (binding, options, feeds, returned, [()])
         return made
 
-    def _run(self, session, tokens, positions, k: int | None = None, banned: tuple = ()):
-        """One step of every slot of the bucket (tokens, positions (slots, 1)) -> the step's
-        outputs by name (the bucket's buffers: read them before the next step)."""
+    def _run(self, session, table, tokens, positions, k: int | None = None, banned=()):
+        """One step of every slot of the bucket (tokens, positions (slots, 1), the table's
+        memory mask) -> the step's outputs by name (the bucket's buffers: read them before
+        the next step)."""
         bucket = self.bucket
-        bucket.ids.update_inplace(np.ascontiguousarray(tokens, dtype=np.int64))
-        bucket.positions.update_inplace(np.ascontiguousarray(positions, dtype=np.int64))
+        count = bucket.slots
+        fed = np.empty(count * (2 + bucket.memory_size), dtype=np.int64)
+        fed[:count], fed[count : 2 * count] = tokens[:, 0], positions[:, 0]
+        fed[2 * count :] = table.memory_mask.ravel()
+        bucket.fed.update_inplace(fed)
         binding, options, feeds, returned, last = self._binding(session, k)
         if k is not None and last[0] != banned:  # written in place, never rebound
             feeds["bias"].update_inplace(banned_bias(banned, self.engine.vocab))
