@@ -41,7 +41,7 @@ class _InstantBatch:
             log_probs = -np.sort(rng.random((rows, k)), axis=1).astype(np.float32)
             self.sets.append(Candidates(ids, log_probs))
 
-    def join(self, encoder, sources) -> None:
+    def join(self, encoder, sources, reservation=None) -> None:
         self.rows += len(sources)
 
     def search_step(self, tokens, request):

@@ -153,9 +153,9 @@ class ContinuousBatch(Inference):
             self.table.clear()
             self.store.clear()
             return
-        slots = self.table.alive[index]
-        if self.table.reorder_free(slots):
+        if self.table.reorder_free(index):
             return
+        slots = self.table.alive[index]
         first = np.zeros(len(slots), dtype=bool)
         first[np.unique(slots, return_index=True)[1]] = True
         self.store.repeat(self.table, slots, first)

@@ -61,14 +61,6 @@ def bind_output(binding: ort.IOBinding, name: str, tensor) -> None:
         binding.bind_ortvalue_output(name, tensor)
 
 
-def bind_rows(binding, name: str, target: ort.OrtValue, device: str, row: int, count: int):
-    """Binds output `name` to `count` rows of `target` from row `row` on, in place."""
-    shape, dtype = target.shape(), numpy_type(target.data_type())
-    size = int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize
-    address = target.data_ptr() + row * size
-    binding.bind_output(name, device, 0, dtype, [count, *shape[1:]], address)
-
-
 def banned_bias(banned, vocab: int) -> np.ndarray:
     """(1, vocab) float32: -inf at the banned tokens, 0 elsewhere (the search graphs' bias)."""
     bias = np.zeros((1, vocab), dtype=np.float32)

@@ -55,14 +55,14 @@ class Request:
     # every running request takes a token at every step, so its token times are the steps'
     first_step: int = 0
     streamed: list[int] = field(default_factory=list)  # best tokens in the last partial
+    rows: int = field(init=False)  # batch rows it takes at its start
+
+    def __post_init__(self) -> None:
+        self.rows = self.job.rows
 
     @property
     def id(self) -> int:
         return self.job.id
-
-    @property
-    def rows(self) -> int:
-        return self.job.rows
 
     def end(self, status: RequestStatus, reason: FinishReason) -> None:
         self.status, self.finish_reason, self.owner = status, reason, -1

@@ -32,7 +32,6 @@ from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass
 from functools import partial
-from itertools import pairwise
 
 import numpy as np
 
@@ -483,7 +482,7 @@ class Scheduler:
             for h in hypotheses:
                 _strip(h, job)
         times = self._times[request.first_step - self._times_from :]  # its tokens', now last
-        gaps = [b - a for a, b in pairwise(times)]
+        gaps = np.diff(times).tolist()
         timings = Timings(request.queued_at, request.admitted_at, times[0], now, gaps)
         self._release(request)
         request.end(RequestStatus.FINISHED, FinishReason.DONE)

@@ -29,7 +29,6 @@ from service.inference import StepOutput, shape_of
 from service.onnx_runtime import (
     allocate,
     banned_bias,
-    bind_rows,
     consecutive_runs,
     named_shape,
     numpy_type,
@@ -101,6 +100,8 @@ class StaticRows:
         self.slot_sets: dict[int, SlotBuffers] = {}
         self.buckets: dict[tuple[int, int], Bucket] = {}  # by (slots, memory size)
         self.rebuilds = 0
+        # by a buffer's address: its dtype, row shape and bytes a row (buffers are kept)
+        self._layouts: dict[int, tuple[np.dtype, list[int], int]] = {}
         self.clear()
 
     def clear(self) -> None:
@@ -271,9 +272,7 @@ class StaticRows:
     # -- moving rows ------------------------------------------------------------------------
     def _memory_needed(self, table: SlotTable, new: int = 0) -> int:
         """Memory positions the live rows use (at least `new`, a joining row's)."""
-        if table.rows == 0:
-            return max(new, 1)
-        return max(extent(table.memory_mask[table.alive]), new, 1)
+        return max(table.used_memory(), new, 1)
 
     def _move(self, table: SlotTable, slots: int, memory: int, order=None) -> None:
         """The batch into the bucket (`slots`, `memory`), on the device. Of as many slots:
@@ -288,6 +287,7 @@ class StaticRows:
         places = live if same else np.arange(len(live))  # the slots the rows take
         mask = np.zeros((slots, memory), dtype=np.int64)
         mask[:, 0] = 1  # a free slot attends to one memory position
+        extents = np.ones(slots, dtype=np.int64)
         if old is not None and len(live):
             self._place(old.memory, live, target.memory, places, pad=True)
             if not same:
@@ -295,8 +295,9 @@ class StaticRows:
             kept = min(memory, old.memory_size)
             mask[places] = 0
             mask[places, :kept] = table.memory_mask[live, :kept]
+            extents[places] = np.minimum(table.extents[live], kept)
         self.bucket = target
-        table.memory_mask = mask
+        table.memory_mask, table.extents = mask, extents
         self.rebuilds += 1
         if same:
             return
@@ -345,8 +346,20 @@ class StaticRows:
             else:
                 binding.bind_ortvalue_input("data", source)
             binding.bind_cpu_input("indices", index[start:end].copy())
-            bind_rows(binding, "output", target, engine.device, int(slots[start]), end - start)
+            self._bind_rows(binding, "output", target, int(slots[start]), end - start)
             session.run_with_iobinding(binding)
+
+    def _bind_rows(self, binding, name: str, target: ort.OrtValue, row: int, count: int):
+        """Binds output `name` to `count` rows of `target` from row `row` on, in place."""
+        start = target.data_ptr()
+        layout = self._layouts.get(start)
+        if layout is None:
+            shape, dtype = target.shape(), numpy_type(target.data_type())
+            size = int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize
+            layout = self._layouts[start] = (dtype, shape[1:], size)
+        dtype, tail, size = layout
+        address = start + row * size
+        binding.bind_output(name, self.engine.device, 0, dtype, [count, *tail], address)
 
     def _move_memory(self, name: str, source, index, target, slots) -> None:
         """`_gather` of the memory tensor `name`, its memory axis padded or cut to
@@ -392,13 +405,12 @@ class StaticRows:
             ends = [0, *(t - h for t, h in zip(shape[1:], have[1:], strict=True))]
             kept.append(np.array([0] * len(shape) + ends, dtype=np.int64))
             binding.bind_cpu_input(f"pads_{i}", kept[-1])
-        device = self.engine.device
         for start, end in consecutive_runs(slots):
             kept.append(index[start:end].copy())
             binding.bind_cpu_input("indices", kept[-1])
             for i, name in enumerate(sources):
                 target, first = targets[name], int(slots[start])
-                bind_rows(binding, f"output_{i}", target, device, first, end - start)
+                self._bind_rows(binding, f"output_{i}", target, first, end - start)
             op.run_with_iobinding(binding)
         return True
 

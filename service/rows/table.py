@@ -36,6 +36,12 @@ def trim(mask: np.ndarray, leading: bool) -> int:
     return mask.shape[1] - (int(used[-1]) + 1 if len(used) else 0)
 
 
+def row_extents(mask: np.ndarray) -> np.ndarray:
+    """(rows, L) -> (rows,) int64: each row's columns up to the last it uses."""
+    used = mask != 0
+    return np.where(used.any(axis=1), mask.shape[1] - np.argmax(used[:, ::-1], axis=1), 0)
+
+
 def extent(mask: np.ndarray) -> int:
     """Columns of `mask` (rows, L) up to the last any row uses."""
     return mask.shape[1] - trim(mask, leading=False)
@@ -52,6 +58,7 @@ class SlotTable:
 
     def clear(self) -> None:
         self.memory_mask = np.zeros((0, 0), dtype=np.int64)  # (slots, S)
+        self.extents = np.zeros(0, dtype=np.int64)  # (slots,) memory positions each uses
         self.self_mask = np.zeros((0, 0), dtype=np.int64)  # (slots, P)
         self.lengths = np.zeros(0, dtype=np.int64)  # (slots,) tokens fed
         self.inputs = np.zeros(0, dtype=np.int64)  # (slots,) the input a slot decodes
@@ -94,6 +101,7 @@ class SlotTable:
         """An empty table takes `new`'s rows, row i in slot i."""
         rows = len(new)
         self.memory_mask = new.memory_mask
+        self.extents = row_extents(new.memory_mask)
         self.self_mask = np.zeros((rows, 0), dtype=np.int64)
         self.lengths = np.zeros(rows, dtype=np.int64)
         self.inputs, self.idle = new.inputs, np.zeros(rows, dtype=np.int64)
@@ -104,6 +112,7 @@ class SlotTable:
         used = extent(new.memory_mask)
         self.memory_mask[slots] = 0
         self.memory_mask[slots, :used] = new.memory_mask[:, :used]
+        self.extents[slots] = row_extents(new.memory_mask)
         self.self_mask[slots] = 0
         self.lengths[slots], self.inputs[slots], self.idle[slots] = 0, new.inputs, 0
         self.set_alive(np.concatenate([self.alive, slots]))
@@ -114,6 +123,7 @@ class SlotTable:
         other = self.inputs[origins] != self.inputs[targets]
         if other.any():
             self.memory_mask[targets[other]] = self.memory_mask[origins[other]]
+            self.extents[targets[other]] = self.extents[origins[other]]
         self.self_mask[targets] = self.self_mask[origins]
         self.lengths[targets] = self.lengths[origins]
         self.inputs[targets] = self.inputs[origins]
@@ -126,9 +136,11 @@ class SlotTable:
         live = self.alive
         self.self_mask = np.ascontiguousarray(self.self_mask[live, lead:])
         self.memory_mask = np.ascontiguousarray(self.memory_mask[live, :memory])
+        self.extents = np.minimum(self.extents[live], memory)
         self.lengths, self.inputs = self.lengths[live], self.inputs[live]
         if new is not None:
             self.memory_mask = concat_padded([self.memory_mask, new.memory_mask])
+            self.extents = np.concatenate([self.extents, row_extents(new.memory_mask)])
             padding = np.zeros((len(new), self.cache_length), dtype=np.int64)
             self.self_mask = np.concatenate([self.self_mask, padding])
             self.lengths = np.concatenate([self.lengths, np.zeros(len(new), np.int64)])
@@ -139,7 +151,12 @@ class SlotTable:
     def padding(self) -> tuple[int, int]:
         """(leading self-mask columns, trailing memory-mask columns) no live row uses."""
         live = self.alive
-        return trim(self.self_mask[live], leading=True), trim(self.memory_mask[live], False)
+        used = int(self.extents[live].max(initial=0))
+        return trim(self.self_mask[live], leading=True), self.memory_length - used
+
+    def used_memory(self) -> int:
+        """Memory positions the live rows use."""
+        return int(self.extents[self.alive].max(initial=0))
 
     def worth_compacting(self, growing: bool) -> bool:
         """Dead slots too many or idle too long, or padding columns piled up as rows left (a
@@ -158,13 +175,16 @@ class SlotTable:
             self.self_mask = np.ascontiguousarray(self.self_mask[:, lead:])
         return padding >= max(MIN_TRIM, self.memory_length // 8)
 
-    def reorder_free(self, slots: np.ndarray) -> bool:
-        """Rows `slots` (the slots of the rows kept, in order) where none repeats: only the
-        index changes. False (nothing done) where a slot repeats."""
-        if not (len(slots) == 1 or np.all(np.diff(slots) > 0)):
-            if len(np.unique(slots)) < len(slots):
+    def reorder_free(self, index: np.ndarray) -> bool:
+        """Keeps rows `index` where none repeats: only the index changes. False (nothing
+        done) where a row repeats."""
+        slots = self.alive[index]
+        if len(index) > 1 and not np.all(np.diff(index) > 0):  # rows drop in order: free
+            if len(np.unique(index)) < len(index):
                 return False
-            self.identity = False
+            self.identity = False  # permuted
+        elif not (len(slots) == 1 or np.all(np.diff(slots) > 0)):
+            self.identity = False  # slots out of order: the rows keep their order
         else:
             self.identity &= len(slots) == self.rows
         self.left |= len(slots) < self.rows
