@@ -26,8 +26,9 @@ class GreedyRows:
         self.tokens = np.zeros((lanes, FIRST_WIDTH), dtype=np.int64)  # (lanes, width)
         self.log_probs = np.zeros((lanes, FIRST_WIDTH), dtype=np.float64)  # (lanes, width)
 
-    def start(self, lane: int, max_length: int, stream: bool) -> None:
-        self.steps[lane], self.max_length[lane], self.stream[lane] = 0, max_length, stream
+    def start_many(self, lanes: np.ndarray, max_length: np.ndarray, stream: np.ndarray) -> None:
+        """Lanes `lanes` (n,) start, each with its step limit and whether it streams."""
+        self.steps[lanes], self.max_length[lanes], self.stream[lanes] = 0, max_length, stream
 
     def advance(self, lanes: np.ndarray, ids: np.ndarray, log_probs: np.ndarray) -> np.ndarray:
         """Lanes `lanes` (R,) take their rows' best candidates `ids`, `log_probs` (R,) ->

@@ -300,40 +300,35 @@ class Scheduler:
         self._join(admission)
 
     def _join(self, admission: _Admission) -> None:
-        encoder = admission.encoder
-        memory_mask = np.asarray(encoder.memory_mask)
-        sources, owners, tokens, offset, joined, row = [], [], [], 0, [], 0
-        for request in admission.requests:
-            job, first = request.job, offset
-            offset += job.inputs
-            count = 1 if request.search is None else len(request.search.sources)
-            rows, row = admission.sources[row : row + count], row + count
-            if request.status is not RequestStatus.ENCODING:  # left while it was encoded
-                continue
-            owner = request.owner
-            self.is_greedy[owner] = request.search is None
-            if request.search is None:
-                self.greedy.start(owner, job.options.max_length, job.stream)
-                tokens.append(np.array([self.bos], dtype=np.int64))
-            else:
-                own = memory_mask[first:offset]
-                request.memory = int(np.flatnonzero(own.any(axis=0))[-1]) + 1
-                tokens.append(request.search.tokens[:, 0])
-            sources.append(rows)
-            owners.append(np.full(len(rows), owner, dtype=np.int64))
-            joined.append(request)
+        """The admitted rows that are still wanted join the batch: their owners' tables and
+        greedy lanes set, their first input tokens after the rows there are."""
+        encoder, requests = admission.encoder, admission.requests
+        counts = [1 if r.search is None else len(r.search.sources) for r in requests]
+        joined = [r for r in requests if r.status is RequestStatus.ENCODING]  # not left
         self.stats.encoder_seconds.append(admission.seconds)
-        # what the encoder thread wrote is used only where every admitted row joins
-        every = len(joined) == len(admission.requests)
-        reservation = admission.reservation if every else None
+        every = len(joined) == len(requests)
+        if not every:  # what the encoder thread wrote is used only where every row joins
+            self.batch.release(admission.reservation)
         if not joined:
-            self.batch.release(admission.reservation)
             return
-        if not every:
-            self.batch.release(admission.reservation)
-        self.batch.join(encoder, np.concatenate(sources), reservation)
-        self.row_owner = np.concatenate([self.row_owner, *owners])
-        self.next_tokens = np.concatenate([self.next_tokens, *tokens])
+        kept = np.repeat([r.status is RequestStatus.ENCODING for r in requests], counts)
+        sources = admission.sources if every else admission.sources[kept]
+        owners = np.repeat([r.owner for r in requests], counts)[kept]
+        tokens = np.full(len(owners), self.bos, dtype=np.int64)
+        lanes = [r for r in joined if r.search is None]
+        self.is_greedy[owners] = False
+        if lanes:
+            self.greedy.start_many(
+                np.array([r.owner for r in lanes]),
+                np.array([r.job.options.max_length for r in lanes]),
+                np.array([r.job.stream for r in lanes]),
+            )
+            self.is_greedy[[r.owner for r in lanes]] = True
+        if len(lanes) < len(joined):
+            self._start_searches(requests, tokens, encoder)
+        self.batch.join(encoder, sources, admission.reservation if every else None)
+        self.row_owner = np.concatenate([self.row_owner, owners])
+        self.next_tokens = np.concatenate([self.next_tokens, tokens])
         now = self.clock()
         for request in joined:
             job = request.job
@@ -344,6 +339,24 @@ class Scheduler:
             self._sampling += job.options.sampling
             self._streaming += job.stream and request.search is None
             self.events.append(Admitted(job.id, now - request.queued_at))
+
+    def _start_searches(self, requests: list[Request], tokens: np.ndarray, encoder) -> None:
+        """The joining searches' first tokens into `tokens` (the joined rows', in order), and
+        each one's own memory length (for its alignment)."""
+        memory_mask = np.asarray(encoder.memory_mask)
+        row, start = 0, 0
+        for request in requests:
+            inputs, start = request.job.inputs, start + request.job.inputs
+            if request.status is not RequestStatus.ENCODING:
+                continue
+            search = request.search
+            if search is None:
+                row += 1
+                continue
+            own = memory_mask[start - inputs : start]
+            request.memory = int(np.flatnonzero(own.any(axis=0))[-1]) + 1
+            tokens[row : row + search.rows] = search.tokens[:, 0]
+            row += search.rows
 
     # -- stepping -------------------------------------------------------------------------
     def _blocks(self) -> list[tuple[Request, int, int]]:
