@@ -132,7 +132,6 @@ class Search(ABC):
     steps: int  # steps taken
     k: int = 1  # candidates a row needs; 0: the whole vocabulary
     temperature: float | None = None  # sampling: candidates ranked after this temperature
-    single: bool = False  # one row that takes its best candidate (GreedySearch.advance_single)
 
     def request(self, attention: bool = True) -> SearchRequest:
         """The search request of this search's rows alone."""
@@ -175,40 +174,6 @@ class GreedySearch(Search):
         self.active = np.arange(batch * copies)  # the hypothesis each row extends
         self.sources = self.active // copies
         self.tokens = np.full((batch * copies, 1), bos, dtype=np.int64)
-        # one row taking the best candidate: the scheduler advances it without numpy
-        self.single = choose is None and batch * copies == 1
-
-    @property
-    def tokens(self) -> np.ndarray:
-        if self._tokens is None:  # a single row's next token, kept as an int until asked
-            self._tokens = np.array([[self._token]], dtype=np.int64)
-        return self._tokens
-
-    @tokens.setter
-    def tokens(self, value: np.ndarray) -> None:
-        self._tokens, self._token = value, None
-
-    @property
-    def next_token(self) -> int:
-        """A `single` search's next input token (a live one's)."""
-        return int(self._tokens[0, 0]) if self._token is None else self._token
-
-    def advance_single(self, token: int, log_prob: float) -> bool:
-        """`advance` of a `single` search by its row's best candidate, without attention;
-        whether the row goes on. Plain Python: a busy server's step holds hundreds of these,
-        and numpy's per-call cost would be most of their time (the next token stays an int:
-        the scheduler makes one array of every single row's, `next_token`)."""
-        row = self.hypotheses[0]
-        row.tokens.append(token)  # _Row.append without attention, inlined
-        row.log_probs.append(log_prob)
-        self.steps += 1
-        if token != self.eos and self.steps < self.options.max_length:
-            self._tokens, self._token = None, token
-            return True
-        self.finished[0] = row.finish(self.eos, self.options.length_penalty)
-        self.active, self.sources = self.active[:0], self.sources[:0]
-        self.tokens = np.zeros((0, 1), dtype=np.int64)
-        return False
 
     def advance(self, candidates: Candidates, attention: np.ndarray | None) -> np.ndarray:
         # one row per decoding input is the common case of a busy server: plain Python there

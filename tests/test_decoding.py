@@ -198,31 +198,39 @@ def test_sampling_options_are_checked():
         DecodingOptions(temperature=-1.0).validate(512)
 
 
-@pytest.mark.parametrize("max_length", [3, 50])
-def test_a_single_greedy_row_advances_alike_without_numpy(max_length):
-    """GreedySearch.advance_single (the scheduler's path for one-row greedy jobs) keeps the
-    same hypothesis, tokens and end as advance over the row's candidates."""
-    from service.decoding import make_search
+@pytest.mark.parametrize("max_length", [3, 50, 150])
+def test_greedy_lanes_advance_as_greedy_searches(max_length):
+    """Lanes of GreedyRows (the scheduler's path for one-row greedy jobs, advanced together)
+    give each row the hypothesis GreedySearch gives it: tokens, log-probabilities, score and
+    end, lanes ending at other steps (an `</s>`, or max_length past the arrays' first width)."""
+    from service.decoding import GreedySearch
+    from service.greedy_rows import GreedyRows
     from service.search import Candidates
 
     options = DecodingOptions(beam_size=1, max_length=max_length)
     rng = np.random.default_rng(4)
-    general, single = (make_search(1, options, BOS_ID, EOS_ID) for _ in range(2))
-    assert single.single and not make_search(2, options, BOS_ID, EOS_ID).single
-    steps = 0
-    while not general.done:
-        token = EOS_ID if steps == 7 else int(rng.integers(4, 100))
-        log_prob = float(-rng.random())
-        candidates = Candidates(np.array([[token, 5]]), np.array([[log_prob, -9.0]], np.float32))
-        kept = general.advance(candidates, None)
-        goes_on = single.advance_single(token, np.float32(log_prob).item())
-        assert goes_on == (len(kept) == 1) and single.done == general.done
-        assert np.array_equal(single.tokens, general.tokens)
-        steps += 1
-    assert steps == min(8, max_length)
-    (expected,), (actual,) = general.results(), single.results()
-    assert actual[0].tokens == expected[0].tokens and actual[0].finished == expected[0].finished
-    assert actual[0].score == pytest.approx(expected[0].score)
+    rows = 5
+    searches = [GreedySearch(1, options, BOS_ID, EOS_ID) for _ in range(rows)]
+    lanes = GreedyRows(8, EOS_ID)
+    owner = np.array([7, 0, 3, 5, 1])  # lanes in no particular order
+    lanes.start_many(owner, np.full(rows, max_length), np.zeros(rows, bool))
+    ends_at = [7, 90, 2, 200, 40]  # the step each row's </s> comes, if it gets that far
+    live, step = np.arange(rows), 0
+    while len(live):
+        ids = np.array([EOS_ID if step == ends_at[r] else int(rng.integers(4, 100)) for r in live])
+        log_probs = (-rng.random(len(live))).astype(np.float32)
+        ended = lanes.advance(owner[live], ids, log_probs)
+        for i, r in enumerate(live.tolist()):
+            candidates = Candidates(ids[i : i + 1, None], log_probs[i : i + 1, None])
+            kept = searches[r].advance(candidates, None)
+            assert bool(ended[i]) == (len(kept) == 0)
+        live, step = live[~ended], step + 1
+    for r in range(rows):
+        (expected,) = searches[r].results()[0]
+        got = lanes.hypothesis(int(owner[r]), options.length_penalty)
+        assert got.tokens == expected.tokens and got.finished == expected.finished
+        assert got.token_log_probs == expected.token_log_probs
+        assert (got.log_prob, got.score) == (expected.log_prob, expected.score)
 
 
 @pytest.mark.parametrize("top_k, top_p", [(0, 1.0), (3, 1.0), (0, 0.6), (5, 0.8)])
