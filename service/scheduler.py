@@ -468,13 +468,14 @@ class Scheduler:
         return np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)
 
     def _stream_greedy(self, ids: np.ndarray, ended: np.ndarray) -> None:
-        """The partial events of every streamed greedy row that goes on: its new token."""
-        streamed = np.flatnonzero(self.greedy.stream[self.row_owner] & ~ended)
-        owners = self.row_owner[streamed].tolist()
-        steps = self.greedy.steps[self.row_owner[streamed]].tolist()
-        for owner, token, step in zip(owners, ids[streamed].tolist(), steps, strict=True):
-            if self.is_greedy[owner]:
-                self.events.append(Partial(self.owners[owner].id, step - 1, [token], step))
+        """The partial events of every streamed greedy row that goes on: its new token (an
+        owner's stream flag counts while it is a greedy lane)."""
+        owner = self.row_owner
+        streamed = np.flatnonzero(self.greedy.stream[owner] & self.is_greedy[owner] & ~ended)
+        lanes = owner[streamed]
+        steps = self.greedy.steps[lanes].tolist()
+        for lane, token, step in zip(lanes.tolist(), ids[streamed].tolist(), steps, strict=True):
+            self.events.append(Partial(self.owners[lane].id, step - 1, [token], step))
 
     def _stream(self, request: Request) -> None:
         """A partial event: the best hypothesis as the tokens kept from the last one and the
