@@ -116,8 +116,9 @@ case "$phase" in
     # device check, cache and fronts printed) at 1 to 1,024 clients and the 30-token sentence;
     # the CPU server (16 workers, the default fronts) at 256 clients; one CPU worker's
     # in-process rate (fp32, 64 rows, one thread: the CPU scaling goal's "one worker"); one
-    # CUDA worker's in-process rate (fp16, the static step, 256 rows): the encoder on its own
-    # thread, inline, and inline without the place op
+    # CUDA worker's in-process rate (fp16, the static step, 256 rows): the encoder and the
+    # step on their own threads, the encoder alone on its thread, inline, and inline without
+    # the place op
     mkdir -p "$out"
     timeout 200 python3 -m bench.gpu --device cuda --workdir "$work" --out "$out" \
       --graphs "$graphs" --no-engine --load --clients 1,16,64,256,1024 --level-seconds 8 || true
@@ -127,8 +128,7 @@ case "$phase" in
       --graphs "$graphs" --quick --no-engine --load --clients 64,256 --level-seconds 10 || true
     timeout 30 python3 -m bench.profile_scheduler --device cpu --repository "$work/repository/translator/1" \
       --variant fp32 --rows 64 --seconds 10 2>&1 | tee "$out/cpu-worker.log" || true
-    for way in --encoder-thread "" --no-place; do  # the encoder beside the steps, inline, and
-      # inline without the place op, side by side
+    for way in "--encoder-thread --step-thread" --encoder-thread "" --no-place; do  # side by side
       timeout 30 python3 -m bench.profile_scheduler --device cuda $way \
         --repository "$work/repository/translator/1" --variant fp16 --cache static --seconds 8 \
         2>&1 | tee -a "$out/cuda-worker.log" || true

@@ -4,15 +4,16 @@ graph (and, with --top, the host's functions under cProfile).
 
     python -m bench.profile_scheduler [--device cpu|cuda] [--repository VERSION_DIR]
         [--random-model] [--variant fp32] [--cache in_place|growing|static] [--io-binding]
-        [--no-place] [--encoder-thread] [--admission-interval 1] [--rows 256] [--seconds 20]
-        [--max-length 128] [--top 30]
+        [--no-place] [--encoder-thread] [--step-thread] [--admission-interval 1] [--rows 256]
+        [--seconds 20] [--max-length 128] [--top 30]
 
-Prints the host's time a step outside onnxruntime's runs on the scheduler's thread (`host:`),
-the share of the wall time inside those runs and how many runs a step takes by graph (the
-step, the encoder and the helper graphs of admissions and rebuilds: on a GPU each costs the
-host a launch and a synchronisation), the encoder thread's runs apart (`--encoder-thread`:
-they run beside the steps), and with `--top N` a second loop under cProfile with the N
-functions of most time of their own.
+Prints the host's time a step outside the loop's onnxruntime runs (`host:`: the time no run
+of the loop's own path is in progress, the time a GPU would idle), the share of the wall time
+inside those runs and how many runs a step takes by graph (the step, and the helper graphs of
+admissions and rebuilds: on a GPU each costs the host a launch and a synchronisation), the
+encoder thread's runs apart (`--encoder-thread`: they run beside the steps), with
+`--step-thread` the scheduler's own time a step that ran beside the step (`beside:`), and
+with `--top N` a second loop under cProfile with the N functions of most time of their own.
 `--io-binding` runs a CPU engine through the device path (tensors as OrtValues, rows moved by
 the helper graphs), as a GPU worker runs. `--random-model` profiles a small random
 translator (the shipped tokenizer, the tiny preset: width 32, 2 layers each side) built into
@@ -64,6 +65,11 @@ def main(argv=None) -> int:
     )
     parser.add_argument(
         "--encoder-thread", action="store_true", help="admissions' encoder beside the steps"
+    )
+    parser.add_argument(
+        "--step-thread",
+        action="store_true",
+        help="greedy steps on a thread, beside the bookkeeping of the step before",
     )
     parser.add_argument(
         "--admission-interval", type=int, default=1, help="steps between admission rounds"
@@ -123,6 +129,7 @@ def _profile(args, version) -> int:
         max_rows=args.rows,
         encoder_thread=args.encoder_thread,
         admission_interval=args.admission_interval,
+        step_thread=args.step_thread,
     )
     shortest = max(1, args.max_length // 2)
     options = [DecodingOptions(max_length=n) for n in range(shortest, args.max_length + 1)]
@@ -165,6 +172,7 @@ def _profile(args, version) -> int:
     scheduler.events.clear()
     first_token.clear()
     threads = "the encoder beside the steps" if args.encoder_thread else "the encoder inline"
+    threads += ", the steps on their thread" if args.step_thread else ", the steps inline"
     place = ", place op" if engine.place_op is not None else ""
     binding = "IO binding" if engine.io_binding else "host arrays"
     print(f"{engine.variant} {engine.device}, cache {engine.cache}, {binding}, {args.rows} rows")
@@ -174,6 +182,7 @@ def _profile(args, version) -> int:
     spent: dict[tuple[bool, str], list[float]] = defaultdict(lambda: [0, 0.0])
     originals = _time_onnxruntime(spent)
     steps, tokens = len(scheduler.stats.step_seconds), scheduler.stats.tokens
+    beside = scheduler.beside_seconds
     start = time.perf_counter()
     try:
         run()
@@ -182,6 +191,7 @@ def _profile(args, version) -> int:
             setattr(owner, name, original)
     wall = time.perf_counter() - start
     steps = max(len(scheduler.stats.step_seconds) - steps, 1)
+    beside = scheduler.beside_seconds - beside
     tokens = scheduler.stats.tokens - tokens
     jobs = done - args.rows  # ended within the timed loop
     print(f"{jobs} jobs ({jobs / wall:.1f}/s), {steps} steps ({wall / steps * 1e3:.2f} ms "
@@ -197,6 +207,11 @@ def _profile(args, version) -> int:
             continue
         if loop:
             print(f"host: {(wall - inside) / steps * 1e3:.3f} ms a step outside onnxruntime")
+            if args.step_thread:
+                share = beside / max(beside + wall - inside, 1e-9)
+                ms = beside / steps * 1e3
+                print(f"beside: {ms:.3f} ms a step of the scheduler's own work ran beside a step")
+                print(f"  ({share:.0%} of its host work)")
             print(f"onnxruntime: {inside:.1f} s ({inside / wall:.0%} of the wall time), "
                   f"{count / steps:.1f} calls a step")  # fmt: skip
         else:
@@ -215,10 +230,9 @@ def _profile(args, version) -> int:
 
 def _time_onnxruntime(spent: dict) -> list:
     """Wraps onnxruntime's runs and OrtValue.update_inplace to add (calls, seconds) into
-    `spent` by (on the scheduler's thread, graph); returns what to restore."""
+    `spent` by (on the loop's own path: the scheduler's thread or the step thread, graph);
+    returns what to restore."""
     import onnxruntime as ort
-
-    loop = threading.get_ident()
 
     def timed(original, label):
         def call(self, *args, **kwargs):
@@ -226,7 +240,8 @@ def _time_onnxruntime(spent: dict) -> list:
             try:
                 return original(self, *args, **kwargs)
             finally:
-                entry = spent[(threading.get_ident() == loop, label(self))]
+                own = not threading.current_thread().name.startswith("encoder")
+                entry = spent[(own, label(self))]
                 entry[0] += 1
                 entry[1] += time.perf_counter() - begin
 

@@ -21,7 +21,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from service.decoding import DecodingOptions
-from service.inference import EncoderOutput
+from service.inference import EncoderOutput, Launch
 from service.messages import Job
 from service.scheduler import Scheduler
 from service.search import Candidates
@@ -44,11 +44,11 @@ class _InstantBatch:
     def join(self, encoder, sources, reservation=None) -> None:
         self.rows += len(sources)
 
-    def search_step(self, tokens, request):
+    def launch_search_step(self, tokens, request) -> Launch:
         candidates = self.sets[self.turn % len(self.sets)]
         self.turn += 1
         assert len(tokens) == len(candidates.ids) and request.k <= candidates.ids.shape[1]
-        return candidates, None
+        return Launch(lambda: None, lambda: (candidates, None))
 
     def reorder(self, index) -> None:
         self.rows = len(index)

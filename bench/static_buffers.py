@@ -109,8 +109,9 @@ class StaticStep:
         self.in_place = in_place
         self.run_options = []
         for direction in range(len(self.bindings)):
-            options = ort.RunOptions()
+            options = None  # none where nothing is captured (a missing graph id costs a run)
             if graph_ids is not None:
+                options = ort.RunOptions()
                 options.add_run_config_entry("gpu_graph_id", str(graph_ids[direction]))
             self.run_options.append(options)
         self.current = 0  # the set the next step reads

@@ -22,7 +22,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from service.inference import EncoderOutput, Engine, Inference, searched, shape_of
+from service.inference import EncoderOutput, Engine, Inference, Launch, searched, shape_of
 from service.rows import NewRows, RowStore, SlotTable
 from service.search import SearchRequest
 
@@ -121,6 +121,12 @@ class ContinuousBatch(Inference):
     def _forward(self, tokens: np.ndarray, attention: bool, search=None):
         """One step of every slot (a dead slot is fed padding) -> the step's output, the
         search request as the step saw it, and the live slots (None: every slot)."""
+        launch, search, alive = self._launch(tokens, attention, search)
+        launch.run()
+        return launch.output(), search, alive
+
+    def _launch(self, tokens: np.ndarray, attention: bool, search=None):
+        """`_forward` made ready: the store's launch instead of its output."""
         self.store.prepare(self.table)
         table = self.table
         alive = None if table.identity else table.alive
@@ -129,16 +135,28 @@ class ContinuousBatch(Inference):
             temperature = np.ones(table.slots, dtype=np.float32)  # dead slots: any value
             temperature[alive] = search.temperature
             search = replace(search, temperature=temperature)
-        out = self.store.step(table, tokens, positions, attention, search)
+        launch = self.store.launch(table, tokens, positions, attention, search)
         table.lengths = table.lengths + tokens.shape[1]
-        return out, search, alive
+        return launch, search, alive
 
     def search_step(self, tokens: np.ndarray, request: SearchRequest):
-        out, request, alive = self._forward(tokens, request.attention, request)
-        candidates, seen = searched(self.engine, out, request), out.attention
-        if alive is None:
-            return candidates, seen
-        return candidates.rows(alive), None if seen is None else seen[alive]
+        launch = self.launch_search_step(tokens, request)
+        launch.run()
+        return launch.output()
+
+    def launch_search_step(self, tokens: np.ndarray, request: SearchRequest) -> Launch:
+        """`search_step` made ready: `run()` (which may go on another thread), then
+        `output()` -> (candidates, attention) of the live rows."""
+        launch, request, alive = self._launch(tokens, request.attention, request)
+
+        def output():
+            out = launch.output()
+            candidates, seen = searched(self.engine, out, request), out.attention
+            if alive is None:
+                return candidates, seen
+            return candidates.rows(alive), None if seen is None else seen[alive]
+
+        return Launch(launch.run, output)
 
     def step(self, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         out, _, alive = self._forward(tokens, True)

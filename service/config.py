@@ -29,6 +29,7 @@ MAX_RECEIVE_BYTES, MAX_SEND_BYTES = 32 * 1024 * 1024, 64 * 1024 * 1024
 # `fronts = 0`: a front per this many cores, at most this many fronts (the most measured)
 CORES_PER_FRONT, MAX_AUTO_FRONTS = 4, 4
 ENCODERS = ("auto", "thread", "inline")
+STEPS = ("inline", "thread")
 GPU_PREFERENCE: tuple[tuple[str, str], ...] = (("fp16", "built"),)
 
 
@@ -57,6 +58,10 @@ class ServerConfig:
     # run), "inline" before the step; "auto": a thread on cuda, where the worker's loop
     # would otherwise leave the GPU idle, inline on the CPU, where each worker has a core
     encoder: str = "auto"
+    # where a step of greedy rows runs: "inline", or "thread": beside the scheduler's own
+    # work (the jobs the step before ended finished, partials, messages), at the cost of two
+    # thread handoffs a step (docs/benchmarks.md, "The worker's loop")
+    step: str = "inline"
     batch_window_ms: float = 5.0  # how long request-level batching collects
     max_batch_rows: int = 64  # hypotheses decoded together by one worker
     max_queued_requests: int = 256  # beyond: RESOURCE_EXHAUSTED
@@ -112,6 +117,8 @@ class ServerConfig:
             problems.append(f"batching must be continuous or request, got {self.batching!r}")
         if self.encoder not in ENCODERS:
             problems.append(f"encoder must be auto, thread or inline, got {self.encoder!r}")
+        if self.step not in STEPS:
+            problems.append(f"step must be inline or thread, got {self.step!r}")
         for name in ("workers", "max_input_tokens", "max_output_length", "max_versions"):
             if getattr(self, name) < 0:
                 problems.append(f"{name} must be 0 or more")

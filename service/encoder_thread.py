@@ -15,6 +15,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
+from service.batching import concat_padded
 from service.inference import EncoderOutput, Engine
 
 
@@ -23,20 +24,25 @@ class EncoderThread:
         self.engine = engine
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="encoder")
 
-    def submit(self, inputs: dict[str, np.ndarray], then=None) -> Future:
-        """Starts the encoder over `inputs` (its inputs by name), then `then(output)` where
-        given (a batch writing the memory into slots reserved for it) -> (its output,
-        seconds)."""
-        return self._executor.submit(_encode, self.engine, inputs, then)
+    def submit(self, given: list[dict[str, np.ndarray]], then=None) -> Future:
+        """Starts one encoder run over the requests' inputs `given` (each by name, put
+        together there), then `then(output)` where given (a batch writing the memory into
+        slots reserved for it) -> (its output, seconds)."""
+        return self._executor.submit(_encode, self.engine, given, then)
 
     def close(self) -> None:
         """Waits for the run in progress; runs nothing after."""
         self._executor.shutdown(wait=True)
 
 
-def _encode(engine: Engine, inputs: dict, then) -> tuple[EncoderOutput, float]:
+def together(given: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """Requests' encoder inputs (each by name) as one batch, padded to the longest."""
+    return {name: concat_padded([inputs[name] for inputs in given]) for name in given[0]}
+
+
+def _encode(engine: Engine, given: list, then) -> tuple[EncoderOutput, float]:
     start = time.perf_counter()
-    encoder = engine.encode(**inputs)
+    encoder = engine.encode(**together(given))
     if then is not None:
         then(encoder)
     return encoder, time.perf_counter() - start

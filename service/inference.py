@@ -15,6 +15,7 @@ row needs (service.search), where they are, and only those come to the host.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
@@ -56,6 +57,20 @@ class EncoderOutput:
             take(self.memory_mask, index),
             {name: take(t, index) for name, t in self.init.items()},
         )
+
+
+class Launch(NamedTuple):
+    """A step made ready: `run()` runs it (onnxruntime's run, which releases the GIL: it may
+    go on another thread), then `output()` gives what it returns (a store's: StepOutput)."""
+
+    run: Callable[[], None]
+    output: Callable[[], Any]
+
+
+def launched(step: Callable[..., StepOutput], *args) -> Launch:
+    """The launch of `step(*args)` where the step cannot be split: all of it in `run`."""
+    held: list[StepOutput] = []
+    return Launch(lambda: held.append(step(*args)), lambda: held[0])
 
 
 def searched(engine: Engine, out: StepOutput, request: SearchRequest) -> Candidates:

@@ -52,7 +52,7 @@ from service.graphs import (
     check_inputs,
     interface_for,
 )
-from service.inference import EncoderOutput, StepOutput, Tensors, shape_of
+from service.inference import EncoderOutput, StepOutput, Tensor, Tensors, shape_of
 from service.onnx_runtime import (
     ORT_TYPES,
     PROVIDERS,
@@ -174,6 +174,7 @@ class OnnxEngine:
             for i in self.decoder.get_inputs()
             if i.name in {s.input for s in self.states}
         }
+        self._empty: dict[tuple[str, int], Tensor] = {}  # empty states by (name, rows): kept
         if self.io_binding:
             dtypes = (self.float_dtype.name, "int64")
             self.ops = {
@@ -356,11 +357,14 @@ class OnnxEngine:
             if spec.init is not None:
                 state[spec.input] = encoder.init[spec.input]
                 continue
-            shape = list(self.state_shapes[spec.input])
-            shape[spec.batch_axis], shape[spec.time_axis] = batch, 0
-            empty = np.zeros(shape, dtype=self.float_dtype)
-            if self.io_binding:
-                empty = ort.OrtValue.ortvalue_from_numpy(empty, self.device, 0)
+            empty = self._empty.get((spec.input, batch))
+            if empty is None:  # nothing to write into: made once for a number of rows
+                shape = list(self.state_shapes[spec.input])
+                shape[spec.batch_axis], shape[spec.time_axis] = batch, 0
+                empty = np.zeros(shape, dtype=self.float_dtype)
+                if self.io_binding:
+                    empty = ort.OrtValue.ortvalue_from_numpy(empty, self.device, 0)
+                self._empty[(spec.input, batch)] = empty
             state[spec.input] = empty
         return state
 

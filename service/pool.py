@@ -515,5 +515,6 @@ def worker_settings(config, models: tuple, device: str, variants: dict) -> list[
         batching=config.batching,
         window=config.batch_window_ms / 1000,
         encoder=config.encoder,
+        step=config.step,
     )
     return [replace(base, index=i, gpu=i % gpus) for i in range(config.worker_count(device))]

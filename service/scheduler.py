@@ -7,6 +7,14 @@ thread), takes one step for every row, lets each job's search advance on its own
 sends finished jobs away at once. A short job never waits for a long one, and beam hypotheses
 are rows like any other.
 
+With the step thread (`step_thread=True`), a step of rows that are all greedy lanes runs
+beside the scheduler's own work: once a step's ids are in, the rows' bookkeeping that the
+next step depends on (lanes advanced, ended rows dropped, cancelled rows dropped, encoded
+rows joined, an admission reserved) is done, the next step starts on the thread, and the
+jobs the last step ended are finished, its partial events built and the worker's messages
+read while it runs. A step with a `Search` among its rows runs inline: its search chooses
+the next step's rows.
+
 The running rows' state lives in arrays updated in place, in the batch's row order: the
 owner of each row (its request's index in the scheduler's tables) and the token it is fed
 next. One-row greedy jobs, most of a busy server's, are lanes of `GreedyRows` and advance
@@ -36,14 +44,14 @@ from functools import partial
 import numpy as np
 
 from service.batch import ContinuousBatch
-from service.batching import concat_padded
 from service.decoding import Hypothesis, make_search, rank_together
-from service.encoder_thread import EncoderThread
+from service.encoder_thread import EncoderThread, together
 from service.greedy_rows import GreedyRows
 from service.inference import EncoderOutput, Engine
 from service.messages import Admitted, Event, Failure, Job, Partial, Result, Stats, Timings
 from service.running import FinishReason, Request, RequestStatus
 from service.search import Candidates, SearchRequest
+from service.step_thread import Running, StepThread
 
 BATCHING = ("continuous", "request")
 KEEP_TIMES = 4096  # every this many steps, the step times no running job needs are dropped
@@ -62,6 +70,28 @@ class _Admission:
     reservation: object = None  # slots the encoder thread writes the memory into (or None)
 
 
+@dataclass
+class _Launched:
+    """A step started: its run on the step thread (None: it ran inline), its output, the
+    searches' blocks of rows it decodes, when it started."""
+
+    running: Running | None
+    output: object  # () -> (candidates, attention)
+    blocks: list
+    started: float  # the scheduler's clock
+    launched_at: float = 0.0  # perf_counter once started on the step thread
+
+
+@dataclass
+class _Stepped:
+    """What is left of a step once its rows' bookkeeping is done: the greedy jobs it ended
+    (finished, their results not yet built) and its streamed greedy rows' new tokens."""
+
+    ended: list[Request]
+    streamed: tuple[list, list, list] | None  # (requests, tokens, steps)
+    now: float
+
+
 class Scheduler:
     def __init__(
         self,
@@ -73,12 +103,14 @@ class Scheduler:
         encoder_thread: bool = False,
         admission_interval: int = 1,
         batch: ContinuousBatch | None = None,
+        step_thread: bool = False,
     ):
         """`encoder_thread`: admissions' encoder runs beside the steps (service.encoder_thread)
         and their rows join at the first step boundary after it; else inline, before the
         step. `admission_interval`: while rows run, an admission round starts at most every
         this many steps (gathering more jobs into one encoder run, at the cost of their wait).
-        `batch`: the engine's continuous batch by default."""
+        `batch`: the engine's continuous batch by default. `step_thread`: steps of greedy
+        rows run on a thread of their own, beside the bookkeeping of the step before."""
         if batching not in BATCHING:
             raise ValueError(f"batching must be one of {BATCHING}, got {batching!r}")
         self.engine, self.max_rows, self.batching, self.window = engine, max_rows, batching, window
@@ -89,11 +121,13 @@ class Scheduler:
         self.stats = Stats()
         tokens = engine.special_tokens
         self.bos, self.eos = tokens.bos, tokens.eos
-        # by owner index (a request holding rows: admitted, not yet ended)
-        self.owners: list[Request | None] = [None] * max_rows
-        self._free = list(range(max_rows - 1, -1, -1))
-        self.greedy = GreedyRows(max_rows, tokens.eos)
-        self.is_greedy = np.zeros(max_rows, dtype=bool)  # (owners,) a lane of `greedy`
+        # by owner index (a request holding rows: admitted, not yet ended), for as many as
+        # the batch's rows and as many more whose result is built while a step runs
+        owners = 2 * max_rows
+        self.owners: list[Request | None] = [None] * owners
+        self._free = list(range(owners - 1, -1, -1))
+        self.greedy = GreedyRows(owners, tokens.eos)
+        self.is_greedy = np.zeros(owners, dtype=bool)  # (owners,) a lane of `greedy`
         # by batch row
         self.row_owner = np.zeros(0, dtype=np.int64)  # (rows,)
         self.next_tokens = np.zeros(0, dtype=np.int64)  # (rows,) what each row is fed next
@@ -105,6 +139,9 @@ class Scheduler:
         self._admission: _Admission | None = None
         self.admission_interval, self._admitted_at_step = admission_interval, -admission_interval
         self._encoder = EncoderThread(engine) if encoder_thread else None
+        self._stepper = StepThread() if step_thread else None
+        self._launched: _Launched | None = None
+        self.beside_seconds = 0.0  # the scheduler's own time while a step ran on the thread
         # when each step ended, from the first step of the oldest running job on (the jobs'
         # token times): step `n` at _times[n - _times_from]; _steps: the steps taken so far
         self._times: list[float] = []
@@ -129,7 +166,12 @@ class Scheduler:
 
     def close(self) -> None:
         """Stops: waits for an admission's encoder in progress, then every job still held
-        (waiting, encoding or running) fails with Unavailable, so that none is lost."""
+        (waiting, encoding or running) fails with Unavailable, so that none is lost. A
+        step in progress is taken first: the jobs it ended are sent."""
+        if self._launched is not None:
+            self._settle(self._collect())
+        if self._stepper is not None:
+            self._stepper.close()
         if self._encoder is not None:
             self._encoder.close()
         for request in list(self._requests.values()):
@@ -142,7 +184,7 @@ class Scheduler:
 
     @property
     def busy(self) -> bool:
-        return bool(self.waiting or self._admission or len(self.row_owner))
+        return bool(self.waiting or self._admission or self._launched or len(self.row_owner))
 
     @property
     def rows(self) -> int:
@@ -157,7 +199,7 @@ class Scheduler:
     def wait_time(self) -> float | None:
         """How long the worker may sleep before `iterate` has something to do (None: until a
         message comes)."""
-        if len(self.row_owner) or self._admission is not None:
+        if len(self.row_owner) or self._admission is not None or self._launched is not None:
             return 0.0
         if not self.waiting:
             return None
@@ -166,12 +208,19 @@ class Scheduler:
         return 0.0
 
     def iterate(self) -> None:
-        """One scheduling round: drop, join what was encoded, admit, step."""
+        """One scheduling round: the step in progress taken in (its rows' bookkeeping),
+        drop, join what was encoded, admit, start a step; then the jobs the last step ended
+        finished and its partials built (on the step thread, while the next step runs)."""
+        stepped = self._collect() if self._launched is not None else None
         self._drop_abandoned()
         self._join_encoded()
         self._admit()
         if len(self.row_owner):
-            self._step()
+            self._launch()
+        if stepped is not None:
+            self._settle(stepped)
+        if self._launched is not None and self._launched.running is None:
+            self._settle(self._collect())  # a step inline: its bookkeeping now
 
     # -- leaving --------------------------------------------------------------------------
     def _fail(self, request: Request, kind: str, message: str) -> None:
@@ -192,7 +241,8 @@ class Scheduler:
         self.owners[owner] = None
         self._free.append(owner)
         job = request.job
-        if request.status is RequestStatus.RUNNING:
+        # a running request, or one whose last step ended it (its result being built)
+        if request.status in (RequestStatus.RUNNING, RequestStatus.FINISHED):
             self._searching -= request.search is not None
             self._aligning -= job.keep_alignment
             self._sampling -= job.options.sampling
@@ -259,16 +309,15 @@ class Scheduler:
         self._admitted_at_step = self._steps
         # one encoder run for every request admitted in this round, one join
         given = [r.job.encoder_inputs for r in admitted]
-        inputs = {k: concat_padded([i[k] for i in given]) for k in given[0]}
         admission = _Admission(admitted, self._sources(admitted))
         if self._encoder is None:
             encoder_start = time.perf_counter()
-            admission.encoder = self.engine.encode(**inputs)
+            admission.encoder = self.engine.encode(**together(given))
             admission.seconds = time.perf_counter() - encoder_start
         else:  # the memory written into reserved slots beside the steps, where it can be
             admission.reservation = self.batch.reserve(len(admission.sources))
             place = partial(self.batch.place, admission.reservation, admission.sources)
-            admission.future = self._encoder.submit(inputs, place)
+            admission.future = self._encoder.submit(given, place)
         self._admission = admission
         self._join_encoded()
 
@@ -390,17 +439,33 @@ class Scheduler:
                     temperature[start : start + rows] = request.search.temperature
         return SearchRequest(k, temperature, self._aligning > 0)
 
-    def _step(self) -> None:
-        start = self.clock()
+    def _launch(self) -> None:
+        """Starts a step of every row: on the step thread where every row is a greedy lane,
+        else inline (a search chooses the next step's rows)."""
         blocks = self._blocks() if self._searching else []
         for request, first, rows in blocks:
             self.next_tokens[first : first + rows] = request.search.tokens[:, 0]
-        rows = len(self.row_owner)
-        candidates, attention = self.batch.search_step(
-            self.next_tokens[:, None], self._request(blocks)
-        )
+        started = self.clock()
+        launch = self.batch.launch_search_step(self.next_tokens[:, None], self._request(blocks))
+        running = None
+        if self._stepper is not None and not blocks:
+            running = self._stepper.start(launch.run)
+        else:
+            launch.run()
+        self._launched = _Launched(running, launch.output, blocks, started, time.perf_counter())
+
+    def _collect(self) -> _Stepped:
+        """The step started last, its ids in: the rows' bookkeeping the next step depends on
+        (lanes and searches advanced, ended rows dropped) -> what is left to settle."""
+        launched, self._launched = self._launched, None
+        if launched.running is not None:
+            waited_from = time.perf_counter()
+            seconds = launched.running.wait()
+            self.beside_seconds += min(waited_from - launched.launched_at, seconds)
+        candidates, attention = launched.output()
+        blocks, rows = launched.blocks, len(self.row_owner)
         now = self.clock()
-        self.stats.step_seconds.append(now - start)
+        self.stats.step_seconds.append(now - launched.started)
         self.stats.step_rows.append(rows)
         self.stats.tokens += rows
         self._times.append(now)
@@ -411,14 +476,26 @@ class Scheduler:
             keep = self._advance_searches(blocks, candidates, attention, ended, now)
         else:
             keep = None if not ended.any() else np.flatnonzero(~ended)
+        finished = []
         if ended.any():
-            for owner in self.row_owner[ended].tolist():
-                self._finish(self.owners[owner], now)
-        if self._streaming:
-            self._stream_greedy(ids, ended)
+            finished = [self.owners[o] for o in self.row_owner[ended].tolist()]
+            for request in finished:  # no longer cancellable: its result is built next
+                request.status = RequestStatus.FINISHED
+        streamed = self._streamed(ids, ended) if self._streaming else None
         self.next_tokens = ids
         if keep is not None and not (len(keep) == rows and np.array_equal(keep, np.arange(rows))):
             self._keep_rows(keep)
+        return _Stepped(finished, streamed, now)
+
+    def _settle(self, stepped: _Stepped) -> None:
+        """A step's greedy jobs that ended finished, its streamed rows' partials sent."""
+        for request in stepped.ended:
+            self._finish(request, stepped.now)
+        if stepped.streamed is not None:
+            requests, tokens, steps = stepped.streamed
+            for request, token, step in zip(requests, tokens, steps, strict=True):
+                if request.status is RequestStatus.RUNNING:  # not cancelled since
+                    self.events.append(Partial(request.id, step - 1, [token], step))
         if self._steps % KEEP_TIMES == 0:  # forget the steps before every running job's first
             running = (self.owners[o] for o in np.unique(self.row_owner).tolist())
             oldest = min((r.first_step for r in running), default=self._steps)
@@ -467,15 +544,14 @@ class Scheduler:
             pieces.append(done + np.flatnonzero(~ended[done:]))
         return np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)
 
-    def _stream_greedy(self, ids: np.ndarray, ended: np.ndarray) -> None:
-        """The partial events of every streamed greedy row that goes on: its new token (an
+    def _streamed(self, ids: np.ndarray, ended: np.ndarray) -> tuple[list, list, list]:
+        """Every streamed greedy row that goes on: its request, new token and step count (an
         owner's stream flag counts while it is a greedy lane)."""
         owner = self.row_owner
         streamed = np.flatnonzero(self.greedy.stream[owner] & self.is_greedy[owner] & ~ended)
         lanes = owner[streamed]
-        steps = self.greedy.steps[lanes].tolist()
-        for lane, token, step in zip(lanes.tolist(), ids[streamed].tolist(), steps, strict=True):
-            self.events.append(Partial(self.owners[lane].id, step - 1, [token], step))
+        requests = [self.owners[lane] for lane in lanes.tolist()]
+        return requests, ids[streamed].tolist(), self.greedy.steps[lanes].tolist()
 
     def _stream(self, request: Request) -> None:
         """A partial event: the best hypothesis as the tokens kept from the last one and the

@@ -68,6 +68,7 @@ class WorkerSettings:
     batching: str = "continuous"
     window: float = 0.005
     encoder: str = "auto"  # ServerConfig.encoder
+    step: str = "inline"  # ServerConfig.step
     socket: str = ""  # a Unix socket the other fronts connect to ("" with one front)
     authkey: bytes = b""  # what a front connecting to `socket` must know
 
@@ -75,11 +76,17 @@ class WorkerSettings:
         return dict(self.variants)[key]
 
     def scheduler(self, engine) -> Scheduler:
-        """A scheduler over `engine` as configured (the encoder on its own thread on cuda
-        unless configured otherwise)."""
-        thread = self.encoder == "thread" or (self.encoder == "auto" and self.device == "cuda")
-        return Scheduler(engine, self.max_rows, self.batching, self.window,
-                         encoder_thread=thread)  # fmt: skip
+        """A scheduler over `engine` as configured (the encoder on a thread of its own on
+        cuda unless configured otherwise)."""
+        encoder = self.encoder == "thread" or (self.encoder == "auto" and self.device == "cuda")
+        return Scheduler(
+            engine,
+            self.max_rows,
+            self.batching,
+            self.window,
+            encoder_thread=encoder,
+            step_thread=self.step == "thread",
+        )
 
 
 def golden_check(scheduler: Scheduler, model_version, variant: str) -> int:

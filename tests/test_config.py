@@ -267,3 +267,38 @@ def test_usable_cores_are_the_affinity_within_the_quota(monkeypatch):
         monkeypatch.setattr(config_module, "cpu_quota", lambda q=quota: q)
         assert usable_cores() == cores, quota
     assert cpu_quota(membership=Path("/nonexistent/cgroup")) is None
+
+
+@pytest.mark.parametrize(
+    ("name", "choices", "threads"),
+    [
+        ("encoder", "auto, thread or inline", {"auto": (0, 1), "thread": (1, 1), "inline": (0, 0)}),
+        ("step", "inline or thread", {"inline": (0, 0), "thread": (1, 1)}),
+    ],
+)
+def test_where_the_encoder_and_the_step_run_is_validated_and_reaches_the_scheduler(
+    name, choices, threads
+):
+    """threads: choice -> (a thread on cpu, a thread on cuda)."""
+    from service.pool import worker_settings
+    from service.worker import WorkerSettings
+
+    with pytest.raises(InvalidArgument, match=f"{name} must be {choices}"):
+        load_config(None, {f"ATTNSERVE_{name.upper()}": "process"})
+    config = load_config(None, {}, {name: "thread"})
+    assert getattr(worker_settings(config, (), "cpu", {})[0], name) == "thread"
+
+    class Engine:  # what a scheduler reads of an engine before it runs one
+        special_tokens = type("Tokens", (), {"bos": 1, "eos": 2})()
+
+        def row_store(self):
+            return None
+
+    attribute = "_encoder" if name == "encoder" else "_stepper"
+    for choice, expected in threads.items():
+        got = []
+        for device in ("cpu", "cuda"):
+            scheduler = WorkerSettings(0, (), device=device, **{name: choice}).scheduler(Engine())
+            got.append(getattr(scheduler, attribute) is not None)
+            scheduler.close()
+        assert tuple(got) == tuple(map(bool, expected)), choice

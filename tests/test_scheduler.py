@@ -379,18 +379,26 @@ def test_rows_joining_while_another_admission_is_encoded_decode_as_alone(
         streamed = streamed[: event.kept] + event.new
     assert streamed == done[3].results[0][0].tokens[: len(streamed)]
     assert len(streamed) >= len(done[3].results[0][0].tokens) - 1
-    assert scheduler.batch.rows == 0 and scheduler.owners == [None] * 24
+    assert scheduler.batch.rows == 0 and all(o is None for o in scheduler.owners)
 
 
+@pytest.mark.parametrize("step_thread", [False, True], ids=["step-inline", "step-thread"])
 @pytest.mark.parametrize(("model", "runtime", "cache"), STORES)
-def test_a_cancelled_or_expired_job_leaves_no_row_behind(request, model, runtime, cache):
+def test_a_cancelled_or_expired_job_leaves_no_row_behind(
+    request, model, runtime, cache, step_thread
+):
     """Cancelled while running (a greedy row, a beam search), cancelled while its encoder
     runs, expired while running: each fails once and its rows leave at once; the others
     decode on as alone."""
     kind = _store(request, model, runtime, cache)
     now = [0.0]
-    scheduler = Scheduler(_SlowEncoder(kind.engine, 0.01), max_rows=16,
-                          clock=lambda: now[0], encoder_thread=True)  # fmt: skip
+    scheduler = Scheduler(
+        _SlowEncoder(kind.engine, 0.01),
+        max_rows=16,
+        clock=lambda: now[0],
+        encoder_thread=True,
+        step_thread=step_thread,
+    )
     long = DecodingOptions(max_length=30)
     s = kind.sources
     first = [kind.job(0, [s[0]], long), kind.job(1, [s[1]], OPTIONS[1]),
@@ -415,15 +423,18 @@ def test_a_cancelled_or_expired_job_leaves_no_row_behind(request, model, runtime
     assert list(done) == [3] and isinstance(done[3], Result)  # each failed job failed once
     alone = kind.alone([s[3]], OPTIONS[0])
     assert done[3].results[0][0].tokens == alone[0][0].tokens
-    assert scheduler.batch.rows == 0 and sorted(scheduler._free) == list(range(16))
+    assert scheduler.batch.rows == 0 and sorted(scheduler._free) == list(range(32))
     scheduler.close()
 
 
-def test_a_scheduler_stopping_mid_admission_answers_every_job(translator):
-    """A stop while an admission's encoder runs: it is waited for, and every job held
-    (running, encoding, waiting) fails once with Unavailable; none is lost."""
+@pytest.mark.parametrize("step_thread", [False, True], ids=["step-inline", "step-thread"])
+def test_a_scheduler_stopping_mid_admission_answers_every_job(translator, step_thread):
+    """A stop while an admission's encoder runs (and, on the step thread, a step): both are
+    waited for, and every job held (running, encoding, waiting) fails once with
+    Unavailable, or is answered where its last step ended it; none is lost."""
     kind = _onnx(translator)
-    scheduler = Scheduler(_SlowEncoder(kind.engine, 0.05), max_rows=4, encoder_thread=True)
+    engine = _SlowEncoder(kind.engine, 0.05)
+    scheduler = Scheduler(engine, max_rows=4, encoder_thread=True, step_thread=step_thread)
     jobs = [
         kind.job(i, [s], DecodingOptions(max_length=50)) for i, s in enumerate(kind.sources[:7])
     ]
@@ -438,3 +449,50 @@ def test_a_scheduler_stopping_mid_admission_answers_every_job(translator):
     assert sorted(e.job_id for e in ended) == list(range(7))
     assert all(e.kind == "Unavailable" for e in ended if isinstance(e, Failure))
     assert scheduler.rows == 0 and not scheduler.busy
+
+
+@pytest.mark.parametrize(("model", "runtime", "cache"), STORES)
+def test_steps_on_the_step_thread_decode_as_alone(request, model, runtime, cache):
+    """Greedy rows stepped on the step thread while the scheduler finishes the jobs the last
+    step ended and builds its partials: jobs joining every round, ending at scattered
+    steps, streamed or not, decode as alone; a beam search among them steps inline and the
+    thread takes over again once it ends; a stream's partials add up to its result."""
+    kind = _store(request, model, runtime, cache)
+    scheduler = Scheduler(kind.engine, max_rows=12, encoder_thread=True, step_thread=True)
+    sources = kind.sources[:10]
+    beam = 6
+    jobs = [
+        kind.job(
+            i,
+            [s],
+            OPTIONS[1] if i == beam else DecodingOptions(max_length=6 + 3 * (i % 4)),
+            stream=i in (2, 5),
+        )
+        for i, s in enumerate(sources)
+    ]
+    pending, done, partial, beside = list(jobs), {}, {2: [], 5: []}, 0
+    while pending or scheduler.busy:
+        if pending:
+            scheduler.submit(pending.pop(0))
+        scheduler.iterate()
+        beside += scheduler._launched is not None  # a step left running on the thread
+        for event in scheduler.events:
+            if isinstance(event, Result | Failure):
+                done[event.job_id] = event
+            elif isinstance(event, Partial):
+                partial[event.job_id].append(event)
+        scheduler.events.clear()
+    scheduler.close()
+    assert beside > 5 and scheduler.beside_seconds > 0, "no step ran on the step thread"
+    for job in jobs:
+        alone = kind.alone([sources[job.id]], job.options)
+        assert isinstance(done[job.id], Result), done[job.id]
+        got = [[h.tokens for h in nbest] for nbest in done[job.id].results]
+        assert got == [[h.tokens for h in nbest] for nbest in alone], job.id
+    for job_id, events in partial.items():
+        streamed: list[int] = []
+        for event in events:
+            streamed = streamed[: event.kept] + event.new
+        tokens = done[job_id].results[0][0].tokens  # the token of a last step: its result's
+        assert streamed == tokens[: len(streamed)] and len(streamed) >= len(tokens) - 1
+    assert scheduler.batch.rows == 0 and len(scheduler._free) == len(scheduler.owners)

@@ -6,6 +6,8 @@ lengths and inputs: host arrays) and owns its tensors, with the same calls:
   the store writes a joining admission's memory beside the steps: the static step's);
 - `prepare(table)`: before a step, a rebuild or a move where one is worth it;
 - `step(table, tokens, positions, attention, search) -> StepOutput`: one step of every slot;
+  `launch(...)` the same made ready, so that its run may go on another thread (the static
+  step's run alone: onnxruntime's, which releases the GIL);
 - `repeat(table, slots, first)`: rows kept in an order where some repeat (beams).
 A reorder that only drops or permutes rows moves nothing on any of them.
 
@@ -20,7 +22,7 @@ from typing import Protocol
 
 import numpy as np
 
-from service.inference import EncoderOutput, StepOutput, Tensors
+from service.inference import EncoderOutput, Launch, StepOutput, Tensors
 from service.rows.device import DeviceRows, HostRows
 from service.rows.static import StaticRows
 from service.rows.table import NewRows, SlotTable
@@ -62,6 +64,15 @@ class RowStore(Protocol):
         attention: bool,
         search: SearchRequest | None,
     ) -> StepOutput: ...
+
+    def launch(
+        self,
+        table: SlotTable,
+        tokens: np.ndarray,
+        positions: np.ndarray,
+        attention: bool,
+        search: SearchRequest | None,
+    ) -> Launch: ...
 
     def repeat(self, table: SlotTable, slots: np.ndarray, first: np.ndarray) -> None: ...
 

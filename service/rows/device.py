@@ -17,7 +17,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from service.inference import EncoderOutput, Engine, StepOutput, Tensors, shape_of, written
+from service.inference import (
+    EncoderOutput,
+    Engine,
+    Launch,
+    StepOutput,
+    Tensors,
+    launched,
+    shape_of,
+    written,
+)
 from service.rows.table import NewRows, SlotTable
 
 
@@ -65,6 +74,10 @@ class DeviceRows:
         """Before a step: a rebuild where it is worth one."""
         if table.worth_compacting(bool(self.growing)):
             self._rebuild(table)
+
+    def launch(self, table: SlotTable, tokens, positions, attention: bool, search) -> Launch:
+        """The step whole, run where `run` is called (it cannot be split here)."""
+        return launched(self.step, table, tokens, positions, attention, search)
 
     def step(self, table: SlotTable, tokens, positions, attention: bool, search) -> StepOutput:
         """One step of every slot (tokens, positions (slots, N))."""

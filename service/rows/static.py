@@ -21,11 +21,12 @@ uncaptured.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import onnxruntime as ort
 
-from service.inference import StepOutput, shape_of
+from service.inference import Launch, StepOutput, shape_of
 from service.onnx_runtime import (
     allocate,
     banned_bias,
@@ -223,8 +224,14 @@ class StaticRows:
             self._move(table, slots, memory)
 
     def step(self, table: SlotTable, tokens, positions, attention: bool, search) -> StepOutput:
+        launch = self.launch(table, tokens, positions, attention, search)
+        launch.run()
+        return launch.output()
+
+    def launch(self, table: SlotTable, tokens, positions, attention: bool, search) -> Launch:
         """The static step over the bucket: the lean step with its search where no alignment
-        is kept, one captured graph per bucket and k."""
+        is kept, one captured graph per bucket and k. Its inputs are written and its
+        binding chosen here; `run` is onnxruntime's run alone."""
         bucket, engine = self.bucket, self.engine
         if shape_of(tokens) != (bucket.slots, 1):
             raise ValueError(f"a static step takes one token for each of its {bucket.slots} slots")
@@ -236,17 +243,21 @@ class StaticRows:
         if lean:
             k = request.width(engine.vocab)
             banned = tuple(request.banned)
-            out = self._run(engine.lean_decoder, table, tokens, positions, k, banned)
+            run, out = self._ready(engine.lean_decoder, table, tokens, positions, k, banned)
         else:
-            out = self._run(engine.decoder, table, tokens, positions)
-        # the bucket's output buffers are written again by the next step (on the CPU their
-        # numpy() is a view of them): what leaves the step is copied
-        found = None
-        if ranked:
-            found = Candidates(*(np.array(out[n].numpy()) for n in CANDIDATES))
-        name = engine.interface.attention
-        seen = np.array(out[name].numpy(), dtype=np.float32) if attention else None
-        return StepOutput(out["logits"], bucket.state, seen, found)
+            run, out = self._ready(engine.decoder, table, tokens, positions)
+
+        def output() -> StepOutput:
+            # the bucket's output buffers are written again by the next step (on the CPU
+            # their numpy() is a view of them): what leaves the step is copied
+            found = None
+            if ranked:
+                found = Candidates(*(np.array(out[n].numpy()) for n in CANDIDATES))
+            name = engine.interface.attention
+            seen = np.array(out[name].numpy(), dtype=np.float32) if attention else None
+            return StepOutput(out["logits"], bucket.state, seen, found)
+
+        return Launch(run, output)
 
     def repeat(self, table: SlotTable, slots: np.ndarray, first: np.ndarray) -> None:
         """Repeated rows copied into free slots of the bucket (every state tensor in one run
@@ -452,18 +463,21 @@ class StaticRows:
                 value = allocate(device, named_shape(o, sizes), numpy_type(o.type))
                 bucket.outputs[(o.name, k)] = value
             binding.bind_ortvalue_output(o.name, value)
-        options = ort.RunOptions()
+        # no options where nothing is captured: onnxruntime looks up a graph id in options
+        # given, and a missing one costs it a raised exception a run
+        options = None
         if engine.capture:
+            options = ort.RunOptions()
             options.add_run_config_entry("gpu_graph_id", str(next(engine.graph_ids)))
         # what a run returns: the outputs by name (the carried ones are the state's)
         returned = {o.name: bucket.outputs.get((o.name, k)) for o in session.get_outputs()}
         made = bucket.bindings[key] = (binding, options, feeds, returned, [()])
         return made
 
-    def _run(self, session, table, tokens, positions, k: int | None = None, banned=()):
+    def _ready(self, session, table, tokens, positions, k: int | None = None, banned=()):
         """One step of every slot of the bucket (tokens, positions (slots, 1), the table's
-        memory mask) -> the step's outputs by name (the bucket's buffers: read them before
-        the next step)."""
+        memory mask) made ready -> its run, and the step's outputs by name (the bucket's
+        buffers: read them after the run, before the next step)."""
         bucket = self.bucket
         count = bucket.slots
         fed = np.empty(count * (2 + bucket.memory_size), dtype=np.int64)
@@ -474,5 +488,4 @@ class StaticRows:
         if k is not None and last[0] != banned:  # written in place, never rebound
             feeds["bias"].update_inplace(banned_bias(banned, self.engine.vocab))
             last[0] = banned
-        session.run_with_iobinding(binding, options)
-        return returned
+        return partial(session.run_with_iobinding, binding, options), returned
