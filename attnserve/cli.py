@@ -691,8 +691,8 @@ def _figure_image(data: bytes):
 
 
 def _write_attention(path: Path, index: int, count: int, data: bytes, caption) -> None:
-    from attnserve.attention_figure import draw_attention
     from service import client
+    from service.attention_figure import draw_attention
 
     if not caption.hypotheses or not caption.hypotheses[0].HasField("attention"):
         raise _Failure(f"the server sent no attention for image {index + 1}")

@@ -30,7 +30,7 @@ FLAG_HELP = {
 
 
 def add_serve(commands) -> None:
-    from service.config import ServerConfig
+    from service.front.config import ServerConfig
 
     parser = commands.add_parser(
         "serve",
@@ -46,9 +46,9 @@ def add_serve(commands) -> None:
 
 
 def serve(args: argparse.Namespace) -> int:
-    from service.config import ServerConfig, load_config
-    from service.errors import ServiceError
-    from service.server import serve as run_server
+    from service.front.config import ServerConfig, load_config
+    from service.front.server import serve as run_server
+    from service.runtime.errors import ServiceError
 
     logging.basicConfig(format="attnserve: %(message)s", level=logging.INFO, stream=sys.stderr)
     overrides = {f.name: getattr(args, f.name) for f in fields(ServerConfig)}
@@ -74,8 +74,8 @@ def _choices(config) -> list[str]:
     """The device, the front and worker processes, how the cache is carried, and the variant of each
     model version in the repository, with why: what the server logs at start-up (its
     manifests are read here, not verified)."""
-    from service.config import choice_lines
-    from service.repository import manifests
+    from service.front.config import choice_lines
+    from service.runtime.repository import manifests
 
     device, why = config.device_choice()
     variants, problems = {}, []
@@ -102,7 +102,7 @@ def _toml(value) -> str:
 
 
 def add_repository(commands) -> None:
-    from service.config import DEFAULT_REPOSITORY
+    from service.front.config import DEFAULT_REPOSITORY
 
     parser = commands.add_parser(
         "repository",
@@ -117,9 +117,9 @@ def add_repository(commands) -> None:
 
 
 def repository(args: argparse.Namespace) -> int:
-    from service.errors import ModelRepositoryError
-    from service.repository import manifests, verify
-    from service.versions import certified
+    from service.front.versions import certified
+    from service.runtime.errors import ModelRepositoryError
+    from service.runtime.repository import manifests, verify
 
     found = manifests(Path(args.repository))
     if not found:

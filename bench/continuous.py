@@ -4,7 +4,7 @@
         [--requests 96] [--waiting 4] [--rounds 3] [--repository VERSION_DIR]
         [--device cpu|cuda] [--io-binding] [--static] [--markdown FILE] [--quick]
 
-The server's scheduler (service.scheduler: one continuous batch of at most `rows` rows)
+The server's scheduler (service.worker.scheduler: one continuous batch of at most `rows` rows)
 decodes `requests` test sentences, one request each, submitted so that `waiting` are always
 queued: requests join while others decode and leave when they end, as under load. Each
 (variant, beam) case runs the same stream through an engine whose steps write their cache in
@@ -31,13 +31,13 @@ import time
 from pathlib import Path
 
 from models.corpus import read_split
-from service.batching import source_batch
-from service.decoding import DecodingOptions
-from service.messages import Job, Result
-from service.onnx_engine import OnnxEngine
-from service.repository import verify
-from service.scheduler import Scheduler
-from service.tokenizer import Tokenizer
+from service.runtime.batching import source_batch
+from service.runtime.decoding import DecodingOptions
+from service.runtime.onnx_engine import OnnxEngine
+from service.runtime.repository import verify
+from service.runtime.tokenizer import Tokenizer
+from service.worker.messages import Job, Result
+from service.worker.scheduler import Scheduler
 
 ROOT = Path(__file__).resolve().parents[1]
 REPOSITORY = ROOT / "data" / "repository" / "translator" / "1"

@@ -9,7 +9,7 @@ Weight layout: self-attention Q, K, V fused into one linear (rows in that order,
 cross-attention query alone, its K, V fused ((2D, D)); embeddings unscaled (CTranslate2
 multiplies by sqrt(D) itself); the output projection is the tied embedding, without bias.
 The saved config appends `</s>` to sources and starts decoding from `<s>`, as
-`service.translation.translate_ids` does, so sources are passed as pieces without `</s>`.
+`service.runtime.translation.translate_ids` does, so sources are passed as pieces without `</s>`.
 Alignments (`return_attention`) average every head of `cross_attention_layer`, as ours do.
 
     python -m bench.ctranslate2_convert CHECKPOINT_DIR OUT_DIR [--quantization int8]

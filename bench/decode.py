@@ -67,8 +67,8 @@ from bench.engines import (
 )
 from models.caption_data import read_scenes
 from models.config import CaptionerConfig, TransformerConfig
-from service.repository import sha256, verify
-from service.tokenizer import Tokenizer
+from service.runtime.repository import sha256, verify
+from service.runtime.tokenizer import Tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ROOT / "models" / "checkpoints" / "translator"

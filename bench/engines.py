@@ -14,13 +14,13 @@ from pathlib import Path
 
 import numpy as np
 
-from service.batching import source_batch
-from service.captioning import pixels
-from service.decoding import DecodingOptions, decode
-from service.inference import CachedInference, Inference, UncachedInference
-from service.repository import verify
-from service.search import SearchRequest
-from service.tokenizer import Tokenizer
+from service.runtime.batching import source_batch
+from service.runtime.captioning import pixels
+from service.runtime.decoding import DecodingOptions, decode
+from service.runtime.inference import CachedInference, Inference, UncachedInference
+from service.runtime.repository import verify
+from service.runtime.search import SearchRequest
+from service.runtime.tokenizer import Tokenizer
 
 THREAD_CHECK = "onnx-fp32-2threads"  # only the greedy cases at the middle length
 ENGINES = {  # name: (kind, variant, compute threads)
@@ -86,7 +86,7 @@ class Stepped(Inference):
 
 
 class OurRunner:
-    """An `Engine` decoded by service.decoding, as the server decodes: a translator's token
+    """An `Engine` decoded by service.runtime.decoding, as the server decodes: a translator's token
     ids (padded to a batch here), or a captioner's uint8 images (B, H, W, 3) when
     `max_source_length` is None."""
 
@@ -176,7 +176,7 @@ def _load(name: str, setup: dict):
     if kind == "onnx":
         import onnxruntime
 
-        from service.onnx_engine import OnnxEngine
+        from service.runtime.onnx_engine import OnnxEngine
 
         version = verify(Path(setup["repositories"][graphs_of(name)]))
         cache = "growing" if name.endswith(GROWING) else None

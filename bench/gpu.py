@@ -28,7 +28,7 @@ reuses it, as it reports the sections it does not run again (so the export, the 
 and the service level can run as separate commands).
 
 Engine level. Every engine runs in a spawned process of its own and decodes through the
-server's loop: `service.decoding.decode` over `CachedInference(engine, engine.encode(...))`,
+server's loop: `service.runtime.decoding.decode` over `CachedInference(engine, engine.encode(...))`,
 without alignments where `decode` offers that switch (`attention=False`), as for a request
 that asks for none.
 Engines: onnxruntime fp32 and fp16 (`OnnxEngine`, IO binding on cuda) and PyTorch fp32 eager
@@ -39,7 +39,7 @@ reference; an engine below PARITY_FLOOR identical outputs is not timed. Then the
 decoder step: the median of many `CachedInference.step` calls (the graph, the cache
 bookkeeping, logits to the host; the search excluded). Then the cases (batch, beam), greedy
 before beam 4, each batch the first `batch` lines of data/translator/test.es (repeated as
-needed, tokenised by service.tokenizer), every row decoded to exactly `length` tokens
+needed, tokenised by service.runtime.tokenizer), every row decoded to exactly `length` tokens
 (`</s>` hidden from the search by bench.engines.Stepped): one warm-up round, then up to 3
 timed rounds (fewer when a round takes more than a case's share of time), every engine once
 a round in a rotating order. tokens/s: batch × length over the whole call (encoder included;
@@ -326,8 +326,8 @@ def _usable(
     """The manifest of a verified version exported from `checkpoint` with every variant made
     by `graphs` and a golden set, else None."""
     from models.checkpoint import WEIGHTS
-    from service.errors import ModelRepositoryError
-    from service.repository import GOLDEN, sha256, verify
+    from service.runtime.errors import ModelRepositoryError
+    from service.runtime.repository import GOLDEN, sha256, verify
 
     try:
         version = verify(directory)
@@ -386,7 +386,7 @@ def repository_section(args, plan: Plan, workdir: Path, variants: tuple[str, ...
     """The version the benchmark runs (given, reused from --workdir, or exported), and a
     repository root holding only it, for the server."""
     from models.checkpoint import WEIGHTS
-    from service.repository import sha256, verify
+    from service.runtime.repository import sha256, verify
 
     served = workdir / "served"
     if args.repository is not None:
@@ -443,7 +443,7 @@ class Runner:
     """One engine in a worker process: loads it, decodes as the server does."""
 
     def __init__(self, spec: EngineSpec, repository: str, checkpoint: str):
-        from service.repository import verify
+        from service.runtime.repository import verify
 
         self.spec = spec
         version = verify(Path(repository))
@@ -467,7 +467,7 @@ class Runner:
         else:
             import onnxruntime
 
-            from service.onnx_engine import OnnxEngine
+            from service.runtime.onnx_engine import OnnxEngine
 
             self.engine = OnnxEngine(
                 version, spec.variant, spec.device, spec.threads, spec.io_binding, cache=spec.cache
@@ -492,9 +492,9 @@ class Runner:
 
     def _decode(self, ids: list[list[int]], beam: int, length: int, forced: bool):
         from bench.engines import Stepped
-        from service.batching import source_batch
-        from service.decoding import DecodingOptions, decode
-        from service.inference import CachedInference
+        from service.runtime.batching import source_batch
+        from service.runtime.decoding import DecodingOptions, decode
+        from service.runtime.inference import CachedInference
 
         engine = self.engine
         bos, eos = engine.special_tokens.bos, engine.special_tokens.eos
@@ -527,8 +527,8 @@ class Runner:
 
     def single_step(self, ids: list[int], steps: int) -> dict:
         """Seconds of each `CachedInference.step` of one row, after SINGLE_WARMUP steps."""
-        from service.batching import source_batch
-        from service.inference import CachedInference
+        from service.runtime.batching import source_batch
+        from service.runtime.inference import CachedInference
 
         engine = self.engine
         inference = CachedInference(engine, engine.encode(*source_batch([ids], self.max_source)), 1)
@@ -546,9 +546,10 @@ class Runner:
 
 
 def decode_keywords() -> dict:
-    """`attention=False` where `service.decoding.decode` takes it: the engine level decodes as
-    a request that asks for no alignment (the cross-attention may then stay on the device)."""
-    from service.decoding import decode
+    """`attention=False` where `service.runtime.decoding.decode` takes it: the engine level
+    decodes as a request that asks for no alignment (the cross-attention may then stay on the
+    device)."""
+    from service.runtime.decoding import decode
 
     return {"attention": False} if "attention" in inspect.signature(decode).parameters else {}
 
@@ -827,7 +828,7 @@ class EngineBench:
 
 def sources(tokenizer_file: Path, count: int) -> list[list[int]]:
     """Token ids of the first `count` test sentences (all of them when fewer)."""
-    from service.tokenizer import Tokenizer
+    from service.runtime.tokenizer import Tokenizer
 
     lines = [line for line in SOURCES.read_text(encoding="utf-8").splitlines() if line.strip()]
     return Tokenizer(tokenizer_file).encode_batch(lines[:count])
@@ -1276,7 +1277,7 @@ def _engine_markdown(part: dict | None) -> list[str]:
         return lines
     s = part["settings"]
     lines += [
-        f"Through service.decoding over CachedInference, every row forced to {s['length']} "
+        f"Through service.runtime.decoding over CachedInference, every row forced to {s['length']} "
         f"tokens; {s['rounds']} timed rounds at most after 1 warm-up, median [min, max]. "
         "tokens/s: batch × length over the whole call (encoder included); ms/step: after the "
         "encoder, over length; limit: the least time of a step at mid-decode on this machine "

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-from service.captioning import pixels
-from service.images import decode_image, resize_square
+from service.runtime.captioning import pixels
+from service.runtime.images import decode_image, resize_square
 
 ROOT = Path(__file__).resolve().parents[1]
 SIZES = {
@@ -58,8 +58,8 @@ def _median_ms(function, rounds: int) -> float:
 
 def _step_ms(rounds: int) -> dict:
     """One captioner decode step at 1 and 16 rows, when a served repository is there."""
-    from service.onnx_engine import OnnxEngine
-    from service.repository import verify
+    from service.runtime.onnx_engine import OnnxEngine
+    from service.runtime.repository import verify
 
     version = ROOT / "data" / "repository" / "captioner" / "1"
     if not (version / "manifest.json").exists():

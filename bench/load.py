@@ -81,9 +81,9 @@ from attnserve.v1 import (
     translation_pb2_grpc,
 )
 from bench import machine
-from service.decoding import DecodingOptions
-from service.repository import manifests, verify
-from service.tokenizer import Tokenizer
+from service.runtime.decoding import DecodingOptions
+from service.runtime.repository import manifests, verify
+from service.runtime.tokenizer import Tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 REPOSITORY = ROOT / "data" / "repository"
@@ -192,7 +192,7 @@ class InProcess(Local):
     """The translator in this process: `OnnxEngine` fp32, one thread, CPU, `translate_ids`."""
 
     def __init__(self, version):
-        from service.onnx_engine import OnnxEngine
+        from service.runtime.onnx_engine import OnnxEngine
 
         self.version = version
         self.engine = OnnxEngine(version, "fp32", "cpu", 1)
@@ -201,7 +201,7 @@ class InProcess(Local):
 
     def translate(self, text: str, max_length: int):
         """The best hypothesis of one text, tokenized, decoded greedily and detokenized."""
-        from service.translation import translate_ids
+        from service.runtime.translation import translate_ids
 
         ids = self.tokenizer.encode(text)
         options = DecodingOptions(max_length=max_length)
@@ -221,10 +221,10 @@ def _scheduler_share(
     ends; tokenizing and detokenizing included, as the front does them. Its throughput window
     is the closed loop's (`_window`): from the first request to the last one submitted,
     counting the answers that ended inside it."""
-    from service.batching import source_batch
-    from service.messages import Failure, Job, Result
-    from service.onnx_engine import OnnxEngine
-    from service.scheduler import Scheduler
+    from service.runtime.batching import source_batch
+    from service.runtime.onnx_engine import OnnxEngine
+    from service.worker.messages import Failure, Job, Result
+    from service.worker.scheduler import Scheduler
 
     os.environ.update(dict.fromkeys(machine.THREAD_VARIABLES, "1"))
     version = verify(Path(version_dir))
@@ -339,7 +339,7 @@ class InProcessCaptioner(Local):
     server does, then `OnnxEngine` fp32, one thread, CPU, `caption_images`."""
 
     def __init__(self, version):
-        from service.onnx_engine import OnnxEngine
+        from service.runtime.onnx_engine import OnnxEngine
 
         self.engine = OnnxEngine(version, "fp32", "cpu", 1)
         self.tokenizer = Tokenizer(version.tokenizer_file)
@@ -348,8 +348,8 @@ class InProcessCaptioner(Local):
         self.limit = version.config["max_length"]
 
     def answer(self, request: Picture):
-        from service.captioning import caption_images
-        from service.images import decode_image, resize_square
+        from service.runtime.captioning import caption_images
+        from service.runtime.images import decode_image, resize_square
 
         square = resize_square(decode_image(request.png, "image").pixels, self.side)
         options = DecodingOptions(max_length=request.max_length)

@@ -35,13 +35,13 @@ from pathlib import Path
 
 import numpy as np
 
-from service.batching import source_batch
-from service.decoding import DecodingOptions
-from service.messages import Failure, Job, Result
-from service.onnx_engine import OnnxEngine
-from service.repository import verify
-from service.scheduler import Scheduler
-from service.tokenizer import Tokenizer
+from service.runtime.batching import source_batch
+from service.runtime.decoding import DecodingOptions
+from service.runtime.onnx_engine import OnnxEngine
+from service.runtime.repository import verify
+from service.runtime.tokenizer import Tokenizer
+from service.worker.messages import Failure, Job, Result
+from service.worker.scheduler import Scheduler
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -20,11 +20,11 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from service.decoding import DecodingOptions
-from service.inference import EncoderOutput, Launch
-from service.messages import Job
-from service.scheduler import Scheduler
-from service.search import Candidates
+from service.runtime.decoding import DecodingOptions
+from service.runtime.search import Candidates
+from service.runtime.tensors import EncoderOutput, Launch
+from service.worker.messages import Job
+from service.worker.scheduler import Scheduler
 
 BEAM_JOB = 4  # the beam of --beam-jobs
 

@@ -5,13 +5,13 @@ with each, on one device.
 
 Part 1 times the search alone on random logits of the model's vocabulary: the `search` graph
 (log-softmax and top-k in onnxruntime, one compute thread on the CPU) against
-`service.search.host_search` (numpy), at k = 1 (greedy) and k = 8 (beam 4), for batch sizes
+`service.runtime.search.host_search` (numpy), at k = 1 (greedy) and k = 8 (beam 4), for batch sizes
 1 to 256; on CUDA the graph reads logits already on the device, the numpy search logits
 copied to the host first (what the served step did before). Part 2 times one whole decoder
 step at a past of 32 positions with each search (the step's logits and, on the host path,
 the cross-attention fetched as before), so the share of the step that the search saves is
 measured on the real model; a third variant, `folded`, is the lean step with the search
-folded into its graph (service.graphs.lean: one run for both), against `graph`, the same
+folded into its graph (service.runtime.graphs.lean: one run for both), against `graph`, the same
 lean step with the search graph run after it. Every case runs its variants in turn, best of
 several rounds, so the ratios are measured side by side.
 """
@@ -27,10 +27,10 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from service.inference import searched
-from service.onnx_engine import OnnxEngine
-from service.repository import verify
-from service.search import SearchRequest, host_search
+from service.runtime.inference import searched
+from service.runtime.onnx_engine import OnnxEngine
+from service.runtime.repository import verify
+from service.runtime.search import SearchRequest, host_search
 
 ROOT = Path(__file__).resolve().parents[1]
 REPOSITORY = ROOT / "data" / "repository" / "translator" / "1"

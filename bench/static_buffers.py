@@ -3,7 +3,7 @@ runs it (bench.static_step): one bucket of rows decoded from start to end (`Fixe
 or rows starting in slots of the in-place step (`SlotCacheDecoder`).
 
 A step whose every input and output has a fixed shape for a given number of rows (the
-translator's fixed-capacity step of `service.graphs.decoder_spec(fixed_cache=True)`) can be
+translator's fixed-capacity step of `service.runtime.graphs.decoder_spec(fixed_cache=True)`) can be
 run by onnxruntime as a captured CUDA graph: the kernels of the whole step are recorded on its
 first runs and replayed after with one launch. Replay needs every tensor at the address it was
 captured with, so a `StaticStep` allocates its buffers once, for a bucket of rows (rows are
@@ -14,7 +14,7 @@ padded up to the bucket: 1, 2, 4, ...), and:
   graph of its own (onnxruntime's `gpu_graph_id`);
 - leaves the outputs (logits) in their own buffers for the search graph.
 On the CPU the same code runs without capture. The server's static step is
-`service.rows.static.StaticRows`, the continuous batch's rows in buckets of such buffers.
+`service.runtime.rows.static.StaticRows`, the continuous batch's rows in buckets of such buffers.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from collections.abc import Sequence
 import numpy as np
 import onnxruntime as ort
 
-from service.graphs import StateSpec
-from service.onnx_runtime import (
+from service.runtime.graphs import StateSpec
+from service.runtime.onnx_runtime import (
     PROVIDERS,
     named_shape,
     numpy_type,

@@ -102,8 +102,8 @@ class Case:
     def __init__(self, version, paths: dict[str, Path], variant: str, device: str,
                  capacity: int, traced=None):  # fmt: skip
         from bench.static_buffers import cuda_graph_session
-        from service.graphs import transformer_interface
-        from service.onnx_engine import OnnxEngine
+        from service.runtime.graphs import transformer_interface
+        from service.runtime.onnx_engine import OnnxEngine
 
         self.engine = OnnxEngine(version, variant, device, 1, io_binding=True)
         self.growing = {"growing": self.engine}
@@ -136,9 +136,9 @@ class Case:
 
     def greedy(self, way: str, ids: list[list[int]], length: int, decoder=None):
         """(tokens (B, length), seconds of the steps)."""
-        from service.batching import source_batch
-        from service.inference import CachedInference
-        from service.search import SearchRequest
+        from service.runtime.batching import source_batch
+        from service.runtime.inference import CachedInference
+        from service.runtime.search import SearchRequest
 
         engine = self.growing.get(way, self.engine)
         request = SearchRequest(k=1, attention=False)
@@ -176,7 +176,7 @@ def memcpy_nodes(path: Path, device: str) -> int:
     import onnx
     import onnxruntime as ort
 
-    from service.onnx_runtime import PROVIDERS
+    from service.runtime.onnx_runtime import PROVIDERS
 
     with tempfile.TemporaryDirectory() as scratch:
         options = ort.SessionOptions()
@@ -189,7 +189,7 @@ def memcpy_nodes(path: Path, device: str) -> int:
 def version_memcpy(directory: Path, device: str) -> dict[str, dict[str, int]]:
     """Memcpy nodes of every graph a model version ships on `device`: {variant or "ops":
     {graph name: count}} (the helper graphs of every element type under "ops")."""
-    from service.repository import verify
+    from service.runtime.repository import verify
 
     version = verify(directory)
     counts = {
@@ -230,7 +230,7 @@ def main(argv=None) -> int:
         (args.out / "memcpy.json").write_text(json.dumps(counts, indent=2) + "\n")
         print(json.dumps(counts))
         return 0
-    from service.tokenizer import Tokenizer
+    from service.runtime.tokenizer import Tokenizer
 
     batches = [int(b) for b in args.batches.split(",")]
     variants = args.variants.split(",")

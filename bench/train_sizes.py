@@ -52,7 +52,7 @@ def step_seconds(model, batches, optimizer) -> list[float]:
     """Seconds of one training step on every batch but the first (untimed)."""
     import torch.nn.functional as F
 
-    from service.tokenizer import PAD_ID
+    from service.runtime.tokenizer import PAD_ID
 
     times = []
     for index, batch in enumerate(batches):

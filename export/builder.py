@@ -21,7 +21,7 @@ the way onnxruntime-genai's model builder does:
   `GroupQueryAttention` over a buffer bound as its past and its present, which it writes at
   each row's position and reads up to it (no step copies the past);
 - the encoder projects every decoder layer's cross keys and values with one MatMul.
-Inputs, outputs and axis names come from the same `service.graphs` declaration, so the
+Inputs, outputs and axis names come from the same `service.runtime.graphs` declaration, so the
 runtime cannot tell the two apart; the parity suite proves each against PyTorch.
 """
 
@@ -39,7 +39,7 @@ from onnx import TensorProto, helper, numpy_helper
 from export.ops import search_nodes
 from models.captioner import Captioner
 from models.transformer import Transformer, sinusoids
-from service.graphs import (
+from service.runtime.graphs import (
     IN_PLACE,
     LEAN_STEP,
     STATIC,
@@ -242,7 +242,7 @@ def build_decoder(
     in_place: bool = False,
     attention: bool = True,
 ) -> onnx.ModelProto:
-    """The decoder step of `service.graphs.decoder_spec`, in `dtype` (float32 or float16).
+    """The decoder step of `service.runtime.graphs.decoder_spec`, in `dtype` (float32 or float16).
     With `capacity`, the fixed-capacity step of `decoder_spec(fixed_cache=True)`: one new
     token, a cache of `capacity` positions in and out (the attention's present less its
     oldest position), so that every step of a batch has the same shapes (CUDA graphs).
@@ -257,7 +257,7 @@ def build_decoder(
     computed from the positions, put a Memcpy into the step on CUDA. GQA decodes every row
     by its own `seqlens_k` either way (a first prompt only where the buffer holds one
     position, so every row is at 0).
-    Without `attention`, the lean step (`service.graphs.lean`): no cross-attention output,
+    Without `attention`, the lean step (`service.runtime.graphs.lean`): no cross-attention output,
     every layer's cross-attention one `MultiHeadAttention`, and the search graph's nodes
     (export.ops) on its logits."""
     c = model.config
@@ -327,7 +327,7 @@ def build_decoder(
     last = g.op("Gather", [h, g.weight("last", np.array(-1, np.int64))], axis=1)  # (B, D)
     g.op("MatMul", [last, g.weight("output", _linear_weight(model.output))], ["logits"])
     fixed = {"heads": c.n_heads, "head_dim": c.head_dim, "vocab": c.vocab_size}
-    if not attention:  # the lean step: its search folded in (service.graphs.lean)
+    if not attention:  # the lean step: its search folded in (service.runtime.graphs.lean)
         g.nodes += search_nodes(FLOAT_TYPES[g.dtype], "logits", prefix="search/")
         fixed["one"] = 1
     if in_place:
@@ -338,7 +338,7 @@ def build_decoder(
 
 
 def build_encoder(model: Transformer, dtype=np.float32) -> onnx.ModelProto:
-    """The encoder of `service.graphs.encoder_spec`, in `dtype`: memory mask and every
+    """The encoder of `service.runtime.graphs.encoder_spec`, in `dtype`: memory mask and every
     decoder layer's cross keys and values, projected by one MatMul."""
     c = model.config
     spec = encoder_spec(c.decoder_layers)
@@ -375,10 +375,11 @@ def build_encoder(model: Transformer, dtype=np.float32) -> onnx.ModelProto:
 
 
 def build_caption_step(model: Captioner, dtype=np.float32) -> onnx.ModelProto:
-    """The captioner's decoder step of `service.graphs.captioner_interface`, in `dtype`: one MatMul
-    for both projections of the previous state (attention and gate), the attention's weighted
-    sum as a MatMul, the LSTM cell's two input MatMuls as one over [word; context; h] with the
-    two biases summed, and the deep output's two projections as one."""
+    """The captioner's decoder step of `service.runtime.graphs.captioner_interface`, in
+    `dtype`: one MatMul for both projections of the previous state (attention and gate), the
+    attention's weighted sum as a MatMul, the LSTM cell's two input MatMuls as one over
+    [word; context; h] with the two biases summed, and the deep output's two projections as
+    one."""
     c = model.config
     spec = captioner_interface().decoder
     g = Graph("decoder", dtype)

@@ -13,10 +13,10 @@ from itertools import product
 import numpy as np
 import torch
 
+from export.comparison import BATCHES, Tolerance, compare
 from export.graphs import CaptionEncoderGraph, CaptionStepGraph
-from export.parity import BATCHES, Tolerance, compare
 from models.captioner import Captioner
-from service.onnx_engine import OnnxEngine
+from service.runtime.onnx_engine import OnnxEngine
 
 MASKED_LOCATIONS = (0, 5)  # locations hidden at the end of rows after the first
 

@@ -32,12 +32,12 @@ from export.decode_parity import (
 from export.parity import graph_parity
 from models.checkpoint import load_checkpoint
 from models.reference import reference_engine
-from service.batch import joined
-from service.decoding import DecodingOptions
-from service.graphs import IN_PLACE, STATIC
-from service.inference import UncachedInference
-from service.onnx_engine import OnnxEngine
-from service.repository import GOLDEN, ModelVersion, verify, write_manifest
+from service.runtime.batch import joined
+from service.runtime.decoding import DecodingOptions
+from service.runtime.graphs import IN_PLACE, STATIC
+from service.runtime.inference import UncachedInference
+from service.runtime.onnx_engine import OnnxEngine
+from service.runtime.repository import GOLDEN, ModelVersion, verify, write_manifest
 
 MAX_INT8_LOSS = 0.5  # BLEU and chrF points
 MAX_CAPTION_INT8_LOSS = 1.0  # exact-match and CIDEr points
@@ -51,7 +51,7 @@ BEAM = DecodingOptions(beam_size=4, max_length=160)
 
 def cpu_variants(model_version: ModelVersion) -> list[str]:
     """The variants the golden set holds (decoded on the CPU): all but fp16, which a server
-    checks against fp32's golden tokens (service.worker.golden_check)."""
+    checks against fp32's golden tokens (service.worker.process.golden_check)."""
     return [v for v in model_version.manifest["graphs"] if v != "fp16"]
 
 

@@ -16,8 +16,8 @@ from models.catalogs import read_everyday
 from models.checkpoint import WEIGHTS, load_checkpoint
 from models.corpus import read_split
 from models.modern import PART_NAMES, TEST_PARTS
-from service.errors import ModelRepositoryError
-from service.repository import sha256, verify
+from service.runtime.errors import ModelRepositoryError
+from service.runtime.repository import sha256, verify
 
 
 def parity_inputs(model, data: Path, tokenizer, count: int) -> tuple[list, list[str], dict]:

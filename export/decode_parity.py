@@ -11,12 +11,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from models.evaluate import corpus_scores
-from service.batching import source_batch
-from service.captioning import caption_batches, pixels
-from service.decoding import DecodingOptions, Hypothesis
-from service.inference import CachedInference, EncoderOutput, Engine, parting_margin
-from service.tokenizer import Tokenizer
-from service.translation import translate_batches
+from service.runtime.batching import source_batch
+from service.runtime.captioning import caption_batches, pixels
+from service.runtime.decoding import DecodingOptions, Hypothesis
+from service.runtime.inference import CachedInference, Engine, parting_margin
+from service.runtime.tensors import EncoderOutput
+from service.runtime.tokenizer import Tokenizer
+from service.runtime.translation import translate_batches
 
 NEAR_TIE = 1e-4
 BATCH = 16

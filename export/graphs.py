@@ -1,6 +1,6 @@
 """torch modules whose forward is exactly one graph of the decode-step contract.
 
-Their positional inputs and outputs follow `service.graphs` order, flat (no nested tuples),
+Their positional inputs and outputs follow `service.runtime.graphs` order, flat (no nested tuples),
 so the exporter can name them from the declaration.
 """
 

@@ -1,4 +1,4 @@
-"""PyTorch to ONNX with the torch.export-based exporter, driven by `service.graphs`.
+"""PyTorch to ONNX with the torch.export-based exporter, driven by `service.runtime.graphs`.
 
 Every dynamic axis is exported as `Dim.DYNAMIC` (the exporter works out relations such as
 total = past + new itself), then the graph's input and output dims are renamed after the
@@ -18,7 +18,7 @@ from torch.export import Dim
 from export.graphs import graph_modules
 from models.captioner import Captioner
 from models.checkpoint import kind_of
-from service.graphs import GraphSpec, ModelInterface, interface_for
+from service.runtime.graphs import GraphSpec, ModelInterface, interface_for
 
 OPSET = 18
 CONTROL_FLOW = {"If", "Loop", "Scan"}

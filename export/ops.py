@@ -16,13 +16,13 @@ They move cache rows on the device where the cache lives, so on a GPU it never l
 
 Every op takes tensors of any rank, so they serve any state the model's interface declares.
 
-Two more run on a step's logits where they are (service.search), so that only a few numbers a
-row cross to the host:
+Two more run on a step's logits where they are (service.runtime.search), so that only a few
+numbers a row cross to the host:
 - `search_<float dtype>`: log-softmax of logits + bias (a bias of -inf bans a token), then the
   k best tokens of each row and their log-probabilities, best first;
 - `sample_<float dtype>`: the same log-probabilities, then log_softmax(log_probs / temperature)
   per row: the k best tokens by that, with both log-probabilities (sampling's candidates).
-Equal values come in index order (ONNX TopK), as `service.search.host_search` orders them.
+Equal values come in index order (ONNX TopK), as `service.runtime.search.host_search` orders them.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def place_graph(dtype: int, count: int) -> onnx.ModelProto:
 def join_graph(dtype: int) -> onnx.ModelProto:
     """output = concat(pad(a, a_pads), pad(b, b_pads)) on axis 0; any rank (a cache's time
     axis, a memory's length). The pads (rank begins, then rank ends, as ONNX Pad reads them)
-    come from the host, which knows both shapes (service.onnx_engine.join_pads): computed in
+    come from the host, which knows both shapes (service.runtime.onnx_engine.join_pads): computed in
     the graph, that shape arithmetic runs on the CPU under CUDA and puts Memcpy nodes between
     it and the Pads."""
     a = helper.make_tensor_value_info("a", dtype, None)

@@ -7,77 +7,31 @@ carry padding, and every mismatch is collected before one ParityError reports th
 from __future__ import annotations
 
 import copy
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from functools import partial
 from itertools import product
 
 import numpy as np
 import torch
 
+from export import caption_parity
+from export.comparison import (
+    BATCHES,
+    TOLERANCES,
+    Comparison,
+    ParityError,
+    Tolerance,
+    compare,
+)
 from export.graphs import DecoderStepGraph, EncoderGraph, flatten
 from models.transformer import Transformer
-from service.graphs import IN_PLACE, LEAN_STEP, ONE_ROW_STEP
-from service.onnx_engine import OnnxEngine
-from service.search import log_softmax, top_k
+from service.runtime.graphs import IN_PLACE, LEAN_STEP, ONE_ROW_STEP
+from service.runtime.onnx_engine import OnnxEngine
+from service.runtime.search import log_softmax, top_k
 
-BATCHES = (1, 3, 16)
 MEMORY_LENGTHS = (1, 7, 33)  # and the model's maximum
 PAST_LENGTHS = (0, 1, 17, 100)
 NEW_TOKENS = (1, 4)
-
-
-@dataclass(frozen=True)
-class Tolerance:
-    """Bounds on max |onnx - torch| (atol) and on that divided by max |torch| (rtol)."""
-
-    atol: float
-    rtol: float
-
-
-# One place for every model and precision. int8 is bounded loosely here; its real bound is
-# the BLEU and chrF loss of whole decodes (export.decode_parity).
-TOLERANCES = {
-    ("transformer", "fp32"): Tolerance(atol=1e-4, rtol=1e-5),
-    ("transformer", "fp16"): Tolerance(atol=5e-2, rtol=1e-2),
-    ("transformer", "int8"): Tolerance(atol=3.0, rtol=0.25),
-    ("captioner", "fp32"): Tolerance(atol=1e-4, rtol=1e-5),
-    ("captioner", "fp16"): Tolerance(atol=5e-2, rtol=1e-2),
-    ("captioner", "int8"): Tolerance(atol=3.0, rtol=0.25),
-}
-
-
-@dataclass
-class Comparison:
-    graph: str
-    output: str
-    case: str  # e.g. "batch=3 memory=7 past=17 new=4"
-    max_abs: float
-    max_rel: float
-    passed: bool
-
-
-class ParityError(AssertionError):
-    """Raised with every failed comparison listed."""
-
-    def __init__(self, failures: list[Comparison]):
-        self.failures = failures
-        lines = [
-            f"{f.graph}.{f.output} [{f.case}]: max abs {f.max_abs:.3g}, rel {f.max_rel:.3g}"
-            for f in failures
-        ]
-        super().__init__(f"{len(failures)} outputs out of tolerance:\n" + "\n".join(lines))
-
-
-def compare(graph, output, case, expected: np.ndarray, actual: np.ndarray, tol: Tolerance):
-    if expected.shape != actual.shape:
-        return Comparison(graph, output, f"{case} shape {actual.shape}", np.inf, np.inf, False)
-    expected, actual = expected.astype(np.float64), actual.astype(np.float64)
-    max_abs = float(np.abs(expected - actual).max()) if expected.size else 0.0
-    scale = float(np.abs(expected).max()) if expected.size else 0.0
-    max_rel = max_abs / scale if scale > 0 else max_abs
-    return Comparison(
-        graph, output, case, max_abs, max_rel, max_abs <= tol.atol or max_rel <= tol.rtol
-    )
 
 
 def _source(config, batch: int, length: int, rng: np.random.Generator):
@@ -256,8 +210,6 @@ def cases(model, engine: OnnxEngine, tol: Tolerance, encoder: bool = True):
     """Every comparison of both graphs (the step's as the engine runs it: its cache growing
     or written in place), for the model's kind."""
     if engine.kind == "captioner":
-        from export import caption_parity
-
         return [
             *(caption_parity.encoder_cases(model, engine, tol) if encoder else ()),
             *caption_parity.decoder_cases(model, engine, tol),

@@ -1,4 +1,4 @@
-"""Writes a model version into a model repository (layout in service.repository)."""
+"""Writes a model version into a model repository (layout in service.runtime.repository)."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from export.ops import write_ops
 from export.quantize import quantize_int8, quantize_int8_one_row
 from models.captioner import Captioner
 from models.checkpoint import kind_of
-from service.graphs import IN_PLACE, LEAN_STEP, ONE_ROW_STEP, STATIC
-from service.repository import TOKENIZER, ModelVersion, verify, write_manifest
-from service.tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIAL_PIECES, UNK_ID
+from service.runtime.graphs import IN_PLACE, LEAN_STEP, ONE_ROW_STEP, STATIC
+from service.runtime.repository import TOKENIZER, ModelVersion, verify, write_manifest
+from service.runtime.tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIAL_PIECES, UNK_ID
 
 METHODS = ("traced", "built")
 INT8_SCALES = ("per-channel", "per-tensor")  # the first is the default

@@ -48,7 +48,7 @@ def evaluate(args: Namespace) -> int:
     from models.caption_eval import goals, part_report
     from models.checkpoint import load_checkpoint
     from models.reference import reference_engine
-    from service.captioning import caption_batches
+    from service.runtime.captioning import caption_batches
 
     start = time.perf_counter()
     model, tokenizer = load_checkpoint(args.checkpoint)
@@ -97,7 +97,7 @@ def caption(args: Namespace) -> int:
 
     from models.checkpoint import load_checkpoint
     from models.reference import reference_engine
-    from service.captioning import caption_images, resize
+    from service.runtime.captioning import caption_images, resize
 
     model, tokenizer = load_checkpoint(args.checkpoint)
     options = decoding_options(args, model.config.max_length, n_best=args.n_best)
@@ -136,7 +136,7 @@ def caption(args: Namespace) -> int:
                 text = tokenizer.decode(h.tokens)
                 print(text if len(hypotheses) == 1 else f"{rank}\t{h.score:.4f}\t{text}")
         if args.attention is not None:
-            from attnserve.attention_figure import draw_attention
+            from service.attention_figure import draw_attention
 
             out = args.attention
             if len(args.images) > 1:

@@ -34,8 +34,8 @@ from models.config import CAPTIONER_PRESETS, CaptionerConfig
 from models.run_state import load_state, out_of_budget, save_state
 from models.scenes import REGIONS
 from models.tokenizer import train_tokenizer
-from service.batching import pad_batch
-from service.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
+from service.runtime.batching import pad_batch
+from service.runtime.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 
 TEMPLATE_WORDS = "a an two to the left of above and from right top bottom middle in on at"
 

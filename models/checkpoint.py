@@ -19,7 +19,7 @@ from safetensors.torch import load_model, save_model
 from models.captioner import Captioner
 from models.config import CaptionerConfig, TransformerConfig
 from models.transformer import Transformer
-from service.tokenizer import Tokenizer
+from service.runtime.tokenizer import Tokenizer
 
 WEIGHTS, CONFIG, TOKENIZER = "model.safetensors", "config.json", "tokenizer.model"
 # kind -> (config class, model class); the kind is the manifest's model kind too

@@ -15,8 +15,8 @@ from models.corpus import build_translator_data, read_split
 from models.evaluate import apertium_translate, corpus_scores
 from models.modern import PART_NAMES, TEST_PARTS
 from models.reference import TorchEngine
-from service.decoding import DecodingOptions
-from service.translation import translate_texts
+from service.runtime.decoding import DecodingOptions
+from service.runtime.translation import translate_texts
 
 
 def data(args: Namespace) -> int:

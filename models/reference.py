@@ -2,8 +2,8 @@
 `Engine` interface.
 
 They run the very decoding strategies, continuous batch and scheduler the server runs
-(service/), following the same interface declaration (service.graphs), so a PyTorch decode and
-an onnxruntime decode differ only in the engine.
+(service/), following the same interface declaration (service.runtime.graphs), so a PyTorch
+decode and an onnxruntime decode differ only in the engine.
 """
 
 from __future__ import annotations
@@ -15,11 +15,10 @@ import torch.nn.functional as F
 from models.captioner import Captioner
 from models.checkpoint import kind_of
 from models.transformer import Transformer
-from service.graphs import interface_for
-from service.inference import EncoderOutput, StepOutput, Tensors
-from service.rows import DeviceRows
-from service.search import Candidates, SearchRequest, host_search
-from service.tokenizer import SPECIAL_TOKENS
+from service.runtime.graphs import interface_for
+from service.runtime.search import Candidates, SearchRequest, host_search
+from service.runtime.tensors import EncoderOutput, StepOutput, Tensors
+from service.runtime.tokenizer import SPECIAL_TOKENS
 
 
 class TorchEngine:
@@ -58,8 +57,7 @@ class TorchEngine:
     def host(self, logits: torch.Tensor) -> np.ndarray:
         return logits.float().cpu().numpy()
 
-    def row_store(self) -> DeviceRows:
-        return DeviceRows(self)
+    rows = "device"  # torch tensors, moved by the engine's own operations
 
     @torch.inference_mode()
     def search(self, logits: torch.Tensor, request: SearchRequest) -> Candidates:
@@ -109,7 +107,7 @@ class TorchEngine:
     def join(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         """Rows of `a` then `b`, every other axis right-padded with zeros to the longer."""
         if isinstance(a, np.ndarray):
-            from service.batching import concat_padded
+            from service.runtime.batching import concat_padded
 
             return concat_padded([a, b])
         shape = [max(x, y) for x, y in zip(a.shape[1:], b.shape[1:], strict=True)]

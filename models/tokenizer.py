@@ -1,4 +1,5 @@
-"""Training the joint Spanish-English SentencePiece model (the runtime side is service.tokenizer).
+"""Training the joint Spanish-English SentencePiece model (the runtime side:
+service.runtime.tokenizer).
 
 A joint vocabulary lets the encoder embedding, the decoder embedding and the output projection
 share one matrix. 8,000 pieces: the output projection is the largest single cost of a decode
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import sentencepiece as spm
 
-from service.tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIAL_PIECES, UNK_ID, Tokenizer
+from service.runtime.tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIAL_PIECES, UNK_ID, Tokenizer
 
 DEFAULT_VOCAB_SIZE = 8000
 

@@ -30,10 +30,10 @@ from models.run_state import load_state, out_of_budget, save_state
 from models.tokenizer import train_tokenizer
 from models.transfer import transfer_weights
 from models.transformer import Transformer
-from service.batching import pad_batch
-from service.decoding import DecodingOptions
-from service.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
-from service.translation import translate_texts
+from service.runtime.batching import pad_batch
+from service.runtime.decoding import DecodingOptions
+from service.runtime.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
+from service.runtime.translation import translate_texts
 
 
 @dataclass

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from models.checkpoint import load_checkpoint
-from service.tokenizer import SPECIAL_PIECES, Tokenizer
+from service.runtime.tokenizer import SPECIAL_PIECES, Tokenizer
 
 WORD_START = "\u2581"  # SentencePiece's mark of a piece that begins a word
 

@@ -37,7 +37,7 @@ from attnserve.v1 import (
     translation_pb2,
     translation_pb2_grpc,
 )
-from service.requests import MAX_TEXTS
+from service.runtime.requests import MAX_TEXTS
 
 DEFAULT_SERVER = "127.0.0.1:50051"
 SERVER_ENVIRONMENT = "ATTNSERVE_SERVER"

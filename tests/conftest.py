@@ -44,7 +44,7 @@ def exported_translator(tmp_path_factory, translator_data):
     from export.repository import write_version
     from models.checkpoint import WEIGHTS, load_checkpoint
     from models.corpus import read_split
-    from service.repository import sha256
+    from service.runtime.repository import sha256
 
     model, tokenizer = load_checkpoint(SHIPPED_TRANSLATOR)
     directory = tmp_path_factory.mktemp("repository") / "translator" / "1"
@@ -55,7 +55,7 @@ def exported_translator(tmp_path_factory, translator_data):
     spanish, english = read_split(translator_data, "test")
     sources = tokenizer.encode_batch(spanish[:MIN_SENTENCES])
     certificate = certify(model_version, SHIPPED_TRANSLATOR, sources, english[:MIN_SENTENCES])
-    from service.repository import verify
+    from service.runtime.repository import verify
 
     return verify(directory), certificate
 
@@ -88,7 +88,7 @@ def exported_captioner(tmp_path_factory, captioner_data):
     from export.commands import parity_inputs
     from export.repository import write_version
     from models.checkpoint import WEIGHTS, load_checkpoint
-    from service.repository import sha256, verify
+    from service.runtime.repository import sha256, verify
 
     model, tokenizer = load_checkpoint(SHIPPED_CAPTIONER)
     directory = tmp_path_factory.mktemp("repository") / "captioner" / "1"

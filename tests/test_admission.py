@@ -1,4 +1,4 @@
-"""Admission by a latency budget (service.admission): the limit on batch rows in flight falls
+"""Admission by a latency budget (service.front.admission): the limit on batch rows in flight falls
 when the calls' p99 latency passes the budget, rises again under pressure (in proportion to
 the room under the budget), and comes down to what traffic has proven within the budget
 when nothing presses on it; the pool refuses a call beyond it with RESOURCE_EXHAUSTED at
@@ -12,13 +12,13 @@ import math
 import numpy as np
 import pytest
 
-from service.admission import HEADROOM, MIN_SAMPLES, WINDOW_SECONDS, AdmissionLimit
-from service.decoding import DecodingOptions
-from service.errors import ResourceExhausted
-from service.messages import Failure, Job
-from service.metrics import Metrics
-from service.pool import QUEUED_BATCHES, Call, WorkerPool
-from service.worker import WorkerSettings
+from service.front.admission import HEADROOM, MIN_SAMPLES, WINDOW_SECONDS, AdmissionLimit
+from service.front.metrics import Metrics
+from service.front.pool import QUEUED_BATCHES, Call, WorkerPool
+from service.runtime.decoding import DecodingOptions
+from service.runtime.errors import ResourceExhausted
+from service.worker.messages import Failure, Job
+from service.worker.process import WorkerSettings
 
 
 def _window(limit: AdmissionLimit, seconds: float, now: float) -> float:

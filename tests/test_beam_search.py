@@ -9,8 +9,8 @@ import zlib
 import numpy as np
 import pytest
 
-from service.decoding import BeamSearch, DecodingOptions, Hypothesis, run
-from service.search import Candidates
+from service.runtime.decoding import BeamSearch, DecodingOptions, Hypothesis, run
+from service.runtime.search import Candidates
 
 BOS, EOS, VOCAB, SPAN = 1, 2, 12, 5
 
@@ -176,7 +176,7 @@ def test_a_tie_at_the_edge_of_the_kept_candidates_ranks_by_token():
 def test_beam_searches_ranked_together_step_as_each_does_alone():
     """Beam searches of two beam sizes, one or several inputs each, between greedy ones, in
     one batch: ranked in one pass a beam size (`rank_together`), each ends as it does alone."""
-    from service.decoding import GreedySearch, rank_together
+    from service.runtime.decoding import GreedySearch, rank_together
 
     options = [DecodingOptions(beam_size=b, max_length=8, num_hypotheses=2) for b in (2, 3)]
     plan = [(0, 1), (None, 2), (1, 1), (0, 3), (1, 2), (0, 1), (None, 1), (1, 1)]

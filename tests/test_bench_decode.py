@@ -21,7 +21,7 @@ from bench.decode import BEAMS, CAPTION_ENGINES, ENGINES, THREAD_CHECK  # noqa: 
 from models.checkpoint import save_checkpoint  # noqa: E402
 from models.config import TransformerConfig  # noqa: E402
 from models.transformer import Transformer  # noqa: E402
-from service.tokenizer import Tokenizer  # noqa: E402
+from service.runtime.tokenizer import Tokenizer  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKENIZER = ROOT / "models" / "checkpoints" / "translator" / "tokenizer.model"

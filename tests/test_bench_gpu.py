@@ -34,7 +34,7 @@ EMBEDDING_SCALE = 60.0  # decisive logits: no near tie for fp16 to flip on the t
 def run(tmp_path_factory, translator_data) -> tuple[dict, str]:
     """(report, markdown) of a quick CPU run, the service level included."""
     from models.checkpoint import save_checkpoint
-    from service.tokenizer import Tokenizer
+    from service.runtime.tokenizer import Tokenizer
 
     tmp = tmp_path_factory.mktemp("bench_gpu")
     tokenizer = SHIPPED_TRANSLATOR / "tokenizer.model"
@@ -117,7 +117,7 @@ def test_service_level(run):
         pytest.skip(load["status"])
     assert [level["clients"] for level in load["levels"]] == [1, 3]  # as asked
     assert load["flags"]["cache"] == "static"  # the served step of CUDA graphs, over gRPC
-    from service.config import ServerConfig
+    from service.front.config import ServerConfig
 
     fronts = ServerConfig().front_choice()[0]  # no --fronts: the default for these cores
     assert "fronts" not in load["flags"] and load["fronts"] == fronts

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from bench.search import search_alone, step_with_search
-from service.onnx_engine import OnnxEngine
+from service.runtime.onnx_engine import OnnxEngine
 
 
 @pytest.mark.slow

@@ -17,11 +17,11 @@ from export.repository import write_version
 from models.config import PRESETS
 from models.reference import TorchEngine, reference_engine
 from models.transformer import Transformer
-from service.batching import source_batch
-from service.decoding import DecodingOptions, decode
-from service.inference import CachedInference
-from service.onnx_engine import OnnxEngine
-from service.translation import translate_ids
+from service.runtime.batching import source_batch
+from service.runtime.decoding import DecodingOptions, decode
+from service.runtime.inference import CachedInference
+from service.runtime.onnx_engine import OnnxEngine
+from service.runtime.translation import translate_ids
 
 
 @pytest.fixture(scope="module")
@@ -230,8 +230,8 @@ def test_the_built_caption_step_matches_pytorch_and_captions_the_same(tmp_path):
 
     from models.captioner import Captioner
     from models.config import CAPTIONER_PRESETS
-    from service.captioning import caption_images
-    from service.tokenizer import Tokenizer
+    from service.runtime.captioning import caption_images
+    from service.runtime.tokenizer import Tokenizer
 
     tokenizer = Tokenizer(SHIPPED_CAPTIONER / "tokenizer.model")
     config = replace(CAPTIONER_PRESETS["tiny"], vocab_size=tokenizer.vocab_size)

@@ -64,7 +64,7 @@ def test_training_resumes_and_ships_a_small_checkpoint(tiny_run):
     from models.caption_train import batch_tensors, caption_loss
     from models.captioner import Captioner
     from models.checkpoint import load_checkpoint
-    from service.tokenizer import Tokenizer
+    from service.runtime.tokenizer import Tokenizer
 
     trained, _ = load_checkpoint(base / "shipped")
     torch.manual_seed(1)  # the trainer's seed: the initial weights of the run
@@ -164,7 +164,7 @@ def test_caption_command_draws_the_attention_figure(tiny_run, tmp_path):
 
 
 def test_the_attention_figure_has_a_panel_per_word():
-    from attnserve.attention_figure import draw_attention, upsample
+    from service.attention_figure import draw_attention, upsample
 
     image = np.zeros((96, 96, 3), dtype=np.uint8)
     attention = np.eye(36)[[0, 35, 7]]

@@ -12,10 +12,10 @@ from models.captioner import Captioner, attention_penalty
 from models.checkpoint import checkpoint_kind, load_checkpoint, save_checkpoint
 from models.config import CAPTIONER_PRESETS, CaptionerConfig
 from models.reference import reference_engine
-from service.captioning import caption_images
-from service.decoding import DecodingOptions
-from service.inference import CachedInference
-from service.tokenizer import BOS_ID, EOS_ID
+from service.runtime.captioning import caption_images
+from service.runtime.decoding import DecodingOptions
+from service.runtime.inference import CachedInference
+from service.runtime.tokenizer import BOS_ID, EOS_ID
 
 
 def tiny_captioner(seed: int = 0) -> Captioner:
@@ -95,8 +95,8 @@ def test_the_doubly_stochastic_penalty():
 
 
 def test_beam_search_of_one_beam_is_greedy_search():
-    from service.captioning import pixels
-    from service.decoding import BeamSearch, GreedySearch, run
+    from service.runtime.captioning import pixels
+    from service.runtime.decoding import BeamSearch, GreedySearch, run
 
     engine = reference_engine(tiny_captioner())
     images, options = _images(5), DecodingOptions(beam_size=1, max_length=12)
@@ -144,7 +144,7 @@ def test_sampling_is_reproducible_with_a_seed():
 
 def test_the_state_is_reordered_with_its_rows():
     engine = reference_engine(tiny_captioner())
-    from service.captioning import pixels
+    from service.runtime.captioning import pixels
 
     encoder = engine.encode(pixels(_images(3)))
     inference = CachedInference(engine, encoder, 3)

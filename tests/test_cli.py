@@ -89,7 +89,7 @@ def test_translate_json_has_nbest_scores_log_probs_and_alignment(capsys):
 
 
 def test_bad_decoding_options_are_refused_with_the_field_named():
-    from service.errors import InvalidArgument
+    from service.runtime.errors import InvalidArgument
 
     with pytest.raises(InvalidArgument, match="num_hypotheses"):
         main(["translate", "--engine", "torch", "--beam-size", "2", "--n-best", "5", "hola"])

@@ -567,7 +567,7 @@ def _texts(response) -> list[str]:
 
 
 def test_the_client_batches_as_many_images_as_the_server_takes():
-    from service.captioning import MAX_IMAGES
+    from service.runtime.captioning import MAX_IMAGES
 
     assert client.IMAGES_PER_REQUEST == MAX_IMAGES
     assert client.CAPTION_SERVICE == "attnserve.v1.CaptionService"
@@ -652,7 +652,7 @@ def test_attention_maps_are_token_by_row_by_column_grids():
 
 
 def test_the_attention_figure_takes_the_grids_of_a_response():
-    from attnserve.attention_figure import draw_attention
+    from service.attention_figure import draw_attention
 
     image = np.zeros((30, 40, 3), dtype=np.uint8)
     attention = np.zeros((2, 3, 4), dtype=np.float32)
@@ -820,7 +820,7 @@ def test_the_caption_client_runs_without_torch(tmp_path):
         f"code = main(['caption', '--server', '127.0.0.1:{_free_port()}', '--timeout', '3', "
         f"{str(image)!r}])\n"
         "assert 'models.caption_commands' not in sys.modules\n"
-        "assert 'service.captioning' not in sys.modules\n"
+        "assert 'service.runtime.captioning' not in sys.modules\n"
         "sys.exit(code)\n"
     )
     result = subprocess.run(

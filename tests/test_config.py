@@ -12,8 +12,8 @@ import onnxruntime
 import pytest
 
 from attnserve.cli import main
-from service import config as config_module
-from service.config import (
+from service.front import config as config_module
+from service.front.config import (
     ServerConfig,
     auto_variant,
     cache_line,
@@ -22,7 +22,7 @@ from service.config import (
     load_config,
     usable_cores,
 )
-from service.errors import InvalidArgument
+from service.runtime.errors import InvalidArgument
 
 CUDA_PROVIDERS = ["CUDAExecutionProvider", "CPUExecutionProvider"]
 
@@ -277,28 +277,24 @@ def test_usable_cores_are_the_affinity_within_the_quota(monkeypatch):
     ],
 )
 def test_where_the_encoder_and_the_step_run_is_validated_and_reaches_the_scheduler(
-    name, choices, threads
+    name, choices, threads, monkeypatch
 ):
     """threads: choice -> (a thread on cpu, a thread on cuda)."""
-    from service.pool import worker_settings
-    from service.worker import WorkerSettings
+    from service.front.pool import worker_settings
+    from service.worker import process
+    from service.worker.process import WorkerSettings
 
     with pytest.raises(InvalidArgument, match=f"{name} must be {choices}"):
         load_config(None, {f"ATTNSERVE_{name.upper()}": "process"})
     config = load_config(None, {}, {name: "thread"})
     assert getattr(worker_settings(config, (), "cpu", {})[0], name) == "thread"
 
-    class Engine:  # what a scheduler reads of an engine before it runs one
-        special_tokens = type("Tokens", (), {"bos": 1, "eos": 2})()
-
-        def row_store(self):
-            return None
-
-    attribute = "_encoder" if name == "encoder" else "_stepper"
+    made = []  # the keywords each scheduler is made with
+    monkeypatch.setattr(process, "Scheduler", lambda *args, **keywords: made.append(keywords))
+    attribute = f"{name}_thread"
     for choice, expected in threads.items():
         got = []
         for device in ("cpu", "cuda"):
-            scheduler = WorkerSettings(0, (), device=device, **{name: choice}).scheduler(Engine())
-            got.append(getattr(scheduler, attribute) is not None)
-            scheduler.close()
+            WorkerSettings(0, (), device=device, **{name: choice}).scheduler(engine=None)
+            got.append(made.pop()[attribute])
         assert tuple(got) == tuple(map(bool, expected)), choice

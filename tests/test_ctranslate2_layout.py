@@ -23,8 +23,8 @@ from models.config import TransformerConfig  # noqa: E402
 from models.reference import TorchEngine  # noqa: E402
 from models.tokenizer import train_tokenizer  # noqa: E402
 from models.transformer import Transformer, sinusoids  # noqa: E402
-from service.decoding import DecodingOptions  # noqa: E402
-from service.translation import translate_ids  # noqa: E402
+from service.runtime.decoding import DecodingOptions  # noqa: E402
+from service.runtime.translation import translate_ids  # noqa: E402
 
 MAX_LENGTH = 24  # decoding steps, `</s>` included
 

@@ -7,12 +7,12 @@ import pytest
 from helpers import random_sources, tiny_transformer
 
 from models.reference import TorchEngine
-from service.batching import source_batch
-from service.decoding import DecodingOptions, decode
-from service.errors import InvalidArgument
-from service.inference import CachedInference, UncachedInference
-from service.search import host_search, log_softmax
-from service.tokenizer import BOS_ID, EOS_ID
+from service.runtime.batching import source_batch
+from service.runtime.decoding import DecodingOptions, decode
+from service.runtime.errors import InvalidArgument
+from service.runtime.inference import CachedInference, UncachedInference
+from service.runtime.search import host_search, log_softmax
+from service.runtime.tokenizer import BOS_ID, EOS_ID
 
 
 class Recording:
@@ -86,7 +86,7 @@ def test_beam_size_one_equals_greedy(case):
     engine, sources, max_length = case
     greedy, _ = _decode(engine, sources, DecodingOptions(max_length=max_length))
     beam, _ = _decode(engine, sources, DecodingOptions(beam_size=1, max_length=max_length))
-    from service.decoding import beam_search, greedy_search
+    from service.runtime.decoding import beam_search, greedy_search
 
     src, mask = source_batch(sources, 512)
     forced, plain = (
@@ -203,9 +203,9 @@ def test_greedy_lanes_advance_as_greedy_searches(max_length):
     """Lanes of GreedyRows (the scheduler's path for one-row greedy jobs, advanced together)
     give each row the hypothesis GreedySearch gives it: tokens, log-probabilities, score and
     end, lanes ending at other steps (an `</s>`, or max_length past the arrays' first width)."""
-    from service.decoding import GreedySearch
-    from service.greedy_rows import GreedyRows
-    from service.search import Candidates
+    from service.runtime.decoding import GreedySearch
+    from service.runtime.search import Candidates
+    from service.worker.greedy_rows import GreedyRows
 
     options = DecodingOptions(beam_size=1, max_length=max_length)
     rng = np.random.default_rng(4)
@@ -237,8 +237,8 @@ def test_greedy_lanes_advance_as_greedy_searches(max_length):
 def test_the_sampled_draw_is_generator_choice_row_by_row(top_k, top_p):
     """All rows drawn at once give what numpy's Generator.choice(len(p), p=p) gives row by row
     with the same seed: the same samples for a seed as before the draw was vectorised."""
-    from service.decoding import sampler
-    from service.search import Candidates
+    from service.runtime.decoding import sampler
+    from service.runtime.search import Candidates
 
     rng = np.random.default_rng(11)
     scores = np.sort(np.log(rng.dirichlet(np.ones(40), size=64)).astype(np.float32), axis=1)

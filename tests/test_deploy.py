@@ -212,8 +212,8 @@ def test_kubernetes_manifests_validate_offline():
 
 
 def test_kubernetes_probes_ask_grpc_health_and_the_pod_outlives_its_drain():
-    from service.config import ServerConfig
-    from service.metrics import Metrics
+    from service.front.config import ServerConfig
+    from service.front.metrics import Metrics
 
     deployment, _, budget, scaler = yaml.safe_load_all(KUBERNETES.read_text())
     pod = deployment["spec"]["template"]["spec"]

@@ -1,5 +1,5 @@
 """The worker's choice of step on CUDA (`cache = "auto"`): the static step where it decodes, on
-the device itself, as the growing step does (service.worker.device_check, staggered waves of
+the device itself, as the growing step does (service.worker.process.device_check, staggered waves of
 the golden inputs), else the growing step and why. On the CPU the same check runs over bound
 buffers (the static step uncaptured)."""
 
@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 from helpers import built_tiny_translator, perturb_near_logits
 
-from service.batching import source_batch
-from service.inference import CachedInference, parting_margin
-from service.onnx_engine import OnnxEngine
-from service.repository import verify, write_manifest
-from service.worker import (
+from service.runtime.batching import source_batch
+from service.runtime.inference import CachedInference, parting_margin
+from service.runtime.onnx_engine import OnnxEngine
+from service.runtime.repository import verify, write_manifest
+from service.worker.process import (
     CHECK_WAVES,
     Scheduler,
     WorkerSettings,

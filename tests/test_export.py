@@ -15,12 +15,12 @@ from export.repository import write_version
 from models.config import PRESETS
 from models.reference import TorchEngine
 from models.transformer import Transformer
-from service.decoding import DecodingOptions
-from service.errors import ModelRepositoryError
-from service.graphs import check_inputs, decoder_spec
-from service.onnx_engine import OnnxEngine
-from service.repository import FORMAT_VERSION, verify
-from service.translation import translate_ids
+from service.runtime.decoding import DecodingOptions
+from service.runtime.errors import ModelRepositoryError
+from service.runtime.graphs import check_inputs, decoder_spec
+from service.runtime.onnx_engine import OnnxEngine
+from service.runtime.repository import FORMAT_VERSION, verify
+from service.runtime.translation import translate_ids
 
 
 @pytest.fixture(scope="module")

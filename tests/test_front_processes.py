@@ -9,11 +9,11 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from service.config import ServerConfig, load_config
-from service.errors import InvalidArgument
-from service.fronts import MergedRegistry, worker_sockets
-from service.metrics import Metrics
-from service.worker import WorkerSettings
+from service.front.config import ServerConfig, load_config
+from service.front.fronts import MergedRegistry, worker_sockets
+from service.front.metrics import Metrics
+from service.runtime.errors import InvalidArgument
+from service.worker.process import WorkerSettings
 
 
 def _samples(registry) -> dict:
@@ -79,13 +79,13 @@ def test_fronts_setting(monkeypatch):
     assert dict(ServerConfig(fronts=1).grpc_options())["grpc.so_reuseport"] == 0
     # the default: one front per 4 cores this process may use, at least 1, at most 4
     assert ServerConfig().fronts == 0
-    monkeypatch.setattr("service.config.cpu_quota", lambda: None)  # no cgroup quota
+    monkeypatch.setattr("service.front.config.cpu_quota", lambda: None)  # no cgroup quota
     for cores, fronts in ((1, 1), (2, 1), (7, 1), (8, 2), (16, 4), (64, 4)):
         monkeypatch.setattr("os.sched_getaffinity", lambda _, n=cores: set(range(n)))
         count, why = ServerConfig().front_choice()
         assert count == fronts and f"one per 4 of the {cores} CPU cores" in why, (cores, why)
         reuse = dict(ServerConfig().grpc_options())["grpc.so_reuseport"]
         assert reuse == int(fronts > 1)
-    monkeypatch.setattr("service.config.cpu_quota", lambda: 2.5)  # a container's --cpus 2.5
+    monkeypatch.setattr("service.front.config.cpu_quota", lambda: 2.5)  # a container's --cpus 2.5
     assert ServerConfig().front_choice()[0] == 1  # 3 usable cores of the 64
     assert ServerConfig().worker_count("cpu") == 3

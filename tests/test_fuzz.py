@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from attnserve.v1 import caption_pb2, decoding_pb2, translation_pb2
-from service.errors import InvalidArgument
-from service.images import ImageLimits, decode_image
-from service.requests import MAX_TEXT_CHARS, translate_request, translate_stream_request
+from service.runtime.errors import InvalidArgument
+from service.runtime.images import ImageLimits, decode_image
+from service.runtime.requests import MAX_TEXT_CHARS, translate_request, translate_stream_request
 
 EXAMPLES = int(os.environ.get("ATTNSERVE_FUZZ_EXAMPLES", "300"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -78,7 +78,7 @@ def test_bytes_off_the_wire_parse_or_fail_as_decode_errors(data):
         try:
             request = message_class.FromString(data)
         except DecodeError:
-            continue  # the server answers INVALID_ARGUMENT (service.server._parser)
+            continue  # the server answers INVALID_ARGUMENT (service.front.server._parser)
         with contextlib.suppress(InvalidArgument):
             check(request, LIMIT, DEFAULT)
     with contextlib.suppress(DecodeError):
@@ -89,7 +89,7 @@ def test_bytes_off_the_wire_parse_or_fail_as_decode_errors(data):
 def tokenizer():
     from helpers import ROOT
 
-    from service.tokenizer import Tokenizer
+    from service.runtime.tokenizer import Tokenizer
 
     return Tokenizer(ROOT / "models" / "checkpoints" / "translator" / "tokenizer.model")
 

@@ -1,5 +1,6 @@
 """Image bytes from a request -> uint8 RGB: every refusal and every pixel-mode rule of
-service.images, on images made in memory with Pillow (or by hand where Pillow cannot write one)."""
+service.runtime.images, on images made in memory with Pillow (or by hand where Pillow cannot
+write one)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ import numpy as np
 import pytest
 from PIL import Image, ImageFile
 
-from service.errors import InvalidArgument
-from service.images import (
+from service.runtime.errors import InvalidArgument
+from service.runtime.images import (
     DecodedImage,
     ImageLimits,
     _to_rgb,

@@ -4,12 +4,12 @@ graphs) decodes them as the host path (rows written into dead slots in place) do
 from __future__ import annotations
 
 from models.corpus import read_split
-from service.batching import source_batch
-from service.decoding import DecodingOptions
-from service.messages import Job, Result
-from service.onnx_engine import OnnxEngine
-from service.scheduler import Scheduler
-from service.tokenizer import Tokenizer
+from service.runtime.batching import source_batch
+from service.runtime.decoding import DecodingOptions
+from service.runtime.onnx_engine import OnnxEngine
+from service.runtime.tokenizer import Tokenizer
+from service.worker.messages import Job, Result
+from service.worker.scheduler import Scheduler
 
 
 def _staggered(engine, sources, options):

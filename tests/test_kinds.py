@@ -8,11 +8,11 @@ from dataclasses import FrozenInstanceError, replace
 
 import pytest
 
-from service.config import ServerConfig
-from service.errors import InvalidArgument, ModelRepositoryError
-from service.kinds import kind_class
-from service.messages import Failure, Partial, Report, Submit
-from service.server import CAPTION_SERVICE, TRANSLATION_SERVICE, default_models
+from service.front.config import ServerConfig
+from service.front.server import CAPTION_SERVICE, TRANSLATION_SERVICE, default_models
+from service.runtime.errors import InvalidArgument, ModelRepositoryError
+from service.runtime.kinds import kind_class
+from service.worker.messages import Failure, Partial, Report, Submit
 
 
 def _models(translators: list[str], captioners: list[str]) -> dict:
@@ -60,9 +60,9 @@ def test_messages_are_frozen_and_cross_a_pipe_intact():
 def test_a_request_is_cut_into_jobs_that_each_fit_a_batch():
     import numpy as np
 
-    from service.decoding import DecodingOptions
-    from service.kinds import Prepared
-    from service.server import Front
+    from service.front.server import Front
+    from service.runtime.decoding import DecodingOptions
+    from service.runtime.kinds import Prepared
 
     class Pool:
         ids = iter(range(1, 100))

@@ -1,5 +1,5 @@
 """The helper graphs that move rows on the device (export.ops) against numpy, run as the
-runtime runs them (service.onnx_engine)."""
+runtime runs them (service.runtime.onnx_engine)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 from onnx import TensorProto
 
 from export.ops import join_graph, place_graph
-from service.batching import concat_padded
-from service.onnx_engine import join_pads
+from service.runtime.batching import concat_padded
+from service.runtime.onnx_engine import join_pads
 
 SHAPES = [  # (a, b): a cache joined by rows with an empty one, a longer one, memories
     ((2, 4, 5, 8), (1, 4, 0, 8)),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from multiprocessing import Pipe
 
-from service.outbox import Outbox
+from service.worker.outbox import Outbox
 
 
 def test_messages_arrive_in_order_and_a_closed_link_is_reported():

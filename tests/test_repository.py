@@ -3,7 +3,7 @@ out (a version written aside under one is not read half written)."""
 
 from __future__ import annotations
 
-from service.repository import MANIFEST, manifests
+from service.runtime.repository import MANIFEST, manifests
 
 
 def test_manifests_leave_out_hidden_versions_and_models(tmp_path):

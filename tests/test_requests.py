@@ -6,15 +6,15 @@ import grpc
 import pytest
 
 from attnserve.v1 import decoding_pb2, translation_pb2
-from service.errors import InvalidArgument, ModelRepositoryError, NotFound, Unavailable
-from service.requests import (
+from service.front.status import status_code
+from service.runtime.errors import InvalidArgument, ModelRepositoryError, NotFound, Unavailable
+from service.runtime.requests import (
     MAX_TEXT_CHARS,
     MAX_TEXTS,
     decoding_options,
     source_texts,
     stream_source_text,
 )
-from service.status import status_code
 
 
 def test_texts_and_utf8_texts_are_read_in_order():

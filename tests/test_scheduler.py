@@ -15,16 +15,16 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pytest
 
-from service.batch import joined
-from service.batching import source_batch
-from service.captioning import caption_images, pixels
-from service.decoding import DecodingOptions
-from service.inference import CachedInference
-from service.messages import Admitted, Failure, Job, Partial, Result
-from service.onnx_engine import OnnxEngine
-from service.scheduler import Scheduler
-from service.tokenizer import Tokenizer
-from service.translation import translate_ids
+from service.runtime.batch import joined
+from service.runtime.batching import source_batch
+from service.runtime.captioning import caption_images, pixels
+from service.runtime.decoding import DecodingOptions
+from service.runtime.inference import CachedInference
+from service.runtime.onnx_engine import OnnxEngine
+from service.runtime.tokenizer import Tokenizer
+from service.runtime.translation import translate_ids
+from service.worker.messages import Admitted, Failure, Job, Partial, Result
+from service.worker.scheduler import Scheduler
 
 OPTIONS = [
     DecodingOptions(max_length=24),
@@ -271,8 +271,8 @@ def test_a_batch_that_never_empties_stays_bounded(request, model, cache):
 def test_an_in_place_cache_grows_with_its_longest_row_and_is_cut_when_it_leaves(translator):
     """The buffer grows (doubling) as a row reaches its end; once that row has left, a rebuild
     cuts it to twice what the live rows hold, and the row left decodes on as it does alone."""
-    from service.batch import ContinuousBatch
-    from service.inference import CachedInference
+    from service.runtime.batch import ContinuousBatch
+    from service.runtime.inference import CachedInference
 
     engine = OnnxEngine(translator[0], "fp32")
     assert engine.cache == "in_place"

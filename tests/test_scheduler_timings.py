@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 from helpers import built_tiny_translator
 
-from service import scheduler as scheduler_module
-from service.batching import source_batch
-from service.decoding import DecodingOptions
-from service.messages import Job, Result
-from service.onnx_engine import OnnxEngine
-from service.scheduler import Scheduler
+from service.runtime.batching import source_batch
+from service.runtime.decoding import DecodingOptions
+from service.runtime.onnx_engine import OnnxEngine
+from service.worker import scheduler as scheduler_module
+from service.worker.messages import Job, Result
+from service.worker.scheduler import Scheduler
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""The search beside the step: the numpy reference (service.search), the search graphs
+"""The search beside the step: the numpy reference (service.runtime.search), the search graphs
 (export.ops) on the CPU execution provider against it, and whole decodes with the search on
 the device equal to decodes with it on the host."""
 
@@ -10,10 +10,10 @@ import pytest
 from onnx import TensorProto
 
 from export.ops import sample_graph, search_graph
-from service.decoding import DecodingOptions
-from service.onnx_engine import OnnxEngine
-from service.search import SearchRequest, host_search, log_softmax, top_k
-from service.translation import translate_ids
+from service.runtime.decoding import DecodingOptions
+from service.runtime.onnx_engine import OnnxEngine
+from service.runtime.search import SearchRequest, host_search, log_softmax, top_k
+from service.runtime.translation import translate_ids
 
 
 def _tied(rows: int, vocab: int, seed: int) -> np.ndarray:
@@ -80,7 +80,7 @@ OPTIONS = {
 @pytest.mark.parametrize("io_binding", [False, True])
 def test_device_search_decodes_like_the_host_search(exported_translator, test_sentences, name,
                                                      io_binding):  # fmt: skip
-    from service.tokenizer import Tokenizer
+    from service.runtime.tokenizer import Tokenizer
 
     version = exported_translator[0]
     sources = Tokenizer(version.tokenizer_file).encode_batch(test_sentences[:24])

@@ -11,13 +11,13 @@ import onnxruntime as ort
 import pytest
 from helpers import built_tiny_translator
 
-from service.batch import ContinuousBatch, joined
-from service.batching import source_batch
-from service.decoding import DecodingOptions
-from service.graphs import STATIC
-from service.inference import CachedInference
-from service.onnx_engine import OnnxEngine
-from service.translation import translate_ids
+from service.runtime.batch import ContinuousBatch, joined
+from service.runtime.batching import source_batch
+from service.runtime.decoding import DecodingOptions
+from service.runtime.graphs import STATIC
+from service.runtime.inference import CachedInference
+from service.runtime.onnx_engine import OnnxEngine
+from service.runtime.translation import translate_ids
 
 
 @pytest.fixture(scope="module")
@@ -210,9 +210,9 @@ def test_each_bucket_replayed_as_a_cuda_graph_decodes_as_uncaptured(tiny):
 
 
 def test_the_configured_cache_applies_where_the_version_ships_that_step(tiny):
-    from service.config import ServerConfig
-    from service.errors import InvalidArgument
-    from service.worker import _cache_for
+    from service.front.config import ServerConfig
+    from service.runtime.errors import InvalidArgument
+    from service.worker.process import _cache_for
 
     _, version, _ = tiny
     assert _cache_for("static", version, "fp32") == "static"
@@ -231,7 +231,7 @@ def test_the_configured_cache_applies_where_the_version_ships_that_step(tiny):
 def test_what_leaves_a_step_is_not_overwritten_by_the_next(tiny):
     """The bucket's output buffers are written by every step; the logits, attention and
     candidates a step hands out are the caller's."""
-    from service.search import SearchRequest
+    from service.runtime.search import SearchRequest
 
     _, version, sources = tiny
     static = OnnxEngine(version, "fp32", cache="static")
@@ -304,8 +304,8 @@ def test_a_place_op_of_another_model_is_refused(tiny, tmp_path):
     import shutil
 
     from export.ops import place_graph
-    from service.errors import ModelRepositoryError
-    from service.repository import sha256, verify
+    from service.runtime.errors import ModelRepositoryError
+    from service.runtime.repository import sha256, verify
 
     _, version, _ = tiny
     copy = tmp_path / "tiny" / "1"

@@ -16,10 +16,10 @@ from bench.static_buffers import (
     cuda_graph_session,
 )
 from export.builder import build_decoder
-from service.batching import source_batch
-from service.graphs import transformer_interface
-from service.inference import CachedInference
-from service.onnx_engine import OnnxEngine
+from service.runtime.batching import source_batch
+from service.runtime.graphs import transformer_interface
+from service.runtime.inference import CachedInference
+from service.runtime.onnx_engine import OnnxEngine
 
 CAPACITY = 24
 

@@ -11,12 +11,12 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from service.config import ServerConfig
-from service.decoding import DecodingOptions
-from service.messages import Job, Partial, Result, Timings
-from service.metrics import Metrics
-from service.pool import Call, WorkerPool
-from service.server import Front, TranslationServicer
+from service.front.config import ServerConfig
+from service.front.metrics import Metrics
+from service.front.pool import Call, WorkerPool
+from service.front.server import Front, TranslationServicer
+from service.runtime.decoding import DecodingOptions
+from service.worker.messages import Job, Partial, Result, Timings
 
 
 def _servicer() -> tuple[TranslationServicer, list[Call]]:

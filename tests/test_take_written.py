@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from service.inference import take_written
+from service.runtime.tensors import take_written
 
 
 @pytest.mark.parametrize(

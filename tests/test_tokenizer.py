@@ -7,7 +7,7 @@ import unicodedata
 
 import pytest
 
-from service.tokenizer import SPECIAL_PIECES, Tokenizer
+from service.runtime.tokenizer import SPECIAL_PIECES, Tokenizer
 
 EDGE_CASES = [
     "",

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from models.train import collate, learning_rate, make_batches
-from service.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from service.runtime.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 
 def test_learning_rate_warms_up_then_decays():

@@ -9,10 +9,11 @@ import onnx
 import pytest
 
 from export.certify import MAX_ATTENTION_DIFFERENCE, MAX_CAPTION_INT8_LOSS, MIN_SENTENCES
-from export.parity import TOLERANCES, ParityError, assert_graph_parity
-from service.graphs import captioner_interface
-from service.onnx_engine import OnnxEngine
-from service.repository import FORMAT_VERSION, verify, write_manifest
+from export.comparison import TOLERANCES, ParityError
+from export.parity import assert_graph_parity
+from service.runtime.graphs import captioner_interface
+from service.runtime.onnx_engine import OnnxEngine
+from service.runtime.repository import FORMAT_VERSION, verify, write_manifest
 
 CHECKED_GRAPHS = [(v, g) for v in ("fp32", "int8") for g in ("encoder", "decoder")]
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from export.certify import INT8_CLAIMS, MAX_INT8_LOSS, MIN_SENTENCES
-from export.parity import TOLERANCES
+from export.comparison import TOLERANCES
 
 # (variant, graph) pairs this suite checks; the meta-test below holds the repository to it.
 CHECKED_GRAPHS = [(v, g) for v in ("fp32", "int8") for g in ("encoder", "decoder", "lean_decoder")]
@@ -91,9 +91,9 @@ def test_certificate_and_golden_set_are_in_the_manifest(exported_translator):
 def test_the_start_up_check_passes_with_either_cache(exported_translator, cache):
     """A server may carry the cache either way (the `cache` setting): each variant's workers
     reproduce the golden tokens made that way, int8 included."""
-    from service.onnx_engine import OnnxEngine
-    from service.scheduler import Scheduler
-    from service.worker import golden_check
+    from service.runtime.onnx_engine import OnnxEngine
+    from service.worker.process import golden_check
+    from service.worker.scheduler import Scheduler
 
     model_version, _ = exported_translator
     for variant in ("fp32", "int8"):
@@ -108,10 +108,11 @@ def test_a_perturbed_graph_fails_the_suite(exported_translator, tmp_path):
 
     from helpers import SHIPPED_TRANSLATOR, perturb_near_logits
 
-    from export.parity import ParityError, assert_graph_parity
+    from export.comparison import ParityError
+    from export.parity import assert_graph_parity
     from models.checkpoint import load_checkpoint
-    from service.onnx_engine import OnnxEngine
-    from service.repository import verify, write_manifest
+    from service.runtime.onnx_engine import OnnxEngine
+    from service.runtime.repository import verify, write_manifest
 
     model_version, _ = exported_translator
     copy = tmp_path / "translator" / "1"
@@ -147,7 +148,7 @@ def test_fp16_graphs_on_cuda(tmp_path, method):
     from export.parity import assert_graph_parity
     from export.repository import write_version
     from models.checkpoint import load_checkpoint
-    from service.onnx_engine import OnnxEngine
+    from service.runtime.onnx_engine import OnnxEngine
 
     model, tokenizer = load_checkpoint(SHIPPED_TRANSLATOR)
     version = write_version(
@@ -169,8 +170,8 @@ def test_fp16_graphs_on_cuda(tmp_path, method):
         from helpers import TRANSLATOR_DATA
 
         from models.corpus import read_split
-        from service.decoding import DecodingOptions
-        from service.translation import translate_ids
+        from service.runtime.decoding import DecodingOptions
+        from service.runtime.translation import translate_ids
 
         spanish, _ = read_split(TRANSLATOR_DATA, "test")
         sources = tokenizer.encode_batch(spanish[:32])

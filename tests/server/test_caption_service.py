@@ -20,8 +20,8 @@ from test_images import handmade_png
 from test_translation_service import LONG, LONG_TEXTS
 
 from service import client
-from service.decoding import DecodingOptions
-from service.server import CAPTION_SERVICE, TRANSLATION_SERVICE
+from service.front.server import CAPTION_SERVICE, TRANSLATION_SERVICE
+from service.runtime.decoding import DecodingOptions
 
 SEARCHES = {
     "greedy": (DecodingOptions(max_length=24), {}),
@@ -58,7 +58,7 @@ def reference():
 
 @pytest.mark.parametrize("search", sorted(SEARCHES))
 def test_captions_equal_the_pytorch_reference(server, scenes, reference, search):
-    from service.captioning import caption_images
+    from service.runtime.captioning import caption_images
 
     options, fields = SEARCHES[search]
     response = client.caption(server.channel, [png(s) for s in scenes], timeout=60, **fields)
@@ -81,7 +81,7 @@ def test_captions_equal_the_pytorch_reference(server, scenes, reference, search)
 def test_attention_maps_equal_the_reference_within_the_certificate_bound(
     server, scenes, reference, exported_captioner
 ):
-    from service.captioning import caption_images
+    from service.runtime.captioning import caption_images
 
     bound = exported_captioner[1]["attention"]["bound"]
     wide = np.ascontiguousarray(np.repeat(scenes[:3], 2, axis=2))  # 96 x 192: sent as is
@@ -179,10 +179,10 @@ def test_mixed_translation_and_caption_load_answers_as_in_process(
     server, scenes, exported_translator, exported_captioner, test_sentences
 ):
     """Both services at once from 8 clients; every answer is the in-process decode."""
-    from service.captioning import caption_images
-    from service.onnx_engine import OnnxEngine
-    from service.tokenizer import Tokenizer
-    from service.translation import translate_ids
+    from service.runtime.captioning import caption_images
+    from service.runtime.onnx_engine import OnnxEngine
+    from service.runtime.tokenizer import Tokenizer
+    from service.runtime.translation import translate_ids
 
     translator = OnnxEngine(exported_translator[0])
     captioner = OnnxEngine(exported_captioner[0])

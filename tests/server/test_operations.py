@@ -23,7 +23,7 @@ from conftest import rpc_error
 from test_translation_service import LONG, LONG_TEXTS
 
 from service import client
-from service.config import load_config
+from service.front.config import load_config
 
 SERVICE = "attnserve.v1.TranslationService"
 

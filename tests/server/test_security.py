@@ -14,8 +14,8 @@ import pytest
 from conftest import START_TIMEOUT, rpc_error
 
 from service import client
-from service.errors import InvalidArgument
-from service.security import parse_tokens
+from service.front.security import parse_tokens
+from service.runtime.errors import InvalidArgument
 
 x509 = pytest.importorskip("cryptography.x509")
 from cryptography.hazmat.primitives import hashes, serialization  # noqa: E402

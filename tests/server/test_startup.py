@@ -7,7 +7,7 @@ import shutil
 import subprocess
 import sys
 
-from service.repository import GOLDEN, MANIFEST, write_manifest
+from service.runtime.repository import GOLDEN, MANIFEST, write_manifest
 
 
 def _copy(model_repository, tmp_path):

@@ -12,10 +12,10 @@ from conftest import rpc_error
 
 from attnserve.v1 import decoding_pb2, translation_pb2
 from service import client
-from service.decoding import DecodingOptions
-from service.onnx_engine import OnnxEngine
-from service.tokenizer import Tokenizer
-from service.translation import translate_ids
+from service.runtime.decoding import DecodingOptions
+from service.runtime.onnx_engine import OnnxEngine
+from service.runtime.tokenizer import Tokenizer
+from service.runtime.translation import translate_ids
 
 SEARCHES = {
     "greedy": (DecodingOptions(max_length=160), {"max_length": 160}),

@@ -1,0 +1,421 @@
+"""Server configuration: embedded defaults, then a TOML file, then environment, then flags.
+
+Every setting has one name: `max_batch_rows` in the file, `ATTNSERVE_MAX_BATCH_ROWS` in the
+environment, `--max-batch-rows` on the command line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import subprocess
+import tomllib
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from service.runtime.errors import InvalidArgument
+
+DEFAULT_REPOSITORY = Path(__file__).resolve().parents[1] / "data" / "repository"
+ENV_PREFIX = "ATTNSERVE_"
+VARIANTS = ("fp32", "int8", "fp16")
+# The variant auto serves on cuda when the version has it certified, and how its graphs must
+# have been made: fp16 built op by op is faster than fp32 from batch 256 on an H100 and about
+# equal below; traced fp16 was slower than fp32 (docs/benchmarks-gpu.md).
+# Text requests are small (1,000 texts of 4,096 characters at most); caption requests carry
+# encoded images (8 MB each by default), so a request may reach 32 MB. Responses with
+# alignments or attention maps can pass gRPC's default 4 MB, so they may reach 64 MB.
+MAX_RECEIVE_BYTES, MAX_SEND_BYTES = 32 * 1024 * 1024, 64 * 1024 * 1024
+# `fronts = 0`: a front per this many cores, at most this many fronts (the most measured)
+CORES_PER_FRONT, MAX_AUTO_FRONTS = 4, 4
+ENCODERS = ("auto", "thread", "inline")
+STEPS = ("inline", "thread")
+GPU_PREFERENCE: tuple[tuple[str, str], ...] = (("fp16", "built"),)
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    listen: str = "0.0.0.0:50051"  # gRPC; port 0 lets the OS choose
+    metrics_listen: str = "0.0.0.0:9400"  # Prometheus /metrics; port 0 lets the OS choose
+    repository: Path = DEFAULT_REPOSITORY  # <model>/<version>/manifest.json ...
+    device: str = "auto"  # cuda when onnxruntime has CUDA, else cpu; or cpu, cuda
+    workers: int = 0  # 0: one per usable CPU core (usable_cores), or one per GPU on cuda
+    # gRPC front processes on one port (SO_REUSEPORT), every one reaching every worker
+    # (service.front.fronts): one front answers about a thousand calls a second at most.
+    # 0: one per CORES_PER_FRONT CPU cores, at most MAX_AUTO_FRONTS (front_choice)
+    fronts: int = 0
+    variant: str = "auto"  # per model version (auto_variant); or fp32, int8 (CPU), fp16 (GPU)
+    io_binding: bool | None = None  # None: on for cuda, off for cpu
+    # how a step carries the key/value cache: "auto" writes it in place on the CPU where the
+    # version ships that step, else it grows; on CUDA "auto" serves the static step where the
+    # version ships it and it decodes as the growing one on the GPU at start-up
+    # (service.worker.process.choose_engine), else growing. Or "in_place" (on CUDA: fp16),
+    # "growing", or "static" (in place at a fixed capacity over buffers per bucket of rows,
+    # each bucket's step a CUDA graph on cuda); a version without that step keeps its default
+    cache: str = "auto"
+    batching: str = "continuous"  # or "request" (collect, then decode to the end)
+    # where admissions' encoder runs: "thread" beside the steps (their rows join once it has
+    # run), "inline" before the step; "auto": a thread on cuda, where the worker's loop
+    # would otherwise leave the GPU idle, inline on the CPU, where each worker has a core
+    encoder: str = "auto"
+    # where a step of greedy rows runs: "inline", or "thread": beside the scheduler's own
+    # work (the jobs the step before ended finished, partials, messages), at the cost of two
+    # thread handoffs a step (docs/benchmarks.md, "The worker's loop")
+    step: str = "inline"
+    batch_window_ms: float = 5.0  # how long request-level batching collects
+    max_batch_rows: int = 64  # hypotheses decoded together by one worker
+    max_queued_requests: int = 256  # beyond: RESOURCE_EXHAUSTED
+    # ... and RESOURCE_EXHAUSTED at once for a call that would pass the limit on batch rows in
+    # flight that keeps the calls' p99 latency within this budget (service.front.admission; 0: no
+    # such limit): under overload the calls that fit keep their latency. Set it above the
+    # latency of the longest calls of normal traffic, e.g. their p99 at capacity.
+    latency_budget_seconds: float = 0.0
+    max_input_tokens: int = 0  # per text; 0: the model's own limit
+    max_output_length: int = 0  # decoding steps; 0: the model's own limit
+    default_max_length: int = 256  # when a request leaves max_length unset (at most the model's)
+    default_translator: str = ""  # TranslationService's model when a request names none
+    default_captioner: str = ""  # CaptionService's; "": the only model of that service
+    max_image_bytes: int = 8 * 1024 * 1024  # one encoded image in a caption request
+    max_image_pixels: int = 4096 * 4096  # width x height, refused before decoding
+    drain_seconds: float = 20.0  # SIGTERM: how long in-flight calls may finish
+    ready_file: Path | None = None  # written (JSON: ports, workers) once serving
+    # Model versions while serving (service.front.versions): how often the repository is looked
+    # at (0: never, what is there at start-up is served) and how many versions of a model are
+    # served, the newest (0: all).
+    watch_seconds: float = 5.0
+    max_versions: int = 0
+    # Security (service.front.security): TLS when both are set; mutual TLS with a client CA.
+    tls_cert: Path | None = None  # PEM certificate chain of the server
+    tls_key: Path | None = None  # PEM private key of the server
+    tls_client_ca: Path | None = None  # PEM CA bundle: clients must show a certificate it signed
+    auth_tokens: str = ""  # bearer tokens "TOKEN [SERVICE,...]" separated by ";" (secret)
+    auth_tokens_file: Path | None = None  # one "TOKEN [SERVICE,...]" a line
+    # The metrics endpoint: HTTPS with both; basic authentication with "user:password" lines.
+    metrics_tls_cert: Path | None = None
+    metrics_tls_key: Path | None = None
+    metrics_basic_auth_file: Path | None = None
+    # Connections: streams at once per connection; keepalive pings a client may send (one per
+    # this many seconds at most, else the connection is closed); a connection's age after
+    # which the server asks the client to reconnect (so clients behind a load balancer
+    # spread over new replicas), with a grace for its calls to finish; 0: no limit.
+    max_concurrent_streams: int = 1000
+    min_ping_interval_seconds: float = 10.0
+    max_connection_age_seconds: float = 600.0
+    max_connection_age_grace_seconds: float = 60.0
+
+    def validate(self) -> ServerConfig:
+        problems = []
+        if self.device not in ("auto", "cpu", "cuda"):
+            problems.append(f"device must be auto, cpu or cuda, got {self.device!r}")
+        if self.variant not in ("auto", *VARIANTS):
+            problems.append(f"variant must be auto, fp32, int8 or fp16, got {self.variant!r}")
+        if self.cache not in ("auto", "in_place", "growing", "static"):
+            problems.append(f"cache must be auto, in_place, growing or static, got {self.cache!r}")
+        if self.cache == "static" and self.io_binding is False:
+            problems.append("cache static runs over bound buffers: io_binding cannot be false")
+        if self.batching not in ("continuous", "request"):
+            problems.append(f"batching must be continuous or request, got {self.batching!r}")
+        if self.encoder not in ENCODERS:
+            problems.append(f"encoder must be auto, thread or inline, got {self.encoder!r}")
+        if self.step not in STEPS:
+            problems.append(f"step must be inline or thread, got {self.step!r}")
+        for name in ("workers", "max_input_tokens", "max_output_length", "max_versions"):
+            if getattr(self, name) < 0:
+                problems.append(f"{name} must be 0 or more")
+        for name in (
+            "max_batch_rows", "max_queued_requests", "default_max_length", "max_image_bytes",
+            "max_image_pixels",
+        ):  # fmt: skip
+            if getattr(self, name) < 1:
+                problems.append(f"{name} must be 1 or more")
+        for name in (
+            "watch_seconds", "latency_budget_seconds", "min_ping_interval_seconds",
+            "max_connection_age_seconds", "max_connection_age_grace_seconds",
+        ):  # fmt: skip
+            if getattr(self, name) < 0:
+                problems.append(f"{name} must be 0 or more")
+        if self.fronts < 0:
+            problems.append("fronts must be 0 (one per 4 CPU cores) or more")
+        if self.max_concurrent_streams < 1:
+            problems.append("max_concurrent_streams must be 1 or more")
+        for name in ("listen", "metrics_listen"):
+            host, _, port = getattr(self, name).rpartition(":")
+            if not host or not port.isdigit():
+                problems.append(f"{name} must be HOST:PORT, got {getattr(self, name)!r}")
+        if problems:
+            raise InvalidArgument("configuration: " + "; ".join(problems))
+        return self
+
+    def grpc_options(self) -> list[tuple[str, int]]:
+        """The gRPC server's channel arguments: message sizes and the connection settings."""
+        options = [
+            ("grpc.max_receive_message_length", MAX_RECEIVE_BYTES),
+            ("grpc.max_send_message_length", MAX_SEND_BYTES),
+            ("grpc.max_concurrent_streams", self.max_concurrent_streams),
+            ("grpc.http2.min_ping_interval_without_data_ms",
+             int(self.min_ping_interval_seconds * 1000)),
+            ("grpc.http2.max_ping_strikes", 2),
+            ("grpc.keepalive_permit_without_calls", 1),
+            # several fronts bind one port; one front alone refuses a second server there
+            ("grpc.so_reuseport", int(self.front_choice()[0] > 1)),
+        ]  # fmt: skip
+        if self.max_connection_age_seconds:
+            options += [
+                ("grpc.max_connection_age_ms", int(self.max_connection_age_seconds * 1000)),
+                ("grpc.max_connection_age_grace_ms",
+                 int(self.max_connection_age_grace_seconds * 1000)),
+            ]  # fmt: skip
+        return options
+
+    def device_choice(self) -> tuple[str, str]:
+        """(device, why): "auto" becomes cuda where onnxruntime offers CUDA and a GPU is
+        visible, else cpu. An explicit cuda without CUDA in onnxruntime is an error."""
+        import onnxruntime as ort
+
+        providers = ort.get_available_providers()
+        cuda = "CUDAExecutionProvider" in providers
+        if self.device == "cuda" and not cuda:
+            raise InvalidArgument(
+                "configuration: device cuda, but this onnxruntime has no CUDA execution "
+                f"provider ({providers}); install the gpu extra"
+            )
+        if self.device != "auto":
+            return self.device, "set by the configuration"
+        if not cuda:
+            return "cpu", f"onnxruntime has no CUDAExecutionProvider ({', '.join(providers)})"
+        gpus, lister = visible_gpus()
+        if not gpus:
+            return "cpu", f"onnxruntime has CUDAExecutionProvider, but {lister} lists no GPU"
+        listed = f"{gpus} GPU" + ("s" if gpus > 1 else "")
+        return "cuda", f"onnxruntime has CUDAExecutionProvider and {lister} lists {listed}"
+
+    def variant_choice(self, device: str, manifest: dict) -> tuple[str, str]:
+        """(variant, why) of one model version: the configured variant, or auto_variant."""
+        if self.variant == "auto":
+            return auto_variant(device, manifest)
+        reason = "set by the configuration"
+        if self.variant not in manifest.get("graphs", {}):
+            reason += f", but this version has no {self.variant} graphs"
+        return self.variant, reason
+
+    def front_choice(self) -> tuple[int, str]:
+        """(front processes, why): as configured, else one per CORES_PER_FRONT CPU cores this
+        process may use, at least one and at most MAX_AUTO_FRONTS."""
+        if self.fronts:
+            return self.fronts, "set by the configuration"
+        cores = usable_cores()
+        count = min(MAX_AUTO_FRONTS, max(1, cores // CORES_PER_FRONT))
+        return count, (
+            f"one per {CORES_PER_FRONT} of the {cores} CPU cores, at most {MAX_AUTO_FRONTS} "
+            "(measured: 4 fronts answered 2.4x the calls of one for 16 workers on 16 cores, "
+            "docs/benchmarks-gpu.md; a second front adds nothing on 2, docs/benchmarks.md)"
+        )
+
+    def worker_count(self, device: str) -> int:
+        return self.worker_choice(device)[0]
+
+    def worker_choice(self, device: str) -> tuple[int, str]:
+        """(worker processes, why): as configured; else one per usable CPU core on cpu, one
+        per GPU on cuda."""
+        if self.workers:
+            return self.workers, "set by the configuration"
+        if device != "cuda":
+            cores = usable_cores()
+            return cores, f"one per usable CPU core ({cores})"
+        gpus = max(1, gpu_count())
+        return gpus, (
+            f"one per GPU ({gpus}): a CUDA worker's loop keeps one CPU core busy while its GPU "
+            "mostly waits, yet workers sharing an H100 served fewer calls than one (0.73x with "
+            "2, 0.53x with 4 at 256 clients; docs/benchmarks-gpu.md)"
+        )
+
+
+def usable_cores() -> int:
+    """The CPU cores this process may use: those it may run on (its affinity), fewer where its
+    cgroup's CPU quota allows less (a container started with --cpus 2 on a 64-core host: 2)."""
+    cores = len(os.sched_getaffinity(0))
+    quota = cpu_quota()
+    return max(1, min(cores, math.ceil(quota)) if quota is not None else cores)
+
+
+def cpu_quota(
+    root: Path = Path("/sys/fs/cgroup"), membership: Path = Path("/proc/self/cgroup")
+) -> float | None:
+    """Cores' worth of CPU time the cgroups of this process allow (quota over period, the
+    smallest along its cgroup and the cgroups above it), or None where none sets a quota:
+    cgroup v2's cpu.max, or v1's cpu.cfs_quota_us and cpu.cfs_period_us."""
+    try:
+        lines = membership.read_text().splitlines()
+    except OSError:
+        return None
+    places = []  # (directory of this process's cgroup, how that hierarchy writes its quota)
+    for line in lines:
+        entry = line.split(":", 2)
+        if len(entry) != 3:  # not "id:controllers:path"
+            continue
+        _, controllers, path = entry
+        relative = path.strip("/")
+        if controllers == "":  # v2: the unified hierarchy
+            places.append((root / relative, root, "v2"))
+        elif "cpu" in controllers.split(","):
+            mount = root / controllers
+            mount = mount if mount.is_dir() else root / "cpu"
+            places.append((mount / relative, mount, "v1"))
+    quotas = []
+    for directory, top, version in places:
+        while True:
+            quotas.append(_quota(directory, version))
+            if directory == top or top not in directory.parents:
+                break
+            directory = directory.parent
+    found = [q for q in quotas if q is not None]
+    return min(found) if found else None
+
+
+def _quota(directory: Path, version: str) -> float | None:
+    try:
+        if version == "v2":
+            quota, _, period = (directory / "cpu.max").read_text().strip().partition(" ")
+        else:
+            quota = (directory / "cpu.cfs_quota_us").read_text().strip()
+            period = (directory / "cpu.cfs_period_us").read_text().strip()
+        if quota in ("max", "-1") or float(period) <= 0:
+            return None
+        return float(quota) / float(period)
+    except (OSError, ValueError):
+        return None
+
+
+def gpu_count() -> int:
+    return visible_gpus()[0]
+
+
+def visible_gpus() -> tuple[int, str]:
+    """(GPUs this process may use, what listed them): CUDA_VISIBLE_DEVICES when set, else
+    `nvidia-smi -L`, else /proc/driver/nvidia/gpus."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return len([d for d in visible.split(",") if d.strip()]), "CUDA_VISIBLE_DEVICES"
+    try:
+        listing = subprocess.run(
+            ["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20, check=True
+        ).stdout
+        return sum(line.startswith("GPU ") for line in listing.splitlines()), "nvidia-smi"
+    except (OSError, subprocess.SubprocessError):
+        return len(list(Path("/proc/driver/nvidia/gpus").glob("*"))), "/proc/driver/nvidia"
+
+
+def certified_variants(manifest: dict) -> list[str]:
+    """The variants whose graphs the version holds and whose graph parity its certificate
+    (export.certify, `parity` in the manifest) passed, in a certificate that passed."""
+    parity = manifest.get("parity") or {}
+    if parity.get("passed") is not True:
+        return []
+    passed = parity.get("graphs", {})
+    return [v for v in manifest.get("graphs", {}) if passed.get(v, {}).get("passed") is True]
+
+
+def auto_variant(device: str, manifest: dict) -> tuple[str, str]:
+    """(variant, why) for `variant = "auto"`: on cuda the first GPU_PREFERENCE variant the
+    version has certified graphs of, made the preferred way, else fp32; on cpu fp32 (int8
+    only when asked)."""
+    if device != "cuda":
+        return "fp32", "the CPU default (int8 only when asked)"
+    certified, made = certified_variants(manifest), manifest.get("graphs_made", {})
+    for variant, method in GPU_PREFERENCE:
+        if variant in certified and made.get(variant, "traced") == method:
+            return variant, (f"certified {variant} graphs {method} op by op, the fastest on "
+                             "CUDA as measured (docs/benchmarks-gpu.md)")  # fmt: skip
+    if "fp16" not in manifest.get("graphs", {}):
+        return "fp32", "no fp16 graphs in this version"
+    if "fp16" not in certified:
+        return "fp32", "its fp16 graphs have no passing parity certificate"
+    return "fp32", "its fp16 graphs are traced, slower than fp32 on CUDA as measured"
+
+
+def cache_line(cache: str, device: str) -> str:
+    """How the workers will carry each step's key/value cache (they choose per model version
+    at start-up, and log what they chose and why)."""
+    if cache != "auto":
+        return (f"cache {cache}: set by the configuration (a version without that step keeps "
+                "its default)")  # fmt: skip
+    if device == "cuda":
+        return (
+            "cache auto on cuda: the static step replayed as CUDA graphs where a version "
+            "ships it, once it decodes the golden inputs as the growing step does on the "
+            "GPU at start-up (else growing, and the log says why); growing for the others"
+        )
+    return "cache auto on cpu: written in place where a version ships that step, else growing"
+
+
+def choice_lines(
+    device: str,
+    device_reason: str,
+    variants: dict[str, tuple[str, str]],
+    cache: str = "auto",
+    fronts: tuple[int, str] | None = None,
+    workers: tuple[int, str] | None = None,
+) -> list[str]:
+    """What `serve --print-config` prints and the server logs: the device, the front and
+    worker processes, how the cache is carried, and each model version's variant (keyed
+    "name/version"), with why."""
+    lines = [f"device {device}: {device_reason}"]
+    if fronts is not None:
+        lines.append(f"fronts {fronts[0]}: {fronts[1]}")
+    if workers is not None:
+        lines.append(f"workers {workers[0]}: {workers[1]}")
+    lines.append(cache_line(cache, device))
+    return lines + [f"variant {v} for {key}: {why}" for key, (v, why) in variants.items()]
+
+
+def _convert(name: str, kind, value):
+    """A setting from text (environment, flags) or TOML to the field's type."""
+    if value is None:
+        return None
+    text = isinstance(value, str)
+    try:
+        if "Path" in str(kind):
+            return Path(value)
+        if "bool" in str(kind):
+            if not text:
+                return bool(value)
+            lowered = value.strip().lower()
+            if lowered in ("", "auto", "none"):
+                return None
+            if lowered not in ("1", "0", "true", "false", "yes", "no", "on", "off"):
+                raise ValueError(value)
+            return lowered in ("1", "true", "yes", "on")
+        if "int" in str(kind):
+            return int(value)
+        if "float" in str(kind):
+            return float(value)
+        return str(value)
+    except ValueError as error:
+        raise InvalidArgument(f"configuration: {name}: cannot read {value!r}") from error
+
+
+def load_config(
+    file: Path | None = None, environ: dict | None = None, overrides: dict | None = None
+) -> ServerConfig:
+    """Defaults, updated by the TOML `file`, then ATTNSERVE_* variables, then `overrides`
+    (flags; None values are ignored)."""
+    environ = os.environ if environ is None else environ
+    kinds = {f.name: f.type for f in fields(ServerConfig)}
+    values: dict = {}
+    if file is not None:
+        try:
+            table = tomllib.loads(Path(file).read_text(encoding="utf-8"))
+        except (OSError, tomllib.TOMLDecodeError) as error:
+            raise InvalidArgument(f"configuration file {file}: {error}") from error
+        unknown = sorted(set(table) - set(kinds))
+        if unknown:
+            raise InvalidArgument(f"configuration file {file}: unknown settings {unknown}")
+        values.update({k: _convert(k, kinds[k], v) for k, v in table.items()})
+    for name, kind in kinds.items():
+        text = environ.get(ENV_PREFIX + name.upper(), "")
+        if text.strip():  # set and not empty
+            values[name] = _convert(name, kind, text)
+    for name, value in (overrides or {}).items():
+        if value is not None:
+            values[name] = _convert(name, kinds[name], value)
+    return dataclasses.replace(ServerConfig(), **values).validate()

@@ -1,0 +1,208 @@
+"""The server's Prometheus metrics, in a registry of their own, served on their own port.
+
+Buckets are declared once here. Names carry their unit (seconds, rows, tokens) and counters
+end in `_total`, as `promtool check metrics` wants. Workers measure encoder and step times and
+send them with their events; the front process owns every metric.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import ssl
+import threading
+from pathlib import Path
+from socketserver import ThreadingMixIn
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, make_wsgi_app
+
+from service.runtime.errors import InvalidArgument
+
+# 0.5 ms to 60 s: a decode step at the low end, a long beam decode under load at the top
+SECONDS_BUCKETS = (
+    0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0
+)  # fmt: skip
+ROWS_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+# Request metrics are labelled by model name and gRPC method; a model's batch metrics (encoder,
+# steps, rows, tokens) by model alone, since requests of every method share its batch.
+REQUEST_LABELS = ("model", "method")
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = registry = CollectorRegistry()
+
+        def histogram(name: str, text: str, labels=("model",), buckets=SECONDS_BUCKETS):
+            return Histogram(name, text, labels, buckets=buckets, registry=registry)
+
+        self.request_duration = histogram(
+            "attnserve_request_duration_seconds",
+            "Time from receiving a call to its answer, by model, method and gRPC status code.",
+            ("model", "method", "code"),
+        )
+        self.queue_wait = histogram(
+            "attnserve_queue_wait_seconds",
+            "Time a request waited for a place in the batch.",
+            REQUEST_LABELS,
+        )
+        self.time_to_first_token = histogram(
+            "attnserve_time_to_first_token_seconds",
+            "Time from receiving a request to its first decoded token.",
+            REQUEST_LABELS,
+        )
+        self.inter_token_latency = histogram(
+            "attnserve_inter_token_latency_seconds",
+            "Time between two successive decoded tokens of one request.",
+            REQUEST_LABELS,
+        )
+        self.encoder_duration = histogram(
+            "attnserve_encoder_duration_seconds",
+            "One encoder run: the inputs of the requests joining the batch at one step.",
+        )
+        self.decode_step_duration = histogram(
+            "attnserve_decode_step_duration_seconds", "One decode step of a whole batch."
+        )
+        self.batch_rows = histogram(
+            "attnserve_decode_step_batch_rows",
+            "Rows (hypotheses) decoded together in one step.",
+            buckets=ROWS_BUCKETS,
+        )
+
+        def counter(name: str, text: str, labels=("model",)):
+            return Counter(name, text, labels, registry=registry)
+
+        def gauge(name: str, text: str, labels=("model",)):
+            return Gauge(name, text, labels, registry=registry)
+
+        self.generated_tokens = counter(
+            "attnserve_generated_tokens",
+            "Tokens decoded, one per batch row and step (beam hypotheses included).",
+        )
+        self.requests_in_flight = gauge(
+            "attnserve_requests_in_flight",
+            "Requests received and not yet answered.",
+            REQUEST_LABELS,
+        )
+        self.requests_queued = gauge(
+            "attnserve_requests_queued", "Requests waiting for a place in a batch.", REQUEST_LABELS
+        )
+        self.admission_limit = gauge(
+            "attnserve_admission_limit_rows",
+            "Batch rows in flight the latency budget admits now (0: no latency_budget_seconds).",
+            (),
+        )
+        self.batch_rows_in_use = gauge(
+            "attnserve_batch_rows_in_use",
+            "Batch rows (hypotheses) held by running requests, over all workers.",
+        )
+        self.worker_restarts = counter(
+            "attnserve_worker_restarts", "Worker processes restarted after they died.", ()
+        )
+        self.retried_calls = counter(
+            "attnserve_retried_calls",
+            "Calls sent again to another worker after theirs died before any of their output "
+            "had left the front (once per call; the client sees nothing).",
+            ("model", "method"),
+        )
+        self.drain_cancelled_calls = counter(
+            "attnserve_drain_cancelled_calls",
+            "Calls still running when a drain reached drain_seconds, and so cancelled.",
+            (),
+        )
+        self.auth_refused = counter(
+            "attnserve_auth_refused_calls",
+            "Calls refused for their bearer token, by gRPC status (UNAUTHENTICATED: none or "
+            "unknown; PERMISSION_DENIED: not allowed on that service).",
+            ("code",),
+        )
+        self.versions_refused = counter(
+            "attnserve_model_versions_refused",
+            "Model version directories that failed their checks (hashes, parity certificate, "
+            "golden set) and are not served, by the model directory's name.",
+        )
+        self.workers_ready = gauge(
+            "attnserve_workers_ready", "Worker processes ready to decode.", ()
+        )
+        self.model = Info(
+            "attnserve_model",
+            "A served model version: its kind, service, precision and execution provider.",
+            ("model", "version"),
+            registry=registry,
+        )
+
+    def observe_worker_stats(self, model: str, stats) -> None:
+        """Adds a worker's `scheduler.Stats` report."""
+        for seconds in stats.encoder_seconds:
+            self.encoder_duration.labels(model).observe(seconds)
+        for seconds, rows in zip(stats.step_seconds, stats.step_rows, strict=True):
+            self.decode_step_duration.labels(model).observe(seconds)
+            self.batch_rows.labels(model).observe(rows)
+        if stats.tokens:
+            self.generated_tokens.labels(model).inc(stats.tokens)
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format, *args):
+        pass
+
+
+class _Server(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+def _basic_auth(app, credentials: list[bytes]):
+    """`app` behind HTTP basic authentication: `credentials` are SHA-256 digests of
+    "user:password", compared with every one in constant time."""
+
+    def guarded(environ, start_response):
+        header = environ.get("HTTP_AUTHORIZATION", "")
+        scheme, _, encoded = header.partition(" ")
+        try:
+            presented = base64.b64decode(encoded.strip(), validate=True)
+        except (binascii.Error, ValueError):
+            presented = b""
+        digest, found = hashlib.sha256(presented).digest(), False
+        for known in credentials:
+            found |= hmac.compare_digest(known, digest)
+        if scheme.lower() != "basic" or not found:
+            start_response("401 Unauthorized", [("WWW-Authenticate", 'Basic realm="metrics"'),
+                                                ("Content-Type", "text/plain")])  # fmt: skip
+            return [b"unauthorized\n"]
+        return app(environ, start_response)
+
+    return guarded
+
+
+def serve_metrics(config, registry) -> tuple[WSGIServer, threading.Thread]:
+    """The /metrics endpoint on `config.metrics_listen`: plain HTTP, or HTTPS with
+    `metrics_tls_cert` and `metrics_tls_key`; behind basic authentication when
+    `metrics_basic_auth_file` holds "user:password" lines. Bind it to 127.0.0.1 to keep it
+    on the machine."""
+    if (config.metrics_tls_cert is None) != (config.metrics_tls_key is None):
+        raise InvalidArgument("configuration: metrics_tls_cert and metrics_tls_key go together")
+    host, _, port = config.metrics_listen.rpartition(":")
+    app = make_wsgi_app(registry)
+    if config.metrics_basic_auth_file is not None:
+        path = Path(config.metrics_basic_auth_file)
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except OSError as error:
+            raise InvalidArgument(f"metrics_basic_auth_file {path}: {error}") from error
+        entries = [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+        if not entries or any(":" not in e for e in entries):
+            raise InvalidArgument(f"metrics_basic_auth_file {path}: user:password lines expected")
+        app = _basic_auth(app, [hashlib.sha256(e.encode()).digest() for e in entries])
+    server = make_server(host.strip("[]"), int(port), app, _Server, handler_class=_QuietHandler)
+    if config.metrics_tls_cert is not None:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        try:
+            context.load_cert_chain(config.metrics_tls_cert, config.metrics_tls_key)
+        except (OSError, ssl.SSLError) as error:
+            raise InvalidArgument(f"metrics TLS: {error}") from error
+        server.socket = context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, name="metrics", daemon=True)
+    thread.start()
+    return server, thread

@@ -1,0 +1,520 @@
+"""The front's side of the worker processes: start, dispatch, collect, restart.
+
+Each worker is a spawned process with a pipe; the front reads it from the event loop (no
+threads). A call goes to the ready worker holding the fewest batch rows. When a worker dies, a new
+worker takes its place and the other workers' calls go on untouched; each call it held is sent
+once more to another worker, with its remaining deadline, if none of its output has left the
+front (decoding is deterministic, so the client cannot tell), and fails with UNAVAILABLE
+(retryable) otherwise: a stream that already sent events, or a call already retried.
+
+With several fronts, the first starts the workers (and restarts them) and the others connect
+to each worker's socket (`WorkerSettings.socket`): a front that is not the workers' parent
+reconnects when a worker comes back. Every front sends calls to every worker; job ids are
+unique across fronts (front i of n numbers its jobs i+1, i+1+n, ...). Each front holds its
+share of `max_queued_requests` and of the latency budget's rows, and only the first reports
+what belongs to the workers (their readiness, rows in use, restarts, measurements).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import multiprocessing
+import time
+from dataclasses import dataclass, field, replace
+from multiprocessing.connection import Client
+
+from service.front.admission import AdmissionLimit
+from service.front.config import gpu_count
+from service.front.metrics import Metrics
+from service.runtime.errors import ModelRepositoryError, ResourceExhausted, Unavailable
+from service.worker.messages import (
+    Admitted,
+    Cancel,
+    Event,
+    Failed,
+    Failure,
+    Job,
+    Load,
+    Loaded,
+    NotLoaded,
+    Partial,
+    Ready,
+    Report,
+    Result,
+    Stop,
+    Submit,
+    Unload,
+)
+from service.worker.process import WorkerSettings, run_worker
+
+log = logging.getLogger("attnserve")
+QUEUED_BATCHES = 2  # the admission limit's ceiling: this many full batches per worker
+RESTART_DELAYS = (0.0, 0.5, 1.0, 2.0, 5.0)  # seconds before successive restarts of a slot
+RECONNECT_SECONDS = 0.1  # a front that is not the workers' parent tries a worker again after
+
+
+@dataclass
+class Call:
+    """A job in flight, as the front sees it: its events arrive on `events`."""
+
+    job: Job
+    key: str
+    model: str  # for metric labels
+    method: str
+    worker: _Worker | None = None
+    admitted: bool = False
+    retried: bool = False  # sent to a second worker after the first died
+    streamed: bool = False  # a partial event has gone to the client
+    cancelled: bool = False  # the client went away
+    started: float = field(default_factory=time.monotonic)  # when it was submitted
+    events: asyncio.Queue[Event] = field(default_factory=asyncio.Queue)
+
+    def fail(self, error: Exception) -> None:
+        self.events.put_nowait(Failure(self.job.id, type(error).__name__, str(error)))
+
+
+class _Worker:
+    def __init__(self, settings: WorkerSettings):
+        self.settings = settings
+        self.process = None
+        self.conn = None
+        self.ready: asyncio.Future | None = None
+        self.calls: dict[int, Call] = {}
+        self.held = 0  # batch rows its calls need, kept as calls come and go
+        self.rows = 0  # batch rows in use, as last reported
+        self.info: dict = {}
+        self.failures = 0
+        self.loading: dict[str, asyncio.Future] = {}  # model key -> Loaded/NotLoaded
+
+    @property
+    def alive(self) -> bool:
+        return self.ready is not None and self.ready.done() and not self.ready.exception()
+
+    def load(self) -> int:
+        return self.held
+
+    def add(self, call: Call) -> None:
+        self.calls[call.job.id] = call
+        self.held += call.job.rows
+
+    def remove(self, job_id: int) -> Call | None:
+        call = self.calls.pop(job_id, None)
+        if call is not None:
+            self.held -= call.job.rows
+        return call
+
+
+class WorkerPool:
+    def __init__(
+        self,
+        settings: list[WorkerSettings],
+        metrics: Metrics,
+        max_queued: int,
+        latency_budget_seconds: float = 0.0,
+        front: int = 0,
+        fronts: int = 1,
+    ):
+        self.metrics, self.max_queued = metrics, max(1, max_queued // fronts)
+        self.parent = front == 0  # starts the workers; else connects to them
+        self.workers = [_Worker(s) for s in settings]
+        self.admission = None  # service.front.admission: rows in flight under a latency budget
+        if latency_budget_seconds > 0:
+            # one full batch per worker to start with, shared by the fronts
+            rows = max(1, sum(s.max_rows for s in settings) // fronts)
+            self.admission = AdmissionLimit(
+                latency_budget_seconds, QUEUED_BATCHES * rows, len(settings), start=rows
+            )
+            metrics.admission_limit.set(self.admission.limit)
+        self.models: dict[str, str] = {}  # key -> model name, for metric labels
+        self.queued = 0
+        self.stopping = False
+        self._context = multiprocessing.get_context("spawn")
+        self._ids = itertools.count(front + 1, fronts)
+        self._any_ready = asyncio.Event()
+        self._retries: dict[asyncio.Task, Call] = {}  # calls waiting to be sent again
+
+    # -- life cycle -----------------------------------------------------------------------
+    async def start(self) -> None:
+        """Starts every worker; raises ModelRepositoryError-like failures as RuntimeError."""
+        for worker in self.workers:
+            self._start(worker)
+        results = await asyncio.gather(*(w.ready for w in self.workers), return_exceptions=True)
+        failures = [str(r) for r in results if isinstance(r, BaseException)]
+        if failures:
+            await self.stop()
+            raise RuntimeError("; ".join(failures))
+
+    def _start(self, worker: _Worker) -> None:
+        if self.parent:
+            self._spawn(worker)
+        else:
+            self._connect(worker)
+
+    def _connect(self, worker: _Worker) -> None:
+        """Connects to a worker another front started; tries again while it is (re)starting."""
+        loop = asyncio.get_running_loop()
+        if worker.ready is None or worker.ready.done():
+            worker.ready = loop.create_future()
+        if self.stopping:
+            return
+        try:
+            conn = Client(worker.settings.socket, "AF_UNIX", authkey=worker.settings.authkey)
+        except OSError:  # not listening (yet, or again)
+            loop.call_later(RECONNECT_SECONDS, self._connect, worker)
+            return
+        worker.conn, worker.rows = conn, 0
+        loop.add_reader(conn.fileno(), self._on_readable, worker)
+
+    def _spawn(self, worker: _Worker) -> None:
+        loop = asyncio.get_running_loop()
+        parent, child = self._context.Pipe()
+        process = self._context.Process(
+            target=run_worker,
+            args=(child, worker.settings),
+            name=f"attnserve-worker-{worker.settings.index}",
+            daemon=True,
+        )
+        process.start()
+        child.close()
+        worker.process, worker.conn, worker.ready = process, parent, loop.create_future()
+        worker.rows = 0
+        loop.add_reader(parent.fileno(), self._on_readable, worker)
+
+    async def stop(self) -> None:
+        self.stopping = True
+        for task in list(self._retries):
+            task.cancel()
+        loop = asyncio.get_running_loop()
+        for worker in self.workers:
+            if worker.conn is None:
+                continue
+            loop.remove_reader(worker.conn.fileno())
+            if worker.process is None:  # a worker of another front: let go of it
+                worker.conn.close()
+                worker.conn = None
+                continue
+            with contextlib.suppress(OSError, ValueError):
+                worker.conn.send(Stop())
+        await wait_or_kill([w.process for w in self.workers if w.process is not None], 5.0)
+        for worker in self.workers:
+            if worker.conn is not None:
+                worker.conn.close()
+                worker.conn = None
+        self.fail_all(Unavailable("the server is stopping"))
+
+    # -- model versions while serving ------------------------------------------------------
+    async def load(self, key: str, version, variant: str, timeout: float = 600.0) -> None:
+        """Every ready worker loads and checks one more model version; ModelRepositoryError
+        (and the version unloaded again) when one of them cannot. Workers started later
+        load it with the others."""
+        loop = asyncio.get_running_loop()
+        asked = []
+        for worker in self.workers:
+            if worker.alive and worker.conn is not None:
+                worker.loading[key] = loop.create_future()
+                with contextlib.suppress(OSError, ValueError):
+                    worker.conn.send(Load(key, version, variant))
+                    asked.append(worker)
+        outcomes = await asyncio.wait_for(
+            asyncio.gather(*(w.loading[key] for w in asked), return_exceptions=True), timeout
+        )
+        problems = [str(o) for o in outcomes if isinstance(o, BaseException)]
+        if problems:
+            self.unload(key)
+            raise ModelRepositoryError("; ".join(dict.fromkeys(problems)))
+        self._set_models(
+            (*((k, v) for k, v in self.workers[0].settings.models if k != key), (key, version)),
+            {**dict(self.workers[0].settings.variants), key: variant},
+        )
+
+    def unload(self, key: str) -> None:
+        """The workers drop a model version (send nothing more for it first)."""
+        settings = self.workers[0].settings
+        self._set_models(
+            tuple((k, v) for k, v in settings.models if k != key),
+            {k: v for k, v in settings.variants if k != key},
+        )
+        for worker in self.workers:
+            if worker.conn is not None:
+                with contextlib.suppress(OSError, ValueError):
+                    worker.conn.send(Unload(key))
+
+    def _set_models(self, models: tuple, variants: dict) -> None:
+        for worker in self.workers:  # what a worker started from now on loads
+            worker.settings = replace(
+                worker.settings, models=models, variants=tuple(variants.items())
+            )
+
+    def calls_of(self, key: str) -> int:
+        """Calls of one model version in flight (queued or decoding)."""
+        held = sum(c.key == key for w in self.workers for c in w.calls.values())
+        return held + sum(c.key == key for c in self._retries.values())
+
+    def pids(self) -> list[int]:
+        return [w.process.pid for w in self.workers if w.process is not None and w.alive]
+
+    # -- calls ----------------------------------------------------------------------------
+    def next_id(self) -> int:
+        return next(self._ids)
+
+    def check_admission(self, rows: int = 1) -> None:
+        """RESOURCE_EXHAUSTED when a call of `rows` batch rows would pass the latency budget's
+        limit now; the front asks before it tokenises, so that a refusal costs little."""
+        if self.admission is None:
+            return
+        in_flight = self.rows_in_flight()
+        if not self.admission.admits(in_flight, rows):
+            raise ResourceExhausted(
+                f"{in_flight} batch rows are in flight, at most {self.admission.limit} keep "
+                f"calls within latency_budget_seconds {self.admission.budget:g}; retry later"
+            )
+
+    async def submit(
+        self, key: str, method: str, job: Job, timeout: float | None, received: float | None = None
+    ) -> Call:
+        """Sends `job` to the ready worker holding the fewest rows; `received` (monotonic) is
+        when the front got the request: the call's latency for the admission limit runs from
+        it."""
+        if self.queued >= self.max_queued:
+            raise ResourceExhausted(
+                f"{self.queued} requests are already waiting (max_queued_requests "
+                f"{self.max_queued}); retry later"
+            )
+        self.check_admission(job.rows)
+        worker = await self._ready_worker(timeout)
+        call = Call(job, key, self.models.get(key, key), method, worker)
+        if received is not None:
+            call.started = received
+        worker.add(call)
+        self.queued += 1
+        self.metrics.requests_queued.labels(call.model, method).inc()
+        try:
+            worker.conn.send(Submit(key, job))
+        except (OSError, ValueError):  # the worker died a moment ago, before its pipe said
+            self._on_death(worker)  # so: its calls, this one among them, go to another
+        return call
+
+    async def _ready_worker(self, timeout: float | None) -> _Worker:
+        """The ready worker holding the fewest rows; while every worker is restarting, waits
+        for one within `timeout` (UNAVAILABLE after it)."""
+        ready = [w for w in self.workers if w.alive]
+        if not ready:
+            try:
+                await asyncio.wait_for(self._any_ready.wait(), timeout or 30.0)
+            except TimeoutError as error:
+                raise Unavailable("no worker is ready; retry later") from error
+            ready = [w for w in self.workers if w.alive]
+        return min(ready, key=_Worker.load)
+
+    async def _retry(self, call: Call, error: Exception) -> None:
+        """Sends a call whose worker died to another one, within its remaining deadline; the
+        call fails with `error` when none is ready in time or the server is stopping."""
+        deadline = call.job.deadline
+        try:
+            if self.stopping:
+                raise error
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise error
+            worker = await self._ready_worker(remaining)
+            if self.stopping or call.cancelled or worker.conn is None:
+                raise error
+            call.worker = worker
+            worker.add(call)
+            worker.conn.send(Submit(call.key, call.job))
+            self.metrics.retried_calls.labels(call.model, call.method).inc()
+        except (Unavailable, OSError, ValueError, asyncio.CancelledError) as stopped:
+            if call.worker is not None:
+                call.worker.remove(call.job.id)
+            if not call.admitted:
+                self._dequeue(call)
+            call.fail(error)
+            if isinstance(stopped, asyncio.CancelledError):
+                raise
+
+    def cancel(self, call: Call) -> None:
+        """Frees the call's batch rows at the worker's next step (client gone). Once: the
+        handler and its events generator may both ask."""
+        if call.cancelled:
+            return
+        call.cancelled = True
+        worker = call.worker
+        if worker is not None and call.job.id in worker.calls and worker.conn is not None:
+            with contextlib.suppress(OSError, ValueError):
+                worker.conn.send(Cancel(call.key, call.job.id))
+
+    def _settle(self, worker: _Worker, job_id: int) -> Call | None:
+        call = worker.remove(job_id)
+        if call is not None and not call.admitted:
+            self._dequeue(call)
+        return call
+
+    def _dequeue(self, call: Call) -> None:
+        call.admitted = True
+        self.queued -= 1
+        self.metrics.requests_queued.labels(call.model, call.method).dec()
+
+    def rows_in_flight(self) -> int:
+        """Batch rows of every call sent to a worker and not finished, queued ones included."""
+        return sum(w.held for w in self.workers) + sum(c.job.rows for c in self._retries.values())
+
+    # -- messages from workers ------------------------------------------------------------
+    def _on_readable(self, worker: _Worker) -> None:
+        try:
+            while worker.conn.poll():
+                self._handle(worker, worker.conn.recv())
+        except (EOFError, OSError):
+            self._on_death(worker)
+
+    def _handle(self, worker: _Worker, message) -> None:
+        if isinstance(message, Report):
+            model = self.models.get(message.key, message.key)
+            for event in message.events:
+                self._event(worker, model, event)
+            if message.stats is not None:
+                self.metrics.observe_worker_stats(model, message.stats)
+            worker.rows = message.rows
+            if self.parent:
+                self._update_rows(model)
+        elif isinstance(message, Ready):
+            worker.info, worker.failures = message.info, 0
+            worker.ready.set_result(message.info)
+            if self.parent:
+                self.metrics.workers_ready.set(sum(w.alive for w in self.workers))
+            self._any_ready.set()
+        elif isinstance(message, Failed):
+            worker.ready.set_exception(RuntimeError(message.message))
+        elif isinstance(message, Loaded | NotLoaded):
+            future = worker.loading.pop(message.key, None)
+            if isinstance(message, Loaded):
+                worker.info.setdefault("models", {})[message.key] = message.info
+                if future is not None and not future.done():
+                    future.set_result(message.info)
+            elif future is not None and not future.done():
+                future.set_exception(ModelRepositoryError(message.message))
+
+    def _event(self, worker: _Worker, model: str, event: Event) -> None:
+        if isinstance(event, Admitted):
+            call = worker.calls.get(event.job_id)
+            if call is not None and not call.admitted:
+                self._dequeue(call)
+                self.metrics.queue_wait.labels(model, call.method).observe(event.waited)
+            return
+        if isinstance(event, Partial):
+            call = worker.calls.get(event.job_id)
+            if call is not None:
+                call.streamed = True
+        else:  # a Result or a Failure ends the call
+            call = self._settle(worker, event.job_id)
+            # the admission limit learns from answers and from calls that ran out of time
+            # (under overload those are the slow ones), not from what the client cancelled
+            slow = isinstance(event, Result) or event.kind == "DeadlineExceeded"
+            if call is not None and slow and self.admission is not None:
+                now = time.monotonic()
+                self.admission.observe(now - call.started, now)
+                self.metrics.admission_limit.set(self.admission.limit)
+        if call is not None:
+            call.events.put_nowait(event)
+
+    def _update_rows(self, model: str) -> None:
+        self.metrics.batch_rows_in_use.labels(model).set(sum(w.rows for w in self.workers))
+
+    def _on_death(self, worker: _Worker) -> None:
+        loop = asyncio.get_running_loop()
+        if worker.conn is None:
+            return
+        loop.remove_reader(worker.conn.fileno())
+        worker.conn.close()
+        worker.conn = None
+        code = None  # known to the workers' parent only
+        if worker.process is not None:
+            worker.process.join(1)
+            code = worker.process.exitcode
+        if worker.ready is not None and not worker.ready.done():
+            worker.ready.set_exception(RuntimeError(f"worker exited with code {code}"))
+        was_alive = worker.alive or worker.calls
+        for future in worker.loading.values():
+            if not future.done():
+                future.set_exception(ModelRepositoryError(f"worker exited with code {code}"))
+        worker.loading.clear()
+        worker.ready = None
+        worker.rows = 0
+        if self.parent:
+            self.metrics.workers_ready.set(sum(w.alive for w in self.workers))
+        if not any(w.alive for w in self.workers):
+            self._any_ready.clear()
+        error = Unavailable(
+            f"the worker decoding this request stopped (exit code {code}); retry the request"
+        )
+        for job_id in list(worker.calls):
+            call = worker.remove(job_id)
+            if self.stopping or call.retried or call.streamed:
+                if not call.admitted:
+                    self._dequeue(call)
+                call.fail(error)
+                continue
+            call.retried, call.worker = True, None
+            task = loop.create_task(self._retry(call, error))
+            self._retries[task] = call
+            task.add_done_callback(lambda done: self._retries.pop(done, None))
+        if self.parent:
+            for model in set(self.models.values()):
+                self._update_rows(model)
+        if self.stopping:
+            return
+        if not self.parent:  # its parent front restarts it; this one connects again
+            log.warning("worker %d went away; connecting again", worker.settings.index)
+            loop.call_later(RECONNECT_SECONDS, self._connect, worker)
+            return
+        log.warning("worker %d exited with code %s; restarting it", worker.settings.index, code)
+        if was_alive:
+            self.metrics.worker_restarts.inc()
+        delay = RESTART_DELAYS[min(worker.failures, len(RESTART_DELAYS) - 1)]
+        worker.failures += 1
+        loop.call_later(delay, self._restart, worker)
+
+    def _restart(self, worker: _Worker) -> None:
+        if self.stopping:
+            return
+        self._spawn(worker)
+        worker.ready.add_done_callback(lambda future: future.exception())  # logged by death
+
+    def fail_all(self, error: Exception) -> None:
+        """Ends every call in flight with `error`."""
+        for worker in self.workers:
+            for job_id in list(worker.calls):
+                self._settle(worker, job_id).fail(error)
+
+
+async def wait_or_kill(processes: list, seconds: float) -> None:
+    """Waits at most `seconds` for the processes to end, then kills what is left."""
+    deadline = time.monotonic() + seconds
+    for process in processes:
+        while process.is_alive() and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        if process.is_alive():
+            process.kill()
+        process.join(1)
+
+
+def worker_settings(config, models: tuple, device: str, variants: dict) -> list[WorkerSettings]:
+    """One worker's settings per worker; `models` is ((key, ModelVersion), ...), `device` and
+    `variants` ({key: variant}) as the front chose them."""
+    gpus = max(1, gpu_count()) if device == "cuda" else 1
+    base = WorkerSettings(
+        index=0,
+        models=models,
+        variants=tuple(variants.items()),
+        device=device,
+        io_binding=config.io_binding,
+        cache=config.cache,
+        max_rows=config.max_batch_rows,
+        batching=config.batching,
+        window=config.batch_window_ms / 1000,
+        encoder=config.encoder,
+        step=config.step,
+    )
+    return [replace(base, index=i, gpu=i % gpus) for i in range(config.worker_count(device))]

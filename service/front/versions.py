@@ -1,0 +1,164 @@
+"""Model versions while serving: the front watches the repository.
+
+Every `watch_seconds` it lists `<model>/<version>/manifest.json`. A version directory it has
+not seen is verified before anything of it is served: the manifest's hashes
+(service.runtime.repository.verify), a parity certificate that passed, and then every worker
+loads it and decodes its golden set. Only then do calls reach it (a call naming no version gets the
+newest). A version that fails any check is refused with a log line and
+`attnserve_model_versions_refused_total`, and the versions being served are untouched; it is
+looked at again when its manifest changes. A version whose directory goes away, or that falls
+outside `max_versions` (the newest N of each model; 0: all), is retired: calls stop reaching
+it, its calls in flight finish (at most `drain_seconds`), then the workers drop it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from pathlib import Path
+
+from service.runtime.errors import ModelRepositoryError
+from service.runtime.kinds import served_model
+from service.runtime.repository import manifests, verify
+
+log = logging.getLogger("attnserve")
+
+
+def version_order(version: str):
+    """Numeric versions in number order, before named ones."""
+    return (0, int(version), "") if version.isdigit() else (1, 0, version)
+
+
+def newest(versions, keep: int) -> list:
+    """The `keep` newest of `versions` (strings); every one when keep is 0."""
+    ordered = sorted(versions, key=version_order)
+    return ordered if keep <= 0 else ordered[-keep:]
+
+
+def certified(version) -> None:
+    """Raises ModelRepositoryError unless the version's parity certificate passed."""
+    parity = version.manifest.get("parity") or {}
+    if parity.get("passed") is not True:
+        raise ModelRepositoryError(
+            f"{version.directory}: no passing parity certificate in its manifest"
+        )
+
+
+def _stamp(manifest: Path) -> tuple:
+    stat = manifest.stat()
+    return stat.st_mtime_ns, stat.st_size
+
+
+class VersionWatcher:
+    """Keeps the front's models in step with the repository (see the module doc)."""
+
+    def __init__(self, front, config):
+        self.front, self.config = front, config
+        self.served = {  # directory -> ServedModel
+            Path(m.version.directory): m
+            for names in front.models.values()
+            for versions in names.values()
+            for m in versions.values()
+        }
+        self.seen: dict[Path, tuple] = {}  # directories looked at and not served: stamp
+        self.retiring: set[str] = set()
+        self.tasks: set[asyncio.Task] = set()
+
+    def _manifests(self) -> dict[Path, Path]:
+        root = Path(self.config.repository)
+        return {m.parent: m for m in manifests(root)}
+
+    async def run(self) -> None:
+        for directory, manifest in self._manifests().items():  # held back at start-up
+            if directory not in self.served:
+                self.seen[directory] = _stamp(manifest)
+        while True:
+            await asyncio.sleep(self.config.watch_seconds)
+            await self.scan()
+
+    async def scan(self) -> None:
+        """One look at the repository: new versions loaded, gone ones retired."""
+        manifests = self._manifests()
+        for directory, model in list(self.served.items()):
+            if directory not in manifests:
+                self._retire(directory, model, "its directory is gone")
+        for directory, manifest in manifests.items():
+            if directory in self.served:
+                continue
+            try:
+                stamp = _stamp(manifest)
+            except OSError:
+                continue
+            if self.seen.get(directory) == stamp:
+                continue
+            self.seen[directory] = stamp
+            await self._add(directory)
+
+    async def _add(self, directory: Path) -> None:
+        front = self.front
+        try:
+            version = await asyncio.to_thread(verify, directory)
+            certified(version)
+            model = await asyncio.to_thread(served_model, version, self.config)
+            if model.service not in front.services:
+                raise ModelRepositoryError(
+                    f"{directory}: a {model.kind} model needs {model.service}, which this "
+                    "server did not start with; restart it to serve this version"
+                )
+            names = front.models.get(model.service, {}).get(version.name, {})
+            if version.version in names:
+                raise ModelRepositoryError(
+                    f"{directory}: {version.name} version {version.version} is already served "
+                    f"from {names[version.version].version.directory}"
+                )
+            keep = newest([*names, version.version], self.config.max_versions)
+            if version.version not in keep:
+                log.info("model version %s/%s held back: older than the %d newest",
+                         version.name, version.version, self.config.max_versions)  # fmt: skip
+                return
+            variant, why = self.config.variant_choice(front.device, version.manifest)
+            started = time.monotonic()
+            await front.pool.load(model.key, version, variant)
+        except (ModelRepositoryError, OSError, ValueError, KeyError, TimeoutError) as error:
+            if front.pool.parent:  # every front checks it; the first one counts it
+                front.metrics.versions_refused.labels(directory.parent.name).inc()
+            log.error("model version at %s refused: %s", directory, error)
+            return
+        front.pool.models[model.key] = version.name
+        front.models.setdefault(model.service, {}).setdefault(version.name, {})[version.version] = (
+            model
+        )
+        self.served[directory] = model
+        self.seen.pop(directory, None)
+        front.describe(model, variant)
+        log.info("serving %s (%s, variant %s: %s), loaded and checked in %.1f s", model.key,
+                 model.kind, variant, why, time.monotonic() - started)  # fmt: skip
+        served = front.models[model.service][version.name]
+        keep = newest(served, self.config.max_versions)
+        for other in [m for v, m in served.items() if v not in keep]:
+            self._retire(Path(other.version.directory), other, "a newer version came")
+
+    def _retire(self, directory: Path, model, why: str) -> None:
+        if model.key in self.retiring:
+            return
+        self.retiring.add(model.key)
+        versions = self.front.models.get(model.service, {}).get(model.version.name, {})
+        versions.pop(model.version.version, None)  # no call reaches it from now on
+        if not versions:
+            self.front.models[model.service].pop(model.version.name, None)
+        self.served.pop(directory, None)
+        log.info("retiring %s: %s; its calls in flight finish first", model.key, why)
+        task = asyncio.get_running_loop().create_task(self._drain(model))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _drain(self, model) -> None:
+        front, end = self.front, time.monotonic() + self.config.drain_seconds
+        while front.pool.calls_of(model.key) and time.monotonic() < end:
+            await asyncio.sleep(0.05)
+        left = front.pool.calls_of(model.key)
+        front.pool.unload(model.key)
+        front.forget(model)
+        self.retiring.discard(model.key)
+        log.info("retired %s%s", model.key, f" ({left} calls cut at drain_seconds)" * bool(left))

@@ -1,0 +1,112 @@
+"""Model kinds: what a served model does at the edge, declared once per kind.
+
+The runtime below the front (engine, continuous batch, scheduler, workers) knows no kind: it
+follows the manifest's interface. What differs between kinds is only what a request holds and
+what a response says, and each kind keeps that in one small module:
+
+    transformer  service.runtime.translation  TranslationService: texts in, translations out
+    captioner    service.runtime.captioning   CaptionService: images in, captions out
+
+A kind's `ServedModel` turns a request into the engine's encoder inputs (tokenizing,
+decoding images), hypotheses into the response, and a golden-set entry into encoder inputs
+(the worker's start-up check).
+"""
+
+from __future__ import annotations
+
+import importlib
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from service.runtime.decoding import DecodingOptions, Hypothesis
+from service.runtime.errors import ModelRepositoryError
+from service.runtime.graphs import SpecialTokens
+from service.runtime.repository import ModelVersion
+from service.runtime.tokenizer import Tokenizer
+
+MODULES = {"transformer": "service.runtime.translation", "captioner": "service.runtime.captioning"}
+
+
+@dataclass
+class Prepared:
+    """A checked request, ready to decode."""
+
+    encoder_inputs: dict[str, np.ndarray]  # Engine.encode's keyword arguments, batch = inputs
+    options: DecodingOptions
+    fields: list[str]  # the request field of each input, for messages
+    keep_alignment: bool = False  # the attention rows of every hypothesis
+    keep_log_probs: bool = False
+    sources: Any = None  # what the kind needs again for the response (token ids, image sizes)
+
+    @property
+    def inputs(self) -> int:
+        return len(self.fields)
+
+
+class ServedModel(ABC):
+    """A model version as the front serves it."""
+
+    kind: str  # the manifest's model kind
+    service: str  # the full gRPC service name
+    tokenizer: Tokenizer  # of the output text
+
+    def __init__(self, version: ModelVersion, config):
+        self.version = version
+        self.special_tokens = SpecialTokens.from_manifest(version.manifest["special_tokens"])
+        limit = version.manifest["limits"]["max_output_tokens"]
+        self.max_output_length = min(config.max_output_length or limit, limit)
+        self.default_max_length = min(config.default_max_length, self.max_output_length)
+
+    @property
+    def key(self) -> str:
+        return f"{self.version.name}/{self.version.version}"
+
+    def hypothesis(self, h: Hypothesis, log_probs: bool):
+        """A Hypothesis message: text, pieces, scores (and log-probabilities when asked)."""
+        from attnserve.v1 import decoding_pb2
+
+        message = decoding_pb2.Hypothesis(
+            text=self.tokenizer.decode(h.tokens),
+            score=h.score,
+            log_prob=h.log_prob,
+            tokens=self.tokenizer.pieces(h.tokens),
+            finished=h.finished,
+        )
+        if log_probs:
+            message.token_log_probs.extend(h.token_log_probs)
+        return message
+
+    @abstractmethod
+    async def prepare(self, request, stream: bool) -> Prepared:
+        """The checked request (InvalidArgument naming every bad field)."""
+
+    @abstractmethod
+    def response(self, prepared: Prepared, results: list[list[Hypothesis]], request):
+        """The unary response of a request's n-best hypotheses."""
+
+    @abstractmethod
+    def partial(self, tokens: list[int], steps: int):
+        """A stream's message of the best hypothesis so far."""
+
+    @abstractmethod
+    def final(self, response):
+        """A stream's last message, holding the unary response."""
+
+    @staticmethod
+    @abstractmethod
+    def golden_inputs(version: ModelVersion, entry: dict) -> dict[str, np.ndarray]:
+        """The encoder inputs of one golden-set entry."""
+
+
+def kind_class(kind: str) -> type[ServedModel]:
+    """The ServedModel class of a manifest's kind; ModelRepositoryError for an unknown one."""
+    if kind not in MODULES:
+        raise ModelRepositoryError(f"unknown model kind {kind!r} (served kinds: {sorted(MODULES)})")
+    return importlib.import_module(MODULES[kind]).MODEL
+
+
+def served_model(version: ModelVersion, config) -> ServedModel:
+    return kind_class(version.manifest["model"].get("kind"))(version, config)

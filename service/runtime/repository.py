@@ -1,0 +1,150 @@
+"""The model repository: `<root>/<model>/<version>/` with graphs, tokenizer and manifest.
+
+    manifest.json        format version, model kind and config, interface (graphs, memory,
+                         state), special tokens, limits, preprocessor, files with sha256,
+                         versions, parity
+    tokenizer.model      SentencePiece model
+    golden.json          a few inputs with their expected tokens, re-checked at start-up
+    <variant>/encoder.onnx, <variant>/decoder.onnx     variant: fp32, int8, fp16
+    <variant>/lean_decoder.onnx   optional: the step without its attention output (built
+                                  translators), run when no row keeps its alignment
+    int8/lean_decoder_one_row.onnx    optional: its form for steps of one row
+
+The runtime refuses a manifest whose format version it does not know or whose files do not
+match their hashes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from service.runtime.errors import ModelRepositoryError
+
+# 2: interface, special tokens, limits, preprocessor; 3: ops of any rank; 4: search ops;
+# 5: lean steps (the step less its attention, the search folded in) and their one-row form;
+# 6: the steps with their cache written in place (in_place_*); 7: the join op's pads are
+# inputs (the host computes them: no shape arithmetic in the graph, no Memcpy on CUDA). A
+# version of 7 may also ship the `place` op (the static step then places a request's memory
+# tensors in one run a run of slots); without it they are placed a tensor at a time.
+FORMAT_VERSION = 7
+MANIFEST = "manifest.json"
+GOLDEN = "golden.json"
+TOKENIZER = "tokenizer.model"
+VARIANTS = ("fp32", "int8", "fp16")
+
+
+def manifests(root: Path) -> list[Path]:
+    """The manifest of every `<model>/<version>/` under `root`, in order. Hidden names (a
+    leading ".") are left out: a version is published by writing it aside under such a name
+    (`translator/.incoming-2`) and renaming it into place, and is not read half written."""
+    return [
+        path
+        for path in sorted(root.glob(f"*/*/{MANIFEST}"))
+        if not (path.parent.name.startswith(".") or path.parent.parent.name.startswith("."))
+    ]
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class ModelVersion:
+    """A verified model version: where it lies and what its manifest says."""
+
+    directory: Path
+    manifest: dict
+
+    @property
+    def name(self) -> str:
+        return self.manifest["model"]["name"]
+
+    @property
+    def version(self) -> str:
+        return self.manifest["model"]["version"]
+
+    @property
+    def config(self) -> dict:
+        return self.manifest["model"]["config"]
+
+    def graph(self, variant: str, name: str) -> Path:
+        graphs = self.manifest["graphs"]
+        if variant not in graphs:
+            raise ModelRepositoryError(f"{self.directory}: no {variant} variant ({sorted(graphs)})")
+        return self.directory / graphs[variant][name]
+
+    def has_graph(self, variant: str, name: str) -> bool:
+        return name in self.manifest["graphs"].get(variant, {})
+
+    def has_op(self, name: str, dtype: str) -> bool:
+        return dtype in self.manifest.get("ops", {}).get(name, {})
+
+    def op(self, name: str, dtype: str) -> Path:
+        """A helper graph (see export.ops), e.g. op("gather", "float32")."""
+        try:
+            return self.directory / self.manifest["ops"][name][dtype]
+        except KeyError as error:
+            raise ModelRepositoryError(f"{self.directory}: no {name} op for {dtype}") from error
+
+    @property
+    def tokenizer_file(self) -> Path:
+        return self.directory / self.manifest["tokenizer"]
+
+    def golden(self) -> list[dict]:
+        """The golden set written by the parity certificate (export.certify)."""
+        try:
+            return json.loads((self.directory / GOLDEN).read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as error:
+            raise ModelRepositoryError(
+                f"{self.directory}: no readable golden set ({GOLDEN}): {error}; a version is "
+                "served only once its parity certificate is written"
+            ) from error
+
+
+def verify(directory: Path) -> ModelVersion:
+    """Reads and checks a manifest; raises ModelRepositoryError listing every problem."""
+    directory = Path(directory)
+    try:
+        manifest = json.loads((directory / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as error:
+        raise ModelRepositoryError(f"{directory}: unreadable manifest: {error}") from error
+    version = manifest.get("format_version")
+    if version != FORMAT_VERSION:
+        raise ModelRepositoryError(
+            f"{directory}: manifest format version {version!r}, this runtime reads {FORMAT_VERSION}"
+        )
+    problems = []
+    for relative, expected in sorted(manifest.get("files", {}).items()):
+        path = directory / relative
+        if not path.is_file():
+            problems.append(f"{relative}: missing")
+        elif sha256(path) != expected:
+            problems.append(f"{relative}: sha256 does not match the manifest")
+    listed = set(manifest.get("files", {}))
+    for variant in manifest.get("graphs", {}).values():
+        problems += [
+            f"{f}: not hashed in the manifest" for f in variant.values() if f not in listed
+        ]
+    if problems:
+        raise ModelRepositoryError(f"{directory}: " + "; ".join(problems))
+    return ModelVersion(directory, manifest)
+
+
+def write_manifest(directory: Path, manifest: dict) -> Path:
+    """Hashes every file below `directory` (but the manifest) into the manifest and writes it."""
+    files = sorted(p for p in directory.rglob("*") if p.is_file() and p.name != MANIFEST)
+    manifest = {
+        "format_version": FORMAT_VERSION,
+        **manifest,
+        "files": {str(p.relative_to(directory)): sha256(p) for p in files},
+    }
+    path = directory / MANIFEST
+    path.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return path

@@ -1,0 +1,110 @@
+"""From a gRPC request message to what the runtime decodes, checked at the edge.
+
+Every problem of a request is collected and raised as one InvalidArgument naming the fields,
+so a client learns everything wrong with its request at once.
+"""
+
+from __future__ import annotations
+
+from service.runtime.decoding import DecodingOptions
+from service.runtime.errors import InvalidArgument
+
+MAX_TEXTS = 1000  # source texts in one request (decoded as independent sequences)
+MAX_TEXT_CHARS = 4096  # before tokenization; the token limit is the model's, checked later
+
+
+def _check_text(field: str, text: str, problems: list[str]) -> None:
+    if not text.strip():
+        problems.append(f"{field}: empty or only white space")
+    elif len(text) > MAX_TEXT_CHARS:
+        problems.append(f"{field}: {len(text)} characters, at most {MAX_TEXT_CHARS}")
+
+
+def _decode_utf8(field: str, raw: bytes, problems: list[str]) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        problems.append(f"{field}: invalid UTF-8 at byte {error.start}")
+        return ""
+
+
+def source_texts(request) -> list[str]:
+    """The texts of a TranslateRequest: `texts`, then `utf8_texts`, in order."""
+    problems: list[str] = []
+    texts = list(request.texts)
+    texts += [
+        _decode_utf8(f"utf8_texts[{i}]", raw, problems) for i, raw in enumerate(request.utf8_texts)
+    ]
+    if not texts:
+        problems.append("texts: at least one text is needed (texts or utf8_texts)")
+    if len(texts) > MAX_TEXTS:
+        problems.append(f"texts: {len(texts)} texts, at most {MAX_TEXTS} in one request")
+    fields = [f"texts[{i}]" for i in range(len(request.texts))]
+    fields += [f"utf8_texts[{i}]" for i in range(len(request.utf8_texts))]
+    for field, text in zip(fields, texts, strict=True):
+        if not any(p.startswith(field + ":") for p in problems):
+            _check_text(field, text, problems)
+    if problems:
+        raise InvalidArgument("; ".join(problems))
+    return texts
+
+
+def stream_source_text(request) -> str:
+    """The one text of a TranslateStreamRequest (`text` or `utf8_text`)."""
+    problems: list[str] = []
+    source = request.WhichOneof("source")
+    if source is None:
+        raise InvalidArgument("source: text or utf8_text is needed")
+    field = source
+    text = request.text if source == "text" else _decode_utf8(field, request.utf8_text, problems)
+    if not problems:
+        _check_text(field, text, problems)
+    if problems:
+        raise InvalidArgument("; ".join(problems))
+    return text
+
+
+def decoding_options(message, max_length_limit: int, default_max_length: int) -> DecodingOptions:
+    """DecodingOptions from the message, defaults for unset fields, validated."""
+    sampling = message.sampling
+    options = DecodingOptions(
+        beam_size=message.beam_size if message.HasField("beam_size") else 1,
+        max_length=message.max_length if message.HasField("max_length") else default_max_length,
+        length_penalty=message.length_penalty if message.HasField("length_penalty") else 1.0,
+        num_hypotheses=message.num_hypotheses if message.HasField("num_hypotheses") else 1,
+        temperature=sampling.temperature,
+        top_k=sampling.top_k,
+        top_p=sampling.top_p if sampling.HasField("top_p") else 1.0,
+        seed=sampling.seed if sampling.HasField("seed") else None,
+    )
+    options.validate(max_length_limit)
+    return options
+
+
+def _checked(*checks) -> list:
+    """Runs every check; one InvalidArgument naming every problem of all of them."""
+    results, problems = [], []
+    for check in checks:
+        try:
+            results.append(check())
+        except InvalidArgument as error:
+            problems.append(str(error))
+    if problems:
+        raise InvalidArgument("; ".join(problems))
+    return results
+
+
+def translate_request(request, max_length_limit: int, default_max_length: int):
+    """(texts, DecodingOptions) of a TranslateRequest, every bad field named at once."""
+    return _checked(
+        lambda: source_texts(request),
+        lambda: decoding_options(request.options, max_length_limit, default_max_length),
+    )
+
+
+def translate_stream_request(request, max_length_limit: int, default_max_length: int):
+    """(text, DecodingOptions) of a TranslateStreamRequest, every bad field named at once."""
+    return _checked(
+        lambda: stream_source_text(request),
+        lambda: decoding_options(request.options, max_length_limit, default_max_length),
+    )

@@ -1,0 +1,195 @@
+"""Rows held as the engine's own tensors (OrtValues on a device with IO binding, torch
+tensors), moved only by the engine's operations (take, join, narrow), which run where the
+tensors live.
+
+Such tensors are not written in place, so a joining request, or a repeated beam row, makes a
+rebuild: the live rows gathered into fresh tensors without padding columns, the new rows
+appended. A row that leaves only frees its slot; the batch is rebuilt when dead slots stay
+unused too long or are too many, or when columns that every live row masks pile up. (Writing
+into dead slots on a GPU with a ScatterND graph was measured slower than rebuilding,
+docs/benchmarks-gpu.md: ScatterND copies the whole tensor.) A cache written in place
+(`StateSpec.in_place`) has no shared time axis: every row's positions start at 0 in its own
+row of the buffer, so a joining row only resets its length; a rebuild that finds the buffer
+over four times what the live rows hold cuts it to twice.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from service.runtime.inference import Engine
+from service.runtime.rows.table import NewRows, SlotTable
+from service.runtime.tensors import (
+    EncoderOutput,
+    Launch,
+    StepOutput,
+    Tensors,
+    launched,
+    shape_of,
+    written,
+)
+
+
+class DeviceRows:
+    # a joining greedy admission's encoder rows are taken as they are (never written to)
+    adopts_encoder_rows = True
+
+    def __init__(self, engine: Engine):
+        self.engine = engine
+        self.axes = engine.interface.growing_axes()  # by name: the axis rows may differ on
+        states = engine.interface.states
+        self.growing = [  # states on the batch's shared time axis (narrowed with it)
+            s.input for s in states if s.time_axis is not None and not s.in_place
+        ]
+        # buffers written in place: their capacity axis
+        self.buffers = {s.input: s.time_axis for s in states if s.in_place}
+        self.rebuilds = 0
+        self.clear()
+
+    def clear(self) -> None:
+        self.state: Tensors | None = None  # by name (slots, ...): KV cache (slots, H, P, Dh)
+        self.memory: Tensors | None = None  # by name (slots, ...): keys (slots, H, S, Dh)
+
+    # -- the protocol -----------------------------------------------------------------------
+    def reserve(self, table: SlotTable, rows: int) -> None:
+        """Rows join by a rebuild here: no slot is kept for them ahead."""
+        return None
+
+    def placed(self, table: SlotTable, reservation) -> bool:
+        return False
+
+    def place(self, reservation, rows) -> None:
+        raise ValueError("rows held as the engine's tensors are not placed ahead")
+
+    def release(self, reservation) -> None:
+        pass
+
+    def join(self, table: SlotTable, new: NewRows, reservation=None) -> None:
+        if table.slots == 0:
+            self._adopt(table, new)
+        else:
+            self._rebuild(table, new)
+
+    def prepare(self, table: SlotTable) -> None:
+        """Before a step: a rebuild where it is worth one."""
+        if table.worth_compacting(bool(self.growing)):
+            self._rebuild(table)
+
+    def launch(self, table: SlotTable, tokens, positions, attention: bool, search) -> Launch:
+        """The step whole, run where `run` is called (it cannot be split here)."""
+        return launched(self.step, table, tokens, positions, attention, search)
+
+    def step(self, table: SlotTable, tokens, positions, attention: bool, search) -> StepOutput:
+        """One step of every slot (tokens, positions (slots, N))."""
+        ones = np.ones(tokens.shape, dtype=np.int64)
+        table.self_mask = np.concatenate([table.self_mask, ones], 1)
+        encoder = EncoderOutput(self.memory, table.memory_mask)
+        out = self.engine.step(
+            tokens, positions, table.self_mask, self.state, encoder, attention, search
+        )
+        self.state = out.state
+        return out
+
+    def repeat(self, table: SlotTable, slots: np.ndarray, first: np.ndarray) -> None:
+        """Rows `slots` (the slot of each row kept, in order; a slot repeats where `first`
+        is False): gathered by a rebuild."""
+        table.alive = slots
+        self._rebuild(table)
+
+    # -- moving rows ------------------------------------------------------------------------
+    def _adopt(self, table: SlotTable, new: NewRows) -> None:
+        self.memory, self.state = new.memory, new.state
+        table.adopt(new)
+
+    def _rebuild(self, table: SlotTable, new: NewRows | None = None) -> None:
+        """The live rows gathered into fresh tensors without padding columns, `new`'s rows
+        appended when given."""
+        self.rebuilds += 1
+        engine, live = self.engine, table.alive
+        lead, tail = table.padding()
+        lead = lead if self.growing else 0
+        length, memory = table.cache_length, table.memory_length - tail
+        held = int(table.lengths[live].max(initial=0)) + 1  # positions the next step needs
+
+        def rows(name: str, tensor, start: int, end: int, full: int):
+            tensor, axis = engine.take(tensor, live), self.axes[name]
+            if name in self.buffers:  # every row from position 0: only the end is cut
+                axis = self.buffers[name]
+                start, end, full = 0, 2 * held, shape_of(tensor)[axis]
+                if full <= 2 * end:
+                    return tensor
+            if axis is None or (start, end) == (0, full):
+                return tensor
+            return engine.narrow(tensor, axis, start, end)
+
+        old_memory = table.memory_length
+        self.state = {n: rows(n, t, lead, length, length) for n, t in self.state.items()}
+        self.memory = {n: rows(n, t, 0, memory, old_memory) for n, t in self.memory.items()}
+        if new is not None:
+            self.state = {n: engine.join(t, new.state[n]) for n, t in self.state.items()}
+            self.memory = {n: engine.join(t, new.memory[n]) for n, t in self.memory.items()}
+        table.compact(lead, memory, new)
+
+
+def _fits(tensors: Tensors, new: Tensors) -> bool:
+    return all(np.all(np.less_equal(new[n].shape[1:], tensors[n].shape[1:])) for n in tensors)
+
+
+def _write_rows(tensor: np.ndarray, slots: np.ndarray, new: np.ndarray) -> None:
+    """Rows `slots` of `tensor` take `new` over its own extent (the rest stays, masked)."""
+    tensor[(slots, *map(slice, new.shape[1:]))] = new
+
+
+class HostRows(DeviceRows):
+    """Rows held as numpy arrays (an engine on the host, without IO binding): written into
+    slots in place. A joining request takes dead slots when there are enough of them (a
+    growing state's past is masked instead of written; an empty one is nothing to write),
+    beam reordering copies only the rows that are repeated into free slots, and rows are
+    rebuilt as a device batch's are only where that cannot be done. So a batch that never
+    empties keeps a cache as long as its longest-lived row."""
+
+    # the batch writes rows into the arrays it holds: a joining admission's are copies
+    adopts_encoder_rows = False
+
+    def join(self, table: SlotTable, new: NewRows, reservation=None) -> None:
+        free = table.free()
+        if table.slots == 0:
+            self._adopt(table, new)
+        elif (
+            len(free) >= len(new)
+            and new.memory_mask.shape[1] <= table.memory_length
+            and _fits(self.memory, new.memory)
+            and _fits(self.state, new.state)
+        ):
+            slots = free[: len(new)]
+            for name, tensor in new.memory.items():
+                _write_rows(self.memory[name], slots, tensor)
+            for name, tensor in new.state.items():
+                if 0 not in shape_of(tensor):
+                    _write_rows(self.state[name], slots, tensor)
+            table.write(slots, new)
+        else:
+            self._rebuild(table, new)
+
+    def repeat(self, table: SlotTable, slots: np.ndarray, first: np.ndarray) -> None:
+        """Repeated rows copied into free slots in place, where there are enough."""
+        repeats = np.flatnonzero(~first)
+        free = np.setdiff1d(np.arange(table.slots), slots[first])
+        if len(repeats) > len(free):
+            super().repeat(table, slots, first)
+            return
+        targets = slots.copy()
+        targets[repeats] = free[: len(repeats)]
+        origins = slots[repeats]
+        length = int(table.lengths[origins].max(initial=0))
+        other = table.copy(origins, targets[repeats])
+        for name, tensor in self.state.items():
+            # only the positions the rows have written
+            part = written(self.buffers[name], length)[1:] if name in self.buffers else ()
+            tensor[(targets[repeats], *part)] = tensor[(origins, *part)]
+        if other.any():
+            o, t = origins[other], targets[repeats][other]
+            for tensor in self.memory.values():
+                tensor[t] = tensor[o]
+        table.left |= len(targets) < table.rows
+        table.set_alive(targets)

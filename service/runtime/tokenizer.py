@@ -1,0 +1,54 @@
+"""The SentencePiece tokenizer as the runtime uses it (no torch).
+
+Ids 0-3 are fixed for every model: `<blank>` (padding), `<s>`, `</s>`, `<unk>`, the order and
+spelling CTranslate2 vocabularies use too. Text is NFC-normalised before encoding; the model
+itself normalises nothing else, so decoding returns what was encoded.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from pathlib import Path
+
+import sentencepiece as spm
+
+from service.runtime.graphs import SpecialTokens
+
+PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
+SPECIAL_TOKENS = SpecialTokens(PAD_ID, BOS_ID, EOS_ID, UNK_ID)  # what exported models declare
+SPECIAL_PIECES = ("<blank>", "<s>", "</s>", "<unk>")
+
+
+class Tokenizer:
+    """Text to ids and back for one SentencePiece model file."""
+
+    def __init__(self, model_file: str | Path):
+        self.model_file = Path(model_file)
+        self._sp = spm.SentencePieceProcessor(model_file=str(model_file))
+        pieces = tuple(self._sp.id_to_piece(i) for i in range(len(SPECIAL_PIECES)))
+        if pieces != SPECIAL_PIECES:
+            raise ValueError(f"{model_file}: special pieces {pieces}, expected {SPECIAL_PIECES}")
+
+    @property
+    def vocab_size(self) -> int:
+        return self._sp.get_piece_size()
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids without `<s>` or `</s>`."""
+        return self._sp.encode(unicodedata.normalize("NFC", text))
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        """One text at a time: SentencePiece's list form starts a thread pool on every call,
+        about 20x the cost of encoding a sentence (the server's front encodes every request)."""
+        return [self.encode(t) for t in texts]
+
+    def decode(self, ids: list[int]) -> str:
+        """Text from ids; special ids are dropped."""
+        return self._sp.decode([i for i in ids if i > UNK_ID or i == UNK_ID])
+
+    def pieces(self, ids: list[int]) -> list[str]:
+        return [self._sp.id_to_piece(int(i)) for i in ids]
+
+    def vocabulary(self) -> list[str]:
+        """Every piece, in id order."""
+        return [self._sp.id_to_piece(i) for i in range(self.vocab_size)]

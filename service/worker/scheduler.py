@@ -1,0 +1,604 @@
+"""Iteration-level scheduling of decode jobs over one engine.
+
+Between two decode steps the scheduler drops the rows of jobs whose client cancelled or whose
+deadline passed, joins the rows of admitted jobs whose encoder has run, admits waiting jobs
+while the batch has room (their encoder runs inline, or beside the steps on the encoder
+thread), takes one step for every row, lets each job's search advance on its own rows, and
+sends finished jobs away at once. A short job never waits for a long one, and beam hypotheses
+are rows like any other.
+
+With the step thread (`step_thread=True`), a step of rows that are all greedy lanes runs
+beside the scheduler's own work: once a step's ids are in, the rows' bookkeeping that the
+next step depends on (lanes advanced, ended rows dropped, cancelled rows dropped, encoded
+rows joined, an admission reserved) is done, the next step starts on the thread, and the
+jobs the last step ended are finished, its partial events built and the worker's messages
+read while it runs. A step with a `Search` among its rows runs inline: its search chooses
+the next step's rows.
+
+The running rows' state lives in arrays updated in place, in the batch's row order: the
+owner of each row (its request's index in the scheduler's tables) and the token it is fed
+next. One-row greedy jobs, most of a busy server's, are lanes of `GreedyRows` and advance
+together by a few numpy operations; Python runs per job only when a job is admitted, ends,
+streams, or searches with a `Search` (beams, samples, several inputs, alignment). So a
+step's host work grows with what changed, not with the rows.
+
+`batching="request"` is request-level batching instead, for comparison: jobs are collected
+for `window` seconds (or until the rows are full) and decoded to the end before the next
+ones start.
+
+The scheduler does no I/O: what happened is appended to `events` (service.worker.messages) and
+`stats`, which the worker process sends to the front. It knows no model kind: inputs are the
+engine's encoder inputs by name, special tokens the engine's, memory and state the batch's.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import time
+from collections import deque
+from concurrent.futures import Future
+from dataclasses import dataclass
+from functools import partial
+
+import numpy as np
+
+from service.runtime.batch import ContinuousBatch
+from service.runtime.decoding import Hypothesis, make_search, rank_together
+from service.runtime.inference import Engine
+from service.runtime.search import Candidates, SearchRequest
+from service.runtime.tensors import EncoderOutput
+from service.worker.encoder_thread import EncoderThread, together
+from service.worker.greedy_rows import GreedyRows
+from service.worker.messages import Admitted, Event, Failure, Job, Partial, Result, Stats, Timings
+from service.worker.running import FinishReason, Request, RequestStatus
+from service.worker.step_thread import Running, StepThread
+
+BATCHING = ("continuous", "request")
+KEEP_TIMES = 4096  # every this many steps, the step times no running job needs are dropped
+
+
+@dataclass
+class _Admission:
+    """An admission round: its requests (in encoder row order), the encoder row each of
+    their batch rows decodes, and its encoder's run."""
+
+    requests: list[Request]
+    sources: np.ndarray  # (rows,) int64
+    future: Future | None = None  # on the encoder thread
+    encoder: EncoderOutput | None = None  # inline: already run
+    seconds: float = 0.0
+    reservation: object = None  # slots the encoder thread writes the memory into (or None)
+
+
+@dataclass
+class _Launched:
+    """A step started: its run on the step thread (None: it ran inline), its output, the
+    searches' blocks of rows it decodes, when it started."""
+
+    running: Running | None
+    output: object  # () -> (candidates, attention)
+    blocks: list
+    started: float  # the scheduler's clock
+    launched_at: float = 0.0  # perf_counter once started on the step thread
+
+
+@dataclass
+class _Stepped:
+    """What is left of a step once its rows' bookkeeping is done: the greedy jobs it ended
+    (finished, their results not yet built) and its streamed greedy rows' new tokens."""
+
+    ended: list[Request]
+    streamed: tuple[list, list, list] | None  # (requests, tokens, steps)
+    now: float
+
+
+class Scheduler:
+    def __init__(
+        self,
+        engine: Engine,
+        max_rows: int = 64,
+        batching: str = "continuous",
+        window: float = 0.005,
+        clock=time.monotonic,
+        encoder_thread: bool = False,
+        admission_interval: int = 1,
+        batch: ContinuousBatch | None = None,
+        step_thread: bool = False,
+    ):
+        """`encoder_thread`: admissions' encoder runs beside the steps
+        (service.worker.encoder_thread) and their rows join at the first step boundary after
+        it; else inline, before the step. `admission_interval`: while rows run, an admission
+        round starts at most every this many steps (gathering more jobs into one encoder run,
+        at the cost of their wait).
+        `batch`: the engine's continuous batch by default. `step_thread`: steps of greedy
+        rows run on a thread of their own, beside the bookkeeping of the step before."""
+        if batching not in BATCHING:
+            raise ValueError(f"batching must be one of {BATCHING}, got {batching!r}")
+        self.engine, self.max_rows, self.batching, self.window = engine, max_rows, batching, window
+        self.clock = clock
+        self.batch = ContinuousBatch(engine) if batch is None else batch
+        self.waiting: deque[Request] = deque()
+        self.events: list[Event] = []
+        self.stats = Stats()
+        tokens = engine.special_tokens
+        self.bos, self.eos = tokens.bos, tokens.eos
+        # by owner index (a request holding rows: admitted, not yet ended), for as many as
+        # the batch's rows and as many more whose result is built while a step runs
+        owners = 2 * max_rows
+        self.owners: list[Request | None] = [None] * owners
+        self._free = list(range(owners - 1, -1, -1))
+        self.greedy = GreedyRows(owners, tokens.eos)
+        self.is_greedy = np.zeros(owners, dtype=bool)  # (owners,) a lane of `greedy`
+        # by batch row
+        self.row_owner = np.zeros(0, dtype=np.int64)  # (rows,)
+        self.next_tokens = np.zeros(0, dtype=np.int64)  # (rows,) what each row is fed next
+        self._searching = self._aligning = self._sampling = self._streaming = 0
+        self._requests: dict[int, Request] = {}  # by job id, until it ends
+        self._cancelled: list[Request] = []
+        self._deadlines: list[tuple[float, int, Request]] = []  # a heap
+        self._order = itertools.count()
+        self._admission: _Admission | None = None
+        self.admission_interval, self._admitted_at_step = admission_interval, -admission_interval
+        self._encoder = EncoderThread(engine) if encoder_thread else None
+        self._stepper = StepThread() if step_thread else None
+        self._launched: _Launched | None = None
+        self.beside_seconds = 0.0  # the scheduler's own time while a step ran on the thread
+        # when each step ended, from the first step of the oldest running job on (the jobs'
+        # token times): step `n` at _times[n - _times_from]; _steps: the steps taken so far
+        self._times: list[float] = []
+        self._times_from = self._steps = 0
+
+    # -- what the worker calls ------------------------------------------------------------
+    def submit(self, job: Job) -> None:
+        request = Request(job, self.clock())
+        if job.rows > self.max_rows:  # the front checks this too; never admit what cannot fit
+            message = f"needs {job.rows} batch rows, at most {self.max_rows}"
+            self._abort(request, FinishReason.REFUSED, "InvalidArgument", message)
+            return
+        self.waiting.append(request)
+        self._requests[job.id] = request
+        if job.deadline is not None:
+            heapq.heappush(self._deadlines, (job.deadline, next(self._order), request))
+
+    def cancel(self, job_id: int) -> None:
+        request = self._requests.get(job_id)
+        if request is not None:
+            self._cancelled.append(request)
+
+    def close(self) -> None:
+        """Stops: waits for an admission's encoder in progress, then every job still held
+        (waiting, encoding or running) fails with Unavailable, so that none is lost. A
+        step in progress is taken first: the jobs it ended are sent."""
+        if self._launched is not None:
+            self._settle(self._collect())
+        if self._stepper is not None:
+            self._stepper.close()
+        if self._encoder is not None:
+            self._encoder.close()
+        for request in list(self._requests.values()):
+            message = "the worker stopped before the decode finished; retry"
+            self._abort(request, FinishReason.STOPPED, "Unavailable", message)
+        self.waiting.clear()
+        self._admission = None
+        if len(self.row_owner):
+            self._keep_rows(np.zeros(0, dtype=np.int64))
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.waiting or self._admission or self._launched or len(self.row_owner))
+
+    @property
+    def rows(self) -> int:
+        return self.batch.rows
+
+    @property
+    def running(self) -> list[Request]:
+        """The requests holding rows of the batch, in row order."""
+        owners = self.row_owner[np.r_[True, self.row_owner[1:] != self.row_owner[:-1]]]
+        return [self.owners[o] for o in owners.tolist()] if len(self.row_owner) else []
+
+    def wait_time(self) -> float | None:
+        """How long the worker may sleep before `iterate` has something to do (None: until a
+        message comes)."""
+        if len(self.row_owner) or self._admission is not None or self._launched is not None:
+            return 0.0
+        if not self.waiting:
+            return None
+        if self.batching == "request":
+            return max(0.0, self.waiting[0].queued_at + self.window - self.clock())
+        return 0.0
+
+    def iterate(self) -> None:
+        """One scheduling round: the step in progress taken in (its rows' bookkeeping),
+        drop, join what was encoded, admit, start a step; then the jobs the last step ended
+        finished and its partials built (on the step thread, while the next step runs)."""
+        stepped = self._collect() if self._launched is not None else None
+        self._drop_abandoned()
+        self._join_encoded()
+        self._admit()
+        if len(self.row_owner):
+            self._launch()
+        if stepped is not None:
+            self._settle(stepped)
+        if self._launched is not None and self._launched.running is None:
+            self._settle(self._collect())  # a step inline: its bookkeeping now
+
+    # -- leaving --------------------------------------------------------------------------
+    def _fail(self, request: Request, kind: str, message: str) -> None:
+        self.events.append(Failure(request.id, kind, message))
+
+    def _abort(self, request: Request, reason: FinishReason, kind: str, message: str) -> None:
+        self._release(request)
+        request.end(RequestStatus.ABORTED, reason)
+        self._fail(request, kind, message)
+
+    def _release(self, request: Request) -> None:
+        """Frees what the request holds in the scheduler's tables (not its batch rows)."""
+        if self._requests.get(request.id) is request:
+            del self._requests[request.id]
+        owner = request.owner
+        if owner < 0:
+            return
+        self.owners[owner] = None
+        self._free.append(owner)
+        job = request.job
+        # a running request, or one whose last step ended it (its result being built)
+        if request.status in (RequestStatus.RUNNING, RequestStatus.FINISHED):
+            self._searching -= request.search is not None
+            self._aligning -= job.keep_alignment
+            self._sampling -= job.options.sampling
+            self._streaming -= job.stream and request.search is None
+
+    def _drop_abandoned(self) -> None:
+        """Cancelled jobs, and jobs whose deadline passed, leave: their rows too."""
+        gone: list[tuple[Request, FinishReason]] = []
+        for request in self._cancelled:
+            if not request.status.ended:
+                gone.append((request, FinishReason.CANCELLED))
+        self._cancelled.clear()
+        now = self.clock()
+        while self._deadlines and self._deadlines[0][0] <= now:
+            request = heapq.heappop(self._deadlines)[2]
+            if not request.status.ended:
+                gone.append((request, FinishReason.EXPIRED))
+        if not gone:
+            return
+        owners = [r.owner for r, _ in gone if r.status is RequestStatus.RUNNING]
+        if any(r.status is RequestStatus.WAITING for r, _ in gone):
+            leaving = {id(r) for r, _ in gone}
+            self.waiting = deque(r for r in self.waiting if id(r) not in leaving)
+        for request, reason in gone:
+            if request.status.ended:  # cancelled and expired at once
+                continue
+            if reason is FinishReason.CANCELLED:
+                self._abort(request, reason, "Cancelled", "cancelled by the client")
+            else:
+                message = "deadline passed before the decode finished"
+                self._abort(request, reason, "DeadlineExceeded", message)
+        if owners:
+            self._keep_rows(np.flatnonzero(~np.isin(self.row_owner, owners)))
+
+    def _keep_rows(self, keep: np.ndarray) -> None:
+        """Keeps rows `keep` (int64, may drop, repeat or permute) of the batch and tables."""
+        self.row_owner = self.row_owner[keep]
+        self.next_tokens = self.next_tokens[keep]
+        self.batch.reorder(keep)
+
+    # -- joining --------------------------------------------------------------------------
+    def _admit(self) -> None:
+        """Starts an admission round of the waiting jobs that fit, one round at a time."""
+        if not self.waiting or self._admission is not None:
+            return
+        running = len(self.row_owner) > 0
+        if running and self._steps - self._admitted_at_step < self.admission_interval:
+            return
+        if self.batching == "request":
+            if len(self.row_owner):
+                return
+            full = sum(r.rows for r in self.waiting) >= self.max_rows
+            if not full and self.clock() < self.waiting[0].queued_at + self.window:
+                return
+        admitted, rows = [], self.batch.rows
+        while self.waiting and rows + self.waiting[0].rows <= self.max_rows:
+            request = self.waiting.popleft()
+            request.status, request.owner = RequestStatus.ENCODING, self._free.pop()
+            self.owners[request.owner] = request
+            admitted.append(request)
+            rows += request.rows
+        if not admitted:
+            return
+        self._admitted_at_step = self._steps
+        # one encoder run for every request admitted in this round, one join
+        given = [r.job.encoder_inputs for r in admitted]
+        admission = _Admission(admitted, self._sources(admitted))
+        if self._encoder is None:
+            encoder_start = time.perf_counter()
+            admission.encoder = self.engine.encode(**together(given))
+            admission.seconds = time.perf_counter() - encoder_start
+        else:  # the memory written into reserved slots beside the steps, where it can be
+            admission.reservation = self.batch.reserve(len(admission.sources))
+            place = partial(self.batch.place, admission.reservation, admission.sources)
+            admission.future = self._encoder.submit(given, place)
+        self._admission = admission
+        self._join_encoded()
+
+    def _sources(self, admitted: list[Request]) -> np.ndarray:
+        """Each admitted request's search (None: a greedy row) -> the encoder row of each of
+        their batch rows, in order."""
+        sources, offset = [], 0
+        for request in admitted:
+            job = request.job
+            if Request.is_greedy_row(job):
+                sources.append(np.array([offset]))
+            else:
+                request.search = make_search(job.inputs, job.options, self.bos, self.eos)
+                sources.append(request.search.sources + offset)
+            offset += job.inputs
+        return np.concatenate(sources)
+
+    def _join_encoded(self) -> None:
+        """The rows of the admission in progress join the batch once its encoder has run (at
+        once when no row runs: there is nothing to do meanwhile)."""
+        admission = self._admission
+        if admission is None:
+            return
+        if admission.future is not None:
+            if len(self.row_owner) and not admission.future.done():
+                return
+            admission.encoder, admission.seconds = admission.future.result()
+        self._admission = None
+        self._join(admission)
+
+    def _join(self, admission: _Admission) -> None:
+        """The admitted rows that are still wanted join the batch: their owners' tables and
+        greedy lanes set, their first input tokens after the rows there are."""
+        encoder, requests = admission.encoder, admission.requests
+        counts = [1 if r.search is None else len(r.search.sources) for r in requests]
+        joined = [r for r in requests if r.status is RequestStatus.ENCODING]  # not left
+        self.stats.encoder_seconds.append(admission.seconds)
+        every = len(joined) == len(requests)
+        if not every:  # what the encoder thread wrote is used only where every row joins
+            self.batch.release(admission.reservation)
+        if not joined:
+            return
+        kept = np.repeat([r.status is RequestStatus.ENCODING for r in requests], counts)
+        sources = admission.sources if every else admission.sources[kept]
+        owners = np.repeat([r.owner for r in requests], counts)[kept]
+        tokens = np.full(len(owners), self.bos, dtype=np.int64)
+        lanes = [r for r in joined if r.search is None]
+        self.is_greedy[owners] = False
+        if lanes:
+            self.greedy.start_many(
+                np.array([r.owner for r in lanes]),
+                np.array([r.job.options.max_length for r in lanes]),
+                np.array([r.job.stream for r in lanes]),
+            )
+            self.is_greedy[[r.owner for r in lanes]] = True
+        if len(lanes) < len(joined):
+            self._start_searches(requests, tokens, encoder)
+        self.batch.join(encoder, sources, admission.reservation if every else None)
+        self.row_owner = np.concatenate([self.row_owner, owners])
+        self.next_tokens = np.concatenate([self.next_tokens, tokens])
+        now = self.clock()
+        for request in joined:
+            job = request.job
+            request.status = RequestStatus.RUNNING
+            request.admitted_at, request.first_step = now, self._steps
+            self._searching += request.search is not None
+            self._aligning += job.keep_alignment
+            self._sampling += job.options.sampling
+            self._streaming += job.stream and request.search is None
+            self.events.append(Admitted(job.id, now - request.queued_at))
+
+    def _start_searches(self, requests: list[Request], tokens: np.ndarray, encoder) -> None:
+        """The joining searches' first tokens into `tokens` (the joined rows', in order), and
+        each one's own memory length (for its alignment)."""
+        memory_mask = np.asarray(encoder.memory_mask)
+        row, start = 0, 0
+        for request in requests:
+            inputs, start = request.job.inputs, start + request.job.inputs
+            if request.status is not RequestStatus.ENCODING:
+                continue
+            search = request.search
+            if search is None:
+                row += 1
+                continue
+            own = memory_mask[start - inputs : start]
+            request.memory = int(np.flatnonzero(own.any(axis=0))[-1]) + 1
+            tokens[row : row + search.rows] = search.tokens[:, 0]
+            row += search.rows
+
+    # -- stepping -------------------------------------------------------------------------
+    def _blocks(self) -> list[tuple[Request, int, int]]:
+        """(request, first row, rows) of every request decoded by a Search, in row order
+        (a request's rows are contiguous)."""
+        owner = self.row_owner
+        starts = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]])
+        ends = np.r_[starts[1:], len(owner)]
+        searched = ~self.is_greedy[owner[starts]]
+        return [
+            (self.owners[o], s, e - s)
+            for o, s, e in zip(
+                owner[starts[searched]].tolist(),
+                starts[searched].tolist(),
+                ends[searched].tolist(),
+                strict=True,
+            )
+        ]
+
+    def _request(self, blocks: list[tuple[Request, int, int]]) -> SearchRequest:
+        """One search request for every row: as many candidates as the most demanding
+        search needs (0, the whole vocabulary, wins), a temperature per row when a job
+        samples (1 for the others' rows), the attention when a job keeps it."""
+        ks = [r.search.k for r, _, _ in blocks]
+        k = 0 if 0 in ks else max(ks, default=1)
+        temperature = None
+        if self._sampling:
+            temperature = np.ones(len(self.row_owner), dtype=np.float32)
+            for request, start, rows in blocks:
+                if request.search.temperature is not None:
+                    temperature[start : start + rows] = request.search.temperature
+        return SearchRequest(k, temperature, self._aligning > 0)
+
+    def _launch(self) -> None:
+        """Starts a step of every row: on the step thread where every row is a greedy lane,
+        else inline (a search chooses the next step's rows)."""
+        blocks = self._blocks() if self._searching else []
+        for request, first, rows in blocks:
+            self.next_tokens[first : first + rows] = request.search.tokens[:, 0]
+        started = self.clock()
+        launch = self.batch.launch_search_step(self.next_tokens[:, None], self._request(blocks))
+        running = None
+        if self._stepper is not None and not blocks:
+            running = self._stepper.start(launch.run)
+        else:
+            launch.run()
+        self._launched = _Launched(running, launch.output, blocks, started, time.perf_counter())
+
+    def _collect(self) -> _Stepped:
+        """The step started last, its ids in: the rows' bookkeeping the next step depends on
+        (lanes and searches advanced, ended rows dropped) -> what is left to settle."""
+        launched, self._launched = self._launched, None
+        if launched.running is not None:
+            waited_from = time.perf_counter()
+            seconds = launched.running.wait()
+            self.beside_seconds += min(waited_from - launched.launched_at, seconds)
+        candidates, attention = launched.output()
+        blocks, rows = launched.blocks, len(self.row_owner)
+        now = self.clock()
+        self.stats.step_seconds.append(now - launched.started)
+        self.stats.step_rows.append(rows)
+        self.stats.tokens += rows
+        self._times.append(now)
+        self._steps += 1
+        ids = np.ascontiguousarray(candidates.ids[:, 0])
+        ended = self._advance_greedy(ids, candidates.log_probs[:, 0], bool(blocks))
+        if blocks:
+            keep = self._advance_searches(blocks, candidates, attention, ended, now)
+        else:
+            keep = None if not ended.any() else np.flatnonzero(~ended)
+        finished = []
+        if ended.any():
+            finished = [self.owners[o] for o in self.row_owner[ended].tolist()]
+            for request in finished:  # no longer cancellable: its result is built next
+                request.status = RequestStatus.FINISHED
+        streamed = self._streamed(ids, ended) if self._streaming else None
+        self.next_tokens = ids
+        if keep is not None and not (len(keep) == rows and np.array_equal(keep, np.arange(rows))):
+            self._keep_rows(keep)
+        return _Stepped(finished, streamed, now)
+
+    def _settle(self, stepped: _Stepped) -> None:
+        """A step's greedy jobs that ended finished, its streamed rows' partials sent."""
+        for request in stepped.ended:
+            self._finish(request, stepped.now)
+        if stepped.streamed is not None:
+            requests, tokens, steps = stepped.streamed
+            for request, token, step in zip(requests, tokens, steps, strict=True):
+                if request.status is RequestStatus.RUNNING:  # not cancelled since
+                    self.events.append(Partial(request.id, step - 1, [token], step))
+        if self._steps % KEEP_TIMES == 0:  # forget the steps before every running job's first
+            running = (self.owners[o] for o in np.unique(self.row_owner).tolist())
+            oldest = min((r.first_step for r in running), default=self._steps)
+            del self._times[: oldest - self._times_from]
+            self._times_from = oldest
+
+    def _advance_greedy(self, ids: np.ndarray, log_probs: np.ndarray, mixed: bool) -> np.ndarray:
+        """The greedy rows take their best candidate -> (rows,) bool, the greedy rows that
+        ended."""
+        if not mixed:  # every row a greedy lane
+            return self.greedy.advance(self.row_owner, ids, log_probs)
+        ended = np.zeros(len(self.row_owner), dtype=bool)
+        rows = np.flatnonzero(self.is_greedy[self.row_owner])
+        if len(rows):
+            ended[rows] = self.greedy.advance(self.row_owner[rows], ids[rows], log_probs[rows])
+        return ended
+
+    def _advance_searches(self, blocks, candidates: Candidates, attention, ended, now):
+        """Each Search advances on its own rows (the beam searches ranked in one pass for
+        all of one beam size) -> the rows to keep, in order: the greedy rows that go on and
+        what each search keeps of its own."""
+        searches = [r.search for r, _, _ in blocks]
+        sizes = [n for _, _, n in blocks]
+        searched = candidates  # the search rows' candidates, in order
+        if sum(sizes) < len(self.row_owner):
+            searched = candidates.rows(np.flatnonzero(~self.is_greedy[self.row_owner]))
+        ranked = rank_together(searches, searched, sizes)
+        pieces, done = [], 0  # done: the rows before it whose greedy rows are decided
+        for (request, first, count), chosen in zip(blocks, ranked, strict=True):
+            if done < first:
+                pieces.append(done + np.flatnonzero(~ended[done:first]))
+            done = first + count
+            seen = None if attention is None else _width(attention[first:done], request.memory)
+            search = request.search
+            if chosen is None:
+                kept = search.advance(candidates.rows(slice(first, done)), seen)
+            else:
+                kept = search.advance_ranked(chosen, seen)
+            if search.done:
+                self._finish(request, now)
+                continue
+            pieces.append(kept + first if first else kept)
+            if request.job.stream:
+                self._stream(request)
+        if done < len(ended):
+            pieces.append(done + np.flatnonzero(~ended[done:]))
+        return np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)
+
+    def _streamed(self, ids: np.ndarray, ended: np.ndarray) -> tuple[list, list, list]:
+        """Every streamed greedy row that goes on: its request, new token and step count (an
+        owner's stream flag counts while it is a greedy lane)."""
+        owner = self.row_owner
+        streamed = np.flatnonzero(self.greedy.stream[owner] & self.is_greedy[owner] & ~ended)
+        lanes = owner[streamed]
+        requests = [self.owners[lane] for lane in lanes.tolist()]
+        return requests, ids[streamed].tolist(), self.greedy.steps[lanes].tolist()
+
+    def _stream(self, request: Request) -> None:
+        """A partial event: the best hypothesis as the tokens kept from the last one and the
+        new ones."""
+        tokens, sent = request.search.best_tokens(0), request.streamed
+        kept = len(sent) if tokens[: len(sent)] == sent else _common_prefix(tokens, sent)
+        self.events.append(Partial(request.id, kept, tokens[kept:], request.search.steps))
+        request.streamed = tokens
+
+    def _finish(self, request: Request, now: float) -> None:
+        job = request.job
+        if request.search is None:
+            penalty = job.options.length_penalty
+            results = [[self.greedy.hypothesis(request.owner, penalty)]]
+        else:
+            results = request.search.results()
+        for hypotheses in results:
+            for h in hypotheses:
+                _strip(h, job)
+        times = self._times[request.first_step - self._times_from :]  # its tokens', now last
+        gaps = np.diff(times).tolist()
+        timings = Timings(request.queued_at, request.admitted_at, times[0], now, gaps)
+        self._release(request)
+        request.end(RequestStatus.FINISHED, FinishReason.DONE)
+        self.events.append(Result(job.id, results, timings))
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return i
+    return min(len(a), len(b))
+
+
+def _width(attention: np.ndarray, memory: int) -> np.ndarray:
+    """A job's cross-attention over its own memory length (the batch's may be longer or, once
+    compacted, shorter)."""
+    if attention.shape[1] >= memory:
+        return attention[:, :memory]
+    return np.pad(attention, ((0, 0), (0, memory - attention.shape[1])))
+
+
+def _strip(h: Hypothesis, job: Job) -> None:
+    """Drops what the client did not ask for before it crosses the process boundary."""
+    if not job.keep_alignment:
+        h.alignment = None
+    if not job.keep_log_probs:
+        h.token_log_probs = []
