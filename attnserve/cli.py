@@ -13,14 +13,15 @@ import io
 import json
 import shutil
 import sys
+from dataclasses import fields
 from pathlib import Path
 
 from attnserve.serving import add_repository, add_serve, repository, serve
+from service.runtime.decoding import DecodingOptions
 
 CHECKPOINTS = Path(__file__).resolve().parents[1] / "models" / "checkpoints"
 SHIPPED_TRANSLATOR = CHECKPOINTS / "translator"
 SHIPPED_CAPTIONER = CHECKPOINTS / "captioner"
-TRANSLATOR_DATA = Path("data/translator")
 MODELS = ("translator", "captioner")
 
 
@@ -32,28 +33,42 @@ def default_data(model: str) -> Path:
     return Path("data") / model
 
 
-# Decoding defaults of the local PyTorch engine; over gRPC an option not given is left to the
-# server.
+# Decoding defaults of the local PyTorch engine: the runtime's own, as the server's (over
+# gRPC an option not given is left to the server)
 TORCH_DECODING = {
-    "beam_size": 4,
-    "max_length": 256,
-    "length_penalty": 1.0,
-    "temperature": 0.0,
-    "top_k": 0,
-    "top_p": 1.0,
-    "seed": None,
-    "n_best": 1,
+    ("n_best" if f.name == "num_hypotheses" else f.name): f.default for f in fields(DecodingOptions)
 }
 TRANSLATE_TIMEOUT = 60.0  # seconds, the default deadline of a translate call
 CAPTION_TIMEOUT = 120.0  # seconds, the default deadline of each caption call (64 images at most)
 HEALTH_TIMEOUT = 5.0
 # translate and caption options that mean something for one engine only
 GRPC_ONLY = (
-    "server", "stream", "alignment", "timeout", "model", "model_version", "input", "output",
-    "tls", "tls_ca", "tls_cert", "tls_key", "token_file",
-)  # fmt: skip
-CAPTION_GRPC_ONLY = ("server", "stream", "timeout", "model", "model_version", "tls", "tls_ca",
-                     "tls_cert", "tls_key", "token_file")  # fmt: skip
+    "server",
+    "stream",
+    "alignment",
+    "timeout",
+    "model",
+    "model_version",
+    "input",
+    "output",
+    "tls",
+    "tls_ca",
+    "tls_cert",
+    "tls_key",
+    "token_file",
+)
+CAPTION_GRPC_ONLY = (
+    "server",
+    "stream",
+    "timeout",
+    "model",
+    "model_version",
+    "tls",
+    "tls_ca",
+    "tls_cert",
+    "tls_key",
+    "token_file",
+)
 TORCH_ONLY = ("checkpoint",)
 FIGURE_SIDE = 512  # pixels: the image of an attention figure is shrunk to fit this square
 
@@ -197,10 +212,11 @@ def _add_evaluate(commands) -> None:
     )
     parser.add_argument("--data", type=Path, help="default: data/<model>")
     parser.add_argument(
-        "--checkpoint", type=Path,
+        "--checkpoint",
+        type=Path,
         help="default: the shipped checkpoint; translator: also a run's last.pt, best.pt or "
         "snapshots/step-*.pt",
-    )  # fmt: skip
+    )
     parser.add_argument("--baseline", choices=["apertium"], help="score a peer instead")
     parser.add_argument(
         "--versus", choices=["apertium"], help="translator: score a peer too, on the same parts"
@@ -248,9 +264,10 @@ def _add_translate(commands) -> None:
         help="write the best hypothesis' cross-attention heatmap (OUT-1.png, ... for several)",
     )
     parser.add_argument(
-        "--checkpoint", type=Path,
+        "--checkpoint",
+        type=Path,
         help="--engine torch: the checkpoint (also a run's last.pt, best.pt, snapshots/step-*.pt)",
-    )  # fmt: skip
+    )
     parser.add_argument("--n-best", type=int, help="hypotheses per text")
     parser.add_argument("--json", action="store_true", help="scores, log-probs and alignment")
     _decoding_arguments(parser, None)
@@ -419,9 +436,13 @@ def _client_call(command, args: argparse.Namespace) -> int:
             except OSError as error:
                 raise _Failure(f"--token-file: {error}") from error
         connection = client.connect(
-            args.server, tls=args.tls, tls_ca=args.tls_ca, tls_cert=args.tls_cert,
-            tls_key=args.tls_key, token=token,
-        )  # fmt: skip
+            args.server,
+            tls=args.tls,
+            tls_ca=args.tls_ca,
+            tls_cert=args.tls_cert,
+            tls_key=args.tls_key,
+            token=token,
+        )
         with connection as channel:
             return command(channel, args)
     except grpc.RpcError as error:
@@ -555,8 +576,12 @@ def _translate_stream(channel, args: argparse.Namespace, texts: list[str], optio
 
     return _stream_each(
         lambda text: client.translate_stream(channel, text, **_call(args, options)),
-        texts, "translations", "text", args.json, sys.stdout,
-    )  # fmt: skip
+        texts,
+        "translations",
+        "text",
+        args.json,
+        sys.stdout,
+    )
 
 
 def _call(args: argparse.Namespace, options, timeout: float = TRANSLATE_TIMEOUT) -> dict:
@@ -589,9 +614,12 @@ def _translate(channel, args: argparse.Namespace) -> int:
         progress = _Progress(len(texts), "translated", "text") if many else None
         try:
             response = client.translate_batches(
-                channel, texts, concurrency=args.concurrency, progress=progress,
+                channel,
+                texts,
+                concurrency=args.concurrency,
+                progress=progress,
                 **_call(args, options),
-            )  # fmt: skip
+            )
         finally:
             if progress is not None:
                 progress.close()
@@ -715,8 +743,12 @@ def _caption_stream(channel, args: argparse.Namespace, images: list[bytes], call
 
     return _stream_each(
         lambda image: client.caption_stream(channel, image, **call),
-        images, "captions", "image", args.json, sys.stderr,
-    )  # fmt: skip
+        images,
+        "captions",
+        "image",
+        args.json,
+        sys.stderr,
+    )
 
 
 def _caption(channel, args: argparse.Namespace) -> int:
@@ -798,9 +830,12 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(run_state.pack_run(args.run_dir, args.pack)))
             return 0
         if not (args.run_dir / "last.pt").exists():
-            print(json.dumps({"resumed": str(args.resume_from)} | run_state.unpack_run(
-                args.resume_from, args.run_dir
-            )))  # fmt: skip
+            print(
+                json.dumps(
+                    {"resumed": str(args.resume_from)}
+                    | run_state.unpack_run(args.resume_from, args.run_dir)
+                )
+            )
     if args.command in ("data", "train", "evaluate") and args.model == "captioner":
         from models import caption_commands  # torch-side: imported only for these commands
 

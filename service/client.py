@@ -37,14 +37,12 @@ from attnserve.v1 import (
     translation_pb2,
     translation_pb2_grpc,
 )
-from service.runtime.requests import MAX_TEXTS
 
 DEFAULT_SERVER = "127.0.0.1:50051"
 SERVER_ENVIRONMENT = "ATTNSERVE_SERVER"
 TOKEN_ENVIRONMENT = "ATTNSERVE_TOKEN"
 SERVICE_NAME = "attnserve.v1.TranslationService"
 CAPTION_SERVICE = "attnserve.v1.CaptionService"
-TEXTS_PER_REQUEST = MAX_TEXTS  # the server's limit on texts in one Translate request
 TEXTS_PER_CHUNK = 64  # texts a call of translate_batches sends by default
 IMAGES_PER_REQUEST = 64  # the server's limit on images in one Caption request
 MAX_RECEIVE_BYTES = 64 * 1024 * 1024  # alignments of many long texts exceed gRPC's 4 MB
@@ -249,8 +247,9 @@ def _chunked(call, items: Sequence, batch_size: int, concurrency: int, progress)
     """`call(chunk)` for every `batch_size` items, `concurrency` calls in flight, responses in
     order; `progress(done)` after each call with the number of items answered."""
     if batch_size < 1 or concurrency < 1:
-        raise ValueError(f"batch_size and concurrency must be 1 or more ({batch_size}, "
-                         f"{concurrency})")  # fmt: skip
+        raise ValueError(
+            f"batch_size and concurrency must be 1 or more ({batch_size}, {concurrency})"
+        )
     chunks = [items[start : start + batch_size] for start in range(0, len(items), batch_size)]
     done, lock = [0], threading.Lock()
 

@@ -101,10 +101,12 @@ def built_tiny_translator(directory: Path, tokenizer, seed: int, variants: tuple
     from models.config import PRESETS
     from models.transformer import Transformer
 
-    config = replace(PRESETS["tiny"], vocab_size=tokenizer.vocab_size, decoder_layers=3,
-                     cross_attention_layer=1)  # fmt: skip
+    config = replace(
+        PRESETS["tiny"], vocab_size=tokenizer.vocab_size, decoder_layers=3, cross_attention_layer=1
+    )
     torch.manual_seed(seed)
     model = Transformer(config).eval()
-    version = write_version(model, tokenizer.model_file, directory, "tiny", "1", variants,
-                            method="built")  # fmt: skip
+    version = write_version(
+        model, tokenizer.model_file, directory, "tiny", "1", variants, method="built"
+    )
     return model, version

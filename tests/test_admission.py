@@ -154,8 +154,13 @@ def test_answers_and_deadlines_teach_the_limit_cancellations_do_not():
         (1, Failure(1, "DeadlineExceeded", "deadline passed")),
         (2, Failure(2, "Cancelled", "cancelled by the client")),
     ):
-        call = Call(Job(job_id, {"src_ids": np.zeros((1, 3), np.int64)}, DecodingOptions()),
-                    "translator/1", "translator", "Translate", worker)  # fmt: skip
+        call = Call(
+            Job(job_id, {"src_ids": np.zeros((1, 3), np.int64)}, DecodingOptions()),
+            "translator/1",
+            "translator",
+            "Translate",
+            worker,
+        )
         call.started -= 3.0
         worker.add(call)
         pool._event(worker, "translator", event)

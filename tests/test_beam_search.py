@@ -115,8 +115,9 @@ def _same(a: Hypothesis, b: Hypothesis) -> None:
 def test_beam_search_is_beam_search_written_out_per_input(
     batch, beam, max_length, nbest, penalty, attention
 ):
-    options = DecodingOptions(beam_size=beam, max_length=max_length, num_hypotheses=nbest,
-                              length_penalty=penalty)  # fmt: skip
+    options = DecodingOptions(
+        beam_size=beam, max_length=max_length, num_hypotheses=nbest, length_penalty=penalty
+    )
     got = run(BeamSearch(batch, options, BOS, EOS), Scripted(batch, 2 * beam), attention)
     for source in range(batch):
         expected, _ = written_out(source, options, attention)
@@ -192,8 +193,10 @@ def test_beam_searches_ranked_together_step_as_each_does_alone():
     sources = [list(range(firsts[j], firsts[j + 1])) for j in range(len(plan))]
 
     def candidates(search, own):  # the scripted model's, for each row of `search`
-        rows = [scripted(own[s], p, 6) for s, p in zip(search.sources.tolist(), search.prefixes,
-                                                     strict=True)]  # fmt: skip
+        rows = [
+            scripted(own[s], p, 6)
+            for s, p in zip(search.sources.tolist(), search.prefixes, strict=True)
+        ]
         return Candidates(np.stack([r[0] for r in rows]), np.stack([r[1] for r in rows]))
 
     for group in (searches, alone):
@@ -203,8 +206,9 @@ def test_beam_searches_ranked_together_step_as_each_does_alone():
     while any(not s.done for s in searches):
         live = [(s, own) for s, own in zip(searches, sources, strict=True) if not s.done]
         parts = [candidates(s, own) for s, own in live]
-        joined = Candidates(np.concatenate([c.ids for c in parts]),
-                            np.concatenate([c.log_probs for c in parts]))  # fmt: skip
+        joined = Candidates(
+            np.concatenate([c.ids for c in parts]), np.concatenate([c.log_probs for c in parts])
+        )
         ranked = rank_together([s for s, _ in live], joined)
         grouped += sum(r is not None for r in ranked)
         for (s, _), chosen, own in zip(live, ranked, parts, strict=True):
@@ -225,5 +229,7 @@ def _follow(search, keep) -> None:
     """Each row's prefix after a step: the kept rows' prefixes, with the token each is fed."""
     if search.done:
         return
-    search.prefixes = [search.prefixes[i] + [t] for i, t in
-                       zip(keep.tolist(), search.tokens[:, 0].tolist(), strict=True)]  # fmt: skip
+    search.prefixes = [
+        search.prefixes[i] + [t]
+        for i, t in zip(keep.tolist(), search.tokens[:, 0].tolist(), strict=True)
+    ]

@@ -35,8 +35,10 @@ def _package(root: Path, name: str, entries: dict[str, str]) -> Path:
 def test_entries_lose_their_context_and_plural_forms_are_skipped(tmp_path):
     path = tmp_path / "x.mo"
     write_mo(path, {"menu\x04Open the file": "Abrir el archivo", "Close window": "Cerrar"})
-    assert catalog_entries(path) == [("Close window", "Cerrar"), ("Open the file",
-                                     "Abrir el archivo")]  # fmt: skip
+    assert catalog_entries(path) == [
+        ("Close window", "Cerrar"),
+        ("Open the file", "Abrir el archivo"),
+    ]
 
 
 def test_cleaning_removes_accelerators_markup_and_entities():
@@ -59,22 +61,34 @@ def test_placeholders_untranslated_short_and_paths_are_dropped():
 
 def test_held_out_packages_make_a_test_part_without_leaks(tmp_path):
     trees = {
-        "editor": _package(tmp_path, "editor", {
-            "_Save the file": "_Guardar el archivo",
-            "Open a new window": "Abrir una ventana nueva",
-            "Print %d pages": "Imprimir %d páginas",
-        }),
-        "chat": _package(tmp_path, "chat", {
-            "Open a new window": "Abrir otra ventana",  # the English side occurs in training
-            "Join the channel": "Unirse al canal",
-            "Leave the channel": "Salir del canal",
-        }),
-    }  # fmt: skip
+        "editor": _package(
+            tmp_path,
+            "editor",
+            {
+                "_Save the file": "_Guardar el archivo",
+                "Open a new window": "Abrir una ventana nueva",
+                "Print %d pages": "Imprimir %d páginas",
+            },
+        ),
+        "chat": _package(
+            tmp_path,
+            "chat",
+            {
+                "Open a new window": "Abrir otra ventana",  # the English side occurs in training
+                "Join the channel": "Unirse al canal",
+                "Leave the channel": "Salir del canal",
+            },
+        ),
+    }
     train, modern, stats = build_pairs(trees, {"editor": "train", "chat": "modern"})
-    assert sorted(train) == [("Abrir una ventana nueva", "Open a new window"),
-                             ("Guardar el archivo", "Save the file")]  # fmt: skip
-    assert sorted(modern) == [("Salir del canal", "Leave the channel"),
-                              ("Unirse al canal", "Join the channel")]  # fmt: skip
+    assert sorted(train) == [
+        ("Abrir una ventana nueva", "Open a new window"),
+        ("Guardar el archivo", "Save the file"),
+    ]
+    assert sorted(modern) == [
+        ("Salir del canal", "Leave the channel"),
+        ("Unirse al canal", "Join the channel"),
+    ]
     assert stats.entries == {"chat": 3, "editor": 3} and stats.dropped == {"placeholder": 1}
     assert stats.kept == {"chat": 3, "editor": 2}
 

@@ -31,11 +31,29 @@ MAIN = """<ldml><localeDisplayNames>
 ANNOTATIONS = """<ldml><annotations><annotation cp="🍎" type="tts">{apple}</annotation>
 <annotation cp="🍎">{apple} | fruta</annotation></annotations></ldml>"""
 TEXTS = {
-    "es": dict(de="alemán", ca="Canadá", jan="enero", yesterday="ayer", ago="hace {0} días",
-               km1="{0} kilómetro", km="{0} kilómetros", odd="{1} por {0}", apple="manzana roja"),
-    "en": dict(de="German", ca="Canada", jan="January", yesterday="yesterday", ago="{0} days ago",
-               km1="{0} kilometer", km="{0} kilometers", odd="{0} per {1}", apple="red apple"),
-}  # fmt: skip
+    "es": dict(
+        de="alemán",
+        ca="Canadá",
+        jan="enero",
+        yesterday="ayer",
+        ago="hace {0} días",
+        km1="{0} kilómetro",
+        km="{0} kilómetros",
+        odd="{1} por {0}",
+        apple="manzana roja",
+    ),
+    "en": dict(
+        de="German",
+        ca="Canada",
+        jan="January",
+        yesterday="yesterday",
+        ago="{0} days ago",
+        km1="{0} kilometer",
+        km="{0} kilometers",
+        odd="{0} per {1}",
+        apple="red apple",
+    ),
+}
 
 
 def _tree(root: Path) -> Path:
@@ -71,6 +89,11 @@ def test_cldr_pairs_join_the_training_pairs(tmp_path):
 def test_the_installed_cldr_gives_everyday_words():
     pairs = set(cldr_pairs())
     assert len(pairs) > 2000
-    for pair in [("Canadá", "Canada"), ("ayer", "yesterday"), ("enero", "January"),
-                 ("3 kilómetros", "3 kilometers"), ("manzana roja", "red apple")]:  # fmt: skip
+    for pair in [
+        ("Canadá", "Canada"),
+        ("ayer", "yesterday"),
+        ("enero", "January"),
+        ("3 kilómetros", "3 kilometers"),
+        ("manzana roja", "red apple"),
+    ]:
         assert pair in pairs

@@ -72,9 +72,11 @@ def test_the_contract_is_backward_compatible_for_translation_clients():
         pytest.skip("this checkout has no history (a shallow clone)")
     against = f"{ROOT / '.git'}#ref={TRANSLATION_CONTRACT},subdir=protos"
     result = subprocess.run(
-        [buf, "breaking", "--against", against], cwd=ROOT / "protos", capture_output=True,
+        [buf, "breaking", "--against", against],
+        cwd=ROOT / "protos",
+        capture_output=True,
         text=True,
-    )  # fmt: skip
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 

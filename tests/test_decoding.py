@@ -86,18 +86,16 @@ def test_beam_size_one_equals_greedy(case):
     engine, sources, max_length = case
     greedy, _ = _decode(engine, sources, DecodingOptions(max_length=max_length))
     beam, _ = _decode(engine, sources, DecodingOptions(beam_size=1, max_length=max_length))
-    from service.runtime.decoding import beam_search, greedy_search
+    from service.runtime.decoding import BeamSearch, GreedySearch, run
 
     src, mask = source_batch(sources, 512)
+    options = DecodingOptions(max_length=max_length)
     forced, plain = (
-        search(
+        run(
+            search(len(sources), options, BOS_ID, EOS_ID),
             CachedInference(engine, engine.encode(src, mask), len(sources)),
-            len(sources),
-            DecodingOptions(max_length=max_length),
-            BOS_ID,
-            EOS_ID,
         )
-        for search in (beam_search, greedy_search)
+        for search in (BeamSearch, GreedySearch)
     )
     for g, b, f, p in zip(greedy, beam, forced, plain, strict=True):
         assert g[0].tokens == b[0].tokens == f[0].tokens == p[0].tokens

@@ -220,8 +220,9 @@ def test_kubernetes_probes_ask_grpc_health_and_the_pod_outlives_its_drain():
     (container,) = pod["containers"]
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         assert container[probe]["grpc"]["port"] == GRPC_PORT  # health needs no token
-    drain = float(next(e["value"] for e in container["env"]
-                       if e["name"] == "ATTNSERVE_DRAIN_SECONDS"))  # fmt: skip
+    drain = float(
+        next(e["value"] for e in container["env"] if e["name"] == "ATTNSERVE_DRAIN_SECONDS")
+    )
     assert drain <= ServerConfig().drain_seconds and pod["terminationGracePeriodSeconds"] > drain
     assert budget["spec"]["minAvailable"] >= 1
     assert deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0

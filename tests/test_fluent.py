@@ -53,6 +53,8 @@ def test_the_two_locales_pair_by_file_message_and_attribute(tmp_path):
     assert firefox_pairs(tmp_path / "en", spanish) == [
         ("Cerrar la ventana", "Close the window"),
         ("Cerrar Firefox", "Close Firefox"),
-        ("No se pudo guardar el archivo porque el disco está lleno.",
-         "The file could not be saved because the disk is full."),
-    ]  # fmt: skip  # no access key, no selector, no message of one locale only
+        (
+            "No se pudo guardar el archivo porque el disco está lleno.",
+            "The file could not be saved because the disk is full.",
+        ),
+    ]  # no access key, no selector, no message of one locale only

@@ -35,8 +35,12 @@ texts = st.text(max_size=64) | st.text(max_size=MAX_TEXT_CHARS + 8, alphabet="ab
 @st.composite
 def options(draw) -> decoding_pb2.DecodingOptions:
     message = decoding_pb2.DecodingOptions()
-    for name, values in (("beam_size", uint32), ("max_length", uint32),
-                         ("length_penalty", floats), ("num_hypotheses", uint32)):  # fmt: skip
+    for name, values in (
+        ("beam_size", uint32),
+        ("max_length", uint32),
+        ("length_penalty", floats),
+        ("num_hypotheses", uint32),
+    ):
         if draw(st.booleans()):
             setattr(message, name, draw(values))
     if draw(st.booleans()):

@@ -32,7 +32,8 @@ def test_the_check_catches_a_wrong_position():
 @pytest.mark.gpu
 def test_gqa_over_a_shared_buffer_matches_numpy_on_cuda():
     """Every batch and layout with the total the steps pass (the buffer's size)."""
-    cases = gqa_check.check("cuda", "float16", batches=(1, 3, 16, 64, 256),
-                            totals=("capacity",), buffers=("shared",))  # fmt: skip
+    cases = gqa_check.check(
+        "cuda", "float16", batches=(1, 3, 16, 64, 256), totals=("capacity",), buffers=("shared",)
+    )
     failed = [c for c in cases if not c.passed]
     assert failed == [], failed[:4]

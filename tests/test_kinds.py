@@ -46,8 +46,13 @@ def test_every_manifest_kind_has_one_module_and_an_unknown_kind_is_refused():
 
 
 def test_messages_are_frozen_and_cross_a_pipe_intact():
-    report = Report("captioner/1", [Partial(3, 1, [7, 8], 2), Failure(4, "InvalidArgument",
-                    "images[0]: empty")], None, 5, 1)  # fmt: skip
+    report = Report(
+        "captioner/1",
+        [Partial(3, 1, [7, 8], 2), Failure(4, "InvalidArgument", "images[0]: empty")],
+        None,
+        5,
+        1,
+    )
     copy = pickle.loads(pickle.dumps(report))
     assert copy == report and copy.events[0].new == [7, 8]
     error = copy.events[1].error()
@@ -77,8 +82,9 @@ def test_a_request_is_cut_into_jobs_that_each_fit_a_batch():
     config = replace(ServerConfig(), max_batch_rows=8)
     front = Front(config, _models(["translator"], []), Pool(), None)
     ids = np.arange(10 * 3).reshape(10, 3)
-    prepared = Prepared({"src_ids": ids}, DecodingOptions(beam_size=3), [f"texts[{i}]" for i in
-                        range(10)])  # fmt: skip
+    prepared = Prepared(
+        {"src_ids": ids}, DecodingOptions(beam_size=3), [f"texts[{i}]" for i in range(10)]
+    )
     jobs = front.jobs(prepared, Context(), stream=False)
     assert [j.inputs for j in jobs] == [2, 2, 2, 2, 2] and all(j.rows <= 8 for j in jobs)
     assert np.array_equal(np.concatenate([j.encoder_inputs["src_ids"] for j in jobs]), ids)

@@ -52,10 +52,15 @@ def test_the_mix_tags_synthetic_sources_and_keeps_the_dev_slice_out_of_train(tmp
     assert len(dev) == 1 + DEV_PAIRS and not set(dev) & set(train)
     repeated = 2 * LEXICON_REPEAT + PHRASE_REPEAT + EXPRESSION_REPEAT
     assert counts["train"] == {
-        "bible": 2, "bible-peoples": PEOPLES_REPEAT, "catalogs": 40, "synthetic": 1,
-        "lexicon": 2 * LEXICON_REPEAT, "phrases": PHRASE_REPEAT,
-        "expressions": EXPRESSION_REPEAT, "total": 43 + PEOPLES_REPEAT + repeated,
-    }  # fmt: skip
+        "bible": 2,
+        "bible-peoples": PEOPLES_REPEAT,
+        "catalogs": 40,
+        "synthetic": 1,
+        "lexicon": 2 * LEXICON_REPEAT,
+        "phrases": PHRASE_REPEAT,
+        "expressions": EXPRESSION_REPEAT,
+        "total": 43 + PEOPLES_REPEAT + repeated,
+    }
     assert counts["test"] == dict.fromkeys(TEST_PARTS, 1)
 
 
@@ -77,7 +82,8 @@ def test_the_synthetic_tag_is_one_piece_of_the_tokenizer(tmp_path):
     from models.tokenizer import train_tokenizer
 
     lines = [f"{SYNTHETIC_TAG} me gustan los gatos", "I like cats", "hola mundo"] * 100
-    tokenizer = train_tokenizer(lines, tmp_path / "t.model", vocab_size=280,
-                                symbols=(SYNTHETIC_TAG,))  # fmt: skip
+    tokenizer = train_tokenizer(
+        lines, tmp_path / "t.model", vocab_size=280, symbols=(SYNTHETIC_TAG,)
+    )
     pieces = tokenizer.pieces(tokenizer.encode(f"{SYNTHETIC_TAG} me gustan"))
     assert SYNTHETIC_TAG in pieces

@@ -65,8 +65,9 @@ def test_join_pads_pad_only_after_the_rows_axis():
         join_pads((2, 3), (2, 3, 4))
 
 
-@pytest.mark.parametrize(("dtype", "numpy"), [(TensorProto.FLOAT, np.float32),
-                                              (TensorProto.FLOAT16, np.float16)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("dtype", "numpy"), [(TensorProto.FLOAT, np.float32), (TensorProto.FLOAT16, np.float16)]
+)
 def test_place_gathers_and_pads_every_tensor_as_numpy_does(dtype, numpy):
     """The place op: rows `indices` of each data_i (any rank), right-padded by pads_i, in one
     run (a request's memory tensors written into a static step's slots)."""

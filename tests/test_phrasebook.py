@@ -28,9 +28,27 @@ ENTRIES = [
     Entry("rápido", "fast", "adj"),
 ]
 COUNTS = Counter(
-    dict.fromkeys(["tenedor", "fork", "mesa", "table", "agua", "water", "gafas", "glasses",
-                   "estudiante", "student", "striker", "traer", "bring", "rápido", "fast"], 10)
-)  # fmt: skip
+    dict.fromkeys(
+        [
+            "tenedor",
+            "fork",
+            "mesa",
+            "table",
+            "agua",
+            "water",
+            "gafas",
+            "glasses",
+            "estudiante",
+            "student",
+            "striker",
+            "traer",
+            "bring",
+            "rápido",
+            "fast",
+        ],
+        10,
+    )
+)
 
 
 def test_english_takes_a_or_an_by_sound():

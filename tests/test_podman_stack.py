@@ -26,8 +26,14 @@ from helpers import ROOT
 from service import client
 
 # catatonit: the init of the compose file's `init: true`
-TOOLS = ("podman", "runc", "mmdebstrap", "podman-compose", "iptables",
-         "/usr/libexec/podman/catatonit")  # fmt: skip
+TOOLS = (
+    "podman",
+    "runc",
+    "mmdebstrap",
+    "podman-compose",
+    "iptables",
+    "/usr/libexec/podman/catatonit",
+)
 pytestmark = [
     pytest.mark.stack,
     pytest.mark.skipif(
@@ -87,12 +93,42 @@ def env() -> dict:
     images = _run(["podman", "images", "--format", "{{.Repository}}:{{.Tag}}"], env).split()
     if BASE not in images:
         _timed("base_image_seconds", ["deploy/podman/base-image.sh", BASE], env)
-    _timed("attnserve_image_seconds", ["podman", "build", "--format", "docker",
-           "--build-arg", f"PYTHON_IMAGE={BASE}", "-v", "/opt/wheels:/opt/wheels:ro",
-           "--target", "runtime", "-t", "attnserve:cpu", "."], env)  # fmt: skip
-    _timed("prometheus_image_seconds", ["podman", "build", "--format", "docker",
-           "-f", "deploy/podman/prometheus.Containerfile", "--build-arg", f"BASE_IMAGE={BASE}",
-           "-t", PROMETHEUS, "."], env)  # fmt: skip
+    _timed(
+        "attnserve_image_seconds",
+        [
+            "podman",
+            "build",
+            "--format",
+            "docker",
+            "--build-arg",
+            f"PYTHON_IMAGE={BASE}",
+            "-v",
+            "/opt/wheels:/opt/wheels:ro",
+            "--target",
+            "runtime",
+            "-t",
+            "attnserve:cpu",
+            ".",
+        ],
+        env,
+    )
+    _timed(
+        "prometheus_image_seconds",
+        [
+            "podman",
+            "build",
+            "--format",
+            "docker",
+            "-f",
+            "deploy/podman/prometheus.Containerfile",
+            "--build-arg",
+            f"BASE_IMAGE={BASE}",
+            "-t",
+            PROMETHEUS,
+            ".",
+        ],
+        env,
+    )
     return env
 
 
@@ -101,8 +137,17 @@ def _compose(env: dict, *args: str) -> str:
 
 
 def _containers(env: dict, service: str) -> list[str]:
-    names = _run(["podman", "ps", "--format", "{{.Names}}",
-                  "--filter", f"label=io.podman.compose.project={PROJECT}"], env)  # fmt: skip
+    names = _run(
+        [
+            "podman",
+            "ps",
+            "--format",
+            "{{.Names}}",
+            "--filter",
+            f"label=io.podman.compose.project={PROJECT}",
+        ],
+        env,
+    )
     return sorted(n for n in names.split() if n.startswith(f"{PROJECT}_{service}_"))
 
 
@@ -113,8 +158,9 @@ def _host_port(env: dict, container: str, port: int) -> int:
 
 def _down(env: dict) -> None:
     """The stack removed, scaled replicas too (podman-compose's down misses all but one)."""
-    labelled = _run(["podman", "ps", "-aq", "--filter",
-                     f"label=io.podman.compose.project={PROJECT}"], env).split()  # fmt: skip
+    labelled = _run(
+        ["podman", "ps", "-aq", "--filter", f"label=io.podman.compose.project={PROJECT}"], env
+    ).split()
     if labelled:
         _run(["podman", "rm", "-f", "-t", "30", *labelled], env, timeout=120)
     _compose(env, "down", "-v")
@@ -124,8 +170,9 @@ def _down(env: dict) -> None:
 def stack(env):
     _down(env)
     start = time.monotonic()
-    _compose(env, "up", "-d", "--no-build", "--scale", f"attnserve={REPLICAS}",
-             "attnserve", "prometheus")  # fmt: skip
+    _compose(
+        env, "up", "-d", "--no-build", "--scale", f"attnserve={REPLICAS}", "attnserve", "prometheus"
+    )
     replicas = _containers(env, "attnserve")
     assert len(replicas) == REPLICAS
     ports = [_host_port(env, name, 50051) for name in replicas]
@@ -192,8 +239,9 @@ def test_down_drains_a_call_in_flight(env, stack):
     def call():
         with client.connect(f"127.0.0.1:{port}") as channel:
             try:
-                outcome["response"] = client.translate(channel, ["Yo soy de Canadá."],
-                                                       timeout=120, **LONG)  # fmt: skip
+                outcome["response"] = client.translate(
+                    channel, ["Yo soy de Canadá."], timeout=120, **LONG
+                )
             except grpc.RpcError as error:  # recorded for the assertion
                 outcome["error"] = error
 

@@ -28,9 +28,15 @@ def test_a_few_hundred_named_drawable_glyphs():
 
 @pytest.mark.parametrize(
     ("name", "expected"),
-    [("red apple", "red apples"), ("bus", "buses"), ("mouse", "mice"), ("strawberry",
-     "strawberries"), ("fallen leaf", "fallen leaves"), ("tomato", "tomatoes")],
-)  # fmt: skip
+    [
+        ("red apple", "red apples"),
+        ("bus", "buses"),
+        ("mouse", "mice"),
+        ("strawberry", "strawberries"),
+        ("fallen leaf", "fallen leaves"),
+        ("tomato", "tomatoes"),
+    ],
+)
 def test_plurals(name, expected):
     assert plural(name) == expected
 

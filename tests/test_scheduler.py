@@ -111,7 +111,7 @@ ENGINES = [
     ("captioner", "onnx"),
     ("captioner", "onnx-device-path"),
     ("captioner", "torch"),
-]  # fmt: skip (onnx: the translator's cache written in place, as served on the CPU)
+]  # onnx: the translator's cache written in place, as served on the CPU
 
 
 @pytest.mark.parametrize(("model", "runtime"), ENGINES, ids=["-".join(e) for e in ENGINES])
@@ -401,8 +401,12 @@ def test_a_cancelled_or_expired_job_leaves_no_row_behind(
     )
     long = DecodingOptions(max_length=30)
     s = kind.sources
-    first = [kind.job(0, [s[0]], long), kind.job(1, [s[1]], OPTIONS[1]),
-             kind.job(2, [s[2]], long, deadline=5.0), kind.job(3, [s[3]], OPTIONS[0])]  # fmt: skip
+    first = [
+        kind.job(0, [s[0]], long),
+        kind.job(1, [s[1]], OPTIONS[1]),
+        kind.job(2, [s[2]], long, deadline=5.0),
+        kind.job(3, [s[3]], OPTIONS[0]),
+    ]
     for job in first:
         scheduler.submit(job)
     scheduler.iterate()  # admitted and joined (nothing ran yet), one step

@@ -78,8 +78,9 @@ OPTIONS = {
 
 @pytest.mark.parametrize("name", list(OPTIONS))
 @pytest.mark.parametrize("io_binding", [False, True])
-def test_device_search_decodes_like_the_host_search(exported_translator, test_sentences, name,
-                                                     io_binding):  # fmt: skip
+def test_device_search_decodes_like_the_host_search(
+    exported_translator, test_sentences, name, io_binding
+):
     from service.runtime.tokenizer import Tokenizer
 
     version = exported_translator[0]

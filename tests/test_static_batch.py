@@ -34,8 +34,10 @@ def test_the_static_step_has_every_shape_fixed_but_the_rows(tiny):
     model, version, _ = tiny
     for name in ("decoder", "lean_decoder"):
         graph = onnx.load(str(version.graph("fp32", STATIC + name))).graph
-        dims = {v.name: [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim]
-                for v in (*graph.input, *graph.output)}  # fmt: skip
+        dims = {
+            v.name: [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim]
+            for v in (*graph.input, *graph.output)
+        }
         capacity = model.config.max_length
         assert dims["past_key_values.0.key"] == ["batch", 4, capacity, 8]
         assert dims["present.2.value"] == dims["past_key_values.2.value"]
@@ -242,8 +244,9 @@ def test_what_leaves_a_step_is_not_overwritten_by_the_next(tiny):
     held = [a.copy() for a in (logits, attention, candidates.ids, candidates.log_probs)]
     batch.step(np.array([[7], [8]]))
     batch.search_step(np.array([[9], [10]]), SearchRequest(k=3, attention=False))
-    for kept, now in zip(held, (logits, attention, candidates.ids, candidates.log_probs),
-                         strict=True):  # fmt: skip
+    for kept, now in zip(
+        held, (logits, attention, candidates.ids, candidates.log_probs), strict=True
+    ):
         np.testing.assert_array_equal(kept, now)
 
 
@@ -282,8 +285,10 @@ def test_the_place_op_writes_every_memory_tensor_of_a_run_of_slots_at_once(tiny)
             if leaving is not None:  # their slots are free: runs of one slot
                 batch.reorder(np.array(leaving))
             places.clear(), gathers.clear()
-            batch.join(static.encode(*source_batch([sources[i] for i in joining], 512)),
-                       np.arange(len(joining)))  # fmt: skip
+            batch.join(
+                static.encode(*source_batch([sources[i] for i in joining], 512)),
+                np.arange(len(joining)),
+            )
             counts.append((len(places), len(gathers)))
             logits, _ = batch.step(np.full((6, 1), 7))
             out.append(logits.copy())

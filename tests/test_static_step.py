@@ -54,8 +54,7 @@ def compare(version, path, variant, device, graph_ids=None, steps=20, rows=3):
     inference = CachedInference(engine, encoder, rows)
     layers = int(version.config["decoder_layers"])
     session = cuda_graph_session(path, device, capture=graph_ids is not None)
-    step = StaticStep(session, bucket(rows, 8), {"memory": 16}, carried(layers), device,
-                      graph_ids)  # fmt: skip
+    step = StaticStep(session, bucket(rows, 8), {"memory": 16}, carried(layers), device, graph_ids)
     decoder = FixedCacheDecoder(step, CAPACITY)
     memory = {n: t if isinstance(t, np.ndarray) else t.numpy() for n, t in encoder.memory.items()}
     decoder.start(memory, encoder.memory_mask)
@@ -83,8 +82,10 @@ def test_the_fixed_step_has_static_shapes(tiny):
     graph = onnx.load(str(fixed["fp32"])).graph
 
     def dims(values):
-        return {v.name: [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim]
-                for v in values}  # fmt: skip
+        return {
+            v.name: [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim]
+            for v in values
+        }
 
     inputs, outputs = dims(graph.input), dims(graph.output)
     assert inputs["past_key_values.0.key"] == ["batch", 4, CAPACITY, 8]
@@ -109,14 +110,16 @@ def test_the_fixed_step_equals_the_growing_cache_on_the_cpu(tiny, variant):
 def test_the_fixed_step_refuses_what_its_buffers_cannot_hold(tiny):
     _, version, fixed = tiny
     layers = int(version.config["decoder_layers"])
-    step = StaticStep(cuda_graph_session(fixed["fp32"], "cpu"), 2, {"memory": 4},
-                      carried(layers))  # fmt: skip
+    step = StaticStep(cuda_graph_session(fixed["fp32"], "cpu"), 2, {"memory": 4}, carried(layers))
     decoder = FixedCacheDecoder(step, CAPACITY)
     keys = np.zeros((2, 4, 6, 8), np.float32)
     with pytest.raises(ValueError, match="holds 2 of 4"):
         decoder.start({"encoder.0.key": keys}, np.ones((2, 6), np.int64))
-    memory = {f"encoder.{i}.{p}": np.zeros((2, 4, 3, 8), np.float32)
-              for i in range(layers) for p in ("key", "value")}  # fmt: skip
+    memory = {
+        f"encoder.{i}.{p}": np.zeros((2, 4, 3, 8), np.float32)
+        for i in range(layers)
+        for p in ("key", "value")
+    }
     decoder.start(memory, np.ones((2, 3), np.int64))
     for _ in range(CAPACITY):
         decoder.forward(np.array([5, 6]))
@@ -204,7 +207,6 @@ def test_the_slot_cache_lets_rows_start_in_any_slot_at_any_step(tiny, variant, r
 def test_the_slot_cache_refuses_a_step_that_shifts_its_cache(tiny):
     _, version, fixed = tiny
     layers = int(version.config["decoder_layers"])
-    step = StaticStep(cuda_graph_session(fixed["fp32"], "cpu"), 2, {"memory": 4},
-                      carried(layers))  # fmt: skip
+    step = StaticStep(cuda_graph_session(fixed["fp32"], "cpu"), 2, {"memory": 4}, carried(layers))
     with pytest.raises(ValueError, match="writes in place"):
         SlotCacheDecoder(step, CAPACITY)

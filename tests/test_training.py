@@ -41,17 +41,8 @@ def test_collate_shifts_the_target_and_pads():
 
 
 def _torchrun(args: list[str], cwd) -> subprocess.CompletedProcess:
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node",
-        "2",
-        "-m",
-        "attnserve.cli",
-        *args,
-    ]
+    launcher = "-m torch.distributed.run --standalone --nproc_per_node 2 -m attnserve.cli"
+    command = [sys.executable, *launcher.split(), *args]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
 
@@ -129,9 +120,26 @@ def test_a_packed_run_goes_on_elsewhere_where_it_stopped(tmp_path, translator_da
     from models.run_state import pack_run, unpack_run
 
     data = _tiny_corpus(tmp_path, translator_data)
-    common = ["train", "translator", "--preset", "tiny", "--vocab-size", "512", "--data",
-              str(data), "--max-tokens", "600", "--dev-sentences", "4", "--threads", "1",
-              "--checkpoint-every", "2", "--out", str(tmp_path / "out")]  # fmt: skip
+    common = [
+        "train",
+        "translator",
+        "--preset",
+        "tiny",
+        "--vocab-size",
+        "512",
+        "--data",
+        str(data),
+        "--max-tokens",
+        "600",
+        "--dev-sentences",
+        "4",
+        "--threads",
+        "1",
+        "--checkpoint-every",
+        "2",
+        "--out",
+        str(tmp_path / "out"),
+    ]
     first, second = tmp_path / "first", tmp_path / "second"
     assert main([*common, "--run-dir", str(first), "--max-steps", "2"]) == 0
     packed = tmp_path / "run.pt"
@@ -154,8 +162,10 @@ def test_a_packed_run_goes_on_elsewhere_where_it_stopped(tmp_path, translator_da
         assert error <= weights.abs().max().item() / 127 * 0.51 + 1e-3, name
     (second / "last.pt").unlink()
 
-    assert main([*common, "--run-dir", str(second), "--resume-from", str(packed),
-                 "--max-steps", "4"]) == 0  # fmt: skip
+    assert (
+        main([*common, "--run-dir", str(second), "--resume-from", str(packed), "--max-steps", "4"])
+        == 0
+    )
     state = torch.load(second / "last.pt", weights_only=False)
     assert state["progress"]["step"] == 4 and "optimizer" in state
     assert pack_run(second, tmp_path / "again.pt")["step"] == 4
@@ -167,11 +177,39 @@ def test_a_run_s_weights_files_are_evaluated_and_translated(tmp_path, translator
 
     data = _tiny_corpus(tmp_path, translator_data)
     run = tmp_path / "run"
-    assert main(["train", "translator", "--preset", "tiny", "--vocab-size", "512", "--data",
-                 str(data), "--max-tokens", "600", "--dev-sentences", "4", "--threads", "1",
-                 "--checkpoint-every", "2", "--average", "2", "--snapshot-every", "2",
-                 "--run-dir", str(run), "--out", str(tmp_path / "out"),
-                 "--max-steps", "4"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "train",
+                "translator",
+                "--preset",
+                "tiny",
+                "--vocab-size",
+                "512",
+                "--data",
+                str(data),
+                "--max-tokens",
+                "600",
+                "--dev-sentences",
+                "4",
+                "--threads",
+                "1",
+                "--checkpoint-every",
+                "2",
+                "--average",
+                "2",
+                "--snapshot-every",
+                "2",
+                "--run-dir",
+                str(run),
+                "--out",
+                str(tmp_path / "out"),
+                "--max-steps",
+                "4",
+            ]
+        )
+        == 0
+    )
     snapshot = sorted((run / "snapshots").glob("step-*.pt"))[-1]
     assert "model_config" in torch.load(snapshot, weights_only=False)  # no last.pt to read
     last = torch.load(run / "last.pt", weights_only=False)["model"]
@@ -182,12 +220,34 @@ def test_a_run_s_weights_files_are_evaluated_and_translated(tmp_path, translator
     model, _ = load_run_weights(snapshot)  # step 4: the same weights as last.pt
     assert all(torch.equal(model.state_dict()[k], v.float()) for k, v in last.items())
     capsys.readouterr()
-    evaluate = ["evaluate", "translator", "--data", str(data), "--split", "dev", "--limit", "3",
-                "--max-length", "8", "--checkpoint", str(snapshot), "--json"]  # fmt: skip
+    evaluate = [
+        "evaluate",
+        "translator",
+        "--data",
+        str(data),
+        "--split",
+        "dev",
+        "--limit",
+        "3",
+        "--max-length",
+        "8",
+        "--checkpoint",
+        str(snapshot),
+        "--json",
+    ]
     assert main(evaluate) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["parts"]["dev"]["sentences"] == 3 and report["parts"]["dev"]["bleu"] >= 0
-    translate = ["translate", "--engine", "torch", "--checkpoint", str(snapshot), "--max-length",
-                 "8", "--json", "uno dos"]  # fmt: skip
+    translate = [
+        "translate",
+        "--engine",
+        "torch",
+        "--checkpoint",
+        str(snapshot),
+        "--max-length",
+        "8",
+        "--json",
+        "uno dos",
+    ]
     assert main(translate) == 0  # the snapshot decodes as a shipped checkpoint would
     assert json.loads(capsys.readouterr().out)["source"] == "uno dos"

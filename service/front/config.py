@@ -14,23 +14,46 @@ import tomllib
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from service.runtime.choices import (
+    AUTO,
+    BATCHING,
+    CACHES,
+    DEVICES,
+    THREADING,
+    VARIANTS,
+    Auto,
+    Batching,
+    Cache,
+    Device,
+    Threading,
+    Variant,
+    one_of,
+)
 from service.runtime.errors import InvalidArgument
+from service.worker.scheduler import MAX_ROWS, WINDOW_SECONDS
 
 DEFAULT_REPOSITORY = Path(__file__).resolve().parents[1] / "data" / "repository"
 ENV_PREFIX = "ATTNSERVE_"
-VARIANTS = ("fp32", "int8", "fp16")
 # The variant auto serves on cuda when the version has it certified, and how its graphs must
-# have been made: fp16 built op by op is faster than fp32 from batch 256 on an H100 and about
-# equal below; traced fp16 was slower than fp32 (docs/benchmarks-gpu.md).
+# have been made: fp16 graphs built op by op are the fastest there (docs/benchmarks-gpu.md).
 # Text requests are small (1,000 texts of 4,096 characters at most); caption requests carry
 # encoded images (8 MB each by default), so a request may reach 32 MB. Responses with
 # alignments or attention maps can pass gRPC's default 4 MB, so they may reach 64 MB.
 MAX_RECEIVE_BYTES, MAX_SEND_BYTES = 32 * 1024 * 1024, 64 * 1024 * 1024
 # `fronts = 0`: a front per this many cores, at most this many fronts (the most measured)
 CORES_PER_FRONT, MAX_AUTO_FRONTS = 4, 4
-ENCODERS = ("auto", "thread", "inline")
-STEPS = ("inline", "thread")
 GPU_PREFERENCE: tuple[tuple[str, str], ...] = (("fp16", "built"),)
+
+
+# the settings that take one of a list of choices, and their lists
+CHOICES: dict[str, tuple[str, ...]] = {
+    "device": (AUTO, *DEVICES),
+    "variant": (AUTO, *VARIANTS),
+    "cache": (AUTO, *CACHES),
+    "batching": BATCHING,
+    "encoder": (AUTO, *THREADING),
+    "step": THREADING,
+}
 
 
 @dataclass(frozen=True)
@@ -38,13 +61,13 @@ class ServerConfig:
     listen: str = "0.0.0.0:50051"  # gRPC; port 0 lets the OS choose
     metrics_listen: str = "0.0.0.0:9400"  # Prometheus /metrics; port 0 lets the OS choose
     repository: Path = DEFAULT_REPOSITORY  # <model>/<version>/manifest.json ...
-    device: str = "auto"  # cuda when onnxruntime has CUDA, else cpu; or cpu, cuda
+    device: Device | Auto = AUTO  # cuda when onnxruntime has CUDA, else cpu; or cpu, cuda
     workers: int = 0  # 0: one per usable CPU core (usable_cores), or one per GPU on cuda
     # gRPC front processes on one port (SO_REUSEPORT), every one reaching every worker
     # (service.front.fronts): one front answers about a thousand calls a second at most.
     # 0: one per CORES_PER_FRONT CPU cores, at most MAX_AUTO_FRONTS (front_choice)
     fronts: int = 0
-    variant: str = "auto"  # per model version (auto_variant); or fp32, int8 (CPU), fp16 (GPU)
+    variant: Variant | Auto = AUTO  # per model version (auto_variant); or fp32, int8, fp16
     io_binding: bool | None = None  # None: on for cuda, off for cpu
     # how a step carries the key/value cache: "auto" writes it in place on the CPU where the
     # version ships that step, else it grows; on CUDA "auto" serves the static step where the
@@ -52,18 +75,18 @@ class ServerConfig:
     # (service.worker.process.choose_engine), else growing. Or "in_place" (on CUDA: fp16),
     # "growing", or "static" (in place at a fixed capacity over buffers per bucket of rows,
     # each bucket's step a CUDA graph on cuda); a version without that step keeps its default
-    cache: str = "auto"
-    batching: str = "continuous"  # or "request" (collect, then decode to the end)
+    cache: Cache | Auto = AUTO
+    batching: Batching = "continuous"  # or "request" (collect, then decode to the end)
     # where admissions' encoder runs: "thread" beside the steps (their rows join once it has
     # run), "inline" before the step; "auto": a thread on cuda, where the worker's loop
     # would otherwise leave the GPU idle, inline on the CPU, where each worker has a core
-    encoder: str = "auto"
+    encoder: Threading | Auto = AUTO
     # where a step of greedy rows runs: "inline", or "thread": beside the scheduler's own
     # work (the jobs the step before ended finished, partials, messages), at the cost of two
     # thread handoffs a step (docs/benchmarks.md, "The worker's loop")
-    step: str = "inline"
-    batch_window_ms: float = 5.0  # how long request-level batching collects
-    max_batch_rows: int = 64  # hypotheses decoded together by one worker
+    step: Threading = "inline"
+    batch_window_ms: float = WINDOW_SECONDS * 1000  # how long request-level batching collects
+    max_batch_rows: int = MAX_ROWS  # hypotheses decoded together by one worker
     max_queued_requests: int = 256  # beyond: RESOURCE_EXHAUSTED
     # ... and RESOURCE_EXHAUSTED at once for a call that would pass the limit on batch rows in
     # flight that keeps the calls' p99 latency within this budget (service.front.admission; 0: no
@@ -105,33 +128,31 @@ class ServerConfig:
 
     def validate(self) -> ServerConfig:
         problems = []
-        if self.device not in ("auto", "cpu", "cuda"):
-            problems.append(f"device must be auto, cpu or cuda, got {self.device!r}")
-        if self.variant not in ("auto", *VARIANTS):
-            problems.append(f"variant must be auto, fp32, int8 or fp16, got {self.variant!r}")
-        if self.cache not in ("auto", "in_place", "growing", "static"):
-            problems.append(f"cache must be auto, in_place, growing or static, got {self.cache!r}")
+        for name, choices in CHOICES.items():
+            if getattr(self, name) not in choices:
+                value = getattr(self, name)
+                problems.append(f"{name} must be {one_of(choices)}, got {value!r}")
         if self.cache == "static" and self.io_binding is False:
             problems.append("cache static runs over bound buffers: io_binding cannot be false")
-        if self.batching not in ("continuous", "request"):
-            problems.append(f"batching must be continuous or request, got {self.batching!r}")
-        if self.encoder not in ENCODERS:
-            problems.append(f"encoder must be auto, thread or inline, got {self.encoder!r}")
-        if self.step not in STEPS:
-            problems.append(f"step must be inline or thread, got {self.step!r}")
         for name in ("workers", "max_input_tokens", "max_output_length", "max_versions"):
             if getattr(self, name) < 0:
                 problems.append(f"{name} must be 0 or more")
         for name in (
-            "max_batch_rows", "max_queued_requests", "default_max_length", "max_image_bytes",
+            "max_batch_rows",
+            "max_queued_requests",
+            "default_max_length",
+            "max_image_bytes",
             "max_image_pixels",
-        ):  # fmt: skip
+        ):
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be 1 or more")
         for name in (
-            "watch_seconds", "latency_budget_seconds", "min_ping_interval_seconds",
-            "max_connection_age_seconds", "max_connection_age_grace_seconds",
-        ):  # fmt: skip
+            "watch_seconds",
+            "latency_budget_seconds",
+            "min_ping_interval_seconds",
+            "max_connection_age_seconds",
+            "max_connection_age_grace_seconds",
+        ):
             if getattr(self, name) < 0:
                 problems.append(f"{name} must be 0 or more")
         if self.fronts < 0:
@@ -152,19 +173,23 @@ class ServerConfig:
             ("grpc.max_receive_message_length", MAX_RECEIVE_BYTES),
             ("grpc.max_send_message_length", MAX_SEND_BYTES),
             ("grpc.max_concurrent_streams", self.max_concurrent_streams),
-            ("grpc.http2.min_ping_interval_without_data_ms",
-             int(self.min_ping_interval_seconds * 1000)),
+            (
+                "grpc.http2.min_ping_interval_without_data_ms",
+                int(self.min_ping_interval_seconds * 1000),
+            ),
             ("grpc.http2.max_ping_strikes", 2),
             ("grpc.keepalive_permit_without_calls", 1),
             # several fronts bind one port; one front alone refuses a second server there
             ("grpc.so_reuseport", int(self.front_choice()[0] > 1)),
-        ]  # fmt: skip
+        ]
         if self.max_connection_age_seconds:
             options += [
                 ("grpc.max_connection_age_ms", int(self.max_connection_age_seconds * 1000)),
-                ("grpc.max_connection_age_grace_ms",
-                 int(self.max_connection_age_grace_seconds * 1000)),
-            ]  # fmt: skip
+                (
+                    "grpc.max_connection_age_grace_ms",
+                    int(self.max_connection_age_grace_seconds * 1000),
+                ),
+            ]
         return options
 
     def device_choice(self) -> tuple[str, str]:
@@ -206,9 +231,9 @@ class ServerConfig:
         cores = usable_cores()
         count = min(MAX_AUTO_FRONTS, max(1, cores // CORES_PER_FRONT))
         return count, (
-            f"one per {CORES_PER_FRONT} of the {cores} CPU cores, at most {MAX_AUTO_FRONTS} "
-            "(measured: 4 fronts answered 2.4x the calls of one for 16 workers on 16 cores, "
-            "docs/benchmarks-gpu.md; a second front adds nothing on 2, docs/benchmarks.md)"
+            f"one per {CORES_PER_FRONT} of the {cores} CPU cores, at most {MAX_AUTO_FRONTS}: "
+            "a front answers a bounded number of calls a second, and more fronts than that "
+            "take cores from the workers (docs/benchmarks.md)"
         )
 
     def worker_count(self, device: str) -> int:
@@ -224,9 +249,8 @@ class ServerConfig:
             return cores, f"one per usable CPU core ({cores})"
         gpus = max(1, gpu_count())
         return gpus, (
-            f"one per GPU ({gpus}): a CUDA worker's loop keeps one CPU core busy while its GPU "
-            "mostly waits, yet workers sharing an H100 served fewer calls than one (0.73x with "
-            "2, 0.53x with 4 at 256 clients; docs/benchmarks-gpu.md)"
+            f"one per GPU ({gpus}): workers sharing a GPU serve fewer calls than one "
+            "(docs/benchmarks-gpu.md)"
         )
 
 
@@ -324,8 +348,10 @@ def auto_variant(device: str, manifest: dict) -> tuple[str, str]:
     certified, made = certified_variants(manifest), manifest.get("graphs_made", {})
     for variant, method in GPU_PREFERENCE:
         if variant in certified and made.get(variant, "traced") == method:
-            return variant, (f"certified {variant} graphs {method} op by op, the fastest on "
-                             "CUDA as measured (docs/benchmarks-gpu.md)")  # fmt: skip
+            return variant, (
+                f"certified {variant} graphs {method} op by op, the fastest on "
+                "CUDA as measured (docs/benchmarks-gpu.md)"
+            )
     if "fp16" not in manifest.get("graphs", {}):
         return "fp32", "no fp16 graphs in this version"
     if "fp16" not in certified:
@@ -337,8 +363,10 @@ def cache_line(cache: str, device: str) -> str:
     """How the workers will carry each step's key/value cache (they choose per model version
     at start-up, and log what they chose and why)."""
     if cache != "auto":
-        return (f"cache {cache}: set by the configuration (a version without that step keeps "
-                "its default)")  # fmt: skip
+        return (
+            f"cache {cache}: set by the configuration (a version without that step keeps "
+            "its default)"
+        )
     if device == "cuda":
         return (
             "cache auto on cuda: the static step replayed as CUDA graphs where a version "

@@ -87,8 +87,9 @@ class MergedRegistry:
         for families in (list(self.registry.collect()), *self.others()):
             for family in families:
                 if family.name not in merged:
-                    merged[family.name] = Metric(family.name, family.documentation,
-                                                 family.type, family.unit)  # fmt: skip
+                    merged[family.name] = Metric(
+                        family.name, family.documentation, family.type, family.unit
+                    )
                     values[family.name] = {}
                 kept = values[family.name]
                 for sample in family.samples:
@@ -146,12 +147,15 @@ class FrontProcesses:
         loop = asyncio.get_running_loop()
         control, their_control = self._context.Pipe()
         scrape, their_scrape = self._context.Pipe()
-        role = Secondary(front.index, self.settings, self.device, self.variants,
-                         their_control, their_scrape)  # fmt: skip
+        role = Secondary(
+            front.index, self.settings, self.device, self.variants, their_control, their_scrape
+        )
         front.process = self._context.Process(
-            target=self.main, args=(self.config, role), name=f"attnserve-front-{front.index}",
+            target=self.main,
+            args=(self.config, role),
+            name=f"attnserve-front-{front.index}",
             daemon=False,
-        )  # fmt: skip
+        )
         front.process.start()
         their_control.close()
         their_scrape.close()

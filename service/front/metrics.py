@@ -23,8 +23,23 @@ from service.runtime.errors import InvalidArgument
 
 # 0.5 ms to 60 s: a decode step at the low end, a long beam decode under load at the top
 SECONDS_BUCKETS = (
-    0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0
-)  # fmt: skip
+    0.0005,
+    0.001,
+    0.002,
+    0.005,
+    0.01,
+    0.02,
+    0.05,
+    0.1,
+    0.2,
+    0.5,
+    1.0,
+    2.0,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+)
 ROWS_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 # Request metrics are labelled by model name and gRPC method; a model's batch metrics (encoder,
 # steps, rows, tokens) by model alone, since requests of every method share its batch.
@@ -168,8 +183,10 @@ def _basic_auth(app, credentials: list[bytes]):
         for known in credentials:
             found |= hmac.compare_digest(known, digest)
         if scheme.lower() != "basic" or not found:
-            start_response("401 Unauthorized", [("WWW-Authenticate", 'Basic realm="metrics"'),
-                                                ("Content-Type", "text/plain")])  # fmt: skip
+            start_response(
+                "401 Unauthorized",
+                [("WWW-Authenticate", 'Basic realm="metrics"'), ("Content-Type", "text/plain")],
+            )
             return [b"unauthorized\n"]
         return app(environ, start_response)
 

@@ -129,12 +129,16 @@ class TokenAuth(grpc.aio.ServerInterceptor):
         if token is None:
             why = "no bearer token" if presented is None else "the bearer token is not known"
             self.refused(grpc.StatusCode.UNAUTHENTICATED)
-            return _refusal(handler, grpc.StatusCode.UNAUTHENTICATED,
-                            f"{why}: send the metadata 'authorization: Bearer TOKEN'")  # fmt: skip
+            return _refusal(
+                handler,
+                grpc.StatusCode.UNAUTHENTICATED,
+                f"{why}: send the metadata 'authorization: Bearer TOKEN'",
+            )
         if token.services is not EVERY_SERVICE and service not in token.services:
             self.refused(grpc.StatusCode.PERMISSION_DENIED)
-            return _refusal(handler, grpc.StatusCode.PERMISSION_DENIED,
-                            f"this token may not call {service}")  # fmt: skip
+            return _refusal(
+                handler, grpc.StatusCode.PERMISSION_DENIED, f"this token may not call {service}"
+            )
         return handler
 
 

@@ -63,8 +63,8 @@ SERVICES = {  # service: the setting naming its default model
 
 # A drain waits for calls in flight, then for DRAIN_QUIET seconds without a new call (at most
 # DRAIN_LINGER seconds), before the gRPC server stops: long enough for a client answered
-# during the drain to send its next call (refused with UNAVAILABLE, so that it goes to another
-# replica) on a loaded host, where 0.25 s was seen to be too short.
+# during the drain to send its next call even on a loaded host, so that the call is refused
+# with UNAVAILABLE and goes to another replica (docs/reliability.md).
 DRAIN_QUIET, DRAIN_LINGER = 1.0, 3.0
 
 Models = dict[str, dict[str, dict[str, ServedModel]]]  # service -> name -> version -> model
@@ -102,8 +102,9 @@ def default_models(config: ServerConfig, models: Models) -> dict[str, str]:
         declared = getattr(config, setting)
         if declared:
             if declared not in names:
-                problems.append(f"{setting} = {declared!r}, not a {service} model "
-                                f"({sorted(names)})")  # fmt: skip
+                problems.append(
+                    f"{setting} = {declared!r}, not a {service} model ({sorted(names)})"
+                )
             defaults[service] = declared
         elif len(names) == 1:
             defaults[service] = next(iter(names))
@@ -159,8 +160,9 @@ class Front:
         if versions is None:
             others = [s for s, n in self.models.items() if name in n and s != service]
             hint = f"; {name!r} is served by {others[0]}" if others else ""
-            raise NotFound(f"model: no model named {name!r} (served by {service}: "
-                           f"{sorted(names)}){hint}")  # fmt: skip
+            raise NotFound(
+                f"model: no model named {name!r} (served by {service}: {sorted(names)}){hint}"
+            )
         if not version:
             return versions[max(versions, key=version_order)]
         if version not in versions:
@@ -179,8 +181,14 @@ class Front:
             if each.get("cache_reason"):
                 choices.setdefault((each["cache"], each["cache_reason"]), []).append(i)
         for (cache, why), workers in choices.items():
-            log.info("%s steps with cache %s (worker%s %s): %s", model.key, cache,
-                     "s" * (len(workers) > 1), ", ".join(map(str, workers)), why)  # fmt: skip
+            log.info(
+                "%s steps with cache %s (worker%s %s): %s",
+                model.key,
+                cache,
+                "s" * (len(workers) > 1),
+                ", ".join(map(str, workers)),
+                why,
+            )
         self.metrics.model.labels(model.version.name, model.version.version).info(
             {
                 "kind": model.kind,
@@ -426,8 +434,11 @@ def add_servicer(server, service: str, servicer) -> None:
     descriptor = file.services_by_name[service.rpartition(".")[2]]
     handlers = {}
     for method in descriptor.methods:
-        make = (grpc.unary_stream_rpc_method_handler if method.server_streaming
-                else grpc.unary_unary_rpc_method_handler)  # fmt: skip
+        make = (
+            grpc.unary_stream_rpc_method_handler
+            if method.server_streaming
+            else grpc.unary_unary_rpc_method_handler
+        )
         handlers[method.name] = make(
             getattr(servicer, method.name),
             request_deserializer=_parser(GetMessageClass(method.input_type)),
@@ -481,9 +492,14 @@ async def serve(
         metrics_server, metrics_thread = serve_metrics(config, registry)
     else:
         settings, device, variants = list(role.settings), role.device, role.variants
-    pool = WorkerPool(settings, metrics, config.max_queued_requests,
-                      config.latency_budget_seconds, role.index if role else 0,
-                      config.fronts)  # fmt: skip
+    pool = WorkerPool(
+        settings,
+        metrics,
+        config.max_queued_requests,
+        config.latency_budget_seconds,
+        role.index if role else 0,
+        config.fronts,
+    )
     pool.models = {m.key: m.version.name for m in served}
     front = Front(config, models, pool, metrics)
 
@@ -534,9 +550,15 @@ async def serve(
         names = ", ".join(f"{m.key} ({m.kind}, {variants[m.key]})" for m in served)
         log.info(
             "serving %s on %s:%d with %d %s workers and %d front%s; metrics on port %d",
-            names, host, grpc_port, len(pool.workers), device, config.fronts,
-            "s" if config.fronts > 1 else "", ports["metrics_port"],
-        )  # fmt: skip
+            names,
+            host,
+            grpc_port,
+            len(pool.workers),
+            device,
+            config.fronts,
+            "s" if config.fronts > 1 else "",
+            ports["metrics_port"],
+        )
     else:
         _answer_first_front(role, metrics, stop)
 
@@ -548,13 +570,17 @@ async def serve(
         watcher.cancel()
     if others is not None:
         others.drain()  # every front drains at once
-    log.info("draining: %d calls in flight, %.0f s to finish", front.in_flight,
-                config.drain_seconds)  # fmt: skip
+    log.info(
+        "draining: %d calls in flight, %.0f s to finish", front.in_flight, config.drain_seconds
+    )
     await health_servicer.enter_graceful_shutdown()  # NOT_SERVING first, then refuse calls
     front.draining = True
     if not await front.drained(config.drain_seconds):
-        log.warning("drain: %d calls still in flight after %.0f s: cancelling them",
-                    front.in_flight, config.drain_seconds)  # fmt: skip
+        log.warning(
+            "drain: %d calls still in flight after %.0f s: cancelling them",
+            front.in_flight,
+            config.drain_seconds,
+        )
         metrics.drain_cancelled_calls.inc(front.in_flight)
         pool.fail_all(
             Unavailable(

@@ -114,8 +114,12 @@ class VersionWatcher:
                 )
             keep = newest([*names, version.version], self.config.max_versions)
             if version.version not in keep:
-                log.info("model version %s/%s held back: older than the %d newest",
-                         version.name, version.version, self.config.max_versions)  # fmt: skip
+                log.info(
+                    "model version %s/%s held back: older than the %d newest",
+                    version.name,
+                    version.version,
+                    self.config.max_versions,
+                )
                 return
             variant, why = self.config.variant_choice(front.device, version.manifest)
             started = time.monotonic()
@@ -132,8 +136,14 @@ class VersionWatcher:
         self.served[directory] = model
         self.seen.pop(directory, None)
         front.describe(model, variant)
-        log.info("serving %s (%s, variant %s: %s), loaded and checked in %.1f s", model.key,
-                 model.kind, variant, why, time.monotonic() - started)  # fmt: skip
+        log.info(
+            "serving %s (%s, variant %s: %s), loaded and checked in %.1f s",
+            model.key,
+            model.kind,
+            variant,
+            why,
+            time.monotonic() - started,
+        )
         served = front.models[model.service][version.name]
         keep = newest(served, self.config.max_versions)
         for other in [m for v, m in served.items() if v not in keep]:

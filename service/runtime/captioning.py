@@ -95,8 +95,9 @@ class CaptionModel(ServedModel):
         preprocessor = version.manifest["preprocessor"]
         self.side = preprocessor["size"][0]
         self.grid = tuple(preprocessor["grid"])
-        self.limits = ImageLimits(max_bytes=config.max_image_bytes,
-                                  max_pixels=config.max_image_pixels)  # fmt: skip
+        self.limits = ImageLimits(
+            max_bytes=config.max_image_bytes, max_pixels=config.max_image_pixels
+        )
 
     def _images(self, items: list[tuple[str, bytes]]):
         """(pixels (B, 3, side, side), [(width, height)]) of checked images (thread pool)."""

@@ -419,8 +419,11 @@ class BeamSearch(Search):
         going = None  # every input goes on
         if ends.any():
             at, rank = np.nonzero(ends)
-            ended = (self.active[at], at * n + ranked.end_beams[at, rank],
-                     ranked.end_log_probs[at, rank])  # fmt: skip
+            ended = (
+                self.active[at],
+                at * n + ranked.end_beams[at, rank],
+                ranked.end_log_probs[at, rank],
+            )
             self.ended = self.ended + ends.sum(axis=1)
             going = self.ended < n
             if going.all():
@@ -555,24 +558,6 @@ def run(search: Search, inference: Inference, attention: bool = True) -> list[li
         if not search.done and not np.array_equal(keep, np.arange(rows)):
             inference.reorder(keep)
     return search.results()
-
-
-def greedy_search(
-    inference: Inference, batch: int, options: DecodingOptions, bos: int, eos: int, choose=None
-) -> list[list[Hypothesis]]:
-    return run(GreedySearch(batch, options, bos, eos, choose), inference)
-
-
-def sampling_search(
-    inference: Inference, batch: int, options: DecodingOptions, bos: int, eos: int
-) -> list[list[Hypothesis]]:
-    return run(SamplingSearch(batch, options, bos, eos), inference)
-
-
-def beam_search(
-    inference: Inference, batch: int, options: DecodingOptions, bos: int, eos: int
-) -> list[list[Hypothesis]]:
-    return run(BeamSearch(batch, options, bos, eos), inference)
 
 
 def decode(

@@ -59,9 +59,18 @@ class GraphSpec:
     def dynamic_axes(self) -> dict[str, dict[int, str]]:
         """Every axis whose size varies between calls, by tensor name."""
         fixed = {
-            "heads", "head_dim", "vocab", "d_model", "channels", "height", "width", "features",
-            "attention", "hidden", "one",
-        }  # fmt: skip
+            "heads",
+            "head_dim",
+            "vocab",
+            "d_model",
+            "channels",
+            "height",
+            "width",
+            "features",
+            "attention",
+            "hidden",
+            "one",
+        }
         return {
             t.name: {i: axis for i, axis in enumerate(t.axes) if axis not in fixed}
             for t in (*self.inputs, *self.outputs)
@@ -143,8 +152,9 @@ def decoder_spec(
         TensorSpec("logits", FLOAT, ("batch", "vocab")),
         *_kv("present", layers, axis if in_place or fixed_cache else "total"),
     )
-    spec = GraphSpec("decoder", inputs, (*outputs, TensorSpec("cross_attention", FLOAT,
-                                                              ("batch", "memory"))))  # fmt: skip
+    spec = GraphSpec(
+        "decoder", inputs, (*outputs, TensorSpec("cross_attention", FLOAT, ("batch", "memory")))
+    )
     return spec if attention else lean(spec, "cross_attention")
 
 
@@ -225,12 +235,16 @@ class ModelInterface:
     def check(self) -> None:
         """ValueError unless the runtime can serve this declaration: rows on axis 0, every
         memory and state name declared by the graphs."""
-        problems = [f"{s.input}: batch axis {s.batch_axis}, not 0" for s in self.states if
-                    s.batch_axis != 0]  # fmt: skip
+        problems = [
+            f"{s.input}: batch axis {s.batch_axis}, not 0" for s in self.states if s.batch_axis != 0
+        ]
         encoder_out, step_in = set(self.encoder.output_names), set(self.decoder.input_names)
         step_out = set(self.decoder.output_names)
-        problems += [f"memory {n}: not an encoder output" for n in self.memory
-                     if n not in encoder_out or n not in step_in]  # fmt: skip
+        problems += [
+            f"memory {n}: not an encoder output"
+            for n in self.memory
+            if n not in encoder_out or n not in step_in
+        ]
         for s in self.states:
             if s.input not in step_in or s.output not in step_out:
                 problems.append(f"state {s.input} -> {s.output}: not a step input and output")

@@ -41,6 +41,7 @@ import numpy as np
 import onnxruntime as ort
 
 from service.runtime.batching import concat_padded
+from service.runtime.choices import CACHES
 from service.runtime.errors import ModelRepositoryError
 from service.runtime.graphs import (
     IN_PLACE,
@@ -66,7 +67,6 @@ from service.runtime.tensors import EncoderOutput, StepOutput, Tensor, Tensors, 
 
 CANDIDATES = ("ids", "log_probs")  # a lean step's search outputs
 OUT = "->"  # prefix of an output's entry among a binding's bound tensors
-CACHES = ("in_place", "growing", "static")  # how a step carries its keys and values
 MIN_CAPACITY = 32  # positions of an in-place buffer when it is first grown
 
 
@@ -252,9 +252,15 @@ class OnnxEngine:
         return names
 
     def _run(
-        self, session: ort.InferenceSession, feeds: dict, on_host=(), skip=(), into=None,
-        shapes=None, borrowed=(),
-    ) -> list:  # fmt: skip
+        self,
+        session: ort.InferenceSession,
+        feeds: dict,
+        on_host=(),
+        skip=(),
+        into=None,
+        shapes=None,
+        borrowed=(),
+    ) -> list:
         """Runs a session; with IO binding, outputs stay on the device except `on_host`.
         Outputs named in `skip` are not fetched (None in their place). `into` (output name:
         input name): outputs written into the buffer fed as that input, returned as that
@@ -378,9 +384,15 @@ class OnnxEngine:
         return feeds
 
     def step(
-        self, input_ids, positions, self_mask, state: Tensors, encoder: EncoderOutput,
-        attention: bool = True, search: SearchRequest | None = None,
-    ):  # fmt: skip
+        self,
+        input_ids,
+        positions,
+        self_mask,
+        state: Tensors,
+        encoder: EncoderOutput,
+        attention: bool = True,
+        search: SearchRequest | None = None,
+    ):
         """A lean step also runs the search `search` asks for (by log-probability: a sampling
         or absent request gets k = 1 and its candidates are dropped) and returns its
         candidates (its logits are then the step's output buffer on the host, which the next

@@ -33,7 +33,6 @@ FORMAT_VERSION = 7
 MANIFEST = "manifest.json"
 GOLDEN = "golden.json"
 TOKENIZER = "tokenizer.model"
-VARIANTS = ("fp32", "int8", "fp16")
 
 
 def manifests(root: Path) -> list[Path]:

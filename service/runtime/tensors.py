@@ -85,8 +85,10 @@ def take_written(tensor: np.ndarray, index: np.ndarray, axis: int, length: int) 
     sources = index[changed]
     # a source that is itself written is copied aside first; the others are read in place
     aside = np.isin(sources, changed)
-    moved = [tensor[(j, *part)].copy() if a else None
-             for j, a in zip(sources.tolist(), aside.tolist(), strict=True)]  # fmt: skip
+    moved = [
+        tensor[(j, *part)].copy() if a else None
+        for j, a in zip(sources.tolist(), aside.tolist(), strict=True)
+    ]
     for i, j, row in zip(changed.tolist(), sources.tolist(), moved, strict=True):
         tensor[(i, *part)] = tensor[(j, *part)] if row is None else row
     return tensor[: len(index)]

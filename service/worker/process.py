@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass
 from multiprocessing.connection import AuthenticationError, Listener, wait
 
+from service.runtime.choices import AUTO, Auto, Batching, Cache, Device, Threading
 from service.runtime.decoding import DecodingOptions
 from service.runtime.errors import ModelRepositoryError
 from service.runtime.graphs import IN_PLACE, STATIC
@@ -46,7 +47,7 @@ from service.worker.messages import (
     Unload,
 )
 from service.worker.outbox import Outbox
-from service.worker.scheduler import Scheduler
+from service.worker.scheduler import MAX_ROWS, WINDOW_SECONDS, Scheduler
 
 STATS_EVERY = 0.1  # seconds between reports when only measurements or the batch state are new
 GOLDEN_AGREEMENT = 0.9  # token agreement a variant without its own golden set must reach
@@ -60,15 +61,16 @@ class WorkerSettings:
     index: int
     models: tuple[tuple[str, ModelVersion], ...]  # (key, version verified by the front)
     variants: tuple[tuple[str, str], ...] = ()  # (key, variant) of every model version
-    device: str = "cpu"
+    # the server's settings of the same names (service.front.config.ServerConfig)
+    device: Device = "cpu"
     gpu: int = 0  # the GPU of this worker, on cuda
     io_binding: bool | None = None
-    cache: str = "auto"  # ServerConfig.cache
-    max_rows: int = 64
-    batching: str = "continuous"
-    window: float = 0.005
-    encoder: str = "auto"  # ServerConfig.encoder
-    step: str = "inline"  # ServerConfig.step
+    cache: Cache | Auto = AUTO
+    max_rows: int = MAX_ROWS
+    batching: Batching = "continuous"
+    window: float = WINDOW_SECONDS
+    encoder: Threading | Auto = AUTO
+    step: Threading = "inline"
     socket: str = ""  # a Unix socket the other fronts connect to ("" with one front)
     authkey: bytes = b""  # what a front connecting to `socket` must know
 
@@ -162,24 +164,29 @@ def device_check(
                     scheduler.iterate()
         while scheduler.busy:
             scheduler.iterate()
-        return {j: e.results[0][0].tokens if isinstance(e, Result) else str(e)
-                for j, e in _collect(scheduler).items()}  # fmt: skip
+        return {
+            j: e.results[0][0].tokens if isinstance(e, Result) else str(e)
+            for j, e in _collect(scheduler).items()
+        }
 
     got, expected = decode(fast), decode(reference)
     if len(expected) != CHECK_WAVES * len(inputs) or got.keys() != expected.keys():
         return f"{len(got)} of {len(expected)} jobs answered", 0
     differing = sorted(j for j in expected if got[j] != expected[j])
     ties = [
-        j for j in differing
-        if tie > 0 and _near_tie(reference.engine, inputs[(-1 - j) % len(inputs)], expected[j],
-                                 got[j], tie)
-    ]  # fmt: skip
+        j
+        for j in differing
+        if tie > 0
+        and _near_tie(reference.engine, inputs[(-1 - j) % len(inputs)], expected[j], got[j], tie)
+    ]
     differing = [j for j in differing if j not in ties]
     if not differing:
         return None, len(ties)
     first = differing[0]
-    return (f"{len(differing)} of {len(expected)} decodes differ, e.g. {got[first]} instead "
-            f"of {expected[first]}"), len(ties)  # fmt: skip
+    return (
+        f"{len(differing)} of {len(expected)} decodes differ, e.g. {got[first]} instead "
+        f"of {expected[first]}"
+    ), len(ties)
 
 
 def _near_tie(engine, job_inputs: dict, expected, got, tie: float) -> bool:
@@ -209,8 +216,9 @@ def choose_engine(settings: WorkerSettings, model_version, variant: str):
     from service.runtime.onnx_engine import OnnxEngine  # after CUDA_VISIBLE_DEVICES is set
 
     def engine(cache: str | None):
-        return OnnxEngine(model_version, variant, settings.device, 1, settings.io_binding,
-                          cache=cache)  # fmt: skip
+        return OnnxEngine(
+            model_version, variant, settings.device, 1, settings.io_binding, cache=cache
+        )
 
     auto = settings.cache == "auto"
     if not (
@@ -254,8 +262,10 @@ def static_if_checked(engine, inputs: list[dict], settings: WorkerSettings, tie:
     if problem is not None:
         return growing, f"the static step decodes unlike the growing one here: {problem}"
     parted = f", {ties} parting at a near tie (within {tie:g})" if ties else ""
-    return static, (f"the fastest served step, decoding as the growing one on this device "
-                    f"({CHECK_WAVES * len(inputs)} staggered decodes{parted})")  # fmt: skip
+    return static, (
+        f"the fastest served step, decoding as the growing one on this device "
+        f"({CHECK_WAVES * len(inputs)} staggered decodes{parted})"
+    )
 
 
 def _load(settings: WorkerSettings):
@@ -389,8 +399,11 @@ class _Fronts:
     def submit(self, link, message: Submit) -> None:
         scheduler = self.schedulers.get(message.key)
         if scheduler is None:  # unloaded while that front still named it
-            failure = Failure(message.job.id, "Unavailable",
-                              f"model version {message.key} is not loaded here; retry")  # fmt: skip
+            failure = Failure(
+                message.job.id,
+                "Unavailable",
+                f"model version {message.key} is not loaded here; retry",
+            )
             self.send(link, Report(message.key, [failure], None, 0, 0))
             return
         if link is not self.parent:

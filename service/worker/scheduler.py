@@ -44,6 +44,7 @@ from functools import partial
 import numpy as np
 
 from service.runtime.batch import ContinuousBatch
+from service.runtime.choices import BATCHING, Batching
 from service.runtime.decoding import Hypothesis, make_search, rank_together
 from service.runtime.inference import Engine
 from service.runtime.search import Candidates, SearchRequest
@@ -54,7 +55,8 @@ from service.worker.messages import Admitted, Event, Failure, Job, Partial, Resu
 from service.worker.running import FinishReason, Request, RequestStatus
 from service.worker.step_thread import Running, StepThread
 
-BATCHING = ("continuous", "request")
+MAX_ROWS = 64  # rows one worker decodes together, by default
+WINDOW_SECONDS = 0.005  # how long request-level batching collects, by default
 KEEP_TIMES = 4096  # every this many steps, the step times no running job needs are dropped
 
 
@@ -97,9 +99,9 @@ class Scheduler:
     def __init__(
         self,
         engine: Engine,
-        max_rows: int = 64,
-        batching: str = "continuous",
-        window: float = 0.005,
+        max_rows: int = MAX_ROWS,
+        batching: Batching = "continuous",
+        window: float = WINDOW_SECONDS,
         clock=time.monotonic,
         encoder_thread: bool = False,
         admission_interval: int = 1,

@@ -29,11 +29,9 @@ class Server:
         self.log_file = directory / "server.log"
         if "--fronts" not in flags:  # one front, whatever the host's cores (fronts = 0)
             flags = ("--fronts", "1", *flags)
-        command = [
-            sys.executable, "-m", "attnserve.cli", "serve",
-            "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
-            "--ready-file", str(self.ready_file), "--repository", str(repository), *flags,
-        ]  # fmt: skip
+        local = ["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"]
+        files = ["--ready-file", str(self.ready_file), "--repository", str(repository)]
+        command = [sys.executable, "-m", "attnserve.cli", "serve", *local, *files, *flags]
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
         self.log = open(self.log_file, "w")  # noqa: SIM115 (closed in stop)
         self.process = subprocess.Popen(command, stdout=self.log, stderr=self.log, env=env)

@@ -151,8 +151,7 @@ def test_bad_images_are_refused_by_field_and_nothing_in_flight_is_affected(serve
         translation = pool.submit(
             client.translate, server.channel, LONG_TEXTS[:1], timeout=90, **LONG
         )
-        captions = pool.submit(client.caption, server.channel, [good] * 8, timeout=90,
-                               beam_size=4)  # fmt: skip
+        captions = pool.submit(client.caption, server.channel, [good] * 8, timeout=90, beam_size=4)
         for reason, data in bad.items():
             error = rpc_error(lambda d=data: client.caption(server.channel, [good, d], timeout=30))
             assert error.code() == grpc.StatusCode.INVALID_ARGUMENT, reason
@@ -226,25 +225,50 @@ def test_health_reflection_and_metrics_cover_both_services(server, scenes):
     for service in ("", TRANSLATION_SERVICE, CAPTION_SERVICE):
         assert client.health(server.channel, service) == "SERVING"
     grpcurl = shutil.which("grpcurl")
-    listed = subprocess.run([grpcurl, "-plaintext", server.address, "list"], capture_output=True,
-                            text=True, timeout=60).stdout.split()  # fmt: skip
+    listed = subprocess.run(
+        [grpcurl, "-plaintext", server.address, "list"], capture_output=True, text=True, timeout=60
+    ).stdout.split()
     assert {TRANSLATION_SERVICE, CAPTION_SERVICE} <= set(listed)
     client.caption(server.channel, [png(scenes[0])], timeout=30)
-    assert server.value("attnserve_model_info", model="captioner", kind="captioner",
-                        service=CAPTION_SERVICE) == 1  # fmt: skip
+    assert (
+        server.value(
+            "attnserve_model_info", model="captioner", kind="captioner", service=CAPTION_SERVICE
+        )
+        == 1
+    )
     assert server.value("attnserve_model_info", model="translator", kind="transformer") == 1
-    assert server.value("attnserve_request_duration_seconds_count", model="captioner",
-                        method="Caption", code="OK") >= 1  # fmt: skip
-    assert server.value("attnserve_time_to_first_token_seconds_count", model="captioner",
-                        method="Caption") >= 1  # fmt: skip
+    assert (
+        server.value(
+            "attnserve_request_duration_seconds_count",
+            model="captioner",
+            method="Caption",
+            code="OK",
+        )
+        >= 1
+    )
+    assert (
+        server.value(
+            "attnserve_time_to_first_token_seconds_count", model="captioner", method="Caption"
+        )
+        >= 1
+    )
     # a model of the other service is not found here, with a hint where it is
     error = rpc_error(lambda: client.translate(server.channel, ["Hola."], model="captioner"))
     assert error.code() == grpc.StatusCode.NOT_FOUND and CAPTION_SERVICE in error.details()
     data = {"images": [base64.b64encode(png(scenes[0])).decode()]}
     reply = subprocess.run(
-        [grpcurl, "-plaintext", "-d", json.dumps(data), server.address,
-         f"{CAPTION_SERVICE}/Caption"], capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        [
+            grpcurl,
+            "-plaintext",
+            "-d",
+            json.dumps(data),
+            server.address,
+            f"{CAPTION_SERVICE}/Caption",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert json.loads(reply.stdout)["captions"][0]["hypotheses"][0]["text"]
 
 
@@ -259,14 +283,18 @@ def test_a_worker_killed_while_both_models_are_busy(start_server, scenes):
             pool.submit(client.translate, server.channel, LONG_TEXTS[:1], timeout=90, **LONG)
             for _ in range(2)
         ]
-        server.wait_for(lambda: server.value("attnserve_batch_rows_in_use", model="translator")
-                        == 32, what="both workers busy")  # fmt: skip
+        server.wait_for(
+            lambda: server.value("attnserve_batch_rows_in_use", model="translator") == 32,
+            what="both workers busy",
+        )
         captions = [
             pool.submit(client.caption, server.channel, [image] * 4, timeout=90, **sampled)
             for _ in range(4)
         ]
-        server.wait_for(lambda: server.value("attnserve_batch_rows_in_use", model="captioner")
-                        > 0, what="captions running")  # fmt: skip
+        server.wait_for(
+            lambda: server.value("attnserve_batch_rows_in_use", model="captioner") > 0,
+            what="captions running",
+        )
         victim = sorted(before)[0]
         os.kill(victim, signal.SIGKILL)
         results = [call.result(timeout=90) for call in translations + captions]
@@ -290,13 +318,16 @@ def test_drain_lets_calls_of_both_services_finish(start_server, scenes):
             client.translate, server.channel, LONG_TEXTS[:1], timeout=90, **LONG
         )
         server.wait_for(lambda: server.value("attnserve_batch_rows_in_use") > 0, what="running")
-        caption = pool.submit(client.caption, server.channel, [image] * 16, timeout=90,
-                              beam_size=4)  # fmt: skip
-        server.wait_for(lambda: server.value("attnserve_requests_in_flight", model="captioner")
-                        > 0, what="caption in flight")  # fmt: skip
+        caption = pool.submit(client.caption, server.channel, [image] * 16, timeout=90, beam_size=4)
+        server.wait_for(
+            lambda: server.value("attnserve_requests_in_flight", model="captioner") > 0,
+            what="caption in flight",
+        )
         server.process.send_signal(signal.SIGTERM)
-        server.wait_for(lambda: client.health(server.channel, CAPTION_SERVICE, timeout=5)
-                        == "NOT_SERVING", what="drain")  # fmt: skip
+        server.wait_for(
+            lambda: client.health(server.channel, CAPTION_SERVICE, timeout=5) == "NOT_SERVING",
+            what="drain",
+        )
         error = rpc_error(lambda: client.caption(server.channel, [image], timeout=5))
         assert error.code() == grpc.StatusCode.UNAVAILABLE and "draining" in error.details()
         assert len(caption.result(timeout=90).captions) == 16
@@ -308,10 +339,13 @@ def test_command_line_captions_over_grpc(server):
     from helpers import ROOT
 
     scene = ROOT / "examples" / "scene.png"
+    command = [sys.executable, "-m", "attnserve.cli", "caption", "--beam", "4"]
     done = subprocess.run(
-        [sys.executable, "-m", "attnserve.cli", "caption", "--server", server.address,
-         "--beam", "4", str(scene)], capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [*command, "--server", server.address, str(scene)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     unary = client.caption(server.channel, [scene.read_bytes()], beam_size=4, timeout=30)
     assert done.stdout.strip() == unary.captions[0].hypotheses[0].text

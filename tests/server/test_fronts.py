@@ -82,9 +82,9 @@ def test_fronts_share_the_port_every_worker_and_the_metrics(start_server):
         # streams too: every step's events reach the front that holds the stream
         unary = client.translate(server.channel, TEXTS[1:], timeout=60)
         with ThreadPoolExecutor(len(channels)) as pool:
-            streams = list(pool.map(
-                lambda c: list(client.translate_stream(c, TEXTS[1], timeout=60)), channels
-            ))  # fmt: skip
+            streams = list(
+                pool.map(lambda c: list(client.translate_stream(c, TEXTS[1], timeout=60)), channels)
+            )
         for events in streams:
             got, want = events[-1].result.translations[0], unary.translations[0]
             assert [(h.text, h.tokens) for h in got.hypotheses] == [
@@ -100,9 +100,9 @@ def test_fronts_share_the_port_every_worker_and_the_metrics(start_server):
         Image.fromarray(pixels).save(buffer, "PNG")
         expected = client.caption(server.channel, [buffer.getvalue()], timeout=60)
         with ThreadPoolExecutor(len(channels)) as pool:
-            captions = list(pool.map(
-                lambda c: client.caption(c, [buffer.getvalue()], timeout=60), channels
-            ))  # fmt: skip
+            captions = list(
+                pool.map(lambda c: client.caption(c, [buffer.getvalue()], timeout=60), channels)
+            )
         best = expected.captions[0].hypotheses[0]
         assert best.text  # the same caption, whichever front (scores to float rounding: the
         for caption in captions:  # rows a batch holds change the sums' order)
@@ -115,8 +115,10 @@ def test_fronts_share_the_port_every_worker_and_the_metrics(start_server):
         # /metrics adds the fronts: every call counted once, the workers' gauges not doubled
         calls = 2 + CHANNELS * 3
         count = "attnserve_request_duration_seconds_count"
-        server.wait_for(lambda: server.value(count, method="Translate", code="OK") == calls,
-                        what="every call counted")  # fmt: skip
+        server.wait_for(
+            lambda: server.value(count, method="Translate", code="OK") == calls,
+            what="every call counted",
+        )
         streamed = server.value(count, method="TranslateStream", code="OK")
         assert streamed == CHANNELS
         assert server.value("attnserve_requests_in_flight") == 0
@@ -139,12 +141,12 @@ def test_fronts_share_the_port_every_worker_and_the_metrics(start_server):
         with ThreadPoolExecutor(len(channels)) as pool:
             loads = [pool.submit(load_until, channel, stop, False) for channel in channels]
             try:
-                server.wait_for(lambda: server.value("attnserve_requests_in_flight") >= 4,
-                                what="load")  # fmt: skip
+                server.wait_for(
+                    lambda: server.value("attnserve_requests_in_flight") >= 4, what="load"
+                )
                 time.sleep(0.5)
                 os.kill(state["workers"][0], signal.SIGKILL)
-                server.wait_for(lambda: server.value("attnserve_workers_ready") == 2, 60,
-                                "restart")  # fmt: skip
+                server.wait_for(lambda: server.value("attnserve_workers_ready") == 2, 60, "restart")
                 time.sleep(1.0)
             finally:
                 stop.set()
@@ -192,8 +194,7 @@ def test_a_front_that_dies_is_started_again_and_every_front_drains(start_server)
         # covers with backing-off clients)
         with ThreadPoolExecutor(len(channels)) as pool:
             loads = [pool.submit(_until_refused, channel) for channel in channels]
-            server.wait_for(lambda: server.value("attnserve_requests_in_flight") >= 4,
-                            what="load")  # fmt: skip
+            server.wait_for(lambda: server.value("attnserve_requests_in_flight") >= 4, what="load")
             server.process.send_signal(signal.SIGTERM)
             code = server.process.wait(60)
             ends = [load.result(60) for load in loads]

@@ -40,8 +40,7 @@ small = st.integers(0, 40) | uint32
 @st.composite
 def options(draw):
     message = decoding_pb2.DecodingOptions()
-    for name, values in (("beam_size", small), ("max_length", small),
-                         ("num_hypotheses", small)):  # fmt: skip
+    for name, values in (("beam_size", small), ("max_length", small), ("num_hypotheses", small)):
         if draw(st.booleans()):
             setattr(message, name, draw(values))
     if draw(st.booleans()):
@@ -69,8 +68,9 @@ def _code(call) -> grpc.StatusCode:
     st.sampled_from(["", "1", "2", "x"]),
     options(),
 )
-def test_random_translate_requests_get_actionable_statuses(server, texts, raw, model, version,
-                                                           decoding):  # fmt: skip
+def test_random_translate_requests_get_actionable_statuses(
+    server, texts, raw, model, version, decoding
+):
     request = translation_pb2.TranslateRequest(
         model=model, version=version, texts=texts, utf8_texts=raw, options=decoding
     )

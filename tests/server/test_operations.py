@@ -96,8 +96,10 @@ def test_a_drain_under_load_loses_no_call(start_server):
         outcomes = [o for c in clients for o in c.result(timeout=60)]
     codes = collections.Counter(code for _, _, code in outcomes)
     in_flight = sum(start < signalled < end for start, end, _ in outcomes)
-    print(f"drain under load: {dict(codes)}; {in_flight} calls in flight at SIGTERM; "
-          f"exit {exited - signalled:.2f} s after it")  # fmt: skip
+    print(
+        f"drain under load: {dict(codes)}; {in_flight} calls in flight at SIGTERM; "
+        f"exit {exited - signalled:.2f} s after it"
+    )
     assert set(codes) <= {"OK", "UNAVAILABLE"}, codes  # no CANCELLED, no INTERNAL
     assert codes["OK"] > 20
     # calls in flight at SIGTERM finished with OK during the drain; after it, UNAVAILABLE only
@@ -154,8 +156,9 @@ def test_a_worker_killed_under_load_costs_no_unary_call(start_server):
             server.wait_for(lambda: server.value("attnserve_requests_in_flight") >= 3, what="load")
             time.sleep(1.0)
             os.kill(sorted(server.worker_pids())[0], signal.SIGKILL)
-            server.wait_for(lambda: server.value("attnserve_worker_restarts_total") == 1, 60,
-                            "restart")  # fmt: skip
+            server.wait_for(
+                lambda: server.value("attnserve_worker_restarts_total") == 1, 60, "restart"
+            )
             time.sleep(1.0)
         finally:
             stop.set()
@@ -251,8 +254,11 @@ def test_metrics_endpoint_passes_promtool_and_has_every_metric(server):
     )
     assert info == 1
     log = server.log_file.read_text()  # and the log says how each worker carries it, and why
-    assert re.search(r"translator/1 steps with cache in_place \(workers? 0[, 0-9]*\): the default "
-                     r"on cpu", log), log[-2000:]  # fmt: skip
+    assert re.search(
+        r"translator/1 steps with cache in_place \(workers? 0[, 0-9]*\): the default "
+        r"on cpu",
+        log,
+    ), log[-2000:]
 
 
 def test_reflection_lets_grpcurl_list_describe_and_call(server):
@@ -306,9 +312,17 @@ def test_command_line_client_translates_streams_and_draws_the_alignment(server, 
 
     picture = tmp_path / "alignment.png"
     done = _cli(
-        "translate", "--server", server.address, "--beam", "3", "--n-best", "2",
-        "--alignment", str(picture), "Yo soy de Canadá.",
-    )  # fmt: skip
+        "translate",
+        "--server",
+        server.address,
+        "--beam",
+        "3",
+        "--n-best",
+        "2",
+        "--alignment",
+        str(picture),
+        "Yo soy de Canadá.",
+    )
     assert done.returncode == 0, done.stderr
     assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert _cli("health", "--server", server.address).returncode == 0

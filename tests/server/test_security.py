@@ -79,9 +79,18 @@ def secured(start_server, pki):
     """A server with mutual TLS and tokens."""
     (cert, key), (ca, _) = pki["server"], pki["ca"]
     return start_server(
-        "--workers", "1", "--tls-cert", str(cert), "--tls-key", str(key),
-        "--tls-client-ca", str(ca), "--auth-tokens-file", str(pki["tokens"]), wait=False,
-    )  # fmt: skip
+        "--workers",
+        "1",
+        "--tls-cert",
+        str(cert),
+        "--tls-key",
+        str(key),
+        "--tls-client-ca",
+        str(ca),
+        "--auth-tokens-file",
+        str(pki["tokens"]),
+        wait=False,
+    )
 
 
 def _ready(server) -> str:
@@ -144,13 +153,13 @@ def test_the_command_line_client_speaks_mutual_tls_with_a_token(secured, pki, tm
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN + "\n")
     base = [sys.executable, "-m", "attnserve.cli"]
-    tls = ["--server", address, "--tls-ca", str(ca), "--tls-cert", str(cert), "--tls-key",
-           str(key)]  # fmt: skip
+    tls = ["--server", address, "--tls-ca", str(ca), "--tls-cert", str(cert), "--tls-key", str(key)]
     command = [*base, "translate", *tls, "--token-file", str(token_file), "Dios es amor."]
     done = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stdout.strip(), done.stderr
-    refused = subprocess.run([*base, "translate", *tls, "Dios es amor."], capture_output=True,
-                             text=True, timeout=60)  # fmt: skip
+    refused = subprocess.run(
+        [*base, "translate", *tls, "Dios es amor."], capture_output=True, text=True, timeout=60
+    )
     assert refused.returncode == 1 and "UNAUTHENTICATED" in refused.stderr
     health = subprocess.run([*base, "health", *tls], capture_output=True, text=True, timeout=60)
     assert health.returncode == 0 and health.stdout.strip() == "SERVING"
@@ -165,8 +174,7 @@ def test_token_entries_are_checked():
             parse_tokens(bad, "t")
 
 
-def test_the_metrics_endpoint_serves_https_with_basic_auth_on_loopback(start_server, pki,
-                                                                       tmp_path):  # fmt: skip
+def test_the_metrics_endpoint_serves_https_with_basic_auth_on_loopback(start_server, pki, tmp_path):
     import base64
     import ssl
     import urllib.error
@@ -176,9 +184,18 @@ def test_the_metrics_endpoint_serves_https_with_basic_auth_on_loopback(start_ser
     users = tmp_path / "metrics-users"
     users.write_text("# user:password\nprometheus:scrape-secret-0123\n")
     server = start_server(
-        "--workers", "1", "--metrics-listen", "127.0.0.1:0", "--metrics-tls-cert", str(cert),
-        "--metrics-tls-key", str(key), "--metrics-basic-auth-file", str(users), wait=False,
-    )  # fmt: skip
+        "--workers",
+        "1",
+        "--metrics-listen",
+        "127.0.0.1:0",
+        "--metrics-tls-cert",
+        str(cert),
+        "--metrics-tls-key",
+        str(key),
+        "--metrics-basic-auth-file",
+        str(users),
+        wait=False,
+    )
     _ready(server)
     url = server.metrics_url.replace("http://", "https://")
     context = ssl.create_default_context(cafile=str(ca))

@@ -17,10 +17,9 @@ def _copy(model_repository, tmp_path):
 
 
 def _serve(root, *flags: str) -> subprocess.CompletedProcess:
-    command = [
-        sys.executable, "-m", "attnserve.cli", "serve", "--repository", str(root),
-        "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--workers", "1", *flags,
-    ]  # fmt: skip
+    local = ["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--workers", "1"]
+    command = [sys.executable, "-m", "attnserve.cli", "serve", "--repository", str(root)]
+    command += [*local, *flags]
     return subprocess.run(command, capture_output=True, text=True, timeout=120)
 
 

@@ -226,9 +226,15 @@ def test_a_full_queue_is_resource_exhausted(start_server):
     """max_queued_requests 1 and 16 batch rows: the third request finds the queue full. This
     server keeps its cache as device-resident OrtValues (the GPU code path, on the CPU)."""
     small = start_server(
-        "--workers", "1", "--max-batch-rows", "16", "--max-queued-requests", "1",
-        "--io-binding", "true",
-    )  # fmt: skip
+        "--workers",
+        "1",
+        "--max-batch-rows",
+        "16",
+        "--max-queued-requests",
+        "1",
+        "--io-binding",
+        "true",
+    )
     long = dict(LONG, num_hypotheses=16)
     with ThreadPoolExecutor(2) as pool:
         running = pool.submit(client.translate, small.channel, LONG_TEXTS[:1], **long)
@@ -258,9 +264,15 @@ def test_a_response_beyond_four_megabytes_arrives(server, test_sentences):
     """16 samples of 300 steps with their alignments over a 300-token source: about 6 MB."""
     text = " ".join(test_sentences)[:1500]
     response = client.translate(
-        server.channel, [text], temperature=5.0, num_hypotheses=16, max_length=300, seed=5,
-        return_alignment=True, timeout=120,
-    )  # fmt: skip
+        server.channel,
+        [text],
+        temperature=5.0,
+        num_hypotheses=16,
+        max_length=300,
+        seed=5,
+        return_alignment=True,
+        timeout=120,
+    )
     assert response.ByteSize() > 4 * 1024 * 1024
     hypotheses = response.translations[0].hypotheses
     assert len(hypotheses) == 16 and all(h.alignment.weights for h in hypotheses)

@@ -55,8 +55,9 @@ def _swap(server, repository) -> None:
     _add_version(repository, "1", "2")
     server.wait_for(lambda: _served(server, "2"), 120, "version 2 loaded and checked")
     _add_version(repository, "1", "3", corrupt=True)
-    server.wait_for(lambda: server.value("attnserve_model_versions_refused_total") == 1, 60,
-                    "version 3 refused")  # fmt: skip
+    server.wait_for(
+        lambda: server.value("attnserve_model_versions_refused_total") == 1, 60, "version 3 refused"
+    )
     shutil.rmtree(repository / "translator" / "1")
     server.wait_for(lambda: not _served(server, "1"), 60, "version 1 retired")
     time.sleep(1.0)
@@ -93,9 +94,12 @@ def test_versions_come_and_go_under_load_without_a_failed_call(
     assert ".incoming" not in log  # versions written aside were never looked at
 
     listing = subprocess.run(
-        [sys.executable, "-m", "attnserve.cli", "repository", "verify", "--repository",
-         str(repository), "--json"], capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [sys.executable, "-m", "attnserve.cli", "repository", "verify", "--json"]
+        + ["--repository", str(repository)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     rows = {(r["model"], r["version"]): r for r in map(json.loads, listing.stdout.splitlines())}
     assert listing.returncode == 1  # version 3 does not verify
     assert rows["translator", "2"]["verified"] == "hashes and certificate"

@@ -5,9 +5,9 @@ tensors live.
 Such tensors are not written in place, so a joining request, or a repeated beam row, makes a
 rebuild: the live rows gathered into fresh tensors without padding columns, the new rows
 appended. A row that leaves only frees its slot; the batch is rebuilt when dead slots stay
-unused too long or are too many, or when columns that every live row masks pile up. (Writing
-into dead slots on a GPU with a ScatterND graph was measured slower than rebuilding,
-docs/benchmarks-gpu.md: ScatterND copies the whole tensor.) A cache written in place
+unused too long or are too many, or when columns that every live row masks pile up (rows
+are not written into dead slots: ScatterND, the graph that could, copies the whole tensor,
+docs/benchmarks-gpu.md). A cache written in place
 (`StateSpec.in_place`) has no shared time axis: every row's positions start at 0 in its own
 row of the buffer, so a joining row only resets its length; a rebuild that finds the buffer
 over four times what the live rows hold cuts it to twice.
