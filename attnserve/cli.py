@@ -232,10 +232,10 @@ def _add_translate(commands) -> None:
         "translate",
         help="translate Spanish text to English (over gRPC, or locally with --engine torch)",
         description="Decoding options not given are left to the server over gRPC; with "
-        "--engine torch they default to beam size 4, max length 256, length penalty 1, "
-        "n-best 1, no sampling. One line per text, or RANK<TAB>SCORE<TAB>TEXT per "
-        "hypothesis when there are several. A failed call prints `error: CODE: details` on "
-        "stderr and exits with status 1.",
+        "--engine torch they default as the server's do: beam size 1 (greedy), max length "
+        "256, length penalty 1, n-best 1, no sampling. One line per text, or "
+        "RANK<TAB>SCORE<TAB>TEXT per hypothesis when there are several. A failed call "
+        "prints `error: CODE: details` on stderr and exits with status 1.",
     )
     parser.add_argument(
         "texts", nargs="*", help="texts; read one a line from --input or stdin when none"
@@ -281,7 +281,7 @@ def _add_caption(commands) -> None:
         "64 a request; with more, a progress bar on stderr. One line per image in the order "
         "given, or RANK<TAB>SCORE<TAB>TEXT per hypothesis when there are several. Decoding "
         "options not given are left to the server over gRPC; with --engine torch they default "
-        "to beam size 4, n-best 1 and the model's max length. --attention draws the best "
+        "to beam size 1, n-best 1 and the model's max length. --attention draws the best "
         "caption's attention over the image, word by word. An unreadable image file exits "
         "with status 2; a failed call prints `error: CODE: details` on stderr and exits with "
         "status 1.",

@@ -315,3 +315,9 @@ def test_where_the_encoder_and_the_step_run_is_validated_and_reaches_the_schedul
             WorkerSettings(0, (), device=device, **{name: choice}).scheduler(engine=None)
             got.append(made.pop()[attribute])
         assert tuple(got) == tuple(map(bool, expected)), choice
+
+
+def test_the_default_repository_is_the_one_the_set_up_builds():
+    root = Path(__file__).resolve().parents[1]
+    assert root / "data" / "repository" == config_module.DEFAULT_REPOSITORY
+    assert ServerConfig().repository == config_module.DEFAULT_REPOSITORY

@@ -1,7 +1,7 @@
 """Property-based fuzzing (hypothesis) of what the front does with a client's bytes, in
 process: request parsing and validation, the tokenizer, image decoding. Each answer is a
 result or an InvalidArgument, never another exception. ATTNSERVE_FUZZ_EXAMPLES sets the
-examples per property (CI runs a short pass; docs/fuzzing.md gives the long one)."""
+examples per property (CI runs a short pass; docs/reliability.md gives the long one)."""
 
 from __future__ import annotations
 

@@ -32,7 +32,7 @@ from service.runtime.choices import (
 from service.runtime.errors import InvalidArgument
 from service.worker.scheduler import MAX_ROWS, WINDOW_SECONDS
 
-DEFAULT_REPOSITORY = Path(__file__).resolve().parents[1] / "data" / "repository"
+DEFAULT_REPOSITORY = Path(__file__).resolve().parents[2] / "data" / "repository"
 ENV_PREFIX = "ATTNSERVE_"
 # The variant auto serves on cuda when the version has it certified, and how its graphs must
 # have been made: fp16 graphs built op by op are the fastest there (docs/benchmarks-gpu.md).

@@ -3,7 +3,8 @@
 A `Job` is a request's decoding work as the front sends it (the scheduler keeps its own
 state of it apart: service.worker.running). Scheduler events (worker -> front, inside a `Report`):
 `Admitted`, `Partial`, `Result`, `Failure`, with the scheduler's `Stats`. Worker control:
-`Submit`, `Cancel`, `Stop` (front -> worker); `Ready`, `Failed`, `Report` (worker -> front).
+`Submit`, `Cancel`, `Load`, `Unload`, `Stop` (front -> worker); `Ready`, `Failed`, `Loaded`,
+`NotLoaded`, `Report` (worker -> front).
 Each is pickled over the worker's pipe.
 """
 

@@ -1,7 +1,7 @@
 """Fuzzing a live server (hypothesis): random request messages and random bytes on every
 method. Every answer has a status a client can act on (never UNKNOWN, INTERNAL or
 UNAVAILABLE), the log holds no traceback and the server stays SERVING. The examples are
-ATTNSERVE_FUZZ_EXAMPLES / 5 per property (docs/fuzzing.md)."""
+ATTNSERVE_FUZZ_EXAMPLES / 5 per property (docs/reliability.md, "Fuzzing")."""
 
 from __future__ import annotations
 
