@@ -65,16 +65,12 @@ from bench.engines import (
     graphs_of,
     stdout_to_stderr,
 )
+from bench.lib.paths import CAPTIONER_DATA, SHIPPED_CAPTIONER, SHIPPED_TRANSLATOR, TEST_SOURCES
 from models.caption_data import read_scenes
 from models.config import CaptionerConfig, TransformerConfig
 from service.runtime.repository import sha256, verify
 from service.runtime.tokenizer import Tokenizer
 
-ROOT = Path(__file__).resolve().parents[1]
-SHIPPED = ROOT / "models" / "checkpoints" / "translator"
-TEST_SOURCES = ROOT / "data" / "translator" / "test.es"
-SHIPPED_CAPTIONER = ROOT / "models" / "checkpoints" / "captioner"
-CAPTIONER_DATA = ROOT / "data" / "captioner"
 MODELS = ("translator", "captioner", "both")
 WEIGHT_BYTES = {"fp32": 4, "float32": 4, "int8": 1}
 BEAMS = (1, 4)
@@ -153,7 +149,7 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--engines", type=listed(str), default=list(ENGINES), help=",".join(ENGINES)
     )
-    parser.add_argument("--checkpoint", type=Path, default=SHIPPED)
+    parser.add_argument("--checkpoint", type=Path, default=SHIPPED_TRANSLATOR)
     parser.add_argument("--repository", type=Path, help="a model version exported from it")
     parser.add_argument("--workdir", type=Path, help="keep exports here (default: temporary)")
     parser.add_argument("--sources", type=Path, default=TEST_SOURCES, help="one sentence a line")

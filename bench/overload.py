@@ -3,7 +3,7 @@
     python -m bench.overload [--seconds 20] [--clients 16] [--factor 2] [--workers N]
         [--latency-budget-seconds S | --budget-factor F] [--repository ROOT] [--json FILE]
 
-A server on 127.0.0.1 (bench.load.Server), without admission control: its capacity, with
+A server on 127.0.0.1 (bench.lib.server.Server), without admission control: its capacity, with
 `--clients` closed loops of unary Translate calls (one sentence each, a fixed pool) for
 `--seconds`: throughput and the p99 latency at capacity. Then a second server, with the
 latency budget an operator would set from that measurement (`latency_budget_seconds`: the p99
@@ -28,22 +28,11 @@ from pathlib import Path
 import grpc
 import numpy as np
 
-from attnserve.v1 import translation_pb2, translation_pb2_grpc
-from bench.load import Server, run_server_bench
-from bench.soak import SENTENCES, sample
-
-DEADLINE = 30.0
-
-
-async def _call(stub, index: int) -> tuple[str, float]:
-    request = translation_pb2.TranslateRequest(texts=[SENTENCES[index % len(SENTENCES)]])
-    start = time.monotonic()
-    try:
-        await stub.Translate(request, timeout=DEADLINE)
-        code = "OK"
-    except grpc.aio.AioRpcError as error:
-        code = error.code().name
-    return code, time.monotonic() - start
+from attnserve.v1 import translation_pb2_grpc
+from bench.lib.arguments import run_server_bench
+from bench.lib.processes import sample
+from bench.lib.sentence_loads import closed_loop, translate
+from bench.lib.server import Server
 
 
 async def _memory(pid: int, stop: asyncio.Event, peak: dict) -> None:
@@ -52,25 +41,6 @@ async def _memory(pid: int, stop: asyncio.Event, peak: dict) -> None:
         for process in ("front", "workers"):
             peak[process] = max(peak.get(process, 0), now[process]["rss_kb"])
         await asyncio.sleep(0.5)
-
-
-async def closed_loop(stub, clients: int, seconds: float) -> tuple[list[tuple[str, float]], float]:
-    """`clients` closed loops of calls for `seconds`: every call's (code, seconds), and the
-    time they took. `stub` may be a list: client i calls through stub i modulo its length
-    (one connection each)."""
-    outcomes = []
-    end = time.monotonic() + seconds
-    stubs = stub if isinstance(stub, list) else [stub]
-
-    async def loop(index: int) -> None:
-        turn = index
-        while time.monotonic() < end:
-            outcomes.append(await _call(stubs[index % len(stubs)], turn))
-            turn += clients
-
-    started = time.monotonic()
-    await asyncio.gather(*(loop(i) for i in range(clients)))
-    return outcomes, time.monotonic() - started
 
 
 async def capacity(stub, pid: int, clients: int, seconds: float) -> dict:
@@ -98,7 +68,7 @@ async def open_loop(stub, pid: int, rate: float, seconds: float, seed: int) -> d
         delay = start + at - time.monotonic()
         if delay > 0:
             await asyncio.sleep(delay)
-        tasks.append(asyncio.create_task(_call(stub, index)))
+        tasks.append(asyncio.create_task(translate(stub, index)))
         index += 1
         at += rng.expovariate(rate)
     outcomes = await asyncio.gather(*tasks)

@@ -3,13 +3,13 @@
     python -m bench.scaling [--workers 1,2] [--fronts 1] [--clients 16,64] [--channels 8]
         [--seconds 15] [--rounds 2] [--device cpu|cuda] [--repository ROOT] [--json FILE]
 
-For every worker count and front count a server on 127.0.0.1 (bench.load.Server, no admission
-control), and against it closed loops of unary Translate calls (one sentence each,
-bench.soak's fixed pool) at every client count for `--seconds`, after a warm-up at the most
-clients. The clients share `--channels` connections (client i the i-th modulo): the kernel
-spreads connections, not calls, over several fronts. The servers take turns: each round starts
-every server again, in an order that rotates from round to round, so that a host whose speed
-drifts weighs on all alike; each (server, clients) figure pools its rounds. Reported per
+For every worker count and front count a server on 127.0.0.1 (bench.lib.server.Server, no
+admission control), and against it closed loops of unary Translate calls (one sentence each,
+bench.lib.sentence_loads' fixed pool) at every client count for `--seconds`, after a warm-up at
+the most clients. The clients share `--channels` connections (client i the i-th modulo): the
+kernel spreads connections, not calls, over several fronts. The servers take turns: each round
+starts every server again, in an order that rotates from round to round, so that a host whose
+speed drifts weighs on all alike; each (server, clients) figure pools its rounds. Reported per
 level: requests/s, p50/p99 latency, and the CPU seconds per call of the fronts, the workers
 and the client (this process). Ratios, each against its goal where the issue sets one:
 - the most workers over one (one front), at every client count (goal on a 2-core host: at
@@ -31,8 +31,9 @@ import grpc
 import numpy as np
 
 from attnserve.v1 import translation_pb2_grpc
-from bench.load import Server, run_server_bench
-from bench.overload import closed_loop
+from bench.lib.arguments import run_server_bench
+from bench.lib.sentence_loads import closed_loop
+from bench.lib.server import Server
 
 WORKERS_GOAL = 1.6  # the most workers over one, on a 2-core host
 CLIENTS_GOAL = 1.0  # the most clients over the fewest

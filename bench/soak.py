@@ -3,7 +3,7 @@
     python -m bench.soak --minutes 30 [--clients 6] [--repository ROOT] [--workers N]
         [--sample-seconds 5] [--warmup-fraction 0.2] [--json FILE]
 
-One server on 127.0.0.1 (bench.load.Server); `--clients` threads send, round robin, unary
+One server on 127.0.0.1 (bench.lib.server.Server); `--clients` threads send, round robin, unary
 translations (a few Spanish sentences, greedy or beam 4), translation streams and captions of
 the bundled scene (when the repository serves a captioner), each with a deadline. Every
 `--sample-seconds` the resident memory (VmRSS) and open file descriptors of the front and of
@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
-import os
 import tempfile
 import threading
 import time
@@ -26,57 +25,14 @@ from pathlib import Path
 
 import grpc
 
-from bench.load import ROOT, Server, print_report
+from bench.lib.paths import REPOSITORY, ROOT
+from bench.lib.processes import sample
+from bench.lib.reports import print_report
+from bench.lib.sentence_loads import SENTENCES
+from bench.lib.server import Server
 from service import client
 
-SENTENCES = [
-    "Yo soy de Canadá.",
-    "¿Dónde está la estación de tren?",
-    "El perro come pan en la casa.",
-    "Mañana iremos al mercado con mis hermanos.",
-    "La contraseña es incorrecta.",
-    "No tengas miedo, porque yo estoy contigo.",
-]
 GOAL_GROWTH = 0.05
-
-
-def _children(pid: int) -> list[int]:
-    try:
-        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except OSError:
-        return []
-
-
-def _rss_kb(pid: int) -> int:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
-
-def _fds(pid: int) -> int:
-    try:
-        return len(os.listdir(f"/proc/{pid}/fd"))
-    except OSError:
-        return 0
-
-
-def sample(front: int) -> dict:
-    """{"front": {...}, "workers": {...}}: RSS (kB) and open files of the front, and summed
-    over its children (the workers; spawn's resource tracker included)."""
-    children = _children(front)
-    return {
-        "t": time.monotonic(),
-        "front": {"rss_kb": _rss_kb(front), "fds": _fds(front)},
-        "workers": {
-            "rss_kb": sum(_rss_kb(p) for p in children),
-            "fds": sum(_fds(p) for p in children),
-            "count": len(children),
-        },
-    }
 
 
 def growth(samples: list[dict], warmup: float) -> dict:
@@ -176,7 +132,7 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--clients", type=int, default=6)
     parser.add_argument("--workers", type=int, default=0, help="0: the server's default")
-    parser.add_argument("--repository", type=Path, default=ROOT / "data" / "repository")
+    parser.add_argument("--repository", type=Path, default=REPOSITORY)
     parser.add_argument("--sample-seconds", type=float, default=5.0)
     parser.add_argument("--warmup-fraction", type=float, default=0.2)
     parser.add_argument("--deadline", type=float, default=60.0, help="seconds per call")

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from bench.gpu import engine_specs, goals
+from bench.lib.engine_workers import engine_specs
+from bench.lib.gpu_goals import goals
 
 
 def test_the_in_place_fp16_engine_is_timed_on_cuda_only_where_the_version_ships_it():
