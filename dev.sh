@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 
 DEBIAN_PACKAGES=(diatheke sword-text-sparv sword-text-web apertium apertium-eng-spa lttoolbox-dev docker-compose prometheus
-  fonts-noto-color-emoji unicode-cldr-core)
+  fonts-noto-color-emoji unicode-cldr-core nodejs npm)
 PYTHON=${PYTHON:-python3}
 
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
@@ -60,6 +60,12 @@ register_cuda_libraries() {
   [ -d "$site/nvidia" ] || return 0
   find "$site/nvidia" -type d -name lib | as_root tee /etc/ld.so.conf.d/attnserve-nvidia.conf >/dev/null
   as_root ldconfig
+}
+
+install_node_packages() {
+  # The Node.js example client's libraries (examples/node), as its package-lock.json pins them
+  [ -d examples/node/node_modules ] \
+    || npm ci --prefix examples/node --no-audit --no-fund --loglevel=error >/dev/null
 }
 
 export_variants() {
@@ -135,6 +141,7 @@ install_stack_tools() {
 setup() {
   install_debian_packages
   install_python_packages
+  install_node_packages
   build_protos
   build_data
 }
