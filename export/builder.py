@@ -27,7 +27,6 @@ runtime cannot tell the two apart; the parity suite proves each against PyTorch.
 
 from __future__ import annotations
 
-import copy
 import math
 from pathlib import Path
 
@@ -141,9 +140,19 @@ class _Writer:
 
     def __init__(self, model, graph: Graph):
         self.model, self.g = model, graph
-        c = model.config
-        if isinstance(model, Transformer):
-            self.heads, self.head_dim, self.d_model = c.n_heads, c.head_dim, c.d_model
+
+    # read when an attention is written: only the translator's config has them
+    @property
+    def heads(self) -> int:
+        return self.model.config.n_heads
+
+    @property
+    def head_dim(self) -> int:
+        return self.model.config.head_dim
+
+    @property
+    def d_model(self) -> int:
+        return self.model.config.d_model
 
     def embed(self, ids: str, positions: str) -> str:
         c, g = self.model.config, self.g
@@ -425,36 +434,24 @@ def _split(g: Graph, x: str, sizes: list[int], axis: int) -> list[str]:
     return g.op("Split", [x, g.weight("sizes", np.array(sizes, np.int64))], len(sizes), axis=axis)
 
 
-def build_model(model, out_dir: Path, dtype=torch.float32) -> dict[str, Path]:
-    """Writes encoder.onnx and decoder.onnx of `model` in `dtype` (torch.float32 or
-    torch.float16): a translator's both built op by op, and its lean step (lean_decoder.onnx,
-    the step without the cross-attention output, which the server runs when no row keeps
-    its alignment), and both steps with their cache written in place (in_place_*.onnx,
-    what the engine runs by default where the device has the kernels) and in place with a
-    fixed capacity (static_*.onnx, the steps CUDA graphs replay); a captioner's step
-    built, its convolutional encoder traced (nothing to fuse there that onnxruntime does not
-    fold itself; its attention is the context it reads, so a lean step would spare
-    nothing)."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    model = model.float().eval()
-    floats = np.float16 if dtype == torch.float16 else np.float32
+def build_translator(model: Transformer, out_dir: Path, dtype=np.float32) -> dict[str, Path]:
+    """Writes every graph of the translator `model` (float32, eval mode) into `out_dir` in
+    `dtype` (float32 or float16), built op by op; returns their paths by graph name:
+    encoder.onnx and decoder.onnx, its lean step (lean_decoder.onnx, the step without the
+    cross-attention output, which the server runs when no row keeps its alignment), and both
+    steps with their cache written in place (in_place_*.onnx, what the engine runs by default
+    where the device has the kernels) and in place with a fixed capacity (static_*.onnx, the
+    steps CUDA graphs replay)."""
     names = ("encoder", "decoder", LEAN_STEP)
     names += tuple(p + n for p in (IN_PLACE, STATIC) for n in ("decoder", LEAN_STEP))
     paths = {name: out_dir / f"{name}.onnx" for name in names}
-    with torch.no_grad():
-        if isinstance(model, Captioner):
-            from export.onnx_export import export_model
-
-            traced = export_model(copy.deepcopy(model).to(dtype), out_dir, dtype)
-            onnx.save_model(build_caption_step(model, floats), str(traced["decoder"]))
-            return traced
-        onnx.save_model(build_encoder(model, floats), str(paths["encoder"]))
-        onnx.save_model(build_decoder(model, floats), str(paths["decoder"]))
-        onnx.save_model(build_decoder(model, floats, attention=False), str(paths[LEAN_STEP]))
-        # the same two steps with their cache written in place, and with it fixed at the
-        # longest output the model can write (the static steps, for CUDA graphs)
-        for prefix, capacity in ((IN_PLACE, None), (STATIC, model.config.max_length)):
-            for lean in (False, True):
-                step = build_decoder(model, floats, capacity, in_place=True, attention=not lean)
-                onnx.save_model(step, str(paths[prefix + (LEAN_STEP if lean else "decoder")]))
+    onnx.save_model(build_encoder(model, dtype), str(paths["encoder"]))
+    onnx.save_model(build_decoder(model, dtype), str(paths["decoder"]))
+    onnx.save_model(build_decoder(model, dtype, attention=False), str(paths[LEAN_STEP]))
+    # the same two steps with their cache written in place, and with it fixed at the
+    # longest output the model can write (the static steps, for CUDA graphs)
+    for prefix, capacity in ((IN_PLACE, None), (STATIC, model.config.max_length)):
+        for lean in (False, True):
+            step = build_decoder(model, dtype, capacity, in_place=True, attention=not lean)
+            onnx.save_model(step, str(paths[prefix + (LEAN_STEP if lean else "decoder")]))
     return paths

@@ -1,9 +1,13 @@
-"""Graph-level parity cases of the captioner: both graphs on shapes other than the export's.
+"""The captioner's parity: its graph-level cases and its whole-decode claims.
 
-Encoder: batches of 1, 3 and 16 real-looking images (random pixels, and flat ones). Decoder:
-random states and grids from the encoder of random images, at the same batches, with a memory
-mask that hides the last locations of every row but the first (a padded memory must be
-ignored exactly as in PyTorch).
+Graph level, both graphs on shapes other than the export's. Encoder: batches of 1, 3 and 16
+real-looking images (random pixels, and flat ones). Decoder: random states and grids from the
+encoder of random images, at the same batches, with a memory mask that hides the last
+locations of every row but the first (a padded memory must be ignored exactly as in PyTorch).
+Whole decodes: ORT fp32 greedy and beam 4 equal PyTorch; a row alone equals the row in a
+padded batch; the attention maps of identical decodes are within MAX_ATTENTION_DIFFERENCE;
+int8 loses at most MAX_CAPTION_INT8_LOSS exact-match and CIDEr points (an LSTM's state is its
+own recurrence: there is no uncached form).
 """
 
 from __future__ import annotations
@@ -14,11 +18,21 @@ import numpy as np
 import torch
 
 from export.comparison import BATCHES, Tolerance, compare
+from export.decode_parity import (
+    attention_difference,
+    caption_quality_loss,
+    compare_decodes,
+    decode_all,
+)
 from export.graphs import CaptionEncoderGraph, CaptionStepGraph
 from models.captioner import Captioner
+from models.reference import reference_engine
+from service.runtime.decoding import DecodingOptions
 from service.runtime.onnx_engine import OnnxEngine
 
 MASKED_LOCATIONS = (0, 5)  # locations hidden at the end of rows after the first
+MAX_CAPTION_INT8_LOSS = 1.0  # exact-match and CIDEr points
+MAX_ATTENTION_DIFFERENCE = 1e-4  # fp32, any weight of any step
 
 
 def _pixels(config, batch: int, rng: np.random.Generator, flat: bool) -> np.ndarray:
@@ -71,3 +85,73 @@ def decoder_cases(model: Captioner, engine: OnnxEngine, tol: Tolerance, seed: in
         case = f"batch={batch} masked={masked}"
         for name, e, a in zip(engine.decoder_spec.output_names, expected, actual, strict=True):
             yield compare("decoder", name, case, e.float().numpy(), a, tol)
+
+
+def graph_cases(model: Captioner, engine: OnnxEngine, tol: Tolerance, encoder: bool = True):
+    """Every comparison of the encoder (unless `encoder` is off) and of the decoder step."""
+    return [
+        *(encoder_cases(model, engine, tol) if encoder else ()),
+        *decoder_cases(model, engine, tol),
+    ]
+
+
+def decode_certificate(
+    model, tokenizer, model_version, images, references, parts: dict | None = None
+) -> dict:
+    """The captioner's whole-decode claims on uint8 `images` with their reference captions
+    (`parts` is not used: int8's bound holds over all the images)."""
+    torch_engine, fp32 = reference_engine(model), OnnxEngine(model_version, "fp32")
+    greedy = DecodingOptions(beam_size=1, max_length=model.config.max_length)
+    beam = DecodingOptions(beam_size=4, max_length=model.config.max_length)
+    torch_greedy = decode_all(torch_engine, images, greedy, 0)
+    fp32_greedy = decode_all(fp32, images, greedy, 0)
+    reports = [
+        compare_decodes(
+            torch_engine,
+            fp32,
+            images,
+            greedy,
+            0,
+            "onnxruntime fp32 greedy vs pytorch",
+            expected=torch_greedy,
+            actual=fp32_greedy,
+        ),
+        compare_decodes(torch_engine, fp32, images, beam, 0, "onnxruntime fp32 beam4 vs pytorch"),
+        compare_decodes(
+            fp32,
+            fp32,
+            images,
+            greedy,
+            0,
+            "onnxruntime batch vs alone",
+            expected=fp32_greedy,
+            batch=1,
+        ),
+    ]
+    certificate = {
+        "decodes": [r.to_dict() for r in reports],
+        "attention": _attention(torch_greedy, fp32_greedy),
+    }
+    if "int8" in model_version.manifest["graphs"]:
+        int8 = decode_all(OnnxEngine(model_version, "int8"), images, greedy, 0)
+        certificate["int8_vs_fp32"] = _int8_loss(tokenizer, references, fp32_greedy, int8)
+    return certificate
+
+
+def _attention(torch_greedy, fp32_greedy) -> dict:
+    """The attention difference of identical decodes; passed if within the bound."""
+    attention = attention_difference(torch_greedy, fp32_greedy)
+    attention["bound"] = MAX_ATTENTION_DIFFERENCE
+    attention["passed"] = attention["max_abs"] <= MAX_ATTENTION_DIFFERENCE
+    return attention
+
+
+def _int8_loss(tokenizer, references, fp32_greedy, int8_greedy) -> dict:
+    """int8's exact-match and CIDEr loss against fp32; passed if each is within
+    MAX_CAPTION_INT8_LOSS."""
+    loss = caption_quality_loss(tokenizer, references, fp32_greedy, int8_greedy)
+    loss["passed"] = (
+        loss["exact_match_loss"] <= MAX_CAPTION_INT8_LOSS
+        and loss["cider_loss"] <= MAX_CAPTION_INT8_LOSS
+    )
+    return loss

@@ -10,7 +10,9 @@ decode parity    whole decodes of the test parts: ORT fp32 greedy and beam 4 equ
   captioner      the attention maps of identical decodes within MAX_ATTENTION_DIFFERENCE;
                  int8 loses at most MAX_CAPTION_INT8_LOSS exact-match and CIDEr points
                  (an LSTM's state is its own recurrence: there is no uncached form)
-"""
+
+The manifest's kind (export.kinds) says which cases and claims apply: each kind's are in its
+module, export.translator_parity and export.caption_parity, with their bounds."""
 
 from __future__ import annotations
 
@@ -19,34 +21,17 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
-
-from export.decode_parity import (
-    NEAR_TIE,
-    attention_difference,
-    caption_quality_loss,
-    compare_decodes,
-    decode_all,
-    quality_loss,
-)
+from export.decode_parity import GREEDY, NEAR_TIE, decode_all
+from export.kinds import export_kind_named
 from export.parity import graph_parity
 from models.checkpoint import load_checkpoint
-from models.reference import reference_engine
-from service.runtime.batch import joined
-from service.runtime.decoding import DecodingOptions
 from service.runtime.graphs import IN_PLACE, STATIC
-from service.runtime.inference import UncachedInference
 from service.runtime.onnx_engine import OnnxEngine
 from service.runtime.repository import GOLDEN, ModelVersion, verify, write_manifest
 
-MAX_INT8_LOSS = 0.5  # BLEU and chrF points
-MAX_CAPTION_INT8_LOSS = 1.0  # exact-match and CIDEr points
-MAX_ATTENTION_DIFFERENCE = 1e-4  # fp32, any weight of any step
 MIN_SENTENCES = 200
 GOLDEN_SENTENCES = 4
-GREEDY = DecodingOptions(beam_size=1, max_length=160)
 INT8_CLAIMS = ("int8_vs_fp32", "int8_one_row_vs_fp32")  # as batched, and one row at a time
-BEAM = DecodingOptions(beam_size=4, max_length=160)
 
 
 def cpu_variants(model_version: ModelVersion) -> list[str]:
@@ -85,138 +70,14 @@ def graph_certificate(model, model_version: ModelVersion, devices: dict[str, str
     return certificate
 
 
-def decode_certificate(
-    model, tokenizer, model_version, sources, references, parts: dict | None = None
-) -> dict:
-    """Every whole-decode claim on `sources` (token ids) with their reference texts. ORT fp32
-    greedy is decoded once and serves every claim that compares against it. `parts` (name:
-    count, in the order of `sources`): int8 must keep within the loss bound on each part as
-    well as over all of them."""
-    max_source = model.config.max_length
-    # as served: the cache written in place where the version ships that step
-    torch_engine, fp32 = reference_engine(model), OnnxEngine(model_version, "fp32")
-    growing = fp32 if fp32.cache == "growing" else OnnxEngine(model_version, "fp32",
-                                                                  cache="growing")  # fmt: skip
-    fp32_greedy = decode_all(fp32, sources, GREEDY, max_source)
-
-    def self_check(setting: str, candidate=fp32, **candidate_args):  # fp32 greedy another way
-        return compare_decodes(fp32, candidate, sources, GREEDY, max_source, setting,
-                               expected=fp32_greedy, **candidate_args)  # fmt: skip
-
-    reports = [
-        compare_decodes(
-            torch_engine,
-            fp32,
-            sources,
-            GREEDY,
-            max_source,
-            "onnxruntime fp32 greedy vs pytorch",
-            actual=fp32_greedy,
-        ),
-        compare_decodes(
-            torch_engine, fp32, sources, BEAM, max_source, "onnxruntime fp32 beam4 vs pytorch"
-        ),
-        # only the growing step takes every position at once
-        self_check("onnxruntime cached vs uncached", growing, inference_type=UncachedInference),
-        self_check("onnxruntime padded batch vs alone", batch=1),
-    ]
-    if growing is not fp32:
-        reports.append(self_check("onnxruntime cache in place vs growing", growing))
-    if model_version.has_graph("fp32", STATIC + "decoder"):  # buckets of the continuous batch
-        static = OnnxEngine(model_version, "fp32", cache="static")
-        reports.append(self_check("onnxruntime static step vs cache in place", static,
-                                  inference_type=joined))  # fmt: skip
-    certificate = {"decodes": [r.to_dict() for r in reports]}
-    if "int8" in model_version.manifest["graphs"]:
-        int8 = OnnxEngine(model_version, "int8")
-        decoded = decode_all(int8, sources, GREEDY, max_source)
-        certificate["int8_vs_fp32"] = _int8_loss(tokenizer, references, fp32_greedy, decoded,
-                                                 parts)  # fmt: skip
-        if int8.one_row_decoder is not None:  # every step of one row: the one-row graph
-            decoded = decode_all(int8, sources, GREEDY, max_source, batch=1)
-            certificate["int8_one_row_vs_fp32"] = _int8_loss(
-                tokenizer, references, fp32_greedy, decoded, parts
-            )
-    return certificate
-
-
-def _int8_loss(tokenizer, references, fp32_greedy, int8_greedy, parts: dict | None) -> dict:
-    """int8's BLEU and chrF loss against fp32 over all the sentences and on every part;
-    passed if each is within MAX_INT8_LOSS."""
-    loss = quality_loss(tokenizer, references, fp32_greedy, int8_greedy)
-    checked = [loss]
-    if parts and len(parts) > 1:
-        loss["parts"], start = {}, 0
-        for name, count in parts.items():
-            window = slice(start, start + count)
-            loss["parts"][name] = quality_loss(
-                tokenizer, references[window], fp32_greedy[window], int8_greedy[window]
-            )
-            checked.append(loss["parts"][name])
-            start += count
-    loss["passed"] = all(
-        part["bleu_loss"] <= MAX_INT8_LOSS and part["chrf_loss"] <= MAX_INT8_LOSS
-        for part in checked
-    )
-    return loss
-
-
-def caption_decode_certificate(model, tokenizer, model_version, images, references) -> dict:
-    """The captioner's whole-decode claims on uint8 `images` with their reference captions."""
-    torch_engine, fp32 = reference_engine(model), OnnxEngine(model_version, "fp32")
-    greedy = DecodingOptions(beam_size=1, max_length=model.config.max_length)
-    beam = DecodingOptions(beam_size=4, max_length=model.config.max_length)
-    torch_greedy = decode_all(torch_engine, images, greedy, 0)
-    fp32_greedy = decode_all(fp32, images, greedy, 0)
-    reports = [
-        compare_decodes(
-            torch_engine, fp32, images, greedy, 0, "onnxruntime fp32 greedy vs pytorch",
-            expected=torch_greedy, actual=fp32_greedy,
-        ),
-        compare_decodes(torch_engine, fp32, images, beam, 0, "onnxruntime fp32 beam4 vs pytorch"),
-        compare_decodes(
-            fp32, fp32, images, greedy, 0, "onnxruntime batch vs alone",
-            expected=fp32_greedy, batch=1,
-        ),
-    ]  # fmt: skip
-    attention = attention_difference(torch_greedy, fp32_greedy)
-    attention["bound"] = MAX_ATTENTION_DIFFERENCE
-    attention["passed"] = attention["max_abs"] <= MAX_ATTENTION_DIFFERENCE
-    certificate = {"decodes": [r.to_dict() for r in reports], "attention": attention}
-    if "int8" in model_version.manifest["graphs"]:
-        int8 = decode_all(OnnxEngine(model_version, "int8"), images, greedy, 0)
-        loss = caption_quality_loss(tokenizer, references, fp32_greedy, int8)
-        loss["passed"] = (
-            loss["exact_match_loss"] <= MAX_CAPTION_INT8_LOSS
-            and loss["cider_loss"] <= MAX_CAPTION_INT8_LOSS
-        )
-        certificate["int8_vs_fp32"] = loss
-    return certificate
-
-
-def golden_sources(model_version: ModelVersion, sources) -> list:
-    """How each golden source is written: token ids inline, or an image as a lossless PNG
-    beside the manifest (golden/<i>.png), so the runtime reads back the very same pixels."""
-    if model_version.manifest["model"]["kind"] != "captioner":
-        return [{"source_ids": s} for s in sources]
-    from PIL import Image
-
-    (model_version.directory / "golden").mkdir(exist_ok=True)
-    written = []
-    for i, image in enumerate(sources):
-        relative = f"golden/{i}.png"
-        Image.fromarray(np.asarray(image, dtype=np.uint8)).save(model_version.directory / relative)
-        written.append({"image": relative})
-    return written
-
-
 def golden_set(model_version: ModelVersion, sources) -> list[dict]:
     """Greedy tokens of a few sources per variant and per way of carrying the cache (a server
     may run either; int8 quantises each step's activations, so its tokens may differ between
     the two), for the runtime's start-up check: each source decoded alone, as the check
     decodes it (int8's dynamic activation scales, and its one-row step, make a row's tokens
     depend on the rows beside it)."""
-    golden, inputs = [], golden_sources(model_version, sources)
+    kind = export_kind_named(model_version.manifest["model"]["kind"])
+    golden, inputs = [], kind.golden_sources(model_version, sources)
     options = replace(GREEDY, max_length=min(GREEDY.max_length, model_version.config["max_length"]))
     for variant in cpu_variants(model_version):
         in_place = model_version.has_graph(variant, IN_PLACE + "decoder")
@@ -247,18 +108,15 @@ def run_suite(
         raise ValueError(f"parity needs at least {MIN_SENTENCES} sentences, got {len(sources)}")
     start = time.perf_counter()
     model, tokenizer = load_checkpoint(checkpoint)
-    captioner = model_version.manifest["model"]["kind"] == "captioner"
-    if captioner:
-        decodes = caption_decode_certificate(model, tokenizer, model_version, sources, references)
-    else:
-        decodes = decode_certificate(model, tokenizer, model_version, sources, references, parts)
+    kind = export_kind_named(model_version.manifest["model"]["kind"])
+    decodes = kind.decode_certificate(model, tokenizer, model_version, sources, references, parts)
     certificate = {
         "graphs": graph_certificate(model, model_version, parity_devices(model_version)),
         **decodes,
         "sentences": len(sources),
         "parts": parts or {"test": len(sources)},
         "near_tie": NEAR_TIE,
-        "max_int8_loss": MAX_CAPTION_INT8_LOSS if captioner else MAX_INT8_LOSS,
+        "max_int8_loss": kind.max_int8_loss,
     }
     checks = [g["passed"] for g in certificate["graphs"].values()]
     checks += [d["passed"] for d in certificate["decodes"]]

@@ -6,42 +6,20 @@ import json
 from argparse import Namespace
 from pathlib import Path
 
-import numpy as np
-
 from export.certify import INT8_CLAIMS, certify, run_suite
+from export.kinds import export_kind
 from export.repository import INT8_SCALES, write_version
-from models.caption_data import read_scenes
-from models.captioner import Captioner
-from models.catalogs import read_everyday
 from models.checkpoint import WEIGHTS, load_checkpoint
-from models.corpus import read_split
-from models.modern import PART_NAMES, TEST_PARTS
 from service.runtime.errors import ModelRepositoryError
 from service.runtime.repository import sha256, verify
 
 
 def parity_inputs(model, data: Path, tokenizer, count: int) -> tuple[list, list[str], dict]:
-    """Test inputs, their references and how many come from each part. Translator: the first
-    `count` sentences of every test part (the Bible test split; `modern` where the data has it;
-    `everyday`, committed with the code). Captioner: `count` images spread evenly over its
-    test parts."""
-    if isinstance(model, Captioner):
-        scenes, images = read_scenes(data, "test")
-        chosen = np.linspace(0, len(scenes) - 1, min(count, len(scenes))).round().astype(int)
-        captions = [scenes[i].caption for i in chosen]
-        return np.asarray(images[chosen]), captions, {"test": len(chosen)}
-    sources, references, parts = [], [], {}
-    for split in TEST_PARTS:
-        if (data / f"{split}.es").exists():
-            spanish, english = read_split(data, split)
-        elif split == "test-everyday":
-            spanish, english = read_everyday()
-        else:
-            continue
-        sources += tokenizer.encode_batch(spanish[:count])
-        references += english[:count]
-        parts[PART_NAMES[split]] = len(spanish[:count])
-    return sources, references, parts
+    """Test inputs, their references and how many come from each part, as the kind of `model`
+    takes them from `data` (export.kinds). Translator: the first `count` sentences of every
+    test part (the Bible test split; `modern` where the data has it; `everyday`, committed
+    with the code). Captioner: `count` images spread evenly over its test parts."""
+    return export_kind(model).parity_inputs(data, tokenizer, count)
 
 
 def _summary(certificate: dict) -> dict:
@@ -94,9 +72,7 @@ def parity(args: Namespace) -> int:
     if source.get("sha256") and sha256(checkpoint / WEIGHTS) != source["sha256"]:
         raise ModelRepositoryError(f"{checkpoint}: weights differ from those the graphs came from")
     model, tokenizer = load_checkpoint(checkpoint)
-    data = args.data or Path("data") / (
-        "captioner" if isinstance(model, Captioner) else "translator"
-    )
+    data = args.data or Path("data") / export_kind(model).data
     sources, references, parts = parity_inputs(model, data, tokenizer, args.sentences)
     certificate = run_suite(model_version, checkpoint, sources, references, parts)
     output = certificate if args.json else _summary(certificate)

@@ -11,16 +11,17 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from models.evaluate import corpus_scores
-from service.runtime.batching import source_batch
-from service.runtime.captioning import caption_batches, pixels
+from models.kinds import kind_named
 from service.runtime.decoding import DecodingOptions, Hypothesis
 from service.runtime.inference import CachedInference, Engine, parting_margin
 from service.runtime.tensors import EncoderOutput
 from service.runtime.tokenizer import Tokenizer
-from service.runtime.translation import translate_batches
 
 NEAR_TIE = 1e-4
 BATCH = 16
+# the translator's settings; the golden set decodes GREEDY within the model's length
+GREEDY = DecodingOptions(beam_size=1, max_length=160)
+BEAM = DecodingOptions(beam_size=4, max_length=160)
 
 
 @dataclass
@@ -57,21 +58,15 @@ def decode_all(
 ) -> list[Hypothesis]:
     """Best hypothesis of every source (token ids, or uint8 images for a captioner), in
     batches of `batch` taken in input order, so rows of different lengths share a padded
-    batch."""
-    if engine.kind == "captioner":
-        nbest = caption_batches(engine, sources, options, batch, inference_type)
-    else:
-        nbest = translate_batches(
-            engine, sources, options, max_source, batch, inference_type, False
-        )
+    batch (models.kinds: how each kind decodes its sources)."""
+    kind = kind_named(engine.kind)
+    nbest = kind.decode(engine, sources, options, max_source, batch, inference_type)
     return [n[0] for n in nbest]
 
 
 def encode_one(engine: Engine, source, max_source: int) -> EncoderOutput:
     """The encoder output of one source (token ids, or a uint8 image)."""
-    if engine.kind == "captioner":
-        return engine.encode(pixels(np.asarray(source)[None]))
-    return engine.encode(*source_batch([source], max_source))
+    return kind_named(engine.kind).encode_one(engine, source, max_source)
 
 
 def compare_decodes(

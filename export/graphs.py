@@ -75,10 +75,3 @@ class CaptionStepGraph(nn.Module):
             input_ids, (h, c), grid, projection, memory_mask
         )
         return logits, h, c, weights
-
-
-def graph_modules(model) -> tuple[nn.Module, nn.Module]:
-    """The (encoder, decoder step) modules of a Transformer or a Captioner."""
-    if isinstance(model, Captioner):
-        return CaptionEncoderGraph(model), CaptionStepGraph(model)
-    return EncoderGraph(model), DecoderStepGraph(model)

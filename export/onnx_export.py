@@ -15,10 +15,8 @@ import torch
 from torch import nn
 from torch.export import Dim
 
-from export.graphs import graph_modules
-from models.captioner import Captioner
-from models.checkpoint import kind_of
-from service.runtime.graphs import GraphSpec, ModelInterface, interface_for
+from models.kinds import model_kind
+from service.runtime.graphs import GraphSpec, ModelInterface
 
 OPSET = 18
 CONTROL_FLOW = {"If", "Loop", "Scan"}
@@ -105,35 +103,22 @@ def export_graph(module: nn.Module, spec: GraphSpec, args: tuple, path: Path) ->
 
 
 def interface_of(model) -> ModelInterface:
-    """The declared interface of a Transformer or a Captioner."""
-    return interface_for(kind_of(model), model.config.to_dict())
+    """The declared interface of a model of any kind (models.kinds)."""
+    return model_kind(model).interface(model.config)
 
 
-def fixed_sizes(model) -> dict[str, int]:
-    """The sizes of the axes that the model fixes, by axis name."""
-    c = model.config
-    if isinstance(model, Captioner):
-        return {
-            "channels": 3,
-            "height": c.image_size,
-            "width": c.image_size,
-            "memory": c.grid * c.grid,
-            "features": c.feature_dim,
-            "attention": c.attention_dim,
-            "hidden": c.hidden_dim,
-        }
-    return {"heads": c.n_heads, "head_dim": c.head_dim}
-
-
-def export_model(model, out_dir: Path, dtype: torch.dtype = torch.float32) -> dict[str, Path]:
-    """Writes encoder.onnx and decoder.onnx of `model` in `dtype`; returns their paths."""
-    model = model.to(dtype).eval()
+def export_modules(
+    model, modules: tuple[nn.Module, nn.Module], fixed: dict[str, int], out_dir: Path, dtype
+) -> dict[str, Path]:
+    """Writes encoder.onnx and decoder.onnx traced from `modules`, the (encoder, decoder step)
+    graph modules of `model` (in `dtype`, eval mode); `fixed`: the sizes of the axes that the
+    model fixes, by axis name. Returns their paths."""
     interface = interface_of(model)
     paths = {}
     with torch.no_grad():
         specs = (interface.encoder, interface.decoder)
-        for spec, module in zip(specs, graph_modules(model), strict=True):
-            args = example_inputs(fixed_sizes(model), spec, model.config.vocab_size, dtype)
+        for spec, module in zip(specs, modules, strict=True):
+            args = example_inputs(fixed, spec, model.config.vocab_size, dtype)
             paths[spec.name] = export_graph(
                 module.eval(), spec, args, out_dir / f"{spec.name}.onnx"
             )

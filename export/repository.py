@@ -10,12 +10,10 @@ from pathlib import Path
 import onnxruntime
 import torch
 
-from export.builder import build_model
-from export.onnx_export import OPSET, export_model, interface_of
+from export.kinds import ExportKind, export_kind
+from export.onnx_export import OPSET, interface_of
 from export.ops import write_ops
 from export.quantize import quantize_int8, quantize_int8_one_row
-from models.captioner import Captioner
-from models.checkpoint import kind_of
 from service.runtime.graphs import IN_PLACE, LEAN_STEP, ONE_ROW_STEP, STATIC
 from service.runtime.repository import TOKENIZER, ModelVersion, verify, write_manifest
 from service.runtime.tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIAL_PIECES, UNK_ID
@@ -38,32 +36,33 @@ def special_tokens() -> dict:
     return {name: {"id": i, "piece": SPECIAL_PIECES[i]} for name, i in ids.items()}
 
 
-def preprocessor(model) -> dict:
-    """How a request's input becomes the encoder's input."""
-    if isinstance(model, Captioner):
-        c = model.config
-        return {
-            "type": "image",
-            "input": "pixels",
-            "size": [c.image_size, c.image_size],
-            "channels": "RGB",
-            "layout": "NCHW",
-            "resize": "bilinear, the whole image to the square (no crop)",
-            "scale": "x / 255, float32 in [0, 1]",
-            "normalisation": {"mean": list(c.pixel_mean), "std": list(c.pixel_std),
-                              "where": "inside the encoder graph"},
-            "grid": [c.grid, c.grid],
-        }  # fmt: skip
-    return {"type": "sentencepiece", "file": TOKENIZER, "appends": "</s>"}
+def float_graphs(
+    kind: ExportKind, model, directory: Path, dtype: torch.dtype, method: str
+) -> dict[str, Path]:
+    """The graphs of `model` in `dtype` (torch.float32 or torch.float16), made by `method`
+    into the variant's folder of `directory`; the caller's model keeps its float32 weights."""
+    out = directory / ("fp16" if dtype == torch.float16 else "fp32")
+    if method == "built":
+        return kind.built(model, out, dtype)
+    if dtype == torch.float16:
+        return kind.traced(copy.deepcopy(model).half(), out, dtype)
+    return kind.traced(model.float(), out, dtype)
 
 
-def limits(model) -> dict:
-    if isinstance(model, Captioner):
-        return {"max_output_tokens": model.config.max_length}
-    return {
-        "max_source_tokens": model.config.max_length,
-        "max_output_tokens": model.config.max_length,
+def int8_graphs(fp32: dict[str, Path], directory: Path, per_channel: bool) -> dict[str, Path]:
+    """Every fp32 graph but the static steps (those are for CUDA graphs) quantised into
+    `directory`/int8, and every lean step's one-row form."""
+    int8 = {
+        k: quantize_int8(p, directory / "int8" / p.name, per_channel)
+        for k, p in fp32.items()
+        if not k.startswith(STATIC)
     }
+    for prefix in ("", IN_PLACE):
+        if prefix + LEAN_STEP in fp32:
+            one_row = directory / "int8" / f"{prefix}{ONE_ROW_STEP}.onnx"
+            quantize_int8_one_row(fp32[prefix + LEAN_STEP], one_row)
+            int8[prefix + ONE_ROW_STEP] = one_row
+    return int8
 
 
 def write_version(
@@ -86,50 +85,30 @@ def write_version(
     if directory.exists():
         shutil.rmtree(directory)
     directory.mkdir(parents=True)
-    graphs = {}
     if method not in METHODS:
         raise ValueError(f"method {method!r}: one of {METHODS}")
     if int8_scales not in INT8_SCALES:
         raise ValueError(f"int8_scales {int8_scales!r}: one of {INT8_SCALES}")
-    if method == "built":
-        fp32 = build_model(model.float(), directory / "fp32")
-    else:
-        fp32 = export_model(model.float(), directory / "fp32", torch.float32)
-    graphs["fp32"] = {k: str(p.relative_to(directory)) for k, p in fp32.items()}
+    kind = export_kind(model)
+    made = {"fp32": float_graphs(kind, model, directory, torch.float32, method)}
     if "int8" in variants:
-        per_channel = int8_scales == "per-channel"
-        graphs["int8"] = {
-            k: str(
-                quantize_int8(p, directory / "int8" / p.name, per_channel).relative_to(directory)
-            )
-            for k, p in fp32.items()
-            if not k.startswith(STATIC)  # the static steps are for CUDA graphs
-        }
-        for prefix in ("", IN_PLACE):  # every lean step's one-row form
-            if prefix + LEAN_STEP in fp32:
-                one_row = directory / "int8" / f"{prefix}{ONE_ROW_STEP}.onnx"
-                quantize_int8_one_row(fp32[prefix + LEAN_STEP], one_row)
-                graphs["int8"][prefix + ONE_ROW_STEP] = str(one_row.relative_to(directory))
+        made["int8"] = int8_graphs(made["fp32"], directory, int8_scales == "per-channel")
     if "fp16" in variants:
-        if method == "built":
-            fp16 = build_model(model, directory / "fp16", torch.float16)
-        else:
-            half = copy.deepcopy(model).half()  # the caller's model keeps its fp32 weights
-            fp16 = export_model(half, directory / "fp16", torch.float16)
-        graphs["fp16"] = {k: str(p.relative_to(directory)) for k, p in fp16.items()}
+        made["fp16"] = float_graphs(kind, model, directory, torch.float16, method)
+    graphs = {v: {k: str(p.relative_to(directory)) for k, p in g.items()} for v, g in made.items()}
     shutil.copyfile(tokenizer_file, directory / TOKENIZER)
     ops = write_ops(directory, len(interface_of(model).memory_tensors))
     manifest = {
         "model": {
             "name": name,
             "version": model_version,
-            "kind": kind_of(model),
+            "kind": kind.name,
             "config": model.config.to_dict(),
         },
         "interface": interface_of(model).to_dict(),
         "special_tokens": special_tokens(),
-        "limits": limits(model),
-        "preprocessor": preprocessor(model),
+        "limits": kind.limits(model),
+        "preprocessor": kind.preprocessor(model),
         "graphs": graphs,
         "graphs_made": dict.fromkeys(graphs, method),
         **({"int8_scales": int8_scales} if "int8" in graphs else {}),

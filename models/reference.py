@@ -13,14 +13,26 @@ import torch
 import torch.nn.functional as F
 
 from models.captioner import Captioner
-from models.checkpoint import kind_of
+from models.kinds import CaptionerKind, ModelKind, TranslatorKind, model_kind
 from models.transformer import Transformer
-from service.runtime.graphs import interface_for
 from service.runtime.search import Candidates, SearchRequest, host_search
 from service.runtime.tensors import EncoderOutput, StepOutput, Tensors
 from service.runtime.tokenizer import SPECIAL_TOKENS
 
+_ENGINES: dict[str, type[TorchEngine]] = {}  # kind name -> the reference engine of that kind
 
+
+def _engine_of(kind: type[ModelKind]):
+    """Class decorator: registers the engine class as the reference engine of `kind`."""
+
+    def register(engine: type[TorchEngine]) -> type[TorchEngine]:
+        _ENGINES[kind.name] = engine
+        return engine
+
+    return register
+
+
+@_engine_of(TranslatorKind)
 class TorchEngine:
     """Encoder and decode step of a Transformer, in eval mode, without gradients."""
 
@@ -34,8 +46,9 @@ class TorchEngine:
         self.device = torch.device(device)
         self.device_search = device_search
         self.config = model.config
-        self.kind = kind_of(model)
-        self.interface = interface_for(self.kind, model.config.to_dict())
+        kind = model_kind(model)
+        self.kind = kind.name
+        self.interface = kind.interface(model.config)
         self.special_tokens = SPECIAL_TOKENS
         self.memory_names = self.interface.memory_tensors
         self.state_names = [s.input for s in self.interface.states]
@@ -127,6 +140,7 @@ class TorchEngine:
         return tensor.narrow(axis, start, end - start).contiguous()
 
 
+@_engine_of(CaptionerKind)
 class CaptionTorchEngine(TorchEngine):
     """Encoder and decode step of a Captioner: the grid and its projection are the memory,
     (h, c) the state the encoder starts; positions and the self mask mean nothing to an
@@ -161,9 +175,5 @@ class CaptionTorchEngine(TorchEngine):
 
 
 def reference_engine(model, device: str = "cpu", device_search: bool = False) -> TorchEngine:
-    """The PyTorch engine of a Transformer or a Captioner."""
-    return (
-        CaptionTorchEngine(model, device, device_search)
-        if isinstance(model, Captioner)
-        else TorchEngine(model, device, device_search)
-    )
+    """The PyTorch engine registered for the kind of `model`."""
+    return _ENGINES[model_kind(model).name](model, device, device_search)

@@ -149,12 +149,12 @@ def test_translator_parity_takes_every_test_part(tmp_path, shipped_translator):
     from export.commands import parity_inputs
     from models.catalogs import read_everyday
 
-    _, tokenizer = shipped_translator
+    model, tokenizer = shipped_translator
     for split, count in (("test", 5), ("test-modern", 2)):
         for language in ("es", "en"):
             lines = "".join(f"{split} {language} {i}\n" for i in range(count))
             (tmp_path / f"{split}.{language}").write_text(lines)
-    sources, references, parts = parity_inputs(None, tmp_path, tokenizer, 3)
+    sources, references, parts = parity_inputs(model, tmp_path, tokenizer, 3)
     assert parts == {"bible": 3, "modern": 2, "everyday": 3}  # everyday: the committed part
     assert references == ["test en 0", "test en 1", "test en 2", "test-modern en 0",
                           "test-modern en 1", *read_everyday()[1][:3]]  # fmt: skip

@@ -8,7 +8,8 @@ import json
 import onnx
 import pytest
 
-from export.certify import MAX_ATTENTION_DIFFERENCE, MAX_CAPTION_INT8_LOSS, MIN_SENTENCES
+from export.caption_parity import MAX_ATTENTION_DIFFERENCE, MAX_CAPTION_INT8_LOSS
+from export.certify import MIN_SENTENCES
 from export.comparison import TOLERANCES, ParityError
 from export.parity import assert_graph_parity
 from service.runtime.graphs import captioner_interface
