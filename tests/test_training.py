@@ -115,31 +115,19 @@ def test_the_mean_of_snapshots_is_the_mean_of_their_weights(tmp_path):
     assert torch.equal(mean["b"], torch.tensor([3.0, -3.0])) and mean["b"].dtype == torch.float32
 
 
+def _tiny_training(data, out) -> list[str]:
+    """`attnserve train translator` of the tiny preset on `data`, a checkpoint every 2 steps."""
+    model = ["--preset", "tiny", "--vocab-size", "512", "--data", str(data), "--out", str(out)]
+    steps = ["--max-tokens", "600", "--dev-sentences", "4", "--checkpoint-every", "2"]
+    return ["train", "translator", *model, *steps, "--threads", "1"]
+
+
 def test_a_packed_run_goes_on_elsewhere_where_it_stopped(tmp_path, translator_data):
     from attnserve.cli import main
     from models.run_state import pack_run, unpack_run
 
     data = _tiny_corpus(tmp_path, translator_data)
-    common = [
-        "train",
-        "translator",
-        "--preset",
-        "tiny",
-        "--vocab-size",
-        "512",
-        "--data",
-        str(data),
-        "--max-tokens",
-        "600",
-        "--dev-sentences",
-        "4",
-        "--threads",
-        "1",
-        "--checkpoint-every",
-        "2",
-        "--out",
-        str(tmp_path / "out"),
-    ]
+    common = _tiny_training(data, tmp_path / "out")
     first, second = tmp_path / "first", tmp_path / "second"
     assert main([*common, "--run-dir", str(first), "--max-steps", "2"]) == 0
     packed = tmp_path / "run.pt"
@@ -177,39 +165,8 @@ def test_a_run_s_weights_files_are_evaluated_and_translated(tmp_path, translator
 
     data = _tiny_corpus(tmp_path, translator_data)
     run = tmp_path / "run"
-    assert (
-        main(
-            [
-                "train",
-                "translator",
-                "--preset",
-                "tiny",
-                "--vocab-size",
-                "512",
-                "--data",
-                str(data),
-                "--max-tokens",
-                "600",
-                "--dev-sentences",
-                "4",
-                "--threads",
-                "1",
-                "--checkpoint-every",
-                "2",
-                "--average",
-                "2",
-                "--snapshot-every",
-                "2",
-                "--run-dir",
-                str(run),
-                "--out",
-                str(tmp_path / "out"),
-                "--max-steps",
-                "4",
-            ]
-        )
-        == 0
-    )
+    snapshots = ["--average", "2", "--snapshot-every", "2", "--run-dir", str(run)]
+    assert main([*_tiny_training(data, tmp_path / "out"), *snapshots, "--max-steps", "4"]) == 0
     snapshot = sorted((run / "snapshots").glob("step-*.pt"))[-1]
     assert "model_config" in torch.load(snapshot, weights_only=False)  # no last.pt to read
     last = torch.load(run / "last.pt", weights_only=False)["model"]
