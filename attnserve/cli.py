@@ -17,11 +17,9 @@ from dataclasses import fields
 from pathlib import Path
 
 from attnserve.serving import add_repository, add_serve, repository, serve
+from models.shipped import CHECKPOINTS, SHIPPED_CAPTIONER, SHIPPED_TRANSLATOR
 from service.runtime.decoding import DecodingOptions
 
-CHECKPOINTS = Path(__file__).resolve().parents[1] / "models" / "checkpoints"
-SHIPPED_TRANSLATOR = CHECKPOINTS / "translator"
-SHIPPED_CAPTIONER = CHECKPOINTS / "captioner"
 MODELS = ("translator", "captioner")
 
 

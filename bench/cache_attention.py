@@ -61,9 +61,13 @@ def growing_attention(heads: int, head_dim: int) -> bytes:
     inputs += [_float(n, ["B", heads, "P", head_dim]) for n in ("past_key", "past_value")]
     inputs.append(helper.make_tensor_value_info("mask", TensorProto.INT32, ["B", "T"]))
     node = helper.make_node(
-        "MultiHeadAttention", ["q", "k", "v", "", "mask", "", "past_key", "past_value"],
-        ["out", "present_key", "present_value"], domain=MS, num_heads=heads, unidirectional=1,
-    )  # fmt: skip
+        "MultiHeadAttention",
+        ["q", "k", "v", "", "mask", "", "past_key", "past_value"],
+        ["out", "present_key", "present_value"],
+        domain=MS,
+        num_heads=heads,
+        unidirectional=1,
+    )
     return _model(node, inputs, [_float(n, None) for n in node.output])
 
 
@@ -84,9 +88,11 @@ def in_place_attention(
     node = helper.make_node(
         "GroupQueryAttention",
         ["q", "k", "v", "past_key", "past_value", "seqlens_k", "total"],
-        ["out", "present_key", "present_value"], domain=MS, num_heads=heads,
+        ["out", "present_key", "present_value"],
+        domain=MS,
+        num_heads=heads,
         kv_num_heads=heads,
-    )  # fmt: skip
+    )
     outputs = [_float("out", None, dtype)]
     outputs += [_float(n, buffer, dtype) for n in ("present_key", "present_value")]
     return _model(node, inputs, outputs)
@@ -114,8 +120,14 @@ def case(growing, in_place, batch: int, past: int, args) -> dict:
     keys, values = (rng.standard_normal((batch, heads, past, head_dim), np.float32) for _ in "kv")
     value = ort.OrtValue.ortvalue_from_numpy
     mha = growing.io_binding()
-    feeds = {"q": q, "k": k, "v": v, "past_key": keys, "past_value": values,
-             "mask": np.ones((batch, past + 1), np.int32)}  # fmt: skip
+    feeds = {
+        "q": q,
+        "k": k,
+        "v": v,
+        "past_key": keys,
+        "past_value": values,
+        "mask": np.ones((batch, past + 1), np.int32),
+    }
     for name, array in feeds.items():
         mha.bind_ortvalue_input(name, value(array))
     for name in ("out", "present_key", "present_value"):
@@ -166,9 +178,11 @@ def main(argv=None) -> int:
         print("| batch | past | MHA growing us | GQA in place us | ratio | max abs error |")
         print("|--:|--:|--:|--:|--:|--:|")
         for r in rows:
-            print(f"| {r['batch']} | {r['past']} | {r['growing_us']:.1f} | "
-                  f"{r['in_place_us']:.1f} | {r['growing_over_in_place']:.2f} | "
-                  f"{r['max_abs_error']:.1e} |")  # fmt: skip
+            print(
+                f"| {r['batch']} | {r['past']} | {r['growing_us']:.1f} | "
+                f"{r['in_place_us']:.1f} | {r['growing_over_in_place']:.2f} | "
+                f"{r['max_abs_error']:.1e} |"
+            )
     return 0
 
 

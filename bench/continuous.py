@@ -81,8 +81,9 @@ def case(version, variant: str, beam: int, sources, args) -> dict:
             stream(engine, sources, options, args.rows, args.waiting)
     for _ in range(args.rounds):
         for cache, engine in engines.items():
-            rate, tokens[cache], rebuilds[cache] = stream(engine, sources, options, args.rows,
-                                                          args.waiting)  # fmt: skip
+            rate, tokens[cache], rebuilds[cache] = stream(
+                engine, sources, options, args.rows, args.waiting
+            )
             rates[cache].append(rate)
     medians = {cache: statistics.median(r) for cache, r in rates.items()}
 

@@ -65,9 +65,11 @@ from bench.engines import (
     graphs_of,
     stdout_to_stderr,
 )
-from bench.lib.paths import CAPTIONER_DATA, SHIPPED_CAPTIONER, SHIPPED_TRANSLATOR, TEST_SOURCES
+from bench.lib.decode_markdown import markdown
+from bench.lib.paths import CAPTIONER_DATA, TEST_SOURCES
 from models.caption_data import read_scenes
 from models.config import CaptionerConfig, TransformerConfig
+from models.shipped import SHIPPED_CAPTIONER, SHIPPED_TRANSLATOR
 from service.runtime.repository import sha256, verify
 from service.runtime.tokenizer import Tokenizer
 
@@ -123,8 +125,9 @@ def _prepare(
         graphs, scales, variants = "built", "per-tensor", ("int8",)
         if method != PER_TENSOR:
             graphs, scales, variants = method, "per-channel", ("fp32", "int8")
-        write_version(loaded, tokenizer.model_file, directory, model, "1", variants, source,
-                      graphs, scales)  # fmt: skip
+        write_version(
+            loaded, tokenizer.model_file, directory, model, "1", variants, source, graphs, scales
+        )
         setup["repositories"][method] = str(directory)
     if ct2:
         from bench.ctranslate2_convert import convert
@@ -315,8 +318,9 @@ def _ratios(engines: dict, args) -> list[tuple]:
     speedup = _speedup(table, "onnx-fp32", "torch-cached", greedy)
     rows = [(f"onnx-fp32 / torch-cached tokens/s, batch {small} greedy", speedup, ">=", 3.0)]
     speedup = _speedup(table, "onnx-fp32-built", "torch-cached", greedy)
-    rows.append((f"onnx-fp32-built / torch-cached tokens/s, batch {small} greedy", speedup,
-                 ">=", 4.0))  # fmt: skip
+    rows.append(
+        (f"onnx-fp32-built / torch-cached tokens/s, batch {small} greedy", speedup, ">=", 4.0)
+    )
     for batch in sorted({small, large}):
         every = [(batch, beam, n) for beam in BEAMS for n in lengths]
         for ours, theirs in (("onnx-fp32", "ct2-float32"), ("onnx-int8", "ct2-int8")):
@@ -327,19 +331,32 @@ def _ratios(engines: dict, args) -> list[tuple]:
             text = f"{ours}-built / {theirs} tokens/s, batch {batch}"
             rows.append((text, speedup, ">=", int8_target))
         speedup = _speedup(table, "onnx-int8-built-per-tensor", "ct2-int8", every)
-        rows.append((f"onnx-int8-built-per-tensor / ct2-int8 tokens/s, batch {batch}", speedup,
-                     ">=", 1.3 if batch == small else 1.0))  # fmt: skip
+        rows.append(
+            (
+                f"onnx-int8-built-per-tensor / ct2-int8 tokens/s, batch {batch}",
+                speedup,
+                ">=",
+                1.3 if batch == small else 1.0,
+            )
+        )
         speedup = _speedup(table, "onnx-int8-built-per-tensor", "onnx-int8-built", every)
-        rows.append((f"onnx-int8-built-per-tensor / onnx-int8-built tokens/s, batch {batch}",
-                     speedup, ">=", None))  # fmt: skip
+        rows.append(
+            (
+                f"onnx-int8-built-per-tensor / onnx-int8-built tokens/s, batch {batch}",
+                speedup,
+                ">=",
+                None,
+            )
+        )
         speedup = _speedup(table, "onnx-fp32-built", "onnx-fp32", every)
         rows.append((f"onnx-fp32-built / onnx-fp32 tokens/s, batch {batch}", speedup, ">=", None))
         for variant in ("fp32", "int8"):  # the lean step (and int8's one-row form) at work,
             ours = f"onnx-{variant}-built"  # and the cache written in place
             for other in (FULL_STEP, GROWING):
                 speedup = _speedup(table, ours, ours + other, every)
-                rows.append((f"{ours} / {ours}{other} tokens/s, batch {batch}", speedup, ">=",
-                             None))  # fmt: skip
+                rows.append(
+                    (f"{ours} / {ours}{other} tokens/s, batch {batch}", speedup, ">=", None)
+                )
     short = 32 if 32 in lengths else min(lengths)
     long = 256 if 256 in lengths else max(lengths)
     for name in ("onnx-fp32", "torch-cached", "torch-uncached"):
@@ -493,90 +510,6 @@ def _captioner(args, workdir: Path) -> dict:
     return part | {"ratios": {text: ratio for text, ratio, _, _ in rows}, "goals": _goals(rows)}
 
 
-def _machine_text(m: dict) -> str:
-    return (
-        f"{m['cpu']}, {m['usable_cpus']} CPUs; copy {m['copy_bandwidth_gb_s']:.1f} GB/s; float32 "
-        f"matmul {m['matmul_gflop_s']:.1f} GFLOP/s on one thread; OPENBLAS_CORETYPE="
-        f"{m['environment']['OPENBLAS_CORETYPE']}."
-    )
-
-
-def _median_range(spread: dict, digits: int) -> str:
-    return f"{spread['median']:.{digits}f} [{spread['min']:.{digits}f}, {spread['max']:.{digits}f}]"
-
-
-def _verdicts(part: dict, output: str, unit: str) -> list[str]:
-    """The goals table, the other ratios and the parity of one model's part."""
-    lines = ["", "| goal | ratio | target | |", "|---|--:|--:|---|"]
-    for g in part["goals"]:
-        verdict = "met" if g["met"] else "missed"
-        target = f"{g['compare']} {g['target']:g}"
-        lines.append(f"| {g['goal']} | {g['ratio']:.2f} | {target} | {verdict} |")
-    goals = {g["goal"] for g in part["goals"]}
-    lines += [""] + [f"- {k}: {v:.2f}" for k, v in part["ratios"].items() if k not in goals and v]
-    for name, p in sorted(part["parity"].items()):
-        same = f"{p['identical']}/{p[unit]}"
-        lines.append(f"- {name} greedy {output} identical to PyTorch: {same} {unit}")
-    return lines
-
-
-def _markdown(report: dict) -> str:
-    m = report["machine"]
-    lines = []
-    if "engines" in report:
-        lines += _translator_markdown(report)
-    if "captioner" in report:
-        lines += [""] if lines else [_machine_text(m), ""]
-        lines += _captioner_markdown(report["captioner"])
-    return "\n".join(lines) + "\n"
-
-
-def _translator_markdown(report: dict) -> list[str]:
-    m, s = report["machine"], report["settings"]
-    lines = [
-        f"{_machine_text(m)} One compute thread per engine; "
-        f"{s['rounds']} rounds after {s['warmup']} warm-up, median [min, max]. tokens/s: "
-        "batch × tokens over the whole call; ms/step: decode after the encoder over tokens; "
-        "of bound: the least time a step can take on this machine over ms/step.",
-        "",
-        "| engine | batch | beam | tokens | tokens/s | ms/step | encoder ms | of bound | RSS MB |",
-        "|---|--:|--:|--:|--:|--:|--:|--:|--:|",
-    ]
-    for name, engine in report["engines"].items():
-        for c in engine["cases"]:
-            tps, step = c["tokens_per_s"], c["ms_per_step"]
-            cells = [name, c["batch"], c["beam"], c["length"]]
-            cells += [_median_range(tps, 0), _median_range(step, 2)]
-            cells += [f"{c['encoder_ms']['median']:.2f}", f"{c['bound_fraction']:.0%}"]
-            cells.append(f"{engine['peak_rss_mb']:.0f}")
-            lines.append("| " + " | ".join(map(str, cells)) + " |")
-    return lines + _verdicts(report, "output", "sentences")
-
-
-def _captioner_markdown(part: dict) -> list[str]:
-    s = part["settings"]
-    lines = [
-        f"Captioner: the first {max(s['batches'])} of the test images, every caption to its "
-        f"natural end (at most {s['max_length']} tokens, `</s>` included). One compute thread "
-        f"per engine; {s['rounds']} rounds after {s['warmup']} warm-up, median [min, max]. "
-        "tokens: output tokens of the best captions; steps: decoding steps of the call; "
-        "captions/s: batch over the whole call (pixels and encoder included); ms/caption: its "
-        "inverse; ms/step: decode after the encoder over steps.",
-        "",
-        "| engine | batch | beam | tokens | steps | captions/s | ms/caption | ms/step "
-        "| encoder ms | RSS MB |",
-        "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
-    ]
-    for name, engine in part["engines"].items():
-        for c in engine["cases"]:
-            rate, each, step = c["captions_per_s"], c["ms_per_caption"], c["ms_per_step"]
-            cells = [name, c["batch"], c["beam"], c["tokens"], c["steps"]]
-            cells += [_median_range(rate, 1), _median_range(each, 2), _median_range(step, 3)]
-            cells += [f"{c['encoder_ms']['median']:.2f}", f"{engine['peak_rss_mb']:.0f}"]
-            lines.append("| " + " | ".join(map(str, cells)) + " |")
-    return lines + _verdicts(part, "captions", "images")
-
-
 def main(argv: list[str] | None = None) -> int:
     args = _arguments(argv)
     os.environ.update(dict.fromkeys(machine.THREAD_VARIABLES, "1"))  # for every child process
@@ -591,8 +524,8 @@ def main(argv: list[str] | None = None) -> int:
             report["captioner"] = _captioner(args, workdir)
     if args.markdown:
         args.markdown.parent.mkdir(parents=True, exist_ok=True)
-        args.markdown.write_text(_markdown(report), encoding="utf-8")
-    print(json.dumps(report, indent=2) if args.json else _markdown(report))
+        args.markdown.write_text(markdown(report), encoding="utf-8")
+    print(json.dumps(report, indent=2) if args.json else markdown(report))
     return 0
 
 

@@ -87,9 +87,10 @@ from bench.lib.engine_level import EngineBench, sources
 from bench.lib.gpu_goals import goals
 from bench.lib.gpu_markdown import markdown
 from bench.lib.gpu_plan import FULL, QUICK, Plan
-from bench.lib.paths import SHIPPED_TRANSLATOR, TEST_SOURCES
+from bench.lib.paths import TEST_SOURCES
 from bench.lib.repository import repository_section
 from bench.lib.service_level import LoadBench
+from models.shipped import SHIPPED_TRANSLATOR
 
 REPORT = "benchmarks-gpu"
 

@@ -110,8 +110,15 @@ def run_case(session, device, dtype, heads, head_dim, batch, layout, total, buff
             error = np.abs(got[row, :, :last] - want[row, :, :last]).max()
             buffer_error = max(buffer_error, float(error))
     bound = BOUNDS[dtype]
-    return Case(batch, layout, total, buffer, output_error, buffer_error,
-                output_error <= bound and buffer_error <= bound)  # fmt: skip
+    return Case(
+        batch,
+        layout,
+        total,
+        buffer,
+        output_error,
+        buffer_error,
+        output_error <= bound and buffer_error <= bound,
+    )
 
 
 def check(
@@ -151,13 +158,17 @@ def main(argv=None) -> int:
     if args.json:
         print(json.dumps([asdict(c) for c in cases], indent=1))
     else:
-        print(f"GroupQueryAttention on {args.device}, {dtype}, {args.heads} heads of "
-              f"{args.head_dim}, bound {BOUNDS[dtype]}")  # fmt: skip
+        print(
+            f"GroupQueryAttention on {args.device}, {dtype}, {args.heads} heads of "
+            f"{args.head_dim}, bound {BOUNDS[dtype]}"
+        )
         print("| batch | positions | total | buffer | output error | buffer error | |")
         print("|--:|---|---|---|--:|--:|---|")
         for c in cases:
-            print(f"| {c.batch} | {c.layout} | {c.total} | {c.buffer} | {c.output_error:.2e} "
-                  f"| {c.buffer_error:.2e} | {'ok' if c.passed else 'WRONG'} |")  # fmt: skip
+            print(
+                f"| {c.batch} | {c.layout} | {c.total} | {c.buffer} | {c.output_error:.2e} "
+                f"| {c.buffer_error:.2e} | {'ok' if c.passed else 'WRONG'} |"
+            )
     return 0 if all(c.passed for c in cases) else 1
 
 

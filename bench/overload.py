@@ -27,8 +27,8 @@ from pathlib import Path
 
 import grpc
 import numpy as np
-
 from attnserve.v1 import translation_pb2_grpc
+
 from bench.lib.arguments import run_server_bench
 from bench.lib.processes import sample
 from bench.lib.sentence_loads import closed_loop, translate
@@ -154,9 +154,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=0)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument(
-        "--latency-budget-seconds", type=float, default=0.0,
+        "--latency-budget-seconds",
+        type=float,
+        default=0.0,
         help="the overloaded server's (default: the p99 at capacity x --budget-factor)",
-    )  # fmt: skip
+    )
     parser.add_argument("--budget-factor", type=float, default=1.0)
     return run_server_bench(parser, run, argv)
 

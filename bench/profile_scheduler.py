@@ -117,8 +117,13 @@ def _random_translator(folder: Path, shipped: Path) -> Path:
 
 
 def _profile(args, version) -> int:
-    engine = OnnxEngine(version, args.variant, args.device, cache=args.cache,
-                        io_binding=True if args.io_binding else None)  # fmt: skip
+    engine = OnnxEngine(
+        version,
+        args.variant,
+        args.device,
+        cache=args.cache,
+        io_binding=True if args.io_binding else None,
+    )
     if args.no_place:
         engine.place_op = None
     ids = Tokenizer(version.tokenizer_file).encode_batch(
@@ -194,8 +199,10 @@ def _profile(args, version) -> int:
     beside = scheduler.beside_seconds - beside
     tokens = scheduler.stats.tokens - tokens
     jobs = done - args.rows  # ended within the timed loop
-    print(f"{jobs} jobs ({jobs / wall:.1f}/s), {steps} steps ({wall / steps * 1e3:.2f} ms "
-          f"each), {tokens} tokens in {wall:.1f} s")  # fmt: skip
+    print(
+        f"{jobs} jobs ({jobs / wall:.1f}/s), {steps} steps ({wall / steps * 1e3:.2f} ms "
+        f"each), {tokens} tokens in {wall:.1f} s"
+    )
     if first_token:
         p50, p99 = np.percentile(first_token, [50, 99]) * 1e3
         print(f"first token: p50 {p50:.1f} ms, p99 {p99:.1f} ms after submission")
@@ -212,11 +219,15 @@ def _profile(args, version) -> int:
                 ms = beside / steps * 1e3
                 print(f"beside: {ms:.3f} ms a step of the scheduler's own work ran beside a step")
                 print(f"  ({share:.0%} of its host work)")
-            print(f"onnxruntime: {inside:.1f} s ({inside / wall:.0%} of the wall time), "
-                  f"{count / steps:.1f} calls a step")  # fmt: skip
+            print(
+                f"onnxruntime: {inside:.1f} s ({inside / wall:.0%} of the wall time), "
+                f"{count / steps:.1f} calls a step"
+            )
         else:
-            print(f"encoder thread: {inside:.1f} s of runs beside the steps ({inside / wall:.0%} "
-                  f"of the wall time), {count / steps:.1f} calls a step")  # fmt: skip
+            print(
+                f"encoder thread: {inside:.1f} s of runs beside the steps ({inside / wall:.0%} "
+                f"of the wall time), {count / steps:.1f} calls a step"
+            )
         for name, (calls, seconds) in sorted(mine.items(), key=lambda kv: -kv[1][1]):
             print(f"  {name}: {calls / steps:.2f} a step, {seconds / steps * 1e3:.3f} ms a step")
     if args.top:  # where the host's time goes, in a second loop as long

@@ -29,8 +29,8 @@ from pathlib import Path
 
 import grpc
 import numpy as np
-
 from attnserve.v1 import translation_pb2_grpc
+
 from bench.lib.arguments import run_server_bench
 from bench.lib.sentence_loads import closed_loop
 from bench.lib.server import Server
@@ -61,8 +61,9 @@ async def _serve(args, workers: int, fronts: int, levels: dict) -> int | None:
         if len(state.get("workers", [])) != workers or len(state.get("fronts", [])) != fronts - 1:
             raise RuntimeError(f"asked for {workers} workers and {fronts} fronts: {state}")
         options = [("grpc.use_local_subchannel_pool", 1)]  # a connection per channel
-        channels = [grpc.aio.insecure_channel(server.address, options=options)
-                    for _ in range(args.channels)]  # fmt: skip
+        channels = [
+            grpc.aio.insecure_channel(server.address, options=options) for _ in range(args.channels)
+        ]
         stub = [translation_pb2_grpc.TranslationServiceStub(channel) for channel in channels]
         await closed_loop(stub, max(args.clients), min(5.0, args.seconds))  # warm-up
         for clients in args.clients:
@@ -70,10 +71,15 @@ async def _serve(args, workers: int, fronts: int, levels: dict) -> int | None:
             outcomes, elapsed = await closed_loop(stub, clients, args.seconds)
             latencies = [seconds for code, seconds in outcomes if code == "OK"]
             cpu_after, own_after = server.cpu_seconds(), _own_cpu()
-            level = levels.setdefault((workers, fronts, clients), {
-                "latencies": [], "failed": 0, "seconds": 0.0,
-                "cpu_s": {"front": 0.0, "workers": 0.0, "client": 0.0},
-            })  # fmt: skip
+            level = levels.setdefault(
+                (workers, fronts, clients),
+                {
+                    "latencies": [],
+                    "failed": 0,
+                    "seconds": 0.0,
+                    "cpu_s": {"front": 0.0, "workers": 0.0, "client": 0.0},
+                },
+            )
             level["latencies"] += latencies
             level["failed"] += len(outcomes) - len(latencies)
             level["seconds"] += elapsed

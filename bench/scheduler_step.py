@@ -84,8 +84,9 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=256)
     parser.add_argument("--beam", type=int, default=1, help="each job's beam size")
-    parser.add_argument("--beam-jobs", type=int, default=0,
-                        help=f"more jobs beside them, of beam {BEAM_JOB}")  # fmt: skip
+    parser.add_argument(
+        "--beam-jobs", type=int, default=0, help=f"more jobs beside them, of beam {BEAM_JOB}"
+    )
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args(argv)

@@ -65,8 +65,15 @@ def search_alone(engine: OnnxEngine, batches, seconds: float) -> list[dict]:
             request = SearchRequest(k=k)
             graph = _best(lambda r=request, d=on_device: engine.search(d, r), seconds)
             host = _best(lambda r=request, d=on_device: host_search(engine.host(d), r), seconds)
-            rows.append({"batch": batch, "k": k, "graph_ms": graph, "numpy_ms": host,
-                         "speedup": host / graph})  # fmt: skip
+            rows.append(
+                {
+                    "batch": batch,
+                    "k": k,
+                    "graph_ms": graph,
+                    "numpy_ms": host,
+                    "speedup": host / graph,
+                }
+            )
     return rows
 
 
@@ -95,15 +102,22 @@ def step_with_search(version, device: str, batches, seconds: float) -> list[dict
             attention = name == "numpy"  # the served step before the search moved
             folded = SearchRequest(k=8) if name == "folded" else None
 
-            def step(e=engine, s=state, enc=encoder, a=attention, f=folded,
-                     feeds=(one, where, full)):  # fmt: skip
+            def step(
+                e=engine, s=state, enc=encoder, a=attention, f=folded, feeds=(one, where, full)
+            ):
                 return searched(e, e.step(*feeds, s, enc, a, f), SearchRequest(k=8))
 
             times[name] = _best(step, seconds)
-        rows.append({"batch": batch, "graph_ms": times["graph"], "numpy_ms": times["numpy"],
-                     "saved": 1 - times["graph"] / times["numpy"],
-                     "folded_ms": times["folded"],
-                     "folded_over_graph": times["graph"] / times["folded"]})  # fmt: skip
+        rows.append(
+            {
+                "batch": batch,
+                "graph_ms": times["graph"],
+                "numpy_ms": times["numpy"],
+                "saved": 1 - times["graph"] / times["numpy"],
+                "folded_ms": times["folded"],
+                "folded_over_graph": times["graph"] / times["folded"],
+            }
+        )
     return rows
 
 

@@ -52,8 +52,15 @@ def growth(samples: list[dict], warmup: float) -> dict:
     return result
 
 
-def _client(address: str, stop: threading.Event, deadline: float, image: bytes | None,
-            counts: collections.Counter, lock: threading.Lock, index: int) -> None:  # fmt: skip
+def _client(
+    address: str,
+    stop: threading.Event,
+    deadline: float,
+    image: bytes | None,
+    counts: collections.Counter,
+    lock: threading.Lock,
+    index: int,
+) -> None:
     with client.connect(address) as channel:
         for turn in range(index, 1 << 62):
             if stop.is_set():

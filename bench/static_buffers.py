@@ -162,8 +162,9 @@ class FixedCacheDecoder:
         size = step.inputs["memory_mask"].shape()[1]
         rows, length = memory_mask.shape
         if rows > step.rows or length > size:
-            raise ValueError(f"{rows} rows of {length} positions: the bucket holds "
-                             f"{step.rows} of {size}")  # fmt: skip
+            raise ValueError(
+                f"{rows} rows of {length} positions: the bucket holds {step.rows} of {size}"
+            )
         mask = np.zeros((step.rows, size), dtype=np.int64)
         mask[:rows, :length] = memory_mask
         mask[rows:, 0] = 1
@@ -225,8 +226,9 @@ class SlotCacheDecoder:
         into that slot alone where the buffers are host memory."""
         length = len(memory_mask)
         if length > self.memory_mask.shape[1]:
-            raise ValueError(f"{length} memory positions: the slots hold "
-                             f"{self.memory_mask.shape[1]}")  # fmt: skip
+            raise ValueError(
+                f"{length} memory positions: the slots hold {self.memory_mask.shape[1]}"
+            )
         self.memory_mask[slot] = 0
         self.memory_mask[slot, :length] = memory_mask
         for name, array in memory.items():

@@ -43,8 +43,10 @@ from pathlib import Path
 
 import numpy as np
 
+from models.shipped import SHIPPED_TRANSLATOR
+
 ROOT = Path(__file__).resolve().parents[1]
-CHECKPOINT = ROOT / "models" / "checkpoints" / "translator"
+CHECKPOINT = SHIPPED_TRANSLATOR
 SOURCES = ROOT / "data" / "translator" / "test.es"
 
 
@@ -76,8 +78,9 @@ def build(checkpoint: Path, directory: Path, variants: list[str], capacity: int,
     from models.checkpoint import load_checkpoint
 
     model, tokenizer = load_checkpoint(checkpoint)
-    version = write_version(model, tokenizer.model_file, directory, "translator", "1",
-                            tuple(variants), method="built")  # fmt: skip
+    version = write_version(
+        model, tokenizer.model_file, directory, "translator", "1", tuple(variants), method="built"
+    )
     fixed = {}
     for variant in variants:
         dtype = np.float16 if variant == "fp16" else np.float32
@@ -90,17 +93,24 @@ def build(checkpoint: Path, directory: Path, variants: list[str], capacity: int,
             fixed[variant][way] = path
     other = None
     if traced:
-        other = write_version(model.float(), tokenizer.model_file,
-                              directory.parents[1] / "traced" / "translator" / "1", "translator",
-                              "1", tuple(variants), method="traced")  # fmt: skip
+        other = write_version(
+            model.float(),
+            tokenizer.model_file,
+            directory.parents[1] / "traced" / "translator" / "1",
+            "translator",
+            "1",
+            tuple(variants),
+            method="traced",
+        )
     return version, fixed, other
 
 
 class Case:
     """One variant's engines on one device."""
 
-    def __init__(self, version, paths: dict[str, Path], variant: str, device: str,
-                 capacity: int, traced=None):  # fmt: skip
+    def __init__(
+        self, version, paths: dict[str, Path], variant: str, device: str, capacity: int, traced=None
+    ):
         from bench.static_buffers import cuda_graph_session
         from service.runtime.graphs import transformer_interface
         from service.runtime.onnx_engine import OnnxEngine
@@ -123,15 +133,27 @@ class Case:
         from bench.static_buffers import FixedCacheDecoder, SlotCacheDecoder, StaticStep, bucket
 
         if way == "in place":
-            step = StaticStep(self.sessions[way], bucket(rows, 1 << 20), {"memory": memory},
-                              self.carried, self.device, in_place=True)  # fmt: skip
+            step = StaticStep(
+                self.sessions[way],
+                bucket(rows, 1 << 20),
+                {"memory": memory},
+                self.carried,
+                self.device,
+                in_place=True,
+            )
             return SlotCacheDecoder(step, self.capacity)
         graph_ids = None
         if way.endswith("CUDA graph"):
             graph_ids = (self.graph_ids, self.graph_ids + 1)
             self.graph_ids += 2
-        step = StaticStep(self.sessions[way], bucket(rows, 1 << 20), {"memory": memory},
-                          self.carried, self.device, graph_ids)  # fmt: skip
+        step = StaticStep(
+            self.sessions[way],
+            bucket(rows, 1 << 20),
+            {"memory": memory},
+            self.carried,
+            self.device,
+            graph_ids,
+        )
         return FixedCacheDecoder(step, self.capacity)
 
     def greedy(self, way: str, ids: list[list[int]], length: int, decoder=None):
@@ -234,8 +256,7 @@ def main(argv=None) -> int:
 
     batches = [int(b) for b in args.batches.split(",")]
     variants = args.variants.split(",")
-    report = {"device": args.device, "capacity": args.capacity, "length": args.length,
-              "rows": []}  # fmt: skip
+    report = {"device": args.device, "capacity": args.capacity, "length": args.length, "rows": []}
     if args.device == "cuda":
         import onnxruntime
 

@@ -59,9 +59,11 @@ def step_seconds(model, batches, optimizer) -> list[float]:
         start = time.perf_counter()
         logits = model(batch["src"], batch["src_mask"], batch["tgt_in"], batch["tgt_mask"])
         loss = F.cross_entropy(
-            logits.reshape(-1, logits.shape[-1]), batch["tgt_out"].reshape(-1),
-            ignore_index=PAD_ID, label_smoothing=0.1,
-        )  # fmt: skip
+            logits.reshape(-1, logits.shape[-1]),
+            batch["tgt_out"].reshape(-1),
+            ignore_index=PAD_ID,
+            label_smoothing=0.1,
+        )
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -152,10 +154,15 @@ def run(args) -> dict:
         "threads": args.threads,
         "batches": args.batches,
         "rounds": args.rounds,
-        "base_run": {"steps": last["step"], "dev_bleu": last["dev_bleu"],
-                     "minutes": last["minutes"]} if last else None,
+        "base_run": {
+            "steps": last["step"],
+            "dev_bleu": last["dev_bleu"],
+            "minutes": last["minutes"],
+        }
+        if last
+        else None,
         "rows": rows,
-    }  # fmt: skip
+    }
 
 
 def markdown(report: dict) -> str:

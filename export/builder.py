@@ -92,9 +92,10 @@ class Graph:
             [self._fresh(op_type) for _ in range(outputs)] if isinstance(outputs, int) else outputs
         )
         self.nodes.append(
-            helper.make_node(op_type, inputs, names, name=self._fresh(f"/{op_type}"),
-                             domain=domain, **attributes)
-        )  # fmt: skip
+            helper.make_node(
+                op_type, inputs, names, name=self._fresh(f"/{op_type}"), domain=domain, **attributes
+            )
+        )
         return names[0] if len(names) == 1 else names
 
     def lowest(self) -> str:
@@ -102,8 +103,11 @@ class Graph:
         return self.weight("lowest", np.array(np.finfo(self.dtype).min, self.dtype))
 
     def model(self, spec: GraphSpec, fixed: dict[str, int]) -> onnx.ModelProto:
-        types = {"int64": TensorProto.INT64, "float": FLOAT_TYPES[self.dtype],
-                 "float32": TensorProto.FLOAT}  # fmt: skip
+        types = {
+            "int64": TensorProto.INT64,
+            "float": FLOAT_TYPES[self.dtype],
+            "float32": TensorProto.FLOAT,
+        }
 
         def value(tensor):
             shape = [fixed.get(axis, axis) for axis in tensor.axes]
@@ -176,8 +180,13 @@ class _Writer:
     def skip_norm(self, x: str, residual: str, norm: torch.nn.LayerNorm, bias) -> tuple[str, str]:
         """(LN(x + residual + bias), x + residual + bias)."""
         g = self.g
-        inputs = [x, residual, g.weight("gamma", norm.weight), g.weight("beta", norm.bias),
-                  g.weight("bias", bias)]  # fmt: skip
+        inputs = [
+            x,
+            residual,
+            g.weight("gamma", norm.weight),
+            g.weight("beta", norm.bias),
+            g.weight("bias", bias),
+        ]
         normed, _, _, total = g.op("SkipLayerNormalization", inputs, 4, domain=MS, epsilon=EPSILON)
         return normed, total
 
@@ -200,8 +209,14 @@ class _Writer:
         if past is not None:
             inputs += ["", past[0], past[1]]
             outputs = [g._fresh("attention"), *present]
-        result = g.op("MultiHeadAttention", inputs, outputs, domain=MS, num_heads=self.heads,
-                      unidirectional=causal)  # fmt: skip
+        result = g.op(
+            "MultiHeadAttention",
+            inputs,
+            outputs,
+            domain=MS,
+            num_heads=self.heads,
+            unidirectional=causal,
+        )
         return result if isinstance(result, str) else result[0]
 
     def in_place_self_attention(
@@ -215,8 +230,9 @@ class _Writer:
         inputs = [q, k, v, past[0], past[1], seqlens, total]
         outputs = [g._fresh("attention"), *present]
         heads = self.heads
-        return g.op("GroupQueryAttention", inputs, outputs, domain=MS, num_heads=heads,
-                    kv_num_heads=heads)[0]  # fmt: skip
+        return g.op(
+            "GroupQueryAttention", inputs, outputs, domain=MS, num_heads=heads, kv_num_heads=heads
+        )[0]
 
     def heads_view(self, x: str) -> str:
         """(B, L, D) -> (B, H, L, Dh)."""
@@ -240,8 +256,10 @@ class _Writer:
 
     def feed_forward(self, h: str, ff) -> str:
         """Before the second bias (it goes into the next skip norm)."""
-        return self.matmul(self.g.op("Relu", [self.matmul(h, _linear_weight(ff[0]), ff[0].bias)]),
-                           _linear_weight(ff[3]))  # fmt: skip
+        return self.matmul(
+            self.g.op("Relu", [self.matmul(h, _linear_weight(ff[0]), ff[0].bias)]),
+            _linear_weight(ff[3]),
+        )
 
 
 def build_decoder(
@@ -300,8 +318,7 @@ def build_decoder(
         past = (f"past_key_values.{i}.key", f"past_key_values.{i}.value")
         present = [f"present.{i}.key", f"present.{i}.value"]
         if in_place:
-            attended = w.in_place_self_attention(h, layer.self_attn, seqlens, total, past,
-                                                 present)  # fmt: skip
+            attended = w.in_place_self_attention(h, layer.self_attn, seqlens, total, past, present)
         elif capacity is not None:  # attend over capacity + 1, keep the newest capacity
             whole = [g._fresh(f"whole.{i}.key"), g._fresh(f"whole.{i}.value")]
             attended = w.self_attention(h, layer.self_attn, self_mask, past, whole, causal=1)
@@ -326,8 +343,12 @@ def build_decoder(
                 axis=1,
             )
         else:
-            context = g.op("MultiHeadAttention", [q, key, value, "", memory_mask], domain=MS,
-                           num_heads=c.n_heads)  # fmt: skip
+            context = g.op(
+                "MultiHeadAttention",
+                [q, key, value, "", memory_mask],
+                domain=MS,
+                num_heads=c.n_heads,
+            )
         out = w.matmul(context, _linear_weight(cross.out))
         h, residual = w.skip_norm(out, residual, layer.ff_norm, cross.out.bias)
         out = w.feed_forward(h, layer.ff)

@@ -33,6 +33,7 @@ from models.checkpoint import save_checkpoint
 from models.config import CAPTIONER_PRESETS, CaptionerConfig
 from models.run_state import load_state, out_of_budget, save_state
 from models.scenes import REGIONS
+from models.shipped import SHIPPED_CAPTIONER
 from models.tokenizer import train_tokenizer
 from service.runtime.batching import pad_batch
 from service.runtime.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
@@ -44,7 +45,7 @@ TEMPLATE_WORDS = "a an two to the left of above and from right top bottom middle
 class CaptionTrainOptions:
     data_dir: Path = Path("data/captioner")
     run_dir: Path = Path("runs/captioner")  # resumable state: last.pt, best.pt
-    out_dir: Path = Path("models/checkpoints/captioner")  # the shipped fp16 checkpoint
+    out_dir: Path = SHIPPED_CAPTIONER  # the shipped fp16 checkpoint
     model: CaptionerConfig = field(default_factory=lambda: CAPTIONER_PRESETS["base"])
     batch_size: int = 64
     learning_rate: float = 2e-3
@@ -187,9 +188,13 @@ class CaptionTrainer:
     def _save(self, name: str) -> None:
         modules = {"model": self.model, "presence": self.presence}
         save_state(
-            self.run_dir, name, modules, self.optimizer, self.progress,
+            self.run_dir,
+            name,
+            modules,
+            self.optimizer,
+            self.progress,
             self.options.model.to_dict(),
-        )  # fmt: skip
+        )
 
     def _out_of_budget(self) -> bool:
         return out_of_budget(self.options, self.progress)

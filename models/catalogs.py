@@ -235,17 +235,18 @@ def fetch(package: str, cache: Path, pattern: str = CATALOGS) -> Path:
     debs = cache / "debs"
     debs.mkdir(parents=True, exist_ok=True)
     if not list(debs.glob(f"{package}_*.deb")):
-        subprocess.run(["apt-get", "download", package], cwd=debs, check=True,
-                       capture_output=True)  # fmt: skip
+        subprocess.run(["apt-get", "download", package], cwd=debs, check=True, capture_output=True)
     deb = sorted(debs.glob(f"{package}_*.deb"))[-1]
     partial = tree.with_name(tree.name + ".partial")
     partial.mkdir(parents=True, exist_ok=True)
-    archive = subprocess.run(["dpkg-deb", "--fsys-tarfile", str(deb)], check=True,
-                             capture_output=True).stdout  # fmt: skip
+    archive = subprocess.run(
+        ["dpkg-deb", "--fsys-tarfile", str(deb)], check=True, capture_output=True
+    ).stdout
     subprocess.run(  # no Spanish catalog in the package is not an error: tar exits 2
-        ["tar", "-x", "-C", str(partial), "--wildcards", pattern], input=archive,
+        ["tar", "-x", "-C", str(partial), "--wildcards", pattern],
+        input=archive,
         capture_output=True,
-    )  # fmt: skip
+    )
     partial.rename(tree)
     return tree
 
@@ -325,9 +326,11 @@ def build_catalog_data(out: Path, cache: Path = CACHE, roles: dict[str, str] = P
     extra = {"unicode-cldr-core": cldr_pairs()} if (CLDR / "main" / "es.xml").exists() else {}
     firefox = CatalogStats()  # Firefox's Fluent strings, cleaned as the catalogs are
     archives = {package: fetch(package, cache, pattern) for package, pattern in ARCHIVES.items()}
-    extra[ENGLISH] = list(dict.fromkeys(cleaned_pairs(
-        firefox_pairs(archives[ENGLISH], archives[SPANISH]), firefox, ENGLISH
-    )))  # fmt: skip
+    extra[ENGLISH] = list(
+        dict.fromkeys(
+            cleaned_pairs(firefox_pairs(archives[ENGLISH], archives[SPANISH]), firefox, ENGLISH)
+        )
+    )
     train, modern, stats = build_pairs(trees, roles, extra)
     stats.entries[ENGLISH] = firefox.entries.get(ENGLISH, 0)
     for reason, count in firefox.dropped.items():

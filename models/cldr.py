@@ -116,8 +116,11 @@ def display_name_pairs(kind: str, codes: tuple[str, ...] | None = None, root: Pa
     codes (X...) and groups of countries are left out."""
     spanish, english = entries("es", root), entries("en", root)
     wanted = [
-        code for k, code in sorted(key for key in spanish if key[0] == kind)
-        if code.isalpha() and code not in NOT_PLACES and not code.startswith("X")
+        code
+        for k, code in sorted(key for key in spanish if key[0] == kind)
+        if code.isalpha()
+        and code not in NOT_PLACES
+        and not code.startswith("X")
         and (codes is None or code in codes)
-    ]  # fmt: skip
+    ]
     return [(spanish[(kind, c)], english[(kind, c)]) for c in wanted if (kind, c) in english]

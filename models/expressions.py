@@ -58,14 +58,18 @@ FAMILY = (
 # Counted family: ((masculine Spanish, English), (feminine Spanish, English)), plurals in -s in
 # both languages; "hijos" alone are children, beside "una hija" they are sons
 KIN = (
-    (("hermano", "brother"), ("hermana", "sister")), (("hijo", "son"), ("hija", "daughter")),
-    (("nieto", "grandson"), ("nieta", "granddaughter")), (("primo", "cousin"), ("prima", "cousin")),
-)  # fmt: skip
+    (("hermano", "brother"), ("hermana", "sister")),
+    (("hijo", "son"), ("hija", "daughter")),
+    (("nieto", "grandson"), ("nieta", "granddaughter")),
+    (("primo", "cousin"), ("prima", "cousin")),
+)
 COUNTS = (("dos", "two"), ("tres", "three"), ("cuatro", "four"), ("cinco", "five"))
 GREETINGS = (
-    ("Hola", "Hello"), ("Buenos días", "Good morning"), ("Buenas tardes", "Good afternoon"),
+    ("Hola", "Hello"),
+    ("Buenos días", "Good morning"),
+    ("Buenas tardes", "Good afternoon"),
     ("Buenas noches", "Good evening"),
-)  # fmt: skip
+)
 HOW_ARE_YOU = (
     ("¿cómo estás?", "how are you?"), ("¿qué tal?", "how are you?"),
     ("¿cómo está usted?", "how are you?"), ("¿qué tal estás?", "how are you doing?"),
@@ -79,9 +83,11 @@ WHEN_FIRST = (
     ("la semana que viene", "next week"), ("pasado mañana", "the day after tomorrow"),
 )  # fmt: skip
 GOING = (
-    ("iremos", "we will go"), ("iré", "I will go"), ("vamos", "we are going"),
+    ("iremos", "we will go"),
+    ("iré", "I will go"),
+    ("vamos", "we are going"),
     ("voy", "I am going"),
-)  # fmt: skip
+)
 COMPANY = (
     ("mi hermano", "my brother"), ("mis hermanos", "my brothers"), ("mis padres", "my parents"),
     ("mi madre", "my mother"), ("mis amigos", "my friends"), ("los niños", "the children"),
@@ -120,13 +126,19 @@ WEATHER = (
     ("está nublado", "it is cloudy"), ("hay niebla", "it is foggy"),
 )  # fmt: skip
 WEATHER_NOW = (
-    ("Está lloviendo", "It is raining"), ("Está nevando", "It is snowing"),
-    ("Está lloviendo mucho", "It is raining hard"), ("Ya no llueve", "It has stopped raining"),
-)  # fmt: skip
+    ("Está lloviendo", "It is raining"),
+    ("Está nevando", "It is snowing"),
+    ("Está lloviendo mucho", "It is raining hard"),
+    ("Ya no llueve", "It has stopped raining"),
+)
 WHEN = (
-    ("hoy", "today"), ("esta mañana", "this morning"), ("esta tarde", "this afternoon"),
-    ("esta noche", "tonight"), ("en invierno", "in winter"), ("en verano", "in summer"),
-)  # fmt: skip
+    ("hoy", "today"),
+    ("esta mañana", "this morning"),
+    ("esta tarde", "this afternoon"),
+    ("esta noche", "tonight"),
+    ("en invierno", "in winter"),
+    ("en verano", "in summer"),
+)
 # (Spanish with its article, gender, English noun)
 PLACES = (
     ("la estación", "f", "station"), ("el aeropuerto", "m", "airport"),
@@ -142,55 +154,111 @@ PLACES = (
     ("el puerto", "m", "harbour"), ("el ayuntamiento", "m", "town hall"),
 )  # fmt: skip
 LANGUAGE_CODES = (
-    "ar", "ca", "de", "el", "en", "es", "eu", "fr", "gl", "hi", "it", "ja", "ko", "nl", "pl",
-    "pt", "ru", "sv", "tr", "zh",
-)  # fmt: skip
+    "ar",
+    "ca",
+    "de",
+    "el",
+    "en",
+    "es",
+    "eu",
+    "fr",
+    "gl",
+    "hi",
+    "it",
+    "ja",
+    "ko",
+    "nl",
+    "pl",
+    "pt",
+    "ru",
+    "sv",
+    "tr",
+    "zh",
+)
 
 # Fixed expressions: no slot
 FIXED = (
-    ("Hola.", "Hello."), ("¡Hola a todos!", "Hello, everyone!"),
+    ("Hola.", "Hello."),
+    ("¡Hola a todos!", "Hello, everyone!"),
     ("Buenos días a todos.", "Good morning, everyone."),
     ("Buenas tardes a todos.", "Good afternoon, everyone."),
     ("Buenas noches a todos.", "Good night, everyone."),
-    ("¿Qué tal?", "How are you?"), ("¿Qué tal estás?", "How are you doing?"),
-    ("¿Cómo estás?", "How are you?"), ("¿Cómo te va?", "How is it going?"),
-    ("¿Cómo está usted?", "How are you?"), ("Muy bien, gracias.", "Very well, thank you."),
-    ("Bien, ¿y tú?", "Fine, and you?"), ("Estoy bien, gracias.", "I am fine, thank you."),
-    ("Gracias.", "Thank you."), ("Muchas gracias.", "Thank you very much."),
-    ("Mil gracias.", "Thanks a lot."), ("Gracias por todo.", "Thank you for everything."),
-    ("Gracias por venir.", "Thank you for coming."), ("No hay de qué.", "Don't mention it."),
-    ("Por favor.", "Please."), ("Perdone.", "Excuse me."), ("Disculpe.", "Excuse me."),
-    ("Con permiso.", "Excuse me."), ("Lo siento.", "I am sorry."),
-    ("Lo siento, no lo sé.", "I am sorry, I don't know."), ("No lo sé.", "I don't know."),
-    ("No entiendo.", "I don't understand."), ("¿Entiendes?", "Do you understand?"),
+    ("¿Qué tal?", "How are you?"),
+    ("¿Qué tal estás?", "How are you doing?"),
+    ("¿Cómo estás?", "How are you?"),
+    ("¿Cómo te va?", "How is it going?"),
+    ("¿Cómo está usted?", "How are you?"),
+    ("Muy bien, gracias.", "Very well, thank you."),
+    ("Bien, ¿y tú?", "Fine, and you?"),
+    ("Estoy bien, gracias.", "I am fine, thank you."),
+    ("Gracias.", "Thank you."),
+    ("Muchas gracias.", "Thank you very much."),
+    ("Mil gracias.", "Thanks a lot."),
+    ("Gracias por todo.", "Thank you for everything."),
+    ("Gracias por venir.", "Thank you for coming."),
+    ("No hay de qué.", "Don't mention it."),
+    ("Por favor.", "Please."),
+    ("Perdone.", "Excuse me."),
+    ("Disculpe.", "Excuse me."),
+    ("Con permiso.", "Excuse me."),
+    ("Lo siento.", "I am sorry."),
+    ("Lo siento, no lo sé.", "I am sorry, I don't know."),
+    ("No lo sé.", "I don't know."),
+    ("No entiendo.", "I don't understand."),
+    ("¿Entiendes?", "Do you understand?"),
     ("Más despacio, por favor.", "More slowly, please."),
     ("¿Puede hablar más despacio?", "Can you speak more slowly?"),
     ("¿Qué significa esto?", "What does this mean?"),
     ("¿Cómo se dice esto en inglés?", "How do you say this in English?"),
-    ("Adiós.", "Goodbye."), ("Hasta luego.", "See you later."),
-    ("Hasta pronto.", "See you soon."), ("Hasta el lunes.", "See you on Monday."),
-    ("Nos vemos.", "See you."), ("Nos vemos mañana.", "See you tomorrow."),
-    ("Que tengas un buen día.", "Have a nice day."), ("Buen viaje.", "Have a good trip."),
-    ("Buen provecho.", "Enjoy your meal."), ("¡Salud!", "Cheers!"),
-    ("Mucho gusto.", "Pleased to meet you."), ("Encantada.", "Nice to meet you."),
-    ("Bienvenido.", "Welcome."), ("Bienvenidos a Madrid.", "Welcome to Madrid."),
-    ("Feliz cumpleaños.", "Happy birthday."), ("Feliz año nuevo.", "Happy New Year."),
-    ("¡Felicidades!", "Congratulations!"), ("¡Enhorabuena!", "Congratulations!"),
-    ("Buena suerte.", "Good luck."), ("¡Cuidado!", "Watch out!"), ("¡Socorro!", "Help!"),
-    ("¡Fuego!", "Fire!"), ("Llame a la policía.", "Call the police."),
-    ("Llame a un médico.", "Call a doctor."), ("Necesito ayuda.", "I need help."),
-    ("¿Puede ayudarme?", "Can you help me?"), ("¿Me ayudas?", "Can you help me?"),
-    ("Sí, claro.", "Yes, of course."), ("No, gracias.", "No, thank you."),
-    ("Vale.", "Okay."), ("De acuerdo.", "All right."), ("No pasa nada.", "It doesn't matter."),
-    ("No te preocupes.", "Don't worry."), ("Tienes razón.", "You are right."),
-    ("Espera un momento.", "Wait a moment."), ("Un momento, por favor.", "One moment, please."),
-    ("Ahora vuelvo.", "I'll be right back."), ("Ya voy.", "I'm coming."),
-    ("¿Qué hora es ahora?", "What time is it now?"), ("¿Tienes hora?", "Do you have the time?"),
-    ("Es tarde.", "It is late."), ("Es temprano.", "It is early."),
-    ("Llegas tarde.", "You are late."), ("Perdón por llegar tarde.", "Sorry I am late."),
+    ("Adiós.", "Goodbye."),
+    ("Hasta luego.", "See you later."),
+    ("Hasta pronto.", "See you soon."),
+    ("Hasta el lunes.", "See you on Monday."),
+    ("Nos vemos.", "See you."),
+    ("Nos vemos mañana.", "See you tomorrow."),
+    ("Que tengas un buen día.", "Have a nice day."),
+    ("Buen viaje.", "Have a good trip."),
+    ("Buen provecho.", "Enjoy your meal."),
+    ("¡Salud!", "Cheers!"),
+    ("Mucho gusto.", "Pleased to meet you."),
+    ("Encantada.", "Nice to meet you."),
+    ("Bienvenido.", "Welcome."),
+    ("Bienvenidos a Madrid.", "Welcome to Madrid."),
+    ("Feliz cumpleaños.", "Happy birthday."),
+    ("Feliz año nuevo.", "Happy New Year."),
+    ("¡Felicidades!", "Congratulations!"),
+    ("¡Enhorabuena!", "Congratulations!"),
+    ("Buena suerte.", "Good luck."),
+    ("¡Cuidado!", "Watch out!"),
+    ("¡Socorro!", "Help!"),
+    ("¡Fuego!", "Fire!"),
+    ("Llame a la policía.", "Call the police."),
+    ("Llame a un médico.", "Call a doctor."),
+    ("Necesito ayuda.", "I need help."),
+    ("¿Puede ayudarme?", "Can you help me?"),
+    ("¿Me ayudas?", "Can you help me?"),
+    ("Sí, claro.", "Yes, of course."),
+    ("No, gracias.", "No, thank you."),
+    ("Vale.", "Okay."),
+    ("De acuerdo.", "All right."),
+    ("No pasa nada.", "It doesn't matter."),
+    ("No te preocupes.", "Don't worry."),
+    ("Tienes razón.", "You are right."),
+    ("Espera un momento.", "Wait a moment."),
+    ("Un momento, por favor.", "One moment, please."),
+    ("Ahora vuelvo.", "I'll be right back."),
+    ("Ya voy.", "I'm coming."),
+    ("¿Qué hora es ahora?", "What time is it now?"),
+    ("¿Tienes hora?", "Do you have the time?"),
+    ("Es tarde.", "It is late."),
+    ("Es temprano.", "It is early."),
+    ("Llegas tarde.", "You are late."),
+    ("Perdón por llegar tarde.", "Sorry I am late."),
     ("¿Qué día es hoy?", "What day is it today?"),
-    ("¿Cuánto cuesta?", "How much is it?"), ("¿Cuánto cuesta esto?", "How much does this cost?"),
-    ("Es muy barato.", "It is very cheap."), ("¿Puedo pagar con tarjeta?", "Can I pay by card?"),
+    ("¿Cuánto cuesta?", "How much is it?"),
+    ("¿Cuánto cuesta esto?", "How much does this cost?"),
+    ("Es muy barato.", "It is very cheap."),
+    ("¿Puedo pagar con tarjeta?", "Can I pay by card?"),
     ("Solo efectivo.", "Cash only."),
     ("La cuenta, por favor, camarero.", "The bill, please, waiter."),
     ("¿Qué quieres comer?", "What do you want to eat?"),
@@ -199,25 +267,38 @@ FIXED = (
     ("Quisiera reservar una mesa.", "I would like to book a table."),
     ("¿Tienen mesa para cuatro?", "Do you have a table for four?"),
     ("¿Dónde están los servicios?", "Where are the toilets?"),
-    ("¿Dónde vives?", "Where do you live?"), ("¿A qué te dedicas?", "What do you do?"),
-    ("¿Cuántos años tienes?", "How old are you?"), ("¿Cómo se llama usted?", "What is your name?"),
+    ("¿Dónde vives?", "Where do you live?"),
+    ("¿A qué te dedicas?", "What do you do?"),
+    ("¿Cuántos años tienes?", "How old are you?"),
+    ("¿Cómo se llama usted?", "What is your name?"),
     ("¿Cómo se llama tu hermano?", "What is your brother's name?"),
-    ("¿Tienes hijos?", "Do you have children?"), ("¿Estás casado?", "Are you married?"),
+    ("¿Tienes hijos?", "Do you have children?"),
+    ("¿Estás casado?", "Are you married?"),
     ("¿Tienes hermanos?", "Do you have any brothers or sisters?"),
     ("¿Cuántos hermanos tienes?", "How many brothers and sisters do you have?"),
     ("¿Cuántos hijos tienes?", "How many children do you have?"),
-    ("Soy hijo único.", "I am an only child."), ("Soy hija única.", "I am an only child."),
-    ("Estoy soltero.", "I am single."), ("¿Qué te pasa?", "What is wrong?"),
-    ("¿Te gusta?", "Do you like it?"), ("Me encanta.", "I love it."),
-    ("¿Vamos?", "Shall we go?"), ("¡Vamos!", "Let's go!"), ("¡Qué bonito!", "How beautiful!"),
-    ("¡Qué rico!", "How delicious!"), ("¡Qué frío hace!", "It is so cold!"),
-    ("¡Qué calor hace!", "It is so hot!"), ("Hace un día precioso.", "It is a beautiful day."),
+    ("Soy hijo único.", "I am an only child."),
+    ("Soy hija única.", "I am an only child."),
+    ("Estoy soltero.", "I am single."),
+    ("¿Qué te pasa?", "What is wrong?"),
+    ("¿Te gusta?", "Do you like it?"),
+    ("Me encanta.", "I love it."),
+    ("¿Vamos?", "Shall we go?"),
+    ("¡Vamos!", "Let's go!"),
+    ("¡Qué bonito!", "How beautiful!"),
+    ("¡Qué rico!", "How delicious!"),
+    ("¡Qué frío hace!", "It is so cold!"),
+    ("¡Qué calor hace!", "It is so hot!"),
+    ("Hace un día precioso.", "It is a beautiful day."),
     ("¿Qué tiempo hace hoy?", "What is the weather like today?"),
     ("¿Va a llover mañana?", "Is it going to rain tomorrow?"),
-    ("Todo recto.", "Straight ahead."), ("A la derecha.", "On the right."),
-    ("A la izquierda.", "On the left."), ("Está muy cerca.", "It is very close."),
+    ("Todo recto.", "Straight ahead."),
+    ("A la derecha.", "On the right."),
+    ("A la izquierda.", "On the left."),
+    ("Está muy cerca.", "It is very close."),
     ("Está lejos de aquí.", "It is far from here."),
-    ("¿Dónde estamos?", "Where are we?"), ("Me he perdido.", "I am lost."),
+    ("¿Dónde estamos?", "Where are we?"),
+    ("Me he perdido.", "I am lost."),
     ("¿Hay un cajero por aquí?", "Is there a cash machine around here?"),
     ("Quiero ir al centro.", "I want to go to the city centre."),
     ("Dos billetes, por favor.", "Two tickets, please."),
@@ -226,11 +307,12 @@ FIXED = (
     ("¿De qué andén sale el tren?", "Which platform does the train leave from?"),
     ("El vuelo se ha retrasado.", "The flight has been delayed."),
     ("He perdido el autobús.", "I have missed the bus."),
-    ("No me encuentro bien.", "I don't feel well."), ("Estoy mareado.", "I feel dizzy."),
+    ("No me encuentro bien.", "I don't feel well."),
+    ("Estoy mareado.", "I feel dizzy."),
     ("Tengo fiebre.", "I have a fever."),
     ("Soy alérgico a los frutos secos.", "I am allergic to nuts."),
     ("Necesito una receta.", "I need a prescription."),
-)  # fmt: skip
+)
 
 
 def _hour_words(hour: str) -> tuple[str, str]:
@@ -252,16 +334,31 @@ def _hour_phrases() -> list[tuple[str, str, str, str]]:
         following_spanish, following_english = HOURS[(index + 1) % len(HOURS)]
         following_article, following_verb = _hour_words(following_spanish)
         phrases += [
-            (f"a {article} {spanish}", f"{verb} {article} {spanish}", f"at {english}",
-             f"It is {english} o'clock"),
-            (f"a {article} {spanish} y media", f"{verb} {article} {spanish} y media",
-             f"at half past {english}", f"It is half past {english}"),
-            (f"a {article} {spanish} y cuarto", f"{verb} {article} {spanish} y cuarto",
-             f"at quarter past {english}", f"It is quarter past {english}"),
-            (f"a {following_article} {following_spanish} menos cuarto",
-             f"{following_verb} {following_article} {following_spanish} menos cuarto",
-             f"at quarter to {following_english}", f"It is quarter to {following_english}"),
-        ]  # fmt: skip
+            (
+                f"a {article} {spanish}",
+                f"{verb} {article} {spanish}",
+                f"at {english}",
+                f"It is {english} o'clock",
+            ),
+            (
+                f"a {article} {spanish} y media",
+                f"{verb} {article} {spanish} y media",
+                f"at half past {english}",
+                f"It is half past {english}",
+            ),
+            (
+                f"a {article} {spanish} y cuarto",
+                f"{verb} {article} {spanish} y cuarto",
+                f"at quarter past {english}",
+                f"It is quarter past {english}",
+            ),
+            (
+                f"a {following_article} {following_spanish} menos cuarto",
+                f"{following_verb} {following_article} {following_spanish} menos cuarto",
+                f"at quarter to {following_english}",
+                f"It is quarter to {following_english}",
+            ),
+        ]
     return phrases
 
 
@@ -291,9 +388,8 @@ def _day_time_pairs() -> list[tuple[str, str]]:
         for part, part_english in _day_parts(hour):
             for at_es, at_en in (
                 (f"a {article} {spanish} {part}", f"at {english} {part_english}"),
-                (f"a {article} {spanish} y media {part}",
-                 f"at half past {english} {part_english}"),
-            ):  # fmt: skip
+                (f"a {article} {spanish} y media {part}", f"at half past {english} {part_english}"),
+            ):
                 pairs += [
                     (f"Nos vemos {at_es}.", f"See you {at_en}."),
                     (f"El tren sale {at_es}.", f"The train leaves {at_en}."),
@@ -323,11 +419,15 @@ def _kin_pairs() -> list[tuple[str, str]]:
             for count, count_english in COUNTS:
                 pairs += [
                     (f"Tengo {count} {plural}.", f"I have {count_english} {english_plural}."),
-                    (f"Mi madre tiene {count} {plural}.",
-                     f"My mother has {count_english} {english_plural}."),
-                    (f"Mis {count} {plural} viven en Madrid.",
-                     f"My {count_english} {english_plural} live in Madrid."),
-                ]  # fmt: skip
+                    (
+                        f"Mi madre tiene {count} {plural}.",
+                        f"My mother has {count_english} {english_plural}.",
+                    ),
+                    (
+                        f"Mis {count} {plural} viven en Madrid.",
+                        f"My {count_english} {english_plural} live in Madrid.",
+                    ),
+                ]
     # "dos hermanos y una hermana"; not "primos y una prima", both cousins in English
     for (male, male_english), (female, female_english) in KIN:
         if male_english == female_english:
@@ -337,10 +437,12 @@ def _kin_pairs() -> list[tuple[str, str]]:
             (female, female_english, "un", male, male_english),
         ):
             for count, count_english in COUNTS[:3]:
-                pairs.append((
-                    f"Tengo {count} {many}s y {one} {other}.",
-                    f"I have {count_english} {many_english}s and a {other_english}.",
-                ))  # fmt: skip
+                pairs.append(
+                    (
+                        f"Tengo {count} {many}s y {one} {other}.",
+                        f"I have {count_english} {many_english}s and a {other_english}.",
+                    )
+                )
     return pairs
 
 
@@ -351,10 +453,12 @@ def _greeting_pairs() -> list[tuple[str, str]]:
         for question, question_english in HOW_ARE_YOU:
             pairs.append((f"{greeting}, {question}", f"{greeting_english}, {question_english}"))
             for name in NAMES_FEMININE[::2] + NAMES_MASCULINE[::2]:
-                pairs.append((
-                    f"{greeting}, {name}, {question}",
-                    f"{greeting_english}, {name}, {question_english}",
-                ))  # fmt: skip
+                pairs.append(
+                    (
+                        f"{greeting}, {name}, {question}",
+                        f"{greeting_english}, {name}, {question_english}",
+                    )
+                )
     return pairs
 
 
@@ -507,9 +611,13 @@ def _place_pairs() -> list[tuple[str, str]]:
             (f"Estoy cerca {of}.", f"I am near the {english}."),
             (f"Gire a la derecha después {of}.", f"Turn right after the {english}."),
             (f"{_capital(spanish)} abre a las nueve.", f"The {english} opens at nine."),
-            (f"{_capital(spanish)} está cerrado hoy." if gender == "m"
-             else f"{_capital(spanish)} está cerrada hoy.", f"The {english} is closed today."),
-        ]  # fmt: skip
+            (
+                f"{_capital(spanish)} está cerrado hoy."
+                if gender == "m"
+                else f"{_capital(spanish)} está cerrada hoy.",
+                f"The {english} is closed today.",
+            ),
+        ]
     return pairs
 
 
@@ -529,11 +637,15 @@ def _plan_pairs() -> list[tuple[str, str]]:
             first, first_english = _capital(when), _capital(when_english)
             pairs += [
                 (f"{first} {going} {to}.", f"{first_english} {going_english} to the {english}."),
-                (f"{first} {going} {to} con {company}.",
-                 f"{first_english} {going_english} to the {english} with {company_english}."),
-                (f"{_capital(going)} {to} {later}.",
-                 f"{subject} to the {english} {later_english}."),
-            ]  # fmt: skip
+                (
+                    f"{first} {going} {to} con {company}.",
+                    f"{first_english} {going_english} to the {english} with {company_english}.",
+                ),
+                (
+                    f"{_capital(going)} {to} {later}.",
+                    f"{subject} to the {english} {later_english}.",
+                ),
+            ]
     return pairs
 
 

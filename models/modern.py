@@ -86,8 +86,11 @@ def modern_peoples(spanish: str) -> str:
 
 def _peoples_part(bible: list[tuple[str, str]]) -> list[tuple[str, str]]:
     """The verses `modern_peoples` changes, in their new spelling."""
-    return [(modern, english) for spanish, english in bible
-            if (modern := modern_peoples(spanish)) != spanish]  # fmt: skip
+    return [
+        (modern, english)
+        for spanish, english in bible
+        if (modern := modern_peoples(spanish)) != spanish
+    ]
 
 
 def build_modern_data(source: Path, out: Path) -> dict:

@@ -144,8 +144,11 @@ def spanish_feminine(adjective: str) -> str:
 
 
 def _contract(text: str) -> str:
-    return re.sub(r"\b([Aa]|[Dd]e) el\b", lambda m: {"a": "al", "A": "Al"}.get(
-        m.group(1), m.group(1)[0] + "el"), text)  # fmt: skip
+    return re.sub(
+        r"\b([Aa]|[Dd]e) el\b",
+        lambda m: {"a": "al", "A": "Al"}.get(m.group(1), m.group(1)[0] + "el"),
+        text,
+    )
 
 
 def _capital(text: str) -> str:
@@ -179,12 +182,15 @@ def phrase_pairs(entries: list[Entry], counts: Counter, seed: int = SEED) -> lis
     rng = random.Random(seed)
     pairs = []
     nouns = [
-        e for e in entries
-        if e.kind == "n" and e.gender in ("m", "f") and e.spanish.islower()
+        e
+        for e in entries
+        if e.kind == "n"
+        and e.gender in ("m", "f")
+        and e.spanish.islower()
         and _is_common(e, counts)
         and not (e.gender == "f" and e.spanish.startswith(("a", "á", "ha", "há")))
         and not _PLURAL_ONLY.search(e.spanish)
-    ]  # fmt: skip
+    ]
     for noun in nouns:
         masculine = noun.gender == "m"
         adjective = rng.choice(COMMON_ADJECTIVES)
@@ -206,16 +212,16 @@ def phrase_pairs(entries: list[Entry], counts: Counter, seed: int = SEED) -> lis
         for pattern in rng.sample(NOUN_PATTERNS, PER_NOUN):
             pairs.append(_fill(pattern, spanish_slots, english_slots))
     verbs = [
-        e for e in entries
+        e
+        for e in entries
         if e.kind == "vblex" and _SPANISH_VERB.match(e.spanish) and _is_common(e, counts)
-    ]  # fmt: skip
+    ]
     for verb in verbs:
         for pattern in rng.sample(VERB_PATTERNS, PER_VERB):
             pairs.append(_fill(pattern, {"v": verb.spanish}, {"v": verb.english}))
     adjectives = [
-        e for e in entries
-        if e.kind == "adj" and e.spanish.islower() and _is_common(e, counts)
-    ]  # fmt: skip
+        e for e in entries if e.kind == "adj" and e.spanish.islower() and _is_common(e, counts)
+    ]
     for adjective in adjectives:
         spanish_slots = {"adj": adjective.spanish, "adj_f": spanish_feminine(adjective.spanish)}
         for pattern in rng.sample(ADJECTIVE_PATTERNS, PER_ADJECTIVE):

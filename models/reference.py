@@ -99,8 +99,16 @@ class TorchEngine:
         return self._named(self.model.empty_cache(batch), self.state_names)
 
     @torch.inference_mode()
-    def step(self, input_ids, positions, self_mask, state: Tensors, encoder: EncoderOutput,
-             attention: bool = True, search=None):  # fmt: skip
+    def step(
+        self,
+        input_ids,
+        positions,
+        self_mask,
+        state: Tensors,
+        encoder: EncoderOutput,
+        attention: bool = True,
+        search=None,
+    ):
         logits, present, cross = self.model.decode_step(
             self._tensor(input_ids),
             self._tensor(positions),
@@ -126,8 +134,9 @@ class TorchEngine:
         shape = [max(x, y) for x, y in zip(a.shape[1:], b.shape[1:], strict=True)]
 
         def padded(t: torch.Tensor) -> torch.Tensor:
-            pads = [p for size, full in zip(t.shape[1:], shape, strict=True)
-                    for p in (full - size, 0)][::-1]  # fmt: skip
+            pads = [
+                p for size, full in zip(t.shape[1:], shape, strict=True) for p in (full - size, 0)
+            ][::-1]
             return F.pad(t, pads) if any(pads) else t
 
         return torch.cat([padded(a), padded(b)])
@@ -158,8 +167,16 @@ class CaptionTorchEngine(TorchEngine):
         return dict(encoder.init)
 
     @torch.inference_mode()
-    def step(self, input_ids, positions, self_mask, state: Tensors, encoder: EncoderOutput,
-             attention: bool = True, search=None):  # fmt: skip
+    def step(
+        self,
+        input_ids,
+        positions,
+        self_mask,
+        state: Tensors,
+        encoder: EncoderOutput,
+        attention: bool = True,
+        search=None,
+    ):
         if input_ids.shape[1] != 1:
             raise ValueError(f"the captioner steps one token at a time, got {input_ids.shape}")
         grid, projection = (encoder.memory[n] for n in self.memory_names)

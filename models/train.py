@@ -27,6 +27,7 @@ from models.evaluate import corpus_scores
 from models.modern import SYNTHETIC_TAG
 from models.reference import TorchEngine
 from models.run_state import load_state, out_of_budget, save_state
+from models.shipped import SHIPPED_TRANSLATOR
 from models.tokenizer import train_tokenizer
 from models.transfer import transfer_weights
 from models.transformer import Transformer
@@ -40,7 +41,7 @@ from service.runtime.translation import translate_texts
 class TrainOptions:
     data_dir: Path = Path("data/translator")
     run_dir: Path = Path("runs/translator")  # resumable state: last.pt, best.pt, log.jsonl
-    out_dir: Path = Path("models/checkpoints/translator")  # the shipped fp16 checkpoint
+    out_dir: Path = SHIPPED_TRANSLATOR  # the shipped fp16 checkpoint
     model: TransformerConfig = field(default_factory=lambda: PRESETS["base"])
     vocab_size: int = 8000
     max_tokens: int = 4000  # source + target tokens (with padding) per batch and rank
@@ -189,9 +190,13 @@ class Trainer:
     def _save(self, name: str) -> None:
         if self.rank == 0:
             save_state(
-                self.run_dir, name, {"model": self.model}, self.optimizer, self.progress,
+                self.run_dir,
+                name,
+                {"model": self.model},
+                self.optimizer,
+                self.progress,
                 self.options.model.to_dict(),
-            )  # fmt: skip
+            )
 
     def _snapshot(self) -> None:
         """Keeps the weights of this step in `snapshots/`, the last `average` of them."""

@@ -52,10 +52,11 @@ def transfer_weights(model, tokenizer: Tokenizer, source: Path) -> dict:
     tied = {embedding, "target_embedding.weight", "output.weight"}  # one matrix, by piece
     state = model.state_dict()
     mismatched = sorted(
-        name for name in state if name not in tied and (
-            name not in old_state or old_state[name].shape != state[name].shape
-        )
-    )  # fmt: skip
+        name
+        for name in state
+        if name not in tied
+        and (name not in old_state or old_state[name].shape != state[name].shape)
+    )
     if mismatched:
         raise ValueError(f"{source}: no weight of the same shape for {mismatched}")
     model.load_state_dict({k: v for k, v in old_state.items() if k not in tied}, strict=False)

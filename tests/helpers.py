@@ -6,10 +6,11 @@ from pathlib import Path
 
 import numpy as np
 
+from models.shipped import SHIPPED_CAPTIONER as SHIPPED_CAPTIONER
+from models.shipped import SHIPPED_TRANSLATOR as SHIPPED_TRANSLATOR
+
 ROOT = Path(__file__).resolve().parents[1]
-SHIPPED_TRANSLATOR = ROOT / "models" / "checkpoints" / "translator"
 TRANSLATOR_DATA = ROOT / "data" / "translator"
-SHIPPED_CAPTIONER = ROOT / "models" / "checkpoints" / "captioner"
 CAPTIONER_DATA = ROOT / "data" / "captioner"
 
 

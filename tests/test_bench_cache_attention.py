@@ -11,8 +11,21 @@ from bench import cache_attention
 
 
 def test_the_bench_checks_and_times_both_ops(capsys):
-    argv = ["--batches", "1,3", "--pasts", "5", "--capacity", "8", "--heads", "2",
-            "--head-dim", "8", "--calls", "3", "--json"]  # fmt: skip
+    argv = [
+        "--batches",
+        "1,3",
+        "--pasts",
+        "5",
+        "--capacity",
+        "8",
+        "--heads",
+        "2",
+        "--head-dim",
+        "8",
+        "--calls",
+        "3",
+        "--json",
+    ]
     assert cache_attention.main(argv) == 0
     rows = json.loads(capsys.readouterr().out)["rows"]
     assert [(r["batch"], r["past"]) for r in rows] == [(1, 5), (3, 5)]
@@ -32,8 +45,13 @@ def test_rows_of_different_lengths_attend_only_their_own_past():
     buffers = rng.standard_normal((2, 3, heads, capacity, dim)).astype(np.float32)  # garbage
     key, value = (ort.OrtValue.ortvalue_from_numpy(b.copy()) for b in buffers)
     binding = in_place.io_binding()
-    feeds = {"q": q, "k": k, "v": v, "seqlens_k": np.array(lengths, np.int32),
-             "total": np.array(max(lengths) + 1, np.int32)}  # fmt: skip
+    feeds = {
+        "q": q,
+        "k": k,
+        "v": v,
+        "seqlens_k": np.array(lengths, np.int32),
+        "total": np.array(max(lengths) + 1, np.int32),
+    }
     for name, array in feeds.items():
         binding.bind_cpu_input(name, array)
     binding.bind_ortvalue_input("past_key", key)
@@ -44,8 +62,10 @@ def test_rows_of_different_lengths_attend_only_their_own_past():
     in_place.run_with_iobinding(binding)
     out = binding.get_outputs()[2].numpy()
     for row, length in enumerate(lengths):
-        past = {"past_key": buffers[0][row : row + 1, :, :length],
-                "past_value": buffers[1][row : row + 1, :, :length]}  # fmt: skip
+        past = {
+            "past_key": buffers[0][row : row + 1, :, :length],
+            "past_value": buffers[1][row : row + 1, :, :length],
+        }
         alone, present, _ = growing.run(None, {
             "q": q[row : row + 1], "k": k[row : row + 1], "v": v[row : row + 1], **past,
             "mask": np.ones((1, length + 1), np.int32),

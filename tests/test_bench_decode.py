@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from helpers import run_bench
 
+from models.shipped import SHIPPED_TRANSLATOR
+
 torch = pytest.importorskip("torch")
 pytest.importorskip("onnxruntime")
 
@@ -24,7 +26,7 @@ from models.transformer import Transformer  # noqa: E402
 from service.runtime.tokenizer import Tokenizer  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-TOKENIZER = ROOT / "models" / "checkpoints" / "translator" / "tokenizer.model"
+TOKENIZER = SHIPPED_TRANSLATOR / "tokenizer.model"
 HAS_CTRANSLATE2 = importlib.util.find_spec("ctranslate2") is not None
 SENTENCES = [
     "El perro duerme junto a la puerta de la casa.",

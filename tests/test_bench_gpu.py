@@ -43,10 +43,24 @@ def run(tmp_path_factory, translator_data) -> tuple[dict, str]:
         model.source_embedding.weight.mul_(EMBEDDING_SCALE)  # shared with the output layer
     save_checkpoint(model, tokenizer, tmp / "checkpoint")
     command = [
-        sys.executable, "-m", "bench.gpu", "--device", "cpu", "--quick", "--load",
-        "--checkpoint", str(tmp / "checkpoint"), "--out", str(tmp / "out"),
-        "--server-cache", "static", "--clients", "1,3", "--level-seconds", "3",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "bench.gpu",
+        "--device",
+        "cpu",
+        "--quick",
+        "--load",
+        "--checkpoint",
+        str(tmp / "checkpoint"),
+        "--out",
+        str(tmp / "out"),
+        "--server-cache",
+        "static",
+        "--clients",
+        "1,3",
+        "--level-seconds",
+        "3",
+    ]
     done = subprocess.run(
         command,
         cwd=ROOT,

@@ -17,8 +17,13 @@ def test_the_in_place_fp16_engine_is_timed_on_cuda_only_where_the_version_ships_
 
 
 def _case(engine: str, batch: int, rate: float) -> dict:
-    return {"engine": engine, "batch": batch, "beam": 1,
-            "tokens_per_s": {"median": rate}, "vs_torch": rate / 1000}  # fmt: skip
+    return {
+        "engine": engine,
+        "batch": batch,
+        "beam": 1,
+        "tokens_per_s": {"median": rate},
+        "vs_torch": rate / 1000,
+    }
 
 
 def test_the_engine_goals_take_the_faster_fp16_engine_at_each_batch():

@@ -17,9 +17,21 @@ def test_a_short_overload_refuses_what_does_not_fit_and_answers_the_rest(
 ):
     out = tmp_path / "overload.json"
     overload.main(
-        ["--seconds", "3", "--clients", "8", "--workers", "1", "--factor", "3",
-         "--repository", str(model_repository), "--json", str(out)]
-    )  # fmt: skip
+        [
+            "--seconds",
+            "3",
+            "--clients",
+            "8",
+            "--workers",
+            "1",
+            "--factor",
+            "3",
+            "--repository",
+            str(model_repository),
+            "--json",
+            str(out),
+        ]
+    )
     report = json.loads(out.read_text())
     capacity, loaded = report["capacity"], report["overload"]
     assert capacity["codes"] == {"OK": capacity["calls"]} and capacity["throughput_rps"] > 0

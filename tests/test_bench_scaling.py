@@ -19,8 +19,12 @@ def _level(calls: int, seconds: float) -> dict:
 
 
 def test_the_ratios_compare_the_most_workers_and_the_most_clients_with_their_goals():
-    levels = {(1, 1, 16): _level(100, 1.0), (1, 1, 64): _level(90, 1.0),
-              (2, 1, 16): _level(170, 1.0), (2, 1, 64): _level(150, 1.0)}  # fmt: skip
+    levels = {
+        (1, 1, 16): _level(100, 1.0),
+        (1, 1, 64): _level(90, 1.0),
+        (2, 1, 16): _level(170, 1.0),
+        (2, 1, 64): _level(150, 1.0),
+    }
     report = scaling.summary(levels, [1, 2], [16, 64])
     assert report["ratios"] == {
         "2 workers / 1, 16 clients": 1.7,
@@ -40,8 +44,12 @@ def test_the_ratios_compare_the_most_workers_and_the_most_clients_with_their_goa
 
 
 def test_more_fronts_are_compared_at_the_most_workers_and_the_workers_at_one_front():
-    levels = {(1, 1, 16): _level(100, 1.0), (2, 1, 16): _level(150, 1.0),
-              (1, 2, 16): _level(90, 1.0), (2, 2, 16): _level(180, 1.0)}  # fmt: skip
+    levels = {
+        (1, 1, 16): _level(100, 1.0),
+        (2, 1, 16): _level(150, 1.0),
+        (1, 2, 16): _level(90, 1.0),
+        (2, 2, 16): _level(180, 1.0),
+    }
     report = scaling.summary(levels, [1, 2], [16], [1, 2])
     assert report["ratios"] == {
         "2 workers / 1, 16 clients": 1.5,
@@ -55,9 +63,21 @@ def test_more_fronts_are_compared_at_the_most_workers_and_the_workers_at_one_fro
 def test_a_short_run_serves_every_level_without_a_failed_call(model_repository, tmp_path):
     out = tmp_path / "scaling.json"
     scaling.main(
-        ["--workers", "1,2", "--clients", "2,4", "--seconds", "2", "--rounds", "1",
-         "--repository", str(model_repository), "--json", str(out)]
-    )  # fmt: skip
+        [
+            "--workers",
+            "1,2",
+            "--clients",
+            "2,4",
+            "--seconds",
+            "2",
+            "--rounds",
+            "1",
+            "--repository",
+            str(model_repository),
+            "--json",
+            str(out),
+        ]
+    )
     report = json.loads(out.read_text())
     assert set(report["levels"]) == {f"{w} workers, {c} clients" for w in (1, 2) for c in (2, 4)}
     for level in report["levels"].values():
@@ -71,10 +91,25 @@ def test_a_short_run_serves_every_level_without_a_failed_call(model_repository, 
 def test_two_fronts_serve_every_level_without_a_failed_call(model_repository, tmp_path):
     out = tmp_path / "scaling.json"
     scaling.main(
-        ["--workers", "2", "--fronts", "1,2", "--clients", "4", "--channels", "8",
-         "--seconds", "2", "--rounds", "1", "--repository", str(model_repository),
-         "--json", str(out)]
-    )  # fmt: skip
+        [
+            "--workers",
+            "2",
+            "--fronts",
+            "1,2",
+            "--clients",
+            "4",
+            "--channels",
+            "8",
+            "--seconds",
+            "2",
+            "--rounds",
+            "1",
+            "--repository",
+            str(model_repository),
+            "--json",
+            str(out),
+        ]
+    )
     report = json.loads(out.read_text())
     assert set(report["levels"]) == {"2 workers, 4 clients", "2 workers, 2 fronts, 4 clients"}
     for level in report["levels"].values():

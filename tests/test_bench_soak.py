@@ -10,9 +10,21 @@ from bench import soak
 @pytest.mark.slow
 def test_a_short_soak_has_no_error_and_samples_every_process(model_repository, tmp_path):
     args = soak._arguments(
-        ["--minutes", "0.4", "--clients", "4", "--workers", "1", "--sample-seconds", "2",
-         "--repository", str(model_repository), "--json", str(tmp_path / "soak.json")]
-    )  # fmt: skip
+        [
+            "--minutes",
+            "0.4",
+            "--clients",
+            "4",
+            "--workers",
+            "1",
+            "--sample-seconds",
+            "2",
+            "--repository",
+            str(model_repository),
+            "--json",
+            str(tmp_path / "soak.json"),
+        ]
+    )
     report = soak.soak(args)
     assert report["errors"] == 0, report["calls"]
     assert set(report["calls"]) == {"unary", "stream", "beam", "caption"}

@@ -8,9 +8,24 @@ from bench import scheduler_step, static_step
 
 
 def test_static_step_bench_reports_every_way_with_identical_tokens(tmp_path, translator_data):
-    code = static_step.main(["--device", "cpu", "--out", str(tmp_path), "--batches", "3",
-                             "--length", "4", "--rounds", "1", "--variants", "fp32",
-                             "--capacity", "16"])  # fmt: skip
+    code = static_step.main(
+        [
+            "--device",
+            "cpu",
+            "--out",
+            str(tmp_path),
+            "--batches",
+            "3",
+            "--length",
+            "4",
+            "--rounds",
+            "1",
+            "--variants",
+            "fp32",
+            "--capacity",
+            "16",
+        ]
+    )
     assert code == 0
     report = json.loads((tmp_path / "static-step.json").read_text())
     rows = {r["way"]: r for r in report["rows"]}
@@ -31,15 +46,21 @@ def test_scheduler_step_bench_steps_every_job(capsys):
     assert capsys.readouterr().out.startswith("8 jobs, beam 1: ")
     assert scheduler_step.main(["--jobs", "3", "--beam", "2", "--steps", "5", "--rounds", "1"]) == 0
     assert capsys.readouterr().out.startswith("3 jobs, beam 2: ")
-    assert scheduler_step.main(["--jobs", "4", "--beam-jobs", "2", "--steps", "5",
-                                "--rounds", "1"]) == 0  # fmt: skip
+    assert (
+        scheduler_step.main(["--jobs", "4", "--beam-jobs", "2", "--steps", "5", "--rounds", "1"])
+        == 0
+    )
     assert capsys.readouterr().out.startswith("4 jobs, beam 1 and 2 of beam 4: ")
 
 
 def test_memcpy_count_covers_every_graph_a_version_ships(tmp_path, exported_translator):
     version = exported_translator[0]
-    assert static_step.main(["--out", str(tmp_path), "--device", "cpu",
-                             "--memcpy-of", str(version.directory)]) == 0  # fmt: skip
+    assert (
+        static_step.main(
+            ["--out", str(tmp_path), "--device", "cpu", "--memcpy-of", str(version.directory)]
+        )
+        == 0
+    )
     counts = json.loads((tmp_path / "memcpy.json").read_text())
     assert set(counts) == {"fp32", "int8", "ops"}
     assert set(counts["fp32"]) == set(version.manifest["graphs"]["fp32"])  # every step

@@ -145,8 +145,10 @@ def test_the_lean_step_runs_when_no_alignment_is_kept_and_decodes_the_same(built
         options = DecodingOptions(beam_size=beam, max_length=16)
         engine = OnnxEngine(version, variant, io_binding=beam == 3, cache=cache)
         aligned = translate_ids(engine, sources, options, 512)
-        engine.decoder, engine.lean_decoder = (_Counted(engine.decoder),
-                                               _Counted(engine.lean_decoder))  # fmt: skip
+        engine.decoder, engine.lean_decoder = (
+            _Counted(engine.decoder),
+            _Counted(engine.lean_decoder),
+        )
         engine.search_ops["search"] = _Counted(engine.search_ops["search"])
         batch = source_batch(sources, 512)
         inference = CachedInference(engine, engine.encode(*batch), len(sources))
@@ -238,8 +240,9 @@ def test_the_built_caption_step_matches_pytorch_and_captions_the_same(tmp_path):
     torch.manual_seed(5)
     model = Captioner(config).eval()
     directory = tmp_path / "tiny" / "1"
-    version = write_version(model, tokenizer.model_file, directory, "tiny", "1",
-                            ("fp32", "fp16"), method="built")  # fmt: skip
+    version = write_version(
+        model, tokenizer.model_file, directory, "tiny", "1", ("fp32", "fp16"), method="built"
+    )
     step = onnx.load(str(version.graph("fp32", "decoder")))
     matmuls = [n.op_type for n in step.graph.node].count("MatMul")
     assert matmuls == 6  # previous state, score, context, LSTM gates, deep output, logits
@@ -263,20 +266,35 @@ def test_per_tensor_int8_is_one_scale_a_weight_and_recorded(tmp_path, shipped_tr
     model = Transformer(config).eval()
     written = {}
     for scales in ("per-channel", "per-tensor"):
-        version = write_version(model, tokenizer.model_file, tmp_path / scales / "1", "tiny",
-                                "1", ("fp32", "int8"), int8_scales=scales)  # fmt: skip
+        version = write_version(
+            model,
+            tokenizer.model_file,
+            tmp_path / scales / "1",
+            "tiny",
+            "1",
+            ("fp32", "int8"),
+            int8_scales=scales,
+        )
         assert version.manifest["int8_scales"] == scales
         graph = onnx.load(str(version.graph("int8", "decoder"))).graph
         scale_sizes = {int(np.prod(i.dims)) for i in graph.initializer if i.name.endswith("_scale")}
         written[scales] = scale_sizes
         sources = random_sources(config.vocab_size, [4, 9])
         options = DecodingOptions(beam_size=1, max_length=8)
-        assert all(h[0].tokens for h in translate_ids(OnnxEngine(version, "int8"), sources,
-                                                     options, 512))  # fmt: skip
+        assert all(
+            h[0].tokens for h in translate_ids(OnnxEngine(version, "int8"), sources, options, 512)
+        )
     assert written["per-tensor"] == {1} and max(written["per-channel"]) > 1
     with pytest.raises(ValueError, match="int8_scales"):
-        write_version(model, tokenizer.model_file, tmp_path / "x" / "1", "tiny", "1",
-                      ("fp32", "int8"), int8_scales="per-row")  # fmt: skip
+        write_version(
+            model,
+            tokenizer.model_file,
+            tmp_path / "x" / "1",
+            "tiny",
+            "1",
+            ("fp32", "int8"),
+            int8_scales="per-row",
+        )
 
 
 def test_the_command_line_exports_int8_with_the_repository_s_default_scales():

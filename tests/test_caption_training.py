@@ -84,9 +84,20 @@ def test_training_resumes_and_ships_a_small_checkpoint(tiny_run):
 def test_evaluate_reports_every_part_and_the_goals(tiny_run):
     data, base, _ = tiny_run
     done = _cli(
-        "evaluate", "captioner", "--split", "test", "--json", "--data", str(data),
-        "--checkpoint", str(base / "shipped"), "--limit", "210", "--beam", "2",
-    )  # fmt: skip
+        "evaluate",
+        "captioner",
+        "--split",
+        "test",
+        "--json",
+        "--data",
+        str(data),
+        "--checkpoint",
+        str(base / "shipped"),
+        "--limit",
+        "210",
+        "--beam",
+        "2",
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout)
     assert set(report["parts"]) == {"all", "seen", "novel_pairs", "novel_sizes"}
@@ -95,9 +106,11 @@ def test_evaluate_reports_every_part_and_the_goals(tiny_run):
     assert {"exact_match", "bleu4", "cider"} <= set(every)
     assert 0 <= every["exact_match"] <= 1
     assert set(report["goals"]) == {
-        "exact_match_seen", "exact_match_novel_pairs", "attention_in_box",
+        "exact_match_seen",
+        "exact_match_novel_pairs",
+        "attention_in_box",
         "attention_over_baseline",
-    }  # fmt: skip
+    }
     assert report["decoding"]["beam_size"] == 2
 
 
@@ -123,10 +136,13 @@ def test_localisation_counts_mass_inside_the_named_box(small_captioner_data):
         assert on_cells == pytest.approx(1.0)  # every weight on a cell the box touches
     assert sum(p[4] for p in pairs) == len(scene.objects)  # one first word per object
     uniform = localisation(words, np.full((len(words), 36), 1 / 36), scene, glyphs, 6)
-    assert all(inside == pytest.approx(share) and on_cells == pytest.approx(cells)
-               for inside, share, on_cells, cells, _ in uniform)  # fmt: skip
-    report = part_report([scene.caption, "a bus"], [attention, attention[:2]],
-                         [scene, scene], glyphs, 6)  # fmt: skip
+    assert all(
+        inside == pytest.approx(share) and on_cells == pytest.approx(cells)
+        for inside, share, on_cells, cells, _ in uniform
+    )
+    report = part_report(
+        [scene.caption, "a bus"], [attention, attention[:2]], [scene, scene], glyphs, 6
+    )
     assert report["exact_match"] == 0.5 and report["attention_over_baseline"] > 1
 
 
@@ -142,9 +158,20 @@ def test_caption_command_draws_the_attention_figure(tiny_run, tmp_path):
     Image.fromarray(np.asarray(images[0])).save(path)
     figure = tmp_path / "attention.png"
     done = _cli(
-        "caption", "--engine", "torch", str(path), "--checkpoint", str(base / "shipped"),
-        "--attention", str(figure), "--json", "--beam", "3", "--n-best", "2",
-    )  # fmt: skip
+        "caption",
+        "--engine",
+        "torch",
+        str(path),
+        "--checkpoint",
+        str(base / "shipped"),
+        "--attention",
+        str(figure),
+        "--json",
+        "--beam",
+        "3",
+        "--n-best",
+        "2",
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout)
     assert len(result["hypotheses"]) == 2 and result["hypotheses"][0]["grid"] == [6, 6]

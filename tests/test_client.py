@@ -31,6 +31,7 @@ from attnserve.v1 import (
     translation_pb2,
     translation_pb2_grpc,
 )
+from models.shipped import SHIPPED_CAPTIONER, SHIPPED_TRANSLATOR
 from service import client
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -432,7 +433,7 @@ def test_a_value_no_request_can_carry_is_a_usage_error(capsys):
         ["--engine", "torch", "--stream"],
         ["--engine", "torch", "--server", "127.0.0.1:1"],
         ["--engine", "torch", "--alignment", "a.png"],
-        ["--checkpoint", "models/checkpoints/translator"],
+        ["--checkpoint", str(SHIPPED_TRANSLATOR)],
     ],
 )
 def test_options_of_the_other_engine_are_refused(argv, capsys):
@@ -801,7 +802,7 @@ def test_caption_failures_exit_2_for_files_and_1_for_the_server(captioner, tmp_p
         ["--engine", "torch", "--stream"],
         ["--engine", "torch", "--server", "127.0.0.1:1"],
         ["--engine", "torch", "--version", "2"],
-        ["--checkpoint", "models/checkpoints/captioner"],
+        ["--checkpoint", str(SHIPPED_CAPTIONER)],
     ],
 )
 def test_caption_options_of_the_other_engine_are_refused(argv, capsys):

@@ -156,6 +156,12 @@ def test_translator_parity_takes_every_test_part(tmp_path, shipped_translator):
             (tmp_path / f"{split}.{language}").write_text(lines)
     sources, references, parts = parity_inputs(model, tmp_path, tokenizer, 3)
     assert parts == {"bible": 3, "modern": 2, "everyday": 3}  # everyday: the committed part
-    assert references == ["test en 0", "test en 1", "test en 2", "test-modern en 0",
-                          "test-modern en 1", *read_everyday()[1][:3]]  # fmt: skip
+    assert references == [
+        "test en 0",
+        "test en 1",
+        "test en 2",
+        "test-modern en 0",
+        "test-modern en 1",
+        *read_everyday()[1][:3],
+    ]
     assert sources[0] == tokenizer.encode("test es 0")

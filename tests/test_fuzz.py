@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from attnserve.v1 import caption_pb2, decoding_pb2, translation_pb2
+from models.shipped import SHIPPED_TRANSLATOR
 from service.runtime.errors import InvalidArgument
 from service.runtime.images import ImageLimits, decode_image
 from service.runtime.requests import MAX_TEXT_CHARS, translate_request, translate_stream_request
@@ -91,11 +92,10 @@ def test_bytes_off_the_wire_parse_or_fail_as_decode_errors(data):
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from helpers import ROOT
 
     from service.runtime.tokenizer import Tokenizer
 
-    return Tokenizer(ROOT / "models" / "checkpoints" / "translator" / "tokenizer.model")
+    return Tokenizer(SHIPPED_TRANSLATOR / "tokenizer.model")
 
 
 @FUZZ

@@ -7,7 +7,6 @@ import asyncio
 import time
 
 import grpc
-
 from attnserve.v1 import translation_pb2
 
 SENTENCES = [

@@ -134,7 +134,11 @@ def test_fp16_graphs_on_cuda(tmp_path):
 
     model, tokenizer = load_checkpoint(SHIPPED_CAPTIONER)
     version = write_version(
-        model, tokenizer.model_file, tmp_path / "captioner" / "1", "captioner", "1",
+        model,
+        tokenizer.model_file,
+        tmp_path / "captioner" / "1",
+        "captioner",
+        "1",
         ("fp32", "fp16"),
-    )  # fmt: skip
+    )
     assert_graph_parity(model, OnnxEngine(version, "fp16", device="cuda"))
