@@ -27,8 +27,8 @@ from pathlib import Path
 
 import grpc
 import numpy as np
-from attnserve.v1 import translation_pb2_grpc
 
+from attnserve.v1 import translation_pb2_grpc
 from bench.lib.arguments import run_server_bench
 from bench.lib.processes import sample
 from bench.lib.sentence_loads import closed_loop, translate

@@ -29,8 +29,8 @@ from pathlib import Path
 
 import grpc
 import numpy as np
-from attnserve.v1 import translation_pb2_grpc
 
+from attnserve.v1 import translation_pb2_grpc
 from bench.lib.arguments import run_server_bench
 from bench.lib.sentence_loads import closed_loop
 from bench.lib.server import Server

@@ -7,6 +7,7 @@ import asyncio
 import time
 
 import grpc
+
 from attnserve.v1 import translation_pb2
 
 SENTENCES = [

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import grpc
+
 from attnserve.v1 import (
     caption_pb2,
     caption_pb2_grpc,
@@ -14,7 +15,6 @@ from attnserve.v1 import (
     translation_pb2,
     translation_pb2_grpc,
 )
-
 from bench.lib.server import Server
 from bench.lib.workload import InProcess, InProcessCaptioner, Local, Picture, Request
 
