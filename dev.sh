@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 
 DEBIAN_PACKAGES=(diatheke sword-text-sparv sword-text-web apertium apertium-eng-spa lttoolbox-dev docker-compose prometheus
-  fonts-noto-color-emoji unicode-cldr-core nodejs npm)
+  fonts-noto-color-emoji unicode-cldr-core)
 PYTHON=${PYTHON:-python3}
 
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
@@ -63,7 +63,10 @@ register_cuda_libraries() {
 }
 
 install_node_packages() {
-  # The Node.js example client's libraries (examples/node), as its package-lock.json pins them
+  # The Node.js example client's libraries (examples/node), as its package-lock.json pins them;
+  # Debian's nodejs and npm where the machine has no Node.js of its own (a Node.js from
+  # elsewhere carries its npm, which Debian's npm package conflicts with)
+  command -v npm >/dev/null || install_debian_packages nodejs npm
   [ -d examples/node/node_modules ] \
     || npm ci --prefix examples/node --no-audit --no-fund --loglevel=error >/dev/null
 }
