@@ -132,28 +132,15 @@ class Case:
     def decoder(self, way: str, rows: int, memory: int):
         from bench.static_buffers import FixedCacheDecoder, SlotCacheDecoder, StaticStep, bucket
 
+        slots = bucket(rows, 1 << 20)
+        made = (self.sessions[way], slots, {"memory": memory}, self.carried, self.device)
         if way == "in place":
-            step = StaticStep(
-                self.sessions[way],
-                bucket(rows, 1 << 20),
-                {"memory": memory},
-                self.carried,
-                self.device,
-                in_place=True,
-            )
-            return SlotCacheDecoder(step, self.capacity)
+            return SlotCacheDecoder(StaticStep(*made, in_place=True), self.capacity)
         graph_ids = None
         if way.endswith("CUDA graph"):
             graph_ids = (self.graph_ids, self.graph_ids + 1)
             self.graph_ids += 2
-        step = StaticStep(
-            self.sessions[way],
-            bucket(rows, 1 << 20),
-            {"memory": memory},
-            self.carried,
-            self.device,
-            graph_ids,
-        )
+        step = StaticStep(*made, graph_ids)
         return FixedCacheDecoder(step, self.capacity)
 
     def greedy(self, way: str, ids: list[list[int]], length: int, decoder=None):
