@@ -15,6 +15,7 @@
 #   bash bench/gpu.sh goals-engine  # the goals table, first half: quick export + engine level: ~5 min
 #   bash bench/gpu.sh goals-serve   # then its second half: the CUDA and CPU servers: ~4 min
 #   bash bench/gpu.sh workers   # quick export, the CUDA server with 1, 2 and its default workers: ~4 min
+#   bash bench/gpu.sh goals     # both halves cut to one command (~9 min): greedy engine, CUDA server, loops
 #
 # Carry: .gpu/tools, attnserve/v1 (generated gRPC code), data/translator/test.es and
 # data/translator/test.en (ignored files). The phases share /tmp/attnserve-gpu (the export,
@@ -133,6 +134,25 @@ case "$phase" in
         --repository "$work/repository/translator/1" --variant fp16 --cache static --seconds 8 \
         2>&1 | tee -a "$out/cuda-worker.log" || true
     done ;;
+  goals)  # goals-engine and goals-serve cut to fit one command: a quick export, the engine
+    # level greedy up to its time box, the CUDA server at 1, 256 and 1,024 clients with the
+    # 30-token sentence, one CUDA worker in process with the step on its thread and inline,
+    # then the CPU server at 256 clients; each step time-boxed, its results under $out as it ends
+    mkdir -p "$out"
+    timeout 250 python3 -m bench.gpu --device cuda --workdir "$work" --out "$out" \
+      --graphs "$graphs" --export-sentences 8 --engine --no-load --engine-seconds 120 \
+      --beam-max-batch 16 > "$out/engine.log" 2>&1 || true
+    timeout 120 python3 -m bench.gpu --device cuda --workdir "$work" --out "$out" \
+      --graphs "$graphs" --no-engine --load --clients 1,256,1024 --level-seconds 6 || true
+    grep -h "steps with cache\|fronts\|variant" "$work/server/server.log" | head -20 || true
+    for way in "--encoder-thread --step-thread" --encoder-thread ""; do  # side by side
+      timeout 25 python3 -m bench.profile_scheduler --device cuda $way \
+        --repository "$work/repository/translator/1" --variant fp16 --cache static --seconds 6 \
+        2>&1 | tee -a "$out/cuda-worker.log" || true
+    done
+    OUT_CPU="$out/cpu-server"; mkdir -p "$OUT_CPU"
+    timeout 100 python3 -m bench.gpu --device cpu --workdir "$work" --out "$OUT_CPU" \
+      --graphs "$graphs" --quick --no-engine --load --clients 256 --level-seconds 8 || true ;;
   workers)  # the CUDA server with 1 and 2 workers sharing the GPU at 256 and 1,024 clients,
     # then with its default (printed with why) at 1 to 1,024 clients and the 30-token
     # sentence; a quick export first where the workdir has none
