@@ -91,6 +91,7 @@ from bench.lib.paths import TEST_SOURCES
 from bench.lib.repository import repository_section
 from bench.lib.service_level import LoadBench
 from models.shipped import SHIPPED_TRANSLATOR
+from service.runtime.choices import THREADING
 
 REPORT = "benchmarks-gpu"
 
@@ -137,6 +138,7 @@ def _plan_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--server-fronts", type=int, help="the server's --fronts")
     parser.add_argument("--server-workers", type=int, help="the server's --workers")
     parser.add_argument("--server-cache", choices=("in_place", "growing", "static"))
+    parser.add_argument("--server-step", choices=THREADING, help="the server's --step")
     parser.add_argument("--clients", help="the service level's client counts, e.g. 1,256")
     parser.add_argument("--level-seconds", type=float, help="each service level's duration")
 

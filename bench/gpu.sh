@@ -16,6 +16,7 @@
 #   bash bench/gpu.sh goals-serve   # then its second half: the CUDA and CPU servers: ~4 min
 #   bash bench/gpu.sh workers   # quick export, the CUDA server with 1, 2 and its default workers: ~4 min
 #   bash bench/gpu.sh goals     # both halves cut to one command (~9 min): greedy engine, CUDA server, loops
+#   bash bench/gpu.sh step      # after goals: the CUDA server with the step inline and on its thread: ~2 min
 #
 # Carry: .gpu/tools, attnserve/v1 (generated gRPC code), data/translator/test.es and
 # data/translator/test.en (ignored files). The phases share /tmp/attnserve-gpu (the export,
@@ -153,6 +154,16 @@ case "$phase" in
     OUT_CPU="$out/cpu-server"; mkdir -p "$OUT_CPU"
     timeout 100 python3 -m bench.gpu --device cpu --workdir "$work" --out "$OUT_CPU" \
       --graphs "$graphs" --quick --no-engine --load --clients 256 --level-seconds 8 || true ;;
+  step)  # the CUDA server with its steps inline, then on their own thread, twice each, at
+    # 256 and 1,024 clients (one results folder each); a quick export first where none is
+    timeout 150 python3 -m bench.gpu --device cuda --workdir "$work" --out "$out" \
+      --graphs "$graphs" --export-sentences 8 --no-engine --no-load > /dev/null || true
+    for step in inline thread inline thread; do
+      OUT_S="$out/step-$step"; mkdir -p "$OUT_S"
+      timeout 60 python3 -m bench.gpu --device cuda --workdir "$work" --out "$OUT_S" \
+        --graphs "$graphs" --no-engine --load --server-step "$step" --clients 256,1024 \
+        --level-seconds 6 | sed -n '/^| clients/,/^One sentence/p' || true
+    done ;;
   workers)  # the CUDA server with 1 and 2 workers sharing the GPU at 256 and 1,024 clients,
     # then with its default (printed with why) at 1 to 1,024 clients and the 30-token
     # sentence; a quick export first where the workdir has none

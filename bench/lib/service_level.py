@@ -59,6 +59,8 @@ def _server_flags(args, plan: Plan) -> dict[str, str]:
         flags["workers"] = str(args.server_workers)
     if args.server_cache:
         flags["cache"] = args.server_cache
+    if args.server_step:
+        flags["step"] = args.server_step
     flags["device"] = args.device
     flags["max-queued-requests"] = str(4 * max(plan.clients))
     return flags
