@@ -163,6 +163,7 @@ case "$phase" in
       timeout 60 python3 -m bench.gpu --device cuda --workdir "$work" --out "$OUT_S" \
         --graphs "$graphs" --no-engine --load --server-step "$step" --clients 256,1024 \
         --level-seconds 6 | sed -n '/^| clients/,/^One sentence/p' || true
+      grep -ih "died\|restart\|traceback\|error" "$work/server/server.log" | head -20 || true
     done ;;
   workers)  # the CUDA server with 1 and 2 workers sharing the GPU at 256 and 1,024 clients,
     # then with its default (printed with why) at 1 to 1,024 clients and the 30-token

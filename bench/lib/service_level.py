@@ -202,7 +202,13 @@ class LoadBench:
         }
         if metrics_before is not None and metrics_after is not None:
             numbers = server_numbers(metrics_before, metrics_after)
-            keys = ("step_rows_mean", "step_ms_mean", "queue_wait_ms_mean", "steps")
+            keys = (
+                "step_rows_mean",
+                "step_ms_mean",
+                "queue_wait_ms_mean",
+                "steps",
+                "worker_restarts",
+            )
             level["server"] = {k: numbers.get(k) for k in keys}
         return level
 
