@@ -3,13 +3,18 @@
 <out>/glyphs.json                 the glyphs (code point, English and Spanish names, plural)
 <out>/<split>.jsonl               one scene a line (caption, boxes, which words name what, part)
 <out>/<split>-images.npy          (N, 96, 96, 3) uint8, the scenes in the same order
-<out>/meta.json                   counts, seed, split rule and the Debian package versions read
+<out>/meta.json                   counts, seed, split rule, the artwork families and the
+                                  Debian and npm package versions read
 
-Splits: `train`; `dev` (like train); `test` with three parts:
-    seen          object sets that occur together in training (in its first SEEN_SOURCE
-                  scenes, so that a smaller build has the same dev and test), laid out anew
-    novel_pairs   scenes holding a pair of objects never seen together in training
-    novel_sizes   object sets of training, at sizes training never sees
+Every scene is drawn in one artwork family (`models.artwork`): training and every part but
+the last in the training families, chosen at random; the held-out family only in its part.
+
+Splits: `train`; `dev` with the parts `seen` and `held_out_family`; `test` with four parts:
+    seen             object sets that occur together in training (in its first SEEN_SOURCE
+                     scenes, so that a smaller build has the same dev and test), laid out anew
+    novel_pairs      scenes holding a pair of objects never seen together in training
+    novel_sizes      object sets of training, at sizes training never sees
+    held_out_family  object sets of training, drawn in the family training never sees
 """
 
 from __future__ import annotations
@@ -21,7 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
-from models.glyphs import DEBIAN_PACKAGES, Glyph, select_glyphs
+from models.artwork import DEBIAN_PACKAGES, FAMILIES, HELD_OUT, TRAINING_FAMILIES
+from models.glyphs import Glyph, select_glyphs
 from models.packages import ensure_debian_packages
 from models.scenes import KIND_WEIGHTS, KINDS, Scene, SceneSampler, SplitRule
 
@@ -29,7 +35,8 @@ SPLITS = ("train", "dev", "test")
 # Seen object sets are taken from the first training scenes only, so that dev and test are the
 # same whatever the size of the training split beyond it (CI builds a small one).
 SEEN_SOURCE = 5000
-TEST_PARTS = ("seen", "novel_pairs", "novel_sizes")
+TEST_PARTS = ("seen", "novel_pairs", "novel_sizes", "held_out_family")
+DEV_PARTS = ("seen", "held_out_family")
 OBJECTS = {"single": 1, "same": 1, "pair": 2, "triple": 3}  # distinct glyphs per kind
 PLACED = {"single": 1, "same": 2, "pair": 2, "triple": 3}  # objects drawn per kind
 
@@ -37,7 +44,7 @@ PLACED = {"single": 1, "same": 2, "pair": 2, "triple": 3}  # objects drawn per k
 @dataclass(frozen=True)
 class DataOptions:
     train: int = 60000
-    dev: int = 500
+    dev: int = 500  # seen; the held-out family's dev part has half as many
     test_per_part: int = 400
     seed: int = 1
     rule: SplitRule = field(default_factory=SplitRule)
@@ -68,8 +75,23 @@ class _Drawer:
         pool = self.rule.novel_sizes() if novel else self.rule.training_sizes()
         return [int(s) for s in self.rng.choice(pool, size=PLACED[kind])]
 
-    def scene(self, kind: str, glyphs: list[int], novel_sizes: bool = False) -> Scene | None:
-        return self.sampler.draw(kind, glyphs, self.sizes(kind, novel_sizes))
+    def family(self, glyphs: list[int], held_out: bool = False) -> str:
+        """The held-out family, or a training family that can show these glyphs (a family
+        without colour only when none of them needs its colour)."""
+        if held_out:
+            return HELD_OUT
+        names = [
+            n
+            for n in TRAINING_FAMILIES
+            if not FAMILIES[n].colourless or self.sampler.colour_free(glyphs)
+        ]
+        return names[int(self.rng.integers(len(names)))]
+
+    def scene(
+        self, kind: str, glyphs: list[int], novel_sizes: bool = False, held_out: bool = False
+    ) -> Scene | None:
+        family = self.family(glyphs, held_out)
+        return self.sampler.draw(kind, glyphs, self.sizes(kind, novel_sizes), family)
 
 
 def _draw_until(count: int, propose) -> list[Scene]:
@@ -90,15 +112,18 @@ def training_scenes(drawer: _Drawer, count: int) -> list[Scene]:
     return _draw_until(count, propose)
 
 
-def seen_scenes(drawer: _Drawer, train: list[Scene], count: int, novel_sizes=False) -> list[Scene]:
-    """Object sets of random training scenes, drawn again (new layout, sizes, background)."""
+def seen_scenes(
+    drawer: _Drawer, train: list[Scene], count: int, novel_sizes=False, held_out=False
+) -> list[Scene]:
+    """Object sets of random training scenes, drawn again (new layout, sizes, looks,
+    background; the held-out family when `held_out`)."""
 
     def propose():
         source = train[int(drawer.rng.integers(len(train)))]
         glyphs = list(dict.fromkeys(o.glyph for o in source.objects))
         if source.kind == "pair" and drawer.rng.random() < 0.5:
             glyphs.reverse()  # the same pair; the relation is drawn anew
-        return drawer.scene(source.kind, glyphs, novel_sizes)
+        return drawer.scene(source.kind, glyphs, novel_sizes, held_out)
 
     return _draw_until(count, propose)
 
@@ -121,17 +146,28 @@ def draw_splits(glyphs: list[Glyph], options: DataOptions) -> dict[str, list[Sce
 
     train = training_scenes(drawer(0), options.train)
     source = train[:SEEN_SOURCE]
-    parts = {
-        "seen": seen_scenes(drawer(2), source, options.test_per_part),
-        "novel_pairs": novel_pair_scenes(drawer(3), options.test_per_part),
-        "novel_sizes": seen_scenes(drawer(4), source, options.test_per_part, novel_sizes=True),
+    count = options.test_per_part
+    test = {
+        "seen": seen_scenes(drawer(2), source, count),
+        "novel_pairs": novel_pair_scenes(drawer(3), count),
+        "novel_sizes": seen_scenes(drawer(4), source, count, novel_sizes=True),
+        "held_out_family": seen_scenes(drawer(5), source, count, held_out=True),
     }
-    test = []
-    for part, scenes in parts.items():
-        for scene in scenes:
+    dev = {
+        "seen": seen_scenes(drawer(1), source, options.dev),
+        "held_out_family": seen_scenes(drawer(6), source, options.dev // 2, held_out=True),
+    }
+    return {"train": train, "dev": _parts(dev), "test": _parts(test)}
+
+
+def _parts(parts: dict[str, list[Scene]]) -> list[Scene]:
+    """The parts' scenes in order, each labelled with its part."""
+    scenes = []
+    for part, members in parts.items():
+        for scene in members:
             scene.part = part
-        test += scenes
-    return {"train": train, "dev": seen_scenes(drawer(1), source, options.dev), "test": test}
+        scenes += members
+    return scenes
 
 
 def package_versions() -> dict[str, str]:
@@ -165,6 +201,11 @@ def build_captioner_data(out: Path, options: DataOptions = DataOptions()) -> dic
         "glyphs": len(glyphs),
         "counts": {split: len(scenes) for split, scenes in splits.items()},
         "test_parts": {p: sum(s.part == p for s in splits["test"]) for p in TEST_PARTS},
+        "dev_parts": {p: sum(s.part == p for s in splits["dev"]) for p in DEV_PARTS},
+        "families": {
+            name: {"description": f.description, **f.source()} for name, f in FAMILIES.items()
+        },
+        "held_out_family": HELD_OUT,
         "seed": options.seed,
         "rule": asdict(options.rule),
         "debian_packages": package_versions(),

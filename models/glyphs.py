@@ -1,25 +1,24 @@
-"""The captioner's objects: emoji artwork from Noto Color Emoji, named by Unicode CLDR.
+"""The captioner's objects: code points every artwork family draws, named by Unicode CLDR.
 
 A glyph is kept when it is one code point of a block of concrete, drawable things (animals,
-plants, food, vehicles, household objects), its English CLDR name is 1-3 plain words, and the
-name names a thing rather than a sign, a face or a person. The rule is fixed here; the list it
-gives is written beside the data (glyphs.json) with the Spanish name of every glyph.
+plants, food, vehicles, household objects), its English CLDR name is 1-3 plain words, the
+name names a thing rather than a sign, a face or a person, and every family of
+`models.artwork` draws it. The rule is fixed here; the list it gives is written beside the
+data (glyphs.json) with the Spanish name of every glyph.
 """
 
 from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 
-from PIL import Image, ImageDraw, ImageFont
+from models.artwork import FAMILIES, keep_pictures, picture
 
-FONT = Path("/usr/share/fonts/truetype/noto/NotoColorEmoji.ttf")
 CLDR_ANNOTATIONS = Path("/usr/share/unicode/cldr/common/annotations")
-DEBIAN_PACKAGES = ("fonts-noto-color-emoji", "unicode-cldr-core")
-FONT_SIZE = 109  # the one bitmap size of the colour font
+COLOURS = {"red", "green", "blue", "yellow", "orange", "purple", "brown", "black", "white", "pink"}
 
 # Code point blocks of concrete things (inclusive ranges).
 BLOCKS = (
@@ -103,42 +102,48 @@ def _drawable(name: str) -> bool:
     )
 
 
-def select_glyphs() -> list[Glyph]:
-    """Every glyph the rule keeps, in code point order; names are unique."""
+def _candidates() -> list[tuple[int, str, str]]:
+    """(code point, English name, Spanish name) of every code point the naming rule keeps."""
     english, spanish = cldr_names("en"), cldr_names("es")
-    glyphs, seen = [], set()
+    candidates, seen = [], set()
     for first, last in BLOCKS:
         for codepoint in range(first, last + 1):
             name = english.get(chr(codepoint), "").lower()
             if not _drawable(name) or name in seen or chr(codepoint) not in spanish:
                 continue
-            if render(chr(codepoint)) is None:
-                continue
             seen.add(name)
-            glyphs.append(Glyph(codepoint, name, plural(name), spanish[chr(codepoint)]))
-    return glyphs
+            candidates.append((codepoint, name, spanish[chr(codepoint)]))
+    return candidates
 
 
-@cache
-def _font() -> ImageFont.FreeTypeFont:
-    return ImageFont.truetype(str(FONT), FONT_SIZE)
+def select_glyphs() -> list[Glyph]:
+    """Every glyph the rule keeps and every family draws, in code point order; names are
+    unique. The families' pictures are drawn on the way (rendering runs on threads)."""
+    candidates = _candidates()
+    jobs = [(f, codepoint, name) for codepoint, name, _ in candidates for f in FAMILIES]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        drawn = dict(zip(jobs, pool.map(lambda job: picture(*job) is not None, jobs), strict=True))
+    for f in FAMILIES:
+        keep_pictures(f, [(codepoint, name) for codepoint, name, _ in candidates])
+    return [
+        Glyph(codepoint, name, plural(name), name_es)
+        for codepoint, name, name_es in candidates
+        if all(drawn[(f, codepoint, name)] for f in FAMILIES)
+    ]
 
 
-@cache
-def render(char: str) -> Image.Image | None:
-    """The glyph as RGBA cropped to its visible pixels; None when the font lacks it."""
-    canvas = Image.new("RGBA", (160, 160), (0, 0, 0, 0))
-    ImageDraw.Draw(canvas).text((0, 0), char, font=_font(), embedded_color=True)
-    box = canvas.getchannel("A").point(lambda a: 255 if a > 16 else 0).getbbox()
-    if box is None or (box[2] - box[0]) < 40 or (box[3] - box[1]) < 20:
-        return None  # missing glyph or a thin mark
-    return canvas.crop(box)
-
-
-@cache
-def sized(char: str, size: int) -> Image.Image:
-    """The glyph with its longer side `size` pixels."""
-    image = render(char)
-    scale = size / max(image.size)
-    width, height = (max(1, round(side * scale)) for side in image.size)
-    return image.resize((width, height), Image.LANCZOS)
+def needs_colour(glyphs: list[Glyph]) -> set[int]:
+    """Indices of the glyphs told apart from another only by a colour word ("red apple",
+    "green apple"): a picture without colour cannot show which one it is."""
+    rests: dict[tuple[str, ...], list[int]] = {}
+    for index, glyph in enumerate(glyphs):
+        words = glyph.name.split()
+        if COLOURS.intersection(words):
+            rests.setdefault(tuple(w for w in words if w not in COLOURS), []).append(index)
+    other = {tuple(g.name.split()) for g in glyphs}
+    return {
+        index
+        for rest, indices in rests.items()
+        for index in indices
+        if len(indices) > 1 or rest in other
+    }

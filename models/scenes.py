@@ -11,19 +11,24 @@ Objects never overlap, a region is never chosen within REGION_MARGIN pixels of i
 and a relation holds with a clear gap, so every caption is unambiguous. Every object's box is
 kept: it is where attention should look when the caption names that object.
 
-The split is a rule with a seed (see `SplitRule`): unordered pairs of glyphs are held out
-of training by a hash, and so is a band of object sizes; the test split has a part for each.
+Every scene is drawn in one artwork family (`models.artwork`), each object with its own
+`Look` (`models.augment`). The split is a rule with a seed (see `SplitRule`): unordered pairs
+of glyphs are held out of training by a hash, and so is a band of object sizes and one whole
+family; the test split has a part for each.
 """
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import asdict, dataclass, field
+from functools import lru_cache
 
 import numpy as np
 from PIL import Image
 
-from models.glyphs import Glyph, sized
+from models.artwork import sized
+from models.augment import Look, background, finish, styled
+from models.glyphs import Glyph, needs_colour
 
 IMAGE_SIZE = 96
 REGION_MARGIN = 6  # pixels a centre keeps from the border of its 3x3 region
@@ -62,6 +67,8 @@ class SceneObject:
     glyph: int  # index into the glyph list
     name: str
     box: tuple[int, int, int, int]  # x0, y0, x1, y1 in pixels, x1 and y1 exclusive
+    size: int = 0  # the picture's longer side before its look, pixels
+    look: Look = field(default_factory=Look)
 
 
 @dataclass
@@ -72,15 +79,22 @@ class Scene:
     # caption word index -> the objects that word names (both of "two bananas")
     name_words: dict[int, list[int]] = field(default_factory=dict)
     part: str = ""
+    family: str = "noto"  # the artwork family every object is drawn in
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, values: dict) -> Scene:
-        objects = [SceneObject(o["glyph"], o["name"], tuple(o["box"])) for o in values["objects"]]
+        objects = [
+            SceneObject(
+                o["glyph"], o["name"], tuple(o["box"]), o.get("size", 0), Look(**o.get("look", {}))
+            )
+            for o in values["objects"]
+        ]
         words = {int(k): list(v) for k, v in values["name_words"].items()}
-        return cls(values["kind"], values["caption"], objects, words, values.get("part", ""))
+        part, family = values.get("part", ""), values.get("family", "noto")
+        return cls(values["kind"], values["caption"], objects, words, part, family)
 
 
 class _Caption:
@@ -119,15 +133,18 @@ class SceneSampler:
 
     def __init__(self, glyphs: list[Glyph], rule: SplitRule, seed: int):
         self.glyphs, self.rule = glyphs, rule
+        self.coloured = needs_colour(glyphs)
         self.rng = np.random.default_rng(seed)
+
+    def colour_free(self, glyphs) -> bool:
+        """Whether none of these glyphs needs its colour to be named."""
+        return not self.coloured.intersection(glyphs)
 
     # -- layout ---------------------------------------------------------------------------
 
-    def _extent(self, glyph: int, size: int) -> tuple[int, int]:
-        return sized(self.glyphs[glyph].char, size).size  # (width, height)
-
-    def _place(self, glyph: int, size: int, x: float, y: float) -> tuple[int, int, int, int]:
-        width, height = self._extent(glyph, size)
+    @staticmethod
+    def _place(extent: tuple[int, int], x: float, y: float) -> tuple[int, int, int, int]:
+        width, height = extent
         x0, y0 = round(x - width / 2), round(y - height / 2)
         return x0, y0, x0 + width, y0 + height
 
@@ -135,19 +152,18 @@ class SceneSampler:
     def _inside(box) -> bool:
         return box[0] >= 0 and box[1] >= 0 and box[2] <= IMAGE_SIZE and box[3] <= IMAGE_SIZE
 
-    def _row(self, glyphs: list[int], sizes: list[int], axis: int):
+    def _row(self, extents: list[tuple[int, int]], axis: int):
         """Boxes of objects in a row along `axis` (0: left to right, 1: top to bottom), each
         after the other with at least GAP pixels between, roughly aligned on the other axis."""
         for _ in range(200):
             boxes, cursor = [], self.rng.uniform(0, 12)
             across = self.rng.uniform(20, IMAGE_SIZE - 20)
-            for glyph, size in zip(glyphs, sizes, strict=True):
-                extent = self._extent(glyph, size)[axis]
+            for extent in extents:
                 start = cursor + self.rng.uniform(GAP, GAP + 14)
                 centre = [0.0, 0.0]
-                centre[axis] = start + extent / 2
+                centre[axis] = start + extent[axis] / 2
                 centre[1 - axis] = across + self.rng.uniform(-4, 4)
-                boxes.append(self._place(glyph, size, *centre))
+                boxes.append(self._place(extent, *centre))
                 cursor = boxes[-1][2 + axis]
             if all(map(self._inside, boxes)):
                 return boxes
@@ -155,13 +171,13 @@ class SceneSampler:
 
     # -- scene kinds ------------------------------------------------------------------------
 
-    def _single(self, glyphs: list[int], sizes: list[int]):
+    def _single(self, glyphs: list[int], extents):
         for _ in range(200):
             third = IMAGE_SIZE / 3
             row, column = self.rng.integers(0, 3, size=2)
             x = (column + self.rng.uniform(0.2, 0.8)) * third
             y = (row + self.rng.uniform(0.2, 0.8)) * third
-            box = self._place(glyphs[0], sizes[0], x, y)
+            box = self._place(extents[0], x, y)
             if not self._inside(box):
                 continue
             centre = ((box[0] + box[2]) / 2, (box[1] + box[3]) / 2)
@@ -172,8 +188,8 @@ class SceneSampler:
             return [box], caption
         return None
 
-    def _same(self, glyphs: list[int], sizes: list[int]):
-        boxes = self._row([glyphs[0]] * 2, sizes[:2], int(self.rng.integers(0, 2)))
+    def _same(self, glyphs: list[int], extents):
+        boxes = self._row(extents, int(self.rng.integers(0, 2)))
         if boxes is None:
             return None
         xs = [(b[0] + b[2]) / 2 for b in boxes]
@@ -186,9 +202,9 @@ class SceneSampler:
         caption.add(REGIONS[region[0]][region[1]])
         return boxes, caption
 
-    def _relation(self, glyphs: list[int], sizes: list[int]):
+    def _relation(self, glyphs: list[int], extents):
         axis = int(self.rng.integers(0, 2))
-        boxes = self._row(glyphs, sizes, axis)
+        boxes = self._row(extents, axis)
         if boxes is None:
             return None
         caption = _Caption()
@@ -202,55 +218,42 @@ class SceneSampler:
             caption.add("from left to right" if axis == 0 else "from top to bottom")
         return boxes, caption
 
-    def draw(self, kind: str, glyphs: list[int], sizes: list[int]) -> Scene | None:
-        """A scene of `kind` with these glyphs and sizes, or None when they do not fit."""
+    def picture(self, family: str, glyph: int, size: int, look: Look) -> Image.Image:
+        """The glyph's picture in `family`, `size` pixels on its longer side, with `look`."""
+        g = self.glyphs[glyph]
+        return _styled(family, g.codepoint, g.name, size, look)
+
+    def draw(self, kind: str, glyphs: list[int], sizes: list[int], family: str) -> Scene | None:
+        """A scene of `kind` with these glyphs and sizes drawn in `family`, or None when they
+        do not fit."""
+        placed = [glyphs[0]] * 2 if kind == "same" else glyphs
+        looks = [Look.sample(self.rng, self.colour_free([g])) for g in placed]
+        extents = [
+            self.picture(family, g, size, look).size
+            for g, size, look in zip(placed, sizes, looks, strict=True)
+        ]
         make = {"single": self._single, "same": self._same}.get(kind, self._relation)
-        placed = make(glyphs, sizes)
-        if placed is None:
+        layout = make(glyphs, extents)
+        if layout is None:
             return None
-        boxes, caption = placed
-        if kind == "same":
-            objects = [SceneObject(glyphs[0], self.glyphs[glyphs[0]].name, b) for b in boxes]
-        else:
-            objects = [
-                SceneObject(g, self.glyphs[g].name, b) for g, b in zip(glyphs, boxes, strict=True)
-            ]
-        return Scene(kind, caption.text, objects, caption.name_words)
+        boxes, caption = layout
+        objects = [
+            SceneObject(g, self.glyphs[g].name, box, size, look)
+            for g, box, size, look in zip(placed, boxes, sizes, looks, strict=True)
+        ]
+        return Scene(kind, caption.text, objects, caption.name_words, family=family)
 
     def render(self, scene: Scene) -> np.ndarray:
         """(IMAGE_SIZE, IMAGE_SIZE, 3) uint8."""
-        canvas = Image.fromarray(background(self.rng)).convert("RGBA")
+        canvas = Image.fromarray(background(self.rng, IMAGE_SIZE)).convert("RGBA")
         for obj in scene.objects:
-            canvas.alpha_composite(sized(self.glyphs[obj.glyph].char, _size_of(obj)), obj.box[:2])
-        return np.asarray(canvas.convert("RGB"))
+            picture = self.picture(scene.family, obj.glyph, obj.size, obj.look)
+            canvas.alpha_composite(picture, obj.box[:2])
+        image = np.asarray(canvas.convert("RGB"))
+        return finish(image, self.rng, self.colour_free([o.glyph for o in scene.objects]))
 
 
-def _size_of(obj: SceneObject) -> int:
-    return max(obj.box[2] - obj.box[0], obj.box[3] - obj.box[1])
-
-
-def background(rng: np.random.Generator) -> np.ndarray:
-    """A random background (H, W, 3) uint8: plain, gradient, noise, stripes, checks or dots."""
-    n = IMAGE_SIZE
-    a, b = rng.integers(0, 256, size=(2, 3)).astype(np.float32)
-    y, x = np.mgrid[0:n, 0:n].astype(np.float32) / (n - 1)
-    kind = rng.integers(0, 6)
-    if kind == 0:
-        t = np.zeros((n, n), np.float32)
-    elif kind == 1:
-        angle = rng.uniform(0, 2 * np.pi)
-        t = (np.cos(angle) * x + np.sin(angle) * y) / 2 + 0.5
-    elif kind == 2:
-        t = rng.uniform(0, 0.35, size=(n, n)).astype(np.float32)
-    elif kind == 3:
-        period = rng.integers(6, 20)
-        t = ((x * n + (y * n if rng.random() < 0.5 else 0)) // period % 2).astype(np.float32)
-    elif kind == 4:
-        period = rng.integers(8, 24)
-        t = ((x * n // period + y * n // period) % 2).astype(np.float32)
-    else:
-        period = rng.integers(8, 16)
-        dx, dy = (x * n % period) - period / 2, (y * n % period) - period / 2
-        t = (dx**2 + dy**2 < (period / 4) ** 2).astype(np.float32)
-    image = a + (b - a) * t[..., None]
-    return np.clip(image, 0, 255).astype(np.uint8)
+@lru_cache(maxsize=1 << 16)
+def _styled(family: str, codepoint: int, name: str, size: int, look: Look) -> Image.Image:
+    """A drawn object's picture, kept from its scene's layout to its rendering."""
+    return styled(sized(family, codepoint, name, size), look)

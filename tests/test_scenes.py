@@ -7,8 +7,9 @@ import json
 import numpy as np
 import pytest
 
+from models.artwork import FAMILIES, HELD_OUT, TRAINING_FAMILIES
 from models.caption_data import DataOptions, build_captioner_data, read_glyphs, read_scenes
-from models.glyphs import plural, select_glyphs
+from models.glyphs import needs_colour, plural, select_glyphs
 from models.scenes import IMAGE_SIZE, REGIONS, SplitRule, region_of
 
 
@@ -50,11 +51,49 @@ def test_regions_refuse_centres_near_a_border():
 
 def test_counts_and_package_versions_are_recorded(small_data):
     out, meta = small_data
-    assert meta["counts"] == {"train": 400, "dev": 30, "test": 210}
-    assert meta["test_parts"] == {"seen": 70, "novel_pairs": 70, "novel_sizes": 70}
-    assert set(meta["debian_packages"]) == {"fonts-noto-color-emoji", "unicode-cldr-core"}
+    assert meta["counts"] == {"train": 400, "dev": 45, "test": 280}
+    parts = {"seen": 70, "novel_pairs": 70, "novel_sizes": 70, "held_out_family": 70}
+    assert meta["test_parts"] == parts
+    assert meta["dev_parts"] == {"seen": 30, "held_out_family": 15}
+    assert set(meta["debian_packages"]) == {
+        "fonts-noto-color-emoji",
+        "unicode-cldr-core",
+        "librsvg2-bin",
+    }
     assert all(v != "unknown" for v in meta["debian_packages"].values())
+    assert meta["held_out_family"] == HELD_OUT and set(meta["families"]) == set(FAMILIES)
+    for family in meta["families"].values():  # each with its source, version and licence
+        assert family["licence"] and family.get("npm_package", family.get("debian_package"))
+        if "npm_package" in family:
+            assert family["version"] and family["integrity"].startswith("sha512-")
     assert json.loads((out / "meta.json").read_text()) == json.loads(json.dumps(meta))
+
+
+def test_colour_names_are_told_apart():
+    glyphs = select_glyphs()
+    coloured = {glyphs[i].name for i in needs_colour(glyphs)}
+    assert {"red apple", "green apple", "blue book"} <= coloured
+    assert not {"leafy green", "bus"} & coloured  # "green" as a noun; no colour at all
+
+
+def test_families_and_colour_hold_in_every_split(small_data):
+    out, _ = small_data
+    coloured = needs_colour(read_glyphs(out))
+    for split in ("train", "dev", "test"):
+        scenes, _ = read_scenes(out, split)
+        for scene in scenes:
+            held_out = scene.part == "held_out_family"
+            assert (scene.family == HELD_OUT) == held_out
+            assert held_out or scene.family in TRAINING_FAMILIES
+            if FAMILIES[scene.family].colourless:
+                assert not coloured & {o.glyph for o in scene.objects}
+            for obj in scene.objects:
+                assert not (obj.look.grey and obj.glyph in coloured)
+    train, _ = read_scenes(out, "train")
+    assert {s.family for s in train} == set(TRAINING_FAMILIES)  # every one, at 400 scenes
+    looks = [o.look for s in train for o in s.objects]
+    assert any(lk.flip for lk in looks) and any(lk.angle for lk in looks)
+    assert any(lk.outline for lk in looks) and any(lk.grey for lk in looks)
 
 
 def _centre(box):
@@ -106,7 +145,7 @@ def test_captions_are_true_to_the_scene(small_data):
         for obj in scene.objects:  # the glyph is drawn where its box says
             x0, y0, x1, y1 = obj.box
             inside = image[y0:y1, x0:x1].astype(int)
-            assert inside.std() > 10  # artwork, not the flat or patterned background alone
+            assert inside.std() > 6  # artwork (least contrast: grey scenes), not background
 
 
 def test_the_split_rule_holds(small_data):
@@ -122,17 +161,17 @@ def test_the_split_rule_holds(small_data):
         n = names(scene)
         return any(rule.held_out_pair(a, b) for i, a in enumerate(n) for b in n[i + 1 :])
 
-    def size(obj):
-        return max(obj.box[2] - obj.box[0], obj.box[3] - obj.box[1])
-
     train_sets = {tuple(names(s)) for s in train}
     band = range(rule.held_out_sizes[0], rule.held_out_sizes[1] + 1)
     assert not any(held_out(s) for s in train)
-    assert not any(size(o) in band for s in train for o in s.objects)
+    assert not any(o.size in band for s in train for o in s.objects)
     parts = {p: [s for s in test if s.part == p] for p in ("seen", "novel_pairs", "novel_sizes")}
+    parts["family"] = [s for s in test if s.part == "held_out_family"]
     assert all(held_out(s) for s in parts["novel_pairs"])
-    assert all(tuple(names(s)) in train_sets for s in parts["seen"] + parts["novel_sizes"])
-    assert all(size(o) in band for s in parts["novel_sizes"] for o in s.objects)
+    for part in ("seen", "novel_sizes", "family"):
+        assert all(tuple(names(s)) in train_sets for s in parts[part])
+    assert all(o.size in band for s in parts["novel_sizes"] for o in s.objects)
+    assert not any(o.size in band for s in parts["family"] for o in s.objects)
 
 
 def test_the_same_options_rebuild_the_same_images(small_data, tmp_path):
@@ -141,7 +180,7 @@ def test_the_same_options_rebuild_the_same_images(small_data, tmp_path):
     again = tmp_path / "again"
     build_captioner_data(tmp_path / "once", options)
     build_captioner_data(again, options)
-    for name in ("train-images.npy", "test-images.npy", "train.jsonl", "test.jsonl"):
+    for name in ("train-images.npy", "test-images.npy", "train.jsonl", "test.jsonl", "meta.json"):
         assert (tmp_path / "once" / name).read_bytes() == (again / name).read_bytes(), name
     first, _ = read_scenes(out, "train")
     fewer, _ = read_scenes(again, "train")
