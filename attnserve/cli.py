@@ -123,11 +123,20 @@ def _add_data(commands) -> None:
     parser = commands.add_parser("data", help="build a training corpus from Debian packages")
     parser.add_argument("model", choices=MODELS)
     parser.add_argument("--out", type=Path, help="default: data/<model>")
+    from models.caption_data import DataOptions  # numpy and Pillow, for this command only
+
+    scenes = DataOptions()
     parser.add_argument(
-        "--train-scenes", type=int, default=60000, help="captioner: training scenes"
+        "--train-scenes",
+        type=int,
+        default=scenes.train,
+        help=f"captioner: training scenes (default {scenes.train})",
     )
     parser.add_argument(
-        "--test-scenes", type=int, default=400, help="captioner: scenes per test part"
+        "--test-scenes",
+        type=int,
+        default=scenes.test_per_part,
+        help=f"captioner: scenes per test part (default {scenes.test_per_part})",
     )
     parser.add_argument(
         "--catalogs",
@@ -154,7 +163,7 @@ def _add_train(commands) -> None:
     parser.add_argument("--preset", choices=["base", "tiny"], default="base")
     parser.add_argument("--vocab-size", type=int, help="tokenizer size (default: the preset's)")
     parser.add_argument(
-        "--max-minutes", type=float, help="time budget (default: translator 80, captioner 45)"
+        "--max-minutes", type=float, help="time budget (default: the model's training options')"
     )
     parser.add_argument("--batch-size", type=int, default=64, help="captioner: images per step")
     parser.add_argument("--max-epochs", type=int, default=1000)
@@ -787,6 +796,17 @@ def _caption(channel, args: argparse.Namespace) -> int:
     return 0
 
 
+def _training_budget(model: str) -> float:
+    """The training options' own time budget of `model`, in minutes."""
+    if model == "captioner":
+        from models.caption_train import CaptionTrainOptions  # torch: training only
+
+        return CaptionTrainOptions().max_minutes
+    from models.train import TrainOptions
+
+    return TrainOptions().max_minutes
+
+
 def _model_defaults(args: argparse.Namespace) -> None:
     """Paths left unset follow the model: data/<model>, runs/<model>, the shipped checkpoint."""
     if args.command == "data":
@@ -797,7 +817,7 @@ def _model_defaults(args: argparse.Namespace) -> None:
         args.run_dir = args.run_dir or Path("runs") / args.model
         args.out = args.out or shipped_checkpoint(args.model)
         if args.max_minutes is None:
-            args.max_minutes = 45.0 if args.model == "captioner" else 80.0
+            args.max_minutes = _training_budget(args.model)
     else:
         args.checkpoint = args.checkpoint or shipped_checkpoint(args.model)
         if args.command == "export":

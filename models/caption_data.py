@@ -43,7 +43,7 @@ PLACED = {"single": 1, "same": 2, "pair": 2, "triple": 3}  # objects drawn per k
 
 @dataclass(frozen=True)
 class DataOptions:
-    train: int = 60000
+    train: int = 100000
     dev: int = 500  # seen; the held-out family's dev part has half as many
     test_per_part: int = 400
     seed: int = 1

@@ -53,10 +53,11 @@ class CaptionTrainOptions:
     clip_norm: float = 5.0
     label_smoothing: float = 0.0
     presence_weight: float = 0.2  # the auxiliary glyph-presence loss (training only)
-    max_minutes: float = 50.0  # training time budget, summed over resumes
+    max_minutes: float = 240.0  # training time budget, summed over resumes (legs)
     max_epochs: int = 1000
     max_steps: int = 0  # 0: no limit
     checkpoint_every: int = 100  # steps
+    evaluate_every: int = 500  # steps between dev scores inside an epoch (0: at its end only)
     seed: int = 1
     threads: int = 0
 
@@ -244,23 +245,35 @@ class CaptionTrainer:
             bar.set_postfix(loss=f"{p.last_loss:.3f}", step=p.step, min=f"{p.seconds / 60:.1f}")
             if p.step % o.checkpoint_every == 0:
                 self._save("last")
+            if o.evaluate_every and p.step % o.evaluate_every == 0:
+                self.evaluate()
         bar.close()
         if p.batch_in_epoch >= len(batches):
             p.epoch, p.batch_in_epoch = p.epoch + 1, 0
             self.evaluate()
 
     def evaluate(self) -> None:
+        """Dev exact match per part; the `seen` part (the whole dev split where it has no
+        parts) chooses the best checkpoint, the held-out family's part is only watched."""
         p = self.progress
         scenes, images = read_scenes(self.options.data_dir, "dev")
         captions = self.tokenizer.encode_batch([s.caption for s in scenes])
-        exact = teacher_forced_exact(self.model, images, captions)
+        parts = {}
+        for part in dict.fromkeys(s.part or "seen" for s in scenes):
+            chosen = [i for i, s in enumerate(scenes) if (s.part or "seen") == part]
+            parts[part] = round(
+                teacher_forced_exact(self.model, images[chosen], [captions[i] for i in chosen]),
+                4,
+            )
+        exact = parts["seen"]
         entry = {
             "epoch": p.epoch,
             "batch_in_epoch": p.batch_in_epoch,
             "step": p.step,
             "minutes": round(p.seconds / 60, 1),
             "train_cross_entropy": round(p.last_loss, 4),
-            "dev_exact": round(exact, 4),
+            "dev_exact": exact,
+            "dev_parts": parts,
         }
         p.history.append(entry)
         print(json.dumps(entry), flush=True)

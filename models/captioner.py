@@ -19,15 +19,15 @@ State = tuple[Tensor, Tensor]  # (h, c), each (B, Hd)
 
 
 class GridEncoder(nn.Module):
-    """A CNN trained from scratch: each stage halves the side (a stride-2 convolution) and
-    refines (a 3x3 convolution), with batch norm and ReLU."""
+    """A CNN trained from scratch: each stage halves the side (a stride-2 convolution; stride
+    1 keeps it, for a finer grid) and refines (a 3x3 convolution), with batch norm and ReLU."""
 
     def __init__(self, config: CaptionerConfig):
         super().__init__()
         layers, width = [], 3
-        for channels in config.channels:
+        for channels, stride in zip(config.channels, config.strides, strict=True):
             layers += [
-                nn.Conv2d(width, channels, 3, stride=2, padding=1, bias=False),
+                nn.Conv2d(width, channels, 3, stride=stride, padding=1, bias=False),
                 nn.BatchNorm2d(channels),
                 nn.ReLU(inplace=True),
                 nn.Conv2d(channels, channels, 3, padding=1, bias=False),

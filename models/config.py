@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
@@ -80,7 +81,8 @@ class CaptionerConfig(_Saved):
 
     vocab_size: int = 600  # word vocabulary of the captions, ids 0-3 as the translator's
     image_size: int = 96  # square RGB input, pixels
-    channels: tuple[int, ...] = (32, 64, 128, 192)  # per CNN stage; each stage halves the side
+    channels: tuple[int, ...] = (32, 64, 128, 192)  # per CNN stage
+    strides: tuple[int, ...] = (2, 2, 2, 2)  # per CNN stage: 2 halves the side, 1 keeps it
     embed_dim: int = 128  # word embedding
     hidden_dim: int = 384  # LSTM state h and c
     attention_dim: int = 192  # the additive attention's inner width
@@ -92,6 +94,9 @@ class CaptionerConfig(_Saved):
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "channels", tuple(self.channels))
+        object.__setattr__(self, "strides", tuple(self.strides))
+        if len(self.strides) != len(self.channels) or set(self.strides) - {1, 2}:
+            raise ValueError(f"strides {self.strides}: 1 or 2 for each of {self.channels}")
         object.__setattr__(self, "pixel_mean", tuple(self.pixel_mean))
         object.__setattr__(self, "pixel_std", tuple(self.pixel_std))
         if self.image_size % self.stride:
@@ -99,7 +104,7 @@ class CaptionerConfig(_Saved):
 
     @property
     def stride(self) -> int:
-        return 2 ** len(self.channels)
+        return math.prod(self.strides)
 
     @property
     def grid(self) -> int:
@@ -112,6 +117,8 @@ class CaptionerConfig(_Saved):
 
 
 CAPTIONER_PRESETS = {
-    "base": CaptionerConfig(),
+    # a 12 x 12 grid of 8-pixel cells for objects of 18-40 pixels (stride 8: the last stage keeps
+    # the side), and 256 features for six artwork families
+    "base": CaptionerConfig(channels=(32, 64, 128, 256), strides=(2, 2, 2, 1)),
     "tiny": CaptionerConfig(channels=(8, 8, 16, 16), embed_dim=16, hidden_dim=32, attention_dim=16),
 }

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -64,9 +65,12 @@ def exported_translator(tmp_path_factory, translator_data):
 def captioner_data() -> Path:
     """The captioner's scenes (built once when missing, with the smallest training split that
     gives the full build's dev and test splits)."""
+    from models.artwork import HELD_OUT
     from models.caption_data import SEEN_SOURCE, DataOptions, build_captioner_data
 
-    if not (CAPTIONER_DATA / "test.jsonl").exists():
+    meta = CAPTIONER_DATA / "meta.json"
+    built = meta.exists() and json.loads(meta.read_text()).get("held_out_family") == HELD_OUT
+    if not built or not (CAPTIONER_DATA / "test.jsonl").exists():  # missing, or of older rules
         build_captioner_data(CAPTIONER_DATA, DataOptions(train=SEEN_SOURCE))
     return CAPTIONER_DATA
 

@@ -227,7 +227,8 @@ def test_int8_of_the_built_graphs_quantises_every_matmul(built):
         assert ops & {"DynamicQuantizeMatMul", "MatMulInteger"}
 
 
-def test_the_built_caption_step_matches_pytorch_and_captions_the_same(tmp_path):
+@pytest.mark.parametrize("strides", [(2, 2, 2, 2), (2, 2, 2, 1)], ids=["grid6", "grid12"])
+def test_the_built_caption_step_matches_pytorch_and_captions_the_same(tmp_path, strides):
     from helpers import SHIPPED_CAPTIONER
 
     from models.captioner import Captioner
@@ -236,7 +237,8 @@ def test_the_built_caption_step_matches_pytorch_and_captions_the_same(tmp_path):
     from service.runtime.tokenizer import Tokenizer
 
     tokenizer = Tokenizer(SHIPPED_CAPTIONER / "tokenizer.model")
-    config = replace(CAPTIONER_PRESETS["tiny"], vocab_size=tokenizer.vocab_size)
+    tiny = CAPTIONER_PRESETS["tiny"]
+    config = replace(tiny, vocab_size=tokenizer.vocab_size, strides=strides)
     torch.manual_seed(5)
     model = Captioner(config).eval()
     directory = tmp_path / "tiny" / "1"
@@ -248,6 +250,8 @@ def test_the_built_caption_step_matches_pytorch_and_captions_the_same(tmp_path):
     assert matmuls == 6  # previous state, score, context, LSTM gates, deep output, logits
     assert_graph_parity(model, OnnxEngine(version, "fp32"))
     assert assert_graph_parity(model, OnnxEngine(version, "fp16"))["passed"]
+    grid = config.image_size // (16 if strides[-1] == 2 else 8)
+    assert version.manifest["preprocessor"]["grid"] == [grid, grid]  # the server reads it
     size = (3, config.image_size, config.image_size, 3)
     images = np.random.default_rng(0).integers(0, 256, size=size, dtype=np.uint8)
     for beam in (1, 3):

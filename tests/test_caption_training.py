@@ -105,12 +105,12 @@ def test_evaluate_reports_every_part_and_the_goals(tiny_run):
     assert every["images"] == 210
     assert {"exact_match", "bleu4", "cider"} <= set(every)
     assert 0 <= every["exact_match"] <= 1
-    assert set(report["goals"]) == {
-        "exact_match_seen",
-        "exact_match_novel_pairs",
-        "attention_in_box",
-        "attention_over_baseline",
-    }
+    assert 0 <= every["objects_named"] <= 1 and every["objects"] >= 210
+    assert {"seen exact_match", "novel_pairs exact_match"} <= set(report["goals"])
+    for part in report["parts"]:  # the attention goals hold on every part
+        assert {f"{part} attention_in_box", f"{part} attention_over_baseline"} <= set(
+            report["goals"]
+        )
     assert report["decoding"]["beam_size"] == 2
 
 
@@ -144,6 +144,10 @@ def test_localisation_counts_mass_inside_the_named_box(small_captioner_data):
         [scene.caption, "a bus"], [attention, attention[:2]], [scene, scene], glyphs, 6
     )
     assert report["exact_match"] == 0.5 and report["attention_over_baseline"] > 1
+    distinct = len({o.glyph for o in scene.objects})
+    assert report["objects"] == 2 * distinct  # every object of the scene, in both captions
+    bus = "bus" in {glyphs[o.glyph].name for o in scene.objects}
+    assert report["objects_named"] == pytest.approx((distinct + bus) / (2 * distinct))
 
 
 @pytest.mark.slow

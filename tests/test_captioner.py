@@ -39,6 +39,10 @@ def test_config_checks_and_round_trips(tmp_path):
     config.save(tmp_path / "config.json")
     assert CaptionerConfig.load(tmp_path / "config.json") == config
     assert (config.grid, config.stride) == (6, 16)
+    finer = CaptionerConfig(strides=(2, 2, 2, 1))
+    assert (finer.grid, finer.stride) == (12, 8)
+    with pytest.raises(ValueError, match="strides"):
+        CaptionerConfig(strides=(2, 2, 3, 1))
     with pytest.raises(ValueError, match="unknown config fields"):
         CaptionerConfig.from_dict({**config.to_dict(), "layers": 3})
 
