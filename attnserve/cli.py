@@ -165,6 +165,12 @@ def _add_train(commands) -> None:
     parser.add_argument(
         "--max-minutes", type=float, help="time budget (default: the model's training options')"
     )
+    parser.add_argument(
+        "--leg-minutes",
+        type=float,
+        default=0.0,
+        help="captioner: train this many minutes of the budget, then stop (0: all of it)",
+    )
     parser.add_argument("--batch-size", type=int, default=64, help="captioner: images per step")
     parser.add_argument("--max-epochs", type=int, default=1000)
     parser.add_argument("--max-steps", type=int, default=0, help="0: no limit")

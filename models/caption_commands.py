@@ -36,10 +36,15 @@ def train(args: Namespace) -> int:
         max_steps=args.max_steps,
         checkpoint_every=args.checkpoint_every,
         threads=args.threads,
+        leg_minutes=args.leg_minutes,
     )
     if args.vocab_size:
         options.model = replace(options.model, vocab_size=args.vocab_size)
-    print(f"checkpoint written to {train_captioner(options)}")
+    shipped = train_captioner(options)
+    if shipped is None:
+        print(f"leg done: {args.run_dir} holds the run; the same command goes on")
+    else:
+        print(f"checkpoint written to {shipped}")
     return 0
 
 

@@ -54,6 +54,7 @@ class CaptionTrainOptions:
     label_smoothing: float = 0.0
     presence_weight: float = 0.2  # the auxiliary glyph-presence loss (training only)
     max_minutes: float = 240.0  # training time budget, summed over resumes (legs)
+    leg_minutes: float = 0.0  # this invocation's share of it (0: the rest of the budget)
     max_epochs: int = 1000
     max_steps: int = 0  # 0: no limit
     checkpoint_every: int = 100  # steps
@@ -176,6 +177,7 @@ class CaptionTrainer:
         self.optimizer = torch.optim.Adam(parameters, lr=options.learning_rate)
         self.progress = CaptionProgress()
         self._resume()
+        self.leg_start = self.progress.seconds
 
     def _resume(self) -> None:
         state = load_state(self.run_dir, self.options.model.to_dict())
@@ -198,6 +200,15 @@ class CaptionTrainer:
         )
 
     def _out_of_budget(self) -> bool:
+        return out_of_budget(self.options, self.progress) or self._leg_over()
+
+    def _leg_over(self) -> bool:
+        leg = self.options.leg_minutes
+        return leg > 0 and self.progress.seconds - self.leg_start >= leg * 60
+
+    @property
+    def finished(self) -> bool:
+        """Whether the whole budget is spent (not only this leg)."""
         return out_of_budget(self.options, self.progress)
 
     def learning_rate(self) -> float:
@@ -317,10 +328,12 @@ class CaptionTrainer:
         return out
 
 
-def train_captioner(options: CaptionTrainOptions) -> Path:
-    """Trains (resuming if a run exists), then ships the best checkpoint."""
+def train_captioner(options: CaptionTrainOptions) -> Path | None:
+    """Trains (resuming if a run exists) for a leg or the rest of the budget; once the whole
+    budget is spent, ships the best checkpoint and returns where. A leg that ends first
+    returns None: the next invocation goes on from its state."""
     if options.threads:
         torch.set_num_threads(options.threads)
     trainer = CaptionTrainer(options)
     trainer.train()
-    return trainer.ship()
+    return trainer.ship() if trainer.finished else None

@@ -38,6 +38,28 @@ def tiny_run(small_captioner_data, tmp_path_factory):
     return data, base, first
 
 
+@pytest.mark.slow
+def test_a_leg_stops_early_and_the_next_goes_on(small_captioner_data, tmp_path):
+    data, _ = small_captioner_data
+    options = CaptionTrainOptions(
+        data_dir=data,
+        run_dir=tmp_path / "run",
+        out_dir=tmp_path / "shipped",
+        model=CAPTIONER_PRESETS["tiny"],
+        batch_size=16,
+        max_steps=8,
+        threads=1,
+        leg_minutes=1e-4,  # one step's time: the leg ends after its first step
+    )
+    assert train_captioner(options) is None  # the budget is not spent: nothing shipped
+    assert not (tmp_path / "shipped").exists() and (tmp_path / "run" / "last.pt").exists()
+    options.leg_minutes = 0.0  # the rest of the budget
+    assert train_captioner(options) == tmp_path / "shipped"
+    history = json.loads((tmp_path / "shipped" / "training.json").read_text())["history"]
+    assert history[0]["step"] < 8 and history[-1]["step"] == 8  # a dev score at each leg's end
+    assert set(history[-1]["dev_parts"]) == {"seen", "held_out_family"}
+
+
 def _cli(*arguments: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "attnserve.cli", *arguments],
