@@ -19,6 +19,7 @@ from pathlib import Path
 from attnserve.serving import add_repository, add_serve, repository, serve
 from models.shipped import CHECKPOINTS, SHIPPED_CAPTIONER, SHIPPED_TRANSLATOR
 from service.runtime.decoding import DecodingOptions
+from service.runtime.documents import SPLITTING
 
 MODELS = ("translator", "captioner")
 
@@ -235,6 +236,12 @@ def _add_evaluate(commands) -> None:
         "--versus", choices=["apertium"], help="translator: score a peer too, on the same parts"
     )
     parser.add_argument("--limit", type=int, default=0, help="first N sentences only")
+    parser.add_argument(
+        "--sentence-splitting",
+        choices=SPLITTING,
+        default=SPLITTING[0],
+        help="translator: cut each test line as the server cuts a text (default: sentences)",
+    )
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
     # max length: the translator's 256, the captioner's own limit
     _decoding_arguments(parser, {**TORCH_DECODING, "max_length": None})
@@ -253,7 +260,22 @@ def _add_translate(commands) -> None:
     parser.add_argument(
         "texts", nargs="*", help="texts; read one a line from --input or stdin when none"
     )
-    parser.add_argument("--input", type=Path, help="a file of texts, one a line")
+    parser.add_argument(
+        "--input",
+        type=Path,
+        help="a file translated as one document: its paragraphs, blank lines and line breaks "
+        "kept (one text a line with --lines)",
+    )
+    parser.add_argument(
+        "--lines", action="store_true", help="--input holds one text a line, each translated apart"
+    )
+    parser.add_argument(
+        "--sentence-splitting",
+        choices=SPLITTING,
+        default=SPLITTING[0],
+        help="where the server cuts a text into inputs decoded apart (default: sentences, and "
+        "line breaks)",
+    )
     parser.add_argument("--output", type=Path, help="write the translations here, one a line")
     parser.add_argument(
         "--concurrency", type=int, default=4, help="calls in flight (64 texts a call)"
@@ -588,13 +610,18 @@ def _translate_stream(channel, args: argparse.Namespace, texts: list[str], optio
     from service import client
 
     return _stream_each(
-        lambda text: client.translate_stream(channel, text, **_call(args, options)),
+        lambda text: client.translate_stream(channel, text, **_translate_call(args, options)),
         texts,
         "translations",
         "text",
         args.json,
         sys.stdout,
     )
+
+
+def _translate_call(args: argparse.Namespace, options) -> dict:
+    """`_call`'s keywords and where the server cuts the texts."""
+    return {**_call(args, options), "sentence_splitting": args.sentence_splitting}
 
 
 def _call(args: argparse.Namespace, options, timeout: float = TRANSLATE_TIMEOUT) -> dict:
@@ -615,6 +642,8 @@ def _translate(channel, args: argparse.Namespace) -> int:
     except ValueError as error:  # a value the request cannot carry, such as a negative count
         print(f"error: {error}", file=sys.stderr)
         return 2
+    if args.input is not None and not (args.lines or args.texts or args.stream):
+        return _translate_document(channel, args, options)
     texts = args.texts or _read_lines(args.input)
     if texts is None:
         return 2
@@ -631,7 +660,7 @@ def _translate(channel, args: argparse.Namespace) -> int:
                 texts,
                 concurrency=args.concurrency,
                 progress=progress,
-                **_call(args, options),
+                **_translate_call(args, options),
             )
         finally:
             if progress is not None:
@@ -646,6 +675,29 @@ def _translate(channel, args: argparse.Namespace) -> int:
     if args.alignment is not None:
         for index, (text, translation) in enumerate(zip(texts, translations, strict=True)):
             _write_alignment(args.alignment, index, len(texts), text, translation)
+    return 0
+
+
+def _translate_document(channel, args: argparse.Namespace, options) -> int:
+    """--input as one document: cut at paragraph breaks into texts of at most the server's
+    default max_text_chars, translated in one call, put back together."""
+    from service import client
+
+    try:
+        text = args.input.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        print(f"error: {args.input}: {error}", file=sys.stderr)
+        return 2
+    parts = client.document_parts(text)
+    texts = [p for p in parts if p.strip()]
+    response = client.translate(channel, texts, **_translate_call(args, options)) if texts else None
+    translated = iter(response.translations if response else [])
+    result = "".join(next(translated).hypotheses[0].text if p.strip() else p for p in parts)
+    with _output(args.output) as out:
+        if args.json and response is not None:
+            print(_as_json(response), file=out)
+        else:
+            out.write(result)
     return 0
 
 

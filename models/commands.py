@@ -16,7 +16,7 @@ from models.evaluate import apertium_translate, corpus_scores
 from models.modern import PART_NAMES, TEST_PARTS
 from models.reference import TorchEngine
 from service.runtime.decoding import DecodingOptions
-from service.runtime.translation import translate_texts
+from service.runtime.translation import translate_documents, translate_texts
 
 
 def data(args: Namespace) -> int:
@@ -130,12 +130,13 @@ def evaluate(args: Namespace) -> int:
         model, tokenizer = _load_translator(args.checkpoint)
         options = decoding_options(args, model.config.max_length)
         system, settings = f"attnserve translator ({args.checkpoint})", asdict(options)
+        settings["sentence_splitting"] = args.sentence_splitting
 
         def translate(texts: list[str]) -> list[str]:
-            nbest = translate_texts(
-                TorchEngine(model), tokenizer, texts, options, model.config.max_length
+            engine, length = TorchEngine(model), model.config.max_length
+            return translate_documents(
+                engine, tokenizer, texts, options, length, args.sentence_splitting
             )
-            return [tokenizer.decode(n[0].tokens) for n in nbest]
 
     scored = _score(system, spanish, english, translate)
     report = {

@@ -37,6 +37,7 @@ from attnserve.v1 import (
     translation_pb2,
     translation_pb2_grpc,
 )
+from service.runtime.requests import MAX_TEXT_CHARS, splitting_values
 
 DEFAULT_SERVER = "127.0.0.1:50051"
 SERVER_ENVIRONMENT = "ATTNSERVE_SERVER"
@@ -187,6 +188,28 @@ def _options(
     return options if options is not None else decoding_options(**decoding)
 
 
+def document_parts(text: str, most: int = MAX_TEXT_CHARS) -> list[str]:
+    """The text cut after paragraph breaks (else line breaks, else anywhere) into parts of
+    at most `most` characters, whose concatenation is the text: each part fits one text of a
+    Translate request."""
+    parts, rest = [], text
+    while len(rest) > most:
+        head = rest[:most]
+        paragraph, line = head.rfind("\n\n"), head.rfind("\n")
+        cut = paragraph + 2 if paragraph > 0 else line + 1 if line > 0 else most
+        parts.append(rest[:cut])
+        rest = rest[cut:]
+    return [*parts, rest] if rest else parts
+
+
+def splitting_value(name: str) -> int:
+    """The SentenceSplitting value of "sentences", "lines" or "none"."""
+    values = splitting_values()
+    if name not in values:
+        raise ValueError(f"sentence_splitting must be one of {', '.join(values)}, not {name!r}")
+    return values[name]
+
+
 def translate(
     channel: grpc.Channel,
     texts: str | Iterable[str] = (),
@@ -196,12 +219,14 @@ def translate(
     version: str = "",
     options: decoding_pb2.DecodingOptions | None = None,
     timeout: float | None = None,
+    sentence_splitting: str = "sentences",
     **decoding,
 ) -> translation_pb2.TranslateResponse:
     """One Translate call. Decoding is either `options` (a message) or the keywords of
     `decoding_options` (beam_size=4, return_alignment=True, ...); `model` and `version` empty
     mean the server's default model and its newest version; `timeout` is the deadline in
-    seconds (None: none)."""
+    seconds (None: none); a text is cut into inputs at `sentence_splitting`: "sentences"
+    (and line breaks), "lines" or "none"."""
     if isinstance(texts, str):
         texts = [texts]
     request = translation_pb2.TranslateRequest(
@@ -210,6 +235,7 @@ def translate(
         texts=list(texts),
         utf8_texts=list(utf8_texts),
         options=_options(options, decoding),
+        sentence_splitting=splitting_value(sentence_splitting),
     )
     return translation_pb2_grpc.TranslationServiceStub(channel).Translate(request, timeout=timeout)
 
@@ -225,6 +251,7 @@ def translate_batches(
     version: str = "",
     options: decoding_pb2.DecodingOptions | None = None,
     timeout: float | None = None,
+    sentence_splitting: str = "sentences",
     **decoding,
 ) -> translation_pb2.TranslateResponse:
     """Any number of texts, sent `batch_size` at a time (`timeout` per call), `concurrency`
@@ -235,7 +262,13 @@ def translate_batches(
 
     def call(chunk: Sequence[str]) -> translation_pb2.TranslateResponse:
         return translate(
-            channel, chunk, model=model, version=version, options=options, timeout=timeout
+            channel,
+            chunk,
+            model=model,
+            version=version,
+            options=options,
+            timeout=timeout,
+            sentence_splitting=sentence_splitting,
         )
 
     merged = translation_pb2.TranslateResponse()
@@ -285,12 +318,17 @@ def translate_stream(
     version: str = "",
     options: decoding_pb2.DecodingOptions | None = None,
     timeout: float | None = None,
+    sentence_splitting: str = "sentences",
     **decoding,
 ) -> Iterator[translation_pb2.TranslateStreamResponse]:
     """The TranslateStream events of one text (bytes are sent as `utf8_text`): a `partial`
-    after every decoding step, then one `result`. Leaving the loop early cancels the call."""
+    after every decoding step (for a text of several sentences, after each sentence in order:
+    the text so far), then one `result`. Leaving the loop early cancels the call."""
     request = translation_pb2.TranslateStreamRequest(
-        model=model, version=version, options=_options(options, decoding)
+        model=model,
+        version=version,
+        options=_options(options, decoding),
+        sentence_splitting=splitting_value(sentence_splitting),
     )
     if isinstance(text, bytes):
         request.utf8_text = text

@@ -852,7 +852,7 @@ def test_translate_command_reads_input_writes_output_with_progress(stand_in, tmp
     source.write_text("".join(f"linea {i}\n" for i in range(70)) + "\n", encoding="utf-8")
     target = tmp_path / "en.txt"
     argv = ["translate", "--server", address, "--input", str(source), "--output", str(target)]
-    assert main([*argv, "--concurrency", "2"]) == 0
+    assert main([*argv, "--lines", "--concurrency", "2"]) == 0
     assert target.read_text(encoding="utf-8").splitlines() == [f"LINEA {i}" for i in range(70)]
     captured = capsys.readouterr()
     assert captured.out == "" and "70/70" in captured.err  # 70 texts: two calls, a progress
@@ -860,3 +860,29 @@ def test_translate_command_reads_input_writes_output_with_progress(stand_in, tmp
     with pytest.raises(SystemExit) as refused:  # the local engine reads arguments or stdin
         main(["translate", "--engine", "torch", "--input", str(source)])
     assert refused.value.code == 2
+
+
+def test_translate_command_keeps_a_documents_paragraphs(stand_in, tmp_path, capsys):
+    servicer, address = stand_in
+    source, target = tmp_path / "es.txt", tmp_path / "en.txt"
+    document = "Hola.\n\n  Adiós, amigo. Vuelve pronto.\n\n\nFin.\n"
+    source.write_text(document, encoding="utf-8")
+    argv = ["translate", "--server", address, "--input", str(source), "--output", str(target)]
+    assert main(argv) == 0
+    assert target.read_text(encoding="utf-8") == document.upper()  # the stand-in upper-cases
+    assert [list(r.texts) for r in servicer.requests[-1:]] == [[document]]  # one text, one call
+    assert capsys.readouterr().out == ""
+
+
+def test_a_document_is_cut_into_texts_at_paragraph_breaks():
+    text = "uno dos.\n\ntres.\ncuatro cinco seis.\n\nsiete"
+    for most in (6, 12, 20, 100):
+        parts = client.document_parts(text, most)
+        assert "".join(parts) == text and all(len(p) <= most for p in parts)
+    # a paragraph break first, a line break only where a paragraph is too long
+    assert client.document_parts(text, 20) == [
+        "uno dos.\n\n",
+        "tres.\n",
+        "cuatro cinco seis.\n\n",
+        "siete",
+    ]

@@ -30,6 +30,7 @@ from service.runtime.choices import (
     one_of,
 )
 from service.runtime.errors import InvalidArgument
+from service.runtime.requests import MAX_TEXT_CHARS
 from service.worker.scheduler import MAX_ROWS, WINDOW_SECONDS
 
 DEFAULT_REPOSITORY = Path(__file__).resolve().parents[2] / "data" / "repository"
@@ -93,7 +94,12 @@ class ServerConfig:
     # such limit): under overload the calls that fit keep their latency. Set it above the
     # latency of the longest calls of normal traffic, e.g. their p99 at capacity.
     latency_budget_seconds: float = 0.0
-    max_input_tokens: int = 0  # per text; 0: the model's own limit
+    max_text_chars: int = MAX_TEXT_CHARS  # one text of a translation, split into sentences
+    # The response cache (service.front.cache), per front: inputs and estimated bytes held at
+    # most; 0 for either turns it off.
+    response_cache_entries: int = 10_000
+    response_cache_bytes: int = 64 * 1024 * 1024
+    max_input_tokens: int = 0  # per sentence; 0: the model's own limit
     max_output_length: int = 0  # decoding steps; 0: the model's own limit
     default_max_length: int = 256  # when a request leaves max_length unset (at most the model's)
     default_translator: str = ""  # TranslationService's model when a request names none
@@ -134,13 +140,21 @@ class ServerConfig:
                 problems.append(f"{name} must be {one_of(choices)}, got {value!r}")
         if self.cache == "static" and self.io_binding is False:
             problems.append("cache static runs over bound buffers: io_binding cannot be false")
-        for name in ("workers", "max_input_tokens", "max_output_length", "max_versions"):
+        for name in (
+            "workers",
+            "max_input_tokens",
+            "max_output_length",
+            "max_versions",
+            "response_cache_entries",
+            "response_cache_bytes",
+        ):
             if getattr(self, name) < 0:
                 problems.append(f"{name} must be 0 or more")
         for name in (
             "max_batch_rows",
             "max_queued_requests",
             "default_max_length",
+            "max_text_chars",
             "max_image_bytes",
             "max_image_pixels",
         ):

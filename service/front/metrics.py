@@ -92,6 +92,19 @@ class Metrics:
         def gauge(name: str, text: str, labels=("model",)):
             return Gauge(name, text, labels, registry=registry)
 
+        self.cache_hits = counter(
+            "attnserve_response_cache_hits", "Inputs answered from the response cache."
+        )
+        self.cache_misses = counter(
+            "attnserve_response_cache_misses",
+            "Inputs that could be cached but were not there, so were decoded.",
+        )
+        self.cache_entries = gauge(
+            "attnserve_response_cache_entries", "Inputs held in the response cache.", ()
+        )
+        self.cache_bytes = gauge(
+            "attnserve_response_cache_bytes", "Estimated bytes of the response cache.", ()
+        )
         self.generated_tokens = counter(
             "attnserve_generated_tokens",
             "Tokens decoded, one per batch row and step (beam hypotheses included).",

@@ -29,6 +29,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from attnserve.v1 import caption_pb2, caption_pb2_grpc, translation_pb2, translation_pb2_grpc
+from service.front.cache import ResponseCache
 from service.front.config import ServerConfig, choice_lines
 from service.front.fronts import (
     FrontProcesses,
@@ -129,6 +130,9 @@ class Front:
         self.idle = asyncio.Event()
         self.idle.set()
         self.last_call = 0.0  # time.monotonic() of the last call received
+        self.cache = ResponseCache(
+            config.response_cache_entries, config.response_cache_bytes, metrics
+        )
 
     async def drained(self, seconds: float) -> bool:
         """Waits, at most `seconds`, until no call is in flight and then no call has arrived
@@ -217,10 +221,11 @@ class Front:
         if not self.serving:
             raise Unavailable("the server is warming up; retry shortly")
 
-    def jobs(self, prepared: Prepared, context, stream: bool) -> list[Job]:
+    def jobs(self, prepared: Prepared, context, stream: bool, most: int = 0) -> list[Job]:
         """The decode jobs of a prepared request: its inputs are independent sequences, cut
-        into jobs that each fit a batch (they may run on different workers). InvalidArgument
-        only when one input's hypotheses alone need more rows than a batch has."""
+        into jobs that each fit a batch (they may run on different workers), of at most
+        `most` inputs each when given. InvalidArgument only when one input's hypotheses alone
+        need more rows than a batch has."""
         copies, rows = prepared.options.copies, self.config.max_batch_rows
         if copies > rows:
             raise InvalidArgument(
@@ -228,7 +233,7 @@ class Front:
             )
         remaining = context.time_remaining()
         deadline = None if remaining is None else time.monotonic() + remaining
-        per_job = rows // copies
+        per_job = min(rows // copies, most or rows)
         return [
             Job(
                 id=self.pool.next_id(),
@@ -333,34 +338,93 @@ class ModelServicer:
                 return event
         raise Unavailable("the decode ended without a result; retry")
 
+    @contextlib.asynccontextmanager
+    async def _submitted(self, method: str, model, prepared: Prepared, context, received, most=0):
+        """The request's jobs submitted, as tasks that end with each job's Result, in input
+        order; on leaving early (an error, the client gone) every job is cancelled."""
+        front, calls, tasks = self.front, [], []
+        try:
+            for job in front.jobs(prepared, context, stream=False, most=most):
+                remaining = context.time_remaining()
+                calls.append(await front.pool.submit(model.key, method, job, remaining, received))
+                tasks.append(asyncio.ensure_future(self._result(calls[-1])))
+            yield tasks
+        except BaseException:
+            for call, task in zip(calls, tasks, strict=False):
+                front.pool.cancel(call)  # the request's other jobs stop at their next step
+                task.cancel()
+            raise
+
     async def unary(self, method: str, request, context):
         front = self.front
         async with self._accounted(method, request, context) as (model, labels, received):
             front.pool.check_admission()
             prepared = await model.prepare(request, stream=False)
-            calls, tasks = [], []
-            try:
-                for job in front.jobs(prepared, context, stream=False):
-                    remaining = context.time_remaining()
-                    calls.append(
-                        await front.pool.submit(model.key, method, job, remaining, received)
-                    )
-                    tasks.append(asyncio.ensure_future(self._result(calls[-1])))
-                events = await asyncio.gather(*tasks)
-            except BaseException:
-                for call, task in zip(calls, tasks, strict=True):
-                    front.pool.cancel(call)  # the request's other jobs stop at their next step
-                    task.cancel()
-                raise
-            front.observe(labels, received, [event.timings for event in events])
-            results = [nbest for event in events for nbest in event.results]
+            keys = front.cache.keys(model, prepared)
+            results = [front.cache.get(key, labels[0]) for key in keys]
+            # what the cache lacks, an input repeated in the request decoded once
+            first: dict = {}
+            for i, found in enumerate(results):
+                if found is None:
+                    first.setdefault(keys[i] if keys[i] is not None else i, i)
+            missing = list(first.values())
+            if missing:
+                decode = prepared.subset(missing) if len(missing) < len(results) else prepared
+                async with self._submitted(method, model, decode, context, received) as tasks:
+                    events = await asyncio.gather(*tasks)
+                front.observe(labels, received, [event.timings for event in events])
+                decoded = [nbest for event in events for nbest in event.results]
+                for i, nbest in zip(missing, decoded, strict=True):
+                    results[i] = nbest
+                    front.cache.put(keys[i], nbest)
+                for i, found in enumerate(results):
+                    if found is None:  # a repeat of an input decoded above
+                        results[i] = results[first[keys[i]]]
             return model.response(prepared, results, request)
+
+    async def _stream_inputs(self, method, model, prepared, request, context, labels, received):
+        """A streamed request of several inputs (a text's sentences): a job each for those
+        the cache does not hold, decoded in parallel; a partial event as each next input in
+        order is done, then the result."""
+        cache = self.front.cache
+        keys = cache.keys(model, prepared)
+        results = [cache.get(key, labels[0]) for key in keys]
+        missing = [i for i, found in enumerate(results) if found is None]
+        timings, done = [], 0
+        decode = prepared.subset(missing)
+        async with self._submitted(method, model, decode, context, received, most=1) as tasks:
+            pending = dict(zip(missing, tasks, strict=True))
+            while done < prepared.inputs:
+                if results[done] is None:
+                    event = await pending[done]
+                    (results[done],) = event.results
+                    cache.put(keys[done], results[done])
+                    timings.append(event.timings)
+                done += 1
+                if done < prepared.inputs and results[done] is None:
+                    yield model.partial_inputs(prepared, results[:done])
+        if timings:
+            self.front.observe(labels, received, timings)
+        yield model.final(model.response(prepared, results, request))
 
     async def stream(self, method: str, request, context):
         front = self.front
         async with self._accounted(method, request, context) as (model, labels, received):
             front.pool.check_admission()
             prepared = await model.prepare(request, stream=True)
+            if prepared.inputs > 1:
+                streamed = self._stream_inputs(
+                    method, model, prepared, request, context, labels, received
+                )
+                async with contextlib.aclosing(streamed) as messages:
+                    async for message in messages:
+                        yield message
+                return
+            (key,) = front.cache.keys(model, prepared)
+            cached = front.cache.get(key, labels[0])
+            if cached is not None:
+                yield model.final(model.response(prepared, [cached], request))
+                return
             (job,) = front.jobs(prepared, context, stream=True)
             remaining = context.time_remaining()
             call = await front.pool.submit(model.key, method, job, remaining, received)
@@ -374,6 +438,7 @@ class ModelServicer:
                         yield model.partial(tokens, event[-1].steps)
                     elif isinstance(event, Result):
                         front.observe(labels, received, [event.timings])
+                        front.cache.put(key, event.results[0])
                         yield model.final(model.response(prepared, event.results, request))
 
 

@@ -11,6 +11,7 @@ ever receives the small (side x side) pixels, and a bad image fails alone at the
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
@@ -132,6 +133,7 @@ class CaptionModel(ServedModel):
             keep_alignment=request.return_attention,
             keep_log_probs=request.options.return_log_probs,
             sources=sizes,
+            keys=[hashlib.blake2b(row.tobytes(), digest_size=16).digest() for row in pixel_batch],
         )
 
     def attended(self, h: Hypothesis, size: tuple[int, int], request):

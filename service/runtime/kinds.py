@@ -40,10 +40,24 @@ class Prepared:
     keep_alignment: bool = False  # the attention rows of every hypothesis
     keep_log_probs: bool = False
     sources: Any = None  # what the kind needs again for the response (token ids, image sizes)
+    keys: list[bytes] | None = None  # each input's identity for the response cache (None: none)
 
     @property
     def inputs(self) -> int:
         return len(self.fields)
+
+    def subset(self, indices: list[int]) -> Prepared:
+        """The request narrowed to these inputs, for decoding (sources stay whole: the
+        response is made of every input's hypotheses)."""
+        return Prepared(
+            {k: v[indices] for k, v in self.encoder_inputs.items()},
+            self.options,
+            [self.fields[i] for i in indices],
+            self.keep_alignment,
+            self.keep_log_probs,
+            self.sources,
+            None if self.keys is None else [self.keys[i] for i in indices],
+        )
 
 
 class ServedModel(ABC):
@@ -86,6 +100,11 @@ class ServedModel(ABC):
     @abstractmethod
     def response(self, prepared: Prepared, results: list[list[Hypothesis]], request):
         """The unary response of a request's n-best hypotheses."""
+
+    def partial_inputs(self, prepared: Prepared, results: list[list[Hypothesis]]):
+        """A stream's partial event once its first len(results) inputs are decoded, for a
+        kind whose one streamed request can hold several inputs."""
+        raise NotImplementedError(f"{self.kind} streams one input")
 
     @abstractmethod
     def partial(self, tokens: list[int], steps: int):

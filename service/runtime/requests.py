@@ -10,14 +10,15 @@ from service.runtime.decoding import DecodingOptions
 from service.runtime.errors import InvalidArgument
 
 MAX_TEXTS = 1000  # source texts in one request (decoded as independent sequences)
-MAX_TEXT_CHARS = 4096  # before tokenization; the token limit is the model's, checked later
+MAX_TEXT_CHARS = 100_000  # a text before it is split into sentences (the token limit is a
+# sentence's, the model's, checked later)
 
 
-def _check_text(field: str, text: str, problems: list[str]) -> None:
+def _check_text(field: str, text: str, problems: list[str], max_chars: int) -> None:
     if not text.strip():
         problems.append(f"{field}: empty or only white space")
-    elif len(text) > MAX_TEXT_CHARS:
-        problems.append(f"{field}: {len(text)} characters, at most {MAX_TEXT_CHARS}")
+    elif len(text) > max_chars:
+        problems.append(f"{field}: {len(text)} characters, at most {max_chars}")
 
 
 def _decode_utf8(field: str, raw: bytes, problems: list[str]) -> str:
@@ -28,7 +29,7 @@ def _decode_utf8(field: str, raw: bytes, problems: list[str]) -> str:
         return ""
 
 
-def source_texts(request) -> list[str]:
+def source_texts(request, max_chars: int = MAX_TEXT_CHARS) -> list[str]:
     """The texts of a TranslateRequest: `texts`, then `utf8_texts`, in order."""
     problems: list[str] = []
     texts = list(request.texts)
@@ -43,13 +44,13 @@ def source_texts(request) -> list[str]:
     fields += [f"utf8_texts[{i}]" for i in range(len(request.utf8_texts))]
     for field, text in zip(fields, texts, strict=True):
         if not any(p.startswith(field + ":") for p in problems):
-            _check_text(field, text, problems)
+            _check_text(field, text, problems, max_chars)
     if problems:
         raise InvalidArgument("; ".join(problems))
     return texts
 
 
-def stream_source_text(request) -> str:
+def stream_source_text(request, max_chars: int = MAX_TEXT_CHARS) -> str:
     """The one text of a TranslateStreamRequest (`text` or `utf8_text`)."""
     problems: list[str] = []
     source = request.WhichOneof("source")
@@ -58,10 +59,32 @@ def stream_source_text(request) -> str:
     field = source
     text = request.text if source == "text" else _decode_utf8(field, request.utf8_text, problems)
     if not problems:
-        _check_text(field, text, problems)
+        _check_text(field, text, problems, max_chars)
     if problems:
         raise InvalidArgument("; ".join(problems))
     return text
+
+
+def splitting_values() -> dict[str, int]:
+    """SentenceSplitting's value of each way to cut a text (documents.SPLITTING)."""
+    from attnserve.v1 import translation_pb2
+
+    return {
+        "sentences": translation_pb2.SENTENCE_SPLITTING_SENTENCES,
+        "lines": translation_pb2.SENTENCE_SPLITTING_LINES,
+        "none": translation_pb2.SENTENCE_SPLITTING_NONE,
+    }
+
+
+def sentence_splitting(request) -> str:
+    """Where the request's texts are cut (documents.SPLITTING); unset is "sentences"."""
+    names = {value: name for name, value in splitting_values().items()}
+    value = request.sentence_splitting
+    if value == 0:
+        return "sentences"
+    if value not in names:
+        raise InvalidArgument(f"sentence_splitting: unknown value {value}")
+    return names[value]
 
 
 def decoding_options(message, max_length_limit: int, default_max_length: int) -> DecodingOptions:
@@ -94,17 +117,21 @@ def _checked(*checks) -> list:
     return results
 
 
-def translate_request(request, max_length_limit: int, default_max_length: int):
+def translate_request(
+    request, max_length_limit: int, default_max_length: int, max_text_chars: int = MAX_TEXT_CHARS
+):
     """(texts, DecodingOptions) of a TranslateRequest, every bad field named at once."""
     return _checked(
-        lambda: source_texts(request),
+        lambda: source_texts(request, max_text_chars),
         lambda: decoding_options(request.options, max_length_limit, default_max_length),
     )
 
 
-def translate_stream_request(request, max_length_limit: int, default_max_length: int):
+def translate_stream_request(
+    request, max_length_limit: int, default_max_length: int, max_text_chars: int = MAX_TEXT_CHARS
+):
     """(text, DecodingOptions) of a TranslateStreamRequest, every bad field named at once."""
     return _checked(
-        lambda: stream_source_text(request),
+        lambda: stream_source_text(request, max_text_chars),
         lambda: decoding_options(request.options, max_length_limit, default_max_length),
     )

@@ -4,12 +4,14 @@ pipeline in process over any `Engine`."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from service.runtime import requests
 from service.runtime.batching import source_batch
 from service.runtime.decoding import DecodingOptions, Hypothesis, decode
+from service.runtime.documents import Document, split_text
 from service.runtime.errors import InvalidArgument
 from service.runtime.inference import CachedInference, Engine, Inference
 from service.runtime.kinds import Prepared, ServedModel
@@ -69,11 +71,39 @@ def translate_texts(
     return translate_batches(engine, token_ids, options, max_source_length, batch_size)
 
 
+def translate_documents(
+    engine: Engine,
+    tokenizer: Tokenizer,
+    texts: Sequence[str],
+    options: DecodingOptions,
+    max_source_length: int,
+    splitting: str = "sentences",
+    batch_size: int = 32,
+) -> list[str]:
+    """The best translation of every text, cut into sentences (`splitting`) and put back
+    together as the server does."""
+    documents = [split_text(text, splitting) for text in texts]
+    sentences = [s for d in documents for s in d.sentence_texts()]
+    nbest = translate_texts(engine, tokenizer, sentences, options, max_source_length, batch_size)
+    best = iter(tokenizer.decode(n[0].tokens) for n in nbest)
+    return [d.join([next(best) for _ in d.sentences])[0] for d in documents]
+
+
 # -- served -----------------------------------------------------------------------------------
 
 
+@dataclass
+class Sources:
+    """What a translation's response needs again: each sentence's token ids, and each text's
+    document (its sentences, in the same order, one after the other)."""
+
+    token_ids: list[list[int]]
+    documents: list[Document]
+
+
 class TranslationModel(ServedModel):
-    """A translator behind TranslationService: SentencePiece text in, `</s>` appended."""
+    """A translator behind TranslationService: SentencePiece text in, `</s>` appended. A
+    text is split into its sentences (`service.runtime.documents`), each decoded on its own."""
 
     kind = "transformer"
     service = "attnserve.v1.TranslationService"
@@ -83,20 +113,26 @@ class TranslationModel(ServedModel):
         self.tokenizer = Tokenizer(version.tokenizer_file)
         limit = version.manifest["limits"]["max_source_tokens"] - 1  # `</s>` is added
         self.max_input_tokens = min(config.max_input_tokens or limit, limit)
+        self.max_text_chars = config.max_text_chars
 
     async def prepare(self, request, stream: bool) -> Prepared:
+        limits = (self.max_output_length, self.default_max_length, self.max_text_chars)
         if stream:
-            text, options = requests.translate_stream_request(
-                request, self.max_output_length, self.default_max_length
-            )
-            texts, fields = [text], [request.WhichOneof("source")]
+            text, options = requests.translate_stream_request(request, *limits)
+            texts, text_fields = [text], [request.WhichOneof("source")]
         else:
-            texts, options = requests.translate_request(
-                request, self.max_output_length, self.default_max_length
-            )
-            fields = [f"texts[{i}]" for i in range(len(request.texts))]
-            fields += [f"utf8_texts[{i}]" for i in range(len(request.utf8_texts))]
-        token_ids = self.tokenizer.encode_batch(list(texts))
+            texts, options = requests.translate_request(request, *limits)
+            text_fields = [f"texts[{i}]" for i in range(len(request.texts))]
+            text_fields += [f"utf8_texts[{i}]" for i in range(len(request.utf8_texts))]
+        splitting = requests.sentence_splitting(request)
+        documents = [split_text(text, splitting) for text in texts]
+        fields, sentences = [], []
+        for field, document in zip(text_fields, documents, strict=True):
+            many = len(document.sentences) > 1
+            for k, sentence in enumerate(document.sentence_texts()):
+                fields.append(f"{field} sentence {k + 1}" if many else field)
+                sentences.append(sentence)
+        token_ids = self.tokenizer.encode_batch(sentences)
         problems = [
             f"{field}: {len(ids)} tokens, at most {self.max_input_tokens}"
             for field, ids in zip(fields, token_ids, strict=True)
@@ -111,21 +147,49 @@ class TranslationModel(ServedModel):
             fields,
             keep_alignment=request.options.return_alignment,
             keep_log_probs=request.options.return_log_probs,
-            sources=token_ids,
+            sources=Sources(token_ids, documents),
+            keys=[np.asarray(ids, np.int32).tobytes() for ids in token_ids],
         )
 
     def aligned(self, h: Hypothesis, source_ids: list[int], options_message):
         """The hypothesis message, with its alignment when asked for."""
         message = self.hypothesis(h, options_message.return_log_probs)
         if options_message.return_alignment and h.alignment is not None:
-            tokenizer, eos = self.tokenizer, self.special_tokens.eos
-            source = [*source_ids, eos]
-            target = h.tokens + ([eos] if h.finished else [])
-            weights = np.asarray(h.alignment)[: len(target), : len(source)]
-            message.alignment.source_tokens.extend(tokenizer.pieces(source))
-            message.alignment.target_tokens.extend(tokenizer.pieces(target))
-            message.alignment.weights.extend(weights.astype(float).ravel().tolist())
+            self._fill_alignment(message.alignment, h, source_ids)
         return message
+
+    def _fill_alignment(self, alignment, h: Hypothesis, source_ids: list[int]) -> None:
+        """An Alignment message: source tokens with `</s>`, target tokens with `</s>` when
+        finished, the weights (target x source) row by row."""
+        eos = self.special_tokens.eos
+        source = [*source_ids, eos]
+        target = h.tokens + ([eos] if h.finished else [])
+        weights = np.asarray(h.alignment)[: len(target), : len(source)]
+        alignment.source_tokens.extend(self.tokenizer.pieces(source))
+        alignment.target_tokens.extend(self.tokenizer.pieces(target))
+        alignment.weights.extend(weights.astype(float).ravel().tolist())
+
+    def joined(self, document: Document, ranked: list[list[Hypothesis]], options):
+        """The hypothesis messages of a text of several sentences: rank k joins every
+        sentence's k-th hypothesis (as many ranks as the sentence with fewest); the
+        alignments go with the sentences' spans."""
+        messages = []
+        for rank in range(min(len(r) for r in ranked)):
+            chosen = [r[rank] for r in ranked]
+            text, _ = document.join([self.tokenizer.decode(h.tokens) for h in chosen])
+            message = self.hypothesis(
+                Hypothesis(
+                    tokens=[t for h in chosen for t in h.tokens],
+                    score=sum(h.score for h in chosen),
+                    log_prob=sum(h.log_prob for h in chosen),
+                    finished=all(h.finished for h in chosen),
+                    token_log_probs=[p for h in chosen for p in h.token_log_probs],
+                ),
+                options.return_log_probs,
+            )
+            message.text = text
+            messages.append(message)
+        return messages
 
     def response(self, prepared: Prepared, results, request):
         from attnserve.v1 import translation_pb2
@@ -133,15 +197,57 @@ class TranslationModel(ServedModel):
         response = translation_pb2.TranslateResponse(
             model=self.version.name, version=self.version.version
         )
-        for source_ids, hypotheses in zip(prepared.sources, results, strict=True):
+        sources: Sources = prepared.sources
+        first = 0
+        for document in sources.documents:
+            count = len(document.sentences)
+            ids = sources.token_ids[first : first + count]
+            ranked = results[first : first + count]
+            first += count
             translation = response.translations.add()
-            for h in hypotheses:
-                translation.hypotheses.append(self.aligned(h, source_ids, request.options))
-            translation.token_counts.input_tokens = len(source_ids) + 1
-            translation.token_counts.output_tokens = sum(len(h.tokens) for h in hypotheses)
-            response.token_counts.input_tokens += translation.token_counts.input_tokens
-            response.token_counts.output_tokens += translation.token_counts.output_tokens
+            if count == 1:
+                translation.hypotheses.extend(
+                    self.aligned(h, ids[0], request.options) for h in ranked[0]
+                )
+            else:
+                translation.hypotheses.extend(self.joined(document, ranked, request.options))
+            best = [self.tokenizer.decode(r[0].tokens) if r else "" for r in ranked]
+            _, targets = document.join(best)
+            spans = zip(document.sentences, targets, ranked, ids, strict=True)
+            for (source_start, source_end), (target_start, target_end), nbest, source in spans:
+                span = translation.sentences.add(
+                    source_start=source_start,
+                    source_end=source_end,
+                    target_start=target_start,
+                    target_end=target_end,
+                )
+                if (
+                    count > 1
+                    and request.options.return_alignment
+                    and nbest[0].alignment is not None
+                ):
+                    self._fill_alignment(span.alignment, nbest[0], source)
+            counts = translation.token_counts
+            counts.input_tokens = sum(len(i) + 1 for i in ids)
+            counts.output_tokens = sum(len(h.tokens) for r in ranked for h in r)
+            response.token_counts.input_tokens += counts.input_tokens
+            response.token_counts.output_tokens += counts.output_tokens
         return response
+
+    def partial_inputs(self, prepared: Prepared, results: list[list[Hypothesis]]):
+        """The stream's partial event once the first len(results) sentences of its one text
+        are translated: the text so far, up to the last of them."""
+        from attnserve.v1 import translation_pb2
+
+        (document,) = prepared.sources.documents
+        best = [r[0] for r in results]
+        text, _ = document.join([self.tokenizer.decode(h.tokens) for h in best])
+        partial = translation_pb2.PartialHypothesis(
+            text=text,
+            tokens=[p for h in best for p in self.tokenizer.pieces(h.tokens)],
+            steps=sum(len(h.tokens) + h.finished for h in best),
+        )
+        return translation_pb2.TranslateStreamResponse(partial=partial)
 
     def partial(self, tokens: list[int], steps: int):
         from attnserve.v1 import translation_pb2

@@ -121,10 +121,14 @@ def _cmdline(pid: int) -> bytes:
 
 @pytest.fixture(scope="session")
 def start_server(model_repository, tmp_path_factory):
-    """Starts a server with extra flags; every server started is stopped at the end."""
+    """Starts a server with extra flags; every server started is stopped at the end. The
+    response cache is off unless the flags set it: these tests repeat requests that must be
+    decoded again (tests/server/test_cache.py turns it on)."""
     servers = []
 
     def start(*flags: str, wait: bool = True) -> Server:
+        if not any(f.startswith("--response-cache") for f in flags):
+            flags = (*flags, "--response-cache-entries", "0")
         server = Server(model_repository, tmp_path_factory.mktemp("server"), *flags)
         servers.append(server)
         if wait:

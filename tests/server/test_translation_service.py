@@ -120,7 +120,9 @@ def test_32_concurrent_clients_with_mixed_lengths_all_get_correct_results(
     def call(request):
         text, fields = request
         start.wait()
-        response = client.translate(server.channel, [text], timeout=120, **fields)
+        response = client.translate(  # one to three sentences, decoded as one sequence
+            server.channel, [text], timeout=120, sentence_splitting="none", **fields
+        )
         return list(response.translations[0].hypotheses[0].tokens)
 
     with ThreadPoolExecutor(32) as pool:
@@ -138,9 +140,9 @@ BAD_REQUESTS = {
     "empty text": (_request(texts=[""]), "INVALID_ARGUMENT", "texts[0]"),
     "white space only": (_request(texts=["Hola.", " \n\t "]), "INVALID_ARGUMENT", "texts[1]"),
     "text beyond the character limit": (
-        _request(texts=["palabra " * 600]),
+        _request(texts=["palabra " * 12_501]),
         "INVALID_ARGUMENT",
-        "texts[0]: 4800 characters",
+        "texts[0]: 100008 characters, at most 100000",
     ),
     "text beyond the token limit": (
         _request(texts=["¿ " * 600]),
@@ -266,6 +268,7 @@ def test_a_response_beyond_four_megabytes_arrives(server, test_sentences):
     response = client.translate(
         server.channel,
         [text],
+        sentence_splitting="none",
         temperature=5.0,
         num_hypotheses=16,
         max_length=300,
@@ -286,7 +289,9 @@ def test_a_request_of_more_texts_than_a_batch_holds_is_decoded_in_several_jobs(
     from models.reference import TorchEngine
 
     texts = [test_sentences[i % len(test_sentences)] + f" {i}" for i in range(40)]
-    response = client.translate(server.channel, texts, beam_size=4, max_length=80, timeout=120)
+    response = client.translate(
+        server.channel, texts, beam_size=4, max_length=80, timeout=120, sentence_splitting="none"
+    )
     model, _ = shipped_translator
     ids = tokenizer.encode_batch(texts)
     options = DecodingOptions(beam_size=4, max_length=80)
@@ -295,3 +300,76 @@ def test_a_request_of_more_texts_than_a_batch_holds_is_decoded_in_several_jobs(
     got = [list(t.hypotheses[0].tokens) for t in response.translations]
     assert got == [tokenizer.pieces(nbest[0].tokens) for nbest in expected]
     assert response.token_counts.input_tokens == sum(len(s) + 1 for s in ids)
+
+
+def _document(test_sentences: list[str], paragraphs: int) -> str:
+    """Paragraphs of three test sentences each, apart by a blank line, some lines indented."""
+    rows = []
+    for p in range(paragraphs):
+        chosen = [test_sentences[(3 * p + k) % len(test_sentences)] for k in range(3)]
+        rows.append(("  " if p % 3 == 0 else "") + " ".join(chosen))
+    return "\n\n".join(rows) + "\n"
+
+
+def test_a_long_text_is_translated_sentence_by_sentence_keeping_its_layout(server, test_sentences):
+    from service.runtime.documents import split_text
+
+    text = _document(test_sentences, 40)
+    assert len(text) > 4096  # over the old limit of one text
+    (translation,) = client.translate(server.channel, text, timeout=120).translations
+    document = split_text(text)
+    assert len(translation.sentences) == len(document.sentences) > 80
+    best = translation.hypotheses[0].text
+    assert best.count("\n\n") == 39 and best.endswith("\n") and best.startswith("  ")
+    sentences = document.sentence_texts()
+    alone = client.translate(server.channel, sentences, sentence_splitting="none", timeout=120)
+    for span, (start, end), each in zip(
+        translation.sentences, document.sentences, alone.translations, strict=True
+    ):
+        assert (span.source_start, span.source_end) == (start, end)
+        # each sentence decoded on its own, as if it came alone
+        assert best[span.target_start : span.target_end] == each.hypotheses[0].text
+    assert translation.token_counts.input_tokens == alone.token_counts.input_tokens
+    aligned = client.translate(server.channel, text[:1200], return_alignment=True, timeout=120)
+    (aligned,) = aligned.translations
+    assert len(aligned.sentences) > 1 and not aligned.hypotheses[0].HasField("alignment")
+    for span in aligned.sentences:  # each sentence's own alignment, its source tokens
+        weights = client.alignment_matrix(span.alignment)
+        assert weights.shape == (
+            len(span.alignment.target_tokens),
+            len(span.alignment.source_tokens),
+        )
+        assert span.alignment.source_tokens[-1] == "</s>"
+
+
+def test_a_text_of_several_sentences_streams_sentence_by_sentence(server, test_sentences):
+    text = "\n".join(test_sentences[:4])
+    events = list(client.translate_stream(server.channel, text, timeout=60))
+    partials = [e.partial.text for e in events[:-1]]
+    final = events[-1].result
+    assert final == client.translate(server.channel, text, timeout=60)
+    best = final.translations[0].hypotheses[0].text
+    assert len(partials) == 3  # after each sentence but the last, in order
+    assert all(best.startswith(p) for p in partials)
+    assert [p.count("\n") for p in partials] == [0, 1, 2]
+
+
+def test_splitting_can_be_coarser_and_limits_name_the_sentence(server, test_sentences):
+    two = "Hola, Ana. ¿Vienes mañana a la estación?"
+    spans = {}
+    for way in ("sentences", "lines", "none"):
+        response = client.translate(server.channel, two, sentence_splitting=way)
+        spans[way] = len(response.translations[0].sentences)
+    assert spans == {"sentences": 2, "lines": 1, "none": 1}
+    too_long = "Hola. " + " ".join(["palabra"] * 600) + "."
+    error = rpc_error(lambda: client.translate(server.channel, too_long, timeout=10))
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "texts[0] sentence 2:" in error.details() and "tokens, at most" in error.details()
+    huge = "Hola. " * 20_000
+    error = rpc_error(lambda: client.translate(server.channel, huge, timeout=10))
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert f"texts[0]: {len(huge)} characters, at most 100000" in error.details()
+    bad = translation_pb2.TranslateRequest(texts=["Hola."], sentence_splitting=9)
+    error = rpc_error(lambda: server.stub.Translate(bad, timeout=10))
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "sentence_splitting" in error.details()

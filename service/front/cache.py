@@ -1,0 +1,94 @@
+"""The front's response cache: an input's decoded n-best, kept for the same input again.
+
+An entry is one input of a request (a sentence of a text, an image) with the model version
+that served it and everything that shapes its hypotheses (the decoding options and what is
+returned with them); a sentence of a long text is cached as a sentence, so repeated
+boilerplate decodes once. Sampling is cached only with a seed (the same seed, input and
+version give the same samples); without one every call draws anew. The cache is a bounded
+LRU, by entries and by bytes (an estimate of the hypotheses' arrays), in each front process;
+0 for either bound turns it off.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import OrderedDict
+from dataclasses import astuple
+
+from service.runtime.decoding import Hypothesis
+from service.runtime.kinds import Prepared, ServedModel
+
+ENTRY_OVERHEAD = 256  # bytes an entry costs besides its arrays (key, lists, objects)
+_serials = itertools.count()
+
+
+def _size(hypotheses: list[Hypothesis]) -> int:
+    size = ENTRY_OVERHEAD
+    for h in hypotheses:
+        size += 8 * (len(h.tokens) + len(h.token_log_probs))
+        if h.alignment is not None:
+            size += h.alignment.nbytes
+    return size
+
+
+class ResponseCache:
+    def __init__(self, entries: int, max_bytes: int, metrics=None):
+        self.max_entries, self.max_bytes = entries, max_bytes
+        self.metrics = metrics
+        self.entries: OrderedDict[tuple, tuple[list[Hypothesis], int]] = OrderedDict()
+        self.bytes = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.max_entries > 0 and self.max_bytes > 0
+
+    def _serial(self, model: ServedModel) -> int:
+        """A number of the model object (a version loaded again is a new object, with new
+        entries); kept on the object so that a reused id never meets old entries."""
+        serial = getattr(model, "cache_serial", None)
+        if serial is None:
+            serial = next(_serials)
+            model.cache_serial = serial
+        return serial
+
+    def keys(self, model: ServedModel, prepared: Prepared) -> list[tuple | None]:
+        """Each input's key, or None for each when the request cannot be cached."""
+        options = prepared.options
+        if not self.enabled or prepared.keys is None:
+            return [None] * prepared.inputs
+        if options.temperature > 0 and options.seed is None:
+            return [None] * prepared.inputs  # unseeded samples differ on every call
+        shape = (
+            self._serial(model),
+            astuple(options),
+            prepared.keep_alignment,
+            prepared.keep_log_probs,
+        )
+        return [(*shape, key) for key in prepared.keys]
+
+    def get(self, key: tuple | None, model: str) -> list[Hypothesis] | None:
+        if key is None:
+            return None
+        found = self.entries.get(key)
+        if self.metrics is not None:
+            counter = self.metrics.cache_hits if found else self.metrics.cache_misses
+            counter.labels(model).inc()
+        if found is None:
+            return None
+        self.entries.move_to_end(key)
+        return found[0]
+
+    def put(self, key: tuple | None, hypotheses: list[Hypothesis]) -> None:
+        if key is None or key in self.entries:
+            return
+        size = _size(hypotheses)
+        if size > self.max_bytes:
+            return
+        self.entries[key] = (hypotheses, size)
+        self.bytes += size
+        while len(self.entries) > self.max_entries or self.bytes > self.max_bytes:
+            _, (_, dropped) = self.entries.popitem(last=False)
+            self.bytes -= dropped
+        if self.metrics is not None:
+            self.metrics.cache_entries.set(len(self.entries))
+            self.metrics.cache_bytes.set(self.bytes)

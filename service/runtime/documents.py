@@ -1,0 +1,77 @@
+"""Long texts as sentences: split for decoding, put back together around their translations.
+
+A text is cut at its line breaks first (a paragraph break is two), then each line into
+sentences by sentencex (Wikimedia's segmenter, which knows Spanish abbreviations such as
+"Sr." and "EE. UU."; `python -m bench.segmenters` measures it against the others). Every
+character that is not inside a sentence (the white space between sentences, line breaks,
+blank lines, a text's leading and trailing space) is kept as it is and put back between the
+translations, so a translated document keeps its layout. Offsets are in characters (Unicode
+code points) of the text.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import sentencex
+
+LANGUAGE = "es"  # the source language of the served translators
+_LINE = re.compile(r"[^\r\n]+")
+
+
+@dataclass(frozen=True)
+class Document:
+    """A text and the spans (start, end) of its sentences, in order."""
+
+    text: str
+    sentences: tuple[tuple[int, int], ...]
+
+    def sentence_texts(self) -> list[str]:
+        return [self.text[start:end] for start, end in self.sentences]
+
+    def join(self, translations: list[str]) -> tuple[str, list[tuple[int, int]]]:
+        """The translated text (each sentence replaced by its translation, everything between
+        kept) and the spans of the translations in it. Fewer translations than sentences give
+        the text's start, up to the last one translated."""
+        if len(translations) > len(self.sentences):
+            raise ValueError(f"{len(translations)} translations of {len(self.sentences)} sentences")
+        parts, spans, cursor, length = [], [], 0, 0
+        for (start, end), translation in zip(self.sentences, translations, strict=False):
+            between = self.text[cursor:start]
+            parts += [between, translation]
+            length += len(between)
+            spans.append((length, length + len(translation)))
+            length += len(translation)
+            cursor = end
+        if len(translations) == len(self.sentences):
+            parts.append(self.text[cursor:])
+        return "".join(parts), spans
+
+
+SPLITTING = ("sentences", "lines", "none")  # where a text is cut, finest first
+
+
+def split_text(text: str, splitting: str = "sentences") -> Document:
+    """The text's sentences: each line segmented on its own (each line one sentence with
+    "lines", the whole text one with "none"), every sentence trimmed of the white space
+    around it."""
+    if splitting == "none":
+        start = len(text) - len(text.lstrip())
+        return Document(text, ((start, start + len(text.strip())),) if text.strip() else ())
+    spans = []
+    for line in _LINE.finditer(text):
+        cursor = line.start()
+        pieces = [line.group()] if splitting == "lines" else _sentences(line.group())
+        for sentence in pieces:
+            stripped = sentence.strip()
+            if not stripped:
+                continue
+            start = text.index(stripped, cursor, line.end())
+            spans.append((start, start + len(stripped)))
+            cursor = start + len(stripped)
+    return Document(text, tuple(spans))
+
+
+def _sentences(line: str) -> list[str]:
+    return list(sentencex.segment(LANGUAGE, line))

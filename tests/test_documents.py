@@ -1,0 +1,66 @@
+"""Long texts cut into sentences and put back together around their translations."""
+
+from __future__ import annotations
+
+import pytest
+
+from service.runtime.documents import split_text
+
+TEXT = (
+    "  El Sr. García llegó a EE. UU. ayer. ¿Vienes?  ¡Claro!\n"
+    "\n"
+    "Segundo párrafo, una frase.\r\n"
+    "\tTercera línea... y sigue. Fin.  "
+)
+
+
+def test_sentences_follow_the_lines_and_the_sentence_ends():
+    document = split_text(TEXT)
+    assert document.sentence_texts() == [
+        "El Sr. García llegó a EE. UU. ayer.",  # abbreviations do not end a sentence
+        "¿Vienes?",
+        "¡Claro!",
+        "Segundo párrafo, una frase.",
+        "Tercera línea... y sigue.",
+        "Fin.",
+    ]
+    assert [s.strip() for s in document.sentence_texts()] == document.sentence_texts()
+
+
+def test_joining_keeps_every_character_between_the_sentences():
+    document = split_text(TEXT)
+    same, spans = document.join(document.sentence_texts())
+    assert same == TEXT  # white space, blank lines, \r\n and the tab kept as they were
+    assert [same[a:b] for a, b in spans] == document.sentence_texts()
+    upper = [s.upper() + "!" for s in document.sentence_texts()]
+    translated, spans = document.join(upper)
+    assert [translated[a:b] for a, b in spans] == upper
+    assert translated.startswith("  EL SR.") and "!\n\nSEGUNDO" in translated
+    assert translated.endswith("FIN.!  ") and translated.count("\n") == TEXT.count("\n")
+
+
+def test_a_prefix_of_the_translations_gives_the_text_so_far():
+    document = split_text(TEXT)
+    text, spans = document.join(["A.", "B?"])
+    assert text == "  A. B?" and len(spans) == 2
+    with pytest.raises(ValueError, match="7 translations of 6"):
+        document.join(["x"] * 7)
+
+
+LINES = [
+    "El Sr. García llegó a EE. UU. ayer. ¿Vienes?  ¡Claro!",
+    "Segundo párrafo, una frase.",
+    "Tercera línea... y sigue. Fin.",
+]
+
+
+@pytest.mark.parametrize(("splitting", "expected"), [("lines", LINES), ("none", [TEXT.strip()])])
+def test_coarser_splitting(splitting, expected):
+    document = split_text(TEXT, splitting)
+    assert document.sentence_texts() == expected
+    assert document.join(document.sentence_texts())[0] == TEXT
+
+
+def test_symbols_alone_are_one_sentence():
+    assert split_text("😺 🚀").sentence_texts() == ["😺 🚀"]
+    assert split_text(" \n ").sentences == ()

@@ -1,0 +1,65 @@
+"""The front's response cache: keys, LRU bounds by entries and bytes, sampling rules."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from service.front.cache import ResponseCache
+from service.runtime.decoding import DecodingOptions, Hypothesis
+from service.runtime.kinds import Prepared
+
+
+class _Model:
+    """What the cache reads of a served model: nothing but its identity."""
+
+
+GREEDY = DecodingOptions()
+
+
+def _prepared(keys, options=GREEDY, alignment=False) -> Prepared:
+    ids = np.zeros((len(keys), 3), np.int64)
+    fields = [f"texts[{i}]" for i in range(len(keys))]
+    return Prepared({"src_ids": ids}, options, fields, keep_alignment=alignment, keys=keys)
+
+
+def _nbest(n: int = 3) -> list[Hypothesis]:
+    return [Hypothesis(tokens=list(range(n)), log_prob=-1.0, score=-1.0)]
+
+
+def test_the_same_input_options_and_model_meet_the_same_entry():
+    cache, model = ResponseCache(10, 1 << 20), _Model()
+    first, second = cache.keys(model, _prepared([b"a", b"b"]))
+    cache.put(first, _nbest())
+    again = cache.keys(model, _prepared([b"a"]))[0]
+    assert cache.get(again, "m") == _nbest() and cache.get(second, "m") is None
+    other_options = cache.keys(model, _prepared([b"a"], DecodingOptions(beam_size=4)))[0]
+    with_alignment = cache.keys(model, _prepared([b"a"], alignment=True))[0]
+    other_model = cache.keys(_Model(), _prepared([b"a"]))[0]  # a version loaded again
+    assert all(cache.get(k, "m") is None for k in (other_options, with_alignment, other_model))
+
+
+def test_unseeded_sampling_is_never_cached_and_seeded_is():
+    cache, model = ResponseCache(10, 1 << 20), _Model()
+    unseeded = DecodingOptions(temperature=0.8)
+    assert cache.keys(model, _prepared([b"a"], unseeded)) == [None]
+    seeded = DecodingOptions(temperature=0.8, seed=3)
+    assert cache.keys(model, _prepared([b"a"], seeded))[0] is not None
+    assert ResponseCache(0, 1 << 20).keys(model, _prepared([b"a"])) == [None]  # off
+    assert ResponseCache(10, 0).keys(model, _prepared([b"a"])) == [None]
+
+
+def test_the_least_recently_used_entries_go_first_by_count_and_by_bytes():
+    cache, model = ResponseCache(2, 1 << 20), _Model()
+    a, b, c = cache.keys(model, _prepared([b"a", b"b", b"c"]))
+    cache.put(a, _nbest())
+    cache.put(b, _nbest())
+    assert cache.get(a, "m") is not None  # a is now the most recent
+    cache.put(c, _nbest())
+    assert cache.get(b, "m") is None and cache.get(a, "m") and cache.get(c, "m")
+    small = ResponseCache(100, 2 * 256 + 100)  # room for two small entries, not three
+    keys = small.keys(model, _prepared([b"x", b"y", b"z", b"big"]))
+    for key in keys[:3]:
+        small.put(key, _nbest(2))
+    assert len(small.entries) == 2 and small.bytes <= small.max_bytes
+    small.put(keys[3], _nbest(10_000))  # larger than the whole cache: not kept
+    assert small.get(keys[3], "m") is None and len(small.entries) == 2
