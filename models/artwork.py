@@ -205,13 +205,19 @@ FLUENT_3D = NpmPackage(
 )
 
 
-class Twemoji(PackageArtwork):
-    name = "twemoji"
-    description = "Twemoji (Twitter), flat vector"
-    package, suffix = TWEMOJI, ".svg"
+class CodePointFiles(PackageArtwork):
+    """Artwork whose files are named by the code point in hex, in one folder."""
+
+    folder: str
 
     def path(self, codepoint: int, name: str) -> str:
-        return f"package/{codepoint:x}.svg"
+        return f"{self.folder}{codepoint:x}{self.suffix}"
+
+
+class Twemoji(CodePointFiles):
+    name = "twemoji"
+    description = "Twemoji (Twitter), flat vector"
+    package, suffix, folder = TWEMOJI, ".svg", "package/"
 
 
 class FluentStyle(PackageArtwork):
@@ -240,13 +246,10 @@ class FluentHighContrast(FluentStyle):
     colourless = True
 
 
-class Fluent3D(PackageArtwork):
+class Fluent3D(CodePointFiles):
     name = "fluent-3d"
     description = "Fluent Emoji (Microsoft), 3D renders"
-    package, suffix = FLUENT_3D, ".webp"
-
-    def path(self, codepoint: int, name: str) -> str:
-        return f"package/assets/{codepoint:x}.webp"
+    package, suffix, folder = FLUENT_3D, ".webp", "package/assets/"
 
 
 FAMILIES: dict[str, Artwork] = {

@@ -16,21 +16,24 @@ from models.caption_train import CaptionTrainOptions, caption_vocabulary, train_
 from models.config import CAPTIONER_PRESETS
 
 
-@pytest.fixture(scope="module")
-def tiny_run(small_captioner_data, tmp_path_factory):
-    data, _ = small_captioner_data
-    base = tmp_path_factory.mktemp("captioner-run")
-    options = CaptionTrainOptions(
+def _tiny_options(data, base, **changes) -> CaptionTrainOptions:
+    """The tiny preset's training on the small data set, one thread, into `base`."""
+    return CaptionTrainOptions(
         data_dir=data,
         run_dir=base / "run",
         out_dir=base / "shipped",
         model=CAPTIONER_PRESETS["tiny"],
         batch_size=16,
-        max_steps=30,
-        learning_rate=5e-3,
-        checkpoint_every=5,
         threads=1,
+        **changes,
     )
+
+
+@pytest.fixture(scope="module")
+def tiny_run(small_captioner_data, tmp_path_factory):
+    data, _ = small_captioner_data
+    base = tmp_path_factory.mktemp("captioner-run")
+    options = _tiny_options(data, base, max_steps=30, learning_rate=5e-3, checkpoint_every=5)
     train_captioner(options)
     first = json.loads((base / "shipped" / "training.json").read_text())
     options.max_steps = 60  # resumes from step 30
@@ -41,16 +44,8 @@ def tiny_run(small_captioner_data, tmp_path_factory):
 @pytest.mark.slow
 def test_a_leg_stops_early_and_the_next_goes_on(small_captioner_data, tmp_path):
     data, _ = small_captioner_data
-    options = CaptionTrainOptions(
-        data_dir=data,
-        run_dir=tmp_path / "run",
-        out_dir=tmp_path / "shipped",
-        model=CAPTIONER_PRESETS["tiny"],
-        batch_size=16,
-        max_steps=8,
-        threads=1,
-        leg_minutes=1e-4,  # one step's time: the leg ends after its first step
-    )
+    # a leg of one step's time: it ends after its first step
+    options = _tiny_options(data, tmp_path, max_steps=8, leg_minutes=1e-4)
     assert train_captioner(options) is None  # the budget is not spent: nothing shipped
     assert not (tmp_path / "shipped").exists() and (tmp_path / "run" / "last.pt").exists()
     options.leg_minutes = 0.0  # the rest of the budget
