@@ -70,6 +70,8 @@ def split_text(text: str, splitting: str = "sentences") -> Document:
             start = text.index(stripped, cursor, line.end())
             spans.append((start, start + len(stripped)))
             cursor = start + len(stripped)
+    if not spans and text.strip():  # nothing the segmenter calls a sentence: all of it
+        return split_text(text, "none")
     return Document(text, tuple(spans))
 
 
