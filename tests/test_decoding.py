@@ -37,8 +37,11 @@ class Recording:
 def _sources(request, kind: str):
     """(engine, token id lists, max_length) for the shipped model or a tiny random one."""
     if kind == "shipped":
+        from models.corpus import read_split
+
         model, tokenizer = request.getfixturevalue("shipped_translator")
-        texts = request.getfixturevalue("test_sentences")[:6]
+        texts, _ = read_split(request.getfixturevalue("translator_data"), "test")
+        texts = texts[:6]  # the first test lines, one or two sentences each, decoded whole
         return TorchEngine(model), tokenizer.encode_batch(texts), 48
     model = tiny_transformer().double()  # amplified weights: float64 keeps 1e-5 meaningful
     return TorchEngine(model), random_sources(model.config.vocab_size, [3, 9, 1, 14, 6]), 24

@@ -83,7 +83,7 @@ def test_a_stream_closed_while_a_message_is_written_cancels_its_job():
     async def run():
         servicer, cancelled = _servicer()
         front, call = servicer.front, _call()
-        prepared = SimpleNamespace()
+        prepared = SimpleNamespace(inputs=1, keys=None)  # one input, nothing to cache
 
         async def prepare(request, stream):
             return prepared
@@ -92,7 +92,9 @@ def test_a_stream_closed_while_a_message_is_written_cancels_its_job():
             return call
 
         model = SimpleNamespace(
-            key="translator/1", prepare=prepare, partial=lambda tokens, steps: (tokens, steps)
+            key="translator/1",
+            prepare=prepare,
+            partial=lambda prepared_, tokens, steps: (tokens, steps),
         )
         front.resolve = lambda service, name, version: model
         front.jobs = lambda prepared_, context, stream: [call.job]

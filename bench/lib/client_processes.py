@@ -48,7 +48,11 @@ async def _closed_loop(address, texts, max_length, clients, seconds, start_at, o
     from attnserve.v1 import decoding_pb2, translation_pb2, translation_pb2_grpc
 
     options = decoding_pb2.DecodingOptions(max_length=max_length)
-    requests = [translation_pb2.TranslateRequest(texts=[t], options=options) for t in texts]
+    whole = translation_pb2.SENTENCE_SPLITTING_NONE  # a test line is one input
+    requests = [
+        translation_pb2.TranslateRequest(texts=[t], options=options, sentence_splitting=whole)
+        for t in texts
+    ]
     local = [("grpc.use_local_subchannel_pool", 1)]  # a connection per channel
     channels = [grpc.aio.insecure_channel(address, options=local) for _ in range(CHANNELS)]
     for channel in channels:

@@ -49,10 +49,17 @@ class Traffic:
         return getattr(running.stubs[self.model], self.methods[unary])
 
 
+# a test line is one input, as the in-process reference decodes it (some lines hold two
+# sentences, which the server would otherwise decode apart)
+WHOLE = translation_pb2.SENTENCE_SPLITTING_NONE
+
+
 def stream_requests(pool: list[Request]) -> list[translation_pb2.TranslateStreamRequest]:
     return [
         translation_pb2.TranslateStreamRequest(
-            text=r.text, options=decoding_pb2.DecodingOptions(max_length=r.max_length)
+            text=r.text,
+            options=decoding_pb2.DecodingOptions(max_length=r.max_length),
+            sentence_splitting=WHOLE,
         )
         for r in pool
     ]
@@ -60,7 +67,12 @@ def stream_requests(pool: list[Request]) -> list[translation_pb2.TranslateStream
 
 def translation_traffic(version, pool: list[Request], local: InProcess, references) -> Traffic:
     stream = stream_requests(pool)
-    unary = [translation_pb2.TranslateRequest(texts=[m.text], options=m.options) for m in stream]
+    unary = [
+        translation_pb2.TranslateRequest(
+            texts=[m.text], options=m.options, sentence_splitting=WHOLE
+        )
+        for m in stream
+    ]
     stub, methods = translation_pb2_grpc.TranslationServiceStub, ("TranslateStream", "Translate")
     return Traffic(
         "translator", version.name, pool, local, references, stream, unary, stub, methods

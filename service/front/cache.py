@@ -53,9 +53,9 @@ class ResponseCache:
 
     def keys(self, model: ServedModel, prepared: Prepared) -> list[tuple | None]:
         """Each input's key, or None for each when the request cannot be cached."""
-        options = prepared.options
         if not self.enabled or prepared.keys is None:
             return [None] * prepared.inputs
+        options = prepared.options
         if options.temperature > 0 and options.seed is None:
             return [None] * prepared.inputs  # unseeded samples differ on every call
         shape = (

@@ -435,7 +435,7 @@ class ModelServicer:
                     if isinstance(event, list):  # partials: tokens kept from the last, new
                         for partial in event:
                             tokens = tokens[: partial.kept] + partial.new
-                        yield model.partial(tokens, event[-1].steps)
+                        yield model.partial(prepared, tokens, event[-1].steps)
                     elif isinstance(event, Result):
                         front.observe(labels, received, [event.timings])
                         front.cache.put(key, event.results[0])

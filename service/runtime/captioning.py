@@ -166,7 +166,7 @@ class CaptionModel(ServedModel):
             response.token_counts.output_tokens += caption.token_counts.output_tokens
         return response
 
-    def partial(self, tokens: list[int], steps: int):
+    def partial(self, prepared: Prepared, tokens: list[int], steps: int):
         from attnserve.v1 import caption_pb2
 
         partial = caption_pb2.PartialCaption(

@@ -107,7 +107,7 @@ class ServedModel(ABC):
         raise NotImplementedError(f"{self.kind} streams one input")
 
     @abstractmethod
-    def partial(self, tokens: list[int], steps: int):
+    def partial(self, prepared: Prepared, tokens: list[int], steps: int):
         """A stream's message of the best hypothesis so far."""
 
     @abstractmethod

@@ -15,6 +15,7 @@ from service.runtime.documents import Document, split_text
 from service.runtime.errors import InvalidArgument
 from service.runtime.inference import CachedInference, Engine, Inference
 from service.runtime.kinds import Prepared, ServedModel
+from service.runtime.protect import Masked, mask
 from service.runtime.tokenizer import Tokenizer
 
 # -- in process -------------------------------------------------------------------------------
@@ -80,12 +81,15 @@ def translate_documents(
     splitting: str = "sentences",
     batch_size: int = 32,
 ) -> list[str]:
-    """The best translation of every text, cut into sentences (`splitting`) and put back
-    together as the server does."""
+    """The best translation of every text, cut into sentences (`splitting`), its protected
+    items taken out and put back, and put back together as the server does."""
     documents = [split_text(text, splitting) for text in texts]
-    sentences = [s for d in documents for s in d.sentence_texts()]
+    masked = [mask(s) for d in documents for s in d.sentence_texts()]
+    sentences = [m.text for m in masked]
     nbest = translate_texts(engine, tokenizer, sentences, options, max_source_length, batch_size)
-    best = iter(tokenizer.decode(n[0].tokens) for n in nbest)
+    best = iter(
+        m.restore(tokenizer.decode(n[0].tokens)) for m, n in zip(masked, nbest, strict=True)
+    )
     return [d.join([next(best) for _ in d.sentences])[0] for d in documents]
 
 
@@ -94,11 +98,16 @@ def translate_documents(
 
 @dataclass
 class Sources:
-    """What a translation's response needs again: each sentence's token ids, and each text's
-    document (its sentences, in the same order, one after the other)."""
+    """What a translation's response needs again: each sentence's token ids and protected
+    items, and each text's document (its sentences, in the same order, one after another)."""
 
     token_ids: list[list[int]]
     documents: list[Document]
+    masked: list[Masked]
+
+    def text(self, tokenizer: Tokenizer, index: int, h: Hypothesis) -> str:
+        """Sentence `index`'s translation by `h`, its protected items put back."""
+        return self.masked[index].restore(tokenizer.decode(h.tokens))
 
 
 class TranslationModel(ServedModel):
@@ -126,13 +135,13 @@ class TranslationModel(ServedModel):
             text_fields += [f"utf8_texts[{i}]" for i in range(len(request.utf8_texts))]
         splitting = requests.sentence_splitting(request)
         documents = [split_text(text, splitting) for text in texts]
-        fields, sentences = [], []
+        fields, masked = [], []
         for field, document in zip(text_fields, documents, strict=True):
             many = len(document.sentences) > 1
             for k, sentence in enumerate(document.sentence_texts()):
                 fields.append(f"{field} sentence {k + 1}" if many else field)
-                sentences.append(sentence)
-        token_ids = self.tokenizer.encode_batch(sentences)
+                masked.append(mask(sentence))
+        token_ids = self.tokenizer.encode_batch([m.text for m in masked])
         problems = [
             f"{field}: {len(ids)} tokens, at most {self.max_input_tokens}"
             for field, ids in zip(fields, token_ids, strict=True)
@@ -147,13 +156,15 @@ class TranslationModel(ServedModel):
             fields,
             keep_alignment=request.options.return_alignment,
             keep_log_probs=request.options.return_log_probs,
-            sources=Sources(token_ids, documents),
+            sources=Sources(token_ids, documents, masked),
             keys=[np.asarray(ids, np.int32).tobytes() for ids in token_ids],
         )
 
-    def aligned(self, h: Hypothesis, source_ids: list[int], options_message):
-        """The hypothesis message, with its alignment when asked for."""
+    def aligned(self, h: Hypothesis, source_ids: list[int], options_message, text: str):
+        """The hypothesis message (`text`: its protected items back), with its alignment
+        when asked for."""
         message = self.hypothesis(h, options_message.return_log_probs)
+        message.text = text
         if options_message.return_alignment and h.alignment is not None:
             self._fill_alignment(message.alignment, h, source_ids)
         return message
@@ -169,14 +180,14 @@ class TranslationModel(ServedModel):
         alignment.target_tokens.extend(self.tokenizer.pieces(target))
         alignment.weights.extend(weights.astype(float).ravel().tolist())
 
-    def joined(self, document: Document, ranked: list[list[Hypothesis]], options):
+    def joined(self, document: Document, ranked: list[list[Hypothesis]], texts, options):
         """The hypothesis messages of a text of several sentences: rank k joins every
-        sentence's k-th hypothesis (as many ranks as the sentence with fewest); the
-        alignments go with the sentences' spans."""
+        sentence's k-th hypothesis (as many ranks as the sentence with fewest; `texts(i, h)`
+        is sentence i's text by h); the alignments go with the sentences' spans."""
         messages = []
         for rank in range(min(len(r) for r in ranked)):
             chosen = [r[rank] for r in ranked]
-            text, _ = document.join([self.tokenizer.decode(h.tokens) for h in chosen])
+            text, _ = document.join([texts(i, h) for i, h in enumerate(chosen)])
             message = self.hypothesis(
                 Hypothesis(
                     tokens=[t for h in chosen for t in h.tokens],
@@ -203,15 +214,19 @@ class TranslationModel(ServedModel):
             count = len(document.sentences)
             ids = sources.token_ids[first : first + count]
             ranked = results[first : first + count]
+
+            def texts(i: int, h: Hypothesis, offset: int = first) -> str:
+                return sources.text(self.tokenizer, offset + i, h)
+
             first += count
             translation = response.translations.add()
             if count == 1:
                 translation.hypotheses.extend(
-                    self.aligned(h, ids[0], request.options) for h in ranked[0]
+                    self.aligned(h, ids[0], request.options, texts(0, h)) for h in ranked[0]
                 )
             else:
-                translation.hypotheses.extend(self.joined(document, ranked, request.options))
-            best = [self.tokenizer.decode(r[0].tokens) if r else "" for r in ranked]
+                translation.hypotheses.extend(self.joined(document, ranked, texts, request.options))
+            best = [texts(i, r[0]) if r else "" for i, r in enumerate(ranked)]
             _, targets = document.join(best)
             spans = zip(document.sentences, targets, ranked, ids, strict=True)
             for (source_start, source_end), (target_start, target_end), nbest, source in spans:
@@ -239,9 +254,10 @@ class TranslationModel(ServedModel):
         are translated: the text so far, up to the last of them."""
         from attnserve.v1 import translation_pb2
 
-        (document,) = prepared.sources.documents
+        sources: Sources = prepared.sources
+        (document,) = sources.documents
         best = [r[0] for r in results]
-        text, _ = document.join([self.tokenizer.decode(h.tokens) for h in best])
+        text, _ = document.join([sources.text(self.tokenizer, i, h) for i, h in enumerate(best)])
         partial = translation_pb2.PartialHypothesis(
             text=text,
             tokens=[p for h in best for p in self.tokenizer.pieces(h.tokens)],
@@ -249,11 +265,14 @@ class TranslationModel(ServedModel):
         )
         return translation_pb2.TranslateStreamResponse(partial=partial)
 
-    def partial(self, tokens: list[int], steps: int):
+    def partial(self, prepared: Prepared, tokens: list[int], steps: int):
         from attnserve.v1 import translation_pb2
 
+        (masked,) = prepared.sources.masked
         partial = translation_pb2.PartialHypothesis(
-            text=self.tokenizer.decode(tokens), tokens=self.tokenizer.pieces(tokens), steps=steps
+            text=masked.restore(self.tokenizer.decode(tokens), partial=True),
+            tokens=self.tokenizer.pieces(tokens),
+            steps=steps,
         )
         return translation_pb2.TranslateStreamResponse(partial=partial)
 

@@ -69,7 +69,9 @@ def test_int8_loses_at_most_one_point(exported_captioner):
     loss = certificate["int8_vs_fp32"]
     assert loss["exact_match_loss"] <= MAX_CAPTION_INT8_LOSS
     assert loss["cider_loss"] <= MAX_CAPTION_INT8_LOSS
-    assert loss["baseline"]["exact_match"] > 0.5  # a trained model, not a degenerate one
+    # a trained model, not a degenerate one: its captions' words in order (BLEU-4 is 30-37 on
+    # every test part even for a model of one artwork family, and near 0 for an untrained one)
+    assert loss["baseline"]["bleu4"] > 20
     assert certificate["passed"]
 
 

@@ -304,11 +304,16 @@ def test_command_line_client_translates_streams_and_draws_the_alignment(server, 
     long = (
         "En el principio creó Dios los cielos y la tierra. Y la tierra estaba desordenada y vacía."
     )
-    done = _cli("translate", "--server", server.address, "--stream", long)
+    whole = ["--sentence-splitting", "none"]  # two sentences as one input: token by token
+    done = _cli("translate", "--server", server.address, "--stream", *whole, long)
     lines = done.stdout.splitlines()
-    whole = client.translate(server.channel, [long]).translations[0].hypotheses[0].text
-    assert done.returncode == 0 and lines[-1] == whole
+    answer = client.translate(server.channel, [long], sentence_splitting="none")
+    assert done.returncode == 0 and lines[-1] == answer.translations[0].hypotheses[0].text
     assert len(lines) > 2  # partial lines came first
+    done = _cli("translate", "--server", server.address, "--stream", long)
+    answer = client.translate(server.channel, [long])  # sentence by sentence
+    lines = done.stdout.splitlines()
+    assert done.returncode == 0 and lines[-1] == answer.translations[0].hypotheses[0].text
 
     picture = tmp_path / "alignment.png"
     done = _cli(

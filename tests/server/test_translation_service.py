@@ -288,7 +288,8 @@ def test_a_request_of_more_texts_than_a_batch_holds_is_decoded_in_several_jobs(
     decoded in three jobs (on any worker) and answered in order, as in process."""
     from models.reference import TorchEngine
 
-    texts = [test_sentences[i % len(test_sentences)] + f" {i}" for i in range(40)]
+    suffixes = [chr(97 + i % 26) + chr(97 + i // 26) for i in range(40)]  # "aa", "ba", ...
+    texts = [f"{test_sentences[i % len(test_sentences)]} {s}" for i, s in enumerate(suffixes)]
     response = client.translate(
         server.channel, texts, beam_size=4, max_length=80, timeout=120, sentence_splitting="none"
     )
@@ -373,3 +374,19 @@ def test_splitting_can_be_coarser_and_limits_name_the_sentence(server, test_sent
     error = rpc_error(lambda: server.stub.Translate(bad, timeout=10))
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "sentence_splitting" in error.details()
+
+
+def test_what_must_not_be_translated_comes_back_exactly(server):
+    text = (
+        "Visita https://ejemplo.com/página o escribe a ana.lopez@correo.es 😺. "
+        "El archivo %s tiene {count} líneas desde el 12/05/2024."
+    )
+    (translation,) = client.translate(server.channel, text, timeout=60).translations
+    best = translation.hypotheses[0].text
+    for item in ("https://ejemplo.com/página", "ana.lopez@correo.es", "😺", "%s", "{count}"):
+        assert best.count(item) == 1, (item, best)
+    assert "12/05/2024" in best and "ZZ" not in best  # no marker left behind
+    events = list(client.translate_stream(server.channel, "Lee `git pull` ahora 🚀.", timeout=60))
+    assert all("ZZ" not in e.partial.text for e in events[:-1])  # partials restored too
+    final = events[-1].result.translations[0].hypotheses[0].text
+    assert "`git pull`" in final and "🚀" in final

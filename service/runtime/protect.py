@@ -1,0 +1,118 @@
+"""What must not be translated: taken out of a sentence before decoding, put back after.
+
+URLs, e-mail addresses, code in backticks, placeholders of format strings (`%s`, `%1$d`,
+`{name}`, `{0}`, `$VAR`, `${VAR}`), numbers and dates in digits, and runs of emoji and other
+symbols are each replaced by a marker the translator copies through ("ZZ1", "ZZ2", ...: the
+shipped translator gives such a token back unchanged where it gives "__1__" back broken;
+`python -m bench.preservation` measures it), and the marker in the translation is replaced
+by the item again, exactly. A marker the translation lost is put back at the end of the
+sentence, before its final punctuation, so that no item is ever dropped.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass
+
+KINDS = {  # earlier kinds win where two would match at one place
+    "url": r"\b(?:https?://|www\.)[^\s<>\"'`]*[^\s<>\"'`.,;:!?)\]}»]",
+    "email": r"\b[\w.+-]+@[\w-]+(?:\.[\w-]+)*\.[A-Za-z]{2,}\b",
+    "code": r"`[^`\n]+`",
+    "placeholder": r"%(?:\d+\$)?[-+ 0#]*\d*(?:\.\d+)?[sdifuxXeEgGcp]|\{[A-Za-z_0-9][\w.]*\}"
+    r"|\$\{[A-Za-z_]\w*\}|\$[A-Z_][A-Z0-9_]*\b",
+    "number": r"(?<![\w.,])\d+(?:[.,:/-]\d+)*(?![\w])",
+}
+PATTERN = re.compile("|".join(f"(?P<{name}>{pattern})" for name, pattern in KINDS.items()))
+MARKER = "ZZ{}"
+_FINAL = re.compile(r"[.!?…:;»\"')\]]*\s*$")
+
+
+def _symbol(character: str) -> bool:
+    """An emoji or other symbol beyond ASCII (or a joiner or modifier inside one)."""
+    if character in "\u200d\ufe0f":
+        return True
+    return ord(character) > 127 and unicodedata.category(character) in ("So", "Sk", "Cs")
+
+
+def _found(marker: str) -> re.Pattern:
+    """A marker where it stands alone or next to another: not inside a word or a number."""
+    return re.compile(rf"(?<![A-Za-z]){marker}(?!\d)")
+
+
+@dataclass(frozen=True)
+class Item:
+    kind: str
+    text: str
+    marker: str
+
+
+@dataclass(frozen=True)
+class Masked:
+    """A sentence with its protected items replaced by markers."""
+
+    text: str
+    items: tuple[Item, ...]
+
+    def restore(self, translation: str, partial: bool = False) -> str:
+        """The translation with every marker replaced by its item, each item exactly once.
+        A `partial` translation (a stream's, still growing) gets the markers it holds back,
+        loses a marker it is in the middle of, and is not given the ones still to come."""
+        if partial:
+            translation = re.sub(r"\s*\bZ{2,}\d*$", "", translation)
+        for item in self.items:
+            found = [m.start() for m in _found(item.marker).finditer(translation)]
+            if not found and partial:
+                continue
+            if not found:
+                end = _FINAL.search(translation).start()
+                space = " " if end and not translation[end - 1].isspace() else ""
+                translation = f"{translation[:end]}{space}{item.marker}{translation[end:]}"
+            else:  # a marker repeated by the model: its first place only
+                for start in reversed(found[1:]):
+                    translation = translation[:start] + translation[start + len(item.marker) :]
+        for item in self.items:
+            translation = _found(item.marker).sub(lambda _, i=item: i.text, translation)
+        return re.sub(r"  +", " ", translation)
+
+
+def _spans(text: str) -> list[tuple[str, int, int]]:
+    """(kind, start, end) of every protected item, in order, without overlaps."""
+    spans = [(m.lastgroup, m.start(), m.end()) for m in PATTERN.finditer(text)]
+    taken = [False] * len(text)
+    for _, start, end in spans:
+        taken[start:end] = [True] * (end - start)
+    i = 0
+    while i < len(text):  # runs of symbols outside the other items
+        if not taken[i] and _symbol(text[i]):
+            j = i
+            while j < len(text) and not taken[j] and (_symbol(text[j]) or text[j] == " "):
+                j += 1
+            while text[j - 1] == " ":
+                j -= 1
+            spans.append(("symbol", i, j))
+            i = j
+        else:
+            i += 1
+    return sorted(spans, key=lambda s: s[1])
+
+
+def mask(text: str) -> Masked:
+    """The sentence with each protected item replaced by a marker no word of it contains."""
+    spans = _spans(text)
+    if not spans:
+        return Masked(text, ())
+    base = MARKER
+    while any(base.format("") in word for word in text.split()):
+        base = "Z" + base  # the text holds a word like the marker: a longer one
+    parts, items, cursor = [], [], 0
+    for number, (kind, start, end) in enumerate(spans, 1):
+        marker = base.format(number)
+        items.append(Item(kind, text[start:end], marker))
+        # a marker never touches a letter or a digit, so that it stays a word of its own
+        before = " " if start > 0 and text[start - 1].isalnum() else ""
+        after = " " if end < len(text) and text[end].isalnum() else ""
+        parts += [text[cursor:start], before, marker, after]
+        cursor = end
+    parts.append(text[cursor:])
+    return Masked("".join(parts), tuple(items))
