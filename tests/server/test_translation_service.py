@@ -390,3 +390,13 @@ def test_what_must_not_be_translated_comes_back_exactly(server):
     assert all("ZZ" not in e.partial.text for e in events[:-1])  # partials restored too
     final = events[-1].result.translations[0].hypotheses[0].text
     assert "`git pull`" in final and "🚀" in final
+
+
+def test_the_documents_benchmark_compares_one_text_with_its_sentences(server):
+    from bench.documents import document, measure
+
+    text = document(1500)
+    report = measure(server.address, text, rounds=1)
+    assert report["characters"] == len(text) >= 1500 and report["sentences"] > 5
+    assert report["same_translations"]  # the document's translation is its sentences' joined
+    assert report["document_sentences_per_s"] > 0 and report["ratio"] > 0
