@@ -151,6 +151,12 @@ def decoding_options(
     seed: int | None = None,
     return_log_probs: bool = False,
     return_alignment: bool = False,
+    target_prefix: str = "",
+    min_length: int | None = None,
+    no_repeat_ngram_size: int | None = None,
+    repetition_penalty: float | None = None,
+    suppress: Iterable[str] = (),
+    max_length_ratio: float | None = None,
 ) -> decoding_pb2.DecodingOptions:
     """An `attnserve.v1.DecodingOptions`; every None is left unset (the server's default).
 
@@ -159,7 +165,10 @@ def decoding_options(
     ValueError naming the option.
     """
     options = decoding_pb2.DecodingOptions(
-        return_log_probs=return_log_probs, return_alignment=return_alignment
+        return_log_probs=return_log_probs,
+        return_alignment=return_alignment,
+        target_prefix=target_prefix,
+        suppress=list(suppress),
     )
     given = [
         (
@@ -169,6 +178,10 @@ def decoding_options(
                 max_length=max_length,
                 length_penalty=length_penalty,
                 num_hypotheses=num_hypotheses,
+                min_length=min_length,
+                no_repeat_ngram_size=no_repeat_ngram_size,
+                repetition_penalty=repetition_penalty,
+                max_length_ratio=max_length_ratio,
             ),
         ),
         (options.sampling, dict(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)),

@@ -64,7 +64,13 @@ class ResponseCache:
             prepared.keep_alignment,
             prepared.keep_log_probs,
         )
-        return [(*shape, key) for key in prepared.keys]
+        controls = prepared.controls
+        if controls is None:
+            return [(*shape, key) for key in prepared.keys]
+        lengths = controls.max_lengths or (None,) * prepared.inputs
+        prefixes = controls.prefixes or ((),) * prepared.inputs
+        parts = zip(prepared.keys, lengths, prefixes, strict=True)
+        return [(*shape, key, length, prefix) for key, length, prefix in parts]
 
     def get(self, key: tuple | None, model: str) -> list[Hypothesis] | None:
         if key is None:

@@ -234,6 +234,7 @@ class Front:
         remaining = context.time_remaining()
         deadline = None if remaining is None else time.monotonic() + remaining
         per_job = min(rows // copies, most or rows)
+        controls = prepared.controls
         return [
             Job(
                 id=self.pool.next_id(),
@@ -245,6 +246,9 @@ class Front:
                 deadline=deadline,
                 keep_alignment=prepared.keep_alignment,
                 keep_log_probs=prepared.keep_log_probs,
+                controls=None
+                if controls is None
+                else controls.subset(list(range(start, min(start + per_job, prepared.inputs)))),
             )
             for start in range(0, prepared.inputs, per_job)
         ]

@@ -136,6 +136,10 @@ class ContinuousBatch(Inference):
             temperature = np.ones(table.slots, dtype=np.float32)  # dead slots: any value
             temperature[alive] = search.temperature
             search = replace(search, temperature=temperature)
+        if alive is not None and search is not None and search.controls:
+            slots = alive.tolist()
+            controls = {slots[row]: c for row, c in search.controls.items()}
+            search = replace(search, controls=controls)
         launch = self.store.launch(table, tokens, positions, attention, search)
         table.lengths = table.lengths + tokens.shape[1]
         return launch, search, alive

@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from service.runtime import requests
+from service.runtime.controls import InputControls
 from service.runtime.decoding import DecodingOptions, Hypothesis, decode
 from service.runtime.errors import InvalidArgument
 from service.runtime.images import ImageLimits, decode_image, decode_images, resize_square
@@ -116,9 +117,16 @@ class CaptionModel(ServedModel):
             problems.append("images: at least one image is needed")
         if len(items) > MAX_IMAGES:
             problems.append(f"images: {len(items)} images, at most {MAX_IMAGES} in one request")
+        prefix: tuple[int, ...] = ()
         try:
             options = requests.decoding_options(
-                request.options, self.max_output_length, self.default_max_length
+                request.options,
+                self.max_output_length,
+                self.default_max_length,
+                self.tokenizer.encode,
+            )
+            prefix = requests.target_prefix(
+                request.options, self.tokenizer.encode, options.max_length
             )
         except InvalidArgument as error:
             problems.append(str(error))
@@ -134,6 +142,7 @@ class CaptionModel(ServedModel):
             keep_log_probs=request.options.return_log_probs,
             sources=sizes,
             keys=[hashlib.blake2b(row.tobytes(), digest_size=16).digest() for row in pixel_batch],
+            controls=InputControls(prefixes=(prefix,) * len(items)) if prefix else None,
         )
 
     def attended(self, h: Hypothesis, size: tuple[int, int], request):

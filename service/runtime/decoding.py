@@ -15,11 +15,14 @@ from typing import NamedTuple
 
 import numpy as np
 
+from service.runtime.controls import Controls, InputControls
 from service.runtime.errors import InvalidArgument
 from service.runtime.inference import Inference
-from service.runtime.search import Candidates, SearchRequest
+from service.runtime.search import Candidates, RowControl, SearchRequest
 
 MAX_BEAM_SIZE = 16
+MAX_SUPPRESSED = 256  # token sequences one request suppresses at most
+DEFAULT_MAX_LENGTH_RATIO = 2.0  # an output's steps at most 2 x its input's tokens + a margin
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,13 @@ class DecodingOptions:
     top_k: int = 0  # sample among the k most likely tokens only; 0 is all
     top_p: float = 1.0  # sample among the fewest tokens whose probability reaches top_p
     seed: int | None = None  # the same seed, input and model give the same samples
+    min_length: int = 0  # output tokens at least before `</s>`
+    no_repeat_ngram_size: int = 0  # no n-gram of this many tokens twice in an output; 0: off
+    repetition_penalty: float = 1.0  # above 1: a token produced already is less likely
+    suppress: tuple[tuple[int, ...], ...] = ()  # token sequences never produced
+    # an input's steps at most this x its tokens + controls.LENGTH_MARGIN (inputs with a
+    # length: texts); 0: max_length alone
+    max_length_ratio: float = DEFAULT_MAX_LENGTH_RATIO
 
     @property
     def sampling(self) -> bool:
@@ -56,8 +66,29 @@ class DecodingOptions:
                 f"num_hypotheses must be in 1..beam_size ({self.beam_size}), "
                 f"got {self.num_hypotheses}"
             )
+        problems += self._control_problems()
         if problems:
             raise InvalidArgument("; ".join(problems))
+
+    def _control_problems(self) -> list[str]:
+        problems = []
+        if not 0 <= self.min_length < self.max_length:
+            problems.append(
+                f"min_length must be in 0..max_length - 1 ({self.max_length - 1}), "
+                f"got {self.min_length}"
+            )
+        if not 0 <= self.no_repeat_ngram_size <= self.max_length:
+            problems.append(
+                f"no_repeat_ngram_size must be in 0..max_length ({self.max_length}), "
+                f"got {self.no_repeat_ngram_size}"
+            )
+        if not 0.0 < self.repetition_penalty <= 10.0:
+            problems.append(f"repetition_penalty must be in (0, 10], got {self.repetition_penalty}")
+        if not 0.0 <= self.max_length_ratio <= 100.0:
+            problems.append(f"max_length_ratio must be in 0..100, got {self.max_length_ratio}")
+        if len(self.suppress) > MAX_SUPPRESSED:
+            problems.append(f"suppress: {len(self.suppress)} entries, at most {MAX_SUPPRESSED}")
+        return problems
 
     def _sampling_problems(self) -> list[str]:
         problems = []
@@ -132,13 +163,19 @@ class Search(ABC):
     steps: int  # steps taken
     k: int = 1  # candidates a row needs; 0: the whole vocabulary
     temperature: float | None = None  # sampling: candidates ranked after this temperature
+    controls: Controls | None = None  # the decoding controls, when the options ask for any
 
     def request(self, attention: bool = True) -> SearchRequest:
         """The search request of this search's rows alone."""
         temperature = None
         if self.temperature is not None:
             temperature = np.full(self.rows, self.temperature, dtype=np.float32)
-        return SearchRequest(self.k, temperature, attention)
+        return SearchRequest(self.k, temperature, attention, controls=self.row_controls())
+
+    def row_controls(self) -> dict[int, RowControl]:
+        """The controls of this search's rows at the next step, by row (only rows a
+        control changes)."""
+        return {}
 
     @property
     def rows(self) -> int:
@@ -166,9 +203,23 @@ class GreedySearch(Search):
     """One token per row and step, the most likely unless `choose` (candidates -> the column
     picked in each row) picks otherwise; `copies` rows per input; finished rows leave."""
 
-    def __init__(self, batch, options: DecodingOptions, bos: int, eos: int, choose=None, copies=1):
+    def __init__(
+        self,
+        batch,
+        options: DecodingOptions,
+        bos: int,
+        eos: int,
+        choose=None,
+        copies=1,
+        inputs: InputControls | None = None,
+    ):
         self.options, self.eos, self.copies, self.steps = options, eos, copies, 0
         self.choose = choose  # None: the best candidate
+        self.limit = None  # each hypothesis' step limit, where inputs differ
+        if inputs is not None and inputs.max_lengths is not None:
+            self.limit = np.repeat(np.asarray(inputs.max_lengths, dtype=np.int64), copies)
+        if Controls.wanted(options, inputs):
+            self.controls = Controls(options, inputs, eos)
         self.hypotheses = [_Row([], [], []) for _ in range(batch * copies)]
         self.finished: list[Hypothesis | None] = [None] * (batch * copies)
         self.active = np.arange(batch * copies)  # the hypothesis each row extends
@@ -198,6 +249,8 @@ class GreedySearch(Search):
         keep = best != self.eos
         if self.steps >= self.options.max_length:
             keep[:] = False
+        elif self.limit is not None:
+            keep &= self.limit[self.active] > self.steps
         if keep.all():
             self.tokens = best[:, None]
             return np.arange(len(keep))
@@ -206,6 +259,16 @@ class GreedySearch(Search):
         self.active, self.sources = self.active[keep], self.sources[keep]
         self.tokens = best[keep, None]
         return np.flatnonzero(keep)
+
+    def row_controls(self) -> dict[int, RowControl]:
+        if self.controls is None:
+            return {}
+        rows, copies, controls = self.hypotheses, self.copies, {}
+        for row, h in enumerate(self.active.tolist()):
+            control = self.controls.row(h // copies, rows[h].tokens)
+            if control is not None:
+                controls[row] = control
+        return controls
 
     def results(self) -> list[list[Hypothesis]]:
         penalty = self.options.length_penalty
@@ -251,8 +314,15 @@ class SamplingSearch(GreedySearch):
     """`num_hypotheses` samples per input, best score first; log-probs are the model's own
     (before temperature)."""
 
-    def __init__(self, batch: int, options: DecodingOptions, bos: int, eos: int):
-        super().__init__(batch, options, bos, eos, sampler(options), options.num_hypotheses)
+    def __init__(
+        self,
+        batch: int,
+        options: DecodingOptions,
+        bos: int,
+        eos: int,
+        inputs: InputControls | None = None,
+    ):
+        super().__init__(batch, options, bos, eos, sampler(options), options.num_hypotheses, inputs)
         self.k, self.temperature = options.top_k, options.temperature
 
 
@@ -394,8 +464,23 @@ class BeamSearch(Search):
     asked for, instead of every extension copying its hypothesis' tokens.
     """
 
-    def __init__(self, batch: int, options: DecodingOptions, bos: int, eos: int):
+    def __init__(
+        self,
+        batch: int,
+        options: DecodingOptions,
+        bos: int,
+        eos: int,
+        inputs: InputControls | None = None,
+    ):
         self.beam, self.options, self.eos, self.steps = options.beam_size, options, eos, 0
+        self.limits = None  # each input's step limit, where inputs differ
+        if inputs is not None and inputs.max_lengths is not None:
+            self.limits = np.asarray(inputs.max_lengths, dtype=np.int64)
+        self.cut: dict[int, list[Hypothesis]] = {}  # inputs ended by their own limit
+        self.row_tokens: list[list[int]] = []  # each live row's tokens, kept for controls
+        if Controls.wanted(options, inputs):
+            self.controls = Controls(options, inputs, eos)
+            self.row_tokens = [[] for _ in range(batch * self.beam)]
         self.batch, self.k = batch, 2 * self.beam
         self.active = np.arange(batch)  # inputs still searching, `beam` rows each
         self.sources = np.repeat(self.active, self.beam)
@@ -451,8 +536,51 @@ class BeamSearch(Search):
         if self.steps >= self.options.max_length:  # inputs still searching keep their live ones
             parent = token = parent[:0]
             self.sources = parent
+        elif self.limits is not None:
+            over = self.limits[self.active] <= self.steps
+            if over.any():
+                parent, token = self._cut(over)
+        if self.controls is not None:
+            tokens = self.row_tokens
+            self.row_tokens = [
+                tokens[p] + [t] for p, t in zip(parent.tolist(), token.tolist(), strict=True)
+            ]
         self.tokens = token.reshape(-1, 1)
         return parent
+
+    def _cut(self, over: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The active inputs `over` their own step limit end with their live hypotheses as
+        they are (kept in `cut`); the step just taken keeps the others' rows alone -> its
+        parents and tokens."""
+        last = len(self.history) - 1
+        for a in np.flatnonzero(over).tolist():
+            beams = np.flatnonzero(np.isfinite(self.scores[a]))
+            self.cut[int(self.active[a])] = self._hypotheses(last, a * self.beam + beams)
+        going = ~over
+        rows = np.repeat(going, self.beam)
+        step = self.history[-1]
+        attention = None if step.attention is None else step.attention[rows]
+        self.history[-1] = step._replace(
+            parent=step.parent[rows],
+            token=step.token[rows],
+            log_prob=step.log_prob[rows],
+            attention=attention,
+        )
+        self.active, self.scores = self.active[going], self.scores[going]
+        self.ended = self.ended[going]
+        self.sources = np.repeat(self.active, self.beam)
+        return step.parent[rows], step.token[rows]
+
+    def row_controls(self) -> dict[int, RowControl]:
+        if self.controls is None:
+            return {}
+        items = np.repeat(self.active, self.beam).tolist()
+        controls = {}
+        for row, (item, history) in enumerate(zip(items, self.row_tokens, strict=True)):
+            control = self.controls.row(item, history)
+            if control is not None:
+                controls[row] = control
+        return controls
 
     def _trace(self, last: int, rows: np.ndarray):
         """Tokens (R, last + 1), their log-probabilities and the steps' cross-attention (a list,
@@ -510,6 +638,8 @@ class BeamSearch(Search):
     def results(self) -> list[list[Hypothesis]]:
         """Inputs still searching at max_length keep their live hypotheses as they are."""
         finished = self._finished()
+        for item, hypotheses in self.cut.items():
+            finished[item].extend(hypotheses)
         last = len(self.history) - 1
         for a, item in enumerate(self.active.tolist()):
             beams = np.flatnonzero(np.isfinite(self.scores[a]))
@@ -534,16 +664,20 @@ class BeamSearch(Search):
             )
             self._traced[item] = (rows, tokens)
             return list(tokens)
-        return max(self._finished(item)[item], key=lambda h: h.score).tokens
+        ended = self._finished(item)[item] + self.cut.get(item, [])
+        return max(ended, key=lambda h: h.score).tokens
 
 
-def make_search(batch: int, options: DecodingOptions, bos: int, eos: int) -> Search:
-    """The search `options` ask for, over `batch` inputs."""
+def make_search(
+    batch: int, options: DecodingOptions, bos: int, eos: int, inputs: InputControls | None = None
+) -> Search:
+    """The search `options` ask for, over `batch` inputs (`inputs`: what differs between
+    them)."""
     if options.sampling:
-        return SamplingSearch(batch, options, bos, eos)
+        return SamplingSearch(batch, options, bos, eos, inputs)
     if options.beam_size == 1:
-        return GreedySearch(batch, options, bos, eos)
-    return BeamSearch(batch, options, bos, eos)
+        return GreedySearch(batch, options, bos, eos, inputs=inputs)
+    return BeamSearch(batch, options, bos, eos, inputs)
 
 
 def run(search: Search, inference: Inference, attention: bool = True) -> list[list[Hypothesis]]:
@@ -567,7 +701,8 @@ def decode(
     bos: int,
     eos: int,
     attention: bool = True,
+    inputs: InputControls | None = None,
 ) -> list[list[Hypothesis]]:
     """n-best hypotheses, best first, for each of `batch` inputs; without `attention` the
     hypotheses carry no alignment (and the cross-attention never leaves the engine)."""
-    return run(make_search(batch, options, bos, eos), inference, attention)
+    return run(make_search(batch, options, bos, eos, inputs), inference, attention)

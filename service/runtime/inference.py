@@ -20,16 +20,18 @@ from typing import Protocol
 import numpy as np
 
 from service.runtime.graphs import ModelInterface, SpecialTokens
-from service.runtime.search import Candidates, SearchRequest, log_softmax
+from service.runtime.search import Candidates, SearchRequest, log_softmax, with_controls
 from service.runtime.tensors import EncoderOutput, StepOutput, Tensor, Tensors, take_written
 
 
 def searched(engine: Engine, out: StepOutput, request: SearchRequest) -> Candidates:
     """The candidates `request` asks for of a step's output: those the step found, else
-    the engine's search of its logits."""
-    if out.candidates is not None:
-        return out.candidates
-    return engine.search(out.logits, request)
+    the engine's search of its logits; the rows a decoding control changes searched again
+    from their own logits."""
+    found = out.candidates
+    if found is None:
+        found = engine.search(out.logits, request)
+    return with_controls(engine, out.logits, request, found)
 
 
 class Engine(Protocol):

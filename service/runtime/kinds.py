@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from service.runtime.controls import InputControls
 from service.runtime.decoding import DecodingOptions, Hypothesis
 from service.runtime.errors import ModelRepositoryError
 from service.runtime.graphs import SpecialTokens
@@ -41,6 +42,7 @@ class Prepared:
     keep_log_probs: bool = False
     sources: Any = None  # what the kind needs again for the response (token ids, image sizes)
     keys: list[bytes] | None = None  # each input's identity for the response cache (None: none)
+    controls: InputControls | None = None  # each input's step limit and forced start
 
     @property
     def inputs(self) -> int:
@@ -57,6 +59,7 @@ class Prepared:
             self.keep_log_probs,
             self.sources,
             None if self.keys is None else [self.keys[i] for i in indices],
+            None if self.controls is None else self.controls.subset(indices),
         )
 
 

@@ -6,7 +6,7 @@ so a client learns everything wrong with its request at once.
 
 from __future__ import annotations
 
-from service.runtime.decoding import DecodingOptions
+from service.runtime.decoding import DEFAULT_MAX_LENGTH_RATIO, DecodingOptions
 from service.runtime.errors import InvalidArgument
 
 MAX_TEXTS = 1000  # source texts in one request (decoded as independent sequences)
@@ -87,21 +87,75 @@ def sentence_splitting(request) -> str:
     return names[value]
 
 
-def decoding_options(message, max_length_limit: int, default_max_length: int) -> DecodingOptions:
-    """DecodingOptions from the message, defaults for unset fields, validated."""
-    sampling = message.sampling
+MAX_SUPPRESS_TOKENS = 16  # tokens of one suppressed word or phrase at most
+
+
+def _given(message, name: str, default):
+    return getattr(message, name) if message.HasField(name) else default
+
+
+def _suppressed(message, tokenize, problems: list[str]) -> tuple[tuple[int, ...], ...]:
+    """The token sequences of `suppress`, each checked."""
+    sequences = []
+    for i, phrase in enumerate(message.suppress):
+        ids = tuple(tokenize(phrase)) if phrase.strip() else ()
+        if not ids:
+            problems.append(f"suppress[{i}]: empty or only white space")
+        elif len(ids) > MAX_SUPPRESS_TOKENS:
+            problems.append(f"suppress[{i}]: {len(ids)} tokens, at most {MAX_SUPPRESS_TOKENS}")
+        else:
+            sequences.append(ids)
+    return tuple(dict.fromkeys(sequences))
+
+
+def decoding_options(
+    message, max_length_limit: int, default_max_length: int, tokenize=None
+) -> DecodingOptions:
+    """DecodingOptions from the message, defaults for unset fields, validated; `tokenize`
+    (text -> token ids) reads `suppress` (a model without one refuses it)."""
+    sampling, problems = message.sampling, []
+    suppress: tuple[tuple[int, ...], ...] = ()
+    if message.suppress and tokenize is None:
+        problems.append("suppress: this model has no output tokenizer")
+    elif message.suppress:
+        suppress = _suppressed(message, tokenize, problems)
     options = DecodingOptions(
-        beam_size=message.beam_size if message.HasField("beam_size") else 1,
-        max_length=message.max_length if message.HasField("max_length") else default_max_length,
-        length_penalty=message.length_penalty if message.HasField("length_penalty") else 1.0,
-        num_hypotheses=message.num_hypotheses if message.HasField("num_hypotheses") else 1,
+        beam_size=_given(message, "beam_size", 1),
+        max_length=_given(message, "max_length", default_max_length),
+        length_penalty=_given(message, "length_penalty", 1.0),
+        num_hypotheses=_given(message, "num_hypotheses", 1),
         temperature=sampling.temperature,
         top_k=sampling.top_k,
-        top_p=sampling.top_p if sampling.HasField("top_p") else 1.0,
-        seed=sampling.seed if sampling.HasField("seed") else None,
+        top_p=_given(sampling, "top_p", 1.0),
+        seed=_given(sampling, "seed", None),
+        min_length=_given(message, "min_length", 0),
+        no_repeat_ngram_size=_given(message, "no_repeat_ngram_size", 0),
+        repetition_penalty=_given(message, "repetition_penalty", 1.0),
+        suppress=suppress,
+        max_length_ratio=_given(message, "max_length_ratio", DEFAULT_MAX_LENGTH_RATIO),
     )
-    options.validate(max_length_limit)
+    try:
+        options.validate(max_length_limit)
+    except InvalidArgument as error:
+        problems.insert(0, str(error))
+    if problems:
+        raise InvalidArgument("; ".join(problems))
     return options
+
+
+def target_prefix(message, tokenize, max_length: int) -> tuple[int, ...]:
+    """The token ids of `target_prefix` (empty: none), checked against `max_length`."""
+    text = message.target_prefix
+    if not text:
+        return ()
+    if not text.strip():
+        raise InvalidArgument("target_prefix: only white space")
+    ids = tuple(tokenize(text))
+    if len(ids) >= max_length:
+        raise InvalidArgument(
+            f"target_prefix: {len(ids)} tokens, at most max_length - 1 ({max_length - 1})"
+        )
+    return ids
 
 
 def _checked(*checks) -> list:
@@ -118,20 +172,28 @@ def _checked(*checks) -> list:
 
 
 def translate_request(
-    request, max_length_limit: int, default_max_length: int, max_text_chars: int = MAX_TEXT_CHARS
+    request,
+    max_length_limit: int,
+    default_max_length: int,
+    max_text_chars: int = MAX_TEXT_CHARS,
+    tokenize=None,
 ):
     """(texts, DecodingOptions) of a TranslateRequest, every bad field named at once."""
     return _checked(
         lambda: source_texts(request, max_text_chars),
-        lambda: decoding_options(request.options, max_length_limit, default_max_length),
+        lambda: decoding_options(request.options, max_length_limit, default_max_length, tokenize),
     )
 
 
 def translate_stream_request(
-    request, max_length_limit: int, default_max_length: int, max_text_chars: int = MAX_TEXT_CHARS
+    request,
+    max_length_limit: int,
+    default_max_length: int,
+    max_text_chars: int = MAX_TEXT_CHARS,
+    tokenize=None,
 ):
     """(text, DecodingOptions) of a TranslateStreamRequest, every bad field named at once."""
     return _checked(
         lambda: stream_source_text(request, max_text_chars),
-        lambda: decoding_options(request.options, max_length_limit, default_max_length),
+        lambda: decoding_options(request.options, max_length_limit, default_max_length, tokenize),
     )

@@ -16,7 +16,8 @@ step's search is cut in two:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -30,6 +31,9 @@ class SearchRequest:
     # log_softmax(log_probs / temperature), for sampling; None: ranked by log-probability
     attention: bool = True  # the step's cross-attention comes to the host
     banned: tuple[int, ...] = ()  # tokens never produced (their logit is -inf)
+    # rows whose logits a decoding control changes at this step, by row: searched on the
+    # host from their own logits (`controlled`), the other rows where the engine searches
+    controls: dict[int, RowControl] = field(default_factory=dict)
 
     def width(self, vocab: int) -> int:
         """Candidates a row gets over a vocabulary of `vocab`."""
@@ -47,6 +51,18 @@ class Candidates:
     def rows(self, index) -> Candidates:
         scores = None if self.scores is None else self.scores[index]
         return Candidates(self.ids[index], self.log_probs[index], scores)
+
+
+class RowControl(NamedTuple):
+    """What decoding controls change in one row's logits at one step: the logits of
+    `penalized` tokens divided by `penalty` when positive, multiplied when negative (a
+    repetition penalty); `banned` tokens never produced; `forced` (a token, or -1) produced
+    whatever the model prefers, with the log-probability the model gives it."""
+
+    penalized: np.ndarray = np.zeros(0, dtype=np.int64)
+    penalty: float = 1.0
+    banned: np.ndarray = np.zeros(0, dtype=np.int64)
+    forced: int = -1
 
 
 def log_softmax(logits: np.ndarray) -> np.ndarray:
@@ -95,3 +111,62 @@ def host_search(logits: np.ndarray, request: SearchRequest) -> Candidates:
     return Candidates(
         ids, np.take_along_axis(log_probs, ids, 1), np.take_along_axis(scaled, ids, 1)
     )
+
+
+def controlled(
+    logits: np.ndarray,
+    controls: list[RowControl],
+    request: SearchRequest,
+    temperature: np.ndarray | None = None,
+) -> Candidates:
+    """The candidates of rows whose decoding controls change their logits (N, V): each
+    row's logits penalized and banned, then searched as `host_search` does (`temperature`
+    (N,) their sampling temperatures, or None). A forced row's candidates are its forced
+    token alone (every other column -inf), with the log-probability of the penalized
+    logits (its bans do not apply to it)."""
+    logits = np.array(logits, dtype=np.float32)
+    forced = np.array([c.forced for c in controls], dtype=np.int64)
+    for row, control in enumerate(controls):
+        if control.penalty != 1.0 and len(control.penalized):
+            x = logits[row, control.penalized]
+            logits[row, control.penalized] = np.where(
+                x < 0, x * control.penalty, x / control.penalty
+            )
+    penalized = logits.copy() if (forced >= 0).any() else logits
+    for row, control in enumerate(controls):
+        if len(control.banned):
+            logits[row, control.banned] = -np.inf
+    narrowed = SearchRequest(request.k, temperature, request.attention, request.banned)
+    found = host_search(logits, narrowed)
+    ids, log_probs = found.ids.copy(), found.log_probs.copy()
+    scores = None if found.scores is None else found.scores.copy()
+    rows = np.flatnonzero(forced >= 0)
+    if len(rows):
+        chosen = forced[rows]
+        own = log_softmax(penalized[rows])[np.arange(len(rows)), chosen]
+        ids[rows] = chosen[:, None]
+        log_probs[rows] = -np.inf
+        log_probs[rows, 0] = own
+        if scores is not None:
+            scores[rows] = -np.inf
+            scores[rows, 0] = 0.0
+    return Candidates(ids, log_probs, scores)
+
+
+def with_controls(engine, logits, request: SearchRequest, found: Candidates) -> Candidates:
+    """`found`, the candidates of every row, with the rows `request.controls` names searched
+    again on the host from their own logits (the engine's `take` and `host`: only those rows
+    leave the device)."""
+    if not request.controls:
+        return found
+    rows = np.fromiter(request.controls, dtype=np.int64, count=len(request.controls))
+    own = engine.host(engine.take(logits, rows))
+    temperature = None if request.temperature is None else request.temperature[rows]
+    again = controlled(own, [request.controls[r] for r in rows.tolist()], request, temperature)
+    ids, log_probs = found.ids.copy(), found.log_probs.copy()
+    ids[rows], log_probs[rows] = again.ids, again.log_probs
+    scores = None
+    if found.scores is not None:
+        scores = found.scores.copy()
+        scores[rows] = again.scores
+    return Candidates(ids, log_probs, scores)

@@ -10,6 +10,7 @@ import numpy as np
 
 from service.runtime import requests
 from service.runtime.batching import source_batch
+from service.runtime.controls import InputControls, length_limit
 from service.runtime.decoding import DecodingOptions, Hypothesis, decode
 from service.runtime.documents import Document, split_text
 from service.runtime.errors import InvalidArgument
@@ -32,7 +33,8 @@ def translate_ids(
     src_ids, src_mask = source_batch(list(token_ids), max_source_length)
     inference = inference_type(engine, engine.encode(src_ids, src_mask), len(token_ids))
     tokens = engine.special_tokens
-    return decode(inference, len(token_ids), options, tokens.bos, tokens.eos)
+    inputs = input_controls(options, token_ids)
+    return decode(inference, len(token_ids), options, tokens.bos, tokens.eos, inputs=inputs)
 
 
 def translate_batches(
@@ -93,6 +95,27 @@ def translate_documents(
     return [d.join([next(best) for _ in d.sentences])[0] for d in documents]
 
 
+def input_controls(
+    options: DecodingOptions, token_ids: Sequence[list[int]], prefixes: Sequence[tuple] = ()
+) -> InputControls | None:
+    """Each source's step limit (max_length_ratio x its tokens) and forced start."""
+    limits = None
+    if options.max_length_ratio > 0:
+        limits = tuple(
+            length_limit(options.max_length, options.max_length_ratio, len(ids))
+            for ids in token_ids
+        )
+    forced = None
+    if any(prefixes):
+        forced = tuple(prefixes)
+        if limits is not None:  # a forced start is never cut
+            limits = tuple(
+                min(options.max_length, max(limit, len(p) + 1))
+                for limit, p in zip(limits, forced, strict=True)
+            )
+    return None if limits is None and forced is None else InputControls(limits, forced)
+
+
 # -- served -----------------------------------------------------------------------------------
 
 
@@ -126,6 +149,7 @@ class TranslationModel(ServedModel):
 
     async def prepare(self, request, stream: bool) -> Prepared:
         limits = (self.max_output_length, self.default_max_length, self.max_text_chars)
+        limits += (self.tokenizer.encode,)
         if stream:
             text, options = requests.translate_stream_request(request, *limits)
             texts, text_fields = [text], [request.WhichOneof("source")]
@@ -134,13 +158,15 @@ class TranslationModel(ServedModel):
             text_fields = [f"texts[{i}]" for i in range(len(request.texts))]
             text_fields += [f"utf8_texts[{i}]" for i in range(len(request.utf8_texts))]
         splitting = requests.sentence_splitting(request)
+        prefix = requests.target_prefix(request.options, self.tokenizer.encode, options.max_length)
         documents = [split_text(text, splitting) for text in texts]
-        fields, masked = [], []
+        fields, masked, firsts = [], [], []
         for field, document in zip(text_fields, documents, strict=True):
             many = len(document.sentences) > 1
             for k, sentence in enumerate(document.sentence_texts()):
                 fields.append(f"{field} sentence {k + 1}" if many else field)
                 masked.append(mask(sentence))
+                firsts.append(k == 0)
         token_ids = self.tokenizer.encode_batch([m.text for m in masked])
         problems = [
             f"{field}: {len(ids)} tokens, at most {self.max_input_tokens}"
@@ -149,6 +175,7 @@ class TranslationModel(ServedModel):
         ]
         if problems:
             raise InvalidArgument("; ".join(problems))
+        prefixes = [prefix if first else () for first in firsts]
         src_ids, src_mask = source_batch(token_ids, self.max_input_tokens + 1)
         return Prepared(
             {"src_ids": src_ids, "src_mask": src_mask},
@@ -158,6 +185,7 @@ class TranslationModel(ServedModel):
             keep_log_probs=request.options.return_log_probs,
             sources=Sources(token_ids, documents, masked),
             keys=[np.asarray(ids, np.int32).tobytes() for ids in token_ids],
+            controls=input_controls(options, token_ids, prefixes),
         )
 
     def aligned(self, h: Hypothesis, source_ids: list[int], options_message, text: str):

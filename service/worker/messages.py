@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
+    from service.runtime.controls import InputControls
     from service.runtime.decoding import DecodingOptions, Hypothesis
 
 
@@ -30,6 +31,7 @@ class Job:
     deadline: float | None = None  # time.monotonic() after which the job is dropped
     keep_alignment: bool = False
     keep_log_probs: bool = False
+    controls: InputControls | None = None  # each input's step limit and forced start
 
     @property
     def inputs(self) -> int:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
+from service.runtime.controls import Controls
 from service.runtime.decoding import Search
 from service.worker.messages import Job
 
@@ -70,11 +71,21 @@ class Request:
     @staticmethod
     def is_greedy_row(job: Job) -> bool:
         """Whether `job` decodes as one greedy row: one input, beam 1, no sampling, no
-        alignment kept (the alignment needs a step's attention per row, kept by a Search)."""
+        alignment kept (the alignment needs a step's attention per row, kept by a Search),
+        no decoding control but its step limit (a control reads the row's tokens)."""
         options = job.options
         return (
             job.inputs == 1
             and options.beam_size == 1
             and not options.sampling
             and not job.keep_alignment
+            and not Controls.wanted(options, job.controls)
         )
+
+    @staticmethod
+    def max_length(job: Job) -> int:
+        """The step limit of a one-input job."""
+        controls = job.controls
+        if controls is None or controls.max_lengths is None:
+            return job.options.max_length
+        return controls.max_lengths[0]

@@ -334,7 +334,9 @@ class Scheduler:
             if Request.is_greedy_row(job):
                 sources.append(np.array([offset]))
             else:
-                request.search = make_search(job.inputs, job.options, self.bos, self.eos)
+                request.search = make_search(
+                    job.inputs, job.options, self.bos, self.eos, job.controls
+                )
                 sources.append(request.search.sources + offset)
             offset += job.inputs
         return np.concatenate(sources)
@@ -373,7 +375,7 @@ class Scheduler:
         if lanes:
             self.greedy.start_many(
                 np.array([r.owner for r in lanes]),
-                np.array([r.job.options.max_length for r in lanes]),
+                np.array([Request.max_length(r.job) for r in lanes]),
                 np.array([r.job.stream for r in lanes]),
             )
             self.is_greedy[[r.owner for r in lanes]] = True
@@ -441,7 +443,12 @@ class Scheduler:
             for request, start, rows in blocks:
                 if request.search.temperature is not None:
                     temperature[start : start + rows] = request.search.temperature
-        return SearchRequest(k, temperature, self._aligning > 0)
+        controls = {}
+        for request, start, _ in blocks:
+            if request.search.controls is not None:
+                for row, control in request.search.row_controls().items():
+                    controls[start + row] = control
+        return SearchRequest(k, temperature, self._aligning > 0, controls=controls)
 
     def _launch(self) -> None:
         """Starts a step of every row: on the step thread where every row is a greedy lane,

@@ -160,6 +160,36 @@ BAD_REQUESTS = {
         "INVALID_ARGUMENT",
         "utf8_texts[1]: invalid UTF-8",
     ),
+    "min_length not below max_length": (
+        _request(options={"max_length": 5, "min_length": 5}),
+        "INVALID_ARGUMENT",
+        "min_length must be in 0..max_length - 1",
+    ),
+    "n-gram longer than the output": (
+        _request(options={"max_length": 5, "no_repeat_ngram_size": 6}),
+        "INVALID_ARGUMENT",
+        "no_repeat_ngram_size",
+    ),
+    "penalty of 0": (
+        _request(options={"repetition_penalty": 0.0}),
+        "INVALID_ARGUMENT",
+        "repetition_penalty must be in (0, 10]",
+    ),
+    "negative length ratio": (
+        _request(options={"max_length_ratio": -1.0}),
+        "INVALID_ARGUMENT",
+        "max_length_ratio",
+    ),
+    "empty suppressed word": (
+        _request(options={"suppress": ["gato", " "]}),
+        "INVALID_ARGUMENT",
+        "suppress[1]: empty",
+    ),
+    "prefix beyond max_length": (
+        _request(options={"max_length": 3, "target_prefix": "the big black cat"}),
+        "INVALID_ARGUMENT",
+        "target_prefix",
+    ),
     "unknown model": (_request(model="klingon"), "NOT_FOUND", "model: no model named 'klingon'"),
     "unknown version": (_request(version="7"), "NOT_FOUND", "version"),
 }
@@ -400,3 +430,25 @@ def test_the_documents_benchmark_compares_one_text_with_its_sentences(server):
     assert report["characters"] == len(text) >= 1500 and report["sentences"] > 5
     assert report["same_translations"]  # the document's translation is its sentences' joined
     assert report["document_sentences_per_s"] > 0 and report["ratio"] > 0
+
+
+def test_decoding_controls_change_what_the_server_returns(server, tokenizer):
+    """A prefix starts the translation, a suppressed word never comes, a minimum length
+    holds, no token repeats, and the default length bound ends a looping input."""
+    text = "El gato está durmiendo en el sofá."
+
+    def best(source: str = text, **options):
+        response = client.translate(server.channel, [source], timeout=60, **options)
+        return response.translations[0].hypotheses[0]
+
+    plain = best()
+    assert "cat" in plain.text
+    assert best(target_prefix="A tiny").text.startswith("A tiny")
+    assert "cat" not in best(suppress=["cat"]).text
+    assert len(best(min_length=len(plain.tokens) + 6).tokens) >= len(plain.tokens) + 6
+    unique = best(beam_size=4, no_repeat_ngram_size=1).tokens
+    assert len(unique) == len(set(unique))
+    two = best(text + " " + text, target_prefix="So,")
+    assert two.text.startswith("So,") and two.text.count("So,") == 1  # the first sentence's
+    garbage = "jajajajajaja qqq jajaja"
+    assert len(best(garbage).tokens) <= 2 * len(tokenizer.encode(garbage)) + 10

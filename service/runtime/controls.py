@@ -1,0 +1,102 @@
+"""Decoding controls: what a request asks of its outputs beyond the search itself.
+
+Request-wide (`DecodingOptions`): a minimum length, no repeated n-gram, a repetition
+penalty, suppressed token sequences and a length bound relative to the input. Per input
+(`InputControls`): its step limit (the length bound applied to its length) and a forced start
+(a target prefix; forcing a whole output scores it).
+
+Every control is a change to one row's logits at one step (`search.RowControl`), worked out
+here from what the row produced so far. A row no control touches at a step costs nothing: the
+engine searches it where its logits are (on a GPU, on the device); only the touched rows'
+logits come to the host, where they are changed and searched (`search.controlled`), so every
+engine and path decodes a controlled row by the same numpy reference.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from service.runtime.search import RowControl
+
+LENGTH_MARGIN = 10  # steps allowed beyond max_length_ratio x the input's tokens
+_NONE = np.zeros(0, dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class InputControls:
+    """What differs between the inputs of one decode: each one's step limit (None: the
+    options' max_length for every input) and forced first tokens (None: none)."""
+
+    max_lengths: tuple[int, ...] | None = None
+    prefixes: tuple[tuple[int, ...], ...] | None = None
+
+    def subset(self, indices: list[int]) -> InputControls:
+        return InputControls(
+            None if self.max_lengths is None else tuple(self.max_lengths[i] for i in indices),
+            None if self.prefixes is None else tuple(self.prefixes[i] for i in indices),
+        )
+
+    @property
+    def forced(self) -> bool:
+        return self.prefixes is not None and any(self.prefixes)
+
+
+def length_limit(max_length: int, ratio: float, input_tokens: int) -> int:
+    """An input's step limit: `max_length`, and at most ratio x its tokens plus the margin
+    (a ratio of 0 bounds nothing)."""
+    if ratio <= 0:
+        return max_length
+    return max(1, min(max_length, int(ratio * input_tokens) + LENGTH_MARGIN))
+
+
+class Controls:
+    """The row controls of one decode's options and inputs."""
+
+    def __init__(self, options, inputs: InputControls | None, eos: int):
+        self.eos, self.min_length = eos, options.min_length
+        self.ngram, self.penalty = options.no_repeat_ngram_size, options.repetition_penalty
+        self.always = np.array([s[0] for s in options.suppress if len(s) == 1], dtype=np.int64)
+        self.sequences = [list(s) for s in options.suppress if len(s) > 1]
+        self.prefixes = inputs.prefixes if inputs is not None and inputs.forced else None
+
+    @staticmethod
+    def wanted(options, inputs: InputControls | None) -> bool:
+        """Whether `options` and `inputs` change any row's logits."""
+        return bool(
+            options.min_length
+            or options.no_repeat_ngram_size
+            or options.repetition_penalty != 1.0
+            or options.suppress
+            or (inputs is not None and inputs.forced)
+        )
+
+    def row(self, item: int, history: list[int]) -> RowControl | None:
+        """The control of a row of input `item` that produced `history` (None: nothing
+        changes its logits at this step)."""
+        steps = len(history)
+        forced = -1
+        if self.prefixes is not None and steps < len(prefix := self.prefixes[item]):
+            forced = prefix[steps]
+        banned = [self.eos] if steps < self.min_length else []
+        for sequence in self.sequences:
+            start = steps - len(sequence) + 1
+            if start >= 0 and history[start:] == sequence[:-1]:
+                banned.append(sequence[-1])
+        n = self.ngram
+        if n and steps >= n - 1:
+            last = history[steps - n + 1 :]
+            for i in range(steps - n + 1):
+                if history[i : i + n - 1] == last:
+                    banned.append(history[i + n - 1])
+        penalized = _NONE
+        if self.penalty != 1.0 and history:
+            penalized = np.unique(np.asarray(history, dtype=np.int64))
+        if forced < 0 and not banned and not len(self.always) and not len(penalized):
+            return None
+        if banned:
+            banned_tokens = np.unique(np.concatenate([self.always, banned]).astype(np.int64))
+        else:
+            banned_tokens = self.always
+        return RowControl(penalized, self.penalty, banned_tokens, forced)
