@@ -17,6 +17,7 @@
 #   bash bench/gpu.sh workers   # quick export, the CUDA server with 1, 2 and its default workers: ~4 min
 #   bash bench/gpu.sh goals     # both halves cut to one command (~9 min): greedy engine, CUDA server, loops
 #   bash bench/gpu.sh step      # after goals: the CUDA server with the step inline and on its thread: ~2 min
+#   bash bench/gpu.sh controls  # the translator's gpu tests: decoding controls and scoring on CUDA, ~5 min
 #
 # Carry: .gpu/tools, attnserve/v1 (generated gRPC code), data/translator/test.es and
 # data/translator/test.en (ignored files). The phases share /tmp/attnserve-gpu (the export,
@@ -32,6 +33,16 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader ||
 graphs=${BENCH_GPU_GRAPHS:-built}  # how the export makes the graphs: built or traced
 run() { python3 -m bench.gpu --device cuda --workdir "$work" --out "$out" --graphs "$graphs" "$@"; }
 case "$phase" in
+  controls)  # the gpu-marked tests of the translator's paths: decoding controls on the CUDA
+    # engine's search graph and static step against its own logits searched in numpy, the
+    # static batch, GQA, fp16 parity, the CUDA server (the onnxruntime package's Python
+    # tools, which the parts leave out, from .gpu/extra)
+    mkdir -p "$out"
+    if [ -d .gpu/extra/onnxruntime ]; then cp -r .gpu/extra/onnxruntime/. /tmp/site/onnxruntime/; fi
+    timeout "${BENCH_GPU_TESTS_SECONDS:-480}" python3 -m pytest -q -m gpu -p no:cacheprovider \
+      tests/test_controls.py tests/test_static_batch.py tests/test_static_step.py tests/test_gqa.py \
+      tests/parity/test_translator_parity.py tests/server/test_translation_service.py \
+      2>&1 | tee "$out/gpu-tests.log" | tail -60 || true ;;
   export) run --no-engine --no-load ;;
   engine) run --engine --no-load ;;
   load) run --no-engine --load ;;

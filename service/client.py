@@ -253,6 +253,23 @@ def translate(
     return translation_pb2_grpc.TranslationServiceStub(channel).Translate(request, timeout=timeout)
 
 
+def score(
+    channel: grpc.Channel,
+    pairs: Iterable[tuple[str, str]],
+    *,
+    model: str = "",
+    version: str = "",
+    timeout: float | None = None,
+) -> translation_pb2.ScoreResponse:
+    """One Score call: the log-probability of each (source, target) pair's target tokens."""
+    request = translation_pb2.ScoreRequest(
+        model=model,
+        version=version,
+        pairs=[translation_pb2.ScorePair(source=s, target=t) for s, t in pairs],
+    )
+    return translation_pb2_grpc.TranslationServiceStub(channel).Score(request, timeout=timeout)
+
+
 def translate_batches(
     channel: grpc.Channel,
     texts: Sequence[str],

@@ -359,11 +359,16 @@ class ModelServicer:
                 task.cancel()
             raise
 
-    async def unary(self, method: str, request, context):
+    async def unary(self, method: str, request, context, prepare=None, respond=None):
+        """A unary call: `prepare` (model, request) -> Prepared and `respond` (model,
+        prepared, results, request) -> the response are the kind's by default."""
         front = self.front
         async with self._accounted(method, request, context) as (model, labels, received):
             front.pool.check_admission()
-            prepared = await model.prepare(request, stream=False)
+            if prepare is None:
+                prepared = await model.prepare(request, stream=False)
+            else:
+                prepared = await prepare(model, request)
             keys = front.cache.keys(model, prepared)
             results = [front.cache.get(key, labels[0]) for key in keys]
             # what the cache lacks, an input repeated in the request decoded once
@@ -384,7 +389,9 @@ class ModelServicer:
                 for i, found in enumerate(results):
                     if found is None:  # a repeat of an input decoded above
                         results[i] = results[first[keys[i]]]
-            return model.response(prepared, results, request)
+            if respond is None:
+                return model.response(prepared, results, request)
+            return respond(model, prepared, results, request)
 
     async def _stream_inputs(self, method, model, prepared, request, context, labels, received):
         """A streamed request of several inputs (a text's sentences): a job each for those
@@ -455,6 +462,15 @@ class TranslationServicer(ModelServicer, translation_pb2_grpc.TranslationService
     async def TranslateStream(self, request, context):
         async for message in self.stream("TranslateStream", request, context):
             yield message
+
+    async def Score(self, request, context):
+        return await self.unary(
+            "Score",
+            request,
+            context,
+            lambda model, r: model.prepare_score(r),
+            lambda model, *args: model.score_response(*args),
+        )
 
 
 class CaptionServicer(ModelServicer, caption_pb2_grpc.CaptionServiceServicer):

@@ -37,6 +37,33 @@ def translate_ids(
     return decode(inference, len(token_ids), options, tokens.bos, tokens.eos, inputs=inputs)
 
 
+def scoring(target_ids: Sequence[list[int]], eos: int) -> tuple[DecodingOptions, InputControls]:
+    """How to score targets (token ids without `</s>`): each one's tokens and `</s>` forced,
+    one step each, the model's log-probability of each kept."""
+    forced = tuple((*ids, eos) for ids in target_ids)
+    limits = tuple(len(ids) for ids in forced)
+    options = DecodingOptions(max_length=max(limits), max_length_ratio=0.0)
+    return options, InputControls(max_lengths=limits, prefixes=forced)
+
+
+def score_ids(
+    engine: Engine,
+    source_ids: Sequence[list[int]],
+    target_ids: Sequence[list[int]],
+    max_source_length: int,
+) -> list[list[float]]:
+    """The log-probability of every target token and of its `</s>`, given its source (one
+    batch, by the same forced decode as the served Score)."""
+    src_ids, src_mask = source_batch(list(source_ids), max_source_length)
+    inference = CachedInference(engine, engine.encode(src_ids, src_mask), len(source_ids))
+    tokens = engine.special_tokens
+    options, inputs = scoring(target_ids, tokens.eos)
+    nbest = decode(
+        inference, len(source_ids), options, tokens.bos, tokens.eos, attention=False, inputs=inputs
+    )
+    return [n[0].token_log_probs for n in nbest]
+
+
 def translate_batches(
     engine: Engine,
     token_ids: Sequence[list[int]],
@@ -187,6 +214,60 @@ class TranslationModel(ServedModel):
             keys=[np.asarray(ids, np.int32).tobytes() for ids in token_ids],
             controls=input_controls(options, token_ids, prefixes),
         )
+
+    async def prepare_score(self, request) -> Prepared:
+        """A ScoreRequest's pairs as forced decodes (`scoring`), every bad field named."""
+        pairs, problems = list(request.pairs), []
+        if not pairs:
+            problems.append("pairs: at least one pair is needed")
+        if len(pairs) > requests.MAX_TEXTS:
+            problems.append(f"pairs: {len(pairs)} pairs, at most {requests.MAX_TEXTS}")
+        source_ids, target_ids = [], []
+        for i, pair in enumerate(pairs):
+            for side, limit in (("source", self.max_input_tokens), ("target", None)):
+                text = getattr(pair, side)
+                ids = self.tokenizer.encode(text) if text.strip() else []
+                field = f"pairs[{i}].{side}"
+                if not ids:
+                    problems.append(f"{field}: empty or only white space")
+                elif limit is not None and len(ids) > limit:
+                    problems.append(f"{field}: {len(ids)} tokens, at most {limit}")
+                elif limit is None and len(ids) >= self.max_output_length:
+                    problems.append(
+                        f"{field}: {len(ids)} tokens, at most {self.max_output_length - 1}"
+                    )
+                (source_ids if side == "source" else target_ids).append(ids)
+        if problems:
+            raise InvalidArgument("; ".join(problems))
+        options, controls = scoring(target_ids, self.special_tokens.eos)
+        src_ids, src_mask = source_batch(source_ids, self.max_input_tokens + 1)
+        return Prepared(
+            {"src_ids": src_ids, "src_mask": src_mask},
+            options,
+            [f"pairs[{i}]" for i in range(len(pairs))],
+            keep_log_probs=True,
+            sources=target_ids,
+            keys=[np.asarray(ids, np.int32).tobytes() for ids in source_ids],
+            controls=controls,
+        )
+
+    def score_response(self, prepared: Prepared, results, request):
+        from attnserve.v1 import translation_pb2
+
+        response = translation_pb2.ScoreResponse(
+            model=self.version.name, version=self.version.version
+        )
+        eos = self.special_tokens.eos
+        for target, nbest in zip(prepared.sources, results, strict=True):
+            log_probs = nbest[0].token_log_probs
+            total = float(np.sum(log_probs, dtype=np.float64))
+            response.scores.add(
+                tokens=self.tokenizer.pieces([*target, eos]),
+                token_log_probs=log_probs,
+                log_prob=total,
+                mean_log_prob=total / len(log_probs),
+            )
+        return response
 
     def aligned(self, h: Hypothesis, source_ids: list[int], options_message, text: str):
         """The hypothesis message (`text`: its protected items back), with its alignment

@@ -180,3 +180,33 @@ def test_fp16_graphs_on_cuda(tmp_path, method):
         growing, in_place = (translate_ids(e, sources, options, 512) for e in engines)
         same = sum(g[0].tokens == i[0].tokens for g, i in zip(growing, in_place, strict=True))
         assert same >= 30  # fp16: a near tie may go either way
+
+
+def test_scores_equal_the_pytorch_teacher_forced_log_probs(
+    exported_translator, shipped_translator, translator_data
+):
+    """Score's forced decode over the exported graphs gives, for every target token and its
+    `</s>`, the log-probability of PyTorch's teacher-forced pass over the whole target."""
+    import torch
+
+    from models.corpus import read_split
+    from service.runtime.batching import source_batch
+    from service.runtime.onnx_engine import OnnxEngine
+    from service.runtime.search import log_softmax
+    from service.runtime.tokenizer import BOS_ID, EOS_ID
+    from service.runtime.translation import score_ids
+
+    model, tokenizer = shipped_translator
+    sources, targets = read_split(translator_data, "test")
+    source_ids = tokenizer.encode_batch(list(sources[:16]))
+    target_ids = tokenizer.encode_batch(list(targets[:16]))
+    engine = OnnxEngine(exported_translator[0], "fp32")
+    scored = score_ids(engine, source_ids, target_ids, 512)
+    for source, target, got in zip(source_ids, target_ids, scored, strict=True):
+        src, mask = (torch.from_numpy(a) for a in source_batch([source], 512))
+        tgt_in = torch.tensor([[BOS_ID, *target]])
+        with torch.no_grad():
+            logits = model(src, mask, tgt_in, torch.ones_like(tgt_in)).float().numpy()[0]
+        expected = log_softmax(logits)[np.arange(len(target) + 1), [*target, EOS_ID]]
+        assert len(got) == len(target) + 1
+        np.testing.assert_allclose(got, expected, rtol=0, atol=1e-3)

@@ -7,6 +7,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import grpc
+import numpy as np
 import pytest
 from conftest import rpc_error
 
@@ -452,3 +453,30 @@ def test_decoding_controls_change_what_the_server_returns(server, tokenizer):
     assert two.text.startswith("So,") and two.text.count("So,") == 1  # the first sentence's
     garbage = "jajajajajaja qqq jajaja"
     assert len(best(garbage).tokens) <= 2 * len(tokenizer.encode(garbage)) + 10
+
+
+def test_score_gives_the_log_probability_of_each_target_token(server, tokenizer):
+    """Score's numbers are the forced decode's: the translation the server chose scores its
+    own hypothesis' log-probabilities, a worse one scores lower, bad pairs are named."""
+    text = "El gato está durmiendo en el sofá."
+    best = client.translate(server.channel, [text], timeout=60, return_log_probs=True)
+    chosen = best.translations[0].hypotheses[0]
+    wrong = "Sofa the cat sleeping is on."
+    response = client.score(server.channel, [(text, chosen.text), (text, wrong)], timeout=60)
+    right, bad = response.scores
+    assert list(right.tokens) == [*chosen.tokens, "</s>"]
+    np.testing.assert_allclose(right.token_log_probs, chosen.token_log_probs, atol=1e-4)
+    assert right.log_prob == pytest.approx(sum(right.token_log_probs), abs=1e-4)
+    assert right.mean_log_prob == pytest.approx(right.log_prob / len(right.tokens))
+    assert bad.mean_log_prob < right.mean_log_prob - 0.5
+    request = translation_pb2.ScoreRequest(
+        pairs=[
+            translation_pb2.ScorePair(source="", target="x"),
+            translation_pb2.ScorePair(source="Hola", target=" "),
+        ]
+    )
+    error = rpc_error(lambda: server.stub.Score(request, timeout=10))
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "pairs[0].source" in error.details() and "pairs[1].target" in error.details()
+    empty = rpc_error(lambda: server.stub.Score(translation_pb2.ScoreRequest(), timeout=10))
+    assert "pairs: at least one" in empty.details()
