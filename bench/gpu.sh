@@ -35,13 +35,14 @@ run() { python3 -m bench.gpu --device cuda --workdir "$work" --out "$out" --grap
 case "$phase" in
   controls)  # the gpu-marked tests of the translator's paths: decoding controls on the CUDA
     # engine's search graph and static step against its own logits searched in numpy, the
-    # static batch, GQA, fp16 parity, the CUDA server (the onnxruntime package's Python
-    # tools, which the parts leave out, from .gpu/extra)
+    # static batch, GQA, fp16 parity (the onnxruntime package's Python tools, which the
+    # parts leave out, from .gpu/extra; sentencex for Python 3.12 from .gpu/pylib)
     mkdir -p "$out"
     if [ -d .gpu/extra/onnxruntime ]; then cp -r .gpu/extra/onnxruntime/. /tmp/site/onnxruntime/; fi
+    export PYTHONPATH="$PWD/.gpu/pylib:$PYTHONPATH"
     timeout "${BENCH_GPU_TESTS_SECONDS:-480}" python3 -m pytest -q -m gpu -p no:cacheprovider \
       tests/test_controls.py tests/test_static_batch.py tests/test_static_step.py tests/test_gqa.py \
-      tests/parity/test_translator_parity.py tests/server/test_translation_service.py \
+      tests/parity/test_translator_parity.py \
       2>&1 | tee "$out/gpu-tests.log" | tail -60 || true ;;
   export) run --no-engine --no-load ;;
   engine) run --engine --no-load ;;

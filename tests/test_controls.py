@@ -72,7 +72,7 @@ def tiny(tmp_path_factory, shipped_translator):
     """A tiny random translator (its outputs repeat themselves: every control has work) and
     a few sources."""
     directory = tmp_path_factory.mktemp("repo") / "tiny" / "1"
-    _, version = built_tiny_translator(directory, shipped_translator[1], 7, ("fp32",))
+    _, version = built_tiny_translator(directory, shipped_translator[1], 7, ("fp32", "fp16"))
     rng = np.random.default_rng(1)
     vocab = int(version.config["vocab_size"])
     return version, [list(rng.integers(4, vocab, size=n)) for n in (5, 9, 3, 12)]
@@ -289,25 +289,35 @@ def test_controlled_jobs_in_a_running_batch_decode_as_alone_beside_greedy_lanes(
 @pytest.mark.gpu
 @pytest.mark.parametrize("variant", ["fp32", "fp16"])
 def test_on_cuda_every_path_decodes_controls_as_the_host_reference(tiny, variant):
-    """The CUDA engine's search graph and its static step (CUDA graphs) give the tokens of
-    the same engine's logits searched in numpy, every control on."""
+    """On CUDA, the search graph and the static step (fp16, its buckets replayed as CUDA
+    graphs) give the tokens of their own engine's logits searched in numpy, every control
+    on."""
     version, sources = tiny
-    host = OnnxEngine(version, variant, "cuda", device_search=False)
-    paths = {
-        "search graph": (OnnxEngine(version, variant, "cuda", device_search=True), None),
-        "static step": (OnnxEngine(version, variant, "cuda", cache="static"), joined),
+    pairs = {
+        "search graph": (
+            OnnxEngine(version, variant, "cuda", device_search=True),
+            OnnxEngine(version, variant, "cuda", device_search=False),
+            CachedInference,
+        )
     }
+    if variant == "fp16":  # CUDA graphs take the float16 static step
+        pairs["static step"] = (
+            OnnxEngine(version, variant, "cuda", cache="static"),
+            OnnxEngine(version, variant, "cuda", cache="static", device_search=False),
+            joined,
+        )
     inputs = InputControls(max_lengths=(20, 9, 24, 15), prefixes=((20, 21), (), (23,), ()))
     for options in (
         *CONTROLS.values(),
         DecodingOptions(max_length=MAX_LENGTH, beam_size=4, num_hypotheses=2, min_length=8),
         DecodingOptions(max_length=MAX_LENGTH, temperature=0.9, seed=2, no_repeat_ngram_size=2),
     ):
-        expected = decoded(host, sources, options, inputs)
-        for path, (engine, inference) in paths.items():
-            got = decoded(engine, sources, options, inputs, inference or CachedInference)
-            if path == "static step" and variant == "fp16":
-                continue  # another kernel's fp16 logits: checked by the parity suite
+        for path, (device, host, inference) in pairs.items():
+            assert device.device_search and not host.device_search
+            expected = decoded(host, sources, options, inputs, inference)
+            got = decoded(device, sources, options, inputs, inference)
             assert [[h.tokens for h in n] for n in got] == [
                 [h.tokens for h in n] for n in expected
             ], (path, options)
+            for prefix, nbest in zip(inputs.prefixes, got, strict=True):
+                assert all(h.tokens[: len(prefix)] == list(prefix) for h in nbest)
