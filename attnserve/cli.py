@@ -20,6 +20,7 @@ from attnserve.serving import add_repository, add_serve, repository, serve
 from models.shipped import CHECKPOINTS, SHIPPED_CAPTIONER, SHIPPED_TRANSLATOR
 from service.runtime.decoding import DecodingOptions
 from service.runtime.documents import SPLITTING
+from service.runtime.markup import FORMATS
 
 MODELS = ("translator", "captioner")
 
@@ -35,7 +36,9 @@ def default_data(model: str) -> Path:
 # Decoding defaults of the local PyTorch engine: the runtime's own, as the server's (over
 # gRPC an option not given is left to the server)
 TORCH_DECODING = {
-    ("n_best" if f.name == "num_hypotheses" else f.name): f.default for f in fields(DecodingOptions)
+    ("n_best" if f.name == "num_hypotheses" else f.name): f.default
+    for f in fields(DecodingOptions)
+    if f.name != "suppress"  # words, tokenized by the server
 }
 TRANSLATE_TIMEOUT = 60.0  # seconds, the default deadline of a translate call
 CAPTION_TIMEOUT = 120.0  # seconds, the default deadline of each caption call (64 images at most)
@@ -55,6 +58,9 @@ GRPC_ONLY = (
     "tls_cert",
     "tls_key",
     "token_file",
+    "target_prefix",
+    "suppress",
+    "text_format",
 )
 CAPTION_GRPC_ONLY = (
     "server",
@@ -90,6 +96,32 @@ def _decoding_arguments(parser: argparse.ArgumentParser, defaults: dict | None) 
         "--top-p", type=float, default=default("top_p"), help="nucleus sampling mass"
     )
     parser.add_argument("--seed", type=int, help="sampling seed")
+    controls = parser.add_argument_group("decoding controls")
+    controls.add_argument("--target-prefix", help="the output starts with this text")
+    controls.add_argument(
+        "--min-length", type=int, default=default("min_length"), help="tokens before </s>"
+    )
+    controls.add_argument(
+        "--no-repeat-ngram-size",
+        type=int,
+        default=default("no_repeat_ngram_size"),
+        help="no n-gram of this many tokens twice",
+    )
+    controls.add_argument(
+        "--repetition-penalty",
+        type=float,
+        default=default("repetition_penalty"),
+        help="above 1: tokens already produced are less likely",
+    )
+    controls.add_argument(
+        "--suppress", action="append", metavar="WORDS", help="never produce these (repeatable)"
+    )
+    controls.add_argument(
+        "--max-length-ratio",
+        type=float,
+        default=default("max_length_ratio"),
+        help="a text's output at most ratio x its tokens + 10 steps (0: max length alone)",
+    )
 
 
 def _seconds(text: str) -> float:
@@ -276,6 +308,12 @@ def _add_translate(commands) -> None:
         help="where the server cuts a text into inputs decoded apart (default: sentences, and "
         "line breaks)",
     )
+    parser.add_argument(
+        "--text-format",
+        choices=FORMATS,
+        default=FORMATS[0],
+        help="html, xml: the markup is kept and only the text between it translated",
+    )
     parser.add_argument("--output", type=Path, help="write the translations here, one a line")
     parser.add_argument(
         "--concurrency", type=int, default=4, help="calls in flight (64 texts a call)"
@@ -372,6 +410,47 @@ def _add_health(commands) -> None:
     )
 
 
+def _add_score(commands) -> None:
+    parser = commands.add_parser(
+        "score",
+        help="the log-probability of given translations (over gRPC)",
+        description="Reads SOURCE<TAB>TARGET pairs, one a line, from --input or stdin and "
+        "prints each pair's mean and total log-probability (MEAN<TAB>TOTAL), or the whole "
+        "response with --json.",
+    )
+    _server_arguments(parser, TRANSLATE_TIMEOUT)
+    parser.add_argument("--input", type=Path, help="pairs, one a line (default: stdin)")
+    parser.add_argument("--model", default="", help="model name (default: the server's)")
+    parser.add_argument("--model-version", default="", help="model version (default: newest)")
+    parser.add_argument("--json", action="store_true", help="the response as JSON")
+
+
+def _score(channel, args: argparse.Namespace) -> int:
+    from service import client
+
+    lines = args.input.read_text(encoding="utf-8") if args.input else sys.stdin.read()
+    pairs = []
+    for number, line in enumerate(lines.splitlines(), 1):
+        if line.strip():
+            source, tab, target = line.partition("\t")
+            if not tab:
+                raise _Failure(f"line {number}: SOURCE<TAB>TARGET expected")
+            pairs.append((source, target))
+    response = client.score(
+        channel,
+        pairs,
+        model=args.model,
+        version=args.model_version,
+        timeout=args.timeout or TRANSLATE_TIMEOUT,
+    )
+    if args.json:
+        print(_as_json(response))
+        return 0
+    for score in response.scores:
+        print(f"{score.mean_log_prob:.4f}\t{score.log_prob:.4f}")
+    return 0
+
+
 def _add_export(commands) -> None:
     parser = commands.add_parser(
         "export", help="export to ONNX, prove parity, write a model repository"
@@ -424,6 +503,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_parity,
         add_serve,
         _add_health,
+        _add_score,
         _add_caption,
         add_repository,
     ):
@@ -510,6 +590,12 @@ def _request_options(args: argparse.Namespace, return_alignment: bool):
         seed=args.seed,
         return_log_probs=args.json,
         return_alignment=return_alignment,
+        target_prefix=args.target_prefix or "",
+        min_length=args.min_length,
+        no_repeat_ngram_size=args.no_repeat_ngram_size,
+        repetition_penalty=args.repetition_penalty,
+        suppress=args.suppress or (),
+        max_length_ratio=args.max_length_ratio,
     )
 
 
@@ -621,7 +707,11 @@ def _translate_stream(channel, args: argparse.Namespace, texts: list[str], optio
 
 def _translate_call(args: argparse.Namespace, options) -> dict:
     """`_call`'s keywords and where the server cuts the texts."""
-    return {**_call(args, options), "sentence_splitting": args.sentence_splitting}
+    return {
+        **_call(args, options),
+        "sentence_splitting": args.sentence_splitting,
+        "text_format": args.text_format,
+    }
 
 
 def _call(args: argparse.Namespace, options, timeout: float = TRANSLATE_TIMEOUT) -> dict:
@@ -893,6 +983,8 @@ def main(argv: list[str] | None = None) -> int:
             return _client_call(_translate, args)
     if args.command == "health":
         return _client_call(_health, args)
+    if args.command == "score":
+        return _client_call(_score, args)
     if args.command == "serve":
         return serve(args)
     if args.command == "repository":

@@ -80,6 +80,10 @@ def decoding_options(args: Namespace, max_length_limit: int, n_best: int = 1) ->
         top_k=args.top_k,
         top_p=args.top_p,
         seed=args.seed,
+        min_length=args.min_length,
+        no_repeat_ngram_size=args.no_repeat_ngram_size,
+        repetition_penalty=args.repetition_penalty,
+        max_length_ratio=args.max_length_ratio,
     )
     options.validate(max_length_limit)
     return options

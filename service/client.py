@@ -215,6 +215,18 @@ def document_parts(text: str, most: int = MAX_TEXT_CHARS) -> list[str]:
     return [*parts, rest] if rest else parts
 
 
+def format_value(name: str) -> int:
+    """The TextFormat value of "plain", "html" or "xml"."""
+    values = {
+        "plain": translation_pb2.TEXT_FORMAT_PLAIN,
+        "html": translation_pb2.TEXT_FORMAT_HTML,
+        "xml": translation_pb2.TEXT_FORMAT_XML,
+    }
+    if name not in values:
+        raise ValueError(f"text_format must be one of {', '.join(values)}, not {name!r}")
+    return values[name]
+
+
 def splitting_value(name: str) -> int:
     """The SentenceSplitting value of "sentences", "lines" or "none"."""
     values = splitting_values()
@@ -233,6 +245,7 @@ def translate(
     options: decoding_pb2.DecodingOptions | None = None,
     timeout: float | None = None,
     sentence_splitting: str = "sentences",
+    text_format: str = "plain",
     **decoding,
 ) -> translation_pb2.TranslateResponse:
     """One Translate call. Decoding is either `options` (a message) or the keywords of
@@ -249,6 +262,7 @@ def translate(
         utf8_texts=list(utf8_texts),
         options=_options(options, decoding),
         sentence_splitting=splitting_value(sentence_splitting),
+        text_format=format_value(text_format),
     )
     return translation_pb2_grpc.TranslationServiceStub(channel).Translate(request, timeout=timeout)
 
@@ -282,6 +296,7 @@ def translate_batches(
     options: decoding_pb2.DecodingOptions | None = None,
     timeout: float | None = None,
     sentence_splitting: str = "sentences",
+    text_format: str = "plain",
     **decoding,
 ) -> translation_pb2.TranslateResponse:
     """Any number of texts, sent `batch_size` at a time (`timeout` per call), `concurrency`
@@ -299,6 +314,7 @@ def translate_batches(
             options=options,
             timeout=timeout,
             sentence_splitting=sentence_splitting,
+            text_format=text_format,
         )
 
     merged = translation_pb2.TranslateResponse()
@@ -349,6 +365,7 @@ def translate_stream(
     options: decoding_pb2.DecodingOptions | None = None,
     timeout: float | None = None,
     sentence_splitting: str = "sentences",
+    text_format: str = "plain",
     **decoding,
 ) -> Iterator[translation_pb2.TranslateStreamResponse]:
     """The TranslateStream events of one text (bytes are sent as `utf8_text`): a `partial`
@@ -359,6 +376,7 @@ def translate_stream(
         version=version,
         options=_options(options, decoding),
         sentence_splitting=splitting_value(sentence_splitting),
+        text_format=format_value(text_format),
     )
     if isinstance(text, bytes):
         request.utf8_text = text

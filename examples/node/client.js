@@ -4,6 +4,9 @@
 //
 //   node client.js [--target HOST:PORT] translate TEXT...   one English line per Spanish text
 //   node client.js [--target HOST:PORT] caption IMAGE...    one caption per image file
+//   node client.js [--target HOST:PORT] score SOURCE TARGET...  each pair's mean log-probability
+// translate also takes, before the command: --html (the texts are HTML: markup kept),
+// --prefix TEXT (each translation starts with it), --suppress WORDS (never produced; repeatable).
 //
 // The target defaults to 127.0.0.1:50051. When ATTNSERVE_TOKEN is set, every call carries
 // `authorization: Bearer TOKEN`, the metadata the server checks when it has tokens.
@@ -23,7 +26,9 @@ const DEFAULT_TARGET = '127.0.0.1:50051';
 const TRANSLATE_DEADLINE_S = 60; // as the Python CLI's default deadlines
 const CAPTION_DEADLINE_S = 120;
 const MAX_RECEIVE_BYTES = 64 * 1024 * 1024; // alignments and attention maps can exceed 4 MB
-const USAGE = 'usage: node client.js [--target HOST:PORT] translate TEXT... | caption IMAGE...';
+const USAGE =
+  'usage: node client.js [--target HOST:PORT] [--html] [--prefix TEXT] [--suppress WORDS]... ' +
+  'translate TEXT... | caption IMAGE... | score SOURCE TARGET...';
 
 // The package attnserve.v1 as JavaScript constructors. keepCase keeps the proto's
 // snake_case names (token_counts, not tokenCounts); longs as strings, since a uint64
@@ -40,18 +45,27 @@ function loadContract() {
 // --target HOST:PORT (or --target=HOST:PORT) before the command; the rest are its inputs.
 function parseArgs(argv) {
   let target = DEFAULT_TARGET;
+  const translation = { html: false, prefix: '', suppress: [] };
   const rest = [...argv];
   while (rest.length > 0 && rest[0].startsWith('--')) {
     const flag = rest.shift();
     if (flag === '--target' && rest.length > 0) target = rest.shift();
     else if (flag.startsWith('--target=')) target = flag.slice('--target='.length);
+    else if (flag === '--html') translation.html = true;
+    else if (flag === '--prefix' && rest.length > 0) translation.prefix = rest.shift();
+    else if (flag === '--suppress' && rest.length > 0) translation.suppress.push(rest.shift());
     else if (flag === '--') break;
     else throw new UsageError(`unknown option ${flag}`);
   }
   const [command, ...inputs] = rest;
-  if (!['translate', 'caption'].includes(command)) throw new UsageError('translate or caption?');
+  if (!['translate', 'caption', 'score'].includes(command)) {
+    throw new UsageError('translate, caption or score?');
+  }
   if (inputs.length === 0) throw new UsageError(`${command} needs at least one input`);
-  return { target, command, inputs };
+  if (command === 'score' && inputs.length % 2 !== 0) {
+    throw new UsageError('score takes SOURCE TARGET pairs');
+  }
+  return { target, command, inputs, translation };
 }
 
 // A wrong command line (showUsage) or an unreadable image file: exit status 2.
@@ -87,18 +101,34 @@ function printBest(results) {
 }
 
 async function main(argv) {
-  const { target, command, inputs } = parseArgs(argv);
+  const { target, command, inputs, translation } = parseArgs(argv);
   const v1 = loadContract();
   const credentials = grpc.credentials.createInsecure(); // plaintext, as the default server
   const options = { 'grpc.max_receive_message_length': MAX_RECEIVE_BYTES };
   if (command === 'translate') {
     const client = new v1.TranslationService(target, credentials, options);
     try {
-      // All texts in one request (the server takes up to 1,000); an empty options message
-      // leaves every decoding option to the server.
-      const request = { texts: inputs, options: {} };
+      // All texts in one request (the server takes up to 1,000); options not given are
+      // left to the server.
+      const request = {
+        texts: inputs,
+        options: { target_prefix: translation.prefix, suppress: translation.suppress },
+        text_format: translation.html ? 'TEXT_FORMAT_HTML' : 'TEXT_FORMAT_PLAIN',
+      };
       const response = await unary(client, 'Translate', request, TRANSLATE_DEADLINE_S);
       printBest(response.translations);
+    } finally {
+      client.close();
+    }
+  } else if (command === 'score') {
+    const client = new v1.TranslationService(target, credentials, options);
+    try {
+      const pairs = [];
+      for (let i = 0; i < inputs.length; i += 2) {
+        pairs.push({ source: inputs[i], target: inputs[i + 1] });
+      }
+      const response = await unary(client, 'Score', { pairs }, TRANSLATE_DEADLINE_S);
+      for (const score of response.scores) console.log(score.mean_log_prob.toFixed(4));
     } finally {
       client.close();
     }

@@ -2,7 +2,8 @@
 
 URLs, e-mail addresses, code in backticks, placeholders of format strings (`%s`, `%1$d`,
 `{name}`, `{0}`, `$VAR`, `${VAR}`), numbers and dates in digits, and runs of emoji and other
-symbols are each replaced by a marker the translator copies through ("ZZ1", "ZZ2", ...: the
+symbols (and, in HTML or XML, inline tags and entity references: service.runtime.markup)
+are each replaced by a marker the translator copies through ("ZZ1", "ZZ2", ...: the
 shipped translator gives such a token back unchanged where it gives "__1__" back broken;
 `python -m bench.preservation` measures it), and the marker in the translation is replaced
 by the item again, exactly. A marker the translation lost is put back at the end of the
@@ -15,6 +16,8 @@ import re
 import unicodedata
 from dataclasses import dataclass
 
+from service.runtime.markup import ENTITY, TAG
+
 KINDS = {  # earlier kinds win where two would match at one place
     "url": r"\b(?:https?://|www\.)[^\s<>\"'`]*[^\s<>\"'`.,;:!?)\]}»]",
     "email": r"\b[\w.+-]+@[\w-]+(?:\.[\w-]+)*\.[A-Za-z]{2,}\b",
@@ -24,7 +27,12 @@ KINDS = {  # earlier kinds win where two would match at one place
     "number": r"(?<![\w.,])\d+(?:[.,:/-]\d+)*(?![\w])",
 }
 PATTERN = re.compile("|".join(f"(?P<{name}>{pattern})" for name, pattern in KINDS.items()))
+MARKUP = {"tag": TAG, "entity": ENTITY}  # a text in HTML or XML: before the others
+MARKUP_PATTERN = re.compile(
+    "|".join(f"(?P<{name}>{pattern})" for name, pattern in {**MARKUP, **KINDS}.items())
+)
 MARKER = "ZZ{}"
+_FRAGMENT = re.compile(r"(?<![A-Za-z])Z+\d+(?!\d)")
 _FINAL = re.compile(r"[.!?…:;»\"')\]]*\s*$")
 
 
@@ -45,6 +53,8 @@ class Item:
     kind: str
     text: str
     marker: str
+    space_before: bool = True  # white space (or the sentence's edge) before it in the source
+    space_after: bool = True
 
 
 @dataclass(frozen=True)
@@ -60,6 +70,9 @@ class Masked:
         loses a marker it is in the middle of, and is not given the ones still to come."""
         if partial:
             translation = re.sub(r"\s*\bZ{2,}\d*$", "", translation)
+        # a marker the model broke ("Z3" for "ZZ3") is dropped; its item comes back below
+        known = {item.marker for item in self.items} | set(self.text.split())
+        translation = _FRAGMENT.sub(lambda m: m.group() if m.group() in known else "", translation)
         for item in self.items:
             found = [m.start() for m in _found(item.marker).finditer(translation)]
             if not found and partial:
@@ -71,14 +84,39 @@ class Masked:
             else:  # a marker repeated by the model: its first place only
                 for start in reversed(found[1:]):
                     translation = translation[:start] + translation[start + len(item.marker) :]
-        for item in self.items:
-            translation = _found(item.marker).sub(lambda _, i=item: i.text, translation)
-        return re.sub(r"  +", " ", translation)
+        return re.sub(r"  +", " ", self._put_back(translation))
+
+    def _put_back(self, translation: str) -> str:
+        """Every marker replaced by its item; tags in their source order at the places the
+        markers of tags hold (so they nest as in the source), without the white space the
+        markers of markup were given where the source had none."""
+        found = sorted(
+            (m.start(), m.end(), item)
+            for item in self.items
+            for m in _found(item.marker).finditer(translation)
+        )
+        tags = iter([item for item in self.items if item.kind == "tag"])
+        parts, cursor = [], 0
+        for start, end, item in found:
+            if item.kind == "tag":
+                item = next(tags)
+            before = translation[cursor:start]
+            markup = item.kind in MARKUP  # its markers' padding is not the source's
+            if markup and not item.space_before:
+                before = before.rstrip()
+            parts += [before, item.text]
+            cursor = end
+            if markup and not item.space_after:
+                rest = translation[cursor:]
+                cursor += len(rest) - len(rest.lstrip())
+        parts.append(translation[cursor:])
+        return "".join(parts)
 
 
-def _spans(text: str) -> list[tuple[str, int, int]]:
+def _spans(text: str, markup: bool = False) -> list[tuple[str, int, int]]:
     """(kind, start, end) of every protected item, in order, without overlaps."""
-    spans = [(m.lastgroup, m.start(), m.end()) for m in PATTERN.finditer(text)]
+    pattern = MARKUP_PATTERN if markup else PATTERN
+    spans = [(m.lastgroup, m.start(), m.end()) for m in pattern.finditer(text)]
     taken = [False] * len(text)
     for _, start, end in spans:
         taken[start:end] = [True] * (end - start)
@@ -97,9 +135,10 @@ def _spans(text: str) -> list[tuple[str, int, int]]:
     return sorted(spans, key=lambda s: s[1])
 
 
-def mask(text: str) -> Masked:
-    """The sentence with each protected item replaced by a marker no word of it contains."""
-    spans = _spans(text)
+def mask(text: str, markup: bool = False) -> Masked:
+    """The sentence with each protected item replaced by a marker no word of it contains;
+    `markup`: the sentence is in HTML or XML (its inline tags and entities are items)."""
+    spans = _spans(text, markup)
     if not spans:
         return Masked(text, ())
     base = MARKER
@@ -108,7 +147,9 @@ def mask(text: str) -> Masked:
     parts, items, cursor = [], [], 0
     for number, (kind, start, end) in enumerate(spans, 1):
         marker = base.format(number)
-        items.append(Item(kind, text[start:end], marker))
+        space_before = start == 0 or text[start - 1].isspace()
+        space_after = end == len(text) or text[end].isspace()
+        items.append(Item(kind, text[start:end], marker, space_before, space_after))
         # a marker never touches a letter or a digit, so that it stays a word of its own
         before = " " if start > 0 and text[start - 1].isalnum() else ""
         after = " " if end < len(text) and text[end].isalnum() else ""

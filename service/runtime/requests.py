@@ -108,6 +108,21 @@ def _suppressed(message, tokenize, problems: list[str]) -> tuple[tuple[int, ...]
     return tuple(dict.fromkeys(sequences))
 
 
+def text_format(request) -> str:
+    """What the request's texts are written in (markup.FORMATS); unset is "plain"."""
+    from attnserve.v1 import translation_pb2
+
+    names = {
+        translation_pb2.TEXT_FORMAT_UNSPECIFIED: "plain",
+        translation_pb2.TEXT_FORMAT_PLAIN: "plain",
+        translation_pb2.TEXT_FORMAT_HTML: "html",
+        translation_pb2.TEXT_FORMAT_XML: "xml",
+    }
+    if request.text_format not in names:
+        raise InvalidArgument(f"text_format: unknown value {request.text_format}")
+    return names[request.text_format]
+
+
 def decoding_options(
     message, max_length_limit: int, default_max_length: int, tokenize=None
 ) -> DecodingOptions:

@@ -3,6 +3,7 @@ pipeline in process over any `Engine`."""
 
 from __future__ import annotations
 
+import html
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -12,10 +13,11 @@ from service.runtime import requests
 from service.runtime.batching import source_batch
 from service.runtime.controls import InputControls, length_limit
 from service.runtime.decoding import DecodingOptions, Hypothesis, decode
-from service.runtime.documents import Document, split_text
+from service.runtime.documents import Document
 from service.runtime.errors import InvalidArgument
 from service.runtime.inference import CachedInference, Engine, Inference
 from service.runtime.kinds import Prepared, ServedModel
+from service.runtime.markup import split_markup
 from service.runtime.protect import Masked, mask
 from service.runtime.tokenizer import Tokenizer
 
@@ -109,16 +111,19 @@ def translate_documents(
     max_source_length: int,
     splitting: str = "sentences",
     batch_size: int = 32,
+    text_format: str = "plain",
 ) -> list[str]:
     """The best translation of every text, cut into sentences (`splitting`), its protected
-    items taken out and put back, and put back together as the server does."""
-    documents = [split_text(text, splitting) for text in texts]
-    masked = [mask(s) for d in documents for s in d.sentence_texts()]
-    sentences = [m.text for m in masked]
-    nbest = translate_texts(engine, tokenizer, sentences, options, max_source_length, batch_size)
-    best = iter(
-        m.restore(tokenizer.decode(n[0].tokens)) for m, n in zip(masked, nbest, strict=True)
+    items (and markup, in `text_format`) taken out and put back, and put back together as
+    the server does."""
+    documents = [split_markup(text, splitting, text_format) for text in texts]
+    markup = text_format != "plain"
+    masked = [mask(s, markup) for d in documents for s in d.sentence_texts()]
+    nbest = translate_texts(
+        engine, tokenizer, [m.text for m in masked], options, max_source_length, batch_size
     )
+    sources = Sources([], documents, masked, markup)
+    best = iter(sources.text(tokenizer, i, n[0].tokens) for i, n in enumerate(nbest))
     return [d.join([next(best) for _ in d.sentences])[0] for d in documents]
 
 
@@ -154,10 +159,15 @@ class Sources:
     token_ids: list[list[int]]
     documents: list[Document]
     masked: list[Masked]
+    markup: bool = False  # the texts are HTML or XML: the translations' own text escaped
 
-    def text(self, tokenizer: Tokenizer, index: int, h: Hypothesis) -> str:
-        """Sentence `index`'s translation by `h`, its protected items put back."""
-        return self.masked[index].restore(tokenizer.decode(h.tokens))
+    def text(self, tokenizer: Tokenizer, index: int, tokens: list[int], partial=False) -> str:
+        """Sentence `index`'s translation of `tokens`, its protected items put back (a
+        `partial` one: a stream's, still growing)."""
+        text = tokenizer.decode(tokens)
+        if self.markup:
+            text = html.escape(text, quote=False)
+        return self.masked[index].restore(text, partial=partial)
 
 
 class TranslationModel(ServedModel):
@@ -185,14 +195,16 @@ class TranslationModel(ServedModel):
             text_fields = [f"texts[{i}]" for i in range(len(request.texts))]
             text_fields += [f"utf8_texts[{i}]" for i in range(len(request.utf8_texts))]
         splitting = requests.sentence_splitting(request)
+        text_format = requests.text_format(request)
+        markup = text_format != "plain"
         prefix = requests.target_prefix(request.options, self.tokenizer.encode, options.max_length)
-        documents = [split_text(text, splitting) for text in texts]
+        documents = [split_markup(text, splitting, text_format) for text in texts]
         fields, masked, firsts = [], [], []
         for field, document in zip(text_fields, documents, strict=True):
             many = len(document.sentences) > 1
             for k, sentence in enumerate(document.sentence_texts()):
                 fields.append(f"{field} sentence {k + 1}" if many else field)
-                masked.append(mask(sentence))
+                masked.append(mask(sentence, markup))
                 firsts.append(k == 0)
         token_ids = self.tokenizer.encode_batch([m.text for m in masked])
         problems = [
@@ -210,7 +222,7 @@ class TranslationModel(ServedModel):
             fields,
             keep_alignment=request.options.return_alignment,
             keep_log_probs=request.options.return_log_probs,
-            sources=Sources(token_ids, documents, masked),
+            sources=Sources(token_ids, documents, masked, markup),
             keys=[np.asarray(ids, np.int32).tobytes() for ids in token_ids],
             controls=input_controls(options, token_ids, prefixes),
         )
@@ -325,7 +337,7 @@ class TranslationModel(ServedModel):
             ranked = results[first : first + count]
 
             def texts(i: int, h: Hypothesis, offset: int = first) -> str:
-                return sources.text(self.tokenizer, offset + i, h)
+                return sources.text(self.tokenizer, offset + i, h.tokens)
 
             first += count
             translation = response.translations.add()
@@ -366,7 +378,9 @@ class TranslationModel(ServedModel):
         sources: Sources = prepared.sources
         (document,) = sources.documents
         best = [r[0] for r in results]
-        text, _ = document.join([sources.text(self.tokenizer, i, h) for i, h in enumerate(best)])
+        text, _ = document.join(
+            [sources.text(self.tokenizer, i, h.tokens) for i, h in enumerate(best)]
+        )
         partial = translation_pb2.PartialHypothesis(
             text=text,
             tokens=[p for h in best for p in self.tokenizer.pieces(h.tokens)],
@@ -377,9 +391,8 @@ class TranslationModel(ServedModel):
     def partial(self, prepared: Prepared, tokens: list[int], steps: int):
         from attnserve.v1 import translation_pb2
 
-        (masked,) = prepared.sources.masked
         partial = translation_pb2.PartialHypothesis(
-            text=masked.restore(self.tokenizer.decode(tokens), partial=True),
+            text=prepared.sources.text(self.tokenizer, 0, tokens, partial=True),
             tokens=self.tokenizer.pieces(tokens),
             steps=steps,
         )

@@ -56,6 +56,27 @@ def test_node_translations_are_the_python_clients(server):
     assert done.stderr == ""
 
 
+def test_node_controls_html_and_scores_are_the_python_clients(server):
+    page = "<p>El gato está <b>durmiendo</b>.</p>"
+    expected = (
+        client.translate(
+            server.channel, [page], timeout=CALL_TIMEOUT, text_format="html", target_prefix="The"
+        )
+        .translations[0]
+        .hypotheses[0]
+        .text
+    )
+    assert expected.startswith("<p>The") and "<b>" in expected
+    done = node_client("--target", server.address, "--html", "--prefix", "The", "translate", page)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"{expected}\n"
+    pair = (SENTENCES[0], "I am from Canada.")
+    score = client.score(server.channel, [pair], timeout=CALL_TIMEOUT).scores[0]
+    done = node_client("--target", server.address, "score", *pair)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"{score.mean_log_prob:.4f}\n"
+
+
 def test_node_caption_is_the_python_clients(server):
     expected = client.caption(server.channel, SCENE.read_bytes(), timeout=CALL_TIMEOUT)
     (caption,) = expected.captions

@@ -480,3 +480,26 @@ def test_score_gives_the_log_probability_of_each_target_token(server, tokenizer)
     assert "pairs[0].source" in error.details() and "pairs[1].target" in error.details()
     empty = rpc_error(lambda: server.stub.Score(translation_pb2.ScoreRequest(), timeout=10))
     assert "pairs: at least one" in empty.details()
+
+
+def test_html_comes_back_with_its_markup_and_only_its_text_translated(server):
+    from service.runtime.markup import well_formed
+
+    page = (
+        '<p>El gato está <b>durmiendo</b> en el <a href="/sofa?a=1&amp;b=2">sofá</a>.</p>\n'
+        "<ul><li>Hola &amp; adiós</li><li>Buenos días.</li></ul><!-- no tocar. -->"
+    )
+    response = client.translate(server.channel, [page], timeout=60, text_format="html")
+    text = response.translations[0].hypotheses[0].text
+    assert well_formed(text), text
+    for kept in ('<a href="/sofa?a=1&amp;b=2">', "<b>", "</b>", "&amp;", "<!-- no tocar. -->"):
+        assert kept in text, (kept, text)
+    assert text.startswith("<p>") and "</p>\n<ul><li>" in text and text.endswith("-->")
+    assert "cat" in text and "gato" not in text
+    plain = client.translate(server.channel, [page], timeout=60).translations[0]
+    assert plain.hypotheses[0].text != text  # as plain text the markup is words
+    streamed = list(client.translate_stream(server.channel, page, timeout=60, text_format="html"))
+    assert streamed[-1].result.translations[0].hypotheses[0].text == text
+    bad = translation_pb2.TranslateRequest(texts=["Hola."], text_format=9)
+    error = rpc_error(lambda: server.stub.Translate(bad, timeout=10))
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT and "text_format" in error.details()

@@ -1,0 +1,74 @@
+"""Texts in HTML and XML (service.runtime.markup, protect's tag and entity items): the
+markup is kept exactly, sentences never cross a block, tags nest as in the source."""
+
+from __future__ import annotations
+
+import pytest
+
+from service.runtime.markup import blanked, split_markup, well_formed
+from service.runtime.protect import mask
+
+PAGE = (
+    "<p>Pulsa <b>Guardar</b> para salir. El gato duerme.</p>\n<ul><li>Uno</li><li>Dos &amp; "
+    'tres</li></ul><!-- no. traducir. --><script>var a = "Hola. Adiós.";</script>'
+)
+
+
+def test_blanking_keeps_every_offset_and_cuts_at_blocks():
+    flat = blanked(PAGE, "html")
+    assert len(flat) == len(PAGE)
+    assert "Guardar" in flat and "<b>" not in flat and "Hola" not in flat
+
+
+def test_sentences_stay_inside_blocks_and_markup_outside_them_is_layout():
+    document = split_markup(PAGE, "sentences", "html")
+    assert document.sentence_texts() == [
+        "Pulsa <b>Guardar</b> para salir.",
+        "El gato duerme.",
+        "Uno",
+        "Dos &amp; tres",
+    ]
+    text, _ = document.join(["A.", "B.", "C", "D"])
+    assert text.startswith("<p>A. B.</p>\n<ul><li>C</li><li>D</li></ul><!-- no. traducir. -->")
+    assert text.endswith('<script>var a = "Hola. Adiós.";</script>')
+
+
+def test_xml_tags_are_all_inline_and_plain_text_is_untouched():
+    xml = "<doc><t>Hola mundo.</t> <t>Adiós.</t></doc>"
+    assert split_markup(xml, "sentences", "xml").sentence_texts() == ["Hola mundo.", "Adiós."]
+    plain = "Visita <b>esto</b>. Fin."
+    assert split_markup(plain, "sentences", "plain").sentence_texts() == [
+        "Visita <b>esto</b>.",
+        "Fin.",
+    ]
+
+
+def test_inline_tags_come_back_around_the_marked_words_without_added_space():
+    masked = mask('Pulsa <a href="/x?a=1&amp;b=2">Guardar</a> y &laquo;salir&raquo;.', True)
+    assert "<a" not in masked.text and "&" not in masked.text
+    assert [i.kind for i in masked.items] == ["tag", "tag", "entity", "entity"]
+    out = masked.restore("Press ZZ1 Save ZZ2 and ZZ3 exit ZZ4.")
+    assert out == 'Press <a href="/x?a=1&amp;b=2">Save</a> and &laquo;exit&raquo;.'
+
+
+@pytest.mark.parametrize(
+    "translation",
+    [
+        "ZZ3 ZZ4 ZZ1 Save ZZ2 file.",  # reordered
+        "Save the file.",  # every marker lost
+        "ZZ4 Save ZZ3 ZZ2 ZZ1 file.",  # reversed
+        "ZZ1 ZZ1 Save ZZ2 ZZ3 ZZ4 file ZZ2.",  # repeated
+    ],
+)
+def test_tags_nest_as_in_the_source_whatever_the_model_does_with_their_markers(translation):
+    masked = mask("<b>Guardar</b> el <i><em>archivo</em></i>.", True)
+    out = masked.restore(translation)
+    assert well_formed(out), out
+    for tag in ("<b>", "</b>", "<i>", "<em>", "</em>", "</i>"):
+        assert out.count(tag) == 1, out
+
+
+def test_well_formed_reads_nesting_void_elements_and_self_closed_tags():
+    assert well_formed('<p>a <b>b <i>c</i></b><br><img src="x"/></p>')
+    assert not well_formed("<b><i>x</b></i>")
+    assert not well_formed("<b>x")
