@@ -311,8 +311,8 @@ def _add_translate(commands) -> None:
     parser.add_argument(
         "--text-format",
         choices=FORMATS,
-        default=FORMATS[0],
-        help="html, xml: the markup is kept and only the text between it translated",
+        help="html, xml: the markup is kept and only the text between it translated "
+        "(default: plain)",
     )
     parser.add_argument("--output", type=Path, help="write the translations here, one a line")
     parser.add_argument(
@@ -710,7 +710,7 @@ def _translate_call(args: argparse.Namespace, options) -> dict:
     return {
         **_call(args, options),
         "sentence_splitting": args.sentence_splitting,
-        "text_format": args.text_format,
+        "text_format": args.text_format or FORMATS[0],
     }
 
 

@@ -22,11 +22,13 @@ def test_buf_lint_is_clean():
 def test_translation_service_methods():
     service = translation_pb2.DESCRIPTOR.services_by_name["TranslationService"]
     methods = service.methods_by_name
-    assert set(methods) == {"Translate", "TranslateStream"}
+    assert set(methods) == {"Translate", "TranslateStream", "Score"}
     assert methods["Translate"].output_type.name == "TranslateResponse"
     assert not methods["Translate"].server_streaming
     assert methods["TranslateStream"].server_streaming
     assert not methods["TranslateStream"].client_streaming
+    assert methods["Score"].output_type.name == "ScoreResponse"
+    assert not methods["Score"].server_streaming
 
 
 def test_every_decoding_option_round_trips():
