@@ -61,6 +61,7 @@ GRPC_ONLY = (
     "target_prefix",
     "suppress",
     "text_format",
+    "glossary",
 )
 CAPTION_GRPC_ONLY = (
     "server",
@@ -313,6 +314,11 @@ def _add_translate(commands) -> None:
         choices=FORMATS,
         help="html, xml: the markup is kept and only the text between it translated "
         "(default: plain)",
+    )
+    parser.add_argument(
+        "--glossary",
+        type=Path,
+        help="SOURCE<TAB>TARGET terms, one a line: each source term found is translated as given",
     )
     parser.add_argument("--output", type=Path, help="write the translations here, one a line")
     parser.add_argument(
@@ -711,7 +717,26 @@ def _translate_call(args: argparse.Namespace, options) -> dict:
         **_call(args, options),
         "sentence_splitting": args.sentence_splitting,
         "text_format": args.text_format or FORMATS[0],
+        "glossary": _glossary(args.glossary),
     }
+
+
+def _glossary(path: Path | None) -> list[tuple[str, str]]:
+    """The terms of a glossary file (none without one)."""
+    if path is None:
+        return []
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as error:
+        raise _Failure(f"--glossary: {error}") from error
+    terms = []
+    for number, line in enumerate(lines, 1):
+        if line.strip():
+            source, tab, target = line.partition("\t")
+            if not tab:
+                raise _Failure(f"--glossary line {number}: SOURCE<TAB>TARGET expected")
+            terms.append((source, target))
+    return terms
 
 
 def _call(args: argparse.Namespace, options, timeout: float = TRANSLATE_TIMEOUT) -> dict:

@@ -215,6 +215,14 @@ def document_parts(text: str, most: int = MAX_TEXT_CHARS) -> list[str]:
     return [*parts, rest] if rest else parts
 
 
+def glossary_entries(
+    glossary: dict[str, str] | Iterable[tuple[str, str]],
+) -> list[translation_pb2.GlossaryEntry]:
+    """GlossaryEntry messages of {source: target} or (source, target) pairs."""
+    pairs = glossary.items() if isinstance(glossary, dict) else glossary
+    return [translation_pb2.GlossaryEntry(source=s, target=t) for s, t in pairs]
+
+
 def format_value(name: str) -> int:
     """The TextFormat value of "plain", "html" or "xml"."""
     values = {
@@ -246,6 +254,7 @@ def translate(
     timeout: float | None = None,
     sentence_splitting: str = "sentences",
     text_format: str = "plain",
+    glossary: dict[str, str] | Iterable[tuple[str, str]] = (),
     **decoding,
 ) -> translation_pb2.TranslateResponse:
     """One Translate call. Decoding is either `options` (a message) or the keywords of
@@ -263,6 +272,7 @@ def translate(
         options=_options(options, decoding),
         sentence_splitting=splitting_value(sentence_splitting),
         text_format=format_value(text_format),
+        glossary=glossary_entries(glossary),
     )
     return translation_pb2_grpc.TranslationServiceStub(channel).Translate(request, timeout=timeout)
 
@@ -297,6 +307,7 @@ def translate_batches(
     timeout: float | None = None,
     sentence_splitting: str = "sentences",
     text_format: str = "plain",
+    glossary: dict[str, str] | Iterable[tuple[str, str]] = (),
     **decoding,
 ) -> translation_pb2.TranslateResponse:
     """Any number of texts, sent `batch_size` at a time (`timeout` per call), `concurrency`
@@ -315,6 +326,7 @@ def translate_batches(
             timeout=timeout,
             sentence_splitting=sentence_splitting,
             text_format=text_format,
+            glossary=glossary,
         )
 
     merged = translation_pb2.TranslateResponse()
@@ -366,6 +378,7 @@ def translate_stream(
     timeout: float | None = None,
     sentence_splitting: str = "sentences",
     text_format: str = "plain",
+    glossary: dict[str, str] | Iterable[tuple[str, str]] = (),
     **decoding,
 ) -> Iterator[translation_pb2.TranslateStreamResponse]:
     """The TranslateStream events of one text (bytes are sent as `utf8_text`): a `partial`
@@ -377,6 +390,7 @@ def translate_stream(
         options=_options(options, decoding),
         sentence_splitting=splitting_value(sentence_splitting),
         text_format=format_value(text_format),
+        glossary=glossary_entries(glossary),
     )
     if isinstance(text, bytes):
         request.utf8_text = text

@@ -16,6 +16,7 @@ import re
 import unicodedata
 from dataclasses import dataclass
 
+from service.runtime.glossary import Found, Term, find_terms
 from service.runtime.markup import ENTITY, TAG
 
 KINDS = {  # earlier kinds win where two would match at one place
@@ -55,6 +56,7 @@ class Item:
     marker: str
     space_before: bool = True  # white space (or the sentence's edge) before it in the source
     space_after: bool = True
+    entry: int = -1  # a term: its glossary entry (its text is the target term)
 
 
 @dataclass(frozen=True)
@@ -135,10 +137,21 @@ def _spans(text: str, markup: bool = False) -> list[tuple[str, int, int]]:
     return sorted(spans, key=lambda s: s[1])
 
 
-def mask(text: str, markup: bool = False) -> Masked:
+def mask(text: str, markup: bool = False, terms: tuple[Term, ...] = ()) -> Masked:
     """The sentence with each protected item replaced by a marker no word of it contains;
-    `markup`: the sentence is in HTML or XML (its inline tags and entities are items)."""
+    `markup`: the sentence is in HTML or XML (its inline tags and entities are items);
+    `terms`: a glossary, each place a term is found an item whose text is its target."""
     spans = _spans(text, markup)
+    replaced: dict[int, Found] = {}
+    if terms:  # outside every other item
+        taken = [False] * len(text)
+        for _, start, end in spans:
+            taken[start:end] = [True] * (end - start)
+        for found in find_terms(text, terms):
+            if not any(taken[found.start : found.end]):
+                replaced[found.start] = found
+                spans.append(("term", found.start, found.end))
+        spans.sort(key=lambda s: s[1])
     if not spans:
         return Masked(text, ())
     base = MARKER
@@ -149,7 +162,17 @@ def mask(text: str, markup: bool = False) -> Masked:
         marker = base.format(number)
         space_before = start == 0 or text[start - 1].isspace()
         space_after = end == len(text) or text[end].isspace()
-        items.append(Item(kind, text[start:end], marker, space_before, space_after))
+        term = replaced.get(start) if kind == "term" else None
+        items.append(
+            Item(
+                kind,
+                text[start:end] if term is None else term.text,
+                marker,
+                space_before,
+                space_after,
+                -1 if term is None else term.entry,
+            )
+        )
         # a marker never touches a letter or a digit, so that it stays a word of its own
         before = " " if start > 0 and text[start - 1].isalnum() else ""
         after = " " if end < len(text) and text[end].isalnum() else ""

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from service.runtime import requests
+from service.runtime import glossary, requests
 from service.runtime.batching import source_batch
 from service.runtime.controls import InputControls, length_limit
 from service.runtime.decoding import DecodingOptions, Hypothesis, decode
@@ -112,13 +112,14 @@ def translate_documents(
     splitting: str = "sentences",
     batch_size: int = 32,
     text_format: str = "plain",
+    terms: tuple[glossary.Term, ...] = (),
 ) -> list[str]:
     """The best translation of every text, cut into sentences (`splitting`), its protected
-    items (and markup, in `text_format`) taken out and put back, and put back together as
-    the server does."""
+    items (and markup, in `text_format`; the glossary's `terms`) taken out and put back, and
+    put back together as the server does."""
     documents = [split_markup(text, splitting, text_format) for text in texts]
     markup = text_format != "plain"
-    masked = [mask(s, markup) for d in documents for s in d.sentence_texts()]
+    masked = [mask(s, markup, terms) for d in documents for s in d.sentence_texts()]
     nbest = translate_texts(
         engine, tokenizer, [m.text for m in masked], options, max_source_length, batch_size
     )
@@ -196,6 +197,9 @@ class TranslationModel(ServedModel):
             text_fields += [f"utf8_texts[{i}]" for i in range(len(request.utf8_texts))]
         splitting = requests.sentence_splitting(request)
         text_format = requests.text_format(request)
+        terms, problems = glossary.checked(request.glossary)
+        if problems:
+            raise InvalidArgument("; ".join(problems))
         markup = text_format != "plain"
         prefix = requests.target_prefix(request.options, self.tokenizer.encode, options.max_length)
         documents = [split_markup(text, splitting, text_format) for text in texts]
@@ -204,7 +208,7 @@ class TranslationModel(ServedModel):
             many = len(document.sentences) > 1
             for k, sentence in enumerate(document.sentence_texts()):
                 fields.append(f"{field} sentence {k + 1}" if many else field)
-                masked.append(mask(sentence, markup))
+                masked.append(mask(sentence, markup, terms))
                 firsts.append(k == 0)
         token_ids = self.tokenizer.encode_batch([m.text for m in masked])
         problems = [
@@ -363,6 +367,13 @@ class TranslationModel(ServedModel):
                     and nbest[0].alignment is not None
                 ):
                     self._fill_alignment(span.alignment, nbest[0], source)
+            applied = {
+                item.entry
+                for m in sources.masked[first - count : first]
+                for item in m.items
+                if item.entry >= 0
+            }
+            translation.glossary_applied.extend(sorted(applied))
             counts = translation.token_counts
             counts.input_tokens = sum(len(i) + 1 for i in ids)
             counts.output_tokens = sum(len(h.tokens) for r in ranked for h in r)

@@ -503,3 +503,18 @@ def test_html_comes_back_with_its_markup_and_only_its_text_translated(server):
     bad = translation_pb2.TranslateRequest(texts=["Hola."], text_format=9)
     error = rpc_error(lambda: server.stub.Translate(bad, timeout=10))
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT and "text_format" in error.details()
+
+
+def test_a_glossary_puts_its_terms_in_the_translation_and_reports_them(server):
+    texts = ["Cambia tu contraseña cada mes.", "El gato duerme."]
+    glossary = {"contraseña": "passphrase", "perro": "hound"}
+    response = client.translate(server.channel, texts, timeout=60, glossary=glossary)
+    changed, untouched = response.translations
+    assert "passphrase" in changed.hypotheses[0].text
+    assert list(changed.glossary_applied) == [0] and list(untouched.glossary_applied) == []
+    bad = translation_pb2.TranslateRequest(
+        texts=["Hola."], glossary=[translation_pb2.GlossaryEntry(source="", target="x")]
+    )
+    error = rpc_error(lambda: server.stub.Translate(bad, timeout=10))
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "glossary[0].source" in error.details()

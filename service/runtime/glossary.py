@@ -1,0 +1,82 @@
+"""Terminology: a request's glossary (source term -> target term) enforced in its translation.
+
+A source term is found in a sentence case-insensitively, at word boundaries, its last word
+also with a plural ending ("contraseña" finds "Contraseñas"). Each place found is a protected
+item of the kind "term" (service.runtime.protect): a marker goes through the model, and the
+target term takes its place, with the found form's capital first letter and plural ending
+("Contraseñas" with "contraseña" -> "passphrase" gives "Passphrases"). Longer terms are found
+first, and a term never overlaps another protected item. So a term found is always in the
+translation, exactly as given; the response says which entries were applied.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+MAX_TERMS = 256  # glossary entries in one request
+MAX_TERM_WORDS = 8  # words of one source or target term
+_PLURAL = "(?P<plural>e?s)?"
+
+
+@dataclass(frozen=True)
+class Term:
+    source: str
+    target: str
+
+    def pattern(self) -> re.Pattern:
+        words = [re.escape(w) for w in self.source.split()]
+        body = r"\s+".join(words)
+        return re.compile(rf"(?<!\w){body}{_PLURAL}(?!\w)", re.IGNORECASE)
+
+    def rendered(self, found: re.Match) -> str:
+        """The target term in the form the source was found in."""
+        target = self.target
+        if found.group("plural") and " " not in target and not target.endswith("s"):
+            target += "s"
+        if found.group()[0].isupper() and target[0].islower():
+            target = target[0].upper() + target[1:]
+        return target
+
+
+@dataclass(frozen=True)
+class Found:
+    start: int
+    end: int
+    text: str  # the target term as it replaces the found source
+    entry: int  # its glossary entry
+
+
+def find_terms(text: str, terms: tuple[Term, ...]) -> list[Found]:
+    """Every place a term is found in `text`, longer terms first, none overlapping, in text
+    order."""
+    taken = [False] * len(text)
+    found = []
+    order = sorted(range(len(terms)), key=lambda i: -len(terms[i].source))
+    for entry in order:
+        term = terms[entry]
+        for match in term.pattern().finditer(text):
+            if any(taken[match.start() : match.end()]):
+                continue
+            taken[match.start() : match.end()] = [True] * (match.end() - match.start())
+            found.append(Found(match.start(), match.end(), term.rendered(match), entry))
+    return sorted(found, key=lambda f: f.start)
+
+
+def checked(entries) -> tuple[tuple[Term, ...], list[str]]:
+    """The terms of a request's glossary entries (messages with `source` and `target`) and
+    the problems of the bad ones, each named."""
+    terms, problems = [], []
+    if len(entries) > MAX_TERMS:
+        problems.append(f"glossary: {len(entries)} entries, at most {MAX_TERMS}")
+    for i, entry in enumerate(entries):
+        for side in ("source", "target"):
+            value = getattr(entry, side)
+            if not value.strip():
+                problems.append(f"glossary[{i}].{side}: empty or only white space")
+            elif len(value.split()) > MAX_TERM_WORDS:
+                problems.append(
+                    f"glossary[{i}].{side}: {len(value.split())} words, at most {MAX_TERM_WORDS}"
+                )
+        terms.append(Term(entry.source.strip(), entry.target.strip()))
+    return tuple(terms), problems
