@@ -346,8 +346,14 @@ class TranslationModel(ServedModel):
             first += count
             translation = response.translations.add()
             if count == 1:
+                whole = texts
+                if sources.markup:  # the markup around the one sentence
+
+                    def whole(i: int, h: Hypothesis, d: Document = document) -> str:
+                        return d.join([texts(i, h)])[0]
+
                 translation.hypotheses.extend(
-                    self.aligned(h, ids[0], request.options, texts(0, h)) for h in ranked[0]
+                    self.aligned(h, ids[0], request.options, whole(0, h)) for h in ranked[0]
                 )
             else:
                 translation.hypotheses.extend(self.joined(document, ranked, texts, request.options))
@@ -402,8 +408,12 @@ class TranslationModel(ServedModel):
     def partial(self, prepared: Prepared, tokens: list[int], steps: int):
         from attnserve.v1 import translation_pb2
 
+        sources: Sources = prepared.sources
+        text = sources.text(self.tokenizer, 0, tokens, partial=True)
+        if sources.markup:  # the markup around the one sentence
+            text = sources.documents[0].join([text])[0]
         partial = translation_pb2.PartialHypothesis(
-            text=prepared.sources.text(self.tokenizer, 0, tokens, partial=True),
+            text=text,
             tokens=self.tokenizer.pieces(tokens),
             steps=steps,
         )

@@ -518,3 +518,13 @@ def test_a_glossary_puts_its_terms_in_the_translation_and_reports_them(server):
     error = rpc_error(lambda: server.stub.Translate(bad, timeout=10))
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "glossary[0].source" in error.details()
+
+
+def test_html_of_one_sentence_keeps_the_markup_around_it(server):
+    page = "<p>El gato está <b>durmiendo</b>.</p>"
+    response = client.translate(server.channel, [page], timeout=60, text_format="html")
+    text = response.translations[0].hypotheses[0].text
+    assert text.startswith("<p>") and text.endswith("</p>") and "<b>" in text, text
+    events = list(client.translate_stream(server.channel, page, timeout=60, text_format="html"))
+    assert all(e.partial.text.startswith("<p>") for e in events[:-1])
+    assert events[-1].result.translations[0].hypotheses[0].text == text
