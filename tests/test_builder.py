@@ -142,7 +142,7 @@ def test_the_lean_step_runs_when_no_alignment_is_kept_and_decodes_the_same(built
         assert summary["max_abs"][prefix + "lean_decoder.log_probs"] < 1e-4
     sources = random_sources(model.config.vocab_size, [2, 9, 30])
     for beam in (1, 3):
-        options = DecodingOptions(beam_size=beam, max_length=16)
+        options = DecodingOptions(beam_size=beam, max_length=16, max_length_ratio=0.0)
         engine = OnnxEngine(version, variant, io_binding=beam == 3, cache=cache)
         aligned = translate_ids(engine, sources, options, 512)
         engine.decoder, engine.lean_decoder = (

@@ -121,7 +121,8 @@ def test_greedy_output_and_scores_match_pytorch(tmp_path):
     model_dir = convert(checkpoint, tmp_path / "ct2")
     model, tokenizer = load_checkpoint(checkpoint)
     sources = _sources(tokenizer.vocab_size)
-    options = DecodingOptions(beam_size=1, max_length=MAX_LENGTH)
+    # CTranslate2 bounds an output by max_length alone
+    options = DecodingOptions(beam_size=1, max_length=MAX_LENGTH, max_length_ratio=0.0)
     ours = translate_ids(TorchEngine(model), sources, options, model.config.max_length)
     theirs = _ct2_greedy(model_dir, [tokenizer.pieces(s) for s in sources])
     ids = {piece: i for i, piece in enumerate(tokenizer.vocabulary())}

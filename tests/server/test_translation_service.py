@@ -27,7 +27,13 @@ SEARCHES = {
 }
 # long enough that a request lasts seconds unless something stops it: 4 texts x 16 samples,
 # temperature 5 (almost never `</s>`), up to 500 steps
-LONG = {"temperature": 5.0, "num_hypotheses": 16, "max_length": 500, "seed": 3}
+LONG = {
+    "temperature": 5.0,
+    "num_hypotheses": 16,
+    "max_length": 500,
+    "seed": 3,
+    "max_length_ratio": 0.0,  # 500 steps whatever the input's length
+}
 LONG_TEXTS = ["Yo soy de Canadá.", "¿Me puedes traer un tenedor?", "Dios es amor.", "Hola."]
 
 
