@@ -18,6 +18,7 @@
 #   bash bench/gpu.sh goals     # both halves cut to one command (~9 min): greedy engine, CUDA server, loops
 #   bash bench/gpu.sh step      # after goals: the CUDA server with the step inline and on its thread: ~2 min
 #   bash bench/gpu.sh controls  # the translator's gpu tests: decoding controls and scoring on CUDA, ~5 min
+#   bash bench/gpu.sh controls-cost  # quick export, then bench.controls at 256 rows (fp16): ~4 min
 #
 # Carry: .gpu/tools, attnserve/v1 (generated gRPC code), data/translator/test.es and
 # data/translator/test.en (ignored files). The phases share /tmp/attnserve-gpu (the export,
@@ -44,6 +45,14 @@ case "$phase" in
       tests/test_controls.py tests/test_static_batch.py tests/test_static_step.py tests/test_gqa.py \
       tests/parity/test_translator_parity.py \
       2>&1 | tee "$out/gpu-tests.log" | tail -60 || true ;;
+  controls-cost)  # what rows with decoding controls cost the greedy rows beside them
+    mkdir -p "$out"
+    export PYTHONPATH="$PWD/.gpu/pylib:$PYTHONPATH"
+    if [ -d .gpu/extra/onnxruntime ]; then cp -r .gpu/extra/onnxruntime/. /tmp/site/onnxruntime/; fi
+    run --quick --no-engine --no-load
+    python3 -m bench.controls --repository "$work/repository/translator/1" --device cuda \
+      --variant fp16 --rows 256 --jobs 2048 --every 16 --rounds 2 --json \
+      | tee "$out/benchmarks-controls-cuda.json" ;;
   export) run --no-engine --no-load ;;
   engine) run --engine --no-load ;;
   load) run --no-engine --load ;;
