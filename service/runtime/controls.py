@@ -72,6 +72,16 @@ class Controls:
             or (inputs is not None and inputs.forced)
         )
 
+    def rows(self, items: list[int], histories: list[list[int]]) -> dict[int, RowControl]:
+        """The controls of rows decoding `items` that produced `histories`, by row (only
+        the rows a control changes)."""
+        controls = {}
+        for row, (item, history) in enumerate(zip(items, histories, strict=True)):
+            control = self.row(item, history)
+            if control is not None:
+                controls[row] = control
+        return controls
+
     def row(self, item: int, history: list[int]) -> RowControl | None:
         """The control of a row of input `item` that produced `history` (None: nothing
         changes its logits at this step)."""

@@ -263,12 +263,9 @@ class GreedySearch(Search):
     def row_controls(self) -> dict[int, RowControl]:
         if self.controls is None:
             return {}
-        rows, copies, controls = self.hypotheses, self.copies, {}
-        for row, h in enumerate(self.active.tolist()):
-            control = self.controls.row(h // copies, rows[h].tokens)
-            if control is not None:
-                controls[row] = control
-        return controls
+        active = self.active.tolist()
+        histories = [self.hypotheses[h].tokens for h in active]
+        return self.controls.rows([h // self.copies for h in active], histories)
 
     def results(self) -> list[list[Hypothesis]]:
         penalty = self.options.length_penalty
@@ -574,13 +571,7 @@ class BeamSearch(Search):
     def row_controls(self) -> dict[int, RowControl]:
         if self.controls is None:
             return {}
-        items = np.repeat(self.active, self.beam).tolist()
-        controls = {}
-        for row, (item, history) in enumerate(zip(items, self.row_tokens, strict=True)):
-            control = self.controls.row(item, history)
-            if control is not None:
-                controls[row] = control
-        return controls
+        return self.controls.rows(np.repeat(self.active, self.beam).tolist(), self.row_tokens)
 
     def _trace(self, last: int, rows: np.ndarray):
         """Tokens (R, last + 1), their log-probabilities and the steps' cross-attention (a list,

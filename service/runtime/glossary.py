@@ -13,10 +13,19 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 MAX_TERMS = 256  # glossary entries in one request
 MAX_TERM_WORDS = 8  # words of one source or target term
 _PLURAL = "(?P<plural>e?s)?"
+
+
+@lru_cache(maxsize=4096)  # bounded: the terms come from requests
+def _pattern(source: str) -> re.Pattern:
+    """A source term found at word boundaries, in any case, its last word also plural (each
+    term compiled once, not once a sentence)."""
+    body = r"\s+".join(re.escape(w) for w in source.split())
+    return re.compile(rf"(?<!\w){body}{_PLURAL}(?!\w)", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -25,9 +34,7 @@ class Term:
     target: str
 
     def pattern(self) -> re.Pattern:
-        words = [re.escape(w) for w in self.source.split()]
-        body = r"\s+".join(words)
-        return re.compile(rf"(?<!\w){body}{_PLURAL}(?!\w)", re.IGNORECASE)
+        return _pattern(self.source)
 
     def rendered(self, found: re.Match) -> str:
         """The target term in the form the source was found in."""
