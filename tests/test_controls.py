@@ -20,6 +20,7 @@ from service.runtime.inference import CachedInference
 from service.runtime.onnx_engine import OnnxEngine
 from service.runtime.search import RowControl, SearchRequest, controlled, log_softmax
 from service.runtime.tokenizer import BOS_ID, EOS_ID, Tokenizer
+from service.runtime.translation import score_ids
 
 MAX_LENGTH = 24
 
@@ -321,3 +322,23 @@ def test_on_cuda_every_path_decodes_controls_as_the_host_reference(tiny, variant
             ], (path, options)
             for prefix, nbest in zip(inputs.prefixes, got, strict=True):
                 assert all(h.tokens[: len(prefix)] == list(prefix) for h in nbest)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", ["fp32", "fp16"])
+def test_on_cuda_score_gives_the_cpu_engines_log_probabilities(tiny, variant):
+    """Score's forced decode on the CUDA engine (its search graph on) keeps the log-probability
+    of each forced token as the CPU engine of the same graphs does."""
+    version, sources = tiny
+    cpu = OnnxEngine(version, variant, "cpu")
+    cuda = OnnxEngine(version, variant, "cuda", device_search=True)
+    options = DecodingOptions(max_length=MAX_LENGTH)
+    targets = [h[0].tokens for h in decoded(cpu, sources, options)]
+    targets += [t[::-1] for t in targets]  # scrambled: forced tokens the model would not pick
+    both = sources + sources
+    expected = score_ids(cpu, both, targets, 512)
+    got = score_ids(cuda, both, targets, 512)
+    bound = 1e-3 if variant == "fp32" else 5e-2
+    for target, want, have in zip(targets, expected, got, strict=True):
+        assert len(have) == len(target) + 1  # its tokens and `</s>`
+        np.testing.assert_allclose(have, want, atol=bound, rtol=0)
