@@ -303,25 +303,13 @@ def _write(out: Path, name: str, pairs: list[tuple[str, str]]) -> None:
         (out / f"{name}.{language}").write_text(text, encoding="utf-8")
 
 
-def build_catalog_data(out: Path, cache: Path = CACHE, roles: dict[str, str] = PACKAGES) -> dict:
-    """Writes `catalogs.{es,en}` (training pairs), `synthetic.{es,en}` (back-translated
-    fortunes, WordNet examples and Ding's sentences, models.backtranslation),
-    `lexicon.{es,en}` (Apertium's dictionary words, models.lexicon), `phrases.{es,en}`
-    (everyday patterns filled with them, models.phrasebook), `expressions.{es,en}` (everyday
-    expressions with CLDR's country and language names, models.expressions),
-    `test-modern.{es,en}` and `test-everyday.{es,en}` into `out`; returns the counts (also
-    in `catalogs.json`)."""
-    import json
-    import shutil
-
-    from models import backtranslation
-    from models.cldr import CLDR, cldr_pairs, display_name_pairs
-    from models.expressions import LANGUAGE_CODES, expression_pairs
+def catalog_parts(cache: Path = CACHE, roles: dict[str, str] = PACKAGES):
+    """(training pairs, modern test pairs, stats, extra training pairs by source) of the
+    packages' catalogs, CLDR's names and Firefox's strings: the part of the build that the
+    modern test part needs (models.commands, bench.glossary)."""
+    from models.cldr import CLDR, cldr_pairs
     from models.fluent import ARCHIVES, ENGLISH, SPANISH, firefox_pairs
-    from models.lexicon import BILINGUAL, dictionary_entries
-    from models.phrasebook import common_words, phrase_pairs
 
-    out.mkdir(parents=True, exist_ok=True)
     trees = {package: fetch(package, cache) for package in roles}
     extra = {"unicode-cldr-core": cldr_pairs()} if (CLDR / "main" / "es.xml").exists() else {}
     firefox = CatalogStats()  # Firefox's Fluent strings, cleaned as the catalogs are
@@ -335,6 +323,28 @@ def build_catalog_data(out: Path, cache: Path = CACHE, roles: dict[str, str] = P
     stats.entries[ENGLISH] = firefox.entries.get(ENGLISH, 0)
     for reason, count in firefox.dropped.items():
         stats.dropped[reason] = stats.dropped.get(reason, 0) + count
+    return train, modern, stats, extra
+
+
+def build_catalog_data(out: Path, cache: Path = CACHE, roles: dict[str, str] = PACKAGES) -> dict:
+    """Writes `catalogs.{es,en}` (training pairs), `synthetic.{es,en}` (back-translated
+    fortunes, WordNet examples and Ding's sentences, models.backtranslation),
+    `lexicon.{es,en}` (Apertium's dictionary words, models.lexicon), `phrases.{es,en}`
+    (everyday patterns filled with them, models.phrasebook), `expressions.{es,en}` (everyday
+    expressions with CLDR's country and language names, models.expressions),
+    `test-modern.{es,en}` and `test-everyday.{es,en}` into `out`; returns the counts (also
+    in `catalogs.json`)."""
+    import json
+    import shutil
+
+    from models import backtranslation
+    from models.cldr import CLDR, display_name_pairs
+    from models.expressions import LANGUAGE_CODES, expression_pairs
+    from models.lexicon import BILINGUAL, dictionary_entries
+    from models.phrasebook import common_words, phrase_pairs
+
+    out.mkdir(parents=True, exist_ok=True)
+    train, modern, stats, extra = catalog_parts(cache, roles)
     _write(out, "catalogs", train)
     _write(out, "test-modern", modern)
     spanish, english = read_everyday()
