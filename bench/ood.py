@@ -4,9 +4,11 @@ The set is built here, by rule: garbage (random letters and digits), runs of sym
 punctuation, control characters among words, one-word inputs, and one word repeated, 40 of
 each kind (200). Each is translated by the shipped translator in process as the server
 translates a text (split into sentences, protected items taken out, greedy, the default
-`max_length_ratio`), then without the length bound, then with `no_repeat_ngram_size` 3.
-Counted per input: an output longer than 2 x its input's tokens + 10, and a 3-gram of tokens
-repeated three times in an output.
+`max_length_ratio`, a loop cut where it starts), then without the length bound (and so
+without the cut), then with `no_repeat_ngram_size` 3.
+Counted per input: an output longer than 2 x its input's tokens + 10, a 3-gram of tokens
+repeated three times in an output, and among those, the outputs whose input repeats a 3-gram
+three times too (a translation of one word repeated is that word repeated).
 
     python -m bench.ood [--json]
 """
@@ -60,16 +62,22 @@ def measure(translate, tokenizer) -> dict:
     report: dict = {}
     for kind, texts in inputs().items():
         outputs = translate(texts)
-        long = loops = 0
+        long = loops = faithful = 0
         worst = []
         for text, (source, output) in zip(texts, outputs, strict=True):
             too_long = len(output) > 2 * len(source) + 10
             looping = repeated_trigram(output)
             long += too_long
             loops += looping
+            faithful += looping and repeated_trigram(source)
             if too_long or looping:
                 worst.append({"input": text, "output": tokenizer.decode(output)})
-        report[kind] = {"inputs": len(texts), "too_long": long, "repeated_3gram": loops}
+        report[kind] = {
+            "inputs": len(texts),
+            "too_long": long,
+            "repeated_3gram": loops,
+            "source_repeats_it": faithful,
+        }
         report[kind]["examples"] = worst[:3]
     return report
 
@@ -86,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     from service.runtime.decoding import DecodingOptions
     from service.runtime.documents import split_text
     from service.runtime.protect import mask
-    from service.runtime.translation import translate_texts
+    from service.runtime.translation import loops_cut, translate_batches
 
     model, tokenizer = load_checkpoint(SHIPPED_TRANSLATOR)
     engine = TorchEngine(model)
@@ -95,14 +103,16 @@ def main(argv: list[str] | None = None) -> int:
         def translate(texts: list[str]) -> list[tuple[list[int], list[int]]]:
             """(source tokens, output tokens) of each text's sentences, joined."""
             sentences = [[mask(s).text for s in split_text(t).sentence_texts()] for t in texts]
-            flat = [s for each in sentences for s in each]
-            nbest = iter(translate_texts(engine, tokenizer, flat, options, 512, 64))
+            flat = tokenizer.encode_batch([s for each in sentences for s in each])
+            decoded = translate_batches(engine, flat, options, 512, 64)
+            nbest = iter(zip(flat, loops_cut(decoded, flat, options), strict=True))
             pairs = []
             for each in sentences:
                 source, output = [], []
-                for sentence in each:
-                    source += tokenizer.encode(sentence)
-                    output += next(nbest)[0].tokens
+                for _ in each:
+                    ids, hypotheses = next(nbest)
+                    source += ids
+                    output += hypotheses[0].tokens
                 pairs.append((source, output))
             return pairs
 
@@ -126,7 +136,8 @@ def main(argv: list[str] | None = None) -> int:
         for kind, counts in kinds.items():
             print(
                 f"  {kind}: {counts['inputs']} inputs, {counts['too_long']} too long, "
-                f"{counts['repeated_3gram']} with a 3-gram three times"
+                f"{counts['repeated_3gram']} with a 3-gram three times "
+                f"({counts['source_repeats_it']} of them where the input repeats one too)"
             )
     return 0
 

@@ -48,3 +48,37 @@ def test_bad_entries_are_named():
         "glossary[1].target: 9 words, at most 8",
     ]
     assert terms[1] == Term("a", "b b b b b b b b b")
+
+
+def test_a_sentence_with_terms_goes_without_them_too_and_its_own_translation_wins_if_it_uses_them():
+    from service.runtime.documents import split_text
+    from service.runtime.tokenizer import Tokenizer
+    from service.runtime.translation import Sources, with_alternatives
+
+    sentences = ["Cambia tu contraseña en https://x.es", "Hola", "Dos contraseñas"]
+    masked, alternatives = with_alternatives([mask(s, terms=TERMS) for s in sentences])
+    assert alternatives == {0: 3, 2: 4}
+    assert masked[3].text == mask(sentences[0]).text and "contraseña" in masked[3].text
+    assert masked[1].plain is None and [i.kind for i in masked[3].items] == ["url"]
+    assert masked[0].terms_used("Change your passphrase") and not masked[0].terms_used("pass")
+    assert masked[2].terms_used("Two passphrases") and not masked[2].terms_used("passphrase")
+
+    class Words(Tokenizer):  # a hypothesis' tokens are indices into a word list
+        def __init__(self, words):
+            self.words = words
+
+        def decode(self, ids):
+            return " ".join(self.words[i] for i in ids)
+
+    words = Words(["Change", "your", "passphrase", "password"])
+    documents = [split_text(s, "none") for s in sentences]
+    sources = Sources([[1]] * 5, documents, masked, False, alternatives)
+
+    def nbest(ids):
+        return [SimpleNamespace(tokens=ids)]
+
+    own_uses = [nbest([0, 1]), nbest([0]), nbest([0]), nbest([0, 1, 2]), nbest([0])]
+    assert sources.chosen(words, own_uses) == [3, 1, 2]  # "passphrase" was its own word
+    own_misses = [nbest([0, 1]), nbest([0]), nbest([0]), nbest([0, 1, 3]), nbest([0])]
+    assert sources.chosen(words, own_misses) == [0, 1, 2]  # "password": the markers' one
+    assert sources.chosen(words, own_uses[:2]) == [0, 1]  # a stream's first sentences

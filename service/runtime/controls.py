@@ -14,11 +14,16 @@ engine and path decodes a controlled row by the same numpy reference.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from service.runtime.search import RowControl
+
+if TYPE_CHECKING:
+    from service.runtime.decoding import Hypothesis
 
 LENGTH_MARGIN = 10  # steps allowed beyond max_length_ratio x the input's tokens
 _NONE = np.zeros(0, dtype=np.int64)
@@ -110,3 +115,47 @@ class Controls:
         else:
             banned_tokens = self.always
         return RowControl(penalized, self.penalty, banned_tokens, forced)
+
+
+LOOP_NGRAM = 3  # a loop: one n-gram of this many tokens ...
+LOOP_TIMES = 3  # ... this many times ...
+LOOP_SPAN = 8 * LOOP_NGRAM  # ... its occurrences within this many tokens
+
+
+def loop_start(tokens: Sequence[int], source: Sequence[int]) -> int | None:
+    """Where an output starts to loop: the start of the LOOP_TIMES-th occurrence of one
+    n-gram of LOOP_NGRAM tokens within LOOP_SPAN tokens; None where it does not, or where the
+    source itself repeats an n-gram that often (a translation of repeated words repeats them
+    too)."""
+    if _first_loop(source) is not None:
+        return None
+    return _first_loop(tokens)
+
+
+def _first_loop(tokens: Sequence[int]) -> int | None:
+    seen: dict[tuple[int, ...], list[int]] = {}
+    for i in range(len(tokens) - LOOP_NGRAM + 1):
+        starts = seen.setdefault(tuple(tokens[i : i + LOOP_NGRAM]), [])
+        starts.append(i)
+        if len(starts) >= LOOP_TIMES and i - starts[-LOOP_TIMES] < LOOP_SPAN:
+            return i
+    return None
+
+
+def without_loop(h: Hypothesis, source: Sequence[int], length_penalty: float) -> Hypothesis:
+    """The hypothesis cut where it starts to loop (`loop_start`), unfinished: its tokens,
+    log-probabilities and attention rows up to there; itself where it does not loop."""
+    cut = loop_start(h.tokens, source)
+    if cut is None:
+        return h
+    log_probs = h.token_log_probs[:cut]
+    total = float(np.sum(log_probs, dtype=np.float64))
+    return replace(
+        h,
+        tokens=h.tokens[:cut],
+        log_prob=total,
+        score=total / max(cut, 1) ** length_penalty,
+        token_log_probs=log_probs,
+        alignment=None if h.alignment is None else h.alignment[:cut],
+        finished=False,
+    )

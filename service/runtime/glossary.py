@@ -28,6 +28,11 @@ def _pattern(source: str) -> re.Pattern:
     return re.compile(rf"(?<!\w){body}{_PLURAL}(?!\w)", re.IGNORECASE)
 
 
+def used(target: str, translation: str) -> bool:
+    """Whether a translation holds a target term (any case, its last word also plural)."""
+    return _pattern(target).search(translation) is not None
+
+
 @dataclass(frozen=True)
 class Term:
     source: str

@@ -16,6 +16,7 @@ import re
 import unicodedata
 from dataclasses import dataclass
 
+from service.runtime import glossary
 from service.runtime.glossary import Found, Term, find_terms
 from service.runtime.markup import ENTITY, TAG
 
@@ -65,6 +66,14 @@ class Masked:
 
     text: str
     items: tuple[Item, ...]
+    plain: Masked | None = None  # with glossary terms: the sentence masked without them
+
+    def terms_used(self, translation: str) -> bool:
+        """Whether a translation holds every glossary term's target as this sentence's
+        markers would put it (any case; the plural where the source's was)."""
+        return all(
+            glossary.used(item.text, translation) for item in self.items if item.entry >= 0
+        )
 
     def restore(self, translation: str, partial: bool = False) -> str:
         """The translation with every marker replaced by its item, each item exactly once.
@@ -179,4 +188,5 @@ def mask(text: str, markup: bool = False, terms: tuple[Term, ...] = ()) -> Maske
         parts += [text[cursor:start], before, marker, after]
         cursor = end
     parts.append(text[cursor:])
-    return Masked("".join(parts), tuple(items))
+    plain = mask(text, markup) if replaced else None
+    return Masked("".join(parts), tuple(items), plain)

@@ -6,12 +6,13 @@ from __future__ import annotations
 import html
 from collections.abc import Sequence
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 
 import numpy as np
 
 from service.runtime import glossary, requests
 from service.runtime.batching import source_batch
-from service.runtime.controls import InputControls, length_limit
+from service.runtime.controls import InputControls, length_limit, without_loop
 from service.runtime.decoding import DecodingOptions, Hypothesis, decode
 from service.runtime.documents import Document
 from service.runtime.errors import InvalidArgument
@@ -103,6 +104,21 @@ def translate_texts(
     return translate_batches(engine, token_ids, options, max_source_length, batch_size)
 
 
+def loops_cut(
+    results: Sequence[list[Hypothesis]], token_ids: Sequence[list[int]], options: DecodingOptions
+) -> list[list[Hypothesis]]:
+    """Each input's hypotheses cut where they start to loop (controls.loop_start), when the
+    length bound is on (the default): the bound ends a loop near the input's length, the cut
+    where it began."""
+    if options.max_length_ratio <= 0:
+        return list(results)
+    penalty = options.length_penalty
+    return [
+        [without_loop(h, ids, penalty) for h in nbest]
+        for nbest, ids in zip(results, token_ids, strict=False)  # a stream's first sentences
+    ]
+
+
 def translate_documents(
     engine: Engine,
     tokenizer: Tokenizer,
@@ -113,19 +129,45 @@ def translate_documents(
     batch_size: int = 32,
     text_format: str = "plain",
     terms: tuple[glossary.Term, ...] = (),
+    glossaries: Sequence[tuple[glossary.Term, ...]] | None = None,
 ) -> list[str]:
     """The best translation of every text, cut into sentences (`splitting`), its protected
-    items (and markup, in `text_format`; the glossary's `terms`) taken out and put back, and
-    put back together as the server does."""
+    items (and markup, in `text_format`; the glossary's `terms`, or each text's own of
+    `glossaries`) taken out and put back, and put back together as the server does."""
     documents = [split_markup(text, splitting, text_format) for text in texts]
     markup = text_format != "plain"
-    masked = [mask(s, markup, terms) for d in documents for s in d.sentence_texts()]
-    nbest = translate_texts(
-        engine, tokenizer, [m.text for m in masked], options, max_source_length, batch_size
+    each = glossaries if glossaries is not None else [terms] * len(texts)
+    masked, alternatives = with_alternatives(
+        [
+            mask(s, markup, g)
+            for d, g in zip(documents, each, strict=True)
+            for s in d.sentence_texts()
+        ]
     )
-    sources = Sources([], documents, masked, markup)
-    best = iter(sources.text(tokenizer, i, n[0].tokens) for i, n in enumerate(nbest))
+    token_ids = tokenizer.encode_batch([m.text for m in masked])
+    nbest = loops_cut(
+        translate_batches(engine, token_ids, options, max_source_length, batch_size),
+        token_ids,
+        options,
+    )
+    sources = Sources(token_ids, documents, masked, markup, alternatives)
+    best = iter(
+        sources.text(tokenizer, p, nbest[p][0].tokens) for p in sources.chosen(tokenizer, nbest)
+    )
     return [d.join([next(best) for _ in d.sentences])[0] for d in documents]
+
+
+def with_alternatives(masked: Sequence[Masked]) -> tuple[list[Masked], dict[int, int]]:
+    """The inputs of a request's sentences: each sentence masked, then each sentence with
+    glossary terms once more without them, and which input is that sentence's alternative.
+    Markers keep a term exactly but take its meaning from the words around it; the model's
+    own translation keeps them and is kept where it already uses every term (`chosen`)."""
+    inputs, alternatives = list(masked), {}
+    for i, m in enumerate(masked):
+        if m.plain is not None:
+            alternatives[i] = len(inputs)
+            inputs.append(m.plain)
+    return inputs, alternatives
 
 
 def input_controls(
@@ -161,6 +203,20 @@ class Sources:
     documents: list[Document]
     masked: list[Masked]
     markup: bool = False  # the texts are HTML or XML: the translations' own text escaped
+    alternatives: dict[int, int] = dataclass_field(default_factory=dict)  # see `with_alternatives`
+
+    def chosen(self, tokenizer: Tokenizer, results: Sequence[list[Hypothesis]]) -> list[int]:
+        """The input whose hypotheses stand for each sentence of the first len(results)
+        inputs: a sentence with glossary terms takes the model's own translation where it
+        already holds every term's target, and its translation with markers otherwise."""
+        count = min(len(results), sum(len(d.sentences) for d in self.documents))
+        picks = list(range(count))
+        for i, j in self.alternatives.items():
+            if i < count and j < len(results) and results[j]:
+                own = self.text(tokenizer, j, results[j][0].tokens)
+                if self.masked[i].terms_used(own):
+                    picks[i] = j
+        return picks
 
     def text(self, tokenizer: Tokenizer, index: int, tokens: list[int], partial=False) -> str:
         """Sentence `index`'s translation of `tokens`, its protected items put back (a
@@ -210,6 +266,9 @@ class TranslationModel(ServedModel):
                 fields.append(f"{field} sentence {k + 1}" if many else field)
                 masked.append(mask(sentence, markup, terms))
                 firsts.append(k == 0)
+        masked, alternatives = with_alternatives(masked)
+        fields += [fields[i] for i in alternatives]
+        firsts += [firsts[i] for i in alternatives]
         token_ids = self.tokenizer.encode_batch([m.text for m in masked])
         problems = [
             f"{field}: {len(ids)} tokens, at most {self.max_input_tokens}"
@@ -226,7 +285,7 @@ class TranslationModel(ServedModel):
             fields,
             keep_alignment=request.options.return_alignment,
             keep_log_probs=request.options.return_log_probs,
-            sources=Sources(token_ids, documents, masked, markup),
+            sources=Sources(token_ids, documents, masked, markup, alternatives),
             keys=[np.asarray(ids, np.int32).tobytes() for ids in token_ids],
             controls=input_controls(options, token_ids, prefixes),
         )
@@ -334,14 +393,17 @@ class TranslationModel(ServedModel):
             model=self.version.name, version=self.version.version
         )
         sources: Sources = prepared.sources
+        results = loops_cut(results, sources.token_ids, prepared.options)
+        picks = sources.chosen(self.tokenizer, results)  # an input for each sentence
         first = 0
         for document in sources.documents:
             count = len(document.sentences)
-            ids = sources.token_ids[first : first + count]
-            ranked = results[first : first + count]
+            chosen = picks[first : first + count]
+            ids = [sources.token_ids[p] for p in chosen]
+            ranked = [results[p] for p in chosen]
 
             def texts(i: int, h: Hypothesis, offset: int = first) -> str:
-                return sources.text(self.tokenizer, offset + i, h.tokens)
+                return sources.text(self.tokenizer, picks[offset + i], h.tokens)
 
             first += count
             translation = response.translations.add()
@@ -394,9 +456,11 @@ class TranslationModel(ServedModel):
 
         sources: Sources = prepared.sources
         (document,) = sources.documents
-        best = [r[0] for r in results]
+        results = loops_cut(results, sources.token_ids, prepared.options)
+        picks = sources.chosen(self.tokenizer, results)
+        best = [results[p][0] for p in picks]
         text, _ = document.join(
-            [sources.text(self.tokenizer, i, h.tokens) for i, h in enumerate(best)]
+            [sources.text(self.tokenizer, p, h.tokens) for p, h in zip(picks, best, strict=True)]
         )
         partial = translation_pb2.PartialHypothesis(
             text=text,
