@@ -328,7 +328,8 @@ def test_on_cuda_every_path_decodes_controls_as_the_host_reference(tiny, variant
 @pytest.mark.parametrize("variant", ["fp32", "fp16"])
 def test_on_cuda_score_gives_the_cpu_engines_log_probabilities(tiny, variant):
     """Score's forced decode on the CUDA engine (its search graph on) keeps the log-probability
-    of each forced token as the CPU engine of the same graphs does."""
+    of each forced token as the CPU engine of the same graphs does (within 5e-3 in fp32,
+    whose CUDA matrix products run in TF32, and 5e-2 in fp16)."""
     version, sources = tiny
     cpu = OnnxEngine(version, variant, "cpu")
     cuda = OnnxEngine(version, variant, "cuda", device_search=True)
@@ -338,7 +339,7 @@ def test_on_cuda_score_gives_the_cpu_engines_log_probabilities(tiny, variant):
     both = sources + sources
     expected = score_ids(cpu, both, targets, 512)
     got = score_ids(cuda, both, targets, 512)
-    bound = 1e-3 if variant == "fp32" else 5e-2
+    bound = 5e-3 if variant == "fp32" else 5e-2  # fp32 on CUDA multiplies in TF32
     for target, want, have in zip(targets, expected, got, strict=True):
         assert len(have) == len(target) + 1  # its tokens and `</s>`
         np.testing.assert_allclose(have, want, atol=bound, rtol=0)
