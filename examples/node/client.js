@@ -6,7 +6,9 @@
 //   node client.js [--target HOST:PORT] caption IMAGE...    one caption per image file
 //   node client.js [--target HOST:PORT] score SOURCE TARGET...  each pair's mean log-probability
 // translate also takes, before the command: --html (the texts are HTML: markup kept),
-// --prefix TEXT (each translation starts with it), --suppress WORDS (never produced; repeatable).
+// --prefix TEXT (each translation starts with it), --suppress WORDS (never produced; repeatable),
+// --term SOURCE=TARGET (a glossary entry: SOURCE found in a text is TARGET in its translation;
+// repeatable).
 //
 // The target defaults to 127.0.0.1:50051. When ATTNSERVE_TOKEN is set, every call carries
 // `authorization: Bearer TOKEN`, the metadata the server checks when it has tokens.
@@ -28,6 +30,7 @@ const CAPTION_DEADLINE_S = 120;
 const MAX_RECEIVE_BYTES = 64 * 1024 * 1024; // alignments and attention maps can exceed 4 MB
 const USAGE =
   'usage: node client.js [--target HOST:PORT] [--html] [--prefix TEXT] [--suppress WORDS]... ' +
+  '[--term SOURCE=TARGET]... ' +
   'translate TEXT... | caption IMAGE... | score SOURCE TARGET...';
 
 // The package attnserve.v1 as JavaScript constructors. keepCase keeps the proto's
@@ -42,10 +45,17 @@ function loadContract() {
   return grpc.loadPackageDefinition(definition).attnserve.v1;
 }
 
+// A --term's SOURCE=TARGET as a GlossaryEntry (the server checks the terms themselves).
+function glossaryEntry(text) {
+  const equals = text.indexOf('=');
+  if (equals <= 0) throw new UsageError(`--term takes SOURCE=TARGET, not ${JSON.stringify(text)}`);
+  return { source: text.slice(0, equals), target: text.slice(equals + 1) };
+}
+
 // --target HOST:PORT (or --target=HOST:PORT) before the command; the rest are its inputs.
 function parseArgs(argv) {
   let target = DEFAULT_TARGET;
-  const translation = { html: false, prefix: '', suppress: [] };
+  const translation = { html: false, prefix: '', suppress: [], glossary: [] };
   const rest = [...argv];
   while (rest.length > 0 && rest[0].startsWith('--')) {
     const flag = rest.shift();
@@ -54,6 +64,9 @@ function parseArgs(argv) {
     else if (flag === '--html') translation.html = true;
     else if (flag === '--prefix' && rest.length > 0) translation.prefix = rest.shift();
     else if (flag === '--suppress' && rest.length > 0) translation.suppress.push(rest.shift());
+    else if (flag === '--term' && rest.length > 0) {
+      translation.glossary.push(glossaryEntry(rest.shift()));
+    }
     else if (flag === '--') break;
     else throw new UsageError(`unknown option ${flag}`);
   }
@@ -114,6 +127,7 @@ async function main(argv) {
         texts: inputs,
         options: { target_prefix: translation.prefix, suppress: translation.suppress },
         text_format: translation.html ? 'TEXT_FORMAT_HTML' : 'TEXT_FORMAT_PLAIN',
+        glossary: translation.glossary,
       };
       const response = await unary(client, 'Translate', request, TRANSLATE_DEADLINE_S);
       printBest(response.translations);

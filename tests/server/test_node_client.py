@@ -56,7 +56,7 @@ def test_node_translations_are_the_python_clients(server):
     assert done.stderr == ""
 
 
-def test_node_controls_html_and_scores_are_the_python_clients(server):
+def test_node_controls_html_glossary_and_scores_are_the_python_clients(server):
     page = "<p>El gato está <b>durmiendo</b>.</p>"
     expected = (
         client.translate(
@@ -70,6 +70,17 @@ def test_node_controls_html_and_scores_are_the_python_clients(server):
     done = node_client("--target", server.address, "--html", "--prefix", "The", "translate", page)
     assert done.returncode == 0, done.stderr
     assert done.stdout == f"{expected}\n"
+    text = "Cambia tu contraseña."
+    glossary = [("contraseña", "passphrase")]
+    expected = client.translate(server.channel, [text], timeout=CALL_TIMEOUT, glossary=glossary)
+    assert "passphrase" in expected.translations[0].hypotheses[0].text
+    done = node_client(
+        "--target", server.address, "--term", "contraseña=passphrase", "translate", text
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"{expected.translations[0].hypotheses[0].text}\n"
+    done = node_client("--target", server.address, "--term", "contraseña", "translate", text)
+    assert done.returncode == 2 and "SOURCE=TARGET" in done.stderr
     pair = (SENTENCES[0], "I am from Canada.")
     score = client.score(server.channel, [pair], timeout=CALL_TIMEOUT).scores[0]
     done = node_client("--target", server.address, "score", *pair)
