@@ -71,9 +71,7 @@ class Masked:
     def terms_used(self, translation: str) -> bool:
         """Whether a translation holds every glossary term's target as this sentence's
         markers would put it (any case; the plural where the source's was)."""
-        return all(
-            glossary.used(item.text, translation) for item in self.items if item.entry >= 0
-        )
+        return all(glossary.used(item.text, translation) for item in self.items if item.entry >= 0)
 
     def restore(self, translation: str, partial: bool = False) -> str:
         """The translation with every marker replaced by its item, each item exactly once.
