@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from service.runtime.controls import LOOP_SPAN, loop_start, without_loop
+from service.runtime.controls import LOOP_SPAN, loop_start
 from service.runtime.decoding import DecodingOptions, Hypothesis
 from service.runtime.translation import loops_cut
 
@@ -39,14 +39,14 @@ def test_a_source_that_repeats_itself_keeps_its_repeats():
 
 def test_the_cut_keeps_what_came_before_it_and_is_unfinished():
     h = hypothesis([7, 1, 2, 3, 1, 2, 3, 1, 2, 3, 9])
-    cut = without_loop(h, [5, 6], length_penalty=1.0)
+    cut = h.without_loop([5, 6], length_penalty=1.0)
     assert cut.tokens == [7, 1, 2, 3, 1, 2, 3] and not cut.finished
     assert cut.token_log_probs == h.token_log_probs[:7]
     assert cut.log_prob == sum(h.token_log_probs[:7])
     assert cut.score == cut.log_prob / 7
     np.testing.assert_array_equal(cut.alignment, h.alignment[:7])
     whole = hypothesis([1, 2, 3])
-    assert without_loop(whole, [5], 1.0) is whole
+    assert whole.without_loop([5], 1.0) is whole
 
 
 def test_only_the_length_bound_turns_the_cut_on():

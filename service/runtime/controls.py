@@ -15,15 +15,11 @@ engine and path decodes a controlled row by the same numpy reference.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 import numpy as np
 
 from service.runtime.search import RowControl
-
-if TYPE_CHECKING:
-    from service.runtime.decoding import Hypothesis
 
 LENGTH_MARGIN = 10  # steps allowed beyond max_length_ratio x the input's tokens
 _NONE = np.zeros(0, dtype=np.int64)
@@ -140,22 +136,3 @@ def _first_loop(tokens: Sequence[int]) -> int | None:
         if len(starts) >= LOOP_TIMES and i - starts[-LOOP_TIMES] < LOOP_SPAN:
             return i
     return None
-
-
-def without_loop(h: Hypothesis, source: Sequence[int], length_penalty: float) -> Hypothesis:
-    """The hypothesis cut where it starts to loop (`loop_start`), unfinished: its tokens,
-    log-probabilities and attention rows up to there; itself where it does not loop."""
-    cut = loop_start(h.tokens, source)
-    if cut is None:
-        return h
-    log_probs = h.token_log_probs[:cut]
-    total = float(np.sum(log_probs, dtype=np.float64))
-    return replace(
-        h,
-        tokens=h.tokens[:cut],
-        log_prob=total,
-        score=total / max(cut, 1) ** length_penalty,
-        token_log_probs=log_probs,
-        alignment=None if h.alignment is None else h.alignment[:cut],
-        finished=False,
-    )

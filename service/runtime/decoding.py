@@ -8,6 +8,7 @@ ranking divides them by (steps ** length_penalty).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from itertools import accumulate
@@ -15,7 +16,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from service.runtime.controls import Controls, InputControls
+from service.runtime.controls import Controls, InputControls, loop_start
 from service.runtime.errors import InvalidArgument
 from service.runtime.inference import Inference
 from service.runtime.search import Candidates, RowControl, SearchRequest
@@ -116,6 +117,24 @@ class Hypothesis:
     token_log_probs: list[float] = field(default_factory=list)
     alignment: np.ndarray | None = None  # (steps, S) cross-attention of each step
     finished: bool = True  # ended with `</s>` rather than at max_length
+
+    def without_loop(self, source: Sequence[int], length_penalty: float) -> Hypothesis:
+        """This hypothesis cut where it starts to loop (`controls.loop_start`), unfinished:
+        its tokens, log-probabilities and attention rows up to there; itself where it does
+        not loop."""
+        cut = loop_start(self.tokens, source)
+        if cut is None:
+            return self
+        log_probs = self.token_log_probs[:cut]
+        total = float(np.sum(log_probs, dtype=np.float64))
+        return Hypothesis(
+            tokens=self.tokens[:cut],
+            log_prob=total,
+            score=total / max(cut, 1) ** length_penalty,
+            token_log_probs=log_probs,
+            alignment=None if self.alignment is None else self.alignment[:cut],
+            finished=False,
+        )
 
 
 @dataclass

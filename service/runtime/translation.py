@@ -12,7 +12,7 @@ import numpy as np
 
 from service.runtime import glossary, requests
 from service.runtime.batching import source_batch
-from service.runtime.controls import InputControls, length_limit, without_loop
+from service.runtime.controls import InputControls, length_limit
 from service.runtime.decoding import DecodingOptions, Hypothesis, decode
 from service.runtime.documents import Document
 from service.runtime.errors import InvalidArgument
@@ -107,14 +107,14 @@ def translate_texts(
 def loops_cut(
     results: Sequence[list[Hypothesis]], token_ids: Sequence[list[int]], options: DecodingOptions
 ) -> list[list[Hypothesis]]:
-    """Each input's hypotheses cut where they start to loop (controls.loop_start), when the
+    """Each input's hypotheses cut where they start to loop (Hypothesis.without_loop), when the
     length bound is on (the default): the bound ends a loop near the input's length, the cut
     where it began."""
     if options.max_length_ratio <= 0:
         return list(results)
     penalty = options.length_penalty
     return [
-        [without_loop(h, ids, penalty) for h in nbest]
+        [h.without_loop(ids, penalty) for h in nbest]
         for nbest, ids in zip(results, token_ids, strict=False)  # a stream's first sentences
     ]
 
