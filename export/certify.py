@@ -100,16 +100,24 @@ def golden_set(model_version: ModelVersion, sources) -> list[dict]:
 
 
 def run_suite(
-    model_version: ModelVersion, checkpoint: Path, sources, references, parts: dict | None = None
+    model_version: ModelVersion,
+    checkpoint: Path,
+    sources,
+    references,
+    parts: dict | None = None,
+    int8_inputs: tuple[list, list[str]] | None = None,
 ) -> dict:
     """Every parity claim of one model version against its PyTorch checkpoint; `parts` says how
-    many inputs come from each test part (recorded as given)."""
+    many inputs come from each test part (recorded as given); `int8_inputs`, inputs and
+    references of the int8 claim where they are not these (the kind's `int8_inputs`)."""
     if len(sources) < MIN_SENTENCES:
         raise ValueError(f"parity needs at least {MIN_SENTENCES} sentences, got {len(sources)}")
     start = time.perf_counter()
     model, tokenizer = load_checkpoint(checkpoint)
     kind = export_kind_named(model_version.manifest["model"]["kind"])
-    decodes = kind.decode_certificate(model, tokenizer, model_version, sources, references, parts)
+    decodes = kind.decode_certificate(
+        model, tokenizer, model_version, sources, references, parts, int8_inputs
+    )
     certificate = {
         "graphs": graph_certificate(model, model_version, parity_devices(model_version)),
         **decodes,
@@ -128,10 +136,16 @@ def run_suite(
 
 
 def certify(
-    model_version: ModelVersion, checkpoint: Path, sources, references, parts: dict | None = None
+    model_version: ModelVersion,
+    checkpoint: Path,
+    sources,
+    references,
+    parts: dict | None = None,
+    int8_inputs: tuple[list, list[str]] | None = None,
 ) -> dict:
-    """Runs the suite, writes the golden set and the certificate, re-hashes; returns it."""
-    certificate = run_suite(model_version, checkpoint, sources, references, parts)
+    """Runs the suite (`run_suite`), writes the golden set and the certificate, re-hashes;
+    returns it."""
+    certificate = run_suite(model_version, checkpoint, sources, references, parts, int8_inputs)
     directory = model_version.directory
     golden = golden_set(model_version, sources[:GOLDEN_SENTENCES])
     (directory / GOLDEN).write_text(json.dumps(golden) + "\n")

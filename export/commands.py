@@ -22,6 +22,12 @@ def parity_inputs(model, data: Path, tokenizer, count: int) -> tuple[list, list[
     return export_kind(model).parity_inputs(data, tokenizer, count)
 
 
+def int8_inputs(model, data: Path, tokenizer) -> tuple[list, list[str]] | None:
+    """The int8 claim's inputs and references where they are not the certificate's own
+    (export.kinds): the captioner's whole test split."""
+    return export_kind(model).int8_inputs(data, tokenizer)
+
+
 def _summary(certificate: dict) -> dict:
     return {
         "passed": certificate["passed"],
@@ -58,7 +64,8 @@ def export(args: Namespace) -> int:
         getattr(args, "int8_scales", INT8_SCALES[0]),
     )
     sources, references, parts = parity_inputs(model, args.data, tokenizer, args.sentences)
-    certificate = certify(model_version, args.checkpoint, sources, references, parts)
+    int8 = int8_inputs(model, args.data, tokenizer)
+    certificate = certify(model_version, args.checkpoint, sources, references, parts, int8)
     print(json.dumps({"model_version": str(directory), **_summary(certificate)}, indent=2))
     return 0 if certificate["passed"] else 1
 
@@ -74,7 +81,8 @@ def parity(args: Namespace) -> int:
     model, tokenizer = load_checkpoint(checkpoint)
     data = args.data or Path("data") / export_kind(model).data
     sources, references, parts = parity_inputs(model, data, tokenizer, args.sentences)
-    certificate = run_suite(model_version, checkpoint, sources, references, parts)
+    int8 = int8_inputs(model, data, tokenizer)
+    certificate = run_suite(model_version, checkpoint, sources, references, parts, int8)
     output = certificate if args.json else _summary(certificate)
     print(json.dumps(output, indent=2 if not args.json else None))
     return 0 if certificate["passed"] else 1

@@ -88,11 +88,29 @@ class ExportKind(ModelKind):
 
     @abstractmethod
     def decode_certificate(
-        self, model, tokenizer, model_version, sources, references, parts: dict | None = None
+        self,
+        model,
+        tokenizer,
+        model_version,
+        sources,
+        references,
+        parts: dict | None = None,
+        int8_inputs: tuple[list, list[str]] | None = None,
     ) -> dict:
         """Every whole-decode claim on `sources` with their reference texts: "decodes" (the
-        DecodeReports), an entry per int8 claim where the version has int8 graphs, and
-        whatever else the kind claims."""
+        DecodeReports), an entry per int8 claim where the version has int8 graphs (on
+        `int8_inputs`, inputs and references, where the kind's `int8_inputs` gives others),
+        and whatever else the kind claims."""
+
+    def int8_inputs(self, data: Path, tokenizer) -> tuple[list, list[str]] | None:
+        """Inputs and references of the int8 claim where they are not the certificate's
+        own; None: its own."""
+        return None
+
+    def int8_nodes(self, graph: str, model: onnx.ModelProto) -> list[str] | None:
+        """The nodes of the fp32 graph `graph` (as prepared for the quantiser) that int8
+        quantises: None for every MatMul and Gemm."""
+        return None
 
     @abstractmethod
     def golden_sources(self, model_version: ModelVersion, sources) -> list[dict]:
@@ -222,6 +240,26 @@ class CaptionerExport(CaptionerKind, ExportKind):
             )
             written.append({"image": relative})
         return written
+
+    def int8_inputs(self, data, tokenizer):
+        """Every image of the test split (caption_parity.MAX_CAPTION_INT8_LOSS)."""
+        scenes, images = read_scenes(data, "test")
+        return np.asarray(images), [s.caption for s in scenes]
+
+    def int8_nodes(self, graph, model):
+        """The MatMuls of the step's LSTM gates, whose weights are most of the step's (their
+        columns are the four gates of past.c's width); nothing else. The other MatMuls are
+        small, each alone changes captions in int8, and the encoder's run once an image."""
+        if graph != "decoder":
+            return []
+        state = next(i for i in model.graph.input if i.name == "past.c")
+        gates = 4 * state.type.tensor_type.shape.dim[1].dim_value
+        weights = {i.name: i.dims for i in model.graph.initializer}
+        return [
+            n.name
+            for n in model.graph.node
+            if n.op_type == "MatMul" and n.input[1] in weights and weights[n.input[1]][-1] == gates
+        ]
 
     def parity_inputs(self, data, tokenizer, count):
         """`count` test images spread evenly over the test split, with their captions."""

@@ -4,7 +4,9 @@ call), for CPU serving."""
 from __future__ import annotations
 
 import logging
+import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -143,22 +145,100 @@ def smooth_norms(model: onnx.ModelProto, alpha: float = SMOOTHING) -> int:
     return smoothed
 
 
+def _last_widths(model: onnx.ModelProto) -> dict[str, tuple[int, int]]:
+    """(rank, size of the last axis) of every tensor whose last axis has a known size."""
+    inferred = onnx.shape_inference.infer_shapes(model)
+    widths = {}
+    for value in (*inferred.graph.input, *inferred.graph.value_info):
+        dims = value.type.tensor_type.shape.dim
+        if dims and dims[-1].HasField("dim_value"):
+            widths[value.name] = (len(dims), dims[-1].dim_value)
+    return widths
+
+
+def _joined_parts(node, producers, readers, widths, initializers) -> list[str]:
+    """The inputs that a MatMul over a weight reads joined on their last axis by a Concat
+    read by it alone; [] where it reads anything else."""
+    joined = producers.get(node.input[0]) if node.op_type == "MatMul" else None
+    if joined is None or joined.op_type != "Concat" or node.input[1] not in initializers:
+        return []
+    parts = list(joined.input)
+    ranks = {widths[x][0] for x in parts if x in widths}
+    axis = next(a.i for a in joined.attribute if a.name == "axis")
+    known = all(x in widths for x in parts) and len(ranks) == 1
+    if not known or readers[node.input[0]] != 1 or axis not in (-1, ranks.pop() - 1):
+        return []
+    return parts
+
+
+def split_joined_inputs(model: onnx.ModelProto) -> int:
+    """Rewrites MatMul(Concat(x_1, ..., x_k), W) as the sum of MatMul(x_i, W_i), W_i the rows
+    of W that x_i meets, where the Concat joins the last axis and nothing else reads it.
+
+    The fp32 function is unchanged (but for the order of the sum); int8 then quantises each
+    part with its own scale per call. The captioner's LSTM reads [word; context; h] as one:
+    there the context's outlier channels (over 20 in a batch) set the one scale of h, which
+    lies in [-1, 1]. Returns how many MatMuls were split."""
+    widths = _last_widths(model)
+    initializers = {i.name: i for i in model.graph.initializer}
+    producers = {o: n for n in model.graph.node for o in n.output}
+    readers: dict[str, int] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            readers[name] = readers.get(name, 0) + 1
+    make, nodes, joins = onnx.helper.make_node, [], set()
+    for node in model.graph.node:
+        parts = _joined_parts(node, producers, readers, widths, initializers)
+        if not parts:
+            nodes.append(node)
+            continue
+        joins.add(node.input[0])
+        weight = numpy_helper.to_array(initializers[node.input[1]])
+        ends = np.cumsum([widths[x][1] for x in parts])
+        total = ""
+        for k, (x, rows) in enumerate(zip(parts, np.split(weight, ends[:-1]), strict=True)):
+            name, product = f"{node.input[1]}.part{k}", f"{node.output[0]}.part{k}"
+            model.graph.initializer.append(numpy_helper.from_array(rows.copy(), name))
+            nodes.append(make("MatMul", [x, name], [product], name=f"{node.name}.part{k}"))
+            if total:
+                out = node.output[0] if k == len(parts) - 1 else f"{node.output[0]}.sum{k}"
+                nodes.append(make("Add", [total, product], [out], name=f"{node.name}.sum{k}"))
+                product = out
+            total = product
+    kept = [n for n in nodes if not (n.op_type == "Concat" and n.output[0] in joins)]
+    del model.graph.node[:]
+    model.graph.node.extend(kept)
+    return len(joins)
+
+
 def _prepared(source: Path) -> onnx.ModelProto:
     """`source` ready for a quantiser: shared weights untied, Gemm weights transposed, the
-    layer norms smoothed (`smooth_norms`)."""
+    layer norms smoothed (`smooth_norms`), MatMuls over joined inputs split
+    (`split_joined_inputs`)."""
     model = onnx.load(str(source))
     untie_shared_weights(model)
     pretranspose_gemm_weights(model)
     smooth_norms(model)
     del model.graph.value_info[:]  # stale after the rewrites; the quantiser infers them again
+    split_joined_inputs(model)
     return model
 
 
-def quantize_int8(source: Path, target: Path, per_channel: bool = True) -> Path:
-    """MatMul and Gemm weights to int8 (per output channel by default), the layer norms
-    smoothed first (`smooth_norms`)."""
+def quantize_int8(
+    source: Path,
+    target: Path,
+    per_channel: bool = True,
+    nodes: Callable[[onnx.ModelProto], list[str] | None] | None = None,
+) -> Path:
+    """MatMul and Gemm weights to int8 (per output channel by default), the graph prepared
+    first (`_prepared`). `nodes`, given the prepared graph, names the nodes to quantise (None:
+    every MatMul and Gemm); where it names none, `target` is a copy of `source`."""
     target.parent.mkdir(parents=True, exist_ok=True)
     model = _prepared(source)
+    chosen = nodes(model) if nodes is not None else None
+    if chosen is not None and not chosen:
+        shutil.copyfile(source, target)
+        return target
     with tempfile.TemporaryDirectory() as scratch:
         untied = Path(scratch) / source.name
         onnx.save_model(model, str(untied))
@@ -172,6 +252,7 @@ def quantize_int8(source: Path, target: Path, per_channel: bool = True) -> Path:
             # integers on every CPU, so a certificate and golden set hold wherever it runs
             reduce_range=True,
             op_types_to_quantize=list(QUANTIZED_OPS),
+            nodes_to_quantize=chosen,
             # com.microsoft ops (the built graphs' attention) have no ONNX shape inference
             extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import shutil
+from functools import partial
 from importlib.metadata import version
 from pathlib import Path
 
@@ -49,11 +50,13 @@ def float_graphs(
     return kind.traced(model.float(), out, dtype)
 
 
-def int8_graphs(fp32: dict[str, Path], directory: Path, per_channel: bool) -> dict[str, Path]:
+def int8_graphs(
+    kind: ExportKind, fp32: dict[str, Path], directory: Path, per_channel: bool
+) -> dict[str, Path]:
     """Every fp32 graph but the static steps (those are for CUDA graphs) quantised into
-    `directory`/int8, and every lean step's one-row form."""
+    `directory`/int8 where the kind says (`int8_nodes`), and every lean step's one-row form."""
     int8 = {
-        k: quantize_int8(p, directory / "int8" / p.name, per_channel)
+        k: quantize_int8(p, directory / "int8" / p.name, per_channel, partial(kind.int8_nodes, k))
         for k, p in fp32.items()
         if not k.startswith(STATIC)
     }
@@ -92,7 +95,7 @@ def write_version(
     kind = export_kind(model)
     made = {"fp32": float_graphs(kind, model, directory, torch.float32, method)}
     if "int8" in variants:
-        made["int8"] = int8_graphs(made["fp32"], directory, int8_scales == "per-channel")
+        made["int8"] = int8_graphs(kind, made["fp32"], directory, int8_scales == "per-channel")
     if "fp16" in variants:
         made["fp16"] = float_graphs(kind, model, directory, torch.float16, method)
     graphs = {v: {k: str(p.relative_to(directory)) for k, p in g.items()} for v, g in made.items()}

@@ -221,12 +221,20 @@ def graph_cases(model: Transformer, engine: OnnxEngine, tol: Tolerance, encoder:
 
 
 def decode_certificate(
-    model, tokenizer, model_version, sources, references, parts: dict | None = None
+    model,
+    tokenizer,
+    model_version,
+    sources,
+    references,
+    parts: dict | None = None,
+    int8_inputs: tuple[list, list[str]] | None = None,
 ) -> dict:
     """Every whole-decode claim on `sources` (token ids) with their reference texts. ORT fp32
     greedy is decoded once and serves every claim that compares against it. `parts` (name:
     count, in the order of `sources`): int8 must keep within the loss bound on each part as
-    well as over all of them."""
+    well as over all of them, so its claim is on `sources` too (`int8_inputs` must be None)."""
+    if int8_inputs is not None:
+        raise ValueError("the translator's int8 claim is on the certificate's sentences")
     max_source = model.config.max_length
     # as served: the cache written in place where the version ships that step
     torch_engine, fp32 = reference_engine(model), OnnxEngine(model_version, "fp32")

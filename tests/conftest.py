@@ -90,9 +90,9 @@ def small_captioner_data(tmp_path_factory) -> tuple[Path, dict]:
 @pytest.fixture(scope="session")
 def exported_captioner(tmp_path_factory, captioner_data):
     """(ModelVersion, certificate) of the shipped captioner, fp32 and int8, certified on
-    MIN_SENTENCES test images spread over the test parts."""
+    MIN_SENTENCES test images spread over the test parts (int8 on the whole test split)."""
     from export.certify import MIN_SENTENCES, certify
-    from export.commands import parity_inputs
+    from export.commands import int8_inputs, parity_inputs
     from export.repository import write_version
     from models.checkpoint import WEIGHTS, load_checkpoint
     from service.runtime.repository import sha256, verify
@@ -104,7 +104,8 @@ def exported_captioner(tmp_path_factory, captioner_data):
         model, tokenizer.model_file, directory, "captioner", "1", ("fp32", "int8"), source
     )
     images, captions, parts = parity_inputs(model, captioner_data, tokenizer, MIN_SENTENCES)
-    certificate = certify(model_version, SHIPPED_CAPTIONER, images, captions, parts)
+    int8 = int8_inputs(model, captioner_data, tokenizer)
+    certificate = certify(model_version, SHIPPED_CAPTIONER, images, captions, parts, int8)
     return verify(directory), certificate
 
 

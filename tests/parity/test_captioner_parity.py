@@ -64,9 +64,27 @@ def test_whole_decodes_are_token_identical_and_attention_within_bound(exported_c
 
 
 @pytest.mark.slow
-def test_int8_loses_at_most_one_point(exported_captioner):
+def test_int8_quantises_the_lstm_gates_alone_each_input_with_its_own_scale(exported_captioner):
+    model_version, _ = exported_captioner
+    encoders = [model_version.graph(v, "encoder").read_bytes() for v in ("fp32", "int8")]
+    assert encoders[0] == encoders[1]  # run once an image: kept float
+    nodes = onnx.load(str(model_version.graph("int8", "decoder"))).graph.node
+    integer = sorted(n.name for n in nodes if n.op_type == "MatMulInteger")
+    hidden = model_version.config["hidden_dim"]
+    gates = {
+        i.name: i for i in onnx.load(str(model_version.graph("fp32", "decoder"))).graph.initializer
+    }
+    assert len(integer) == 3  # [word; context; h]: one activation scale each
+    assert all(".part" in name for name in integer)
+    assert sum(g.dims[-1] == 4 * hidden for g in gates.values() if len(g.dims) == 2) == 1
+
+
+@pytest.mark.slow
+def test_int8_loses_at_most_one_point(exported_captioner, captioner_data):
     _, certificate = exported_captioner
     loss = certificate["int8_vs_fp32"]
+    test_split = sum(1 for _ in (captioner_data / "test.jsonl").open())
+    assert loss["baseline"]["images"] == loss["variant"]["images"] == test_split
     assert loss["exact_match_loss"] <= MAX_CAPTION_INT8_LOSS
     assert loss["cider_loss"] <= MAX_CAPTION_INT8_LOSS
     # a trained model, not a degenerate one: its captions' words in order (BLEU-4 is 30-37 on
