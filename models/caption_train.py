@@ -6,7 +6,7 @@ classifier over each grid location's features, max-pooled over the locations, pr
 glyphs the scene holds (binary cross-entropy per glyph). Without it the decoder learned the
 caption's structure and every position word within an epoch but no object at all (dev exact
 match 0.4%, every object named the same): the names' signal reaches the CNN only through an
-attention that starts uniform over 36 locations. The classifier is not part of the shipped
+attention that starts uniform over the grid's locations. The classifier is not part of the shipped
 model; inference is the paper's model alone.
 
 The dev score is the exact-match rate under teacher forcing: every token's argmax equals the

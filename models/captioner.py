@@ -119,7 +119,8 @@ def attention_penalty(attention: Tensor, tgt_mask: Tensor) -> Tensor:
     averaged over locations and the batch. attention (B, T, L), tgt_mask (B, T).
 
     The paper sums over locations beside a caption-summed cross-entropy; beside the per-token
-    cross-entropy used here, a sum over 36 locations outweighs it about fifteen times and
-    holds attention uniform, so the penalty is a mean, as the cross-entropy is."""
+    cross-entropy used here, a sum (over 36 locations of a 6 x 6 grid) outweighed it about
+    fifteen times and held attention uniform, so the penalty is a mean, as the cross-entropy
+    is."""
     total = (attention * tgt_mask[:, :, None]).sum(dim=1)  # (B, L)
     return ((1.0 - total) ** 2).mean()

@@ -349,4 +349,4 @@ def test_command_line_captions_over_grpc(server):
     assert done.returncode == 0, done.stderr
     unary = client.caption(server.channel, [scene.read_bytes()], beam_size=4, timeout=30)
     assert done.stdout.strip() == unary.captions[0].hypotheses[0].text
-    assert done.stdout.strip() == "a four leaf clover to the left of a dog"
+    assert done.stdout.strip() == "a triangular ruler to the left of a musical note"
