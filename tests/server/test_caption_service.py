@@ -84,6 +84,7 @@ def test_attention_maps_equal_the_reference_within_the_certificate_bound(
     from service.runtime.captioning import caption_images
 
     bound = exported_captioner[1]["attention"]["bound"]
+    side, _ = exported_captioner[0].manifest["preprocessor"]["grid"]  # the shipped 12 x 12
     wide = np.ascontiguousarray(np.repeat(scenes[:3], 2, axis=2))  # 96 x 192: sent as is
     response = client.caption(
         server.channel, [png(s) for s in wide], return_attention=True, timeout=60
@@ -95,13 +96,13 @@ def test_attention_maps_equal_the_reference_within_the_certificate_bound(
         message = caption.hypotheses[0]
         assert list(message.tokens) == tokenizer.pieces(h.tokens)
         maps = message.attention
-        assert (maps.grid_height, maps.grid_width) == (6, 6)
+        assert (maps.grid_height, maps.grid_width) == (side, side)
         assert (maps.image_width, maps.image_height) == (192, 96)
         assert [t.token for t in maps.tokens] == tokenizer.pieces(h.tokens) + ["</s>"]
         weights = client.attention_maps(maps)
-        assert weights.shape == (len(h.tokens) + 1, 6, 6)
+        assert weights.shape == (len(h.tokens) + 1, side, side)
         assert weights.sum(axis=(1, 2)) == pytest.approx(1.0, abs=1e-4)
-        reference_maps = h.alignment[: len(h.tokens) + 1].reshape(-1, 6, 6)
+        reference_maps = h.alignment[: len(h.tokens) + 1].reshape(-1, side, side)
         assert np.abs(weights - reference_maps).max() <= bound
 
 
