@@ -55,3 +55,36 @@ def test_only_the_length_bound_turns_the_cut_on():
     assert [n[0].tokens for n in cut] == [[4, 4], [1, 2]]
     unbounded = loops_cut(looping, [[5], [6]], DecodingOptions(max_length_ratio=0.0))
     assert [n[0].tokens for n in unbounded] == [[4, 4, 4, 4, 4], [1, 2]]
+
+
+def test_a_stream_cuts_and_writes_each_finished_sentence_once(exported_translator, monkeypatch):
+    """A streamed text's partial events: each the same as worked out afresh, while each
+    finished sentence is cut (and written) once over the whole stream, not once an event."""
+    import asyncio
+
+    from attnserve.v1 import translation_pb2
+    from service.front.config import ServerConfig
+    from service.runtime.translation import TranslationModel
+
+    version, _ = exported_translator
+    model = TranslationModel(version, ServerConfig())
+    request = translation_pb2.TranslateStreamRequest(
+        text=" ".join(f"La casa número {i} es roja." for i in range(12))
+    )
+    prepared = asyncio.run(model.prepare(request, stream=True))
+    ids = prepared.sources.token_ids
+    assert prepared.inputs == len(ids) >= 10
+    results = [[hypothesis(list(source[:-1]))] for source in ids]
+    results[2] = [hypothesis([50, 60, 70] * 4)]  # a loop: cut to [50, 60, 70] * 2
+    cut = Hypothesis.without_loop
+    calls = []
+    monkeypatch.setattr(Hypothesis, "without_loop", lambda h, *a: calls.append(1) or cut(h, *a))
+    events = [model.partial_inputs(prepared, results[:k]) for k in range(1, len(ids))]
+    assert len(calls) == len(ids) - 1  # once each, over the whole stream
+    fresh = [
+        model.partial_inputs(asyncio.run(model.prepare(request, stream=True)), results[:k])
+        for k in range(1, len(ids))
+    ]
+    assert events == fresh
+    pieces = list(events[-1].partial.tokens)
+    assert len(pieces) == sum(len(r[0].tokens) for r in results[:-1]) - 6  # the loop's cut

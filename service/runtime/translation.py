@@ -204,6 +204,33 @@ class Sources:
     masked: list[Masked]
     markup: bool = False  # the texts are HTML or XML: the translations' own text escaped
     alternatives: dict[int, int] = dataclass_field(default_factory=dict)  # see `with_alternatives`
+    # a stream's finished inputs, worked out once (`settled`, `rendered`)
+    _settled: dict[int, list[Hypothesis]] = dataclass_field(
+        default_factory=dict, repr=False, compare=False
+    )
+    _rendered: dict[int, tuple[str, list[str]]] = dataclass_field(
+        default_factory=dict, repr=False, compare=False
+    )
+
+    def settled(
+        self, results: Sequence[list[Hypothesis]], options: DecodingOptions
+    ) -> list[list[Hypothesis]]:
+        """`loops_cut` of a stream's finished inputs, each input's cut once: a stream asks
+        again for every finished input at each of its events, and a finished input's
+        hypotheses do not change."""
+        for i, nbest in enumerate(results):
+            if i not in self._settled:
+                (self._settled[i],) = loops_cut([nbest], [self.token_ids[i]], options)
+        return [self._settled[i] for i in range(len(results))]
+
+    def rendered(
+        self, tokenizer: Tokenizer, index: int, hypothesis: Hypothesis
+    ) -> tuple[str, list[str]]:
+        """The text and pieces of input `index`'s settled best `hypothesis`, worked out once."""
+        if index not in self._rendered:
+            text = self.text(tokenizer, index, hypothesis.tokens)
+            self._rendered[index] = text, tokenizer.pieces(hypothesis.tokens)
+        return self._rendered[index]
 
     def chosen(self, tokenizer: Tokenizer, results: Sequence[list[Hypothesis]]) -> list[int]:
         """The input whose hypotheses stand for each sentence of the first len(results)
@@ -451,20 +478,22 @@ class TranslationModel(ServedModel):
 
     def partial_inputs(self, prepared: Prepared, results: list[list[Hypothesis]]):
         """The stream's partial event once the first len(results) sentences of its one text
-        are translated: the text so far, up to the last of them."""
+        are translated: the text so far, up to the last of them (each finished sentence cut
+        and written once, `Sources.settled` and `rendered`: an event costs what is new)."""
         from attnserve.v1 import translation_pb2
 
         sources: Sources = prepared.sources
         (document,) = sources.documents
-        results = loops_cut(results, sources.token_ids, prepared.options)
+        results = sources.settled(results, prepared.options)
         picks = sources.chosen(self.tokenizer, results)
         best = [results[p][0] for p in picks]
-        text, _ = document.join(
-            [sources.text(self.tokenizer, p, h.tokens) for p, h in zip(picks, best, strict=True)]
-        )
+        rendered = [
+            sources.rendered(self.tokenizer, p, h) for p, h in zip(picks, best, strict=True)
+        ]
+        text, _ = document.join([t for t, _ in rendered])
         partial = translation_pb2.PartialHypothesis(
             text=text,
-            tokens=[p for h in best for p in self.tokenizer.pieces(h.tokens)],
+            tokens=[piece for _, pieces in rendered for piece in pieces],
             steps=sum(len(h.tokens) + h.finished for h in best),
         )
         return translation_pb2.TranslateStreamResponse(partial=partial)
