@@ -7,7 +7,7 @@ locations of every row but the first (a padded memory must be ignored exactly as
 Whole decodes: ORT fp32 greedy and beam 4 equal PyTorch; a row alone equals the row in a
 padded batch; the attention maps of identical decodes are within MAX_ATTENTION_DIFFERENCE;
 int8 loses at most MAX_CAPTION_INT8_LOSS exact-match and CIDEr points over the whole test
-split (export.kinds.CaptionerExport.int8_inputs; an LSTM's state is its own recurrence: there
+split (export.kinds.CaptionerExport.parity_inputs; an LSTM's state is its own recurrence: there
 is no uncached form).
 
 Why the whole split: one caption is about 4 CIDEr points of 200 images, so on the
@@ -26,6 +26,7 @@ import torch
 
 from export.comparison import BATCHES, Tolerance, compare
 from export.decode_parity import (
+    ParityInputs,
     attention_difference,
     caption_quality_loss,
     compare_decodes,
@@ -102,18 +103,11 @@ def graph_cases(model: Captioner, engine: OnnxEngine, tol: Tolerance, encoder: b
     ]
 
 
-def decode_certificate(
-    model,
-    tokenizer,
-    model_version,
-    images,
-    references,
-    parts: dict | None = None,
-    int8_inputs: tuple[list, list[str]] | None = None,
-) -> dict:
-    """The captioner's whole-decode claims on uint8 `images` with their reference captions
-    (`parts` is not used: int8's bound holds over all the images). The int8 claim is on
-    `int8_inputs` (images, captions) where given: MAX_CAPTION_INT8_LOSS."""
+def decode_certificate(model, tokenizer, model_version, inputs: ParityInputs) -> dict:
+    """The captioner's whole-decode claims on the inputs' uint8 images with their reference
+    captions (parts are not used: int8's bound holds over all the images), the int8 claim on
+    `inputs.int8` where given (MAX_CAPTION_INT8_LOSS)."""
+    images = inputs.sources
     torch_engine, fp32 = reference_engine(model), OnnxEngine(model_version, "fp32")
     greedy = DecodingOptions(beam_size=1, max_length=model.config.max_length)
     beam = DecodingOptions(beam_size=4, max_length=model.config.max_length)
@@ -147,8 +141,7 @@ def decode_certificate(
         "attention": _attention(torch_greedy, fp32_greedy),
     }
     if "int8" in model_version.manifest["graphs"]:
-        int8_images, int8_references = int8_inputs or (images, references)
-        baseline = fp32_greedy if int8_inputs is None else decode_all(fp32, int8_images, greedy, 0)
+        int8_images, int8_references, baseline = inputs.int8_claim(fp32, fp32_greedy, greedy, 0)
         int8 = decode_all(OnnxEngine(model_version, "int8"), int8_images, greedy, 0)
         certificate["int8_vs_fp32"] = _int8_loss(tokenizer, int8_references, baseline, int8)
     return certificate

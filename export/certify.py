@@ -21,7 +21,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from export.decode_parity import GREEDY, NEAR_TIE, decode_all
+from export.decode_parity import GREEDY, NEAR_TIE, ParityInputs, decode_all
 from export.kinds import export_kind_named
 from export.parity import graph_parity
 from models.checkpoint import load_checkpoint
@@ -99,30 +99,21 @@ def golden_set(model_version: ModelVersion, sources) -> list[dict]:
     return golden
 
 
-def run_suite(
-    model_version: ModelVersion,
-    checkpoint: Path,
-    sources,
-    references,
-    parts: dict | None = None,
-    int8_inputs: tuple[list, list[str]] | None = None,
-) -> dict:
-    """Every parity claim of one model version against its PyTorch checkpoint; `parts` says how
-    many inputs come from each test part (recorded as given); `int8_inputs`, inputs and
-    references of the int8 claim where they are not these (the kind's `int8_inputs`)."""
+def run_suite(model_version: ModelVersion, checkpoint: Path, inputs: ParityInputs) -> dict:
+    """Every parity claim of one model version against its PyTorch checkpoint on `inputs`
+    (their parts recorded as given)."""
+    sources = inputs.sources
     if len(sources) < MIN_SENTENCES:
         raise ValueError(f"parity needs at least {MIN_SENTENCES} sentences, got {len(sources)}")
     start = time.perf_counter()
     model, tokenizer = load_checkpoint(checkpoint)
     kind = export_kind_named(model_version.manifest["model"]["kind"])
-    decodes = kind.decode_certificate(
-        model, tokenizer, model_version, sources, references, parts, int8_inputs
-    )
+    decodes = kind.decode_certificate(model, tokenizer, model_version, inputs)
     certificate = {
         "graphs": graph_certificate(model, model_version, parity_devices(model_version)),
         **decodes,
         "sentences": len(sources),
-        "parts": parts or {"test": len(sources)},
+        "parts": inputs.parts or {"test": len(sources)},
         "near_tie": NEAR_TIE,
         "max_int8_loss": kind.max_int8_loss,
     }
@@ -135,19 +126,12 @@ def run_suite(
     return certificate
 
 
-def certify(
-    model_version: ModelVersion,
-    checkpoint: Path,
-    sources,
-    references,
-    parts: dict | None = None,
-    int8_inputs: tuple[list, list[str]] | None = None,
-) -> dict:
+def certify(model_version: ModelVersion, checkpoint: Path, inputs: ParityInputs) -> dict:
     """Runs the suite (`run_suite`), writes the golden set and the certificate, re-hashes;
     returns it."""
-    certificate = run_suite(model_version, checkpoint, sources, references, parts, int8_inputs)
+    certificate = run_suite(model_version, checkpoint, inputs)
     directory = model_version.directory
-    golden = golden_set(model_version, sources[:GOLDEN_SENTENCES])
+    golden = golden_set(model_version, inputs.sources[:GOLDEN_SENTENCES])
     (directory / GOLDEN).write_text(json.dumps(golden) + "\n")
     kept = {k: v for k, v in model_version.manifest.items() if k not in ("files", "format_version")}
     write_manifest(directory, {**kept, "parity": certificate})

@@ -7,6 +7,7 @@ from argparse import Namespace
 from pathlib import Path
 
 from export.certify import INT8_CLAIMS, certify, run_suite
+from export.decode_parity import ParityInputs
 from export.kinds import export_kind
 from export.repository import INT8_SCALES, write_version
 from models.checkpoint import WEIGHTS, load_checkpoint
@@ -14,18 +15,13 @@ from service.runtime.errors import ModelRepositoryError
 from service.runtime.repository import sha256, verify
 
 
-def parity_inputs(model, data: Path, tokenizer, count: int) -> tuple[list, list[str], dict]:
+def parity_inputs(model, data: Path, tokenizer, count: int) -> ParityInputs:
     """Test inputs, their references and how many come from each part, as the kind of `model`
     takes them from `data` (export.kinds). Translator: the first `count` sentences of every
     test part (the Bible test split; `modern` where the data has it; `everyday`, committed
-    with the code). Captioner: `count` images spread evenly over its test parts."""
+    with the code). Captioner: `count` images spread evenly over its test parts, and its whole
+    test split for the int8 claim."""
     return export_kind(model).parity_inputs(data, tokenizer, count)
-
-
-def int8_inputs(model, data: Path, tokenizer) -> tuple[list, list[str]] | None:
-    """The int8 claim's inputs and references where they are not the certificate's own
-    (export.kinds): the captioner's whole test split."""
-    return export_kind(model).int8_inputs(data, tokenizer)
 
 
 def _summary(certificate: dict) -> dict:
@@ -63,9 +59,8 @@ def export(args: Namespace) -> int:
         args.graphs,
         getattr(args, "int8_scales", INT8_SCALES[0]),
     )
-    sources, references, parts = parity_inputs(model, args.data, tokenizer, args.sentences)
-    int8 = int8_inputs(model, args.data, tokenizer)
-    certificate = certify(model_version, args.checkpoint, sources, references, parts, int8)
+    inputs = parity_inputs(model, args.data, tokenizer, args.sentences)
+    certificate = certify(model_version, args.checkpoint, inputs)
     print(json.dumps({"model_version": str(directory), **_summary(certificate)}, indent=2))
     return 0 if certificate["passed"] else 1
 
@@ -80,9 +75,8 @@ def parity(args: Namespace) -> int:
         raise ModelRepositoryError(f"{checkpoint}: weights differ from those the graphs came from")
     model, tokenizer = load_checkpoint(checkpoint)
     data = args.data or Path("data") / export_kind(model).data
-    sources, references, parts = parity_inputs(model, data, tokenizer, args.sentences)
-    int8 = int8_inputs(model, data, tokenizer)
-    certificate = run_suite(model_version, checkpoint, sources, references, parts, int8)
+    inputs = parity_inputs(model, data, tokenizer, args.sentences)
+    certificate = run_suite(model_version, checkpoint, inputs)
     output = certificate if args.json else _summary(certificate)
     print(json.dumps(output, indent=2 if not args.json else None))
     return 0 if certificate["passed"] else 1

@@ -25,6 +25,26 @@ BEAM = DecodingOptions(beam_size=4, max_length=160)
 
 
 @dataclass
+class ParityInputs:
+    """A certificate's test inputs: `sources` (token ids, or uint8 images) with their
+    `references`, how many come from each test part in order (`parts`; None: one part), and
+    `int8`, the inputs and references of the int8 claim where they are others (None: these)."""
+
+    sources: list
+    references: list[str]
+    parts: dict[str, int] | None = None
+    int8: tuple[list, list[str]] | None = None
+
+    def int8_claim(self, fp32: Engine, fp32_greedy, options: DecodingOptions, max_source: int):
+        """(inputs, references, fp32 greedy hypotheses) of the int8 claim: `int8`'s, decoded
+        by `fp32` with `options`, where given; else these, with their `fp32_greedy`."""
+        if self.int8 is None:
+            return self.sources, self.references, fp32_greedy
+        sources, references = self.int8
+        return sources, references, decode_all(fp32, sources, options, max_source)
+
+
+@dataclass
 class DecodeReport:
     setting: str
     sentences: int

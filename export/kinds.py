@@ -26,6 +26,7 @@ from torch import nn
 
 from export import caption_parity, translator_parity
 from export.builder import build_caption_step, build_translator
+from export.decode_parity import ParityInputs
 from export.graphs import CaptionEncoderGraph, CaptionStepGraph, DecoderStepGraph, EncoderGraph
 from export.onnx_export import export_modules
 from models.caption_data import read_scenes
@@ -87,25 +88,10 @@ class ExportKind(ModelKind):
         `encoder` is off; the step's as the engine runs it)."""
 
     @abstractmethod
-    def decode_certificate(
-        self,
-        model,
-        tokenizer,
-        model_version,
-        sources,
-        references,
-        parts: dict | None = None,
-        int8_inputs: tuple[list, list[str]] | None = None,
-    ) -> dict:
-        """Every whole-decode claim on `sources` with their reference texts: "decodes" (the
+    def decode_certificate(self, model, tokenizer, model_version, inputs: ParityInputs) -> dict:
+        """Every whole-decode claim on the inputs with their reference texts: "decodes" (the
         DecodeReports), an entry per int8 claim where the version has int8 graphs (on
-        `int8_inputs`, inputs and references, where the kind's `int8_inputs` gives others),
-        and whatever else the kind claims."""
-
-    def int8_inputs(self, data: Path, tokenizer) -> tuple[list, list[str]] | None:
-        """Inputs and references of the int8 claim where they are not the certificate's
-        own; None: its own."""
-        return None
+        `inputs.int8` where given), and whatever else the kind claims."""
 
     def int8_nodes(self, graph: str, model: onnx.ModelProto) -> list[str] | None:
         """The nodes of the fp32 graph `graph` (as prepared for the quantiser) that int8
@@ -117,7 +103,7 @@ class ExportKind(ModelKind):
         """How each golden source is written into the golden set, in the order given."""
 
     @abstractmethod
-    def parity_inputs(self, data: Path, tokenizer, count: int) -> tuple[list, list[str], dict]:
+    def parity_inputs(self, data: Path, tokenizer, count: int) -> ParityInputs:
         """Test inputs from `data`, their references, and how many come from each part."""
 
 
@@ -172,7 +158,7 @@ class TranslatorExport(TranslatorKind, ExportKind):
             sources += tokenizer.encode_batch(spanish[:count])
             references += english[:count]
             parts[PART_NAMES[split]] = len(spanish[:count])
-        return sources, references, parts
+        return ParityInputs(sources, references, parts)
 
 
 @_register
@@ -241,11 +227,6 @@ class CaptionerExport(CaptionerKind, ExportKind):
             written.append({"image": relative})
         return written
 
-    def int8_inputs(self, data, tokenizer):
-        """Every image of the test split (caption_parity.MAX_CAPTION_INT8_LOSS)."""
-        scenes, images = read_scenes(data, "test")
-        return np.asarray(images), [s.caption for s in scenes]
-
     def int8_nodes(self, graph, model):
         """The MatMuls of the step's LSTM gates, whose weights are most of the step's (their
         columns are the four gates of past.c's width); nothing else. The other MatMuls are
@@ -262,11 +243,17 @@ class CaptionerExport(CaptionerKind, ExportKind):
         ]
 
     def parity_inputs(self, data, tokenizer, count):
-        """`count` test images spread evenly over the test split, with their captions."""
+        """`count` test images spread evenly over the test split, with their captions; the
+        int8 claim on every image of the split (caption_parity.MAX_CAPTION_INT8_LOSS)."""
         scenes, images = read_scenes(data, "test")
+        captions = [s.caption for s in scenes]
         chosen = np.linspace(0, len(scenes) - 1, min(count, len(scenes))).round().astype(int)
-        captions = [scenes[i].caption for i in chosen]
-        return np.asarray(images[chosen]), captions, {"test": len(chosen)}
+        return ParityInputs(
+            np.asarray(images[chosen]),
+            [captions[i] for i in chosen],
+            {"test": len(chosen)},
+            int8=(np.asarray(images), captions),
+        )
 
 
 def export_kind(model) -> ExportKind:

@@ -18,7 +18,14 @@ import numpy as np
 import torch
 
 from export.comparison import BATCHES, Tolerance, compare
-from export.decode_parity import BEAM, GREEDY, compare_decodes, decode_all, quality_loss
+from export.decode_parity import (
+    BEAM,
+    GREEDY,
+    ParityInputs,
+    compare_decodes,
+    decode_all,
+    quality_loss,
+)
 from export.graphs import DecoderStepGraph, EncoderGraph, flatten
 from models.reference import reference_engine
 from models.transformer import Transformer
@@ -220,21 +227,12 @@ def graph_cases(model: Transformer, engine: OnnxEngine, tol: Tolerance, encoder:
     return [*(encoder_cases(model, engine, tol) if encoder else ()), *steps(model, engine, tol)]
 
 
-def decode_certificate(
-    model,
-    tokenizer,
-    model_version,
-    sources,
-    references,
-    parts: dict | None = None,
-    int8_inputs: tuple[list, list[str]] | None = None,
-) -> dict:
-    """Every whole-decode claim on `sources` (token ids) with their reference texts. ORT fp32
-    greedy is decoded once and serves every claim that compares against it. `parts` (name:
-    count, in the order of `sources`): int8 must keep within the loss bound on each part as
-    well as over all of them, so its claim is on `sources` too (`int8_inputs` must be None)."""
-    if int8_inputs is not None:
-        raise ValueError("the translator's int8 claim is on the certificate's sentences")
+def decode_certificate(model, tokenizer, model_version, inputs: ParityInputs) -> dict:
+    """Every whole-decode claim on the inputs' sources (token ids) with their reference
+    texts. ORT fp32 greedy is decoded once and serves every claim that compares against it.
+    int8 must keep within the loss bound over all its inputs and, on these sources, on each
+    of `inputs.parts`."""
+    sources = inputs.sources
     max_source = model.config.max_length
     # as served: the cache written in place where the version ships that step
     torch_engine, fp32 = reference_engine(model), OnnxEngine(model_version, "fp32")
@@ -282,12 +280,14 @@ def decode_certificate(
     certificate = {"decodes": [r.to_dict() for r in reports]}
     if "int8" in model_version.manifest["graphs"]:
         int8 = OnnxEngine(model_version, "int8")
-        decoded = decode_all(int8, sources, GREEDY, max_source)
-        certificate["int8_vs_fp32"] = _int8_loss(tokenizer, references, fp32_greedy, decoded, parts)
+        claimed, references, baseline = inputs.int8_claim(fp32, fp32_greedy, GREEDY, max_source)
+        parts = inputs.parts if inputs.int8 is None else None
+        decoded = decode_all(int8, claimed, GREEDY, max_source)
+        certificate["int8_vs_fp32"] = _int8_loss(tokenizer, references, baseline, decoded, parts)
         if int8.one_row_decoder is not None:  # every step of one row: the one-row graph
-            decoded = decode_all(int8, sources, GREEDY, max_source, batch=1)
+            decoded = decode_all(int8, claimed, GREEDY, max_source, batch=1)
             certificate["int8_one_row_vs_fp32"] = _int8_loss(
-                tokenizer, references, fp32_greedy, decoded, parts
+                tokenizer, references, baseline, decoded, parts
             )
     return certificate
 

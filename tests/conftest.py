@@ -45,6 +45,7 @@ def exported_translator(tmp_path_factory, translator_data):
     from helpers import SHIPPED_TRANSLATOR
 
     from export.certify import MIN_SENTENCES, certify
+    from export.decode_parity import ParityInputs
     from export.repository import write_version
     from models.checkpoint import WEIGHTS, load_checkpoint
     from models.corpus import read_split
@@ -58,7 +59,8 @@ def exported_translator(tmp_path_factory, translator_data):
     )
     spanish, english = read_split(translator_data, "test")
     sources = tokenizer.encode_batch(spanish[:MIN_SENTENCES])
-    certificate = certify(model_version, SHIPPED_TRANSLATOR, sources, english[:MIN_SENTENCES])
+    inputs = ParityInputs(sources, english[:MIN_SENTENCES])
+    certificate = certify(model_version, SHIPPED_TRANSLATOR, inputs)
     from service.runtime.repository import verify
 
     return verify(directory), certificate
@@ -92,7 +94,7 @@ def exported_captioner(tmp_path_factory, captioner_data):
     """(ModelVersion, certificate) of the shipped captioner, fp32 and int8, certified on
     MIN_SENTENCES test images spread over the test parts (int8 on the whole test split)."""
     from export.certify import MIN_SENTENCES, certify
-    from export.commands import int8_inputs, parity_inputs
+    from export.commands import parity_inputs
     from export.repository import write_version
     from models.checkpoint import WEIGHTS, load_checkpoint
     from service.runtime.repository import sha256, verify
@@ -103,9 +105,8 @@ def exported_captioner(tmp_path_factory, captioner_data):
     model_version = write_version(
         model, tokenizer.model_file, directory, "captioner", "1", ("fp32", "int8"), source
     )
-    images, captions, parts = parity_inputs(model, captioner_data, tokenizer, MIN_SENTENCES)
-    int8 = int8_inputs(model, captioner_data, tokenizer)
-    certificate = certify(model_version, SHIPPED_CAPTIONER, images, captions, parts, int8)
+    inputs = parity_inputs(model, captioner_data, tokenizer, MIN_SENTENCES)
+    certificate = certify(model_version, SHIPPED_CAPTIONER, inputs)
     return verify(directory), certificate
 
 

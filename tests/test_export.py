@@ -154,9 +154,10 @@ def test_translator_parity_takes_every_test_part(tmp_path, shipped_translator):
         for language in ("es", "en"):
             lines = "".join(f"{split} {language} {i}\n" for i in range(count))
             (tmp_path / f"{split}.{language}").write_text(lines)
-    sources, references, parts = parity_inputs(model, tmp_path, tokenizer, 3)
-    assert parts == {"bible": 3, "modern": 2, "everyday": 3}  # everyday: the committed part
-    assert references == [
+    inputs = parity_inputs(model, tmp_path, tokenizer, 3)
+    assert inputs.parts == {"bible": 3, "modern": 2, "everyday": 3}  # everyday: the committed
+    assert inputs.int8 is None  # the int8 claim on the same sentences, part by part
+    assert inputs.references == [
         "test en 0",
         "test en 1",
         "test en 2",
@@ -164,4 +165,4 @@ def test_translator_parity_takes_every_test_part(tmp_path, shipped_translator):
         "test-modern en 1",
         *read_everyday()[1][:3],
     ]
-    assert sources[0] == tokenizer.encode("test es 0")
+    assert inputs.sources[0] == tokenizer.encode("test es 0")
