@@ -500,3 +500,71 @@ def test_steps_on_the_step_thread_decode_as_alone(request, model, runtime, cache
         tokens = done[job_id].results[0][0].tokens  # the token of a last step: its result's
         assert streamed == tokens[: len(streamed)] and len(streamed) >= len(tokens) - 1
     assert scheduler.batch.rows == 0 and len(scheduler._free) == len(scheduler.owners)
+
+
+class _Intervals(_SlowEncoder):
+    """A slow encoder that records when each of its runs held the device."""
+
+    def __init__(self, engine, seconds: float, runs: list):
+        super().__init__(engine, seconds)
+        self._runs = runs
+
+    def encode(self, *inputs, **named):
+        import time
+
+        start = time.perf_counter()
+        try:
+            return super().encode(*inputs, **named)
+        finally:
+            self._runs.append((start, time.perf_counter()))
+
+
+def test_a_step_that_captures_runs_on_the_scheduler_thread_with_the_encoder_held_off(
+    translator,
+):
+    """A static step's first run in a bucket records its CUDA graph, and no other thread may
+    use the device meanwhile (CUDA's global capture mode fails both). Every such step runs
+    on the scheduler's own thread, never beside an encoder run, even with the encoder and
+    the step on threads of their own; the others go to the step thread; every job decodes
+    as alone."""
+    import threading
+    import time
+
+    from service.runtime.tensors import Launch
+
+    kind = _onnx(translator, True, "static")
+    encodes: list[tuple[float, float]] = []
+    scheduler = Scheduler(
+        _Intervals(kind.engine, 0.02, encodes), max_rows=12, encoder_thread=True, step_thread=True
+    )
+    store, seen, captures = scheduler.batch.store, set(), []
+    launch = store.launch
+
+    def capturing(table, tokens, positions, attention, search):
+        made = launch(table, tokens, positions, attention, search)
+        first = store.bucket.slots not in seen  # as a bucket's first capture would
+        seen.add(store.bucket.slots)
+
+        def run():
+            start = time.perf_counter()
+            time.sleep(0.005)  # a capture is longer than a replay
+            made.run()
+            captures.append((start, time.perf_counter(), threading.current_thread()))
+
+        return Launch(run, made.output, first) if first else made
+
+    store.launch = capturing
+    jobs = [
+        kind.job(i, [s], DecodingOptions(max_length=4 + 3 * (i % 5)))
+        for i, s in enumerate(kind.sources[:10])
+    ]
+    done = _drain(scheduler, jobs)
+    scheduler.close()
+    assert len(captures) >= 2, "no step captured"
+    assert all(thread is threading.main_thread() for *_, thread in captures)
+    assert len(encodes) >= 2
+    for start, end, _ in captures:
+        assert all(e <= start or s >= end for s, e in encodes), "an encoder ran beside a capture"
+    for job in jobs:
+        alone = kind.alone([kind.sources[job.id]], job.options)
+        assert done[job.id].results[0][0].tokens == alone[0][0].tokens, job.id

@@ -46,10 +46,15 @@ class EncoderOutput:
 
 class Launch(NamedTuple):
     """A step made ready: `run()` runs it (onnxruntime's run, which releases the GIL: it may
-    go on another thread), then `output()` gives what it returns (a store's: StepOutput)."""
+    go on another thread), then `output()` gives what it returns (a store's: StepOutput).
+    `captures`: the run records a CUDA graph. While it does, no other thread of the process
+    may use the device (onnxruntime captures in CUDA's global mode, where another thread's
+    synchronisation or allocation fails the capture and the run): the scheduler runs it on
+    its own thread with the encoder thread held off (service.worker.scheduler)."""
 
     run: Callable[[], None]
     output: Callable[[], Any]
+    captures: bool = False
 
 
 def launched(step: Callable[..., StepOutput], *args) -> Launch:

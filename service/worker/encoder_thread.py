@@ -5,11 +5,13 @@ scheduler's thread steps the running rows (on a GPU, in a session of its own, on
 stream); the admitted rows join the batch at the first step boundary after it has finished.
 Where the batch reserved slots for them (service.runtime.rows.static), their memory is written into
 those slots here too. Every other change to the batch, and every event, stays on the
-scheduler's thread.
+scheduler's thread. Each run holds the scheduler's device lock, which a step that captures a
+CUDA graph holds too: another thread's work on the device during a capture fails it.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -21,15 +23,23 @@ from service.runtime.tensors import EncoderOutput
 
 
 class EncoderThread:
-    def __init__(self, engine: Engine):
-        self.engine = engine
+    def __init__(self, engine: Engine, device: threading.Lock):
+        self.engine, self.device = engine, device
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="encoder")
 
     def submit(self, given: list[dict[str, np.ndarray]], then=None) -> Future:
         """Starts one encoder run over the requests' inputs `given` (each by name, put
         together there), then `then(output)` where given (a batch writing the memory into
         slots reserved for it) -> (its output, seconds)."""
-        return self._executor.submit(_encode, self.engine, given, then)
+        return self._executor.submit(self._encode, given, then)
+
+    def _encode(self, given: list, then) -> tuple[EncoderOutput, float]:
+        start = time.perf_counter()
+        with self.device:
+            encoder = self.engine.encode(**together(given))
+            if then is not None:
+                then(encoder)
+        return encoder, time.perf_counter() - start
 
     def close(self) -> None:
         """Waits for the run in progress; runs nothing after."""
@@ -39,11 +49,3 @@ class EncoderThread:
 def together(given: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     """Requests' encoder inputs (each by name) as one batch, padded to the longest."""
     return {name: concat_padded([inputs[name] for inputs in given]) for name in given[0]}
-
-
-def _encode(engine: Engine, given: list, then) -> tuple[EncoderOutput, float]:
-    start = time.perf_counter()
-    encoder = engine.encode(**together(given))
-    if then is not None:
-        then(encoder)
-    return encoder, time.perf_counter() - start

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import threading
 import time
 from collections import deque
 from concurrent.futures import Future
@@ -142,7 +143,9 @@ class Scheduler:
         self._order = itertools.count()
         self._admission: _Admission | None = None
         self.admission_interval, self._admitted_at_step = admission_interval, -admission_interval
-        self._encoder = EncoderThread(engine) if encoder_thread else None
+        # held by the encoder thread's runs and by a step that captures a CUDA graph
+        self._device = threading.Lock()
+        self._encoder = EncoderThread(engine, self._device) if encoder_thread else None
         self._stepper = StepThread() if step_thread else None
         self._launched: _Launched | None = None
         self.beside_seconds = 0.0  # the scheduler's own time while a step ran on the thread
@@ -459,7 +462,10 @@ class Scheduler:
         started = self.clock()
         launch = self.batch.launch_search_step(self.next_tokens[:, None], self._request(blocks))
         running = None
-        if self._stepper is not None and not blocks:
+        if launch.captures:  # nothing else on the device meanwhile (tensors.Launch)
+            with self._device:
+                launch.run()
+        elif self._stepper is not None and not blocks:
             running = self._stepper.start(launch.run)
         else:
             launch.run()

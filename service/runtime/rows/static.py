@@ -240,12 +240,15 @@ class StaticRows:
         lean = not attention and engine.lean_decoder is not None
         ranked = lean and search is not None and search.temperature is None
         request = search if ranked else SearchRequest()
+        k = request.width(engine.vocab) if lean else None
+        session = engine.lean_decoder if lean else engine.decoder
+        # a binding's first run records its CUDA graph
+        captures = bool(engine.capture) and (id(session), k) not in bucket.bindings
         if lean:
-            k = request.width(engine.vocab)
             banned = tuple(request.banned)
-            run, out = self._ready(engine.lean_decoder, table, tokens, positions, k, banned)
+            run, out = self._ready(session, table, tokens, positions, k, banned)
         else:
-            run, out = self._ready(engine.decoder, table, tokens, positions)
+            run, out = self._ready(session, table, tokens, positions)
 
         def output() -> StepOutput:
             # the bucket's output buffers are written again by the next step (on the CPU
@@ -257,7 +260,7 @@ class StaticRows:
             seen = np.array(out[name].numpy(), dtype=np.float32) if attention else None
             return StepOutput(out["logits"], bucket.state, seen, found)
 
-        return Launch(run, output)
+        return Launch(run, output, captures)
 
     def repeat(self, table: SlotTable, slots: np.ndarray, first: np.ndarray) -> None:
         """Repeated rows copied into free slots of the bucket (every state tensor in one run
