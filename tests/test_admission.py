@@ -16,7 +16,7 @@ from service.front.admission import HEADROOM, MIN_SAMPLES, WINDOW_SECONDS, Admis
 from service.front.metrics import Metrics
 from service.front.pool import QUEUED_BATCHES, Call, WorkerPool
 from service.runtime.decoding import DecodingOptions
-from service.runtime.errors import ResourceExhausted
+from service.runtime.errors import ResourceExhausted, Unavailable
 from service.worker.messages import Failure, Job
 from service.worker.process import WorkerSettings
 
@@ -166,3 +166,27 @@ def test_answers_and_deadlines_teach_the_limit_cancellations_do_not():
         pool._event(worker, "translator", event)
         assert not worker.calls  # settled
     assert len(pool.admission._latencies) == 1 and pool.admission._latencies[0] >= 3.0
+
+
+def test_a_worker_dead_again_before_the_waiter_runs_leaves_it_waiting_not_failing():
+    """A worker's start wakes the calls waiting for one; when it dies again before they run,
+    they wait on (and get UNAVAILABLE at their deadline), never an unexpected error."""
+    settings = [WorkerSettings(index=0, models=(), device="cpu", max_rows=8)]
+
+    async def scenario():
+        pool = WorkerPool(settings, Metrics(), max_queued=100)
+        worker = pool.workers[0]
+        waiter = asyncio.create_task(pool._ready_worker(0.3))
+        await asyncio.sleep(0.01)
+        pool._any_ready.set()  # a start announced, and the worker gone before the wait ran
+        assert not worker.alive
+        with pytest.raises(Unavailable, match="no worker is ready"):
+            await waiter
+        waiter = asyncio.create_task(pool._ready_worker(1.0))
+        await asyncio.sleep(0.01)
+        worker.ready = asyncio.get_running_loop().create_future()
+        worker.ready.set_result({})  # a worker that is alive when the wait runs is taken
+        pool._any_ready.set()
+        assert await waiter is worker
+
+    asyncio.run(scenario())

@@ -300,13 +300,15 @@ class WorkerPool:
     async def _ready_worker(self, timeout: float | None) -> _Worker:
         """The ready worker holding the fewest rows; while every worker is restarting, waits
         for one within `timeout` (UNAVAILABLE after it)."""
-        ready = [w for w in self.workers if w.alive]
-        if not ready:
+        end = time.monotonic() + (timeout or 30.0)
+        # a loop: the worker whose start woke this wait may have died again before it ran
+        while not (ready := [w for w in self.workers if w.alive]):
             try:
-                await asyncio.wait_for(self._any_ready.wait(), timeout or 30.0)
+                await asyncio.wait_for(self._any_ready.wait(), max(0.0, end - time.monotonic()))
             except TimeoutError as error:
                 raise Unavailable("no worker is ready; retry later") from error
-            ready = [w for w in self.workers if w.alive]
+            if not any(w.alive for w in self.workers):
+                self._any_ready.clear()
         return min(ready, key=_Worker.load)
 
     async def _retry(self, call: Call, error: Exception) -> None:
