@@ -16,6 +16,7 @@
 #   bash bench/gpu.sh goals-serve   # then its second half: the CUDA and CPU servers: ~4 min
 #   bash bench/gpu.sh workers   # quick export, the CUDA server with 1, 2 and its default workers: ~4 min
 #   bash bench/gpu.sh goals     # both halves cut to one command (~9 min): greedy engine, CUDA server, loops
+#   bash bench/gpu.sh steady    # quick export, 3 threaded servers and 1 inline in a row, logs kept: ~6 min
 #   bash bench/gpu.sh step      # after goals: the CUDA server with the step inline and on its thread: ~2 min
 #   bash bench/gpu.sh controls  # the translator's gpu tests: decoding controls and scoring on CUDA, ~5 min
 #   bash bench/gpu.sh controls-cost  # quick export, then bench.controls at 256 rows (fp16): ~4 min
@@ -185,6 +186,27 @@ case "$phase" in
         --graphs "$graphs" --no-engine --load --server-step "$step" --clients 256,1024 \
         --level-seconds 6 | sed -n '/^| clients/,/^One sentence/p' || true
       grep -ih "died\|restart\|traceback\|error" "$work/server/server.log" | head -20 || true
+    done ;;
+  steady)  # three CUDA servers in a row with the step on its thread, then one inline, each
+    # at 1, 256 and 1,024 clients (the 30-token sentence with them), every server's whole log
+    # kept beside its results, Python's fault handler on in the workers (a crash's stack in
+    # the log); then one worker kept full in process at 256 rows, each way, side by side
+    export PYTHONFAULTHANDLER=1 PYTHONPATH="$PWD/.gpu/pylib:$PYTHONPATH"
+    mkdir -p "$out"
+    timeout 150 python3 -m bench.gpu --device cuda --workdir "$work" --out "$out" \
+      --graphs "$graphs" --export-sentences 8 --no-engine --no-load > "$out/export.log" 2>&1 || true
+    for run in thread-1 thread-2 thread-3 inline-1; do
+      OUT_S="$out/steady-$run"; mkdir -p "$OUT_S"
+      timeout 75 python3 -m bench.gpu --device cuda --workdir "$work" --out "$OUT_S" \
+        --graphs "$graphs" --no-engine --load --server-step "${run%-*}" --clients 1,256,1024 \
+        --level-seconds 6 | sed -n '/^| clients/,/^One sentence/p' || true
+      cp "$work/server/server.log" "$OUT_S/server.log" 2>/dev/null || true
+      grep -ih "died\|restart\|traceback\|error\|fault\|signal" "$OUT_S/server.log" | head -20 || true
+    done
+    for way in "--encoder-thread --step-thread" --encoder-thread; do
+      timeout 25 python3 -m bench.profile_scheduler --device cuda $way \
+        --repository "$work/repository/translator/1" --variant fp16 --cache static --seconds 6 \
+        2>&1 | tee -a "$out/cuda-worker.log" || true
     done ;;
   workers)  # the CUDA server with 1 and 2 workers sharing the GPU at 256 and 1,024 clients,
     # then with its default (printed with why) at 1 to 1,024 clients and the 30-token
