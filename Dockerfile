@@ -1,13 +1,16 @@
-# attnserve images.
+# attnserve images: the torch-free server and the model repository built on the host.
 #
-#   docker build -t attnserve:cpu .                            the CPU server (target runtime)
-#   docker build --target runtime-cuda -t attnserve:cuda \
-#     --build-arg EXPORT_VARIANTS=fp32,int8,fp16 .             the NVIDIA GPU server
+#   ./dev.sh repository                                  the repository, once: data/repository
+#   docker build -t attnserve:cpu .                      the CPU server (target runtime)
+#   docker build --target runtime-cuda -t attnserve:cuda .   the NVIDIA GPU server
 #
-# Stage build: torch (CPU wheel) and the Debian packages of the data (Bibles, emoji artwork and
-# names); builds the translator's corpus and the captioner's scenes, exports both shipped
-# checkpoints to one model repository (with their parity certificates) and builds the wheel.
-# The runtime stages hold the wheel with the serve (or gpu) extra and the repository: no torch.
+# The images copy in the model repository that `./dev.sh repository` exported and certified
+# (ONNX graphs, tokenizers, parity certificates, golden sets; with fp16 graphs where the host
+# has a GPU, or ATTNSERVE_EXPORT_VARIANTS=fp32,int8,fp16). The repository is made in one place,
+# by the commands every test runs, so an image serves exactly what was certified: no data set,
+# artwork renderer or torch inside the build, nothing of the data pipeline to keep in step.
+# Stage build generates the gRPC code and builds the wheel; the runtime stages install it with
+# the serve (or gpu) extra.
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
@@ -18,24 +21,8 @@ ENV PIP_NO_CACHE_DIR=1 \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1
 
-# The corpus (`attnserve data translator`) is read from these SWORD modules through diatheke;
-# the captioner's scenes (`attnserve data captioner`) are drawn from Noto Color Emoji and named
-# from CLDR.
-RUN apt-get update \
-    && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
-        diatheke sword-text-sparv sword-text-web fonts-noto-color-emoji unicode-cldr-core \
-    && rm -rf /var/lib/apt/lists/*
-
-# torch first and from the CPU index (the PyPI wheel is the CUDA build); the pin in the train
-# extra is then already satisfied. A build may mount a directory of wheels at /opt/wheels
-# (`podman build -v /opt/wheels:/opt/wheels:ro`): a CPU torch wheel there is taken instead.
-RUN if ls /opt/wheels/torch-2.13.0+cpu-*.whl >/dev/null 2>&1; then \
-        pip install --find-links /opt/wheels torch==2.13.0; \
-    else \
-        pip install --index-url https://download.pytorch.org/whl/cpu torch==2.13.0; \
-    fi
-
 WORKDIR /src
+RUN pip install "grpcio-tools>=1.66" "setuptools>=68" wheel
 COPY pyproject.toml README.md ./
 COPY protos/ protos/
 COPY attnserve/ attnserve/
@@ -43,21 +30,21 @@ COPY service/ service/
 COPY models/ models/
 COPY export/ export/
 
-RUN pip install -e ".[serve,train]" grpcio-tools
-
 # The gRPC code is generated, never kept in git (as ./dev.sh does).
 RUN rm -rf attnserve/v1 && mkdir attnserve/v1 \
     && python -m grpc_tools.protoc -I protos --python_out=. --pyi_out=. --grpc_python_out=. \
         protos/attnserve/v1/*.proto \
-    && touch attnserve/v1/__init__.py
+    && touch attnserve/v1/__init__.py \
+    && pip wheel --no-deps --no-build-isolation --wheel-dir /dist .
 
-ARG EXPORT_VARIANTS=fp32,int8
-RUN python -m attnserve.cli data translator \
-    && python -m attnserve.cli export translator --out /repository --variants "${EXPORT_VARIANTS}" \
-    && python -m attnserve.cli data captioner --train-scenes 5000 \
-    && python -m attnserve.cli export captioner --out /repository --variants "${EXPORT_VARIANTS}"
-
-RUN pip wheel --no-deps --wheel-dir /dist .
+# The model repository, checked before it is copied: a version without its certificate's
+# manifest stops the build here with what to run.
+COPY data/repository/ /repository/
+RUN for model in translator captioner; do \
+        [ -f "/repository/$model/1/manifest.json" ] && [ -f "/repository/$model/1/golden.json" ] \
+        || { echo "data/repository/$model/1 is missing or incomplete: run ./dev.sh repository" >&2; \
+             exit 1; }; \
+    done
 
 
 # What every server image shares: the model repository, the user, ports, health and signals.

@@ -4,6 +4,7 @@
 #                   checkpoint, serve it over gRPC and answer a first request (Ctrl-C stops)
 #   ./dev.sh test   install what is missing, then lint and run the whole test suite
 #   ./dev.sh stack  build the images and run the compose stack in podman (tests marked stack)
+#   ./dev.sh repository  build the model repository the images copy in (data/repository)
 # Where nvidia-smi lists an NVIDIA GPU, the server's onnxruntime is onnxruntime-gpu and the
 # model repository also holds fp16 graphs; ATTNSERVE_DEVICE=cpu keeps the CPU set-up there.
 set -euo pipefail
@@ -72,7 +73,9 @@ install_node_packages() {
 }
 
 export_variants() {
-  if gpu_present; then echo fp32,int8,fp16; else echo fp32,int8; fi
+  # ATTNSERVE_EXPORT_VARIANTS where given (fp32,int8,fp16 for a GPU image built elsewhere)
+  if [ -n "${ATTNSERVE_EXPORT_VARIANTS:-}" ]; then echo "$ATTNSERVE_EXPORT_VARIANTS"
+  elif gpu_present; then echo fp32,int8,fp16; else echo fp32,int8; fi
 }
 
 build_protos() {
@@ -166,13 +169,18 @@ case "${1:-}" in
     lint-imports
     "$PYTHON" -m pytest "${@:2}"
     ;;
+  repository)
+    setup
+    build_repository
+    ;;
   stack)
     setup
+    build_repository
     install_stack_tools
     "$PYTHON" -m pytest -m stack -s tests/test_podman_stack.py "${@:2}"
     ;;
   *)
-    echo "usage: ./dev.sh serve [serve flags] | ./dev.sh test [pytest arguments] | ./dev.sh stack" >&2
+    echo "usage: ./dev.sh serve [serve flags] | ./dev.sh test [pytest arguments] | ./dev.sh stack | ./dev.sh repository" >&2
     exit 2
     ;;
 esac

@@ -102,3 +102,26 @@ def test_attnserve_device_cpu_keeps_the_cpu_set_up_on_a_gpu(dev_sh):
     (install,) = _installs(run["commands"])
     assert install.endswith("-e .[serve,client,train,bench,dev]")
     assert run["variants"] == "fp32,int8"
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"), [("", "fp32,int8"), ("fp32,int8,fp16", "fp32,int8,fp16")]
+)
+def test_the_repository_s_variants_can_be_named_for_an_image_built_elsewhere(given, expected):
+    """`ATTNSERVE_EXPORT_VARIANTS` names the variants `./dev.sh repository` exports (fp16 for
+    the CUDA image on a host without a GPU); unset, the host decides (no GPU here)."""
+    done = subprocess.run(
+        [
+            "bash",
+            "-c",
+            'source "$1" && gpu_present() { return 1; } && export_variants',
+            "bash",
+            str(ROOT / "dev.sh"),
+        ],
+        env={"PATH": "/usr/bin:/bin", "ATTNSERVE_EXPORT_VARIANTS": given},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == expected

@@ -108,8 +108,6 @@ def env() -> dict:
             "docker",
             "--build-arg",
             f"PYTHON_IMAGE={BASE}",
-            "-v",
-            "/opt/wheels:/opt/wheels:ro",
             "--target",
             "runtime",
             "-t",
@@ -265,3 +263,25 @@ def test_down_drains_a_call_in_flight(env, stack):
     assert "error" not in outcome, outcome.get("error")
     assert len(outcome["response"].translations[0].hypotheses) == 16
     assert not _containers(env, "attnserve")
+
+
+def test_the_image_serves_the_repository_certified_on_the_host(env):
+    """The image copies in data/repository as `./dev.sh repository` built and certified it:
+    each version's manifest (its graphs' hashes and its parity certificate) is the host's."""
+    for model in ("translator", "captioner"):
+        inside = _run(
+            [
+                "podman",
+                "run",
+                "--rm",
+                "--entrypoint",
+                "cat",
+                "attnserve:cpu",
+                f"/srv/attnserve/repository/{model}/1/manifest.json",
+            ],
+            env,
+            timeout=120,
+        )
+        host = (ROOT / "data" / "repository" / model / "1" / "manifest.json").read_text()
+        assert json.loads(inside) == json.loads(host)
+        assert json.loads(inside)["parity"]["passed"] is True
