@@ -9,17 +9,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-WORD_START = "▁"  # SentencePiece's mark of a piece that begins a word
-LONE_WORD_START = "␣"  # shown for a piece that is nothing but the mark
+from service.tokens import display_token
+
 CELL_INCHES = 0.28
 MAX_INCHES = 60.0
-
-
-def display_token(token: str) -> str:
-    """A subword as labelled: the word-start mark dropped ("▁casa" -> "casa"), a piece that is
-    only the mark shown as "␣", any other text unchanged."""
-    shown = token.replace(WORD_START, " ").strip()
-    return shown if shown else (LONE_WORD_START if token else token)
 
 
 def draw_alignment(

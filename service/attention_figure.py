@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from attnserve.alignment import display_token
+from service.tokens import display_token
 
 COLUMNS = 5
 PANEL_INCHES = 2.0

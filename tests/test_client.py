@@ -22,7 +22,7 @@ import pytest
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from helpers import ROOT
 
-from attnserve.alignment import display_token, draw_alignment
+from attnserve.alignment import draw_alignment
 from attnserve.cli import main
 from attnserve.v1 import (
     caption_pb2,
@@ -33,6 +33,7 @@ from attnserve.v1 import (
 )
 from models.shipped import SHIPPED_CAPTIONER, SHIPPED_TRANSLATOR
 from service import client
+from service.tokens import display_token
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
