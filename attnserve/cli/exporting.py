@@ -1,0 +1,71 @@
+"""`export` (PyTorch to ONNX, parity, a model repository version) and `parity` (a version's
+suite again). Torch-side: `export.commands` is imported only when they run."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from attnserve.cli.options import MODELS, default_data, shipped_checkpoint
+from attnserve.cli.subcommand import Subcommand
+
+
+class Export(Subcommand):
+    name = "export"
+    help = "export to ONNX, prove parity, write a model repository"
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("model", choices=MODELS)
+        parser.add_argument("--out", type=Path, required=True, help="the model repository root")
+        parser.add_argument("--checkpoint", type=Path, help="default: the shipped checkpoint")
+        parser.add_argument("--name", help="default: the model (translator, captioner)")
+        parser.add_argument("--version", default="1")
+        parser.add_argument("--variants", default="fp32,int8,fp16", help="of fp32, int8, fp16")
+        parser.add_argument(
+            "--graphs",
+            choices=["traced", "built"],
+            default="built",
+            help="how the graphs are made: built op by op with fused attention (the "
+            "translator's both, the captioner's step; fewer kernels, faster), or traced by "
+            "torch.export",
+        )
+        parser.add_argument(
+            "--int8-scales",
+            choices=["per-channel", "per-tensor"],
+            default="per-channel",
+            help="int8 weights with one scale per output channel, or one per weight "
+            "(onnxruntime 1.32 fuses either into DynamicQuantizeMatMul; per channel is closer "
+            "to fp32, per weight a few per cent faster)",
+        )
+        parser.add_argument("--data", type=Path, help="default: data/<model>")
+        parser.add_argument(
+            "--sentences", type=int, default=200, help="test sentences (or images) decoded"
+        )
+
+    def run(self, args: argparse.Namespace) -> int:
+        from export import commands  # torch
+
+        args.data = args.data or default_data(args.model)
+        args.checkpoint = args.checkpoint or shipped_checkpoint(args.model)
+        args.name = args.name or args.model
+        return commands.export(args)
+
+
+class Parity(Subcommand):
+    name = "parity"
+    help = "re-run the parity suite of a model version"
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("directory", type=Path, help="MODEL_REPOSITORY/<model>/<version>")
+        parser.add_argument("--checkpoint", type=Path, help="default: the manifest's source")
+        parser.add_argument("--data", type=Path, help="default: data/<the manifest's model kind>")
+        parser.add_argument("--sentences", type=int, default=200, help="or images")
+        parser.add_argument("--json", action="store_true", help="the whole certificate as JSON")
+
+    def run(self, args: argparse.Namespace) -> int:
+        from export import commands  # torch
+
+        return commands.parity(args)
+
+
+COMMANDS = (Export, Parity)

@@ -1,0 +1,71 @@
+"""The figures `translate --alignment` and `caption --attention` write: one PNG per input
+(OUT.png, or OUT-1.png, OUT-2.png, ... for several)."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+from attnserve.cli.subcommand import Failure
+
+FIGURE_SIDE = 512  # pixels: the image of an attention figure is shrunk to fit this square
+
+
+def figure_path(path: Path, index: int, count: int) -> Path:
+    return path if count == 1 else path.with_name(f"{path.stem}-{index + 1}{path.suffix}")
+
+
+def short_title(text: str) -> str:
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def write_alignment(path: Path, index: int, count: int, source: str, translation) -> None:
+    """The heatmap of the best hypothesis' cross-attention over the source tokens."""
+    from attnserve.alignment import draw_alignment
+
+    if not translation.hypotheses or not translation.hypotheses[0].HasField("alignment"):
+        raise Failure(f"the server sent no alignment for text {index + 1}")
+    try:
+        draw_alignment(
+            translation.hypotheses[0].alignment,
+            figure_path(path, index, count),
+            title=short_title(source),
+        )
+    except (ValueError, OSError) as error:
+        raise Failure(f"alignment of text {index + 1}: {error}") from None
+
+
+def figure_image(data: bytes):
+    """The image as the server sees it (EXIF orientation of JPEG and WebP applied, transparency
+    over white), as (H, W, 3) uint8, shrunk to fit FIGURE_SIDE."""
+    import numpy as np
+    from PIL import Image, ImageOps
+
+    with Image.open(io.BytesIO(data)) as opened:
+        image = ImageOps.exif_transpose(opened) if opened.format in ("JPEG", "WEBP") else opened
+        if image.mode in ("RGBA", "LA", "PA") or "transparency" in image.info:
+            white = Image.new("RGBA", image.size, (255, 255, 255, 255))
+            image = Image.alpha_composite(white, image.convert("RGBA"))
+        image = image.convert("RGB")
+        image.thumbnail((FIGURE_SIDE, FIGURE_SIDE), Image.BILINEAR)
+        return np.asarray(image)
+
+
+def write_attention(path: Path, index: int, count: int, data: bytes, caption) -> None:
+    """The image, then one panel per word of the best caption with its attention laid over."""
+    from service import client
+    from service.attention_figure import draw_attention
+
+    if not caption.hypotheses or not caption.hypotheses[0].HasField("attention"):
+        raise Failure(f"the server sent no attention for image {index + 1}")
+    best = caption.hypotheses[0]
+    try:
+        draw_attention(
+            figure_image(data),
+            [token.token for token in best.attention.tokens],
+            client.attention_maps(best.attention),
+            path=figure_path(path, index, count),
+            title=short_title(best.text),
+        )
+    except (ValueError, OSError) as error:  # PIL's UnidentifiedImageError is an OSError
+        raise Failure(f"attention of image {index + 1}: {error}") from None

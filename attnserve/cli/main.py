@@ -1,0 +1,39 @@
+"""`attnserve`: the commands of every group, and the dispatch to the one named."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from attnserve.cli import caption, exporting, health, serve, training, translate
+from attnserve.cli.subcommand import Failure, Subcommand
+
+DESCRIPTION = "The `attnserve` command line."
+# every command, in the order `attnserve --help` lists them
+COMMANDS: tuple[type[Subcommand], ...] = (
+    *training.COMMANDS,
+    *translate.COMMANDS,
+    *caption.COMMANDS,
+    *exporting.COMMANDS,
+    *serve.COMMANDS,
+    *health.COMMANDS,
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="attnserve", description=DESCRIPTION)
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    for command in COMMANDS:
+        command().subparser_init(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    command: Subcommand = args.handler
+    command.check(args)
+    try:
+        return command.run(args)
+    except Failure as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1

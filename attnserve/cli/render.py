@@ -1,0 +1,126 @@
+"""What the client commands show on the terminal (hypotheses, a line rewritten in place,
+progress) and the files they read and write."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import sys
+from pathlib import Path
+
+
+def print_hypotheses(result, out=None) -> None:
+    """The hypotheses of one translation or caption on `out` (default: stdout): the text when
+    there is one, else RANK<TAB>SCORE<TAB>TEXT per hypothesis."""
+    out = out or sys.stdout
+    hypotheses = result.hypotheses
+    if len(hypotheses) == 1:
+        print(hypotheses[0].text, file=out)
+        return
+    for rank, hypothesis in enumerate(hypotheses, 1):
+        print(f"{rank}\t{hypothesis.score:.4f}\t{hypothesis.text}", file=out)
+
+
+class PartialLine:
+    """Partial hypotheses on `stream` (default stdout): one line rewritten in place on a
+    terminal, else one line each."""
+
+    def __init__(self, stream=None) -> None:
+        self.stream = stream or sys.stdout
+        self.tty = self.stream.isatty()
+        self.open = False
+
+    def show(self, text: str) -> None:
+        if not self.tty:
+            print(text, file=self.stream, flush=True)
+            return
+        width = shutil.get_terminal_size().columns - 1
+        shown = text if len(text) <= width else "…" + text[-(width - 1) :]
+        self.stream.write("\r\x1b[K" + shown)
+        self.stream.flush()
+        self.open = True
+
+    def close(self) -> None:
+        if self.open:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
+            self.open = False
+
+
+class Progress:
+    """Inputs answered so far, on stderr: a tqdm bar when tqdm is installed, else a counter
+    (rewritten in place on a terminal, one line per call otherwise). Called with the count."""
+
+    def __init__(self, total: int, verb: str, noun: str) -> None:
+        self.total, self.verb, self.noun = total, verb, noun
+        self.tty = sys.stderr.isatty()
+        try:
+            from tqdm import tqdm
+        except ImportError:
+            self.bar = None
+        else:
+            self.bar = tqdm(total=total, unit=noun, file=sys.stderr, dynamic_ncols=True)
+
+    def __call__(self, done: int) -> None:
+        text = f"{self.verb} {done}/{self.total} {self.noun}s"
+        if self.bar is not None:
+            self.bar.update(done - self.bar.n)
+        elif self.tty:
+            sys.stderr.write(f"\r{text}")
+            sys.stderr.flush()
+        else:
+            print(text, file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+        elif self.tty:
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+
+
+@contextlib.contextmanager
+def progress(total: int, verb: str, noun: str, shown: bool):
+    """A Progress of `total` inputs when `shown`, else None; closed on the way out."""
+    if not shown:
+        yield None
+        return
+    counter = Progress(total, verb, noun)
+    try:
+        yield counter
+    finally:
+        counter.close()
+
+
+@contextlib.contextmanager
+def output(path: Path | None):
+    """Standard output, or the file `path` (written whole, UTF-8)."""
+    if path is None:
+        yield sys.stdout
+        return
+    with open(path, "w", encoding="utf-8") as out:
+        yield out
+
+
+def read_lines(path: Path | None) -> list[str] | None:
+    """Non-empty lines of a file, or of standard input when None (None: unreadable)."""
+    if path is None:
+        return [line.rstrip("\n") for line in sys.stdin if line.strip()]
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as error:
+        print(f"error: {path}: {error}", file=sys.stderr)
+        return None
+    return [line for line in lines if line.strip()]
+
+
+def read_images(paths: list[Path]) -> list[bytes] | None:
+    """The bytes of every file, or None after one line on stderr per unreadable file."""
+    images, failed = [], False
+    for path in paths:
+        try:
+            images.append(path.read_bytes())
+        except OSError as error:
+            print(f"error: {path}: {error.strerror or error}", file=sys.stderr)
+            failed = True
+    return None if failed else images

@@ -1,0 +1,276 @@
+"""`translate` (over gRPC, or here with the PyTorch checkpoint) and `score` (over gRPC)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from attnserve.cli import remote
+from attnserve.cli.figures import write_alignment
+from attnserve.cli.options import (
+    TORCH_DECODING,
+    add_decoding,
+    add_engine,
+    add_server,
+    check_engine,
+)
+from attnserve.cli.render import output, print_hypotheses, progress, read_lines
+from attnserve.cli.subcommand import Failure, Subcommand
+from models.shipped import SHIPPED_TRANSLATOR
+from service.runtime.documents import SPLITTING
+from service.runtime.markup import FORMATS
+
+TIMEOUT = 60.0  # seconds, the default deadline of a translate or score call
+# translate's options that mean something over gRPC only
+GRPC_ONLY = (
+    "server",
+    "stream",
+    "alignment",
+    "timeout",
+    "model",
+    "model_version",
+    "input",
+    "output",
+    "tls",
+    "tls_ca",
+    "tls_cert",
+    "tls_key",
+    "token_file",
+    "target_prefix",
+    "suppress",
+    "text_format",
+    "glossary",
+)
+
+
+class Translate(Subcommand):
+    name = "translate"
+    help = "translate Spanish text to English (over gRPC, or locally with --engine torch)"
+    description = (
+        "Decoding options not given are left to the server over gRPC; with --engine torch "
+        "they default as the server's do: beam size 1 (greedy), max length 256, length "
+        "penalty 1, n-best 1, no sampling. One line per text, or RANK<TAB>SCORE<TAB>TEXT per "
+        "hypothesis when there are several. A failed call prints `error: CODE: details` on "
+        "stderr and exits with status 1."
+    )
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "texts", nargs="*", help="texts; read one a line from --input or stdin when none"
+        )
+        _add_inputs(parser)
+        add_engine(parser)
+        add_server(parser, TIMEOUT)
+        parser.add_argument("--model", help="model name (default: the server's translator)")
+        parser.add_argument("--model-version", help="model version (default: the newest loaded)")
+        parser.add_argument(
+            "--stream", action="store_true", help="show the output growing step by step"
+        )
+        parser.add_argument(
+            "--alignment",
+            type=Path,
+            metavar="OUT.png",
+            help="write the best hypothesis' cross-attention heatmap (OUT-1.png, ... for several)",
+        )
+        parser.add_argument(
+            "--checkpoint",
+            type=Path,
+            help="--engine torch: the checkpoint (also a run's last.pt, best.pt, "
+            "snapshots/step-*.pt)",
+        )
+        parser.add_argument("--n-best", type=int, help="hypotheses per text")
+        parser.add_argument("--json", action="store_true", help="scores, log-probs and alignment")
+        add_decoding(parser, None)
+
+    def check(self, args: argparse.Namespace) -> None:
+        check_engine(self.parser, args, GRPC_ONLY, TORCH_DECODING, SHIPPED_TRANSLATOR)
+
+    def run(self, args: argparse.Namespace) -> int:
+        if args.engine == "grpc":
+            return remote.client_call(_translate, args)
+        from models import commands  # torch: only for --engine torch
+
+        return commands.translate(args)
+
+
+def _add_inputs(parser: argparse.ArgumentParser) -> None:
+    """Where the texts come from, how the server cuts them, and where translations go."""
+    parser.add_argument(
+        "--input",
+        type=Path,
+        help="a file translated as one document: its paragraphs, blank lines and line breaks "
+        "kept (one text a line with --lines)",
+    )
+    parser.add_argument(
+        "--lines", action="store_true", help="--input holds one text a line, each translated apart"
+    )
+    parser.add_argument(
+        "--sentence-splitting",
+        choices=SPLITTING,
+        default=SPLITTING[0],
+        help="where the server cuts a text into inputs decoded apart (default: sentences, and "
+        "line breaks)",
+    )
+    parser.add_argument(
+        "--text-format",
+        choices=FORMATS,
+        help="html, xml: the markup is kept and only the text between it translated "
+        "(default: plain)",
+    )
+    parser.add_argument(
+        "--glossary",
+        type=Path,
+        help="SOURCE<TAB>TARGET terms, one a line: each source term found is translated as given",
+    )
+    parser.add_argument("--output", type=Path, help="write the translations here, one a line")
+    parser.add_argument(
+        "--concurrency", type=int, default=4, help="calls in flight (64 texts a call)"
+    )
+
+
+def _translate(channel, args: argparse.Namespace) -> int:
+    try:
+        options = remote.request_options(args, args.json or args.alignment is not None)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    call = _translate_call(args, options)
+    if args.input is not None and not (args.lines or args.texts or args.stream):
+        return _translate_document(channel, args, call)
+    texts = args.texts or read_lines(args.input)
+    if texts is None:
+        return 2
+    if not texts:
+        return 0
+    if args.stream:
+        translations = _translate_stream(channel, args, texts, call)
+    else:
+        translations = _translate_batches(channel, args, texts, call)
+    if args.alignment is not None:
+        for index, (text, translation) in enumerate(zip(texts, translations, strict=True)):
+            write_alignment(args.alignment, index, len(texts), text, translation)
+    return 0
+
+
+def _translate_call(args: argparse.Namespace, options) -> dict:
+    """`remote.call_options` and where the server cuts the texts."""
+    return {
+        **remote.call_options(args, options, TIMEOUT),
+        "sentence_splitting": args.sentence_splitting,
+        "text_format": args.text_format or FORMATS[0],
+        "glossary": _glossary(args.glossary) if args.glossary else [],
+    }
+
+
+def _translate_stream(channel, args: argparse.Namespace, texts: list[str], call: dict) -> list:
+    from service import client
+
+    def stream(text: str):
+        return client.translate_stream(channel, text, **call)
+
+    return remote.stream_each(stream, texts, "translations", "text", args.json, sys.stdout)
+
+
+def _translate_batches(channel, args: argparse.Namespace, texts: list[str], call: dict) -> list:
+    """Every text, 64 a call with --concurrency calls in flight; printed once all are back."""
+    from service import client
+
+    many = len(texts) > client.TEXTS_PER_CHUNK
+    with progress(len(texts), "translated", "text", many) as shown:
+        response = client.translate_batches(
+            channel, texts, concurrency=args.concurrency, progress=shown, **call
+        )
+    with output(args.output) as out:
+        if args.json:
+            print(remote.proto_json(response), file=out)
+        else:
+            for translation in response.translations:
+                print_hypotheses(translation, out)
+    return list(response.translations)
+
+
+def _translate_document(channel, args: argparse.Namespace, call: dict) -> int:
+    """--input as one document: cut at paragraph breaks into texts of at most the server's
+    default max_text_chars, translated in one call, put back together."""
+    from service import client
+
+    try:
+        text = args.input.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        print(f"error: {args.input}: {error}", file=sys.stderr)
+        return 2
+    parts = client.document_parts(text)
+    texts = [p for p in parts if p.strip()]
+    response = client.translate(channel, texts, **call) if texts else None
+    translated = iter(response.translations if response else [])
+    result = "".join(next(translated).hypotheses[0].text if p.strip() else p for p in parts)
+    with output(args.output) as out:
+        if args.json and response is not None:
+            print(remote.proto_json(response), file=out)
+        else:
+            out.write(result)
+    return 0
+
+
+def _glossary(path: Path) -> list[tuple[str, str]]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise Failure(f"--glossary: {error}") from error
+    return _pairs(text, "--glossary ")
+
+
+def _pairs(text: str, where: str) -> list[tuple[str, str]]:
+    """The SOURCE<TAB>TARGET pairs of `text`'s non-empty lines; `where` begins the error of a
+    line without a tab ("--glossary ", or "")."""
+    pairs = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.strip():
+            source, tab, target = line.partition("\t")
+            if not tab:
+                raise Failure(f"{where}line {number}: SOURCE<TAB>TARGET expected")
+            pairs.append((source, target))
+    return pairs
+
+
+class Score(Subcommand):
+    name = "score"
+    help = "the log-probability of given translations (over gRPC)"
+    description = (
+        "Reads SOURCE<TAB>TARGET pairs, one a line, from --input or stdin and prints each "
+        "pair's mean and total log-probability (MEAN<TAB>TOTAL), or the whole response with "
+        "--json."
+    )
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        add_server(parser, TIMEOUT)
+        parser.add_argument("--input", type=Path, help="pairs, one a line (default: stdin)")
+        parser.add_argument("--model", default="", help="model name (default: the server's)")
+        parser.add_argument("--model-version", default="", help="model version (default: newest)")
+        parser.add_argument("--json", action="store_true", help="the response as JSON")
+
+    def run(self, args: argparse.Namespace) -> int:
+        return remote.client_call(_score, args)
+
+
+def _score(channel, args: argparse.Namespace) -> int:
+    from service import client
+
+    text = args.input.read_text(encoding="utf-8") if args.input else sys.stdin.read()
+    response = client.score(
+        channel,
+        _pairs(text, ""),
+        model=args.model,
+        version=args.model_version,
+        timeout=args.timeout or TIMEOUT,
+    )
+    if args.json:
+        print(remote.proto_json(response))
+        return 0
+    for score in response.scores:
+        print(f"{score.mean_log_prob:.4f}\t{score.log_prob:.4f}")
+    return 0
+
+
+COMMANDS = (Translate, Score)
