@@ -1,9 +1,9 @@
-"""The captioner's torch-side subcommands of `attnserve`: data, train, evaluate, caption."""
+"""The captioner's torch-side commands of `attnserve`: data, train, evaluate, and the decoding of
+`caption --engine torch`."""
 
 from __future__ import annotations
 
 import json
-import sys
 import time
 from argparse import Namespace
 from dataclasses import asdict, replace
@@ -13,6 +13,8 @@ import numpy as np
 from models.caption_data import DataOptions, build_captioner_data
 from models.commands import decoding_options
 from models.config import CAPTIONER_PRESETS
+from service.runtime.decoding import Hypothesis
+from service.runtime.tokenizer import Tokenizer
 
 
 def data(args: Namespace) -> int:
@@ -97,62 +99,15 @@ def evaluate(args: Namespace) -> int:
     return 0
 
 
-def caption(args: Namespace) -> int:
-    from PIL import Image
-
+def caption(args: Namespace, images: list) -> tuple[Tokenizer, int, list[list[Hypothesis]]]:
+    """The tokenizer, the side of the attention grid and every image's n-best hypotheses by the
+    checkpoint `args.checkpoint` (`images`: PIL images, squeezed to the model's square), as
+    `attnserve caption --engine torch` shows them."""
     from models.checkpoint import load_checkpoint
     from models.reference import reference_engine
     from service.runtime.captioning import caption_images, resize
 
     model, tokenizer = load_checkpoint(args.checkpoint)
     options = decoding_options(args, model.config.max_length, n_best=args.n_best)
-    size, grid = model.config.image_size, model.config.grid
-    images = []
-    for path in args.images:
-        try:
-            with Image.open(path) as image:
-                images.append(resize(image, size))
-        except (OSError, ValueError) as error:  # missing, unreadable or not an image
-            print(f"error: {path}: {error}", file=sys.stderr)
-            return 2
-    nbest = caption_images(reference_engine(model), np.stack(images), options)
-    for index, (path, hypotheses) in enumerate(zip(args.images, nbest, strict=True)):
-        best = hypotheses[0]
-        if args.json:
-            print(
-                json.dumps(
-                    {
-                        "image": str(path),
-                        "hypotheses": [
-                            {
-                                "text": tokenizer.decode(h.tokens),
-                                "score": round(h.score, 4),
-                                "tokens": tokenizer.pieces(h.tokens),
-                                "attention": h.alignment.round(4).tolist(),
-                                "grid": [grid, grid],
-                            }
-                            for h in hypotheses
-                        ],
-                    }
-                )
-            )
-        else:
-            for rank, h in enumerate(hypotheses, 1):
-                text = tokenizer.decode(h.tokens)
-                print(text if len(hypotheses) == 1 else f"{rank}\t{h.score:.4f}\t{text}")
-        if args.attention is not None:
-            from service.attention_figure import draw_attention
-
-            out = args.attention
-            if len(args.images) > 1:
-                out = out.with_name(f"{out.stem}-{index + 1}{out.suffix}")
-            tokens = tokenizer.pieces(best.tokens) + (["</s>"] if best.finished else [])
-            draw_attention(
-                images[index],
-                tokens,
-                best.alignment,
-                (grid, grid),
-                out,
-                title=tokenizer.decode(best.tokens),
-            )
-    return 0
+    pixels = np.stack([resize(image, model.config.image_size) for image in images])
+    return tokenizer, model.config.grid, caption_images(reference_engine(model), pixels, options)

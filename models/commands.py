@@ -1,9 +1,9 @@
-"""The torch-side subcommands of `attnserve`: data, train, evaluate, translate --engine torch."""
+"""The translator's torch-side commands of `attnserve`: data, train, evaluate, and the decoding of
+`translate --engine torch`."""
 
 from __future__ import annotations
 
 import json
-import sys
 import time
 from argparse import Namespace
 from dataclasses import asdict, replace
@@ -15,7 +15,8 @@ from models.corpus import build_translator_data, read_split
 from models.evaluate import apertium_translate, corpus_scores
 from models.modern import PART_NAMES, TEST_PARTS
 from models.reference import TorchEngine
-from service.runtime.decoding import DecodingOptions
+from service.runtime.decoding import DecodingOptions, Hypothesis
+from service.runtime.tokenizer import Tokenizer
 from service.runtime.translation import translate_documents, translate_texts
 
 
@@ -169,35 +170,10 @@ def evaluate(args: Namespace) -> int:
     return 0
 
 
-def translate(args: Namespace) -> int:
-    texts = args.texts or [line.rstrip("\n") for line in sys.stdin if line.strip()]
+def translate(args: Namespace, texts: list[str]) -> tuple[Tokenizer, list[list[Hypothesis]]]:
+    """The tokenizer and every text's n-best hypotheses by the checkpoint `args.checkpoint`
+    (each text decoded whole), as `attnserve translate --engine torch` shows them."""
     model, tokenizer = _load_translator(args.checkpoint)
     options = decoding_options(args, model.config.max_length, n_best=args.n_best)
-    nbest = translate_texts(TorchEngine(model), tokenizer, texts, options, model.config.max_length)
-    for text, hypotheses in zip(texts, nbest, strict=True):
-        if not args.json:
-            print(tokenizer.decode(hypotheses[0].tokens))
-            continue
-        source = tokenizer.pieces(tokenizer.encode(text)) + ["</s>"]
-        print(
-            json.dumps(
-                {
-                    "source": text,
-                    "source_tokens": source,
-                    "hypotheses": [
-                        {
-                            "text": tokenizer.decode(h.tokens),
-                            "score": round(h.score, 4),
-                            "tokens": tokenizer.pieces(h.tokens),
-                            "token_log_probs": [round(p, 4) for p in h.token_log_probs],
-                            "alignment": h.alignment.round(3).tolist()
-                            if h.alignment is not None
-                            else None,
-                        }
-                        for h in hypotheses
-                    ],
-                },
-                ensure_ascii=False,
-            )
-        )
-    return 0
+    engine, length = TorchEngine(model), model.config.max_length
+    return tokenizer, translate_texts(engine, tokenizer, texts, options, length)

@@ -194,10 +194,11 @@ def test_caption_command_draws_the_attention_figure(tiny_run, tmp_path):
         "2",
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout)
-    assert len(result["hypotheses"]) == 2 and result["hypotheses"][0]["grid"] == [6, 6]
+    (result,) = json.loads(done.stdout)["captions"]
     best = result["hypotheses"][0]
-    assert len(best["attention"]) >= len(best["tokens"])
+    grid = [best["attention"]["grid_height"], best["attention"]["grid_width"]]
+    assert len(result["hypotheses"]) == 2 and grid == [6, 6]
+    assert len(best["attention"]["tokens"]) >= len(best["tokens"])
     with Image.open(figure) as drawn:
         assert drawn.size[0] > 400 and drawn.size[1] >= 200
     missing = _cli(

@@ -80,12 +80,14 @@ def test_translate_json_has_nbest_scores_log_probs_and_alignment(capsys):
         ]
     )
     assert code == 0
-    (result,) = _json_lines(capsys)
-    assert result["source_tokens"][-1] == "</s>"
+    (response,) = _json_lines(capsys)
+    (result,) = response["translations"]
     first, second = result["hypotheses"]
+    alignment = first["alignment"]
+    assert alignment["source_tokens"][-1] == "</s>"
     assert first["score"] >= second["score"]
-    assert len(first["token_log_probs"]) == len(first["alignment"])
-    assert all(len(row) == len(result["source_tokens"]) for row in first["alignment"])
+    assert len(first["token_log_probs"]) == len(alignment["weights"])
+    assert all(len(row) == len(alignment["source_tokens"]) for row in alignment["weights"])
 
 
 def test_bad_decoding_options_are_refused_with_the_field_named():

@@ -207,4 +207,5 @@ def test_a_run_s_weights_files_are_evaluated_and_translated(tmp_path, translator
         "uno dos",
     ]
     assert main(translate) == 0  # the snapshot decodes as a shipped checkpoint would
-    assert json.loads(capsys.readouterr().out)["source"] == "uno dos"
+    (translation,) = json.loads(capsys.readouterr().out)["translations"]
+    assert translation["source"] == "uno dos"

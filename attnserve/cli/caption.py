@@ -1,4 +1,5 @@
-"""`caption`: images to words, over gRPC or here with the PyTorch checkpoint."""
+"""`caption`: images to words, over gRPC or here with the PyTorch checkpoint. Either engine's
+captions are read into `results`, so both print the same lines, JSON and figures."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from pathlib import Path
 from attnserve.cli import remote
 from attnserve.cli.figures import write_attention
 from attnserve.cli.options import TORCH_DECODING, add_decoding, add_engine, add_server, check_engine
-from attnserve.cli.render import print_hypotheses, progress, read_images
-from attnserve.cli.subcommand import Failure, Subcommand
+from attnserve.cli.render import progress, read_images, show
+from attnserve.cli.subcommand import Subcommand
 from models.shipped import SHIPPED_CAPTIONER
 
 TIMEOUT = 120.0  # seconds, the default deadline of each caption call (64 images at most)
@@ -70,8 +71,8 @@ class Caption(Subcommand):
         parser.add_argument(
             "--json",
             action="store_true",
-            help="the response as JSON, with scores, log-probs and attention maps (--engine "
-            "torch: one object per image)",
+            help="one JSON object: every hypothesis with its scores, log-probs and attention "
+            "maps, the same whichever engine decodes",
         )
         add_decoding(parser, None)
 
@@ -81,9 +82,16 @@ class Caption(Subcommand):
     def run(self, args: argparse.Namespace) -> int:
         if args.engine == "grpc":
             return remote.client_call(_caption, args)
-        from models import caption_commands  # torch: only for --engine torch
+        from attnserve.cli import local  # torch
 
-        return caption_commands.caption(args)
+        images = read_images(args.images)
+        opened = None if images is None else local.open_images(args.images, images)
+        if opened is None:
+            return 2
+        results = local.caption(args, args.images, opened)
+        show(results, args.json)
+        _figures(args, images, results.captions)
+        return 0
 
 
 def _caption(channel, args: argparse.Namespace) -> int:
@@ -103,12 +111,16 @@ def _caption(channel, args: argparse.Namespace) -> int:
         captions = _caption_stream(channel, args, images, call)
     else:
         captions = _caption_batches(channel, args, images, call)
-    if len(captions) != len(images):
-        raise Failure(f"{len(captions)} captions for {len(images)} images")
-    if args.attention is not None:
-        for index, (image, caption) in enumerate(zip(images, captions, strict=True)):
-            write_attention(args.attention, index, len(images), image, caption)
+    _figures(args, images, captions)
     return 0
+
+
+def _figures(args: argparse.Namespace, images: list[bytes], captions) -> None:
+    """--attention: a figure per image, drawn on the file as the server decodes it."""
+    if args.attention is None:
+        return
+    for index, (image, caption) in enumerate(zip(images, captions, strict=True)):
+        write_attention(args.attention, index, len(images), image, caption)
 
 
 def _caption_stream(channel, args: argparse.Namespace, images: list[bytes], call: dict) -> list:
@@ -117,7 +129,10 @@ def _caption_stream(channel, args: argparse.Namespace, images: list[bytes], call
     def stream(image: bytes):
         return client.caption_stream(channel, image, **call)
 
-    return remote.stream_each(stream, images, "captions", "image", args.json, sys.stderr)
+    def read(response, index: int):
+        return remote.captions(response, args.images[index : index + 1])
+
+    return remote.stream_each(stream, images, read, "image", args.json, sys.stderr)
 
 
 def _caption_batches(channel, args: argparse.Namespace, images: list[bytes], call: dict) -> list:
@@ -127,12 +142,9 @@ def _caption_batches(channel, args: argparse.Namespace, images: list[bytes], cal
     many = len(images) > client.IMAGES_PER_REQUEST
     with progress(len(images), "captioned", "image", many) as shown:
         response = client.caption_batches(channel, images, progress=shown, **call)
-    if args.json:
-        print(remote.proto_json(response))
-    else:
-        for caption in response.captions:
-            print_hypotheses(caption)
-    return list(response.captions)
+    results = remote.captions(response, args.images)
+    show(results, args.json)
+    return list(results.captions)
 
 
 COMMANDS = (Caption,)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+from attnserve.cli.results import Caption, Translation
 from attnserve.cli.subcommand import Failure
 
 FIGURE_SIDE = 512  # pixels: the image of an attention figure is shrunk to fit this square
@@ -19,17 +20,16 @@ def short_title(text: str) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def write_alignment(path: Path, index: int, count: int, source: str, translation) -> None:
+def write_alignment(path: Path, index: int, count: int, translation: Translation) -> None:
     """The heatmap of the best hypothesis' cross-attention over the source tokens."""
     from attnserve.alignment import draw_alignment
 
-    if not translation.hypotheses or not translation.hypotheses[0].HasField("alignment"):
-        raise Failure(f"the server sent no alignment for text {index + 1}")
+    best = translation.hypotheses[0] if translation.hypotheses else None
+    if best is None or best.alignment is None:
+        raise Failure(f"no alignment for text {index + 1}")
     try:
         draw_alignment(
-            translation.hypotheses[0].alignment,
-            figure_path(path, index, count),
-            title=short_title(source),
+            best.alignment, figure_path(path, index, count), title=short_title(translation.source)
         )
     except (ValueError, OSError) as error:
         raise Failure(f"alignment of text {index + 1}: {error}") from None
@@ -51,14 +51,15 @@ def figure_image(data: bytes):
         return np.asarray(image)
 
 
-def write_attention(path: Path, index: int, count: int, data: bytes, caption) -> None:
-    """The image, then one panel per word of the best caption with its attention laid over."""
+def write_attention(path: Path, index: int, count: int, data: bytes, caption: Caption) -> None:
+    """The image (`data`, the file's bytes), then one panel per token of the best caption with
+    its attention laid over the image."""
     from service import client
     from service.attention_figure import draw_attention
 
-    if not caption.hypotheses or not caption.hypotheses[0].HasField("attention"):
-        raise Failure(f"the server sent no attention for image {index + 1}")
-    best = caption.hypotheses[0]
+    best = caption.hypotheses[0] if caption.hypotheses else None
+    if best is None or best.attention is None:
+        raise Failure(f"no attention for image {index + 1}")
     try:
         draw_attention(
             figure_image(data),

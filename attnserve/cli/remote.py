@@ -1,15 +1,30 @@
 """The gRPC side of the client commands: the connection (TLS, bearer token), the request's
-decoding options, and streams shown as they grow. grpc and the client are imported when a
-command calls a server, not when the command line starts."""
+decoding options, streams shown as they grow, and responses read into `results`, where the
+wire's messages stop. grpc and the client are imported when a command calls a server, not
+when the command line starts."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from attnserve.cli.render import PartialLine, print_hypotheses
+from attnserve.cli.results import (
+    Alignment,
+    Attention,
+    Caption,
+    Captioned,
+    Captions,
+    Sentence,
+    TokenAttention,
+    TokenCounts,
+    Translated,
+    Translation,
+    Translations,
+    dumps,
+)
 from attnserve.cli.subcommand import Failure
 
 
@@ -93,26 +108,130 @@ def proto_json(message) -> str:
     )
 
 
-def stream_each(stream, inputs: list, field: str, noun: str, json: bool, partials) -> list:
-    """Streams the inputs one after another: every event as JSON with `json`, else the
-    growing best hypothesis on `partials` and the final one on stdout. Returns the results
-    (`field` of each final response: translations, captions)."""
-    results = []
+def stream_each(stream, inputs: list, read, noun: str, json: bool, partials) -> list:
+    """Streams the inputs one after another: with `json` every event as a line of JSON (the
+    result as `results.as_json` writes it), else the growing best hypothesis on `partials`
+    and the final one on stdout. `read(response, index)` reads input `index`'s result into
+    results. Returns the translations or captions, in order."""
+    items = []
     for index, item in enumerate(inputs):
         line = PartialLine(partials)
         try:
             for event in stream(item):
-                if json:
-                    print(proto_json(event), flush=True)
-                elif event.WhichOneof("event") == "partial":
-                    line.show(event.partial.text)
                 if event.WhichOneof("event") == "result":
-                    results.extend(getattr(event.result, field))
+                    result = read(event.result, index)
+                    items.extend(result.items)
+                    if json:
+                        print(f'{{"result": {dumps(result)}}}', flush=True)
+                elif json:
+                    print(proto_json(event), flush=True)
+                else:
+                    line.show(event.partial.text)
         finally:
             line.close()
-        if len(results) != index + 1:
+        if len(items) != index + 1:
             raise Failure(f"the stream of {noun} {index + 1} ended without one result")
         if not json:
-            print_hypotheses(results[-1])
+            print_hypotheses(items[-1])
             sys.stdout.flush()
-    return results
+    return items
+
+
+def translations(response, texts: Sequence[str]) -> Translations:
+    """A TranslateResponse read into results; `texts` are the texts it answers, in order."""
+    _check_count(len(response.translations), len(texts), "translations", "texts")
+    items = tuple(
+        _translation(text, message, index)
+        for index, (text, message) in enumerate(zip(texts, response.translations, strict=True))
+    )
+    return Translations(response.model, response.version, items, _counts(response.token_counts))
+
+
+def _translation(text: str, message, index: int) -> Translation:
+    try:
+        hypotheses = tuple(
+            Translated(**_hypothesis(h), alignment=_alignment(h, "alignment"))
+            for h in message.hypotheses
+        )
+        sentences = tuple(
+            Sentence(
+                s.source_start,
+                s.source_end,
+                s.target_start,
+                s.target_end,
+                _alignment(s, "alignment"),
+            )
+            for s in message.sentences
+        )
+    except ValueError as error:  # weights that do not fill the tokens' grid
+        raise Failure(f"alignment of text {index + 1}: {error}") from None
+    return Translation(
+        text, hypotheses, sentences, tuple(message.glossary_applied), _counts(message.token_counts)
+    )
+
+
+def captions(response, images: Sequence[Path]) -> Captions:
+    """A CaptionResponse read into results; `images` are the files it answers, in order."""
+    _check_count(len(response.captions), len(images), "captions", "images")
+    items = tuple(
+        Caption(
+            image=str(path),
+            image_width=message.image_width,
+            image_height=message.image_height,
+            hypotheses=tuple(
+                Captioned(**_hypothesis(h), attention=_attention(h)) for h in message.hypotheses
+            ),
+            token_counts=_counts(message.token_counts),
+        )
+        for path, message in zip(images, response.captions, strict=True)
+    )
+    return Captions(response.model, response.version, items, _counts(response.token_counts))
+
+
+def _check_count(answered: int, sent: int, field: str, noun: str) -> None:
+    if answered != sent:
+        raise Failure(f"{answered} {field} for {sent} {noun}")
+
+
+def _hypothesis(message) -> dict:
+    """The fields every Hypothesis message has, as `results.Hypothesis` holds them."""
+    return {
+        "text": message.text,
+        "score": float(message.score),
+        "log_prob": float(message.log_prob),
+        "tokens": tuple(message.tokens),
+        "token_log_probs": tuple(float(p) for p in message.token_log_probs),
+        "finished": message.finished,
+    }
+
+
+def _alignment(message, field: str) -> Alignment | None:
+    """The Alignment in `message.<field>`, row by row (None when unset)."""
+    from service.client import alignment_matrix
+
+    if not message.HasField(field):
+        return None
+    alignment = getattr(message, field)
+    rows = alignment_matrix(alignment).astype(float).tolist()
+    return Alignment(
+        tuple(alignment.source_tokens),
+        tuple(alignment.target_tokens),
+        tuple(tuple(row) for row in rows),
+    )
+
+
+def _attention(message) -> Attention | None:
+    if not message.HasField("attention"):
+        return None
+    maps = message.attention
+    return Attention(
+        maps.grid_height,
+        maps.grid_width,
+        maps.image_height,
+        maps.image_width,
+        tuple(TokenAttention(t.token, tuple(float(w) for w in t.weights)) for t in maps.tokens),
+    )
+
+
+def _counts(message) -> TokenCounts:
+    return TokenCounts(message.input_tokens, message.output_tokens)

@@ -1,4 +1,4 @@
-"""What the client commands show on the terminal (hypotheses, a line rewritten in place,
+"""What `translate` and `caption` show on the terminal (results, a line rewritten in place,
 progress) and the files they read and write."""
 
 from __future__ import annotations
@@ -7,6 +7,18 @@ import contextlib
 import shutil
 import sys
 from pathlib import Path
+
+from attnserve.cli.results import dumps
+
+
+def show(results, json: bool, out=None) -> None:
+    """Translations or captions (`results`) on `out` (default: stdout): one line of JSON, or
+    each input's hypotheses (`print_hypotheses`)."""
+    if json:
+        print(dumps(results), file=out or sys.stdout)
+        return
+    for item in results.items:
+        print_hypotheses(item, out)
 
 
 def print_hypotheses(result, out=None) -> None:

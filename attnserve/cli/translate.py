@@ -1,4 +1,5 @@
-"""`translate` (over gRPC, or here with the PyTorch checkpoint) and `score` (over gRPC)."""
+"""`translate` (over gRPC, or here with the PyTorch checkpoint) and `score` (over gRPC).
+Either engine's translations are read into `results`, so both print the same lines and JSON."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from attnserve.cli.options import (
     add_server,
     check_engine,
 )
-from attnserve.cli.render import output, print_hypotheses, progress, read_lines
+from attnserve.cli.render import output, progress, read_lines, show
 from attnserve.cli.subcommand import Failure, Subcommand
 from models.shipped import SHIPPED_TRANSLATOR
 from service.runtime.documents import SPLITTING
@@ -80,7 +81,12 @@ class Translate(Subcommand):
             "snapshots/step-*.pt)",
         )
         parser.add_argument("--n-best", type=int, help="hypotheses per text")
-        parser.add_argument("--json", action="store_true", help="scores, log-probs and alignment")
+        parser.add_argument(
+            "--json",
+            action="store_true",
+            help="one JSON object: every hypothesis with its scores, log-probs and alignment, "
+            "the same whichever engine decodes",
+        )
         add_decoding(parser, None)
 
     def check(self, args: argparse.Namespace) -> None:
@@ -89,9 +95,10 @@ class Translate(Subcommand):
     def run(self, args: argparse.Namespace) -> int:
         if args.engine == "grpc":
             return remote.client_call(_translate, args)
-        from models import commands  # torch: only for --engine torch
+        from attnserve.cli import local  # torch
 
-        return commands.translate(args)
+        show(local.translate(args, args.texts or read_lines(None)), args.json)
+        return 0
 
 
 def _add_inputs(parser: argparse.ArgumentParser) -> None:
@@ -148,8 +155,8 @@ def _translate(channel, args: argparse.Namespace) -> int:
     else:
         translations = _translate_batches(channel, args, texts, call)
     if args.alignment is not None:
-        for index, (text, translation) in enumerate(zip(texts, translations, strict=True)):
-            write_alignment(args.alignment, index, len(texts), text, translation)
+        for index, translation in enumerate(translations):
+            write_alignment(args.alignment, index, len(texts), translation)
     return 0
 
 
@@ -169,7 +176,10 @@ def _translate_stream(channel, args: argparse.Namespace, texts: list[str], call:
     def stream(text: str):
         return client.translate_stream(channel, text, **call)
 
-    return remote.stream_each(stream, texts, "translations", "text", args.json, sys.stdout)
+    def read(response, index: int):
+        return remote.translations(response, texts[index : index + 1])
+
+    return remote.stream_each(stream, texts, read, "text", args.json, sys.stdout)
 
 
 def _translate_batches(channel, args: argparse.Namespace, texts: list[str], call: dict) -> list:
@@ -181,13 +191,10 @@ def _translate_batches(channel, args: argparse.Namespace, texts: list[str], call
         response = client.translate_batches(
             channel, texts, concurrency=args.concurrency, progress=shown, **call
         )
+    results = remote.translations(response, texts)
     with output(args.output) as out:
-        if args.json:
-            print(remote.proto_json(response), file=out)
-        else:
-            for translation in response.translations:
-                print_hypotheses(translation, out)
-    return list(response.translations)
+        show(results, args.json, out)
+    return list(results.translations)
 
 
 def _translate_document(channel, args: argparse.Namespace, call: dict) -> int:
@@ -203,13 +210,14 @@ def _translate_document(channel, args: argparse.Namespace, call: dict) -> int:
     parts = client.document_parts(text)
     texts = [p for p in parts if p.strip()]
     response = client.translate(channel, texts, **call) if texts else None
-    translated = iter(response.translations if response else [])
-    result = "".join(next(translated).hypotheses[0].text if p.strip() else p for p in parts)
+    results = remote.translations(response, texts) if response else None
+    translated = iter(results.translations if results else ())
+    whole = "".join(next(translated).hypotheses[0].text if p.strip() else p for p in parts)
     with output(args.output) as out:
-        if args.json and response is not None:
-            print(remote.proto_json(response), file=out)
+        if args.json and results is not None:
+            show(results, True, out)
         else:
-            out.write(result)
+            out.write(whole)
     return 0
 
 
