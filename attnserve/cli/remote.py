@@ -137,11 +137,12 @@ def stream_each(stream, inputs: list, read, noun: str, json: bool, partials) -> 
     return items
 
 
-def translations(response, texts: Sequence[str]) -> Translations:
-    """A TranslateResponse read into results; `texts` are the texts it answers, in order."""
+def translations(response, texts: Sequence[str], first: int = 0) -> Translations:
+    """A TranslateResponse read into results; `texts` are the texts it answers, in order, the
+    first of them text `first` of the command (errors count from there)."""
     _check_count(len(response.translations), len(texts), "translations", "texts")
     items = tuple(
-        _translation(text, message, index)
+        _translation(text, message, first + index)
         for index, (text, message) in enumerate(zip(texts, response.translations, strict=True))
     )
     return Translations(response.model, response.version, items, _counts(response.token_counts))

@@ -177,7 +177,7 @@ def _translate_stream(channel, args: argparse.Namespace, texts: list[str], call:
         return client.translate_stream(channel, text, **call)
 
     def read(response, index: int):
-        return remote.translations(response, texts[index : index + 1])
+        return remote.translations(response, texts[index : index + 1], index)
 
     return remote.stream_each(stream, texts, read, "text", args.json, sys.stdout)
 
