@@ -141,7 +141,7 @@ class ContinuousBatch(Inference):
             controls = {slots[row]: c for row, c in search.controls.items()}
             search = replace(search, controls=controls)
         launch = self.store.launch(table, tokens, positions, attention, search)
-        table.lengths = table.lengths + tokens.shape[1]
+        table.stepped(tokens.shape[1])
         return launch, search, alive
 
     def search_step(self, tokens: np.ndarray, request: SearchRequest):

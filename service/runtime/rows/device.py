@@ -81,8 +81,7 @@ class DeviceRows:
 
     def step(self, table: SlotTable, tokens, positions, attention: bool, search) -> StepOutput:
         """One step of every slot (tokens, positions (slots, N))."""
-        ones = np.ones(tokens.shape, dtype=np.int64)
-        table.self_mask = np.concatenate([table.self_mask, ones], 1)
+        table.extend_self_mask(tokens.shape[1])
         encoder = EncoderOutput(self.memory, table.memory_mask)
         out = self.engine.step(
             tokens, positions, table.self_mask, self.state, encoder, attention, search
@@ -93,7 +92,7 @@ class DeviceRows:
     def repeat(self, table: SlotTable, slots: np.ndarray, first: np.ndarray) -> None:
         """Rows `slots` (the slot of each row kept, in order; a slot repeats where `first`
         is False): gathered by a rebuild."""
-        table.alive = slots
+        table.set_alive(slots)
         self._rebuild(table)
 
     # -- moving rows ------------------------------------------------------------------------
@@ -191,5 +190,4 @@ class HostRows(DeviceRows):
             o, t = origins[other], targets[repeats][other]
             for tensor in self.memory.values():
                 tensor[t] = tensor[o]
-        table.left |= len(targets) < table.rows
         table.set_alive(targets)

@@ -216,8 +216,7 @@ class StaticRows:
             return
         slots = self.slots_for(table.rows) if 4 * table.rows <= table.slots else table.slots
         memory = self.bucket.memory_size
-        if table.left:
-            table.left = False
+        if table.rows_left():
             size = self.memory_for(self._memory_needed(table))
             memory = size if 4 * size <= memory else memory
         if (slots, memory) != (table.slots, self.bucket.memory_size):
@@ -280,7 +279,6 @@ class StaticRows:
         if other.any():
             o, t = origins[other], targets[repeats][other]
             self._place(self.bucket.memory, o, self.bucket.memory, t)
-        table.left |= len(targets) < table.rows
         table.set_alive(targets)
 
     # -- moving rows ------------------------------------------------------------------------
@@ -299,30 +297,13 @@ class StaticRows:
         live = table.alive if order is None else np.asarray(order, dtype=np.int64)
         same = old is not None and old.slots == slots and order is None
         places = live if same else np.arange(len(live))  # the slots the rows take
-        mask = np.zeros((slots, memory), dtype=np.int64)
-        mask[:, 0] = 1  # a free slot attends to one memory position
-        extents = np.ones(slots, dtype=np.int64)
         if old is not None and len(live):
             self._place(old.memory, live, target.memory, places, pad=True)
             if not same:
                 self._place(old.state, live, target.state, places)
-            kept = min(memory, old.memory_size)
-            mask[places] = 0
-            mask[places, :kept] = table.memory_mask[live, :kept]
-            extents[places] = np.minimum(table.extents[live], kept)
         self.bucket = target
-        table.memory_mask, table.extents = mask, extents
+        table.rehouse(live, places, slots, memory, keep_slots=same)
         self.rebuilds += 1
-        if same:
-            return
-        lengths, inputs = np.zeros(slots, np.int64), np.zeros(slots, np.int64)
-        if old is not None:
-            lengths[places], inputs[places] = table.lengths[live], table.inputs[live]
-        table.lengths, table.inputs = lengths, inputs
-        table.self_mask = np.zeros((slots, 0), dtype=np.int64)  # the static step has none
-        table.idle = np.zeros(slots, dtype=np.int64)
-        table.alive, table.left = places, False
-        table.identity = len(places) == slots
 
     def fit(self, rows, target: ort.OrtValue):
         """`rows` (numpy or OrtValue) right-padded with zeros to `target`'s row shape."""

@@ -93,9 +93,25 @@ class SlotTable:
         return np.flatnonzero(self.dead())
 
     def set_alive(self, alive: np.ndarray) -> None:
-        """The slots of the rows, in row order."""
+        """The slots of the rows, in row order (fewer than before: rows left)."""
+        self.left |= len(alive) < self.rows
         self.alive = alive
         self.identity = self.slots == self.rows and np.array_equal(alive, np.arange(self.slots))
+
+    def rows_left(self) -> bool:
+        """Whether rows left since the last look (padding columns may have appeared); the
+        look clears it."""
+        left, self.left = self.left, False
+        return left
+
+    def stepped(self, new: int) -> None:
+        """Every slot fed `new` more tokens."""
+        self.lengths = self.lengths + new
+
+    def extend_self_mask(self, new: int) -> None:
+        """Every slot's self mask `new` columns longer: the step's new positions, all real."""
+        ones = np.ones((self.slots, new), dtype=np.int64)
+        self.self_mask = np.concatenate([self.self_mask, ones], 1)
 
     def adopt(self, new: NewRows) -> None:
         """An empty table takes `new`'s rows, row i in slot i."""
@@ -129,6 +145,33 @@ class SlotTable:
         self.inputs[targets] = self.inputs[origins]
         self.idle[targets] = 0
         return other
+
+    def rehouse(
+        self, live: np.ndarray, places: np.ndarray, slots: int, memory: int, keep_slots: bool
+    ) -> None:
+        """The rows of slots `live` into slots `places` of `slots` slots whose memory masks
+        hold `memory` columns (each row's cut or padded to it; a free slot attends to its
+        first position). `keep_slots`: every row keeps its slot (`places` is `live`) and
+        all but the memory masks stays; else the lengths and inputs move with the rows, no
+        slot is idle, and the self mask has no columns (a cache written in place is masked
+        by position)."""
+        mask = np.zeros((slots, memory), dtype=np.int64)
+        mask[:, 0] = 1
+        extents = np.ones(slots, dtype=np.int64)
+        kept = min(memory, self.memory_length)
+        mask[places] = 0
+        mask[places, :kept] = self.memory_mask[live, :kept]
+        extents[places] = np.minimum(self.extents[live], kept)
+        self.memory_mask, self.extents = mask, extents
+        if keep_slots:
+            return
+        lengths, inputs = np.zeros(slots, np.int64), np.zeros(slots, np.int64)
+        lengths[places], inputs[places] = self.lengths[live], self.inputs[live]
+        self.lengths, self.inputs = lengths, inputs
+        self.self_mask = np.zeros((slots, 0), dtype=np.int64)
+        self.idle = np.zeros(slots, dtype=np.int64)
+        self.alive, self.left = places, False
+        self.identity = len(places) == slots
 
     def compact(self, lead: int, memory: int, new: NewRows | None = None) -> None:
         """The live rows into slots 0.. in row order, the self mask's first `lead` columns
@@ -165,9 +208,8 @@ class SlotTable:
         dead = self.slots - self.rows
         if dead and (3 * dead > self.slots or self.idle.max() >= IDLE_STEPS):
             return True
-        if not self.left:  # padding columns appear only when rows leave
+        if not self.rows_left():  # padding columns appear only when rows leave
             return False
-        self.left = False
         lead, padding = self.padding()
         if lead >= max(MIN_TRIM, self.cache_length // 8):
             if growing:
