@@ -37,7 +37,8 @@ from attnserve.v1 import (
     translation_pb2,
     translation_pb2_grpc,
 )
-from service.runtime.requests import MAX_TEXT_CHARS, splitting_values
+from service.runtime.documents import SPLITTING
+from service.runtime.requests import MAX_TEXT_CHARS
 
 DEFAULT_SERVER = "127.0.0.1:50051"
 SERVER_ENVIRONMENT = "ATTNSERVE_SERVER"
@@ -237,10 +238,9 @@ def format_value(name: str) -> int:
 
 def splitting_value(name: str) -> int:
     """The SentenceSplitting value of "sentences", "lines" or "none"."""
-    values = splitting_values()
-    if name not in values:
-        raise ValueError(f"sentence_splitting must be one of {', '.join(values)}, not {name!r}")
-    return values[name]
+    if name not in SPLITTING:
+        raise ValueError(f"sentence_splitting must be one of {', '.join(SPLITTING)}, not {name!r}")
+    return translation_pb2.SentenceSplitting.Value(f"SENTENCE_SPLITTING_{name.upper()}")
 
 
 def translate(
