@@ -20,9 +20,10 @@ from PIL import Image
 
 from attnserve.v1 import caption_pb2, decoding_pb2, translation_pb2
 from models.shipped import SHIPPED_TRANSLATOR
+from service.front.translate import translate_request, translate_stream_request
 from service.runtime.errors import InvalidArgument
 from service.runtime.images import ImageLimits, decode_image
-from service.runtime.requests import MAX_TEXT_CHARS, translate_request, translate_stream_request
+from service.runtime.requests import MAX_TEXT_CHARS
 
 EXAMPLES = int(os.environ.get("ATTNSERVE_FUZZ_EXAMPLES", "300"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -83,7 +84,7 @@ def test_bytes_off_the_wire_parse_or_fail_as_decode_errors(data):
         try:
             request = message_class.FromString(data)
         except DecodeError:
-            continue  # the server answers INVALID_ARGUMENT (service.front.server._parser)
+            continue  # the server answers INVALID_ARGUMENT (service.front.servicer._parser)
         with contextlib.suppress(InvalidArgument):
             check(request, LIMIT, DEFAULT)
     with contextlib.suppress(DecodeError):

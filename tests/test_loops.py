@@ -64,6 +64,7 @@ def test_a_stream_cuts_and_writes_each_finished_sentence_once(exported_translato
 
     from attnserve.v1 import translation_pb2
     from service.front.config import ServerConfig
+    from service.front.translate import parse_translate_stream, partial_message
     from service.runtime.translation import TranslationModel
 
     version, _ = exported_translator
@@ -71,7 +72,7 @@ def test_a_stream_cuts_and_writes_each_finished_sentence_once(exported_translato
     request = translation_pb2.TranslateStreamRequest(
         text=" ".join(f"La casa número {i} es roja." for i in range(12))
     )
-    prepared = asyncio.run(model.prepare(request, stream=True))
+    prepared = asyncio.run(model.prepare(parse_translate_stream(request, model)))
     ids = prepared.sources.token_ids
     assert prepared.inputs == len(ids) >= 10
     results = [[hypothesis(list(source[:-1]))] for source in ids]
@@ -79,10 +80,13 @@ def test_a_stream_cuts_and_writes_each_finished_sentence_once(exported_translato
     cut = Hypothesis.without_loop
     calls = []
     monkeypatch.setattr(Hypothesis, "without_loop", lambda h, *a: calls.append(1) or cut(h, *a))
-    events = [model.partial_inputs(prepared, results[:k]) for k in range(1, len(ids))]
+    events = [
+        partial_message(model.partial_inputs(prepared, results[:k])) for k in range(1, len(ids))
+    ]
     assert len(calls) == len(ids) - 1  # once each, over the whole stream
+    again = parse_translate_stream(request, model)
     fresh = [
-        model.partial_inputs(asyncio.run(model.prepare(request, stream=True)), results[:k])
+        partial_message(model.partial_inputs(asyncio.run(model.prepare(again)), results[:k]))
         for k in range(1, len(ids))
     ]
     assert events == fresh

@@ -15,6 +15,7 @@ from service.front.config import ServerConfig
 from service.front.metrics import Metrics
 from service.front.pool import Call, WorkerPool
 from service.front.server import Front, TranslationServicer
+from service.front.servicer import Method
 from service.runtime.decoding import DecodingOptions
 from service.worker.messages import Job, Partial, Result, Timings
 
@@ -85,7 +86,7 @@ def test_a_stream_closed_while_a_message_is_written_cancels_its_job():
         front, call = servicer.front, _call()
         prepared = SimpleNamespace(inputs=1, keys=None)  # one input, nothing to cache
 
-        async def prepare(request, stream):
+        async def prepare(model_, request_):
             return prepared
 
         async def submit(key, method, job, timeout, received):
@@ -93,9 +94,10 @@ def test_a_stream_closed_while_a_message_is_written_cancels_its_job():
 
         model = SimpleNamespace(
             key="translator/1",
-            prepare=prepare,
             partial=lambda prepared_, tokens, steps: (tokens, steps),
         )
+        # the runtime's partial as it is, not made a message
+        servicer.methods = {"TranslateStream": Method(prepare, None, lambda partial: partial)}
         front.resolve = lambda service, name, version: model
         front.jobs = lambda prepared_, context, stream: [call.job]
         front.pool.submit = submit

@@ -23,13 +23,11 @@ import time
 from pathlib import Path
 
 import grpc
-from google.protobuf.message import DecodeError
-from google.protobuf.message_factory import GetMessageClass
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from attnserve.v1 import caption_pb2, caption_pb2_grpc, translation_pb2, translation_pb2_grpc
 from service.front.cache import ResponseCache
+from service.front.caption import CaptionServicer
 from service.front.config import ServerConfig, choice_lines
 from service.front.fronts import (
     FrontProcesses,
@@ -39,24 +37,24 @@ from service.front.fronts import (
     worker_sockets,
 )
 from service.front.metrics import Metrics, serve_metrics
-from service.front.pool import Call, WorkerPool, worker_settings
+from service.front.pool import WorkerPool, worker_settings
 from service.front.security import TokenAuth, load_tokens, server_credentials
-from service.front.status import status_code
+from service.front.servicer import add_servicer
+from service.front.translate import TranslationServicer
 from service.front.versions import VersionWatcher, newest, version_order
 from service.runtime.errors import (
     InvalidArgument,
     ModelRepositoryError,
     NotFound,
-    ServiceError,
     Unavailable,
 )
 from service.runtime.kinds import Prepared, ServedModel, served_model
 from service.runtime.repository import MANIFEST, manifests, verify
-from service.worker.messages import Failure, Job, Partial, Result, Timings
+from service.worker.messages import Job, Timings
 
 log = logging.getLogger("attnserve")
-TRANSLATION_SERVICE = "attnserve.v1.TranslationService"
-CAPTION_SERVICE = "attnserve.v1.CaptionService"
+TRANSLATION_SERVICE = TranslationServicer.service
+CAPTION_SERVICE = CaptionServicer.service
 SERVICES = {  # service: the setting naming its default model
     TRANSLATION_SERVICE: "default_translator",
     CAPTION_SERVICE: "default_captioner",
@@ -263,282 +261,7 @@ class Front:
             itl.observe(gap)
 
 
-class ModelServicer:
-    """The two methods every service has, over any kind: one call (n inputs -> n results)
-    and one stream (one input -> its growing best hypothesis, then the result)."""
-
-    service: str
-
-    def __init__(self, front: Front):
-        self.front = front
-
-    async def _events(self, call: Call):
-        """The call's events until its result; cancels the job if the client goes away.
-        Partial events already waiting are merged into one list: when the client or the
-        front falls behind, it gets the newest hypothesis, not a backlog."""
-        held, ended = None, False
-        try:
-            while True:
-                event, held = held or await call.events.get(), None
-                if isinstance(event, Failure):
-                    ended = True
-                    raise event.error()
-                if isinstance(event, Partial):
-                    partials = [event]
-                    while not call.events.empty():
-                        following = call.events.get_nowait()
-                        if not isinstance(following, Partial):
-                            held = following
-                            break
-                        partials.append(following)
-                    yield partials
-                    continue
-                ended = isinstance(event, Result)  # the last event: nothing left to free
-                yield event
-                if ended:
-                    return
-        finally:
-            # cancelled while waiting for an event (CancelledError here), or closed while
-            # its caller was suspended (a stream whose client left while a message was being
-            # written gets GeneratorExit at its yield, not CancelledError): the rows go free
-            if not ended:
-                self.front.pool.cancel(call)
-
-    @contextlib.asynccontextmanager
-    async def _accounted(self, method: str, request, context):
-        """Counts the call in flight and its duration by status code; turns a ServiceError
-        into its gRPC status. Yields the served model the request names and the labels."""
-        front = self.front
-        labels = (front.label(self.service, request.model), method)
-        received, code = time.monotonic(), grpc.StatusCode.OK
-        front.last_call = received
-        front.in_flight += 1
-        front.idle.clear()
-        front.metrics.requests_in_flight.labels(*labels).inc()
-        try:
-            if isinstance(request, Malformed):
-                reason = str(request.error).rpartition("': ")[2]
-                raise InvalidArgument(f"request: not a valid {request.message} ({reason})")
-            front.check_available()
-            yield front.resolve(self.service, request.model, request.version), labels, received
-        except ServiceError as error:
-            code = status_code(error)
-            await context.abort(code, str(error))
-        except (asyncio.CancelledError, GeneratorExit):  # a stream closed mid-write: the same
-            code = _cancel_code(context)
-            raise
-        finally:
-            front.metrics.requests_in_flight.labels(*labels).dec()
-            front.in_flight -= 1
-            if front.in_flight == 0:
-                front.idle.set()
-            front.metrics.request_duration.labels(*labels, code.name).observe(
-                time.monotonic() - received
-            )
-
-    async def _result(self, call: Call) -> Result:
-        async for event in self._events(call):
-            if isinstance(event, Result):
-                return event
-        raise Unavailable("the decode ended without a result; retry")
-
-    @contextlib.asynccontextmanager
-    async def _submitted(self, method: str, model, prepared: Prepared, context, received, most=0):
-        """The request's jobs submitted, as tasks that end with each job's Result, in input
-        order; on leaving early (an error, the client gone) every job is cancelled."""
-        front, calls, tasks = self.front, [], []
-        try:
-            for job in front.jobs(prepared, context, stream=False, most=most):
-                remaining = context.time_remaining()
-                calls.append(await front.pool.submit(model.key, method, job, remaining, received))
-                tasks.append(asyncio.ensure_future(self._result(calls[-1])))
-            yield tasks
-        except BaseException:
-            for call, task in zip(calls, tasks, strict=False):
-                front.pool.cancel(call)  # the request's other jobs stop at their next step
-                task.cancel()
-            raise
-
-    async def unary(self, method: str, request, context, prepare=None, respond=None):
-        """A unary call: `prepare` (model, request) -> Prepared and `respond` (model,
-        prepared, results, request) -> the response are the kind's by default."""
-        front = self.front
-        async with self._accounted(method, request, context) as (model, labels, received):
-            front.pool.check_admission()
-            if prepare is None:
-                prepared = await model.prepare(request, stream=False)
-            else:
-                prepared = await prepare(model, request)
-            keys = front.cache.keys(model, prepared)
-            results = [front.cache.get(key, labels[0]) for key in keys]
-            # what the cache lacks, an input repeated in the request decoded once
-            first: dict = {}
-            for i, found in enumerate(results):
-                if found is None:
-                    first.setdefault(keys[i] if keys[i] is not None else i, i)
-            missing = list(first.values())
-            if missing:
-                decode = prepared.subset(missing) if len(missing) < len(results) else prepared
-                async with self._submitted(method, model, decode, context, received) as tasks:
-                    events = await asyncio.gather(*tasks)
-                front.observe(labels, received, [event.timings for event in events])
-                decoded = [nbest for event in events for nbest in event.results]
-                for i, nbest in zip(missing, decoded, strict=True):
-                    results[i] = nbest
-                    front.cache.put(keys[i], nbest)
-                for i, found in enumerate(results):
-                    if found is None:  # a repeat of an input decoded above
-                        results[i] = results[first[keys[i]]]
-            if respond is None:
-                return model.response(prepared, results, request)
-            return respond(model, prepared, results, request)
-
-    async def _stream_inputs(self, method, model, prepared, request, context, labels, received):
-        """A streamed request of several inputs (a text's sentences): a job each for those
-        the cache does not hold, decoded in parallel; a partial event as each next input in
-        order is done, then the result."""
-        cache = self.front.cache
-        keys = cache.keys(model, prepared)
-        results = [cache.get(key, labels[0]) for key in keys]
-        missing = [i for i, found in enumerate(results) if found is None]
-        timings, done = [], 0
-        decode = prepared.subset(missing)
-        async with self._submitted(method, model, decode, context, received, most=1) as tasks:
-            pending = dict(zip(missing, tasks, strict=True))
-            while done < prepared.inputs:
-                if results[done] is None:
-                    event = await pending[done]
-                    (results[done],) = event.results
-                    cache.put(keys[done], results[done])
-                    timings.append(event.timings)
-                done += 1
-                if done < prepared.inputs and results[done] is None:
-                    yield model.partial_inputs(prepared, results[:done])
-        if timings:
-            self.front.observe(labels, received, timings)
-        yield model.final(model.response(prepared, results, request))
-
-    async def stream(self, method: str, request, context):
-        front = self.front
-        async with self._accounted(method, request, context) as (model, labels, received):
-            front.pool.check_admission()
-            prepared = await model.prepare(request, stream=True)
-            if prepared.inputs > 1:
-                streamed = self._stream_inputs(
-                    method, model, prepared, request, context, labels, received
-                )
-                async with contextlib.aclosing(streamed) as messages:
-                    async for message in messages:
-                        yield message
-                return
-            (key,) = front.cache.keys(model, prepared)
-            cached = front.cache.get(key, labels[0])
-            if cached is not None:
-                yield model.final(model.response(prepared, [cached], request))
-                return
-            (job,) = front.jobs(prepared, context, stream=True)
-            remaining = context.time_remaining()
-            call = await front.pool.submit(model.key, method, job, remaining, received)
-            tokens: list[int] = []
-            # closed with this generator, so that a client leaving mid-write cancels the job
-            async with contextlib.aclosing(self._events(call)) as events:
-                async for event in events:
-                    if isinstance(event, list):  # partials: tokens kept from the last, new
-                        for partial in event:
-                            tokens = tokens[: partial.kept] + partial.new
-                        yield model.partial(prepared, tokens, event[-1].steps)
-                    elif isinstance(event, Result):
-                        front.observe(labels, received, [event.timings])
-                        front.cache.put(key, event.results[0])
-                        yield model.final(model.response(prepared, event.results, request))
-
-
-class TranslationServicer(ModelServicer, translation_pb2_grpc.TranslationServiceServicer):
-    service = TRANSLATION_SERVICE
-
-    async def Translate(self, request, context):
-        return await self.unary("Translate", request, context)
-
-    async def TranslateStream(self, request, context):
-        async for message in self.stream("TranslateStream", request, context):
-            yield message
-
-    async def Score(self, request, context):
-        return await self.unary(
-            "Score",
-            request,
-            context,
-            lambda model, r: model.prepare_score(r),
-            lambda model, *args: model.score_response(*args),
-        )
-
-
-class CaptionServicer(ModelServicer, caption_pb2_grpc.CaptionServiceServicer):
-    service = CAPTION_SERVICE
-
-    async def Caption(self, request, context):
-        return await self.unary("Caption", request, context)
-
-    async def CaptionStream(self, request, context):
-        async for message in self.stream("CaptionStream", request, context):
-            yield message
-
-
-SERVICERS = {
-    TRANSLATION_SERVICE: (TranslationServicer, translation_pb2.DESCRIPTOR),
-    CAPTION_SERVICE: (CaptionServicer, caption_pb2.DESCRIPTOR),
-}
-
-
-class Malformed:
-    """What a request that does not parse becomes: its handler answers INVALID_ARGUMENT
-    (gRPC's own path would answer UNKNOWN and log a traceback per call)."""
-
-    model = version = ""
-
-    def __init__(self, message: str, error: Exception):
-        self.message, self.error = message, error
-
-
-def _parser(message_class):
-    name = message_class.DESCRIPTOR.full_name
-
-    def parse(data: bytes):
-        try:
-            return message_class.FromString(data)
-        except DecodeError as error:
-            return Malformed(name, error)
-
-    return parse
-
-
-def add_servicer(server, service: str, servicer) -> None:
-    """Registers `servicer`'s methods of `service` as the .proto declares them, each request
-    parsed by `_parser`."""
-    _, file = SERVICERS[service]
-    descriptor = file.services_by_name[service.rpartition(".")[2]]
-    handlers = {}
-    for method in descriptor.methods:
-        make = (
-            grpc.unary_stream_rpc_method_handler
-            if method.server_streaming
-            else grpc.unary_unary_rpc_method_handler
-        )
-        handlers[method.name] = make(
-            getattr(servicer, method.name),
-            request_deserializer=_parser(GetMessageClass(method.input_type)),
-            response_serializer=GetMessageClass(method.output_type).SerializeToString,
-        )
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, handlers),))
-    server.add_registered_method_handlers(service, handlers)
-
-
-def _cancel_code(context) -> grpc.StatusCode:
-    """Why a call's handler was cancelled: its deadline passed, or the client went away."""
-    remaining = context.time_remaining()
-    if remaining is not None and remaining <= 0:
-        return grpc.StatusCode.DEADLINE_EXCEEDED
-    return grpc.StatusCode.CANCELLED
+SERVICERS = {servicer.service: servicer for servicer in (TranslationServicer, CaptionServicer)}
 
 
 async def serve(
@@ -592,7 +315,7 @@ async def serve(
     interceptors = [TokenAuth(tokens, lambda code: refused(code.name).inc())] if tokens else []
     server = grpc.aio.server(options=config.grpc_options(), interceptors=interceptors)
     for service in models:
-        add_servicer(server, service, SERVICERS[service][0](front))
+        add_servicer(server, SERVICERS[service](front))
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     services = (*sorted(models), health.SERVICE_NAME, reflection.SERVICE_NAME)

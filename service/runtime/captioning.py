@@ -17,13 +17,21 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from service.runtime import requests
 from service.runtime.controls import InputControls
 from service.runtime.decoding import DecodingOptions, Hypothesis, decode
-from service.runtime.errors import InvalidArgument
 from service.runtime.images import ImageLimits, decode_image, decode_images, resize_square
 from service.runtime.inference import CachedInference, Engine, Inference
 from service.runtime.kinds import Prepared, ServedModel
+from service.runtime.requests import CaptionRequest
+from service.runtime.results import (
+    AttentionMaps,
+    Caption,
+    CaptionResult,
+    PartialText,
+    TokenAttention,
+    TokenCounts,
+    total,
+)
 from service.runtime.tokenizer import Tokenizer
 
 MAX_IMAGES = 64  # images in one Caption request
@@ -36,6 +44,15 @@ def pixels(images: np.ndarray | Sequence[np.ndarray]) -> np.ndarray:
     if batch.ndim != 4 or batch.shape[-1] != 3:
         raise ValueError(f"images must be (B, H, W, 3) RGB, got shape {batch.shape}")
     return np.ascontiguousarray(batch.transpose(0, 3, 1, 2), dtype=np.float32) / np.float32(255)
+
+
+def check_images(images: Sequence[bytes], problems: list[str]) -> None:
+    """Appends the problems of a request's count of images (each image is checked when it is
+    decoded)."""
+    if not images:
+        problems.append("images: at least one image is needed")
+    if len(images) > MAX_IMAGES:
+        problems.append(f"images: {len(images)} images, at most {MAX_IMAGES} in one request")
 
 
 def resize(image, size: int) -> np.ndarray:
@@ -89,7 +106,6 @@ class CaptionModel(ServedModel):
     """A captioner behind CaptionService: encoded images in."""
 
     kind = "captioner"
-    service = "attnserve.v1.CaptionService"
 
     def __init__(self, version, config):
         super().__init__(version, config)
@@ -107,86 +123,66 @@ class CaptionModel(ServedModel):
         squares = [resize_square(d.pixels, self.side) for d in decoded]
         return pixels(squares), [(d.width, d.height) for d in decoded]
 
-    async def prepare(self, request, stream: bool) -> Prepared:
-        if stream:
-            items = [("image", request.image)]
-        else:
-            items = [(f"images[{i}]", data) for i, data in enumerate(request.images)]
-        problems = []
-        if not items:
-            problems.append("images: at least one image is needed")
-        if len(items) > MAX_IMAGES:
-            problems.append(f"images: {len(items)} images, at most {MAX_IMAGES} in one request")
-        prefix: tuple[int, ...] = ()
-        try:
-            options = requests.decoding_options(
-                request.options,
-                self.max_output_length,
-                self.default_max_length,
-                self.tokenizer.encode,
-            )
-            prefix = requests.target_prefix(
-                request.options, self.tokenizer.encode, options.max_length
-            )
-        except InvalidArgument as error:
-            problems.append(str(error))
-        if problems:
-            raise InvalidArgument("; ".join(problems))
+    async def prepare(self, request: CaptionRequest) -> Prepared:
+        """The images decoded and checked on the front's thread pool (one InvalidArgument
+        naming every bad image)."""
+        items = list(zip(request.fields, request.images, strict=True))
         loop = asyncio.get_running_loop()
         pixel_batch, sizes = await loop.run_in_executor(_decoder_pool(), self._images, items)
+        prefix = request.prefix
         return Prepared(
             {"pixels": pixel_batch},
-            options,
-            [field for field, _ in items],
+            request.options,
+            list(request.fields),
             keep_alignment=request.return_attention,
-            keep_log_probs=request.options.return_log_probs,
+            keep_log_probs=request.return_log_probs,
             sources=sizes,
             keys=[hashlib.blake2b(row.tobytes(), digest_size=16).digest() for row in pixel_batch],
             controls=InputControls(prefixes=(prefix,) * len(items)) if prefix else None,
         )
 
-    def attended(self, h: Hypothesis, size: tuple[int, int], request):
-        """The hypothesis message, with its attention maps when asked for."""
-        message = self.hypothesis(h, request.options.return_log_probs)
-        if request.return_attention and h.alignment is not None:
-            eos = self.special_tokens.eos
-            target = h.tokens + ([eos] if h.finished else [])
-            cells = self.grid[0] * self.grid[1]
-            weights = np.asarray(h.alignment, dtype=np.float64)[: len(target), :cells]
-            maps = message.attention
-            maps.grid_height, maps.grid_width = self.grid
-            maps.image_width, maps.image_height = size
-            for piece, row in zip(self.tokenizer.pieces(target), weights, strict=True):
-                maps.tokens.add(token=piece, weights=row.tolist())
-        return message
-
-    def response(self, prepared: Prepared, results, request):
-        from attnserve.v1 import caption_pb2
-
-        response = caption_pb2.CaptionResponse(
-            model=self.version.name, version=self.version.version
+    def attention(self, h: Hypothesis, size: tuple[int, int]) -> AttentionMaps:
+        """The hypothesis' attention over the grid, a map per output token (`</s>` too)."""
+        eos = self.special_tokens.eos
+        target = h.tokens + ([eos] if h.finished else [])
+        cells = self.grid[0] * self.grid[1]
+        weights = np.asarray(h.alignment, dtype=np.float64)[: len(target), :cells]
+        tokens = zip(self.tokenizer.pieces(target), weights, strict=True)
+        return AttentionMaps(
+            grid_height=self.grid[0],
+            grid_width=self.grid[1],
+            image_width=size[0],
+            image_height=size[1],
+            tokens=tuple(TokenAttention(piece, tuple(row.tolist())) for piece, row in tokens),
         )
+
+    def attended(self, h: Hypothesis, size: tuple[int, int], prepared: Prepared):
+        """The hypothesis, with its attention maps when asked for."""
+        keep = prepared.keep_alignment and h.alignment is not None
+        attention = self.attention(h, size) if keep else None
+        return self.hypothesis(h, prepared.keep_log_probs, attention=attention)
+
+    def response(self, prepared: Prepared, results) -> CaptionResult:
+        captions = []
         for size, hypotheses in zip(prepared.sources, results, strict=True):
-            caption = response.captions.add(image_width=size[0], image_height=size[1])
-            caption.hypotheses.extend(self.attended(h, size, request) for h in hypotheses)
-            caption.token_counts.input_tokens = self.grid[0] * self.grid[1]
-            caption.token_counts.output_tokens = sum(len(h.tokens) for h in hypotheses)
-            response.token_counts.input_tokens += caption.token_counts.input_tokens
-            response.token_counts.output_tokens += caption.token_counts.output_tokens
-        return response
+            counts = TokenCounts(
+                input_tokens=self.grid[0] * self.grid[1],
+                output_tokens=sum(len(h.tokens) for h in hypotheses),
+            )
+            captions.append(
+                Caption(
+                    hypotheses=tuple(self.attended(h, size, prepared) for h in hypotheses),
+                    token_counts=counts,
+                    image_width=size[0],
+                    image_height=size[1],
+                )
+            )
+        counts = total([c.token_counts for c in captions])
+        return CaptionResult(self.version.name, self.version.version, tuple(captions), counts)
 
-    def partial(self, prepared: Prepared, tokens: list[int], steps: int):
-        from attnserve.v1 import caption_pb2
-
-        partial = caption_pb2.PartialCaption(
-            text=self.tokenizer.decode(tokens), tokens=self.tokenizer.pieces(tokens), steps=steps
-        )
-        return caption_pb2.CaptionStreamResponse(partial=partial)
-
-    def final(self, response):
-        from attnserve.v1 import caption_pb2
-
-        return caption_pb2.CaptionStreamResponse(result=response)
+    def partial(self, prepared: Prepared, tokens: list[int], steps: int) -> PartialText:
+        pieces = tuple(self.tokenizer.pieces(tokens))
+        return PartialText(self.tokenizer.decode(tokens), pieces, steps)
 
     @staticmethod
     def golden_inputs(version, entry: dict) -> dict[str, np.ndarray]:

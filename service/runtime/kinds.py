@@ -7,9 +7,10 @@ what a response says, and each kind keeps that in one small module:
     transformer  service.runtime.translation  TranslationService: texts in, translations out
     captioner    service.runtime.captioning   CaptionService: images in, captions out
 
-A kind's `ServedModel` turns a request into the engine's encoder inputs (tokenizing,
-decoding images), hypotheses into the response, and a golden-set entry into encoder inputs
-(the worker's start-up check).
+A kind's `ServedModel` turns a typed request (service.runtime.requests, parsed from the wire
+by the front) into the engine's encoder inputs (tokenizing, decoding images), hypotheses into
+a plain result (service.runtime.results), and a golden-set entry into encoder inputs (the
+worker's start-up check). It knows no wire: the front's module of each service converts.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from service.runtime.decoding import DecodingOptions, Hypothesis
 from service.runtime.errors import ModelRepositoryError
 from service.runtime.graphs import SpecialTokens
 from service.runtime.repository import ModelVersion
+from service.runtime.results import Alignment, AttentionMaps, PartialText, TextHypothesis
 from service.runtime.tokenizer import Tokenizer
 
 MODULES = {"transformer": "service.runtime.translation", "captioner": "service.runtime.captioning"}
@@ -67,7 +69,9 @@ class ServedModel(ABC):
     """A model version as the front serves it."""
 
     kind: str  # the manifest's model kind
-    service: str  # the full gRPC service name
+    # the full name of the service a front serves the kind under, set by the front's module
+    # of that service (service.front.translate): the runtime knows no wire
+    service: str
     tokenizer: Tokenizer  # of the output text
 
     def __init__(self, version: ModelVersion, config):
@@ -81,41 +85,44 @@ class ServedModel(ABC):
     def key(self) -> str:
         return f"{self.version.name}/{self.version.version}"
 
-    def hypothesis(self, h: Hypothesis, log_probs: bool):
-        """A Hypothesis message: text, pieces, scores (and log-probabilities when asked)."""
-        from attnserve.v1 import decoding_pb2
-
-        message = decoding_pb2.Hypothesis(
-            text=self.tokenizer.decode(h.tokens),
+    def hypothesis(
+        self,
+        h: Hypothesis,
+        log_probs: bool,
+        text: str | None = None,
+        alignment: Alignment | None = None,
+        attention: AttentionMaps | None = None,
+    ) -> TextHypothesis:
+        """The hypothesis as a client reads it: pieces, scores, log-probabilities when asked,
+        and its `text` (its tokens decoded unless given: a text with protected items put back)."""
+        return TextHypothesis(
+            text=self.tokenizer.decode(h.tokens) if text is None else text,
             score=h.score,
             log_prob=h.log_prob,
-            tokens=self.tokenizer.pieces(h.tokens),
+            tokens=tuple(self.tokenizer.pieces(h.tokens)),
             finished=h.finished,
+            token_log_probs=tuple(h.token_log_probs) if log_probs else (),
+            alignment=alignment,
+            attention=attention,
         )
-        if log_probs:
-            message.token_log_probs.extend(h.token_log_probs)
-        return message
 
     @abstractmethod
-    async def prepare(self, request, stream: bool) -> Prepared:
-        """The checked request (InvalidArgument naming every bad field)."""
+    async def prepare(self, request) -> Prepared:
+        """The typed request (service.runtime.requests) ready to decode; InvalidArgument
+        naming every bad input."""
 
     @abstractmethod
-    def response(self, prepared: Prepared, results: list[list[Hypothesis]], request):
-        """The unary response of a request's n-best hypotheses."""
+    def response(self, prepared: Prepared, results: list[list[Hypothesis]]):
+        """The result (service.runtime.results) of a request's n-best hypotheses."""
 
-    def partial_inputs(self, prepared: Prepared, results: list[list[Hypothesis]]):
+    def partial_inputs(self, prepared: Prepared, results: list[list[Hypothesis]]) -> PartialText:
         """A stream's partial event once its first len(results) inputs are decoded, for a
         kind whose one streamed request can hold several inputs."""
         raise NotImplementedError(f"{self.kind} streams one input")
 
     @abstractmethod
-    def partial(self, prepared: Prepared, tokens: list[int], steps: int):
-        """A stream's message of the best hypothesis so far."""
-
-    @abstractmethod
-    def final(self, response):
-        """A stream's last message, holding the unary response."""
+    def partial(self, prepared: Prepared, tokens: list[int], steps: int) -> PartialText:
+        """A stream's best hypothesis so far."""
 
     @staticmethod
     @abstractmethod

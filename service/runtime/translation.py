@@ -15,11 +15,22 @@ from service.runtime.batching import source_batch
 from service.runtime.controls import InputControls, length_limit
 from service.runtime.decoding import DecodingOptions, Hypothesis, decode
 from service.runtime.documents import Document
-from service.runtime.errors import InvalidArgument
 from service.runtime.inference import CachedInference, Engine, Inference
 from service.runtime.kinds import Prepared, ServedModel
 from service.runtime.markup import split_markup
 from service.runtime.protect import Masked, mask
+from service.runtime.requests import ScoreRequest, TranslateRequest, raise_problems
+from service.runtime.results import (
+    Alignment,
+    PartialText,
+    ScoreResult,
+    SentenceSpan,
+    TargetScore,
+    TokenCounts,
+    TranslateResult,
+    Translation,
+    total,
+)
 from service.runtime.tokenizer import Tokenizer
 
 # -- in process -------------------------------------------------------------------------------
@@ -245,6 +256,11 @@ class Sources:
                     picks[i] = j
         return picks
 
+    def applied(self, first: int, count: int) -> tuple[int, ...]:
+        """The glossary entries put into sentences first .. first + count - 1, in order."""
+        entries = {item.entry for m in self.masked[first : first + count] for item in m.items}
+        return tuple(sorted(e for e in entries if e >= 0))
+
     def text(self, tokenizer: Tokenizer, index: int, tokens: list[int], partial=False) -> str:
         """Sentence `index`'s translation of `tokens`, its protected items put back (a
         `partial` one: a stream's, still growing)."""
@@ -254,12 +270,24 @@ class Sources:
         return self.masked[index].restore(text, partial=partial)
 
 
+@dataclass(frozen=True)
+class _Texts:
+    """The text of one document's sentence i by hypothesis h: its chosen input's (`Sources`)."""
+
+    tokenizer: Tokenizer
+    sources: Sources
+    picks: list[int]  # the chosen input of each of the document's sentences
+    first: int  # the document's first sentence among the request's
+
+    def __call__(self, i: int, h: Hypothesis) -> str:
+        return self.sources.text(self.tokenizer, self.picks[i], h.tokens)
+
+
 class TranslationModel(ServedModel):
     """A translator behind TranslationService: SentencePiece text in, `</s>` appended. A
     text is split into its sentences (`service.runtime.documents`), each decoded on its own."""
 
     kind = "transformer"
-    service = "attnserve.v1.TranslationService"
 
     def __init__(self, version, config):
         super().__init__(version, config)
@@ -268,79 +296,56 @@ class TranslationModel(ServedModel):
         self.max_input_tokens = min(config.max_input_tokens or limit, limit)
         self.max_text_chars = config.max_text_chars
 
-    async def prepare(self, request, stream: bool) -> Prepared:
-        limits = (self.max_output_length, self.default_max_length, self.max_text_chars)
-        limits += (self.tokenizer.encode,)
-        if stream:
-            text, options = requests.translate_stream_request(request, *limits)
-            texts, text_fields = [text], [request.WhichOneof("source")]
-        else:
-            texts, options = requests.translate_request(request, *limits)
-            text_fields = [f"texts[{i}]" for i in range(len(request.texts))]
-            text_fields += [f"utf8_texts[{i}]" for i in range(len(request.utf8_texts))]
-        splitting = requests.sentence_splitting(request)
-        text_format = requests.text_format(request)
-        terms, problems = glossary.checked(request.glossary)
-        if problems:
-            raise InvalidArgument("; ".join(problems))
-        markup = text_format != "plain"
-        prefix = requests.target_prefix(request.options, self.tokenizer.encode, options.max_length)
-        documents = [split_markup(text, splitting, text_format) for text in texts]
+    async def prepare(self, request: TranslateRequest) -> Prepared:
+        markup = request.text_format != "plain"
+        documents = [split_markup(t, request.splitting, request.text_format) for t in request.texts]
         fields, masked, firsts = [], [], []
-        for field, document in zip(text_fields, documents, strict=True):
+        for field, document in zip(request.fields, documents, strict=True):
             many = len(document.sentences) > 1
             for k, sentence in enumerate(document.sentence_texts()):
                 fields.append(f"{field} sentence {k + 1}" if many else field)
-                masked.append(mask(sentence, markup, terms))
+                masked.append(mask(sentence, markup, request.glossary))
                 firsts.append(k == 0)
         masked, alternatives = with_alternatives(masked)
         fields += [fields[i] for i in alternatives]
         firsts += [firsts[i] for i in alternatives]
         token_ids = self.tokenizer.encode_batch([m.text for m in masked])
-        problems = [
-            f"{field}: {len(ids)} tokens, at most {self.max_input_tokens}"
-            for field, ids in zip(fields, token_ids, strict=True)
-            if len(ids) > self.max_input_tokens
-        ]
-        if problems:
-            raise InvalidArgument("; ".join(problems))
-        prefixes = [prefix if first else () for first in firsts]
+        raise_problems(
+            [
+                f"{field}: {len(ids)} tokens, at most {self.max_input_tokens}"
+                for field, ids in zip(fields, token_ids, strict=True)
+                if len(ids) > self.max_input_tokens
+            ]
+        )
+        prefixes = [request.prefix if first else () for first in firsts]
         src_ids, src_mask = source_batch(token_ids, self.max_input_tokens + 1)
         return Prepared(
             {"src_ids": src_ids, "src_mask": src_mask},
-            options,
+            request.options,
             fields,
-            keep_alignment=request.options.return_alignment,
-            keep_log_probs=request.options.return_log_probs,
+            keep_alignment=request.return_alignment,
+            keep_log_probs=request.return_log_probs,
             sources=Sources(token_ids, documents, masked, markup, alternatives),
             keys=[np.asarray(ids, np.int32).tobytes() for ids in token_ids],
-            controls=input_controls(options, token_ids, prefixes),
+            controls=input_controls(request.options, token_ids, prefixes),
         )
 
-    async def prepare_score(self, request) -> Prepared:
-        """A ScoreRequest's pairs as forced decodes (`scoring`), every bad field named."""
-        pairs, problems = list(request.pairs), []
+    async def prepare_score(self, request: ScoreRequest) -> Prepared:
+        """The pairs as forced decodes (`scoring`), every bad field named."""
+        pairs, problems = request.pairs, []
         if not pairs:
             problems.append("pairs: at least one pair is needed")
         if len(pairs) > requests.MAX_TEXTS:
             problems.append(f"pairs: {len(pairs)} pairs, at most {requests.MAX_TEXTS}")
         source_ids, target_ids = [], []
-        for i, pair in enumerate(pairs):
-            for side, limit in (("source", self.max_input_tokens), ("target", None)):
-                text = getattr(pair, side)
-                ids = self.tokenizer.encode(text) if text.strip() else []
-                field = f"pairs[{i}].{side}"
-                if not ids:
-                    problems.append(f"{field}: empty or only white space")
-                elif limit is not None and len(ids) > limit:
-                    problems.append(f"{field}: {len(ids)} tokens, at most {limit}")
-                elif limit is None and len(ids) >= self.max_output_length:
-                    problems.append(
-                        f"{field}: {len(ids)} tokens, at most {self.max_output_length - 1}"
-                    )
-                (source_ids if side == "source" else target_ids).append(ids)
-        if problems:
-            raise InvalidArgument("; ".join(problems))
+        for i, (source, target) in enumerate(pairs):
+            source_ids.append(
+                self._scored(f"pairs[{i}].source", source, self.max_input_tokens, problems)
+            )
+            # a target leaves room for its `</s>`
+            limit = self.max_output_length - 1
+            target_ids.append(self._scored(f"pairs[{i}].target", target, limit, problems))
+        raise_problems(problems)
         options, controls = scoring(target_ids, self.special_tokens.eos)
         src_ids, src_mask = source_batch(source_ids, self.max_input_tokens + 1)
         return Prepared(
@@ -353,135 +358,126 @@ class TranslationModel(ServedModel):
             controls=controls,
         )
 
-    def score_response(self, prepared: Prepared, results, request):
-        from attnserve.v1 import translation_pb2
+    def _scored(self, field: str, text: str, limit: int, problems: list[str]) -> list[int]:
+        """The token ids of one side of a scored pair, its problem appended if any."""
+        ids = self.tokenizer.encode(text) if text.strip() else []
+        if not ids:
+            problems.append(f"{field}: empty or only white space")
+        elif len(ids) > limit:
+            problems.append(f"{field}: {len(ids)} tokens, at most {limit}")
+        return ids
 
-        response = translation_pb2.ScoreResponse(
-            model=self.version.name, version=self.version.version
-        )
+    def score_response(self, prepared: Prepared, results) -> ScoreResult:
         eos = self.special_tokens.eos
+        scores = []
         for target, nbest in zip(prepared.sources, results, strict=True):
             log_probs = nbest[0].token_log_probs
             total = float(np.sum(log_probs, dtype=np.float64))
-            response.scores.add(
-                tokens=self.tokenizer.pieces([*target, eos]),
-                token_log_probs=log_probs,
-                log_prob=total,
-                mean_log_prob=total / len(log_probs),
+            scores.append(
+                TargetScore(
+                    tokens=tuple(self.tokenizer.pieces([*target, eos])),
+                    token_log_probs=tuple(log_probs),
+                    log_prob=total,
+                    mean_log_prob=total / len(log_probs),
+                )
             )
-        return response
+        return ScoreResult(self.version.name, self.version.version, tuple(scores))
 
-    def aligned(self, h: Hypothesis, source_ids: list[int], options_message, text: str):
-        """The hypothesis message (`text`: its protected items back), with its alignment
-        when asked for."""
-        message = self.hypothesis(h, options_message.return_log_probs)
-        message.text = text
-        if options_message.return_alignment and h.alignment is not None:
-            self._fill_alignment(message.alignment, h, source_ids)
-        return message
-
-    def _fill_alignment(self, alignment, h: Hypothesis, source_ids: list[int]) -> None:
-        """An Alignment message: source tokens with `</s>`, target tokens with `</s>` when
-        finished, the weights (target x source) row by row."""
+    def alignment(self, h: Hypothesis, source_ids: list[int]) -> Alignment:
+        """Source tokens with `</s>`, target tokens with `</s>` when finished, the weights
+        (target x source) row by row."""
         eos = self.special_tokens.eos
         source = [*source_ids, eos]
         target = h.tokens + ([eos] if h.finished else [])
         weights = np.asarray(h.alignment)[: len(target), : len(source)]
-        alignment.source_tokens.extend(self.tokenizer.pieces(source))
-        alignment.target_tokens.extend(self.tokenizer.pieces(target))
-        alignment.weights.extend(weights.astype(float).ravel().tolist())
+        return Alignment(
+            tuple(self.tokenizer.pieces(source)),
+            tuple(self.tokenizer.pieces(target)),
+            tuple(weights.astype(float).ravel().tolist()),
+        )
 
-    def joined(self, document: Document, ranked: list[list[Hypothesis]], texts, options):
-        """The hypothesis messages of a text of several sentences: rank k joins every
-        sentence's k-th hypothesis (as many ranks as the sentence with fewest; `texts(i, h)`
-        is sentence i's text by h); the alignments go with the sentences' spans."""
-        messages = []
+    def aligned(self, h: Hypothesis, source_ids: list[int], prepared: Prepared, text: str):
+        """The hypothesis (`text`: its protected items back), with its alignment when asked
+        for."""
+        keep = prepared.keep_alignment and h.alignment is not None
+        return self.hypothesis(
+            h,
+            prepared.keep_log_probs,
+            text=text,
+            alignment=self.alignment(h, source_ids) if keep else None,
+        )
+
+    def joined(self, document: Document, ranked: list[list[Hypothesis]], texts, log_probs):
+        """The hypotheses of a text of several sentences: rank k joins every sentence's k-th
+        hypothesis (as many ranks as the sentence with fewest; `texts(i, h)` is sentence i's
+        text by h); the alignments go with the sentences' spans."""
+        joined = []
         for rank in range(min(len(r) for r in ranked)):
             chosen = [r[rank] for r in ranked]
             text, _ = document.join([texts(i, h) for i, h in enumerate(chosen)])
-            message = self.hypothesis(
-                Hypothesis(
-                    tokens=[t for h in chosen for t in h.tokens],
-                    score=sum(h.score for h in chosen),
-                    log_prob=sum(h.log_prob for h in chosen),
-                    finished=all(h.finished for h in chosen),
-                    token_log_probs=[p for h in chosen for p in h.token_log_probs],
-                ),
-                options.return_log_probs,
+            whole = Hypothesis(
+                tokens=[t for h in chosen for t in h.tokens],
+                score=sum(h.score for h in chosen),
+                log_prob=sum(h.log_prob for h in chosen),
+                finished=all(h.finished for h in chosen),
+                token_log_probs=[p for h in chosen for p in h.token_log_probs],
             )
-            message.text = text
-            messages.append(message)
-        return messages
+            joined.append(self.hypothesis(whole, log_probs, text=text))
+        return joined
 
-    def response(self, prepared: Prepared, results, request):
-        from attnserve.v1 import translation_pb2
-
-        response = translation_pb2.TranslateResponse(
-            model=self.version.name, version=self.version.version
-        )
+    def response(self, prepared: Prepared, results) -> TranslateResult:
         sources: Sources = prepared.sources
         results = loops_cut(results, sources.token_ids, prepared.options)
         picks = sources.chosen(self.tokenizer, results)  # an input for each sentence
-        first = 0
+        translations, first = [], 0
         for document in sources.documents:
             count = len(document.sentences)
-            chosen = picks[first : first + count]
-            ids = [sources.token_ids[p] for p in chosen]
-            ranked = [results[p] for p in chosen]
-
-            def texts(i: int, h: Hypothesis, offset: int = first) -> str:
-                return sources.text(self.tokenizer, picks[offset + i], h.tokens)
-
+            texts = _Texts(self.tokenizer, sources, picks[first : first + count], first)
+            translations.append(self._translation(prepared, document, results, texts))
             first += count
-            translation = response.translations.add()
-            if count == 1:
-                whole = texts
-                if sources.markup:  # the markup around the one sentence
+        counts = total([t.token_counts for t in translations])
+        return TranslateResult(self.version.name, self.version.version, tuple(translations), counts)
 
-                    def whole(i: int, h: Hypothesis, d: Document = document) -> str:
-                        return d.join([texts(i, h)])[0]
+    def _translation(self, prepared: Prepared, document: Document, results, texts) -> Translation:
+        """One text's translation, of its sentences' inputs `texts.picks`."""
+        sources: Sources = prepared.sources
+        ids = [sources.token_ids[p] for p in texts.picks]
+        ranked = [results[p] for p in texts.picks]
+        if len(ranked) == 1:
+            whole = texts
+            if sources.markup:  # the markup around the one sentence
 
-                translation.hypotheses.extend(
-                    self.aligned(h, ids[0], request.options, whole(0, h)) for h in ranked[0]
-                )
-            else:
-                translation.hypotheses.extend(self.joined(document, ranked, texts, request.options))
-            best = [texts(i, r[0]) if r else "" for i, r in enumerate(ranked)]
-            _, targets = document.join(best)
-            spans = zip(document.sentences, targets, ranked, ids, strict=True)
-            for (source_start, source_end), (target_start, target_end), nbest, source in spans:
-                span = translation.sentences.add(
-                    source_start=source_start,
-                    source_end=source_end,
-                    target_start=target_start,
-                    target_end=target_end,
-                )
-                if (
-                    count > 1
-                    and request.options.return_alignment
-                    and nbest[0].alignment is not None
-                ):
-                    self._fill_alignment(span.alignment, nbest[0], source)
-            applied = {
-                item.entry
-                for m in sources.masked[first - count : first]
-                for item in m.items
-                if item.entry >= 0
-            }
-            translation.glossary_applied.extend(sorted(applied))
-            counts = translation.token_counts
-            counts.input_tokens = sum(len(i) + 1 for i in ids)
-            counts.output_tokens = sum(len(h.tokens) for r in ranked for h in r)
-            response.token_counts.input_tokens += counts.input_tokens
-            response.token_counts.output_tokens += counts.output_tokens
-        return response
+                def whole(i: int, h: Hypothesis) -> str:
+                    return document.join([texts(i, h)])[0]
 
-    def partial_inputs(self, prepared: Prepared, results: list[list[Hypothesis]]):
+            hypotheses = [self.aligned(h, ids[0], prepared, whole(0, h)) for h in ranked[0]]
+        else:
+            hypotheses = self.joined(document, ranked, texts, prepared.keep_log_probs)
+        _, targets = document.join([texts(i, r[0]) if r else "" for i, r in enumerate(ranked)])
+        several = len(ranked) > 1 and prepared.keep_alignment
+        spans = [
+            SentenceSpan(
+                *source_span,
+                *target_span,
+                alignment=self.alignment(nbest[0], source)
+                if several and nbest[0].alignment is not None
+                else None,
+            )
+            for source_span, target_span, nbest, source in zip(
+                document.sentences, targets, ranked, ids, strict=True
+            )
+        ]
+        counts = TokenCounts(
+            input_tokens=sum(len(i) + 1 for i in ids),
+            output_tokens=sum(len(h.tokens) for r in ranked for h in r),
+        )
+        applied = sources.applied(texts.first, len(texts.picks))
+        return Translation(tuple(hypotheses), tuple(spans), applied, counts)
+
+    def partial_inputs(self, prepared: Prepared, results: list[list[Hypothesis]]) -> PartialText:
         """The stream's partial event once the first len(results) sentences of its one text
         are translated: the text so far, up to the last of them (each finished sentence cut
         and written once, `Sources.settled` and `rendered`: an event costs what is new)."""
-        from attnserve.v1 import translation_pb2
-
         sources: Sources = prepared.sources
         (document,) = sources.documents
         results = sources.settled(results, prepared.options)
@@ -491,31 +487,18 @@ class TranslationModel(ServedModel):
             sources.rendered(self.tokenizer, p, h) for p, h in zip(picks, best, strict=True)
         ]
         text, _ = document.join([t for t, _ in rendered])
-        partial = translation_pb2.PartialHypothesis(
+        return PartialText(
             text=text,
-            tokens=[piece for _, pieces in rendered for piece in pieces],
+            tokens=tuple(piece for _, pieces in rendered for piece in pieces),
             steps=sum(len(h.tokens) + h.finished for h in best),
         )
-        return translation_pb2.TranslateStreamResponse(partial=partial)
 
-    def partial(self, prepared: Prepared, tokens: list[int], steps: int):
-        from attnserve.v1 import translation_pb2
-
+    def partial(self, prepared: Prepared, tokens: list[int], steps: int) -> PartialText:
         sources: Sources = prepared.sources
         text = sources.text(self.tokenizer, 0, tokens, partial=True)
         if sources.markup:  # the markup around the one sentence
             text = sources.documents[0].join([text])[0]
-        partial = translation_pb2.PartialHypothesis(
-            text=text,
-            tokens=self.tokenizer.pieces(tokens),
-            steps=steps,
-        )
-        return translation_pb2.TranslateStreamResponse(partial=partial)
-
-    def final(self, response):
-        from attnserve.v1 import translation_pb2
-
-        return translation_pb2.TranslateStreamResponse(result=response)
+        return PartialText(text, tuple(self.tokenizer.pieces(tokens)), steps)
 
     @staticmethod
     def golden_inputs(version, entry: dict) -> dict[str, np.ndarray]:
