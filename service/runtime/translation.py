@@ -270,6 +270,19 @@ class Sources:
         return self.masked[index].restore(text, partial=partial)
 
 
+def _sentences(request: TranslateRequest, documents: list[Document], markup: bool):
+    """Each sentence of the request's texts, in order: its field for messages ("texts[0]
+    sentence 2" in a text of several), its protected items masked, whether it opens its text."""
+    fields, masked, firsts = [], [], []
+    for field, document in zip(request.fields, documents, strict=True):
+        many = len(document.sentences) > 1
+        for k, sentence in enumerate(document.sentence_texts()):
+            fields.append(f"{field} sentence {k + 1}" if many else field)
+            masked.append(mask(sentence, markup, request.glossary))
+            firsts.append(k == 0)
+    return fields, masked, firsts
+
+
 @dataclass(frozen=True)
 class _Texts:
     """The text of one document's sentence i by hypothesis h: its chosen input's (`Sources`)."""
@@ -299,13 +312,7 @@ class TranslationModel(ServedModel):
     async def prepare(self, request: TranslateRequest) -> Prepared:
         markup = request.text_format != "plain"
         documents = [split_markup(t, request.splitting, request.text_format) for t in request.texts]
-        fields, masked, firsts = [], [], []
-        for field, document in zip(request.fields, documents, strict=True):
-            many = len(document.sentences) > 1
-            for k, sentence in enumerate(document.sentence_texts()):
-                fields.append(f"{field} sentence {k + 1}" if many else field)
-                masked.append(mask(sentence, markup, request.glossary))
-                firsts.append(k == 0)
+        fields, masked, firsts = _sentences(request, documents, markup)
         masked, alternatives = with_alternatives(masked)
         fields += [fields[i] for i in alternatives]
         firsts += [firsts[i] for i in alternatives]
@@ -453,9 +460,21 @@ class TranslationModel(ServedModel):
             hypotheses = [self.aligned(h, ids[0], prepared, whole(0, h)) for h in ranked[0]]
         else:
             hypotheses = self.joined(document, ranked, texts, prepared.keep_log_probs)
+        spans = self._spans(document, ranked, ids, texts, prepared.keep_alignment)
+        counts = TokenCounts(
+            input_tokens=sum(len(i) + 1 for i in ids),
+            output_tokens=sum(len(h.tokens) for r in ranked for h in r),
+        )
+        applied = sources.applied(texts.first, len(texts.picks))
+        return Translation(tuple(hypotheses), tuple(spans), applied, counts)
+
+    def _spans(self, document: Document, ranked, ids, texts, keep_alignment: bool):
+        """Each sentence's span in the source and in the best translation, with its
+        alignment when asked for in a text of several sentences."""
         _, targets = document.join([texts(i, r[0]) if r else "" for i, r in enumerate(ranked)])
-        several = len(ranked) > 1 and prepared.keep_alignment
-        spans = [
+        several = len(ranked) > 1 and keep_alignment
+        spans = zip(document.sentences, targets, ranked, ids, strict=True)
+        return [
             SentenceSpan(
                 *source_span,
                 *target_span,
@@ -463,16 +482,8 @@ class TranslationModel(ServedModel):
                 if several and nbest[0].alignment is not None
                 else None,
             )
-            for source_span, target_span, nbest, source in zip(
-                document.sentences, targets, ranked, ids, strict=True
-            )
+            for source_span, target_span, nbest, source in spans
         ]
-        counts = TokenCounts(
-            input_tokens=sum(len(i) + 1 for i in ids),
-            output_tokens=sum(len(h.tokens) for r in ranked for h in r),
-        )
-        applied = sources.applied(texts.first, len(texts.picks))
-        return Translation(tuple(hypotheses), tuple(spans), applied, counts)
 
     def partial_inputs(self, prepared: Prepared, results: list[list[Hypothesis]]) -> PartialText:
         """The stream's partial event once the first len(results) sentences of its one text
