@@ -190,3 +190,15 @@ def test_a_worker_dead_again_before_the_waiter_runs_leaves_it_waiting_not_failin
         assert await waiter is worker
 
     asyncio.run(scenario())
+
+
+def test_a_call_s_state_says_when_a_worker_s_death_may_send_it_again():
+    from service.front.pool import CallState
+
+    state = CallState.QUEUED
+    assert state.retriable and CallState.ADMITTED not in state
+    state |= CallState.ADMITTED
+    assert state.retriable  # admitted, nothing sent to the client yet
+    assert not (state | CallState.STREAMED).retriable  # the client saw part of it
+    assert not (state | CallState.RETRIED).retriable  # once only
+    assert (state | CallState.CANCELLED).retriable and CallState.ADMITTED in state

@@ -13,7 +13,7 @@ import numpy as np
 
 from service.front.config import ServerConfig
 from service.front.metrics import Metrics
-from service.front.pool import Call, WorkerPool
+from service.front.pool import Call, CallState, WorkerPool
 from service.front.server import Front, TranslationServicer
 from service.front.servicer import Method
 from service.runtime.decoding import DecodingOptions
@@ -132,4 +132,5 @@ def test_a_call_cancelled_twice_sends_one_message():
     worker.calls[call.job.id] = call
     pool.cancel(call)
     pool.cancel(call)  # the unary handler and the events generator both ask
-    assert call.cancelled and len(sent) == 1 and sent[0].job_id == call.job.id
+    assert CallState.CANCELLED in call.state
+    assert len(sent) == 1 and sent[0].job_id == call.job.id

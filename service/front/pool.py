@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import itertools
 import logging
 import multiprocessing
@@ -56,6 +57,23 @@ RESTART_DELAYS = (0.0, 0.5, 1.0, 2.0, 5.0)  # seconds before successive restarts
 RECONNECT_SECONDS = 0.1  # a front that is not the workers' parent tries a worker again after
 
 
+class CallState(enum.Flag):
+    """What has happened to a call in flight; each a step it never takes back. QUEUED (no
+    flag) until a worker admits it to its batch."""
+
+    QUEUED = 0
+    ADMITTED = enum.auto()  # its rows joined a batch: it no longer counts as queued
+    RETRIED = enum.auto()  # sent to a second worker after the first died
+    STREAMED = enum.auto()  # a partial event has gone to the client
+    CANCELLED = enum.auto()  # the client went away
+
+    @property
+    def retriable(self) -> bool:
+        """Whether a worker's death may send it to another one unseen: nothing of it has left
+        the front, and it was not retried already."""
+        return not self & (CallState.RETRIED | CallState.STREAMED)
+
+
 @dataclass
 class Call:
     """A job in flight, as the front sees it: its events arrive on `events`."""
@@ -65,10 +83,7 @@ class Call:
     model: str  # for metric labels
     method: str
     worker: _Worker | None = None
-    admitted: bool = False
-    retried: bool = False  # sent to a second worker after the first died
-    streamed: bool = False  # a partial event has gone to the client
-    cancelled: bool = False  # the client went away
+    state: CallState = CallState.QUEUED
     started: float = field(default_factory=time.monotonic)  # when it was submitted
     events: asyncio.Queue[Event] = field(default_factory=asyncio.Queue)
 
@@ -322,7 +337,7 @@ class WorkerPool:
             if remaining is not None and remaining <= 0:
                 raise error
             worker = await self._ready_worker(remaining)
-            if self.stopping or call.cancelled or worker.conn is None:
+            if self.stopping or CallState.CANCELLED in call.state or worker.conn is None:
                 raise error
             call.worker = worker
             worker.add(call)
@@ -331,7 +346,7 @@ class WorkerPool:
         except (Unavailable, OSError, ValueError, asyncio.CancelledError) as stopped:
             if call.worker is not None:
                 call.worker.remove(call.job.id)
-            if not call.admitted:
+            if CallState.ADMITTED not in call.state:
                 self._dequeue(call)
             call.fail(error)
             if isinstance(stopped, asyncio.CancelledError):
@@ -340,9 +355,9 @@ class WorkerPool:
     def cancel(self, call: Call) -> None:
         """Frees the call's batch rows at the worker's next step (client gone). Once: the
         handler and its events generator may both ask."""
-        if call.cancelled:
+        if CallState.CANCELLED in call.state:
             return
-        call.cancelled = True
+        call.state |= CallState.CANCELLED
         worker = call.worker
         if worker is not None and call.job.id in worker.calls and worker.conn is not None:
             with contextlib.suppress(OSError, ValueError):
@@ -350,12 +365,12 @@ class WorkerPool:
 
     def _settle(self, worker: _Worker, job_id: int) -> Call | None:
         call = worker.remove(job_id)
-        if call is not None and not call.admitted:
+        if call is not None and CallState.ADMITTED not in call.state:
             self._dequeue(call)
         return call
 
     def _dequeue(self, call: Call) -> None:
-        call.admitted = True
+        call.state |= CallState.ADMITTED
         self.queued -= 1
         self.metrics.requests_queued.labels(call.model, call.method).dec()
 
@@ -401,14 +416,14 @@ class WorkerPool:
     def _event(self, worker: _Worker, model: str, event: Event) -> None:
         if isinstance(event, Admitted):
             call = worker.calls.get(event.job_id)
-            if call is not None and not call.admitted:
+            if call is not None and CallState.ADMITTED not in call.state:
                 self._dequeue(call)
                 self.metrics.queue_wait.labels(model, call.method).observe(event.waited)
             return
         if isinstance(event, Partial):
             call = worker.calls.get(event.job_id)
             if call is not None:
-                call.streamed = True
+                call.state |= CallState.STREAMED
         else:  # a Result or a Failure ends the call
             call = self._settle(worker, event.job_id)
             # the admission limit learns from answers and from calls that ran out of time
@@ -453,12 +468,13 @@ class WorkerPool:
         )
         for job_id in list(worker.calls):
             call = worker.remove(job_id)
-            if self.stopping or call.retried or call.streamed:
-                if not call.admitted:
+            if self.stopping or not call.state.retriable:
+                if CallState.ADMITTED not in call.state:
                     self._dequeue(call)
                 call.fail(error)
                 continue
-            call.retried, call.worker = True, None
+            call.state |= CallState.RETRIED
+            call.worker = None
             task = loop.create_task(self._retry(call, error))
             self._retries[task] = call
             task.add_done_callback(lambda done: self._retries.pop(done, None))
