@@ -31,6 +31,7 @@ import tempfile
 import threading
 import time
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -98,8 +99,6 @@ def main(argv=None) -> int:
 def _random_translator(folder: Path, shipped: Path) -> Path:
     """A small random translator with the tokenizer of `shipped` (a version folder), its
     fp32 graphs built op by op into `folder`; returns its version folder."""
-    from dataclasses import replace
-
     import torch
 
     from export.repository import write_version
@@ -124,8 +123,8 @@ def _profile(args, version) -> int:
         cache=args.cache,
         io_binding=True if args.io_binding else None,
     )
-    if args.no_place:
-        engine.place_op = None
+    if args.no_place and engine.static_step is not None:
+        engine.static_step = replace(engine.static_step, place=None)
     ids = Tokenizer(version.tokenizer_file).encode_batch(
         args.sources.read_text(encoding="utf-8").splitlines()[:2000]
     )
@@ -178,7 +177,8 @@ def _profile(args, version) -> int:
     first_token.clear()
     threads = "the encoder beside the steps" if args.encoder_thread else "the encoder inline"
     threads += ", the steps on their thread" if args.step_thread else ", the steps inline"
-    place = ", place op" if engine.place_op is not None else ""
+    static = engine.static_step
+    place = ", place op" if static is not None and static.place is not None else ""
     binding = "IO binding" if engine.io_binding else "host arrays"
     print(f"{engine.variant} {engine.device}, cache {engine.cache}, {binding}, {args.rows} rows")
     print(f"  {threads}{place}")

@@ -79,7 +79,7 @@ def place_graph(dtype: int, count: int) -> onnx.ModelProto:
 def join_graph(dtype: int) -> onnx.ModelProto:
     """output = concat(pad(a, a_pads), pad(b, b_pads)) on axis 0; any rank (a cache's time
     axis, a memory's length). The pads (rank begins, then rank ends, as ONNX Pad reads them)
-    come from the host, which knows both shapes (service.runtime.onnx_engine.join_pads): computed in
+    come from the host, which knows both shapes (service.runtime.tensor_ops.join_pads): computed in
     the graph, that shape arithmetic runs on the CPU under CUDA and puts Memcpy nodes between
     it and the Pads."""
     a = helper.make_tensor_value_info("a", dtype, None)

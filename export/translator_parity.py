@@ -151,8 +151,10 @@ def in_place_cases(model: Transformer, engine: OnnxEngine, tol: Tolerance, seed:
     carried = {s.output: s.input for s in engine.states}
     lengths = (*MEMORY_LENGTHS, config.max_length)
     step = DecoderStepGraph(model)
+    static = engine.static_step
     for batch, memory, past in product(BATCHES, lengths, PAST_LENGTHS):
-        capacity = engine.static_capacity or past + 5  # a static step's buffers have it
+        # a static step's buffers have its capacity
+        capacity = past + 5 if static is None else static.capacity
         inputs = _decoder_inputs(model, engine, batch, memory, capacity, 1, rng)
         tokens, memory_mask = inputs[0], inputs[-1]
         buffers, cross = inputs[3 : 3 + len(carried)], inputs[3 + len(carried) : -1]

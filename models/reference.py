@@ -52,6 +52,9 @@ class TorchEngine:
         self.special_tokens = SPECIAL_TOKENS
         self.memory_names = self.interface.memory_tensors
         self.state_names = [s.input for s in self.interface.states]
+        # the past concatenated every step; an LSTM's state is no cache
+        growing = any(s.time_axis is not None for s in self.interface.states)
+        self.cache = "growing" if growing else "none"
 
     def _tensor(self, array: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(np.require(array, requirements=["C", "W"])).to(self.device)
@@ -71,6 +74,7 @@ class TorchEngine:
         return logits.float().cpu().numpy()
 
     rows = "device"  # torch tensors, moved by the engine's own operations
+    static_step = None  # no static step: onnxruntime's
 
     @torch.inference_mode()
     def search(self, logits: torch.Tensor, request: SearchRequest) -> Candidates:

@@ -10,7 +10,7 @@ from onnx import TensorProto
 
 from export.ops import join_graph, place_graph
 from service.runtime.batching import concat_padded
-from service.runtime.onnx_engine import join_pads
+from service.runtime.tensor_ops import join_pads
 
 SHAPES = [  # (a, b): a cache joined by rows with an empty one, a longer one, memories
     ((2, 4, 5, 8), (1, 4, 0, 8)),

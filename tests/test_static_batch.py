@@ -5,6 +5,8 @@ step replayed as a CUDA graph. On the CPU the same code runs uncaptured."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -272,12 +274,12 @@ def test_the_place_op_writes_every_memory_tensor_of_a_run_of_slots_at_once(tiny)
 
     def decode(place: bool) -> tuple[list, list]:
         static = OnnxEngine(version, "fp32", cache="static")
-        assert static.place_op is not None
+        assert static.static_step.place is not None
         if not place:
-            static.place_op = None
+            static.static_step = replace(static.static_step, place=None)
         places, gathers, counts = [], [], []
         if place:
-            _counting(static.place_op, places)
+            _counting(static.static_step.place, places)
         _counting(static.ops["gather"]["float32"], gathers)
         _counting(static.ops["gather"]["int64"], gathers)  # the masks are copied whole
         batch, out = ContinuousBatch(static), []
@@ -326,7 +328,7 @@ def test_a_place_op_of_another_model_is_refused(tiny, tmp_path):
         OnnxEngine(verify(copy), "fp32", cache="static")
     del manifest["ops"]["place"]  # a version without one: a tensor at a time
     (copy / "manifest.json").write_text(json.dumps(manifest))
-    assert OnnxEngine(verify(copy), "fp32", cache="static").place_op is None
+    assert OnnxEngine(verify(copy), "fp32", cache="static").static_step.place is None
 
 
 def test_a_greedy_admission_gathers_nothing_on_the_device_and_copies_host_arrays(tiny):

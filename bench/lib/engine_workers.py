@@ -106,7 +106,7 @@ class Runner:
         session = getattr(self.engine, "decoder", None)  # the step's session
         self.providers = session.get_providers() if session is not None else []
         self.in_runs = 0.0  # the step, the search and helper graphs
-        run = self.engine._run
+        run = self.engine.runner.run
 
         def timed(*args, **kwargs):
             start = time.perf_counter()
@@ -115,7 +115,7 @@ class Runner:
             finally:
                 self.in_runs += time.perf_counter() - start
 
-        self.engine._run = timed
+        self.engine.runner.run = timed
 
     def info(self) -> dict:
         return {"library": self.library, "providers": self.providers}

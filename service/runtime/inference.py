@@ -15,13 +15,16 @@ row needs (service.runtime.search), where they are, and only those come to the h
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from service.runtime.graphs import ModelInterface, SpecialTokens
 from service.runtime.search import Candidates, SearchRequest, log_softmax, with_controls
 from service.runtime.tensors import EncoderOutput, StepOutput, Tensor, Tensors, take_written
+
+if TYPE_CHECKING:  # onnxruntime's: not imported by an engine of another library
+    from service.runtime.static_step import StaticStep
 
 
 def searched(engine: Engine, out: StepOutput, request: SearchRequest) -> Candidates:
@@ -41,6 +44,10 @@ class Engine(Protocol):
     interface: ModelInterface  # names and axes of memory and state
     special_tokens: SpecialTokens
     rows: str  # how a continuous batch holds rows over it: a key of service.runtime.rows.STORES
+    # how its step carries the key/value cache: "growing", "in_place", "static" or "none"
+    # (a golden set's expected tokens are per cache)
+    cache: str
+    static_step: StaticStep | None  # what the static step's row store runs (rows "static")
 
     def encode(self, *inputs: np.ndarray, **named: np.ndarray) -> EncoderOutput:
         """The encoder graph's inputs in declared order or by name (translator: src_ids,

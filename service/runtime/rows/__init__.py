@@ -13,19 +13,36 @@ A reorder that only drops or permutes rows moves nothing on any of them.
 
 The ways: `HostRows` (numpy arrays written in place), `DeviceRows` (the engine's tensors on
 a device, moved by its helper graphs), `StaticRows` (the static step's buckets of buffers
-allocated once, replayed as CUDA graphs). An engine names its way (`Engine.rows`), and
-`row_store` makes it.
+allocated once, replayed as CUDA graphs, over the engine's `static_step`). An engine names
+its way (`Engine.rows`), and `row_store` makes it.
 """
 
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from service.runtime.inference import Engine
 from service.runtime.rows.device import DeviceRows, HostRows
 from service.runtime.rows.static import StaticRows
 from service.runtime.rows.store import RowStore
 from service.runtime.rows.table import NewRows, SlotTable
 
-STORES = {"host": HostRows, "device": DeviceRows, "static": StaticRows}
+
+def _static(engine: Engine) -> StaticRows:
+    if engine.static_step is None:
+        raise ValueError("rows held in the static step's buckets need an engine's static step")
+    return StaticRows(engine.static_step)
 
 
-def row_store(engine) -> RowStore:
+# each way by its name: what makes it over an engine
+STORES: dict[str, Callable[[Engine], RowStore]] = {
+    "host": HostRows,
+    "device": DeviceRows,
+    "static": _static,
+}
+
+
+def row_store(engine: Engine) -> RowStore:
     """A new holder of a continuous batch's rows over `engine`, the way it names."""
     if engine.rows not in STORES:
         raise ValueError(f"no way of holding rows named {engine.rows!r}: one of {list(STORES)}")

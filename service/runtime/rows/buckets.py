@@ -1,0 +1,146 @@
+"""The static step's buckets: buffers allocated once for a number of slots and a memory size,
+and each bucket's bindings of the step, one per form of the step and k.
+
+Nothing here is ever reallocated, so on CUDA the graph a binding's first run records stays
+valid as long as the bucket.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import onnxruntime as ort
+
+from service.runtime.onnx_runtime import allocate, banned_bias, named_shape, numpy_type
+from service.runtime.static_step import StaticStep, StepGraph
+from service.runtime.tensors import Tensors
+
+FED = ("input_ids", "positions", "memory_mask")  # the int64 inputs a step writes, in order
+
+
+@dataclass(frozen=True)
+class SlotBuffer:
+    """A buffer of slots (rows on axis 0) allocated once on its device, with its layout, so
+    that a run of its slots is bound as a graph's output at their address."""
+
+    value: ort.OrtValue
+    dtype: np.dtype
+    row: tuple[int, ...]  # a slot's shape
+    row_bytes: int
+    start: int  # the address of slot 0
+
+    @classmethod
+    def allocate(cls, device: str, shape: list[int], dtype) -> SlotBuffer:
+        value, dtype = allocate(device, shape, dtype), np.dtype(dtype)
+        row = tuple(shape[1:])
+        size = int(np.prod(row, dtype=np.int64)) * dtype.itemsize
+        return cls(value, dtype, row, size, value.data_ptr())
+
+    def bind_rows(self, binding: ort.IOBinding, name: str, device: str, slot: int, count: int):
+        """Binds output `name` to `count` slots from `slot` on, in place."""
+        address = self.start + slot * self.row_bytes
+        binding.bind_output(name, device, 0, self.dtype, [count, *self.row], address)
+
+
+def _buffers(step: StaticStep, names, sizes: dict[str, int]) -> dict[str, SlotBuffer]:
+    """Buffers of the step's float inputs `names`, their named axes sized by `sizes`."""
+    inputs = step.inputs()
+    return {
+        n: SlotBuffer.allocate(step.device, named_shape(inputs[n], sizes), step.float_dtype)
+        for n in names
+    }
+
+
+class SlotBuffers:
+    """What a number of slots holds whatever its memory size: the cache buffers (read and
+    written in place), shared by its buckets of every memory size (a batch is in one of them
+    at a time, so the cache never moves between them)."""
+
+    def __init__(self, step: StaticStep, slots: int):
+        inputs = [s.input for s in step.interface.states]
+        self.buffers = _buffers(step, inputs, {"batch": slots})
+        self.state: Tensors = {n: b.value for n, b in self.buffers.items()}
+
+
+@dataclass
+class BucketBinding:
+    """A bucket's binding of one form of the step at one k, made for its first run (which
+    records its CUDA graph where the step is captured)."""
+
+    binding: ort.IOBinding
+    options: ort.RunOptions | None
+    outputs: dict[str, ort.OrtValue | None]  # what a run returns by name (a state's: None)
+    kept: tuple  # host arrays bound (k): alive while bound
+    bias: ort.OrtValue | None = None  # the lean step's banned tokens, written in place
+    banned: tuple[int, ...] = ()  # the tokens `bias` bans now
+
+
+class Bucket:
+    """The buffers of one bucket, (slots, memory size), allocated once: its slots', the
+    memory and its mask, the step's outputs; and a binding per form of the step and k."""
+
+    def __init__(self, step: StaticStep, shared: SlotBuffers, count: int, memory: int):
+        self.slots, self.memory_size = count, memory
+        self.state_buffers, self.state = shared.buffers, shared.state
+        # every int64 input of a step in one buffer: the ids fed (slots,), their positions
+        # (slots,) and the memory mask (slots, memory), each input bound to its part, so that
+        # a step's inputs cross to the device in one copy
+        self.fed = allocate(step.device, (count * (2 + memory),), np.int64)
+        sizes = {"batch": count, "memory": memory}
+        self.memory_buffers = _buffers(step, step.interface.memory_tensors, sizes)
+        self.memory: Tensors = {n: b.value for n, b in self.memory_buffers.items()}
+        self.outputs: dict[tuple[str, int | None], ort.OrtValue] = {}  # by (name, k)
+        self.bindings: dict[tuple[StepGraph, int | None], BucketBinding] = {}
+
+    def binding(self, step: StaticStep, graph: StepGraph, k: int | None) -> BucketBinding:
+        """The binding of form `graph` at `k` (None: the full step), made on first use."""
+        made = self.bindings.get((graph, k))
+        if made is None:
+            made = self.bindings[(graph, k)] = self._bind(step, graph, k)
+        return made
+
+    def _bind(self, step: StaticStep, graph: StepGraph, k: int | None) -> BucketBinding:
+        session = step.graphs[graph]
+        binding = session.io_binding()
+        self._bind_fed(binding, step.device)
+        for name, value in {**self.memory, **self.state}.items():
+            binding.bind_ortvalue_input(name, value)
+        made = BucketBinding(binding, step.run_options(), {}, ())
+        if k is not None:  # the lean step's search: its bias kept at one address
+            bias = banned_bias((), step.vocab)
+            made.bias = ort.OrtValue.ortvalue_from_numpy(bias, step.device, 0)
+            made.kept = (np.array([k], dtype=np.int64),)  # read by TopK on the host
+            binding.bind_ortvalue_input("bias", made.bias)
+            binding.bind_cpu_input("k", made.kept[0])
+        into = {s.output: s.input for s in step.interface.states}
+        for o in session.get_outputs():
+            if o.name in into:
+                binding.bind_ortvalue_output(o.name, self.state[into[o.name]])
+                made.outputs[o.name] = None
+                continue
+            value = self.outputs.get((o.name, k))
+            if value is None:
+                sizes = {"batch": self.slots, "memory": self.memory_size, "k": k}
+                value = allocate(step.device, named_shape(o, sizes), numpy_type(o.type))
+                self.outputs[(o.name, k)] = value
+            binding.bind_ortvalue_output(o.name, value)
+            made.outputs[o.name] = value
+        return made
+
+    def _bind_fed(self, binding: ort.IOBinding, device: str) -> None:
+        """The step's int64 inputs bound to their parts of `fed`."""
+        count, size, start = self.slots, np.dtype(np.int64).itemsize, self.fed.data_ptr()
+        shapes = ([count, 1], [count, 1], [count, self.memory_size])
+        for name, shape in zip(FED, shapes, strict=True):
+            binding.bind_input(name, device, 0, np.int64, shape, start)
+            start += int(np.prod(shape)) * size
+
+    def write_fed(self, tokens: np.ndarray, positions: np.ndarray, mask: np.ndarray) -> None:
+        """A step's tokens, positions (slots, 1) and memory mask (slots, memory) into `fed`,
+        in one copy."""
+        count = self.slots
+        fed = np.empty(count * (2 + self.memory_size), dtype=np.int64)
+        fed[:count], fed[count : 2 * count] = tokens[:, 0], positions[:, 0]
+        fed[2 * count :] = mask.ravel()
+        self.fed.update_inplace(fed)
