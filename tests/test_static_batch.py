@@ -215,16 +215,20 @@ def test_each_bucket_replayed_as_a_cuda_graph_decodes_as_uncaptured(tiny):
 
 def test_the_configured_cache_applies_where_the_version_ships_that_step(tiny):
     from service.front.config import ServerConfig
+    from service.runtime.cache_choice import choose_cache, shipped_caches
     from service.runtime.errors import InvalidArgument
-    from service.worker.process import _cache_for
 
     _, version, _ = tiny
-    assert _cache_for("static", version, "fp32") == "static"
-    assert _cache_for("in_place", version, "fp32") == "in_place"
-    assert _cache_for("growing", version, "fp32") == "growing"
-    assert _cache_for("auto", version, "fp32") is None
+
+    def cache_for(setting: str, variant: str) -> str:
+        return choose_cache(setting, "cpu", shipped_caches(version, variant)).cache
+
+    assert cache_for("static", "fp32") == "static"
+    assert cache_for("in_place", "fp32") == "in_place"
+    assert cache_for("growing", "fp32") == "growing"
+    assert cache_for("auto", "fp32") == "in_place"  # the default on the CPU
     # int8 has no static step (nor has a captioner any cached one): its own default
-    assert _cache_for("static", version, "int8") is None
+    assert cache_for("static", "int8") == cache_for("auto", "int8")
     ServerConfig(cache="static").validate()
     with pytest.raises(InvalidArgument, match="io_binding cannot be false"):
         ServerConfig(cache="static", io_binding=False).validate()

@@ -14,6 +14,7 @@ import tomllib
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from service.runtime.cache_choice import choose_cache
 from service.runtime.choices import (
     AUTO,
     BATCHING,
@@ -73,7 +74,7 @@ class ServerConfig:
     # how a step carries the key/value cache: "auto" writes it in place on the CPU where the
     # version ships that step, else it grows; on CUDA "auto" serves the static step where the
     # version ships it and it decodes as the growing one on the GPU at start-up
-    # (service.worker.process.choose_engine), else growing. Or "in_place" (on CUDA: fp16),
+    # (service.runtime.cache_choice), else growing. Or "in_place" (on CUDA: fp16),
     # "growing", or "static" (in place at a fixed capacity over buffers per bucket of rows,
     # each bucket's step a CUDA graph on cuda); a version without that step keeps its default
     cache: Cache | Auto = AUTO
@@ -374,20 +375,11 @@ def auto_variant(device: str, manifest: dict) -> tuple[str, str]:
 
 
 def cache_line(cache: str, device: str) -> str:
-    """How the workers will carry each step's key/value cache (they choose per model version
-    at start-up, and log what they chose and why)."""
-    if cache != "auto":
-        return (
-            f"cache {cache}: set by the configuration (a version without that step keeps "
-            "its default)"
-        )
-    if device == "cuda":
-        return (
-            "cache auto on cuda: the static step replayed as CUDA graphs where a version "
-            "ships it, once it decodes the golden inputs as the growing step does on the "
-            "GPU at start-up (else growing, and the log says why); growing for the others"
-        )
-    return "cache auto on cpu: written in place where a version ships that step, else growing"
+    """How the workers will carry each step's key/value cache: the rule `choose_cache` states
+    for every version (each worker applies it per model version at start-up, and logs what
+    it chose and why)."""
+    where = f" on {device}" if cache == AUTO else ""
+    return f"cache {cache}{where}: {choose_cache(cache, device).reason}"
 
 
 def choice_lines(

@@ -23,10 +23,10 @@ import time
 from dataclasses import dataclass
 from multiprocessing.connection import AuthenticationError, Listener, wait
 
+from service.runtime.cache_choice import choose_cache, shipped_caches
 from service.runtime.choices import AUTO, Auto, Batching, Cache, Device, Threading
 from service.runtime.decoding import DecodingOptions
 from service.runtime.errors import ModelRepositoryError
-from service.runtime.graphs import IN_PLACE, STATIC
 from service.runtime.inference import parting_margin
 from service.runtime.kinds import kind_class
 from service.runtime.repository import ModelVersion
@@ -94,7 +94,7 @@ class WorkerSettings:
 def golden_check(scheduler: Scheduler, model_version, variant: str) -> int:
     """Decodes the version's golden set; raises ModelRepositoryError on a mismatch. Returns
     the number of inputs checked."""
-    golden, cache = model_version.golden(), getattr(scheduler.engine, "cache", None)
+    golden, cache = model_version.golden(), scheduler.engine.cache
     if cache == "static":  # the in-place step at a fixed capacity, certified token-identical
         cache = "in_place"
 
@@ -207,31 +207,22 @@ def tie_window(manifest: dict, variant: str) -> float:
 
 
 def choose_engine(settings: WorkerSettings, model_version, variant: str):
-    """(engine, why) of one model version. With `cache = "auto"` on CUDA, where the version
-    ships the static step (fp16 and fp32 built op by op), the static step with each bucket
-    replayed as a CUDA graph: the fastest served step as measured (docs/benchmarks-gpu.md),
-    once it decodes as the growing step on this very device (device_check over the golden
-    inputs); else the growing step, and why. Otherwise the configured cache where the version
-    ships that form of its step, or the engine's default."""
+    """(engine, why) of one model version: the cache `choose_cache` gives for its variant
+    (service.runtime.cache_choice). Where that names a trial (on CUDA, the static step with
+    each bucket replayed as a CUDA graph: the fastest served step as measured,
+    docs/benchmarks-gpu.md), the trial once it decodes as the growing step on this very
+    device (device_check over the golden inputs); else the growing step, and why."""
     from service.runtime.onnx_engine import OnnxEngine  # after CUDA_VISIBLE_DEVICES is set
 
-    def engine(cache: str | None):
+    def engine(cache: str):
         return OnnxEngine(
             model_version, variant, settings.device, 1, settings.io_binding, cache=cache
         )
 
-    auto = settings.cache == "auto"
-    if not (
-        auto and settings.device == "cuda" and model_version.has_graph(variant, STATIC + "decoder")
-    ):
-        cache = _cache_for(settings.cache, model_version, variant)
-        if auto:
-            why = f"the default on {settings.device}"
-        elif cache is None:
-            why = f"{settings.cache} asked for, but this version ships no such step"
-        else:
-            why = "set by the configuration"
-        return engine(cache), why
+    shipped = shipped_caches(model_version, variant)
+    choice = choose_cache(settings.cache, settings.device, shipped)
+    if choice.trial is None:
+        return engine(choice.cache), choice.reason
     inputs_of = kind_class(model_version.manifest["model"]["kind"]).golden_inputs
     inputs = [
         inputs_of(model_version, entry)
@@ -275,16 +266,6 @@ def _load(settings: WorkerSettings):
             settings, model_version, settings.variant_of(key)
         )
     return schedulers, info
-
-
-def _cache_for(cache: str, model_version, variant: str) -> str | None:
-    """The configured cache where the version ships that form of its step, else the engine's
-    default (None): a repository may hold models without a key/value cache (the captioner)
-    beside the translator."""
-    prefix = {"in_place": IN_PLACE, "static": STATIC}.get(cache)
-    if cache == "auto" or (prefix and not model_version.has_graph(variant, prefix + "decoder")):
-        return None
-    return cache
 
 
 def _load_model(settings: WorkerSettings, model_version, variant: str):
