@@ -12,6 +12,7 @@ LRU, by entries and by bytes (an estimate of the hypotheses' arrays), in each fr
 from __future__ import annotations
 
 import itertools
+import weakref
 from collections import OrderedDict
 from dataclasses import astuple
 
@@ -37,18 +38,18 @@ class ResponseCache:
         self.metrics = metrics
         self.entries: OrderedDict[tuple, tuple[list[Hypothesis], int]] = OrderedDict()
         self.bytes = 0
+        # a number for each model object (a version loaded again is a new object, with new
+        # entries); numbers are never reused, so old entries never meet a new object
+        self._serials: weakref.WeakKeyDictionary[ServedModel, int] = weakref.WeakKeyDictionary()
 
     @property
     def enabled(self) -> bool:
         return self.max_entries > 0 and self.max_bytes > 0
 
     def _serial(self, model: ServedModel) -> int:
-        """A number of the model object (a version loaded again is a new object, with new
-        entries); kept on the object so that a reused id never meets old entries."""
-        serial = getattr(model, "cache_serial", None)
+        serial = self._serials.get(model)
         if serial is None:
-            serial = next(_serials)
-            model.cache_serial = serial
+            serial = self._serials[model] = next(_serials)
         return serial
 
     def keys(self, model: ServedModel, prepared: Prepared) -> list[tuple | None]:

@@ -38,14 +38,14 @@ class Outbox:
         self._thread.join(CLOSE_SECONDS)
 
     def _run(self) -> None:
-        broken: set[int] = set()  # links already failed: nothing more is sent to them
+        broken: set = set()  # links already failed: nothing more is sent to them
         while (item := self._queue.get()) is not None:
             link, message = item
-            if id(link) in broken:
+            if link in broken:
                 continue
             try:
                 link.send(message)
             except (OSError, ValueError):  # closed, or its peer gone
-                broken.add(id(link))
+                broken.add(link)
                 with self._lock:
                     self._failed.append(link)
