@@ -36,7 +36,7 @@ INT8_CLAIMS = ("int8_vs_fp32", "int8_one_row_vs_fp32")  # as batched, and one ro
 
 def cpu_variants(model_version: ModelVersion) -> list[str]:
     """The variants the golden set holds (decoded on the CPU): all but fp16, which a server
-    checks against fp32's golden tokens (service.worker.process.golden_check)."""
+    checks against fp32's golden tokens (service.worker.startup.golden_check)."""
     return [v for v in model_version.manifest["graphs"] if v != "fp16"]
 
 

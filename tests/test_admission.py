@@ -18,7 +18,7 @@ from service.front.pool import QUEUED_BATCHES, Call, WorkerPool
 from service.runtime.decoding import DecodingOptions
 from service.runtime.errors import ResourceExhausted, Unavailable
 from service.worker.messages import Failure, Job
-from service.worker.process import WorkerSettings
+from service.worker.settings import WorkerSettings
 
 
 def _window(limit: AdmissionLimit, seconds: float, now: float) -> float:

@@ -298,8 +298,8 @@ def test_where_the_encoder_and_the_step_run_is_validated_and_reaches_the_schedul
 ):
     """threads: choice -> (a thread on cpu, a thread on cuda)."""
     from service.front.pool import worker_settings
-    from service.worker import process
-    from service.worker.process import WorkerSettings
+    from service.worker import settings
+    from service.worker.settings import WorkerSettings
 
     with pytest.raises(InvalidArgument, match=f"{name} must be {choices}"):
         load_config(None, {f"ATTNSERVE_{name.upper()}": "process"})
@@ -307,7 +307,7 @@ def test_where_the_encoder_and_the_step_run_is_validated_and_reaches_the_schedul
     assert getattr(worker_settings(config, (), "cpu", {})[0], name) == "thread"
 
     made = []  # the keywords each scheduler is made with
-    monkeypatch.setattr(process, "Scheduler", lambda *args, **keywords: made.append(keywords))
+    monkeypatch.setattr(settings, "Scheduler", lambda *args, **keywords: made.append(keywords))
     attribute = f"{name}_thread"
     for choice, expected in threads.items():
         got = []

@@ -1,5 +1,5 @@
 """The worker's choice of step on CUDA (`cache = "auto"`): the static step where it decodes, on
-the device itself, as the growing step does (service.worker.process.device_check, staggered waves of
+the device itself, as the growing step does (service.worker.startup.device_check, staggered waves of
 the golden inputs), else the growing step and why. On the CPU the same check runs over bound
 buffers (the static step uncaptured)."""
 
@@ -16,10 +16,10 @@ from service.runtime.batching import source_batch
 from service.runtime.inference import CachedInference, parting_margin
 from service.runtime.onnx_engine import OnnxEngine
 from service.runtime.repository import verify, write_manifest
-from service.worker.process import (
+from service.worker.scheduler import Scheduler
+from service.worker.settings import WorkerSettings
+from service.worker.startup import (
     CHECK_WAVES,
-    Scheduler,
-    WorkerSettings,
     choose_engine,
     device_check,
     static_if_checked,

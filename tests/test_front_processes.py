@@ -13,7 +13,7 @@ from service.front.config import ServerConfig, load_config
 from service.front.fronts import MergedRegistry, worker_sockets
 from service.front.metrics import Metrics
 from service.runtime.errors import InvalidArgument
-from service.worker.process import WorkerSettings
+from service.worker.settings import WorkerSettings
 
 
 def _samples(registry) -> dict:

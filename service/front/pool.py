@@ -49,7 +49,8 @@ from service.worker.messages import (
     Submit,
     Unload,
 )
-from service.worker.process import WorkerSettings, run_worker
+from service.worker.process import run_worker
+from service.worker.settings import WorkerSettings
 
 log = logging.getLogger("attnserve")
 QUEUED_BATCHES = 2  # the admission limit's ceiling: this many full batches per worker

@@ -1,5 +1,5 @@
 """How a model version's step carries its key/value cache, chosen in one place for the engine's
-default, the worker (service.worker.process) and `serve --print-config`.
+default, the worker (service.worker.startup) and `serve --print-config`.
 
 On the CPU the step written in place is the default where the version ships it (no step
 copies the past). On CUDA the growing step is, until the static step (replayed as CUDA

@@ -93,8 +93,8 @@ def test_the_start_up_check_passes_with_either_cache(exported_translator, cache)
     """A server may carry the cache either way (the `cache` setting): each variant's workers
     reproduce the golden tokens made that way, int8 included."""
     from service.runtime.onnx_engine import OnnxEngine
-    from service.worker.process import golden_check
     from service.worker.scheduler import Scheduler
+    from service.worker.startup import golden_check
 
     model_version, _ = exported_translator
     for variant in ("fp32", "int8"):

@@ -1,0 +1,155 @@
+"""The front processes a worker answers: the pipe to the front that started it, and the
+fronts connected on its Unix socket since (several front processes share one batch)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from multiprocessing.connection import AuthenticationError, Listener, wait
+
+from service.worker.messages import (
+    Failure,
+    Load,
+    Loaded,
+    NotLoaded,
+    Ready,
+    Report,
+    Result,
+    Submit,
+)
+from service.worker.outbox import Outbox
+from service.worker.scheduler import Scheduler
+from service.worker.startup import load_model
+
+
+class Fronts:
+    """The front processes a worker answers: `parent`, the pipe to the front that started it,
+    and the fronts connected on its socket since. Keeps which front submitted each job and
+    which fronts serve each model version."""
+
+    def __init__(self, parent, schedulers: dict[str, Scheduler], info: dict, settings):
+        self.parent, self.links = parent, [parent]
+        self.schedulers, self.info = schedulers, info
+        self.owner: dict[int, tuple] = {}  # job id -> (link, key), jobs of the other fronts
+        self.holders = {key: {parent} for key in schedulers}  # key -> links serving it
+        self.listener = self._wake = None
+        self.outbox = Outbox()
+        self._accepted: list = []
+        if settings.socket:
+            with contextlib.suppress(FileNotFoundError):  # a worker's before this one
+                os.unlink(settings.socket)
+            self.listener = Listener(settings.socket, "AF_UNIX", authkey=settings.authkey)
+            self._wake, self._waker = os.pipe()
+            threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                link = self.listener.accept()
+            except (AuthenticationError, EOFError, ConnectionError):
+                continue  # a connection that did not know the key, or left mid-handshake
+            except OSError:
+                return  # closed
+            self._accepted.append(link)
+            os.write(self._waker, b"\0")
+
+    def wait(self, timeout: float | None) -> list:
+        """The links with messages waiting (fronts that connected are added first)."""
+        waitables = self.links + ([self._wake] if self._wake is not None else [])
+        ready = wait(waitables, timeout)
+        if self._wake in ready:
+            ready.remove(self._wake)
+            os.read(self._wake, 4096)
+            while self._accepted:
+                link = self._accepted.pop()
+                self.links.append(link)
+                for holders in self.holders.values():
+                    holders.add(link)
+                self.send(link, Ready(self.info))
+        return ready
+
+    def send(self, link, message) -> None:
+        """Sends to one front, by the outbox's thread."""
+        self.outbox.put(link, message)
+
+    def check_sent(self) -> None:
+        """Fronts whose messages could not be sent are gone: the parent ends the worker,
+        another is dropped."""
+        for link in self.outbox.failed():
+            if link is self.parent:
+                raise BrokenPipeError("the front that started this worker is gone")
+            self.drop(link)
+
+    def drop(self, link) -> None:
+        """A front went away: its jobs are cancelled and its model versions let go."""
+        if link not in self.links:
+            return
+        self.links.remove(link)
+        link.close()
+        for job_id, (owner, key) in list(self.owner.items()):
+            if owner is link and key in self.schedulers:  # its last event goes nowhere
+                self.schedulers[key].cancel(job_id)
+        for key in list(self.holders):
+            self.unload(link, key)
+
+    def submit(self, link, message: Submit) -> None:
+        scheduler = self.schedulers.get(message.key)
+        if scheduler is None:  # unloaded while that front still named it
+            failure = Failure(
+                message.job.id,
+                "Unavailable",
+                f"model version {message.key} is not loaded here; retry",
+            )
+            self.send(link, Report(message.key, [failure], None, 0, 0))
+            return
+        if link is not self.parent:
+            self.owner[message.job.id] = (link, message.key)
+        scheduler.submit(message.job)
+
+    def load(self, link, message: Load, settings) -> None:
+        """Loads one more model version between two steps (the other models wait meanwhile);
+        a version another front had loaded is answered at once."""
+        if message.key in self.schedulers:
+            self.holders[message.key].add(link)
+            self.send(link, Loaded(message.key, self.info["models"][message.key]))
+            return
+        try:
+            scheduler, info = load_model(settings, message.version, message.variant)
+        except Exception as error:  # a broken version: refused, the others go on
+            self.send(link, NotLoaded(message.key, f"{type(error).__name__}: {error}"))
+            return
+        self.schedulers[message.key], self.info["models"][message.key] = scheduler, info
+        self.holders[message.key] = {link}
+        self.send(link, Loaded(message.key, info))
+
+    def unload(self, link, key: str) -> None:
+        """`link`'s front serves `key` no more; the last one to let go unloads it."""
+        holders = self.holders.get(key)
+        if holders is None:
+            return
+        holders.discard(link)
+        if not holders:
+            del self.holders[key]
+            scheduler = self.schedulers.pop(key, None)
+            if scheduler is not None:
+                scheduler.close()
+            self.info["models"].pop(key, None)
+
+    def route(self, events: list) -> dict:
+        """{link: its events}: each event to the front whose job it is."""
+        if not self.owner:  # the parent's jobs alone (always so with one front)
+            return {self.parent: events} if events else {}
+        routed: dict = {}
+        for event in events:
+            owner = self.owner.get(event.job_id)
+            link = self.parent if owner is None else owner[0]
+            routed.setdefault(link, []).append(event)
+            if owner is not None and isinstance(event, Result | Failure):
+                del self.owner[event.job_id]
+        return routed
+
+    def close(self) -> None:
+        self.outbox.close()
+        if self.listener is not None:
+            self.listener.close()
