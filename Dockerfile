@@ -24,17 +24,15 @@ ENV PIP_NO_CACHE_DIR=1 \
 WORKDIR /src
 RUN pip install "grpcio-tools>=1.66" "setuptools>=68" wheel
 COPY pyproject.toml README.md ./
+COPY dev.sh ./
 COPY protos/ protos/
 COPY attnserve/ attnserve/
 COPY service/ service/
 COPY models/ models/
 COPY export/ export/
 
-# The gRPC code is generated, never kept in git (as ./dev.sh does).
-RUN rm -rf attnserve/v1 && mkdir attnserve/v1 \
-    && python -m grpc_tools.protoc -I protos --python_out=. --pyi_out=. --grpc_python_out=. \
-        protos/attnserve/v1/*.proto \
-    && touch attnserve/v1/__init__.py \
+# The gRPC code is generated, never kept in git (by the function ./dev.sh uses).
+RUN rm -rf service/wire && bash -c 'source ./dev.sh && PYTHON=python build_protos' \
     && pip wheel --no-deps --no-build-isolation --wheel-dir /dist .
 
 # The model repository, checked before it is copied: a version without its certificate's

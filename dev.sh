@@ -79,11 +79,21 @@ export_variants() {
 }
 
 build_protos() {
-  # Generated code is built here from protos/, never edited: attnserve/v1/*_pb2*.py
-  mkdir -p attnserve/v1
-  "$PYTHON" -m grpc_tools.protoc -I protos --python_out=. --pyi_out=. --grpc_python_out=. \
-    protos/attnserve/v1/*.proto
-  touch attnserve/v1/__init__.py
+  # Generated code is built here from protos/, never edited: service/wire/v1/*_pb2*.py. The
+  # contract's files are staged as service/wire/v1/ (their imports with them) so that the
+  # generated modules form the package service.wire.v1; the proto package, and so every
+  # service and message name on the wire, stays attnserve.v1.
+  local staged
+  staged=$(mktemp -d)
+  mkdir -p "$staged/service/wire/v1" service/wire/v1
+  for proto in protos/attnserve/v1/*.proto; do
+    sed 's#^import "attnserve/v1/#import "service/wire/v1/#' "$proto" \
+      >"$staged/service/wire/v1/$(basename "$proto")"
+  done
+  "$PYTHON" -m grpc_tools.protoc -I "$staged" --python_out=. --pyi_out=. --grpc_python_out=. \
+    "$staged"/service/wire/v1/*.proto
+  rm -rf "$staged"
+  touch service/wire/__init__.py service/wire/v1/__init__.py
 }
 
 build_data() {

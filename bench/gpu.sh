@@ -21,7 +21,7 @@
 #   bash bench/gpu.sh controls  # the translator's gpu tests: decoding controls and scoring on CUDA, ~5 min
 #   bash bench/gpu.sh controls-cost  # quick export, then bench.controls at 256 rows (fp16): ~4 min
 #
-# Carry: .gpu/tools, attnserve/v1 (generated gRPC code), data/translator/test.es and
+# Carry: .gpu/tools, service/wire (generated gRPC code), data/translator/test.es and
 # data/translator/test.en (ignored files). The phases share /tmp/attnserve-gpu (the export,
 # each section's results), so run them back to back on the same warm machine; each writes the
 # report so far to $OUT/gpu/benchmarks-gpu.{json,md}, the last one the whole of it.

@@ -28,11 +28,11 @@ from pathlib import Path
 import grpc
 import numpy as np
 
-from attnserve.v1 import translation_pb2_grpc
 from bench.lib.arguments import run_server_bench
 from bench.lib.processes import sample
 from bench.lib.sentence_loads import closed_loop, translate
 from bench.lib.server import Server
+from service.wire.v1 import translation_pb2_grpc
 
 
 async def _memory(pid: int, stop: asyncio.Event, peak: dict) -> None:

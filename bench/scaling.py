@@ -30,10 +30,10 @@ from pathlib import Path
 import grpc
 import numpy as np
 
-from attnserve.v1 import translation_pb2_grpc
 from bench.lib.arguments import run_server_bench
 from bench.lib.sentence_loads import closed_loop
 from bench.lib.server import Server
+from service.wire.v1 import translation_pb2_grpc
 
 WORKERS_GOAL = 1.6  # the most workers over one, on a 2-core host
 CLIENTS_GOAL = 1.0  # the most clients over the fewest

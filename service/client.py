@@ -30,15 +30,15 @@ import grpc
 import numpy as np
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from attnserve.v1 import (
+from service.runtime.documents import SPLITTING
+from service.runtime.requests import MAX_TEXT_CHARS
+from service.wire.v1 import (
     caption_pb2,
     caption_pb2_grpc,
     decoding_pb2,
     translation_pb2,
     translation_pb2_grpc,
 )
-from service.runtime.documents import SPLITTING
-from service.runtime.requests import MAX_TEXT_CHARS
 
 DEFAULT_SERVER = "127.0.0.1:50051"
 SERVER_ENVIRONMENT = "ATTNSERVE_SERVER"

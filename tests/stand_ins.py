@@ -14,7 +14,7 @@ from concurrent import futures
 import grpc
 import numpy as np
 
-from attnserve.v1 import (
+from service.wire.v1 import (
     caption_pb2,
     caption_pb2_grpc,
     decoding_pb2,

@@ -15,7 +15,7 @@ from stand_ins import CaptionStandIn, StandIn, started
 
 from attnserve.cli import main
 from attnserve.cli.results import Captions, Translations
-from attnserve.v1 import caption_pb2_grpc, translation_pb2_grpc
+from service.wire.v1 import caption_pb2_grpc, translation_pb2_grpc
 
 SCENE = ROOT / "examples" / "scene.png"
 DECODING = ["--beam-size", "2", "--n-best", "2", "--max-length", "20"]

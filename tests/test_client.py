@@ -23,14 +23,14 @@ from stand_ins import CAPTION_GRID, PNG_SIGNATURE, CaptionStandIn, StandIn, star
 
 from attnserve.alignment import draw_alignment
 from attnserve.cli import main
-from attnserve.v1 import (
+from models.shipped import SHIPPED_CAPTIONER, SHIPPED_TRANSLATOR
+from service import client
+from service.tokens import display_token
+from service.wire.v1 import (
     caption_pb2_grpc,
     decoding_pb2,
     translation_pb2_grpc,
 )
-from models.shipped import SHIPPED_CAPTIONER, SHIPPED_TRANSLATOR
-from service import client
-from service.tokens import display_token
 
 
 @pytest.fixture(scope="module")

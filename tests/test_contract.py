@@ -9,7 +9,7 @@ import pytest
 from google.protobuf.message import DecodeError
 from helpers import ROOT
 
-from attnserve.v1 import decoding_pb2, translation_pb2
+from service.wire.v1 import decoding_pb2, translation_pb2
 
 
 def test_buf_lint_is_clean():
@@ -29,6 +29,24 @@ def test_translation_service_methods():
     assert not methods["TranslateStream"].client_streaming
     assert methods["Score"].output_type.name == "ScoreResponse"
     assert not methods["Score"].server_streaming
+
+
+def test_the_generated_package_keeps_the_wire_names():
+    """The generated modules live in service.wire.v1, but every name on the wire is the
+    proto package's: a client of attnserve.v1 sees no change."""
+    from service.wire.v1 import caption_pb2
+
+    assert translation_pb2.DESCRIPTOR.package == "attnserve.v1"
+    services = {
+        *translation_pb2.DESCRIPTOR.services_by_name.values(),
+        *caption_pb2.DESCRIPTOR.services_by_name.values(),
+    }
+    assert {service.full_name for service in services} == {
+        "attnserve.v1.TranslationService",
+        "attnserve.v1.CaptionService",
+    }
+    assert translation_pb2.TranslateRequest.DESCRIPTOR.full_name == "attnserve.v1.TranslateRequest"
+    assert decoding_pb2.DecodingOptions.DESCRIPTOR.full_name == "attnserve.v1.DecodingOptions"
 
 
 def test_every_decoding_option_round_trips():
@@ -83,7 +101,7 @@ def test_the_contract_is_backward_compatible_for_translation_clients():
 
 
 def test_caption_service_methods_and_attention_maps():
-    from attnserve.v1 import caption_pb2
+    from service.wire.v1 import caption_pb2
 
     service = caption_pb2.DESCRIPTOR.services_by_name["CaptionService"]
     methods = service.methods_by_name

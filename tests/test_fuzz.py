@@ -18,12 +18,12 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from attnserve.v1 import caption_pb2, decoding_pb2, translation_pb2
 from models.shipped import SHIPPED_TRANSLATOR
 from service.front.translate import translate_request, translate_stream_request
 from service.runtime.errors import InvalidArgument
 from service.runtime.images import ImageLimits, decode_image
 from service.runtime.requests import MAX_TEXT_CHARS
+from service.wire.v1 import caption_pb2, decoding_pb2, translation_pb2
 
 EXAMPLES = int(os.environ.get("ATTNSERVE_FUZZ_EXAMPLES", "300"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])

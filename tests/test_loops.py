@@ -62,10 +62,10 @@ def test_a_stream_cuts_and_writes_each_finished_sentence_once(exported_translato
     finished sentence is cut (and written) once over the whole stream, not once an event."""
     import asyncio
 
-    from attnserve.v1 import translation_pb2
     from service.front.config import ServerConfig
     from service.front.translate import parse_translate_stream, partial_message
     from service.runtime.translation import TranslationModel
+    from service.wire.v1 import translation_pb2
 
     version, _ = exported_translator
     model = TranslationModel(version, ServerConfig())

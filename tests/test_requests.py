@@ -5,12 +5,12 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from attnserve.v1 import decoding_pb2, translation_pb2
 from service.front.decoding import decoding_options
 from service.front.status import status_code
 from service.front.translate import source_texts, stream_source_text
 from service.runtime.errors import InvalidArgument, ModelRepositoryError, NotFound, Unavailable
 from service.runtime.requests import MAX_TEXT_CHARS, MAX_TEXTS
+from service.wire.v1 import decoding_pb2, translation_pb2
 
 
 def test_texts_and_utf8_texts_are_read_in_order():

@@ -18,7 +18,7 @@ def client_ping() -> int:
     """Imports what a client process needs (before the levels time it); its process id."""
     import grpc  # noqa: F401
 
-    from attnserve.v1 import translation_pb2_grpc  # noqa: F401
+    from service.wire.v1 import translation_pb2_grpc  # noqa: F401
 
     return os.getpid()
 
@@ -45,7 +45,7 @@ def client_run(
 async def _closed_loop(address, texts, max_length, clients, seconds, start_at, offset, count):
     import grpc
 
-    from attnserve.v1 import decoding_pb2, translation_pb2, translation_pb2_grpc
+    from service.wire.v1 import decoding_pb2, translation_pb2, translation_pb2_grpc
 
     options = decoding_pb2.DecodingOptions(max_length=max_length)
     whole = translation_pb2.SENTENCE_SPLITTING_NONE  # a test line is one input

@@ -8,7 +8,7 @@ import time
 
 import grpc
 
-from attnserve.v1 import translation_pb2
+from service.wire.v1 import translation_pb2
 
 SENTENCES = [
     "Yo soy de Canadá.",

@@ -37,9 +37,9 @@ def _missing_for_server() -> str | None:
         if importlib.util.find_spec(module) is None:
             return f"{package} is not installed"
     try:
-        from attnserve.v1 import translation_pb2, translation_pb2_grpc  # noqa: F401
+        from service.wire.v1 import translation_pb2, translation_pb2_grpc  # noqa: F401
     except ImportError as error:
-        return f"the generated gRPC code attnserve/v1 cannot be imported ({error})"
+        return f"the generated gRPC code service/wire cannot be imported ({error})"
     return None
 
 

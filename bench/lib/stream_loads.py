@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import grpc
 import numpy as np
 
-from attnserve.v1 import caption_pb2, translation_pb2
+from service.wire.v1 import caption_pb2, translation_pb2
 
 
 @dataclass

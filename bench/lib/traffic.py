@@ -8,15 +8,15 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from attnserve.v1 import (
+from bench.lib.server import Server
+from bench.lib.workload import InProcess, InProcessCaptioner, Local, Picture, Request
+from service.wire.v1 import (
     caption_pb2,
     caption_pb2_grpc,
     decoding_pb2,
     translation_pb2,
     translation_pb2_grpc,
 )
-from bench.lib.server import Server
-from bench.lib.workload import InProcess, InProcessCaptioner, Local, Picture, Request
 
 
 @dataclass

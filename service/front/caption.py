@@ -5,13 +5,13 @@ the front's thread pool."""
 
 from __future__ import annotations
 
-from attnserve.v1 import caption_pb2, caption_pb2_grpc
 from service.front.decoding import decoding_request, hypothesis_message, token_counts_message
 from service.front.servicer import Method, ModelServicer
 from service.runtime.captioning import CaptionModel, check_images
 from service.runtime.errors import InvalidArgument
 from service.runtime.requests import CaptionRequest, raise_problems
 from service.runtime.results import CaptionResult, PartialText
+from service.wire.v1 import caption_pb2, caption_pb2_grpc
 
 
 def parse_caption(message, model: CaptionModel) -> CaptionRequest:

@@ -4,10 +4,10 @@ Hypothesis (with its alignment or attention maps) and TokenCounts out. Every ser
 
 from __future__ import annotations
 
-from attnserve.v1 import decoding_pb2
 from service.runtime.decoding import DecodingOptions
 from service.runtime.requests import DecodingRequest, Tokenize
 from service.runtime.results import Alignment, AttentionMaps, TextHypothesis, TokenCounts
+from service.wire.v1 import decoding_pb2
 
 # DecodingOptions' fields with presence: unset is the server's default, not zero
 OPTIONAL = (

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from functools import partial
 
-from attnserve.v1 import translation_pb2, translation_pb2_grpc
 from service.front.decoding import (
     alignment_message,
     decoding_request,
@@ -35,6 +34,7 @@ from service.runtime.requests import (
 )
 from service.runtime.results import PartialText, ScoreResult, TranslateResult
 from service.runtime.translation import TranslationModel
+from service.wire.v1 import translation_pb2, translation_pb2_grpc
 
 # each SentenceSplitting and TextFormat value's name in the runtime; unset is the first name
 SPLITTING_NAMES = {

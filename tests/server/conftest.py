@@ -15,8 +15,8 @@ import grpc
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from attnserve.v1 import translation_pb2_grpc
 from service import client
+from service.wire.v1 import translation_pb2_grpc
 
 START_TIMEOUT = 90.0  # seconds; workers load and check their golden set
 

@@ -11,8 +11,8 @@ import grpc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from attnserve.v1 import caption_pb2, caption_pb2_grpc, decoding_pb2, translation_pb2
 from service import client
+from service.wire.v1 import caption_pb2, caption_pb2_grpc, decoding_pb2, translation_pb2
 
 EXAMPLES = max(10, int(os.environ.get("ATTNSERVE_FUZZ_EXAMPLES", "300")) // 5)
 LIVE = settings(

@@ -15,8 +15,8 @@ import pytest
 from conftest import rpc_error
 from helpers import ROOT
 
-from attnserve.v1 import decoding_pb2, translation_pb2, translation_pb2_grpc
 from service import client
+from service.wire.v1 import decoding_pb2, translation_pb2, translation_pb2_grpc
 
 NODE = shutil.which("node")
 EXAMPLE = ROOT / "examples" / "node"

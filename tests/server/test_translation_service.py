@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 from conftest import rpc_error
 
-from attnserve.v1 import decoding_pb2, translation_pb2
 from service import client
 from service.runtime.decoding import DecodingOptions
 from service.runtime.onnx_engine import OnnxEngine
 from service.runtime.tokenizer import Tokenizer
 from service.runtime.translation import translate_ids
+from service.wire.v1 import decoding_pb2, translation_pb2
 
 SEARCHES = {
     "greedy": (DecodingOptions(max_length=160), {"max_length": 160}),
