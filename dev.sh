@@ -162,7 +162,7 @@ setup() {
   build_data
 }
 
-# Sourced (tests/test_dev_sh.py), dev.sh only defines its functions.
+# Sourced (tests/deploy/test_dev_sh.py), dev.sh only defines its functions.
 [ "${BASH_SOURCE[0]}" = "$0" ] || return 0
 
 case "${1:-}" in
@@ -187,7 +187,7 @@ case "${1:-}" in
     setup
     build_repository
     install_stack_tools
-    "$PYTHON" -m pytest -m stack -s tests/test_podman_stack.py "${@:2}"
+    "$PYTHON" -m pytest -m stack -s tests/deploy/test_podman_stack.py "${@:2}"
     ;;
   *)
     echo "usage: ./dev.sh serve [serve flags] | ./dev.sh test [pytest arguments] | ./dev.sh stack | ./dev.sh repository" >&2

@@ -43,8 +43,8 @@ case "$phase" in
     if [ -d .gpu/extra/onnxruntime ]; then cp -r .gpu/extra/onnxruntime/. /tmp/site/onnxruntime/; fi
     export PYTHONPATH="$PWD/.gpu/pylib:$PYTHONPATH"
     timeout "${BENCH_GPU_TESTS_SECONDS:-480}" python3 -m pytest -q -m gpu -p no:cacheprovider \
-      tests/test_controls.py tests/test_static_batch.py tests/test_static_step.py tests/test_gqa.py \
-      tests/parity/test_translator_parity.py \
+      tests/runtime/test_controls.py tests/runtime/test_static_batch.py tests/runtime/test_static_step.py tests/bench/test_gqa.py \
+      tests/export/test_translator_parity.py \
       2>&1 | tee "$out/gpu-tests.log" | tail -60 || true ;;
   controls-cost)  # what rows with decoding controls cost the greedy rows beside them
     mkdir -p "$out"
@@ -64,13 +64,13 @@ case "$phase" in
   all) run --engine --load ;;
   static)  # gpu-marked tests of the static step and the fp16 graphs, then bench.static_step
     mkdir -p "$out"
-    python3 -m pytest -q -m gpu tests/test_static_step.py tests/parity/test_translator_parity.py \
+    python3 -m pytest -q -m gpu tests/runtime/test_static_step.py tests/export/test_translator_parity.py \
       2>&1 | tee "$out/gpu-tests.log" || true
     python3 -m bench.static_step --device cuda --traced --out "$out" ;;
   inplace)  # the continuous batch on CUDA with its cache written in place (GQA, fp16 only),
     # growing, and the static step (its buckets replayed as CUDA graphs)
     mkdir -p "$out"
-    python3 -m pytest -q -m gpu tests/parity/test_translator_parity.py tests/test_static_batch.py \
+    python3 -m pytest -q -m gpu tests/export/test_translator_parity.py tests/runtime/test_static_batch.py \
       2>&1 | tee "$out/gpu-tests-in-place.log" || true
     for rows in 1 16 64; do
       python3 -m bench.continuous --device cuda --variants fp16 --static --rows "$rows" --requests 192 \
@@ -104,8 +104,8 @@ case "$phase" in
     timeout 125 python3 -m bench.gpu --device cuda --workdir "$work" --out "$out" --graphs "$graphs" \
       --quick --no-engine --no-load || true
     version="$work/repository/translator/1"
-    timeout 125 python3 -m pytest -q -m gpu tests/test_gqa.py tests/test_static_batch.py \
-      tests/parity/test_translator_parity.py 2>&1 | tee "$out/gpu-tests-pending.log" || true
+    timeout 125 python3 -m pytest -q -m gpu tests/bench/test_gqa.py tests/runtime/test_static_batch.py \
+      tests/export/test_translator_parity.py 2>&1 | tee "$out/gpu-tests-pending.log" || true
     for rows in 1 16 256; do
       timeout $((rows == 256 ? 50 : 40)) python3 -m bench.continuous --device cuda --variants fp16 \
         --beams 1 --static --rows "$rows" --requests $((rows == 256 ? 512 : 48)) --rounds 2 \

@@ -25,7 +25,7 @@ from models.config import TransformerConfig  # noqa: E402
 from models.transformer import Transformer  # noqa: E402
 from service.runtime.tokenizer import Tokenizer  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TOKENIZER = SHIPPED_TRANSLATOR / "tokenizer.model"
 HAS_CTRANSLATE2 = importlib.util.find_spec("ctranslate2") is not None
 SENTENCES = [

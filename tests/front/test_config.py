@@ -318,6 +318,6 @@ def test_where_the_encoder_and_the_step_run_is_validated_and_reaches_the_schedul
 
 
 def test_the_default_repository_is_the_one_the_set_up_builds():
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     assert root / "data" / "repository" == config_module.DEFAULT_REPOSITORY
     assert ServerConfig().repository == config_module.DEFAULT_REPOSITORY

@@ -17,7 +17,7 @@ from helpers import run_bench
 pytest.importorskip("onnxruntime")
 pytest.importorskip("grpc")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 GOALS = (
     "throughput at 16 clients / at 1 client",
     "e2e p50 over gRPC (Translate) at 1 client / in-process decode p50",
