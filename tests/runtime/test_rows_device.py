@@ -1,0 +1,143 @@
+"""Rows held as the engine's own tensors: `DeviceRows` (OrtValues, moved by rebuilds) and
+`HostRows` (numpy arrays, written into free slots in place). Either way every row's logits
+are those of its decode alone as rows join, leave and repeat."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from service.runtime.batch import ContinuousBatch
+from service.runtime.batching import source_batch
+from service.runtime.inference import CachedInference
+from service.runtime.onnx_engine import OnnxEngine
+from service.runtime.rows.device import DeviceRows, HostRows
+
+ENGINES = {  # name: (cache, io_binding, the store the engine names)
+    "host-in-place": ("in_place", False, HostRows),
+    "host-growing": ("growing", False, HostRows),
+    "device-growing": ("growing", True, DeviceRows),
+    "device-in-place": ("in_place", True, DeviceRows),
+}
+
+
+@pytest.fixture(scope="module")
+def sources(tiny_translator):
+    _, version = tiny_translator
+    rng = np.random.default_rng(4)
+    vocab = int(version.config["vocab_size"])
+    return [rng.integers(4, vocab, size=n).tolist() for n in (5, 9, 3, 14, 7)]
+
+
+class Decodes:
+    """A batch over a store, each row checked against its own decode alone."""
+
+    def __init__(self, version, engine, store, sources):
+        self.engine, self.sources, self.store = engine, sources, store
+        self.reference = OnnxEngine(version, "fp32", cache="growing")
+        self.encoder = engine.encode(*source_batch(sources, 512))
+        self.batch = ContinuousBatch(engine, store)
+        self.rows: list[tuple[int, CachedInference, list[int]]] = []  # (source, alone, fed)
+
+    def alone(self, source: int) -> CachedInference:
+        encoder = self.reference.encode(*source_batch([self.sources[source]], 512))
+        return CachedInference(self.reference, encoder, 1)
+
+    def join(self, index: list[int]) -> None:
+        self.batch.join(self.encoder, np.array(index))
+        bos = self.engine.special_tokens.bos
+        self.rows += [(i, self.alone(i), [bos]) for i in index]
+
+    def step(self) -> None:
+        logits, _ = self.batch.step(np.array([[fed[-1]] for _, _, fed in self.rows]))
+        assert logits.shape[0] == len(self.rows)
+        for row, (_, alone, fed) in zip(logits, self.rows, strict=True):
+            expected, _ = alone.step(np.array([[fed[-1]]]))
+            np.testing.assert_allclose(row, expected[0], atol=1e-4)
+            fed.append(int(expected[0].argmax()))
+
+    def reorder(self, index: list[int]) -> None:
+        """Rows `index` kept (each decodes again alone up to where its origin is)."""
+        self.batch.reorder(np.array(index))
+        rows = []
+        for i in index:
+            source, _, fed = self.rows[i]
+            alone = self.alone(source)
+            for token in fed[:-1]:
+                alone.step(np.array([[token]]))
+            rows.append((source, alone, list(fed)))
+        self.rows = rows
+
+
+@pytest.mark.parametrize("name", list(ENGINES))
+def test_rows_join_leave_and_repeat_and_each_decodes_as_alone(tiny_translator, sources, name):
+    _, version = tiny_translator
+    cache, io_binding, kind = ENGINES[name]
+    engine = OnnxEngine(version, "fp32", cache=cache, io_binding=io_binding)
+    assert engine.rows == ("device" if io_binding else "host")
+    decodes = Decodes(version, engine, kind(engine), sources)
+    decodes.join([0, 1, 2])
+    decodes.step()
+    decodes.step()
+    decodes.reorder([0, 2])  # the row of source 1 leaves its slot
+    decodes.join([3])  # a longer source joins
+    decodes.step()
+    decodes.reorder([0, 1, 1, 2])  # a beam repeats
+    decodes.step()
+    decodes.step()
+    decodes.join([4])
+    decodes.step()
+    state = decodes.store.state["past_key_values.0.key"]
+    assert isinstance(state, np.ndarray if kind is HostRows else ort.OrtValue)
+
+
+def test_host_rows_write_a_joining_row_into_a_free_slot_in_place(tiny_translator, sources):
+    _, version = tiny_translator
+    engine = OnnxEngine(version, "fp32", cache="in_place")
+    store = HostRows(engine)
+    assert not store.adopts_encoder_rows  # the arrays are written into: copies taken
+    decodes = Decodes(version, engine, store, sources)
+    decodes.join([0, 3, 1])
+    decodes.step()
+    memory, state = store.memory["encoder.0.key"], store.state["past_key_values.0.key"]
+    decodes.reorder([0, 2])  # the row of slot 1 leaves
+    decodes.join([2])  # a shorter memory: into slot 1, nothing rebuilt
+    assert store.rebuilds == 0 and decodes.batch.alive.tolist() == [0, 2, 1]
+    assert store.memory["encoder.0.key"] is memory and store.state["past_key_values.0.key"] is state
+    decodes.step()
+    decodes.reorder([0, 0, 1])  # a repeat into the free slot: copied in place
+    assert store.rebuilds == 0 and sorted(decodes.batch.alive.tolist()) == [0, 1, 2]
+    decodes.step()
+    decodes.reorder([0, 1, 2, 2])  # no free slot: rebuilt
+    assert store.rebuilds == 1 and decodes.batch.slots == 4
+    decodes.step()
+
+
+def test_device_rows_rebuild_for_every_join_and_repeat_and_place_nothing_ahead(
+    tiny_translator, sources
+):
+    _, version = tiny_translator
+    engine = OnnxEngine(version, "fp32", cache="growing", io_binding=True)
+    store = DeviceRows(engine)
+    assert store.adopts_encoder_rows
+    assert store.growing and not store.buffers  # a growing cache on the shared time axis
+    decodes = Decodes(version, engine, store, sources)
+    table = decodes.batch.table
+    assert store.reserve(table, 2) is None and not store.placed(table, None)
+    with pytest.raises(ValueError, match="not placed ahead"):
+        store.place(None, None)
+    decodes.join([0, 1])
+    assert store.rebuilds == 0  # the first rows are adopted as they are
+    decodes.step()
+    decodes.join([2])
+    assert store.rebuilds == 1 and decodes.batch.slots == 3
+    decodes.step()
+    decodes.reorder([0, 0, 1, 2])
+    assert store.rebuilds == 2 and decodes.batch.slots == 4
+    decodes.step()
+    decodes.reorder([3])  # three of four slots dead: rebuilt before the next step
+    decodes.step()
+    assert store.rebuilds == 3 and decodes.batch.slots == 1
+    store.clear()
+    assert store.state is None and store.memory is None
