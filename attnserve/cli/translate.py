@@ -265,7 +265,11 @@ class Score(Subcommand):
 def _score(channel, args: argparse.Namespace) -> int:
     from service import client
 
-    text = args.input.read_text(encoding="utf-8") if args.input else sys.stdin.read()
+    try:
+        text = args.input.read_text(encoding="utf-8") if args.input else sys.stdin.read()
+    except (OSError, UnicodeDecodeError) as error:
+        print(f"error: {args.input}: {error}", file=sys.stderr)
+        return 2
     response = client.score(
         channel,
         _pairs(text, ""),

@@ -23,7 +23,6 @@ from stand_ins import CAPTION_GRID, PNG_SIGNATURE, CaptionStandIn, StandIn, star
 
 from attnserve.alignment import draw_alignment
 from attnserve.cli import main
-from models.shipped import SHIPPED_CAPTIONER, SHIPPED_TRANSLATOR
 from service import client
 from service.tokens import display_token
 from service.wire.v1 import (
@@ -343,39 +342,9 @@ def test_an_unreachable_server_is_unavailable_within_the_timeout(capsys):
     assert len(err) == 2 and all(line.startswith("error: UNAVAILABLE: ") for line in err)
 
 
-def test_health_exits_0_only_when_serving(stand_in, capsys):
-    _, address = stand_in
-    assert main(["health", "--server", address]) == 0
-    assert main(["health", "--server", address, "--service", client.SERVICE_NAME]) == 0
-    assert main(["health", "--server", address, "--service", "draining"]) == 1
-    assert main(["health", "--server", address, "--service", "nope"]) == 1
-    assert capsys.readouterr().out.split() == [
-        "SERVING",
-        "SERVING",
-        "NOT_SERVING",
-        "SERVICE_UNKNOWN",
-    ]
-
-
 def test_a_value_no_request_can_carry_is_a_usage_error(capsys):
     assert main(["translate", "--server", "127.0.0.1:1", "--beam", "-1", "hola"]) == 2
     assert "beam_size" in capsys.readouterr().err
-
-
-@pytest.mark.parametrize(
-    "argv",
-    [
-        ["--engine", "torch", "--stream"],
-        ["--engine", "torch", "--server", "127.0.0.1:1"],
-        ["--engine", "torch", "--alignment", "a.png"],
-        ["--checkpoint", str(SHIPPED_TRANSLATOR)],
-    ],
-)
-def test_options_of_the_other_engine_are_refused(argv, capsys):
-    with pytest.raises(SystemExit) as exit_:
-        main(["translate", *argv, "hola"])
-    assert exit_.value.code == 2
-    assert "only with --engine" in capsys.readouterr().err
 
 
 def test_the_grpc_client_runs_without_torch():
@@ -654,22 +623,6 @@ def test_caption_failures_exit_2_for_files_and_1_for_the_server(captioner, tmp_p
     for extra in ([], ["--stream"]):
         assert main(["caption", "--server", address, *extra, str(bad)]) == 1
         assert capsys.readouterr().err == "error: INVALID_ARGUMENT: images[0]: not an image\n"
-
-
-@pytest.mark.parametrize(
-    "argv",
-    [
-        ["--engine", "torch", "--stream"],
-        ["--engine", "torch", "--server", "127.0.0.1:1"],
-        ["--engine", "torch", "--version", "2"],
-        ["--checkpoint", str(SHIPPED_CAPTIONER)],
-    ],
-)
-def test_caption_options_of_the_other_engine_are_refused(argv, capsys):
-    with pytest.raises(SystemExit) as exit_:
-        main(["caption", *argv, "image.png"])
-    assert exit_.value.code == 2
-    assert "only with --engine" in capsys.readouterr().err
 
 
 def test_the_caption_client_runs_without_torch(tmp_path):

@@ -1,0 +1,79 @@
+"""`export` and `parity` (`attnserve.cli.exporting`): their flags and choices, and the
+defaults `export` completes (the shipped checkpoint, the model's data, its name) before
+handing over to `export.commands`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from attnserve.cli import exporting, main
+from attnserve.cli.main import build_parser
+from attnserve.cli.options import shipped_checkpoint
+
+
+@pytest.fixture
+def handed(monkeypatch):
+    """What each command hands to export.commands (instead of exporting)."""
+    from export import commands
+
+    calls = []
+    monkeypatch.setattr(commands, "export", lambda args: calls.append(("export", args)) or 0)
+    monkeypatch.setattr(commands, "parity", lambda args: calls.append(("parity", args)) or 3)
+    return calls
+
+
+def test_export_needs_a_model_and_where_to_write(capsys):
+    for argv in (["export", "translator"], ["export", "--out", "r"], ["export", "x", "--out", "r"]):
+        with pytest.raises(SystemExit) as exit_:
+            main(argv)
+        assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "the following arguments are required: --out" in err
+    assert "invalid choice: 'x'" in err
+
+
+def test_export_defaults_to_the_shipped_checkpoint_its_data_and_name(handed):
+    assert main(["export", "captioner", "--out", "repo"]) == 0
+    ((command, args),) = handed
+    assert command == "export" and isinstance(args.handler, exporting.Export)
+    assert args.out == Path("repo") and args.version == "1"
+    assert args.checkpoint == shipped_checkpoint("captioner")
+    assert args.data == Path("data/captioner") and args.name == "captioner"
+    assert (args.variants, args.graphs, args.int8_scales) == (
+        "fp32,int8,fp16",
+        "built",
+        "per-channel",
+    )
+
+
+def test_export_keeps_what_is_given(handed):
+    argv = ["export", "translator", "--out", "repo", "--checkpoint", "runs/t/best.pt"]
+    argv += ["--name", "modern", "--version", "3", "--data", "d", "--graphs", "traced"]
+    assert main([*argv, "--int8-scales", "per-tensor", "--sentences", "20"]) == 0
+    ((_, args),) = handed
+    assert args.checkpoint == Path("runs/t/best.pt") and args.name == "modern"
+    assert (args.version, args.data, args.graphs) == ("3", Path("d"), "traced")
+    assert (args.int8_scales, args.sentences) == ("per-tensor", 20)
+
+
+def test_export_refuses_an_unknown_way_of_making_graphs(capsys):
+    with pytest.raises(SystemExit):
+        main(["export", "translator", "--out", "r", "--graphs", "onnxscript"])
+    assert "invalid choice: 'onnxscript'" in capsys.readouterr().err
+
+
+def test_parity_hands_over_its_directory_and_returns_the_suites_status(handed):
+    assert main(["parity", "repo/translator/2", "--json", "--sentences", "12"]) == 3
+    ((command, args),) = handed
+    assert command == "parity" and isinstance(args.handler, exporting.Parity)
+    assert args.directory == Path("repo/translator/2")
+    assert args.json and args.sentences == 12
+    assert args.checkpoint is None and args.data is None  # the manifest's own, chosen there
+
+
+def test_parity_needs_a_directory(capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["parity"])
+    assert "directory" in capsys.readouterr().err

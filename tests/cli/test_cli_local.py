@@ -1,0 +1,128 @@
+"""--engine torch's results (`attnserve.cli.local`): the runtime's hypotheses (token ids) read
+into `results` as the server builds its response, the same pieces, `</s>` only where it was
+generated and attention rows cut to the tokens; and image files Pillow cannot read refused."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+from helpers import SHIPPED_TRANSLATOR
+from PIL import Image
+
+from attnserve.cli import local
+from attnserve.cli.main import build_parser
+from attnserve.cli.results import Sentence, TokenCounts
+from service.runtime.decoding import Hypothesis
+from service.runtime.tokenizer import Tokenizer
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> Tokenizer:
+    return Tokenizer(SHIPPED_TRANSLATOR / "tokenizer.model")
+
+
+def _hypothesis(tokenizer, text: str, finished: bool, columns: int | None, score: float):
+    ids = tokenizer.encode(text)
+    steps = len(ids) + finished
+    rng = np.random.default_rng(len(text))
+    alignment = None if columns is None else rng.random((steps + 2, columns))  # padded
+    return Hypothesis(
+        tokens=ids,
+        log_prob=score * 2,
+        score=score,
+        token_log_probs=[score / steps] * steps,
+        alignment=alignment,
+        finished=finished,
+    )
+
+
+def test_a_translation_has_the_pieces_with_eos_where_generated(tokenizer):
+    text = "Yo soy de Canadá."
+    source_ids = tokenizer.encode(text)
+    columns = len(source_ids) + 1 + 3  # the batch's padding beyond the source
+    finished = _hypothesis(tokenizer, "I am from Canada.", True, columns, -0.5)
+    cut = _hypothesis(tokenizer, "I am from", False, columns, -0.9)
+    translation = local._translation(tokenizer, text, [finished, cut])
+    source = [*tokenizer.pieces(source_ids), "</s>"]
+    best, second = translation.hypotheses
+    assert best.text == "I am from Canada." and second.text == "I am from"
+    assert best.tokens == tuple(tokenizer.pieces(finished.tokens))  # without `</s>`
+    assert best.alignment.source_tokens == tuple(source)
+    assert best.alignment.target_tokens == (*best.tokens, "</s>")
+    assert second.alignment.target_tokens == second.tokens  # cut at the limit: no `</s>`
+    rows = np.asarray(finished.alignment)[: len(best.tokens) + 1, : len(source)]
+    assert np.allclose(best.alignment.weights, rows)
+    assert len(second.alignment.weights) == len(second.tokens)
+    assert (best.score, best.log_prob, best.finished, second.finished) == (-0.5, -1.0, True, False)
+    assert translation.sentences == (Sentence(0, len(text), 0, len(best.text), None),)
+    assert translation.token_counts == TokenCounts(
+        len(source_ids) + 1, len(finished.tokens) + len(cut.tokens)
+    )
+
+
+def test_a_translation_without_alignment_or_hypotheses(tokenizer):
+    plain = local._translation(tokenizer, "Hola.", [_hypothesis(tokenizer, "Hi.", True, None, -1)])
+    assert plain.hypotheses[0].alignment is None and plain.hypotheses[0].text == "Hi."
+    empty = local._translation(tokenizer, "Hola.", [])
+    assert empty.hypotheses == () and empty.sentences[0].target_end == 0
+    assert empty.token_counts.output_tokens == 0
+
+
+def test_a_caption_has_a_grid_per_token_over_the_image(tokenizer):
+    grid, size = 2, (64, 48)  # width, height
+    finished = _hypothesis(tokenizer, "a red dog", True, grid * grid + 5, -0.3)
+    caption = local._caption(tokenizer, grid, "dir/dog.png", size, [finished])
+    assert caption.image == "dir/dog.png"
+    assert (caption.image_width, caption.image_height) == size
+    (best,) = caption.hypotheses
+    attention = best.attention
+    assert (attention.grid_height, attention.grid_width) == (grid, grid)
+    assert (attention.image_width, attention.image_height) == size
+    assert [t.token for t in attention.tokens] == [*best.tokens, "</s>"]
+    assert all(len(t.weights) == grid * grid for t in attention.tokens)
+    assert np.allclose(attention.tokens[1].weights, finished.alignment[1, : grid * grid])
+    assert caption.token_counts == TokenCounts(grid * grid, len(finished.tokens))
+    plain = _hypothesis(tokenizer, "a dog", False, None, -0.3)
+    assert local._caption(tokenizer, grid, "x", size, [plain]).hypotheses[0].attention is None
+
+
+def _png(width: int, height: int) -> bytes:
+    buffer = io.BytesIO()
+    Image.new("RGB", (width, height), (10, 200, 30)).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def test_open_images_decodes_every_file_or_names_each_one_it_cannot(tmp_path, capsys):
+    paths = [tmp_path / "a.png", tmp_path / "b.png"]
+    opened = local.open_images(paths, [_png(6, 4), _png(3, 9)])
+    assert [image.size for image in opened] == [(6, 4), (3, 9)]
+    broken = _png(40, 40)[:60]  # the header, then nothing
+    assert local.open_images([*paths, tmp_path / "c.png"], [b"text", _png(2, 2), broken]) is None
+    first, second = capsys.readouterr().err.splitlines()
+    assert first == f"error: {paths[0]}: not an image Pillow can read"
+    assert second.startswith(f"error: {tmp_path / 'c.png'}: ")
+
+
+@pytest.mark.slow  # loads torch and the shipped translator
+def test_translate_decodes_with_the_checkpoint_and_counts_every_text():
+    args = build_parser().parse_args(
+        ["translate", "--engine", "torch", "--max-length", "12", "--n-best", "2", "--beam", "2"]
+    )
+    args.handler.check(args)
+    texts = ["Hola.", "La casa es azul."]
+    results = local.translate(args, texts)
+    assert (results.model, results.version) == (str(SHIPPED_TRANSLATOR), "")
+    assert [t.source for t in results.translations] == texts
+    for translation in results.translations:
+        assert len(translation.hypotheses) == 2
+        assert translation.hypotheses[0].score >= translation.hypotheses[1].score
+        best = translation.hypotheses[0]
+        assert len(best.token_log_probs) == len(best.tokens) + best.finished
+        assert len(best.alignment.weights) == len(best.token_log_probs)  # a row per step
+        assert best.alignment.source_tokens[-1] == "</s>"
+    assert results.token_counts == TokenCounts(
+        sum(t.token_counts.input_tokens for t in results.translations),
+        sum(t.token_counts.output_tokens for t in results.translations),
+    )

@@ -1,0 +1,184 @@
+"""`attnserve serve` and `attnserve repository` (`attnserve.cli.serve`): a flag per setting,
+the settings from embedded defaults, a TOML file, ATTNSERVE_* variables and flags in that
+order, printed as a configuration file that reads back the same with secrets left out; and
+a repository's versions listed and verified."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from dataclasses import fields, replace
+from pathlib import Path
+
+import pytest
+
+from attnserve.cli import main, serve
+from attnserve.cli.main import build_parser
+from service.front.config import ENV_PREFIX, ServerConfig, load_config
+
+
+@pytest.fixture
+def clean_environment(monkeypatch):
+    """No ATTNSERVE_* setting from the machine the tests run on."""
+    for field in fields(ServerConfig):
+        monkeypatch.delenv(ENV_PREFIX + field.name.upper(), raising=False)
+    return monkeypatch
+
+
+def _print_config(capsys, *flags: str) -> tuple[int, str]:
+    code = main(["serve", "--print-config", "--device", "cpu", *flags])
+    return code, capsys.readouterr().out
+
+
+def test_serve_has_a_flag_per_setting_left_unset_by_default():
+    args = build_parser().parse_args(["serve"])
+    assert all(getattr(args, f.name) is None for f in fields(ServerConfig))
+    args = build_parser().parse_args(["serve", "--max-batch-rows", "8", "--tls-client-ca", "c"])
+    assert (args.max_batch_rows, args.tls_client_ca) == ("8", "c")  # read by load_config
+    assert set(serve.FLAG_HELP) <= {f.name for f in fields(ServerConfig)}
+
+
+def test_flags_win_over_the_environment_which_wins_over_the_file(
+    clean_environment, tmp_path, capsys
+):
+    file = tmp_path / "attnserve.toml"
+    file.write_text('workers = 2\nfronts = 3\nlisten = "127.0.0.1:1"\n', encoding="utf-8")
+    clean_environment.setenv("ATTNSERVE_FRONTS", "5")
+    clean_environment.setenv("ATTNSERVE_MAX_BATCH_ROWS", "24")
+    clean_environment.setenv("ATTNSERVE_DRAIN_SECONDS", "")  # empty: not set
+    flags = ["--config", str(file), "--repository", str(tmp_path), "--max-batch-rows", "12"]
+    code, out = _print_config(capsys, *flags)
+    assert code == 0
+    settings = tomllib.loads(out)  # the choices are comments: still a configuration file
+    assert settings["workers"] == 2  # the file's
+    assert settings["fronts"] == 5  # the environment's over the file's
+    assert settings["max_batch_rows"] == 12  # the flag's over the environment's
+    assert settings["listen"] == "127.0.0.1:1"
+    assert settings["drain_seconds"] == ServerConfig().drain_seconds
+    assert settings["device"] == "cpu" and settings["repository"] == str(tmp_path)
+
+
+def test_the_printed_settings_read_back_as_the_same_config(clean_environment, tmp_path, capsys):
+    flags = ["--repository", str(tmp_path), "--io-binding", "true", "--ready-file", "r.json"]
+    code, out = _print_config(capsys, *flags, "--latency-budget-seconds", "0.25")
+    assert code == 0
+    assert "io_binding = true" in out.splitlines() and 'ready_file = "r.json"' in out
+    printed = tmp_path / "printed.toml"
+    printed.write_text(out, encoding="utf-8")
+    expected = replace(
+        ServerConfig(),
+        repository=tmp_path,
+        device="cpu",
+        io_binding=True,
+        ready_file=Path("r.json"),
+        latency_budget_seconds=0.25,
+    )
+    assert load_config(printed, environ={}) == expected
+
+
+def test_secrets_are_named_not_shown(clean_environment, tmp_path, capsys):
+    clean_environment.setenv("ATTNSERVE_AUTH_TOKENS", "t0ken-one attnserve.v1.TranslationService")
+    code, out = _print_config(capsys, "--repository", str(tmp_path))
+    assert code == 0
+    assert "# auth_tokens is set (not shown)" in out.splitlines()
+    assert "t0ken-one" not in out
+    _, unset = _print_config(capsys, "--repository", str(tmp_path), "--auth-tokens", "")
+    assert tomllib.loads(unset)["auth_tokens"] == ""  # the empty flag's: no secret to hide
+    assert "t0ken-one" not in unset and "is set (not shown)" not in unset
+
+
+def test_the_choices_say_why_and_name_what_cannot_be_read(clean_environment, tmp_path, capsys):
+    _, out = _print_config(capsys, "--repository", str(tmp_path), "--workers", "3")
+    comments = [line for line in out.splitlines() if line.startswith("# ")]
+    assert comments[0] == "# device cpu: set by the configuration"
+    assert "# workers 3: set by the configuration" in comments
+    assert comments[-1] == f"# no model version under {tmp_path}: no variant chosen"
+    manifest = tmp_path / "translator" / "1" / "manifest.json"
+    manifest.parent.mkdir(parents=True)
+    manifest.write_text("{not json", encoding="utf-8")
+    _, out = _print_config(capsys, "--repository", str(tmp_path))
+    assert out.splitlines()[-1].startswith(f"# {manifest}: unreadable manifest (")
+
+
+def test_a_setting_that_cannot_be_read_is_an_error_and_status_2(
+    clean_environment, tmp_path, capsys
+):
+    assert main(["serve", "--print-config", "--workers", "many"]) == 2
+    assert capsys.readouterr().err == "error: configuration: workers: cannot read 'many'\n"
+    file = tmp_path / "bad.toml"
+    file.write_text("wrokers = 2\n", encoding="utf-8")
+    assert main(["serve", "--print-config", "--config", str(file)]) == 2
+    assert "unknown settings ['wrokers']" in capsys.readouterr().err
+    clean_environment.setenv("ATTNSERVE_IO_BINDING", "sometimes")
+    assert main(["serve", "--print-config"]) == 2
+    assert "io_binding" in capsys.readouterr().err
+
+
+def test_settings_are_written_as_toml_values():
+    assert serve._toml(True) == "true" and serve._toml(False) == "false"
+    assert serve._toml("0.0.0.0:50051") == '"0.0.0.0:50051"'
+    assert serve._toml(Path("models/repo")) == '"models/repo"'
+    assert serve._toml(16) == "16" and serve._toml(0.5) == "0.5"
+    for value in (True, "a:1", Path("p"), 16, 0.5):
+        assert tomllib.loads(f"x = {serve._toml(value)}")["x"] == (
+            str(value) if isinstance(value, Path) else value
+        )
+
+
+def _version(root: Path, name: str, version: str, passed: bool | None, size: int = 0) -> Path:
+    directory = root / name / version
+    directory.mkdir(parents=True)
+    manifest = {
+        "model": {"name": name, "version": version, "kind": name},
+        "graphs": {"int8": {}, "fp32": {}},
+        "graphs_made": {"fp32": "built"},
+    }
+    if passed is not None:
+        manifest["parity"] = {"passed": passed}
+    (directory / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    (directory / "weights.bin").write_bytes(b"\0" * size)
+    return directory
+
+
+def test_repository_lists_each_version_with_its_certificate(tmp_path, capsys):
+    _version(tmp_path, "captioner", "2", passed=None)
+    _version(tmp_path, "translator", "1", passed=True, size=300_000)
+    assert main(["repository", "list", "--repository", str(tmp_path), "--json"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(r["model"], r["version"]) for r in rows] == [("captioner", "2"), ("translator", "1")]
+    captioner, translator = rows
+    assert captioner["certificate"] == "missing or failed"
+    assert translator["certificate"] == "passed" and translator["megabytes"] == 0.3
+    assert translator["variants"] == ["fp32", "int8"] and translator["kind"] == "translator"
+    assert translator["graphs_made"] == {"fp32": "built"}
+    assert translator["directory"] == str(tmp_path / "translator" / "1")
+    assert "verified" not in translator and "problem" not in translator
+    assert main(["repository", "list", "--repository", str(tmp_path)]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith(f"{tmp_path / 'captioner' / '2'}: model=captioner version=2 ")
+    assert "directory=" not in first
+
+
+def test_repository_reports_a_problem_per_version_and_exits_1(tmp_path, capsys):
+    _version(tmp_path, "translator", "1", passed=True)
+    broken = tmp_path / "translator" / "2"
+    broken.mkdir()
+    (broken / "manifest.json").write_text('{"model": {}}', encoding="utf-8")
+    _version(tmp_path, "translator", ".incoming-3", passed=True)  # hidden: not read
+    assert main(["repository", "list", "--repository", str(tmp_path), "--json"]) == 1
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(rows) == 2 and "problem" not in rows[0]
+    assert rows[1] == {"directory": str(broken), "problem": "'name'"}
+
+
+def test_repository_verify_checks_each_version_against_its_manifest(tmp_path, capsys):
+    _version(tmp_path, "translator", "1", passed=True)
+    assert main(["repository", "verify", "--repository", str(tmp_path), "--json"]) == 1
+    (row,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert row["problem"] and "verified" not in row
+    assert row["certificate"] == "passed"  # the summary is read before the files are checked
+
+
+def test_repository_without_versions_is_an_error(tmp_path, capsys):
+    assert main(["repository", "list", "--repository", str(tmp_path / "none")]) == 1
+    assert capsys.readouterr().err == f"error: no model version under {tmp_path / 'none'}\n"

@@ -1,0 +1,135 @@
+"""`data`, `train` and `evaluate` (`attnserve.cli.training`): each model's torch-side commands,
+and the defaults these commands complete before handing over: where the data, run and
+checkpoint are, the training budget, and the evaluation's max length per model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from attnserve.cli import main, training
+from attnserve.cli.main import build_parser
+from attnserve.cli.options import TORCH_DECODING, shipped_checkpoint
+
+
+@pytest.fixture
+def handed(monkeypatch):
+    """The arguments each command hands to its model's commands (instead of running them)."""
+    calls = []
+
+    def commands(model: str):
+        def record(name):
+            return lambda args: calls.append((model, name, args)) or 0
+
+        return SimpleNamespace(
+            data=record("data"), train=record("train"), evaluate=record("evaluate")
+        )
+
+    monkeypatch.setattr(training, "model_commands", commands)
+    return calls
+
+
+def test_each_model_has_its_own_commands():
+    from models import caption_commands, commands
+
+    assert training.model_commands("captioner") is caption_commands
+    assert training.model_commands("translator") is commands
+    for module in (caption_commands, commands):
+        assert all(callable(getattr(module, name)) for name in ("data", "train", "evaluate"))
+
+
+def test_data_writes_to_data_of_the_model_unless_told(handed):
+    assert main(["data", "captioner"]) == 0
+    assert main(["data", "translator", "--out", "elsewhere", "--catalogs"]) == 0
+    (_, _, captioner), (_, _, translator) = handed
+    assert [(model, name) for model, name, _ in handed] == [
+        ("captioner", "data"),
+        ("translator", "data"),
+    ]
+    assert captioner.out == Path("data/captioner") and translator.out == Path("elsewhere")
+    assert translator.catalogs and not captioner.catalogs
+
+
+def test_data_shows_the_scene_defaults_of_the_captioners_data():
+    from models.caption_data import DataOptions
+
+    args = build_parser().parse_args(["data", "captioner"])
+    assert (args.train_scenes, args.test_scenes) == (
+        DataOptions().train,
+        DataOptions().test_per_part,
+    )
+
+
+def test_train_completes_its_paths_and_each_models_budget(handed):
+    from models.caption_train import CaptionTrainOptions
+    from models.train import TrainOptions
+
+    assert main(["train", "translator"]) == 0
+    assert main(["train", "captioner", "--max-minutes", "3", "--run-dir", "r"]) == 0
+    (_, name, translator), (_, _, captioner) = handed
+    assert name == "train"
+    assert translator.data == Path("data/translator")
+    assert translator.run_dir == Path("runs/translator")
+    assert translator.out == shipped_checkpoint("translator")
+    assert translator.max_minutes == TrainOptions().max_minutes
+    assert captioner.max_minutes == 3.0 and captioner.run_dir == Path("r")
+    assert training._training_budget("captioner") == CaptionTrainOptions().max_minutes
+    assert training._training_budget("captioner") != training._training_budget("translator")
+
+
+def test_train_pack_writes_the_packed_run_and_does_not_train(handed, monkeypatch, capsys):
+    from models import run_state
+
+    packed = []
+    monkeypatch.setattr(
+        run_state, "pack_run", lambda run_dir, out: packed.append((run_dir, out)) or {"bytes": 9}
+    )
+    assert main(["train", "translator", "--run-dir", "r", "--pack", "p.pt"]) == 0
+    assert packed == [(Path("r"), Path("p.pt"))]
+    assert json.loads(capsys.readouterr().out) == {"bytes": 9}
+    assert handed == []
+
+
+def test_train_resumes_from_a_packed_run_only_without_a_run(handed, monkeypatch, tmp_path, capsys):
+    from models import run_state
+
+    unpacked = []
+    monkeypatch.setattr(
+        run_state,
+        "unpack_run",
+        lambda packed, run_dir: unpacked.append((packed, run_dir)) or {"step": 40},
+    )
+    fresh, going = tmp_path / "fresh", tmp_path / "going"
+    going.mkdir()
+    (going / "last.pt").write_bytes(b"")
+    for run_dir in (fresh, going):
+        argv = ["train", "translator", "--run-dir", str(run_dir), "--resume-from", "p.pt"]
+        assert main(argv) == 0
+    assert unpacked == [(Path("p.pt"), fresh)]  # a run going on is not replaced
+    assert json.loads(capsys.readouterr().out) == {"resumed": "p.pt", "step": 40}
+    assert [args.run_dir for _, _, args in handed] == [fresh, going]  # both train
+
+
+def test_evaluate_takes_the_translators_max_length_and_the_captioners_own(handed):
+    assert main(["evaluate", "translator"]) == 0
+    assert main(["evaluate", "captioner", "--split", "all"]) == 0
+    assert main(["evaluate", "translator", "--max-length", "40", "--data", "d"]) == 0
+    translator, captioner, short = (args for _, _, args in handed)
+    assert translator.max_length == TORCH_DECODING["max_length"] == 256
+    assert captioner.max_length is None  # the model's own limit
+    assert short.max_length == 40 and short.data == Path("d")
+    assert translator.checkpoint == shipped_checkpoint("translator")
+    assert captioner.data == Path("data/captioner") and captioner.split == "all"
+    assert translator.beam_size == TORCH_DECODING["beam_size"]  # the torch defaults
+    assert translator.split == "test" and translator.sentence_splitting == "sentences"
+
+
+def test_evaluate_refuses_an_unknown_split_or_peer(capsys):
+    for argv in (["--split", "train"], ["--baseline", "google"]):
+        with pytest.raises(SystemExit) as exit_:
+            main(["evaluate", "translator", *argv])
+        assert exit_.value.code == 2
+    assert capsys.readouterr().err.count("invalid choice") == 2

@@ -1,0 +1,217 @@
+"""`attnserve translate` and `attnserve score` (`attnserve.cli.translate`): the engines'
+options checked, how a text is cut and with which glossary it is sent, documents and files,
+and the SOURCE<TAB>TARGET pairs that `--glossary` and `score` read. The stand-in server of
+tests/stand_ins.py upper-cases its input; here it scores pairs too."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+
+import pytest
+from helpers import SHIPPED_TRANSLATOR
+from stand_ins import StandIn, started
+
+from attnserve.cli import main, translate
+from attnserve.cli.main import build_parser
+from attnserve.cli.options import TORCH_DECODING
+from attnserve.cli.subcommand import Failure
+from service.wire.v1 import translation_pb2, translation_pb2_grpc
+
+
+class ScoringStandIn(StandIn):
+    """StandIn that also scores: a pair's mean log-prob is minus its target's words, its total
+    that times the words."""
+
+    def Score(self, request, context):
+        self.requests.append(request)
+        response = translation_pb2.ScoreResponse(model="translator", version="1")
+        for pair in request.pairs:
+            words = len(pair.target.split())
+            response.scores.add(mean_log_prob=-words, log_prob=-words * words)
+        return response
+
+
+@pytest.fixture(scope="module")
+def scoring_server():
+    servicer = ScoringStandIn()
+    server, address = started(
+        lambda s: translation_pb2_grpc.add_TranslationServiceServicer_to_server(servicer, s)
+    )
+    yield servicer, address
+    server.stop(None)
+
+
+@pytest.fixture
+def stand_in(scoring_server):
+    servicer, address = scoring_server
+    servicer.requests.clear()
+    return servicer, address
+
+
+def _parsed(*argv: str):
+    args = build_parser().parse_args(["translate", *argv])
+    args.handler.check(args)
+    return args
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--engine", "torch", "--stream"],
+        ["--engine", "torch", "--server", "127.0.0.1:1"],
+        ["--engine", "torch", "--alignment", "a.png"],
+        ["--checkpoint", str(SHIPPED_TRANSLATOR)],
+    ],
+)
+def test_options_of_the_other_engine_are_refused(argv, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["translate", *argv, "hola"])
+    assert exit_.value.code == 2
+    assert "only with --engine" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag", ["--glossary", "--text-format", "--input", "--target-prefix"])
+def test_the_grpc_only_inputs_and_controls_are_refused_with_torch(flag, capsys):
+    value = "html" if flag == "--text-format" else "x"
+    with pytest.raises(SystemExit):
+        _parsed("--engine", "torch", flag, value, "hola")
+    assert f"error: {flag}: only with --engine grpc" in capsys.readouterr().err
+
+
+def test_every_grpc_only_name_is_an_option_of_translate():
+    args = build_parser().parse_args(["translate"])
+    assert all(hasattr(args, name) for name in translate.GRPC_ONLY)
+    assert "checkpoint" not in translate.GRPC_ONLY and "n_best" not in translate.GRPC_ONLY
+
+
+def test_the_torch_engine_decodes_as_the_server_by_default_with_the_shipped_translator():
+    args = _parsed("--engine", "torch", "--n-best", "2", "hola")
+    assert args.checkpoint == SHIPPED_TRANSLATOR and args.n_best == 2
+    assert {k: getattr(args, k) for k in TORCH_DECODING if k != "n_best"} == {
+        k: v for k, v in TORCH_DECODING.items() if k != "n_best"
+    }
+    grpc = _parsed("hola")
+    assert grpc.beam_size is None and grpc.checkpoint is None and grpc.concurrency == 4
+    assert grpc.sentence_splitting == "sentences" and grpc.text_format is None
+
+
+def test_pairs_are_read_by_tab_skipping_blank_lines():
+    text = "hola\thello\n\n  \nperro\tdog\tcan\n\tempty source\n"
+    assert translate._pairs(text, "") == [
+        ("hola", "hello"),
+        ("perro", "dog\tcan"),  # the first tab divides
+        ("", "empty source"),
+    ]
+    with pytest.raises(Failure, match=r"^line 3: SOURCE<TAB>TARGET expected$"):
+        translate._pairs("a\tb\n\nno tab here\n", "")
+    with pytest.raises(Failure, match=r"^--glossary line 1: SOURCE<TAB>TARGET expected$"):
+        translate._pairs("no tab", "--glossary ")
+
+
+def test_a_glossary_file_is_read_or_its_error_is_a_failure(tmp_path):
+    path = tmp_path / "glossary.tsv"
+    path.write_text("gato\tcat\nmundo\tworld\n", encoding="utf-8")
+    assert translate._glossary(path) == [("gato", "cat"), ("mundo", "world")]
+    with pytest.raises(Failure, match=r"^--glossary: .*No such file"):
+        translate._glossary(tmp_path / "none.tsv")
+
+
+def test_splitting_format_and_glossary_go_with_every_call(stand_in, tmp_path, capsys):
+    servicer, address = stand_in
+    glossary = tmp_path / "glossary.tsv"
+    glossary.write_text("gato\tcat\n", encoding="utf-8")
+    argv = ["translate", "--server", address, "--sentence-splitting", "lines"]
+    argv += ["--text-format", "html", "--glossary", str(glossary)]
+    assert main([*argv, "<b>el gato</b>"]) == 0
+    assert main([*argv, "--stream", "uno"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["<B>EL GATO</B>", "UNO", "UNO"]
+    for request in servicer.requests:
+        assert request.sentence_splitting == translation_pb2.SENTENCE_SPLITTING_LINES
+        assert request.text_format == translation_pb2.TEXT_FORMAT_HTML
+        assert [(e.source, e.target) for e in request.glossary] == [("gato", "cat")]
+    assert len(servicer.requests) == 2
+    assert main(["translate", "--server", address, "hola"]) == 0
+    plain = servicer.requests[-1]
+    assert plain.text_format == translation_pb2.TEXT_FORMAT_PLAIN and list(plain.glossary) == []
+    assert plain.sentence_splitting == translation_pb2.SENTENCE_SPLITTING_SENTENCES
+
+
+def test_a_bad_glossary_fails_before_any_call(stand_in, tmp_path, capsys):
+    servicer, address = stand_in
+    glossary = tmp_path / "glossary.tsv"
+    glossary.write_text("gato cat\n", encoding="utf-8")
+    assert main(["translate", "--server", address, "--glossary", str(glossary), "hola"]) == 1
+    assert capsys.readouterr().err == "error: --glossary line 1: SOURCE<TAB>TARGET expected\n"
+    assert servicer.requests == []
+
+
+def test_nothing_to_translate_makes_no_call(stand_in, tmp_path, monkeypatch, capsys):
+    servicer, address = stand_in
+    monkeypatch.setattr(sys, "stdin", io.StringIO("\n  \n"))
+    assert main(["translate", "--server", address]) == 0
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n\n", encoding="utf-8")
+    assert main(["translate", "--server", address, "--input", str(empty), "--lines"]) == 0
+    assert capsys.readouterr().out == "" and servicer.requests == []
+
+
+def test_a_document_as_json_is_the_response_of_its_paragraphs(stand_in, tmp_path, capsys):
+    servicer, address = stand_in
+    source = tmp_path / "es.txt"
+    source.write_text("Hola.\n\nAdiós.\n", encoding="utf-8")
+    assert main(["translate", "--server", address, "--input", str(source), "--json"]) == 0
+    (line,) = capsys.readouterr().out.splitlines()
+    response = json.loads(line)
+    assert [t["source"] for t in response["translations"]] == ["Hola.\n\nAdiós.\n"]
+    assert response["translations"][0]["hypotheses"][0]["text"] == "HOLA.\n\nADIÓS.\n"
+    assert servicer.requests[0].options.return_log_probs
+
+
+def test_an_undecodable_document_is_exit_status_2(stand_in, tmp_path, capsys):
+    servicer, address = stand_in
+    source = tmp_path / "latin.txt"
+    source.write_bytes("adiós".encode("latin-1"))
+    assert main(["translate", "--server", address, "--input", str(source)]) == 2
+    assert capsys.readouterr().err.startswith(f"error: {source}: ")
+    assert servicer.requests == []
+
+
+def test_score_prints_mean_and_total_per_pair(stand_in, tmp_path, capsys):
+    servicer, address = stand_in
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("hola\thello there\n\nperro\tdog\n", encoding="utf-8")
+    argv = ["score", "--server", address, "--input", str(pairs), "--model-version", "3"]
+    assert main(argv) == 0
+    assert capsys.readouterr().out.splitlines() == ["-2.0000\t-4.0000", "-1.0000\t-1.0000"]
+    (request,) = servicer.requests
+    assert [(p.source, p.target) for p in request.pairs] == [
+        ("hola", "hello there"),
+        ("perro", "dog"),
+    ]
+    assert (request.model, request.version) == ("", "3")
+
+
+def test_score_reads_stdin_and_prints_the_response_as_json(stand_in, monkeypatch, capsys):
+    _, address = stand_in
+    monkeypatch.setattr(sys, "stdin", io.StringIO("gato\tcat\n"))
+    assert main(["score", "--server", address, "--json"]) == 0
+    (line,) = capsys.readouterr().out.splitlines()
+    response = json.loads(line)
+    assert response["model"] == "translator"
+    assert response["scores"] == [
+        {"tokens": [], "token_log_probs": [], "log_prob": -1.0, "mean_log_prob": -1.0}
+    ]
+
+
+def test_score_refuses_a_line_without_a_tab_and_an_unreadable_file(stand_in, tmp_path, capsys):
+    servicer, address = stand_in
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("hola\thello\nperro dog\n", encoding="utf-8")
+    assert main(["score", "--server", address, "--input", str(pairs)]) == 1
+    assert capsys.readouterr().err == "error: line 2: SOURCE<TAB>TARGET expected\n"
+    missing = tmp_path / "none.tsv"
+    assert main(["score", "--server", address, "--input", str(missing)]) == 2
+    assert capsys.readouterr().err.startswith(f"error: {missing}: ")
+    assert servicer.requests == []
