@@ -1,0 +1,248 @@
+"""Model versions while serving, by the front's watcher over a repository on disk and a stand-in
+for the front's worker pool: a new certified version is loaded and served, a failing one is
+refused, counted and not looked at again until its manifest changes, versions beyond
+max_versions and versions whose directory goes away are retired once their calls drain."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from helpers import SHIPPED_CAPTIONER
+
+from service.front.caption import CaptionServicer
+from service.front.config import ServerConfig
+from service.front.metrics import Metrics
+from service.front.versions import VersionWatcher, certified, newest, version_order
+from service.runtime.errors import ModelRepositoryError
+from service.runtime.repository import ModelVersion, write_manifest
+
+SERVICE = CaptionServicer.service
+PIECES = [("pad", "<blank>"), ("bos", "<s>"), ("eos", "</s>"), ("unk", "<unk>")]
+
+
+def publish(root: Path, directory: str, version: str | None = None, passed: bool = True) -> Path:
+    """A captioner version in `root`/captioner/`directory` (its manifest naming `version`)
+    with the tokenizer, no graphs, and a parity certificate that passed or not."""
+    out = root / "captioner" / directory
+    out.mkdir(parents=True)
+    shutil.copy(SHIPPED_CAPTIONER / "tokenizer.model", out)
+    manifest = {
+        "model": {"name": "captioner", "version": version or directory, "kind": "captioner"},
+        "tokenizer": "tokenizer.model",
+        "special_tokens": {n: {"id": i, "piece": p} for i, (n, p) in enumerate(PIECES)},
+        "limits": {"max_output_tokens": 24},
+        "preprocessor": {"type": "image", "size": [96, 96], "grid": [12, 12]},
+        "graphs": {"fp32": {}},
+        "parity": {"passed": passed},
+    }
+    write_manifest(out, manifest)
+    return out
+
+
+@dataclass
+class Pool:
+    """The front's worker pool as the watcher uses it: loads recorded, calls in flight set."""
+
+    parent: bool = True
+    models: dict = field(default_factory=dict)
+    loaded: list = field(default_factory=list)
+    unloaded: list = field(default_factory=list)
+    calls: dict = field(default_factory=dict)
+    failing: bool = False
+
+    async def load(self, key, version, variant):
+        if self.failing:
+            raise TimeoutError(f"{key}: the golden set did not decode in time")
+        self.loaded.append((key, variant))
+
+    def calls_of(self, key) -> int:
+        return self.calls.get(key, 0)
+
+    def unload(self, key) -> None:
+        self.unloaded.append(key)
+
+
+@dataclass
+class Front:
+    pool: Pool = field(default_factory=Pool)
+    services: set = field(default_factory=lambda: {SERVICE})
+    models: dict = field(default_factory=dict)
+    metrics: Metrics = field(default_factory=Metrics)
+    device: str = "cpu"
+    described: list = field(default_factory=list)
+    forgotten: list = field(default_factory=list)
+
+    def describe(self, model, variant) -> None:
+        self.described.append((model.key, variant))
+
+    def forget(self, model) -> None:
+        self.forgotten.append(model.key)
+
+    def served(self) -> list[str]:
+        return sorted(self.models.get(SERVICE, {}).get("captioner", {}))
+
+    def refused(self) -> float:
+        value = self.metrics.registry.get_sample_value(
+            "attnserve_model_versions_refused_total", {"model": "captioner"}
+        )
+        return value or 0.0
+
+
+def _config(root: Path, **kw) -> ServerConfig:
+    return ServerConfig(repository=root, variant="fp32", watch_seconds=0.05, **kw)
+
+
+def test_numbered_versions_sort_as_numbers_before_named_ones():
+    assert sorted(["10", "9", "b", "2", "a"], key=version_order) == ["2", "9", "10", "a", "b"]
+    assert newest(["3", "10", "2"], 2) == ["3", "10"]
+    assert newest(["3", "10", "2"], 0) == ["2", "3", "10"]  # 0: every one
+
+
+def test_only_a_passed_parity_certificate_is_certified(tmp_path):
+    certified(ModelVersion(tmp_path, {"parity": {"passed": True}}))
+    for manifest in ({}, {"parity": {"passed": False}}, {"parity": {"passed": "yes"}}):
+        with pytest.raises(ModelRepositoryError, match="no passing parity certificate"):
+            certified(ModelVersion(tmp_path, manifest))
+
+
+def test_a_new_version_is_loaded_then_served(tmp_path):
+    publish(tmp_path, "1")
+    front = Front()
+    watcher = VersionWatcher(front, _config(tmp_path))
+    asyncio.run(watcher.scan())
+    assert front.pool.loaded == [("captioner/1", "fp32")]
+    assert front.served() == ["1"] and front.pool.models == {"captioner/1": "captioner"}
+    assert front.described == [("captioner/1", "fp32")]
+    model = front.models[SERVICE]["captioner"]["1"]
+    assert model.kind == "captioner" and watcher.served == {tmp_path / "captioner" / "1": model}
+    asyncio.run(watcher.scan())  # served already: not loaded again
+    assert len(front.pool.loaded) == 1
+
+
+def test_a_failing_version_is_refused_once_until_its_manifest_changes(tmp_path):
+    directory = publish(tmp_path, "2", passed=False)
+    front = Front()
+    watcher = VersionWatcher(front, _config(tmp_path))
+
+    async def scans():
+        await watcher.scan()
+        assert front.refused() == 1 and front.served() == [] and not front.pool.loaded
+        await watcher.scan()  # the same manifest: not looked at again
+        assert front.refused() == 1
+        manifest = json.loads((directory / "manifest.json").read_text())
+        manifest["parity"]["passed"] = True
+        (directory / "manifest.json").write_text(json.dumps(manifest))
+        await watcher.scan()
+
+    asyncio.run(scans())
+    assert front.served() == ["2"] and front.refused() == 1
+    assert watcher.seen == {}  # served: no longer among the refused
+
+
+@pytest.mark.parametrize(
+    "problem", ["load", "service", "same version", "hashes"], ids=lambda p: p.replace(" ", "-")
+)
+def test_a_version_that_fails_a_check_leaves_the_served_ones_alone(tmp_path, problem):
+    publish(tmp_path, "1")
+    front = Front()
+    watcher = VersionWatcher(front, _config(tmp_path))
+    asyncio.run(watcher.scan())
+    if problem == "load":
+        front.pool.failing = True
+        publish(tmp_path, "2")
+    elif problem == "service":
+        front.services = {"attnserve.v1.TranslationService"}
+        publish(tmp_path, "2")
+    elif problem == "same version":
+        publish(tmp_path, "1-copy", version="1")
+    else:
+        with open(publish(tmp_path, "2") / "tokenizer.model", "ab") as f:
+            f.write(b"\0")
+    asyncio.run(watcher.scan())
+    assert front.refused() == 1
+    assert front.served() == ["1"] and front.pool.loaded == [("captioner/1", "fp32")]
+    assert front.pool.unloaded == [] and front.forgotten == []
+
+
+def test_beyond_max_versions_the_oldest_is_retired_and_an_older_one_held_back(tmp_path):
+    front = Front()
+    watcher = VersionWatcher(front, _config(tmp_path, max_versions=1))
+
+    async def scans():
+        publish(tmp_path, "1")
+        await watcher.scan()
+        publish(tmp_path, "2")
+        await watcher.scan()
+        assert front.served() == ["2"]  # at once: no call reaches 1 from now on
+        await asyncio.gather(*watcher.tasks)
+        publish(tmp_path, "0")  # older than the newest one: not loaded, not refused
+        await watcher.scan()
+
+    asyncio.run(scans())
+    assert front.pool.loaded == [("captioner/1", "fp32"), ("captioner/2", "fp32")]
+    assert front.pool.unloaded == front.forgotten == ["captioner/1"]
+    assert front.served() == ["2"] and front.refused() == 0
+    assert front.pool.models["captioner/2"] == "captioner"
+
+
+def test_a_version_whose_directory_goes_away_is_retired_once_its_calls_finish(tmp_path):
+    directory = publish(tmp_path, "1")
+    front = Front()
+    watcher = VersionWatcher(front, _config(tmp_path, drain_seconds=10.0))
+
+    async def scans():
+        await watcher.scan()
+        front.pool.calls["captioner/1"] = 2
+        shutil.rmtree(directory)
+        await watcher.scan()
+        assert front.served() == [] and SERVICE in front.models
+        assert "captioner" not in front.models[SERVICE]  # its last version gone
+        await asyncio.sleep(0.2)
+        assert front.pool.unloaded == []  # its calls still in flight
+        front.pool.calls["captioner/1"] = 0
+        await asyncio.wait_for(asyncio.gather(*watcher.tasks), 5)
+
+    asyncio.run(scans())
+    assert front.pool.unloaded == front.forgotten == ["captioner/1"]
+    assert watcher.retiring == set() and watcher.served == {}
+
+
+def test_calls_that_outlast_drain_seconds_do_not_hold_a_retired_version(tmp_path):
+    directory = publish(tmp_path, "1")
+    front = Front()
+    watcher = VersionWatcher(front, _config(tmp_path, drain_seconds=0.2))
+
+    async def scans():
+        await watcher.scan()
+        front.pool.calls["captioner/1"] = 1  # never finishes
+        shutil.rmtree(directory)
+        await watcher.scan()
+        await asyncio.wait_for(asyncio.gather(*watcher.tasks), 5)
+
+    asyncio.run(scans())
+    assert front.pool.unloaded == ["captioner/1"]
+
+
+def test_versions_present_at_start_up_are_held_back_and_new_ones_watched(tmp_path):
+    publish(tmp_path, "1")  # there at start-up, not served by the front: left alone
+    front = Front()
+    watcher = VersionWatcher(front, _config(tmp_path))
+
+    async def watch():
+        task = asyncio.create_task(watcher.run())
+        await asyncio.sleep(0.1)
+        publish(tmp_path, "2")
+        for _ in range(100):
+            await asyncio.sleep(0.05)
+            if front.served():
+                break
+        task.cancel()
+
+    asyncio.run(watch())
+    assert front.served() == ["2"] and front.pool.loaded == [("captioner/2", "fp32")]
+    assert set(watcher.seen) == {tmp_path / "captioner" / "1"}

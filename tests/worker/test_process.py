@@ -1,0 +1,159 @@
+"""A worker process's main function and loop, in this process: it reports ready (or why it
+could not load), answers the front's messages with reports of its scheduler's events and
+measurements, answers what it still holds when told to stop, and ends quietly when the front
+is gone; Ctrl-C and SIGTERM sent to the process group do not end it."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from multiprocessing import Pipe
+
+import pytest
+from helpers import tiny_transformer
+
+from service.runtime.batching import source_batch
+from service.runtime.decoding import DecodingOptions
+from service.runtime.repository import ModelVersion
+from service.runtime.translation import translate_ids
+from service.worker import process
+from service.worker.messages import (
+    Admitted,
+    Cancel,
+    Failed,
+    Failure,
+    Job,
+    Ready,
+    Report,
+    Result,
+    Stats,
+    Stop,
+    Submit,
+)
+from service.worker.process import run_worker
+from service.worker.scheduler import Scheduler
+from service.worker.settings import WorkerSettings
+
+KEY = "tiny/1"
+SOURCE = [6, 7, 8, 9]
+
+
+def broken_version(directory) -> ModelVersion:
+    """A translator version whose graphs are missing from its directory."""
+    from models.config import PRESETS
+
+    pieces = [("pad", "<blank>"), ("bos", "<s>"), ("eos", "</s>"), ("unk", "<unk>")]
+    manifest = {
+        "model": {
+            "name": "tiny",
+            "version": "2",
+            "kind": "transformer",
+            "config": PRESETS["tiny"].to_dict(),
+        },
+        "special_tokens": {n: {"id": i, "piece": p} for i, (n, p) in enumerate(pieces)},
+        "graphs": {"fp32": {"encoder": "fp32/encoder.onnx", "decoder": "fp32/decoder.onnx"}},
+    }
+    return ModelVersion(directory, manifest)
+
+
+@pytest.fixture
+def signals():
+    """The test process's own SIGINT and SIGTERM handlers, put back after the worker's."""
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for signum, handler in saved.items():
+        signal.signal(signum, handler)
+
+
+@pytest.fixture
+def loaded(monkeypatch):
+    """The worker's loading replaced by one scheduler over a tiny random translator."""
+    from models.reference import TorchEngine
+
+    schedulers = {KEY: Scheduler(TorchEngine(tiny_transformer(seed=3)), max_rows=8)}
+    info = {"pid": 0, "models": {KEY: {"kind": "transformer"}}}
+    monkeypatch.setattr(process, "load", lambda settings: (schedulers, info))
+    return schedulers, info
+
+
+def _job(job_id: int, max_length: int) -> Job:
+    src_ids, src_mask = source_batch([SOURCE], 512)
+    return Job(
+        job_id, {"src_ids": src_ids, "src_mask": src_mask}, DecodingOptions(max_length=max_length)
+    )
+
+
+def test_a_worker_that_cannot_load_says_why_and_ignores_the_group_s_signals(signals, tmp_path):
+    front, worker = Pipe()
+    settings = WorkerSettings(
+        index=3, models=(("tiny/2", broken_version(tmp_path)),), variants=(("tiny/2", "fp32"),)
+    )
+    run_worker(worker, settings)
+    failed = front.recv()
+    assert isinstance(failed, Failed)
+    assert failed.message.startswith("worker 3: NoSuchFile: ") and "encoder.onnx" in failed.message
+    assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+
+
+def test_a_job_is_answered_with_its_events_and_the_measurements_then_stop_ends_it(signals, loaded):
+    schedulers, info = loaded
+    front, worker = Pipe()
+    received: list = []
+
+    def the_front():
+        try:
+            received.append(front.recv())  # Ready
+            front.send(Cancel("other/9", 5))  # a model not served: ignored
+            front.send(Submit(KEY, _job(1, max_length=7)))
+            while not any(isinstance(e, Result | Failure) for m in received[1:] for e in m.events):
+                assert front.poll(30)
+                received.append(front.recv())
+        finally:
+            front.send(Stop())
+
+    thread = threading.Thread(target=the_front)
+    thread.start()
+    run_worker(worker, WorkerSettings(index=0, models=()))
+    thread.join(10)
+    assert received[0] == Ready(info)
+    reports = received[1:]
+    assert reports and all(isinstance(r, Report) and r.key == KEY for r in reports)
+    events = [e for r in reports for e in r.events]
+    assert isinstance(events[0], Admitted)
+    (result,) = [e for e in events if isinstance(e, Result)]
+    (alone,) = translate_ids(schedulers[KEY].engine, [SOURCE], DecodingOptions(max_length=7), 512)
+    assert result.job_id == 1 and result.results[0][0].tokens == alone[0].tokens
+    stats = [r.stats for r in reports if r.stats is not None]
+    assert all(isinstance(s, Stats) for s in stats)
+    assert sum(len(s.step_seconds) for s in stats) >= 1  # the parent gets the measurements
+    assert sum(s.tokens for s in stats) >= 1
+
+
+def test_stop_answers_every_job_still_held(signals, loaded):
+    front, worker = Pipe()
+    front.send(Submit(KEY, _job(2, max_length=200)))
+    front.send(Stop())  # read in the same round as the job: it never gets a step
+    run_worker(worker, WorkerSettings(index=0, models=()))
+    assert isinstance(front.recv(), Ready)
+    report = front.recv()
+    assert report.key == KEY and report.stats is None
+    (failure,) = report.events
+    assert (failure.job_id, failure.kind) == (2, "Unavailable")
+    assert not front.poll(0.2)  # nothing after
+
+
+def test_the_front_gone_ends_the_worker_quietly(signals, loaded):
+    schedulers, _ = loaded
+    front, worker = Pipe()
+
+    def the_front():
+        front.recv()  # Ready
+        front.close()
+
+    thread = threading.Thread(target=the_front)
+    thread.start()
+    run_worker(worker, WorkerSettings(index=0, models=()))  # returns, raises nothing
+    thread.join(10)
+    assert not thread.is_alive()
+    assert not schedulers[KEY].busy

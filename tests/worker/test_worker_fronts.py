@@ -1,0 +1,206 @@
+"""The front processes a worker answers: jobs go to their model's scheduler and their events back
+to the front that sent them; fronts connect on the worker's socket with its key; a front that
+goes away has its jobs cancelled and lets go of its models, and the last front to let go of a
+model version unloads it."""
+
+from __future__ import annotations
+
+import tempfile
+from multiprocessing import Pipe
+from multiprocessing.connection import AuthenticationError, Client
+from pathlib import Path
+
+import pytest
+from helpers import tiny_transformer
+from test_process import broken_version
+
+from service.runtime.batching import source_batch
+from service.runtime.decoding import DecodingOptions
+from service.worker.fronts import Fronts
+from service.worker.messages import (
+    Failure,
+    Job,
+    Load,
+    Loaded,
+    NotLoaded,
+    Ready,
+    Report,
+    Result,
+    Submit,
+)
+from service.worker.scheduler import Scheduler
+from service.worker.settings import WorkerSettings
+
+KEY = "tiny/1"
+
+
+@pytest.fixture(scope="module")
+def engine():
+    from models.reference import TorchEngine
+
+    return TorchEngine(tiny_transformer(seed=1))
+
+
+def _job(job_id: int, max_length: int = 6) -> Job:
+    src_ids, src_mask = source_batch([[5, 9, 14]], 512)
+    options = DecodingOptions(max_length=max_length)
+    return Job(job_id, {"src_ids": src_ids, "src_mask": src_mask}, options)
+
+
+def _received(link, timeout: float = 10.0):
+    assert link.poll(timeout), "nothing came"
+    return link.recv()
+
+
+def _finish(scheduler: Scheduler) -> list:
+    events = []
+    for _ in range(200):
+        if not scheduler.busy:
+            break
+        scheduler.iterate()
+    events, scheduler.events = scheduler.events, []
+    return events
+
+
+@pytest.fixture
+def one_front(engine):
+    front, worker_end = Pipe()
+    scheduler = Scheduler(engine, max_rows=8)
+    info = {"pid": 1, "models": {KEY: {"kind": "transformer"}}}
+    fronts = Fronts(worker_end, {KEY: scheduler}, info, WorkerSettings(index=0, models=()))
+    yield fronts, front, scheduler
+    fronts.close()
+
+
+@pytest.fixture
+def two_fronts(engine):
+    """Fronts listening on a socket (a short path: Unix socket names are short), and a second
+    front connected to it."""
+    with tempfile.TemporaryDirectory(prefix="w") as directory:
+        socket = str(Path(directory) / "s")
+        settings = WorkerSettings(index=0, models=(), socket=socket, authkey=b"key")
+        front, worker_end = Pipe()
+        scheduler = Scheduler(engine, max_rows=8)
+        info = {"pid": 1, "models": {KEY: {"kind": "transformer"}}}
+        fronts = Fronts(worker_end, {KEY: scheduler}, info, settings)
+        try:
+            with pytest.raises(AuthenticationError):
+                Client(socket, "AF_UNIX", authkey=b"wrong")
+            other = Client(socket, "AF_UNIX", authkey=b"key")
+            for _ in range(50):  # the accepting thread wakes the loop's wait
+                fronts.wait(0.1)
+                if len(fronts.links) == 2:
+                    break
+            yield fronts, front, other, scheduler
+        finally:
+            fronts.close()
+
+
+def test_the_parent_s_jobs_go_to_their_scheduler_and_every_event_back_to_it(one_front):
+    fronts, _, scheduler = one_front
+    assert fronts.route([]) == {}
+    fronts.submit(fronts.parent, Submit(KEY, _job(1)))
+    assert [r.id for r in scheduler.waiting] == [1]
+    assert fronts.owner == {}  # the parent's jobs are not kept apart
+    events = _finish(scheduler)
+    assert isinstance(events[-1], Result) and events[-1].job_id == 1
+    assert fronts.route(events) == {fronts.parent: events}
+
+
+def test_a_job_for_a_model_not_loaded_is_answered_unavailable(one_front):
+    fronts, front, scheduler = one_front
+    fronts.submit(fronts.parent, Submit("gone/3", _job(2)))
+    report = _received(front)
+    assert isinstance(report, Report) and report.key == "gone/3"
+    (failure,) = report.events
+    assert (failure.job_id, failure.kind) == (2, "Unavailable")
+    assert "gone/3 is not loaded" in failure.message
+    assert not scheduler.waiting
+
+
+def test_loading_a_version_already_loaded_answers_at_once(one_front):
+    fronts, front, scheduler = one_front
+    fronts.load(fronts.parent, Load(KEY, None, "fp32"), WorkerSettings(index=0, models=()))
+    assert _received(front) == Loaded(KEY, {"kind": "transformer"})
+    assert fronts.schedulers[KEY] is scheduler
+
+
+def test_a_version_that_cannot_load_is_refused_and_the_others_stay(one_front, tmp_path):
+    fronts, front, _ = one_front
+    broken = broken_version(tmp_path)  # its graphs missing from its directory
+    fronts.load(fronts.parent, Load("tiny/2", broken, "fp32"), WorkerSettings(index=0, models=()))
+    refused = _received(front)
+    assert isinstance(refused, NotLoaded) and refused.key == "tiny/2"
+    assert refused.message.startswith("NoSuchFile: ") and "encoder.onnx" in refused.message
+    assert set(fronts.schedulers) == {KEY} and set(fronts.info["models"]) == {KEY}
+
+
+def test_the_last_front_to_let_go_of_a_version_unloads_it(one_front):
+    fronts, _, scheduler = one_front
+    fronts.submit(fronts.parent, Submit(KEY, _job(3)))
+    fronts.unload(fronts.parent, KEY)
+    assert KEY not in fronts.schedulers and KEY not in fronts.info["models"]
+    assert KEY not in fronts.holders
+    (failure,) = scheduler.events  # closed: what it held is answered
+    assert (failure.job_id, failure.kind) == (3, "Unavailable")
+    fronts.unload(fronts.parent, KEY)  # a second time: nothing left to do
+
+
+def test_the_parent_gone_ends_the_worker(one_front):
+    fronts, front, _ = one_front
+    front.close()
+    fronts.send(fronts.parent, Ready({}))
+    fronts.outbox.close()  # the send has been tried
+    with pytest.raises(BrokenPipeError):
+        fronts.check_sent()
+
+
+def test_a_front_that_connects_is_told_ready_and_serves_every_model(two_fronts):
+    fronts, _, other, _ = two_fronts
+    assert len(fronts.links) == 2
+    link = fronts.links[1]
+    assert fronts.holders[KEY] == {fronts.parent, link}
+    assert _received(other) == Ready(fronts.info)
+
+
+def test_each_front_gets_the_events_of_its_own_jobs(two_fronts):
+    fronts, _, other, scheduler = two_fronts
+    _received(other)  # Ready
+    link = fronts.links[1]
+    other.send(Submit(KEY, _job(10)))
+    assert fronts.wait(5) == [link]
+    fronts.submit(link, link.recv())
+    fronts.submit(fronts.parent, Submit(KEY, _job(11)))
+    assert fronts.owner == {10: (link, KEY)}
+    events = _finish(scheduler)
+    routed = fronts.route(events)
+    assert {e.job_id for e in routed[link]} == {10}
+    assert {e.job_id for e in routed[fronts.parent]} == {11}
+    assert fronts.owner == {}  # its job ended: forgotten
+
+
+def test_a_front_that_goes_away_has_its_jobs_cancelled_and_lets_go_of_its_models(two_fronts):
+    fronts, _, other, scheduler = two_fronts
+    _received(other)  # Ready
+    link = fronts.links[1]
+    fronts.submit(link, Submit(KEY, _job(20, max_length=50)))
+    fronts.submit(fronts.parent, Submit(KEY, _job(21, max_length=4)))
+    scheduler.iterate()
+    other.close()
+    fronts.send(link, Ready({}))  # its pipe is gone: the send fails
+    fronts.outbox.close()
+    fronts.check_sent()
+    assert fronts.links == [fronts.parent]
+    assert fronts.holders[KEY] == {fronts.parent}  # the parent still serves it
+    assert fronts.schedulers[KEY] is scheduler
+    events = {e.job_id: e for e in _finish(scheduler) if isinstance(e, Result | Failure)}
+    assert isinstance(events[20], Failure) and events[20].kind == "Cancelled"
+    assert isinstance(events[21], Result)
+    fronts.drop(link)  # dropped already: nothing happens
+
+
+def test_without_a_socket_nothing_listens(one_front):
+    fronts, *_ = one_front
+    assert fronts.listener is None
+    assert fronts.wait(0.05) == []
+    assert fronts.links == [fronts.parent]
