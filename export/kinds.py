@@ -54,6 +54,11 @@ class ExportKind(ModelKind):
         """The manifest's limits."""
 
     @abstractmethod
+    def languages(self, model) -> dict[str, list[str]]:
+        """The manifest's languages: what the model reads (`source`, ISO 639-1 codes; none for
+        images) and writes (`target`)."""
+
+    @abstractmethod
     def fixed_sizes(self, model) -> dict[str, int]:
         """The sizes of the axes that the model fixes, by axis name."""
 
@@ -131,6 +136,9 @@ class TranslatorExport(TranslatorKind, ExportKind):
             "max_output_tokens": model.config.max_length,
         }
 
+    def languages(self, model) -> dict[str, list[str]]:
+        return {"source": ["es"], "target": ["en"]}  # the corpus of models/ is Spanish-English
+
     def fixed_sizes(self, model) -> dict[str, int]:
         return {"heads": model.config.n_heads, "head_dim": model.config.head_dim}
 
@@ -190,6 +198,9 @@ class CaptionerExport(CaptionerKind, ExportKind):
 
     def limits(self, model) -> dict:
         return {"max_output_tokens": model.config.max_length}
+
+    def languages(self, model) -> dict[str, list[str]]:
+        return {"source": [], "target": ["en"]}  # English captions
 
     def fixed_sizes(self, model) -> dict[str, int]:
         c = model.config

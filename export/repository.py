@@ -111,6 +111,7 @@ def write_version(
         "interface": interface_of(model).to_dict(),
         "special_tokens": special_tokens(),
         "limits": kind.limits(model),
+        "languages": kind.languages(model),
         "preprocessor": kind.preprocessor(model),
         "graphs": graphs,
         "graphs_made": dict.fromkeys(graphs, method),

@@ -26,6 +26,7 @@ from service.runtime.controls import InputControls
 from service.runtime.decoding import DecodingOptions, Hypothesis
 from service.runtime.errors import ModelRepositoryError
 from service.runtime.graphs import SpecialTokens
+from service.runtime.languages import Languages
 from service.runtime.repository import ModelVersion
 from service.runtime.results import Alignment, AttentionMaps, PartialText, TextHypothesis
 from service.runtime.tokenizer import Tokenizer
@@ -80,6 +81,7 @@ class ServedModel(ABC):
         limit = version.manifest["limits"]["max_output_tokens"]
         self.max_output_length = min(config.max_output_length or limit, limit)
         self.default_max_length = min(config.default_max_length, self.max_output_length)
+        self.languages = Languages.from_manifest(version.manifest)
 
     @property
     def key(self) -> str:

@@ -1,0 +1,69 @@
+"""Languages as the edge names them: ISO 639-1 codes, their English names, which languages a
+model reads and writes (its manifest's `languages`), and which of a set a text is written in
+(py3langid: its model ships in its wheel, nothing is fetched at run time)."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+# English names of the languages a served model may declare (ISO 639-1)
+NAMES = {
+    "ar": "Arabic", "bg": "Bulgarian", "ca": "Catalan", "cs": "Czech", "da": "Danish",
+    "de": "German", "el": "Greek", "en": "English", "es": "Spanish", "et": "Estonian",
+    "eu": "Basque", "fa": "Persian", "fi": "Finnish", "fr": "French", "ga": "Irish",
+    "gl": "Galician", "he": "Hebrew", "hi": "Hindi", "hr": "Croatian", "hu": "Hungarian",
+    "id": "Indonesian", "it": "Italian", "ja": "Japanese", "ko": "Korean", "lt": "Lithuanian",
+    "lv": "Latvian", "ms": "Malay", "nb": "Norwegian Bokmål", "nl": "Dutch", "pl": "Polish",
+    "pt": "Portuguese", "ro": "Romanian", "ru": "Russian", "sk": "Slovak", "sl": "Slovenian",
+    "sq": "Albanian", "sv": "Swedish", "th": "Thai", "tr": "Turkish", "uk": "Ukrainian",
+    "ur": "Urdu", "vi": "Vietnamese", "zh": "Chinese",
+}  # fmt: skip
+
+
+def name(code: str) -> str:
+    """The language's English name; the code itself for one not in NAMES."""
+    return NAMES.get(code, code)
+
+
+@dataclass(frozen=True)
+class Languages:
+    """What a model reads and writes, as its manifest declares (empty: not declared)."""
+
+    source: tuple[str, ...] = ()
+    target: tuple[str, ...] = ()
+
+    @classmethod
+    def from_manifest(cls, manifest: dict) -> Languages:
+        declared = manifest.get("languages", {})
+        return cls(tuple(declared.get("source", ())), tuple(declared.get("target", ())))
+
+    def pairs(self) -> list[tuple[str, str]]:
+        return [(s, t) for s in self.source for t in self.target if s != t]
+
+
+@functools.cache
+def _identifier():
+    from py3langid.langid import MODEL_FILE, LanguageIdentifier
+
+    return LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
+
+
+@functools.cache
+def _known() -> frozenset[str]:
+    return frozenset(_identifier().nb_classes)
+
+
+def detect(text: str, among: Sequence[str]) -> list[tuple[str, float]]:
+    """The languages of `among` that `text` may be written in, most likely first, each with
+    its probability in [0, 1] among them. A language the identifier does not know is never
+    proposed; with none it knows, the first of `among` with probability 0."""
+    known = [code for code in among if code in _known()]
+    if not known:
+        return [(among[0], 0.0)] if among else []
+    if len(known) == 1:
+        return [(known[0], 1.0)]
+    identifier = _identifier()
+    identifier.set_languages(known)  # the event loop's thread alone calls this
+    return [(code, float(p)) for code, p in identifier.rank(text)]
