@@ -68,7 +68,7 @@ ENV ATTNSERVE_REPOSITORY=/srv/attnserve/repository \
     ATTNSERVE_METRICS_LISTEN=0.0.0.0:9400
 
 WORKDIR /srv/attnserve
-EXPOSE 50051 9400
+EXPOSE 50051 9400 8080
 
 # grpc.health.v1 through the port the server listens on. SIGTERM drains: health turns
 # NOT_SERVING and in-flight requests finish within the grace period.

@@ -130,7 +130,7 @@ build_repository() {
 
 serve_and_answer() {
   # Serves in the background, answers a first request once healthy, then keeps serving.
-  "$PYTHON" -m attnserve.cli serve "$@" &
+  "$PYTHON" -m attnserve.cli serve --http-listen 0.0.0.0:8080 "$@" &
   local server=$!
   trap 'kill -TERM $server 2>/dev/null; wait $server' INT TERM
   for _ in $(seq 300); do
@@ -142,7 +142,8 @@ serve_and_answer() {
     "¿Me puedes traer un tenedor?" "¿Dónde está la estación de tren?" \
     "La contraseña es incorrecta." "En el principio creó Dios los cielos y la tierra."
   "$PYTHON" -m attnserve.cli caption --beam 4 examples/scene.png
-  echo "serving on 127.0.0.1:50051 (metrics on :9400/metrics); Ctrl-C stops" >&2
+  echo "serving gRPC on 127.0.0.1:50051, HTTP and the page on http://127.0.0.1:8080/" \
+    "(metrics on :9400/metrics); Ctrl-C stops" >&2
   wait $server
 }
 

@@ -23,6 +23,7 @@ FLAG_HELP = {
     "auth_tokens_file": "file of bearer tokens, one 'TOKEN [SERVICE,...]' a line",
     "listen": "gRPC HOST:PORT (port 0: the OS chooses)",
     "metrics_listen": "Prometheus HOST:PORT",
+    "http_listen": "HTTP/JSON API, LibreTranslate's API and the page on HOST:PORT ('': off)",
     "repository": "model repository root",
     "workers": "worker processes (0: one per usable core, or per GPU)",
     "fronts": "gRPC front processes sharing the port and every worker (0: one per 4 usable "
@@ -34,7 +35,7 @@ FLAG_HELP = {
 
 class Serve(Subcommand):
     name = "serve"
-    help = "serve the model repository over gRPC"
+    help = "serve the model repository over gRPC (and HTTP with --http-listen)"
     description = (
         "Settings: embedded defaults, then --config FILE (TOML), then ATTNSERVE_* environment "
         "variables, then these flags."

@@ -62,6 +62,12 @@ CHOICES: dict[str, tuple[str, ...]] = {
 class ServerConfig:
     listen: str = "0.0.0.0:50051"  # gRPC; port 0 lets the OS choose
     metrics_listen: str = "0.0.0.0:9400"  # Prometheus /metrics; port 0 lets the OS choose
+    # The HTTP/JSON API, LibreTranslate's API and the page (service.front.http): HOST:PORT,
+    # port 0 lets the OS choose; "" (the default): off
+    http_listen: str = ""
+    # where files translated over LibreTranslate's API wait for their download, shared by
+    # the fronts; None: a temporary folder of the server's
+    http_files: Path | None = None
     repository: Path = DEFAULT_REPOSITORY  # <model>/<version>/manifest.json ...
     device: Device | Auto = AUTO  # cuda when onnxruntime has CUDA, else cpu; or cpu, cuda
     workers: int = 0  # 0: one per usable CPU core (usable_cores), or one per GPU on cuda
@@ -174,7 +180,9 @@ class ServerConfig:
             problems.append("fronts must be 0 (one per 4 CPU cores) or more")
         if self.max_concurrent_streams < 1:
             problems.append("max_concurrent_streams must be 1 or more")
-        for name in ("listen", "metrics_listen"):
+        for name in ("listen", "metrics_listen", "http_listen"):
+            if name == "http_listen" and not self.http_listen:
+                continue
             host, _, port = getattr(self, name).rpartition(":")
             if not host or not port.isdigit():
                 problems.append(f"{name} must be HOST:PORT, got {getattr(self, name)!r}")

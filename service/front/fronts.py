@@ -131,10 +131,10 @@ class FrontProcesses:
         self._context = multiprocessing.get_context("spawn")
         self._lock = threading.Lock()  # scrapes come from the metrics server's threads
 
-    async def start(self, listen: str) -> None:
-        """Starts every other front on `listen` (the port the first one got) and waits until
-        each serves; RuntimeError when one cannot."""
-        self.config = replace(self.config, listen=listen)
+    async def start(self, listen: str, http_listen: str = "") -> None:
+        """Starts every other front on `listen` and `http_listen` (the ports the first one
+        got) and waits until each serves; RuntimeError when one cannot."""
+        self.config = replace(self.config, listen=listen, http_listen=http_listen)
         for front in self.fronts:
             self._spawn(front)
         try:

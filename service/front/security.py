@@ -27,6 +27,7 @@ SHORT_NAMES = {
     "caption": "attnserve.v1.CaptionService",
 }
 EVERY_SERVICE = None  # the scope of a token given without a service list
+GRPC_TOKEN = "the metadata 'authorization: Bearer TOKEN'"
 
 
 @dataclass(frozen=True)
@@ -77,11 +78,18 @@ def load_tokens(config) -> list[Token]:
     return tokens
 
 
+def bearer(value: str | bytes | None) -> str | None:
+    """The token of an `authorization` value `Bearer TOKEN`, or None."""
+    if value is None:
+        return None
+    scheme, _, token = (value if isinstance(value, str) else value.decode()).partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else None
+
+
 def _bearer(metadata) -> str | None:
     for key, value in metadata or ():
         if key == "authorization":
-            scheme, _, token = (value if isinstance(value, str) else value.decode()).partition(" ")
-            return token.strip() if scheme.lower() == "bearer" else None
+            return bearer(value)
     return None
 
 
@@ -92,6 +100,21 @@ def _match(tokens: list[Token], presented: str) -> Token | None:
         if hmac.compare_digest(token.digest, digest):
             found = token
     return found
+
+
+def refusal(
+    tokens: list[Token], presented: str | None, service: str, how: str
+) -> tuple[grpc.StatusCode, str] | None:
+    """Why a call to `service` with the token `presented` is refused (its code and details),
+    or None when it may go on; `how` says how a client sends a token (gRPC metadata, an HTTP
+    header). Shared by every way in, so that each refuses alike."""
+    token = None if presented is None else _match(tokens, presented)
+    if token is None:
+        why = "no bearer token" if presented is None else "the bearer token is not known"
+        return grpc.StatusCode.UNAUTHENTICATED, f"{why}: send {how}"
+    if token.services is not EVERY_SERVICE and service not in token.services:
+        return grpc.StatusCode.PERMISSION_DENIED, f"this token may not call {service}"
+    return None
 
 
 def _refusal(handler, code: grpc.StatusCode, details: str):
@@ -125,20 +148,10 @@ class TokenAuth(grpc.aio.ServerInterceptor):
         if handler is None or service in OPEN_SERVICES:
             return handler
         presented = _bearer(details.invocation_metadata)
-        token = None if presented is None else _match(self.tokens, presented)
-        if token is None:
-            why = "no bearer token" if presented is None else "the bearer token is not known"
-            self.refused(grpc.StatusCode.UNAUTHENTICATED)
-            return _refusal(
-                handler,
-                grpc.StatusCode.UNAUTHENTICATED,
-                f"{why}: send the metadata 'authorization: Bearer TOKEN'",
-            )
-        if token.services is not EVERY_SERVICE and service not in token.services:
-            self.refused(grpc.StatusCode.PERMISSION_DENIED)
-            return _refusal(
-                handler, grpc.StatusCode.PERMISSION_DENIED, f"this token may not call {service}"
-            )
+        refused = refusal(self.tokens, presented, service, GRPC_TOKEN)
+        if refused is not None:
+            self.refused(refused[0])
+            return _refusal(handler, *refused)
         return handler
 
 

@@ -19,6 +19,7 @@ import json
 import logging
 import signal
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -293,6 +294,8 @@ async def serve(
         settings, sockets = worker_sockets(
             worker_settings(config, keys, device, variants), config.fronts
         )
+        if config.http_listen:  # every front serves the files any front translated
+            config = dataclasses.replace(config, http_files=http_files(config))
         registry = metrics.registry
         if config.fronts > 1:
             others = FrontProcesses(config, settings, device, variants, run_front)
@@ -311,11 +314,14 @@ async def serve(
     pool.models = {m.key: m.version.name for m in served}
     front = Front(config, models, pool, metrics)
 
-    refused = metrics.auth_refused.labels
-    interceptors = [TokenAuth(tokens, lambda code: refused(code.name).inc())] if tokens else []
+    def refused(code: grpc.StatusCode) -> None:
+        metrics.auth_refused.labels(code.name).inc()
+
+    interceptors = [TokenAuth(tokens, refused)] if tokens else []
     server = grpc.aio.server(options=config.grpc_options(), interceptors=interceptors)
-    for service in models:
-        add_servicer(server, SERVICERS[service](front))
+    servicers = [SERVICERS[service](front) for service in sorted(models)]
+    for servicer in servicers:
+        add_servicer(server, servicer)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     services = (*sorted(models), health.SERVICE_NAME, reflection.SERVICE_NAME)
@@ -329,14 +335,24 @@ async def serve(
     for name in ("", *models):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
     await server.start()
+    http = None
+    if config.http_listen:
+        from service.front.http.app import HttpServer, build_app  # Starlette and uvicorn
+
+        app = build_app(front, servicers, tokens, refused, Path(config.http_files))
+        http = HttpServer(app, config, reuse_port=config.fronts > 1)
+        await http.start()
     host = config.listen.rpartition(":")[0]
     if role is None:
         ports = {"grpc_port": grpc_port, "metrics_port": metrics_server.server_port}
+        if http is not None:
+            ports["http_port"] = http.port
         _write_ready(config, {**ports, "serving": False})
     try:
         await pool.start()
         if others is not None:
-            await others.start(f"{host}:{grpc_port}")
+            http_listen = f"{config.http_listen.rpartition(':')[0]}:{http.port}" if http else ""
+            await others.start(f"{host}:{grpc_port}", http_listen)
     except RuntimeError as error:
         log.error("%s failed to start: %s", "front" if others else "workers", error)
         await server.stop(0)
@@ -399,6 +415,8 @@ async def serve(
         with contextlib.suppress(TimeoutError):  # the handlers send that status
             await asyncio.wait_for(front.idle.wait(), 1.0)
     await server.stop(0.2)
+    if http is not None:
+        await http.stop()
     if others is not None:  # the workers stop once no front has calls for them
         await others.stopped(config.drain_seconds + 5.0)
     await pool.stop()
@@ -434,6 +452,14 @@ def _answer_first_front(role: Secondary, metrics: Metrics, stop: asyncio.Event) 
 
     loop.add_reader(role.control.fileno(), on_control)
     loop.add_reader(role.scrape.fileno(), on_scrape)
+
+
+def http_files(config: ServerConfig) -> Path:
+    """The folder of files translated over HTTP: the configured one, or a new temporary one."""
+    if config.http_files is not None:
+        Path(config.http_files).mkdir(parents=True, exist_ok=True)
+        return Path(config.http_files)
+    return Path(tempfile.mkdtemp(prefix="attnserve-files-"))
 
 
 def _write_ready(config: ServerConfig, state: dict) -> None:

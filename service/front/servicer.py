@@ -85,11 +85,12 @@ class ModelServicer:
                 self.front.pool.cancel(call)
 
     @contextlib.asynccontextmanager
-    async def _accounted(self, method: str, request, context):
-        """Counts the call in flight and its duration by status code; turns a ServiceError
-        into its gRPC status. Yields the served model the request names and the labels."""
+    async def _accounted(self, label: str, request, context):
+        """Counts the call in flight and its duration by status code under the method label
+        `label`; turns a ServiceError into its gRPC status. Yields the served model the
+        request names and the labels."""
         front = self.front
-        labels = (front.label(self.service, request.model), method)
+        labels = (front.label(self.service, request.model), label)
         received, code = time.monotonic(), grpc.StatusCode.OK
         front.last_call = received
         front.in_flight += 1
@@ -139,10 +140,11 @@ class ModelServicer:
                 task.cancel()
             raise
 
-    async def unary(self, method: str, request, context):
-        """A unary call of `method` (declared in `methods`)."""
+    async def unary(self, method: str, request, context, label: str = ""):
+        """A unary call of `method` (declared in `methods`); `label` is its method label in
+        the metrics when not the method's name (a call over HTTP)."""
         front, declared = self.front, self.methods[method]
-        async with self._accounted(method, request, context) as (model, labels, received):
+        async with self._accounted(label or method, request, context) as (model, labels, received):
             front.pool.check_admission()
             prepared = await declared.prepare(model, request)
             keys = front.cache.keys(model, prepared)
@@ -192,10 +194,10 @@ class ModelServicer:
             self.front.observe(labels, received, timings)
         yield declared.respond(model, prepared, results)
 
-    async def stream(self, method: str, request, context):
-        """A stream of `method` (declared in `methods`)."""
+    async def stream(self, method: str, request, context, label: str = ""):
+        """A stream of `method` (declared in `methods`), labelled as `unary` is."""
         front, declared = self.front, self.methods[method]
-        async with self._accounted(method, request, context) as (model, labels, received):
+        async with self._accounted(label or method, request, context) as (model, labels, received):
             front.pool.check_admission()
             prepared = await declared.prepare(model, request)
             if prepared.inputs > 1:

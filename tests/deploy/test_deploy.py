@@ -22,8 +22,12 @@ PROMETHEUS_DIR = ROOT / "deploy" / "prometheus"
 PROMETHEUS_CONFIG = PROMETHEUS_DIR / "prometheus.yml"
 PROMETHEUS_RULES = PROMETHEUS_DIR / "rules.yml"
 PROMETHEUS_RULES_TEST = PROMETHEUS_DIR / "rules_test.yml"
-GRPC_PORT, METRICS_PORT = 50051, 9400
-SCALED = {"ATTNSERVE_GRPC_PORT": "50051-50054", "ATTNSERVE_METRICS_PORT": "9400-9403"}
+GRPC_PORT, METRICS_PORT, HTTP_PORT = 50051, 9400, 8080
+SCALED = {
+    "ATTNSERVE_GRPC_PORT": "50051-50054",
+    "ATTNSERVE_METRICS_PORT": "9400-9403",
+    "ATTNSERVE_HTTP_PORT": "8080-8083",
+}
 
 
 def _binary(name: str) -> str:
@@ -102,13 +106,15 @@ def test_compose_validation_catches_a_misspelt_option(tmp_path):
     assert "stop_grace_periods" in result.stderr
 
 
-def test_attnserve_publishes_grpc_and_metrics(compose):
+def test_attnserve_publishes_grpc_http_and_metrics(compose):
     service = compose["services"]["attnserve"]
     published = {(str(p["published"]), p["target"]) for p in service["ports"]}
-    assert published == {(str(GRPC_PORT), GRPC_PORT), (str(METRICS_PORT), METRICS_PORT)}
+    ports = (GRPC_PORT, METRICS_PORT, HTTP_PORT)
+    assert published == {(str(port), port) for port in ports}
     environment = service["environment"]
     assert _port(environment["ATTNSERVE_LISTEN"]) == GRPC_PORT
     assert _port(environment["ATTNSERVE_METRICS_LISTEN"]) == METRICS_PORT
+    assert _port(environment["ATTNSERVE_HTTP_LISTEN"]) == HTTP_PORT
     assert environment["ATTNSERVE_DEVICE"] == "cpu"
     assert environment["ATTNSERVE_WORKERS"] is None  # unset: one worker per core
     assert service["build"]["target"] == "runtime"

@@ -94,6 +94,7 @@ def env() -> dict:
         # host ports chosen by the system: two replicas cannot share one
         "ATTNSERVE_GRPC_PORT": "127.0.0.1:",
         "ATTNSERVE_METRICS_PORT": "127.0.0.1:",
+        "ATTNSERVE_HTTP_PORT": "127.0.0.1:",
         "PROMETHEUS_PORT": "127.0.0.1:",
     }
     images = _run(["podman", "images", "--format", "{{.Repository}}:{{.Tag}}"], env).split()
@@ -192,7 +193,8 @@ def stack(env):
                 assert time.monotonic() < deadline, f"replica on {port} not serving in 300 s"
                 time.sleep(1)
     timings["up_to_serving_seconds"] = round(time.monotonic() - start, 1)
-    yield {"grpc_ports": ports, "replicas": replicas}
+    http_ports = [_host_port(env, name, 8080) for name in replicas]
+    yield {"grpc_ports": ports, "http_ports": http_ports, "replicas": replicas}
     _down(env)
     (STATE / "timings.json").write_text(json.dumps(timings, indent=2) + "\n")
     print(json.dumps(timings))
@@ -206,6 +208,17 @@ def test_every_replica_translates_and_captions(stack):
             image = (ROOT / "examples" / "scene.png").read_bytes()
             captions = client.caption(channel, [image], timeout=60)
             assert captions.captions[0].hypotheses[0].text.strip()
+
+
+def test_every_replica_answers_over_http(stack):
+    """The HTTP port of each replica: LibreTranslate's API and the contract's JSON form."""
+    for port in stack["http_ports"]:
+        body = urllib.parse.urlencode({"q": "Buenos días.", "source": "es", "target": "en"})
+        url = f"http://127.0.0.1:{port}/translate"
+        with _NO_PROXY.open(urllib.request.Request(url, body.encode()), timeout=60) as answer:
+            assert json.loads(answer.read())["translatedText"].strip()
+        with _NO_PROXY.open(f"http://127.0.0.1:{port}/v1/health", timeout=10) as answer:
+            assert json.loads(answer.read()) == {"status": "SERVING"}
 
 
 def test_prometheus_scrapes_every_replica_by_dns(env, stack):

@@ -51,6 +51,8 @@ class Server:
             if state is not None and (state["serving"] or not serving):
                 self.address = f"127.0.0.1:{state['grpc_port']}"
                 self.metrics_url = f"http://127.0.0.1:{state['metrics_port']}/metrics"
+                if "http_port" in state:
+                    self.http_url = f"http://127.0.0.1:{state['http_port']}"
                 if self.channel is None:
                     self.channel = client.connect(self.address)
                     self.stub = translation_pb2_grpc.TranslationServiceStub(self.channel)

@@ -1,0 +1,118 @@
+"""The HTTP server of a front: a Starlette app on uvicorn, on the front's own event loop, on
+its own port (`http_listen`; several fronts share it as they share the gRPC port), with the
+gRPC server's TLS settings."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import ssl
+from pathlib import Path
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from service.front.config import MAX_RECEIVE_BYTES
+from service.front.http.contract import ContractApi
+from service.front.http.libretranslate import LibreTranslateApi
+from service.front.http.openapi import openapi_document
+from service.front.servicer import ModelServicer
+
+PAGE = Path(__file__).parent / "page"
+log = logging.getLogger("attnserve")
+MAX_BODY = MAX_RECEIVE_BYTES * 3 // 2  # a gRPC message at most, its bytes in base64
+
+
+def build_app(front, servicers: list[ModelServicer], tokens, refused, files: Path) -> Starlette:
+    """The routes: /v1 (the contract), LibreTranslate's, the page and the API's document."""
+    contract = ContractApi(front, servicers, tokens, refused, MAX_BODY)
+    routes = contract.routes()
+    translation = [s for s in servicers if s.service == "attnserve.v1.TranslationService"]
+    if translation:
+        libre = LibreTranslateApi(front, translation[0], tokens, refused, files, MAX_BODY)
+        routes += libre.routes()
+    document = openapi_document(contract.endpoints, bool(translation))
+
+    async def openapi(request) -> Response:
+        return JSONResponse(document)
+
+    async def docs(request) -> Response:
+        return RedirectResponse("/page/docs.html")
+
+    async def index(request) -> Response:
+        return RedirectResponse("/page/index.html")
+
+    routes += [
+        Route("/openapi.json", openapi, methods=["GET"]),
+        Route("/docs", docs, methods=["GET"]),
+        Route("/", index, methods=["GET"]),
+        Mount("/page", StaticFiles(directory=PAGE), name="page"),
+    ]
+    return Starlette(routes=routes)
+
+
+def http_socket(listen: str, reuse_port: bool) -> socket.socket:
+    """A listening socket on HOST:PORT (port 0: the OS chooses); with `reuse_port` several
+    fronts bind the same port and the kernel spreads connections over them."""
+    host, _, port = listen.rpartition(":")
+    host = host.strip("[]")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, int(port)))
+    sock.listen(1024)
+    sock.setblocking(False)
+    return sock
+
+
+class HttpServer:
+    """uvicorn serving `app` on a socket of its own, as a task of the running loop."""
+
+    def __init__(self, app: Starlette, config, reuse_port: bool):
+        self.socket = http_socket(config.http_listen, reuse_port)
+        tls = {}
+        if config.tls_cert is not None:
+            tls = {"ssl_certfile": str(config.tls_cert), "ssl_keyfile": str(config.tls_key)}
+            if config.tls_client_ca is not None:
+                tls |= {
+                    "ssl_ca_certs": str(config.tls_client_ca),
+                    "ssl_cert_reqs": ssl.CERT_REQUIRED,
+                }
+        settings = uvicorn.Config(
+            app,
+            lifespan="off",
+            log_level="warning",
+            access_log=False,
+            timeout_graceful_shutdown=1,
+            **tls,
+        )
+        self.server = uvicorn.Server(settings)
+        self.server.install_signal_handlers = lambda: None  # the front owns the signals
+        self.task: asyncio.Task | None = None
+
+    @property
+    def port(self) -> int:
+        return self.socket.getsockname()[1]
+
+    async def start(self) -> None:
+        self.task = asyncio.get_running_loop().create_task(self.server.serve([self.socket]))
+        while not self.server.started and not self.task.done():
+            await asyncio.sleep(0.01)
+        if self.task.done():
+            self.task.result()  # raises what stopped it
+
+    async def stop(self) -> None:
+        """Stops taking connections and closes those it has (their calls have drained)."""
+        if self.task is None:
+            return
+        self.server.should_exit = True
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.task
+        self.socket.close()

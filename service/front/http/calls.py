@@ -1,0 +1,137 @@
+"""An HTTP request as the servicer's calls see a gRPC one: a deadline, an abort that carries a
+gRPC status, a token checked as the gRPC interceptor checks it; and a gRPC status as an HTTP
+one (the mapping of google.rpc.Code to HTTP that Google's HTTP APIs use)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+
+import grpc
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+from service.front.security import Token, bearer, refusal
+from service.front.status import status_code
+from service.runtime.errors import ServiceError
+
+HTTP_STATUS = {
+    grpc.StatusCode.OK: 200,
+    grpc.StatusCode.CANCELLED: 499,
+    grpc.StatusCode.UNKNOWN: 500,
+    grpc.StatusCode.INVALID_ARGUMENT: 400,
+    grpc.StatusCode.DEADLINE_EXCEEDED: 504,
+    grpc.StatusCode.NOT_FOUND: 404,
+    grpc.StatusCode.ALREADY_EXISTS: 409,
+    grpc.StatusCode.PERMISSION_DENIED: 403,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: 429,
+    grpc.StatusCode.FAILED_PRECONDITION: 400,
+    grpc.StatusCode.ABORTED: 409,
+    grpc.StatusCode.OUT_OF_RANGE: 400,
+    grpc.StatusCode.UNIMPLEMENTED: 501,
+    grpc.StatusCode.INTERNAL: 500,
+    grpc.StatusCode.UNAVAILABLE: 503,
+    grpc.StatusCode.DATA_LOSS: 500,
+    grpc.StatusCode.UNAUTHENTICATED: 401,
+}
+TIMEOUT_HEADER = "x-request-timeout"  # seconds the client waits: the call's deadline
+HTTP_TOKEN = "the header 'Authorization: Bearer TOKEN'"
+
+
+class Aborted(Exception):
+    """A call ended with a gRPC status and its details."""
+
+    def __init__(self, code: grpc.StatusCode, details: str):
+        super().__init__(details)
+        self.code, self.details = code, details
+
+    @classmethod
+    def of(cls, error: ServiceError) -> Aborted:
+        return cls(status_code(error), str(error))
+
+
+class HttpContext:
+    """What the servicer asks of a call's context: the time left, and abort."""
+
+    def __init__(self, timeout: float | None):
+        self.deadline = None if timeout is None else time.monotonic() + timeout
+
+    def time_remaining(self) -> float | None:
+        return None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
+
+    async def abort(self, code: grpc.StatusCode, details: str):
+        raise Aborted(code, details)
+
+
+def timeout_of(request: Request) -> float | None:
+    """The call's timeout in seconds (the X-Request-Timeout header), or None."""
+    value = request.headers.get(TIMEOUT_HEADER)
+    if value is None:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not seconds > 0 or seconds == float("inf"):
+        raise Aborted(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"{TIMEOUT_HEADER}: a number of seconds above 0 expected, got {value!r}",
+        )
+    return seconds
+
+
+def authorize(tokens: list[Token], presented: str | None, service: str, refused) -> None:
+    """Raises Aborted when tokens are on and `presented` may not call `service`;
+    `refused(code)` counts a refusal (the metric gRPC's refusals go to)."""
+    if not tokens:
+        return
+    why = refusal(tokens, presented, service, HTTP_TOKEN)
+    if why is not None:
+        refused(why[0])
+        raise Aborted(*why)
+
+
+def header_token(request: Request) -> str | None:
+    return bearer(request.headers.get("authorization"))
+
+
+def error_response(code: grpc.StatusCode, details: str) -> JSONResponse:
+    """An error as Google's HTTP APIs write one: the HTTP status, the gRPC status by name and
+    its details (which name the request's field)."""
+    status = HTTP_STATUS.get(code, 500)
+    body = {"error": {"code": status, "status": code.name, "message": details}}
+    return JSONResponse(body, status_code=status)
+
+
+async def until_disconnected(request: Request, call):
+    """Runs the coroutine `call`, cancelled when the client goes away (its request's body
+    read first) or its deadline passes, as gRPC cancels a handler."""
+    task = asyncio.ensure_future(call)
+
+    async def watch():
+        while True:
+            message = await request.receive()
+            if message["type"] == "http.disconnect":
+                task.cancel()
+                return
+
+    watcher = asyncio.ensure_future(watch())
+    try:
+        return await task
+    finally:
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
+
+
+async def within(context: HttpContext, call):
+    """Awaits `call` within the context's deadline: past it, the call is cancelled (its jobs
+    with it) and DEADLINE_EXCEEDED is raised."""
+    remaining = context.time_remaining()
+    if remaining is None:
+        return await call
+    try:
+        return await asyncio.wait_for(call, remaining)
+    except TimeoutError:
+        raise Aborted(grpc.StatusCode.DEADLINE_EXCEEDED, "the deadline passed") from None

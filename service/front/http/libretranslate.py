@@ -1,0 +1,317 @@
+"""LibreTranslate's API, field for field as its clients send it (Mastodon, Weblate,
+libretranslatepy, the npm `libretranslate` package): `POST /translate`, `POST /detect`,
+`GET /languages`, `POST /translate_file` and `GET /download_file/...`, `GET
+/frontend/settings`, `GET /health`. Bodies are JSON or forms; errors are `{"error": ...}` with
+LibreTranslate's status codes (400 a bad request, 403 a bad key, 429 overloaded, 500 else).
+
+A language pair goes to the served translator whose manifest declares it (the default
+translator first); `source: auto` picks, among the languages served towards the target, the
+one the text is written in. Every call goes through TranslationService's own calls
+(admission, deadlines, drains, the response cache, metrics under `http/libretranslate/...`).
+An `api_key` is a bearer token: with tokens off a key is ignored, as LibreTranslate ignores
+keys when they are off.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import grpc
+from starlette.datastructures import UploadFile
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.routing import Route
+
+from service.front.http.calls import (
+    Aborted,
+    HttpContext,
+    authorize,
+    header_token,
+    timeout_of,
+    until_disconnected,
+    within,
+)
+from service.runtime import languages
+from service.wire.v1 import decoding_pb2, translation_pb2
+
+# LibreTranslate's status for each gRPC status a call can end with (else 500)
+STATUS = {
+    grpc.StatusCode.INVALID_ARGUMENT: 400,
+    grpc.StatusCode.NOT_FOUND: 400,
+    grpc.StatusCode.FAILED_PRECONDITION: 400,
+    grpc.StatusCode.OUT_OF_RANGE: 400,
+    grpc.StatusCode.UNAUTHENTICATED: 403,
+    grpc.StatusCode.PERMISSION_DENIED: 403,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: 429,
+    grpc.StatusCode.UNAVAILABLE: 503,
+    grpc.StatusCode.DEADLINE_EXCEEDED: 504,
+}
+FILE_FORMATS = (".txt", ".html")
+FRONTEND_TIMEOUT_MS = 500  # how long LibreTranslate's page waits after typing
+
+
+def error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status)
+
+
+def refusal(aborted: Aborted) -> JSONResponse:
+    status = STATUS.get(aborted.code, 500)
+    prefix = "Slowdown: " if status == 429 else ""
+    return error(status, prefix + aborted.details)
+
+
+class BadRequest(Exception):
+    """A request LibreTranslate answers 400 (or `status`), its message as LibreTranslate's."""
+
+    def __init__(self, message: str, status: int = 400):
+        super().__init__(message)
+        self.status = status
+
+
+class LibreTranslateApi:
+    def __init__(self, front, servicer, tokens, refused, files: Path, max_bytes: int):
+        self.front, self.servicer = front, servicer
+        self.tokens, self.refused, self.files = tokens, refused, files
+        self.max_bytes = max_bytes
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("/translate", self.translate, methods=["POST"]),
+            Route("/detect", self.detect, methods=["POST"]),
+            Route("/languages", self.languages, methods=["GET", "POST"]),
+            Route("/translate_file", self.translate_file, methods=["POST"]),
+            Route("/download_file/{name}", self.download_file, methods=["GET"]),
+            Route("/frontend/settings", self.settings, methods=["GET"]),
+            Route("/health", self.health, methods=["GET"]),
+        ]
+
+    # which model translates what
+    def _pairs(self) -> dict[tuple[str, str], str]:
+        """(source, target) -> the translator that serves it, the default translator first."""
+        service = self.servicer.service
+        names = self.front.models.get(service, {})
+        default = self.front.defaults.get(service)
+        pairs: dict[tuple[str, str], str] = {}
+        for name in sorted(names, key=lambda n: (n != default, n)):
+            for model in names[name].values():
+                for pair in model.languages.pairs():
+                    pairs.setdefault(pair, name)
+        return pairs
+
+    def _route(self, source: str, target: str, texts: list[str]) -> tuple[str, str, float]:
+        """(model, source, confidence %) of a request; BadRequest as LibreTranslate says it."""
+        pairs = self._pairs()
+        sources = {s for s, _ in pairs}
+        targets = {t for _, t in pairs}
+        if target not in targets:
+            raise BadRequest(f"{target} is not supported")
+        confidence = 100.0
+        if source == "auto":
+            among = sorted({s for s, t in pairs if t == target})
+            source, confidence = _best(languages.detect(" ".join(texts), among))
+        elif source not in sources:
+            raise BadRequest(f"{source} is not supported")
+        if (source, target) not in pairs:
+            raise BadRequest(
+                f"{languages.name(target)} ({target}) is not available as a target language "
+                f"from {languages.name(source)} ({source})"
+            )
+        return pairs[source, target], source, confidence
+
+    # the calls
+    async def _values(self, request: Request) -> dict:
+        content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if content_type == "application/json":
+            try:
+                values = json.loads(await request.body() or b"{}")
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                raise BadRequest("Invalid JSON format") from None
+            if not isinstance(values, dict):
+                raise BadRequest("Invalid JSON format")
+            return values
+        values = dict(request.query_params)
+        if content_type in ("multipart/form-data", "application/x-www-form-urlencoded"):
+            form = await request.form(max_part_size=self.max_bytes)
+            values.update({k: v for k, v in form.multi_items()})
+            values["_form"] = form
+        return values
+
+    def _authorize(self, request: Request, values: dict) -> None:
+        if not self.tokens:
+            return
+        key = values.get("api_key") or header_token(request)
+        if not key:
+            raise BadRequest("Please contact the server operator to get an API key")
+        try:
+            authorize(self.tokens, str(key), self.servicer.service, self.refused)
+        except Aborted as aborted:
+            reason = "Invalid API key" if aborted.code == grpc.StatusCode.UNAUTHENTICATED else ""
+            raise BadRequest(reason or aborted.details, 403) from None
+
+    async def _call(self, request: Request, message, label: str):
+        context = HttpContext(timeout_of(request))
+        call = self.servicer.unary("Translate", message, context, f"http/libretranslate/{label}")
+        return await until_disconnected(request, within(context, call))
+
+    async def translate(self, request: Request) -> Response:
+        try:
+            values = await self._values(request)
+            q, source, target = values.get("q"), values.get("source"), values.get("target")
+            for name, value in (("q", q), ("source", source), ("target", target)):
+                if not value:
+                    raise BadRequest(f"Invalid request: missing {name} parameter")
+            try:
+                alternatives = max(0, int(values.get("alternatives") or 0))
+            except (TypeError, ValueError):
+                raise BadRequest(
+                    "Invalid request: alternatives parameter is not a number"
+                ) from None
+            text_format = values.get("format") or "text"
+            if text_format not in ("text", "html"):
+                raise BadRequest(f"{text_format} format is not supported")
+            self._authorize(request, values)
+            batch = isinstance(q, list)
+            texts = q if batch else [q]
+            if not all(isinstance(t, str) for t in texts):
+                raise BadRequest("Invalid request: q must be a string or a list of strings")
+            if "_form" in values:  # LibreTranslate counts a form's line breaks as one character
+                texts = ["\n".join(t.splitlines()) for t in texts]
+            name, detected, confidence = self._route(str(source), str(target), texts)
+            message = _translate_message(name, texts, text_format, alternatives)
+            response = await self._call(request, message, "translate")
+        except BadRequest as bad:
+            return error(bad.status, str(bad))
+        except Aborted as aborted:
+            return refusal(aborted)
+        translated, others = [], []
+        for translation in response.translations:
+            best, *rest = [h.text for h in translation.hypotheses]
+            translated.append(best)
+            others.append(list(dict.fromkeys(t for t in rest if t != best)))
+        result: dict = {"translatedText": translated if batch else translated[0]}
+        if source == "auto":
+            found = {"confidence": confidence, "language": detected}
+            result["detectedLanguage"] = [found] * len(texts) if batch else found
+        if alternatives:
+            result["alternatives"] = others if batch else others[0]
+        return JSONResponse(result)
+
+    async def detect(self, request: Request) -> Response:
+        try:
+            values = await self._values(request)
+            q = values.get("q")
+            if not q:
+                raise BadRequest("Invalid request: missing q parameter")
+            self._authorize(request, values)
+        except BadRequest as bad:
+            return error(bad.status, str(bad))
+        text = " ".join(q) if isinstance(q, list) else str(q)
+        among = sorted({s for s, _ in self._pairs()})
+        ranked = languages.detect(text, among)
+        return JSONResponse(
+            [{"confidence": round(p * 100, 1), "language": code} for code, p in ranked]
+        )
+
+    async def languages(self, request: Request) -> Response:
+        pairs = self._pairs()
+        codes = sorted({code for pair in pairs for code in pair})
+        return JSONResponse(
+            [
+                {
+                    "code": code,
+                    "name": languages.name(code),
+                    "targets": sorted(t for s, t in pairs if s == code),
+                }
+                for code in codes
+            ]
+        )
+
+    async def translate_file(self, request: Request) -> Response:
+        try:
+            values = await self._values(request)
+            upload = values.get("file")
+            source, target = values.get("source"), values.get("target")
+            if not isinstance(upload, UploadFile):
+                raise BadRequest("Invalid request: missing file parameter")
+            for name, value in (("source", source), ("target", target)):
+                if not value:
+                    raise BadRequest(f"Invalid request: missing {name} parameter")
+            filename = Path(upload.filename or "").name
+            if not filename:
+                raise BadRequest("Invalid request: empty file")
+            suffix = Path(filename).suffix.lower()
+            if suffix not in FILE_FORMATS:
+                raise BadRequest("Invalid request: file format not supported")
+            self._authorize(request, values)
+            try:
+                text = (await upload.read()).decode("utf-8")
+            except UnicodeDecodeError as bad:
+                raise BadRequest(f"Invalid request: not UTF-8 text (byte {bad.start})") from None
+            name, _, _ = self._route(str(source), str(target), [text[:2000]])
+            text_format = "html" if suffix == ".html" else "text"
+            message = _translate_message(name, [text], text_format, 0)
+            response = await self._call(request, message, "translate_file")
+        except BadRequest as bad:
+            return error(bad.status, str(bad))
+        except Aborted as aborted:
+            return refusal(aborted)
+        stored = f"{uuid.uuid4()}.{filename}"
+        self.files.mkdir(parents=True, exist_ok=True)
+        (self.files / stored).write_text(
+            response.translations[0].hypotheses[0].text, encoding="utf-8"
+        )
+        url = str(request.url_for("download_file", name=stored))
+        return JSONResponse({"translatedFileUrl": url})
+
+    async def download_file(self, request: Request) -> Response:
+        stored = request.path_params["name"]
+        path = self.files / stored
+        if Path(stored).name != stored or "." not in stored or not path.is_file():
+            return error(400, "Invalid filename")
+        return FileResponse(path, filename=stored.partition(".")[2])
+
+    async def settings(self, request: Request) -> Response:
+        pairs = self._pairs()
+        target = sorted({t for _, t in pairs})
+        first = target[0] if target else "en"
+        return JSONResponse(
+            {
+                "charLimit": self.front.config.max_text_chars,
+                "frontendTimeout": FRONTEND_TIMEOUT_MS,
+                "apiKeys": bool(self.tokens),
+                "keyRequired": bool(self.tokens),
+                "suggestions": False,
+                "filesTranslation": True,
+                "supportedFilesFormat": list(FILE_FORMATS),
+                "language": {
+                    "source": {"code": "auto", "name": "Auto Detect"},
+                    "target": {"code": first, "name": languages.name(first)},
+                },
+            }
+        )
+
+    async def health(self, request: Request) -> Response:
+        if self.front.serving and not self.front.draining:
+            return JSONResponse({"status": "ok"})
+        return error(503, "not serving: warming up or draining")
+
+
+def _best(ranked: list[tuple[str, float]]) -> tuple[str, float]:
+    if not ranked:
+        raise BadRequest("auto is not supported: no source language is served")
+    code, probability = ranked[0]
+    return code, round(probability * 100, 1)
+
+
+def _translate_message(name: str, texts: list[str], text_format: str, alternatives: int):
+    message = translation_pb2.TranslateRequest(model=name, texts=texts)
+    if text_format == "html":
+        message.text_format = translation_pb2.TEXT_FORMAT_HTML
+    if alternatives:
+        wanted = alternatives + 1
+        message.options.CopyFrom(
+            decoding_pb2.DecodingOptions(beam_size=max(4, wanted), num_hypotheses=wanted)
+        )
+    return message

@@ -1,0 +1,153 @@
+"""The OpenAPI document of the HTTP API, written from the contract's own descriptors: each
+/v1 method's body and answer are the JSON schemas of its protobuf messages (protobuf's JSON
+mapping: lowerCamelCase names, enums by name, 64-bit integers and bytes as strings), so the
+document cannot drift from the .proto files."""
+
+from __future__ import annotations
+
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
+
+from service.front.http.calls import TIMEOUT_HEADER
+
+SCALARS = {
+    FieldDescriptor.TYPE_DOUBLE: {"type": "number"},
+    FieldDescriptor.TYPE_FLOAT: {"type": "number"},
+    FieldDescriptor.TYPE_INT32: {"type": "integer", "format": "int32"},
+    FieldDescriptor.TYPE_SINT32: {"type": "integer", "format": "int32"},
+    FieldDescriptor.TYPE_SFIXED32: {"type": "integer", "format": "int32"},
+    FieldDescriptor.TYPE_UINT32: {"type": "integer", "format": "uint32", "minimum": 0},
+    FieldDescriptor.TYPE_FIXED32: {"type": "integer", "format": "uint32", "minimum": 0},
+    FieldDescriptor.TYPE_INT64: {"type": "string", "format": "int64"},
+    FieldDescriptor.TYPE_SINT64: {"type": "string", "format": "int64"},
+    FieldDescriptor.TYPE_SFIXED64: {"type": "string", "format": "int64"},
+    FieldDescriptor.TYPE_UINT64: {"type": "string", "format": "uint64"},
+    FieldDescriptor.TYPE_FIXED64: {"type": "string", "format": "uint64"},
+    FieldDescriptor.TYPE_BOOL: {"type": "boolean"},
+    FieldDescriptor.TYPE_STRING: {"type": "string"},
+    FieldDescriptor.TYPE_BYTES: {"type": "string", "format": "byte"},
+}
+ERROR = {
+    "type": "object",
+    "properties": {
+        "error": {
+            "type": "object",
+            "properties": {
+                "code": {"type": "integer", "description": "the HTTP status"},
+                "status": {"type": "string", "description": "the gRPC status, by name"},
+                "message": {"type": "string", "description": "what is wrong, naming the field"},
+            },
+        }
+    },
+}
+
+
+def message_schemas(descriptor: Descriptor, schemas: dict) -> dict:
+    """A reference to `descriptor`'s schema, adding it and those it uses to `schemas`."""
+    name = descriptor.full_name
+    if name not in schemas:
+        schemas[name] = {}  # a placeholder: a message may refer to itself
+        properties = {}
+        for field in descriptor.fields:
+            properties[field.json_name] = _field_schema(field, schemas)
+        schemas[name] = {"type": "object", "properties": properties}
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _field_schema(field: FieldDescriptor, schemas: dict) -> dict:
+    if field.type == FieldDescriptor.TYPE_MESSAGE:
+        one = message_schemas(field.message_type, schemas)
+    elif field.type == FieldDescriptor.TYPE_ENUM:
+        one = {"type": "string", "enum": [v.name for v in field.enum_type.values]}
+    else:
+        one = dict(SCALARS[field.type])
+    return {"type": "array", "items": one} if field.is_repeated else one
+
+
+def openapi_document(endpoints, libretranslate: bool) -> dict:
+    """The document of the /v1 endpoints (and LibreTranslate's paths, when served)."""
+    schemas: dict = {"Error": ERROR}
+    paths: dict = {}
+    for endpoint in endpoints:
+        method = endpoint.method
+        answer = message_schemas(method.output_type, schemas)
+        media = "text/event-stream" if method.server_streaming else "application/json"
+        paths[endpoint.path] = {
+            "post": {
+                "operationId": method.full_name,
+                "summary": f"{method.containing_service.full_name}/{method.name}",
+                "tags": [method.containing_service.name],
+                "parameters": [
+                    {
+                        "name": TIMEOUT_HEADER,
+                        "in": "header",
+                        "required": False,
+                        "schema": {"type": "number"},
+                        "description": "seconds the call may take: its deadline",
+                    }
+                ],
+                "requestBody": {
+                    "required": True,
+                    "content": {
+                        "application/json": {"schema": message_schemas(method.input_type, schemas)},
+                        "multipart/form-data": {
+                            "schema": {
+                                "type": "object",
+                                "description": "the message's fields; a file for bytes",
+                            }
+                        },
+                    },
+                },
+                "responses": {
+                    "200": {
+                        "description": "one message, or a stream of them as server-sent events",
+                        "content": {media: {"schema": answer}},
+                    },
+                    "default": {
+                        "description": "an error",
+                        "content": {
+                            "application/json": {"schema": {"$ref": "#/components/schemas/Error"}}
+                        },
+                    },
+                },
+            }
+        }
+    paths["/v1/health"] = {
+        "get": {
+            "summary": "SERVING (200) or NOT_SERVING (503)",
+            "tags": ["health"],
+            "responses": {"200": {"description": "serving"}, "503": {"description": "not serving"}},
+        }
+    }
+    paths["/v1/models"] = {
+        "get": {
+            "summary": "the model versions served",
+            "tags": ["models"],
+            "responses": {"200": {"description": "the models"}},
+        }
+    }
+    if libretranslate:
+        for path, verb, summary in (
+            ("/translate", "post", "LibreTranslate: translate text"),
+            ("/detect", "post", "LibreTranslate: detect the language of a text"),
+            ("/languages", "get", "LibreTranslate: the languages served"),
+            ("/translate_file", "post", "LibreTranslate: translate a file"),
+            ("/frontend/settings", "get", "LibreTranslate: the settings of its page"),
+            ("/health", "get", "LibreTranslate: health"),
+        ):
+            paths[path] = {
+                verb: {
+                    "summary": summary,
+                    "tags": ["LibreTranslate"],
+                    "responses": {"200": {"description": "as LibreTranslate answers"}},
+                }
+            }
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "attnserve",
+            "version": "v1",
+            "description": "The gRPC contract attnserve.v1 as JSON, and LibreTranslate's API.",
+        },
+        "paths": paths,
+        "components": {"schemas": schemas},
+    }

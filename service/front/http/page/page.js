@@ -1,0 +1,146 @@
+// The page: the /v1 JSON API of this server (protobuf's JSON mapping), nothing else.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+
+async function call(path, body) {
+  const init = { method: "POST" };
+  if (body instanceof FormData) init.body = body;
+  else { init.body = JSON.stringify(body); init.headers = { "content-type": "application/json" }; }
+  const answer = await fetch(path, init);
+  const json = await answer.json();
+  if (!answer.ok) throw new Error(json.error ? `${json.error.status}: ${json.error.message}` : answer.statusText);
+  return json;
+}
+
+function shown(element, text) { element.textContent = text; element.hidden = !text; }
+
+async function loadModels() {
+  const health = await fetch("/v1/health").then((r) => r.json()).catch(() => ({ status: "unreachable" }));
+  $("health").textContent = health.status;
+  const { models } = await fetch("/v1/models").then((r) => r.json());
+  for (const model of models) {
+    const select = model.service.endsWith("TranslationService") ? $("translator") : $("captioner");
+    const option = new Option(`${model.name} ${model.version}` + (model.languages.source.length ? ` (${model.languages.source.join(",")} → ${model.languages.target.join(",")})` : ""), JSON.stringify([model.name, model.version]));
+    option.selected = model.default;
+    select.add(option);
+  }
+}
+
+function options(beam, hypotheses, maxLength) {
+  const chosen = { beamSize: Number(beam) };
+  if (hypotheses) chosen.numHypotheses = Number(hypotheses);
+  if (maxLength) chosen.maxLength = Number(maxLength);
+  return chosen;
+}
+
+function glossary() {
+  return $("glossary").value.split("\n").map((line) => line.split("=")).filter((p) => p.length === 2 && p[0].trim())
+    .map(([source, target]) => ({ source: source.trim(), target: target.trim() }));
+}
+
+// a sentence's alignment as a table of shaded cells: a row per target token
+function alignmentTable(alignment) {
+  const { sourceTokens, targetTokens, weights } = alignment;
+  const table = document.createElement("table");
+  const head = table.createTHead().insertRow();
+  head.insertCell().outerHTML = "<th></th>";
+  for (const token of sourceTokens) { const th = document.createElement("th"); th.textContent = token; head.appendChild(th); }
+  const body = table.createTBody();
+  targetTokens.forEach((token, i) => {
+    const row = body.insertRow();
+    const th = document.createElement("th"); th.textContent = token; row.appendChild(th);
+    sourceTokens.forEach((_, j) => {
+      const w = weights[i * sourceTokens.length + j] || 0;
+      const cell = row.insertCell();
+      cell.style.background = `rgba(36, 87, 197, ${w.toFixed(3)})`;
+      cell.title = w.toFixed(3);
+    });
+  });
+  return table;
+}
+
+async function translate() {
+  shown($("translate-error"), "");
+  $("translation").textContent = "…";
+  $("alignments").replaceChildren();
+  const [model, version] = JSON.parse($("translator").value || '["", ""]');
+  const request = {
+    model, version, texts: [$("source").value],
+    textFormat: $("format").value, sentenceSplitting: $("splitting").value, glossary: glossary(),
+    options: { ...options($("beam").value, $("hypotheses").value, $("max-length").value), returnAlignment: true },
+  };
+  try {
+    const response = await call("/v1/translate", request);
+    const translation = response.translations[0];
+    $("translation").textContent = translation.hypotheses.map((h, i) => (translation.hypotheses.length > 1 ? `${i + 1}. ` : "") + h.text).join("\n");
+    for (const sentence of translation.sentences || []) {
+      if (!sentence.alignment) continue;
+      const box = document.createElement("div");
+      box.className = "alignment";
+      box.appendChild(alignmentTable(sentence.alignment));
+      $("alignments").appendChild(box);
+    }
+  } catch (error) { $("translation").textContent = ""; shown($("translate-error"), error.message); }
+}
+
+async function openDocument() {
+  const file = $("document").files[0];
+  if (!file) return;
+  $("source").value = await file.text();
+  $("format").value = /\.html?$/i.test(file.name) ? "TEXT_FORMAT_HTML" : "TEXT_FORMAT_PLAIN";
+  $("splitting").value = "SENTENCE_SPLITTING_SENTENCES";
+}
+
+// each word's attention grid drawn over the image, as the README's figure
+function drawAttention(image, maps) {
+  const figures = [];
+  for (const token of maps.tokens) {
+    const canvas = document.createElement("canvas");
+    const scale = 160 / Math.max(image.naturalWidth, image.naturalHeight);
+    canvas.width = Math.round(image.naturalWidth * scale);
+    canvas.height = Math.round(image.naturalHeight * scale);
+    const context = canvas.getContext("2d");
+    context.drawImage(image, 0, 0, canvas.width, canvas.height);
+    const peak = Math.max(...token.weights);
+    const cellW = canvas.width / maps.gridWidth, cellH = canvas.height / maps.gridHeight;
+    token.weights.forEach((w, k) => {
+      const row = Math.floor(k / maps.gridWidth), col = k % maps.gridWidth;
+      context.fillStyle = `rgba(0, 0, 0, ${(0.75 * (1 - w / peak)).toFixed(3)})`;
+      context.fillRect(col * cellW, row * cellH, cellW + 0.5, cellH + 0.5);
+    });
+    const figure = document.createElement("figure");
+    const caption = document.createElement("figcaption");
+    caption.textContent = token.token;
+    figure.append(canvas, caption);
+    figures.push(figure);
+  }
+  $("attention").replaceChildren(...figures);
+}
+
+async function caption() {
+  shown($("caption-error"), "");
+  const file = $("image").files[0];
+  if (!file) { shown($("caption-error"), "choose an image first"); return; }
+  const [model, version] = JSON.parse($("captioner").value || '["", ""]');
+  const form = new FormData();
+  form.append("images", file);
+  form.append("model", model);
+  form.append("version", version);
+  form.append("returnAttention", "true");
+  form.append("options", JSON.stringify(options($("caption-beam").value)));
+  $("caption-text").textContent = "…";
+  try {
+    const response = await call("/v1/caption", form);
+    const best = response.captions[0].hypotheses[0];
+    $("caption-text").textContent = best.text;
+    const image = new Image();
+    image.onload = () => drawAttention(image, best.attention);
+    image.src = URL.createObjectURL(file);
+  } catch (error) { $("caption-text").textContent = ""; shown($("caption-error"), error.message); }
+}
+
+$("translate-button").addEventListener("click", translate);
+$("caption-button").addEventListener("click", caption);
+$("document").addEventListener("change", openDocument);
+loadModels();

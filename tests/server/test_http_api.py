@@ -1,0 +1,248 @@
+"""The HTTP/JSON API of a live server (service.front.http): the contract's JSON form equal to
+gRPC's answers, its errors, streams, uploads, health and document; LibreTranslate's API as
+its own client (libretranslatepy from PyPI) and raw requests call it; tokens as api keys."""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+from google.protobuf import json_format
+from helpers import ROOT
+from libretranslatepy import LibreTranslateAPI
+
+from service.wire.v1 import caption_pb2, caption_pb2_grpc, translation_pb2
+
+SENTENCES = ["Hola, ¿cómo estás?", "El perro come pan.", "Buenos días."]
+TOKEN = "http-test-token-0123456789"
+CAPTION_ONLY = "http-caption-token-0123456789"
+IMAGE = ROOT / "examples" / "scene.png"
+
+
+@pytest.fixture(scope="module")
+def http_server(start_server):
+    return start_server("--workers", "1", "--http-listen", "127.0.0.1:0")
+
+
+@pytest.fixture(scope="module")
+def web(http_server):
+    with httpx.Client(base_url=http_server.http_url, timeout=60) as session:
+        yield session
+
+
+def events(text: str) -> list[tuple[str, dict]]:
+    """(event, data) of a server-sent event stream."""
+    found = []
+    for block in text.strip().split("\n\n"):
+        lines = dict(line.split(": ", 1) for line in block.splitlines())
+        found.append((lines.get("event", "message"), json.loads(lines["data"])))
+    return found
+
+
+def test_translate_is_grpcs_answer_as_json(http_server, web):
+    request = translation_pb2.TranslateRequest(texts=SENTENCES)
+    request.options.beam_size = 4
+    expected = json_format.MessageToDict(http_server.stub.Translate(request))
+    answer = web.post("/v1/translate", json={"texts": SENTENCES, "options": {"beamSize": 4}})
+    assert answer.status_code == 200
+    assert answer.json() == expected
+    assert answer.json()["translations"][0]["hypotheses"][0]["text"] == "Hello, how are you?"
+    # protobuf's field names are accepted as well as the JSON mapping's
+    snake = web.post("/v1/translate", json={"texts": SENTENCES, "options": {"beam_size": 4}})
+    assert snake.json() == expected
+
+
+def test_errors_name_the_field_with_the_grpc_status_as_http(web):
+    empty = web.post("/v1/translate", json={"texts": ["Hola", " "]})
+    assert empty.status_code == 400
+    assert empty.json()["error"]["status"] == "INVALID_ARGUMENT"
+    assert empty.json()["error"]["message"].startswith("texts[1]")
+    unknown = web.post("/v1/translate", json={"textz": ["Hola"]})
+    assert unknown.status_code == 400 and "textz" in unknown.json()["error"]["message"]
+    model = web.post("/v1/translate", json={"texts": ["Hola"], "model": "nobody"})
+    assert model.status_code == 404 and model.json()["error"]["status"] == "NOT_FOUND"
+    options = web.post("/v1/translate", json={"texts": ["Hola"], "options": {"beamSize": 0}})
+    assert options.status_code == 400 and "beam_size" in options.json()["error"]["message"]
+    timeout = web.post(
+        "/v1/translate", json={"texts": ["Hola"]}, headers={"x-request-timeout": "x"}
+    )
+    assert timeout.status_code == 400 and "x-request-timeout" in timeout.json()["error"]["message"]
+    not_json = web.post("/v1/score", content=b"{", headers={"content-type": "application/json"})
+    assert not_json.status_code == 400
+
+
+def test_a_passed_deadline_is_504_and_other_calls_go_on(web):
+    slow = {"texts": [" ".join(SENTENCES * 20)], "options": {"beamSize": 8}}
+    with ThreadPoolExecutor(2) as pool:
+        late = pool.submit(
+            web.post, "/v1/translate", json=slow, headers={"x-request-timeout": "0.05"}
+        )
+        fine = pool.submit(web.post, "/v1/translate", json={"texts": SENTENCES[:1]})
+        assert late.result().status_code == 504
+        assert late.result().json()["error"]["status"] == "DEADLINE_EXCEEDED"
+        assert fine.result().status_code == 200
+
+
+def test_a_stream_is_partials_then_the_result(web):
+    text = "Hola amigo. El perro come pan. Buenos días."
+    answer = web.post("/v1/translate:stream", json={"text": text})
+    assert answer.status_code == 200
+    assert answer.headers["content-type"].startswith("text/event-stream")
+    found = events(answer.text)
+    assert [kind for kind, _ in found] == ["message"] * len(found)
+    assert all("partial" in data for _, data in found[:-1]) and len(found) >= 2
+    result = found[-1][1]["result"]
+    whole = web.post("/v1/translate", json={"texts": [text]}).json()
+    assert result["translations"] == whole["translations"]
+    refused = web.post("/v1/translate:stream", json={"text": ""})
+    assert refused.status_code == 400 and refused.json()["error"]["message"].startswith("text:")
+
+
+def test_caption_as_base64_json_and_as_an_upload(http_server, web):
+    image = IMAGE.read_bytes()
+    stub = caption_pb2_grpc.CaptionServiceStub(http_server.channel)
+    expected = json_format.MessageToDict(
+        stub.Caption(caption_pb2.CaptionRequest(images=[image], return_attention=True))
+    )
+    import base64
+
+    body = {"images": [base64.b64encode(image).decode()], "returnAttention": True}
+    as_json = web.post("/v1/caption", json=body)
+    assert as_json.status_code == 200 and as_json.json() == expected
+    assert as_json.json()["captions"][0]["hypotheses"][0]["attention"]
+    upload = web.post(
+        "/v1/caption",
+        files=[("images", ("scene.png", image, "image/png"))],
+        data={"returnAttention": "true"},
+    )
+    assert upload.status_code == 200 and upload.json() == expected
+    broken = web.post("/v1/caption", files=[("images", ("x.png", b"not an image", "image/png"))])
+    assert broken.status_code == 400 and "images[0]" in broken.json()["error"]["message"]
+
+
+def test_score_health_models_and_the_document(web):
+    score = web.post("/v1/score", json={"pairs": [{"source": "Hola", "target": "Hello"}]})
+    assert score.status_code == 200 and score.json()["scores"][0]["logProb"] < 0
+    assert web.get("/v1/health").json() == {"status": "SERVING"}
+    models = {m["name"]: m for m in web.get("/v1/models").json()["models"]}
+    assert models["translator"]["languages"] == {"source": ["es"], "target": ["en"]}
+    assert models["captioner"]["service"] == "attnserve.v1.CaptionService"
+    document = web.get("/openapi.json").json()
+    for path in ("/v1/translate", "/v1/translate:stream", "/v1/score", "/v1/caption", "/translate"):
+        assert path in document["paths"], path
+    schema = document["components"]["schemas"]["attnserve.v1.TranslateRequest"]
+    assert schema["properties"]["texts"] == {"type": "array", "items": {"type": "string"}}
+    assert web.get("/docs", follow_redirects=True).status_code == 200
+
+
+def test_http_calls_are_counted_under_their_own_method_label(http_server, web):
+    calls = "attnserve_request_duration_seconds_count"
+    before = http_server.value(calls, method="http/Score", code="OK")
+    web.post("/v1/score", json={"pairs": [{"source": "Hola", "target": "Hello"}]})
+    after = http_server.value(calls, method="http/Score", code="OK")
+    assert after == before + 1
+
+
+def test_libretranslate_clients_own_calls(http_server):
+    client = LibreTranslateAPI(http_server.http_url + "/")
+    assert client.translate("Buenos días.", "es", "en") == "Good morning."
+    assert client.detect("¿Dónde está la estación de tren?")[0]["language"] == "es"
+    assert client.languages() == [
+        {"code": "en", "name": "English", "targets": []},
+        {"code": "es", "name": "Spanish", "targets": ["en"]},
+    ]
+
+
+def test_libretranslate_json_lists_auto_html_alternatives_and_errors(web):
+    listed = web.post("/translate", json={"q": SENTENCES, "source": "auto", "target": "en"})
+    assert listed.status_code == 200
+    body = listed.json()
+    assert len(body["translatedText"]) == 3 and body["translatedText"][0] == "Hello, how are you?"
+    assert [d["language"] for d in body["detectedLanguage"]] == ["es"] * 3
+    html = web.post(
+        "/translate",
+        json={
+            "q": "<p>El perro <b>come</b> pan.</p>",
+            "source": "es",
+            "target": "en",
+            "format": "html",
+        },
+    )
+    assert (
+        html.json()["translatedText"].startswith("<p>") and "<b>" in html.json()["translatedText"]
+    )
+    more = web.post(
+        "/translate",
+        data={"q": "Buenos días.", "source": "es", "target": "en", "alternatives": "2"},
+    )
+    assert (
+        len(more.json()["alternatives"]) <= 2 and more.json()["translatedText"] == "Good morning."
+    )
+    for body, message in (
+        ({"source": "es", "target": "en"}, "Invalid request: missing q parameter"),
+        ({"q": "Hola", "target": "en"}, "Invalid request: missing source parameter"),
+        ({"q": "Hola", "source": "es", "target": "fr"}, "fr is not supported"),
+        ({"q": "Hola", "source": "de", "target": "en"}, "de is not supported"),
+        ({"q": "Hola", "source": "en", "target": "en"}, "en is not supported"),
+        (
+            {"q": "Hola", "source": "es", "target": "en", "format": "pdf"},
+            "pdf format is not supported",
+        ),
+    ):
+        answer = web.post("/translate", json=body)
+        assert answer.status_code == 400 and answer.json() == {"error": message}, body
+
+
+def test_libretranslate_files_round_trip(web):
+    sent = web.post(
+        "/translate_file",
+        data={"source": "es", "target": "en"},
+        files={
+            "file": ("carta.txt", "Buenos días.\n\nEl perro come pan.\n".encode(), "text/plain")
+        },
+    )
+    assert sent.status_code == 200
+    url = sent.json()["translatedFileUrl"]
+    assert url.startswith(str(web.base_url)) and url.endswith(".carta.txt")
+    got = web.get(url)
+    assert got.status_code == 200 and "carta.txt" in got.headers["content-disposition"]
+    assert got.text.startswith("Good morning.\n\n")
+    assert web.get("/download_file/nothing.txt").status_code == 400
+    refused = web.post(
+        "/translate_file",
+        data={"source": "es", "target": "en"},
+        files={"file": ("a.pdf", b"%PDF", "application/pdf")},
+    )
+    assert refused.json() == {"error": "Invalid request: file format not supported"}
+    settings = web.get("/frontend/settings").json()
+    assert settings["filesTranslation"] and ".txt" in settings["supportedFilesFormat"]
+    assert web.get("/health").json() == {"status": "ok"}
+
+
+def test_tokens_are_bearer_headers_and_libretranslate_keys(start_server):
+    secured = start_server(
+        "--workers", "1", "--http-listen", "127.0.0.1:0",
+        "--auth-tokens", f"{TOKEN};{CAPTION_ONLY} caption",
+    )  # fmt: skip
+    with httpx.Client(base_url=secured.http_url, timeout=60) as web:
+        body = {"texts": ["Hola"]}
+        assert web.post("/v1/translate", json=body).status_code == 401
+        wrong = web.post(
+            "/v1/translate", json=body, headers={"authorization": f"Bearer {CAPTION_ONLY}"}
+        )
+        assert wrong.status_code == 403 and wrong.json()["error"]["status"] == "PERMISSION_DENIED"
+        right = web.post("/v1/translate", json=body, headers={"authorization": f"Bearer {TOKEN}"})
+        assert right.status_code == 200
+        assert web.get("/v1/health").status_code == 200  # probes need no token
+        keyless = web.post("/translate", json={"q": "Hola", "source": "es", "target": "en"})
+        assert keyless.status_code == 400 and "API key" in keyless.json()["error"]
+        bad = web.post(
+            "/translate", json={"q": "Hola", "source": "es", "target": "en", "api_key": "x" * 20}
+        )
+        assert bad.status_code == 403 and bad.json() == {"error": "Invalid API key"}
+        assert web.get("/frontend/settings").json()["keyRequired"] is True
+    client = LibreTranslateAPI(secured.http_url + "/", api_key=TOKEN)
+    assert client.translate("Buenos días.", "es", "en") == "Good morning."
+    assert secured.value("attnserve_auth_refused_calls_total", code="UNAUTHENTICATED") >= 1
