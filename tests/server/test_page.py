@@ -1,0 +1,106 @@
+"""The page at / in headless Chromium (Debian's, driven by its chromedriver): a translation
+with its alignments, and a caption with each word's attention drawn over the image; the
+screenshots are checked, not just taken. The API's forms at /docs send their requests."""
+
+from __future__ import annotations
+
+import io
+import shutil
+
+import httpx
+import numpy as np
+import pytest
+from helpers import ROOT
+from PIL import Image
+
+webdriver = pytest.importorskip("selenium.webdriver")
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+
+CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
+pytestmark = pytest.mark.skipif(
+    not (CHROMIUM and DRIVER), reason="chromium and chromium-driver are installed by ./dev.sh"
+)
+TEXT = "El perro come pan. ¿Dónde está la estación de tren?"
+
+
+@pytest.fixture(scope="module")
+def page_server(start_server):
+    return start_server("--workers", "1", "--http-listen", "127.0.0.1:0")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
+                     "--window-size=1280,1800", "--disable-gpu"):  # fmt: skip
+        options.add_argument(argument)
+    driver = webdriver.Chrome(service=Service(DRIVER), options=options)
+    driver.set_page_load_timeout(60)
+    yield driver
+    driver.quit()
+
+
+def screenshot(element) -> np.ndarray:
+    return np.asarray(Image.open(io.BytesIO(element.screenshot_as_png)).convert("RGB"), float)
+
+
+def test_the_page_translates_with_alignments(page_server, browser, tmp_path):
+    browser.get(page_server.http_url + "/")
+    wait = WebDriverWait(browser, 60)
+    wait.until(lambda d: d.find_element(By.ID, "health").text == "SERVING")
+    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#translator option")) == 1)
+    source = browser.find_element(By.ID, "source")
+    source.clear()
+    source.send_keys(TEXT)
+    browser.find_element(By.ID, "translate-button").click()
+    wait.until(lambda d: d.find_element(By.ID, "translation").text not in ("", "…"))
+    expected = httpx.post(
+        page_server.http_url + "/v1/translate",
+        json={"texts": [TEXT], "options": {"beamSize": 4}},
+        timeout=60,
+    ).json()["translations"][0]
+    assert browser.find_element(By.ID, "translation").text == expected["hypotheses"][0]["text"]
+    tables = browser.find_elements(By.CSS_SELECTOR, "#alignments table")
+    assert len(tables) == len(expected["sentences"]) == 2
+    rows = tables[0].find_elements(By.CSS_SELECTOR, "tbody tr")
+    assert len(rows) >= 3  # a row per target token of the first sentence
+    shot = screenshot(tables[0])
+    assert shot.std() > 10  # shaded cells, not a blank table
+    browser.save_screenshot(str(tmp_path / "translate.png"))
+    assert Image.open(tmp_path / "translate.png").size[0] >= 1000
+
+
+def test_the_page_captions_and_draws_where_each_word_looked(page_server, browser):
+    browser.get(page_server.http_url + "/#caption")
+    wait = WebDriverWait(browser, 60)
+    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#captioner option")) == 1)
+    browser.find_element(By.ID, "image").send_keys(str(ROOT / "examples" / "scene.png"))
+    browser.find_element(By.ID, "caption-button").click()
+    wait.until(lambda d: d.find_element(By.ID, "caption-text").text not in ("", "…"))
+    caption = browser.find_element(By.ID, "caption-text").text
+    figures = wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#attention figure"))
+    words = [f.find_element(By.TAG_NAME, "figcaption").text for f in figures]
+    assert "".join(words).replace("▁", " ").replace("</s>", "").strip() == caption
+    shots = [screenshot(f.find_element(By.TAG_NAME, "canvas")) for f in figures]
+    for shot in shots:  # the image shows through the brightest cells, the rest is darkened
+        assert shot.max() > 150 and shot.std() > 15
+    # the words looked at different places: their drawings differ
+    distinct = {tuple(np.round(s.mean(axis=(0, 1)), 0)) + (round(s.std(), 0),) for s in shots}
+    assert len(distinct) >= len(shots) // 2
+
+
+def test_the_api_forms_send_requests(page_server, browser):
+    browser.get(page_server.http_url + "/docs")
+    wait = WebDriverWait(browser, 60)
+    sections = wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#operations section"))
+    titles = [s.find_element(By.TAG_NAME, "h2").text for s in sections]
+    assert "POST /v1/translate" in titles and "GET /v1/models" in titles
+    models = sections[titles.index("GET /v1/models")]
+    models.find_element(By.TAG_NAME, "button").click()
+    output = models.find_element(By.TAG_NAME, "pre")
+    wait.until(lambda d: output.text.startswith("200"))
+    assert '"translator"' in output.text
