@@ -68,8 +68,11 @@ install_node_packages() {
   # Debian's nodejs and npm where the machine has no Node.js of its own (a Node.js from
   # elsewhere carries its npm, which Debian's npm package conflicts with)
   command -v npm >/dev/null || install_debian_packages nodejs npm
-  [ -d examples/node/node_modules ] \
-    || npm ci --prefix examples/node --no-audit --no-fund --loglevel=error >/dev/null
+  local project
+  for project in examples/node tests/server/node; do  # the latter: LibreTranslate's npm client
+    [ -d "$project/node_modules" ] \
+      || npm ci --prefix "$project" --no-audit --no-fund --loglevel=error >/dev/null
+  done
 }
 
 export_variants() {

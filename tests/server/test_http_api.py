@@ -5,6 +5,8 @@ its own client (libretranslatepy from PyPI) and raw requests call it; tokens as 
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -19,6 +21,7 @@ SENTENCES = ["Hola, ¿cómo estás?", "El perro come pan.", "Buenos días."]
 TOKEN = "http-test-token-0123456789"
 CAPTION_ONLY = "http-caption-token-0123456789"
 IMAGE = ROOT / "examples" / "scene.png"
+NODE_CLIENT = ROOT / "tests" / "server" / "node"  # LibreTranslate's npm client, as published
 
 
 @pytest.fixture(scope="module")
@@ -155,6 +158,33 @@ def test_libretranslate_clients_own_calls(http_server):
     ]
 
 
+def npm_translate(url: str, **options) -> str:
+    """libretranslate's `translate` (npm) run in Node.js; its result as JSON text."""
+    node = shutil.which("node")
+    assert node, "node is installed by ./dev.sh"
+    assert (NODE_CLIENT / "node_modules").is_dir(), "npm ci --prefix tests/server/node (./dev.sh)"
+    script = (
+        "require('libretranslate').translate(JSON.parse(process.argv[1]))"
+        ".then(t => console.log(JSON.stringify(t)), e => { console.error(e); process.exit(1); })"
+    )
+    argument = json.dumps({"apiurl": url, **options})
+    done = subprocess.run(
+        [node, "-e", script, argument], cwd=NODE_CLIENT, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_libretranslates_npm_client_unchanged(http_server):
+    url = http_server.http_url
+    assert npm_translate(url, query="Buenos días.", source="es", target="en") == "Good morning."
+    assert npm_translate(url, query="El perro come pan.", target="en") == "The dog eats bread."
+    html = npm_translate(
+        url, query="<p>El perro <b>come</b>.</p>", source="es", target="en", format="html"
+    )
+    assert html.startswith("<p>") and "<b>" in html
+
+
 def test_libretranslate_json_lists_auto_html_alternatives_and_errors(web):
     listed = web.post("/translate", json={"q": SENTENCES, "source": "auto", "target": "en"})
     assert listed.status_code == 200
@@ -245,4 +275,9 @@ def test_tokens_are_bearer_headers_and_libretranslate_keys(start_server):
         assert web.get("/frontend/settings").json()["keyRequired"] is True
     client = LibreTranslateAPI(secured.http_url + "/", api_key=TOKEN)
     assert client.translate("Buenos días.", "es", "en") == "Good morning."
+    # the npm client sends its key as apiKey
+    keyed = npm_translate(
+        secured.http_url, query="Buenos días.", source="es", target="en", apiKey=TOKEN
+    )
+    assert keyed == "Good morning."
     assert secured.value("attnserve_auth_refused_calls_total", code="UNAUTHENTICATED") >= 1

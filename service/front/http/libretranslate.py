@@ -141,7 +141,8 @@ class LibreTranslateApi:
     def _authorize(self, request: Request, values: dict) -> None:
         if not self.tokens:
             return
-        key = values.get("api_key") or header_token(request)
+        # api_key as LibreTranslate reads it; apiKey as its npm client sends it
+        key = values.get("api_key") or values.get("apiKey") or header_token(request)
         if not key:
             raise BadRequest("Please contact the server operator to get an API key")
         try:
