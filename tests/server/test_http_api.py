@@ -247,7 +247,41 @@ def test_libretranslate_files_round_trip(web):
     )
     assert refused.json() == {"error": "Invalid request: file format not supported"}
     settings = web.get("/frontend/settings").json()
-    assert settings["filesTranslation"] and ".txt" in settings["supportedFilesFormat"]
+    assert settings["supportedFilesFormat"] == [".txt", ".html", ".docx", ".odt"]
+
+
+def test_a_docx_comes_back_translated_with_its_bold_word_bold(web):
+    import io
+
+    import docx
+
+    document = docx.Document()
+    paragraph = document.add_paragraph("El perro ")
+    paragraph.add_run("come").bold = True
+    paragraph.add_run(" pan. La contraseña es incorrecta.")
+    document.add_table(rows=1, cols=1).cell(0, 0).text = "Buenos días."
+    sent = io.BytesIO()
+    document.save(sent)
+    answer = web.post(
+        "/translate_file",
+        data={"source": "es", "target": "en"},
+        files={"file": ("carta.docx", sent.getvalue())},
+    )
+    assert answer.status_code == 200, answer.text
+    back = docx.Document(io.BytesIO(web.get(answer.json()["translatedFileUrl"]).content))
+    expected = web.post("/v1/translate", json={"texts": [paragraph.text]}).json()
+    translated = back.paragraphs[0]
+    assert translated.text == expected["translations"][0]["hypotheses"][0]["text"]
+    assert [r.text for r in translated.runs if r.bold] == [" eats"]
+    assert back.tables[0].cell(0, 0).text == "Good morning."
+    broken = web.post(
+        "/translate_file",
+        data={"source": "es", "target": "en"},
+        files={"file": ("x.docx", b"not a document")},
+    )
+    assert broken.status_code == 400 and broken.json()["error"].startswith(
+        "Invalid request: x.docx"
+    )
     assert web.get("/health").json() == {"status": "ok"}
 
 

@@ -15,15 +15,18 @@ keys when they are off.
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from pathlib import Path
 
 import grpc
+from google.protobuf.json_format import MessageToDict
 from starlette.datastructures import UploadFile
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Route
 
+from service.front.http import files
 from service.front.http.calls import (
     Aborted,
     HttpContext,
@@ -34,8 +37,10 @@ from service.front.http.calls import (
     within,
 )
 from service.runtime import languages
+from service.runtime.requests import MAX_TEXTS
 from service.wire.v1 import decoding_pb2, translation_pb2
 
+log = logging.getLogger("attnserve")
 # LibreTranslate's status for each gRPC status a call can end with (else 500)
 STATUS = {
     grpc.StatusCode.INVALID_ARGUMENT: 400,
@@ -48,7 +53,6 @@ STATUS = {
     grpc.StatusCode.UNAVAILABLE: 503,
     grpc.StatusCode.DEADLINE_EXCEEDED: 504,
 }
-FILE_FORMATS = (".txt", ".html")
 FRONTEND_TIMEOUT_MS = 500  # how long LibreTranslate's page waits after typing
 
 
@@ -243,26 +247,33 @@ class LibreTranslateApi:
             if not filename:
                 raise BadRequest("Invalid request: empty file")
             suffix = Path(filename).suffix.lower()
-            if suffix not in FILE_FORMATS:
+            if suffix not in files.FORMATS:
                 raise BadRequest("Invalid request: file format not supported")
             self._authorize(request, values)
             try:
-                text = (await upload.read()).decode("utf-8")
-            except UnicodeDecodeError as bad:
-                raise BadRequest(f"Invalid request: not UTF-8 text (byte {bad.start})") from None
-            name, _, _ = self._route(str(source), str(target), [text[:2000]])
-            text_format = "html" if suffix == ".html" else "text"
-            message = _translate_message(name, [text], text_format, 0)
-            response = await self._call(request, message, "translate_file")
+                document = files.read_file(suffix, await upload.read())
+            except (ValueError, UnicodeDecodeError) as bad:
+                raise BadRequest(f"Invalid request: {filename}: {bad}") from None
+            texts = [p.text for p in document.paragraphs]
+            name, _, _ = self._route(str(source), str(target), [" ".join(texts)[:2000]])
+            for start in range(0, len(texts), MAX_TEXTS):
+                chunk = document.paragraphs[start : start + MAX_TEXTS]
+                message = _translate_message(name, [p.text for p in chunk], document.text_format, 0)
+                message.options.return_alignment = any(len(p.runs) > 1 for p in chunk)
+                response = await self._call(request, message, "translate_file")
+                for paragraph, translation in zip(chunk, response.translations, strict=True):
+                    paragraph.write(files.segments(paragraph.runs, MessageToDict(translation)))
         except BadRequest as bad:
             return error(bad.status, str(bad))
         except Aborted as aborted:
             return refusal(aborted)
         stored = f"{uuid.uuid4()}.{filename}"
         self.files.mkdir(parents=True, exist_ok=True)
-        (self.files / stored).write_text(
-            response.translations[0].hypotheses[0].text, encoding="utf-8"
-        )
+        try:
+            (self.files / stored).write_bytes(document.save())
+        except OSError as failed:
+            log.error("translate_file: %s", failed)
+            return error(500, f"Cannot translate file: {failed}")
         url = str(request.url_for("download_file", name=stored))
         return JSONResponse({"translatedFileUrl": url})
 
@@ -285,7 +296,7 @@ class LibreTranslateApi:
                 "keyRequired": bool(self.tokens),
                 "suggestions": False,
                 "filesTranslation": True,
-                "supportedFilesFormat": list(FILE_FORMATS),
+                "supportedFilesFormat": list(files.FORMATS),
                 "language": {
                     "source": {"code": "auto", "name": "Auto Detect"},
                     "target": {"code": first, "name": languages.name(first)},

@@ -1,0 +1,273 @@
+"""Files translated whole, as LibreTranslate's `translate_file` takes them: .txt, .html, .docx
+(python-docx) and .odt (odfpy). A document is read into paragraphs, each a list of runs (spans
+of one character formatting); each paragraph is translated as one text, and its translation
+is cut back into runs by the alignment: every target word goes to the run of the source
+word it attends to most, so a bold word stays bold where its translation lands. Paragraph
+styles, tables, lists, headers and footers stay as they are.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+
+FORMATS = (".txt", ".html", ".docx", ".odt")
+WORD = "\u2581"  # SentencePiece's word start
+
+
+@dataclass
+class Paragraph:
+    runs: list[str]  # the text of each run, in order
+    write: Callable[[list[tuple[int, str]]], None]  # (run, text) segments -> the paragraph
+
+    @property
+    def text(self) -> str:
+        return "".join(self.runs)
+
+
+@dataclass
+class File:
+    paragraphs: list[Paragraph]
+    text_format: str  # "plain" or "html": how each paragraph's text is read
+    save: Callable[[], bytes]
+
+
+def read_file(suffix: str, data: bytes) -> File:
+    """The paragraphs of a file; ValueError when it cannot be read as its suffix says."""
+    if suffix in (".txt", ".html"):
+        holder: list[str] = [data.decode("utf-8")]
+
+        def write(segments):
+            holder[0] = "".join(text for _, text in segments)
+
+        paragraph = Paragraph([holder[0]], write)
+        return File(
+            [paragraph], "html" if suffix == ".html" else "plain", lambda: holder[0].encode()
+        )
+    if suffix == ".docx":
+        return _docx(data)
+    if suffix == ".odt":
+        return _odt(data)
+    raise ValueError(f"{suffix}: not one of {FORMATS}")
+
+
+# -- where a translation's words go -----------------------------------------------------------
+
+
+def segments(runs: list[str], translation: dict) -> list[tuple[int, str]]:
+    """A translated paragraph as (run, text) segments, from the /v1 JSON of its translation
+    (with alignments): each target word in the run of the source word it attends to most;
+    a sentence whose words cannot be matched goes whole to the run most of it came from."""
+    target = translation["hypotheses"][0]["text"]
+    if len(runs) == 1:
+        return [(0, target)]
+    starts, position = [], 0
+    for text in runs:  # the source character each run starts at
+        starts.append(position)
+        position += len(text)
+    placed: list[tuple[int, str]] = []
+    written = 0
+    sentences = translation.get("sentences", [])
+    whole = translation["hypotheses"][0].get("alignment")  # a text of one sentence has it here
+    for sentence in sentences:
+        begin, end = sentence.get("targetStart", 0), sentence.get("targetEnd", 0)
+        if begin > written:  # what lies between sentences goes with the one before
+            placed.append((placed[-1][0] if placed else 0, target[written:begin]))
+        source = (sentence.get("sourceStart", 0), sentence.get("sourceEnd", 0))
+        alignment = sentence.get("alignment") or (whole if len(sentences) == 1 else None)
+        placed += _sentence(starts, source, target[begin:end], alignment)
+        written = end
+    if written < len(target):
+        placed.append((placed[-1][0] if placed else 0, target[written:]))
+    merged: list[tuple[int, str]] = []
+    for run, text in placed:
+        if merged and merged[-1][0] == run:
+            merged[-1] = (run, merged[-1][1] + text)
+        elif text:
+            merged.append((run, text))
+    return merged or [(0, "")]
+
+
+def _run_at(starts: list[int], character: int) -> int:
+    run = 0
+    for i, start in enumerate(starts):
+        if start <= character:
+            run = i
+    return run
+
+
+def _words(pieces: list[str]) -> list[list[int]]:
+    """Piece indices grouped into words (a word starts at a piece with WORD)."""
+    words: list[list[int]] = []
+    for i, piece in enumerate(pieces):
+        if piece == "</s>":
+            continue
+        if piece.startswith(WORD) or not words:
+            words.append([i])
+        else:
+            words[-1].append(i)
+    return words
+
+
+def _sentence(starts, source: tuple[int, int], target: str, alignment) -> list[tuple[int, str]]:
+    begin, end = source
+    if not alignment:
+        return [(_run_at(starts, (begin + end) // 2), target)]
+    pieces_in, pieces_out = alignment["sourceTokens"], alignment["targetTokens"]
+    weights = alignment["weights"]
+    # each source piece's character in the sentence, by the pieces' lengths
+    lengths = [len(p.replace(WORD, " ")) if p != "</s>" else 0 for p in pieces_in]
+    total = sum(lengths) or 1
+    at, characters = 0, []
+    for length in lengths:
+        characters.append(begin + round((at + length / 2) / total * (end - begin)))
+        at += length
+    piece_run = []
+    for t in range(len(pieces_out)):
+        row = weights[t * len(pieces_in) : (t + 1) * len(pieces_in)]
+        best = max(range(len(row)), key=lambda s: (row[s], -s)) if row else 0
+        if pieces_in and pieces_in[best] == "</s>" and len(row) > 1:  # the end says nothing
+            best = max(range(len(row) - 1), key=lambda s: row[s])
+        piece_run.append(_run_at(starts, characters[best]) if characters else 0)
+    words = _words(pieces_out)
+    spaced = target.split(" ")
+    if len(words) != len(spaced):  # the text is not the pieces' (items put back): whole
+        said = [run for run, piece in zip(piece_run, pieces_out, strict=True) if piece != "</s>"]
+        runs = Counter(said).most_common(1)
+        return [(runs[0][0] if runs else 0, target)]
+    placed = []
+    for i, (word, text) in enumerate(zip(words, spaced, strict=True)):
+        run = Counter(piece_run[p] for p in word).most_common(1)[0][0]
+        placed.append((run, (" " if i else "") + text))
+    return placed
+
+
+# -- .docx ------------------------------------------------------------------------------------
+
+
+def _docx(data: bytes) -> File:
+    import docx
+
+    try:
+        document = docx.Document(io.BytesIO(data))
+    except Exception as error:  # python-docx raises several kinds for a file that is not one
+        raise ValueError(f"not a .docx file ({error})") from None
+    paragraphs = []
+    for paragraph in _docx_paragraphs(document):
+        runs = list(paragraph.runs)
+        if not "".join(r.text for r in runs).strip():
+            continue
+        paragraphs.append(Paragraph([r.text for r in runs], _docx_writer(paragraph, runs)))
+
+    def save() -> bytes:
+        out = io.BytesIO()
+        document.save(out)
+        return out.getvalue()
+
+    return File(paragraphs, "plain", save)
+
+
+def _docx_paragraphs(document):
+    def of(container):
+        yield from container.paragraphs
+        for table in getattr(container, "tables", ()):
+            for row in table.rows:
+                for cell in row.cells:
+                    yield from of(cell)
+
+    yield from of(document)
+    for section in document.sections:
+        for part in (section.header, section.footer):
+            if not part.is_linked_to_previous:
+                yield from of(part)
+
+
+def _docx_writer(paragraph, runs):
+    from docx.text.run import Run
+
+    def write(placed: list[tuple[int, str]]) -> None:
+        anchor = runs[0]._r
+        for run, text in placed:
+            element = copy.deepcopy(runs[run]._r)
+            anchor.addprevious(element)
+            Run(element, paragraph).text = text
+        for run in runs:
+            run._r.getparent().remove(run._r)
+
+    return write
+
+
+# -- .odt -------------------------------------------------------------------------------------
+
+
+def _odt(data: bytes) -> File:
+    from odf import teletype, text
+    from odf.element import Text
+    from odf.namespaces import TEXTNS
+    from odf.opendocument import load
+
+    try:
+        document = load(io.BytesIO(data))
+    except Exception as error:  # odfpy raises several kinds for a file that is not one
+        raise ValueError(f"not an .odt file ({error})") from None
+    paragraphs = []
+    span = (TEXTNS, "span")
+    for element in [*document.getElementsByType(text.P), *document.getElementsByType(text.H)]:
+        children = list(element.childNodes)
+        simple = all(
+            isinstance(c, Text)
+            or (c.qname == span and all(isinstance(g, Text) for g in c.childNodes))
+            for c in children
+        )
+        if simple:
+            runs = [c.data if isinstance(c, Text) else teletype.extractText(c) for c in children]
+            if "".join(runs).strip():
+                paragraphs.append(Paragraph(runs, _odt_writer(element, children)))
+            continue
+        for child in children:  # tabs, breaks, links...: each piece of text on its own
+            if isinstance(child, Text) and child.data.strip():
+                paragraphs.append(Paragraph([child.data], _odt_text_writer(child)))
+
+    def save() -> bytes:
+        out = io.BytesIO()
+        document.write(out)
+        return out.getvalue()
+
+    return File(paragraphs, "plain", save)
+
+
+def _odt_writer(element, children):
+    from odf import teletype
+    from odf.element import Text
+
+    def write(placed: list[tuple[int, str]]) -> None:
+        for child in children:
+            if isinstance(child, Text):  # odfpy's removeChild takes elements only
+                element.childNodes.remove(child)
+                child.parentNode = None
+            else:
+                element.removeChild(child)
+        for run, value in placed:
+            original = children[run]
+            if isinstance(original, Text):
+                element.addText(value)
+            else:
+                clone = original.__class__(
+                    qname=original.qname,
+                    qattributes=dict(original.attributes),
+                    check_grammar=False,
+                )
+                teletype.addTextToElement(clone, value)
+                element.appendChild(clone)
+
+    return write
+
+
+def _odt_text_writer(node):
+    def write(placed: list[tuple[int, str]]) -> None:
+        node.data = "".join(value for _, value in placed)
+
+    return write
