@@ -128,7 +128,19 @@ def test_an_odt_keeps_its_spans_and_what_sits_between_its_texts():
     assert kinds == ["Hello.", "tab", "Goodbye."]
 
 
-def test_text_and_html_are_one_paragraph_and_other_files_are_refused():
+def test_a_text_file_is_its_blocks_between_blank_lines():
+    content = "Hola.\nAdiós.\n\n  \nBuenos días.\n" + "Uno. " * 30_000
+    read = files.read_file(".txt", content.encode())
+    assert [p.runs for p in read.paragraphs] == [
+        ["Hola.\nAdiós."],
+        ["Buenos días.\n" + "Uno. " * 30_000],
+    ]
+    read.paragraphs[0].write([(0, "Hello.\nGoodbye.")])
+    read.paragraphs[1].write([(0, "Good morning.")])
+    assert read.save().decode() == "Hello.\nGoodbye.\n\n  \nGood morning."
+
+
+def test_html_is_one_paragraph_and_other_files_are_refused():
     read = files.read_file(".html", b"<p>Hola</p>")
     assert read.text_format == "html" and read.paragraphs[0].runs == ["<p>Hola</p>"]
     read.paragraphs[0].write([(0, "<p>Hello</p>")])

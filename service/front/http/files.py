@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import io
+import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -37,7 +38,9 @@ class File:
 
 def read_file(suffix: str, data: bytes) -> File:
     """The paragraphs of a file; ValueError when it cannot be read as its suffix says."""
-    if suffix in (".txt", ".html"):
+    if suffix == ".txt":
+        return _text(data.decode("utf-8"))
+    if suffix == ".html":
         holder: list[str] = [data.decode("utf-8")]
 
         def write(segments):
@@ -52,6 +55,20 @@ def read_file(suffix: str, data: bytes) -> File:
     if suffix == ".odt":
         return _odt(data)
     raise ValueError(f"{suffix}: not one of {FORMATS}")
+
+
+def _text(content: str) -> File:
+    """A text file's paragraphs: its blocks between blank lines (a file of any length)."""
+    parts = re.split(r"(\n[ \t]*\n\s*)", content)  # blocks, and the blank lines after each
+    paragraphs = []
+    for i, part in enumerate(parts):
+        if i % 2 == 0 and part.strip():
+
+            def write(placed, i=i):
+                parts[i] = "".join(value for _, value in placed)
+
+            paragraphs.append(Paragraph([part], write))
+    return File(paragraphs, "plain", lambda: "".join(parts).encode())
 
 
 # -- where a translation's words go -----------------------------------------------------------
