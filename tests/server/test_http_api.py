@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
@@ -315,3 +316,24 @@ def test_tokens_are_bearer_headers_and_libretranslate_keys(start_server):
     )
     assert keyed == "Good morning."
     assert secured.value("attnserve_auth_refused_calls_total", code="UNAUTHENTICATED") >= 1
+
+
+def test_a_drain_finishes_http_calls_in_flight_and_refuses_new_ones(start_server):
+    server = start_server(
+        "--workers", "1", "--drain-seconds", "150", "--http-listen", "127.0.0.1:0"
+    )  # fmt: skip
+    long = {"texts": [" ".join(SENTENCES * 12)] * 2, "options": {"beamSize": 8}}
+    late = {"q": "Hola", "source": "es", "target": "en"}
+    with ThreadPoolExecutor(1) as pool, httpx.Client(base_url=server.http_url, timeout=180) as web:
+        running = pool.submit(httpx.post, server.http_url + "/v1/translate", json=long, timeout=180)
+        server.wait_for(lambda: server.value("attnserve_batch_rows_in_use") > 0, what="running")
+        server.process.send_signal(signal.SIGTERM)
+        server.wait_for(lambda: web.get("/v1/health").status_code == 503, what="drain")
+        refused = web.post("/v1/translate", json={"texts": ["Hola."]})
+        assert refused.status_code == 503 and "draining" in refused.json()["error"]["message"]
+        assert web.post("/translate", json=late).status_code == 503
+        assert web.get("/health").status_code == 503
+        assert not running.done()
+        finished = running.result(timeout=180)  # the call in flight finishes during the drain
+    assert finished.status_code == 200 and len(finished.json()["translations"]) == 2
+    assert server.process.wait(30) == 0

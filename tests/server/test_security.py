@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+import ssl
 import subprocess
 import sys
 import time
@@ -89,6 +90,8 @@ def secured(start_server, pki):
         str(ca),
         "--auth-tokens-file",
         str(pki["tokens"]),
+        "--http-listen",
+        "127.0.0.1:0",
         wait=False,
     )
 
@@ -163,6 +166,32 @@ def test_the_command_line_client_speaks_mutual_tls_with_a_token(secured, pki, tm
     assert refused.returncode == 1 and "UNAUTHENTICATED" in refused.stderr
     health = subprocess.run([*base, "health", *tls], capture_output=True, text=True, timeout=60)
     assert health.returncode == 0 and health.stdout.strip() == "SERVING"
+
+
+def test_http_speaks_the_same_mutual_tls_and_tokens(secured, pki):
+    import httpx
+
+    _ready(secured)
+    url = f"https://127.0.0.1:{secured.state()['http_port']}"
+    (cert, key), (ca, _) = pki["client"], pki["ca"]
+    body = {"texts": ["Hola."]}
+    mutual = ssl.create_default_context(cafile=str(ca))
+    mutual.load_cert_chain(str(cert), str(key))
+    with httpx.Client(verify=mutual, timeout=60) as web:
+        assert web.post(f"{url}/v1/translate", json=body).status_code == 401  # no token
+        bearer = {"authorization": f"Bearer {TOKEN}"}
+        answer = web.post(f"{url}/v1/translate", json=body, headers=bearer)
+        assert answer.status_code == 200 and answer.json()["translations"]
+        caption_only = {"authorization": f"Bearer {CAPTION_ONLY}"}
+        assert web.post(f"{url}/v1/translate", json=body, headers=caption_only).status_code == 403
+    server_only = ssl.create_default_context(cafile=str(ca))
+    with (
+        httpx.Client(verify=server_only, timeout=10) as no_certificate,
+        pytest.raises(httpx.HTTPError),
+    ):
+        no_certificate.get(f"{url}/v1/health")  # refused in the handshake
+    with httpx.Client(timeout=10) as plain, pytest.raises(httpx.HTTPError):
+        plain.get(url.replace("https", "http") + "/v1/health")
 
 
 def test_token_entries_are_checked():

@@ -72,6 +72,14 @@ def http_socket(listen: str, reuse_port: bool) -> socket.socket:
     return sock
 
 
+class _Uvicorn(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self):
+        """Takes no signals: the front owns SIGTERM and SIGINT, and drains before this
+        server stops."""
+        yield
+
+
 class HttpServer:
     """uvicorn serving `app` on a socket of its own, as a task of the running loop."""
 
@@ -93,8 +101,7 @@ class HttpServer:
             timeout_graceful_shutdown=1,
             **tls,
         )
-        self.server = uvicorn.Server(settings)
-        self.server.install_signal_handlers = lambda: None  # the front owns the signals
+        self.server = _Uvicorn(settings)
         self.task: asyncio.Task | None = None
 
     @property
