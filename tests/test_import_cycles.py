@@ -16,6 +16,8 @@ def _modules() -> dict[str, Path]:
     for package in PACKAGES:
         for path in (ROOT / package).rglob("*.py"):
             parts = path.relative_to(ROOT).with_suffix("").parts
+            if any(part.startswith(".") for part in parts):  # a virtual environment, a cache
+                continue
             if parts[-1] == "__init__":
                 parts = parts[:-1]
             modules[".".join(parts)] = path

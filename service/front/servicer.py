@@ -50,7 +50,7 @@ class ModelServicer:
     methods: dict[str, Method]  # by method name
 
     def __init__(self, front):
-        self.front = front  # the state the services share (service.front.server.Front)
+        self.front = front  # the state the services share (service.front.state.Front)
 
     async def _events(self, call: Call):
         """The call's events until its result; cancels the job if the client goes away.

@@ -193,3 +193,18 @@ def test_a_pair_goes_to_the_translator_that_declares_it():
     assert (
         str(missing.value) == "German (de) is not available as a target language from Italian (it)"
     )
+
+
+def test_the_files_folder_is_the_configured_one_or_a_new_one(tmp_path):
+    from service.front import server
+    from service.front.config import ServerConfig
+
+    chosen = tmp_path / "translated" / "files"
+    assert server.http_files(ServerConfig(http_files=chosen)) == chosen and chosen.is_dir()
+    made = [server.http_files(ServerConfig()) for _ in range(2)]
+    try:
+        assert all(m.is_dir() and m.name.startswith("attnserve-files-") for m in made)
+        assert made[0] != made[1]  # one of its own each server
+    finally:
+        for folder in made:
+            folder.rmdir()

@@ -9,7 +9,7 @@ from dataclasses import FrozenInstanceError, replace
 import pytest
 
 from service.front.config import ServerConfig
-from service.front.server import CAPTION_SERVICE, TRANSLATION_SERVICE, default_models
+from service.front.registry import CAPTION_SERVICE, TRANSLATION_SERVICE, default_models
 from service.runtime.errors import InvalidArgument, ModelRepositoryError
 from service.runtime.kinds import kind_class
 from service.worker.messages import Failure, Partial, Report, Submit
@@ -65,7 +65,7 @@ def test_messages_are_frozen_and_cross_a_pipe_intact():
 def test_a_request_is_cut_into_jobs_that_each_fit_a_batch():
     import numpy as np
 
-    from service.front.server import Front
+    from service.front.state import Front
     from service.runtime.decoding import DecodingOptions
     from service.runtime.kinds import Prepared
 

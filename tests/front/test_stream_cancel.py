@@ -14,8 +14,9 @@ import numpy as np
 from service.front.config import ServerConfig
 from service.front.metrics import Metrics
 from service.front.pool import Call, CallState, WorkerPool
-from service.front.server import Front, TranslationServicer
 from service.front.servicer import Method
+from service.front.state import Front
+from service.front.translate import TranslationServicer
 from service.runtime.decoding import DecodingOptions
 from service.worker.messages import Job, Partial, Result, Timings
 

@@ -20,7 +20,7 @@ from test_images import handmade_png
 from test_translation_service import LONG, LONG_TEXTS
 
 from service import client
-from service.front.server import CAPTION_SERVICE, TRANSLATION_SERVICE
+from service.front.registry import CAPTION_SERVICE, TRANSLATION_SERVICE
 from service.runtime.decoding import DecodingOptions
 
 SEARCHES = {
