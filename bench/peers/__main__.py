@@ -1,0 +1,5 @@
+import sys
+
+from bench.peers.run import main
+
+sys.exit(main())
