@@ -153,7 +153,10 @@ def test_the_http_socket_listens_and_may_share_its_port():
         with pytest.raises(OSError):
             app.http_socket(f"127.0.0.1:{port}", reuse_port=False).close()
         with socket.create_connection(("127.0.0.1", port), timeout=2):
-            pass
+            first.setblocking(True)
+            accepted, _ = first.accept()
+            with accepted:  # a response's body does not wait for the client's delayed ACK
+                assert accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
     finally:
         first.close()
 
