@@ -211,3 +211,16 @@ def test_the_files_folder_is_the_configured_one_or_a_new_one(tmp_path):
     finally:
         for folder in made:
             folder.rmdir()
+
+
+def test_translated_files_are_kept_for_their_download_then_deleted(tmp_path):
+    import os
+    import time
+
+    old, new = tmp_path / "a.old.txt", tmp_path / "b.new.txt"
+    for path in (old, new):
+        path.write_text("x")
+    hour_ago = time.time() - 3600
+    os.utime(old, (hour_ago, hour_ago))
+    assert libretranslate.forget_old(tmp_path, libretranslate.KEEP_FILES_SECONDS) == 1
+    assert not old.exists() and new.exists()

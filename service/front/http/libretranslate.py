@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 import uuid
 from pathlib import Path
 
@@ -54,6 +55,7 @@ STATUS = {
     grpc.StatusCode.DEADLINE_EXCEEDED: 504,
 }
 FRONTEND_TIMEOUT_MS = 500  # how long LibreTranslate's page waits after typing
+KEEP_FILES_SECONDS = 1800.0  # a translated file waits this long for its download
 
 
 def error(status: int, message: str) -> JSONResponse:
@@ -269,6 +271,7 @@ class LibreTranslateApi:
             return refusal(aborted)
         stored = f"{uuid.uuid4()}.{filename}"
         self.files.mkdir(parents=True, exist_ok=True)
+        forget_old(self.files, KEEP_FILES_SECONDS)
         try:
             (self.files / stored).write_bytes(document.save())
         except OSError as failed:
@@ -308,6 +311,19 @@ class LibreTranslateApi:
         if self.front.serving and not self.front.draining:
             return JSONResponse({"status": "ok"})
         return error(503, "not serving: warming up or draining")
+
+
+def forget_old(folder: Path, seconds: float) -> int:
+    """Deletes the translated files of `folder` older than `seconds`; how many it deleted."""
+    oldest, deleted = time.time() - seconds, 0
+    for path in folder.iterdir():
+        try:
+            if path.is_file() and path.stat().st_mtime < oldest:
+                path.unlink()
+                deleted += 1
+        except FileNotFoundError:  # another front deleted it first
+            continue
+    return deleted
 
 
 def _best(ranked: list[tuple[str, float]]) -> tuple[str, float]:
