@@ -225,3 +225,38 @@ def _zombie(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
     except OSError:
         return True
+
+
+def test_fronts_share_the_http_port_and_the_files_they_translate(start_server):
+    import httpx
+
+    server = start_server("--workers", "1", "--fronts", "2", "--http-listen", "127.0.0.1:0")
+    state = server.wait()
+    (other,) = state["fronts"]
+    port = state["http_port"]
+    body = {"texts": TEXTS}
+    sessions = [httpx.Client(base_url=server.http_url, timeout=60) for _ in range(CHANNELS)]
+    try:
+        answers = [s.post("/v1/translate", json=body).json()["translations"] for s in sessions]
+        assert all(answer == answers[0] for answer in answers)
+        # the kernel spread the connections: both fronts serve HTTP on the one port
+        held = {pid: _connections(pid, port) for pid in (server.process.pid, other)}
+        assert all(held.values()) and sum(held.values()) >= CHANNELS, held
+        count = "attnserve_request_duration_seconds_count"
+        server.wait_for(
+            lambda: server.value(count, method="http/Translate", code="OK") == CHANNELS,
+            what="every HTTP call counted once",
+        )
+        # a file translated by one front downloads from whichever front a connection reaches
+        for i, session in enumerate(sessions[:4]):
+            sent = session.post(
+                "/translate_file",
+                data={"source": "es", "target": "en"},
+                files={"file": (f"carta{i}.txt", TEXTS[0].encode(), "text/plain")},
+            )
+            url = sent.json()["translatedFileUrl"]
+            for reader in sessions[4:8]:
+                assert reader.get(url).text == answers[0][0]["hypotheses"][0]["text"]
+    finally:
+        for session in sessions:
+            session.close()
