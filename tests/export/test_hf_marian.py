@@ -1,0 +1,99 @@
+"""Marian as the runtime's two graphs (export.hf.marian), in PyTorch against `transformers`'
+own model: the step's logits under teacher forcing, and greedy decodes equal to `generate`'s,
+on a small random model with a batch of unequal lengths."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from export.hf.marian import MarianEncoder, MarianStep, greedy
+
+transformers = pytest.importorskip("transformers")  # the hf extra, installed by ./dev.sh
+
+PAD, EOS = 95, 0
+
+
+@pytest.fixture(scope="module")
+def marian():
+    config = transformers.MarianConfig(
+        vocab_size=96,
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        max_position_embeddings=64,
+        pad_token_id=PAD,
+        eos_token_id=EOS,
+        decoder_start_token_id=PAD,
+        forced_eos_token_id=None,
+        bad_words_ids=[[PAD]],
+        init_std=0.3,  # far from uniform outputs
+    )
+    torch.manual_seed(0)
+    return transformers.MarianMTModel(config).eval()
+
+
+def sources():
+    ids = torch.tensor([[5, 17, 33, 8, 61, EOS], [44, 9, EOS, PAD, PAD, PAD]])
+    return ids, (ids != PAD).long()
+
+
+def test_the_step_reproduces_the_models_logits_token_by_token(marian):
+    src_ids, src_mask = sources()
+    decoder_ids = torch.tensor([[PAD, 7, 12, 30, 2], [PAD, 50, 3, 3, 9]])
+    with torch.no_grad():
+        expected = marian(
+            input_ids=src_ids, attention_mask=src_mask, decoder_input_ids=decoder_ids
+        ).logits
+        memory_mask, *cross = MarianEncoder(marian)(src_ids, src_mask)
+        step = MarianStep(marian)
+        heads = marian.config.decoder_attention_heads
+        past = [torch.zeros(2, heads, 0, 32 // heads) for _ in range(4)]
+        for t in range(decoder_ids.shape[1]):
+            self_mask = torch.ones(2, t + 1, dtype=torch.long)
+            positions = torch.full((2, 1), t)
+            logits, *state = step(
+                decoder_ids[:, t : t + 1], positions, self_mask, *past, *cross, memory_mask
+            )
+            past, attention = state[:-1], state[-1]
+            assert torch.allclose(logits, expected[:, t], atol=1e-4), t
+            assert attention.shape == (2, 6)
+            assert torch.allclose(attention.sum(-1), torch.ones(2), atol=1e-5)
+            assert float(attention[1, 3:].abs().max()) == 0.0  # padding gets no attention
+    assert expected.abs().max() > 1  # the random model is not flat
+
+
+def test_the_step_takes_several_new_tokens_at_once(marian):
+    src_ids, src_mask = sources()
+    decoder_ids = torch.tensor([[PAD, 7, 12, 30], [PAD, 50, 3, 3]])
+    with torch.no_grad():
+        expected = marian(
+            input_ids=src_ids, attention_mask=src_mask, decoder_input_ids=decoder_ids
+        ).logits
+        memory_mask, *cross = MarianEncoder(marian)(src_ids, src_mask)
+        empty = [torch.zeros(2, 4, 0, 8) for _ in range(4)]
+        logits, *_ = MarianStep(marian)(
+            decoder_ids, torch.arange(4).expand(2, 4), torch.ones(2, 4, dtype=torch.long),
+            *empty, *cross, memory_mask,
+        )  # fmt: skip
+    assert torch.allclose(logits, expected[:, -1], atol=1e-4)
+
+
+def test_greedy_through_the_graphs_is_generates_greedy(marian):
+    src_ids, src_mask = sources()
+    with torch.no_grad():
+        generated = marian.generate(
+            input_ids=src_ids, attention_mask=src_mask, num_beams=1, do_sample=False,
+            max_new_tokens=20,
+        )  # fmt: skip
+    ours = greedy(marian, src_ids, src_mask, 20)
+    for row, tokens in enumerate(ours):
+        theirs = generated[row, 1:].tolist()  # after the decoder's start token
+        if EOS in theirs:
+            theirs = theirs[: theirs.index(EOS) + 1]
+        assert tokens == theirs, row
+    assert max(len(t) for t in ours) > 3
