@@ -31,7 +31,7 @@ def marian():
         decoder_start_token_id=PAD,
         forced_eos_token_id=None,
         bad_words_ids=[[PAD]],
-        init_std=0.3,  # far from uniform outputs
+        init_std=0.02,
     )
     torch.manual_seed(0)
     return transformers.MarianMTModel(config).eval()
@@ -60,11 +60,11 @@ def test_the_step_reproduces_the_models_logits_token_by_token(marian):
                 decoder_ids[:, t : t + 1], positions, self_mask, *past, *cross, memory_mask
             )
             past, attention = state[:-1], state[-1]
-            assert torch.allclose(logits, expected[:, t], atol=1e-4), t
+            assert torch.allclose(logits, expected[:, t], atol=1e-5, rtol=1e-4), t
             assert attention.shape == (2, 6)
             assert torch.allclose(attention.sum(-1), torch.ones(2), atol=1e-5)
             assert float(attention[1, 3:].abs().max()) == 0.0  # padding gets no attention
-    assert expected.abs().max() > 1  # the random model is not flat
+    assert expected.std() > 10 * 1e-5  # the logits differ far beyond the bound
 
 
 def test_the_step_takes_several_new_tokens_at_once(marian):
@@ -80,7 +80,7 @@ def test_the_step_takes_several_new_tokens_at_once(marian):
             decoder_ids, torch.arange(4).expand(2, 4), torch.ones(2, 4, dtype=torch.long),
             *empty, *cross, memory_mask,
         )  # fmt: skip
-    assert torch.allclose(logits, expected[:, -1], atol=1e-4)
+    assert torch.allclose(logits, expected[:, -1], atol=1e-5, rtol=1e-4)
 
 
 def test_greedy_through_the_graphs_is_generates_greedy(marian):
@@ -96,4 +96,6 @@ def test_greedy_through_the_graphs_is_generates_greedy(marian):
         if EOS in theirs:
             theirs = theirs[: theirs.index(EOS) + 1]
         assert tokens == theirs, row
-    assert max(len(t) for t in ours) > 3
+    # decodes that say something: several different tokens each (a random model this small
+    # writes nearly the same for any source; the logits test holds the source's part)
+    assert all(len(set(tokens)) >= 4 for tokens in ours)
