@@ -1,0 +1,62 @@
+"""M2M100 and NLLB as the runtime's two graphs, as export.hf.marian does for Marian: pre-norm
+layers with a final layer norm, embeddings scaled inside their module, sinusoidal positions
+counted from the padding id plus one, no final logits bias. The target language is the
+decoder's first token after `</s>`, forced as `generate`'s `forced_bos_token_id` does."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from export.hf.layers import cross_keys, greedy_decode, run_layers, step_masks
+
+
+class M2M100Encoder(nn.Module):
+    """(src_ids, src_mask) -> (memory_mask, every decoder layer's cross keys and values)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.encoder = model.model.encoder
+        self.layers = model.model.decoder.layers
+        self.heads = model.config.decoder_attention_heads
+
+    def forward(self, src_ids: torch.Tensor, src_mask: torch.Tensor):
+        memory = self.encoder(input_ids=src_ids, attention_mask=src_mask).last_hidden_state
+        return (src_mask, *cross_keys(self.layers, memory, self.heads))
+
+
+class M2M100Step(nn.Module):
+    """(input_ids, positions, self_mask, past K/V, encoder K/V, memory_mask) -> (logits of the
+    last new token, present K/V, cross attention)."""
+
+    def __init__(self, model, max_positions: int | None = None):
+        super().__init__()
+        config = model.config
+        decoder = model.model.decoder
+        self.embed_tokens = decoder.embed_tokens  # scales by sqrt(d_model) itself
+        table = decoder.embed_positions
+        offset = table.padding_idx + 1  # position 0 is this row of the table
+        wanted = offset + (max_positions or config.max_position_embeddings)
+        if table.weights.shape[0] < wanted:
+            table.make_weights(wanted + table.offset, table.embedding_dim, table.padding_idx)
+        self.register_buffer("position_table", table.weights[offset:].clone())
+        self.layers = decoder.layers
+        self.layer_norm = decoder.layer_norm
+        self.heads = config.decoder_attention_heads
+        self.lm_head = model.lm_head
+
+    def forward(self, input_ids, positions, self_mask, *tensors):
+        count = len(self.layers)
+        past, encoder, memory_mask = tensors[: 2 * count], tensors[2 * count : -1], tensors[-1]
+        h = self.embed_tokens(input_ids) + self.position_table[positions]
+        masks = step_masks(self_mask, memory_mask, input_ids.shape[1])
+        h, present, attention = run_layers(self.layers, h, past, encoder, masks, self.heads, True)
+        logits = self.lm_head(self.layer_norm(h[:, -1]))
+        return (logits, *present, attention)
+
+
+def greedy(model, src_ids, src_mask, max_length: int, target_language_id: int) -> list[list[int]]:
+    """Greedy decodes through the two graphs' modules, the target language forced first."""
+    encoder, step = M2M100Encoder(model).eval(), M2M100Step(model).eval()
+    first = (target_language_id,)
+    return greedy_decode(encoder, step, model.config, src_ids, src_mask, max_length, first)
