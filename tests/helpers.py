@@ -111,3 +111,34 @@ def built_tiny_translator(directory: Path, tokenizer, seed: int, variants: tuple
         model, tokenizer.model_file, directory, "tiny", "1", variants, method="built"
     )
     return model, version
+
+
+def tiny_marian(seed: int = 0):
+    """A small random Marian (transformers), pad 95, end 0: OPUS-MT's layout."""
+    import torch
+    import transformers
+
+    config = transformers.MarianConfig(
+        vocab_size=96, d_model=32, encoder_layers=2, decoder_layers=2,
+        encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64,
+        decoder_ffn_dim=64, max_position_embeddings=64, pad_token_id=95, eos_token_id=0,
+        decoder_start_token_id=95, forced_eos_token_id=None, bad_words_ids=[[95]],
+    )  # fmt: skip
+    torch.manual_seed(seed)
+    return transformers.MarianMTModel(config).eval()
+
+
+def tiny_m2m100(seed: int = 2):
+    """A small random M2M100 (transformers), fairseq's ids (pad 1, end 2); its default seed
+    writes greedy decodes of several tokens."""
+    import torch
+    import transformers
+
+    config = transformers.M2M100Config(
+        vocab_size=128, d_model=32, encoder_layers=2, decoder_layers=2,
+        encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64,
+        decoder_ffn_dim=64, max_position_embeddings=64, pad_token_id=1, eos_token_id=2,
+        decoder_start_token_id=2,
+    )  # fmt: skip
+    torch.manual_seed(seed)
+    return transformers.M2M100ForConditionalGeneration(config).eval()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import tiny_m2m100
 
 from export.hf.m2m100 import M2M100Encoder, M2M100Step, greedy
 
@@ -16,22 +17,7 @@ PAD, EOS, LANGUAGE = 1, 2, 120  # fairseq's ids; a language token at the vocabul
 
 @pytest.fixture(scope="module")
 def m2m100():
-    config = transformers.M2M100Config(
-        vocab_size=128,
-        d_model=32,
-        encoder_layers=2,
-        decoder_layers=2,
-        encoder_attention_heads=4,
-        decoder_attention_heads=4,
-        encoder_ffn_dim=64,
-        decoder_ffn_dim=64,
-        max_position_embeddings=64,
-        pad_token_id=PAD,
-        eos_token_id=EOS,
-        decoder_start_token_id=EOS,
-    )
-    torch.manual_seed(2)  # a seed whose greedy decodes hold several tokens
-    return transformers.M2M100ForConditionalGeneration(config).eval()
+    return tiny_m2m100()
 
 
 def sources():

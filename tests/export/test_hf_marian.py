@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import tiny_marian
 
 from export.hf.marian import MarianEncoder, MarianStep, greedy
 
@@ -16,25 +17,7 @@ PAD, EOS = 95, 0
 
 @pytest.fixture(scope="module")
 def marian():
-    config = transformers.MarianConfig(
-        vocab_size=96,
-        d_model=32,
-        encoder_layers=2,
-        decoder_layers=2,
-        encoder_attention_heads=4,
-        decoder_attention_heads=4,
-        encoder_ffn_dim=64,
-        decoder_ffn_dim=64,
-        max_position_embeddings=64,
-        pad_token_id=PAD,
-        eos_token_id=EOS,
-        decoder_start_token_id=PAD,
-        forced_eos_token_id=None,
-        bad_words_ids=[[PAD]],
-        init_std=0.02,
-    )
-    torch.manual_seed(0)
-    return transformers.MarianMTModel(config).eval()
+    return tiny_marian()
 
 
 def sources():

@@ -1,0 +1,66 @@
+"""A Hugging Face translation model as the runtime's two ONNX graphs: its architecture
+recognised from its config, its encoder and cached step (export.hf.marian, export.hf.m2m100)
+traced under the translator's interface (service.runtime.graphs.transformer_interface), so
+the graphs take and return what the runtime's engine feeds our own translator's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from export.hf.m2m100 import M2M100Encoder, M2M100Step
+from export.hf.marian import MarianEncoder, MarianStep
+from export.onnx_export import example_inputs, export_graph
+from service.runtime.graphs import ModelInterface, transformer_interface
+
+ARCHITECTURES = {  # config.model_type -> the (encoder, step) modules
+    "marian": (MarianEncoder, MarianStep),  # OPUS-MT
+    "m2m_100": (M2M100Encoder, M2M100Step),  # M2M100 and NLLB-200
+}
+REFUSED = {  # config.model_type -> why it is not taken (yet)
+    "t5": "relative position buckets in every layer: not the step contract's positions",
+    "mt5": "relative position buckets in every layer: not the step contract's positions",
+    "bart": "learned positions and an embedding norm: not certified here",
+    "mbart": "learned positions and an embedding norm: not certified here",
+    "fsmt": "not certified here",
+    "whisper": "reads audio features, not text",
+    "encoder-decoder": "a pair of arbitrary models: no one step to trace",
+}
+
+
+def architecture(config) -> str:
+    """The model's architecture by its config's `model_type`; ValueError saying why one is
+    refused."""
+    kind = getattr(config, "model_type", None)
+    if kind in ARCHITECTURES:
+        return kind
+    why = REFUSED.get(kind, "not an encoder-decoder translation architecture attnserve knows")
+    known = ", ".join(sorted(ARCHITECTURES))
+    raise ValueError(f"model_type {kind!r}: {why} (taken: {known})")
+
+
+def interface(config) -> ModelInterface:
+    return transformer_interface(config.decoder_layers)
+
+
+def modules(model):
+    """(encoder, step) modules of the model, in eval mode."""
+    encoder, step = ARCHITECTURES[architecture(model.config)]
+    return encoder(model).eval(), step(model).eval()
+
+
+def export_graphs(model, out_dir: Path, dtype=torch.float32) -> dict[str, Path]:
+    """Writes encoder.onnx and decoder.onnx of `model` under the translator's interface;
+    their paths by graph name."""
+    config = model.config
+    heads = config.decoder_attention_heads
+    fixed = {"heads": heads, "head_dim": config.d_model // heads}
+    model = model.to(dtype).eval()
+    specs = interface(config)
+    paths = {}
+    with torch.no_grad():
+        for spec, module in zip((specs.encoder, specs.decoder), modules(model), strict=True):
+            args = example_inputs(fixed, spec, config.vocab_size, dtype)
+            paths[spec.name] = export_graph(module, spec, args, out_dir / f"{spec.name}.onnx")
+    return paths
