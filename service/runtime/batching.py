@@ -18,9 +18,12 @@ def pad_batch(sequences: list[list[int]], pad: int = PAD_ID) -> tuple[np.ndarray
     return ids, mask
 
 
-def source_batch(token_ids: list[list[int]], max_length: int) -> tuple[np.ndarray, np.ndarray]:
-    """Source ids with `</s>` appended, cut to `max_length` tokens, padded."""
-    return pad_batch([ids[: max_length - 1] + [EOS_ID] for ids in token_ids])
+def source_batch(
+    token_ids: list[list[int]], max_length: int, eos: int = EOS_ID
+) -> tuple[np.ndarray, np.ndarray]:
+    """Source ids with the model's `</s>` (`eos`) appended, cut to `max_length` tokens,
+    padded (the mask says where: the pad id itself is never read)."""
+    return pad_batch([ids[: max_length - 1] + [eos] for ids in token_ids])
 
 
 def concat_padded(arrays: list[np.ndarray]) -> np.ndarray:

@@ -15,6 +15,7 @@ from service.runtime.batching import source_batch
 from service.runtime.controls import InputControls, length_limit
 from service.runtime.decoding import DecodingOptions, Hypothesis, decode
 from service.runtime.documents import Document
+from service.runtime.graphs import SpecialTokens
 from service.runtime.inference import CachedInference, Engine, Inference
 from service.runtime.kinds import Prepared, ServedModel
 from service.runtime.markup import split_markup
@@ -44,9 +45,9 @@ def translate_ids(
     inference_type: type[Inference] = CachedInference,
 ) -> list[list[Hypothesis]]:
     """Decodes one batch of tokenized sources (without `</s>`), n-best per source."""
-    src_ids, src_mask = source_batch(list(token_ids), max_source_length)
-    inference = inference_type(engine, engine.encode(src_ids, src_mask), len(token_ids))
     tokens = engine.special_tokens
+    src_ids, src_mask = source_batch(list(token_ids), max_source_length, tokens.eos)
+    inference = inference_type(engine, engine.encode(src_ids, src_mask), len(token_ids))
     inputs = input_controls(options, token_ids)
     return decode(inference, len(token_ids), options, tokens.bos, tokens.eos, inputs=inputs)
 
@@ -68,9 +69,9 @@ def score_ids(
 ) -> list[list[float]]:
     """The log-probability of every target token and of its `</s>`, given its source (one
     batch, by the same forced decode as the served Score)."""
-    src_ids, src_mask = source_batch(list(source_ids), max_source_length)
-    inference = CachedInference(engine, engine.encode(src_ids, src_mask), len(source_ids))
     tokens = engine.special_tokens
+    src_ids, src_mask = source_batch(list(source_ids), max_source_length, tokens.eos)
+    inference = CachedInference(engine, engine.encode(src_ids, src_mask), len(source_ids))
     options, inputs = scoring(target_ids, tokens.eos)
     nbest = decode(
         inference, len(source_ids), options, tokens.bos, tokens.eos, attention=False, inputs=inputs
@@ -325,7 +326,9 @@ class TranslationModel(ServedModel):
             ]
         )
         prefixes = [request.prefix if first else () for first in firsts]
-        src_ids, src_mask = source_batch(token_ids, self.max_input_tokens + 1)
+        src_ids, src_mask = source_batch(
+            token_ids, self.max_input_tokens + 1, self.special_tokens.eos
+        )
         return Prepared(
             {"src_ids": src_ids, "src_mask": src_mask},
             request.options,
@@ -354,7 +357,9 @@ class TranslationModel(ServedModel):
             target_ids.append(self._scored(f"pairs[{i}].target", target, limit, problems))
         raise_problems(problems)
         options, controls = scoring(target_ids, self.special_tokens.eos)
-        src_ids, src_mask = source_batch(source_ids, self.max_input_tokens + 1)
+        src_ids, src_mask = source_batch(
+            source_ids, self.max_input_tokens + 1, self.special_tokens.eos
+        )
         return Prepared(
             {"src_ids": src_ids, "src_mask": src_mask},
             options,
@@ -514,7 +519,8 @@ class TranslationModel(ServedModel):
     @staticmethod
     def golden_inputs(version, entry: dict) -> dict[str, np.ndarray]:
         limit = version.manifest["limits"]["max_source_tokens"]
-        src_ids, src_mask = source_batch([entry["source_ids"]], limit)
+        eos = SpecialTokens.from_manifest(version.manifest["special_tokens"]).eos
+        src_ids, src_mask = source_batch([entry["source_ids"]], limit, eos)
         return {"src_ids": src_ids, "src_mask": src_mask}
 
 
