@@ -9,14 +9,15 @@ from pathlib import Path
 
 import torch
 
-from export.hf.m2m100 import M2M100Encoder, M2M100Step
-from export.hf.marian import MarianEncoder, MarianStep
+from export.hf.layers import Encoder
+from export.hf.m2m100 import M2M100Step
+from export.hf.marian import MarianStep
 from export.onnx_export import example_inputs, export_graph
 from service.runtime.graphs import ModelInterface, transformer_interface
 
-ARCHITECTURES = {  # config.model_type -> the (encoder, step) modules
-    "marian": (MarianEncoder, MarianStep),  # OPUS-MT
-    "m2m_100": (M2M100Encoder, M2M100Step),  # M2M100 and NLLB-200
+ARCHITECTURES = {  # config.model_type -> the step module (the encoder is the family's own)
+    "marian": MarianStep,  # OPUS-MT
+    "m2m_100": M2M100Step,  # M2M100 and NLLB-200
 }
 REFUSED = {  # config.model_type -> why it is not taken (yet)
     "t5": "relative position buckets in every layer: not the step contract's positions",
@@ -46,8 +47,8 @@ def interface(config) -> ModelInterface:
 
 def modules(model):
     """(encoder, step) modules of the model, in eval mode."""
-    encoder, step = ARCHITECTURES[architecture(model.config)]
-    return encoder(model).eval(), step(model).eval()
+    step = ARCHITECTURES[architecture(model.config)]
+    return Encoder(model).eval(), step(model).eval()
 
 
 def export_graphs(model, out_dir: Path, dtype=torch.float32) -> dict[str, Path]:

@@ -5,6 +5,22 @@ and joined, the masks of a step, and one decoder layer run over explicit keys an
 from __future__ import annotations
 
 import torch
+from torch import nn
+
+
+class Encoder(nn.Module):
+    """(src_ids, src_mask) -> (memory_mask, every decoder layer's cross keys and values): the
+    model's own encoder, then each layer's projections of its output, once."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.encoder = model.model.encoder
+        self.layers = model.model.decoder.layers
+        self.heads = model.config.decoder_attention_heads
+
+    def forward(self, src_ids: torch.Tensor, src_mask: torch.Tensor):
+        memory = self.encoder(input_ids=src_ids, attention_mask=src_mask).last_hidden_state
+        return (src_mask, *cross_keys(self.layers, memory, self.heads))
 
 
 def split_heads(x: torch.Tensor, heads: int) -> torch.Tensor:

@@ -5,24 +5,9 @@ decoder's first token after `</s>`, forced as `generate`'s `forced_bos_token_id`
 
 from __future__ import annotations
 
-import torch
 from torch import nn
 
-from export.hf.layers import cross_keys, greedy_decode, run_layers, step_masks
-
-
-class M2M100Encoder(nn.Module):
-    """(src_ids, src_mask) -> (memory_mask, every decoder layer's cross keys and values)."""
-
-    def __init__(self, model):
-        super().__init__()
-        self.encoder = model.model.encoder
-        self.layers = model.model.decoder.layers
-        self.heads = model.config.decoder_attention_heads
-
-    def forward(self, src_ids: torch.Tensor, src_mask: torch.Tensor):
-        memory = self.encoder(input_ids=src_ids, attention_mask=src_mask).last_hidden_state
-        return (src_mask, *cross_keys(self.layers, memory, self.heads))
+from export.hf.layers import run_layers, step_masks
 
 
 class M2M100Step(nn.Module):
@@ -53,10 +38,3 @@ class M2M100Step(nn.Module):
         h, present, attention = run_layers(self.layers, h, past, encoder, masks, self.heads, True)
         logits = self.lm_head(self.layer_norm(h[:, -1]))
         return (logits, *present, attention)
-
-
-def greedy(model, src_ids, src_mask, max_length: int, target_language_id: int) -> list[list[int]]:
-    """Greedy decodes through the two graphs' modules, the target language forced first."""
-    encoder, step = M2M100Encoder(model).eval(), M2M100Step(model).eval()
-    first = (target_language_id,)
-    return greedy_decode(encoder, step, model.config, src_ids, src_mask, max_length, first)

@@ -9,25 +9,9 @@ from __future__ import annotations
 
 import math
 
-import torch
 from torch import nn
 
-from export.hf.layers import cross_keys, greedy_decode, run_layers, step_masks
-
-
-class MarianEncoder(nn.Module):
-    """(src_ids, src_mask) -> (memory_mask, encoder.{i}.key, encoder.{i}.value for each
-    decoder layer)."""
-
-    def __init__(self, model):
-        super().__init__()
-        self.encoder = model.model.encoder
-        self.layers = model.model.decoder.layers
-        self.heads = model.config.decoder_attention_heads
-
-    def forward(self, src_ids: torch.Tensor, src_mask: torch.Tensor):
-        memory = self.encoder(input_ids=src_ids, attention_mask=src_mask).last_hidden_state
-        return (src_mask, *cross_keys(self.layers, memory, self.heads))
+from export.hf.layers import run_layers, step_masks
 
 
 class MarianStep(nn.Module):
@@ -54,11 +38,3 @@ class MarianStep(nn.Module):
         h, present, attention = run_layers(self.layers, h, past, encoder, masks, self.heads, False)
         logits = self.lm_head(h[:, -1]) + self.final_logits_bias
         return (logits, *present, attention)
-
-
-def greedy(
-    model, src_ids: torch.Tensor, src_mask: torch.Tensor, max_length: int
-) -> list[list[int]]:
-    """Greedy decodes through the two graphs' modules (export.hf.layers.greedy_decode)."""
-    encoder, step = MarianEncoder(model).eval(), MarianStep(model).eval()
-    return greedy_decode(encoder, step, model.config, src_ids, src_mask, max_length)

@@ -8,7 +8,9 @@ import pytest
 import torch
 from helpers import tiny_m2m100
 
-from export.hf.m2m100 import M2M100Encoder, M2M100Step, greedy
+from export.hf.graphs import modules
+from export.hf.layers import Encoder, greedy_decode
+from export.hf.m2m100 import M2M100Step
 
 transformers = pytest.importorskip("transformers")  # the hf extra, installed by ./dev.sh
 
@@ -32,7 +34,7 @@ def test_the_step_reproduces_the_models_logits_token_by_token(m2m100):
         expected = m2m100(
             input_ids=src_ids, attention_mask=src_mask, decoder_input_ids=decoder_ids
         ).logits
-        memory_mask, *cross = M2M100Encoder(m2m100)(src_ids, src_mask)
+        memory_mask, *cross = Encoder(m2m100)(src_ids, src_mask)
         step = M2M100Step(m2m100)
         past = [torch.zeros(2, 4, 0, 8) for _ in range(4)]
         for t in range(decoder_ids.shape[1]):
@@ -54,7 +56,7 @@ def test_greedy_with_the_language_forced_is_generates_greedy(m2m100):
             input_ids=src_ids, attention_mask=src_mask, num_beams=1, do_sample=False,
             max_new_tokens=20, forced_bos_token_id=LANGUAGE,
         )  # fmt: skip
-    ours = greedy(m2m100, src_ids, src_mask, 20, LANGUAGE)
+    ours = greedy_decode(*modules(m2m100), m2m100.config, src_ids, src_mask, 20, (LANGUAGE,))
     for row, tokens in enumerate(ours):
         theirs = generated[row, 1:].tolist()  # after the decoder's start token
         if EOS in theirs:

@@ -8,7 +8,9 @@ import pytest
 import torch
 from helpers import tiny_marian
 
-from export.hf.marian import MarianEncoder, MarianStep, greedy
+from export.hf.graphs import modules
+from export.hf.layers import Encoder, greedy_decode
+from export.hf.marian import MarianStep
 
 transformers = pytest.importorskip("transformers")  # the hf extra, installed by ./dev.sh
 
@@ -32,7 +34,7 @@ def test_the_step_reproduces_the_models_logits_token_by_token(marian):
         expected = marian(
             input_ids=src_ids, attention_mask=src_mask, decoder_input_ids=decoder_ids
         ).logits
-        memory_mask, *cross = MarianEncoder(marian)(src_ids, src_mask)
+        memory_mask, *cross = Encoder(marian)(src_ids, src_mask)
         step = MarianStep(marian)
         heads = marian.config.decoder_attention_heads
         past = [torch.zeros(2, heads, 0, 32 // heads) for _ in range(4)]
@@ -57,7 +59,7 @@ def test_the_step_takes_several_new_tokens_at_once(marian):
         expected = marian(
             input_ids=src_ids, attention_mask=src_mask, decoder_input_ids=decoder_ids
         ).logits
-        memory_mask, *cross = MarianEncoder(marian)(src_ids, src_mask)
+        memory_mask, *cross = Encoder(marian)(src_ids, src_mask)
         empty = [torch.zeros(2, 4, 0, 8) for _ in range(4)]
         logits, *_ = MarianStep(marian)(
             decoder_ids, torch.arange(4).expand(2, 4), torch.ones(2, 4, dtype=torch.long),
@@ -73,7 +75,7 @@ def test_greedy_through_the_graphs_is_generates_greedy(marian):
             input_ids=src_ids, attention_mask=src_mask, num_beams=1, do_sample=False,
             max_new_tokens=20,
         )  # fmt: skip
-    ours = greedy(marian, src_ids, src_mask, 20)
+    ours = greedy_decode(*modules(marian), marian.config, src_ids, src_mask, 20)
     for row, tokens in enumerate(ours):
         theirs = generated[row, 1:].tolist()  # after the decoder's start token
         if EOS in theirs:
