@@ -54,10 +54,7 @@ class _Vocabulary:
         self.decoder = {i: piece for piece, i in self.encoder.items()}
         self.specials = specials
         self.dropped = specials.ids() | frozenset(extra.values())
-
-    @property
-    def vocab_size(self) -> int:
-        return max(self.decoder) + 1
+        self.vocab_size = max(self.decoder) + 1
 
     def ids(self, pieces: list[str]) -> list[int]:
         unk = self.specials.unk

@@ -27,6 +27,9 @@ def name(code: str) -> str:
     return NAMES.get(code, code)
 
 
+DETECT_CHARS = 2000  # the most of a text the identifier reads
+
+
 @dataclass(frozen=True)
 class Languages:
     """What a model reads and writes, as its manifest declares (empty: not declared)."""
@@ -59,6 +62,7 @@ def detect(text: str, among: Sequence[str]) -> list[tuple[str, float]]:
     """The languages of `among` that `text` may be written in, most likely first, each with
     its probability in [0, 1] among them. A language the identifier does not know is never
     proposed; with none it knows, the first of `among` with probability 0."""
+    text = text[:DETECT_CHARS]  # enough to tell; a long text must not hold the event loop
     known = [code for code in among if code in _known()]
     if not known:
         return [(among[0], 0.0)] if among else []

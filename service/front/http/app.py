@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import socket
 import ssl
 from pathlib import Path
@@ -24,7 +23,6 @@ from service.front.http.openapi import openapi_document
 from service.front.servicer import ModelServicer
 
 PAGE = Path(__file__).parent / "page"
-log = logging.getLogger("attnserve")
 MAX_BODY = MAX_RECEIVE_BYTES * 3 // 2  # a gRPC message at most, its bytes in base64
 
 

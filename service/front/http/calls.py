@@ -13,8 +13,6 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from service.front.security import Token, bearer, refusal
-from service.front.status import status_code
-from service.runtime.errors import ServiceError
 
 HTTP_STATUS = {
     grpc.StatusCode.OK: 200,
@@ -45,10 +43,6 @@ class Aborted(Exception):
     def __init__(self, code: grpc.StatusCode, details: str):
         super().__init__(details)
         self.code, self.details = code, details
-
-    @classmethod
-    def of(cls, error: ServiceError) -> Aborted:
-        return cls(status_code(error), str(error))
 
 
 class HttpContext:

@@ -19,6 +19,7 @@ import logging
 import time
 import uuid
 from pathlib import Path
+from typing import NamedTuple
 
 import grpc
 from google.protobuf.json_format import MessageToDict
@@ -66,6 +67,13 @@ def refusal(aborted: Aborted) -> JSONResponse:
     status = STATUS.get(aborted.code, 500)
     prefix = "Slowdown: " if status == 429 else ""
     return error(status, prefix + aborted.details)
+
+
+class Upload(NamedTuple):
+    """A file of a form, read."""
+
+    filename: str
+    data: bytes
 
 
 class BadRequest(Exception):
@@ -127,7 +135,9 @@ class LibreTranslateApi:
         return pairs[source, target], source, confidence
 
     # the calls
-    async def _values(self, request: Request) -> dict:
+    async def _values(self, request: Request) -> tuple[dict, bool]:
+        """The call's fields (a JSON body's, or the query's and a form's, an uploaded file
+        read as Upload and the form closed), and whether they came as a form."""
         content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
         if content_type == "application/json":
             try:
@@ -136,13 +146,16 @@ class LibreTranslateApi:
                 raise BadRequest("Invalid JSON format") from None
             if not isinstance(values, dict):
                 raise BadRequest("Invalid JSON format")
-            return values
-        values = dict(request.query_params)
-        if content_type in ("multipart/form-data", "application/x-www-form-urlencoded"):
-            form = await request.form(max_part_size=self.max_bytes)
-            values.update({k: v for k, v in form.multi_items()})
-            values["_form"] = form
-        return values
+            return values, False
+        values: dict = dict(request.query_params)
+        form = content_type in ("multipart/form-data", "application/x-www-form-urlencoded")
+        if form:
+            async with request.form(max_part_size=self.max_bytes) as fields:
+                for key, value in fields.multi_items():
+                    if isinstance(value, UploadFile):
+                        value = Upload(value.filename or "", await value.read())
+                    values[key] = value
+        return values, form
 
     def _authorize(self, request: Request, values: dict) -> None:
         if not self.tokens:
@@ -164,7 +177,7 @@ class LibreTranslateApi:
 
     async def translate(self, request: Request) -> Response:
         try:
-            values = await self._values(request)
+            values, form = await self._values(request)
             q, source, target = values.get("q"), values.get("source"), values.get("target")
             for name, value in (("q", q), ("source", source), ("target", target)):
                 if not value:
@@ -183,7 +196,7 @@ class LibreTranslateApi:
             texts = q if batch else [q]
             if not all(isinstance(t, str) for t in texts):
                 raise BadRequest("Invalid request: q must be a string or a list of strings")
-            if "_form" in values:  # LibreTranslate counts a form's line breaks as one character
+            if form:  # LibreTranslate counts a form's line breaks as one character
                 texts = ["\n".join(t.splitlines()) for t in texts]
             name, detected, confidence = self._route(str(source), str(target), texts)
             message = _translate_message(name, texts, text_format, alternatives)
@@ -207,7 +220,7 @@ class LibreTranslateApi:
 
     async def detect(self, request: Request) -> Response:
         try:
-            values = await self._values(request)
+            values, _ = await self._values(request)
             q = values.get("q")
             if not q:
                 raise BadRequest("Invalid request: missing q parameter")
@@ -237,10 +250,10 @@ class LibreTranslateApi:
 
     async def translate_file(self, request: Request) -> Response:
         try:
-            values = await self._values(request)
+            values, _ = await self._values(request)
             upload = values.get("file")
             source, target = values.get("source"), values.get("target")
-            if not isinstance(upload, UploadFile):
+            if not isinstance(upload, Upload):
                 raise BadRequest("Invalid request: missing file parameter")
             for name, value in (("source", source), ("target", target)):
                 if not value:
@@ -253,11 +266,11 @@ class LibreTranslateApi:
                 raise BadRequest("Invalid request: file format not supported")
             self._authorize(request, values)
             try:
-                document = files.read_file(suffix, await upload.read())
+                document = files.read_file(suffix, upload.data)
             except (ValueError, UnicodeDecodeError) as bad:
                 raise BadRequest(f"Invalid request: {filename}: {bad}") from None
             texts = [p.text for p in document.paragraphs]
-            name, _, _ = self._route(str(source), str(target), [" ".join(texts)[:2000]])
+            name, _, _ = self._route(str(source), str(target), texts)
             for start in range(0, len(texts), MAX_TEXTS):
                 chunk = document.paragraphs[start : start + MAX_TEXTS]
                 message = _translate_message(name, [p.text for p in chunk], document.text_format, 0)
