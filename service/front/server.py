@@ -17,6 +17,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+import shutil
 import signal
 import sys
 import tempfile
@@ -63,7 +64,7 @@ async def serve(
     credentials, tokens = server_credentials(config), load_tokens(config)
     metrics = Metrics()
     served = [m for names in models.values() for v in names.values() for m in v.values()]
-    others = sockets = None
+    others = sockets = made = None
     if role is None:
         keys = tuple((m.key, m.version) for m in served)
         device, why = config.device_choice()
@@ -78,7 +79,8 @@ async def serve(
             worker_settings(config, keys, device, variants), config.fronts
         )
         if config.http_listen:  # every front serves the files any front translated
-            config = dataclasses.replace(config, http_files=http_files(config))
+            made = None if config.http_files else http_files(config)  # removed on exit
+            config = dataclasses.replace(config, http_files=made or http_files(config))
         registry = metrics.registry
         if config.fronts > 1:
             others = FrontProcesses(config, settings, device, variants, run_front)
@@ -143,6 +145,7 @@ async def serve(
         if role is None:
             metrics_server.shutdown()
             remove_sockets(sockets)
+            _remove(made)
         return 1
     front.device = device
     if role is None:
@@ -189,7 +192,14 @@ async def serve(
         metrics_server.shutdown()
         metrics_thread.join(1)
         remove_sockets(sockets)
+        _remove(made)
     return 0
+
+
+def _remove(folder: Path | None) -> None:
+    """The temporary folder of translated files this server made, with what is in it."""
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _answer_first_front(role: Secondary, metrics: Metrics, stop: asyncio.Event) -> None:
