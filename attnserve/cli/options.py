@@ -8,7 +8,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from models.shipped import CHECKPOINTS
-from service.runtime.decoding import DecodingOptions
+from service.runtime.decoding import MODEL_RULES, DecodingOptions
 
 MODELS = ("translator", "captioner")
 ENGINES = ("grpc", "torch")
@@ -17,7 +17,7 @@ ENGINES = ("grpc", "torch")
 TORCH_DECODING = {
     ("n_best" if f.name == "num_hypotheses" else f.name): f.default
     for f in fields(DecodingOptions)
-    if f.name != "suppress"  # words, tokenized by the server
+    if f.name not in ("suppress", *MODEL_RULES)  # words, tokenized by the server; the model's
 }
 TORCH_ONLY = ("checkpoint",)  # options that mean something for the torch engine only
 

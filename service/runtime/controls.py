@@ -3,7 +3,8 @@
 Request-wide (`DecodingOptions`): a minimum length, no repeated n-gram, a repetition
 penalty, suppressed token sequences and a length bound relative to the input. Per input
 (`InputControls`): its step limit (the length bound applied to its length) and a forced start
-(a target prefix; forcing a whole output scores it).
+(a target prefix; forcing a whole output scores it). A model may end every output at the
+limit with `</s>` (`DecodingOptions.end_at_limit`, as `generate`'s forced_eos_token_id).
 
 Every control is a change to one row's logits at one step (`search.RowControl`), worked out
 here from what the row produced so far. A row no control touches at a step costs nothing: the
@@ -28,16 +29,19 @@ _NONE = np.zeros(0, dtype=np.int64)
 @dataclass(frozen=True)
 class InputControls:
     """What differs between the inputs of one decode: each one's step limit (None: the
-    options' max_length for every input) and forced first tokens (None: none)."""
+    options' max_length for every input), forced first tokens (None: none), and how many of
+    those the model is given (None: none): a given token (a multilingual model's target
+    language) has log-probability 0, as `generate` forces it, the others the model's own."""
 
     max_lengths: tuple[int, ...] | None = None
     prefixes: tuple[tuple[int, ...], ...] | None = None
+    given: tuple[int, ...] | None = None
 
     def subset(self, indices: list[int]) -> InputControls:
-        return InputControls(
-            None if self.max_lengths is None else tuple(self.max_lengths[i] for i in indices),
-            None if self.prefixes is None else tuple(self.prefixes[i] for i in indices),
-        )
+        def pick(values):
+            return None if values is None else tuple(values[i] for i in indices)
+
+        return InputControls(pick(self.max_lengths), pick(self.prefixes), pick(self.given))
 
     @property
     def forced(self) -> bool:
@@ -61,6 +65,9 @@ class Controls:
         self.always = np.array([s[0] for s in options.suppress if len(s) == 1], dtype=np.int64)
         self.sequences = [list(s) for s in options.suppress if len(s) > 1]
         self.prefixes = inputs.prefixes if inputs is not None and inputs.forced else None
+        self.given = inputs.given if self.prefixes is not None else None
+        # the last step writes `</s>`, given (generate's forced_eos_token_id)
+        self.end_step = options.max_length - 1 if options.end_at_limit else -1
 
     @staticmethod
     def wanted(options, inputs: InputControls | None) -> bool:
@@ -70,6 +77,7 @@ class Controls:
             or options.no_repeat_ngram_size
             or options.repetition_penalty != 1.0
             or options.suppress
+            or options.end_at_limit
             or (inputs is not None and inputs.forced)
         )
 
@@ -87,9 +95,12 @@ class Controls:
         """The control of a row of input `item` that produced `history` (None: nothing
         changes its logits at this step)."""
         steps = len(history)
-        forced = -1
+        forced, given = -1, False
         if self.prefixes is not None and steps < len(prefix := self.prefixes[item]):
             forced = prefix[steps]
+            given = self.given is not None and steps < self.given[item]
+        elif steps == self.end_step:
+            forced, given = self.eos, True
         banned = [self.eos] if steps < self.min_length else []
         for sequence in self.sequences:
             start = steps - len(sequence) + 1
@@ -110,7 +121,7 @@ class Controls:
             banned_tokens = np.unique(np.concatenate([self.always, banned]).astype(np.int64))
         else:
             banned_tokens = self.always
-        return RowControl(penalized, self.penalty, banned_tokens, forced)
+        return RowControl(penalized, self.penalty, banned_tokens, forced, given)
 
 
 LOOP_NGRAM = 3  # a loop: one n-gram of this many tokens ...

@@ -22,6 +22,12 @@ from service.runtime.inference import Inference
 from service.runtime.search import Candidates, RowControl, SearchRequest
 
 MAX_BEAM_SIZE = 16
+# when a beam search ends an input (`DecodingOptions.beam_stop`; `generate`'s early_stopping
+# True, False and "never"): once beam_size hypotheses ended; once they did and the best live
+# one, scored at its present length, cannot beat the worst of them; the same, scored at the
+# length limit where a length penalty favours length
+BEAM_STOPS = ("full", "estimate", "never")
+MODEL_RULES = ("end_at_limit", "beam_stop")  # options a model's manifest sets, not a request
 MAX_SUPPRESSED = 256  # token sequences one request suppresses at most
 DEFAULT_MAX_LENGTH_RATIO = 2.0  # an output's steps at most 2 x its input's tokens + a margin
 
@@ -43,6 +49,8 @@ class DecodingOptions:
     # an input's steps at most this x its tokens + controls.LENGTH_MARGIN (inputs with a
     # length: texts); 0: max_length alone
     max_length_ratio: float = DEFAULT_MAX_LENGTH_RATIO
+    end_at_limit: bool = False  # the last of max_length steps writes `</s>` (a model's rule)
+    beam_stop: str = BEAM_STOPS[0]  # when a beam search ends an input (a model's rule)
 
     @property
     def sampling(self) -> bool:
@@ -62,6 +70,8 @@ class DecodingOptions:
             problems.append(f"max_length must be in 1..{max_length_limit}, got {self.max_length}")
         if not 0.0 <= self.length_penalty <= 10.0:
             problems.append(f"length_penalty must be in 0..10, got {self.length_penalty}")
+        if self.beam_stop not in BEAM_STOPS:
+            problems.append(f"beam_stop must be one of {BEAM_STOPS}, got {self.beam_stop!r}")
         if not self.sampling and not 1 <= self.num_hypotheses <= self.beam_size:
             problems.append(
                 f"num_hypotheses must be in 1..beam_size ({self.beam_size}), "
@@ -472,8 +482,9 @@ class BeamSearch(Search):
     """Beam search with `beam_size` live hypotheses (rows) per input.
 
     An `</s>` among the best `beam_size` candidates of a step finishes a hypothesis; an input
-    is done once it has `beam_size` finished ones, and its rows leave. With beam_size 1 this is
-    greedy search.
+    is done once it has `beam_size` finished ones (or, by `options.beam_stop`, once besides
+    its best live hypothesis cannot beat the worst of its best `beam_size` finished ones, as
+    `generate` decides), and its rows leave. With beam_size 1 this is greedy search.
 
     A step is a few numpy calls over every input at once: each step keeps, per row, the row it
     extends and its token (`_Step`), and a hypothesis is traced back through them when it is
@@ -505,6 +516,11 @@ class BeamSearch(Search):
         # others would repeat it)
         self.scores = np.tile(np.array([0.0] + [-np.inf] * (self.beam - 1)), (batch, 1))
         self.ended = np.zeros(batch, dtype=np.int64)  # each active input's finished count
+        # each active input's best `beam` finished scores, best first (where the stop rule
+        # weighs them against the live ones)
+        self.best_ended = None
+        if options.beam_stop != "full":
+            self.best_ended = np.full((batch, self.beam), -np.inf)
         self.history: list[_Step] = []
         self._traced: dict[int, tuple] = {}  # input -> the rows and tokens of its best_tokens
 
@@ -526,9 +542,14 @@ class BeamSearch(Search):
                 ranked.end_log_probs[at, rank],
             )
             self.ended = self.ended + ends.sum(axis=1)
-            going = self.ended < n
-            if going.all():
-                going = None
+            if self.best_ended is None:
+                going = self.ended < n
+            else:
+                self._keep_best_ended(at, ranked.end_beams[at, rank], ended[2])
+        if self.best_ended is not None:
+            going = self._may_improve(ranked.scores)
+        if going is not None and going.all():
+            going = None
         if going is None:
             parent = (_first_rows(len(self.active), n) + ranked.beams).ravel()
             token, log_probs, self.scores = ranked.tokens.ravel(), ranked.log_probs, ranked.scores
@@ -537,6 +558,8 @@ class BeamSearch(Search):
             token, log_probs = ranked.tokens[going].ravel(), ranked.log_probs[going]
             self.active, self.scores = self.active[going], ranked.scores[going]
             self.ended = self.ended[going]
+            if self.best_ended is not None:
+                self.best_ended = self.best_ended[going]
             self.sources = np.repeat(self.active, n)
         self.history.append(
             _Step(
@@ -564,6 +587,27 @@ class BeamSearch(Search):
         self.tokens = token.reshape(-1, 1)
         return parent
 
+    def _keep_best_ended(self, at: np.ndarray, beams: np.ndarray, log_probs: np.ndarray) -> None:
+        """Each active input's best `beam` finished scores, with the hypotheses that end now
+        (of the inputs `at`, extending their `beams` by `</s>` at `log_probs`)."""
+        length = (self.steps + 1) ** self.options.length_penalty
+        scores = (self.scores[at, beams] + log_probs) / length
+        for a, score in zip(at.tolist(), scores.tolist(), strict=True):
+            best = self.best_ended[a]
+            if score > best[-1]:
+                self.best_ended[a] = np.sort(np.append(best[:-1], score))[::-1]
+
+    def _may_improve(self, live: np.ndarray) -> np.ndarray:
+        """Which active inputs go on, by the stop rule that weighs the best `live` score (of
+        each input's scores after this step, best first) against the worst of its best
+        finished ones: an input with fewer than `beam` finished always goes on."""
+        penalty = self.options.length_penalty
+        length = self.steps + 1
+        if self.options.beam_stop == "never" and penalty > 0:
+            length = self.options.max_length
+        worst = self.best_ended[:, -1]
+        return ~(np.isfinite(worst) & (live[:, 0] / length**penalty <= worst))
+
     def _cut(self, over: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The active inputs `over` their own step limit end with their live hypotheses as
         they are (kept in `cut`); the step just taken keeps the others' rows alone -> its
@@ -584,6 +628,8 @@ class BeamSearch(Search):
         )
         self.active, self.scores = self.active[going], self.scores[going]
         self.ended = self.ended[going]
+        if self.best_ended is not None:
+            self.best_ended = self.best_ended[going]
         self.sources = np.repeat(self.active, self.beam)
         return step.parent[rows], step.token[rows]
 

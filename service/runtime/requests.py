@@ -97,7 +97,8 @@ class DecodingRequest:
             problems.append("suppress: this model has no output tokenizer")
         elif self.suppress:
             suppress = _suppressed(self.suppress, tokenize, problems)
-        names = {f.name for f in fields(DecodingOptions)} - {"suppress", "max_length"}
+        names = {f.name for f in fields(DecodingOptions)} & {f.name for f in fields(self)}
+        names -= {"suppress", "max_length"}
         given = {n: getattr(self, n) for n in names if getattr(self, n) is not None}
         max_length = default_max_length if self.max_length is None else self.max_length
         options = DecodingOptions(**given, max_length=max_length, suppress=suppress)
@@ -153,6 +154,8 @@ class TranslateRequest:
     glossary: tuple[Term, ...] = ()  # checked terms; a response names them by index
     return_log_probs: bool = False
     return_alignment: bool = False
+    source_language: str = ""  # empty: the model's only one, or detected (see the model)
+    target_language: str = ""  # empty: the model's only one
 
 
 @dataclass(frozen=True)
@@ -160,6 +163,8 @@ class ScoreRequest:
     """(source, target) pairs to score, as sent: the translator checks them by their tokens."""
 
     pairs: tuple[tuple[str, str], ...]
+    source_language: str = ""
+    target_language: str = ""
 
 
 @dataclass(frozen=True)

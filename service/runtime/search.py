@@ -57,12 +57,14 @@ class RowControl(NamedTuple):
     """What decoding controls change in one row's logits at one step: the logits of
     `penalized` tokens divided by `penalty` when positive, multiplied when negative (a
     repetition penalty); `banned` tokens never produced; `forced` (a token, or -1) produced
-    whatever the model prefers, with the log-probability the model gives it."""
+    whatever the model prefers, with the log-probability the model gives it, or 0 where it is
+    `given` (a token the model is handed, as `generate` forces a target language or `</s>`)."""
 
     penalized: np.ndarray = np.zeros(0, dtype=np.int64)
     penalty: float = 1.0
     banned: np.ndarray = np.zeros(0, dtype=np.int64)
     forced: int = -1
+    given: bool = False
 
 
 def log_softmax(logits: np.ndarray) -> np.ndarray:
@@ -123,7 +125,7 @@ def controlled(
     row's logits penalized and banned, then searched as `host_search` does (`temperature`
     (N,) their sampling temperatures, or None). A forced row's candidates are its forced
     token alone (every other column -inf), with the log-probability of the penalized
-    logits (its bans do not apply to it)."""
+    logits (its bans do not apply to it), or 0 where it is given."""
     logits = np.array(logits, dtype=np.float32)
     forced = np.array([c.forced for c in controls], dtype=np.int64)
     for row, control in enumerate(controls):
@@ -144,6 +146,7 @@ def controlled(
     if len(rows):
         chosen = forced[rows]
         own = log_softmax(penalized[rows])[np.arange(len(rows)), chosen]
+        own[[controls[r].given for r in rows.tolist()]] = 0.0
         ids[rows] = chosen[:, None]
         log_probs[rows] = -np.inf
         log_probs[rows, 0] = own

@@ -24,7 +24,7 @@ from attnserve.cli.options import (
     shipped_checkpoint,
 )
 from models.shipped import SHIPPED_CAPTIONER, SHIPPED_TRANSLATOR
-from service.runtime.decoding import DecodingOptions
+from service.runtime.decoding import MODEL_RULES, DecodingOptions
 
 DECODING_DESTS = (
     "beam_size",
@@ -51,7 +51,7 @@ def _decoding(defaults) -> argparse.ArgumentParser:
 
 def test_torch_decoding_is_the_runtimes_defaults_under_the_flags_names():
     runtime = DecodingOptions()
-    names = {f.name for f in fields(DecodingOptions)} - {"suppress"}
+    names = {f.name for f in fields(DecodingOptions)} - {"suppress", *MODEL_RULES}
     assert set(TORCH_DECODING) == (names - {"num_hypotheses"}) | {"n_best"}
     assert TORCH_DECODING["n_best"] == runtime.num_hypotheses == 1
     assert TORCH_DECODING["beam_size"] == 1 and TORCH_DECODING["temperature"] == 0.0

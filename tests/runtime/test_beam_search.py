@@ -5,6 +5,7 @@ are common."""
 from __future__ import annotations
 
 import zlib
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -68,7 +69,7 @@ def written_out(source: int, options: DecodingOptions, attention: bool):
     n, width = options.beam_size, 2 * options.beam_size
     live = [([], [], [], 0.0)]  # tokens, log-probs, attention rows, score
     finished, best_live = [], []
-    for _ in range(options.max_length):
+    for step in range(options.max_length):
         extensions = []
         for beam, (tokens, _, _, score) in enumerate(live):
             ids, lps, row = scripted(source, tokens, width)
@@ -85,12 +86,25 @@ def written_out(source: int, options: DecodingOptions, attention: bool):
             elif len(kept) < n:
                 kept.append(grown)
         live = kept
-        if len(finished) >= n:
+        if len(finished) >= n and not _may_improve(finished, live, step + 1, options):
             break
         best_live.append(live[0][0])
     else:
         finished += [_hypothesis(*h[:3], False, options.length_penalty) for h in live]
     return sorted(finished, key=lambda h: -h.score)[: options.num_hypotheses], best_live
+
+
+def _may_improve(finished, live, steps: int, options: DecodingOptions) -> bool:
+    """`generate`'s test of an input with `beam_size` finished hypotheses: whether its best
+    live one, scored at its length (or at the limit, "never" with a penalty), beats the worst
+    of its best `beam_size` finished ones; "full" never looks."""
+    if options.beam_stop == "full":
+        return False
+    length = steps
+    if options.beam_stop == "never" and options.length_penalty > 0:
+        length = options.max_length
+    worst = sorted(h.score for h in finished)[-options.beam_size]
+    return live[0][3] / length**options.length_penalty > worst
 
 
 def _same(a: Hypothesis, b: Hypothesis) -> None:
@@ -124,6 +138,29 @@ def test_beam_search_is_beam_search_written_out_per_input(
         assert len(got[source]) == len(expected) >= 1
         for a, b in zip(got[source], expected, strict=True):
             _same(a, b)
+
+
+@pytest.mark.parametrize("stop", ["estimate", "never"])
+@pytest.mark.parametrize(
+    "batch, beam, max_length, penalty", [(6, 2, 12, 1.0), (5, 4, 9, 0.6), (4, 3, 14, 2.0)]
+)
+def test_an_input_stops_as_generate_stops_it(stop, batch, beam, max_length, penalty):
+    """With `beam_stop` "estimate" (generate's early_stopping False) or "never", an input goes
+    on past `beam_size` finished hypotheses while its best live one may still beat them."""
+    options = DecodingOptions(
+        beam_size=beam, max_length=max_length, num_hypotheses=beam, length_penalty=penalty,
+        beam_stop=stop,
+    )  # fmt: skip
+    got = run(BeamSearch(batch, options, BOS, EOS), Scripted(batch, 2 * beam), False)
+    full = replace(options, beam_stop="full")
+    longer = 0
+    for source in range(batch):
+        expected, best_live = written_out(source, options, False)
+        assert len(got[source]) == len(expected) >= 1
+        for a, b in zip(got[source], expected, strict=True):
+            _same(a, b)
+        longer += len(best_live) > len(written_out(source, full, False)[1])
+    assert longer  # some input searched longer than "full" lets it, or this shows nothing
 
 
 def test_the_streamed_best_is_the_first_live_hypothesis_then_the_best_finished():

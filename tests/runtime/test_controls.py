@@ -343,3 +343,53 @@ def test_on_cuda_score_gives_the_cpu_engines_log_probabilities(tiny, variant):
     for target, want, have in zip(targets, expected, got, strict=True):
         assert len(have) == len(target) + 1  # its tokens and `</s>`
         np.testing.assert_allclose(have, want, atol=bound, rtol=0)
+
+
+def test_given_tokens_and_the_end_at_the_limit_have_log_probability_zero():
+    """A target language forced as generate forces it (`given`) and the `</s>` a model writes
+    at the limit (`end_at_limit`) are the model's choice whatever it prefers, at
+    log-probability 0; a forced prefix token after them keeps the model's own."""
+    options = DecodingOptions(max_length=4, end_at_limit=True)
+    inputs = InputControls(prefixes=((7, 9),), given=(1,))
+    controls = Controls(options, inputs, EOS_ID)
+    assert Controls.wanted(options, None) and not Controls.wanted(DecodingOptions(), None)
+    first, second = controls.row(0, []), controls.row(0, [7])
+    assert (first.forced, first.given) == (7, True)
+    assert (second.forced, second.given) == (9, False)
+    assert controls.row(0, [7, 9]) is None  # steps between: the model's own choice
+    last = controls.row(0, [7, 9, 5])  # the 4th and last step
+    assert (last.forced, last.given) == (EOS_ID, True)
+    logits = np.random.default_rng(0).normal(size=(3, 12)).astype(np.float32)
+    found = controlled(logits, [first, second, last], SearchRequest(k=2))
+    assert found.ids[:, 0].tolist() == [7, 9, EOS_ID]
+    assert found.log_probs[0, 0] == 0.0 and found.log_probs[2, 0] == 0.0
+    assert found.log_probs[1, 0] == pytest.approx(log_softmax(logits[1:2])[0, 9])
+    assert found.log_probs[1, 0] < 0
+
+
+def test_a_decode_ended_at_the_limit_finishes_with_end():
+    """end_at_limit: an output that reaches max_length ends with `</s>` (finished), one token
+    shorter than without it."""
+    from service.runtime.decoding import GreedySearch
+    from service.runtime.search import Candidates
+
+    def step(search):
+        ids = np.tile(np.array([[5, EOS_ID]]), (search.rows, 1))
+        return Candidates(ids, np.full((search.rows, 2), -0.5, np.float32))
+
+    results = {}
+    for end in (False, True):
+        options = DecodingOptions(max_length=3, end_at_limit=end)
+        search = GreedySearch(1, options, BOS_ID, EOS_ID)
+        while not search.done:
+            found = step(search)
+            controls = search.row_controls()
+            if controls:  # the last step: the host's search of the controlled row
+                logits = np.full((1, 12), -5.0, np.float32)
+                logits[0, 5] = 0.0
+                found = controlled(logits, [controls[0]], SearchRequest(k=2))
+            search.advance(found, None)
+        results[end] = search.results()[0][0]
+    assert results[False].tokens == [5, 5, 5] and not results[False].finished
+    assert results[True].tokens == [5, 5] and results[True].finished
+    assert results[True].token_log_probs[-1] == 0.0
