@@ -101,7 +101,8 @@ class ModelServicer:
                 reason = str(request.error).rpartition("': ")[2]
                 raise InvalidArgument(f"request: not a valid {request.message} ({reason})")
             front.check_available()
-            yield front.resolve(self.service, request.model, request.version), labels, received
+            name = front.named(self.service, request)
+            yield front.resolve(self.service, name, request.version), labels, received
         except ServiceError as error:
             code = status_code(error)
             await context.abort(code, str(error))

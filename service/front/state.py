@@ -91,6 +91,34 @@ class Front:
         with contextlib.suppress(TimeoutError):  # the handlers send that status
             await asyncio.wait_for(self.idle.wait(), 1.0)
 
+    def covering(self, service: str, source: str, target: str) -> str:
+        """The served model of `service` whose newest version reads `source` and writes
+        `target` (either may be empty: any), the most specialised first (the fewest
+        languages), then the default, then by name; InvalidArgument where none does."""
+        default, found = self.defaults.get(service, ""), []
+        for name, versions in self.models.get(service, {}).items():
+            languages = versions[max(versions, key=version_order)].languages
+            if (not source or source in languages.source) and (
+                not target or target in languages.target
+            ):
+                size = len(languages.source) * len(languages.target)
+                found.append((size, name != default, name))
+        if not found:
+            raise InvalidArgument(
+                f"source_language {source!r}, target_language {target!r}: no served model "
+                "translates that; name a model, or see the languages each one declares"
+            )
+        return min(found)[2]
+
+    def named(self, service: str, request) -> str:
+        """The model a request names: its `model`; where it names none but languages, the
+        served model that covers them (`covering`); else "" (the default)."""
+        source = getattr(request, "source_language", "")
+        target = getattr(request, "target_language", "")
+        if request.model or not (source or target):
+            return request.model
+        return self.covering(service, source, target)
+
     def resolve(self, service: str, name: str, version: str) -> ServedModel:
         names = self.models.get(service, {})
         name = name or self.defaults.get(service, "")

@@ -142,7 +142,7 @@ def parse_translate_stream(message, model: TranslationModel) -> TranslateRequest
 
 
 def _limits(model: TranslationModel) -> tuple:
-    encode = model.tokenizer.encode
+    encode = model.tokenizer.encode_target  # what `suppress` names is written, not read
     return model.max_output_length, model.default_max_length, model.max_text_chars, encode
 
 
@@ -157,17 +157,23 @@ def _typed(message, model: TranslationModel, texts, fields, options) -> Translat
         texts=tuple(texts),
         fields=tuple(fields),
         options=options,
-        prefix=given.prefix(model.tokenizer.encode, options.max_length),
+        prefix=given.prefix(model.tokenizer.encode_target, options.max_length),
         splitting=splitting,
         text_format=written,
         glossary=terms,
         return_log_probs=given.return_log_probs,
         return_alignment=given.return_alignment,
+        source_language=message.source_language,
+        target_language=message.target_language,
     )
 
 
 def parse_score(message) -> ScoreRequest:
-    return ScoreRequest(tuple((pair.source, pair.target) for pair in message.pairs))
+    return ScoreRequest(
+        tuple((pair.source, pair.target) for pair in message.pairs),
+        message.source_language,
+        message.target_language,
+    )
 
 
 def translate_response(result: TranslateResult) -> translation_pb2.TranslateResponse:
@@ -175,6 +181,8 @@ def translate_response(result: TranslateResult) -> translation_pb2.TranslateResp
         model=result.model,
         version=result.version,
         token_counts=token_counts_message(result.token_counts),
+        source_language=result.source_language,
+        target_language=result.target_language,
     )
     for translation in result.translations:
         message = response.translations.add(

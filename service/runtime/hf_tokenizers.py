@@ -112,8 +112,10 @@ class M2M100Tokenizer(_Vocabulary):
     def __init__(
         self, model_file, vocabulary: dict[str, int], specials: Specials, languages: dict[str, int]
     ):
-        tokens = {f"__{code}__": i for code, i in languages.items()}
+        known = set(vocabulary.values())  # NLLB's vocabulary holds its language tokens
+        tokens = {f"__{code}__": i for code, i in languages.items() if i not in known}
         super().__init__(vocabulary, specials, tokens)
+        self.dropped |= frozenset(languages.values())
         self.languages = dict(languages)
         self._sp = spm.SentencePieceProcessor(model_file=str(model_file))
 
@@ -139,3 +141,27 @@ class M2M100Tokenizer(_Vocabulary):
             if int(i) not in self.dropped
         ]
         return self._sp.decode(kept).strip()
+
+
+def read_tokenizer(version):
+    """The tokenizer a model version's manifest declares (`preprocessor.type`): our
+    SentencePiece model (`sentencepiece`), or a Hugging Face model's (`marian`, `m2m100`)."""
+    from service.runtime.errors import ModelRepositoryError
+    from service.runtime.tokenizer import Tokenizer
+
+    manifest, root = version.manifest, version.directory
+    preprocessor = manifest.get("preprocessor", {})
+    kind = preprocessor.get("type", "sentencepiece")
+    if kind == "sentencepiece":
+        return Tokenizer(version.tokenizer_file)
+    if kind not in ("marian", "m2m100"):
+        raise ModelRepositoryError(f"{root}: unknown preprocessor type {kind!r}")
+    ids = {name: int(entry["id"]) for name, entry in manifest["special_tokens"].items()}
+    vocabulary = read_vocabulary(root / preprocessor["vocabulary"])
+    specials = Specials(ids["pad"], ids["eos"], ids["unk"], ids["bos"], vocabulary.get("<s>"))
+    if kind == "marian":
+        return MarianTokenizer(
+            root / preprocessor["source"], root / preprocessor["target"], vocabulary, specials
+        )
+    languages = manifest.get("languages", {}).get("tokens", {})
+    return M2M100Tokenizer(root / preprocessor["model"], vocabulary, specials, languages)

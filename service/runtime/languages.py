@@ -45,6 +45,51 @@ class Languages:
     def pairs(self) -> list[tuple[str, str]]:
         return [(s, t) for s in self.source for t in self.target if s != t]
 
+    def covers(self, source: str, target: str) -> bool:
+        """Whether the model reads `source` (any where empty) and writes `target`."""
+        return (not source or source in self.source) and target in self.target
+
+
+@dataclass(frozen=True)
+class LanguageTokens:
+    """How a multilingual model is told its languages (its manifest's `languages`): a token
+    per language (`tokens`, code -> id), put before the source for the source language
+    (`source_token`), and for the target language either forced as the decoder's first token
+    (`target_token` "decoder", as M2M100's generate forces it) or put before the source
+    ("source", a multilingual Marian's `>>xx<<`)."""
+
+    tokens: dict[str, int]
+    source_token: bool = False
+    target_token: str = ""
+
+    @classmethod
+    def from_manifest(cls, manifest: dict) -> LanguageTokens:
+        declared = manifest.get("languages", {})
+        return cls(
+            {code: int(i) for code, i in declared.get("tokens", {}).items()},
+            bool(declared.get("source_token", False)),
+            declared.get("target_token", ""),
+        )
+
+    def source_prefix(self, source: str, target: str) -> list[int]:
+        """The tokens before every source's own."""
+        if self.source_token:
+            return [self.tokens[source]]
+        if self.target_token == "source":
+            return [self.tokens[target]]
+        return []
+
+    def decoder_prefix(self, target: str) -> tuple[int, ...]:
+        """The tokens every output starts with, given to the model."""
+        return (self.tokens[target],) if self.target_token == "decoder" else ()
+
+
+def listed(codes: Sequence[str], most: int = 12) -> str:
+    """Codes for a message: all of a few, the first `most` of many."""
+    if len(codes) <= most:
+        return ", ".join(codes)
+    return f"{', '.join(codes[:most])}, ... ({len(codes)} in all)"
+
 
 @functools.cache
 def _identifier():

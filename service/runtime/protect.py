@@ -77,6 +77,8 @@ class Masked:
         """The translation with every marker replaced by its item, each item exactly once.
         A `partial` translation (a stream's, still growing) gets the markers it holds back,
         loses a marker it is in the middle of, and is not given the ones still to come."""
+        if not self.items:  # nothing to put back: the model's text as its tokenizer wrote it
+            return translation
         if partial:
             translation = re.sub(r"\s*\bZ{2,}\d*$", "", translation)
         # a marker the model broke ("Z3" for "ZZ3") is dropped; its item comes back below

@@ -99,6 +99,8 @@ class TranslateResult:
     version: str
     translations: tuple[Translation, ...]  # one per text, in request order
     token_counts: TokenCounts
+    source_language: str = ""  # what the texts were translated from (detected, or as named)
+    target_language: str = ""
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,10 @@ class Tokenizer:
         """Token ids without `<s>` or `</s>`."""
         return self._sp.encode(unicodedata.normalize("NFC", text))
 
+    def encode_target(self, text: str) -> list[int]:
+        """Target ids (a prefix, a scored translation): one vocabulary for both sides."""
+        return self.encode(text)
+
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         """One text at a time: SentencePiece's list form starts a thread pool on every call,
         about 20x the cost of encoding a sentence (the server's front encodes every request)."""

@@ -5,19 +5,21 @@ from __future__ import annotations
 
 import html
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from dataclasses import field as dataclass_field
 
 import numpy as np
 
-from service.runtime import glossary, requests
+from service.runtime import glossary, languages, requests
 from service.runtime.batching import source_batch
 from service.runtime.controls import InputControls, length_limit
-from service.runtime.decoding import DecodingOptions, Hypothesis, decode
+from service.runtime.decoding import MODEL_RULES, DecodingOptions, Hypothesis, decode
 from service.runtime.documents import Document
 from service.runtime.graphs import SpecialTokens
+from service.runtime.hf_tokenizers import read_tokenizer
 from service.runtime.inference import CachedInference, Engine, Inference
 from service.runtime.kinds import Prepared, ServedModel
+from service.runtime.languages import LanguageTokens
 from service.runtime.markup import split_markup
 from service.runtime.protect import Masked, mask
 from service.runtime.requests import ScoreRequest, TranslateRequest, raise_problems
@@ -183,9 +185,13 @@ def with_alternatives(masked: Sequence[Masked]) -> tuple[list[Masked], dict[int,
 
 
 def input_controls(
-    options: DecodingOptions, token_ids: Sequence[list[int]], prefixes: Sequence[tuple] = ()
+    options: DecodingOptions,
+    token_ids: Sequence[list[int]],
+    prefixes: Sequence[tuple] = (),
+    given: int = 0,
 ) -> InputControls | None:
-    """Each source's step limit (max_length_ratio x its tokens) and forced start."""
+    """Each source's step limit (max_length_ratio x its tokens) and forced start, whose first
+    `given` tokens the model is given (a target language)."""
     limits = None
     if options.max_length_ratio > 0:
         limits = tuple(
@@ -200,7 +206,28 @@ def input_controls(
                 min(options.max_length, max(limit, len(p) + 1))
                 for limit, p in zip(limits, forced, strict=True)
             )
-    return None if limits is None and forced is None else InputControls(limits, forced)
+    if limits is None and forced is None:
+        return None
+    return InputControls(limits, forced, (given,) * len(token_ids) if given else None)
+
+
+def translate_request(model, engine: Engine, request: TranslateRequest, batch_size: int = 32):
+    """A typed request served in process, as a server serves it (the model's `prepare`, its
+    inputs decoded `batch_size` at a time, its `response`), over any engine of its
+    version."""
+    import asyncio
+
+    prepared = asyncio.run(model.prepare(request))
+    results: list[list[Hypothesis]] = []
+    for start in range(0, prepared.inputs, batch_size):
+        part = prepared.subset(list(range(start, min(start + batch_size, prepared.inputs))))
+        memory = engine.encode(**part.encoder_inputs)
+        tokens = engine.special_tokens
+        results += decode(
+            CachedInference(engine, memory, part.inputs), part.inputs, part.options,
+            tokens.bos, tokens.eos, attention=part.keep_alignment, inputs=part.controls,
+        )  # fmt: skip
+    return model.response(prepared, results)
 
 
 # -- served -----------------------------------------------------------------------------------
@@ -216,6 +243,7 @@ class Sources:
     masked: list[Masked]
     markup: bool = False  # the texts are HTML or XML: the translations' own text escaped
     alternatives: dict[int, int] = dataclass_field(default_factory=dict)  # see `with_alternatives`
+    languages: tuple[str, str] = ("", "")  # (source, target) as resolved
     # a stream's finished inputs, worked out once (`settled`, `rendered`)
     _settled: dict[int, list[Hypothesis]] = dataclass_field(
         default_factory=dict, repr=False, compare=False
@@ -305,19 +333,58 @@ class TranslationModel(ServedModel):
 
     def __init__(self, version, config):
         super().__init__(version, config)
-        self.tokenizer = Tokenizer(version.tokenizer_file)
+        self.tokenizer = read_tokenizer(version)
         limit = version.manifest["limits"]["max_source_tokens"] - 1  # `</s>` is added
         self.max_input_tokens = min(config.max_input_tokens or limit, limit)
         self.max_text_chars = config.max_text_chars
+        self.language_tokens = LanguageTokens.from_manifest(version.manifest)
+        # the rules of the model's own decoding that every request follows (a Hugging Face
+        # model's generate: export.hf.version)
+        rules = version.manifest.get("generation", {})
+        self.rules = {k: rules[k] for k in MODEL_RULES if k in rules}
+
+    def resolve_languages(self, source: str, target: str, texts: Sequence[str]):
+        """(source, target) of a request: each as named, checked against the model's; else
+        the model's only one; else, for a source the model takes a token for, detected
+        among its languages. InvalidArgument naming every problem."""
+        declared, problems = self.languages, []
+        if target and declared.target and target not in declared.target:
+            problems.append(
+                f"target_language: {target!r} is not written by {self.key} "
+                f"({languages.listed(declared.target)})"
+            )
+        elif not target and len(declared.target) == 1:
+            target = declared.target[0]
+        elif not target and self.language_tokens.target_token:
+            problems.append(
+                f"target_language: {self.key} writes {len(declared.target)} languages; name "
+                f"one ({languages.listed(declared.target)})"
+            )
+        if source and declared.source and source not in declared.source:
+            problems.append(
+                f"source_language: {source!r} is not read by {self.key} "
+                f"({languages.listed(declared.source)})"
+            )
+        elif not source and len(declared.source) == 1:
+            source = declared.source[0]
+        elif not source and self.language_tokens.source_token and not problems:
+            source = languages.detect(" ".join(texts), declared.source)[0][0]
+        raise_problems(problems)
+        return source, target
 
     async def prepare(self, request: TranslateRequest) -> Prepared:
         markup = request.text_format != "plain"
+        source, target = self.resolve_languages(
+            request.source_language, request.target_language, request.texts
+        )
+        options = replace(request.options, **self.rules) if self.rules else request.options
         documents = [split_markup(t, request.splitting, request.text_format) for t in request.texts]
         fields, masked, firsts = _sentences(request, documents, markup)
         masked, alternatives = with_alternatives(masked)
         fields += [fields[i] for i in alternatives]
         firsts += [firsts[i] for i in alternatives]
-        token_ids = self.tokenizer.encode_batch([m.text for m in masked])
+        lead = self.language_tokens.source_prefix(source, target)
+        token_ids = [lead + ids for ids in self.tokenizer.encode_batch([m.text for m in masked])]
         raise_problems(
             [
                 f"{field}: {len(ids)} tokens, at most {self.max_input_tokens}"
@@ -325,19 +392,22 @@ class TranslationModel(ServedModel):
                 if len(ids) > self.max_input_tokens
             ]
         )
-        prefixes = [request.prefix if first else () for first in firsts]
+        given = self.language_tokens.decoder_prefix(target)
+        prefixes = [given + (request.prefix if first else ()) for first in firsts]
         src_ids, src_mask = source_batch(
             token_ids, self.max_input_tokens + 1, self.special_tokens.eos
         )
         return Prepared(
             {"src_ids": src_ids, "src_mask": src_mask},
-            request.options,
+            options,
             fields,
             keep_alignment=request.return_alignment,
             keep_log_probs=request.return_log_probs,
-            sources=Sources(token_ids, documents, masked, markup, alternatives),
+            sources=Sources(
+                token_ids, documents, masked, markup, alternatives, languages=(source, target)
+            ),
             keys=[np.asarray(ids, np.int32).tobytes() for ids in token_ids],
-            controls=input_controls(request.options, token_ids, prefixes),
+            controls=input_controls(options, token_ids, prefixes, len(given)),
         )
 
     async def prepare_score(self, request: ScoreRequest) -> Prepared:
@@ -347,16 +417,24 @@ class TranslationModel(ServedModel):
             problems.append("pairs: at least one pair is needed")
         if len(pairs) > requests.MAX_TEXTS:
             problems.append(f"pairs: {len(pairs)} pairs, at most {requests.MAX_TEXTS}")
+        source_language, target_language = self.resolve_languages(
+            request.source_language, request.target_language, [s for s, _ in pairs]
+        )
+        lead = self.language_tokens.source_prefix(source_language, target_language)
+        given = self.language_tokens.decoder_prefix(target_language)
         source_ids, target_ids = [], []
         for i, (source, target) in enumerate(pairs):
-            source_ids.append(
-                self._scored(f"pairs[{i}].source", source, self.max_input_tokens, problems)
+            ids = self._scored(
+                f"pairs[{i}].source", source, self.max_input_tokens - len(lead), problems
             )
-            # a target leaves room for its `</s>`
-            limit = self.max_output_length - 1
-            target_ids.append(self._scored(f"pairs[{i}].target", target, limit, problems))
+            source_ids.append(lead + ids)
+            # a target leaves room for its `</s>` and the tokens the model is given
+            limit = self.max_output_length - 1 - len(given)
+            target_ids.append(self._scored(f"pairs[{i}].target", target, limit, problems, True))
         raise_problems(problems)
-        options, controls = scoring(target_ids, self.special_tokens.eos)
+        options, controls = scoring([[*given, *ids] for ids in target_ids], self.special_tokens.eos)
+        if given:
+            controls = replace(controls, given=(len(given),) * len(target_ids))
         src_ids, src_mask = source_batch(
             source_ids, self.max_input_tokens + 1, self.special_tokens.eos
         )
@@ -365,14 +443,17 @@ class TranslationModel(ServedModel):
             options,
             [f"pairs[{i}]" for i in range(len(pairs))],
             keep_log_probs=True,
-            sources=target_ids,
+            sources=(target_ids, len(given)),
             keys=[np.asarray(ids, np.int32).tobytes() for ids in source_ids],
             controls=controls,
         )
 
-    def _scored(self, field: str, text: str, limit: int, problems: list[str]) -> list[int]:
+    def _scored(
+        self, field: str, text: str, limit: int, problems: list[str], target: bool = False
+    ) -> list[int]:
         """The token ids of one side of a scored pair, its problem appended if any."""
-        ids = self.tokenizer.encode(text) if text.strip() else []
+        encode = self.tokenizer.encode_target if target else self.tokenizer.encode
+        ids = encode(text) if text.strip() else []
         if not ids:
             problems.append(f"{field}: empty or only white space")
         elif len(ids) > limit:
@@ -382,8 +463,9 @@ class TranslationModel(ServedModel):
     def score_response(self, prepared: Prepared, results) -> ScoreResult:
         eos = self.special_tokens.eos
         scores = []
-        for target, nbest in zip(prepared.sources, results, strict=True):
-            log_probs = nbest[0].token_log_probs
+        targets, given = prepared.sources
+        for target, nbest in zip(targets, results, strict=True):
+            log_probs = nbest[0].token_log_probs[given:]  # not those of the given tokens
             total = float(np.sum(log_probs, dtype=np.float64))
             scores.append(
                 TargetScore(
@@ -448,7 +530,10 @@ class TranslationModel(ServedModel):
             translations.append(self._translation(prepared, document, results, texts))
             first += count
         counts = total([t.token_counts for t in translations])
-        return TranslateResult(self.version.name, self.version.version, tuple(translations), counts)
+        return TranslateResult(
+            self.version.name, self.version.version, tuple(translations), counts,
+            *sources.languages,
+        )  # fmt: skip
 
     def _translation(self, prepared: Prepared, document: Document, results, texts) -> Translation:
         """One text's translation, of its sentences' inputs `texts.picks`."""

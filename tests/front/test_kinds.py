@@ -94,3 +94,41 @@ def test_a_request_is_cut_into_jobs_that_each_fit_a_batch():
         InvalidArgument, match="9 hypotheses per input need 9 batch rows, at most 8"
     ):
         front.jobs(wide, Context(), stream=False)
+
+
+def test_a_request_naming_languages_goes_to_the_model_that_covers_them():
+    """Front.named / covering: the most specialised model first, then the default; a
+    request naming a model is never rerouted; no model covering the pair is refused."""
+    from types import SimpleNamespace
+
+    from service.front.state import Front
+    from service.runtime.languages import Languages
+
+    def served(source, target):
+        return {"1": SimpleNamespace(languages=Languages(tuple(source), tuple(target)))}
+
+    many = [f"l{i}" for i in range(10)] + ["es", "en", "de", "fr"]
+    models = {
+        TRANSLATION_SERVICE: {
+            "translator": served(["es"], ["en"]),
+            "opus-es-de": served(["es"], ["de"]),
+            "m2m100": served(many, many),
+            "es-de-too": served(["es"], ["de"]),
+        }
+    }
+    config = replace(ServerConfig(), default_translator="translator")
+    front = Front(config, models, None, None)
+
+    def named(**fields):
+        request = SimpleNamespace(model="", source_language="", target_language="")
+        request.__dict__.update(fields)
+        return front.named(TRANSLATION_SERVICE, request)
+
+    assert named() == ""  # the default, resolved later
+    assert named(model="m2m100", target_language="de") == "m2m100"
+    assert named(source_language="es", target_language="en") == "translator"
+    assert named(source_language="es", target_language="de") == "es-de-too"  # by name, a tie
+    assert named(target_language="fr") == "m2m100"
+    assert named(source_language="l3") == "m2m100"
+    with pytest.raises(InvalidArgument, match="no served model translates that"):
+        named(source_language="tlh", target_language="en")

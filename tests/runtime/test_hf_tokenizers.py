@@ -143,3 +143,30 @@ def test_m2m100_decodes_as_its_own_tokenizer_dropping_language_tokens(m2m100):
     size = max(ours.languages.values()) + 1
     for ids in random_ids(size, seed=2):
         assert ours.decode(ids) == theirs.decode(ids, skip_special_tokens=True), ids
+
+
+def test_a_version_reads_the_tokenizer_its_manifest_declares(tmp_path, m2m100):
+    """read_tokenizer: the preprocessor's type picks the class, its files the models."""
+    from types import SimpleNamespace
+
+    from service.runtime.hf_tokenizers import read_tokenizer
+
+    ours, _ = m2m100
+    folder = tmp_path / "tokenizer"
+    folder.mkdir()
+    (folder / "vocab.json").write_text(json.dumps(dict(ours.encoder)), encoding="utf-8")
+    (folder / "sp.model").write_bytes(ours._sp.serialized_model_proto())
+    ids = {"pad": 1, "bos": 2, "eos": 2, "unk": 3}
+    manifest = {
+        "preprocessor": {"type": "m2m100", "model": "tokenizer/sp.model",
+                         "vocabulary": "tokenizer/vocab.json"},
+        "special_tokens": {k: {"id": v, "piece": ""} for k, v in ids.items()},
+        "languages": {"tokens": dict(ours.languages)},
+    }  # fmt: skip
+    read = read_tokenizer(SimpleNamespace(manifest=manifest, directory=tmp_path))
+    assert isinstance(read, M2M100Tokenizer)
+    for text in texts("es", 50):
+        assert read.encode(text, "es") == ours.encode(text, "es")
+    manifest["preprocessor"] = {"type": "wordpiece"}
+    with pytest.raises(Exception, match="unknown preprocessor type 'wordpiece'"):
+        read_tokenizer(SimpleNamespace(manifest=manifest, directory=tmp_path))

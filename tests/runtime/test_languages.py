@@ -30,3 +30,26 @@ def test_detection_chooses_among_the_languages_served():
     assert detect("whatever", ["es"]) == [("es", 1.0)]
     assert detect("whatever", ["xx", "yy"]) == [("xx", 0.0)]
     assert detect("whatever", []) == []
+
+
+def test_a_multilingual_model_is_told_its_languages_by_tokens():
+    """M2M100: the source's token before the source, the target's forced first; a
+    multilingual Marian: the target's `>>xx<<` before the source; ours: none."""
+    from service.runtime.languages import LanguageTokens, listed
+
+    m2m100 = LanguageTokens.from_manifest(
+        {"languages": {"tokens": {"es": 7, "fr": 9}, "source_token": True,
+                       "target_token": "decoder"}}
+    )  # fmt: skip
+    assert m2m100.source_prefix("es", "fr") == [7]
+    assert m2m100.decoder_prefix("fr") == (9,)
+    marian = LanguageTokens.from_manifest(
+        {"languages": {"tokens": {"de": 40}, "target_token": "source"}}
+    )
+    assert marian.source_prefix("en", "de") == [40] and marian.decoder_prefix("de") == ()
+    ours = LanguageTokens.from_manifest({"languages": {"source": ["es"], "target": ["en"]}})
+    assert ours.source_prefix("es", "en") == [] and ours.decoder_prefix("en") == ()
+    assert Languages(("es",), ("en", "fr")).covers("", "fr")
+    assert not Languages(("es",), ("en",)).covers("de", "en")
+    assert listed(["a", "b"]) == "a, b"
+    assert listed([str(i) for i in range(20)], 3) == "0, 1, 2, ... (20 in all)"

@@ -200,6 +200,7 @@ class LibreTranslateApi:
                 texts = ["\n".join(t.splitlines()) for t in texts]
             name, detected, confidence = self._route(str(source), str(target), texts)
             message = _translate_message(name, texts, text_format, alternatives)
+            message.source_language, message.target_language = detected, str(target)
             response = await self._call(request, message, "translate")
         except BadRequest as bad:
             return error(bad.status, str(bad))
@@ -270,10 +271,11 @@ class LibreTranslateApi:
             except (ValueError, UnicodeDecodeError) as bad:
                 raise BadRequest(f"Invalid request: {filename}: {bad}") from None
             texts = [p.text for p in document.paragraphs]
-            name, _, _ = self._route(str(source), str(target), texts)
+            name, detected, _ = self._route(str(source), str(target), texts)
             for start in range(0, len(texts), MAX_TEXTS):
                 chunk = document.paragraphs[start : start + MAX_TEXTS]
                 message = _translate_message(name, [p.text for p in chunk], document.text_format, 0)
+                message.source_language, message.target_language = detected, str(target)
                 message.options.return_alignment = any(len(p.runs) > 1 for p in chunk)
                 response = await self._call(request, message, "translate_file")
                 for paragraph, translation in zip(chunk, response.translations, strict=True):
