@@ -80,3 +80,67 @@ def parity(args: Namespace) -> int:
     output = certificate if args.json else _summary(certificate)
     print(json.dumps(output, indent=2 if not args.json else None))
     return 0 if certificate["passed"] else 1
+
+
+SPANISH_TESTS = Path(__file__).resolve().parents[1] / "data" / "translator" / "test.es"
+
+
+def certificate_texts(args: Namespace, version) -> tuple[list[str], list[str] | None]:
+    """The texts the certificate decodes (`--texts`, else the Spanish test sentences), those
+    within the model's length limit, `--sentences` of them, with their `--references`."""
+    from service.runtime.hf_tokenizers import read_tokenizer
+
+    if args.texts:
+        texts = args.texts.read_text(encoding="utf-8").splitlines()
+    else:
+        texts = (SPANISH_TESTS).read_text(encoding="utf-8").splitlines()
+    references = None
+    if args.references:
+        references = args.references.read_text(encoding="utf-8").splitlines()
+        if len(references) != len(texts):
+            raise ValueError(f"{len(texts)} texts but {len(references)} references")
+    tokenizer = read_tokenizer(version)
+    limit = version.manifest["limits"]["max_source_tokens"] - 2  # a language token, `</s>`
+    kept = [i for i, t in enumerate(texts) if t.strip() and len(tokenizer.encode(t)) <= limit]
+    kept = kept[: args.sentences]
+    return [texts[i] for i in kept], None if references is None else [references[i] for i in kept]
+
+
+def export_hf(args: Namespace) -> int:
+    """`attnserve export hf DIR`: the version written and certified against transformers."""
+    from export.hf.certify import certify_hf
+    from export.hf.version import export_hf as write_hf
+
+    given = None
+    if args.source_language or args.target_language:
+        given = ([args.source_language] * bool(args.source_language),
+                 [args.target_language] * bool(args.target_language))  # fmt: skip
+    # fp16 graphs are made where a GPU can certify them
+    variants = tuple(v for v in args.variants.split(",") if v != "fp16" or _cuda())
+    version = write_hf(args.directory, args.out, args.name, args.version, variants, given)
+    texts, references = certificate_texts(args, version)
+    languages = (args.source_language, args.target_language)
+    certificate = certify_hf(version, args.directory, texts, languages, references)
+    summary = {
+        "model_version": str(version.directory),
+        "passed": certificate["passed"],
+        "tokenizer": certificate["tokenizer"],
+        "graphs": certificate["graphs"],
+        "decodes": {
+            d["search"]: f"{d['identical']}/{d['decodes']} identical to generate, "
+            f"{len(d['near_ties'])} near ties"
+            for d in certificate["decodes"]
+        },
+        "rows": certificate["rows"]["passed"],
+        "int8_vs_fp32": certificate.get("int8_vs_fp32"),
+        "seconds": certificate["seconds"],
+    }
+    print(json.dumps(summary, indent=2))
+    return 0 if certificate["passed"] else 1
+
+
+def _cuda() -> bool:
+    """Whether fp16 graphs can be made and certified here (they need a GPU)."""
+    import onnxruntime
+
+    return "CUDAExecutionProvider" in onnxruntime.get_available_providers()

@@ -121,6 +121,43 @@ def model_repository(exported_translator, exported_captioner, tmp_path_factory) 
     return root
 
 
+@pytest.fixture(scope="session")
+def hf_models(tmp_path_factory) -> dict:
+    """family -> (its Hugging Face directory, its exported version, the certificate): a small
+    random Marian model and a small random M2M100 model, built with `transformers`, exported
+    (fp32 and int8) and certified against it on 200 Spanish test sentences."""
+    pytest.importorskip("transformers")  # the hf extra, installed by ./dev.sh
+    from helpers import certificate_texts, m2m100_directory, marian_directory
+
+    from export.hf.certify import certify_hf
+    from export.hf.version import export_hf
+    from service.runtime.repository import verify
+
+    made = tmp_path_factory.mktemp("hf")
+    models = {}
+    for family, build, languages in (
+        ("marian", marian_directory, ("", "")),
+        ("m2m100", m2m100_directory, ("es", "en")),
+    ):
+        directory = build(made / family)
+        version = export_hf(directory, made / "repository", family)
+        texts = certificate_texts(version)
+        certificate = certify_hf(version, directory, texts, languages)
+        models[family] = directory, verify(version.directory), certificate
+    return models
+
+
+@pytest.fixture(scope="session")
+def mixed_repository(exported_translator, hf_models, tmp_path_factory) -> Path:
+    """A model repository of three translators: ours, a Marian model, an M2M100 model."""
+    root = tmp_path_factory.mktemp("mixed-repository")
+    versions = [exported_translator[0]] + [version for _, version, _ in hf_models.values()]
+    for model_version in versions:
+        (root / model_version.name).mkdir()
+        (root / model_version.name / model_version.version).symlink_to(model_version.directory)
+    return root
+
+
 def pytest_collection_modifyitems(config, items):
     """Tests marked gpu run only where onnxruntime has a CUDA execution provider; tests
     marked stack (image builds, minutes) only when the marker expression names them

@@ -138,7 +138,134 @@ def tiny_m2m100(seed: int = 2):
         vocab_size=128, d_model=32, encoder_layers=2, decoder_layers=2,
         encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64,
         decoder_ffn_dim=64, max_position_embeddings=64, pad_token_id=1, eos_token_id=2,
-        decoder_start_token_id=2,
+        decoder_start_token_id=2, init_std=0.5, tie_word_embeddings=False,
     )  # fmt: skip
     torch.manual_seed(seed)
     return transformers.M2M100ForConditionalGeneration(config).eval()
+
+
+def _trained_spm(lines: list[str], prefix: Path, model_type: str, size: int) -> Path:
+    """A SentencePiece model of `lines` as Hugging Face's translation models ship them: no
+    `<s>`, `</s>` or padding of its own, `<unk>` at 0."""
+    import sentencepiece as spm
+
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines), model_prefix=str(prefix), vocab_size=size,
+        model_type=model_type, character_coverage=1.0, bos_id=-1, eos_id=-1, unk_id=0,
+        pad_id=-1, minloglevel=2,
+    )  # fmt: skip
+    return prefix.with_suffix(".model")
+
+
+def _pieces(model_file: Path) -> list[str]:
+    import sentencepiece as spm
+
+    model = spm.SentencePieceProcessor(model_file=str(model_file))
+    return [model.id_to_piece(i) for i in range(model.get_piece_size())]
+
+
+def _lines(side: str, count: int = 300) -> list[str]:
+    text = (TRANSLATOR_DATA / f"test.{side}").read_text(encoding="utf-8")
+    return text.splitlines()[:count]
+
+
+def marian_directory(folder: Path, seed: int = 0, multilingual: bool = False) -> Path:
+    """A small random Marian model saved as a Hugging Face directory, OPUS-MT's layout (its
+    tokenizer says Spanish to German: a pair our own translator does not cover): source and
+    target SentencePiece models, one vocabulary (`</s>` 0, `<unk>` 1, `<pad>`
+    last), pad as the decoder's start and banned, `</s>` forced at the limit; with
+    `multilingual`, target languages as `>>xx<<` tokens."""
+    import json
+
+    import torch
+    import transformers
+
+    folder.mkdir(parents=True, exist_ok=True)
+    source = _trained_spm(_lines("es"), folder / "source", "unigram", 300)
+    target = _trained_spm(_lines("en"), folder / "target", "unigram", 250)
+    vocabulary = {"</s>": 0, "<unk>": 1}
+    for model_file in (source, target):
+        for piece in _pieces(model_file):
+            vocabulary.setdefault(piece, len(vocabulary))
+    if multilingual:
+        for code in ("en", "fr", "de"):
+            vocabulary[f">>{code}<<"] = len(vocabulary)
+    vocabulary["<pad>"] = len(vocabulary)
+    (folder / "vocab.json").write_text(json.dumps(vocabulary), encoding="utf-8")
+    source.rename(folder / "source.spm")
+    target.rename(folder / "target.spm")
+    tokenizer = transformers.MarianTokenizer(
+        vocab=str(folder / "vocab.json"), source_spm=str(folder / "source.spm"),
+        target_spm=str(folder / "target.spm"), source_lang="es", target_lang="de",
+    )  # fmt: skip
+    pad = vocabulary["<pad>"]
+    config = transformers.MarianConfig(
+        vocab_size=len(vocabulary), d_model=32, encoder_layers=2, decoder_layers=2,
+        encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64,
+        decoder_ffn_dim=64, max_position_embeddings=64, pad_token_id=pad, eos_token_id=0,
+        decoder_start_token_id=pad, init_std=1.0,
+    )  # fmt: skip
+    torch.manual_seed(seed)
+    model = transformers.MarianMTModel(config).eval()
+    model.generation_config = transformers.GenerationConfig(
+        decoder_start_token_id=pad, pad_token_id=pad, eos_token_id=0, forced_eos_token_id=0,
+        bad_words_ids=[[pad]], num_beams=4, max_length=64,
+    )  # fmt: skip
+    with torch.no_grad():  # weights far from 0, so outputs follow the source; `</s>` likely
+        model.final_logits_bias[0, 0] = 18.0  # enough that most outputs end
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def m2m100_directory(folder: Path, seed: int = 0) -> Path:
+    """A small random M2M100 model saved as a Hugging Face directory: one SentencePiece
+    model, fairseq's ids (`<s>` 0, pad 1, `</s>` 2, `<unk>` 3), a token per language after
+    the vocabulary, `</s>` as the decoder's start, the target language forced after it."""
+    import json
+
+    import torch
+    import transformers
+    from transformers.models.m2m_100.tokenization_m2m_100 import FAIRSEQ_LANGUAGE_CODES
+
+    folder.mkdir(parents=True, exist_ok=True)
+    model_file = _trained_spm(_lines("es") + _lines("en"), folder / "spm", "bpe", 400)
+    vocabulary = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3}
+    for piece in _pieces(model_file):
+        vocabulary.setdefault(piece, len(vocabulary))
+    (folder / "vocab.json").write_text(json.dumps(vocabulary), encoding="utf-8")
+    model_file.rename(folder / "sentencepiece.bpe.model")
+    codes = FAIRSEQ_LANGUAGE_CODES["m2m100"]
+    tokenizer = transformers.M2M100Tokenizer(
+        str(folder / "vocab.json"), str(folder / "sentencepiece.bpe.model"), src_lang="es",
+        tgt_lang="en", additional_special_tokens=[f"__{code}__" for code in codes],
+    )  # fmt: skip
+    config = transformers.M2M100Config(
+        vocab_size=len(tokenizer), d_model=32, encoder_layers=2, decoder_layers=2,
+        encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64,
+        decoder_ffn_dim=64, max_position_embeddings=64, pad_token_id=1, eos_token_id=2,
+        decoder_start_token_id=2, init_std=0.5, tie_word_embeddings=False,
+    )  # fmt: skip
+    torch.manual_seed(seed)
+    model = transformers.M2M100ForConditionalGeneration(config).eval()
+    model.generation_config = transformers.GenerationConfig(
+        decoder_start_token_id=2, pad_token_id=1, eos_token_id=2, bos_token_id=0,
+        forced_eos_token_id=2, early_stopping=True, num_beams=4, max_length=64,
+    )  # fmt: skip
+    with torch.no_grad():  # `</s>` likelier through the final norm's bias: most outputs end
+        direction = torch.nn.functional.normalize(torch.randn(config.d_model), dim=0)
+        model.model.decoder.layer_norm.bias.copy_(direction)
+        model.lm_head.weight[2] += 5.0 * direction
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def certificate_texts(model_version, count: int = 200) -> list[str]:
+    """`count` Spanish test sentences within a version's source limit (its own tokenizer's
+    tokens, a language token and `</s>` besides)."""
+    from service.runtime.hf_tokenizers import read_tokenizer
+
+    tokenizer = read_tokenizer(model_version)
+    limit = model_version.manifest["limits"]["max_source_tokens"] - 2
+    return [t for t in _lines("es", 3000) if len(tokenizer.encode(t)) <= limit][:count]

@@ -15,7 +15,12 @@ class Export(Subcommand):
     help = "export to ONNX, prove parity, write a model repository"
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("model", choices=MODELS)
+        parser.add_argument(
+            "model",
+            choices=(*MODELS, "hf"),
+            help="one of ours, or hf: a Hugging Face model directory (Marian, M2M100, NLLB)",
+        )
+        parser.add_argument("directory", nargs="?", type=Path, help="hf: the model directory")
         parser.add_argument("--out", type=Path, required=True, help="the model repository root")
         parser.add_argument("--checkpoint", type=Path, help="default: the shipped checkpoint")
         parser.add_argument("--name", help="default: the model (translator, captioner)")
@@ -41,10 +46,34 @@ class Export(Subcommand):
         parser.add_argument(
             "--sentences", type=int, default=200, help="test sentences (or images) decoded"
         )
+        hf = parser.add_argument_group("hf")
+        hf.add_argument(
+            "--texts",
+            type=Path,
+            help="hf: the certificate's source texts, one a line (default: the Spanish test "
+            "sentences of data/translator)",
+        )
+        hf.add_argument("--references", type=Path, help="hf: their translations, one a line")
+        hf.add_argument(
+            "--source-language",
+            default="",
+            help="hf: the texts' language; a Marian model's source where its tokenizer "
+            "does not name it",
+        )
+        hf.add_argument(
+            "--target-language",
+            default="",
+            help="hf: the language certified (a multilingual model's); a Marian model's "
+            "target where its tokenizer does not name it",
+        )
 
     def run(self, args: argparse.Namespace) -> int:
         from export import commands  # torch
 
+        if args.model == "hf":
+            if args.directory is None or not args.name:
+                self.parser.error("export hf needs DIRECTORY and --name")
+            return commands.export_hf(args)
         args.data = args.data or default_data(args.model)
         args.checkpoint = args.checkpoint or shipped_checkpoint(args.model)
         args.name = args.name or args.model

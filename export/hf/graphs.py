@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+from torch import nn
 
 from export.hf.layers import Encoder
 from export.hf.m2m100 import M2M100Step
@@ -45,15 +46,33 @@ def interface(config) -> ModelInterface:
     return transformer_interface(config.decoder_layers)
 
 
-def modules(model):
-    """(encoder, step) modules of the model, in eval mode."""
-    step = ARCHITECTURES[architecture(model.config)]
-    return Encoder(model).eval(), step(model).eval()
+class Banning(nn.Module):
+    """A step whose logits are -inf at the tokens `generate` never writes (bad_words_ids)."""
+
+    def __init__(self, step: nn.Module, vocab: int, banned):
+        super().__init__()
+        self.step = step
+        bias = torch.zeros(vocab)
+        bias[list(banned)] = float("-inf")
+        self.register_buffer("bias", bias)
+
+    def forward(self, *inputs):
+        logits, *rest = self.step(*inputs)
+        return (logits + self.bias.to(logits.dtype), *rest)
 
 
-def export_graphs(model, out_dir: Path, dtype=torch.float32) -> dict[str, Path]:
-    """Writes encoder.onnx and decoder.onnx of `model` under the translator's interface;
-    their paths by graph name."""
+def modules(model, banned=()):
+    """(encoder, step) modules of the model, in eval mode; the step's logits -inf at
+    `banned`."""
+    step = ARCHITECTURES[architecture(model.config)](model)
+    if banned:
+        step = Banning(step, model.config.vocab_size, banned)
+    return Encoder(model).eval(), step.eval()
+
+
+def export_graphs(model, out_dir: Path, dtype=torch.float32, banned=()) -> dict[str, Path]:
+    """Writes encoder.onnx and decoder.onnx of `model` under the translator's interface (the
+    step's logits -inf at `banned`); their paths by graph name."""
     config = model.config
     heads = config.decoder_attention_heads
     fixed = {"heads": heads, "head_dim": config.d_model // heads}
@@ -61,7 +80,9 @@ def export_graphs(model, out_dir: Path, dtype=torch.float32) -> dict[str, Path]:
     specs = interface(config)
     paths = {}
     with torch.no_grad():
-        for spec, module in zip((specs.encoder, specs.decoder), modules(model), strict=True):
+        for spec, module in zip(
+            (specs.encoder, specs.decoder), modules(model, banned), strict=True
+        ):
             args = example_inputs(fixed, spec, config.vocab_size, dtype)
             paths[spec.name] = export_graph(module, spec, args, out_dir / f"{spec.name}.onnx")
     return paths

@@ -21,6 +21,7 @@ def handed(monkeypatch):
     calls = []
     monkeypatch.setattr(commands, "export", lambda args: calls.append(("export", args)) or 0)
     monkeypatch.setattr(commands, "parity", lambda args: calls.append(("parity", args)) or 3)
+    monkeypatch.setattr(commands, "export_hf", lambda a: calls.append(("export_hf", a)) or 0)
     return calls
 
 
@@ -77,3 +78,22 @@ def test_parity_needs_a_directory(capsys):
     with pytest.raises(SystemExit):
         build_parser().parse_args(["parity"])
     assert "directory" in capsys.readouterr().err
+
+
+def test_export_hf_needs_a_directory_and_a_name(capsys):
+    for argv in (["export", "hf", "--out", "r"], ["export", "hf", "models/opus", "--out", "r"]):
+        with pytest.raises(SystemExit) as exit_:
+            main(argv)
+        assert exit_.value.code == 2
+    assert "export hf needs DIRECTORY and --name" in capsys.readouterr().err
+
+
+def test_export_hf_hands_the_directory_and_languages_over(handed):
+    argv = ["export", "hf", "models/opus-mt-es-de", "--out", "repo", "--name", "opus"]
+    argv += ["--source-language", "es", "--target-language", "de", "--texts", "t.txt"]
+    assert main(argv) == 0
+    ((command, args),) = handed
+    assert command == "export_hf" and args.directory == Path("models/opus-mt-es-de")
+    assert (args.name, args.version, args.out) == ("opus", "1", Path("repo"))
+    assert (args.source_language, args.target_language) == ("es", "de")
+    assert args.texts == Path("t.txt") and args.references is None

@@ -1,0 +1,327 @@
+"""The certificate of a model version exported from a Hugging Face directory, against the
+model's own implementation in `transformers`:
+
+tokenizer   the runtime's ids of every text equal the model's tokenizer's
+graphs      each step's logits (fp32, teacher-forced over `generate`'s outputs, the cache
+            carried as state) within the bound of our own translator's graphs of the model's
+            forward pass (max |difference| within atol, or within rtol of the step's
+            largest logit), or, for weights whose scale makes float32 itself err more, no
+            further from the model's float64 logits than FLOAT32_FACTOR x PyTorch's float32
+greedy      whole decodes served in process (service.runtime.translation.translate_request:
+            the served path, its languages and the model's rules) token-identical to
+            `generate`'s, greedy and with the model's beam search (beam 4 by default, its
+            length penalty, early stopping, forced and banned tokens)
+rows        a row decoded alone equals the row decoded in a padded batch
+int8        greedy int8 loses at most MAX_INT8_LOSS BLEU and chrF against fp32 (the bound of
+            our own translator), on the references when given, else on `generate`'s own
+            translations; certified on its own (`graphs.int8`): the version passes on its
+            fp32 claims, and int8 is a certified variant only where its claim passed
+
+The golden set (export.certify.golden_set) is written as for our own models; the worker
+checks it at start-up.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import torch
+
+from export.certify import golden_set
+from export.comparison import TOLERANCES
+from export.decode_parity import corpus_scores
+from export.hf.version import language_id, load
+from export.translator_parity import MAX_INT8_LOSS
+from service.runtime.decoding import DecodingOptions
+from service.runtime.onnx_engine import OnnxEngine
+from service.runtime.repository import GOLDEN, ModelVersion, verify, write_manifest
+from service.runtime.requests import TranslateRequest
+from service.runtime.translation import TranslationModel, translate_request
+
+MIN_TEXTS = 200
+BEAM = 4
+GRAPH_BOUND = TOLERANCES["transformer", "fp32"]  # our own translator's
+FLOAT32_FACTOR = 4  # onnxruntime's float32 error at most this x PyTorch's own
+GRAPH_TEXTS = 8
+ROW_TEXTS = 16
+GOLDEN_TEXTS = 4
+BATCH = 16
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What a served model needs of a server's configuration, at the model's own limits (the
+    certificate decodes as far as `generate` does)."""
+
+    max_output_length: int = 0
+    default_max_length: int = 10**6
+    max_input_tokens: int = 0
+    max_text_chars: int = 10**6
+
+
+def served(model_version: ModelVersion, variant: str = "fp32"):
+    """(the version as the runtime serves it, an engine of `variant`)."""
+    return TranslationModel(model_version, Limits()), OnnxEngine(model_version, variant, "cpu")
+
+
+def generated(model, tokenizer, texts, languages, options: DecodingOptions) -> list[list[int]]:
+    """`generate`'s tokens of every text (after the decoder's start, before `</s>`), in
+    batches of BATCH, as the model ships its rules; `options`' beam size and length."""
+    source, target = languages
+    forced = {}
+    if model.config.model_type == "m2m_100":  # M2M100, NLLB: the languages by their tokens
+        tokenizer.src_lang = source
+        forced = {"forced_bos_token_id": language_id(tokenizer, target)}
+    outputs = []
+    for start in range(0, len(texts), BATCH):
+        batch = tokenizer(texts[start : start + BATCH], return_tensors="pt", padding=True)
+        with torch.no_grad():
+            out = model.generate(
+                **batch, num_beams=options.beam_size, do_sample=False,
+                max_length=options.max_length + 1, length_penalty=options.length_penalty,
+                **forced,
+            )  # fmt: skip
+        outputs += [_content(row[1:].tolist(), model.config) for row in out]
+    return outputs
+
+
+def _content(tokens: list[int], config) -> list[int]:
+    """Tokens up to `</s>` (padding after it)."""
+    eos = config.eos_token_id
+    return tokens[: tokens.index(eos)] if eos in tokens else tokens
+
+
+def ours(model_version, variant, texts, languages, options, batch=BATCH) -> list[list[int]]:
+    """The served tokens of every text (a text one input, not split), in batches."""
+    model, engine = served(model_version, variant)
+    request = TranslateRequest(
+        texts=tuple(texts), fields=tuple(f"texts[{i}]" for i in range(len(texts))),
+        options=options, splitting="none", source_language=languages[0],
+        target_language=languages[1],
+    )  # fmt: skip
+    result = translate_request(model, engine, request, batch)
+    eos = engine.special_tokens.eos
+    return [_ids(model, t.hypotheses[0].tokens, eos) for t in result.translations]
+
+
+def _ids(model: TranslationModel, pieces, eos: int) -> list[int]:
+    vocabulary = model.tokenizer.encoder
+    ids = [vocabulary[p] for p in pieces]
+    return ids[: ids.index(eos)] if eos in ids else ids
+
+
+def tokenizer_claim(model_version, tokenizer, texts, languages) -> dict:
+    """The runtime's source ids of every text against the model's tokenizer's."""
+    model, _ = served(model_version)
+    lead = model.language_tokens.source_prefix(*languages)
+    eos = model.special_tokens.eos
+    if hasattr(tokenizer, "src_lang"):
+        tokenizer.src_lang = languages[0]
+    same = sum(
+        lead + model.tokenizer.encode(text) + [eos] == tokenizer(text)["input_ids"]
+        for text in texts
+    )
+    return {"texts": len(texts), "identical": same, "passed": same == len(texts)}
+
+
+def graph_claim(model_version, model, tokenizer, texts, decodes, languages) -> dict:
+    """The fp32 step's logits over `decodes` (teacher forcing, one token a step, the cache
+    as state) against the model's forward pass; the banned tokens' -inf left out."""
+    directory = model_version.directory
+    encoder = ort.InferenceSession(str(model_version.graph("fp32", "encoder")))
+    step = ort.InferenceSession(str(model_version.graph("fp32", "decoder")))
+    config, worst, relative = model.config, 0.0, 0.0
+    banned = model_version.manifest["generation"]["banned"]
+    start = config.decoder_start_token_id
+    if hasattr(tokenizer, "src_lang"):
+        tokenizer.src_lang = languages[0]
+    exact = copy.deepcopy(model).double()
+    own_error = 0.0  # PyTorch's own float32 error, against float64
+    ours_error = 0.0
+    for text, tokens in zip(texts, decodes, strict=True):
+        ids = tokenizer([text], return_tensors="pt")
+        decoder_ids = torch.tensor([[start, *tokens]])
+        with torch.no_grad():
+            expected = model(**ids, decoder_input_ids=decoder_ids).logits[0].numpy()
+            precise = exact(**ids, decoder_input_ids=decoder_ids).logits[0].numpy()
+        src = ids["input_ids"].numpy()
+        memory = encoder.run(None, {"src_ids": src, "src_mask": np.ones_like(src)})
+        names = [o.name for o in encoder.get_outputs()]
+        cross = dict(zip(names, memory, strict=True))
+        heads, layers = config.decoder_attention_heads, config.decoder_layers
+        past = {
+            f"past_key_values.{i}.{part}": np.zeros((1, heads, 0, config.d_model // heads),
+                                                    np.float32)
+            for i in range(layers) for part in ("key", "value")
+        }  # fmt: skip
+        for t in range(decoder_ids.shape[1]):
+            feed = {
+                "input_ids": decoder_ids[:, t : t + 1].numpy(),
+                "positions": np.array([[t]]),
+                "self_mask": np.ones((1, t + 1), np.int64),
+                **past,
+                **{f"encoder.{k[len('encoder.'):]}": v for k, v in cross.items()
+                   if k.startswith("encoder.")},
+                "memory_mask": cross["memory_mask"],
+            }  # fmt: skip
+            out = dict(zip([o.name for o in step.get_outputs()], step.run(None, feed), strict=True))
+            past = {
+                f"past_key_values.{i}.{part}": out[f"present.{i}.{part}"]
+                for i in range(layers) for part in ("key", "value")
+            }  # fmt: skip
+            got, want = out["logits"][0], expected[t].copy()
+            keep = np.ones(len(want), bool)
+            keep[banned] = False
+            difference = float(np.abs(got[keep] - want[keep]).max())
+            worst = max(worst, difference)
+            relative = max(relative, difference / float(np.abs(want[keep]).max()))
+            own_error = max(own_error, float(np.abs(want[keep] - precise[t][keep]).max()))
+            ours_error = max(ours_error, float(np.abs(got[keep] - precise[t][keep]).max()))
+            if banned:
+                assert np.isneginf(got[banned]).all(), f"{directory}: banned tokens not -inf"
+    within = worst <= GRAPH_BOUND.atol or relative <= GRAPH_BOUND.rtol
+    as_precise = ours_error <= max(GRAPH_BOUND.atol, FLOAT32_FACTOR * own_error)
+    return {
+        "texts": len(texts), "max_abs": worst, "max_rel": relative,
+        "tolerance": {"atol": GRAPH_BOUND.atol, "rtol": GRAPH_BOUND.rtol},
+        "float64": {"onnxruntime": ours_error, "pytorch": own_error, "factor": FLOAT32_FACTOR},
+        "passed": within or as_precise,
+    }  # fmt: skip
+
+
+def decode_claim(name: str, theirs: list[list[int]], mine: list[list[int]], ties=None) -> dict:
+    """How many decodes are identical; those that differ where `ties` (index -> whether the
+    decodes part at a near tie) says so are near ties, the others fail the claim."""
+    differing = [i for i, (a, b) in enumerate(zip(theirs, mine, strict=True)) if a != b]
+    tied = [i for i in differing if ties is not None and ties(i)]
+    failed = [i for i in differing if i not in tied]
+    return {
+        "search": name, "decodes": len(theirs), "identical": len(theirs) - len(differing),
+        "near_ties": tied, "differing": failed[:20], "passed": not failed,
+    }  # fmt: skip
+
+
+def parting_margin(model, tokenizer, text, theirs, mine, languages) -> float:
+    """The model's logit margin between the two tokens where two greedy decodes part."""
+    parting = next(
+        (k for k, (a, b) in enumerate(zip(theirs, mine, strict=False)) if a != b),
+        min(len(theirs), len(mine)),
+    )
+    if parting >= min(len(theirs), len(mine)):  # one ends where the other goes on
+        chosen = [model.config.eos_token_id if parting == len(d) else d[parting]
+                  for d in (theirs, mine)]  # fmt: skip
+    else:
+        chosen = [theirs[parting], mine[parting]]
+    if hasattr(tokenizer, "src_lang"):
+        tokenizer.src_lang = languages[0]
+    ids = tokenizer([text], return_tensors="pt")
+    prefix = torch.tensor([[model.config.decoder_start_token_id, *theirs[:parting]]])
+    with torch.no_grad():
+        logits = model(**ids, decoder_input_ids=prefix).logits[0, -1]
+    return float(abs(logits[chosen[0]] - logits[chosen[1]]))
+
+
+def greedy_ties(model, tokenizer, texts, theirs, mine, languages, window: float):
+    """index -> whether greedy decodes i part where the model's margin is within `window`
+    (twice the step's certified error: within it, either token may win)."""
+
+    def tie(i: int) -> bool:
+        margin = parting_margin(model, tokenizer, texts[i], theirs[i], mine[i], languages)
+        return margin <= window
+
+    return tie
+
+
+def int8_claim(model_version, tokenizer_model, texts, languages, options, fp32, references):
+    """int8's greedy BLEU and chrF loss against fp32's, on `references`."""
+    int8 = ours(model_version, "int8", texts, languages, options)
+    decode = tokenizer_model.tokenizer.decode
+    base = corpus_scores([decode(t) for t in fp32], references)
+    other = corpus_scores([decode(t) for t in int8], references)
+    same = sum(a == b for a, b in zip(fp32, int8, strict=True))
+    loss = {
+        "bleu_loss": round(base["bleu"] - other["bleu"], 2),
+        "chrf_loss": round(base["chrf"] - other["chrf"], 2),
+        "identical_share": round(same / len(texts), 4),
+    }
+    loss["passed"] = loss["bleu_loss"] <= MAX_INT8_LOSS and loss["chrf_loss"] <= MAX_INT8_LOSS
+    return loss
+
+
+def certify_hf(
+    model_version: ModelVersion,
+    directory: Path,
+    texts: list[str],
+    languages: tuple[str, str] = ("", ""),
+    references: list[str] | None = None,
+    beam: int = BEAM,
+) -> dict:
+    """Every claim above on `texts` (at least MIN_TEXTS), the golden set written, the
+    certificate in the manifest; returns it."""
+    if len(texts) < MIN_TEXTS:
+        raise ValueError(f"the certificate needs at least {MIN_TEXTS} texts, got {len(texts)}")
+    begun = time.perf_counter()
+    model, tokenizer = load(directory)
+    runtime, _ = served(model_version)
+    languages = runtime.resolve_languages(*languages, texts)
+    rules = model_version.manifest["generation"]
+    limit = min(rules["max_length"] - 1, runtime.max_output_length)
+    greedy = DecodingOptions(max_length=limit, max_length_ratio=0.0)
+    beamed = DecodingOptions(
+        beam_size=beam, max_length=limit, max_length_ratio=0.0,
+        length_penalty=rules["length_penalty"],
+    )  # fmt: skip
+    theirs = generated(model, tokenizer, texts, languages, greedy)
+    fp32 = ours(model_version, "fp32", texts, languages, greedy)
+    graphs = graph_claim(
+        model_version, model, tokenizer, texts[:GRAPH_TEXTS], theirs[:GRAPH_TEXTS], languages
+    )
+    window = 2 * graphs["max_abs"]
+    ties = greedy_ties(model, tokenizer, texts, theirs, fp32, languages, window)
+    certificate = {
+        "tokenizer": tokenizer_claim(model_version, tokenizer, texts, languages),
+        "graphs": {"fp32": graphs},
+        "near_tie": window,
+        "decodes": [
+            decode_claim("greedy", theirs, fp32, ties),
+            decode_claim(f"beam {beam}", generated(model, tokenizer, texts, languages, beamed),
+                         ours(model_version, "fp32", texts, languages, beamed)),
+        ],
+        "rows": decode_claim(
+            "greedy, one row a batch", fp32[:ROW_TEXTS],
+            ours(model_version, "fp32", texts[:ROW_TEXTS], languages, greedy, batch=1),
+        ),
+    }  # fmt: skip
+    if "int8" in model_version.manifest["graphs"]:
+        against = "given" if references is not None else "generate's translations"
+        if references is None:
+            references = [runtime.tokenizer.decode(t) for t in theirs]
+        certificate["int8_vs_fp32"] = {
+            **int8_claim(model_version, runtime, texts, languages, greedy, fp32, references),
+            "references": against,
+        }
+        # int8 is certified on its own: a certified variant only where this passed
+        certificate["graphs"]["int8"] = {"passed": certificate["int8_vs_fp32"]["passed"]}
+    checks = [certificate["tokenizer"], certificate["graphs"]["fp32"], certificate["rows"]]
+    checks += certificate["decodes"]
+    certificate.update(
+        texts=len(texts), languages=list(languages), max_int8_loss=MAX_INT8_LOSS,
+        passed=all(c["passed"] for c in checks),
+        seconds=round(time.perf_counter() - begun, 1),
+    )  # fmt: skip
+    sources = [
+        runtime.language_tokens.source_prefix(*languages) + runtime.tokenizer.encode(t)
+        for t in texts[:GOLDEN_TEXTS]
+    ]
+    golden = golden_set(model_version, sources)
+    (model_version.directory / GOLDEN).write_text(json.dumps(golden) + "\n")
+    kept = {k: v for k, v in model_version.manifest.items() if k not in ("files", "format_version")}
+    write_manifest(model_version.directory, {**kept, "parity": certificate})
+    verify(model_version.directory)
+    return certificate

@@ -1,0 +1,242 @@
+"""A Hugging Face model directory as a model version of our repository: the encoder and the
+cached step (export.hf.graphs) in fp32 and int8 (fp16 where asked), the tokenizer files the
+runtime reads (service.runtime.hf_tokenizers), and the manifest.
+
+The manifest's kind is the translator's: the runtime serves it as it serves ours. What the
+family does differently is declared, not coded in the runtime:
+
+    preprocessor   `marian` (a source and a target SentencePiece model, one vocabulary) or
+                   `m2m100` (one SentencePiece model, a token per language)
+    special_tokens `bos` is the decoder's first token (Marian's pad, M2M100's `</s>`)
+    languages      what the model reads and writes; `tokens` (code -> id) and where a
+                   language's token goes: `source_token` (before the source, M2M100's source
+                   language) and `target_token` ("decoder": the forced first token, as
+                   generate's forced_bos_token_id; "source": a multilingual Marian's `>>xx<<`)
+    generation     the model's own generate rules the runtime applies to every request:
+                   `end_at_limit` (forced_eos_token_id), `beam_stop` (early_stopping), and
+                   the defaults it was published with (beams, length penalty, length limit);
+                   single tokens it bans (bad_words_ids) are -inf in the step's logits
+
+`transformers` is imported here and by the certificate only: the runtime reads the files.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from importlib.metadata import version as package_version
+from pathlib import Path
+
+import onnxruntime
+import torch
+
+from export.hf.graphs import architecture, export_graphs, interface
+from export.onnx_export import OPSET
+from export.ops import write_ops
+from export.quantize import quantize_int8
+from service.runtime.repository import ModelVersion, verify, write_manifest
+
+TOKENIZER_DIR = "tokenizer"
+VARIANTS = ("fp32", "int8", "fp16")
+BEAM_STOPS = {True: "full", False: "estimate", "never": "never"}  # generate's early_stopping
+NLLB_CODE = re.compile(r"[a-z]{3}_[A-Z][a-z]{3}")  # spa_Latn
+
+
+def load(directory: Path):
+    """(model in float32 eval mode, its tokenizer) of a Hugging Face directory; ValueError
+    naming a refused architecture (export.hf.graphs.architecture)."""
+    import transformers
+
+    config = transformers.AutoConfig.from_pretrained(directory)
+    family = architecture(config)
+    classes = {
+        "marian": transformers.MarianMTModel,
+        "m2m_100": transformers.M2M100ForConditionalGeneration,
+    }
+    model = classes[family].from_pretrained(directory, dtype=torch.float32).eval()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(directory)
+    return model, tokenizer
+
+
+def banned_tokens(model) -> list[int]:
+    """The single tokens `generate` never writes (bad_words_ids of one token); ValueError for
+    banned sequences of several, which a step's logits cannot carry."""
+    banned = model.generation_config.bad_words_ids or []
+    longer = [words for words in banned if len(words) != 1]
+    if longer:
+        raise ValueError(f"bad_words_ids of several tokens are not taken: {longer}")
+    return sorted({words[0] for words in banned})
+
+
+def generation(model) -> dict:
+    """The model's generate rules and defaults, as the manifest declares them."""
+    g, config = model.generation_config, model.config
+    early = g.early_stopping if g.early_stopping is not None else False
+    return {
+        "end_at_limit": g.forced_eos_token_id is not None,
+        "beam_stop": BEAM_STOPS[early],
+        "beam_size": g.num_beams or 1,
+        "length_penalty": 1.0 if g.length_penalty is None else float(g.length_penalty),
+        "max_length": g.max_length or 20,  # generate's default; the decoder's start included
+        "banned": banned_tokens(model),
+        "decoder_start": config.decoder_start_token_id,
+    }
+
+
+def _piece(tokenizer, token_id: int) -> str:
+    return tokenizer.convert_ids_to_tokens(int(token_id))
+
+
+def special_tokens(model, tokenizer) -> dict:
+    ids = {
+        "pad": tokenizer.pad_token_id,
+        "bos": model.config.decoder_start_token_id,
+        "eos": tokenizer.eos_token_id,
+        "unk": tokenizer.unk_token_id,
+    }
+    return {name: {"id": int(i), "piece": _piece(tokenizer, i)} for name, i in ids.items()}
+
+
+def write_tokenizer(family: str, tokenizer, out: Path) -> dict:
+    """Copies the tokenizer's files under `out` and writes its vocabulary (piece -> id, as
+    the tokenizer numbers them); returns the manifest's preprocessor."""
+    out.mkdir(parents=True, exist_ok=True)
+    folder = Path(tokenizer.name_or_path)
+    vocabulary = {piece: int(i) for piece, i in tokenizer.get_vocab().items()}
+    (out / "vocab.json").write_text(json.dumps(vocabulary, ensure_ascii=False), "utf-8")
+    relative = f"{TOKENIZER_DIR}/vocab.json"
+    if family == "marian":
+        if (folder / "target_vocab.json").exists():
+            raise ValueError("a Marian model with separate vocabularies is not taken")
+        for side in ("source", "target"):
+            shutil.copyfile(folder / f"{side}.spm", out / f"{side}.spm")
+        return {
+            "type": "marian",
+            "source": f"{TOKENIZER_DIR}/source.spm",
+            "target": f"{TOKENIZER_DIR}/target.spm",
+            "vocabulary": relative,
+            "appends": "</s>",
+        }
+    shutil.copyfile(folder / "sentencepiece.bpe.model", out / "sentencepiece.bpe.model")
+    return {
+        "type": "m2m100",
+        "model": f"{TOKENIZER_DIR}/sentencepiece.bpe.model",
+        "vocabulary": relative,
+        "appends": "</s>",
+    }
+
+
+def languages(family: str, tokenizer, given: tuple[list[str], list[str]] | None) -> dict:
+    """The manifest's languages: M2M100's every language both ways, by their tokens; a
+    Marian model's from `given` (source, target) or its tokenizer's config, its target
+    languages by their `>>xx<<` tokens where it has them."""
+    if family == "m2m_100":
+        codes = _m2m100_codes(tokenizer)
+        return {
+            "source": codes,
+            "target": codes,
+            "tokens": {c: language_id(tokenizer, c) for c in codes},
+            "source_token": True,
+            "target_token": "decoder",
+        }
+    vocabulary = tokenizer.get_vocab()
+    targets = {
+        piece[2:-2]: int(i)
+        for piece, i in vocabulary.items()
+        if piece.startswith(">>") and piece.endswith("<<") and len(piece) > 4
+    }
+    source, target = given or ([], [])
+    config = getattr(tokenizer, "init_kwargs", {})
+    source = list(source) or [c for c in [config.get("source_lang")] if c]
+    target = list(target) or sorted(targets) or [c for c in [config.get("target_lang")] if c]
+    declared = {"source": source, "target": target}
+    if targets:
+        declared["tokens"] = {c: targets[c] for c in target if c in targets}
+        declared["target_token"] = "source"
+    return declared
+
+
+def _m2m100_codes(tokenizer) -> list[str]:
+    """M2M100's language codes (`es`), or NLLB's (`spa_Latn`: its special tokens)."""
+    codes = getattr(tokenizer, "lang_code_to_id", None)
+    if codes:
+        return sorted(codes)
+    special = getattr(tokenizer, "additional_special_tokens", None) or []
+    nllb = sorted(t for t in special if NLLB_CODE.fullmatch(t))
+    if nllb:
+        return nllb
+    from transformers.models.m2m_100.tokenization_m2m_100 import FAIRSEQ_LANGUAGE_CODES
+
+    return sorted(FAIRSEQ_LANGUAGE_CODES["m2m100"])
+
+
+def language_id(tokenizer, code: str) -> int:
+    """The id of a language's token: M2M100's `__es__`, NLLB's `spa_Latn`."""
+    if hasattr(tokenizer, "get_lang_id"):
+        return int(tokenizer.get_lang_id(code))
+    return int(tokenizer.convert_tokens_to_ids(code))
+
+
+def write_graphs(model, directory: Path, variants: tuple[str, ...], banned) -> dict:
+    """Every variant's graphs under `directory`, by variant then graph name (relative)."""
+    made = {"fp32": export_graphs(model, directory / "fp32", banned=banned)}
+    if "int8" in variants:
+        made["int8"] = {
+            k: quantize_int8(p, directory / "int8" / p.name) for k, p in made["fp32"].items()
+        }
+    if "fp16" in variants:
+        half = export_graphs(model, directory / "fp16", torch.float16, banned=banned)
+        model.float()
+        made["fp16"] = half
+    return {v: {k: str(p.relative_to(directory)) for k, p in g.items()} for v, g in made.items()}
+
+
+def export_hf(
+    directory: Path,
+    repository: Path,
+    name: str,
+    version: str = "1",
+    variants: tuple[str, ...] = ("fp32", "int8"),
+    given_languages: tuple[list[str], list[str]] | None = None,
+) -> ModelVersion:
+    """Writes `<repository>/<name>/<version>` from the Hugging Face directory `directory`
+    (no certificate yet: export.hf.certify)."""
+    unknown = set(variants) - set(VARIANTS)
+    if unknown or "fp32" not in variants:
+        raise ValueError(f"variants {variants}: fp32 and any of {VARIANTS[1:]}")
+    model, tokenizer = load(directory)
+    family = architecture(model.config)
+    target = Path(repository) / name / version
+    if target.exists():
+        shutil.rmtree(target)
+    target.mkdir(parents=True)
+    rules = generation(model)
+    graphs = write_graphs(model, target, variants, rules["banned"])
+    preprocessor = write_tokenizer(family, tokenizer, target / TOKENIZER_DIR)
+    limit = int(model.config.max_position_embeddings)
+    config = {**model.config.to_dict(), "max_length": limit}
+    manifest = {
+        "model": {"name": name, "version": version, "kind": "transformer", "config": config,
+                  "family": family},
+        "interface": interface(model.config).to_dict(),
+        "special_tokens": special_tokens(model, tokenizer),
+        "limits": {"max_source_tokens": limit, "max_output_tokens": limit},
+        "languages": languages(family, tokenizer, given_languages),
+        "preprocessor": preprocessor,
+        "generation": rules,
+        "graphs": graphs,
+        "graphs_made": dict.fromkeys(graphs, "traced"),
+        "ops": write_ops(target, len(interface(model.config).memory_tensors)),
+        "tokenizer": TOKENIZER_DIR,
+        "versions": {
+            "torch": torch.__version__,
+            "transformers": package_version("transformers"),
+            "onnx": package_version("onnx"),
+            "onnxruntime": onnxruntime.__version__,
+            "opset": OPSET,
+        },
+        "source": {"huggingface": str(Path(directory).resolve()), "family": family},
+    }  # fmt: skip
+    write_manifest(target, manifest)
+    return verify(target)

@@ -1,0 +1,141 @@
+"""A Hugging Face directory as a model version (export.hf.version): what its manifest
+declares for the runtime to follow, the step's banned tokens, the tokenizer the runtime
+reads from it, and what is refused and why."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from export.hf.version import banned_tokens, export_hf, generation
+from service.runtime.hf_tokenizers import M2M100Tokenizer, MarianTokenizer, read_tokenizer
+from service.runtime.repository import verify
+
+pytestmark = pytest.mark.slow  # exports and certifies two models (hf_models)
+
+
+def test_a_marian_version_declares_its_tokenizer_rules_and_languages(hf_models):
+    directory, version, _ = hf_models["marian"]
+    manifest = version.manifest
+    pad = manifest["special_tokens"]["pad"]["id"]
+    assert manifest["model"]["kind"] == "transformer"  # served as our own translator
+    assert manifest["model"]["family"] == "marian"
+    assert manifest["special_tokens"]["bos"]["id"] == pad  # Marian's decoder starts at <pad>
+    assert manifest["special_tokens"]["eos"] == {"id": 0, "piece": "</s>"}
+    assert manifest["preprocessor"]["type"] == "marian"
+    assert manifest["generation"] == {
+        "end_at_limit": True, "beam_stop": "estimate", "beam_size": 4, "length_penalty": 1.0,
+        "max_length": 64, "banned": [pad], "decoder_start": pad,
+    }  # fmt: skip
+    assert manifest["languages"] == {"source": ["es"], "target": ["de"]}  # its tokenizer's
+    assert set(manifest["graphs"]) == {"fp32", "int8"}
+    tokenizer = read_tokenizer(version)
+    assert isinstance(tokenizer, MarianTokenizer)
+    vocabulary = json.loads((directory / "vocab.json").read_text(encoding="utf-8"))
+    assert tokenizer.encode("Hola") == [vocabulary.get(p, 1) for p in tokenizer.pieces(
+        tokenizer.encode("Hola"))]  # fmt: skip
+
+
+def test_an_m2m100_version_takes_languages_by_their_tokens(hf_models):
+    _, version, _ = hf_models["m2m100"]
+    languages = version.manifest["languages"]
+    assert languages["source_token"] is True and languages["target_token"] == "decoder"
+    assert len(languages["source"]) == len(languages["target"]) == 100
+    assert {"es", "en", "fr", "zh"} <= set(languages["tokens"])
+    assert version.manifest["generation"]["beam_stop"] == "full"  # early_stopping True
+    assert version.manifest["special_tokens"]["bos"]["id"] == 2  # `</s>` starts the decoder
+    tokenizer = read_tokenizer(version)
+    assert isinstance(tokenizer, M2M100Tokenizer)
+    assert tokenizer.language_id("fr") == languages["tokens"]["fr"]
+    assert tokenizer.decode([languages["tokens"]["fr"], *tokenizer.encode("hola")]) == "hola"
+
+
+@pytest.mark.parametrize("variant", ["fp32", "int8"])
+def test_the_step_never_writes_what_generate_bans(hf_models, variant):
+    _, version, _ = hf_models["marian"]
+    config, pad = version.config, version.manifest["generation"]["banned"][0]
+    encoder = ort.InferenceSession(str(version.graph(variant, "encoder")))
+    step = ort.InferenceSession(str(version.graph(variant, "decoder")))
+    src = np.array([[5, 9, 33, 0]])
+    memory = dict(zip([o.name for o in encoder.get_outputs()],
+                      encoder.run(None, {"src_ids": src, "src_mask": np.ones_like(src)}),
+                      strict=True))  # fmt: skip
+    heads = config["decoder_attention_heads"]
+    feed = {
+        "input_ids": np.array([[pad]]),
+        "positions": np.array([[0]]),
+        "self_mask": np.ones((1, 1), np.int64),
+        "memory_mask": memory["memory_mask"],
+    }
+    for i in range(config["decoder_layers"]):
+        for part in ("key", "value"):
+            feed[f"past_key_values.{i}.{part}"] = np.zeros(
+                (1, heads, 0, config["d_model"] // heads), np.float32
+            )
+            feed[f"encoder.{i}.{part}"] = memory[f"encoder.{i}.{part}"]  # fmt: skip
+    (logits,) = step.run(["logits"], feed)
+    assert np.isneginf(logits[0, pad])
+    assert np.isfinite(np.delete(logits[0], pad)).all()
+
+
+def test_what_is_refused_says_why(tmp_path, hf_models):
+    several = SimpleNamespace(generation_config=SimpleNamespace(bad_words_ids=[[5], [6, 7]]))
+    with pytest.raises(ValueError, match="several tokens"):
+        banned_tokens(several)
+    assert banned_tokens(SimpleNamespace(generation_config=SimpleNamespace(
+        bad_words_ids=[[9], [3], [9]]))) == [3, 9]  # fmt: skip
+    directory, _, _ = hf_models["marian"]
+    separate = tmp_path / "separate"
+    separate.mkdir()
+    for f in directory.iterdir():
+        (separate / f.name).write_bytes(f.read_bytes())
+    (separate / "target_vocab.json").write_text("{}", encoding="utf-8")
+    with pytest.raises(ValueError, match="separate vocabularies"):
+        export_hf(separate, tmp_path / "repository", "separate")
+    config = json.loads((directory / "config.json").read_text(encoding="utf-8"))
+    t5 = tmp_path / "t5"
+    t5.mkdir()
+    (t5 / "config.json").write_text(json.dumps({**config, "model_type": "t5"}), "utf-8")
+    with pytest.raises(ValueError, match="relative position buckets"):
+        export_hf(t5, tmp_path / "repository", "t5")
+
+
+def test_generate_rules_default_as_generate_does():
+    """A model without a generation config of its own: generate's own defaults."""
+    plain = SimpleNamespace(
+        generation_config=SimpleNamespace(
+            early_stopping=None, forced_eos_token_id=None, num_beams=None, length_penalty=None,
+            max_length=None, bad_words_ids=None,
+        ),
+        config=SimpleNamespace(decoder_start_token_id=2),
+    )  # fmt: skip
+    assert generation(plain) == {
+        "end_at_limit": False, "beam_stop": "estimate", "beam_size": 1, "length_penalty": 1.0,
+        "max_length": 20, "banned": [], "decoder_start": 2,
+    }  # fmt: skip
+
+
+def test_the_command_exports_and_certifies_a_directory(hf_models, tmp_path, capsys):
+    """`attnserve export hf` (export.commands.export_hf): written, certified, summarised."""
+    from argparse import Namespace
+
+    from export.commands import export_hf as command
+
+    directory, _, _ = hf_models["m2m100"]
+    args = Namespace(
+        directory=directory, out=tmp_path, name="multi", version="2", variants="fp32,fp16",
+        texts=None, references=None, sentences=200, source_language="es",
+        target_language="fr",
+    )  # fmt: skip
+    assert command(args) == 0
+    out = capsys.readouterr().out  # the exporter's progress lines, then the summary
+    summary = json.loads(out[out.rindex('{\n  "model_version"') :])
+    assert summary["passed"] and summary["model_version"] == str(tmp_path / "multi" / "2")
+    assert summary["decodes"]["greedy"].endswith("near ties")
+    version = verify(tmp_path / "multi" / "2")
+    assert set(version.manifest["graphs"]) == {"fp32"}  # fp16 where a GPU certifies it
+    assert version.manifest["parity"]["languages"] == ["es", "fr"]
