@@ -255,13 +255,17 @@ def translate(
     sentence_splitting: str = "sentences",
     text_format: str = "plain",
     glossary: dict[str, str] | Iterable[tuple[str, str]] = (),
+    source_language: str = "",
+    target_language: str = "",
     **decoding,
 ) -> translation_pb2.TranslateResponse:
     """One Translate call. Decoding is either `options` (a message) or the keywords of
     `decoding_options` (beam_size=4, return_alignment=True, ...); `model` and `version` empty
     mean the server's default model and its newest version; `timeout` is the deadline in
     seconds (None: none); a text is cut into inputs at `sentence_splitting`: "sentences"
-    (and line breaks), "lines" or "none"."""
+    (and line breaks), "lines" or "none"; `source_language` and `target_language` name the
+    languages (a multilingual model's; with no `model`, the server picks the one that
+    covers them)."""
     if isinstance(texts, str):
         texts = [texts]
     request = translation_pb2.TranslateRequest(
@@ -273,6 +277,8 @@ def translate(
         sentence_splitting=splitting_value(sentence_splitting),
         text_format=format_value(text_format),
         glossary=glossary_entries(glossary),
+        source_language=source_language,
+        target_language=target_language,
     )
     return translation_pb2_grpc.TranslationServiceStub(channel).Translate(request, timeout=timeout)
 
@@ -284,12 +290,16 @@ def score(
     model: str = "",
     version: str = "",
     timeout: float | None = None,
+    source_language: str = "",
+    target_language: str = "",
 ) -> translation_pb2.ScoreResponse:
     """One Score call: the log-probability of each (source, target) pair's target tokens."""
     request = translation_pb2.ScoreRequest(
         model=model,
         version=version,
         pairs=[translation_pb2.ScorePair(source=s, target=t) for s, t in pairs],
+        source_language=source_language,
+        target_language=target_language,
     )
     return translation_pb2_grpc.TranslationServiceStub(channel).Score(request, timeout=timeout)
 
@@ -308,6 +318,8 @@ def translate_batches(
     sentence_splitting: str = "sentences",
     text_format: str = "plain",
     glossary: dict[str, str] | Iterable[tuple[str, str]] = (),
+    source_language: str = "",
+    target_language: str = "",
     **decoding,
 ) -> translation_pb2.TranslateResponse:
     """Any number of texts, sent `batch_size` at a time (`timeout` per call), `concurrency`
@@ -327,6 +339,8 @@ def translate_batches(
             sentence_splitting=sentence_splitting,
             text_format=text_format,
             glossary=glossary,
+            source_language=source_language,
+            target_language=target_language,
         )
 
     merged = translation_pb2.TranslateResponse()
@@ -379,6 +393,8 @@ def translate_stream(
     sentence_splitting: str = "sentences",
     text_format: str = "plain",
     glossary: dict[str, str] | Iterable[tuple[str, str]] = (),
+    source_language: str = "",
+    target_language: str = "",
     **decoding,
 ) -> Iterator[translation_pb2.TranslateStreamResponse]:
     """The TranslateStream events of one text (bytes are sent as `utf8_text`): a `partial`
@@ -391,6 +407,8 @@ def translate_stream(
         sentence_splitting=splitting_value(sentence_splitting),
         text_format=format_value(text_format),
         glossary=glossary_entries(glossary),
+        source_language=source_language,
+        target_language=target_language,
     )
     if isinstance(text, bytes):
         request.utf8_text = text

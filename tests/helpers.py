@@ -144,7 +144,7 @@ def tiny_m2m100(seed: int = 2):
     return transformers.M2M100ForConditionalGeneration(config).eval()
 
 
-def _trained_spm(lines: list[str], prefix: Path, model_type: str, size: int) -> Path:
+def trained_spm(lines: list[str], prefix: Path, model_type: str, size: int) -> Path:
     """A SentencePiece model of `lines` as Hugging Face's translation models ship them: no
     `<s>`, `</s>` or padding of its own, `<unk>` at 0."""
     import sentencepiece as spm
@@ -181,8 +181,8 @@ def marian_directory(folder: Path, seed: int = 0, multilingual: bool = False) ->
     import transformers
 
     folder.mkdir(parents=True, exist_ok=True)
-    source = _trained_spm(_lines("es"), folder / "source", "unigram", 300)
-    target = _trained_spm(_lines("en"), folder / "target", "unigram", 250)
+    source = trained_spm(_lines("es"), folder / "source", "unigram", 300)
+    target = trained_spm(_lines("en"), folder / "target", "unigram", 250)
     vocabulary = {"</s>": 0, "<unk>": 1}
     for model_file in (source, target):
         for piece in _pieces(model_file):
@@ -229,7 +229,7 @@ def m2m100_directory(folder: Path, seed: int = 0) -> Path:
     from transformers.models.m2m_100.tokenization_m2m_100 import FAIRSEQ_LANGUAGE_CODES
 
     folder.mkdir(parents=True, exist_ok=True)
-    model_file = _trained_spm(_lines("es") + _lines("en"), folder / "spm", "bpe", 400)
+    model_file = trained_spm(_lines("es") + _lines("en"), folder / "spm", "bpe", 400)
     vocabulary = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3}
     for piece in _pieces(model_file):
         vocabulary.setdefault(piece, len(vocabulary))

@@ -31,6 +31,8 @@ GRPC_ONLY = (
     "timeout",
     "model",
     "model_version",
+    "source_language",
+    "target_language",
     "input",
     "output",
     "tls",
@@ -65,6 +67,16 @@ class Translate(Subcommand):
         add_server(parser, TIMEOUT)
         parser.add_argument("--model", help="model name (default: the server's translator)")
         parser.add_argument("--model-version", help="model version (default: the newest loaded)")
+        parser.add_argument(
+            "--source-language",
+            help="the texts' language (default: the model's only one, or detected where it "
+            "takes a language token)",
+        )
+        parser.add_argument(
+            "--target-language",
+            help="the language to write (a multilingual model needs it); with no --model the "
+            "server picks the translator that covers the languages",
+        )
         parser.add_argument(
             "--stream", action="store_true", help="show the output growing step by step"
         )
@@ -167,6 +179,8 @@ def _translate_call(args: argparse.Namespace, options) -> dict:
         "sentence_splitting": args.sentence_splitting,
         "text_format": args.text_format or FORMATS[0],
         "glossary": _glossary(args.glossary) if args.glossary else [],
+        "source_language": args.source_language or "",
+        "target_language": args.target_language or "",
     }
 
 
@@ -256,6 +270,8 @@ class Score(Subcommand):
         parser.add_argument("--input", type=Path, help="pairs, one a line (default: stdin)")
         parser.add_argument("--model", default="", help="model name (default: the server's)")
         parser.add_argument("--model-version", default="", help="model version (default: newest)")
+        parser.add_argument("--source-language", default="", help="the sources' language")
+        parser.add_argument("--target-language", default="", help="the targets' language")
         parser.add_argument("--json", action="store_true", help="the response as JSON")
 
     def run(self, args: argparse.Namespace) -> int:
@@ -276,6 +292,8 @@ def _score(channel, args: argparse.Namespace) -> int:
         model=args.model,
         version=args.model_version,
         timeout=args.timeout or TIMEOUT,
+        source_language=args.source_language,
+        target_language=args.target_language,
     )
     if args.json:
         print(remote.proto_json(response))

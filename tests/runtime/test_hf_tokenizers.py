@@ -9,7 +9,7 @@ import random
 
 import pytest
 import sentencepiece as spm
-from helpers import TRANSLATOR_DATA
+from helpers import TRANSLATOR_DATA, trained_spm
 
 from service.runtime.hf_tokenizers import M2M100Tokenizer, MarianTokenizer, Specials
 
@@ -31,26 +31,11 @@ def texts(side: str, count: int = 300) -> list[str]:
     return lines[:count]
 
 
-def train(lines: list[str], prefix, model_type: str, size: int = 400) -> None:
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(lines),
-        model_prefix=str(prefix),
-        vocab_size=size,
-        model_type=model_type,
-        character_coverage=1.0,
-        bos_id=-1,
-        eos_id=-1,
-        unk_id=0,
-        pad_id=-1,
-        minloglevel=2,
-    )
-
-
 @pytest.fixture(scope="module")
 def marian(tmp_path_factory):
     folder = tmp_path_factory.mktemp("marian")
-    train(texts("es"), folder / "source", "unigram")
-    train(texts("en"), folder / "target", "unigram", 350)
+    trained_spm(texts("es"), folder / "source", "unigram", 400)
+    trained_spm(texts("en"), folder / "target", "unigram", 350)
     vocabulary = {"</s>": 0, "<unk>": 1}
     for side in ("source", "target"):
         model = spm.SentencePieceProcessor(model_file=str(folder / f"{side}.model"))
@@ -74,7 +59,7 @@ def marian(tmp_path_factory):
 @pytest.fixture(scope="module")
 def m2m100(tmp_path_factory):
     folder = tmp_path_factory.mktemp("m2m100")
-    train(texts("es") + texts("en"), folder / "sentencepiece", "bpe", 500)
+    trained_spm(texts("es") + texts("en"), folder / "sentencepiece", "bpe", 500)
     model = spm.SentencePieceProcessor(model_file=str(folder / "sentencepiece.model"))
     vocabulary = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3}
     for i in range(model.get_piece_size()):
