@@ -138,7 +138,7 @@ def tiny_m2m100(seed: int = 2):
         vocab_size=128, d_model=32, encoder_layers=2, decoder_layers=2,
         encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64,
         decoder_ffn_dim=64, max_position_embeddings=64, pad_token_id=1, eos_token_id=2,
-        decoder_start_token_id=2, init_std=0.5, tie_word_embeddings=False,
+        decoder_start_token_id=2,
     )  # fmt: skip
     torch.manual_seed(seed)
     return transformers.M2M100ForConditionalGeneration(config).eval()
