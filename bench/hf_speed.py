@@ -545,8 +545,8 @@ def markdown(report: dict) -> str:
     ]
     for name, by_batch in report["cases"].items():
         for batch, c in by_batch.items():
-            same = "-" if c["identical_to_reference"] is None else c["identical_to_reference"]
-            same = same if same == "-" else f"{same}/{s['sentences']}"
+            same = c["identical_to_reference"]
+            same = "-" if same is None else f"{same}/{s['sentences']}"
             cells = (name, report["libraries"][name], batch, f"{c['seconds']:.3f}")
             load = f"{c['others_cpus']:.2f}", f"{c['stolen_cpus']:.2f}"
             lines.append(table_row((*cells, f"{c['tokens_per_s']:.0f}", same, *load)))
