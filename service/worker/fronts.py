@@ -1,5 +1,6 @@
 """The front processes a worker answers: the pipe to the front that started it, and the
-fronts connected on its Unix socket since (several front processes share one batch)."""
+fronts connected on its socket since (several front processes share one batch; a replica's
+fronts on a cluster, over TCP)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from service.worker.messages import (
 )
 from service.worker.outbox import Outbox
 from service.worker.scheduler import Scheduler
+from service.worker.settings import no_delay
 from service.worker.startup import load_model
 
 
@@ -34,12 +36,18 @@ class Fronts:
         self.owner: dict[int, tuple] = {}  # job id -> (link, key), jobs of the other fronts
         self.holders = {key: {parent} for key in schedulers}  # key -> links serving it
         self.listener = self._wake = None
+        self.replica = settings.replica
         self.outbox = Outbox()
         self._accepted: list = []
         if settings.socket:
-            with contextlib.suppress(FileNotFoundError):  # a worker's before this one
-                os.unlink(settings.socket)
-            self.listener = Listener(settings.socket, "AF_UNIX", authkey=settings.authkey)
+            family, address = settings.listen_address()
+            if family == "AF_UNIX":
+                with contextlib.suppress(FileNotFoundError):  # a worker's before this one
+                    os.unlink(address)
+            self.listener = Listener(address, family, authkey=settings.authkey)
+            if family == "AF_INET":  # the port the system chose, for the replica to name
+                host, port = self.listener.address
+                info["address"] = f"{host}:{port}"
             self._wake, self._waker = os.pipe()
             threading.Thread(target=self._accept, daemon=True).start()
 
@@ -51,6 +59,7 @@ class Fronts:
                 continue  # a connection that did not know the key, or left mid-handshake
             except OSError:
                 return  # closed
+            no_delay(link)
             self._accepted.append(link)
             os.write(self._waker, b"\0")
 
@@ -68,6 +77,13 @@ class Fronts:
                     holders.add(link)
                 self.send(link, Ready(self.info))
         return ready
+
+    @property
+    def measurer(self):
+        """The front the measurements go to: the parent, or a replica's first front."""
+        if self.replica and len(self.links) > 1:
+            return self.links[1]
+        return self.parent
 
     def send(self, link, message) -> None:
         """Sends to one front, by the outbox's thread."""
@@ -123,12 +139,15 @@ class Fronts:
         self.holders[message.key] = {link}
         self.send(link, Loaded(message.key, info))
 
-    def unload(self, link, key: str) -> None:
-        """`link`'s front serves `key` no more; the last one to let go unloads it."""
+    def unload(self, link, key: str, asked: bool = False) -> None:
+        """`link`'s front serves `key` no more; the last one to let go unloads it. A
+        replica's front that `asked` (an Unload) lets go for the replica as well."""
         holders = self.holders.get(key)
         if holders is None:
             return
         holders.discard(link)
+        if asked and self.replica:
+            holders.discard(self.parent)
         if not holders:
             del self.holders[key]
             scheduler = self.schedulers.pop(key, None)

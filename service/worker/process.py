@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import threading
 import time
 
 from service.worker.fronts import Fronts
@@ -36,9 +37,10 @@ def run_worker(conn, settings: WorkerSettings) -> None:
     # The front owns the workers' lives (a Stop message, or the pipe closing when it is
     # gone): a Ctrl-C or SIGTERM sent to the whole process group must not end them in the
     # middle of a drain, with calls in flight.
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, signal.SIG_IGN)
-    if settings.device == "cuda":
+    if threading.current_thread() is threading.main_thread():  # not a replica's thread
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, signal.SIG_IGN)
+    if settings.device == "cuda" and settings.gpu >= 0:
         os.environ["CUDA_VISIBLE_DEVICES"] = str(settings.gpu)
     try:
         schedulers, info = load(settings)
@@ -66,10 +68,13 @@ def _stop(fronts: Fronts, schedulers: dict[str, Scheduler]) -> None:
 
 def _loop(fronts: Fronts, schedulers: dict[str, Scheduler], settings: WorkerSettings) -> None:
     reported = {key: (0, 0) for key in schedulers}  # (rows, waiting) last sent
+    parent = _Load()  # a replica's: what its parent hears of the batches' load
     last_report = time.monotonic()
     while True:
         fronts.check_sent()
         waits = [w for s in schedulers.values() if (w := s.wait_time()) is not None]
+        if parent.owed:  # a replica's parent hears of an emptied batch within STATS_EVERY
+            waits.append(STATS_EVERY)
         for link in fronts.wait(min(waits) if waits else None):
             while link in fronts.links:
                 try:
@@ -90,7 +95,7 @@ def _loop(fronts: Fronts, schedulers: dict[str, Scheduler], settings: WorkerSett
                 elif isinstance(message, Load):
                     fronts.load(link, message, settings)
                 elif isinstance(message, Unload):
-                    fronts.unload(link, message.key)
+                    fronts.unload(link, message.key, asked=True)
                 if not link.poll(0):
                     break
         for scheduler in schedulers.values():
@@ -103,13 +108,48 @@ def _loop(fronts: Fronts, schedulers: dict[str, Scheduler], settings: WorkerSett
             measured = scheduler.stats.step_seconds or scheduler.stats.encoder_seconds
             routed = fronts.route(scheduler.events)
             scheduler.events = []
-            own = routed.pop(fronts.parent, [])
             # events at once; measurements and the batch state (a gauge) at most every
             # STATS_EVERY, so a busy worker does not send a message a step
-            if own or (due and (measured or state != reported.get(key, (0, 0)))):
-                fronts.send(fronts.parent, Report(key, own, scheduler.stats, *state))
+            changed = due and (measured or state != reported.get(key, (0, 0)))
+            measurer = fronts.measurer
+            if changed:
+                routed.setdefault(measurer, [])
+            if measurer is not fronts.parent and parent.tell(key, state, now):
+                routed[fronts.parent] = routed.get(fronts.parent, [])
+            for link, events in routed.items():
+                if link in fronts.links:
+                    stats = scheduler.stats if link is measurer else None
+                    telling = fronts.replica and link is fronts.parent
+                    told = parent.peak(key, state, now) if telling else state
+                    fronts.send(link, Report(key, events, stats, *told))
+            if measurer in routed:
                 scheduler.stats, reported[key] = Stats(), state
                 last_report = now
-            for link, events in routed.items():  # the other fronts' calls: their events
-                if link in fronts.links:
-                    fronts.send(link, Report(key, events, None, *state))
+
+
+class _Load:
+    """What a replica's worker tells its parent of each model's batch: the most rows in use
+    and jobs waiting since it last told (Ray Serve samples the replica's load now and then: a
+    batch that empties between calls would look idle), at most every STATS_EVERY, and an
+    emptied batch once more within STATS_EVERY (`owed`: the loop then waits no longer)."""
+
+    def __init__(self):
+        self.peaks: dict[str, tuple[int, int]] = {}  # since the last tell
+        self.told: dict[str, tuple[tuple[int, int], float]] = {}  # (state, when) last told
+
+    @property
+    def owed(self) -> bool:
+        return any(state != (0, 0) for state, _ in self.told.values())
+
+    def tell(self, key: str, state: tuple[int, int], now: float) -> bool:
+        peak = self.peaks.get(key, (0, 0))
+        self.peaks[key] = (max(peak[0], state[0]), max(peak[1], state[1]))
+        last, when = self.told.get(key, ((0, 0), 0.0))
+        return now - when >= STATS_EVERY and (self.peaks[key] != last or state != last)
+
+    def peak(self, key: str, state: tuple[int, int], now: float) -> tuple[int, int]:
+        """The peak to tell now; the next one starts from the present state."""
+        told = self.peaks.get(key, state)
+        self.told[key] = (told, now)
+        self.peaks[key] = state
+        return told

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import socket
 from dataclasses import dataclass
 
 from service.runtime.choices import AUTO, Auto, Batching, Cache, Device, Threading
@@ -16,7 +18,7 @@ class WorkerSettings:
     variants: tuple[tuple[str, str], ...] = ()  # (key, variant) of every model version
     # the server's settings of the same names (service.front.config.ServerConfig)
     device: Device = "cpu"
-    gpu: int = 0  # the GPU of this worker, on cuda
+    gpu: int = 0  # the GPU of this worker, on cuda; -1: the GPUs its process was given
     io_binding: bool | None = None
     cache: Cache | Auto = AUTO
     max_rows: int = MAX_ROWS
@@ -24,8 +26,18 @@ class WorkerSettings:
     window: float = WINDOW_SECONDS
     encoder: Threading | Auto = AUTO
     step: Threading = "inline"
-    socket: str = ""  # a Unix socket the other fronts connect to ("" with one front)
+    # where the other fronts connect: a Unix socket's path, or "HOST:PORT" (TCP; port 0: any)
+    # for a replica on a cluster; "" with one front on one machine
+    socket: str = ""
     authkey: bytes = b""  # what a front connecting to `socket` must know
+    # a replica on a Ray cluster (service.worker.replica): its parent is the replica, which
+    # sends no jobs; its measurements go to the first front connected, and a front's Unload
+    # unloads a version the replica started with
+    replica: bool = False
+
+    def listen_address(self) -> tuple[str, str | tuple[str, int]]:
+        """(family, address) of `socket` for multiprocessing.connection."""
+        return socket_address(self.socket)
 
     def variant_of(self, key: str) -> str:
         return dict(self.variants)[key]
@@ -42,3 +54,24 @@ class WorkerSettings:
             encoder_thread=encoder,
             step_thread=self.step == "thread",
         )
+
+
+def socket_address(socket: str) -> tuple[str, str | tuple[str, int]]:
+    """(family, address) of a worker's socket: "HOST:PORT" is TCP, anything else a Unix
+    socket's path."""
+    host, colon, port = socket.rpartition(":")
+    if colon and host and port.isdigit() and "/" not in socket:
+        return "AF_INET", (host.strip("[]"), int(port))
+    return "AF_UNIX", socket
+
+
+def no_delay(link) -> None:
+    """TCP_NODELAY on a connection of multiprocessing.connection over TCP: a message is
+    written as a header and a body, and Nagle's algorithm would hold the second write for
+    the peer's delayed acknowledgement (some 40 ms a call)."""
+    sock = socket.socket(fileno=os.dup(link.fileno()))
+    try:
+        if sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    finally:
+        sock.close()

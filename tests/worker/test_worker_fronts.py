@@ -204,3 +204,56 @@ def test_without_a_socket_nothing_listens(one_front):
     assert fronts.listener is None
     assert fronts.wait(0.05) == []
     assert fronts.links == [fronts.parent]
+
+
+@pytest.fixture
+def replica_fronts(engine):
+    """A Ray replica's worker: the replica its parent, a front connected over TCP."""
+    settings = WorkerSettings(
+        index=0, models=(), socket="127.0.0.1:0", authkey=b"key", replica=True
+    )
+    parent, worker_end = Pipe()
+    scheduler = Scheduler(engine, max_rows=8)
+    info = {"pid": 1, "models": {KEY: {"kind": "transformer"}}}
+    fronts = Fronts(worker_end, {KEY: scheduler}, info, settings)
+    try:
+        host, port = info["address"].rsplit(":", 1)
+        assert (host, int(port)) == fronts.listener.address and int(port) > 0
+        front = Client((host, int(port)), "AF_INET", authkey=b"key")
+        for _ in range(50):
+            fronts.wait(0.1)
+            if len(fronts.links) == 2:
+                break
+        yield fronts, parent, front, scheduler
+    finally:
+        fronts.close()
+
+
+def test_a_replica_listens_on_tcp_and_its_front_gets_the_measurements(replica_fronts):
+    fronts, _, front, _ = replica_fronts
+    assert _received(front) == Ready(fronts.info)  # the address it listens on among the info
+    link = fronts.links[1]
+    assert fronts.measurer is link  # the front, not the replica, counts the measurements
+
+
+def test_a_replica_s_front_unloads_what_the_replica_started_with(replica_fronts):
+    fronts, _, _, _ = replica_fronts
+    link = fronts.links[1]
+    fronts.drop(link)  # a front gone lets go, but the replica still serves its versions
+    assert KEY in fronts.schedulers
+    fronts.links.append(link)
+    fronts.holders[KEY].add(link)
+    fronts.unload(link, KEY, asked=True)  # a front's Unload: the version goes
+    assert KEY not in fronts.schedulers
+
+
+def test_the_worker_socket_is_a_unix_path_or_tcp():
+    from service.worker.settings import socket_address
+
+    assert socket_address("/run/attnserve/worker-0.sock") == (
+        "AF_UNIX",
+        "/run/attnserve/worker-0.sock",
+    )
+    assert socket_address("10.0.0.7:0") == ("AF_INET", ("10.0.0.7", 0))
+    assert socket_address("[::1]:5000") == ("AF_INET", ("::1", 5000))
+    assert socket_address("/tmp/a:1") == ("AF_UNIX", "/tmp/a:1")
