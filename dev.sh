@@ -50,7 +50,7 @@ install_python_packages() {
     "$PYTHON" -m pip uninstall -y -q "$other"
   fi
   "$PYTHON" -m pip install -q --disable-pip-version-check "${find_links[@]}" \
-    -e ".[$extra,client,train,hf,bench,dev]" "${cuda_wheels[@]}"
+    -e ".[$extra,client,train,hf,ray,bench,dev]" "${cuda_wheels[@]}"
   [ "$extra" = serve ] || register_cuda_libraries
 }
 

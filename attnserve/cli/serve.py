@@ -30,6 +30,9 @@ FLAG_HELP = {
     "cores, at most 4)",
     "batching": "continuous or request",
     "ready_file": "write the ports (JSON) here once serving",
+    "ray": "Ray's address (auto, HOST:PORT, ray://HOST:PORT): the workers as Ray Serve replicas "
+    "on that cluster (the ray extra)",
+    "max_replicas": "Ray Serve autoscales the replicas up to this (0: min_replicas)",
 }
 
 

@@ -135,6 +135,21 @@ class ServerConfig:
     # which the server asks the client to reconnect (so clients behind a load balancer
     # spread over new replicas), with a grace for its calls to finish; 0: no limit.
     max_concurrent_streams: int = 1000
+    # Workers on a Ray cluster (service.front.cluster; the ray extra): Ray's address ("auto",
+    # the head's HOST:PORT, or ray://HOST:PORT); "" (the default): worker processes of this
+    # machine. Ray Serve replicas of replica_cpus CPUs and replica_gpus GPUs each, between
+    # min_replicas and max_replicas (0: min_replicas), as many as keep each one's batch rows
+    # in use and waiting at replica_target_rows, scaled up after the load stays above it for
+    # replica_upscale_seconds and down after replica_downscale_seconds below. `workers` and
+    # `fronts` are this machine's and do not apply: one front, the replicas' workers.
+    ray: str = ""
+    min_replicas: int = 1
+    max_replicas: int = 0
+    replica_cpus: float = 1.0
+    replica_gpus: float = 0.0
+    replica_target_rows: int = 16
+    replica_upscale_seconds: float = 10.0
+    replica_downscale_seconds: float = 120.0
     min_ping_interval_seconds: float = 10.0
     max_connection_age_seconds: float = 600.0
     max_connection_age_grace_seconds: float = 60.0
@@ -178,6 +193,18 @@ class ServerConfig:
                 problems.append(f"{name} must be 0 or more")
         if self.fronts < 0:
             problems.append("fronts must be 0 (one per 4 CPU cores) or more")
+        if self.ray and self.fronts > 1:
+            problems.append("fronts must be 0 or 1 with ray: one front reaches the replicas")
+        if self.min_replicas < 1 or self.replica_target_rows < 1:
+            problems.append("min_replicas and replica_target_rows must be 1 or more")
+        if self.max_replicas and self.max_replicas < self.min_replicas:
+            problems.append("max_replicas must be 0 (min_replicas) or min_replicas or more")
+        for name in ("replica_cpus", "replica_gpus"):
+            if getattr(self, name) < 0:
+                problems.append(f"{name} must be 0 or more")
+        for name in ("replica_upscale_seconds", "replica_downscale_seconds"):
+            if getattr(self, name) < 0:
+                problems.append(f"{name} must be 0 or more")
         if self.max_concurrent_streams < 1:
             problems.append("max_concurrent_streams must be 1 or more")
         for name in ("listen", "metrics_listen", "http_listen"):
@@ -217,8 +244,16 @@ class ServerConfig:
 
     def device_choice(self) -> tuple[str, str]:
         """(device, why): "auto" becomes cuda where onnxruntime offers CUDA and a GPU is
-        visible, else cpu. An explicit cuda without CUDA in onnxruntime is an error."""
+        visible, else cpu. An explicit cuda without CUDA in onnxruntime is an error. On a
+        Ray cluster the replicas' device: cuda where each asks for a GPU."""
         import onnxruntime as ort
+
+        if self.ray:
+            if self.device != "auto":
+                return self.device, "set by the configuration (the replicas')"
+            if self.replica_gpus > 0:
+                return "cuda", f"each replica asks for {self.replica_gpus:g} GPU"
+            return "cpu", "the replicas ask for no GPU (replica_gpus 0)"
 
         providers = ort.get_available_providers()
         cuda = "CUDAExecutionProvider" in providers
@@ -248,7 +283,9 @@ class ServerConfig:
 
     def front_choice(self) -> tuple[int, str]:
         """(front processes, why): as configured, else one per CORES_PER_FRONT CPU cores this
-        process may use, at least one and at most MAX_AUTO_FRONTS."""
+        process may use, at least one and at most MAX_AUTO_FRONTS; one with ray."""
+        if self.ray:
+            return 1, "one front reaches the replicas of a Ray cluster"
         if self.fronts:
             return self.fronts, "set by the configuration"
         cores = usable_cores()
@@ -264,7 +301,9 @@ class ServerConfig:
 
     def worker_choice(self, device: str) -> tuple[int, str]:
         """(worker processes, why): as configured; else one per usable CPU core on cpu, one
-        per GPU on cuda."""
+        per GPU on cuda; on a Ray cluster, the replicas (min_replicas to start with)."""
+        if self.ray:
+            return self.min_replicas, "Ray Serve replicas, min_replicas to start with"
         if self.workers:
             return self.workers, "set by the configuration"
         if device != "cuda":

@@ -154,6 +154,11 @@ class Metrics:
         self.workers_ready = gauge(
             "attnserve_workers_ready", "Worker processes ready to decode.", ()
         )
+        self.cluster_replicas = gauge(
+            "attnserve_cluster_replicas",
+            "Ray Serve replicas ready to decode (workers on a Ray cluster), by Ray node id.",
+            ("node",),
+        )
         self.model = Info(
             "attnserve_model",
             "A served model version: its kind, service, precision and execution provider.",

@@ -104,10 +104,12 @@ class _Worker:
         self.info: dict = {}
         self.failures = 0
         self.loading: dict[str, asyncio.Future] = {}  # model key -> Loaded/NotLoaded
+        self.leaving = False  # a cluster's replica scaled down: it gets no new calls
 
     @property
     def alive(self) -> bool:
-        return self.ready is not None and self.ready.done() and not self.ready.exception()
+        ready = self.ready is not None and self.ready.done() and not self.ready.exception()
+        return ready and not self.leaving
 
     def load(self) -> int:
         return self.held
@@ -136,6 +138,8 @@ class WorkerPool:
         self.metrics, self.max_queued = metrics, max(1, max_queued // fronts)
         self.parent = front == 0  # starts the workers; else connects to them
         self.workers = [_Worker(s) for s in settings]
+        # what a worker started from now on loads
+        self.template = settings[0] if settings else WorkerSettings(index=0, models=())
         self.admission = None  # service.front.admission: rows in flight under a latency budget
         if latency_budget_seconds > 0:
             # one full batch per worker to start with, shared by the fronts
@@ -242,13 +246,13 @@ class WorkerPool:
             self.unload(key)
             raise ModelRepositoryError("; ".join(dict.fromkeys(problems)))
         self._set_models(
-            (*((k, v) for k, v in self.workers[0].settings.models if k != key), (key, version)),
-            {**dict(self.workers[0].settings.variants), key: variant},
+            (*((k, v) for k, v in self.template.models if k != key), (key, version)),
+            {**dict(self.template.variants), key: variant},
         )
 
     def unload(self, key: str) -> None:
         """The workers drop a model version (send nothing more for it first)."""
-        settings = self.workers[0].settings
+        settings = self.template
         self._set_models(
             tuple((k, v) for k, v in settings.models if k != key),
             {k: v for k, v in settings.variants if k != key},
@@ -259,6 +263,7 @@ class WorkerPool:
                     worker.conn.send(Unload(key))
 
     def _set_models(self, models: tuple, variants: dict) -> None:
+        self.template = replace(self.template, models=models, variants=tuple(variants.items()))
         for worker in self.workers:  # what a worker started from now on loads
             worker.settings = replace(
                 worker.settings, models=models, variants=tuple(variants.items())
@@ -441,9 +446,16 @@ class WorkerPool:
         self.metrics.batch_rows_in_use.labels(model).set(sum(w.rows for w in self.workers))
 
     def _on_death(self, worker: _Worker) -> None:
-        loop = asyncio.get_running_loop()
         if worker.conn is None:
             return
+        code, was_alive = self._lost(worker)
+        if not self.stopping:
+            self._replace(worker, code, was_alive)
+
+    def _lost(self, worker: _Worker) -> tuple[int | None, bool]:
+        """A worker's connection ended: its calls go to other workers (or fail), its loads
+        fail. (Its exit code where this front started it, whether it was serving.)"""
+        loop = asyncio.get_running_loop()
         loop.remove_reader(worker.conn.fileno())
         worker.conn.close()
         worker.conn = None
@@ -482,8 +494,12 @@ class WorkerPool:
         if self.parent:
             for model in set(self.models.values()):
                 self._update_rows(model)
-        if self.stopping:
-            return
+        return code, bool(was_alive)
+
+    def _replace(self, worker: _Worker, code: int | None, was_alive: bool) -> None:
+        """A new worker in the lost one's place: restarted by its parent front, which the
+        others connect to again."""
+        loop = asyncio.get_running_loop()
         if not self.parent:  # its parent front restarts it; this one connects again
             log.warning("worker %d went away; connecting again", worker.settings.index)
             loop.call_later(RECONNECT_SECONDS, self._connect, worker)

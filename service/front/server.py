@@ -17,6 +17,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+import os
 import shutil
 import signal
 import sys
@@ -88,14 +89,27 @@ async def serve(
         metrics_server, metrics_thread = serve_metrics(config, registry)
     else:
         settings, device, variants = list(role.settings), role.device, role.variants
-    pool = WorkerPool(
-        settings,
-        metrics,
-        config.max_queued_requests,
-        config.latency_budget_seconds,
-        role.index if role else 0,
-        config.fronts,
-    )
+    if config.ray:
+        # SIGTERM is the server's drain: Ray's handler of fatal signals must not take it
+        os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")
+        from service.front.cluster import ClusterPool, ClusterSettings  # the ray extra
+
+        pool = ClusterPool(
+            settings[0],
+            ClusterSettings.of(config),
+            metrics,
+            config.max_queued_requests,
+            config.latency_budget_seconds,
+        )
+    else:
+        pool = WorkerPool(
+            settings,
+            metrics,
+            config.max_queued_requests,
+            config.latency_budget_seconds,
+            role.index if role else 0,
+            config.fronts,
+        )
     pool.models = {m.key: m.version.name for m in served}
     front = Front(config, models, pool, metrics)
 
@@ -135,6 +149,9 @@ async def serve(
         _write_ready(config, {**ports, "serving": False})
     try:
         await pool.start()
+        if role is None and config.ray:  # Ray's core worker took the signals: the drain's again
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(signum, stop.set)
         if others is not None:
             http_listen = f"{config.http_listen.rpartition(':')[0]}:{http.port}" if http else ""
             await others.start(f"{host}:{grpc_port}", http_listen)
@@ -154,6 +171,16 @@ async def serve(
     front.serving = True
     for name in ("", *models):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    if config.ray:  # NOT_SERVING while no replica is ready (a drain's NOT_SERVING stays)
+
+        async def follow(serving: bool) -> None:
+            status = health_pb2.HealthCheckResponse.SERVING
+            if not serving:
+                status = health_pb2.HealthCheckResponse.NOT_SERVING
+            for name in ("", *models):
+                await health_servicer.set(name, status)
+
+        pool.on_serving = follow
     if role is None:
         fronts = {"fronts": others.pids()} if others else {}
         _write_ready(config, {**ports, "serving": True, "workers": pool.pids(), **fronts})

@@ -68,7 +68,7 @@ def test_a_gpu_gets_onnxruntime_gpu_with_cuda_wheels_and_fp16_graphs(dev_sh):
     run = dev_sh(f"#!/bin/sh\necho '{H100}'\n", installed="onnxruntime numpy")
     assert "-m pip uninstall -y -q onnxruntime" in run["commands"]
     (install,) = _installs(run["commands"])
-    assert install.endswith("-e .[gpu,client,train,hf,bench,dev] onnxruntime-gpu[cuda,cudnn]")
+    assert install.endswith("-e .[gpu,client,train,hf,ray,bench,dev] onnxruntime-gpu[cuda,cudnn]")
     assert run["commands"].index("-m pip uninstall -y -q onnxruntime") < run["commands"].index(
         install
     )
@@ -92,7 +92,7 @@ def test_without_a_gpu_nothing_changes(dev_sh, nvidia_smi):
     run = dev_sh(nvidia_smi, installed="onnxruntime")
     assert not [c for c in run["commands"] if "uninstall" in c]
     (install,) = _installs(run["commands"])
-    assert install.endswith("-e .[serve,client,train,hf,bench,dev]")
+    assert install.endswith("-e .[serve,client,train,hf,ray,bench,dev]")
     assert run["variants"] == "fp32,int8"
 
 
@@ -100,7 +100,7 @@ def test_attnserve_device_cpu_keeps_the_cpu_set_up_on_a_gpu(dev_sh):
     run = dev_sh(f"#!/bin/sh\necho '{H100}'\n", installed="onnxruntime-gpu", device="cpu")
     assert "-m pip uninstall -y -q onnxruntime-gpu" in run["commands"]
     (install,) = _installs(run["commands"])
-    assert install.endswith("-e .[serve,client,train,hf,bench,dev]")
+    assert install.endswith("-e .[serve,client,train,hf,ray,bench,dev]")
     assert run["variants"] == "fp32,int8"
 
 

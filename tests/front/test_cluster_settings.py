@@ -1,0 +1,105 @@
+"""The cluster mode's settings: the server's configuration names the Ray cluster and its
+replicas, and service.front.cluster makes the Ray Serve deployment of them (a fixed count, or
+autoscaled by the replicas' rows) and tells the server's health whether any replica is ready.
+tests/server/test_cluster.py serves through a real one."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+from service.front.config import ServerConfig
+from service.runtime.errors import InvalidArgument
+
+pytest.importorskip("ray")  # the ray extra, installed by ./dev.sh
+from service.front.cluster import ClusterSettings  # after the skip: it imports ray
+
+
+def test_a_fixed_count_of_replicas_is_deployed_as_such():
+    config = ServerConfig(ray="auto", min_replicas=3, replica_cpus=2).validate()
+    options = ClusterSettings.of(config).deployment_options()
+    assert options["num_replicas"] == 3 and "autoscaling_config" not in options
+    assert options["ray_actor_options"] == {"num_cpus": 2, "num_gpus": 0}
+    # a replica scaled down gets the drain and some to stop its worker
+    assert options["graceful_shutdown_timeout_s"] > config.drain_seconds
+
+
+def test_more_replicas_allowed_than_needed_are_autoscaled_on_rows():
+    config = ServerConfig(
+        ray="10.0.0.1:6379",
+        min_replicas=1,
+        max_replicas=4,
+        replica_target_rows=8,
+        replica_upscale_seconds=5,
+        replica_downscale_seconds=60,
+    ).validate()
+    scaling = ClusterSettings.of(config).deployment_options()["autoscaling_config"]
+    assert (scaling["min_replicas"], scaling["max_replicas"]) == (1, 4)
+    assert (scaling["upscale_delay_s"], scaling["downscale_delay_s"]) == (5, 60)
+    policy = scaling["policy"]
+    module, name = policy["policy_function"].split(":")
+    rows_policy = getattr(importlib.import_module(module), name)  # what Serve's controller loads
+    assert rows_policy(**policy["policy_kwargs"]).target_rows == 8
+
+
+def test_the_cluster_settings_are_checked():
+    with pytest.raises(InvalidArgument, match="fronts must be 0 or 1 with ray"):
+        ServerConfig(ray="auto", fronts=2).validate()
+    with pytest.raises(InvalidArgument, match="max_replicas must be 0"):
+        ServerConfig(ray="auto", min_replicas=3, max_replicas=2).validate()
+    with pytest.raises(InvalidArgument, match="min_replicas and replica_target_rows"):
+        ServerConfig(ray="auto", min_replicas=0).validate()
+
+
+def test_with_ray_one_front_and_the_replicas_device():
+    config = ServerConfig(ray="auto", min_replicas=2, replica_gpus=1)
+    assert config.front_choice()[0] == 1
+    assert config.worker_choice("cuda")[0] == 2
+    assert config.device_choice()[0] == "cuda"  # the replicas' GPUs, not this machine's
+    assert ServerConfig(ray="auto").device_choice()[0] == "cpu"
+
+
+def test_health_follows_whether_any_replica_is_ready():
+    import asyncio
+
+    from service.front.cluster import ClusterPool
+    from service.front.metrics import Metrics
+    from service.front.pool import _Worker
+    from service.worker.settings import WorkerSettings
+
+    async def run() -> list[bool]:
+        config = ServerConfig(ray="auto", min_replicas=2).validate()
+        metrics = Metrics()
+        pool = ClusterPool(
+            WorkerSettings(index=0, models=()), ClusterSettings.of(config), metrics, 16
+        )
+        told = []
+
+        async def on_serving(serving: bool) -> None:
+            told.append(serving)
+
+        pool.on_serving = on_serving
+        loop = asyncio.get_running_loop()
+        workers = [_Worker(pool.template) for _ in range(2)]
+        for i, worker in enumerate(workers):
+            pool.replicas[f"r{i}"], pool.nodes[f"r{i}"] = worker, f"node{i}"
+            pool.workers.append(worker)
+            worker.ready = loop.create_future()
+            worker.ready.set_result({})
+            pool._update_placement()
+        await asyncio.sleep(0)
+        assert metrics.workers_ready._value.get() == 2
+        assert {n: metrics.cluster_replicas.labels(n)._value.get() for n in ("node0", "node1")} == {
+            "node0": 1,
+            "node1": 1,
+        }
+        workers[0].leaving = True  # scaled down: no new calls, not ready
+        pool._update_placement()
+        workers[1].ready = None  # lost
+        pool._update_placement()
+        await asyncio.sleep(0)
+        assert metrics.workers_ready._value.get() == 0
+        return told
+
+    assert asyncio.run(run()) == [True, False]  # told at each change, once

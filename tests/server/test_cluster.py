@@ -1,0 +1,183 @@
+"""Workers on a real Ray cluster: two Ray nodes of one CPU each (`ray.cluster_utils.Cluster`,
+the nodes as processes of this machine), the front started with `--ray`, its replicas placed
+by Ray Serve. Calls go through them and answer as the local pool's workers do; a node removed
+under load loses no call; autoscaling goes from one replica to two and back; a version added
+while serving reaches every replica."""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import grpc
+import numpy as np
+import pytest
+from PIL import Image
+from test_translation_service import LONG_TEXTS
+from test_versions import _add_version, _served
+
+from service import client
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+ray_cluster_utils = pytest.importorskip("ray.cluster_utils")  # the ray extra, from ./dev.sh
+
+TEXTS = ["Hola, ¿cómo estás?", "El gato duerme en la casa.", *LONG_TEXTS[:6]]
+CLIENTS = 8  # the load under which a node goes
+MOVED_SECONDS = 30.0  # a lost replica's work answered elsewhere within
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """A head node and a second node, one CPU each; replicas report their load every half
+    second (Ray Serve's default is ten), so that autoscaling is seen within a test."""
+    saved = os.environ.get("RAY_SERVE_REPLICA_AUTOSCALING_METRIC_PUSH_INTERVAL_S")
+    os.environ["RAY_SERVE_REPLICA_AUTOSCALING_METRIC_PUSH_INTERVAL_S"] = "0.5"
+    node = {"num_cpus": 1, "object_store_memory": 80 * 1024 * 1024}
+    cluster = ray_cluster_utils.Cluster(
+        initialize_head=True, head_node_args={**node, "include_dashboard": False}
+    )
+    second = cluster.add_node(**node)
+    cluster.wait_for_nodes()
+    try:
+        yield cluster, second, node
+    finally:
+        cluster.shutdown()
+        if saved is None:
+            os.environ.pop("RAY_SERVE_REPLICA_AUTOSCALING_METRIC_PUSH_INTERVAL_S", None)
+        else:
+            os.environ["RAY_SERVE_REPLICA_AUTOSCALING_METRIC_PUSH_INTERVAL_S"] = saved
+
+
+def png(image: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    Image.fromarray(image).save(buffer, "PNG")
+    return buffer.getvalue()
+
+
+def _replicas(server) -> dict[str, float]:
+    """{node id: replicas ready there}, from the front's metrics."""
+    return {
+        dict(labels)["node"]: value
+        for (name, labels), value in server.samples().items()
+        if name == "attnserve_cluster_replicas" and value > 0
+    }
+
+
+def _load(server, stop: threading.Event, outcomes: list) -> None:
+    """One client's calls until `stop`: (status code, seconds since the epoch at its end)."""
+    i = 0
+    while not stop.is_set():
+        text = TEXTS[i % len(TEXTS)]
+        i += 1
+        try:
+            client.translate(server.channel, [text], timeout=60)
+            outcomes.append(("OK", time.time()))
+        except grpc.RpcError as error:
+            outcomes.append((error.code().name, time.time()))
+
+
+def test_calls_go_through_replicas_on_two_nodes_and_a_node_may_go(
+    ray_cluster, start_server, server
+):
+    cluster, second, node = ray_cluster
+    served = start_server("--ray", cluster.address, "--min-replicas", "2", "--watch-seconds", "0")
+    served.wait_for(lambda: len(_replicas(served)) == 2, 30, "a replica on each node")
+    assert served.value("attnserve_workers_ready") == 2
+
+    # the same answers as the local pool's workers: decoding is deterministic
+    ours = client.translate(served.channel, TEXTS, timeout=60)
+    theirs = client.translate(server.channel, TEXTS, timeout=60)
+    assert [t.hypotheses[0].text for t in ours.translations] == [
+        t.hypotheses[0].text for t in theirs.translations
+    ]
+    rng = np.random.default_rng(3)
+    images = [png(rng.integers(0, 255, (48, 64, 3), dtype=np.uint8)) for _ in range(3)]
+    ours = client.caption(served.channel, images, timeout=60)
+    theirs = client.caption(server.channel, images, timeout=60)
+    assert [c.hypotheses[0].text for c in ours.captions] == [
+        c.hypotheses[0].text for c in theirs.captions
+    ]
+
+    # a node removed under load: every call answered, the lost replica's calls elsewhere
+    stop, outcomes = threading.Event(), []
+    with ThreadPoolExecutor(CLIENTS) as pool:
+        try:
+            for _ in range(CLIENTS):
+                pool.submit(_load, served, stop, outcomes)
+            served.wait_for(lambda: len(outcomes) >= 40, 60, "calls under load")
+            removed = time.time()
+            cluster.remove_node(second)
+            served.wait_for(lambda: len(_replicas(served)) == 1, MOVED_SECONDS, "node gone")
+            after = len(outcomes)
+            served.wait_for(lambda: len(outcomes) >= after + 40, MOVED_SECONDS, "calls after")
+            moved = time.time() - removed
+        finally:
+            stop.set()
+    codes = [code for code, _ in outcomes]
+    assert codes.count("OK") == len(codes), {c: codes.count(c) for c in set(codes)}
+    assert moved < MOVED_SECONDS
+    assert served.value("attnserve_retried_calls_total") >= 1  # its calls went elsewhere
+
+    # a node back: Ray Serve places the missing replica there, the front reaches it
+    cluster.add_node(**node)
+    served.wait_for(lambda: len(_replicas(served)) == 2, 60, "the replacement replica")
+    assert client.translate(served.channel, TEXTS[:2], timeout=60).translations
+    assert served.terminate() == 0
+
+
+def test_autoscaling_goes_to_two_replicas_under_load_and_back(ray_cluster, start_server):
+    cluster, _, _ = ray_cluster
+    flags = ("--min-replicas", "1", "--max-replicas", "2", "--replica-target-rows", "2")
+    delays = ("--replica-upscale-seconds", "1", "--replica-downscale-seconds", "3")
+    served = start_server("--ray", cluster.address, *flags, *delays, "--watch-seconds", "0")
+    served.wait_for(lambda: sum(_replicas(served).values()) == 1, 30, "one replica")
+
+    stop, outcomes = threading.Event(), []
+    with ThreadPoolExecutor(CLIENTS) as pool:
+        try:
+            for _ in range(CLIENTS):
+                pool.submit(_load, served, stop, outcomes)
+            served.wait_for(lambda: sum(_replicas(served).values()) == 2, 90, "a second replica")
+        finally:
+            stop.set()
+    served.wait_for(lambda: sum(_replicas(served).values()) == 1, 90, "back to one replica")
+    codes = [code for code, _ in outcomes]
+    assert codes and codes.count("OK") == len(codes), {c: codes.count(c) for c in set(codes)}
+    assert client.translate(served.channel, TEXTS[:2], timeout=60).translations
+    assert served.terminate() == 0
+
+
+def test_a_version_added_while_serving_reaches_every_replica(
+    ray_cluster, start_server, model_repository, tmp_path
+):
+    cluster, _, _ = ray_cluster
+    repository = tmp_path / "repository"
+    shutil.copytree(model_repository, repository, symlinks=False)
+    served = start_server(
+        "--ray",
+        cluster.address,
+        "--min-replicas",
+        "2",
+        "--repository",
+        str(repository),
+        "--watch-seconds",
+        "0.5",
+    )
+    served.wait_for(lambda: sum(_replicas(served).values()) == 2, 30, "two replicas")
+    _add_version(repository, "1", "2")
+    served.wait_for(lambda: _served(served, "2"), 120, "version 2 on every replica")
+    # calls naming version 2 go to either replica (the one holding fewer rows)
+    with ThreadPoolExecutor(4) as pool:
+        answers = list(
+            pool.map(
+                lambda text: client.translate(served.channel, [text], version="2", timeout=60),
+                TEXTS * 3,
+            )
+        )
+    assert {a.version for a in answers} == {"2"}
+    assert served.value("attnserve_retried_calls_total") == 0
+    assert served.terminate() == 0

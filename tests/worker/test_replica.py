@@ -1,0 +1,55 @@
+"""A worker as a Ray Serve replica, the parts that need no cluster: what its worker tells the
+replica of the load (the peaks between two samples, an emptied batch at once), and the
+autoscaling policy on the rows the replicas report. tests/server/test_cluster.py runs them on
+a real cluster."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from service.worker.process import STATS_EVERY, _Load
+
+replica = pytest.importorskip("service.worker.replica", exc_type=ImportError)  # the ray extra
+
+
+def test_the_parent_hears_the_peak_load_since_it_last_heard():
+    load = _Load()
+    assert load.tell("m", (3, 1), now=10.0)  # never told: told now
+    assert load.peak("m", (3, 1), now=10.0) == (3, 1)
+    # within STATS_EVERY: nothing, but the peaks are kept
+    assert not load.tell("m", (7, 4), now=10.0 + STATS_EVERY / 4)
+    assert not load.tell("m", (2, 0), now=10.0 + STATS_EVERY / 2)
+    assert load.owed  # a nonzero load was told: the loop wakes to tell its end
+    assert load.tell("m", (0, 0), now=10.0 + 2 * STATS_EVERY)
+    assert load.peak("m", (0, 0), now=10.0 + 2 * STATS_EVERY) == (7, 4)  # the peak between
+    assert load.tell("m", (0, 0), now=10.0 + 4 * STATS_EVERY)  # and now that it is empty
+    assert load.peak("m", (0, 0), now=10.0 + 4 * STATS_EVERY) == (0, 0)
+    assert not load.owed
+    assert not load.tell("m", (0, 0), now=10.0 + 20 * STATS_EVERY)  # idle: silent
+
+
+@dataclass
+class _Context:  # the fields of Ray Serve's AutoscalingContext the policy reads
+    running_replicas: list
+    target_num_replicas: int
+    aggregated_metrics: dict
+
+
+@pytest.mark.parametrize(
+    ("rows", "expected"),
+    [({"a": 0.0}, 1), ({"a": 15.0}, 1), ({"a": 17.0}, 2), ({"a": 30.0, "b": 20.0}, 4)],
+)
+def test_the_policy_keeps_each_replica_at_its_target_rows(rows, expected):
+    policy = replica.RowsPolicy(target_rows=16)
+    context = _Context(list(rows), len(rows), {"rows": rows})
+    assert policy(context) == (expected, {})
+
+
+def test_the_policy_counts_running_replicas_and_waits_for_reports():
+    policy = replica.RowsPolicy(target_rows=4)
+    gone = _Context(["a"], 2, {"rows": {"a": 4.0, "stopped": 40.0}})
+    assert policy(gone) == (1, {})  # a stopped replica's last report does not count
+    silent = _Context(["a", "b"], 2, {})
+    assert policy(silent) == (2, {})  # nothing reported yet: the count stays
