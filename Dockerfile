@@ -100,6 +100,20 @@ ENV ATTNSERVE_DEVICE=cuda \
 USER 10001:10001
 
 
+# The CPU server with Ray (the ray extra): a front and its replicas on a Ray cluster, every
+# node of it this image (deploy/kubernetes/attnserve-ray.yaml).
+FROM serve-base AS runtime-ray
+
+COPY --from=build /dist/ /tmp/wheels/
+RUN wheel="$(echo /tmp/wheels/attnserve-*.whl)" \
+    && pip install "${wheel}[serve,ray]" \
+    && rm -rf /tmp/wheels \
+    && python -c "import importlib.util as u, sys; sys.exit(u.find_spec('torch') is not None)"
+
+ENV ATTNSERVE_DEVICE=cpu
+USER 10001:10001
+
+
 # The CPU server, and the default target.
 FROM serve-base AS runtime
 

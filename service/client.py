@@ -64,7 +64,9 @@ def connect(
     tls_key: Path | None = None,
     token: str | None = None,
 ) -> grpc.Channel:
-    """A channel to HOST:PORT (default: `default_server()`); close it or use `with`.
+    """A channel to HOST:PORT (default: `default_server()`); close it or use `with`. A
+    dns:///NAME:PORT target (a headless Service's name) spreads calls over every address the
+    name resolves to, round robin.
 
     Plaintext unless `tls` or a TLS file is given: `tls_ca` is the CA bundle that signed the
     server's certificate (default: the system's), `tls_cert` and `tls_key` the client's own
@@ -72,6 +74,8 @@ def connect(
     `authorization: Bearer TOKEN`."""
     address = address or default_server()
     options = [("grpc.max_receive_message_length", MAX_RECEIVE_BYTES)]
+    if address.startswith("dns:"):  # every address the name has, each call to the next
+        options.append(("grpc.lb_policy_name", "round_robin"))
     if tls or tls_ca is not None or tls_cert is not None or tls_key is not None:
         if (tls_cert is None) != (tls_key is None):
             raise ValueError("tls_cert and tls_key go together")

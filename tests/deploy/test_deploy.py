@@ -214,14 +214,112 @@ def test_kubernetes_manifests_validate_offline():
     done = _kubernetes_validate(KUBERNETES)
     assert done.returncode == 0, done.stdout + done.stderr
     kinds = [d["kind"] for d in yaml.safe_load_all(KUBERNETES.read_text())]
-    assert kinds == ["Deployment", "Service", "PodDisruptionBudget", "HorizontalPodAutoscaler"]
+    assert kinds == [
+        "Deployment",
+        "Service",
+        "Service",
+        "PodDisruptionBudget",
+        "HorizontalPodAutoscaler",
+    ]
+
+
+def test_the_headless_service_lists_the_pods_for_client_side_balancing():
+    deployment, service, headless, *_ = yaml.safe_load_all(KUBERNETES.read_text())
+    assert headless["spec"]["clusterIP"] == "None"
+    assert headless["spec"]["selector"] == service["spec"]["selector"]
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert headless["spec"]["selector"].items() <= labels.items()
+    assert [p["port"] for p in headless["spec"]["ports"]] == [GRPC_PORT]
+
+
+RAY_KUBERNETES = ROOT / "deploy" / "kubernetes" / "attnserve-ray.yaml"
+# The fields of KubeRay's ray.io/v1 RayCluster this manifest may use (its API reference).
+RAY_CLUSTER_FIELDS = {
+    "spec": {
+        "rayVersion",
+        "enableInTreeAutoscaling",
+        "autoscalerOptions",
+        "headGroupSpec",
+        "workerGroupSpecs",
+    },
+    "headGroupSpec": {"rayStartParams", "template", "serviceType"},
+    "workerGroupSpec": {
+        "groupName",
+        "replicas",
+        "minReplicas",
+        "maxReplicas",
+        "rayStartParams",
+        "template",
+    },
+    "autoscalerOptions": {"upscalingMode", "idleTimeoutSeconds"},
+}
+
+
+def test_the_ray_cluster_manifest_validates_offline(tmp_path):
+    """The RayCluster's pod templates (as PodTemplates) and the front's Service validate
+    strictly; the RayCluster's own fields are KubeRay's."""
+    cluster, service = yaml.safe_load_all(RAY_KUBERNETES.read_text())
+    assert (cluster["apiVersion"], cluster["kind"]) == ("ray.io/v1", "RayCluster")
+    spec = cluster["spec"]
+    assert set(spec) <= RAY_CLUSTER_FIELDS["spec"]
+    assert set(spec["headGroupSpec"]) <= RAY_CLUSTER_FIELDS["headGroupSpec"]
+    assert set(spec["autoscalerOptions"]) <= RAY_CLUSTER_FIELDS["autoscalerOptions"]
+    for group in spec["workerGroupSpecs"]:
+        assert set(group) <= RAY_CLUSTER_FIELDS["workerGroupSpec"]
+        assert group["minReplicas"] <= group["replicas"] <= group["maxReplicas"]
+    templates = [("head", spec["headGroupSpec"]["template"])] + [
+        (group["groupName"], group["template"]) for group in spec["workerGroupSpecs"]
+    ]
+    documents = [
+        {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": name}, "template": t}
+        for name, t in templates
+    ]
+    checked = tmp_path / "ray.yaml"
+    checked.write_text(yaml.safe_dump_all([*documents, service]))
+    done = _kubernetes_validate(checked)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_ray_cluster_runs_the_pinned_ray_and_the_front_on_the_head():
+    import argparse
+    import tomllib
+    from dataclasses import fields
+
+    from attnserve.cli.serve import Serve
+    from service.front.config import ServerConfig, load_config
+
+    cluster, service = yaml.safe_load_all(RAY_KUBERNETES.read_text())
+    spec = cluster["spec"]
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    pinned = extras["optional-dependencies"]["ray"][0].split("==")[1]
+    assert spec["rayVersion"] == pinned
+    head = spec["headGroupSpec"]["template"]
+    ray_head, front = head["spec"]["containers"]
+    assert head["metadata"]["labels"].items() >= service["spec"]["selector"].items()
+    parser = argparse.ArgumentParser()
+    Serve().add_arguments(parser)
+    flags = parser.parse_args(front["args"][1:])
+    overrides = {f.name: getattr(flags, f.name) for f in fields(ServerConfig)}
+    args = load_config(None, overrides=overrides)
+    assert args.ray == "127.0.0.1:6379" and front["args"][0] == "serve"
+    assert args.max_replicas > args.min_replicas  # Ray Serve autoscales them
+    assert spec["headGroupSpec"]["rayStartParams"]["num-cpus"] == "0"  # the head: the front's
+    # the front is a driver of the head's node: it shares the Ray session's folder
+    mounts = [{m["mountPath"] for m in c["volumeMounts"]} for c in (ray_head, front)]
+    assert all("/tmp/ray" in m for m in mounts)
+    for group in spec["workerGroupSpecs"]:  # a worker pod holds whole replicas
+        cpus = float(group["rayStartParams"]["num-cpus"])
+        assert cpus >= args.replica_cpus and cpus % args.replica_cpus == 0
+    for container in (ray_head, front):
+        assert container["image"] == "attnserve:ray"
+    assert "AS runtime-ray" in (ROOT / "Dockerfile").read_text()
 
 
 def test_kubernetes_probes_ask_grpc_health_and_the_pod_outlives_its_drain():
     from service.front.config import ServerConfig
     from service.front.metrics import Metrics
 
-    deployment, _, budget, scaler = yaml.safe_load_all(KUBERNETES.read_text())
+    deployment, _, _, budget, scaler = yaml.safe_load_all(KUBERNETES.read_text())
     pod = deployment["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
