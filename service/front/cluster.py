@@ -249,6 +249,10 @@ class ClusterPool(WorkerPool):
         if worker.leaving or time.monotonic() - first > RECONNECT_GIVE_UP:
             log.warning("replica %s is unreachable (%s); forgotten", replica[:8], error)
             self._forget(worker)
+            if not worker.leaving and self.directory is not None:
+                # a replica lost with its node never leaves by itself: its entry would
+                # bring it back at the directory's next change
+                self.directory.leave.remote(replica)
             return
         asyncio.get_running_loop().call_later(RECONNECT_SECONDS, self._start, worker)
 

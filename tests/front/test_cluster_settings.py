@@ -103,3 +103,39 @@ def test_health_follows_whether_any_replica_is_ready():
         return told
 
     assert asyncio.run(run()) == [True, False]  # told at each change, once
+
+
+def test_a_replica_unreachable_for_long_is_forgotten_and_leaves_the_directory(monkeypatch):
+    import asyncio
+
+    from service.front import cluster
+    from service.front.metrics import Metrics
+    from service.front.pool import _Worker
+    from service.worker.settings import WorkerSettings
+
+    class Directory:  # what the pool asks of the Ray actor
+        def __init__(self):
+            self.left = []
+            self.leave = self
+
+        def remote(self, replica):
+            self.left.append(replica)
+
+    async def run():
+        config = ServerConfig(ray="auto").validate()
+        pool = cluster.ClusterPool(
+            WorkerSettings(index=0, models=()), ClusterSettings.of(config), Metrics(), 16
+        )
+        pool.directory = Directory()
+        worker = _Worker(pool.template)
+        pool.replicas["gone"], pool.nodes["gone"] = worker, "node"
+        pool.workers.append(worker)
+        monkeypatch.setattr(cluster, "RECONNECT_SECONDS", 3600.0)  # no retry within the test
+        pool._unreachable(worker, "refused")  # the first failure: tried again later
+        assert "gone" in pool.replicas and pool.directory.left == []
+        pool.lost["gone"] -= cluster.RECONNECT_GIVE_UP + 1  # a minute of failures
+        pool._unreachable(worker, "refused")
+        assert "gone" not in pool.replicas and worker not in pool.workers
+        assert pool.directory.left == ["gone"]
+
+    asyncio.run(run())
