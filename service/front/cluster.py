@@ -314,7 +314,6 @@ class ClusterPool(WorkerPool):
             self.lost.pop(replica, None)
         if worker.ready is not None and not worker.ready.done():
             worker.ready.set_result(worker.info)
-        self.metrics.workers_ready.set(sum(w.alive for w in self.workers))
         self._update_placement()
         self._any_ready.set()
 
@@ -342,21 +341,3 @@ class ClusterPool(WorkerPool):
             self.serving = ready > 0
             if self.on_serving is not None and not self.stopping:
                 self._spawn_task(self.on_serving(self.serving))
-
-    def describe(self) -> dict:
-        """The replicas as the front sees them, for the server's status."""
-        return {
-            "address": self.cluster.address,
-            "replicas": [
-                {
-                    "id": replica,
-                    "node": self.nodes.get(replica, ""),
-                    "address": worker.settings.socket,
-                    "ready": worker.alive,
-                    "leaving": worker.leaving,
-                    "rows": worker.rows,
-                    "calls": len(worker.calls),
-                }
-                for replica, worker in self.replicas.items()
-            ],
-        }

@@ -169,6 +169,7 @@ class ServerConfig:
             "max_versions",
             "response_cache_entries",
             "response_cache_bytes",
+            "max_replicas",
         ):
             if getattr(self, name) < 0:
                 problems.append(f"{name} must be 0 or more")
@@ -179,6 +180,8 @@ class ServerConfig:
             "max_text_chars",
             "max_image_bytes",
             "max_image_pixels",
+            "min_replicas",
+            "replica_target_rows",
         ):
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be 1 or more")
@@ -188,6 +191,10 @@ class ServerConfig:
             "min_ping_interval_seconds",
             "max_connection_age_seconds",
             "max_connection_age_grace_seconds",
+            "replica_cpus",
+            "replica_gpus",
+            "replica_upscale_seconds",
+            "replica_downscale_seconds",
         ):
             if getattr(self, name) < 0:
                 problems.append(f"{name} must be 0 or more")
@@ -195,16 +202,8 @@ class ServerConfig:
             problems.append("fronts must be 0 (one per 4 CPU cores) or more")
         if self.ray and self.fronts > 1:
             problems.append("fronts must be 0 or 1 with ray: one front reaches the replicas")
-        if self.min_replicas < 1 or self.replica_target_rows < 1:
-            problems.append("min_replicas and replica_target_rows must be 1 or more")
-        if self.max_replicas and self.max_replicas < self.min_replicas:
+        if 0 < self.max_replicas < self.min_replicas:
             problems.append("max_replicas must be 0 (min_replicas) or min_replicas or more")
-        for name in ("replica_cpus", "replica_gpus"):
-            if getattr(self, name) < 0:
-                problems.append(f"{name} must be 0 or more")
-        for name in ("replica_upscale_seconds", "replica_downscale_seconds"):
-            if getattr(self, name) < 0:
-                problems.append(f"{name} must be 0 or more")
         if self.max_concurrent_streams < 1:
             problems.append("max_concurrent_streams must be 1 or more")
         for name in ("listen", "metrics_listen", "http_listen"):

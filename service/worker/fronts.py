@@ -21,7 +21,7 @@ from service.worker.messages import (
 )
 from service.worker.outbox import Outbox
 from service.worker.scheduler import Scheduler
-from service.worker.settings import no_delay
+from service.worker.settings import no_delay, socket_address
 from service.worker.startup import load_model
 
 
@@ -40,7 +40,7 @@ class Fronts:
         self.outbox = Outbox()
         self._accepted: list = []
         if settings.socket:
-            family, address = settings.listen_address()
+            family, address = socket_address(settings.socket)
             if family == "AF_UNIX":
                 with contextlib.suppress(FileNotFoundError):  # a worker's before this one
                     os.unlink(address)

@@ -81,8 +81,7 @@ class WorkerReplica:
         # the GPUs Ray gave this replica are its process's CUDA_VISIBLE_DEVICES already
         self.settings = replace(settings, socket=f"{host}:0", replica=True, gpu=-1)
         self.drain_seconds = drain_seconds
-        self.load = 0  # batch rows in use and waiting, over its model versions
-        self.rows: dict[str, int] = {}
+        self.rows: dict[str, int] = {}  # model key -> batch rows in use and waiting
         self.directory = ray.get_actor(directory)
         self.conn, child = Pipe()
         self.done = threading.Event()
@@ -94,7 +93,6 @@ class WorkerReplica:
         if isinstance(message, Failed):
             raise RuntimeError(message.message)
         assert isinstance(message, Ready)
-        self.info = message.info
         self.address = message.info["address"]
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
@@ -127,7 +125,11 @@ class WorkerReplica:
                 return
             if isinstance(message, Report):
                 self.rows[message.key] = message.rows + message.waiting
-                self.load = sum(self.rows.values())
+
+    @property
+    def load(self) -> int:
+        """Batch rows in use and waiting, over its model versions."""
+        return sum(self.rows.values())
 
     async def record_autoscaling_stats(self) -> dict[str, float]:
         """Ray Serve's custom metric of this replica, for RowsPolicy."""
@@ -137,9 +139,6 @@ class WorkerReplica:
         """Ray Serve replaces a replica whose worker has stopped."""
         if self.done.is_set():
             raise RuntimeError(f"replica {self.id}: its worker stopped")
-
-    async def describe(self) -> dict:
-        return {"id": self.id, "node": self.node, "address": self.address, "rows": self.load}
 
     async def __del__(self) -> None:
         """Scaled down or deleted: leaves the directory, lets its jobs end, stops."""

@@ -35,10 +35,6 @@ class WorkerSettings:
     # unloads a version the replica started with
     replica: bool = False
 
-    def listen_address(self) -> tuple[str, str | tuple[str, int]]:
-        """(family, address) of `socket` for multiprocessing.connection."""
-        return socket_address(self.socket)
-
     def variant_of(self, key: str) -> str:
         return dict(self.variants)[key]
 
@@ -56,13 +52,13 @@ class WorkerSettings:
         )
 
 
-def socket_address(socket: str) -> tuple[str, str | tuple[str, int]]:
-    """(family, address) of a worker's socket: "HOST:PORT" is TCP, anything else a Unix
-    socket's path."""
-    host, colon, port = socket.rpartition(":")
-    if colon and host and port.isdigit() and "/" not in socket:
+def socket_address(where: str) -> tuple[str, str | tuple[str, int]]:
+    """(family, address) of a worker's socket for multiprocessing.connection: "HOST:PORT"
+    is TCP, anything else a Unix socket's path."""
+    host, colon, port = where.rpartition(":")
+    if colon and host and port.isdigit() and "/" not in where:
         return "AF_INET", (host.strip("[]"), int(port))
-    return "AF_UNIX", socket
+    return "AF_UNIX", where
 
 
 def no_delay(link) -> None:

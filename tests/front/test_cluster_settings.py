@@ -48,8 +48,10 @@ def test_the_cluster_settings_are_checked():
         ServerConfig(ray="auto", fronts=2).validate()
     with pytest.raises(InvalidArgument, match="max_replicas must be 0"):
         ServerConfig(ray="auto", min_replicas=3, max_replicas=2).validate()
-    with pytest.raises(InvalidArgument, match="min_replicas and replica_target_rows"):
+    with pytest.raises(InvalidArgument, match="min_replicas must be 1 or more"):
         ServerConfig(ray="auto", min_replicas=0).validate()
+    with pytest.raises(InvalidArgument, match="replica_gpus must be 0 or more"):
+        ServerConfig(ray="auto", replica_gpus=-1).validate()
 
 
 def test_with_ray_one_front_and_the_replicas_device():

@@ -62,6 +62,14 @@ def _finish(scheduler: Scheduler) -> list:
     return events
 
 
+def _accepted(fronts: Fronts) -> None:
+    """Waits for the connection just made: the accepting thread wakes the loop's wait."""
+    for _ in range(50):
+        fronts.wait(0.1)
+        if len(fronts.links) == 2:
+            return
+
+
 @pytest.fixture
 def one_front(engine):
     front, worker_end = Pipe()
@@ -87,10 +95,7 @@ def two_fronts(engine):
             with pytest.raises(AuthenticationError):
                 Client(socket, "AF_UNIX", authkey=b"wrong")
             other = Client(socket, "AF_UNIX", authkey=b"key")
-            for _ in range(50):  # the accepting thread wakes the loop's wait
-                fronts.wait(0.1)
-                if len(fronts.links) == 2:
-                    break
+            _accepted(fronts)
             yield fronts, front, other, scheduler
         finally:
             fronts.close()
@@ -220,10 +225,7 @@ def replica_fronts(engine):
         host, port = info["address"].rsplit(":", 1)
         assert (host, int(port)) == fronts.listener.address and int(port) > 0
         front = Client((host, int(port)), "AF_INET", authkey=b"key")
-        for _ in range(50):
-            fronts.wait(0.1)
-            if len(fronts.links) == 2:
-                break
+        _accepted(fronts)
         yield fronts, parent, front, scheduler
     finally:
         fronts.close()
