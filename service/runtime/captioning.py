@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from service.runtime.controls import InputControls
+from service.runtime.controls import InputControls, with_grammar
 from service.runtime.decoding import DecodingOptions, Hypothesis, decode
 from service.runtime.images import ImageLimits, decode_image, decode_images, resize_square
 from service.runtime.inference import CachedInference, Engine, Inference
@@ -72,7 +72,8 @@ def caption_images(
     """Decodes one batch of uint8 images (B, H, W, 3), n-best per image."""
     inference = inference_type(engine, engine.encode(pixels=pixels(images)), len(images))
     tokens = engine.special_tokens
-    return decode(inference, len(images), options, tokens.bos, tokens.eos)
+    inputs = with_grammar(None, getattr(engine, "grammar", None))
+    return decode(inference, len(images), options, tokens.bos, tokens.eos, inputs=inputs)
 
 
 def caption_batches(

@@ -3,8 +3,10 @@
 Request-wide (`DecodingOptions`): a minimum length, no repeated n-gram, a repetition
 penalty, suppressed token sequences and a length bound relative to the input. Per input
 (`InputControls`): its step limit (the length bound applied to its length) and a forced start
-(a target prefix; forcing a whole output scores it). A model may end every output at the
-limit with `</s>` (`DecodingOptions.end_at_limit`, as `generate`'s forced_eos_token_id).
+(a target prefix; forcing a whole output scores it). Model-wide: the output grammar a version
+ships (`service.runtime.grammar`), which narrows every row to the tokens that may come next.
+A model may end every output at the limit with `</s>` (`DecodingOptions.end_at_limit`, as
+`generate`'s forced_eos_token_id).
 
 Every control is a change to one row's logits at one step (`search.RowControl`), worked out
 here from what the row produced so far. A row no control touches at a step costs nothing: the
@@ -16,14 +18,22 @@ engine and path decodes a controlled row by the same numpy reference.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
+from service.runtime.grammar import Grammar
 from service.runtime.search import RowControl
 
 LENGTH_MARGIN = 10  # steps allowed beyond max_length_ratio x the input's tokens
 _NONE = np.zeros(0, dtype=np.int64)
+
+
+def with_grammar(inputs: InputControls | None, grammar: Grammar | None) -> InputControls | None:
+    """`inputs` with the model's output grammar (unchanged where it has none)."""
+    if grammar is None:
+        return inputs
+    return InputControls(grammar=grammar) if inputs is None else replace(inputs, grammar=grammar)
 
 
 @dataclass(frozen=True)
@@ -31,17 +41,21 @@ class InputControls:
     """What differs between the inputs of one decode: each one's step limit (None: the
     options' max_length for every input), forced first tokens (None: none), and how many of
     those the model is given (None: none): a given token (a multilingual model's target
-    language) has log-probability 0, as `generate` forces it, the others the model's own."""
+    language) has log-probability 0, as `generate` forces it, the others the model's own.
+    `grammar`: the model's output grammar, the same for every input (None: none)."""
 
     max_lengths: tuple[int, ...] | None = None
     prefixes: tuple[tuple[int, ...], ...] | None = None
     given: tuple[int, ...] | None = None
+    grammar: Grammar | None = None
 
     def subset(self, indices: list[int]) -> InputControls:
         def pick(values):
             return None if values is None else tuple(values[i] for i in indices)
 
-        return InputControls(pick(self.max_lengths), pick(self.prefixes), pick(self.given))
+        return InputControls(
+            pick(self.max_lengths), pick(self.prefixes), pick(self.given), self.grammar
+        )
 
     @property
     def forced(self) -> bool:
@@ -66,6 +80,7 @@ class Controls:
         self.sequences = [list(s) for s in options.suppress if len(s) > 1]
         self.prefixes = inputs.prefixes if inputs is not None and inputs.forced else None
         self.given = inputs.given if self.prefixes is not None else None
+        self.grammar = None if inputs is None else inputs.grammar
         # the last step writes `</s>`, given (generate's forced_eos_token_id)
         self.end_step = options.max_length - 1 if options.end_at_limit else -1
 
@@ -78,7 +93,7 @@ class Controls:
             or options.repetition_penalty != 1.0
             or options.suppress
             or options.end_at_limit
-            or (inputs is not None and inputs.forced)
+            or (inputs is not None and (inputs.forced or inputs.grammar is not None))
         )
 
     def rows(self, items: list[int], histories: list[list[int]]) -> dict[int, RowControl]:
@@ -115,13 +130,25 @@ class Controls:
         penalized = _NONE
         if self.penalty != 1.0 and history:
             penalized = np.unique(np.asarray(history, dtype=np.int64))
-        if forced < 0 and not banned and not len(self.always) and not len(penalized):
+        allowed = None
+        if self.grammar is not None and forced < 0:
+            narrowed = self.grammar.allowed(history)
+            if narrowed is not None:
+                tokens, may_end = narrowed
+                allowed = np.append(tokens, self.eos) if may_end else tokens
+        if (
+            forced < 0
+            and allowed is None
+            and not banned
+            and not len(self.always)
+            and not len(penalized)
+        ):
             return None
         if banned:
             banned_tokens = np.unique(np.concatenate([self.always, banned]).astype(np.int64))
         else:
             banned_tokens = self.always
-        return RowControl(penalized, self.penalty, banned_tokens, forced, given)
+        return RowControl(penalized, self.penalty, banned_tokens, forced, given, allowed)
 
 
 LOOP_NGRAM = 3  # a loop: one n-gram of this many tokens ...

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
+from service.runtime.grammar import Grammar
 from service.runtime.graphs import ModelInterface, SpecialTokens
 from service.runtime.search import Candidates, SearchRequest, log_softmax, with_controls
 from service.runtime.tensors import EncoderOutput, StepOutput, Tensor, Tensors, take_written
@@ -48,6 +49,7 @@ class Engine(Protocol):
     # (a golden set's expected tokens are per cache)
     cache: str
     static_step: StaticStep | None  # what the static step's row store runs (rows "static")
+    grammar: Grammar | None  # the version's output grammar, enforced on every row (None: none)
 
     def encode(self, *inputs: np.ndarray, **named: np.ndarray) -> EncoderOutput:
         """The encoder graph's inputs in declared order or by name (translator: src_ids,

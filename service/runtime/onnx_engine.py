@@ -42,6 +42,7 @@ import onnxruntime as ort
 from service.runtime.cache_choice import PREFIXES, check_cache, choose_cache, shipped_caches
 from service.runtime.choices import AUTO
 from service.runtime.errors import ModelRepositoryError
+from service.runtime.grammar import Grammar
 from service.runtime.graphs import (
     LEAN_STEP,
     ONE_ROW_STEP,
@@ -119,6 +120,7 @@ class OnnxEngine:
         self.cache = cache  # "in_place", "growing", "static" or "none"
         self.kind = self.interface.kind
         self.special_tokens = SpecialTokens.from_manifest(model.manifest["special_tokens"])
+        self.grammar = Grammar.from_manifest(model.manifest.get("grammar"))
         self.float_dtype = np.dtype(np.float16 if variant == "fp16" else np.float32)
         self.encoder_spec, self.decoder_spec = self.interface.encoder, self.interface.decoder
         # names the decode loop reads every step, computed once

@@ -58,13 +58,15 @@ class RowControl(NamedTuple):
     `penalized` tokens divided by `penalty` when positive, multiplied when negative (a
     repetition penalty); `banned` tokens never produced; `forced` (a token, or -1) produced
     whatever the model prefers, with the log-probability the model gives it, or 0 where it is
-    `given` (a token the model is handed, as `generate` forces a target language or `</s>`)."""
+    `given` (a token the model is handed, as `generate` forces a target language or `</s>`);
+    where `allowed` is given, no token outside it is produced (an output grammar)."""
 
     penalized: np.ndarray = np.zeros(0, dtype=np.int64)
     penalty: float = 1.0
     banned: np.ndarray = np.zeros(0, dtype=np.int64)
     forced: int = -1
     given: bool = False
+    allowed: np.ndarray | None = None
 
 
 def log_softmax(logits: np.ndarray) -> np.ndarray:
@@ -122,10 +124,11 @@ def controlled(
     temperature: np.ndarray | None = None,
 ) -> Candidates:
     """The candidates of rows whose decoding controls change their logits (N, V): each
-    row's logits penalized and banned, then searched as `host_search` does (`temperature`
-    (N,) their sampling temperatures, or None). A forced row's candidates are its forced
-    token alone (every other column -inf), with the log-probability of the penalized
-    logits (its bans do not apply to it), or 0 where it is given."""
+    row's logits penalized, narrowed to its allowed tokens and banned, then searched as
+    `host_search` does (`temperature` (N,) their sampling temperatures, or None). A forced
+    row's candidates are its forced token alone (every other column -inf), with the
+    log-probability of the penalized logits (its bans do not apply to it), or 0 where it is
+    given."""
     logits = np.array(logits, dtype=np.float32)
     forced = np.array([c.forced for c in controls], dtype=np.int64)
     for row, control in enumerate(controls):
@@ -136,6 +139,10 @@ def controlled(
             )
     penalized = logits.copy() if (forced >= 0).any() else logits
     for row, control in enumerate(controls):
+        if control.allowed is not None:
+            kept = logits[row, control.allowed]
+            logits[row] = -np.inf
+            logits[row, control.allowed] = kept
         if len(control.banned):
             logits[row, control.banned] = -np.inf
     narrowed = SearchRequest(request.k, temperature, request.attention, request.banned)

@@ -39,13 +39,14 @@ import threading
 import time
 from collections import deque
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 
 import numpy as np
 
 from service.runtime.batch import ContinuousBatch
 from service.runtime.choices import BATCHING, Batching
+from service.runtime.controls import with_grammar
 from service.runtime.decoding import Hypothesis, make_search, rank_together
 from service.runtime.inference import Engine
 from service.runtime.search import Candidates, SearchRequest
@@ -126,6 +127,7 @@ class Scheduler:
         self.stats = Stats()
         tokens = engine.special_tokens
         self.bos, self.eos = tokens.bos, tokens.eos
+        self.grammar = getattr(engine, "grammar", None)
         # by owner index (a request holding rows: admitted, not yet ended), for as many as
         # the batch's rows and as many more whose result is built while a step runs
         owners = 2 * max_rows
@@ -156,6 +158,8 @@ class Scheduler:
 
     # -- what the worker calls ------------------------------------------------------------
     def submit(self, job: Job) -> None:
+        if self.grammar is not None:  # every output of the version follows its grammar
+            job = replace(job, controls=with_grammar(job.controls, self.grammar))
         request = Request(job, self.clock())
         if job.rows > self.max_rows:  # the front checks this too; never admit what cannot fit
             message = f"needs {job.rows} batch rows, at most {self.max_rows}"
