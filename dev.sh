@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 
 DEBIAN_PACKAGES=(diatheke sword-text-sparv sword-text-web apertium apertium-eng-spa lttoolbox-dev docker-compose prometheus
-  fonts-noto-color-emoji unicode-cldr-core chromium chromium-driver)
+  fonts-noto-color-emoji fonts-symbola unicode-cldr-core chromium chromium-driver)
 PYTHON=${PYTHON:-python3}
 
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }

@@ -18,7 +18,12 @@ from service.runtime.tokenizer import Tokenizer
 
 
 def data(args: Namespace) -> int:
-    options = DataOptions(train=args.train_scenes, test_per_part=args.test_scenes)
+    options = DataOptions(
+        train=args.train_scenes,
+        test_per_part=args.test_scenes,
+        families=args.families,
+        styles=args.styles,
+    )
     meta = build_captioner_data(args.out, options)
     print(json.dumps({"out": str(args.out), **meta}, indent=2))
     return 0

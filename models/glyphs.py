@@ -1,10 +1,11 @@
-"""The captioner's objects: code points every artwork family draws, named by Unicode CLDR.
+"""The captioner's objects: code points the defining artwork families draw, named by CLDR.
 
 A glyph is kept when it is one code point of a block of concrete, drawable things (animals,
 plants, food, vehicles, household objects), its English CLDR name is 1-3 plain words, the
 name names a thing rather than a sign, a face or a person, and every family of
-`models.artwork` draws it. The rule is fixed here; the list it gives is written beside the
-data (glyphs.json) with the Spanish name of every glyph.
+`models.artwork.DEFINING_FAMILIES` draws it; the other families draw what they draw. The rule
+is fixed here; the list it gives is written beside the data (glyphs.json) with the Spanish
+name of every glyph.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from models.artwork import FAMILIES, keep_pictures, picture
+from models.artwork import DEFINING_FAMILIES, FAMILIES, keep_pictures, picture
 
 CLDR_ANNOTATIONS = Path("/usr/share/unicode/cldr/common/annotations")
 COLOURS = {"red", "green", "blue", "yellow", "orange", "purple", "brown", "black", "white", "pink"}
@@ -117,8 +118,9 @@ def _candidates() -> list[tuple[int, str, str]]:
 
 
 def select_glyphs() -> list[Glyph]:
-    """Every glyph the rule keeps and every family draws, in code point order; names are
-    unique. The families' pictures are drawn on the way (rendering runs on threads)."""
+    """Every glyph the rule keeps and every defining family draws, in code point order; names
+    are unique. Every family's pictures of the candidates are drawn on the way (rendering runs
+    on threads) and kept on disk."""
     candidates = _candidates()
     jobs = [(f, codepoint, name) for codepoint, name, _ in candidates for f in FAMILIES]
     with ThreadPoolExecutor(max_workers=4) as pool:
@@ -128,8 +130,16 @@ def select_glyphs() -> list[Glyph]:
     return [
         Glyph(codepoint, name, plural(name), name_es)
         for codepoint, name, name_es in candidates
-        if all(drawn[(f, codepoint, name)] for f in FAMILIES)
+        if all(drawn[(f, codepoint, name)] for f in DEFINING_FAMILIES)
     ]
+
+
+def coverage(glyphs: list[Glyph]) -> dict[str, frozenset[int]]:
+    """{family: indices of the glyphs it draws} for every family."""
+    return {
+        f: frozenset(i for i, g in enumerate(glyphs) if picture(f, g.codepoint, g.name) is not None)
+        for f in FAMILIES
+    }
 
 
 def needs_colour(glyphs: list[Glyph]) -> set[int]:

@@ -11,10 +11,10 @@ Objects never overlap, a region is never chosen within REGION_MARGIN pixels of i
 and a relation holds with a clear gap, so every caption is unambiguous. Every object's box is
 kept: it is where attention should look when the caption names that object.
 
-Every scene is drawn in one artwork family (`models.artwork`), each object with its own
-`Look` (`models.augment`). The split is a rule with a seed (see `SplitRule`): unordered pairs
-of glyphs are held out of training by a hash, and so is a band of object sizes and one whole
-family; the test split has a part for each.
+Every scene is drawn in one artwork family (`models.artwork`) that draws all of its objects,
+each object with its own `Look` (`models.augment`). The split is a rule with a seed (see
+`SplitRule`): unordered pairs of glyphs are held out of training by a hash, and so is a band
+of object sizes and one whole family; the test split has a part for each.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from models.glyphs import Glyph, needs_colour
 IMAGE_SIZE = 96
 REGION_MARGIN = 6  # pixels a centre keeps from the border of its 3x3 region
 GAP = 3  # pixels between two objects in a relation
+ROW_TRIES = 200  # random rows drawn for a relation's layout
 KINDS = ("single", "same", "pair", "triple")
 KIND_WEIGHTS = (0.25, 0.15, 0.4, 0.2)
 REGIONS = (
@@ -40,6 +41,8 @@ REGIONS = (
     ("on the left", "in the middle", "on the right"),
     ("at the bottom left", "at the bottom", "at the bottom right"),
 )
+RELATIONS = ("to the left of", "above")  # of a pair along x, along y
+ORDERS = ("from left to right", "from top to bottom")  # of a triple along x, along y
 
 
 @dataclass(frozen=True)
@@ -119,6 +122,28 @@ class _Caption:
         return " ".join(self.words)
 
 
+def caption_grammar(glyphs: list[Glyph]) -> dict:
+    """Every caption a scene of these glyphs can have, as an output grammar in words
+    (models.checkpoint.save_grammar; service.runtime.grammar enforces it while decoding):
+    the four kinds' patterns, a slot's phrases each a whole part of a caption."""
+    return {
+        "patterns": [
+            ["thing", "region"],
+            ["two things", "region"],
+            ["thing", "relation", "thing"],
+            ["thing", "and", "thing", "and", "thing", "order"],
+        ],
+        "slots": {
+            "thing": [_Caption().thing(g, 0).text for g in glyphs],
+            "two things": [_Caption().add("two").add(g.plural).text for g in glyphs],
+            "region": [phrase for row in REGIONS for phrase in row],
+            "relation": list(RELATIONS),
+            "and": ["and"],
+            "order": list(ORDERS),
+        },
+    }
+
+
 def region_of(x: float, y: float) -> tuple[int, int] | None:
     """(row, column) of the 3x3 region holding (x, y); None within REGION_MARGIN of a border
     between regions."""
@@ -154,20 +179,32 @@ class SceneSampler:
 
     def _row(self, extents: list[tuple[int, int]], axis: int):
         """Boxes of objects in a row along `axis` (0: left to right, 1: top to bottom), each
-        after the other with at least GAP pixels between, roughly aligned on the other axis."""
-        for _ in range(200):
-            boxes, cursor = [], self.rng.uniform(0, 12)
-            across = self.rng.uniform(20, IMAGE_SIZE - 20)
-            for extent in extents:
-                start = cursor + self.rng.uniform(GAP, GAP + 14)
-                centre = [0.0, 0.0]
-                centre[axis] = start + extent[axis] / 2
-                centre[1 - axis] = across + self.rng.uniform(-4, 4)
-                boxes.append(self._place(extent, *centre))
-                cursor = boxes[-1][2 + axis]
-            if all(map(self._inside, boxes)):
-                return boxes
-        return None
+        after the other with at least GAP pixels between, roughly aligned on the other axis;
+        None when they do not fit. ROW_TRIES random rows are drawn at once (arrays over the
+        tries) and the first that fits is taken."""
+        if sum(e[axis] + GAP - 1 for e in extents) > IMAGE_SIZE:  # never fits (1: rounding)
+            return None
+        count = len(extents)
+        cursor = self.rng.uniform(0, 12, size=ROW_TRIES)  # (T,)
+        across = self.rng.uniform(20, IMAGE_SIZE - 20, size=ROW_TRIES)  # (T,)
+        gaps = self.rng.uniform(GAP, GAP + 14, size=(count, ROW_TRIES))
+        shifts = self.rng.uniform(-4, 4, size=(count, ROW_TRIES))
+        starts, fits = [], np.ones(ROW_TRIES, bool)
+        for extent, gap, shift in zip(extents, gaps, shifts, strict=True):
+            along = np.round(cursor + gap)  # (T,) the box's first pixel along the row
+            side = np.round(across + shift - extent[1 - axis] / 2)  # (T,) and across it
+            fits &= (along >= 0) & (side >= 0) & (side + extent[1 - axis] <= IMAGE_SIZE)
+            starts.append((along, side))
+            cursor = along + extent[axis]
+        fits &= cursor <= IMAGE_SIZE
+        if not fits.any():
+            return None
+        first = int(np.argmax(fits))
+        boxes = []
+        for (along, side), extent in zip(starts, extents, strict=True):
+            corner = [int(along[first]), int(side[first])][:: 1 if axis == 0 else -1]
+            boxes.append((*corner, corner[0] + extent[0], corner[1] + extent[1]))
+        return boxes
 
     # -- scene kinds ------------------------------------------------------------------------
 
@@ -210,12 +247,12 @@ class SceneSampler:
         caption = _Caption()
         for i, glyph in enumerate(glyphs):
             if i and len(glyphs) == 2:
-                caption.add("to the left of" if axis == 0 else "above")
+                caption.add(RELATIONS[axis])
             elif i:
                 caption.add("and")
             caption.thing(self.glyphs[glyph], i)
         if len(glyphs) == 3:
-            caption.add("from left to right" if axis == 0 else "from top to bottom")
+            caption.add(ORDERS[axis])
         return boxes, caption
 
     def picture(self, family: str, glyph: int, size: int, look: Look) -> Image.Image:
@@ -223,11 +260,13 @@ class SceneSampler:
         g = self.glyphs[glyph]
         return _styled(family, g.codepoint, g.name, size, look)
 
-    def draw(self, kind: str, glyphs: list[int], sizes: list[int], family: str) -> Scene | None:
+    def draw(
+        self, kind: str, glyphs: list[int], sizes: list[int], family: str, styles: bool = False
+    ) -> Scene | None:
         """A scene of `kind` with these glyphs and sizes drawn in `family`, or None when they
-        do not fit."""
+        do not fit; `styles` draws the objects' looks with the training styles."""
         placed = [glyphs[0]] * 2 if kind == "same" else glyphs
-        looks = [Look.sample(self.rng, self.colour_free([g])) for g in placed]
+        looks = [Look.sample(self.rng, self.colour_free([g]), styles) for g in placed]
         extents = [
             self.picture(family, g, size, look).size
             for g, size, look in zip(placed, sizes, looks, strict=True)

@@ -54,6 +54,20 @@ class Data(Subcommand):
             help=f"captioner: scenes per test part (default {scenes.test_per_part})",
         )
         parser.add_argument(
+            "--families",
+            type=_training_families,
+            default=scenes.families,
+            help="captioner: the artwork families training scenes are drawn in, comma-separated "
+            f"(default {','.join(scenes.families)})",
+        )
+        parser.add_argument(
+            "--no-styles",
+            dest="styles",
+            action="store_false",
+            help="captioner: training objects keep their family's look (no palette swaps, "
+            "posterising, flat colours or line art)",
+        )
+        parser.add_argument(
             "--catalogs",
             action="store_true",
             help="translator: modern pairs from Debian gettext catalogs (cached in "
@@ -71,6 +85,15 @@ class Data(Subcommand):
     def run(self, args: argparse.Namespace) -> int:
         args.out = args.out or default_data(args.model)
         return model_commands(args.model).data(args)
+
+
+def _training_families(text: str) -> tuple[str, ...]:
+    from models.caption_data import check_families
+
+    try:
+        return check_families(tuple(name.strip() for name in text.split(",") if name.strip()))
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 class Train(Subcommand):

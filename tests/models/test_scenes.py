@@ -7,7 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from models.artwork import FAMILIES, HELD_OUT, TRAINING_FAMILIES
+from models.artwork import FAMILIES, HELD_OUT, TRAINING_FAMILIES, picture
+from models.augment import STYLES
 from models.caption_data import DataOptions, build_captioner_data, read_glyphs, read_scenes
 from models.glyphs import needs_colour, plural, select_glyphs
 from models.scenes import IMAGE_SIZE, REGIONS, SplitRule, region_of
@@ -57,13 +58,16 @@ def test_counts_and_package_versions_are_recorded(small_data):
     assert meta["dev_parts"] == {"seen": 30, "held_out_family": 15}
     assert set(meta["debian_packages"]) == {
         "fonts-noto-color-emoji",
+        "fonts-symbola",
         "unicode-cldr-core",
         "librsvg2-bin",
     }
     assert all(v != "unknown" for v in meta["debian_packages"].values())
     assert meta["held_out_family"] == HELD_OUT and set(meta["families"]) == set(FAMILIES)
+    assert meta["training_families"] == list(TRAINING_FAMILIES) and meta["styles"] == STYLES
     for family in meta["families"].values():  # each with its source, version and licence
         assert family["licence"] and family.get("npm_package", family.get("debian_package"))
+        assert 299 // 3 <= family["glyphs"] <= 299
         if "npm_package" in family:
             assert family["version"] and family["integrity"].startswith("sha512-")
     assert json.loads((out / "meta.json").read_text()) == json.loads(json.dumps(meta))
@@ -76,9 +80,14 @@ def test_colour_names_are_told_apart():
     assert not {"leafy green", "bus"} & coloured  # "green" as a noun; no colour at all
 
 
+def _styled(look) -> bool:
+    return bool(look.channels or look.posterise or look.flat or look.lines)
+
+
 def test_families_and_colour_hold_in_every_split(small_data):
     out, _ = small_data
-    coloured = needs_colour(read_glyphs(out))
+    glyphs = read_glyphs(out)
+    coloured = needs_colour(glyphs)
     for split in ("train", "dev", "test"):
         scenes, _ = read_scenes(out, split)
         for scene in scenes:
@@ -87,13 +96,20 @@ def test_families_and_colour_hold_in_every_split(small_data):
             assert held_out or scene.family in TRAINING_FAMILIES
             if FAMILIES[scene.family].colourless:
                 assert not coloured & {o.glyph for o in scene.objects}
-            for obj in scene.objects:
+            for obj in scene.objects:  # the family draws every object of its scene
+                glyph = glyphs[obj.glyph]
+                assert picture(scene.family, glyph.codepoint, glyph.name) is not None
                 assert not (obj.look.grey and obj.glyph in coloured)
+                assert not (obj.look.channels or obj.look.lines) or obj.glyph not in coloured
+                assert split == "train" or not _styled(obj.look)  # styles: training only
     train, _ = read_scenes(out, "train")
     assert {s.family for s in train} == set(TRAINING_FAMILIES)  # every one, at 400 scenes
     looks = [o.look for s in train for o in s.objects]
     assert any(lk.flip for lk in looks) and any(lk.angle for lk in looks)
     assert any(lk.outline for lk in looks) and any(lk.grey for lk in looks)
+    for style in ("channels", "posterise", "flat", "lines"):
+        assert any(getattr(lk, style) for lk in looks), style
+    assert 0.4 < np.mean([not _styled(lk) for lk in looks]) < 0.75
 
 
 def _centre(box):
