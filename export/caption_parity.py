@@ -108,7 +108,8 @@ def decode_certificate(model, tokenizer, model_version, inputs: ParityInputs) ->
     captions (parts are not used: int8's bound holds over all the images), the int8 claim on
     `inputs.int8` where given (MAX_CAPTION_INT8_LOSS)."""
     images = inputs.sources
-    torch_engine, fp32 = reference_engine(model), OnnxEngine(model_version, "fp32")
+    fp32 = OnnxEngine(model_version, "fp32")
+    torch_engine = reference_engine(model, grammar=fp32.grammar)  # the version's, if any
     greedy = DecodingOptions(beam_size=1, max_length=model.config.max_length)
     beam = DecodingOptions(beam_size=4, max_length=model.config.max_length)
     torch_greedy = decode_all(torch_engine, images, greedy, 0)

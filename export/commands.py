@@ -10,7 +10,7 @@ from export.certify import INT8_CLAIMS, certify, run_suite
 from export.decode_parity import ParityInputs
 from export.kinds import export_kind
 from export.repository import INT8_SCALES, write_version
-from models.checkpoint import WEIGHTS, load_checkpoint
+from models.checkpoint import WEIGHTS, checkpoint_grammar, load_checkpoint
 from service.runtime.errors import ModelRepositoryError
 from service.runtime.repository import sha256, verify
 
@@ -58,6 +58,7 @@ def export(args: Namespace) -> int:
         source,
         args.graphs,
         getattr(args, "int8_scales", INT8_SCALES[0]),
+        checkpoint_grammar(args.checkpoint, tokenizer),
     )
     inputs = parity_inputs(model, args.data, tokenizer, args.sentences)
     certificate = certify(model_version, args.checkpoint, inputs)

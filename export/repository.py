@@ -78,13 +78,15 @@ def write_version(
     source: dict | None = None,
     method: str = "built",
     int8_scales: str = INT8_SCALES[0],
+    grammar: dict | None = None,
 ) -> ModelVersion:
     """Exports every variant into `directory` and writes the manifest (no parity yet).
     `method`: how the float graphs (and the int8 ones quantised from the fp32 ones) are made,
     "traced" (torch.export) or "built" (op by op where export.builder writes them);
     `int8_scales`: one int8 scale per output channel (the default: with the norms smoothed,
     the closer to fp32 on every test part of the translator), or one per weight (a few per
-    cent faster)."""
+    cent faster); `grammar`: the model's output grammar in token ids
+    (models.checkpoint.checkpoint_grammar), enforced by every engine that serves the version."""
     if directory.exists():
         shutil.rmtree(directory)
     directory.mkdir(parents=True)
@@ -113,6 +115,7 @@ def write_version(
         "limits": kind.limits(model),
         "languages": kind.languages(model),
         "preprocessor": kind.preprocessor(model),
+        **({"grammar": grammar} if grammar else {}),
         "graphs": graphs,
         "graphs_made": dict.fromkeys(graphs, method),
         **({"int8_scales": int8_scales} if "int8" in graphs else {}),

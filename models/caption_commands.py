@@ -41,9 +41,13 @@ def train(args: Namespace) -> int:
         max_minutes=args.max_minutes,
         max_epochs=args.max_epochs,
         max_steps=args.max_steps,
+        decay_steps=args.decay_steps,
         checkpoint_every=args.checkpoint_every,
+        evaluate_every=args.evaluate_every,
         threads=args.threads,
         leg_minutes=args.leg_minutes,
+        rand_conv=args.rand_conv,
+        mixstyle=args.mixstyle,
     )
     if args.vocab_size:
         options.model = replace(options.model, vocab_size=args.vocab_size)
@@ -59,7 +63,6 @@ def evaluate(args: Namespace) -> int:
     from models.caption_data import read_glyphs, read_scenes
     from models.caption_eval import goals, part_report
     from models.checkpoint import load_checkpoint
-    from models.reference import reference_engine
     from service.runtime.captioning import caption_batches
 
     start = time.perf_counter()
@@ -68,7 +71,8 @@ def evaluate(args: Namespace) -> int:
     scenes, images = read_scenes(args.data, args.split)
     if args.limit:
         scenes, images = scenes[: args.limit], images[: args.limit]
-    best = [n[0] for n in caption_batches(reference_engine(model), images, options, 64)]
+    engine = _engine(model, tokenizer, args)
+    best = [n[0] for n in caption_batches(engine, images, options, 64)]
     hypotheses = [tokenizer.decode(h.tokens) for h in best]
     attentions = [h.alignment for h in best]
     glyphs, grid = read_glyphs(args.data), model.config.grid
@@ -85,6 +89,7 @@ def evaluate(args: Namespace) -> int:
     report = {
         "system": f"attnserve captioner ({args.checkpoint})",
         "engine": "torch",
+        "grammar": engine.grammar is not None,
         "split": args.split,
         "parts": parts,
         "goals": goals(parts),
@@ -109,10 +114,22 @@ def caption(args: Namespace, images: list) -> tuple[Tokenizer, int, list[list[Hy
     checkpoint `args.checkpoint` (`images`: PIL images, squeezed to the model's square), as
     `attnserve caption --engine torch` shows them."""
     from models.checkpoint import load_checkpoint
-    from models.reference import reference_engine
     from service.runtime.captioning import caption_images, resize
 
     model, tokenizer = load_checkpoint(args.checkpoint)
     options = decoding_options(args, model.config.max_length, n_best=args.n_best)
     pixels = np.stack([resize(image, model.config.image_size) for image in images])
-    return tokenizer, model.config.grid, caption_images(reference_engine(model), pixels, options)
+    engine = _engine(model, tokenizer, args)
+    return tokenizer, model.config.grid, caption_images(engine, pixels, options)
+
+
+def _engine(model, tokenizer, args: Namespace):
+    """The PyTorch reference engine of the checkpoint, with its caption grammar as the served
+    model has it (not with `--free`)."""
+    from models.checkpoint import checkpoint_grammar
+    from models.reference import reference_engine
+    from service.runtime.grammar import Grammar
+
+    free = getattr(args, "free", False)
+    grammar = None if free else checkpoint_grammar(args.checkpoint, tokenizer)
+    return reference_engine(model, grammar=Grammar.from_manifest(grammar))

@@ -27,12 +27,13 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from models.caption_augment import add_mixstyle, rand_conv
 from models.caption_data import read_glyphs, read_scenes
 from models.captioner import Captioner, attention_penalty
-from models.checkpoint import save_checkpoint
+from models.checkpoint import save_checkpoint, save_grammar
 from models.config import CAPTIONER_PRESETS, CaptionerConfig
 from models.run_state import load_state, out_of_budget, save_state
-from models.scenes import REGIONS
+from models.scenes import REGIONS, caption_grammar
 from models.shipped import SHIPPED_CAPTIONER
 from models.tokenizer import train_tokenizer
 from service.runtime.batching import pad_batch
@@ -53,10 +54,14 @@ class CaptionTrainOptions:
     clip_norm: float = 5.0
     label_smoothing: float = 0.0
     presence_weight: float = 0.2  # the auxiliary glyph-presence loss (training only)
+    rand_conv: float = 0.0  # share of a batch's images restyled by a random convolution
+    mixstyle: float = 0.0  # probability a batch's feature styles are mixed (MixStyle)
+    mixstyle_stages: int = 2  # after the encoder's first this many stages
     max_minutes: float = 240.0  # training time budget, summed over resumes (legs)
     leg_minutes: float = 0.0  # this invocation's share of it (0: the rest of the budget)
     max_epochs: int = 1000
     max_steps: int = 0  # 0: no limit
+    decay_steps: int = 0  # the learning rate's cosine spans these steps (0: the time budget)
     checkpoint_every: int = 100  # steps
     evaluate_every: int = 500  # steps between dev scores inside an epoch (0: at its end only)
     seed: int = 1
@@ -145,17 +150,47 @@ def caption_loss(model: Captioner, batch: dict, smoothing: float = 0.0, presence
 @torch.no_grad()
 def teacher_forced_exact(model: Captioner, images, captions, batch_size: int = 128) -> float:
     """Share of captions whose every token (and `</s>`) is the argmax under teacher forcing."""
+    return teacher_forced_scores(model, images, captions, [[] for _ in captions], batch_size)[0]
+
+
+@torch.no_grad()
+def teacher_forced_scores(
+    model: Captioner, images, captions, names: list[list[int]], batch_size: int = 128
+) -> tuple[float, float]:
+    """(share of captions whose every token (and `</s>`) is the argmax under teacher forcing,
+    share of the tokens at positions `names` (per caption) that are): the second says how
+    many objects are recognised, long before whole captions come out right."""
     model.eval()
-    exact = 0
+    exact = named = positions = 0
     for start in range(0, len(captions), batch_size):
         batch = batch_tensors(
             images[start : start + batch_size], captions[start : start + batch_size]
         )
         logits, _ = model(batch["pixels"], batch["tgt_in"])
-        right = (logits.argmax(-1) == batch["tgt_out"]) | (batch["tgt_mask"] == 0)
-        exact += int(right.all(dim=1).sum())
+        hit = logits.argmax(-1) == batch["tgt_out"]
+        exact += int((hit | (batch["tgt_mask"] == 0)).all(dim=1).sum())
+        for row, where in enumerate(names[start : start + batch_size]):
+            named += int(hit[row, where].sum())
+            positions += len(where)
     model.train()
-    return exact / max(len(captions), 1)
+    return exact / max(len(captions), 1), named / max(positions, 1)
+
+
+@torch.no_grad()
+def presence_recall(model: Captioner, head: PresenceHead, images, glyph_sets, batch_size=128):
+    """Share of the objects of each image among its n best-scored glyphs by the presence
+    head (n: its distinct objects): how well the encoder alone recognises what is there."""
+    model.eval()
+    hits = total = 0
+    for start in range(0, len(glyph_sets), batch_size):
+        chunk = np.asarray(images[start : start + batch_size], dtype=np.uint8)
+        pixels = torch.from_numpy(chunk).permute(0, 3, 1, 2).float() / 255.0
+        scores = head.classify(model.encoder(pixels)).amax(dim=1)  # (B, G)
+        for row, glyphs in enumerate(glyph_sets[start : start + batch_size]):
+            best = set(scores[row].topk(len(glyphs)).indices.tolist())
+            hits, total = hits + len(best & glyphs), total + len(glyphs)
+    model.train()
+    return hits / max(total, 1)
 
 
 class CaptionTrainer:
@@ -175,6 +210,11 @@ class CaptionTrainer:
         self.presence = PresenceHead(options.model.feature_dim, self.glyphs)
         parameters = [*self.model.parameters(), *self.presence.parameters()]
         self.optimizer = torch.optim.Adam(parameters, lr=options.learning_rate)
+        if options.mixstyle > 0:  # hooks in training only: the model's weights are the same
+            add_mixstyle(
+                self.model.encoder.layers, options.mixstyle_stages, options.mixstyle, options.seed
+            )
+        self.generator = torch.Generator().manual_seed(options.seed)
         self.progress = CaptionProgress()
         self._resume()
         self.leg_start = self.progress.seconds
@@ -212,10 +252,15 @@ class CaptionTrainer:
         return out_of_budget(self.options, self.progress)
 
     def learning_rate(self) -> float:
-        """Linear warm-up, then a cosine from the peak to 2% of it over the time budget."""
+        """Linear warm-up, then a cosine from the peak to 2% of it over `decay_steps` where
+        set (a run whose schedule does not depend on how fast the machine is, or on what else
+        runs beside it), else over the time budget."""
         o, p = self.options, self.progress
         warm = min(1.0, (p.step + 1) / o.warmup_steps)
-        done = min(1.0, p.seconds / (o.max_minutes * 60))
+        if o.decay_steps:
+            done = min(1.0, p.step / o.decay_steps)
+        else:
+            done = min(1.0, p.seconds / (o.max_minutes * 60))
         return o.learning_rate * warm * (0.02 + 0.98 * 0.5 * (1 + math.cos(math.pi * done)))
 
     def train_step(self, batch: dict) -> float:
@@ -248,6 +293,7 @@ class CaptionTrainer:
             start = time.perf_counter()
             index = np.sort(batches[p.batch_in_epoch])
             batch = batch_tensors(images[index], [captions[i] for i in index])
+            batch["pixels"] = rand_conv(batch["pixels"], o.rand_conv, self.generator)
             batch["present"] = torch.from_numpy(present[index])
             p.last_loss = self.train_step(batch)
             p.seconds += time.perf_counter() - start
@@ -269,12 +315,19 @@ class CaptionTrainer:
         p = self.progress
         scenes, images = read_scenes(self.options.data_dir, "dev")
         captions = self.tokenizer.encode_batch([s.caption for s in scenes])
-        parts = {}
+        parts, names, present = {}, {}, {}
         for part in dict.fromkeys(s.part or "seen" for s in scenes):
             chosen = [i for i, s in enumerate(scenes) if (s.part or "seen") == part]
-            parts[part] = round(
-                teacher_forced_exact(self.model, images[chosen], [captions[i] for i in chosen]),
-                4,
+            exact, named = teacher_forced_scores(
+                self.model,
+                images[chosen],
+                [captions[i] for i in chosen],
+                [sorted(scenes[i].name_words) for i in chosen],  # a word is a piece
+            )
+            parts[part], names[part] = round(exact, 4), round(named, 4)
+            glyph_sets = [{o.glyph for o in scenes[i].objects} for i in chosen]
+            present[part] = round(
+                presence_recall(self.model, self.presence, images[chosen], glyph_sets), 4
             )
         exact = parts["seen"]
         entry = {
@@ -285,6 +338,8 @@ class CaptionTrainer:
             "train_cross_entropy": round(p.last_loss, 4),
             "dev_exact": exact,
             "dev_parts": parts,
+            "dev_names": names,
+            "dev_presence": present,
         }
         p.history.append(entry)
         print(json.dumps(entry), flush=True)
@@ -295,6 +350,7 @@ class CaptionTrainer:
 
     def train(self) -> None:
         torch.manual_seed(self.options.seed + self.progress.step)
+        self.generator.manual_seed(self.options.seed + self.progress.step)
         scenes, images = read_scenes(self.options.data_dir, "train")
         images = np.asarray(images)  # in memory: batches gather random rows
         captions = self.tokenizer.encode_batch([s.caption for s in scenes])
@@ -315,6 +371,7 @@ class CaptionTrainer:
         model.load_state_dict(state["model"], strict=True)
         out = Path(self.options.out_dir)
         save_checkpoint(model, self.run_dir / "tokenizer.model", out)
+        save_grammar(caption_grammar(read_glyphs(self.options.data_dir)), out)
         shipped = state["progress"]
         summary = {
             "trained_minutes": round(self.progress.seconds / 60, 1),

@@ -4,11 +4,15 @@
                           kind ("attnserve-transformer-1", "attnserve-captioner-1")
 <dir>/config.json         TransformerConfig or CaptionerConfig
 <dir>/tokenizer.model     SentencePiece model
+<dir>/grammar.json        the output grammar in words, where the model has one (the captioner:
+                          its captions' patterns and the phrases of each slot); the export
+                          writes it into the manifest in token ids (service.runtime.grammar)
 """
 
 from __future__ import annotations
 
 import copy
+import json
 import shutil
 from pathlib import Path
 
@@ -17,9 +21,33 @@ from safetensors import safe_open
 from safetensors.torch import load_model, save_model
 
 from models.kinds import kind_named, kind_names, model_kind
-from service.runtime.tokenizer import Tokenizer
+from service.runtime.tokenizer import UNK_ID, Tokenizer
 
 WEIGHTS, CONFIG, TOKENIZER = "model.safetensors", "config.json", "tokenizer.model"
+GRAMMAR = "grammar.json"
+
+
+def save_grammar(grammar: dict, out_dir: Path) -> None:
+    """Writes an output grammar in words ({"patterns": [[slot, ...]], "slots": {slot:
+    [phrase, ...]}}) beside the checkpoint."""
+    (Path(out_dir) / GRAMMAR).write_text(json.dumps(grammar, indent=1) + "\n")
+
+
+def checkpoint_grammar(directory: Path, tokenizer: Tokenizer) -> dict | None:
+    """The checkpoint's output grammar in token ids (the manifest's `grammar`), None where it
+    has none. Every phrase must be whole pieces of the tokenizer: ValueError where a phrase
+    decodes to other text."""
+    path = Path(directory) / GRAMMAR
+    if not path.is_file():
+        return None
+    words = json.loads(path.read_text())
+    slots = {}
+    for slot, phrases in words["slots"].items():
+        slots[slot] = [tokenizer.encode(phrase) for phrase in phrases]
+        for phrase, ids in zip(phrases, slots[slot], strict=True):
+            if tokenizer.decode(ids) != phrase or UNK_ID in ids:
+                raise ValueError(f"{path}: {phrase!r} is not in the tokenizer's vocabulary")
+    return {"patterns": words["patterns"], "slots": slots}
 
 
 def checkpoint_kind(directory: Path) -> str:

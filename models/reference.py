@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from models.captioner import Captioner
 from models.kinds import CaptionerKind, ModelKind, TranslatorKind, model_kind
 from models.transformer import Transformer
+from service.runtime.grammar import Grammar
 from service.runtime.search import Candidates, SearchRequest, host_search
 from service.runtime.tensors import EncoderOutput, StepOutput, Tensors
 from service.runtime.tokenizer import SPECIAL_TOKENS
@@ -37,11 +38,16 @@ class TorchEngine:
     """Encoder and decode step of a Transformer, in eval mode, without gradients."""
 
     def __init__(
-        self, model: Transformer | Captioner, device: str = "cpu", device_search: bool = False
+        self,
+        model: Transformer | Captioner,
+        device: str = "cpu",
+        device_search: bool = False,
+        grammar: Grammar | None = None,
     ):
         """`device_search`: log-softmax and top-k by torch where the logits are (a fair
         baseline on a GPU; equal values may come in another order than `host_search`'s, so
-        the reference for parity keeps it off)."""
+        the reference for parity keeps it off). `grammar`: the output grammar the model's
+        version ships (service.runtime.grammar), enforced as the served engines do."""
         self.model = model.to(device).eval()
         self.device = torch.device(device)
         self.device_search = device_search
@@ -50,6 +56,7 @@ class TorchEngine:
         self.kind = kind.name
         self.interface = kind.interface(model.config)
         self.special_tokens = SPECIAL_TOKENS
+        self.grammar = grammar
         self.memory_names = self.interface.memory_tensors
         self.state_names = [s.input for s in self.interface.states]
         # the past concatenated every step; an LSTM's state is no cache
@@ -195,6 +202,9 @@ class CaptionTorchEngine(TorchEngine):
         return StepOutput(logits, state, self._attention(weights, attention))
 
 
-def reference_engine(model, device: str = "cpu", device_search: bool = False) -> TorchEngine:
-    """The PyTorch engine registered for the kind of `model`."""
-    return _ENGINES[model_kind(model).name](model, device, device_search)
+def reference_engine(
+    model, device: str = "cpu", device_search: bool = False, grammar: Grammar | None = None
+) -> TorchEngine:
+    """The PyTorch engine registered for the kind of `model` (`grammar`: its version's output
+    grammar)."""
+    return _ENGINES[model_kind(model).name](model, device, device_search, grammar)

@@ -96,14 +96,22 @@ def exported_captioner(tmp_path_factory, captioner_data):
     from export.certify import MIN_SENTENCES, certify
     from export.commands import parity_inputs
     from export.repository import write_version
-    from models.checkpoint import WEIGHTS, load_checkpoint
+    from models.checkpoint import WEIGHTS, checkpoint_grammar, load_checkpoint
     from service.runtime.repository import sha256, verify
 
     model, tokenizer = load_checkpoint(SHIPPED_CAPTIONER)
     directory = tmp_path_factory.mktemp("repository") / "captioner" / "1"
     source = {"checkpoint": str(SHIPPED_CAPTIONER), "sha256": sha256(SHIPPED_CAPTIONER / WEIGHTS)}
+    grammar = checkpoint_grammar(SHIPPED_CAPTIONER, tokenizer)
     model_version = write_version(
-        model, tokenizer.model_file, directory, "captioner", "1", ("fp32", "int8"), source
+        model,
+        tokenizer.model_file,
+        directory,
+        "captioner",
+        "1",
+        ("fp32", "int8"),
+        source,
+        grammar=grammar,
     )
     inputs = parity_inputs(model, captioner_data, tokenizer, MIN_SENTENCES)
     certificate = certify(model_version, SHIPPED_CAPTIONER, inputs)

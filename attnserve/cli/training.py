@@ -140,6 +140,18 @@ def _add_budget(parser: argparse.ArgumentParser) -> None:
         help="captioner: train this many minutes of the budget, then stop (0: all of it)",
     )
     parser.add_argument("--batch-size", type=int, default=64, help="captioner: images per step")
+    parser.add_argument(
+        "--rand-conv",
+        type=float,
+        default=0.0,
+        help="captioner: share of each batch's images restyled by a random convolution",
+    )
+    parser.add_argument(
+        "--mixstyle",
+        type=float,
+        default=0.0,
+        help="captioner: probability a batch's feature styles are mixed (MixStyle)",
+    )
     parser.add_argument("--max-epochs", type=int, default=1000)
     parser.add_argument("--max-steps", type=int, default=0, help="0: no limit")
     parser.add_argument("--max-tokens", type=int, default=4000, help="tokens per batch and rank")
@@ -147,6 +159,18 @@ def _add_budget(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lr-scale", type=float, default=0.7)
     parser.add_argument("--dev-sentences", type=int, default=0, help="0: the whole dev split")
     parser.add_argument("--checkpoint-every", type=int, default=100)
+    parser.add_argument(
+        "--decay-steps",
+        type=int,
+        default=0,
+        help="captioner: the learning rate decays over this many steps (0: over the time budget)",
+    )
+    parser.add_argument(
+        "--evaluate-every",
+        type=int,
+        default=500,
+        help="captioner: steps between dev scores inside an epoch (0: at its end only)",
+    )
     parser.add_argument("--threads", type=int, default=0, help="torch threads per process")
 
 
@@ -227,6 +251,11 @@ class Evaluate(Subcommand):
             help="translator: cut each test line as the server cuts a text (default: sentences)",
         )
         parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
+        parser.add_argument(
+            "--free",
+            action="store_true",
+            help="captioner: decode without the checkpoint's caption grammar",
+        )
         # max length: the translator's 256, the captioner's own limit
         add_decoding(parser, {**TORCH_DECODING, "max_length": None})
 

@@ -12,7 +12,12 @@ import numpy as np
 import pytest
 from helpers import ROOT
 
-from models.caption_train import CaptionTrainOptions, caption_vocabulary, train_captioner
+from models.caption_train import (
+    CaptionTrainer,
+    CaptionTrainOptions,
+    caption_vocabulary,
+    train_captioner,
+)
 from models.config import CAPTIONER_PRESETS
 
 
@@ -224,3 +229,18 @@ def test_the_attention_figure_has_a_panel_per_word():
     assert heat[90, 90] > 0.9 and heat[5, 5] < 0.05  # the last cell is the bottom right
     with pytest.raises(ValueError, match="3 tokens but 2 attention rows"):
         draw_attention(image, ["▁a", "▁bus", "</s>"], attention[:2], (6, 6))
+
+
+def test_the_learning_rate_decays_over_its_steps_whatever_the_time(small_captioner_data, tmp_path):
+    data, _ = small_captioner_data
+    options = _tiny_options(data, tmp_path, decay_steps=100, warmup_steps=10, learning_rate=1e-3)
+    trainer = CaptionTrainer(options)
+    rates = {}
+    for step, seconds in ((50, 0.0), (50, 1e6), (100, 0.0), (400, 0.0)):
+        trainer.progress.step, trainer.progress.seconds = step, seconds
+        rates[step, seconds] = trainer.learning_rate()
+    assert rates[50, 0.0] == rates[50, 1e6] == pytest.approx(1e-3 * 0.51)
+    assert rates[100, 0.0] == rates[400, 0.0] == pytest.approx(1e-3 * 0.02)
+    trainer.options.decay_steps = 0  # over the time budget: half of it spent, half the decay
+    trainer.progress.seconds = options.max_minutes * 30
+    assert trainer.learning_rate() == pytest.approx(1e-3 * 0.51)

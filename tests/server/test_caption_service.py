@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
+from itertools import pairwise
 
 import grpc
 import numpy as np
@@ -49,11 +50,13 @@ def scenes(captioner_data) -> np.ndarray:
 def reference():
     from helpers import SHIPPED_CAPTIONER
 
-    from models.checkpoint import load_checkpoint
+    from models.checkpoint import checkpoint_grammar, load_checkpoint
     from models.reference import reference_engine
+    from service.runtime.grammar import Grammar
 
     model, tokenizer = load_checkpoint(SHIPPED_CAPTIONER)
-    return reference_engine(model), tokenizer
+    grammar = Grammar.from_manifest(checkpoint_grammar(SHIPPED_CAPTIONER, tokenizer))
+    return reference_engine(model, grammar=grammar), tokenizer
 
 
 @pytest.mark.parametrize("search", sorted(SEARCHES))
@@ -173,6 +176,41 @@ def test_bad_images_are_refused_by_field_and_nothing_in_flight_is_affected(serve
     for data in (_cmyk_jpeg(scenes[0]), buffer.getvalue(), gray16):
         response = client.caption(server.channel, [data], timeout=30)
         assert response.captions[0].hypotheses[0].text
+
+
+def _out_of_range_images() -> dict[str, bytes]:
+    """Images unlike any scene: tiny, CMYK, 16-bit, palette, huge, plain and noise."""
+    rng = np.random.default_rng(5)
+    noise = rng.integers(0, 256, (120, 80, 3), dtype=np.uint8)
+    palette = io.BytesIO()
+    Image.fromarray(noise).convert("P", palette=Image.Palette.ADAPTIVE).save(palette, "PNG")
+    return {
+        "1 x 1": png(np.full((1, 1, 3), (200, 30, 30), dtype=np.uint8)),
+        "2 x 7": png(rng.integers(0, 256, (7, 2, 3), dtype=np.uint8)),
+        "CMYK JPEG": _cmyk_jpeg(noise),
+        "16-bit grey": png(rng.integers(0, 65536, (64, 64), dtype=np.uint16)),
+        "palette": palette.getvalue(),
+        "3000 x 2000": png(np.full((2000, 3000, 3), 240, dtype=np.uint8)),
+        "black": png(np.zeros((96, 96, 3), dtype=np.uint8)),
+        "white": png(np.full((96, 96, 3), 255, dtype=np.uint8)),
+        "noise": png(noise),
+    }
+
+
+def test_every_caption_follows_the_caption_grammar_on_any_image(server, reference):
+    """Images far from any scene get captions of the same form as the rest: whole patterns,
+    never an article twice or a word twice in a row (the version's grammar holds every row)."""
+    engine, tokenizer = reference
+    images = _out_of_range_images()
+    for options in ({}, {"beam_size": 4, "num_hypotheses": 4}):
+        response = client.caption(server.channel, list(images.values()), timeout=90, **options)
+        for name, answer in zip(images, response.captions, strict=True):
+            for hypothesis in answer.hypotheses:
+                words = hypothesis.text.split()
+                assert engine.grammar.accepts(tokenizer.encode(hypothesis.text)), (name, words)
+                assert all(a != b for a, b in pairwise(words)), (name, words)
+                articles = [w in ("a", "an") for w in words]
+                assert not any(a and b for a, b in pairwise(articles)), (name, words)
 
 
 def test_mixed_translation_and_caption_load_answers_as_in_process(
