@@ -132,10 +132,7 @@ class Controls:
             penalized = np.unique(np.asarray(history, dtype=np.int64))
         allowed = None
         if self.grammar is not None and forced < 0:
-            narrowed = self.grammar.allowed(history)
-            if narrowed is not None:
-                tokens, may_end = narrowed
-                allowed = np.append(tokens, self.eos) if may_end else tokens
+            allowed = self.grammar.next_tokens(history, self.eos)
         if (
             forced < 0
             and allowed is None

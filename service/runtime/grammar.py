@@ -57,6 +57,7 @@ class Grammar:
         self.start: _State = frozenset((p, 0, 0) for p in range(len(self.patterns)))
         self._next: dict[tuple[_State, int], _State] = {}
         self._allowed: dict[_State, tuple[np.ndarray, bool]] = {}
+        self._with_end: dict[tuple[_State, int], np.ndarray] = {}
 
     @classmethod
     def from_manifest(cls, values: dict | None) -> Grammar | None:
@@ -121,6 +122,20 @@ class Grammar:
         outside the language (nothing is constrained there)."""
         state = self.state(history)
         return self.allowed_in(state) if state else None
+
+    def next_tokens(self, history: Sequence[int], end: int) -> np.ndarray | None:
+        """The tokens that may follow `history`, `end` (`</s>`) among them where the output
+        may end there; None outside the language. Kept per state: a decode step asks it of
+        every row."""
+        state = self.state(history)
+        if not state:
+            return None
+        key = (state, end)
+        found = self._with_end.get(key)
+        if found is None:
+            tokens, may_end = self.allowed_in(state)
+            found = self._with_end[key] = np.append(tokens, end) if may_end else tokens
+        return found
 
     def accepts(self, tokens: Sequence[int]) -> bool:
         """Whether `tokens` (without `</s>`) is a whole output of the language."""
