@@ -11,6 +11,10 @@ inside the object's box (the union of both boxes for a pair of the same kind), b
 uniform baseline, the box's share of the image. A grid cell's weight counts in proportion to
 the part of the cell the box covers. Beside it, the mass on the grid cells the box touches at
 all: what the grid's attention can point at.
+
+Relations: of the two-object scenes ("a bus to the left of a tree") whose caption names both
+objects, the share that says the scene's relation with the objects in the scene's order
+(what a caption gets right about where, given what).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from pycocoevalcap.bleu.bleu import Bleu
 from pycocoevalcap.cider.cider import Cider
 
 from models.glyphs import Glyph
-from models.scenes import IMAGE_SIZE, Scene
+from models.scenes import IMAGE_SIZE, RELATIONS, Scene
 
 # goals: (part, measure) -> the least value; the attention goals hold on every part
 GOALS = {
@@ -29,7 +33,11 @@ GOALS = {
     ("seen", "exact_match"): 0.90,
     ("novel_pairs", "exact_match"): 0.80,
 }
-ATTENTION_GOALS = {"attention_in_box": 0.50, "attention_over_baseline": 4.0}
+EVERY_PART_GOALS = {
+    "attention_in_box": 0.50,
+    "attention_over_baseline": 4.0,
+    "relation_right": 0.95,
+}
 
 
 def text_scores(hypotheses: list[str], references: list[str]) -> dict:
@@ -56,6 +64,21 @@ def objects_named(caption: str, scene: Scene, glyphs: list[Glyph]) -> tuple[int,
     kinds = {o.glyph for o in scene.objects}
     named = sum(f" {glyphs[g].name} " in padded or f" {glyphs[g].plural} " in padded for g in kinds)
     return named, len(kinds)
+
+
+def relation_right(caption: str, scene: Scene, glyphs: list[Glyph]) -> bool | None:
+    """Whether `caption` says the relation of a two-object scene with its objects in the
+    scene's order; None for other scenes and where the caption does not name both objects."""
+    if scene.kind != "pair":
+        return None
+    words = caption.split()
+    named = named_objects(words, scene, glyphs)
+    first = [min((i for i, o in named.items() if o == [k]), default=None) for k in (0, 1)]
+    if None in first:
+        return None
+    said = [r for r in RELATIONS if f" {r} " in f" {caption} "]
+    meant = [r for r in RELATIONS if f" {r} " in f" {scene.caption} "]
+    return said == meant and first[0] < first[1]
 
 
 def cell_coverage(boxes: list[tuple[int, int, int, int]], grid: int) -> np.ndarray:
@@ -120,6 +143,11 @@ def part_report(hypotheses, attentions, scenes: list[Scene], glyphs, grid: int) 
         named, objects = np.sum(counts, axis=0)
         report["objects_named"] = round(float(named / objects), 4)
         report["objects"] = int(objects)
+    relations = [relation_right(h, s, glyphs) for h, s in zip(hypotheses, scenes, strict=True)]
+    relations = [r for r in relations if r is not None]
+    if relations:
+        report["relation_right"] = round(float(np.mean(relations)), 4)
+        report["relations"] = len(relations)  # pair scenes whose caption names both objects
     pairs = [
         p
         for h, a, s in zip(hypotheses, attentions, scenes, strict=True)
@@ -145,7 +173,7 @@ def goals(parts: dict) -> dict:
     attention goals on every part."""
     wanted = dict(GOALS)
     for part in parts:
-        wanted |= {(part, measure): target for measure, target in ATTENTION_GOALS.items()}
+        wanted |= {(part, measure): target for measure, target in EVERY_PART_GOALS.items()}
     report = {}
     for (part, measure), target in wanted.items():
         if part not in parts:

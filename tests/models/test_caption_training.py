@@ -172,6 +172,31 @@ def test_localisation_counts_mass_inside_the_named_box(small_captioner_data):
     assert report["objects_named"] == pytest.approx((distinct + bus) / (2 * distinct))
 
 
+def test_a_relation_counts_when_said_of_both_objects_in_the_scenes_order(small_captioner_data):
+    from models.caption_data import read_glyphs, read_scenes
+    from models.caption_eval import part_report, relation_right
+    from models.scenes import RELATIONS
+
+    data, _ = small_captioner_data
+    glyphs = read_glyphs(data)
+    scenes, _ = read_scenes(data, "test")
+    scene = next(s for s in scenes if s.kind == "pair")
+    first, second = (glyphs[o.glyph].name for o in scene.objects)
+    said = next(r for r in RELATIONS if r in scene.caption)
+    other = next(r for r in RELATIONS if r != said)
+    stranger = next(g.name for g in glyphs if g.name not in (first, second))
+    assert relation_right(scene.caption, scene, glyphs) is True
+    assert relation_right(f"a {first} {said} a {second}", scene, glyphs) is True
+    assert relation_right(f"a {second} {said} a {first}", scene, glyphs) is False
+    assert relation_right(f"a {first} {other} a {second}", scene, glyphs) is False
+    assert relation_right(f"a {first} {said} a {stranger}", scene, glyphs) is None
+    single = next(s for s in scenes if s.kind != "pair")
+    assert relation_right(single.caption, single, glyphs) is None
+    captions = [scene.caption, f"a {second} {said} a {first}", f"a {first} {said} a {stranger}"]
+    report = part_report(captions, [np.zeros((0, 36))] * 3, [scene] * 3, glyphs, 6)
+    assert report["relations"] == 2 and report["relation_right"] == 0.5
+
+
 @pytest.mark.slow
 def test_caption_command_draws_the_attention_figure(tiny_run, tmp_path):
     from PIL import Image
