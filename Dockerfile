@@ -38,9 +38,9 @@ RUN rm -rf service/wire && bash -c 'source ./dev.sh && PYTHON=python build_proto
 # The model repository, checked before it is copied: a version without its certificate's
 # manifest stops the build here with what to run.
 COPY data/repository/ /repository/
-RUN for model in translator captioner; do \
-        [ -f "/repository/$model/1/manifest.json" ] && [ -f "/repository/$model/1/golden.json" ] \
-        || { echo "data/repository/$model/1 is missing or incomplete: run ./dev.sh repository" >&2; \
+RUN for version in translator/1 captioner/1 captioner/2; do \
+        [ -f "/repository/$version/manifest.json" ] && [ -f "/repository/$version/golden.json" ] \
+        || { echo "data/repository/$version is missing or incomplete: run ./dev.sh repository" >&2; \
              exit 1; }; \
     done
 

@@ -108,24 +108,28 @@ build_data() {
 }
 
 build_repository() {
-  # The served model repository: both shipped checkpoints exported with their parity
-  # certificates; a version is rebuilt when its checkpoint changes, when its graphs were not
+  # The served model repository: every shipped checkpoint exported as a version with its parity
+  # certificate (the captioner's previous checkpoint stays servable as version 1, the default
+  # is the highest); a version is rebuilt when its checkpoint changes, when its graphs were not
   # built op by op (the default since the traced ones were measured slower), or on a GPU to
   # add fp16.
-  local model version variants
+  local model version checkpoint variants
   variants=$(export_variants)
-  for model in translator captioner; do
-    version=data/repository/$model/1
-    if [ ! -f "$version/golden.json" ] || [ "models/checkpoints/$model/model.safetensors" -nt "$version/golden.json" ] \
+  for shipped in translator/1:translator captioner/1:captioner-1 captioner/2:captioner; do
+    model=${shipped%%/*}
+    version=data/repository/${shipped%%:*}
+    checkpoint=models/checkpoints/${shipped##*:}
+    if [ ! -f "$version/golden.json" ] || [ "$checkpoint/model.safetensors" -nt "$version/golden.json" ] \
       || ! grep -q '"format_version": 7' "$version/manifest.json" \
       || ! grep -q '"fp32": "built"' "$version/manifest.json" \
       || { [[ $variants == *fp16* ]] && ! grep -q '"fp16/decoder.onnx"' "$version/manifest.json"; }; then
       rm -rf "$version"
       mkdir -p data
-      echo "building $model in the model repository (ONNX export and parity, 1-2 minutes)" >&2
+      echo "building $version in the model repository (ONNX export and parity, 1-2 minutes)" >&2
       "$PYTHON" -m attnserve.cli export "$model" --out data/repository --variants "$variants" \
-        --sentences 200 >"data/repository-$model.log" 2>&1 \
-        || { tail -20 "data/repository-$model.log" >&2; exit 1; }
+        --checkpoint "$checkpoint" --version "${version##*/}" --sentences 200 \
+        >"data/repository-$model-${version##*/}.log" 2>&1 \
+        || { tail -20 "data/repository-$model-${version##*/}.log" >&2; exit 1; }
       echo "model repository ready: $version (certificate in its manifest.json)" >&2
     fi
   done

@@ -281,7 +281,7 @@ def test_down_drains_a_call_in_flight(env, stack):
 def test_the_image_serves_the_repository_certified_on_the_host(env):
     """The image copies in data/repository as `./dev.sh repository` built and certified it:
     each version's manifest (its graphs' hashes and its parity certificate) is the host's."""
-    for model in ("translator", "captioner"):
+    for version in ("translator/1", "captioner/1", "captioner/2"):
         inside = _run(
             [
                 "podman",
@@ -290,11 +290,11 @@ def test_the_image_serves_the_repository_certified_on_the_host(env):
                 "--entrypoint",
                 "cat",
                 "attnserve:cpu",
-                f"/srv/attnserve/repository/{model}/1/manifest.json",
+                f"/srv/attnserve/repository/{version}/manifest.json",
             ],
             env,
             timeout=120,
         )
-        host = (ROOT / "data" / "repository" / model / "1" / "manifest.json").read_text()
+        host = (ROOT / "data" / "repository" / version / "manifest.json").read_text()
         assert json.loads(inside) == json.loads(host)
         assert json.loads(inside)["parity"]["passed"] is True
