@@ -26,7 +26,7 @@ from pycocoevalcap.cider.cider import Cider
 from models.glyphs import Glyph
 from models.scenes import IMAGE_SIZE, RELATIONS, Scene
 
-# goals: (part, measure) -> the least value; the attention goals hold on every part
+# goals: (part, measure) -> the least value; EVERY_PART_GOALS hold on every part
 GOALS = {
     ("held_out_family", "objects_named"): 0.80,
     ("held_out_family", "exact_match"): 0.60,

@@ -7,11 +7,12 @@ captioner ships the grammar of its captions ("a cat to the left of a dog", "two 
 right"), so that on any image, however far from what it was trained on, it writes a caption
 of the same form: never an article twice, never a word twice in a row, never a name cut off.
 
-Decoding asks `allowed(history)`: the tokens that may come next after the tokens produced so
-far, and whether the output may end there (`</s>`). The phrases of a slot are a trie; a state
-is the set of (pattern, slot, trie node) a prefix can be at, found lazily and remembered, so
-a step costs a walk of the row's few tokens through dictionaries. A history outside the
-language (a forced prefix that leaves it) is not constrained further: `allowed` returns None.
+Decoding asks `next_tokens(history, end)`: the tokens that may come next after the tokens
+produced so far, `</s>` among them where the output may end there. The phrases of a slot are
+a trie; a state is the set of (pattern, slot, trie node) a prefix can be at, found lazily and
+remembered, so a step costs a walk of the row's few tokens through dictionaries. A history
+outside the language (a forced prefix that leaves it) is not constrained further:
+`next_tokens` returns None.
 """
 
 from __future__ import annotations
@@ -116,12 +117,6 @@ class Grammar:
                     tokens.update(self._trie(position).children[position[2]])
             found = self._allowed[state] = (np.array(sorted(tokens), dtype=np.int64), final)
         return found
-
-    def allowed(self, history: Sequence[int]) -> tuple[np.ndarray, bool] | None:
-        """What may follow `history`: (tokens, whether it may end); None where `history` is
-        outside the language (nothing is constrained there)."""
-        state = self.state(history)
-        return self.allowed_in(state) if state else None
 
     def next_tokens(self, history: Sequence[int], end: int) -> np.ndarray | None:
         """The tokens that may follow `history`, `end` (`</s>`) among them where the output
