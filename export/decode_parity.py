@@ -75,12 +75,15 @@ def decode_all(
     max_source: int,
     inference_type=CachedInference,
     batch: int = BATCH,
+    attention: bool = True,
 ) -> list[Hypothesis]:
     """Best hypothesis of every source (token ids, or uint8 images for a captioner), in
     batches of `batch` taken in input order, so rows of different lengths share a padded
-    batch (models.kinds: how each kind decodes its sources)."""
+    batch (models.kinds: how each kind decodes its sources); without `attention`, by the
+    step a server runs for requests that keep no alignment (the lean step, int8's one-row
+    step for one row)."""
     kind = kind_named(engine.kind)
-    nbest = kind.decode(engine, sources, options, max_source, batch, inference_type)
+    nbest = kind.decode(engine, sources, options, max_source, batch, inference_type, attention)
     return [n[0] for n in nbest]
 
 

@@ -56,8 +56,10 @@ class ModelKind(ABC):
         max_source: int,
         batch: int,
         inference_type: type[Inference],
+        attention: bool = True,
     ) -> list[list[Hypothesis]]:
-        """n-best hypotheses of every source, in batches of `batch` taken in input order."""
+        """n-best hypotheses of every source, in batches of `batch` taken in input order
+        (without alignments or attention when `attention` is off)."""
 
     @abstractmethod
     def encode_one(self, engine: Engine, source, max_source: int) -> EncoderOutput:
@@ -80,9 +82,11 @@ class TranslatorKind(ModelKind):
     config_class = TransformerConfig
     model_class = Transformer
 
-    def decode(self, engine, sources, options, max_source, batch, inference_type):
+    def decode(self, engine, sources, options, max_source, batch, inference_type, attention=True):
         # input order, not grouped by length: rows of different lengths share a padded batch
-        return translate_batches(engine, sources, options, max_source, batch, inference_type, False)
+        return translate_batches(
+            engine, sources, options, max_source, batch, inference_type, False, attention
+        )
 
     def encode_one(self, engine, source, max_source):
         return engine.encode(*source_batch([source], max_source))
@@ -97,8 +101,8 @@ class CaptionerKind(ModelKind):
     config_class = CaptionerConfig
     model_class = Captioner
 
-    def decode(self, engine, sources, options, max_source, batch, inference_type):
-        return caption_batches(engine, sources, options, batch, inference_type)
+    def decode(self, engine, sources, options, max_source, batch, inference_type, attention=True):
+        return caption_batches(engine, sources, options, batch, inference_type, attention)
 
     def encode_one(self, engine, source, max_source):
         return engine.encode(pixels(np.asarray(source)[None]))

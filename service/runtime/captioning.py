@@ -68,12 +68,14 @@ def caption_images(
     images: np.ndarray,
     options: DecodingOptions,
     inference_type: type[Inference] = CachedInference,
+    attention: bool = True,
 ) -> list[list[Hypothesis]]:
-    """Decodes one batch of uint8 images (B, H, W, 3), n-best per image."""
+    """Decodes one batch of uint8 images (B, H, W, 3), n-best per image (with each step's
+    attention unless `attention` is off)."""
     inference = inference_type(engine, engine.encode(pixels=pixels(images)), len(images))
     tokens = engine.special_tokens
     inputs = with_grammar(None, getattr(engine, "grammar", None))
-    return decode(inference, len(images), options, tokens.bos, tokens.eos, inputs=inputs)
+    return decode(inference, len(images), options, tokens.bos, tokens.eos, attention, inputs=inputs)
 
 
 def caption_batches(
@@ -82,12 +84,13 @@ def caption_batches(
     options: DecodingOptions,
     batch_size: int = 32,
     inference_type: type[Inference] = CachedInference,
+    attention: bool = True,
 ) -> list[list[Hypothesis]]:
     """n-best hypotheses for every image, in input order, `batch_size` at a time."""
     results: list[list[Hypothesis]] = []
     for start in range(0, len(images), batch_size):
         chunk = np.asarray(images[start : start + batch_size])
-        results += caption_images(engine, chunk, options, inference_type)
+        results += caption_images(engine, chunk, options, inference_type, attention)
     return results
 
 

@@ -45,13 +45,17 @@ def translate_ids(
     options: DecodingOptions,
     max_source_length: int,
     inference_type: type[Inference] = CachedInference,
+    attention: bool = True,
 ) -> list[list[Hypothesis]]:
-    """Decodes one batch of tokenized sources (without `</s>`), n-best per source."""
+    """Decodes one batch of tokenized sources (without `</s>`), n-best per source (with their
+    alignments unless `attention` is off: the step a server runs for requests without)."""
     tokens = engine.special_tokens
     src_ids, src_mask = source_batch(list(token_ids), max_source_length, tokens.eos)
     inference = inference_type(engine, engine.encode(src_ids, src_mask), len(token_ids))
     inputs = input_controls(options, token_ids)
-    return decode(inference, len(token_ids), options, tokens.bos, tokens.eos, inputs=inputs)
+    return decode(
+        inference, len(token_ids), options, tokens.bos, tokens.eos, attention, inputs=inputs
+    )
 
 
 def scoring(target_ids: Sequence[list[int]], eos: int) -> tuple[DecodingOptions, InputControls]:
@@ -89,6 +93,7 @@ def translate_batches(
     batch_size: int = 32,
     inference_type: type[Inference] = CachedInference,
     group_by_length: bool = True,
+    attention: bool = True,
 ) -> list[list[Hypothesis]]:
     """n-best hypotheses for every source, in input order, decoded `batch_size` at a time;
     batches group similar lengths unless `group_by_length` is off (then input order)."""
@@ -99,7 +104,9 @@ def translate_batches(
     for start in range(0, len(order), batch_size):
         chunk = order[start : start + batch_size]
         sources = [token_ids[i] for i in chunk]
-        nbest = translate_ids(engine, sources, options, max_source_length, inference_type)
+        nbest = translate_ids(
+            engine, sources, options, max_source_length, inference_type, attention
+        )
         for i, hypotheses in zip(chunk, nbest, strict=True):
             results[i] = hypotheses
     return results
