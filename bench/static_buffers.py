@@ -48,7 +48,7 @@ def cuda_graph_session(path, device: str, threads: int = 1, capture: bool = True
     if device == "cuda":
         flag = "1" if capture else "0"
         chosen = [("CUDAExecutionProvider", {"enable_cuda_graph": flag}), *chosen[1:]]
-    return ort.InferenceSession(str(path), session_options(threads), providers=chosen)
+    return ort.InferenceSession(str(path), session_options(threads, device), providers=chosen)
 
 
 class StaticStep:

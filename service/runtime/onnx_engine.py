@@ -193,7 +193,7 @@ class OnnxEngine:
     def _session_factory(self, threads: int, capture: bool = False):
         """Sessions on the engine's device; with `capture` (the static step's sessions
         alone), onnxruntime's CUDA graphs."""
-        options, chosen = session_options(threads), providers(self.device, capture)
+        options, chosen = session_options(threads, self.device), providers(self.device, capture)
         return lambda path: ort.InferenceSession(str(path), options, providers=chosen)
 
     def _lean(self, model: ModelVersion, variant: str, name: str, session):

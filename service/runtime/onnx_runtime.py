@@ -17,14 +17,25 @@ PROVIDERS = {
 ORT_TYPES = {"tensor(float)": "float32", "tensor(float16)": "float16", "tensor(int64)": "int64"}
 
 
-def session_options(threads: int) -> ort.SessionOptions:
+# fusions whose fused kernel is slower on the CPU than the nodes it replaces
+# (docs/benchmarks.md, `python -m bench.profile_step`): SkipLayerNormalization takes 2.3 to
+# 4.7 times as long as Add and LayerNormalization from 16 rows of 256 (the same at one row)
+CPU_UNFUSED = ("SkipLayerNormFusion",)
+
+
+def session_options(threads: int, device: str = "cpu") -> ort.SessionOptions:
     """One compute thread per session is the fastest setting on small CPUs
-    (docs/benchmarks.md): a server scales by running more workers."""
+    (docs/benchmarks.md): a server scales by running more workers. On the CPU the fusions
+    of CPU_UNFUSED are off."""
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    if device == "cpu":
+        options.add_session_config_entry(
+            "optimization.disable_specified_optimizers", ",".join(CPU_UNFUSED)
+        )
     return options
 
 

@@ -37,6 +37,40 @@ def test_session_options_run_sequentially_on_the_threads_given():
     assert options.graph_optimization_level == ort.GraphOptimizationLevel.ORT_ENABLE_ALL
 
 
+def _residual_norm() -> bytes:
+    """y = LayerNormalization(a + b) over float (batch, 1, 8): what onnxruntime fuses into
+    com.microsoft SkipLayerNormalization unless told not to."""
+    x = [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["batch", 1, 8]) for n in "ab"]
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 1, 8])
+    scale = helper.make_tensor("scale", TensorProto.FLOAT, [8], [1.0] * 8)
+    shift = helper.make_tensor("shift", TensorProto.FLOAT, [8], [0.0] * 8)
+    nodes = [
+        helper.make_node("Add", ["a", "b"], ["s"]),
+        helper.make_node("LayerNormalization", ["s", "scale", "shift"], ["y"], axis=-1),
+    ]
+    graph = helper.make_graph(nodes, "norm", x, [y], [scale, shift])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_cpu_sessions_keep_residual_adds_and_layer_norms_apart(tmp_path, device):
+    """The fused SkipLayerNormalization kernel is the slower on the CPU (docs/benchmarks.md):
+    a CPU session keeps the Add and the LayerNormalization; a CUDA session fuses them (the
+    options alone are compared there: this test runs on the CPU)."""
+    options = session_options(1, device)
+    options.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    ort.InferenceSession(_residual_norm(), options, providers=providers("cpu"))
+    import onnx
+
+    ops = [n.op_type for n in onnx.load(options.optimized_model_filepath).graph.node]
+    if device == "cpu":
+        assert ops == ["Add", "LayerNormalization"]
+    else:
+        assert ops == ["SkipLayerNormalization"]
+
+
 def test_providers_of_a_device_and_of_a_captured_step():
     assert providers("cpu") == ["CPUExecutionProvider"]
     assert providers("cuda") == ["CUDAExecutionProvider", "CPUExecutionProvider"]
