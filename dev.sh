@@ -107,14 +107,20 @@ build_data() {
     || "$PYTHON" -m attnserve.cli data captioner --train-scenes 5000 >/dev/null
 }
 
+graphs_revision() {
+  # what the graphs built op by op are now (export.builder.REVISION): older versions are rebuilt
+  "$PYTHON" -c 'from export.builder import REVISION; print(REVISION)'
+}
+
 build_repository() {
   # The served model repository: every shipped checkpoint exported as a version with its parity
   # certificate (the captioner's previous checkpoint stays servable as version 1, the default
   # is the highest); a version is rebuilt when its checkpoint changes, when its graphs were not
-  # built op by op (the default since the traced ones were measured slower), or on a GPU to
-  # add fp16.
-  local model version checkpoint variants
+  # built op by op (the default since the traced ones were measured slower), when they were
+  # built before the builder's revision, or on a GPU to add fp16.
+  local model version checkpoint variants revision
   variants=$(export_variants)
+  revision=$(graphs_revision)
   for shipped in translator/1:translator captioner/1:captioner-1 captioner/2:captioner; do
     model=${shipped%%/*}
     version=data/repository/${shipped%%:*}
@@ -122,6 +128,7 @@ build_repository() {
     if [ ! -f "$version/golden.json" ] || [ "$checkpoint/model.safetensors" -nt "$version/golden.json" ] \
       || ! grep -q '"format_version": 7' "$version/manifest.json" \
       || ! grep -q '"fp32": "built"' "$version/manifest.json" \
+      || ! grep -q "\"graphs_revision\": $revision" "$version/manifest.json" \
       || { [[ $variants == *fp16* ]] && ! grep -q '"fp16/decoder.onnx"' "$version/manifest.json"; }; then
       rm -rf "$version"
       mkdir -p data

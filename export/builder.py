@@ -10,8 +10,8 @@ the way onnxruntime-genai's model builder does:
   com.microsoft `MultiHeadAttention` (CPU and CUDA kernels): causal with the past and the
   key padding mask in the decoder, over the encoder's precomputed 4-D keys and values for
   cross-attention;
-- every residual add fused with the layer norm after it (com.microsoft
-  `SkipLayerNormalization`, whose bias input takes the sublayer's output bias);
+- every residual add written as Adds and the layer norm after it (onnxruntime fuses them
+  into com.microsoft `SkipLayerNormalization` where that kernel is the faster: on CUDA);
 - the one cross-attention layer whose weights are returned written out in plain ops (the
   fused kernel gives no post-softmax weights), its mask exactly the traced graph's; and a
   lean step beside it without that output, every cross-attention fused (onnxruntime runs
@@ -48,6 +48,9 @@ from service.runtime.graphs import (
     encoder_spec,
 )
 
+# what graphs built here are, by revision (in a version's manifest: a checkout rebuilds older
+# ones): 2, residual Adds and LayerNormalization apart, the lean step's top k in two levels
+REVISION = 2
 MS = "com.microsoft"
 OPSET = 18
 IR_VERSION = 10  # what the traced export writes; newer onnx packages default above what
@@ -178,17 +181,13 @@ class _Writer:
         return g.op("LayerNormalization", [x, gamma, beta], axis=-1, epsilon=EPSILON)
 
     def skip_norm(self, x: str, residual: str, norm: torch.nn.LayerNorm, bias) -> tuple[str, str]:
-        """(LN(x + residual + bias), x + residual + bias)."""
+        """(LN(x + bias + residual), x + bias + residual): two Adds and a LayerNormalization.
+        onnxruntime fuses them into com.microsoft SkipLayerNormalization on CUDA; on the CPU
+        that kernel is 2.3 to 4.7 times slower than the three at 16 rows and more, so CPU
+        sessions keep them apart (service.runtime.onnx_runtime.session_options)."""
         g = self.g
-        inputs = [
-            x,
-            residual,
-            g.weight("gamma", norm.weight),
-            g.weight("beta", norm.bias),
-            g.weight("bias", bias),
-        ]
-        normed, _, _, total = g.op("SkipLayerNormalization", inputs, 4, domain=MS, epsilon=EPSILON)
-        return normed, total
+        total = g.op("Add", [g.op("Add", [x, g.weight("bias", bias)]), residual])
+        return self.norm(total, norm), total
 
     def matmul(self, x: str, weight, bias=None) -> str:
         g = self.g
@@ -358,7 +357,11 @@ def build_decoder(
     g.op("MatMul", [last, g.weight("output", _linear_weight(model.output))], ["logits"])
     fixed = {"heads": c.n_heads, "head_dim": c.head_dim, "vocab": c.vocab_size}
     if not attention:  # the lean step: its search folded in (service.runtime.graphs.lean)
-        g.nodes += search_nodes(FLOAT_TYPES[g.dtype], "logits", prefix="search/")
+        # the top k in two levels where the CPU runs the step (float32, no fixed capacity):
+        # the static and float16 steps are CUDA's, whose one TopK is the measured one
+        two_levels = capacity is None and g.dtype == np.float32
+        vocab = c.vocab_size if two_levels else None
+        g.nodes += search_nodes(FLOAT_TYPES[g.dtype], "logits", "search/", vocab)
         fixed["one"] = 1
     if in_place:
         fixed |= {"new": 1} | ({} if capacity is None else {"capacity": capacity})

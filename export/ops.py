@@ -29,8 +29,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import onnx
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from export.onnx_export import OPSET
 
@@ -116,15 +117,82 @@ def log_prob_nodes(dtype: int, logits: str, bias: str, out: str, prefix: str = "
     ]
 
 
-def search_nodes(dtype: int, logits: str, prefix: str = "") -> list:
+def search_nodes(dtype: int, logits: str, prefix: str = "", vocab: int | None = None) -> list:
     """The search graph's nodes over `logits` (bias and k its inputs of those names): outputs
     `ids` and `log_probs` (rows, k), best first (export.builder folds them into the lean
-    step)."""
+    step). Given the `vocab` size (at least 4 blocks), the top k in two levels
+    (`block_top_k_nodes`)."""
     every = f"{prefix}log_probs_all"
-    return [
-        *log_prob_nodes(dtype, logits, "bias", every, prefix),
-        helper.make_node("TopK", [every, "k"], ["log_probs", "ids"], axis=-1, largest=1, sorted=1),
+    nodes = log_prob_nodes(dtype, logits, "bias", every, prefix)
+    if vocab is None or vocab < 4 * TOP_K_BLOCK:
+        top = helper.make_node("TopK", [every, "k"], ["log_probs", "ids"], axis=-1, sorted=1)
+        return [*nodes, top]
+    return [*nodes, *block_top_k_nodes(every, vocab, "log_probs", "ids", f"{prefix}top/")]
+
+
+# tokens a block of the two-level top k: the best of each block, then the k best blocks
+TOP_K_BLOCK = 64
+
+
+def _constant(name: str, value) -> onnx.NodeProto:
+    array = np.asarray(value)
+    return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(array, name))
+
+
+def block_top_k_nodes(scores: str, vocab: int, values: str, ids: str, prefix: str) -> list:
+    """Nodes: the k (input "k") best of `scores` (rows, vocab) float32, best first, as
+    `values` and token `ids` (rows, k), equal scores in index order, exactly as one TopK. The
+    vocabulary is cut into blocks of TOP_K_BLOCK (the last padded with -inf): each block's
+    best, the min(k, blocks) blocks of the highest best (every one of the k best lies in one
+    of them: a block holding one has at most k - 1 blocks above it, each holding one of the
+    k best), taken in block order, then one TopK over their tokens. onnxruntime's TopK costs
+    about 12 us a row of 8,000 on one core; a ReduceMax over the same row about a fifth
+    (docs/benchmarks.md, `python -m bench.profile_step`)."""
+    block = TOP_K_BLOCK
+    blocks = -(-vocab // block)
+    p = prefix
+    nodes = [
+        _constant(f"{p}grid_shape", np.array([0, blocks, block], np.int64)),
+        _constant(f"{p}last", np.array([-1], np.int64)),
+        _constant(f"{p}blocks", np.array([blocks], np.int64)),
+        _constant(f"{p}flat_shape", np.array([0, -1], np.int64)),
+        _constant(
+            f"{p}token_ids", np.arange(blocks * block, dtype=np.int64).reshape(blocks, block)
+        ),
     ]
+    padded = scores
+    if blocks * block != vocab:
+        padded = f"{p}padded"
+        nodes += [
+            _constant(f"{p}pads", np.array([0, 0, 0, blocks * block - vocab], np.int64)),
+            _constant(f"{p}lowest", np.array(-np.inf, np.float32)),
+            helper.make_node("Pad", [scores, f"{p}pads", f"{p}lowest"], [padded]),
+        ]
+    make = helper.make_node
+    nodes += [
+        make("Reshape", [padded, f"{p}grid_shape"], [f"{p}grid"]),
+        make("ReduceMax", [f"{p}grid", f"{p}last"], [f"{p}best"], keepdims=0),
+        make("Min", ["k", f"{p}blocks"], [f"{p}kept"]),
+        make("TopK", [f"{p}best", f"{p}kept"], [f"{p}best_top", f"{p}chosen"], axis=-1),
+        # the chosen blocks in block order, so that equal scores come in index order
+        make("Cast", [f"{p}chosen"], [f"{p}chosen_float"], to=TensorProto.FLOAT),
+        make(
+            "TopK",
+            [f"{p}chosen_float", f"{p}kept"],
+            [f"{p}ordered_float", f"{p}ordered_at"],
+            axis=-1,
+            largest=0,
+        ),
+        make("Cast", [f"{p}ordered_float"], [f"{p}ordered"], to=TensorProto.INT64),
+        make("Unsqueeze", [f"{p}ordered", f"{p}last"], [f"{p}ordered_index"]),
+        make("GatherND", [f"{p}grid", f"{p}ordered_index"], [f"{p}candidates"], batch_dims=1),
+        make("Reshape", [f"{p}candidates", f"{p}flat_shape"], [f"{p}candidates_flat"]),
+        make("Gather", [f"{p}token_ids", f"{p}ordered"], [f"{p}candidate_ids"], axis=0),
+        make("Reshape", [f"{p}candidate_ids", f"{p}flat_shape"], [f"{p}candidate_ids_flat"]),
+        make("TopK", [f"{p}candidates_flat", "k"], [values, f"{p}at"], axis=-1),
+        make("GatherElements", [f"{p}candidate_ids_flat", f"{p}at"], [ids], axis=1),
+    ]
+    return nodes
 
 
 def _log_probs(dtype: int, nodes: list) -> list:

@@ -11,6 +11,7 @@ from pathlib import Path
 import onnxruntime
 import torch
 
+from export.builder import REVISION
 from export.kinds import ExportKind, export_kind
 from export.onnx_export import OPSET, interface_of
 from export.ops import write_ops
@@ -118,6 +119,7 @@ def write_version(
         **({"grammar": grammar} if grammar else {}),
         "graphs": graphs,
         "graphs_made": dict.fromkeys(graphs, method),
+        **({"graphs_revision": REVISION} if method == "built" else {}),
         **({"int8_scales": int8_scales} if "int8" in graphs else {}),
         "ops": ops,
         "tokenizer": TOKENIZER,

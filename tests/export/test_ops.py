@@ -3,12 +3,14 @@ runtime runs them (service.runtime.onnx_engine)."""
 
 from __future__ import annotations
 
+from itertools import product
+
 import numpy as np
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto
+from onnx import TensorProto, helper
 
-from export.ops import join_graph, place_graph
+from export.ops import TOP_K_BLOCK, join_graph, place_graph, search_nodes
 from service.runtime.batching import concat_padded
 from service.runtime.tensor_ops import join_pads
 
@@ -91,3 +93,44 @@ def test_place_gathers_and_pads_every_tensor_as_numpy_does(dtype, numpy):
         np.testing.assert_array_equal(output, expected)
     graph = place_graph(dtype, 2).graph
     assert [n.op_type for n in graph.node] == ["Gather", "Pad"] * 2
+
+
+def _search(vocab: int, two_levels: bool) -> ort.InferenceSession:
+    nodes = search_nodes(TensorProto.FLOAT, "logits", "search/", vocab if two_levels else None)
+    inputs = [
+        helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["rows", vocab]),
+        helper.make_tensor_value_info("bias", TensorProto.FLOAT, [1, vocab]),
+        helper.make_tensor_value_info("k", TensorProto.INT64, [1]),
+    ]
+    outputs = [
+        helper.make_tensor_value_info("log_probs", TensorProto.FLOAT, ["rows", "k"]),
+        helper.make_tensor_value_info("ids", TensorProto.INT64, ["rows", "k"]),
+    ]
+    graph = helper.make_graph(nodes, "search", inputs, outputs)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+
+
+@pytest.mark.parametrize("vocab", [4 * TOP_K_BLOCK, 1000, 333])
+def test_the_top_k_in_two_levels_is_one_top_k(vocab):
+    """Blocks' best, the best blocks, then their tokens: the same ids and log-probabilities
+    as one TopK, ties (rounded logits, banned tokens, fewer allowed tokens than k) in index
+    order, k above the number of blocks, a vocabulary that is not a multiple of the block."""
+    one, two = _search(vocab, False), _search(vocab, True)
+    assert sum(n.op_type == "TopK" for n in search_nodes(TensorProto.FLOAT, "l", "", vocab)) == 3
+    rng = np.random.default_rng(vocab)
+    blocks = -(-vocab // TOP_K_BLOCK)
+    for trial, (rows, k) in enumerate(product([1, 3, 16], [1, 8, blocks + 2])):
+        logits = rng.standard_normal((rows, vocab)).astype(np.float32)
+        if trial % 3 == 0:
+            logits = np.round(logits)  # many equal scores
+        bias = np.zeros((1, vocab), np.float32)
+        if trial % 2:
+            bias[0, rng.integers(0, vocab, vocab // 2)] = -np.inf
+        if trial == 4:
+            bias[:] = -np.inf
+            bias[0, :3] = 0.0  # fewer allowed than k: the rest -inf, in index order
+        feeds = {"logits": logits, "bias": bias, "k": np.array([k], np.int64)}
+        (want_values, want_ids), (values, ids) = one.run(None, feeds), two.run(None, feeds)
+        assert np.array_equal(ids, want_ids) and np.array_equal(values, want_values)
