@@ -79,21 +79,16 @@ def take_written(tensor: np.ndarray, index: np.ndarray, axis: int, length: int) 
     their first `length` positions on `axis` moved: within the buffer, whose first
     len(index) rows are returned, copying only the rows that change (a beam that extends its
     own row stays where it is; a fresh buffer would also fault in its pages at every
-    reorder); in a new buffer of the same capacity when there are more rows than it has."""
+    reorder); in a new buffer of the same capacity when there are more rows than it has.
+    The rows that change are gathered in one copy, then written in one (a source that is
+    itself overwritten is read before)."""
     part = written(axis, length)[1:]  # within a row
     if len(index) > len(tensor):
         rows = np.empty((len(index), *tensor.shape[1:]), dtype=tensor.dtype)
-        for i, j in enumerate(index.tolist()):  # a row at a time: contiguous blocks
-            rows[(i, *part)] = tensor[(j, *part)]
+        rows[(slice(None), *part)] = tensor[(index, *part)]
         return rows
     changed = np.flatnonzero(index != np.arange(len(index)))
-    sources = index[changed]
-    # a source that is itself written is copied aside first; the others are read in place
-    aside = np.isin(sources, changed)
-    moved = [
-        tensor[(j, *part)].copy() if a else None
-        for j, a in zip(sources.tolist(), aside.tolist(), strict=True)
-    ]
-    for i, j, row in zip(changed.tolist(), sources.tolist(), moved, strict=True):
-        tensor[(i, *part)] = tensor[(j, *part)] if row is None else row
-    return tensor[: len(index)]
+    if changed.size:
+        tensor[(changed, *part)] = tensor[(index[changed], *part)]
+    # the same array while the rows are as many: an IO binding keeps it bound
+    return tensor if len(index) == len(tensor) else tensor[: len(index)]
