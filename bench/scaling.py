@@ -1,7 +1,8 @@
 """Scaling: one server's throughput with more workers, more front processes, more clients.
 
     python -m bench.scaling [--workers 1,2] [--fronts 1] [--clients 16,64] [--channels 8]
-        [--seconds 15] [--rounds 2] [--device cpu|cuda] [--repository ROOT] [--json FILE]
+        [--seconds 15] [--rounds 2] [--device cpu|cuda] [--variant fp32|int8]
+        [--baseline CHECKOUT [--baseline-repository ROOT]] [--repository ROOT] [--json FILE]
 
 For every worker count and front count a server on 127.0.0.1 (bench.lib.server.Server, no
 admission control), and against it closed loops of unary Translate calls (one sentence each,
@@ -15,7 +16,11 @@ and the client (this process). Ratios, each against its goal where the issue set
 - the most workers over one (one front), at every client count (goal on a 2-core host: at
   least 1.6);
 - the most clients over the fewest, at every server (goal: at least 1, no loss);
-- the most fronts over one (the most workers), at every client count (no goal: reported).
+- the most fronts over one (the most workers), at every client count (no goal: reported);
+- with --baseline (another checkout of the project, say `git worktree add` of an earlier
+  commit, and the repository its code exported): its servers take turns with this one's in
+  every round, and this checkout over the baseline at every server and client count: a
+  change's gain where users see it, side by side.
 The clients share the host with the server: on a small host their CPU is part of the result,
 and is reported beside it. Ends by itself.
 """
@@ -48,13 +53,22 @@ def _name(workers: int, fronts: int) -> str:
     return f"{workers} workers" + (f", {fronts} fronts" if fronts > 1 else "")
 
 
-async def _serve(args, workers: int, fronts: int, levels: dict) -> int | None:
-    """One server with `workers` and `fronts`: a warm-up, then every client count once; adds
-    each level's measurements to `levels[(workers, fronts, clients)]`."""
+BASELINE = "baseline"  # the level keys' tree of the baseline checkout (this one's: "")
+
+
+async def _serve(args, workers: int, fronts: int, levels: dict, tree: str = "") -> int | None:
+    """One server with `workers` and `fronts` (the baseline checkout's when `tree` is
+    BASELINE): a warm-up, then every client count once; adds each level's measurements to
+    `levels[(workers, fronts, clients, tree)]`."""
     directory = Path(tempfile.mkdtemp(prefix="attnserve-scaling-"))
     flags = ["--workers", str(workers), "--fronts", str(fronts)]
     flags += ["--device", args.device] if args.device else []
-    server = Server(args.repository, directory, flags)
+    flags += ["--variant", args.variant] if args.variant else []
+    if tree == BASELINE:
+        repository = args.baseline_repository or args.baseline / "data" / "repository"
+        server = Server(repository, directory, flags, root=args.baseline)
+    else:
+        server = Server(args.repository, directory, flags)
     channels = []
     try:
         state = await server.wait()
@@ -72,7 +86,7 @@ async def _serve(args, workers: int, fronts: int, levels: dict) -> int | None:
             latencies = [seconds for code, seconds in outcomes if code == "OK"]
             cpu_after, own_after = server.cpu_seconds(), _own_cpu()
             level = levels.setdefault(
-                (workers, fronts, clients),
+                (workers, fronts, clients, tree),
                 {
                     "latencies": [],
                     "failed": 0,
@@ -96,9 +110,9 @@ async def _serve(args, workers: int, fronts: int, levels: dict) -> int | None:
 def summary(levels: dict, workers: list[int], clients: list[int], fronts=(1,)) -> dict:
     """Each level's figures, and the ratios (against their goals where there is one)."""
     table = {}
-    for (w, f, c), level in sorted(levels.items()):
+    for (w, f, c, tree), level in sorted(levels.items()):
         calls = len(level["latencies"])
-        table[f"{_name(w, f)}, {c} clients"] = {
+        table[f"{tree + ': ' if tree else ''}{_name(w, f)}, {c} clients"] = {
             "workers": w,
             "fronts": f,
             "clients": c,
@@ -133,17 +147,24 @@ def summary(levels: dict, workers: list[int], clients: list[int], fronts=(1,)) -
         for c in clients:
             name = f"{max(fronts)} fronts / {front}, {most} workers, {c} clients"
             ratios[name] = round(rate(most, max(fronts), c) / rate(most, front, c), 3)
+    for w in workers if any(key[3] == BASELINE for key in levels) else ():
+        for f in fronts:
+            for c in clients:
+                name = f"{_name(w, f)}, {c} clients"
+                baseline = table[f"{BASELINE}: {name}"]["requests_per_s"]
+                ratios[f"this checkout / {BASELINE}, {name}"] = round(rate(w, f, c) / baseline, 3)
     return {"levels": table, "ratios": ratios, "goals": goals}
 
 
 async def run(args) -> dict:
     levels: dict = {}
     exit_codes = []
-    servers = [(w, f) for w in args.workers for f in args.fronts]
+    trees = ["", BASELINE] if args.baseline else [""]
+    servers = [(w, f, t) for w in args.workers for f in args.fronts for t in trees]
     for round_ in range(args.rounds):
         shift = round_ % len(servers)
-        for workers, fronts in servers[shift:] + servers[:shift]:
-            exit_codes.append(await _serve(args, workers, fronts, levels))
+        for workers, fronts, tree in servers[shift:] + servers[:shift]:
+            exit_codes.append(await _serve(args, workers, fronts, levels, tree))
     settings = {
         "workers": args.workers,
         "fronts": args.fronts,
@@ -152,6 +173,8 @@ async def run(args) -> dict:
         "seconds": args.seconds,
         "rounds": args.rounds,
         "device": args.device or "the server's default",
+        "variant": args.variant or "the server's default",
+        "baseline": str(args.baseline) if args.baseline else None,
         "requests": "unary Translate, one sentence each (bench.soak)",
     }
     return {
@@ -174,6 +197,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=15.0)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--device", choices=("cpu", "cuda"), help="default: the server's choice")
+    parser.add_argument("--variant", choices=("fp32", "int8", "fp16"), help="default: the server's")
+    parser.add_argument("--baseline", type=Path, help="another checkout, served beside this one")
+    parser.add_argument("--baseline-repository", type=Path, help="default: its data/repository")
     return run_server_bench(parser, run, argv)
 
 

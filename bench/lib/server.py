@@ -25,7 +25,9 @@ LISTEN = ["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"]  # ports
 class Server:
     """One `attnserve serve` process on 127.0.0.1 (ports chosen by the OS)."""
 
-    def __init__(self, repository: Path, directory: Path, flags: list[str]):
+    def __init__(self, repository: Path, directory: Path, flags: list[str], root: Path = ROOT):
+        """`root`: the checkout whose code serves (another checkout's, as a baseline, runs
+        with it first on the import path)."""
         self.ready_file = directory / "ready.json"
         self.log_path = directory / "server.log"
         if not any(flag.startswith("--response-cache") for flag in flags):
@@ -36,9 +38,11 @@ class Server:
         command = [sys.executable, "-m", "attnserve.cli", "serve", *LISTEN, *files, *flags]
         environment = {k: v for k, v in os.environ.items() if not k.startswith("ATTNSERVE_")}
         environment |= dict.fromkeys(machine.THREAD_VARIABLES, "1")
+        if Path(root).resolve() != ROOT:
+            environment["PYTHONPATH"] = str(Path(root).resolve())
         self.log = open(self.log_path, "w")  # noqa: SIM115 (closed in stop)
         self.process = subprocess.Popen(
-            command, stdout=self.log, stderr=subprocess.STDOUT, env=environment, cwd=ROOT
+            command, stdout=self.log, stderr=subprocess.STDOUT, env=environment, cwd=root
         )
         self.state: dict = {}
 

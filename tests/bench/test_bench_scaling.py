@@ -20,10 +20,10 @@ def _level(calls: int, seconds: float) -> dict:
 
 def test_the_ratios_compare_the_most_workers_and_the_most_clients_with_their_goals():
     levels = {
-        (1, 1, 16): _level(100, 1.0),
-        (1, 1, 64): _level(90, 1.0),
-        (2, 1, 16): _level(170, 1.0),
-        (2, 1, 64): _level(150, 1.0),
+        (1, 1, 16, ""): _level(100, 1.0),
+        (1, 1, 64, ""): _level(90, 1.0),
+        (2, 1, 16, ""): _level(170, 1.0),
+        (2, 1, 64, ""): _level(150, 1.0),
     }
     report = scaling.summary(levels, [1, 2], [16, 64])
     assert report["ratios"] == {
@@ -45,10 +45,10 @@ def test_the_ratios_compare_the_most_workers_and_the_most_clients_with_their_goa
 
 def test_more_fronts_are_compared_at_the_most_workers_and_the_workers_at_one_front():
     levels = {
-        (1, 1, 16): _level(100, 1.0),
-        (2, 1, 16): _level(150, 1.0),
-        (1, 2, 16): _level(90, 1.0),
-        (2, 2, 16): _level(180, 1.0),
+        (1, 1, 16, ""): _level(100, 1.0),
+        (2, 1, 16, ""): _level(150, 1.0),
+        (1, 2, 16, ""): _level(90, 1.0),
+        (2, 2, 16, ""): _level(180, 1.0),
     }
     report = scaling.summary(levels, [1, 2], [16], [1, 2])
     assert report["ratios"] == {
@@ -57,6 +57,20 @@ def test_more_fronts_are_compared_at_the_most_workers_and_the_workers_at_one_fro
     }
     assert report["goals"] == {"2 workers / 1, 16 clients >= 1.6": False}
     assert report["levels"]["2 workers, 2 fronts, 16 clients"]["fronts"] == 2
+
+
+def test_a_baseline_checkout_is_compared_at_every_server_and_client_count():
+    levels = {
+        (1, 1, 16, ""): _level(120, 1.0),
+        (1, 1, 64, ""): _level(150, 1.0),
+        (1, 1, 16, scaling.BASELINE): _level(100, 1.0),
+        (1, 1, 64, scaling.BASELINE): _level(100, 1.0),
+    }
+    report = scaling.summary(levels, [1], [16, 64])
+    assert report["ratios"]["this checkout / baseline, 1 workers, 16 clients"] == 1.2
+    assert report["ratios"]["this checkout / baseline, 1 workers, 64 clients"] == 1.5
+    assert report["levels"]["baseline: 1 workers, 64 clients"]["requests_per_s"] == 100
+    assert report["ratios"]["64 clients / 16, 1 workers"] == 1.25  # this checkout's own
 
 
 @pytest.mark.slow
