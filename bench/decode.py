@@ -74,6 +74,12 @@ from service.runtime.repository import sha256, verify
 from service.runtime.tokenizer import Tokenizer
 
 MODELS = ("translator", "captioner", "both")
+# the served engines (graphs built op by op) over CTranslate2's, by (ours, at the smallest
+# batch): at least this many tokens/s, geometric mean over beams and lengths
+BUILT_OVER_CT2 = {"onnx-fp32": {True: 1.2, False: 1.0}, "onnx-int8": {True: 1.0, False: 1.0}}
+INT8_OVER_FP32 = 1.5  # our int8 over our fp32, at the largest batch
+# a batch-1 greedy step over the time to read its weights once at the measured copy bandwidth
+BOUND_TARGETS = {"onnx-fp32-built": 1.3, "onnx-int8-built": 2.0, "onnx-fp32": None}
 WEIGHT_BYTES = {"fp32": 4, "float32": 4, "int8": 1}
 BEAMS = (1, 4)
 FULL = {
@@ -324,20 +330,17 @@ def _ratios(engines: dict, args) -> list[tuple]:
     for batch in sorted({small, large}):
         every = [(batch, beam, n) for beam in BEAMS for n in lengths]
         for ours, theirs in (("onnx-fp32", "ct2-float32"), ("onnx-int8", "ct2-int8")):
-            speedup = _speedup(table, ours, theirs, every)
-            rows.append((f"{ours} / {theirs} tokens/s, batch {batch}", speedup, ">=", 1.0))
-            int8_target = 1.3 if "int8" in ours and batch == small else 1.0
+            speedup = _speedup(table, ours, theirs, every)  # traced: reported, not served
+            rows.append((f"{ours} / {theirs} tokens/s, batch {batch}", speedup, ">=", None))
             speedup = _speedup(table, f"{ours}-built", theirs, every)
             text = f"{ours}-built / {theirs} tokens/s, batch {batch}"
-            rows.append((text, speedup, ">=", int8_target))
+            rows.append((text, speedup, ">=", BUILT_OVER_CT2[ours][batch == small]))
+        speedup = _speedup(table, "onnx-int8-built", "onnx-fp32-built", every)
+        text = f"onnx-int8-built / onnx-fp32-built tokens/s, batch {batch}"
+        rows.append((text, speedup, ">=", INT8_OVER_FP32 if batch == large else None))
         speedup = _speedup(table, "onnx-int8-built-per-tensor", "ct2-int8", every)
         rows.append(
-            (
-                f"onnx-int8-built-per-tensor / ct2-int8 tokens/s, batch {batch}",
-                speedup,
-                ">=",
-                1.3 if batch == small else 1.0,
-            )
+            (f"onnx-int8-built-per-tensor / ct2-int8 tokens/s, batch {batch}", speedup, ">=", None)
         )
         speedup = _speedup(table, "onnx-int8-built-per-tensor", "onnx-int8-built", every)
         rows.append(
@@ -365,11 +368,10 @@ def _ratios(engines: dict, args) -> list[tuple]:
         rows.append(
             (f"{name} decode ms {long} / {short} tokens, batch {small} greedy", growth, "<=", limit)
         )
-    for name in ("onnx-fp32-built", "onnx-fp32"):  # the roofline: ms/step over the bound
+    for name, target in BOUND_TARGETS.items():  # the roofline: ms/step over the bound
         cases = [table.get((name, small, 1, n)) for n in lengths]
         over = [c["ms_per_step"]["median"] / c["bound_ms_per_step"] for c in cases if c]
         text = f"{name} ms/step over the weight-read bound, batch {small} greedy (median)"
-        target = 1.3 if name == "onnx-fp32-built" else None
         rows.append((text, statistics.median(over) if over else None, "<=", target))
     middle = lengths[len(lengths) // 2]
     for batch in args.batches:

@@ -15,7 +15,9 @@ then --calls calls profiled. Every kernel's time is put in a category by its ope
 the output projection by its node), per decoding step; `onnxruntime` is the time inside the
 step's runs that no kernel took (the session's own work: binding, allocation, dispatch),
 `host` the time of a step outside every run (Python: the search's bookkeeping, the beams'
-reorder of the cache, the feeds), `encoder` the encoder's whole run over the steps.
+reorder of the cache, the feeds), `encoder` the encoder's whole run over the steps. The
+profiler adds to every kernel and run (most at one row, where the kernels are short): the
+same calls are timed again without it, in the same process.
 
 CTranslate2 has no per-operator profiler in its Python package: its process is sampled by
 `perf record` (cpu-clock, 2 kHz) while it decodes the same case for --seconds, warm-up and
@@ -171,6 +173,12 @@ def _profile_ours(repository: str, variant: str, inputs: list, beam: int, length
     runner = OurRunner(engine, CachedInference, version.config["max_length"])
     warm = runner.time(inputs, None, beam, length)
     samples = [runner.time(inputs, None, beam, length) for _ in range(calls)]
+    # the same calls without the profiler, which adds to every kernel and run
+    plain_runner = OurRunner(
+        onnx_engine.OnnxEngine(version, variant, "cpu", 1), CachedInference, runner.max_source
+    )
+    plain_runner.time(inputs, None, beam, length)
+    plain = [plain_runner.time(inputs, None, beam, length) for _ in range(calls)]
     sessions = {"encoder": engine.encoder, "decoder": engine.decoder}
     sessions |= {"lean": engine.lean_decoder, "one_row": engine.one_row_decoder}
     sessions |= {f"search.{k}": s for k, s in getattr(engine, "search_ops", {}).items()}
@@ -190,7 +198,13 @@ def _profile_ours(repository: str, variant: str, inputs: list, beam: int, length
         warm_runs = 1 if name == "encoder" else None
         profiles[name] = {"runs": runs, "projection": projection, "warm_runs": warm_runs}
     shutil.rmtree(scratch, ignore_errors=True)
-    return {"warm": warm, "samples": samples, "profiles": profiles, "warm_steps": steps}
+    return {
+        "warm": warm,
+        "samples": samples,
+        "plain": plain,
+        "profiles": profiles,
+        "warm_steps": steps,
+    }
 
 
 def _summarise_ours(result: dict) -> dict:
@@ -223,9 +237,12 @@ def _summarise_ours(result: dict) -> dict:
     encoder_s = sum(s["encoder_s"] for s in samples)
     per_step[ENCODER] = 1e6 * encoder_s
     table = {k: v / steps for k, v in per_step.items()}
+    plain = result["plain"]
+    unprofiled = sum(s["encoder_s"] + s["decode_s"] for s in plain) / sum(s["steps"] for s in plain)
     return {
         "us_per_step": table,
         "step_us": (wall_us + 1e6 * encoder_s) / steps,
+        "unprofiled_step_us": 1e6 * unprofiled,
         "encoder_ms": encoder_us / 1000,
         "encoder_wall_ms": 1000 * encoder_s / len(samples),
         "steps_per_call": steps / len(samples),
@@ -387,6 +404,10 @@ def markdown(report: dict) -> str:
                 lines.append(f"| {key} | {cells} |")
         totals = " | ".join(f"**{case[e]['step_us']:.0f}**" for e in engines)
         lines.append(f"| whole call over its steps | {totals} |")
+        if "ours" in case:
+            plain = f"{case['ours']['unprofiled_step_us']:.0f}"
+            cells = " | ".join([plain] + [f"{case[e]['step_us']:.0f}" for e in engines[1:]])
+            lines.append(f"| the same, no profiler | {cells} |")
     return "\n".join(lines) + "\n"
 
 

@@ -127,8 +127,9 @@ def test_a_quick_profile_accounts_for_every_step(tmp_path):
         # the categories add up to the whole call over its steps
         assert sum(parts.values()) == pytest.approx(ours["step_us"], rel=1e-6)
         assert parts["search"] > 0 and parts["layer norms"] > 0
-        assert parts[profile_step.ENCODER] > 0
+        assert parts[profile_step.ENCODER] > 0 and ours["unprofiled_step_us"] > 0
         matmuls = "int8 matmuls" if case["variant"] == "int8" else "fp32 matmuls"
         assert parts[matmuls] > 0 and parts["output projection"] > 0
         assert "ct2" not in case
     assert text.count("| whole call over its steps |") == len(cases)
+    assert text.count("| the same, no profiler |") == len(cases)
