@@ -139,7 +139,7 @@ def output_projection(path: Path, vocab: int) -> str | None:
     model = onnx.load(str(path), load_external_data=False)
     shapes = {i.name: list(i.dims) for i in model.graph.initializer}
     for node in model.graph.node:
-        if node.op_type in ("MatMul", "MatMulNBits") and len(node.input) > 1:
+        if node.op_type in ("MatMul", "MatMulInteger", "MatMulNBits") and len(node.input) > 1:
             dims = shapes.get(node.input[1])
             if dims and (dims[-1] == vocab or (node.op_type == "MatMulNBits" and dims[0] == vocab)):
                 return node.name
@@ -148,28 +148,36 @@ def output_projection(path: Path, vocab: int) -> str | None:
 
 def _profile_ours(repository: str, variant: str, inputs: list, beam: int, length: int, calls: int):
     """In a worker process: the engine's sessions profiled over `calls` decodes after one."""
-    import numpy as np  # noqa: F401  (the worker's numpy before onnxruntime's)
+    import onnxruntime as ort
 
     import service.runtime.onnx_engine as onnx_engine
     from bench.engines import OurRunner
     from service.runtime.inference import CachedInference
+    from service.runtime.onnx_runtime import session_options
     from service.runtime.repository import verify
 
     scratch = tempfile.mkdtemp(prefix="profile-step-")
-    plain = onnx_engine.session_options
+    plain, made = onnx_engine.OnnxEngine._session_factory, []
 
-    def profiled(*args):
-        options = plain(*args)
-        options.enable_profiling = True
-        options.profile_file_prefix = os.path.join(scratch, "session")
-        return options
+    def profiled(self, threads: int, capture: bool = False):
+        """The engine's sessions, each with the profiler on and a file of its own (a file
+        is named by the millisecond its session starts)."""
 
-    onnx_engine.session_options = profiled
+        def session(path):
+            options = session_options(threads, self.device)
+            options.enable_profiling = True
+            made.append(path)
+            options.profile_file_prefix = os.path.join(scratch, f"session{len(made)}")
+            return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+        return session
+
+    onnx_engine.OnnxEngine._session_factory = profiled
     try:
         version = verify(Path(repository))
         engine = onnx_engine.OnnxEngine(version, variant, "cpu", 1)
     finally:
-        onnx_engine.session_options = plain
+        onnx_engine.OnnxEngine._session_factory = plain
     runner = OurRunner(engine, CachedInference, version.config["max_length"])
     warm = runner.time(inputs, None, beam, length)
     samples = [runner.time(inputs, None, beam, length) for _ in range(calls)]
