@@ -179,7 +179,7 @@ def _profile_ours(repository: str, variant: str, inputs: list, beam: int, length
     finally:
         onnx_engine.OnnxEngine._session_factory = plain
     runner = OurRunner(engine, CachedInference, version.config["max_length"])
-    warm = runner.time(inputs, None, beam, length)
+    runner.time(inputs, None, beam, length)  # the warm-up: the first of each graph's runs
     samples = [runner.time(inputs, None, beam, length) for _ in range(calls)]
     # the same calls without the profiler, which adds to every kernel and run
     plain_runner = OurRunner(
@@ -192,7 +192,7 @@ def _profile_ours(repository: str, variant: str, inputs: list, beam: int, length
     sessions |= {f"search.{k}": s for k, s in getattr(engine, "search_ops", {}).items()}
     sessions |= {f"op.{op}.{d}": s for op, by in engine.ops.items() for d, s in by.items()}
     vocab = int(version.config["vocab_size"])
-    profiles, steps = {}, warm["steps"]
+    profiles = {}
     for name, session in sessions.items():
         if session is None:
             continue
@@ -202,17 +202,9 @@ def _profile_ours(repository: str, variant: str, inputs: list, beam: int, length
         os.remove(path)
         graph = Path(session._model_path) if getattr(session, "_model_path", None) else None
         projection = output_projection(graph, vocab) if graph and name != "encoder" else None
-        # the warm-up's runs come first: as many encoder runs as calls, steps as it took
-        warm_runs = 1 if name == "encoder" else None
-        profiles[name] = {"runs": runs, "projection": projection, "warm_runs": warm_runs}
+        profiles[name] = {"runs": runs, "projection": projection}
     shutil.rmtree(scratch, ignore_errors=True)
-    return {
-        "warm": warm,
-        "samples": samples,
-        "plain": plain,
-        "profiles": profiles,
-        "warm_steps": steps,
-    }
+    return {"samples": samples, "plain": plain, "profiles": profiles}
 
 
 def _summarise_ours(result: dict) -> dict:
@@ -225,7 +217,7 @@ def _summarise_ours(result: dict) -> dict:
     step_runs = defaultdict(int)
     for name, profile in result["profiles"].items():
         runs = profile["runs"]
-        if name == "encoder":
+        if name == "encoder":  # one run a call, the warm-up's first
             measured = runs[1:]
             encoder_us = sum(r["us"] for r in measured) / max(len(measured), 1)
             continue
