@@ -31,3 +31,15 @@ def test_rows_move_as_a_gather_of_their_written_positions(index, axis):
     np.testing.assert_array_equal(got[part], original[np.array(index)][part])
     if len(index) <= len(buffer):  # moved within the buffer, which the step writes anyway
         assert np.shares_memory(got, buffer)
+
+
+def test_as_many_rows_give_back_the_buffer_itself_so_its_binding_holds():
+    """A beam step keeps its rows: the buffer itself comes back, not a view of it, so an IO
+    binding that holds it as an input and an output is not made again (binding the six
+    buffers anew every step made onnxruntime's run of a batch-1 beam-4 int8 step 1.5 times
+    as long)."""
+    buffer = np.arange(4 * 2 * 6 * 3, dtype=np.float32).reshape(4, 2, 6, 3)
+    assert take_written(buffer, np.array([0, 0, 2, 1]), 2, 4) is buffer
+    assert take_written(buffer, np.arange(4), 2, 4) is buffer
+    fewer = take_written(buffer, np.array([3, 1]), 2, 4)
+    assert fewer is not buffer and np.shares_memory(fewer, buffer) and len(fewer) == 2
