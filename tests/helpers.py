@@ -34,6 +34,31 @@ def tiny_transformer(seed: int = 0, **overrides):
     return model
 
 
+def tiny_translator_checkpoint(directory: Path, seed: int = 0) -> Path:
+    """A small random translator (width 32, 2 layers a side, its weights as initialised) with
+    the shipped tokenizer, saved as a checkpoint in `directory`: what the benchmarks' quick
+    runs export and time."""
+    import torch
+
+    from models.checkpoint import save_checkpoint
+    from models.config import TransformerConfig
+    from models.transformer import Transformer
+    from service.runtime.tokenizer import Tokenizer
+
+    tokenizer = SHIPPED_TRANSLATOR / "tokenizer.model"
+    torch.manual_seed(seed)
+    config = TransformerConfig(
+        vocab_size=Tokenizer(tokenizer).vocab_size,
+        d_model=32,
+        n_heads=4,
+        d_ff=64,
+        encoder_layers=2,
+        decoder_layers=2,
+    )
+    save_checkpoint(Transformer(config), tokenizer, directory)
+    return directory
+
+
 def random_sources(vocab: int, lengths: list[int], seed: int = 0) -> list[list[int]]:
     rng = np.random.default_rng(seed)
     return [rng.integers(4, vocab, size=n).tolist() for n in lengths]

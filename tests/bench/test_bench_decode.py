@@ -9,24 +9,15 @@ ctranslate2 can be imported.
 from __future__ import annotations
 
 import importlib.util
-from pathlib import Path
 
 import pytest
-from helpers import run_bench
+from helpers import run_bench, tiny_translator_checkpoint
 
-from models.shipped import SHIPPED_TRANSLATOR
-
-torch = pytest.importorskip("torch")
+pytest.importorskip("torch")
 pytest.importorskip("onnxruntime")
 
-from bench.decode import BEAMS, CAPTION_ENGINES, ENGINES, THREAD_CHECK  # noqa: E402
-from models.checkpoint import save_checkpoint  # noqa: E402
-from models.config import TransformerConfig  # noqa: E402
-from models.transformer import Transformer  # noqa: E402
-from service.runtime.tokenizer import Tokenizer  # noqa: E402
+from bench.decode import BEAMS, CAPTION_ENGINES, ENGINES, THREAD_CHECK
 
-ROOT = Path(__file__).resolve().parents[2]
-TOKENIZER = SHIPPED_TRANSLATOR / "tokenizer.model"
 HAS_CTRANSLATE2 = importlib.util.find_spec("ctranslate2") is not None
 SENTENCES = [
     "El perro duerme junto a la puerta de la casa.",
@@ -49,16 +40,7 @@ def run(tmp_path_factory, engines, captioner_data) -> tuple[dict, str]:
     """(report, markdown) of `python -m bench.decode --quick --json` on a tiny translator and
     the shipped captioner (both exported by the benchmark)."""
     tmp = tmp_path_factory.mktemp("bench_decode")
-    torch.manual_seed(0)
-    config = TransformerConfig(
-        vocab_size=Tokenizer(TOKENIZER).vocab_size,
-        d_model=32,
-        n_heads=4,
-        d_ff=64,
-        encoder_layers=2,
-        decoder_layers=2,
-    )
-    save_checkpoint(Transformer(config), TOKENIZER, tmp / "checkpoint")
+    tiny_translator_checkpoint(tmp / "checkpoint")
     (tmp / "sources.es").write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
     arguments = ["--checkpoint", str(tmp / "checkpoint"), "--sources", str(tmp / "sources.es")]
     arguments += ["--captioner-data", str(captioner_data)]

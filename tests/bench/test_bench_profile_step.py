@@ -4,10 +4,9 @@ and a quick run on a tiny random translator (onnxruntime alone: perf may not sam
 from __future__ import annotations
 
 import pytest
-from helpers import run_bench
+from helpers import run_bench, tiny_translator_checkpoint
 
 from bench import profile_step
-from models.shipped import SHIPPED_TRANSLATOR
 
 SENTENCES = ["El perro duerme junto a la puerta.", "¿Dónde está la estación de tren?"]
 
@@ -93,23 +92,8 @@ def test_perf_report_lines_are_read_with_share_library_and_symbol(tmp_path, monk
 
 @pytest.mark.slow
 def test_a_quick_profile_accounts_for_every_step(tmp_path):
-    torch = pytest.importorskip("torch")
-    from models.checkpoint import save_checkpoint
-    from models.config import TransformerConfig
-    from models.transformer import Transformer
-    from service.runtime.tokenizer import Tokenizer
-
-    torch.manual_seed(0)
-    tokenizer = SHIPPED_TRANSLATOR / "tokenizer.model"
-    config = TransformerConfig(
-        vocab_size=Tokenizer(tokenizer).vocab_size,
-        d_model=32,
-        n_heads=4,
-        d_ff=64,
-        encoder_layers=2,
-        decoder_layers=2,
-    )
-    save_checkpoint(Transformer(config), tokenizer, tmp_path / "checkpoint")
+    pytest.importorskip("torch")
+    tiny_translator_checkpoint(tmp_path / "checkpoint")
     sources = tmp_path / "sources.es"
     sources.write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
     arguments = ["--checkpoint", str(tmp_path / "checkpoint"), "--sources", str(sources)]
