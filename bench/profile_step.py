@@ -157,7 +157,7 @@ def _profile_ours(repository: str, variant: str, inputs: list, beam: int, length
     from service.runtime.repository import verify
 
     scratch = tempfile.mkdtemp(prefix="profile-step-")
-    plain, made = onnx_engine.OnnxEngine._session_factory, []
+    plain, graphs = onnx_engine.OnnxEngine._session_factory, {}  # graph path by session
 
     def profiled(self, threads: int, capture: bool = False):
         """The engine's sessions, each with the profiler on and a file of its own (a file
@@ -166,9 +166,10 @@ def _profile_ours(repository: str, variant: str, inputs: list, beam: int, length
         def session(path):
             options = session_options(threads, self.device)
             options.enable_profiling = True
-            made.append(path)
-            options.profile_file_prefix = os.path.join(scratch, f"session{len(made)}")
-            return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+            options.profile_file_prefix = os.path.join(scratch, f"session{len(graphs)}")
+            made = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+            graphs[made] = Path(path)
+            return made
 
         return session
 
@@ -200,8 +201,8 @@ def _profile_ours(repository: str, variant: str, inputs: list, beam: int, length
         with open(path, encoding="utf-8") as f:
             runs = _runs(json.load(f))
         os.remove(path)
-        graph = Path(session._model_path) if getattr(session, "_model_path", None) else None
-        projection = output_projection(graph, vocab) if graph and name != "encoder" else None
+        graph = graphs[session]
+        projection = None if name == "encoder" else output_projection(graph, vocab)
         profiles[name] = {"runs": runs, "projection": projection}
     shutil.rmtree(scratch, ignore_errors=True)
     return {"samples": samples, "plain": plain, "profiles": profiles}
