@@ -108,8 +108,9 @@ build_data() {
 }
 
 graphs_revision() {
-  # what the graphs built op by op are now (export.builder.REVISION): older versions are rebuilt
-  "$PYTHON" -c 'from export.builder import REVISION; print(REVISION)'
+  # what the graphs built op by op are now (export.builder.REVISION, read from its line: the
+  # module imports torch): older versions are rebuilt
+  sed -n 's/^REVISION = \([0-9][0-9]*\).*/\1/p' export/builder.py
 }
 
 build_repository() {
@@ -121,6 +122,7 @@ build_repository() {
   local model version checkpoint variants revision
   variants=$(export_variants)
   revision=$(graphs_revision)
+  [ -n "$revision" ] || { echo "export/builder.py: no REVISION line" >&2; exit 1; }
   for shipped in translator/1:translator captioner/1:captioner-1 captioner/2:captioner; do
     model=${shipped%%/*}
     version=data/repository/${shipped%%:*}

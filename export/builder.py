@@ -49,7 +49,8 @@ from service.runtime.graphs import (
 )
 
 # what graphs built here are, by revision (in a version's manifest: a checkout rebuilds older
-# ones): 2, residual Adds and LayerNormalization apart, the lean step's top k in two levels
+# ones; dev.sh reads this line): 2, residual Adds and LayerNormalization apart, the lean
+# step's top k in two levels
 REVISION = 2
 MS = "com.microsoft"
 OPSET = 18

@@ -125,3 +125,19 @@ def test_the_repository_s_variants_can_be_named_for_an_image_built_elsewhere(giv
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == expected
+
+
+def test_the_graphs_revision_dev_sh_compares_is_the_builders():
+    """A version is rebuilt when its manifest's graphs_revision is not the builder's: dev.sh
+    reads it from export/builder.py's line without importing the builder (and torch)."""
+    pytest.importorskip("torch")
+    from export.builder import REVISION
+
+    done = subprocess.run(
+        ["bash", "-c", 'source "$1" && graphs_revision', "bash", str(ROOT / "dev.sh")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(REVISION)
