@@ -131,6 +131,13 @@ class ServedModel(ABC):
     def golden_inputs(version: ModelVersion, entry: dict) -> dict[str, np.ndarray]:
         """The encoder inputs of one golden-set entry."""
 
+    @staticmethod
+    def golden_controls(entry: dict, options: DecodingOptions) -> InputControls | None:
+        """The per-input controls one golden-set entry was decoded under with `options` (a
+        translator's length bound relative to its source), so that the start-up check
+        decodes it as the certificate did."""
+        return None
+
 
 def kind_class(kind: str) -> type[ServedModel]:
     """The ServedModel class of a manifest's kind; ModelRepositoryError for an unknown one."""

@@ -615,5 +615,9 @@ class TranslationModel(ServedModel):
         src_ids, src_mask = source_batch([entry["source_ids"]], limit, eos)
         return {"src_ids": src_ids, "src_mask": src_mask}
 
+    @staticmethod
+    def golden_controls(entry: dict, options: DecodingOptions) -> InputControls | None:
+        return input_controls(options, [entry["source_ids"]])
+
 
 MODEL = TranslationModel

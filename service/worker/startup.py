@@ -36,10 +36,14 @@ def golden_check(scheduler: Scheduler, model_version, variant: str) -> int:
     entries = entries or of("fp32") or [g for g in golden if g["variant"] == "fp32"]
     if not entries:
         raise ModelRepositoryError(f"{model_version.directory}: no golden set for {variant}")
-    inputs_of = kind_class(model_version.manifest["model"]["kind"]).golden_inputs
+    kind = kind_class(model_version.manifest["model"]["kind"])
     for i, entry in enumerate(entries):  # one at a time, as they were decoded (the batch a
         options = DecodingOptions(max_length=entry["max_length"])  # row shares moves int8)
-        scheduler.submit(Job(-1 - i, inputs_of(model_version, entry), options))
+        inputs, controls = (
+            kind.golden_inputs(model_version, entry),
+            kind.golden_controls(entry, options),
+        )
+        scheduler.submit(Job(-1 - i, inputs, options, controls=controls))
         while scheduler.busy:
             scheduler.iterate()
     results = _collect(scheduler)
