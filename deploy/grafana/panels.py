@@ -62,6 +62,9 @@ PANELS = [
     ("Queue wait (p99)", "s", [
         ("{{model}} {{method}}", quantile(0.99, "attnserve_queue_wait_seconds", REQUEST)),
     ]),
+    ("Worker loops by phase (seconds a second, all workers)", "short", [
+        ("{{phase}}", f"sum by (phase) (rate(attnserve_worker_loop_seconds_total[{RATE}]))"),
+    ]),
     ("Workers ready and restarts", "short", [
         ("ready {{instance}}", "attnserve_workers_ready"),
         ("restarts", events("attnserve_worker_restarts_total")),

@@ -126,6 +126,13 @@ class Metrics:
             "attnserve_batch_rows_in_use",
             "Batch rows (hypotheses) held by running requests, over all workers.",
         )
+        self.worker_loop = counter(
+            "attnserve_worker_loop_seconds",
+            "Seconds the workers' loops spent in each phase, over all workers: idle (no job "
+            "held), messages, admit, encoder, prepare, run, outputs (a step's three), schedule "
+            "and reports (service.worker.loop_clock).",
+            ("phase",),
+        )
         self.worker_restarts = counter(
             "attnserve_worker_restarts", "Worker processes restarted after they died.", ()
         )
@@ -175,6 +182,8 @@ class Metrics:
             self.batch_rows.labels(model).observe(rows)
         if stats.tokens:
             self.generated_tokens.labels(model).inc(stats.tokens)
+        for phase, seconds in stats.loop_seconds.items():
+            self.worker_loop.labels(phase).inc(max(seconds, 0.0))
 
 
 class _QuietHandler(WSGIRequestHandler):

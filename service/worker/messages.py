@@ -51,6 +51,9 @@ class Stats:
     step_seconds: list[float] = field(default_factory=list)
     step_rows: list[int] = field(default_factory=list)
     tokens: int = 0
+    # the worker loop's seconds by phase (service.worker.loop_clock) since its last report:
+    # in one model's stats a report round, as the loop serves every model
+    loop_seconds: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ import threading
 import time
 
 from service.worker.fronts import Fronts
+from service.worker.loop_clock import LoopClock
 from service.worker.messages import Cancel, Failed, Load, Ready, Report, Stats, Stop, Submit, Unload
 from service.worker.scheduler import Scheduler
 from service.worker.settings import WorkerSettings
@@ -70,12 +71,17 @@ def _loop(fronts: Fronts, schedulers: dict[str, Scheduler], settings: WorkerSett
     reported = {key: (0, 0) for key in schedulers}  # (rows, waiting) last sent
     parent = _Load()  # a replica's: what its parent hears of the batches' load
     last_report = time.monotonic()
+    clock = LoopClock()
     while True:
         fronts.check_sent()
+        clock.lap("reports")
         waits = [w for s in schedulers.values() if (w := s.wait_time()) is not None]
+        waiting = "messages" if waits else "idle"  # idle: no job held
         if parent.owed:  # a replica's parent hears of an emptied batch within STATS_EVERY
             waits.append(STATS_EVERY)
-        for link in fronts.wait(min(waits) if waits else None):
+        ready = fronts.wait(min(waits) if waits else None)
+        clock.lap(waiting)
+        for link in ready:
             while link in fronts.links:
                 try:
                     message = link.recv()
@@ -98,9 +104,11 @@ def _loop(fronts: Fronts, schedulers: dict[str, Scheduler], settings: WorkerSett
                     fronts.unload(link, message.key, asked=True)
                 if not link.poll(0):
                     break
+        clock.lap("messages")
         for scheduler in schedulers.values():
             if scheduler.busy:
                 scheduler.iterate()
+                clock.schedule(scheduler.take_phases())
         now = time.monotonic()
         due = now - last_report >= STATS_EVERY
         for key, scheduler in list(schedulers.items()):  # a front gone may unload one
@@ -116,6 +124,8 @@ def _loop(fronts: Fronts, schedulers: dict[str, Scheduler], settings: WorkerSett
                 routed.setdefault(measurer, [])
             if measurer is not fronts.parent and parent.tell(key, state, now):
                 routed[fronts.parent] = routed.get(fronts.parent, [])
+            if measurer in routed:  # the loop's time since its last report goes with one
+                scheduler.stats.loop_seconds = clock.take()
             for link, events in routed.items():
                 if link in fronts.links:
                     stats = scheduler.stats if link is measurer else None
@@ -125,6 +135,7 @@ def _loop(fronts: Fronts, schedulers: dict[str, Scheduler], settings: WorkerSett
             if measurer in routed:
                 scheduler.stats, reported[key] = Stats(), state
                 last_report = now
+        clock.lap("reports")
 
 
 class _Load:

@@ -53,6 +53,7 @@ from service.runtime.search import Candidates, SearchRequest
 from service.runtime.tensors import EncoderOutput
 from service.worker.encoder_thread import EncoderThread, together
 from service.worker.greedy_rows import GreedyRows
+from service.worker.loop_clock import step_phases
 from service.worker.messages import Admitted, Event, Failure, Job, Partial, Result, Stats, Timings
 from service.worker.running import FinishReason, Request, RequestStatus
 from service.worker.step_thread import Running, StepThread
@@ -151,6 +152,7 @@ class Scheduler:
         self._stepper = StepThread() if step_thread else None
         self._launched: _Launched | None = None
         self.beside_seconds = 0.0  # the scheduler's own time while a step ran on the thread
+        self.phases = step_phases()  # this thread's seconds in each step phase, since taken
         # when each step ended, from the first step of the oldest running job on (the jobs'
         # token times): step `n` at _times[n - _times_from]; _steps: the steps taken so far
         self._times: list[float] = []
@@ -207,6 +209,12 @@ class Scheduler:
         owners = self.row_owner[np.r_[True, self.row_owner[1:] != self.row_owner[:-1]]]
         return [self.owners[o] for o in owners.tolist()] if len(self.row_owner) else []
 
+    def take_phases(self) -> dict[str, float]:
+        """This thread's seconds in each step phase (service.worker.loop_clock) since the last
+        take."""
+        taken, self.phases = self.phases, step_phases()
+        return taken
+
     def wait_time(self) -> float | None:
         """How long the worker may sleep before `iterate` has something to do (None: until a
         message comes)."""
@@ -224,8 +232,11 @@ class Scheduler:
         finished and its partials built (on the step thread, while the next step runs)."""
         stepped = self._collect() if self._launched is not None else None
         self._drop_abandoned()
+        phases, start = self.phases, time.perf_counter()
+        encoder = phases["encoder"]
         self._join_encoded()
         self._admit()
+        phases["admit"] += time.perf_counter() - start - (phases["encoder"] - encoder)
         if len(self.row_owner):
             self._launch()
         if stepped is not None:
@@ -325,6 +336,7 @@ class Scheduler:
             encoder_start = time.perf_counter()
             admission.encoder = self.engine.encode(**together(given))
             admission.seconds = time.perf_counter() - encoder_start
+            self.phases["encoder"] += admission.seconds
         else:  # the memory written into reserved slots beside the steps, where it can be
             admission.reservation = self.batch.reserve(len(admission.sources))
             place = partial(self.batch.place, admission.reservation, admission.sources)
@@ -357,7 +369,9 @@ class Scheduler:
         if admission.future is not None:
             if len(self.row_owner) and not admission.future.done():
                 return
+            waited_from = time.perf_counter()
             admission.encoder, admission.seconds = admission.future.result()
+            self.phases["encoder"] += time.perf_counter() - waited_from
         self._admission = None
         self._join(admission)
 
@@ -463,8 +477,10 @@ class Scheduler:
         blocks = self._blocks() if self._searching else []
         for request, first, rows in blocks:
             self.next_tokens[first : first + rows] = request.search.tokens[:, 0]
-        started = self.clock()
+        started, prepared_from = self.clock(), time.perf_counter()
         launch = self.batch.launch_search_step(self.next_tokens[:, None], self._request(blocks))
+        run_from = time.perf_counter()
+        self.phases["prepare"] += run_from - prepared_from
         running = None
         if launch.captures:  # nothing else on the device meanwhile (tensors.Launch)
             with self._device:
@@ -473,17 +489,21 @@ class Scheduler:
             running = self._stepper.start(launch.run)
         else:
             launch.run()
+        self.phases["run"] += time.perf_counter() - run_from
         self._launched = _Launched(running, launch.output, blocks, started, time.perf_counter())
 
     def _collect(self) -> _Stepped:
         """The step started last, its ids in: the rows' bookkeeping the next step depends on
         (lanes and searches advanced, ended rows dropped) -> what is left to settle."""
         launched, self._launched = self._launched, None
+        phases, waited_from = self.phases, time.perf_counter()
         if launched.running is not None:
-            waited_from = time.perf_counter()
             seconds = launched.running.wait()
             self.beside_seconds += min(waited_from - launched.launched_at, seconds)
+        read_from = time.perf_counter()
         candidates, attention = launched.output()
+        phases["run"] += read_from - waited_from
+        phases["outputs"] += time.perf_counter() - read_from
         blocks, rows = launched.blocks, len(self.row_owner)
         now = self.clock()
         self.stats.step_seconds.append(now - launched.started)

@@ -234,9 +234,14 @@ def test_metrics_endpoint_passes_promtool_and_has_every_metric(server):
         "attnserve_requests_in_flight",
         "attnserve_requests_queued",
         "attnserve_worker_restarts_total",
+        "attnserve_worker_loop_seconds_total",
         "attnserve_drain_cancelled_calls_total",
     ):
         assert f"\n{name}" in text, name
+    # the workers' loops by phase: the two calls' steps ran, inputs made and outputs read
+    loop = "attnserve_worker_loop_seconds_total"
+    for phase in ("prepare", "run", "outputs", "schedule", "reports"):
+        assert server.value(loop, phase=phase) > 0, phase
     assert (
         server.value(
             "attnserve_request_duration_seconds_count", method="TranslateStream", code="OK"

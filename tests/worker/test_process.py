@@ -17,6 +17,7 @@ from service.runtime.decoding import DecodingOptions
 from service.runtime.repository import ModelVersion
 from service.runtime.translation import translate_ids
 from service.worker import process
+from service.worker.loop_clock import PHASES
 from service.worker.messages import (
     Admitted,
     Cancel,
@@ -128,6 +129,12 @@ def test_a_job_is_answered_with_its_events_and_the_measurements_then_stop_ends_i
     assert all(isinstance(s, Stats) for s in stats)
     assert sum(len(s.step_seconds) for s in stats) >= 1  # the parent gets the measurements
     assert sum(s.tokens for s in stats) >= 1
+    loop = {p: sum(s.loop_seconds.get(p, 0.0) for s in stats) for p in PHASES}
+    assert all(set(s.loop_seconds) in (set(), set(PHASES)) for s in stats)
+    assert all(seconds >= 0 for seconds in loop.values())
+    # the steps ran on the loop's thread, measured there: its inputs, runs, outputs, encoder
+    assert all(loop[p] > 0 for p in ("admit", "encoder", "prepare", "run", "outputs"))
+    assert loop["run"] > loop["outputs"]
 
 
 def test_stop_answers_every_job_still_held(signals, loaded):

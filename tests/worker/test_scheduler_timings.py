@@ -1,18 +1,23 @@
 """A job's token times, as the scheduler reports them (the time to first token and the gaps
 between tokens behind the latency metrics): every running job takes a token at every step, so
 they are the times of the steps it lived through, kept once for all jobs and forgotten once no
-running job needs them."""
+running job needs them. And the scheduler's own time by phase, for the worker loop's."""
 
 from __future__ import annotations
+
+import time
 
 import numpy as np
 import pytest
 from helpers import built_tiny_translator
 
+from service.runtime.batch import ContinuousBatch
 from service.runtime.batching import source_batch
 from service.runtime.decoding import DecodingOptions
 from service.runtime.onnx_engine import OnnxEngine
+from service.runtime.tensors import Launch
 from service.worker import scheduler as scheduler_module
+from service.worker.loop_clock import STEP_PHASES
 from service.worker.messages import Job, Result
 from service.worker.scheduler import Scheduler
 
@@ -64,3 +69,75 @@ def test_token_times_are_the_steps_each_job_lived_through(engine, monkeypatch, k
     assert scheduler._times_from + len(scheduler._times) == scheduler._steps
     if keep_times < scheduler._steps:  # some times forgotten: none a job still needed
         assert scheduler._times_from > 0
+
+
+class _SlowSteps(ContinuousBatch):
+    """A batch whose every step's run takes STEP_SLEEP longer."""
+
+    def launch_search_step(self, *args, **kw) -> Launch:
+        launch = super().launch_search_step(*args, **kw)
+
+        def run():
+            time.sleep(STEP_SLEEP)
+            launch.run()
+
+        return launch._replace(run=run)
+
+
+class _SlowEncoder:
+    """An engine whose encoder takes ENCODER_SLEEP longer (delegating everything else)."""
+
+    def __init__(self, engine):
+        self._engine = engine
+
+    def __getattr__(self, name):
+        return getattr(self._engine, name)
+
+    def encode(self, *inputs, **named):
+        time.sleep(ENCODER_SLEEP)
+        return self._engine.encode(*inputs, **named)
+
+
+STEP_SLEEP, ENCODER_SLEEP = 0.004, 0.02
+
+
+@pytest.mark.parametrize("threads", ["inline", "threads"])
+def test_the_scheduler_s_phases_hold_its_runs_and_fit_in_its_rounds(engine, threads):
+    """The loop's step phases (service.worker.loop_clock) as the scheduler measures them:
+    a step's run (inline, or waited for on the step thread) holds each step's sleep, the
+    encoder (inline, or waited for while no row runs) each admission's, and all of them fit
+    within the scheduling rounds' own time; a take starts them again at 0."""
+    slow = _SlowEncoder(engine)
+    beside = threads == "threads"
+    scheduler = Scheduler(
+        slow, max_rows=8, batch=_SlowSteps(slow), encoder_thread=beside, step_thread=beside
+    )
+    rng = np.random.default_rng(5)
+    jobs = []
+    for i in range(6):
+        src, mask = source_batch([list(rng.integers(4, 500, size=4 + i))], 64)
+        options = DecodingOptions(max_length=5 + i)
+        jobs.append(Job(i, {"src_ids": src, "src_mask": mask}, options))
+    scheduler.take_phases()
+    rounds, ended = 0.0, 0
+    for admitted in (jobs[:3], jobs[3:]):  # two admissions, the second into an empty batch
+        for job in admitted:
+            scheduler.submit(job)
+        while scheduler.busy:
+            start = time.perf_counter()
+            scheduler.iterate()
+            rounds += time.perf_counter() - start
+            ended += sum(isinstance(e, Result) for e in scheduler.events)
+            scheduler.events.clear()
+    scheduler.close()
+    assert ended == len(jobs)
+    steps = len(scheduler.stats.step_seconds)
+    admissions = len(scheduler.stats.encoder_seconds)
+    phases = scheduler.take_phases()
+    assert set(phases) == set(STEP_PHASES)
+    assert all(seconds > 0 for seconds in phases.values()), phases
+    assert sum(phases.values()) <= rounds
+    waited = 0.5 if beside else 1.0  # beside: the loop's own work overlaps part of a run
+    assert phases["run"] >= waited * steps * STEP_SLEEP
+    assert admissions >= 2 and phases["encoder"] >= 0.9 * admissions * ENCODER_SLEEP
+    assert scheduler.take_phases() == dict.fromkeys(STEP_PHASES, 0.0)
