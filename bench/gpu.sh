@@ -184,7 +184,7 @@ case "$phase" in
       OUT_S="$out/step-$step"; mkdir -p "$OUT_S"
       timeout 60 python3 -m bench.gpu --device cuda --workdir "$work" --out "$OUT_S" \
         --graphs "$graphs" --no-engine --load --server-step "$step" --clients 256,1024 \
-        --level-seconds 6 | sed -n '/^| clients/,/^One sentence/p' || true
+        --level-seconds 6 | sed -n '/^| clients/,/^## Goals/p' || true
       grep -ih "died\|restart\|traceback\|error" "$work/server/server.log" | head -20 || true
     done ;;
   steady)  # three CUDA servers in a row with the step on its thread, then one inline, each
@@ -199,7 +199,7 @@ case "$phase" in
       OUT_S="$out/steady-$run"; mkdir -p "$OUT_S"
       timeout 75 python3 -m bench.gpu --device cuda --workdir "$work" --out "$OUT_S" \
         --graphs "$graphs" --no-engine --load --server-step "${run%-*}" --clients 1,256,1024 \
-        --level-seconds 6 | sed -n '/^| clients/,/^One sentence/p' || true
+        --level-seconds 6 | sed -n '/^| clients/,/^## Goals/p' || true
       cp "$work/server/server.log" "$OUT_S/server.log" 2>/dev/null || true
       grep -ih "died\|restart\|traceback\|error\|fault\|signal" "$OUT_S/server.log" | head -20 || true
     done

@@ -188,6 +188,7 @@ def _profile(args, version) -> int:
     originals = _time_onnxruntime(spent)
     steps, tokens = len(scheduler.stats.step_seconds), scheduler.stats.tokens
     beside = scheduler.beside_seconds
+    scheduler.take_phases()
     start = time.perf_counter()
     try:
         run()
@@ -206,6 +207,10 @@ def _profile(args, version) -> int:
     if first_token:
         p50, p99 = np.percentile(first_token, [50, 99]) * 1e3
         print(f"first token: p50 {p50:.1f} ms, p99 {p99:.1f} ms after submission")
+    phases = scheduler.take_phases()  # the served loop's phases (service.worker.loop_clock)
+    phases["schedule"] = wall - sum(phases.values())  # submissions and events included
+    cells = ", ".join(f"{k} {v / steps * 1e3:.3f}" for k, v in phases.items())
+    print(f"loop, ms a step: {cells}")
     for loop in (True, False):
         mine = {name: v for (own, name), v in spent.items() if own == loop}
         inside = sum(t for _, t in mine.values())

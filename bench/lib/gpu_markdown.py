@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 from bench.lib.reports import table_row
+from service.worker.loop_clock import PHASES
 
 
 def _number(value, digits: int = 0) -> str:
@@ -216,6 +217,33 @@ def _sentence_lines(sentence: dict) -> list[str]:
     ]
 
 
+def _loop_lines(part: dict) -> list[str]:
+    """The workers' loop a step at each level and at the sentence's one client: where its
+    time went, in ms a step (service.worker.loop_clock's phases; idle counts from the
+    worker's last report before the level)."""
+    rows = [(str(v["clients"]), v.get("server") or {}) for v in part["levels"]]
+    rows.append(("1 (sentence)", part["sentence"].get("server") or {}))
+    rows = [(name, server) for name, server in rows if server.get("loop_seconds")]
+    if not rows:
+        return []
+    header = ["clients", "steps", *PHASES, "busy"]
+    lines = [
+        "",
+        "The workers' loop, ms a step (the phases of `attnserve_worker_loop_seconds_total`; "
+        "busy: all but idle):",
+        "",
+        table_row(header),
+        "|" + "--:|" * len(header),
+    ]
+    for name, server in rows:
+        seconds, steps = server["loop_seconds"], max(server.get("steps") or 0, 1)
+        spent = [seconds.get(phase, 0.0) for phase in PHASES]
+        busy = sum(spent) - seconds.get("idle", 0.0)
+        cells = [_number(1000 * v / steps, 3) for v in (*spent, busy)]
+        lines.append(table_row([name, server.get("steps"), *cells]))
+    return lines
+
+
 def _load_markdown(part: dict | None) -> list[str]:
     lines = _section_head("Service level (gRPC)", part, "--no-load")
     if not part:
@@ -224,4 +252,4 @@ def _load_markdown(part: dict | None) -> list[str]:
         return [*lines, part["status"]]
     lines += [_load_intro(part), "", *LEVEL_HEADER]
     lines += [table_row(_level_cells(v)) for v in part["levels"]]
-    return lines + _sentence_lines(part["sentence"])
+    return lines + _sentence_lines(part["sentence"]) + _loop_lines(part)

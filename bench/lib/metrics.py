@@ -1,5 +1,5 @@
 """The server's Prometheus histograms over a level: their means, and TTFT quantiles from the
-buckets, of one model's samples or of all."""
+buckets, of one model's samples or of all; the workers' loop seconds by phase."""
 
 from __future__ import annotations
 
@@ -78,6 +78,13 @@ def server_numbers(before: dict, after: dict, model: str | None = None) -> dict:
     numbers["generated_tokens"] = int(
         sum(v - before.get(k, 0.0) for k, v in after.items() if k[0] == tokens and _of(k[1], model))
     )
+    loop = "attnserve_worker_loop_seconds_total"
+    seconds: dict[str, float] = {}
+    for (name, labels), value in after.items():
+        if name == loop:
+            phase = dict(labels)["phase"]
+            seconds[phase] = seconds.get(phase, 0.0) + value - before.get((name, labels), 0.0)
+    numbers["loop_seconds"] = seconds
     restarts = "attnserve_worker_restarts_total"
     numbers["worker_restarts"] = int(
         sum(v - before.get(k, 0.0) for k, v in after.items() if k[0] == restarts)

@@ -208,6 +208,7 @@ class LoadBench:
                 "queue_wait_ms_mean",
                 "steps",
                 "worker_restarts",
+                "loop_seconds",
             )
             level["server"] = {k: numbers.get(k) for k in keys}
         return level
@@ -264,4 +265,5 @@ class LoadBench:
             "calls": level["requests"],
             "errors": level["errors"],
             "latency_ms": level["latency_ms"],
+            "server": level.get("server"),
         }
