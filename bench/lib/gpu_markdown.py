@@ -226,11 +226,11 @@ def _loop_lines(part: dict) -> list[str]:
     rows = [(name, server) for name, server in rows if server.get("loop_seconds")]
     if not rows:
         return []
-    header = ["clients", "steps", *PHASES, "busy"]
+    header = ["clients", "steps", *PHASES, "busy", "outbox"]
     lines = [
         "",
         "The workers' loop, ms a step (the phases of `attnserve_worker_loop_seconds_total`; "
-        "busy: all but idle):",
+        "busy: all but idle; outbox: its thread's sending beside the loop):",
         "",
         table_row(header),
         "|" + "--:|" * len(header),
@@ -239,7 +239,8 @@ def _loop_lines(part: dict) -> list[str]:
         seconds, steps = server["loop_seconds"], max(server.get("steps") or 0, 1)
         spent = [seconds.get(phase, 0.0) for phase in PHASES]
         busy = sum(spent) - seconds.get("idle", 0.0)
-        cells = [_number(1000 * v / steps, 3) for v in (*spent, busy)]
+        outbox = server.get("outbox_seconds") or 0.0
+        cells = [_number(1000 * v / steps, 3) for v in (*spent, busy, outbox)]
         lines.append(table_row([name, server.get("steps"), *cells]))
     return lines
 

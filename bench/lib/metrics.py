@@ -85,6 +85,10 @@ def server_numbers(before: dict, after: dict, model: str | None = None) -> dict:
             phase = dict(labels)["phase"]
             seconds[phase] = seconds.get(phase, 0.0) + value - before.get((name, labels), 0.0)
     numbers["loop_seconds"] = seconds
+    outbox = "attnserve_worker_outbox_seconds_total"
+    numbers["outbox_seconds"] = sum(
+        v - before.get(k, 0.0) for k, v in after.items() if k[0] == outbox
+    )
     restarts = "attnserve_worker_restarts_total"
     numbers["worker_restarts"] = int(
         sum(v - before.get(k, 0.0) for k, v in after.items() if k[0] == restarts)

@@ -209,6 +209,7 @@ class LoadBench:
                 "steps",
                 "worker_restarts",
                 "loop_seconds",
+                "outbox_seconds",
             )
             level["server"] = {k: numbers.get(k) for k in keys}
         return level

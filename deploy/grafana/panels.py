@@ -26,6 +26,7 @@ def events(metric: str) -> str:
 
 
 ROWS = "attnserve_decode_step_batch_rows"
+OUTBOX = "attnserve_worker_outbox_seconds_total"
 PANELS = [
     ("Requests per second by method and status", "reqps", [
         ("{{model}} {{method}} {{code}}",
@@ -64,6 +65,7 @@ PANELS = [
     ]),
     ("Worker loops by phase (seconds a second, all workers)", "short", [
         ("{{phase}}", f"sum by (phase) (rate(attnserve_worker_loop_seconds_total[{RATE}]))"),
+        ("outbox (beside)", f"sum(rate({OUTBOX}[{RATE}])) or vector(0)"),
     ]),
     ("Workers ready and restarts", "short", [
         ("ready {{instance}}", "attnserve_workers_ready"),

@@ -133,6 +133,12 @@ class Metrics:
             "and reports (service.worker.loop_clock).",
             ("phase",),
         )
+        self.worker_outbox = counter(
+            "attnserve_worker_outbox_seconds",
+            "Seconds the workers' outbox threads spent pickling and sending reports, beside "
+            "their loops (and sharing their GIL).",
+            (),
+        )
         self.worker_restarts = counter(
             "attnserve_worker_restarts", "Worker processes restarted after they died.", ()
         )
@@ -184,6 +190,8 @@ class Metrics:
             self.generated_tokens.labels(model).inc(stats.tokens)
         for phase, seconds in stats.loop_seconds.items():
             self.worker_loop.labels(phase).inc(max(seconds, 0.0))
+        if stats.outbox_seconds:
+            self.worker_outbox.inc(stats.outbox_seconds)
 
 
 class _QuietHandler(WSGIRequestHandler):

@@ -51,6 +51,11 @@ class LoopClock:
         self._last = clock()
         self.seconds = dict.fromkeys(PHASES, 0.0)  # since the last take
 
+    @property
+    def pending(self) -> bool:
+        """Seconds were counted since the last take."""
+        return any(self.seconds.values())
+
     def lap(self, phase: str) -> None:
         """The time since the last lap was spent in `phase`."""
         now = self._clock()

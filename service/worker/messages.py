@@ -54,6 +54,7 @@ class Stats:
     # the worker loop's seconds by phase (service.worker.loop_clock) since its last report:
     # in one model's stats a report round, as the loop serves every model
     loop_seconds: dict[str, float] = field(default_factory=dict)
+    outbox_seconds: float = 0.0  # the outbox thread's sending, beside the loop, as loop_seconds
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 
 CLOSE_SECONDS = 5.0  # how long closing waits for the queue to drain
 
@@ -19,6 +20,7 @@ class Outbox:
     def __init__(self):
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._failed: list = []  # links whose send failed, for the loop
+        self._seconds = 0.0  # spent sending (pickling included) since taken
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="outbox", daemon=True)
         self._thread.start()
@@ -32,6 +34,13 @@ class Outbox:
             failed, self._failed = self._failed, []
         return failed
 
+    def take_seconds(self) -> float:
+        """The thread's seconds spent sending (pickling included) since the last call: its
+        share of the GIL beside the worker's loop."""
+        with self._lock:
+            seconds, self._seconds = self._seconds, 0.0
+        return seconds
+
     def close(self) -> None:
         """Sends what is queued (for at most CLOSE_SECONDS), then stops."""
         self._queue.put(None)
@@ -43,9 +52,12 @@ class Outbox:
             link, message = item
             if link in broken:
                 continue
+            start = time.perf_counter()
             try:
                 link.send(message)
             except (OSError, ValueError):  # closed, or its peer gone
                 broken.add(link)
                 with self._lock:
                     self._failed.append(link)
+            with self._lock:
+                self._seconds += time.perf_counter() - start

@@ -77,8 +77,9 @@ def _loop(fronts: Fronts, schedulers: dict[str, Scheduler], settings: WorkerSett
         clock.lap("reports")
         waits = [w for s in schedulers.values() if (w := s.wait_time()) is not None]
         waiting = "messages" if waits else "idle"  # idle: no job held
-        if parent.owed:  # a replica's parent hears of an emptied batch within STATS_EVERY
-            waits.append(STATS_EVERY)
+        # a replica's parent hears of an emptied batch within STATS_EVERY, and the metrics
+        # of the loop's idle time as it passes
+        waits.append(STATS_EVERY)
         ready = fronts.wait(min(waits) if waits else None)
         clock.lap(waiting)
         for link in ready:
@@ -118,7 +119,7 @@ def _loop(fronts: Fronts, schedulers: dict[str, Scheduler], settings: WorkerSett
             scheduler.events = []
             # events at once; measurements and the batch state (a gauge) at most every
             # STATS_EVERY, so a busy worker does not send a message a step
-            changed = due and (measured or state != reported.get(key, (0, 0)))
+            changed = due and (measured or clock.pending or state != reported.get(key, (0, 0)))
             measurer = fronts.measurer
             if changed:
                 routed.setdefault(measurer, [])
@@ -126,6 +127,7 @@ def _loop(fronts: Fronts, schedulers: dict[str, Scheduler], settings: WorkerSett
                 routed[fronts.parent] = routed.get(fronts.parent, [])
             if measurer in routed:  # the loop's time since its last report goes with one
                 scheduler.stats.loop_seconds = clock.take()
+                scheduler.stats.outbox_seconds = fronts.outbox.take_seconds()
             for link, events in routed.items():
                 if link in fronts.links:
                     stats = scheduler.stats if link is measurer else None
@@ -142,15 +144,11 @@ class _Load:
     """What a replica's worker tells its parent of each model's batch: the most rows in use
     and jobs waiting since it last told (Ray Serve samples the replica's load now and then: a
     batch that empties between calls would look idle), at most every STATS_EVERY, and an
-    emptied batch once more within STATS_EVERY (`owed`: the loop then waits no longer)."""
+    emptied batch once more within STATS_EVERY (the loop wakes at least that often)."""
 
     def __init__(self):
         self.peaks: dict[str, tuple[int, int]] = {}  # since the last tell
         self.told: dict[str, tuple[tuple[int, int], float]] = {}  # (state, when) last told
-
-    @property
-    def owed(self) -> bool:
-        return any(state != (0, 0) for state, _ in self.told.values())
 
     def tell(self, key: str, state: tuple[int, int], now: float) -> bool:
         peak = self.peaks.get(key, (0, 0))

@@ -156,7 +156,8 @@ def test_service_level(run):
     for server in [level["server"] for level in load["levels"]] + [sentence["server"]]:
         assert server["steps"] > 0 and set(server["loop_seconds"]) == set(PHASES)
         assert all(server["loop_seconds"][p] > 0 for p in ("prepare", "run", "outputs"))
-    assert "| clients | steps | " + " | ".join(PHASES) + " | busy |" in text
+    assert "| clients | steps | " + " | ".join(PHASES) + " | busy | outbox |" in text
+    assert all(level["server"]["outbox_seconds"] > 0 for level in load["levels"])
     assert "\n| 1 (sentence) | " in text
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 from multiprocessing import Pipe
 
 import pytest
@@ -164,3 +165,29 @@ def test_the_front_gone_ends_the_worker_quietly(signals, loaded):
     thread.join(10)
     assert not thread.is_alive()
     assert not schedulers[KEY].busy
+
+
+def test_an_idle_worker_reports_its_idle_time_as_it_passes(signals, loaded):
+    """The metric's rate reads idle while no job comes, not a jump once one does: an idle
+    worker wakes every STATS_EVERY and sends its loop's seconds."""
+    front, worker = Pipe()
+    idle: list[float] = []
+
+    def the_front():
+        try:
+            front.recv()  # Ready
+            deadline = time.monotonic() + 0.6
+            while time.monotonic() < deadline:
+                if front.poll(0.05):
+                    report = front.recv()
+                    assert isinstance(report, Report) and not report.events
+                    idle.append(report.stats.loop_seconds["idle"])
+        finally:
+            front.send(Stop())
+
+    thread = threading.Thread(target=the_front)
+    thread.start()
+    run_worker(worker, WorkerSettings(index=0, models=()))
+    thread.join(10)
+    assert len(idle) >= 3  # about one every STATS_EVERY
+    assert 0.3 < sum(idle) < 0.7 and max(idle) < 3 * process.STATS_EVERY

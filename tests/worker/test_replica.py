@@ -21,12 +21,10 @@ def test_the_parent_hears_the_peak_load_since_it_last_heard():
     # within STATS_EVERY: nothing, but the peaks are kept
     assert not load.tell("m", (7, 4), now=10.0 + STATS_EVERY / 4)
     assert not load.tell("m", (2, 0), now=10.0 + STATS_EVERY / 2)
-    assert load.owed  # a nonzero load was told: the loop wakes to tell its end
     assert load.tell("m", (0, 0), now=10.0 + 2 * STATS_EVERY)
     assert load.peak("m", (0, 0), now=10.0 + 2 * STATS_EVERY) == (7, 4)  # the peak between
     assert load.tell("m", (0, 0), now=10.0 + 4 * STATS_EVERY)  # and now that it is empty
     assert load.peak("m", (0, 0), now=10.0 + 4 * STATS_EVERY) == (0, 0)
-    assert not load.owed
     assert not load.tell("m", (0, 0), now=10.0 + 20 * STATS_EVERY)  # idle: silent
 
 
