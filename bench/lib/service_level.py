@@ -154,8 +154,8 @@ class LoadBench:
             return None
 
     def _clients(self, pool, address: str, clients: int, start_at: float, call: tuple) -> list:
-        """Every client process's part of a closed loop of `clients`, all of them starting at
-        `start_at`; `call`: (texts, max_length, seconds, count) of client_run."""
+        """Every client process's part of a closed loop of `clients` (futures), all of them
+        starting at `start_at`; `call`: (texts, max_length, seconds, count) of client_run."""
         texts, max_length, seconds, count = call
         processes = self.processes(clients)
         shares = [clients // processes + (p < clients % processes) for p in range(processes)]
@@ -163,7 +163,7 @@ class LoadBench:
         for p, share in enumerate(shares):
             loop = (address, texts, max_length, share, seconds, start_at, p * 7919, count)
             futures.append(pool.submit(client_run, *loop))
-        return [f.result() for f in futures]
+        return futures
 
     def _loop(
         self,
@@ -178,10 +178,12 @@ class LoadBench:
         """A closed loop of `clients` over client processes for `seconds` (with `count`: until
         that many calls are answered); the server's CPU and metrics around it."""
         texts = texts or self.texts
-        metrics_before, cpu_before = self._metrics(server), server.cpu_seconds()
         start_at = time.time() + 0.5  # every client process starts then
         call = (texts, max_length, seconds, count)
-        parts = self._clients(pool, server.address, clients, start_at, call)
+        futures = self._clients(pool, server.address, clients, start_at, call)
+        time.sleep(max(0.0, start_at - 0.05 - time.time()))  # the server's figures from then
+        metrics_before, cpu_before = self._metrics(server), server.cpu_seconds()
+        parts = [f.result() for f in futures]
         cpu_after, metrics_after = server.cpu_seconds(), self._metrics(server)
         answers, inside, window = _answers(parts, start_at, seconds, count)
         cpu = {k: cpu_after[k] - cpu_before[k] for k in ("front", "workers")}
