@@ -59,13 +59,12 @@ from service.runtime.onnx_runtime import (
     session_options,
 )
 from service.runtime.repository import ModelVersion
-from service.runtime.search import Candidates, SearchRequest, host_search
+from service.runtime.search import CANDIDATES, Candidates, SearchRequest, host_search
 from service.runtime.session_runner import SessionRunner
 from service.runtime.static_step import StepGraph, static_step
 from service.runtime.tensor_ops import HELPER_OPS, TensorOps
 from service.runtime.tensors import EncoderOutput, StepOutput, Tensor, Tensors, shape_of
 
-CANDIDATES = ("ids", "log_probs")  # a lean step's search outputs
 MIN_CAPACITY = 32  # positions of an in-place buffer when it is first grown
 
 

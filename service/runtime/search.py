@@ -40,6 +40,9 @@ class SearchRequest:
         return min(self.k or vocab, vocab)
 
 
+CANDIDATES = ("ids", "log_probs")  # a lean step's search outputs: Candidates' first fields
+
+
 @dataclass(frozen=True)
 class Candidates:
     """The k best tokens of every row, best first."""

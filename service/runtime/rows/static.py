@@ -28,12 +28,11 @@ from service.runtime.onnx_runtime import banned_bias, power_of_two
 from service.runtime.rows.buckets import Bucket, BucketBinding, SlotBuffers
 from service.runtime.rows.slots import SlotWriter
 from service.runtime.rows.table import NewRows, SlotTable, extent
-from service.runtime.search import Candidates, SearchRequest
+from service.runtime.search import CANDIDATES, Candidates, SearchRequest
 from service.runtime.static_step import StaticStep, StepGraph
 from service.runtime.tensors import Launch, StepOutput, shape_of
 
 MIN_MEMORY = 16  # the smallest memory size of the static step's buckets
-CANDIDATES = ("ids", "log_probs")  # a lean step's search outputs
 
 
 @dataclass
