@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
+import struct
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +15,34 @@ from models.shipped import SHIPPED_TRANSLATOR as SHIPPED_TRANSLATOR
 ROOT = Path(__file__).resolve().parents[1]
 TRANSLATOR_DATA = ROOT / "data" / "translator"
 CAPTIONER_DATA = ROOT / "data" / "captioner"
+PROMETHEUS_DIR = ROOT / "deploy" / "prometheus"
+PROMETHEUS_CONFIG = PROMETHEUS_DIR / "prometheus.yml"
+
+
+def installed(name: str) -> str:
+    """The path of a program ./dev.sh installs (a Debian package); the test fails without."""
+    import pytest
+
+    path = shutil.which(name)
+    if path is None:
+        pytest.fail(f"{name} is not installed: run ./dev.sh, which installs it (Debian packages)")
+    return path
+
+
+def handmade_png(width: int, height: int, depth: int, color: int, row: bytes) -> bytes:
+    """A PNG of `height` identical rows (filter byte 0 then `row`), compressed a row at a time."""
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return (
+            struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+        )
+
+    packer = zlib.compressobj(9)
+    idat = b"".join(packer.compress(b"\x00" + row) for _ in range(height)) + packer.flush()
+    header = struct.pack(">IIBBBBB", width, height, depth, color, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", idat) + chunk(b"IEND", b"")
+    )
 
 
 def tiny_transformer(seed: int = 0, **overrides):

@@ -9,17 +9,14 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
-from helpers import ROOT
+from helpers import PROMETHEUS_CONFIG, PROMETHEUS_DIR, ROOT, installed
 
 COMPOSE_FILE = ROOT / "docker-compose.yml"
-PROMETHEUS_DIR = ROOT / "deploy" / "prometheus"
-PROMETHEUS_CONFIG = PROMETHEUS_DIR / "prometheus.yml"
 PROMETHEUS_RULES = PROMETHEUS_DIR / "rules.yml"
 PROMETHEUS_RULES_TEST = PROMETHEUS_DIR / "rules_test.yml"
 GRPC_PORT, METRICS_PORT, HTTP_PORT = 50051, 9400, 8080
@@ -28,13 +25,6 @@ SCALED = {
     "ATTNSERVE_METRICS_PORT": "9400-9403",
     "ATTNSERVE_HTTP_PORT": "8080-8083",
 }
-
-
-def _binary(name: str) -> str:
-    path = shutil.which(name)
-    if path is None:
-        pytest.fail(f"{name} is not installed: run ./dev.sh, which installs it (Debian packages)")
-    return path
 
 
 def _run(args: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -47,7 +37,7 @@ def _compose(*args: str, extra_env: dict[str, str] | None = None) -> subprocess.
     """docker-compose on the project's file, blind to the caller's ATTNSERVE_* settings."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ATTNSERVE_", "COMPOSE_"))}
     env.update(extra_env or {})
-    return _run([_binary("docker-compose"), "-f", str(COMPOSE_FILE), *args], env=env)
+    return _run([installed("docker-compose"), "-f", str(COMPOSE_FILE), *args], env=env)
 
 
 def _seconds(duration: str | int) -> float:
@@ -101,7 +91,7 @@ def test_compose_validation_catches_a_misspelt_option(tmp_path):
     text = COMPOSE_FILE.read_text().replace("stop_grace_period:", "stop_grace_periods:")
     broken = tmp_path / "docker-compose.yml"
     broken.write_text(text)
-    result = _run([_binary("docker-compose"), "-f", str(broken), "config", "-q"])
+    result = _run([installed("docker-compose"), "-f", str(broken), "config", "-q"])
     assert result.returncode != 0
     assert "stop_grace_periods" in result.stderr
 
@@ -181,16 +171,16 @@ def test_prometheus_scrapes_every_attnserve_replica(compose):
 
 
 def test_promtool_checks_config_and_rules():
-    result = _run([_binary("promtool"), "check", "config", str(PROMETHEUS_CONFIG)])
+    result = _run([installed("promtool"), "check", "config", str(PROMETHEUS_CONFIG)])
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SUCCESS: 1 rule files found" in result.stdout
-    result = _run([_binary("promtool"), "check", "rules", str(PROMETHEUS_RULES)])
+    result = _run([installed("promtool"), "check", "rules", str(PROMETHEUS_RULES)])
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SUCCESS" in result.stdout
 
 
 def test_rules_pass_their_unit_tests():
-    result = _run([_binary("promtool"), "test", "rules", str(PROMETHEUS_RULES_TEST)])
+    result = _run([installed("promtool"), "test", "rules", str(PROMETHEUS_RULES_TEST)])
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SUCCESS" in result.stdout
 
@@ -198,7 +188,7 @@ def test_rules_pass_their_unit_tests():
 def test_promtool_rejects_a_broken_rule(tmp_path):
     rules = tmp_path / "rules.yml"
     rules.write_text(PROMETHEUS_RULES.read_text().replace("rate(", "rate[", 1))
-    result = _run([_binary("promtool"), "check", "rules", str(rules)])
+    result = _run([installed("promtool"), "check", "rules", str(rules)])
     assert result.returncode != 0
     assert "parse error" in result.stdout + result.stderr
 
@@ -207,7 +197,7 @@ KUBERNETES = ROOT / "deploy" / "kubernetes" / "attnserve.yaml"
 
 
 def _kubernetes_validate(path: Path) -> subprocess.CompletedProcess:
-    return _run([_binary("kubernetes-validate"), "--strict", "--no-warn", str(path)])
+    return _run([installed("kubernetes-validate"), "--strict", "--no-warn", str(path)])
 
 
 def test_kubernetes_manifests_validate_offline():

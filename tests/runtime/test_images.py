@@ -5,12 +5,11 @@ write one)."""
 from __future__ import annotations
 
 import io
-import struct
 import warnings
-import zlib
 
 import numpy as np
 import pytest
+from helpers import handmade_png
 from PIL import Image, ImageFile
 
 from service.runtime.errors import InvalidArgument
@@ -34,22 +33,6 @@ def encode(image: Image.Image, fmt: str, **options) -> bytes:
 
 def noise(height: int = 48, width: int = 64, seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
-
-
-def handmade_png(width: int, height: int, depth: int, color: int, row: bytes) -> bytes:
-    """A PNG of `height` identical rows (filter byte 0 then `row`), compressed a row at a time."""
-
-    def chunk(kind: bytes, body: bytes) -> bytes:
-        return (
-            struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
-        )
-
-    packer = zlib.compressobj(9)
-    idat = b"".join(packer.compress(b"\x00" + row) for _ in range(height)) + packer.flush()
-    header = struct.pack(">IIBBBBB", width, height, depth, color, 0, 0, 0)
-    return (
-        b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", idat) + chunk(b"IEND", b"")
-    )
 
 
 def refusal(data: bytes, limits: ImageLimits | None = None) -> str:

@@ -16,8 +16,8 @@ import grpc
 import numpy as np
 import pytest
 from conftest import rpc_error
+from helpers import handmade_png
 from PIL import Image
-from test_images import handmade_png
 from test_translation_service import LONG, LONG_TEXTS
 
 from service import client

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 import yaml
-from test_deploy import PROMETHEUS_CONFIG, PROMETHEUS_DIR, _binary
+from helpers import PROMETHEUS_CONFIG, PROMETHEUS_DIR, installed
 
 from service import client
 
@@ -68,7 +68,7 @@ def prometheus(tmp_path, server) -> Iterator[tuple[str, subprocess.Popen]]:
     config.write_text(yaml.safe_dump(_local_config(target, web)))
     log = (tmp_path / "prometheus.log").open("w")
     args = [
-        _binary("prometheus"),
+        installed("prometheus"),
         f"--config.file={config}",
         f"--storage.tsdb.path={tmp_path / 'data'}",
         f"--web.listen-address={web}",
