@@ -177,7 +177,8 @@ case "$phase" in
     timeout 100 python3 -m bench.gpu --device cpu --workdir "$work" --out "$OUT_CPU" \
       --graphs "$graphs" --quick --no-engine --load --clients 256 --level-seconds 8 || true ;;
   step)  # the CUDA server with its steps inline, then on their own thread, twice each, at
-    # 256 and 1,024 clients (one results folder each); a quick export first where none is
+    # 256 and 1,024 clients (one results folder each), each level's worker loop by phase
+    # printed; a quick export first where none is
     timeout 150 python3 -m bench.gpu --device cuda --workdir "$work" --out "$out" \
       --graphs "$graphs" --export-sentences 8 --no-engine --no-load > /dev/null || true
     for step in inline thread inline thread; do
@@ -190,7 +191,9 @@ case "$phase" in
   steady)  # three CUDA servers in a row with the step on its thread, then one inline, each
     # at 1, 256 and 1,024 clients (the 30-token sentence with them), every server's whole log
     # kept beside its results, Python's fault handler on in the workers (a crash's stack in
-    # the log); then one worker kept full in process at 256 rows, each way, side by side
+    # the log), each level's worker loop by phase printed (ms a step: messages, admission,
+    # a step's prepare, run and outputs, reports, the outbox beside); then one worker kept
+    # full in process at 256 rows, each way, side by side (the same phases)
     export PYTHONFAULTHANDLER=1 PYTHONPATH="$PWD/.gpu/pylib:$PYTHONPATH"
     mkdir -p "$out"
     timeout 150 python3 -m bench.gpu --device cuda --workdir "$work" --out "$out" \
