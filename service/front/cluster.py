@@ -238,7 +238,7 @@ class ClusterPool(WorkerPool):
             conn.close()
             return
         no_delay(conn)
-        worker.conn, worker.rows = conn, 0
+        worker.conn, worker.rows = conn, {}
         asyncio.get_running_loop().add_reader(conn.fileno(), self._on_readable, worker)
 
     def _unreachable(self, worker: _Worker, error: BaseException | str) -> None:

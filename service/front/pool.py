@@ -100,7 +100,7 @@ class _Worker:
         self.ready: asyncio.Future | None = None
         self.calls: dict[int, Call] = {}
         self.held = 0  # batch rows its calls need, kept as calls come and go
-        self.rows = 0  # batch rows in use, as last reported
+        self.rows: dict[str, int] = {}  # batch rows in use by model key, as last reported
         self.info: dict = {}
         self.failures = 0
         self.loading: dict[str, asyncio.Future] = {}  # model key -> Loaded/NotLoaded
@@ -185,7 +185,7 @@ class WorkerPool:
         except OSError:  # not listening (yet, or again)
             loop.call_later(RECONNECT_SECONDS, self._connect, worker)
             return
-        worker.conn, worker.rows = conn, 0
+        worker.conn, worker.rows = conn, {}
         loop.add_reader(conn.fileno(), self._on_readable, worker)
 
     def _spawn(self, worker: _Worker) -> None:
@@ -200,7 +200,7 @@ class WorkerPool:
         process.start()
         child.close()
         worker.process, worker.conn, worker.ready = process, parent, loop.create_future()
-        worker.rows = 0
+        worker.rows = {}
         loop.add_reader(parent.fileno(), self._on_readable, worker)
 
     async def stop(self) -> None:
@@ -399,7 +399,7 @@ class WorkerPool:
                 self._event(worker, model, event)
             if message.stats is not None:
                 self.metrics.observe_worker_stats(model, message.stats)
-            worker.rows = message.rows
+            worker.rows[message.key] = message.rows
             if self.parent:
                 self._update_rows(model)
         elif isinstance(message, Ready):
@@ -443,7 +443,10 @@ class WorkerPool:
             call.events.put_nowait(event)
 
     def _update_rows(self, model: str) -> None:
-        self.metrics.batch_rows_in_use.labels(model).set(sum(w.rows for w in self.workers))
+        """The gauge of `model`'s rows: its versions' rows in every worker's batches."""
+        named = self.models.get
+        rows = [n for w in self.workers for key, n in w.rows.items() if named(key, key) == model]
+        self.metrics.batch_rows_in_use.labels(model).set(sum(rows))
 
     def _on_death(self, worker: _Worker) -> None:
         if worker.conn is None:
@@ -471,7 +474,7 @@ class WorkerPool:
                 future.set_exception(ModelRepositoryError(f"worker exited with code {code}"))
         worker.loading.clear()
         worker.ready = None
-        worker.rows = 0
+        worker.rows = {}
         if self.parent:
             self.metrics.workers_ready.set(sum(w.alive for w in self.workers))
         if not any(w.alive for w in self.workers):

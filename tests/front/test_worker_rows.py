@@ -1,0 +1,39 @@
+"""The batch rows gauge of each model, as the front keeps it from its workers' reports: a
+worker serving several models reports each model's batch apart, in whatever order, and the
+gauge of a model counts that model's rows in every worker, nothing of the others'."""
+
+from __future__ import annotations
+
+from service.front.metrics import Metrics
+from service.front.pool import WorkerPool
+from service.worker.messages import Report
+from service.worker.settings import WorkerSettings
+
+
+def _gauge(metrics: Metrics, model: str) -> float:
+    return metrics.registry.get_sample_value("attnserve_batch_rows_in_use", {"model": model})
+
+
+def test_each_model_s_gauge_counts_its_own_rows_in_every_worker():
+    metrics = Metrics()
+    pool = WorkerPool([WorkerSettings(index=i, models=()) for i in range(2)], metrics, 8)
+    pool.models = {
+        "translator/1": "translator",
+        "translator/2": "translator",
+        "captioner/1": "captioner",
+    }
+    first, second = pool.workers
+    reports = [  # (worker, key, rows): each worker's models reported in turn, interleaved
+        (first, "translator/1", 16),
+        (second, "captioner/1", 0),
+        (first, "captioner/1", 3),
+        (second, "translator/2", 5),
+        (second, "captioner/1", 0),  # the last report of a model is what counts
+        (first, "translator/1", 16),
+    ]
+    for worker, key, rows in reports:
+        pool._handle(worker, Report(key, [], None, rows, 0))
+    assert _gauge(metrics, "translator") == 16 + 5  # two versions, two workers
+    assert _gauge(metrics, "captioner") == 3
+    pool._handle(first, Report("translator/1", [], None, 0, 0))
+    assert _gauge(metrics, "translator") == 5 and _gauge(metrics, "captioner") == 3
