@@ -219,8 +219,7 @@ def _sentence_lines(sentence: dict) -> list[str]:
 
 def _loop_lines(part: dict) -> list[str]:
     """The workers' loop a step at each level and at the sentence's one client: where its
-    time went, in ms a step (service.worker.loop_clock's phases; idle counts from the
-    worker's last report before the level)."""
+    time went, in ms a step (service.worker.loop_clock's phases)."""
     rows = [(str(v["clients"]), v.get("server") or {}) for v in part["levels"]]
     rows.append(("1 (sentence)", part["sentence"].get("server") or {}))
     rows = [(name, server) for name, server in rows if server.get("loop_seconds")]

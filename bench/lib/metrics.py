@@ -59,6 +59,15 @@ def _bucket_quantile(q: float, buckets: dict) -> float | None:
     return None
 
 
+def _growth(before: dict, after: dict, counter: str, keep=lambda labels: True) -> float:
+    """How much `counter` grew over the level, over its samples whose labels `keep` holds."""
+    return sum(
+        value - before.get((name, labels), 0.0)
+        for (name, labels), value in after.items()
+        if name == counter and keep(labels)
+    )
+
+
 def server_numbers(before: dict, after: dict, model: str | None = None) -> dict:
     """Means (and TTFT quantiles from the buckets) of the server's histograms over a level, of
     `model`'s samples only when given (the metrics' model label: its name)."""
@@ -74,23 +83,15 @@ def server_numbers(before: dict, after: dict, model: str | None = None) -> dict:
             for q in (0.5, 0.99):
                 value = _bucket_quantile(q, buckets)
                 numbers[f"ttft_ms_p{round(100 * q)}"] = None if value is None else 1000 * value
-    tokens = "attnserve_generated_tokens_total"
     numbers["generated_tokens"] = int(
-        sum(v - before.get(k, 0.0) for k, v in after.items() if k[0] == tokens and _of(k[1], model))
+        _growth(before, after, "attnserve_generated_tokens_total", lambda k: _of(k, model))
     )
     loop = "attnserve_worker_loop_seconds_total"
-    seconds: dict[str, float] = {}
-    for (name, labels), value in after.items():
-        if name == loop:
-            phase = dict(labels)["phase"]
-            seconds[phase] = seconds.get(phase, 0.0) + value - before.get((name, labels), 0.0)
-    numbers["loop_seconds"] = seconds
-    outbox = "attnserve_worker_outbox_seconds_total"
-    numbers["outbox_seconds"] = sum(
-        v - before.get(k, 0.0) for k, v in after.items() if k[0] == outbox
-    )
-    restarts = "attnserve_worker_restarts_total"
-    numbers["worker_restarts"] = int(
-        sum(v - before.get(k, 0.0) for k, v in after.items() if k[0] == restarts)
-    )
+    phases = {dict(labels)["phase"] for name, labels in after if name == loop}
+    numbers["loop_seconds"] = {
+        phase: _growth(before, after, loop, lambda k, p=phase: dict(k)["phase"] == p)
+        for phase in phases
+    }
+    numbers["outbox_seconds"] = _growth(before, after, "attnserve_worker_outbox_seconds_total")
+    numbers["worker_restarts"] = int(_growth(before, after, "attnserve_worker_restarts_total"))
     return numbers

@@ -79,8 +79,7 @@ def _loop(fronts: Fronts, schedulers: dict[str, Scheduler], settings: WorkerSett
         waiting = "messages" if waits else "idle"  # idle: no job held
         # a replica's parent hears of an emptied batch within STATS_EVERY, and the metrics
         # of the loop's idle time as it passes
-        waits.append(STATS_EVERY)
-        ready = fronts.wait(min(waits) if waits else None)
+        ready = fronts.wait(min([*waits, STATS_EVERY]))
         clock.lap(waiting)
         for link in ready:
             while link in fronts.links:

@@ -85,6 +85,16 @@ def _job(job_id: int, max_length: int) -> Job:
     )
 
 
+def _serve(worker, the_front) -> None:
+    """The worker's main function run here, while `the_front` plays the front on a thread of
+    its own, until both have ended."""
+    thread = threading.Thread(target=the_front)
+    thread.start()
+    run_worker(worker, WorkerSettings(index=0, models=()))
+    thread.join(10)
+    assert not thread.is_alive()
+
+
 def test_a_worker_that_cannot_load_says_why_and_ignores_the_group_s_signals(signals, tmp_path):
     front, worker = Pipe()
     settings = WorkerSettings(
@@ -114,10 +124,7 @@ def test_a_job_is_answered_with_its_events_and_the_measurements_then_stop_ends_i
         finally:
             front.send(Stop())
 
-    thread = threading.Thread(target=the_front)
-    thread.start()
-    run_worker(worker, WorkerSettings(index=0, models=()))
-    thread.join(10)
+    _serve(worker, the_front)
     assert received[0] == Ready(info)
     reports = received[1:]
     assert reports and all(isinstance(r, Report) and r.key == KEY for r in reports)
@@ -159,11 +166,7 @@ def test_the_front_gone_ends_the_worker_quietly(signals, loaded):
         front.recv()  # Ready
         front.close()
 
-    thread = threading.Thread(target=the_front)
-    thread.start()
-    run_worker(worker, WorkerSettings(index=0, models=()))  # returns, raises nothing
-    thread.join(10)
-    assert not thread.is_alive()
+    _serve(worker, the_front)  # returns, raises nothing
     assert not schedulers[KEY].busy
 
 
@@ -185,9 +188,6 @@ def test_an_idle_worker_reports_its_idle_time_as_it_passes(signals, loaded):
         finally:
             front.send(Stop())
 
-    thread = threading.Thread(target=the_front)
-    thread.start()
-    run_worker(worker, WorkerSettings(index=0, models=()))
-    thread.join(10)
+    _serve(worker, the_front)
     assert len(idle) >= 3  # about one every STATS_EVERY
     assert 0.3 < sum(idle) < 0.7 and max(idle) < 3 * process.STATS_EVERY
