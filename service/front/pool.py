@@ -149,6 +149,7 @@ class WorkerPool:
             )
             metrics.admission_limit.set(self.admission.limit)
         self.models: dict[str, str] = {}  # key -> model name, for metric labels
+        self.unloaded: set[str] = set()  # keys whose reports still in the pipes are late
         self.queued = 0
         self.stopping = False
         self._context = multiprocessing.get_context("spawn")
@@ -231,6 +232,7 @@ class WorkerPool:
         (and the version unloaded again) when one of them cannot. Workers started later
         load it with the others."""
         loop = asyncio.get_running_loop()
+        self.unloaded.discard(key)
         asked = []
         for worker in self.workers:
             if worker.alive and worker.conn is not None:
@@ -251,16 +253,21 @@ class WorkerPool:
         )
 
     def unload(self, key: str) -> None:
-        """The workers drop a model version (send nothing more for it first)."""
+        """The workers drop a model version (send nothing more for it first); its rows
+        leave the gauge, even those of calls cut while it was busy."""
         settings = self.template
         self._set_models(
             tuple((k, v) for k, v in settings.models if k != key),
             {k: v for k, v in settings.variants if k != key},
         )
+        self.unloaded.add(key)
         for worker in self.workers:
+            worker.rows.pop(key, None)
             if worker.conn is not None:
                 with contextlib.suppress(OSError, ValueError):
                     worker.conn.send(Unload(key))
+        if self.parent:
+            self._update_rows(self.models.get(key, key))
 
     def _set_models(self, models: tuple, variants: dict) -> None:
         self.template = replace(self.template, models=models, variants=tuple(variants.items()))
@@ -399,7 +406,8 @@ class WorkerPool:
                 self._event(worker, model, event)
             if message.stats is not None:
                 self.metrics.observe_worker_stats(model, message.stats)
-            worker.rows[message.key] = message.rows
+            if message.key not in self.unloaded:
+                worker.rows[message.key] = message.rows
             if self.parent:
                 self._update_rows(model)
         elif isinstance(message, Ready):

@@ -37,3 +37,18 @@ def test_each_model_s_gauge_counts_its_own_rows_in_every_worker():
     assert _gauge(metrics, "captioner") == 3
     pool._handle(first, Report("translator/1", [], None, 0, 0))
     assert _gauge(metrics, "translator") == 5 and _gauge(metrics, "captioner") == 3
+
+
+def test_an_unloaded_version_leaves_the_gauge_and_its_late_reports_count_for_nothing():
+    metrics = Metrics()
+    pool = WorkerPool([WorkerSettings(index=0, models=())], metrics, 8)
+    pool.models = {"translator/1": "translator", "translator/2": "translator"}
+    (worker,) = pool.workers
+    pool._handle(worker, Report("translator/1", [], None, 4, 0))
+    pool._handle(worker, Report("translator/2", [], None, 7, 0))
+    assert _gauge(metrics, "translator") == 11
+    pool.unload("translator/1")  # its calls cut while it was busy: no report of 0 follows
+    assert _gauge(metrics, "translator") == 7
+    pool._handle(worker, Report("translator/1", [], None, 4, 0))  # sent before the Unload
+    assert _gauge(metrics, "translator") == 7
+    assert pool.unloaded == {"translator/1"}
