@@ -256,6 +256,39 @@ def test_what_leaves_a_step_is_not_overwritten_by_the_next(tiny):
         np.testing.assert_array_equal(kept, now)
 
 
+def test_a_searched_step_crosses_to_the_device_once_and_back_once(tiny, monkeypatch):
+    """Each crossing is a synchronisation on a GPU: a step of the lean step writes its ids,
+    positions and memory mask in one copy and reads its ids and log-probabilities back in
+    another, whatever k; they are the search's over the full step's logits."""
+    from service.runtime.search import SearchRequest, host_search
+
+    _, version, sources = tiny
+    static = OnnxEngine(version, "fp32", cache="static")
+    encoder = static.encode(*source_batch(sources[:3], 512))
+    searched, full = joined(static, encoder, 3), joined(static, encoder, 3)
+    crossings = []
+    for method in ("numpy", "update_inplace"):
+        original = getattr(ort.OrtValue, method)
+
+        def counted(value, *args, original=original, method=method):
+            crossings.append(method)
+            return original(value, *args)
+
+        monkeypatch.setattr(ort.OrtValue, method, counted)
+    tokens = np.array([[static.special_tokens.bos]] * 3)
+    for k in (1, 4, 4):
+        request = SearchRequest(k=k, attention=False)
+        crossings.clear()
+        found, _ = searched.search_step(tokens, request)
+        assert sorted(crossings) == ["numpy", "update_inplace"]
+        logits, _ = full.step(tokens)
+        expected = host_search(logits, request)
+        np.testing.assert_array_equal(found.ids, expected.ids)
+        np.testing.assert_allclose(found.log_probs, expected.log_probs, atol=1e-5)
+        assert found.log_probs.dtype == np.float32
+        tokens = found.ids[:, -1:]  # each row's k-th best: a path the greedy one is not
+
+
 def _counting(session, runs: list) -> None:
     """Counts `session`'s runs with IO binding into `runs` (the session keeps running)."""
     run = session.run_with_iobinding

@@ -13,6 +13,7 @@ import numpy as np
 import onnxruntime as ort
 
 from service.runtime.onnx_runtime import allocate, banned_bias, named_shape, numpy_type
+from service.runtime.search import CANDIDATES, Candidates
 from service.runtime.static_step import StaticStep, StepGraph
 from service.runtime.tensors import Tensors
 
@@ -41,6 +42,41 @@ class SlotBuffer:
         """Binds output `name` to `count` slots from `slot` on, in place."""
         address = self.start + slot * self.row_bytes
         binding.bind_output(name, device, 0, self.dtype, [count, *self.row], address)
+
+
+@dataclass(frozen=True)
+class CandidateBuffer:
+    """The lean step's search outputs at one k, ids (slots, k) int64 then log_probs (slots,
+    k), bound to the two parts of one buffer, so that they leave the device in one copy a
+    step."""
+
+    value: ort.OrtValue  # (bytes,) uint8
+    shape: tuple[int, int]  # (slots, k)
+    dtypes: tuple[np.dtype, ...]  # of ids and log_probs
+
+    @classmethod
+    def allocate(cls, session: ort.InferenceSession, device: str, slots: int, k: int):
+        types = {o.name: np.dtype(numpy_type(o.type)) for o in session.get_outputs()}
+        dtypes = tuple(types[n] for n in CANDIDATES)
+        size = slots * k * sum(d.itemsize for d in dtypes)
+        return cls(allocate(device, (size,), np.uint8), (slots, k), dtypes)
+
+    def bind(self, binding: ort.IOBinding, device: str) -> None:
+        address, count = self.value.data_ptr(), self.shape[0] * self.shape[1]
+        for name, dtype in zip(CANDIDATES, self.dtypes, strict=True):  # int64 first: aligned
+            binding.bind_output(name, device, 0, dtype, list(self.shape), address)
+            address += count * dtype.itemsize
+
+    def read(self) -> Candidates:
+        """The last step's candidates, copied (the next step writes the buffer again; on
+        the CPU `numpy()` is a view of it)."""
+        raw, start, count = np.array(self.value.numpy()), 0, self.shape[0] * self.shape[1]
+        parts = []
+        for dtype in self.dtypes:
+            end = start + count * dtype.itemsize
+            parts.append(raw[start:end].view(dtype).reshape(self.shape))
+            start = end
+        return Candidates(*parts)
 
 
 def _buffers(step: StaticStep, names, sizes: dict[str, int]) -> dict[str, SlotBuffer]:
@@ -73,6 +109,7 @@ class BucketBinding:
     outputs: dict[str, ort.OrtValue | None]  # what a run returns by name (a state's: None)
     kept: tuple  # host arrays bound (k): alive while bound
     bias: ort.OrtValue | None = None  # the lean step's banned tokens, written in place
+    candidates: CandidateBuffer | None = None  # the lean step's search outputs
     banned: tuple[int, ...] = ()  # the tokens `bias` bans now
 
 
@@ -91,6 +128,7 @@ class Bucket:
         self.memory_buffers = _buffers(step, step.interface.memory_tensors, sizes)
         self.memory: Tensors = {n: b.value for n, b in self.memory_buffers.items()}
         self.outputs: dict[tuple[str, int | None], ort.OrtValue] = {}  # by (name, k)
+        self.candidates: dict[int, CandidateBuffer] = {}  # by k
         self.bindings: dict[tuple[StepGraph, int | None], BucketBinding] = {}
 
     def binding(self, step: StaticStep, graph: StepGraph, k: int | None) -> BucketBinding:
@@ -113,8 +151,15 @@ class Bucket:
             made.kept = (np.array([k], dtype=np.int64),)  # read by TopK on the host
             binding.bind_ortvalue_input("bias", made.bias)
             binding.bind_cpu_input("k", made.kept[0])
+            made.candidates = self.candidates.get(k)
+            if made.candidates is None:
+                made.candidates = CandidateBuffer.allocate(session, step.device, self.slots, k)
+                self.candidates[k] = made.candidates
+            made.candidates.bind(binding, step.device)
         into = {s.output: s.input for s in step.interface.states}
         for o in session.get_outputs():
+            if k is not None and o.name in CANDIDATES:
+                continue
             if o.name in into:
                 binding.bind_ortvalue_output(o.name, self.state[into[o.name]])
                 made.outputs[o.name] = None

@@ -28,7 +28,7 @@ from service.runtime.onnx_runtime import banned_bias, power_of_two
 from service.runtime.rows.buckets import Bucket, BucketBinding, SlotBuffers
 from service.runtime.rows.slots import SlotWriter
 from service.runtime.rows.table import NewRows, SlotTable, extent
-from service.runtime.search import CANDIDATES, Candidates, SearchRequest
+from service.runtime.search import SearchRequest
 from service.runtime.static_step import StaticStep, StepGraph
 from service.runtime.tensors import Launch, StepOutput, shape_of
 
@@ -216,9 +216,7 @@ class StaticRows:
         def output() -> StepOutput:
             # the bucket's output buffers are written again by the next step (on the CPU
             # their numpy() is a view of them): what leaves the step is copied
-            found = None
-            if ranked:
-                found = Candidates(*(np.array(out[n].numpy()) for n in CANDIDATES))
+            found = bound.candidates.read() if ranked else None
             name = step.interface.attention
             seen = np.array(out[name].numpy(), dtype=np.float32) if attention else None
             return StepOutput(out["logits"], bucket.state, seen, found)
