@@ -325,3 +325,22 @@ def certificate_texts(model_version, count: int = 200) -> list[str]:
     tokenizer = read_tokenizer(model_version)
     limit = model_version.manifest["limits"]["max_source_tokens"] - 2
     return [t for t in _lines("es", 3000) if len(tokenizer.encode(t)) <= limit][:count]
+
+
+def broken_version(directory):
+    """A translator version (ModelVersion) whose graphs are missing from its directory."""
+    from models.config import PRESETS
+    from service.runtime.repository import ModelVersion
+
+    pieces = [("pad", "<blank>"), ("bos", "<s>"), ("eos", "</s>"), ("unk", "<unk>")]
+    manifest = {
+        "model": {
+            "name": "tiny",
+            "version": "2",
+            "kind": "transformer",
+            "config": PRESETS["tiny"].to_dict(),
+        },
+        "special_tokens": {n: {"id": i, "piece": p} for i, (n, p) in enumerate(pieces)},
+        "graphs": {"fp32": {"encoder": "fp32/encoder.onnx", "decoder": "fp32/decoder.onnx"}},
+    }
+    return ModelVersion(directory, manifest)

@@ -93,3 +93,30 @@ def test_the_naming_rule_reads_imports_as_python_writes_them():
     assert names("import service.worker.outbox as outbox", "service.worker.outbox")
     assert not names("from service.runtime.rows import statics", "service.runtime.rows.static")
     assert not names("from service.runtime import rows", "service.runtime.rows.static")
+
+
+def _imported(path) -> set[str]:
+    """The top-level names of the modules a file imports."""
+    imported = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            imported |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            imported.add(node.module.split(".")[0])
+    return imported
+
+
+def test_shared_test_code_lives_in_modules_of_their_own_names():
+    """Every test folder is on the import path under pytest's default import mode, so a test
+    module or a conftest imported by name can resolve to another folder's file of that name
+    (every folder has a conftest): what tests share is in a module named once in the tree."""
+    files = sorted(p for p in TESTS.rglob("*.py") if "node_modules" not in p.parts)
+    shared = [p for p in files if not p.name.startswith("test_") and p.name != "conftest.py"]
+    stems = [p.stem for p in shared]
+    assert len(stems) == len(set(stems)), f"shared test modules named twice: {sorted(stems)}"
+    assert {"helpers", "servers"} <= set(stems)
+    for path in files:
+        wrong = {n for n in _imported(path) if n == "conftest" or n.startswith("test_")}
+        assert not wrong, (
+            f"{path.relative_to(TESTS)} imports {sorted(wrong)}: move it to a shared module"
+        )

@@ -15,10 +15,9 @@ from itertools import pairwise
 import grpc
 import numpy as np
 import pytest
-from conftest import rpc_error
 from helpers import handmade_png
 from PIL import Image
-from test_translation_service import LONG, LONG_TEXTS
+from servers import LONG, LONG_TEXTS, rpc_error
 
 from service import client
 from service.front.registry import CAPTION_SERVICE, TRANSLATION_SERVICE

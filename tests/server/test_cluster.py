@@ -17,8 +17,7 @@ import grpc
 import numpy as np
 import pytest
 from PIL import Image
-from test_translation_service import LONG_TEXTS
-from test_versions import _add_version, _served
+from servers import LONG_TEXTS, add_version, is_served
 
 from service import client
 
@@ -174,8 +173,8 @@ def test_a_version_added_while_serving_reaches_every_replica(
         "0.5",
     )
     served.wait_for(lambda: sum(_replicas(served).values()) == 2, 30, "two replicas")
-    _add_version(repository, "1", "2")
-    served.wait_for(lambda: _served(served, "2"), 120, "version 2 on every replica")
+    add_version(repository, "1", "2")
+    served.wait_for(lambda: is_served(served, "2"), 120, "version 2 on every replica")
     # calls naming version 2 go to either replica (the one holding fewer rows)
     with ThreadPoolExecutor(4) as pool:
         answers = list(

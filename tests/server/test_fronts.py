@@ -19,7 +19,7 @@ import grpc
 import numpy as np
 import pytest
 from PIL import Image
-from test_operations import load_until
+from servers import load_until
 
 from service import client
 

@@ -9,8 +9,8 @@ import grpc
 import httpx
 import pytest
 import torch
-from conftest import Server, rpc_error
 from helpers import certificate_texts
+from servers import Server, rpc_error
 
 from export.hf.version import load
 from service.wire.v1 import decoding_pb2, translation_pb2

@@ -12,8 +12,8 @@ from concurrent import futures
 
 import grpc
 import pytest
-from conftest import rpc_error
 from helpers import ROOT
+from servers import rpc_error
 
 from service import client
 from service.wire.v1 import decoding_pb2, translation_pb2, translation_pb2_grpc

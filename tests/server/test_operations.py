@@ -7,7 +7,6 @@ import collections
 import functools
 import json
 import os
-import random
 import re
 import shutil
 import signal
@@ -19,8 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 import pytest
-from conftest import rpc_error
-from test_translation_service import LONG, LONG_TEXTS
+from servers import LONG, LONG_TEXTS, load_until, rpc_error
 
 from service import client
 from service.front.config import load_config
@@ -53,31 +51,6 @@ def test_health_is_serving_only_after_warm_up_and_not_serving_on_drain(start_ser
         response = long.result(timeout=180)  # the call in flight finishes during the drain
     assert len(response.translations) == 2
     assert server.process.wait(30) == 0
-
-
-def load_until(channel, stop: threading.Event, stream: bool) -> list[tuple[float, float, str]]:
-    """One client's calls until `stop`: (start, end, status code name) each. Like a client
-    with gRPC's retry policy, it backs off after a failure: exponentially (0.1 s doubling up
-    to 1.6 s) with jitter, so that clients refused by a draining server leave it quiet spells
-    (a fixed 0.1 s pause from 8 clients never does, and the server's own shutdown, which
-    cancels calls received but not yet handed to a handler, then meets one of them)."""
-    texts = ["El perro come pan en la casa.", "Mañana iremos al mercado con mis hermanos."]
-    outcomes, failures, jitter = [], 0, random.Random()
-    while not stop.is_set():
-        start = time.monotonic()
-        try:
-            if stream:
-                list(client.translate_stream(channel, texts[1], timeout=30))
-            else:
-                client.translate(channel, texts, timeout=30)
-            code = "OK"
-        except grpc.RpcError as error:
-            code = error.code().name
-        outcomes.append((start, time.monotonic(), code))
-        failures = 0 if code == "OK" else failures + 1
-        if failures:
-            stop.wait(min(0.1 * 2 ** (failures - 1), 1.6) * jitter.uniform(0.5, 1.0))
-    return outcomes
 
 
 def test_a_drain_under_load_loses_no_call(start_server):

@@ -12,7 +12,7 @@ import time
 
 import grpc
 import pytest
-from conftest import START_TIMEOUT, rpc_error
+from servers import START_TIMEOUT, rpc_error
 
 from service import client
 from service.front.security import parse_tokens

@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 import numpy as np
 import pytest
-from conftest import rpc_error
+from servers import LONG, LONG_TEXTS, rpc_error
 
 from service import client
 from service.runtime.decoding import DecodingOptions
@@ -25,16 +25,6 @@ SEARCHES = {
         {"beam_size": 4, "num_hypotheses": 2, "max_length": 160},
     ),
 }
-# long enough that a request lasts seconds unless something stops it: 4 texts x 16 samples,
-# temperature 5 (almost never `</s>`), up to 500 steps
-LONG = {
-    "temperature": 5.0,
-    "num_hypotheses": 16,
-    "max_length": 500,
-    "seed": 3,
-    "max_length_ratio": 0.0,  # 500 steps whatever the input's length
-}
-LONG_TEXTS = ["Yo soy de Canadá.", "¿Me puedes traer un tenedor?", "Dios es amor.", "Hola."]
 
 
 @pytest.fixture(scope="module")

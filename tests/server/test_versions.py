@@ -14,23 +14,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import grpc
-from conftest import rpc_error
+from servers import add_version, is_served, rpc_error
 
 from service import client
-
-
-def _add_version(repository, source: str, version: str, corrupt: bool = False):
-    """A copy of translator/<source> as <version>, written aside and renamed into place (how
-    a version is published: the server never sees it half written)."""
-    staging = repository / "translator" / f".incoming-{version}"
-    shutil.copytree(repository / "translator" / source, staging)
-    manifest = json.loads((staging / "manifest.json").read_text())
-    manifest["model"]["version"] = version  # the manifest itself is not among the hashed files
-    (staging / "manifest.json").write_text(json.dumps(manifest))
-    if corrupt:
-        with open(staging / "tokenizer.model", "ab") as f:
-            f.write(b"\0")
-    staging.rename(repository / "translator" / version)
 
 
 def _load(server, stop: threading.Event) -> list[tuple[str, str]]:
@@ -45,21 +31,17 @@ def _load(server, stop: threading.Event) -> list[tuple[str, str]]:
     return outcomes
 
 
-def _served(server, version: str) -> bool:
-    return server.value("attnserve_model_info", model="translator", version=version) == 1
-
-
 def _swap(server, repository) -> None:
     """Version 2 added, a broken 3 refused, 1 removed, each seen through the metrics."""
     time.sleep(1.0)
-    _add_version(repository, "1", "2")
-    server.wait_for(lambda: _served(server, "2"), 120, "version 2 loaded and checked")
-    _add_version(repository, "1", "3", corrupt=True)
+    add_version(repository, "1", "2")
+    server.wait_for(lambda: is_served(server, "2"), 120, "version 2 loaded and checked")
+    add_version(repository, "1", "3", corrupt=True)
     server.wait_for(
         lambda: server.value("attnserve_model_versions_refused_total") == 1, 60, "version 3 refused"
     )
     shutil.rmtree(repository / "translator" / "1")
-    server.wait_for(lambda: not _served(server, "1"), 60, "version 1 retired")
+    server.wait_for(lambda: not is_served(server, "1"), 60, "version 1 retired")
     time.sleep(1.0)
 
 

@@ -11,11 +11,10 @@ import time
 from multiprocessing import Pipe
 
 import pytest
-from helpers import tiny_transformer
+from helpers import broken_version, tiny_transformer
 
 from service.runtime.batching import source_batch
 from service.runtime.decoding import DecodingOptions
-from service.runtime.repository import ModelVersion
 from service.runtime.translation import translate_ids
 from service.worker import process
 from service.worker.loop_clock import PHASES
@@ -38,24 +37,6 @@ from service.worker.settings import WorkerSettings
 
 KEY = "tiny/1"
 SOURCE = [6, 7, 8, 9]
-
-
-def broken_version(directory) -> ModelVersion:
-    """A translator version whose graphs are missing from its directory."""
-    from models.config import PRESETS
-
-    pieces = [("pad", "<blank>"), ("bos", "<s>"), ("eos", "</s>"), ("unk", "<unk>")]
-    manifest = {
-        "model": {
-            "name": "tiny",
-            "version": "2",
-            "kind": "transformer",
-            "config": PRESETS["tiny"].to_dict(),
-        },
-        "special_tokens": {n: {"id": i, "piece": p} for i, (n, p) in enumerate(pieces)},
-        "graphs": {"fp32": {"encoder": "fp32/encoder.onnx", "decoder": "fp32/decoder.onnx"}},
-    }
-    return ModelVersion(directory, manifest)
 
 
 @pytest.fixture

@@ -11,8 +11,7 @@ from multiprocessing.connection import AuthenticationError, Client
 from pathlib import Path
 
 import pytest
-from helpers import tiny_transformer
-from test_process import broken_version
+from helpers import broken_version, tiny_transformer
 
 from service.runtime.batching import source_batch
 from service.runtime.decoding import DecodingOptions
