@@ -17,6 +17,16 @@ TRANSLATOR_DATA = ROOT / "data" / "translator"
 CAPTIONER_DATA = ROOT / "data" / "captioner"
 PROMETHEUS_DIR = ROOT / "deploy" / "prometheus"
 PROMETHEUS_CONFIG = PROMETHEUS_DIR / "prometheus.yml"
+# a translation long enough that a request lasts seconds unless something stops it: 4 texts x
+# 16 samples, temperature 5 (almost never `</s>`), up to 500 steps
+LONG = {
+    "temperature": 5.0,
+    "num_hypotheses": 16,
+    "max_length": 500,
+    "seed": 3,
+    "max_length_ratio": 0.0,  # 500 steps whatever the input's length
+}
+LONG_TEXTS = ["Yo soy de Canadá.", "¿Me puedes traer un tenedor?", "Dios es amor.", "Hola."]
 
 
 def installed(name: str) -> str:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-from helpers import ROOT
+from helpers import LONG, ROOT
 
 from service import client
 
@@ -56,13 +56,6 @@ runtime = "runc"
 [network]
 network_backend = "netavark"
 """
-LONG = {
-    "temperature": 5.0,
-    "num_hypotheses": 16,
-    "max_length": 500,
-    "seed": 3,
-    "max_length_ratio": 0.0,  # 500 steps whatever the input's length
-}  # seconds
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 timings: dict[str, float] = {}
 

@@ -134,18 +134,6 @@ def rpc_error(call) -> grpc.RpcError:
     raise AssertionError("the call succeeded")
 
 
-# long enough that a request lasts seconds unless something stops it: 4 texts x 16 samples,
-# temperature 5 (almost never `</s>`), up to 500 steps
-LONG = {
-    "temperature": 5.0,
-    "num_hypotheses": 16,
-    "max_length": 500,
-    "seed": 3,
-    "max_length_ratio": 0.0,  # 500 steps whatever the input's length
-}
-LONG_TEXTS = ["Yo soy de Canadá.", "¿Me puedes traer un tenedor?", "Dios es amor.", "Hola."]
-
-
 def load_until(channel, stop: threading.Event, stream: bool) -> list[tuple[float, float, str]]:
     """One client's calls until `stop`: (start, end, status code name) each. Like a client
     with gRPC's retry policy, it backs off after a failure: exponentially (0.1 s doubling up

@@ -15,9 +15,9 @@ from itertools import pairwise
 import grpc
 import numpy as np
 import pytest
-from helpers import handmade_png
+from helpers import LONG, LONG_TEXTS, handmade_png
 from PIL import Image
-from servers import LONG, LONG_TEXTS, rpc_error
+from servers import rpc_error
 
 from service import client
 from service.front.registry import CAPTION_SERVICE, TRANSLATION_SERVICE

@@ -16,8 +16,9 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 import numpy as np
 import pytest
+from helpers import LONG_TEXTS
 from PIL import Image
-from servers import LONG_TEXTS, add_version, is_served
+from servers import add_version, is_served
 
 from service import client
 

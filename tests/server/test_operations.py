@@ -18,7 +18,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 import pytest
-from servers import LONG, LONG_TEXTS, load_until, rpc_error
+from helpers import LONG, LONG_TEXTS
+from servers import load_until, rpc_error
 
 from service import client
 from service.front.config import load_config

@@ -9,7 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 import numpy as np
 import pytest
-from servers import LONG, LONG_TEXTS, rpc_error
+from helpers import LONG, LONG_TEXTS
+from servers import rpc_error
 
 from service import client
 from service.runtime.decoding import DecodingOptions
