@@ -66,11 +66,20 @@ def test_each_form_and_k_has_one_binding_made_on_first_use_and_it_runs(step):
     states = {s.output for s in step.interface.states}
     assert all(full.outputs[name] is None for name in states)  # written into the cache
     assert full.outputs["logits"].shape() == [2, step.vocab]
-    assert lean.outputs["ids"].shape() == [2, 3]
-    assert set(bucket.outputs) >= {("logits", None), ("ids", 3), ("log_probs", 3)}
+    # the search's ids and log-probabilities: one buffer of each k, shared by its bindings
+    assert lean.candidates is bucket.candidates[3] and full.candidates is None
+    assert lean.candidates.shape == (2, 3) and "ids" not in lean.outputs
+    assert set(bucket.outputs) >= {("logits", None), ("logits", 3)}
     bucket.write_fed(np.array([[1], [1]]), np.zeros((2, 1), np.int64), np.ones((2, 16), np.int64))
     session = step.graphs[StepGraph.FULL]
     session.run_with_iobinding(full.binding, full.options)
     logits = full.outputs["logits"].numpy()
     assert np.isfinite(logits).all() and logits.std() > 0
     np.testing.assert_allclose(logits[0], logits[1], atol=1e-6)  # the same inputs, rows alike
+    bucket.write_fed(np.array([[1], [1]]), np.zeros((2, 1), np.int64), np.ones((2, 16), np.int64))
+    step.graphs[StepGraph.LEAN].run_with_iobinding(lean.binding, lean.options)
+    found = lean.candidates.read()
+    assert found.ids.dtype == np.int64 and found.ids.shape == (2, 3)
+    np.testing.assert_array_equal(found.ids[0], found.ids[1])
+    assert (np.diff(found.log_probs, axis=1) <= 0).all()  # best first
+    np.testing.assert_array_equal(found.ids[0], np.argsort(-logits[0])[:3])
