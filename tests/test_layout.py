@@ -109,7 +109,8 @@ def _imported(path) -> set[str]:
 def test_shared_test_code_lives_in_modules_of_their_own_names():
     """Every test folder is on the import path under pytest's default import mode, so a test
     module or a conftest imported by name can resolve to another folder's file of that name
-    (every folder has a conftest): what tests share is in a module named once in the tree."""
+    (three folders have a conftest): what tests share is in a module named once in the
+    tree."""
     files = sorted(p for p in TESTS.rglob("*.py") if "node_modules" not in p.parts)
     shared = [p for p in files if not p.name.startswith("test_") and p.name != "conftest.py"]
     stems = [p.stem for p in shared]
