@@ -299,7 +299,6 @@ class ClusterPool(WorkerPool):
             for key in have - set(want):
                 worker.conn.send(Unload(key))
                 worker.info["models"].pop(key, None)
-                self.unloaded.add(key)  # its reports in flight count for nothing
             missing = [key for key in want if key not in have]
             for key in missing:
                 worker.loading[key] = loop.create_future()

@@ -149,7 +149,6 @@ class WorkerPool:
             )
             metrics.admission_limit.set(self.admission.limit)
         self.models: dict[str, str] = {}  # key -> model name, for metric labels
-        self.unloaded: set[str] = set()  # keys whose reports still in the pipes are late
         self.queued = 0
         self.stopping = False
         self._context = multiprocessing.get_context("spawn")
@@ -232,7 +231,6 @@ class WorkerPool:
         (and the version unloaded again) when one of them cannot. Workers started later
         load it with the others."""
         loop = asyncio.get_running_loop()
-        self.unloaded.discard(key)
         asked = []
         for worker in self.workers:
             if worker.alive and worker.conn is not None:
@@ -260,7 +258,6 @@ class WorkerPool:
             tuple((k, v) for k, v in settings.models if k != key),
             {k: v for k, v in settings.variants if k != key},
         )
-        self.unloaded.add(key)
         for worker in self.workers:
             worker.rows.pop(key, None)
             if worker.conn is not None:
@@ -268,6 +265,11 @@ class WorkerPool:
                     worker.conn.send(Unload(key))
         if self.parent:
             self._update_rows(self.models.get(key, key))
+
+    def serves(self, key: str) -> bool:
+        """Whether the workers serve model version `key` for this front (loaded, not yet
+        unloaded)."""
+        return any(k == key for k, _ in self.template.models)
 
     def _set_models(self, models: tuple, variants: dict) -> None:
         self.template = replace(self.template, models=models, variants=tuple(variants.items()))
@@ -406,7 +408,7 @@ class WorkerPool:
                 self._event(worker, model, event)
             if message.stats is not None:
                 self.metrics.observe_worker_stats(model, message.stats)
-            if message.key not in self.unloaded:
+            if self.serves(message.key):  # not a report sent before an Unload arrived
                 worker.rows[message.key] = message.rows
             if self.parent:
                 self._update_rows(model)

@@ -9,19 +9,24 @@ from service.front.pool import WorkerPool
 from service.worker.messages import Report
 from service.worker.settings import WorkerSettings
 
+MODELS = {"translator/1": "translator", "translator/2": "translator", "captioner/1": "captioner"}
+
 
 def _gauge(metrics: Metrics, model: str) -> float:
     return metrics.registry.get_sample_value("attnserve_batch_rows_in_use", {"model": model})
 
 
+def _pool(metrics: Metrics, workers: int) -> WorkerPool:
+    """A pool whose workers serve MODELS (no process started)."""
+    served = tuple((key, None) for key in MODELS)  # the versions themselves are not read
+    pool = WorkerPool([WorkerSettings(index=i, models=served) for i in range(workers)], metrics, 8)
+    pool.models = dict(MODELS)
+    return pool
+
+
 def test_each_model_s_gauge_counts_its_own_rows_in_every_worker():
     metrics = Metrics()
-    pool = WorkerPool([WorkerSettings(index=i, models=()) for i in range(2)], metrics, 8)
-    pool.models = {
-        "translator/1": "translator",
-        "translator/2": "translator",
-        "captioner/1": "captioner",
-    }
+    pool = _pool(metrics, 2)
     first, second = pool.workers
     reports = [  # (worker, key, rows): each worker's models reported in turn, interleaved
         (first, "translator/1", 16),
@@ -41,8 +46,7 @@ def test_each_model_s_gauge_counts_its_own_rows_in_every_worker():
 
 def test_an_unloaded_version_leaves_the_gauge_and_its_late_reports_count_for_nothing():
     metrics = Metrics()
-    pool = WorkerPool([WorkerSettings(index=0, models=())], metrics, 8)
-    pool.models = {"translator/1": "translator", "translator/2": "translator"}
+    pool = _pool(metrics, 1)
     (worker,) = pool.workers
     pool._handle(worker, Report("translator/1", [], None, 4, 0))
     pool._handle(worker, Report("translator/2", [], None, 7, 0))
@@ -51,4 +55,5 @@ def test_an_unloaded_version_leaves_the_gauge_and_its_late_reports_count_for_not
     assert _gauge(metrics, "translator") == 7
     pool._handle(worker, Report("translator/1", [], None, 4, 0))  # sent before the Unload
     assert _gauge(metrics, "translator") == 7
-    assert pool.unloaded == {"translator/1"}
+    assert not pool.serves("translator/1") and pool.serves("translator/2")
+    assert [k for k, _ in pool.workers[0].settings.models] == ["translator/2", "captioner/1"]

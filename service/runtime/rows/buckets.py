@@ -158,7 +158,7 @@ class Bucket:
             made.candidates.bind(binding, step.device)
         into = {s.output: s.input for s in step.interface.states}
         for o in session.get_outputs():
-            if k is not None and o.name in CANDIDATES:
+            if o.name in CANDIDATES:  # the lean step's: bound to its candidate buffer
                 continue
             if o.name in into:
                 binding.bind_ortvalue_output(o.name, self.state[into[o.name]])
