@@ -69,6 +69,7 @@ def test_each_form_and_k_has_one_binding_made_on_first_use_and_it_runs(step):
     # the search's ids and log-probabilities: one buffer of each k, shared by its bindings
     assert lean.candidates is bucket.candidates[3] and full.candidates is None
     assert lean.candidates.shape == (2, 3) and "ids" not in lean.outputs
+    assert lean.candidates.on_host  # read() copies what numpy() only views
     assert set(bucket.outputs) >= {("logits", None), ("logits", 3)}
     bucket.write_fed(np.array([[1], [1]]), np.zeros((2, 1), np.int64), np.ones((2, 16), np.int64))
     session = step.graphs[StepGraph.FULL]

@@ -53,13 +53,15 @@ class CandidateBuffer:
     value: ort.OrtValue  # (bytes,) uint8
     shape: tuple[int, int]  # (slots, k)
     dtypes: tuple[np.dtype, ...]  # of ids and log_probs
+    on_host: bool  # on the CPU, where `numpy()` is a view of the buffer, not a copy
 
     @classmethod
     def allocate(cls, session: ort.InferenceSession, device: str, slots: int, k: int):
         types = {o.name: np.dtype(numpy_type(o.type)) for o in session.get_outputs()}
         dtypes = tuple(types[n] for n in CANDIDATES)
         size = slots * k * sum(d.itemsize for d in dtypes)
-        return cls(allocate(device, (size,), np.uint8), (slots, k), dtypes)
+        value = allocate(device, (size,), np.uint8)
+        return cls(value, (slots, k), dtypes, value.device_name().lower() == "cpu")
 
     def bind(self, binding: ort.IOBinding, device: str) -> None:
         address, count = self.value.data_ptr(), self.shape[0] * self.shape[1]
@@ -68,9 +70,11 @@ class CandidateBuffer:
             address += count * dtype.itemsize
 
     def read(self) -> Candidates:
-        """The last step's candidates, copied (the next step writes the buffer again; on
-        the CPU `numpy()` is a view of it)."""
-        raw, start, count = np.array(self.value.numpy()), 0, self.shape[0] * self.shape[1]
+        """The last step's candidates, copied once (the next step writes the buffer again:
+        on the CPU `numpy()` is a view of it, on a GPU already a copy)."""
+        raw, start, count = self.value.numpy(), 0, self.shape[0] * self.shape[1]
+        if self.on_host:
+            raw = raw.copy()
         parts = []
         for dtype in self.dtypes:
             end = start + count * dtype.itemsize
