@@ -186,10 +186,14 @@ def test_a_pair_goes_to_the_translator_that_declares_it():
     for source, target, message in (
         ("it", "en", "it is not supported"),
         ("es", "ja", "ja is not supported"),
-        ("de", "en", "de is not supported"),
+        ("de", "en", r"English \(en\) is not available as a target language from German"),
     ):
         with pytest.raises(libretranslate.BadRequest, match=message):
             api._route(source, target, ["x"])
+    # a served language to itself: no model, the texts come back as they are
+    assert api._route("de", "de", ["Hallo"]) == (None, "de", 100.0)
+    english = api._route("auto", "en", ["Where is the train station, please?"])
+    assert english.model is None and english.source == "en"
     front.models[service]["c"] = model(("it",), ("ja",))
     with pytest.raises(libretranslate.BadRequest) as missing:
         api._route("it", "de", ["Ciao"])

@@ -216,7 +216,7 @@ def test_libretranslate_json_lists_auto_html_alternatives_and_errors(web):
         ({"q": "Hola", "target": "en"}, "Invalid request: missing source parameter"),
         ({"q": "Hola", "source": "es", "target": "fr"}, "fr is not supported"),
         ({"q": "Hola", "source": "de", "target": "en"}, "de is not supported"),
-        ({"q": "Hola", "source": "en", "target": "en"}, "en is not supported"),
+        ({"q": "Hola", "source": "fr", "target": "en"}, "fr is not supported"),
         (
             {"q": "Hola", "source": "es", "target": "en", "format": "pdf"},
             "pdf format is not supported",
@@ -224,6 +224,56 @@ def test_libretranslate_json_lists_auto_html_alternatives_and_errors(web):
     ):
         answer = web.post("/translate", json=body)
         assert answer.status_code == 400 and answer.json() == {"error": message}, body
+
+
+def test_libretranslate_codes_blank_texts_and_a_text_already_in_the_target(web):
+    """Codes in any case; a text with nothing to translate, or in the target language, comes
+    back as it is, the others of its batch translated."""
+    upper = web.post("/translate", json={"q": "Buenos días.", "source": "ES", "target": "EN"})
+    assert upper.status_code == 200 and upper.json() == {"translatedText": "Good morning."}
+    mixed = web.post(
+        "/translate", json={"q": ["Buenos días.", " ", "🙂 !"], "source": "es", "target": "en"}
+    )
+    assert mixed.json() == {"translatedText": ["Good morning.", " ", "🙂 !"]}
+    english = "Where is the train station?"
+    detected = web.post("/detect", json={"q": english})
+    assert detected.json()[0]["language"] == "en"  # among every language served
+    auto = web.post("/translate", json={"q": english, "source": "auto", "target": "en"})
+    assert auto.json()["translatedText"] == english
+    assert auto.json()["detectedLanguage"]["language"] == "en"
+    same = web.post("/translate", json={"q": "Hola.", "source": "en", "target": "en"})
+    assert same.json() == {"translatedText": "Hola."}
+    nothing = web.post("/translate", json={"q": "🙂", "source": "auto", "target": "en"})
+    assert nothing.json()["detectedLanguage"]["confidence"] == 0.0
+    # more alternatives than a beam searches: as many as it finds
+    many = web.post(
+        "/translate",
+        content=json.dumps(
+            {"q": "Buenos días.", "source": "es", "target": "en", "alternatives": 40}
+        ),
+        headers={"content-type": "application/vnd.api+json"},
+    )
+    assert many.status_code == 200 and 0 < len(many.json()["alternatives"]) <= 15
+
+
+def test_browsers_may_call_from_any_origin_and_the_rest_of_libretranslate(web):
+    origin = {"origin": "https://example.org"}
+    preflight = web.options(
+        "/translate",
+        headers={
+            **origin,
+            "access-control-request-method": "POST",
+            "access-control-request-headers": "content-type,authorization",
+        },
+    )
+    assert preflight.status_code == 200
+    assert preflight.headers["access-control-allow-origin"] == "*"
+    assert "POST" in preflight.headers["access-control-allow-methods"]
+    assert web.get("/languages", headers=origin).headers["access-control-allow-origin"] == "*"
+    suggest = web.post("/suggest", data={"q": "Hola", "s": "Hello", "source": "es", "target": "en"})
+    assert suggest.status_code == 403
+    assert suggest.json() == {"error": "Suggestions are disabled on this server."}
+    assert web.get("/spec").json() == web.get("/openapi.json").json()
 
 
 def test_libretranslate_files_round_trip(web):

@@ -1,6 +1,7 @@
 """The HTTP server of a front: a Starlette app on uvicorn, on the front's own event loop, on
 its own port (`http_listen`; several fronts share it as they share the gRPC port), with the
-gRPC server's TLS settings."""
+gRPC server's TLS settings. Any origin may call it from a browser (CORS), as LibreTranslate
+allows: a call carries its token in a header, never in a cookie."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from pathlib import Path
 
 import uvicorn
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
@@ -24,6 +27,13 @@ from service.front.servicer import ModelServicer
 
 PAGE = Path(__file__).parent / "page"
 MAX_BODY = MAX_RECEIVE_BYTES * 3 // 2  # a gRPC message at most, its bytes in base64
+# what a browser's preflight may ask for: the calls' methods and the headers they read
+CORS = Middleware(
+    CORSMiddleware,
+    allow_origins=["*"],
+    allow_methods=["GET", "POST"],
+    allow_headers=["Authorization", "Content-Type", "X-Request-Timeout"],
+)
 
 
 def build_app(front, servicers: list[ModelServicer], tokens, refused, files: Path) -> Starlette:
@@ -47,11 +57,12 @@ def build_app(front, servicers: list[ModelServicer], tokens, refused, files: Pat
 
     routes += [
         Route("/openapi.json", openapi, methods=["GET"]),
+        Route("/spec", openapi, methods=["GET"]),  # where LibreTranslate serves its own
         Route("/docs", docs, methods=["GET"]),
         Route("/", index, methods=["GET"]),
         Mount("/page", StaticFiles(directory=PAGE), name="page"),
     ]
-    return Starlette(routes=routes)
+    return Starlette(routes=routes, middleware=[CORS])
 
 
 def http_socket(listen: str, reuse_port: bool) -> socket.socket:

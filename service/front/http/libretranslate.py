@@ -5,11 +5,13 @@ libretranslatepy, the npm `libretranslate` package): `POST /translate`, `POST /d
 LibreTranslate's status codes (400 a bad request, 403 a bad key, 429 overloaded, 500 else).
 
 A language pair goes to the served translator whose manifest declares it (the default
-translator first); `source: auto` picks, among the languages served towards the target, the
-one the text is written in. Every call goes through TranslationService's own calls
-(admission, deadlines, drains, the response cache, metrics under `http/libretranslate/...`).
-An `api_key` is a bearer token: with tokens off a key is ignored, as LibreTranslate ignores
-keys when they are off.
+translator first); codes are read in any case. `source: auto` picks, among the languages
+served towards the target and the target itself, the one the text is written in. As in
+LibreTranslate, a text comes back as it is where there is nothing to translate: its source is
+its target (a served language), or it has no letter or digit (blank, emoji, punctuation).
+Every call goes through TranslationService's own calls (admission, deadlines, drains, the
+response cache, metrics under `http/libretranslate/...`). An `api_key` is a bearer token:
+with tokens off a key is ignored, as LibreTranslate ignores keys when they are off.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from service.front.http.calls import (
     within,
 )
 from service.runtime import languages
+from service.runtime.decoding import MAX_BEAM_SIZE
 from service.runtime.requests import MAX_TEXTS
 from service.wire.v1 import decoding_pb2, translation_pb2
 
@@ -56,6 +59,7 @@ STATUS = {
     grpc.StatusCode.DEADLINE_EXCEEDED: 504,
 }
 FRONTEND_TIMEOUT_MS = 500  # how long LibreTranslate's page waits after typing
+MOST_ALTERNATIVES = MAX_BEAM_SIZE - 1  # alternatives beyond it are not searched for
 KEEP_FILES_SECONDS = 1800.0  # a translated file waits this long for its download
 
 
@@ -99,6 +103,7 @@ class LibreTranslateApi:
             Route("/download_file/{name}", self.download_file, methods=["GET"]),
             Route("/frontend/settings", self.settings, methods=["GET"]),
             Route("/health", self.health, methods=["GET"]),
+            Route("/suggest", self.suggest, methods=["POST"]),
         ]
 
     # which model translates what
@@ -114,32 +119,34 @@ class LibreTranslateApi:
                     pairs.setdefault(pair, name)
         return pairs
 
-    def _route(self, source: str, target: str, texts: list[str]) -> tuple[str, str, float]:
-        """(model, source, confidence %) of a request; BadRequest as LibreTranslate says it."""
+    def _route(self, source: str, target: str, texts: list[str]) -> Routed:
+        """Which model translates a request, from which source; BadRequest as LibreTranslate
+        says it. No model where the source is the target (the texts come back as they are)."""
         pairs = self._pairs()
-        sources = {s for s, _ in pairs}
-        targets = {t for _, t in pairs}
-        if target not in targets:
+        served = {code for pair in pairs for code in pair}
+        if target not in {t for _, t in pairs}:
             raise BadRequest(f"{target} is not supported")
         confidence = 100.0
         if source == "auto":
-            among = sorted({s for s, t in pairs if t == target})
+            among = sorted({s for s, t in pairs if t == target} | {target})
             source, confidence = _best(languages.detect(" ".join(texts), among))
-        elif source not in sources:
+        elif source not in served:
             raise BadRequest(f"{source} is not supported")
+        if source == target:
+            return Routed(None, source, confidence)
         if (source, target) not in pairs:
             raise BadRequest(
                 f"{languages.name(target)} ({target}) is not available as a target language "
                 f"from {languages.name(source)} ({source})"
             )
-        return pairs[source, target], source, confidence
+        return Routed(pairs[source, target], source, confidence)
 
     # the calls
     async def _values(self, request: Request) -> tuple[dict, bool]:
         """The call's fields (a JSON body's, or the query's and a form's, an uploaded file
         read as Upload and the form closed), and whether they came as a form."""
         content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
-        if content_type == "application/json":
+        if content_type == "application/json" or _json_suffix(content_type):
             try:
                 values = json.loads(await request.body() or b"{}")
             except (json.JSONDecodeError, UnicodeDecodeError):
@@ -178,7 +185,7 @@ class LibreTranslateApi:
     async def translate(self, request: Request) -> Response:
         try:
             values, form = await self._values(request)
-            q, source, target = values.get("q"), values.get("source"), values.get("target")
+            q, source, target = values.get("q"), _code(values, "source"), _code(values, "target")
             for name, value in (("q", q), ("source", source), ("target", target)):
                 if not value:
                     raise BadRequest(f"Invalid request: missing {name} parameter")
@@ -198,26 +205,43 @@ class LibreTranslateApi:
                 raise BadRequest("Invalid request: q must be a string or a list of strings")
             if form:  # LibreTranslate counts a form's line breaks as one character
                 texts = ["\n".join(t.splitlines()) for t in texts]
-            name, detected, confidence = self._route(str(source), str(target), texts)
-            message = _translate_message(name, texts, text_format, alternatives)
-            message.source_language, message.target_language = detected, str(target)
-            response = await self._call(request, message, "translate")
+            route, translated, others = await self._translated(
+                request, texts, source, target, text_format, alternatives
+            )
         except BadRequest as bad:
             return error(bad.status, str(bad))
         except Aborted as aborted:
             return refusal(aborted)
-        translated, others = [], []
-        for translation in response.translations:
-            best, *rest = [h.text for h in translation.hypotheses]
-            translated.append(best)
-            others.append(list(dict.fromkeys(t for t in rest if t != best)))
         result: dict = {"translatedText": translated if batch else translated[0]}
         if source == "auto":
-            found = {"confidence": confidence, "language": detected}
+            found = {"confidence": route.confidence, "language": route.source}
             result["detectedLanguage"] = [found] * len(texts) if batch else found
         if alternatives:
             result["alternatives"] = others if batch else others[0]
         return JSONResponse(result)
+
+    async def _translated(self, request, texts, source, target, text_format, alternatives):
+        """-> (its route, each text's translation, each text's alternatives); a text with
+        nothing to translate, or all where the source is the target, as it is."""
+        translated, others = list(texts), [[] for _ in texts]
+        wanted = [i for i, text in enumerate(texts) if _translatable(text)]
+        if wanted:
+            route = self._route(source, target, [texts[i] for i in wanted])
+        else:  # nothing to translate, the pair checked all the same
+            route = self._route(target if source == "auto" else source, target, texts)
+            route = Routed(None, route.source, 0.0 if source == "auto" else 100.0)
+        if route.model is None:
+            return route, translated, others
+        message = _translate_message(
+            route.model, [texts[i] for i in wanted], text_format, alternatives
+        )
+        message.source_language, message.target_language = route.source, target
+        response = await self._call(request, message, "translate")
+        for i, translation in zip(wanted, response.translations, strict=True):
+            best, *rest = [h.text for h in translation.hypotheses]
+            translated[i] = best
+            others[i] = list(dict.fromkeys(t for t in rest if t != best))
+        return route, translated, others
 
     async def detect(self, request: Request) -> Response:
         try:
@@ -229,7 +253,7 @@ class LibreTranslateApi:
         except BadRequest as bad:
             return error(bad.status, str(bad))
         text = " ".join(q) if isinstance(q, list) else str(q)
-        among = sorted({s for s, _ in self._pairs()})
+        among = sorted({code for pair in self._pairs() for code in pair})
         ranked = languages.detect(text, among)
         return JSONResponse(
             [{"confidence": round(p * 100, 1), "language": code} for code, p in ranked]
@@ -253,7 +277,7 @@ class LibreTranslateApi:
         try:
             values, _ = await self._values(request)
             upload = values.get("file")
-            source, target = values.get("source"), values.get("target")
+            source, target = _code(values, "source"), _code(values, "target")
             if not isinstance(upload, Upload):
                 raise BadRequest("Invalid request: missing file parameter")
             for name, value in (("source", source), ("target", target)):
@@ -271,11 +295,11 @@ class LibreTranslateApi:
             except (ValueError, UnicodeDecodeError) as bad:
                 raise BadRequest(f"Invalid request: {filename}: {bad}") from None
             texts = [p.text for p in document.paragraphs]
-            name, detected, _ = self._route(str(source), str(target), texts)
-            for start in range(0, len(texts), MAX_TEXTS):
+            name, detected, _ = self._route(source, target, texts)
+            for start in range(0, len(texts) if name is not None else 0, MAX_TEXTS):
                 chunk = document.paragraphs[start : start + MAX_TEXTS]
                 message = _translate_message(name, [p.text for p in chunk], document.text_format, 0)
-                message.source_language, message.target_language = detected, str(target)
+                message.source_language, message.target_language = detected, target
                 message.options.return_alignment = any(len(p.runs) > 1 for p in chunk)
                 response = await self._call(request, message, "translate_file")
                 for paragraph, translation in zip(chunk, response.translations, strict=True):
@@ -327,6 +351,10 @@ class LibreTranslateApi:
             return JSONResponse({"status": "ok"})
         return error(503, "not serving: warming up or draining")
 
+    async def suggest(self, request: Request) -> Response:
+        """Suggestions are off (`/frontend/settings` says so), in LibreTranslate's words."""
+        return error(403, "Suggestions are disabled on this server.")
+
 
 def forget_old(folder: Path, seconds: float) -> int:
     """Deletes the translated files of `folder` older than `seconds`; how many it deleted."""
@@ -341,6 +369,32 @@ def forget_old(folder: Path, seconds: float) -> int:
     return deleted
 
 
+class Routed(NamedTuple):
+    """Which model translates a request (None: the texts come back as they are), from which
+    source, and how sure the detection was of it (%)."""
+
+    model: str | None
+    source: str
+    confidence: float
+
+
+def _code(values: dict, name: str) -> str:
+    """A language code of the call's fields, as LibreTranslate reads it: in any case."""
+    value = values.get(name)
+    return str(value).strip().lower() if value else ""
+
+
+def _json_suffix(content_type: str) -> bool:
+    """A JSON media type by its structured suffix (application/vnd.api+json)."""
+    return content_type.startswith("application/") and content_type.endswith("+json")
+
+
+def _translatable(text: str) -> bool:
+    """Whether a text has anything to translate: a letter or a digit (else it comes back as
+    it is, as LibreTranslate sends back a text of emoji alone)."""
+    return any(c.isalnum() for c in text)
+
+
 def _best(ranked: list[tuple[str, float]]) -> tuple[str, float]:
     if not ranked:
         raise BadRequest("auto is not supported: no source language is served")
@@ -353,7 +407,7 @@ def _translate_message(name: str, texts: list[str], text_format: str, alternativ
     if text_format == "html":
         message.text_format = translation_pb2.TEXT_FORMAT_HTML
     if alternatives:
-        wanted = alternatives + 1
+        wanted = min(alternatives, MOST_ALTERNATIVES) + 1
         message.options.CopyFrom(
             decoding_pb2.DecodingOptions(beam_size=max(4, wanted), num_hypotheses=wanted)
         )
