@@ -24,6 +24,8 @@ FLAG_HELP = {
     "listen": "gRPC HOST:PORT (port 0: the OS chooses)",
     "metrics_listen": "Prometheus HOST:PORT",
     "http_listen": "HTTP/JSON API, LibreTranslate's API and the page on HOST:PORT ('': off)",
+    "http_files": "folder where files translated over HTTP wait for their download (default: "
+    "a temporary folder)",
     "repository": "model repository root",
     "workers": "worker processes (0: one per usable core, or per GPU)",
     "fronts": "gRPC front processes sharing the port and every worker (0: one per 4 usable "
