@@ -6,11 +6,13 @@ from __future__ import annotations
 import io
 
 import docx
+import pptx
 import pytest
-from odf import teletype, text
+from odf import draw, teletype, text
 from odf.element import Text
-from odf.opendocument import OpenDocumentText, load
-from odf.style import Style, TextProperties
+from odf.opendocument import OpenDocumentPresentation, OpenDocumentText, load
+from odf.style import MasterPage, PageLayout, Style, TextProperties
+from pptx.util import Inches
 
 from service.front.http import files
 
@@ -128,6 +130,94 @@ def test_an_odt_keeps_its_spans_and_what_sits_between_its_texts():
     assert kinds == ["Hello.", "tab", "Goodbye."]
 
 
+def test_a_pptx_keeps_its_runs_breaks_tables_and_notes():
+    presentation = pptx.Presentation()
+    slide = presentation.slides.add_slide(presentation.slide_layouts[1])
+    slide.shapes.title.text = "Título"
+    body = slide.placeholders[1].text_frame
+    for words, bold in (("El perro ", False), ("come", True), (" pan.", False)):
+        run = body.paragraphs[0].add_run()
+        run.text, run.font.bold = words, bold
+    broken = body.add_paragraph()
+    broken.add_run().text = "Hola."
+    broken.add_line_break()
+    broken.add_run().text = "Adiós."
+    shape = slide.shapes.add_table(1, 1, Inches(1), Inches(4), Inches(2), Inches(1))
+    shape.table.cell(0, 0).text = "Buenos días."
+    slide.notes_slide.notes_text_frame.text = "Nota"
+    out = io.BytesIO()
+    presentation.save(out)
+    read = files.read_file(".pptx", out.getvalue())
+    assert [p.runs for p in read.paragraphs] == [
+        ["Título"],
+        ["El perro ", "come", " pan."],
+        ["Hola."],  # a line break between: each run on its own
+        ["Adiós."],
+        ["Buenos días."],
+        ["Nota"],
+    ]
+    read.paragraphs[1].write([(0, "The dog"), (1, " eats"), (2, " bread.")])
+    for paragraph, value in zip(
+        [read.paragraphs[i] for i in (0, 2, 3, 4, 5)],
+        ("Title", "Hello.", "Goodbye.", "Good morning.", "Note"),
+        strict=True,
+    ):
+        paragraph.write([(0, value)])
+    written = pptx.Presentation(io.BytesIO(read.save())).slides[0]
+    assert written.shapes.title.text == "Title"
+    first, second = written.placeholders[1].text_frame.paragraphs
+    runs = [(r.text, bool(r.font.bold)) for r in first.runs]
+    assert runs == [("The dog", False), (" eats", True), (" bread.", False)]
+    assert second.text == "Hello.\vGoodbye."  # python-pptx reads a line break as \v
+    table = next(s for s in written.shapes if s.has_table).table
+    assert table.cell(0, 0).text == "Good morning."
+    assert written.notes_slide.notes_text_frame.text == "Note"
+
+
+def test_an_odp_is_read_as_an_odt_is():
+    document = OpenDocumentPresentation()
+    layout = PageLayout(name="Layout")
+    document.automaticstyles.addElement(layout)
+    master = MasterPage(name="Master", pagelayoutname=layout)
+    document.masterstyles.addElement(master)
+    page = draw.Page(masterpagename=master)
+    document.presentation.addElement(page)
+    frame = draw.Frame(width="10cm", height="2cm", x="1cm", y="1cm")
+    page.addElement(frame)
+    box = draw.TextBox()
+    frame.addElement(box)
+    box.addElement(text.P(text="El perro come pan."))
+    out = io.BytesIO()
+    document.write(out)
+    read = files.read_file(".odp", out.getvalue())
+    assert [p.runs for p in read.paragraphs] == [["El perro come pan."]]
+    read.paragraphs[0].write([(0, "The dog eats bread.")])
+    written = load(io.BytesIO(read.save()))
+    assert teletype.extractText(written.getElementsByType(text.P)[0]) == "The dog eats bread."
+    with pytest.raises(ValueError, match=r"not an \.odp file"):
+        files.read_file(".odp", b"not a zip")
+
+
+def test_subtitles_keep_their_numbers_timings_and_line_count():
+    content = (
+        "\ufeff1\r\n00:00:01,000 --> 00:00:02,500\r\nBuenos días,\r\n¿cómo estás?\r\n\r\n"
+        "2\r\n00:00:03,000 --> 00:00:04,000\r\nEl perro come pan.\r\n\r\n"
+        "3\r\n00:00:05,000 --> 00:00:06,000\r\n\r\n"  # a cue with no text
+    )
+    read = files.read_file(".srt", content.encode())
+    assert [p.runs for p in read.paragraphs] == [
+        ["Buenos días, ¿cómo estás?"],
+        ["El perro come pan."],
+    ]
+    read.paragraphs[0].write([(0, "Good morning, how are you?")])
+    read.paragraphs[1].write([(0, "The dog eats bread.")])
+    assert read.save().decode() == (
+        "1\n00:00:01,000 --> 00:00:02,500\nGood morning,\nhow are you?\n\n"
+        "2\n00:00:03,000 --> 00:00:04,000\nThe dog eats bread.\n\n"
+        "3\n00:00:05,000 --> 00:00:06,000\n\n"
+    )
+
+
 def test_a_text_file_is_its_blocks_between_blank_lines():
     content = "Hola.\nAdiós.\n\n  \nBuenos días.\n" + "Uno. " * 30_000
     read = files.read_file(".txt", content.encode())
@@ -145,6 +235,7 @@ def test_html_is_one_paragraph_and_other_files_are_refused():
     assert read.text_format == "html" and read.paragraphs[0].runs == ["<p>Hola</p>"]
     read.paragraphs[0].write([(0, "<p>Hello</p>")])
     assert read.save() == b"<p>Hello</p>"
-    for suffix, data in ((".docx", b"not a zip"), (".odt", b"nor this"), (".pdf", b"%PDF")):
+    refused = ((".docx", b"not a zip"), (".pptx", b"no"), (".odt", b"nor this"), (".pdf", b"%PDF"))
+    for suffix, data in refused:
         with pytest.raises(ValueError):
             files.read_file(suffix, data)

@@ -298,7 +298,17 @@ def test_libretranslate_files_round_trip(web):
     )
     assert refused.json() == {"error": "Invalid request: file format not supported"}
     settings = web.get("/frontend/settings").json()
-    assert settings["supportedFilesFormat"] == [".txt", ".html", ".docx", ".odt"]
+    assert settings["supportedFilesFormat"] == [
+        *(".txt", ".html", ".srt", ".docx", ".pptx", ".odt", ".odp")
+    ]
+    subtitles = "1\n00:00:01,000 --> 00:00:02,000\nBuenos\ndías.\n"
+    sent = web.post(
+        "/translate_file",
+        data={"source": "es", "target": "en"},
+        files={"file": ("film.srt", subtitles.encode(), "application/x-subrip")},
+    )
+    got = web.get(sent.json()["translatedFileUrl"]).text
+    assert got == "1\n00:00:01,000 --> 00:00:02,000\nGood\nmorning.\n"  # one sentence, 2 lines
 
 
 def test_a_docx_comes_back_translated_with_its_bold_word_bold(web):

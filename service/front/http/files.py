@@ -1,9 +1,10 @@
-"""Files translated whole, as LibreTranslate's `translate_file` takes them: .txt, .html, .docx
-(python-docx) and .odt (odfpy). A document is read into paragraphs, each a list of runs (spans
-of one character formatting); each paragraph is translated as one text, and its translation
-is cut back into runs by the alignment: every target word goes to the run of the source
-word it attends to most, so a bold word stays bold where its translation lands. Paragraph
-styles, tables, lists, headers and footers stay as they are.
+"""Files translated whole, as LibreTranslate's `translate_file` takes them: .txt, .html, .srt
+(subtitles), .docx (python-docx), .pptx (python-pptx), .odt and .odp (odfpy). A document is
+read into paragraphs, each a list of runs (spans of one character formatting); each paragraph
+is translated as one text, and its translation is cut back into runs by the alignment: every
+target word goes to the run of the source word it attends to most, so a bold word stays bold
+where its translation lands. Paragraph styles, tables, lists, headers, footers, slides'
+layouts and subtitles' timings stay as they are.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
-FORMATS = (".txt", ".html", ".docx", ".odt")
+FORMATS = (".txt", ".html", ".srt", ".docx", ".pptx", ".odt", ".odp")
 WORD = "\u2581"  # SentencePiece's word start
 
 
@@ -50,10 +51,14 @@ def read_file(suffix: str, data: bytes) -> File:
         return File(
             [paragraph], "html" if suffix == ".html" else "plain", lambda: holder[0].encode()
         )
+    if suffix == ".srt":
+        return _srt(data.decode("utf-8-sig"))
     if suffix == ".docx":
         return _docx(data)
-    if suffix == ".odt":
-        return _odt(data)
+    if suffix == ".pptx":
+        return _pptx(data)
+    if suffix in (".odt", ".odp"):
+        return _odf(data, suffix)
     raise ValueError(f"{suffix}: not one of {FORMATS}")
 
 
@@ -69,6 +74,55 @@ def _text(content: str) -> File:
 
             paragraphs.append(Paragraph([part], write))
     return File(paragraphs, "plain", lambda: "".join(parts).encode())
+
+
+# -- .srt ---------------------------------------------------------------------------------------
+
+SRT_TIMING = re.compile(r"^\s*\d+:\d+:\d+[,.]\d+\s*-->")
+
+
+def _srt(content: str) -> File:
+    """Subtitles: each cue's text (its lines read as one sentence or more) a paragraph; its
+    number and timing kept, its translation broken into as many lines as it had."""
+    blocks = re.split(r"(\n[ \t]*\n\s*)", content.replace("\r\n", "\n"))
+    paragraphs = []
+    for i, block in enumerate(blocks):
+        lines = block.split("\n")
+        timing = next((n for n, line in enumerate(lines) if SRT_TIMING.match(line)), None)
+        if i % 2 or timing is None:
+            continue
+        said = [line.strip() for line in lines[timing + 1 :] if line.strip()]
+        if said:
+            tail = block[len(block.rstrip()) :]  # the file's last line break
+            write = _srt_writer(blocks, i, lines[: timing + 1], len(said), tail)
+            paragraphs.append(Paragraph([" ".join(said)], write))
+    return File(paragraphs, "plain", lambda: "".join(blocks).encode())
+
+
+def _srt_writer(blocks: list[str], i: int, head: list[str], count: int, tail: str):
+    def write(placed: list[tuple[int, str]]) -> None:
+        joined = "".join(value for _, value in placed)
+        blocks[i] = "\n".join([*head, *_lines(joined, count)]) + tail
+
+    return write
+
+
+def _lines(text: str, count: int) -> list[str]:
+    """`text` broken at spaces into at most `count` lines of about equal length."""
+    words, lines = text.split(), []
+    for left in range(count, 0, -1):
+        if left == 1 or len(words) <= 1:
+            lines.append(" ".join(words))
+            break
+        width = len(" ".join(words)) / left
+        taken, length = 0, -1
+        while taken < len(words) - 1 and length + 1 + len(words[taken]) / 2 <= width:
+            length += 1 + len(words[taken])
+            taken += 1
+        taken = max(taken, 1)
+        lines.append(" ".join(words[:taken]))
+        words = words[taken:]
+    return [line for line in lines if line]
 
 
 # -- where a translation's words go -----------------------------------------------------------
@@ -217,10 +271,90 @@ def _docx_writer(paragraph, runs):
     return write
 
 
-# -- .odt -------------------------------------------------------------------------------------
+# -- .pptx ------------------------------------------------------------------------------------
 
 
-def _odt(data: bytes) -> File:
+def _pptx(data: bytes) -> File:
+    import pptx
+
+    try:
+        presentation = pptx.Presentation(io.BytesIO(data))
+    except Exception as error:  # python-pptx raises several kinds for a file that is not one
+        raise ValueError(f"not a .pptx file ({error})") from None
+    paragraphs = []
+    for paragraph in _pptx_paragraphs(presentation):
+        element = paragraph._p
+        children = [c for c in element if _local(c.tag) not in ("pPr", "endParaRPr")]
+        runs = list(paragraph.runs)
+        if all(_local(c.tag) == "r" for c in children):
+            if "".join(r.text for r in runs).strip():
+                paragraphs.append(Paragraph([r.text for r in runs], _pptx_writer(paragraph, runs)))
+            continue
+        for run in runs:  # breaks, fields...: each run's text on its own
+            if run.text.strip():
+                paragraphs.append(Paragraph([run.text], _pptx_run_writer(run)))
+
+    def save() -> bytes:
+        out = io.BytesIO()
+        presentation.save(out)
+        return out.getvalue()
+
+    return File(paragraphs, "plain", save)
+
+
+def _local(tag) -> str:
+    return tag.rpartition("}")[2] if isinstance(tag, str) else ""
+
+
+def _pptx_paragraphs(presentation):
+    """Every text paragraph of the slides: their shapes', groups' and tables' cells, and the
+    speaker notes."""
+
+    def of(shapes):
+        for shape in shapes:
+            if getattr(shape, "shapes", None) is not None:  # a group
+                yield from of(shape.shapes)
+            if getattr(shape, "has_text_frame", False) and shape.has_text_frame:
+                yield from shape.text_frame.paragraphs
+            if getattr(shape, "has_table", False) and shape.has_table:
+                for row in shape.table.rows:
+                    for cell in row.cells:
+                        yield from cell.text_frame.paragraphs
+
+    for slide in presentation.slides:
+        yield from of(slide.shapes)
+        if slide.has_notes_slide:
+            yield from slide.notes_slide.notes_text_frame.paragraphs
+
+
+def _pptx_writer(paragraph, runs):
+    from pptx.text.text import _Run
+
+    def write(placed: list[tuple[int, str]]) -> None:
+        anchor = runs[0]._r
+        for run, text in placed:
+            element = copy.deepcopy(runs[run]._r)
+            anchor.addprevious(element)
+            _Run(element, paragraph).text = text
+        for run in runs:
+            run._r.getparent().remove(run._r)
+
+    return write
+
+
+def _pptx_run_writer(run):
+    def write(placed: list[tuple[int, str]]) -> None:
+        run.text = "".join(value for _, value in placed)
+
+    return write
+
+
+# -- .odt, .odp --------------------------------------------------------------------------------
+
+
+def _odf(data: bytes, suffix: str) -> File:
+    """An OpenDocument text or presentation: its paragraphs and headings, wherever they sit
+    (a presentation's are in its frames' text boxes)."""
     from odf import teletype, text
     from odf.element import Text
     from odf.namespaces import TEXTNS
@@ -229,7 +363,7 @@ def _odt(data: bytes) -> File:
     try:
         document = load(io.BytesIO(data))
     except Exception as error:  # odfpy raises several kinds for a file that is not one
-        raise ValueError(f"not an .odt file ({error})") from None
+        raise ValueError(f"not an {suffix} file ({error})") from None
     paragraphs = []
     span = (TEXTNS, "span")
     for element in [*document.getElementsByType(text.P), *document.getElementsByType(text.H)]:
