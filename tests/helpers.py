@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import io
 import shutil
 import struct
+import zipfile
 import zlib
 from pathlib import Path
 
@@ -354,3 +356,33 @@ def broken_version(directory):
         "graphs": {"fp32": {"encoder": "fp32/encoder.onnx", "decoder": "fp32/decoder.onnx"}},
     }
     return ModelVersion(directory, manifest)
+
+
+CHAPTER = (
+    '<?xml version="1.0" encoding="utf-8"?>\n<html xmlns="http://www.w3.org/1999/xhtml">'
+    "<head><title>Uno</title></head><body><p>El perro <b>come</b> pan.</p><p><br/></p>"
+    "</body></html>"
+)
+
+
+def epub(chapter: str = CHAPTER) -> bytes:
+    """A small EPUB: its mimetype first and stored, a package listing one chapter in a
+    folder of its own, and an image."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("mimetype", "application/epub+zip", compress_type=zipfile.ZIP_STORED)
+        archive.writestr(
+            "META-INF/container.xml",
+            '<container xmlns="urn:oasis:names:tc:opendocument:xmlns:container" version="1.0">'
+            '<rootfiles><rootfile full-path="OEBPS/content.opf" '
+            'media-type="application/oebps-package+xml"/></rootfiles></container>',
+        )
+        archive.writestr(
+            "OEBPS/content.opf",
+            '<package xmlns="http://www.idpf.org/2007/opf" version="3.0"><manifest>'
+            '<item id="c1" href="text/cap%C3%ADtulo.xhtml" media-type="application/xhtml+xml"/>'
+            '<item id="i" href="cover.png" media-type="image/png"/></manifest></package>',
+        )
+        archive.writestr("OEBPS/text/capítulo.xhtml", chapter)
+        archive.writestr("OEBPS/cover.png", b"\x89PNG not really")
+    return out.getvalue()

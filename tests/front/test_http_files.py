@@ -4,10 +4,13 @@ runs and written back, and a translation cut into runs by its alignment."""
 from __future__ import annotations
 
 import io
+import zipfile
+from xml.etree import ElementTree
 
 import docx
 import pptx
 import pytest
+from helpers import CHAPTER, epub
 from odf import draw, teletype, text
 from odf.element import Text
 from odf.opendocument import OpenDocumentPresentation, OpenDocumentText, load
@@ -228,6 +231,43 @@ def test_a_text_file_is_its_blocks_between_blank_lines():
     read.paragraphs[0].write([(0, "Hello.\nGoodbye.")])
     read.paragraphs[1].write([(0, "Good morning.")])
     assert read.save().decode() == "Hello.\nGoodbye.\n\n  \nGood morning."
+
+
+def test_an_epub_is_its_xhtml_read_as_html_the_rest_kept():
+    read = files.read_file(".epub", epub())
+    assert read.text_format == "html"
+    assert [p.runs for p in read.paragraphs] == [[CHAPTER]]
+    read.paragraphs[0].write([(0, CHAPTER.replace("Uno", "One").replace("El perro", "The dog"))])
+    written = zipfile.ZipFile(io.BytesIO(read.save()))
+    first = written.infolist()[0]
+    assert first.filename == "mimetype" and first.compress_type == zipfile.ZIP_STORED
+    assert written.read("OEBPS/cover.png") == b"\x89PNG not really"
+    chapter = written.read("OEBPS/text/capítulo.xhtml").decode()
+    assert "The dog <b>come</b>" in chapter and "<title>One</title>" in chapter
+    ElementTree.fromstring(chapter.encode())  # still XML
+    for broken in (b"not a zip", epub().replace(b"META-INF/container.xml", b"META-INF/other.xml")):
+        with pytest.raises(ValueError, match=r"not an \.epub file"):
+            files.read_file(".epub", broken)
+
+
+def test_a_long_html_file_is_cut_after_blocks_into_texts_of_a_bounded_length():
+    body = "".join(f"<p>Frase {i}.</p>" for i in range(10))
+    content = f"<html><body>{body}</body></html>"
+    pieces = files.html_pieces(content, 40)
+    assert "".join(pieces) == content and max(len(p) for p in pieces) <= 40
+    assert all(p.endswith("</p>") for p in pieces[:-1]) and len(pieces) == 6
+    assert files.html_pieces("<p>" + "x" * 100 + "</p><p>y</p>", 40) == [
+        "<p>" + "x" * 100 + "</p>",  # a block longer than the bound is a piece of its own
+        "<p>y</p>",
+    ]
+    long = "<div>" + "<p>Hola.</p>" * 5_000 + "<p>  </p></div>"
+    read = files.read_file(".html", long.encode())
+    assert len(read.paragraphs) == 4 and all(  # 60,020 characters
+        len(p.text) <= files.HTML_PIECE for p in read.paragraphs
+    )
+    for paragraph in read.paragraphs:
+        paragraph.write([(0, paragraph.text.replace("Hola", "Hello"))])
+    assert read.save().decode() == long.replace("Hola", "Hello")
 
 
 def test_html_is_one_paragraph_and_other_files_are_refused():

@@ -4,16 +4,19 @@ its own client (libretranslatepy from PyPI) and raw requests call it; tokens as 
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 import signal
 import subprocess
+import zipfile
 from concurrent.futures import ThreadPoolExecutor
+from xml.etree import ElementTree
 
 import httpx
 import pytest
 from google.protobuf import json_format
-from helpers import ROOT
+from helpers import ROOT, epub
 from libretranslatepy import LibreTranslateAPI
 
 from service.wire.v1 import caption_pb2, caption_pb2_grpc, translation_pb2
@@ -299,7 +302,7 @@ def test_libretranslate_files_round_trip(web):
     assert refused.json() == {"error": "Invalid request: file format not supported"}
     settings = web.get("/frontend/settings").json()
     assert settings["supportedFilesFormat"] == [
-        *(".txt", ".html", ".srt", ".docx", ".pptx", ".odt", ".odp")
+        *(".txt", ".html", ".srt", ".epub", ".docx", ".pptx", ".odt", ".odp")
     ]
     subtitles = "1\n00:00:01,000 --> 00:00:02,000\nBuenos\ndías.\n"
     sent = web.post(
@@ -309,11 +312,19 @@ def test_libretranslate_files_round_trip(web):
     )
     got = web.get(sent.json()["translatedFileUrl"]).text
     assert got == "1\n00:00:01,000 --> 00:00:02,000\nGood\nmorning.\n"  # one sentence, 2 lines
+    book = web.post(
+        "/translate_file",
+        data={"source": "es", "target": "en"},
+        files={"file": ("libro.epub", epub(), "application/epub+zip")},
+    )
+    archive = zipfile.ZipFile(io.BytesIO(web.get(book.json()["translatedFileUrl"]).content))
+    chapter = archive.read("OEBPS/text/capítulo.xhtml").decode()
+    ElementTree.fromstring(chapter.encode())  # still XML, its tags as they were
+    assert "<b>" in chapter and "perro" not in chapter and "dog" in chapter
+    assert archive.infolist()[0].filename == "mimetype"
 
 
 def test_a_docx_comes_back_translated_with_its_bold_word_bold(web):
-    import io
-
     import docx
 
     document = docx.Document()

@@ -1,5 +1,6 @@
 """Files translated whole, as LibreTranslate's `translate_file` takes them: .txt, .html, .srt
-(subtitles), .docx (python-docx), .pptx (python-pptx), .odt and .odp (odfpy). A document is
+(subtitles), .epub (its XHTML read as HTML), .docx (python-docx), .pptx (python-pptx), .odt
+and .odp (odfpy). A document is
 read into paragraphs, each a list of runs (spans of one character formatting); each paragraph
 is translated as one text, and its translation is cut back into runs by the alignment: every
 target word goes to the run of the source word it attends to most, so a bold word stays bold
@@ -11,12 +12,24 @@ from __future__ import annotations
 
 import copy
 import io
+import posixpath
 import re
+import zipfile
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from urllib.parse import unquote
+from xml.etree import ElementTree
 
-FORMATS = (".txt", ".html", ".srt", ".docx", ".pptx", ".odt", ".odp")
+FORMATS = (".txt", ".html", ".srt", ".epub", ".docx", ".pptx", ".odt", ".odp")
+HTML_PIECE = 20_000  # characters of an HTML file translated as one text, where blocks allow
+# the end of a block of HTML: a piece of a file ends there (a sentence never crosses it)
+BLOCK_END = re.compile(
+    r"</(?:p|div|h[1-6]|li|dd|dt|tr|table|ul|ol|dl|section|article|aside|nav|header|footer|"
+    r"blockquote|pre|figure)\s*>",
+    re.IGNORECASE,
+)
+UNPACKED_BYTES = 256 << 20  # an .epub's files, unpacked, at most
 WORD = "\u2581"  # SentencePiece's word start
 
 
@@ -42,15 +55,9 @@ def read_file(suffix: str, data: bytes) -> File:
     if suffix == ".txt":
         return _text(data.decode("utf-8"))
     if suffix == ".html":
-        holder: list[str] = [data.decode("utf-8")]
-
-        def write(segments):
-            holder[0] = "".join(text for _, text in segments)
-
-        paragraph = Paragraph([holder[0]], write)
-        return File(
-            [paragraph], "html" if suffix == ".html" else "plain", lambda: holder[0].encode()
-        )
+        return _html(data.decode("utf-8"))
+    if suffix == ".epub":
+        return _epub(data)
     if suffix == ".srt":
         return _srt(data.decode("utf-8-sig"))
     if suffix == ".docx":
@@ -74,6 +81,85 @@ def _text(content: str) -> File:
 
             paragraphs.append(Paragraph([part], write))
     return File(paragraphs, "plain", lambda: "".join(parts).encode())
+
+
+# -- .html, .epub -----------------------------------------------------------------------------
+
+
+def _html(content: str) -> File:
+    """An HTML file in pieces of about HTML_PIECE characters, each cut after a block's end
+    (a text is translated whole up to a limit); a piece with no text is kept as it is."""
+    pieces = html_pieces(content)
+    paragraphs = []
+    for i, piece in enumerate(pieces):
+        if re.sub(r"<[^>]*>", "", piece).strip():
+            paragraphs.append(Paragraph([piece], _piece_writer(pieces, i)))
+    return File(paragraphs, "html", lambda: "".join(pieces).encode())
+
+
+def html_pieces(content: str, most: int = HTML_PIECE) -> list[str]:
+    """`content` cut after block ends into pieces of at most `most` characters where it can
+    be (a block longer than that is a piece of its own)."""
+    pieces, start, last = [], 0, 0
+    for match in BLOCK_END.finditer(content):
+        if match.end() - start > most and last > start:
+            pieces.append(content[start:last])
+            start = last
+        last = match.end()
+    if len(content) - start > most and last > start:
+        pieces.append(content[start:last])
+        start = last
+    pieces.append(content[start:])
+    return pieces
+
+
+def _piece_writer(pieces: list[str], i: int):
+    def write(placed: list[tuple[int, str]]) -> None:
+        pieces[i] = "".join(value for _, value in placed)
+
+    return write
+
+
+def _epub(data: bytes) -> File:
+    """An EPUB's content documents (the XHTML its package lists), each read as HTML; every
+    other file of the archive kept as it is, in its order and compression."""
+    try:
+        archive = zipfile.ZipFile(io.BytesIO(data))
+        entries = archive.infolist()
+        if sum(e.file_size for e in entries) > UNPACKED_BYTES:
+            raise ValueError(f"more than {UNPACKED_BYTES >> 20} MiB unpacked")
+        names = _content_documents(archive)
+        documents = {name: _html(archive.read(name).decode("utf-8")) for name in names}
+    except (zipfile.BadZipFile, KeyError, ElementTree.ParseError, ValueError) as error:
+        raise ValueError(f"not an .epub file ({error})") from None
+    paragraphs = [p for document in documents.values() for p in document.paragraphs]
+
+    def save() -> bytes:
+        out = io.BytesIO()
+        with zipfile.ZipFile(out, "w") as written:
+            for entry in entries:
+                document = documents.get(entry.filename)
+                body = document.save() if document else archive.read(entry.filename)
+                written.writestr(entry, body)  # the entry's compression: mimetype stored
+        return out.getvalue()
+
+    return File(paragraphs, "html", save)
+
+
+def _content_documents(archive: zipfile.ZipFile) -> list[str]:
+    """The archive's names of the XHTML documents its package's manifest lists."""
+    container = ElementTree.fromstring(archive.read("META-INF/container.xml"))
+    rootfile = next((e for e in container.iter() if e.tag.endswith("rootfile")), None)
+    if rootfile is None or not rootfile.get("full-path"):
+        raise ValueError("META-INF/container.xml names no package")
+    package = rootfile.get("full-path")
+    manifest = ElementTree.fromstring(archive.read(package))
+    folder = posixpath.dirname(package)
+    return [
+        posixpath.normpath(posixpath.join(folder, unquote(item.get("href", ""))))
+        for item in manifest.iter()
+        if item.tag.endswith("item") and item.get("media-type") == "application/xhtml+xml"
+    ]
 
 
 # -- .srt ---------------------------------------------------------------------------------------
