@@ -18,8 +18,41 @@ NAMES = {
     "lv": "Latvian", "ms": "Malay", "nb": "Norwegian Bokmål", "nl": "Dutch", "pl": "Polish",
     "pt": "Portuguese", "ro": "Romanian", "ru": "Russian", "sk": "Slovak", "sl": "Slovenian",
     "sq": "Albanian", "sv": "Swedish", "th": "Thai", "tr": "Turkish", "uk": "Ukrainian",
-    "ur": "Urdu", "vi": "Vietnamese", "zh": "Chinese",
+    "ur": "Urdu", "vi": "Vietnamese", "zh": "Chinese", "zt": "Chinese (traditional)",
 }  # fmt: skip
+# NLLB's FLORES-200 codes of the languages above, and the code the edge names each by (as
+# LibreTranslate does: ISO 639-1, `zt` for Chinese in traditional script)
+FLORES = {
+    "arb_Arab": "ar", "bul_Cyrl": "bg", "cat_Latn": "ca", "ces_Latn": "cs", "dan_Latn": "da",
+    "deu_Latn": "de", "ell_Grek": "el", "eng_Latn": "en", "spa_Latn": "es", "est_Latn": "et",
+    "eus_Latn": "eu", "pes_Arab": "fa", "fin_Latn": "fi", "fra_Latn": "fr", "gle_Latn": "ga",
+    "glg_Latn": "gl", "heb_Hebr": "he", "hin_Deva": "hi", "hrv_Latn": "hr", "hun_Latn": "hu",
+    "ind_Latn": "id", "ita_Latn": "it", "jpn_Jpan": "ja", "kor_Hang": "ko", "lit_Latn": "lt",
+    "lvs_Latn": "lv", "zsm_Latn": "ms", "nob_Latn": "nb", "nld_Latn": "nl", "pol_Latn": "pl",
+    "por_Latn": "pt", "ron_Latn": "ro", "rus_Cyrl": "ru", "slk_Latn": "sk", "slv_Latn": "sl",
+    "als_Latn": "sq", "swe_Latn": "sv", "tha_Thai": "th", "tur_Latn": "tr", "ukr_Cyrl": "uk",
+    "urd_Arab": "ur", "vie_Latn": "vi", "zho_Hans": "zh", "zho_Hant": "zt",
+}  # fmt: skip
+# codes clients send for one of the above (LibreTranslate's own aliases)
+ALIASES = {"zh-hans": "zh", "zh-hant": "zt", "zh-cn": "zh", "zh-tw": "zt"}
+
+
+def edge_code(code: str) -> str:
+    """A model's language code as the edge names it: NLLB's `spa_Latn` as `es`, any other
+    as it is."""
+    return FLORES.get(code, code)
+
+
+def given_code(code: str, known: Sequence[str]) -> str:
+    """The code of `known` a client means by `code`: in any case, an alias, or with a region
+    (`pt-BR`, `en_US`) that none of `known` has, the language alone; else `code` lowered."""
+    lowered = code.strip().lower()
+    lowered = ALIASES.get(lowered, lowered)
+    by_lower = {k.lower(): k for k in known}
+    if lowered in by_lower:
+        return by_lower[lowered]
+    language = lowered.replace("_", "-").split("-")[0]
+    return by_lower.get(language, lowered)
 
 
 def name(code: str) -> str:

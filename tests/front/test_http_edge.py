@@ -177,12 +177,15 @@ def test_a_pair_goes_to_the_translator_that_declares_it():
     api = libretranslate.LibreTranslateApi(
         front, SimpleNamespace(service=service), [], None, None, 0
     )
-    assert api._route("es", "en", ["Hola"]) == ("b", "es", 100.0)  # the default first
-    assert api._route("fr", "de", ["Bonjour"]) == ("b", "fr", 100.0)
+    pair = libretranslate.Pair
+    assert api._route("es", "en", ["Hola"]) == (pair("b", "es", "en"), "es", 100.0)  # default
+    assert api._route("fr", "de", ["Bonjour"]) == (pair("b", "fr", "de"), "fr", 100.0)
     assert api._route("auto", "de", ["Bonjour tout le monde, comment allez-vous ?"])[:2] == (
-        "b",
+        pair("b", "fr", "de"),
         "fr",
     )
+    # in any case, with a region
+    assert api._route("ES", "en-US", ["Hola"])[:2] == (pair("b", "es", "en"), "es")
     for source, target, message in (
         ("it", "en", "it is not supported"),
         ("es", "ja", "ja is not supported"),
@@ -193,13 +196,41 @@ def test_a_pair_goes_to_the_translator_that_declares_it():
     # a served language to itself: no model, the texts come back as they are
     assert api._route("de", "de", ["Hallo"]) == (None, "de", 100.0)
     english = api._route("auto", "en", ["Where is the train station, please?"])
-    assert english.model is None and english.source == "en"
+    assert english.pair is None and english.source == "en"
     front.models[service]["c"] = model(("it",), ("ja",))
     with pytest.raises(libretranslate.BadRequest) as missing:
         api._route("it", "de", ["Ciao"])
     assert (
         str(missing.value) == "German (de) is not available as a target language from Italian (it)"
     )
+
+
+def test_nllb_codes_are_named_as_libretranslate_names_them():
+    """A model's FLORES-200 codes (NLLB's `spa_Latn`) are ISO 639-1 at the edge; its own
+    codes are taken too, and `zh-Hant` is LibreTranslate's `zt`."""
+    from types import SimpleNamespace
+
+    from service.runtime.languages import Languages
+
+    service = "attnserve.v1.TranslationService"
+    nllb = Languages(("spa_Latn", "fra_Latn", "zho_Hant"), ("eng_Latn", "zho_Hant"))
+    front = SimpleNamespace(
+        models={service: {"nllb": {"1": SimpleNamespace(languages=nllb)}}},
+        defaults={service: "nllb"},
+    )
+    api = libretranslate.LibreTranslateApi(
+        front, SimpleNamespace(service=service), [], None, None, 0
+    )
+    assert set(api._pairs()) == {("es", "en"), ("fr", "en"), ("zt", "en"), ("es", "zt"),
+                                 ("fr", "zt")}  # fmt: skip
+    spanish = libretranslate.Pair("nllb", "spa_Latn", "eng_Latn")
+    assert api._route("es", "en", ["Hola"]) == (spanish, "es", 100.0)
+    assert api._route("spa_latn", "ENG_Latn", ["Hola"]) == (spanish, "es", 100.0)
+    assert api._route("fr", "zh-Hant", ["Salut"]).pair == ("nllb", "fra_Latn", "zho_Hant")
+    detected = api._route("auto", "en", ["Bonjour tout le monde, comment allez-vous ?"])
+    assert detected.pair == ("nllb", "fra_Latn", "eng_Latn") and detected.source == "fr"
+    with pytest.raises(libretranslate.BadRequest, match="de is not supported"):
+        api._route("de", "en", ["Hallo"])
 
 
 def test_the_files_folder_is_the_configured_one_or_a_new_one(tmp_path):

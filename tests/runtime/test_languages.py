@@ -4,7 +4,7 @@ the identifier choosing among the languages served."""
 from __future__ import annotations
 
 from service.runtime import languages
-from service.runtime.languages import Languages, detect
+from service.runtime.languages import Languages, detect, edge_code, given_code
 
 
 def test_a_manifest_declares_what_a_model_reads_and_writes():
@@ -53,3 +53,13 @@ def test_a_multilingual_model_is_told_its_languages_by_tokens():
     assert not Languages(("es",), ("en",)).covers("de", "en")
     assert listed(["a", "b"]) == "a, b"
     assert listed([str(i) for i in range(20)], 3) == "0, 1, 2, ... (20 in all)"
+
+
+def test_a_code_as_a_client_gives_it_finds_the_one_it_means():
+    known = ["en", "es", "zt", "spa_Latn"]
+    assert given_code("ES", known) == "es" and given_code(" en ", known) == "en"
+    assert given_code("pt-BR", ["pt"]) == "pt" and given_code("en_US", known) == "en"
+    assert given_code("zh-Hant", known) == "zt" and given_code("SPA_LATN", known) == "spa_Latn"
+    assert given_code("Auto", known) == "auto" and given_code("de-AT", known) == "de-at"
+    assert edge_code("spa_Latn") == "es" and edge_code("zho_Hant") == "zt"
+    assert edge_code("es") == "es" and edge_code("kin_Latn") == "kin_Latn"  # none it knows

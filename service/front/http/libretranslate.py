@@ -5,8 +5,10 @@ libretranslatepy, the npm `libretranslate` package): `POST /translate`, `POST /d
 LibreTranslate's status codes (400 a bad request, 403 a bad key, 429 overloaded, 500 else).
 
 A language pair goes to the served translator whose manifest declares it (the default
-translator first); codes are read in any case. `source: auto` picks, among the languages
-served towards the target and the target itself, the one the text is written in. As in
+translator first). Languages are named by ISO 639-1 codes, as LibreTranslate names them
+(NLLB's `spa_Latn` is `es`; the model's own code is taken too), read in any case, with an
+alias or a region (`zh-Hans`, `pt-BR`). `source: auto` picks, among the languages served
+towards the target and the target itself, the one the text is written in. As in
 LibreTranslate, a text comes back as it is where there is nothing to translate: its source is
 its target (a served language), or it has no letter or digit (blank, emoji, punctuation).
 Every call goes through TranslationService's own calls (admission, deadlines, drains, the
@@ -107,16 +109,18 @@ class LibreTranslateApi:
         ]
 
     # which model translates what
-    def _pairs(self) -> dict[tuple[str, str], str]:
-        """(source, target) -> the translator that serves it, the default translator first."""
+    def _pairs(self) -> dict[tuple[str, str], Pair]:
+        """(source, target) as the edge names them -> the translator that serves the pair,
+        with its own codes; the default translator first."""
         service = self.servicer.service
         names = self.front.models.get(service, {})
         default = self.front.defaults.get(service)
-        pairs: dict[tuple[str, str], str] = {}
+        pairs: dict[tuple[str, str], Pair] = {}
         for name in sorted(names, key=lambda n: (n != default, n)):
             for model in names[name].values():
-                for pair in model.languages.pairs():
-                    pairs.setdefault(pair, name)
+                for source, target in model.languages.pairs():
+                    edge = (languages.edge_code(source), languages.edge_code(target))
+                    pairs.setdefault(edge, Pair(name, source, target))
         return pairs
 
     def _route(self, source: str, target: str, texts: list[str]) -> Routed:
@@ -124,6 +128,7 @@ class LibreTranslateApi:
         says it. No model where the source is the target (the texts come back as they are)."""
         pairs = self._pairs()
         served = {code for pair in pairs for code in pair}
+        source, target = _edge(source, pairs), _edge(target, pairs)
         if target not in {t for _, t in pairs}:
             raise BadRequest(f"{target} is not supported")
         confidence = 100.0
@@ -185,7 +190,7 @@ class LibreTranslateApi:
     async def translate(self, request: Request) -> Response:
         try:
             values, form = await self._values(request)
-            q, source, target = values.get("q"), _code(values, "source"), _code(values, "target")
+            q, source, target = values.get("q"), _field(values, "source"), _field(values, "target")
             for name, value in (("q", q), ("source", source), ("target", target)):
                 if not value:
                     raise BadRequest(f"Invalid request: missing {name} parameter")
@@ -213,7 +218,7 @@ class LibreTranslateApi:
         except Aborted as aborted:
             return refusal(aborted)
         result: dict = {"translatedText": translated if batch else translated[0]}
-        if source == "auto":
+        if source.lower() == "auto":
             found = {"confidence": route.confidence, "language": route.source}
             result["detectedLanguage"] = [found] * len(texts) if batch else found
         if alternatives:
@@ -228,14 +233,16 @@ class LibreTranslateApi:
         if wanted:
             route = self._route(source, target, [texts[i] for i in wanted])
         else:  # nothing to translate, the pair checked all the same
-            route = self._route(target if source == "auto" else source, target, texts)
-            route = Routed(None, route.source, 0.0 if source == "auto" else 100.0)
-        if route.model is None:
+            auto = source.lower() == "auto"
+            route = self._route(target if auto else source, target, texts)
+            route = Routed(None, route.source, 0.0 if auto else 100.0)
+        if route.pair is None:
             return route, translated, others
+        pair = route.pair
         message = _translate_message(
-            route.model, [texts[i] for i in wanted], text_format, alternatives
+            pair.model, [texts[i] for i in wanted], text_format, alternatives
         )
-        message.source_language, message.target_language = route.source, target
+        message.source_language, message.target_language = pair.source, pair.target
         response = await self._call(request, message, "translate")
         for i, translation in zip(wanted, response.translations, strict=True):
             best, *rest = [h.text for h in translation.hypotheses]
@@ -277,7 +284,7 @@ class LibreTranslateApi:
         try:
             values, _ = await self._values(request)
             upload = values.get("file")
-            source, target = _code(values, "source"), _code(values, "target")
+            source, target = _field(values, "source"), _field(values, "target")
             if not isinstance(upload, Upload):
                 raise BadRequest("Invalid request: missing file parameter")
             for name, value in (("source", source), ("target", target)):
@@ -295,11 +302,13 @@ class LibreTranslateApi:
             except (ValueError, UnicodeDecodeError) as bad:
                 raise BadRequest(f"Invalid request: {filename}: {bad}") from None
             texts = [p.text for p in document.paragraphs]
-            name, detected, _ = self._route(source, target, texts)
-            for start in range(0, len(texts) if name is not None else 0, MAX_TEXTS):
+            pair = self._route(source, target, texts).pair
+            for start in range(0, len(texts) if pair is not None else 0, MAX_TEXTS):
                 chunk = document.paragraphs[start : start + MAX_TEXTS]
-                message = _translate_message(name, [p.text for p in chunk], document.text_format, 0)
-                message.source_language, message.target_language = detected, target
+                message = _translate_message(
+                    pair.model, [p.text for p in chunk], document.text_format, 0
+                )
+                message.source_language, message.target_language = pair.source, pair.target
                 message.options.return_alignment = any(len(p.runs) > 1 for p in chunk)
                 response = await self._call(request, message, "translate_file")
                 for paragraph, translation in zip(chunk, response.translations, strict=True):
@@ -369,19 +378,38 @@ def forget_old(folder: Path, seconds: float) -> int:
     return deleted
 
 
+class Pair(NamedTuple):
+    """The translator of a language pair, and the pair as its manifest names it."""
+
+    model: str
+    source: str
+    target: str
+
+
 class Routed(NamedTuple):
     """Which model translates a request (None: the texts come back as they are), from which
-    source, and how sure the detection was of it (%)."""
+    source (as the edge names it), and how sure the detection was of it (%)."""
 
-    model: str | None
+    pair: Pair | None
     source: str
     confidence: float
 
 
-def _code(values: dict, name: str) -> str:
-    """A language code of the call's fields, as LibreTranslate reads it: in any case."""
+def _field(values: dict, name: str) -> str:
     value = values.get(name)
-    return str(value).strip().lower() if value else ""
+    return str(value).strip() if value else ""
+
+
+def _edge(given: str, pairs: dict[tuple[str, str], Pair]) -> str:
+    """The edge's code a client means by `given` (`auto` kept): an edge code or a model's
+    own, in any case, an alias, or with a region (service.runtime.languages.given_code)."""
+    edge = {code for key in pairs for code in key}
+    own = {}
+    for key, pair in pairs.items():
+        own.setdefault(pair.source, key[0])
+        own.setdefault(pair.target, key[1])
+    found = languages.given_code(given, [*sorted(edge), *sorted(own)])
+    return found if found in edge else own.get(found, found)
 
 
 def _json_suffix(content_type: str) -> bool:
