@@ -17,6 +17,7 @@ from service.front.registry import Models, default_models
 from service.front.versions import version_order
 from service.runtime.errors import InvalidArgument, NotFound, Unavailable
 from service.runtime.kinds import Prepared, ServedModel
+from service.runtime.languages import own_code
 from service.worker.messages import Job, Timings
 
 log = logging.getLogger("attnserve")
@@ -93,13 +94,14 @@ class Front:
 
     def covering(self, service: str, source: str, target: str) -> str:
         """The served model of `service` whose newest version reads `source` and writes
-        `target` (either may be empty: any), the most specialised first (the fewest
-        languages), then the default, then by name; InvalidArgument where none does."""
+        `target` (either may be empty: any; each its own code or as the edge names it), the
+        most specialised first (the fewest languages), then the default, then by name;
+        InvalidArgument where none does."""
         default, found = self.defaults.get(service, ""), []
         for name, versions in self.models.get(service, {}).items():
             languages = versions[max(versions, key=version_order)].languages
-            if (not source or source in languages.source) and (
-                not target or target in languages.target
+            if (not source or own_code(source, languages.source) in languages.source) and (
+                not target or own_code(target, languages.target) in languages.target
             ):
                 size = len(languages.source) * len(languages.target)
                 found.append((size, name != default, name))

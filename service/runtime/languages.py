@@ -141,11 +141,23 @@ def detect(text: str, among: Sequence[str]) -> list[tuple[str, float]]:
     its probability in [0, 1] among them. A language the identifier does not know is never
     proposed; with none it knows, the first of `among` with probability 0."""
     text = text[:DETECT_CHARS]  # enough to tell; a long text must not hold the event loop
-    known = [code for code in among if code in _known()]
+    own = {edge_code(code): code for code in among}  # NLLB's `spa_Latn` told as `es`
+    known = [code for code in own if code in _known()]
     if not known:
         return [(among[0], 0.0)] if among else []
     if len(known) == 1:
-        return [(known[0], 1.0)]
+        return [(own[known[0]], 1.0)]
     identifier = _identifier()
     identifier.set_languages(known)  # the event loop's thread alone calls this
-    return [(code, float(p)) for code, p in identifier.rank(text)]
+    return [(own[code], float(p)) for code, p in identifier.rank(text)]
+
+
+def own_code(given: str, codes: Sequence[str]) -> str:
+    """The code of `codes` (a model's own) a client means by `given`: one of them, or as the
+    edge names it (`es` for `spa_Latn`), in any case, an alias or with a region (given_code);
+    else `given` as it is."""
+    if not given or given in codes:
+        return given
+    edge = {edge_code(code): code for code in codes}
+    found = given_code(given, [*codes, *edge])
+    return edge.get(found, found) if found in edge or found in codes else given

@@ -351,10 +351,13 @@ class TranslationModel(ServedModel):
         self.rules = {k: rules[k] for k in MODEL_RULES if k in rules}
 
     def resolve_languages(self, source: str, target: str, texts: Sequence[str]):
-        """(source, target) of a request: each as named, checked against the model's; else
-        the model's only one; else, for a source the model takes a token for, detected
-        among its languages. InvalidArgument naming every problem."""
+        """(source, target) of a request: each as named (the model's own code, or as the
+        edge names it: languages.own_code), checked against the model's; else the model's
+        only one; else, for a source the model takes a token for, detected among its
+        languages. InvalidArgument naming every problem."""
         declared, problems = self.languages, []
+        source = languages.own_code(source, declared.source)
+        target = languages.own_code(target, declared.target)
         if target and declared.target and target not in declared.target:
             problems.append(
                 f"target_language: {target!r} is not written by {self.key} "

@@ -63,3 +63,13 @@ def test_a_code_as_a_client_gives_it_finds_the_one_it_means():
     assert given_code("Auto", known) == "auto" and given_code("de-AT", known) == "de-at"
     assert edge_code("spa_Latn") == "es" and edge_code("zho_Hant") == "zt"
     assert edge_code("es") == "es" and edge_code("kin_Latn") == "kin_Latn"  # none it knows
+
+
+def test_nllb_codes_are_detected_and_named_as_the_edge_names_them():
+    among = ["eng_Latn", "fra_Latn", "spa_Latn"]
+    assert detect("Bonjour tout le monde, comment allez-vous ?", among)[0][0] == "fra_Latn"
+    assert detect("Hola", ["spa_Latn", "kin_Latn"]) == [("spa_Latn", 1.0)]  # one it knows
+    assert languages.own_code("es", among) == "spa_Latn"
+    assert languages.own_code("ES", among) == languages.own_code("spa_latn", among) == "spa_Latn"
+    assert languages.own_code("de", among) == "de" and languages.own_code("", among) == ""
+    assert languages.own_code("pt-BR", ["pt", "en"]) == "pt"
