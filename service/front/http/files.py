@@ -307,24 +307,17 @@ def _sentence(starts, source: tuple[int, int], target: str, alignment) -> list[t
 
 def _docx(data: bytes) -> File:
     import docx
+    from docx.text.run import Run
 
-    try:
-        document = docx.Document(io.BytesIO(data))
-    except Exception as error:  # python-docx raises several kinds for a file that is not one
-        raise ValueError(f"not a .docx file ({error})") from None
+    document = _opened(docx.Document, data, ".docx")
     paragraphs = []
     for paragraph in _docx_paragraphs(document):
         runs = list(paragraph.runs)
         if not "".join(r.text for r in runs).strip():
             continue
-        paragraphs.append(Paragraph([r.text for r in runs], _docx_writer(paragraph, runs)))
-
-    def save() -> bytes:
-        out = io.BytesIO()
-        document.save(out)
-        return out.getvalue()
-
-    return File(paragraphs, "plain", save)
+        write = _runs_writer(paragraph, runs, Run)
+        paragraphs.append(Paragraph([r.text for r in runs], write))
+    return File(paragraphs, "plain", _saver(document))
 
 
 def _docx_paragraphs(document):
@@ -342,19 +335,41 @@ def _docx_paragraphs(document):
                 yield from of(part)
 
 
-def _docx_writer(paragraph, runs):
-    from docx.text.run import Run
+def _runs_writer(paragraph, runs, run_type):
+    """The writer of a python-docx or python-pptx paragraph: each segment a copy of its run's
+    element (its formatting) holding the segment's text, in place of the runs."""
 
     def write(placed: list[tuple[int, str]]) -> None:
         anchor = runs[0]._r
         for run, text in placed:
             element = copy.deepcopy(runs[run]._r)
             anchor.addprevious(element)
-            Run(element, paragraph).text = text
+            run_type(element, paragraph).text = text
         for run in runs:
             run._r.getparent().remove(run._r)
 
     return write
+
+
+def _opened(load, data: bytes, suffix: str):
+    """The document `load` reads from `data`; ValueError where it is not a `suffix` file
+    (python-docx, python-pptx and odfpy raise several kinds for a file that is not one)."""
+    try:
+        return load(io.BytesIO(data))
+    except Exception as error:
+        article = "an" if suffix[1] in "aeiou" else "a"
+        raise ValueError(f"not {article} {suffix} file ({error})") from None
+
+
+def _saver(document, method: str = "save"):
+    """The `save` of a File whose document writes itself to a stream by `method`."""
+
+    def save() -> bytes:
+        out = io.BytesIO()
+        getattr(document, method)(out)
+        return out.getvalue()
+
+    return save
 
 
 # -- .pptx ------------------------------------------------------------------------------------
@@ -362,11 +377,9 @@ def _docx_writer(paragraph, runs):
 
 def _pptx(data: bytes) -> File:
     import pptx
+    from pptx.text.text import _Run
 
-    try:
-        presentation = pptx.Presentation(io.BytesIO(data))
-    except Exception as error:  # python-pptx raises several kinds for a file that is not one
-        raise ValueError(f"not a .pptx file ({error})") from None
+    presentation = _opened(pptx.Presentation, data, ".pptx")
     paragraphs = []
     for paragraph in _pptx_paragraphs(presentation):
         element = paragraph._p
@@ -374,18 +387,13 @@ def _pptx(data: bytes) -> File:
         runs = list(paragraph.runs)
         if all(_local(c.tag) == "r" for c in children):
             if "".join(r.text for r in runs).strip():
-                paragraphs.append(Paragraph([r.text for r in runs], _pptx_writer(paragraph, runs)))
+                write = _runs_writer(paragraph, runs, _Run)
+                paragraphs.append(Paragraph([r.text for r in runs], write))
             continue
         for run in runs:  # breaks, fields...: each run's text on its own
             if run.text.strip():
                 paragraphs.append(Paragraph([run.text], _pptx_run_writer(run)))
-
-    def save() -> bytes:
-        out = io.BytesIO()
-        presentation.save(out)
-        return out.getvalue()
-
-    return File(paragraphs, "plain", save)
+    return File(paragraphs, "plain", _saver(presentation))
 
 
 def _local(tag) -> str:
@@ -413,21 +421,6 @@ def _pptx_paragraphs(presentation):
             yield from slide.notes_slide.notes_text_frame.paragraphs
 
 
-def _pptx_writer(paragraph, runs):
-    from pptx.text.text import _Run
-
-    def write(placed: list[tuple[int, str]]) -> None:
-        anchor = runs[0]._r
-        for run, text in placed:
-            element = copy.deepcopy(runs[run]._r)
-            anchor.addprevious(element)
-            _Run(element, paragraph).text = text
-        for run in runs:
-            run._r.getparent().remove(run._r)
-
-    return write
-
-
 def _pptx_run_writer(run):
     def write(placed: list[tuple[int, str]]) -> None:
         run.text = "".join(value for _, value in placed)
@@ -446,10 +439,7 @@ def _odf(data: bytes, suffix: str) -> File:
     from odf.namespaces import TEXTNS
     from odf.opendocument import load
 
-    try:
-        document = load(io.BytesIO(data))
-    except Exception as error:  # odfpy raises several kinds for a file that is not one
-        raise ValueError(f"not an {suffix} file ({error})") from None
+    document = _opened(load, data, suffix)
     paragraphs = []
     span = (TEXTNS, "span")
     for element in [*document.getElementsByType(text.P), *document.getElementsByType(text.H)]:
@@ -467,13 +457,7 @@ def _odf(data: bytes, suffix: str) -> File:
         for child in children:  # tabs, breaks, links...: each piece of text on its own
             if isinstance(child, Text) and child.data.strip():
                 paragraphs.append(Paragraph([child.data], _odt_text_writer(child)))
-
-    def save() -> bytes:
-        out = io.BytesIO()
-        document.write(out)
-        return out.getvalue()
-
-    return File(paragraphs, "plain", save)
+    return File(paragraphs, "plain", _saver(document, "write"))
 
 
 def _odt_writer(element, children):
