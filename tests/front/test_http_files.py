@@ -279,3 +279,15 @@ def test_html_is_one_paragraph_and_other_files_are_refused():
     for suffix, data in refused:
         with pytest.raises(ValueError):
             files.read_file(suffix, data)
+
+
+def test_a_zipped_file_that_unpacks_too_large_is_refused_before_it_is_read(monkeypatch):
+    document = docx.Document()
+    document.add_paragraph("Hola. " * 400)
+    out = io.BytesIO()
+    document.save(out)
+    assert files.read_file(".docx", out.getvalue()).paragraphs  # read within the bound
+    monkeypatch.setattr(files, "UNPACKED_BYTES", 2_000)  # a bound its parts pass
+    for suffix, data in ((".docx", out.getvalue()), (".epub", epub(CHAPTER * 10))):
+        with pytest.raises(ValueError, match=rf"\{suffix}: more than"):
+            files.read_file(suffix, data)

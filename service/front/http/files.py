@@ -29,7 +29,7 @@ BLOCK_END = re.compile(
     r"blockquote|pre|figure)\s*>",
     re.IGNORECASE,
 )
-UNPACKED_BYTES = 256 << 20  # an .epub's files, unpacked, at most
+UNPACKED_BYTES = 256 << 20  # the files of a zipped format (.epub, .docx ...), unpacked, at most
 WORD = "\u2581"  # SentencePiece's word start
 
 
@@ -123,15 +123,13 @@ def _piece_writer(pieces: list[str], i: int):
 def _epub(data: bytes) -> File:
     """An EPUB's content documents (the XHTML its package lists), each read as HTML; every
     other file of the archive kept as it is, in its order and compression."""
+    archive = _archive(data, ".epub")
+    entries = archive.infolist()
     try:
-        archive = zipfile.ZipFile(io.BytesIO(data))
-        entries = archive.infolist()
-        if sum(e.file_size for e in entries) > UNPACKED_BYTES:
-            raise ValueError(f"more than {UNPACKED_BYTES >> 20} MiB unpacked")
         names = _content_documents(archive)
         documents = {name: _html(archive.read(name).decode("utf-8")) for name in names}
     except (zipfile.BadZipFile, KeyError, ElementTree.ParseError, ValueError) as error:
-        raise ValueError(f"not an .epub file ({error})") from None
+        raise ValueError(_not_a(".epub", error)) from None
     paragraphs = [p for document in documents.values() for p in document.paragraphs]
 
     def save() -> bytes:
@@ -352,13 +350,31 @@ def _runs_writer(paragraph, runs, run_type):
 
 
 def _opened(load, data: bytes, suffix: str):
-    """The document `load` reads from `data`; ValueError where it is not a `suffix` file
-    (python-docx, python-pptx and odfpy raise several kinds for a file that is not one)."""
+    """The document `load` reads from `data` (a zip, checked first: _archive); ValueError
+    where it is not a `suffix` file (python-docx, python-pptx and odfpy raise several kinds
+    for a file that is not one)."""
+    _archive(data, suffix)
     try:
         return load(io.BytesIO(data))
     except Exception as error:
-        article = "an" if suffix[1] in "aeiou" else "a"
-        raise ValueError(f"not {article} {suffix} file ({error})") from None
+        raise ValueError(_not_a(suffix, error)) from None
+
+
+def _archive(data: bytes, suffix: str) -> zipfile.ZipFile:
+    """`data` as a zip; ValueError where it is not one, or its files would unpack to more
+    than UNPACKED_BYTES (a zip's reader never gives more of a file than its size says)."""
+    try:
+        archive = zipfile.ZipFile(io.BytesIO(data))
+    except zipfile.BadZipFile as error:
+        raise ValueError(_not_a(suffix, error)) from None
+    if sum(e.file_size for e in archive.infolist()) > UNPACKED_BYTES:
+        raise ValueError(f"{suffix}: more than {UNPACKED_BYTES >> 20} MiB unpacked")
+    return archive
+
+
+def _not_a(suffix: str, error: Exception) -> str:
+    article = "an" if suffix[1] in "aeiou" else "a"
+    return f"not {article} {suffix} file ({error})"
 
 
 def _saver(document, method: str = "save"):
