@@ -32,7 +32,6 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Route
 
-from service.front.http import files
 from service.front.http.calls import (
     Aborted,
     HttpContext,
@@ -42,7 +41,7 @@ from service.front.http.calls import (
     until_disconnected,
     within,
 )
-from service.runtime import languages
+from service.runtime import files, languages
 from service.runtime.decoding import MAX_BEAM_SIZE
 from service.runtime.requests import MAX_TEXTS
 from service.wire.v1 import decoding_pb2, translation_pb2

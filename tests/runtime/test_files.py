@@ -1,4 +1,4 @@
-"""Files translated whole (service.front.http.files): each format read into paragraphs of
+"""Files translated whole (service.runtime.files): each format read into paragraphs of
 runs and written back, and a translation cut into runs by its alignment."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from odf.opendocument import OpenDocumentPresentation, OpenDocumentText, load
 from odf.style import MasterPage, PageLayout, Style, TextProperties
 from pptx.util import Inches
 
-from service.front.http import files
+from service.runtime import files
 
 
 def aligned(source_pieces, target_pieces, best, text_out, source_end):

@@ -1,11 +1,12 @@
-"""Files translated whole, as LibreTranslate's `translate_file` takes them: .txt, .html, .srt
-(subtitles), .epub (its XHTML read as HTML), .docx (python-docx), .pptx (python-pptx), .odt
-and .odp (odfpy). A document is
-read into paragraphs, each a list of runs (spans of one character formatting); each paragraph
-is translated as one text, and its translation is cut back into runs by the alignment: every
-target word goes to the run of the source word it attends to most, so a bold word stays bold
-where its translation lands. Paragraph styles, tables, lists, headers, footers, slides'
-layouts and subtitles' timings stay as they are.
+"""Files translated whole, as LibreTranslate's `translate_file` (service.front.http) and
+`attnserve translate --input` take them: .txt, .html, .srt (subtitles), .epub (its XHTML read
+as HTML), .docx (python-docx), .pptx (python-pptx), .odt and .odp (odfpy; the three
+libraries are in the serve extra). A document is read into paragraphs, each a list of runs
+(spans of one character formatting); each paragraph is translated as one text, and its
+translation is cut back into runs by the alignment: every target word goes to the run of the
+source word it attends to most, so a bold word stays bold where its translation lands.
+Paragraph styles, tables, lists, headers, footers, slides' layouts and subtitles' timings
+stay as they are.
 """
 
 from __future__ import annotations
