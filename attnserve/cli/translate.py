@@ -22,6 +22,8 @@ from models.shipped import SHIPPED_TRANSLATOR
 from service.runtime.documents import SPLITTING
 from service.runtime.markup import FORMATS
 
+FILES = (".html", ".htm", ".srt", ".epub", ".docx", ".pptx", ".odt", ".odp")  # in their format
+
 TIMEOUT = 60.0  # seconds, the default deadline of a translate or score call
 # translate's options that mean something over gRPC only
 GRPC_ONLY = (
@@ -119,7 +121,8 @@ def _add_inputs(parser: argparse.ArgumentParser) -> None:
         "--input",
         type=Path,
         help="a file translated as one document: its paragraphs, blank lines and line breaks "
-        "kept (one text a line with --lines)",
+        "kept; a .docx, .pptx, .odt, .odp, .srt, .epub or .html file written back in its "
+        "format, its formatting kept (one text a line with --lines)",
     )
     parser.add_argument(
         "--lines", action="store_true", help="--input holds one text a line, each translated apart"
@@ -142,7 +145,12 @@ def _add_inputs(parser: argparse.ArgumentParser) -> None:
         type=Path,
         help="SOURCE<TAB>TARGET terms, one a line: each source term found is translated as given",
     )
-    parser.add_argument("--output", type=Path, help="write the translations here, one a line")
+    parser.add_argument(
+        "--output",
+        type=Path,
+        help="write the translations here, one a line (a translated --input document: the "
+        "document)",
+    )
     parser.add_argument(
         "--concurrency", type=int, default=4, help="calls in flight (64 texts a call)"
     )
@@ -213,9 +221,13 @@ def _translate_batches(channel, args: argparse.Namespace, texts: list[str], call
 
 def _translate_document(channel, args: argparse.Namespace, call: dict) -> int:
     """--input as one document: cut at paragraph breaks into texts of at most the server's
-    default max_text_chars, translated in one call, put back together."""
+    default max_text_chars, translated in one call, put back together; a formatted file in
+    its format (_translate_file)."""
     from service import client
 
+    suffix = args.input.suffix.lower()
+    if suffix in FILES and not (args.json and suffix in (".html", ".htm")):
+        return _translate_file(channel, args, call)
     try:
         text = args.input.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
@@ -232,6 +244,44 @@ def _translate_document(channel, args: argparse.Namespace, call: dict) -> int:
             show(results, True, out)
         else:
             out.write(whole)
+    return 0
+
+
+def _translate_file(channel, args: argparse.Namespace, call: dict) -> int:
+    """A formatted file (service.runtime.files) read into paragraphs of runs, translated 64
+    paragraphs a call (with alignments where a paragraph has several runs, which cut each
+    translation back into them), written to --output in its format."""
+    from google.protobuf.json_format import MessageToDict
+
+    from service import client
+    from service.runtime import files
+
+    suffix = args.input.suffix.lower()
+    if args.output is None or args.json:
+        print(f"error: a {suffix} --input is written to --output FILE (no --json)", file=sys.stderr)
+        return 2
+    try:
+        document = files.read_file(suffix, args.input.read_bytes())
+    except (OSError, ValueError, UnicodeDecodeError, ImportError) as error:
+        print(f"error: {args.input}: {error}", file=sys.stderr)
+        return 2
+    paragraphs, size = document.paragraphs, client.TEXTS_PER_CHUNK
+    with progress(len(paragraphs), "translated", "paragraph", len(paragraphs) > size) as shown:
+        for start in range(0, len(paragraphs), size):
+            chunk = paragraphs[start : start + size]
+            options = type(call["options"])()
+            options.CopyFrom(call["options"])
+            options.return_alignment = any(len(p.runs) > 1 for p in chunk)
+            response = client.translate(
+                channel,
+                [p.text for p in chunk],
+                **{**call, "options": options, "text_format": document.text_format},
+            )
+            for paragraph, translation in zip(chunk, response.translations, strict=True):
+                paragraph.write(files.segments(paragraph.runs, MessageToDict(translation)))
+            if shown is not None:
+                shown(start + len(chunk))
+    args.output.write_bytes(document.save())
     return 0
 
 

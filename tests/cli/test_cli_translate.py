@@ -215,3 +215,41 @@ def test_score_refuses_a_line_without_a_tab_and_an_unreadable_file(stand_in, tmp
     assert main(["score", "--server", address, "--input", str(missing)]) == 2
     assert capsys.readouterr().err.startswith(f"error: {missing}: ")
     assert servicer.requests == []
+
+
+def test_a_formatted_file_comes_back_in_its_format(stand_in, tmp_path, capsys):
+    """A .docx's paragraphs translated (the stand-in upper-cases them), with alignments asked
+    for where a paragraph has several runs, and written back as a .docx; HTML as HTML."""
+    import docx
+
+    servicer, address = stand_in
+    document = docx.Document()
+    paragraph = document.add_paragraph("El perro ")
+    paragraph.add_run("come").bold = True
+    document.add_paragraph("Buenos días.")
+    source, target = tmp_path / "carta.docx", tmp_path / "letter.docx"
+    document.save(source)
+    argv = ["translate", "--server", address, "--input", str(source), "--output", str(target)]
+    assert main(argv) == 0
+    (request,) = servicer.requests
+    assert list(request.texts) == ["El perro come", "Buenos días."]
+    assert request.options.return_alignment
+    assert request.text_format == translation_pb2.TEXT_FORMAT_PLAIN
+    written = docx.Document(target)
+    assert [p.text for p in written.paragraphs] == ["EL PERRO COME", "BUENOS DÍAS."]
+    page, translated = tmp_path / "p.html", tmp_path / "p.en.html"
+    page.write_text("<p>Hola <b>amigo</b>.</p>", encoding="utf-8")
+    argv = ["translate", "--server", address, "--input", str(page), "--output", str(translated)]
+    assert main(argv) == 0
+    assert servicer.requests[-1].text_format == translation_pb2.TEXT_FORMAT_HTML
+    assert not servicer.requests[-1].options.return_alignment  # one run: nothing to cut
+    assert translated.read_text(encoding="utf-8") == "<P>HOLA <B>AMIGO</B>.</P>"
+    calls = len(servicer.requests)
+    assert main(["translate", "--server", address, "--input", str(source)]) == 2  # no --output
+    assert "is written to --output FILE" in capsys.readouterr().err
+    broken = tmp_path / "broken.pptx"
+    broken.write_bytes(b"not a zip")
+    argv = ["translate", "--server", address, "--input", str(broken), "--output", str(target)]
+    assert main(argv) == 2
+    assert capsys.readouterr().err.startswith(f"error: {broken}: not a .pptx file")
+    assert len(servicer.requests) == calls  # neither called
