@@ -23,6 +23,7 @@ from service.runtime.documents import SPLITTING
 from service.runtime.markup import FORMATS
 
 FILES = (".html", ".htm", ".srt", ".epub", ".docx", ".pptx", ".odt", ".odp")  # in their format
+TEXT_FILES = (".html", ".htm", ".srt")  # of those, written to standard output without --output
 
 TIMEOUT = 60.0  # seconds, the default deadline of a translate or score call
 # translate's options that mean something over gRPC only
@@ -257,7 +258,7 @@ def _translate_file(channel, args: argparse.Namespace, call: dict) -> int:
     from service.runtime import files
 
     suffix = args.input.suffix.lower()
-    if args.output is None or args.json:
+    if args.json or (args.output is None and suffix not in TEXT_FILES):
         print(f"error: a {suffix} --input is written to --output FILE (no --json)", file=sys.stderr)
         return 2
     try:
@@ -281,7 +282,10 @@ def _translate_file(channel, args: argparse.Namespace, call: dict) -> int:
                 paragraph.write(files.segments(paragraph.runs, MessageToDict(translation)))
             if shown is not None:
                 shown(start + len(chunk))
-    args.output.write_bytes(document.save())
+    if args.output is None:  # a text file's translation to standard output
+        sys.stdout.write(document.save().decode("utf-8"))
+    else:
+        args.output.write_bytes(document.save())
     return 0
 
 

@@ -16,13 +16,16 @@ import io
 import posixpath
 import re
 import zipfile
+import zlib
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import unquote
 from xml.etree import ElementTree
 
-FORMATS = (".txt", ".html", ".srt", ".epub", ".docx", ".pptx", ".odt", ".odp")
+from service.runtime import markup
+
+FORMATS = (".txt", ".html", ".htm", ".srt", ".epub", ".docx", ".pptx", ".odt", ".odp")
 HTML_PIECE = 20_000  # characters of an HTML file translated as one text, where blocks allow
 # the end of a block of HTML: a piece of a file ends there (a sentence never crosses it)
 BLOCK_END = re.compile(
@@ -31,6 +34,7 @@ BLOCK_END = re.compile(
     re.IGNORECASE,
 )
 UNPACKED_BYTES = 256 << 20  # the files of a zipped format (.epub, .docx ...), unpacked, at most
+UNPACK_PART = 1 << 20  # bytes of a zipped file unpacked at a time
 WORD = "\u2581"  # SentencePiece's word start
 
 
@@ -55,7 +59,7 @@ def read_file(suffix: str, data: bytes) -> File:
     """The paragraphs of a file; ValueError when it cannot be read as its suffix says."""
     if suffix == ".txt":
         return _text(data.decode("utf-8"))
-    if suffix == ".html":
+    if suffix in (".html", ".htm"):
         return _html(data.decode("utf-8"))
     if suffix == ".epub":
         return _epub(data)
@@ -100,9 +104,13 @@ def _html(content: str) -> File:
 
 def html_pieces(content: str, most: int = HTML_PIECE) -> list[str]:
     """`content` cut after block ends into pieces of at most `most` characters where it can
-    be (a block longer than that is a piece of its own)."""
+    be (a block longer than that is a piece of its own); never inside a script, a style or a
+    comment."""
     pieces, start, last = [], 0, 0
+    hidden = markup.hidden(content)  # a script's or a comment's text is not a block's end
     for match in BLOCK_END.finditer(content):
+        if any(begin <= match.start() < end for begin, end in hidden):
+            continue
         if match.end() - start > most and last > start:
             pieces.append(content[start:last])
             start = last
@@ -167,27 +175,51 @@ SRT_TIMING = re.compile(r"^\s*\d+:\d+:\d+[,.]\d+\s*-->")
 
 
 def _srt(content: str) -> File:
-    """Subtitles: each cue's text (its lines read as one sentence or more) a paragraph; its
-    number and timing kept, its translation broken into as many lines as it had."""
-    blocks = re.split(r"(\n[ \t]*\n\s*)", content.replace("\r\n", "\n"))
-    paragraphs = []
-    for i, block in enumerate(blocks):
-        lines = block.split("\n")
-        timing = next((n for n, line in enumerate(lines) if SRT_TIMING.match(line)), None)
-        if i % 2 or timing is None:
+    """Subtitles: each cue's text (its lines after its timing, up to a blank line or the
+    next cue) a paragraph, read as one sentence or more; its number and timing kept, its
+    translation broken into as many lines as it had, the file's line breaks as they were.
+    Cues with tags (<i>, <font ...>) are read as HTML, so their tags come back exactly."""
+    newline = "\r\n" if "\r\n" in content else "\r" if "\r" in content else "\n"
+    lines = content.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    cues: dict[int, tuple[int, list[str]]] = {}  # first text line -> (its lines, written)
+    paragraphs, i = [], 0
+    while i < len(lines):
+        if not SRT_TIMING.match(lines[i]):
+            i += 1
             continue
-        said = [line.strip() for line in lines[timing + 1 :] if line.strip()]
+        start = i = i + 1
+        while i < len(lines) and lines[i].strip() and not _cue_starts(lines, i):
+            i += 1
+        said = [line.strip() for line in lines[start:i]]
         if said:
-            tail = block[len(block.rstrip()) :]  # the file's last line break
-            write = _srt_writer(blocks, i, lines[: timing + 1], len(said), tail)
-            paragraphs.append(Paragraph([" ".join(said)], write))
-    return File(paragraphs, "plain", lambda: "".join(blocks).encode())
+            cues[start] = (i - start, said)
+            paragraphs.append(Paragraph([" ".join(said)], _srt_writer(cues, start)))
+
+    def save() -> bytes:
+        out, n = [], 0
+        while n < len(lines):
+            count, written = cues.get(n, (1, [lines[n]]))
+            out += written
+            n += count
+        return newline.join(out).encode()
+
+    tagged = any(re.search(markup.TAG, p.text) for p in paragraphs)
+    return File(paragraphs, "html" if tagged else "plain", save)
 
 
-def _srt_writer(blocks: list[str], i: int, head: list[str], count: int, tail: str):
+def _cue_starts(lines: list[str], i: int) -> bool:
+    """Whether line `i` starts a cue: its timing, or its number before its timing."""
+    if SRT_TIMING.match(lines[i]):
+        return True
+    return (
+        lines[i].strip().isdigit() and i + 1 < len(lines) and bool(SRT_TIMING.match(lines[i + 1]))
+    )
+
+
+def _srt_writer(cues: dict, start: int):
     def write(placed: list[tuple[int, str]]) -> None:
-        joined = "".join(value for _, value in placed)
-        blocks[i] = "\n".join([*head, *_lines(joined, count)]) + tail
+        count, said = cues[start]
+        cues[start] = (count, _lines("".join(value for _, value in placed), len(said)))
 
     return write
 
@@ -217,7 +249,7 @@ def segments(runs: list[str], translation: dict) -> list[tuple[int, str]]:
     """A translated paragraph as (run, text) segments, from the /v1 JSON of its translation
     (with alignments): each target word in the run of the source word it attends to most;
     a sentence whose words cannot be matched goes whole to the run most of it came from."""
-    target = translation["hypotheses"][0]["text"]
+    target = translation["hypotheses"][0].get("text", "")  # JSON leaves an empty one out
     if len(runs) == 1:
         return [(0, target)]
     starts, position = [], 0
@@ -362,14 +394,21 @@ def _opened(load, data: bytes, suffix: str):
 
 
 def _archive(data: bytes, suffix: str) -> zipfile.ZipFile:
-    """`data` as a zip; ValueError where it is not one, or its files would unpack to more
-    than UNPACKED_BYTES (a zip's reader never gives more of a file than its size says)."""
+    """`data` as a zip whose every file was unpacked once here, a part at a time, and is as
+    its header says: the sizes it declares add up to at most UNPACKED_BYTES, and each file
+    unpacks to its size and checksum (a reader never gives more of a file than its size,
+    so a file's library reads at most what is counted here). ValueError else: not a zip, an
+    encrypted file, a compression zipfile lacks, data that does not unpack."""
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))
-    except zipfile.BadZipFile as error:
+        if sum(e.file_size for e in archive.infolist()) > UNPACKED_BYTES:
+            raise ValueError(f"{suffix}: more than {UNPACKED_BYTES >> 20} MiB unpacked")
+        for entry in archive.infolist():
+            with archive.open(entry) as unpacked:
+                while unpacked.read(UNPACK_PART):  # the checksum is checked at the end
+                    pass
+    except (zipfile.BadZipFile, RuntimeError, NotImplementedError, zlib.error, EOFError) as error:
         raise ValueError(_not_a(suffix, error)) from None
-    if sum(e.file_size for e in archive.infolist()) > UNPACKED_BYTES:
-        raise ValueError(f"{suffix}: more than {UNPACKED_BYTES >> 20} MiB unpacked")
     return archive
 
 
@@ -434,8 +473,9 @@ def _pptx_paragraphs(presentation):
 
     for slide in presentation.slides:
         yield from of(slide.shapes)
-        if slide.has_notes_slide:
-            yield from slide.notes_slide.notes_text_frame.paragraphs
+        notes = slide.notes_slide.notes_text_frame if slide.has_notes_slide else None
+        if notes is not None:  # None: a notes slide without a body
+            yield from notes.paragraphs
 
 
 def _pptx_run_writer(run):

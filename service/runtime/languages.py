@@ -33,7 +33,8 @@ FLORES = {
     "als_Latn": "sq", "swe_Latn": "sv", "tha_Thai": "th", "tur_Latn": "tr", "ukr_Cyrl": "uk",
     "urd_Arab": "ur", "vie_Latn": "vi", "zho_Hans": "zh", "zho_Hant": "zt",
 }  # fmt: skip
-# codes clients send for one of the above (LibreTranslate's own aliases)
+# codes clients send for one of the above (LibreTranslate's own aliases), written as
+# given_code compares them
 ALIASES = {"zh-hans": "zh", "zh-hant": "zt", "zh-cn": "zh", "zh-tw": "zt"}
 
 
@@ -44,15 +45,23 @@ def edge_code(code: str) -> str:
 
 
 def given_code(code: str, known: Sequence[str]) -> str:
-    """The code of `known` a client means by `code`: in any case, an alias, or with a region
-    (`pt-BR`, `en_US`) that none of `known` has, the language alone; else `code` lowered."""
-    lowered = code.strip().lower()
-    lowered = ALIASES.get(lowered, lowered)
-    by_lower = {k.lower(): k for k in known}
-    if lowered in by_lower:
-        return by_lower[lowered]
-    language = lowered.replace("_", "-").split("-")[0]
-    return by_lower.get(language, lowered)
+    """The code of `known` a client means by `code`, compared in any case and with `_` as
+    `-`: itself; else the longest of its leading parts that is one, or an alias of one
+    (`zh-Hant-TW`: `zh-hant`, LibreTranslate's `zt`; `pt-BR`: `pt`); else `code` so
+    written."""
+    wanted = _compared(code)
+    by_form = {_compared(k): k for k in known}
+    parts = wanted.split("-")
+    for count in range(len(parts), 0, -1):
+        lead = "-".join(parts[:count])
+        found = by_form.get(lead) or by_form.get(ALIASES.get(lead, ""))
+        if found is not None:
+            return found
+    return wanted
+
+
+def _compared(code: str) -> str:
+    return code.strip().lower().replace("_", "-")
 
 
 def name(code: str) -> str:

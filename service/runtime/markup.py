@@ -38,6 +38,12 @@ _TAG = re.compile(TAG)
 _ENTITY = re.compile(ENTITY)
 
 
+def hidden(text: str) -> list[tuple[int, int]]:
+    """The spans of `text` that hold no text to translate: scripts, styles, comments,
+    CDATA, declarations and processing instructions."""
+    return [m.span() for pattern in (_RAW, _OTHER) for m in pattern.finditer(text)]
+
+
 def tag_name(tag: str) -> str:
     return re.match(r"</?([\w:.-]+)", tag).group(1).lower()
 

@@ -244,6 +244,11 @@ def test_a_formatted_file_comes_back_in_its_format(stand_in, tmp_path, capsys):
     assert servicer.requests[-1].text_format == translation_pb2.TEXT_FORMAT_HTML
     assert not servicer.requests[-1].options.return_alignment  # one run: nothing to cut
     assert translated.read_text(encoding="utf-8") == "<P>HOLA <B>AMIGO</B>.</P>"
+    old = tmp_path / "old.htm"  # HTML by its other suffix, to standard output
+    old.write_text("<p>Adiós</p>", encoding="utf-8")
+    capsys.readouterr()
+    assert main(["translate", "--server", address, "--input", str(old)]) == 0
+    assert capsys.readouterr().out == "<P>ADIÓS</P>"
     calls = len(servicer.requests)
     assert main(["translate", "--server", address, "--input", str(source)]) == 2  # no --output
     assert "is written to --output FILE" in capsys.readouterr().err

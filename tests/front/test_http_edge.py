@@ -197,6 +197,14 @@ def test_a_pair_goes_to_the_translator_that_declares_it():
     assert api._route("de", "de", ["Hallo"]) == (None, "de", 100.0)
     english = api._route("auto", "en", ["Where is the train station, please?"])
     assert english.pair is None and english.source == "en"
+    page = (  # its markup reads as English: an HTML text is detected by its text alone
+        '<!DOCTYPE html><html lang="es"><head><meta charset="utf-8"><meta name="viewport" '
+        'content="width=device-width, initial-scale=1"><link rel="stylesheet" href="style.css">'
+        '<title>Inicio</title></head><body><div class="container"><p>El perro come pan.</p>'
+        "</div></body></html>"
+    )
+    assert api._route("auto", "en", [page]).source == "en"  # read as a plain text
+    assert api._route("auto", "en", [page], "html").source == "es"
     front.models[service]["c"] = model(("it",), ("ja",))
     with pytest.raises(libretranslate.BadRequest) as missing:
         api._route("it", "de", ["Ciao"])

@@ -214,11 +214,30 @@ def test_subtitles_keep_their_numbers_timings_and_line_count():
     ]
     read.paragraphs[0].write([(0, "Good morning, how are you?")])
     read.paragraphs[1].write([(0, "The dog eats bread.")])
-    assert read.save().decode() == (
-        "1\n00:00:01,000 --> 00:00:02,500\nGood morning,\nhow are you?\n\n"
-        "2\n00:00:03,000 --> 00:00:04,000\nThe dog eats bread.\n\n"
-        "3\n00:00:05,000 --> 00:00:06,000\n\n"
+    assert read.text_format == "plain"
+    assert read.save().decode() == (  # the file's line breaks kept
+        "1\r\n00:00:01,000 --> 00:00:02,500\r\nGood morning,\r\nhow are you?\r\n\r\n"
+        "2\r\n00:00:03,000 --> 00:00:04,000\r\nThe dog eats bread.\r\n\r\n"
+        "3\r\n00:00:05,000 --> 00:00:06,000\r\n\r\n"
     )
+
+
+def test_subtitles_without_blank_lines_between_and_with_tags():
+    content = (
+        "1\n00:00:01,000 --> 00:00:02,000\n<i>Hola</i> amigo\n"  # no blank line after
+        "2\n00:00:03,000 --> 00:00:04,000\nAdiós"  # nor a last line break
+    )
+    read = files.read_file(".srt", content.encode())
+    assert [p.runs for p in read.paragraphs] == [["<i>Hola</i> amigo"], ["Adiós"]]
+    assert read.text_format == "html"  # its tags come back exactly
+    read.paragraphs[0].write([(0, "<i>Hello</i> friend")])
+    read.paragraphs[1].write([(0, "Goodbye")])
+    assert read.save().decode() == (
+        "1\n00:00:01,000 --> 00:00:02,000\n<i>Hello</i> friend\n"
+        "2\n00:00:03,000 --> 00:00:04,000\nGoodbye"
+    )
+    untouched = "1\r00:00:01,000 --> 00:00:02,000\rHola\r"  # old Mac line breaks
+    assert files.read_file(".srt", untouched.encode()).save().decode() == untouched
 
 
 def test_a_text_file_is_its_blocks_between_blank_lines():
@@ -250,6 +269,13 @@ def test_an_epub_is_its_xhtml_read_as_html_the_rest_kept():
             files.read_file(".epub", broken)
 
 
+def test_html_is_never_cut_inside_a_script_or_a_comment():
+    script = "<script>var a = '<p>x</p>';</script><!-- <div>y</div> -->"
+    content = script + "<p>Uno.</p><p>Dos.</p>"
+    pieces = files.html_pieces(content, 10)
+    assert pieces[0] == script + "<p>Uno.</p>" and "".join(pieces) == content
+
+
 def test_a_long_html_file_is_cut_after_blocks_into_texts_of_a_bounded_length():
     body = "".join(f"<p>Frase {i}.</p>" for i in range(10))
     content = f"<html><body>{body}</body></html>"
@@ -279,6 +305,41 @@ def test_html_is_one_paragraph_and_other_files_are_refused():
     for suffix, data in refused:
         with pytest.raises(ValueError):
             files.read_file(suffix, data)
+
+
+def test_a_zip_whose_file_unpacks_to_more_than_its_header_says_is_refused():
+    book, out = zipfile.ZipFile(io.BytesIO(epub())), io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
+        for entry in book.infolist():
+            body = b"x" * 100_000 if entry.filename == "OEBPS/cover.png" else book.read(entry)
+            archive.writestr(entry, body)
+    data = bytearray(out.getvalue())
+    assert files.read_file(".epub", bytes(data)).paragraphs  # as its headers say: read
+    # its local and central headers say the image unpacks to 10 bytes, not 100,000
+    name = b"OEBPS/cover.png"
+    local, central = data.find(name) - 30 + 22, data.rfind(name) - 46 + 24
+    for at in (local, central):
+        data[at : at + 4] = (10).to_bytes(4, "little")
+    with pytest.raises(ValueError, match=r"not an \.epub file"):
+        files.read_file(".epub", bytes(data))
+    encrypted = bytearray(epub())
+    at = encrypted.find(b"PK\x01\x02", encrypted.find(b"OEBPS/cover.png") - 60)
+    encrypted[at + 8] |= 1  # the central header's flag: encrypted
+    with pytest.raises(ValueError, match=r"not an \.epub file"):
+        files.read_file(".epub", bytes(encrypted))
+
+
+def test_a_pptx_whose_notes_slide_has_no_body_is_read():
+    presentation = pptx.Presentation()
+    slide = presentation.slides.add_slide(presentation.slide_layouts[5])
+    slide.shapes.title.text = "Hola"
+    notes = slide.notes_slide
+    body = notes.notes_placeholder
+    body._element.getparent().remove(body._element)  # a notes slide without its body
+    assert slide.notes_slide.notes_text_frame is None
+    out = io.BytesIO()
+    presentation.save(out)
+    assert [p.runs for p in files.read_file(".pptx", out.getvalue()).paragraphs] == [["Hola"]]
 
 
 def test_a_zipped_file_that_unpacks_too_large_is_refused_before_it_is_read(monkeypatch):

@@ -302,7 +302,7 @@ def test_libretranslate_files_round_trip(web):
     assert refused.json() == {"error": "Invalid request: file format not supported"}
     settings = web.get("/frontend/settings").json()
     assert settings["supportedFilesFormat"] == [
-        *(".txt", ".html", ".srt", ".epub", ".docx", ".pptx", ".odt", ".odp")
+        *(".txt", ".html", ".htm", ".srt", ".epub", ".docx", ".pptx", ".odt", ".odp")
     ]
     subtitles = "1\n00:00:01,000 --> 00:00:02,000\nBuenos\ndías.\n"
     sent = web.post(

@@ -41,7 +41,7 @@ from service.front.http.calls import (
     until_disconnected,
     within,
 )
-from service.runtime import files, languages
+from service.runtime import files, languages, markup
 from service.runtime.decoding import MAX_BEAM_SIZE
 from service.runtime.requests import MAX_TEXTS
 from service.wire.v1 import decoding_pb2, translation_pb2
@@ -122,9 +122,10 @@ class LibreTranslateApi:
                     pairs.setdefault(edge, Pair(name, source, target))
         return pairs
 
-    def _route(self, source: str, target: str, texts: list[str]) -> Routed:
-        """Which model translates a request, from which source; BadRequest as LibreTranslate
-        says it. No model where the source is the target (the texts come back as they are)."""
+    def _route(self, source: str, target: str, texts: list[str], text_format="plain") -> Routed:
+        """Which model translates a request, from which source (an HTML text's detected by
+        its text, not its markup); BadRequest as LibreTranslate says it. No model where the
+        source is the target (the texts come back as they are)."""
         pairs = self._pairs()
         served = {code for pair in pairs for code in pair}
         source, target = _edge(source, pairs), _edge(target, pairs)
@@ -133,7 +134,10 @@ class LibreTranslateApi:
         confidence = 100.0
         if source == "auto":
             among = sorted({s for s, t in pairs if t == target} | {target})
-            source, confidence = _best(languages.detect(" ".join(texts), among))
+            text = " ".join(texts)
+            if text_format == "html":
+                text = markup.blanked(text, text_format)
+            source, confidence = _best(languages.detect(text, among))
         elif source not in served:
             raise BadRequest(f"{source} is not supported")
         if source == target:
@@ -230,10 +234,10 @@ class LibreTranslateApi:
         translated, others = list(texts), [[] for _ in texts]
         wanted = [i for i, text in enumerate(texts) if _translatable(text)]
         if wanted:
-            route = self._route(source, target, [texts[i] for i in wanted])
+            route = self._route(source, target, [texts[i] for i in wanted], text_format)
         else:  # nothing to translate, the pair checked all the same
             auto = source.lower() == "auto"
-            route = self._route(target if auto else source, target, texts)
+            route = self._route(target if auto else source, target, texts, text_format)
             route = Routed(None, route.source, 0.0 if auto else 100.0)
         if route.pair is None:
             return route, translated, others
@@ -301,7 +305,7 @@ class LibreTranslateApi:
             except (ValueError, UnicodeDecodeError) as bad:
                 raise BadRequest(f"Invalid request: {filename}: {bad}") from None
             texts = [p.text for p in document.paragraphs]
-            pair = self._route(source, target, texts).pair
+            pair = self._route(source, target, texts, document.text_format).pair
             for start in range(0, len(texts) if pair is not None else 0, MAX_TEXTS):
                 chunk = document.paragraphs[start : start + MAX_TEXTS]
                 message = _translate_message(
@@ -321,8 +325,8 @@ class LibreTranslateApi:
         forget_old(self.files, KEEP_FILES_SECONDS)
         try:
             (self.files / stored).write_bytes(document.save())
-        except OSError as failed:
-            log.error("translate_file: %s", failed)
+        except Exception as failed:  # a library's, writing the document back: LibreTranslate's
+            log.exception("translate_file: %s", filename)
             return error(500, f"Cannot translate file: {failed}")
         url = str(request.url_for("download_file", name=stored))
         return JSONResponse({"translatedFileUrl": url})
