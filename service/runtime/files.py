@@ -11,8 +11,10 @@ stay as they are.
 
 from __future__ import annotations
 
+import codecs
 import copy
 import io
+import lzma
 import posixpath
 import re
 import zipfile
@@ -35,6 +37,13 @@ BLOCK_END = re.compile(
 )
 UNPACKED_BYTES = 256 << 20  # the files of a zipped format (.epub, .docx ...), unpacked, at most
 UNPACK_PART = 1 << 20  # bytes of a zipped file unpacked at a time
+ZIPPED_FILES = 20_000  # files of a zipped format at most
+# what zipfile raises for a zip it cannot unpack: not one, an encrypted file, a compression
+# it lacks, a file's data that does not unpack (deflate, bzip2, lzma)
+UNREADABLE = (
+    zipfile.BadZipFile, RuntimeError, NotImplementedError, zlib.error, lzma.LZMAError, OSError,
+    EOFError,
+)  # fmt: skip
 WORD = "\u2581"  # SentencePiece's word start
 
 
@@ -64,7 +73,7 @@ def read_file(suffix: str, data: bytes) -> File:
     if suffix == ".epub":
         return _epub(data)
     if suffix == ".srt":
-        return _srt(data.decode("utf-8-sig"))
+        return _srt(data.decode("utf-8-sig"), data.startswith(codecs.BOM_UTF8))
     if suffix == ".docx":
         return _docx(data)
     if suffix == ".pptx":
@@ -107,9 +116,11 @@ def html_pieces(content: str, most: int = HTML_PIECE) -> list[str]:
     be (a block longer than that is a piece of its own); never inside a script, a style or a
     comment."""
     pieces, start, last = [], 0, 0
-    hidden = markup.hidden(content)  # a script's or a comment's text is not a block's end
+    hidden, h = markup.hidden(content), 0  # a script's or a comment's text ends no block
     for match in BLOCK_END.finditer(content):
-        if any(begin <= match.start() < end for begin, end in hidden):
+        while h < len(hidden) and hidden[h][1] <= match.start():
+            h += 1
+        if h < len(hidden) and hidden[h][0] <= match.start():
             continue
         if match.end() - start > most and last > start:
             pieces.append(content[start:last])
@@ -172,16 +183,19 @@ def _content_documents(archive: zipfile.ZipFile) -> list[str]:
 # -- .srt ---------------------------------------------------------------------------------------
 
 SRT_TIMING = re.compile(r"^\s*\d+:\d+:\d+[,.]\d+\s*-->")
+SRT_TAG = re.compile(r"</?(?:i|b|u|font)\b[^<>]*>", re.IGNORECASE)  # what players read
 
 
-def _srt(content: str) -> File:
+def _srt(content: str, bom: bool) -> File:
     """Subtitles: each cue's text (its lines after its timing, up to a blank line or the
     next cue) a paragraph, read as one sentence or more; its number and timing kept, its
-    translation broken into as many lines as it had, the file's line breaks as they were.
-    Cues with tags (<i>, <font ...>) are read as HTML, so their tags come back exactly."""
+    translation broken into as many lines as it had, the file's line breaks (and byte order
+    mark) as they were, a cue not translated as it was. A file with subtitles' tags (<i>,
+    <b>, <u>, <font ...>) is read as HTML, so that they come back exactly."""
     newline = "\r\n" if "\r\n" in content else "\r" if "\r" in content else "\n"
     lines = content.replace("\r\n", "\n").replace("\r", "\n").split("\n")
-    cues: dict[int, tuple[int, list[str]]] = {}  # first text line -> (its lines, written)
+    # the first text line of each cue -> (its lines, their translation once written)
+    cues: dict[int, tuple[int, list[str] | None]] = {}
     paragraphs, i = [], 0
     while i < len(lines):
         if not SRT_TIMING.match(lines[i]):
@@ -190,20 +204,20 @@ def _srt(content: str) -> File:
         start = i = i + 1
         while i < len(lines) and lines[i].strip() and not _cue_starts(lines, i):
             i += 1
-        said = [line.strip() for line in lines[start:i]]
-        if said:
-            cues[start] = (i - start, said)
-            paragraphs.append(Paragraph([" ".join(said)], _srt_writer(cues, start)))
+        if i > start:
+            cues[start] = (i - start, None)
+            said = " ".join(line.strip() for line in lines[start:i])
+            paragraphs.append(Paragraph([said], _srt_writer(cues, start)))
 
     def save() -> bytes:
         out, n = [], 0
         while n < len(lines):
-            count, written = cues.get(n, (1, [lines[n]]))
-            out += written
+            count, written = cues.get(n, (1, None))
+            out += lines[n : n + count] if written is None else written
             n += count
-        return newline.join(out).encode()
+        return ("\ufeff" * bom + newline.join(out)).encode()
 
-    tagged = any(re.search(markup.TAG, p.text) for p in paragraphs)
+    tagged = any(SRT_TAG.search(p.text) for p in paragraphs)
     return File(paragraphs, "html" if tagged else "plain", save)
 
 
@@ -218,15 +232,17 @@ def _cue_starts(lines: list[str], i: int) -> bool:
 
 def _srt_writer(cues: dict, start: int):
     def write(placed: list[tuple[int, str]]) -> None:
-        count, said = cues[start]
-        cues[start] = (count, _lines("".join(value for _, value in placed), len(said)))
+        count, _ = cues[start]
+        cues[start] = (count, _lines("".join(value for _, value in placed), count))
 
     return write
 
 
 def _lines(text: str, count: int) -> list[str]:
-    """`text` broken at spaces into at most `count` lines of about equal length."""
-    words, lines = text.split(), []
+    """`text` broken at spaces (never a tag's) into at most `count` lines of about equal
+    length."""
+    kept = re.sub(r"<[^<>]*>", lambda tag: tag.group().replace(" ", "\0"), text)
+    words, lines = [word.replace("\0", " ") for word in kept.split()], []
     for left in range(count, 0, -1):
         if left == 1 or len(words) <= 1:
             lines.append(" ".join(words))
@@ -403,11 +419,13 @@ def _archive(data: bytes, suffix: str) -> zipfile.ZipFile:
         archive = zipfile.ZipFile(io.BytesIO(data))
         if sum(e.file_size for e in archive.infolist()) > UNPACKED_BYTES:
             raise ValueError(f"{suffix}: more than {UNPACKED_BYTES >> 20} MiB unpacked")
+        if len(archive.infolist()) > ZIPPED_FILES:
+            raise ValueError(f"{suffix}: more than {ZIPPED_FILES} files")
         for entry in archive.infolist():
             with archive.open(entry) as unpacked:
                 while unpacked.read(UNPACK_PART):  # the checksum is checked at the end
                     pass
-    except (zipfile.BadZipFile, RuntimeError, NotImplementedError, zlib.error, EOFError) as error:
+    except UNREADABLE as error:
         raise ValueError(_not_a(suffix, error)) from None
     return archive
 

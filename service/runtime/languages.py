@@ -46,17 +46,21 @@ def edge_code(code: str) -> str:
 
 def given_code(code: str, known: Sequence[str]) -> str:
     """The code of `known` a client means by `code`, compared in any case and with `_` as
-    `-`: itself; else the longest of its leading parts that is one, or an alias of one
-    (`zh-Hant-TW`: `zh-hant`, LibreTranslate's `zt`; `pt-BR`: `pt`); else `code` so
-    written."""
+    `-`: itself; else the longest of its leading parts that is one or an alias of one
+    (`zh-Hant-TW`: `zh-hant`, LibreTranslate's `zt`; `pt-BR`: `pt`), a region dropped but
+    never a script (`sr-Latn` is not `sr`) nor what an alias names (`zh-TW` is `zt`, never
+    `zh`); else `code` so written, or the alias it names."""
     wanted = _compared(code)
     by_form = {_compared(k): k for k in known}
     parts = wanted.split("-")
     for count in range(len(parts), 0, -1):
         lead = "-".join(parts[:count])
-        found = by_form.get(lead) or by_form.get(ALIASES.get(lead, ""))
-        if found is not None:
-            return found
+        if lead in by_form:
+            return by_form[lead]
+        if lead in ALIASES:
+            return by_form.get(ALIASES[lead], ALIASES[lead])
+        if len(parts[count - 1]) == 4 and parts[count - 1].isalpha() and count > 1:
+            break  # a script: the language without it is another written language
     return wanted
 
 
@@ -169,4 +173,6 @@ def own_code(given: str, codes: Sequence[str]) -> str:
         return given
     edge = {edge_code(code): code for code in codes}
     found = given_code(given, [*codes, *edge])
-    return edge.get(found, found) if found in edge or found in codes else given
+    if found in codes:  # the model's own first: `pt` beside `por_Latn` is `pt`
+        return found
+    return edge.get(found, given)

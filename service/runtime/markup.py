@@ -30,18 +30,58 @@ _BLOCK_NAMES = (
     "table tbody td tfoot th thead title tr ul "
 )
 BLOCK = frozenset(_BLOCK_NAMES.split())
-_RAW = re.compile(r"<(script|style)\b[^>]*>.*?</\1\s*>", re.IGNORECASE | re.DOTALL)
-_OTHER = re.compile(r"<!--.*?-->|<!\[CDATA\[.*?\]\]>|<![^>]*>|<\?.*?\?>", re.DOTALL)
+# what holds no text, by how it opens and closes, in the order they are tried: scripts and
+# styles (up to their end tag), comments, CDATA, declarations, processing instructions
+HIDDEN = (
+    ("<script", "</script"),
+    ("<style", "</style"),
+    ("<!--", "-->"),
+    ("<![cdata[", "]]>"),
+    ("<!", ">"),
+    ("<?", "?>"),
+)
 TAG = r"</?[A-Za-z][\w:.-]*(?:\s+[^<>]*?)?/?>"
 ENTITY = r"&(?:[A-Za-z][A-Za-z0-9]*|#\d+|#[xX][0-9A-Fa-f]+);"
 _TAG = re.compile(TAG)
+_TAG_ENDS = ("", " ", "\t", "\n", "\r", "\f", ">", "/")  # what may follow a tag's name
 _ENTITY = re.compile(ENTITY)
 
 
 def hidden(text: str) -> list[tuple[int, int]]:
-    """The spans of `text` that hold no text to translate: scripts, styles, comments,
-    CDATA, declarations and processing instructions."""
-    return [m.span() for pattern in (_RAW, _OTHER) for m in pattern.finditer(text)]
+    """The spans of `text` that hold no text to translate (HIDDEN), in order, found in one
+    pass from the start: what one opens is closed by its closer only (a `<script>` inside a
+    comment opens nothing), and one never closed runs to the end of the text, as a
+    browser reads it."""
+    lower, spans, at = text.lower(), [], 0
+    while (start := lower.find("<", at)) >= 0:
+        at = start + 1
+        for opener, closer in HIDDEN:
+            if not lower.startswith(opener, start):
+                continue
+            after = start + len(opener)
+            if opener in ("<script", "<style") and lower[after : after + 1] not in _TAG_ENDS:
+                continue  # another element's name (`<scripts>`)
+            end = lower.find(closer, after)
+            if end < 0:
+                end = len(text)
+            elif closer.startswith("</"):  # up to the end tag's `>`
+                close = lower.find(">", end)
+                end = len(text) if close < 0 else close + 1
+            else:
+                end += len(closer)
+            spans.append((start, end))
+            at = end
+            break
+    return spans
+
+
+def without_hidden(text: str) -> str:
+    """`text` without its HIDDEN spans."""
+    kept, at = [], 0
+    for start, end in hidden(text):
+        kept.append(text[at:start])
+        at = end
+    return "".join(kept) + text[at:]
 
 
 def tag_name(tag: str) -> str:
@@ -55,9 +95,8 @@ def blanked(text: str, text_format: str) -> str:
     def fill(start: int, end: int, by: str) -> None:
         chars[start:end] = by * (end - start)
 
-    for pattern in (_RAW, _OTHER):
-        for match in pattern.finditer(text):
-            fill(match.start(), match.end(), "\n")
+    for start, end in hidden(text):
+        fill(start, end, "\n")
     for match in _TAG.finditer(text):
         if chars[match.start()] == "\n":  # inside a comment or a script
             continue
@@ -82,7 +121,7 @@ def well_formed(text: str) -> bool:
     """Whether the text's tags nest (every end tag closes the innermost open element;
     void elements, self-closed tags and HTML's void elements open nothing)."""
     stack: list[str] = []
-    for match in _TAG.finditer(_OTHER.sub("", _RAW.sub("", text))):
+    for match in _TAG.finditer(without_hidden(text)):
         tag = match.group()
         name = tag_name(tag)
         if tag.endswith("/>") or name in VOID:

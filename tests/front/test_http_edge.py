@@ -204,6 +204,8 @@ def test_a_pair_goes_to_the_translator_that_declares_it():
         "</div></body></html>"
     )
     assert api._route("auto", "en", [page]).source == "en"  # read as a plain text
+    styled = page.replace("</head>", "<style>" + "body{margin:0}" * 200 + "</style></head>")
+    assert api._route("auto", "en", [styled], "html").source == "es"  # its words, not its head
     assert api._route("auto", "en", [page], "html").source == "es"
     front.models[service]["c"] = model(("it",), ("ja",))
     with pytest.raises(libretranslate.BadRequest) as missing:

@@ -215,8 +215,8 @@ def test_subtitles_keep_their_numbers_timings_and_line_count():
     read.paragraphs[0].write([(0, "Good morning, how are you?")])
     read.paragraphs[1].write([(0, "The dog eats bread.")])
     assert read.text_format == "plain"
-    assert read.save().decode() == (  # the file's line breaks kept
-        "1\r\n00:00:01,000 --> 00:00:02,500\r\nGood morning,\r\nhow are you?\r\n\r\n"
+    assert read.save().decode() == (  # the file's line breaks and byte order mark kept
+        "\ufeff1\r\n00:00:01,000 --> 00:00:02,500\r\nGood morning,\r\nhow are you?\r\n\r\n"
         "2\r\n00:00:03,000 --> 00:00:04,000\r\nThe dog eats bread.\r\n\r\n"
         "3\r\n00:00:05,000 --> 00:00:06,000\r\n\r\n"
     )
@@ -236,8 +236,15 @@ def test_subtitles_without_blank_lines_between_and_with_tags():
         "1\n00:00:01,000 --> 00:00:02,000\n<i>Hello</i> friend\n"
         "2\n00:00:03,000 --> 00:00:04,000\nGoodbye"
     )
-    untouched = "1\r00:00:01,000 --> 00:00:02,000\rHola\r"  # old Mac line breaks
-    assert files.read_file(".srt", untouched.encode()).save().decode() == untouched
+    untouched = "1\r00:00:01,000 --> 00:00:02,000\r  Hola <Música>\r"  # old Mac line breaks
+    read = files.read_file(".srt", untouched.encode())
+    assert read.text_format == "plain"  # no subtitle's tag: <Música> is text
+    assert read.save().decode() == untouched  # a cue not written: as it was
+    tagged = '<font color="#ff0000" face="Arial">Hola</font> amigo mío'
+    assert files._lines(tagged, 2) == [
+        '<font color="#ff0000" face="Arial">Hola</font>',
+        "amigo mío",
+    ]
 
 
 def test_a_text_file_is_its_blocks_between_blank_lines():
@@ -274,6 +281,8 @@ def test_html_is_never_cut_inside_a_script_or_a_comment():
     content = script + "<p>Uno.</p><p>Dos.</p>"
     pieces = files.html_pieces(content, 10)
     assert pieces[0] == script + "<p>Uno.</p>" and "".join(pieces) == content
+    unclosed = "<p>Uno.</p><script>var a = '</p>"  # a script to the end, as a browser reads it
+    assert files.html_pieces(unclosed, 5) == ["<p>Uno.</p>", "<script>var a = '</p>"]
 
 
 def test_a_long_html_file_is_cut_after_blocks_into_texts_of_a_bounded_length():
@@ -327,6 +336,21 @@ def test_a_zip_whose_file_unpacks_to_more_than_its_header_says_is_refused():
     encrypted[at + 8] |= 1  # the central header's flag: encrypted
     with pytest.raises(ValueError, match=r"not an \.epub file"):
         files.read_file(".epub", bytes(encrypted))
+
+
+def test_a_zip_of_too_many_files_or_an_unreadable_compression_is_refused(monkeypatch):
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_LZMA) as archive:
+        archive.writestr("content.xml", b"x" * 10_000)
+    data = bytearray(out.getvalue())
+    name = data.find(b"content.xml")
+    at = name + len(b"content.xml") + 20  # inside the packed data, past lzma's header
+    data[at : at + 8] = b"\xff" * 8
+    with pytest.raises(ValueError, match=r"not an \.odt file"):
+        files.read_file(".odt", bytes(data))
+    monkeypatch.setattr(files, "ZIPPED_FILES", 3)
+    with pytest.raises(ValueError, match=r"\.epub: more than 3 files"):
+        files.read_file(".epub", epub())
 
 
 def test_a_pptx_whose_notes_slide_has_no_body_is_read():

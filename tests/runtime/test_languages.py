@@ -61,6 +61,10 @@ def test_a_code_as_a_client_gives_it_finds_the_one_it_means():
     assert given_code("pt-BR", ["pt"]) == "pt" and given_code("en_US", known) == "en"
     assert given_code("zh-Hant", known) == "zt" and given_code("SPA_LATN", known) == "spa_Latn"
     assert given_code("Auto", known) == "auto" and given_code("de-AT", known) == "de-at"
+    # a code served as it is; an alias's language, never the language without the alias's
+    # script; a script kept
+    assert given_code("zh-CN", ["zh-CN", "zh"]) == "zh-CN" and given_code("zh-SG", ["zh"]) == "zh"
+    assert given_code("zh-TW", ["en", "zh"]) == "zt" and given_code("sr-Latn", ["sr"]) == "sr-latn"
     assert edge_code("spa_Latn") == "es" and edge_code("zho_Hant") == "zt"
     assert edge_code("es") == "es" and edge_code("kin_Latn") == "kin_Latn"  # none it knows
 
@@ -73,3 +77,5 @@ def test_nllb_codes_are_detected_and_named_as_the_edge_names_them():
     assert languages.own_code("ES", among) == languages.own_code("spa_latn", among) == "spa_Latn"
     assert languages.own_code("de", among) == "de" and languages.own_code("", among) == ""
     assert languages.own_code("pt-BR", ["pt", "en"]) == "pt"
+    assert languages.own_code("PT", ["pt", "por_Latn"]) == "pt"  # the model's own code first
+    assert languages.own_code("zh-TW", ["zho_Hans"]) == "zh-TW"  # not read: said as given

@@ -18,6 +18,7 @@ with tokens off a key is ignored, as LibreTranslate ignores keys when they are o
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -134,10 +135,8 @@ class LibreTranslateApi:
         confidence = 100.0
         if source == "auto":
             among = sorted({s for s, t in pairs if t == target} | {target})
-            text = " ".join(texts)
-            if text_format == "html":
-                text = markup.blanked(text, text_format)
-            source, confidence = _best(languages.detect(text, among))
+            sample = _sample(texts, text_format)
+            source, confidence = _best(languages.detect(sample, among))
         elif source not in served:
             raise BadRequest(f"{source} is not supported")
         if source == target:
@@ -301,7 +300,8 @@ class LibreTranslateApi:
                 raise BadRequest("Invalid request: file format not supported")
             self._authorize(request, values)
             try:
-                document = files.read_file(suffix, upload.data)
+                # unpacking and parsing take the front's loop no longer than a thread switch
+                document = await asyncio.to_thread(files.read_file, suffix, upload.data)
             except (ValueError, UnicodeDecodeError) as bad:
                 raise BadRequest(f"Invalid request: {filename}: {bad}") from None
             texts = [p.text for p in document.paragraphs]
@@ -324,7 +324,7 @@ class LibreTranslateApi:
         self.files.mkdir(parents=True, exist_ok=True)
         forget_old(self.files, KEEP_FILES_SECONDS)
         try:
-            (self.files / stored).write_bytes(document.save())
+            (self.files / stored).write_bytes(await asyncio.to_thread(document.save))
         except Exception as failed:  # a library's, writing the document back: LibreTranslate's
             log.exception("translate_file: %s", filename)
             return error(500, f"Cannot translate file: {failed}")
@@ -396,6 +396,22 @@ class Routed(NamedTuple):
     pair: Pair | None
     source: str
     confidence: float
+
+
+def _sample(texts: list[str], text_format: str) -> str:
+    """What detection reads of `texts`: their words (an HTML text's, not its markup), the
+    first languages.DETECT_CHARS of them."""
+    taken, size = [], 0
+    for text in texts:
+        if size >= languages.DETECT_CHARS:
+            break
+        text = text[: 50 * languages.DETECT_CHARS]  # markup enough to find the words in
+        if text_format == "html":
+            text = markup.blanked(text, text_format)
+        words = " ".join(text.split())
+        taken.append(words)
+        size += len(words) + 1
+    return " ".join(taken)
 
 
 def _field(values: dict, name: str) -> str:
