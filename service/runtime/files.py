@@ -64,23 +64,26 @@ class File:
     save: Callable[[], bytes]
 
 
-def read_file(suffix: str, data: bytes) -> File:
-    """The paragraphs of a file; ValueError when it cannot be read as its suffix says."""
+def read_file(suffix: str, data: bytes, piece: int = HTML_PIECE) -> File:
+    """The paragraphs of a file (HTML in texts of at most `piece` characters where its
+    blocks allow); ValueError when it cannot be read as its suffix says."""
     if suffix == ".txt":
         return _text(data.decode("utf-8"))
     if suffix in (".html", ".htm"):
-        return _html(data.decode("utf-8"))
+        return _html(data.decode("utf-8"), piece)
     if suffix == ".epub":
-        return _epub(data)
+        return _epub(data, piece)
     if suffix == ".srt":
         return _srt(data.decode("utf-8-sig"), data.startswith(codecs.BOM_UTF8))
-    if suffix == ".docx":
-        return _docx(data)
-    if suffix == ".pptx":
-        return _pptx(data)
-    if suffix in (".odt", ".odp"):
-        return _odf(data, suffix)
-    raise ValueError(f"{suffix}: not one of {FORMATS}")
+    readers = {".docx": _docx, ".pptx": _pptx, ".odt": _odf, ".odp": _odf}
+    if suffix not in readers:
+        raise ValueError(f"{suffix}: not one of {FORMATS}")
+    try:
+        return readers[suffix](data, suffix)
+    except ValueError:
+        raise
+    except Exception as error:  # the library's, on a part it opened but could not read
+        raise ValueError(_not_a(suffix, error)) from None
 
 
 def _text(content: str) -> File:
@@ -100,10 +103,10 @@ def _text(content: str) -> File:
 # -- .html, .epub -----------------------------------------------------------------------------
 
 
-def _html(content: str) -> File:
-    """An HTML file in pieces of about HTML_PIECE characters, each cut after a block's end
-    (a text is translated whole up to a limit); a piece with no text is kept as it is."""
-    pieces = html_pieces(content)
+def _html(content: str, piece: int = HTML_PIECE) -> File:
+    """An HTML file in pieces of about `piece` characters, each cut after a block's end (a
+    text is translated whole up to a limit); a piece with no text is kept as it is."""
+    pieces = html_pieces(content, piece)
     paragraphs = []
     for i, piece in enumerate(pieces):
         if re.sub(r"<[^>]*>", "", piece).strip():
@@ -140,14 +143,14 @@ def _piece_writer(pieces: list[str], i: int):
     return write
 
 
-def _epub(data: bytes) -> File:
+def _epub(data: bytes, piece: int) -> File:
     """An EPUB's content documents (the XHTML its package lists), each read as HTML; every
     other file of the archive kept as it is, in its order and compression."""
     archive = _archive(data, ".epub")
     entries = archive.infolist()
     try:
         names = _content_documents(archive)
-        documents = {name: _html(archive.read(name).decode("utf-8")) for name in names}
+        documents = {name: _html(archive.read(name).decode("utf-8"), piece) for name in names}
     except (zipfile.BadZipFile, KeyError, ElementTree.ParseError, ValueError) as error:
         raise ValueError(_not_a(".epub", error)) from None
     paragraphs = [p for document in documents.values() for p in document.paragraphs]
@@ -352,11 +355,11 @@ def _sentence(starts, source: tuple[int, int], target: str, alignment) -> list[t
 # -- .docx ------------------------------------------------------------------------------------
 
 
-def _docx(data: bytes) -> File:
+def _docx(data: bytes, suffix: str) -> File:
     import docx
     from docx.text.run import Run
 
-    document = _opened(docx.Document, data, ".docx")
+    document = _opened(docx.Document, data, suffix)
     paragraphs = []
     for paragraph in _docx_paragraphs(document):
         runs = list(paragraph.runs)
@@ -449,11 +452,11 @@ def _saver(document, method: str = "save"):
 # -- .pptx ------------------------------------------------------------------------------------
 
 
-def _pptx(data: bytes) -> File:
+def _pptx(data: bytes, suffix: str) -> File:
     import pptx
     from pptx.text.text import _Run
 
-    presentation = _opened(pptx.Presentation, data, ".pptx")
+    presentation = _opened(pptx.Presentation, data, suffix)
     paragraphs = []
     for paragraph in _pptx_paragraphs(presentation):
         element = paragraph._p

@@ -376,3 +376,25 @@ def test_a_zipped_file_that_unpacks_too_large_is_refused_before_it_is_read(monke
     for suffix, data in ((".docx", out.getvalue()), (".epub", epub(CHAPTER * 10))):
         with pytest.raises(ValueError, match=rf"\{suffix}: more than"):
             files.read_file(suffix, data)
+
+
+def test_a_library_failing_on_a_part_it_opened_is_a_file_it_cannot_read(monkeypatch):
+    import docx.document
+
+    document = docx.Document()
+    document.add_paragraph("Hola.")
+    out = io.BytesIO()
+    document.save(out)
+
+    def broken(self):
+        raise KeyError("rId9")  # as python-docx raises for a relationship a part lacks
+
+    monkeypatch.setattr(docx.document.Document, "sections", property(broken))
+    with pytest.raises(ValueError, match=r"not a \.docx file \('rId9'\)"):
+        files.read_file(".docx", out.getvalue())
+
+
+def test_html_pieces_follow_the_length_asked_for():
+    content = "<p>Uno.</p>" * 10
+    assert len(files.read_file(".html", content.encode()).paragraphs) == 1
+    assert len(files.read_file(".html", content.encode(), piece=30).paragraphs) == 5

@@ -301,7 +301,8 @@ class LibreTranslateApi:
             self._authorize(request, values)
             try:
                 # unpacking and parsing take the front's loop no longer than a thread switch
-                document = await asyncio.to_thread(files.read_file, suffix, upload.data)
+                piece = min(files.HTML_PIECE, self.front.config.max_text_chars)
+                document = await asyncio.to_thread(files.read_file, suffix, upload.data, piece)
             except (ValueError, UnicodeDecodeError) as bad:
                 raise BadRequest(f"Invalid request: {filename}: {bad}") from None
             texts = [p.text for p in document.paragraphs]
