@@ -19,6 +19,7 @@ well-formed source gives a well-formed translation.
 from __future__ import annotations
 
 import re
+import string
 
 from service.runtime.documents import Document, split_text
 
@@ -44,6 +45,8 @@ TAG = r"</?[A-Za-z][\w:.-]*(?:\s+[^<>]*?)?/?>"
 ENTITY = r"&(?:[A-Za-z][A-Za-z0-9]*|#\d+|#[xX][0-9A-Fa-f]+);"
 _TAG = re.compile(TAG)
 _TAG_ENDS = ("", " ", "\t", "\n", "\r", "\f", ">", "/")  # what may follow a tag's name
+# ASCII letters lowered alone: str.lower() lengthens some letters (İ), moving every index
+_ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
 _ENTITY = re.compile(ENTITY)
 
 
@@ -52,7 +55,7 @@ def hidden(text: str) -> list[tuple[int, int]]:
     pass from the start: what one opens is closed by its closer only (a `<script>` inside a
     comment opens nothing), and one never closed runs to the end of the text, as a
     browser reads it."""
-    lower, spans, at = text.lower(), [], 0
+    lower, spans, at = text.translate(_ASCII_LOWER), [], 0  # as long as `text`
     while (start := lower.find("<", at)) >= 0:
         at = start + 1
         for opener, closer in HIDDEN:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from service.runtime import markup
 from service.runtime.markup import blanked, split_markup, well_formed
 from service.runtime.protect import mask
 
@@ -72,3 +73,11 @@ def test_well_formed_reads_nesting_void_elements_and_self_closed_tags():
     assert well_formed('<p>a <b>b <i>c</i></b><br><img src="x"/></p>')
     assert not well_formed("<b><i>x</b></i>")
     assert not well_formed("<b>x")
+
+
+def test_hidden_spans_index_the_text_whatever_its_letters():
+    """`İ`.lower() is two characters: the spans are found on a copy as long as the text."""
+    text = "İİ<script>x</script><p>Hola</p><!-- c -->"
+    spans = markup.hidden(text)
+    assert [text[a:b] for a, b in spans] == ["<script>x</script>", "<!-- c -->"]
+    assert markup.without_hidden(text) == "İİ<p>Hola</p>"
