@@ -165,6 +165,12 @@ def detect(text: str, among: Sequence[str]) -> list[tuple[str, float]]:
     return [(own[code], float(p)) for code, p in identifier.rank(text)]
 
 
+def edge_given(given: str, codes: Sequence[str]) -> str:
+    """The edge's code a client means by `given` among models' own `codes`: one of them or
+    of their edge codes (given_code), as the edge names it."""
+    return edge_code(given_code(given, [*codes, *(edge_code(code) for code in codes)]))
+
+
 def own_code(given: str, codes: Sequence[str]) -> str:
     """The code of `codes` (a model's own) a client means by `given`: one of them, or as the
     edge names it (`es` for `spa_Latn`), in any case, an alias or with a region (given_code);

@@ -79,3 +79,7 @@ def test_nllb_codes_are_detected_and_named_as_the_edge_names_them():
     assert languages.own_code("pt-BR", ["pt", "en"]) == "pt"
     assert languages.own_code("PT", ["pt", "por_Latn"]) == "pt"  # the model's own code first
     assert languages.own_code("zh-TW", ["zho_Hans"]) == "zh-TW"  # not read: said as given
+    # the edge's code of what a client gives, among models' own codes
+    assert languages.edge_given("spa_latn", among) == languages.edge_given("ES", among) == "es"
+    assert languages.edge_given("zh-Hant", ["zho_Hant"]) == "zt"
+    assert languages.edge_given("de", among) == "de"  # none of them: as given, compared

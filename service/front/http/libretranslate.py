@@ -129,7 +129,8 @@ class LibreTranslateApi:
         source is the target (the texts come back as they are)."""
         pairs = self._pairs()
         served = {code for pair in pairs for code in pair}
-        source, target = _edge(source, pairs), _edge(target, pairs)
+        own = sorted({code for pair in pairs.values() for code in pair[1:]})
+        source, target = languages.edge_given(source, own), languages.edge_given(target, own)
         if target not in {t for _, t in pairs}:
             raise BadRequest(f"{target} is not supported")
         confidence = 100.0
@@ -418,18 +419,6 @@ def _sample(texts: list[str], text_format: str) -> str:
 def _field(values: dict, name: str) -> str:
     value = values.get(name)
     return str(value).strip() if value else ""
-
-
-def _edge(given: str, pairs: dict[tuple[str, str], Pair]) -> str:
-    """The edge's code a client means by `given` (`auto` kept): an edge code or a model's
-    own, in any case, an alias, or with a region (service.runtime.languages.given_code)."""
-    edge = {code for key in pairs for code in key}
-    own = {}
-    for key, pair in pairs.items():
-        own.setdefault(pair.source, key[0])
-        own.setdefault(pair.target, key[1])
-    found = languages.given_code(given, [*sorted(edge), *sorted(own)])
-    return found if found in edge else own.get(found, found)
 
 
 def _json_suffix(content_type: str) -> bool:
