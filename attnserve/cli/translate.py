@@ -266,22 +266,21 @@ def _translate_file(channel, args: argparse.Namespace, call: dict) -> int:
     except (OSError, ValueError, UnicodeDecodeError, ImportError) as error:
         print(f"error: {args.input}: {error}", file=sys.stderr)
         return 2
-    paragraphs, size = document.paragraphs, client.TEXTS_PER_CHUNK
-    with progress(len(paragraphs), "translated", "paragraph", len(paragraphs) > size) as shown:
-        for start in range(0, len(paragraphs), size):
-            chunk = paragraphs[start : start + size]
+    total, size, done = len(document.paragraphs), client.TEXTS_PER_CHUNK, 0
+    with progress(total, "translated", "paragraph", total > size) as shown:
+        for batch in document.batches(size):
             options = type(call["options"])()
             options.CopyFrom(call["options"])
-            options.return_alignment = any(len(p.runs) > 1 for p in chunk)
+            options.return_alignment = batch.aligned
             response = client.translate(
                 channel,
-                [p.text for p in chunk],
+                batch.texts,
                 **{**call, "options": options, "text_format": document.text_format},
             )
-            for paragraph, translation in zip(chunk, response.translations, strict=True):
-                paragraph.write(files.segments(paragraph.runs, MessageToDict(translation)))
+            batch.write([MessageToDict(t) for t in response.translations])
+            done += len(batch.paragraphs)
             if shown is not None:
-                shown(start + len(chunk))
+                shown(done)
     if args.output is None:  # a text file's translation to standard output
         sys.stdout.write(document.save().decode("utf-8"))
     else:

@@ -20,7 +20,7 @@ import re
 import zipfile
 import zlib
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from urllib.parse import unquote
 from xml.etree import ElementTree
@@ -62,6 +62,32 @@ class File:
     paragraphs: list[Paragraph]
     text_format: str  # "plain" or "html": how each paragraph's text is read
     save: Callable[[], bytes]
+
+    def batches(self, size: int) -> Iterator[Batch]:
+        """The paragraphs `size` at a time, as one translation call sends them."""
+        for start in range(0, len(self.paragraphs), size):
+            yield Batch(self.paragraphs[start : start + size])
+
+
+@dataclass
+class Batch:
+    """Paragraphs translated in one call: their texts, whether the call must return
+    alignments (a paragraph of several runs is cut back into them by them), and `write`."""
+
+    paragraphs: list[Paragraph]
+
+    @property
+    def texts(self) -> list[str]:
+        return [p.text for p in self.paragraphs]
+
+    @property
+    def aligned(self) -> bool:
+        return any(len(p.runs) > 1 for p in self.paragraphs)
+
+    def write(self, translations: list[dict]) -> None:
+        """Each paragraph's translation (the /v1 JSON of a Translation) into its runs."""
+        for paragraph, translation in zip(self.paragraphs, translations, strict=True):
+            paragraph.write(segments(paragraph.runs, translation))
 
 
 def read_file(suffix: str, data: bytes, piece: int = HTML_PIECE) -> File:

@@ -308,16 +308,12 @@ class LibreTranslateApi:
                 raise BadRequest(f"Invalid request: {filename}: {bad}") from None
             texts = [p.text for p in document.paragraphs]
             pair = self._route(source, target, texts, document.text_format).pair
-            for start in range(0, len(texts) if pair is not None else 0, MAX_TEXTS):
-                chunk = document.paragraphs[start : start + MAX_TEXTS]
-                message = _translate_message(
-                    pair.model, [p.text for p in chunk], document.text_format, 0
-                )
+            for batch in document.batches(MAX_TEXTS) if pair is not None else ():
+                message = _translate_message(pair.model, batch.texts, document.text_format, 0)
                 message.source_language, message.target_language = pair.source, pair.target
-                message.options.return_alignment = any(len(p.runs) > 1 for p in chunk)
+                message.options.return_alignment = batch.aligned
                 response = await self._call(request, message, "translate_file")
-                for paragraph, translation in zip(chunk, response.translations, strict=True):
-                    paragraph.write(files.segments(paragraph.runs, MessageToDict(translation)))
+                batch.write([MessageToDict(t) for t in response.translations])
         except BadRequest as bad:
             return error(bad.status, str(bad))
         except Aborted as aborted:
