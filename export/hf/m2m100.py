@@ -1,6 +1,7 @@
 """M2M100 and NLLB as the runtime's two graphs, as export.hf.marian does for Marian: pre-norm
 layers with a final layer norm, embeddings scaled inside their module, sinusoidal positions
-counted from the padding id plus one, no final logits bias. The target language is the
+counted from the padding id plus one (a padding token fed takes the padding id's row, zeros,
+as the model's own step gives it), no final logits bias. The target language is the
 decoder's first token after `</s>`, forced as `generate`'s `forced_bos_token_id` does."""
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ class M2M100Step(nn.Module):
         if table.weights.shape[0] < wanted:
             table.make_weights(wanted + table.offset, table.embedding_dim, table.padding_idx)
         self.register_buffer("position_table", table.weights[offset:].clone())
+        self.pad = table.padding_idx
         self.layers = decoder.layers
         self.layer_norm = decoder.layer_norm
         self.heads = config.decoder_attention_heads
@@ -33,7 +35,8 @@ class M2M100Step(nn.Module):
     def forward(self, input_ids, positions, self_mask, *tensors):
         count = len(self.layers)
         past, encoder, memory_mask = tensors[: 2 * count], tensors[2 * count : -1], tensors[-1]
-        h = self.embed_tokens(input_ids) + self.position_table[positions]
+        real = (input_ids != self.pad).unsqueeze(-1).to(self.position_table.dtype)
+        h = self.embed_tokens(input_ids) + self.position_table[positions] * real
         masks = step_masks(self_mask, memory_mask, input_ids.shape[1])
         h, present, attention = run_layers(self.layers, h, past, encoder, masks, self.heads, True)
         logits = self.lm_head(self.layer_norm(h[:, -1]))

@@ -64,3 +64,29 @@ def test_greedy_with_the_language_forced_is_generates_greedy(m2m100):
         assert tokens == theirs, row
         assert tokens[0] == LANGUAGE
     assert all(len(set(tokens)) >= 4 for tokens in ours)
+
+
+def test_a_padding_token_fed_takes_the_padding_position_as_the_models_own_step(m2m100):
+    """A decoder that writes the padding id (a random model may) is fed it back: the
+    model's own cached step gives it the padding id's position row (zeros), and the tokens
+    after it their own positions. The step does the same, so beam search follows generate
+    past it."""
+    src_ids, src_mask = sources()
+    decoder_ids = torch.tensor([[EOS, LANGUAGE, 7, PAD, 30, 9], [EOS, LANGUAGE, PAD, 3, 9, 12]])
+    step, memory_mask, *cross = M2M100Step(m2m100), *Encoder(m2m100)(src_ids, src_mask)
+    past, theirs = [torch.zeros(2, 4, 0, 8) for _ in range(4)], None
+    with torch.no_grad():
+        encoded = m2m100.get_encoder()(input_ids=src_ids, attention_mask=src_mask)
+        for t in range(decoder_ids.shape[1]):
+            token = decoder_ids[:, t : t + 1]
+            out = m2m100(
+                encoder_outputs=encoded, attention_mask=src_mask, decoder_input_ids=token,
+                past_key_values=theirs, use_cache=True,
+            )  # fmt: skip
+            theirs = out.past_key_values
+            logits, *state = step(
+                token, torch.full((2, 1), t), torch.ones(2, t + 1, dtype=torch.long), *past,
+                *cross, memory_mask,
+            )  # fmt: skip
+            past = state[:-1]
+            assert torch.allclose(logits, out.logits[:, -1], atol=1e-5, rtol=1e-4), t
