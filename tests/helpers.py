@@ -286,13 +286,37 @@ def marian_directory(folder: Path, seed: int = 0, multilingual: bool = False) ->
     return folder
 
 
+def _random_m2m100(vocab_size: int, seed: int):
+    """A small random M2M100 model of fairseq's ids (`<s>` 0, pad 1, `</s>` 2) with its
+    generate rules; weights that make `</s>` likely enough that most outputs end."""
+    import torch
+    import transformers
+
+    config = transformers.M2M100Config(
+        vocab_size=vocab_size, d_model=32, encoder_layers=2, decoder_layers=2,
+        encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64,
+        decoder_ffn_dim=64, max_position_embeddings=64, pad_token_id=1, eos_token_id=2,
+        decoder_start_token_id=2, init_std=0.5, tie_word_embeddings=False,
+    )  # fmt: skip
+    torch.manual_seed(seed)
+    model = transformers.M2M100ForConditionalGeneration(config).eval()
+    model.generation_config = transformers.GenerationConfig(
+        decoder_start_token_id=2, pad_token_id=1, eos_token_id=2, bos_token_id=0,
+        forced_eos_token_id=2, early_stopping=True, num_beams=4, max_length=64,
+    )  # fmt: skip
+    with torch.no_grad():  # `</s>` likelier through the final norm's bias: most outputs end
+        direction = torch.nn.functional.normalize(torch.randn(config.d_model), dim=0)
+        model.model.decoder.layer_norm.bias.copy_(direction)
+        model.lm_head.weight[2] += 5.0 * direction
+    return model
+
+
 def m2m100_directory(folder: Path, seed: int = 0) -> Path:
     """A small random M2M100 model saved as a Hugging Face directory: one SentencePiece
     model, fairseq's ids (`<s>` 0, pad 1, `</s>` 2, `<unk>` 3), a token per language after
     the vocabulary, `</s>` as the decoder's start, the target language forced after it."""
     import json
 
-    import torch
     import transformers
     from transformers.models.m2m_100.tokenization_m2m_100 import FAIRSEQ_LANGUAGE_CODES
 
@@ -308,22 +332,40 @@ def m2m100_directory(folder: Path, seed: int = 0) -> Path:
         str(folder / "vocab.json"), str(folder / "sentencepiece.bpe.model"), src_lang="es",
         tgt_lang="en", additional_special_tokens=[f"__{code}__" for code in codes],
     )  # fmt: skip
-    config = transformers.M2M100Config(
-        vocab_size=len(tokenizer), d_model=32, encoder_layers=2, decoder_layers=2,
-        encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64,
-        decoder_ffn_dim=64, max_position_embeddings=64, pad_token_id=1, eos_token_id=2,
-        decoder_start_token_id=2, init_std=0.5, tie_word_embeddings=False,
+    model = _random_m2m100(len(tokenizer), seed)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+NLLB_CODES = ("eng_Latn", "spa_Latn", "zho_Hans", "zho_Hant")  # FLORES-200's; French left to M2M100
+
+
+def nllb_directory(folder: Path, seed: int = 0) -> Path:
+    """A small random NLLB model saved as a Hugging Face directory, as NLLB-200 ships one: an
+    M2M100 model, one SentencePiece BPE model and the tokenizer `transformers` builds from
+    its pieces and merges (`<s>` 0, pad 1, `</s>` 2, `<unk>` 3, the FLORES-200 codes as
+    special tokens after the pieces, `<mask>` last), `</s>` as the decoder's start and the
+    target language forced after it."""
+    import transformers
+    from tokenizers.models import BPE
+    from transformers.convert_slow_tokenizer import SentencePieceExtractor
+
+    folder.mkdir(parents=True, exist_ok=True)
+    model_file = trained_spm(_lines("es") + _lines("en"), folder / "spm", "bpe", 400)
+    model_file = model_file.rename(folder / "sentencepiece.bpe.model")
+    pieces = SentencePieceExtractor(str(model_file)).extract(BPE)
+    vocabulary = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3}
+    for piece in pieces["vocab"]:
+        vocabulary.setdefault(piece, len(vocabulary))
+    for code in (*NLLB_CODES, "<mask>"):
+        vocabulary[code] = len(vocabulary)
+    tokenizer = transformers.NllbTokenizer(
+        vocab=vocabulary, merges=pieces["merges"], src_lang="spa_Latn", tgt_lang="eng_Latn",
+        additional_special_tokens=list(NLLB_CODES),
+        _spm_precompiled_charsmap=pieces["_spm_precompiled_charsmap"],
     )  # fmt: skip
-    torch.manual_seed(seed)
-    model = transformers.M2M100ForConditionalGeneration(config).eval()
-    model.generation_config = transformers.GenerationConfig(
-        decoder_start_token_id=2, pad_token_id=1, eos_token_id=2, bos_token_id=0,
-        forced_eos_token_id=2, early_stopping=True, num_beams=4, max_length=64,
-    )  # fmt: skip
-    with torch.no_grad():  # `</s>` likelier through the final norm's bias: most outputs end
-        direction = torch.nn.functional.normalize(torch.randn(config.d_model), dim=0)
-        model.model.decoder.layer_norm.bias.copy_(direction)
-        model.lm_head.weight[2] += 5.0 * direction
+    model = _random_m2m100(len(tokenizer), seed)
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder

@@ -162,8 +162,8 @@ def _m2m100_codes(tokenizer) -> list[str]:
     codes = getattr(tokenizer, "lang_code_to_id", None)
     if codes:
         return sorted(codes)
-    special = getattr(tokenizer, "additional_special_tokens", None) or []
-    nllb = sorted(t for t in special if NLLB_CODE.fullmatch(t))
+    special = getattr(tokenizer, "all_special_tokens", None) or []  # transformers 4 and 5
+    nllb = sorted({t for t in special if NLLB_CODE.fullmatch(t)})
     if nllb:
         return nllb
     from transformers.models.m2m_100.tokenization_m2m_100 import FAIRSEQ_LANGUAGE_CODES

@@ -10,7 +10,8 @@ the models' own tokenizers encode and decode (tests hold each against `transform
   from `</s> [target language]`.
 
 Like the runtime's own Tokenizer, `encode` gives the ids without `</s>` (the translator
-appends it) and `decode` drops special ids; `pieces` names ids for alignments.
+appends it) and `decode` drops special ids and strips the text's ends (where NLLB's own
+tokenizer keeps the spaces word-start pieces alone leave); `pieces` names ids for alignments.
 """
 
 from __future__ import annotations

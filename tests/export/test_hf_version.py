@@ -10,12 +10,13 @@ from types import SimpleNamespace
 import numpy as np
 import onnxruntime as ort
 import pytest
+from helpers import NLLB_CODES
 
 from export.hf.version import banned_tokens, export_hf, generation
 from service.runtime.hf_tokenizers import M2M100Tokenizer, MarianTokenizer, read_tokenizer
 from service.runtime.repository import verify
 
-pytestmark = pytest.mark.slow  # exports and certifies two models (hf_models)
+pytestmark = pytest.mark.slow  # exports and certifies three models (hf_models)
 
 
 def test_a_marian_version_declares_its_tokenizer_rules_and_languages(hf_models):
@@ -52,6 +53,23 @@ def test_an_m2m100_version_takes_languages_by_their_tokens(hf_models):
     assert isinstance(tokenizer, M2M100Tokenizer)
     assert tokenizer.language_id("fr") == languages["tokens"]["fr"]
     assert tokenizer.decode([languages["tokens"]["fr"], *tokenizer.encode("hola")]) == "hola"
+
+
+def test_an_nllb_version_takes_its_flores_codes_by_their_tokens(hf_models):
+    """NLLB's languages are its special tokens (`spa_Latn`), not M2M100's hundred codes: the
+    source is `spa_Latn pieces </s>` and the decoder starts at `</s> eng_Latn`."""
+    directory, version, _ = hf_models["nllb"]
+    languages = version.manifest["languages"]
+    assert languages["source"] == languages["target"] == list(NLLB_CODES)
+    special = json.loads((directory / "tokenizer.json").read_text(encoding="utf-8"))
+    added = {token["content"]: token["id"] for token in special["added_tokens"]}
+    assert languages["tokens"] == {code: added[code] for code in NLLB_CODES}
+    assert (languages["source_token"], languages["target_token"]) == (True, "decoder")
+    tokenizer = read_tokenizer(version)
+    assert isinstance(tokenizer, M2M100Tokenizer)
+    spanish = tokenizer.encode("hola", "spa_Latn")
+    assert spanish[0] == added["spa_Latn"] and len(spanish) > 1
+    assert tokenizer.decode([added["eng_Latn"], *spanish[1:]]) == "hola"
 
 
 @pytest.mark.parametrize("variant", ["fp32", "int8"])

@@ -1,7 +1,8 @@
-"""Hugging Face models served beside our own translator by one live server: a Marian model
-and an M2M100 model (small random ones, exported and certified by the session), each
-answering by its name and by languages; the served translations equal `generate`'s; the
-translator's features work for them unchanged; languages they lack are refused."""
+"""Hugging Face models served beside our own translator by one live server: a Marian, an
+M2M100 and an NLLB model (small random ones, exported and certified by the session), each
+answering by its name and by languages (NLLB's FLORES-200 codes and ISO 639-1's); the
+served translations equal `generate`'s; the translator's features work for them unchanged;
+languages they lack are refused."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import torch
 from helpers import certificate_texts
 from servers import Server, rpc_error
 
-from export.hf.version import load
+from export.hf.version import language_id, load
 from service.wire.v1 import decoding_pb2, translation_pb2
 
 pytestmark = pytest.mark.slow
@@ -32,18 +33,21 @@ def mixed_server(mixed_repository, tmp_path_factory):
 
 
 def generated_texts(directory, texts, source, target) -> list[str]:
-    """`generate`'s greedy translations, as long as the model allows (no length bound)."""
+    """`generate`'s greedy translations, as long as the model allows (no length bound), their
+    ends stripped."""
     model, tokenizer = load(directory)
     forced = {}
     if source:
         tokenizer.src_lang = source
-        forced = {"forced_bos_token_id": tokenizer.get_lang_id(target)}
+        forced = {"forced_bos_token_id": language_id(tokenizer, target)}
     translated = []
     for start in range(0, len(texts), 50):
         batch = tokenizer(texts[start : start + 50], return_tensors="pt", padding=True)
         with torch.no_grad():
             out = model.generate(**batch, num_beams=1, do_sample=False, max_length=64, **forced)
-        translated += tokenizer.batch_decode(out, skip_special_tokens=True)
+        # the server strips a text's ends: NLLB's tokenizer keeps the spaces that word-start
+        # pieces alone leave there
+        translated += [t.strip() for t in tokenizer.batch_decode(out, skip_special_tokens=True)]
     return translated
 
 
@@ -59,7 +63,11 @@ def translate(server, options=None, **fields) -> translation_pb2.TranslateRespon
 
 @pytest.mark.parametrize(
     "family, languages, used",
-    [("marian", ("", ""), ("es", "de")), ("m2m100", ("es", "en"), ("es", "en"))],
+    [
+        ("marian", ("", ""), ("es", "de")),
+        ("m2m100", ("es", "en"), ("es", "en")),
+        ("nllb", ("spa_Latn", "eng_Latn"), ("spa_Latn", "eng_Latn")),
+    ],
 )
 def test_served_translations_are_generates(mixed_server, hf_models, family, languages, used):
     directory, version, certificate = hf_models[family]
@@ -90,6 +98,30 @@ def test_a_request_naming_only_languages_reaches_the_model_that_covers_them(mixe
     assert detected.model == "m2m100" and detected.source_language == "es"
     default = translate(mixed_server, texts=["Hola."])
     assert default.model == "translator"
+
+
+def test_iso_codes_reach_the_nllb_model_by_its_flores_codes(mixed_server):
+    """Traditional Chinese is NLLB's alone here: named `zt` (LibreTranslate's) or `zho_Hant`
+    (its own), over gRPC and HTTP, a request reaches it with its own codes."""
+    own = translate(
+        mixed_server, model="nllb", texts=["Hola."], source_language="spa_Latn",
+        target_language="zho_Hant", options=decoding_pb2.DecodingOptions(),
+    )  # fmt: skip
+    named = translate(
+        mixed_server, texts=["Hola."], source_language="es", target_language="zt",
+        options=decoding_pb2.DecodingOptions(),
+    )  # fmt: skip
+    assert (named.model, named.source_language, named.target_language) == (
+        "nllb", "spa_Latn", "zho_Hant",
+    )  # fmt: skip
+    text = own.translations[0].hypotheses[0].text
+    assert named.translations[0].hypotheses[0].text == text
+    with httpx.Client(base_url=mixed_server.http_url, timeout=60) as web:
+        languages = {entry["code"]: entry["targets"] for entry in web.get("/languages").json()}
+        assert "zt" in languages["es"] and "zho_Hant" not in languages
+        answer = web.post("/translate", json={"q": "Hola.", "source": "es", "target": "zh-TW"})
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["translatedText"] == text
 
 
 @pytest.mark.parametrize(
