@@ -1,6 +1,7 @@
 """The page at / in headless Chromium (Debian's, driven by its chromedriver): a translation
-with its alignments, and a caption with each word's attention drawn over the image; the
-screenshots are checked, not just taken. The API's forms at /docs send their requests."""
+with its alignments in the model's languages, a document translated as a file, and a
+caption with each word's attention drawn over the image; the screenshots are checked, not
+just taken. The API's forms at /docs send their requests."""
 
 from __future__ import annotations
 
@@ -53,6 +54,9 @@ def test_the_page_translates_with_alignments(page_server, browser, tmp_path):
     wait = WebDriverWait(browser, 60)
     wait.until(lambda d: d.find_element(By.ID, "health").text == "SERVING")
     wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#translator option")) == 1)
+    for select, code in (("source-language", "es"), ("target-language", "en")):
+        options = browser.find_elements(By.CSS_SELECTOR, f"#{select} option")
+        assert [o.get_attribute("value") for o in options] == [code]  # the model's only one
     source = browser.find_element(By.ID, "source")
     source.clear()
     source.send_keys(TEXT)
@@ -64,6 +68,7 @@ def test_the_page_translates_with_alignments(page_server, browser, tmp_path):
         timeout=60,
     ).json()["translations"][0]
     assert browser.find_element(By.ID, "translation").text == expected["hypotheses"][0]["text"]
+    assert browser.find_element(By.ID, "translated-by").text == "translator 1: es → en"
     tables = browser.find_elements(By.CSS_SELECTOR, "#alignments table")
     assert len(tables) == len(expected["sentences"]) == 2
     rows = tables[0].find_elements(By.CSS_SELECTOR, "tbody tr")
@@ -72,6 +77,42 @@ def test_the_page_translates_with_alignments(page_server, browser, tmp_path):
     assert shot.std() > 10  # shaded cells, not a blank table
     browser.save_screenshot(str(tmp_path / "translate.png"))
     assert Image.open(tmp_path / "translate.png").size[0] >= 1000
+
+
+def test_the_page_translates_a_document_as_a_file(page_server, browser, tmp_path):
+    """A .docx chosen on the page comes back as a link to the translated .docx: the one
+    LibreTranslate's /translate_file gives for the same file and languages."""
+    import docx
+
+    original = docx.Document()
+    for text in ("El perro come pan.", "¿Dónde está la estación de tren?"):
+        original.add_paragraph(text)
+    path = tmp_path / "carta.docx"
+    original.save(path)
+    browser.get(page_server.http_url + "/")
+    wait = WebDriverWait(browser, 60)
+    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#target-language option")) == 1)
+    browser.find_element(By.ID, "document").send_keys(str(path))
+    browser.find_element(By.ID, "file-button").click()
+    link = browser.find_element(By.ID, "download")
+    wait.until(lambda d: link.is_displayed())
+    assert link.text == "carta.docx, translated" and link.get_attribute("download") == "carta.docx"
+    with httpx.Client(timeout=60) as web:
+        page_file = web.get(link.get_attribute("href"))
+        direct = web.post(
+            page_server.http_url + "/translate_file", data={"source": "es", "target": "en"},
+            files={"file": ("carta.docx", path.read_bytes())},
+        )  # fmt: skip
+        expected = web.get(direct.json()["translatedFileUrl"])
+    assert page_file.status_code == expected.status_code == 200
+
+    def paragraphs(content: bytes) -> list[str]:
+        return [p.text for p in docx.Document(io.BytesIO(content)).paragraphs]
+
+    translated = paragraphs(page_file.content)
+    assert translated == paragraphs(expected.content)
+    assert len(translated) == 2 and all(translated)
+    assert translated != [p.text for p in original.paragraphs]
 
 
 def test_the_page_captions_and_draws_where_each_word_looked(page_server, browser):

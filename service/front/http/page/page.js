@@ -1,7 +1,9 @@
-// The page: the /v1 JSON API of this server (protobuf's JSON mapping), nothing else.
+// The page: the /v1 JSON API of this server (protobuf's JSON mapping), and LibreTranslate's
+// /translate_file for a document translated as a file.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
+const languagesOf = {};  // a translator option's value -> its languages ({source, target})
 
 async function call(path, body) {
   const init = { method: "POST" };
@@ -24,7 +26,24 @@ async function loadModels() {
     const option = new Option(`${model.name} ${model.version}` + (model.languages.source.length ? ` (${model.languages.source.join(",")} → ${model.languages.target.join(",")})` : ""), JSON.stringify([model.name, model.version]));
     option.selected = model.default;
     select.add(option);
+    if (select === $("translator")) languagesOf[option.value] = model.languages;
   }
+  chooseLanguages();
+}
+
+// the chosen translator's languages: a source detected where it reads several (its token
+// says which), English written where it writes several and English is one
+function chooseLanguages() {
+  const { source = [], target = [] } = languagesOf[$("translator").value] || {};
+  const from = $("source-language"), to = $("target-language");
+  from.replaceChildren();
+  to.replaceChildren();
+  if (source.length !== 1) from.add(new Option(source.length ? "detect" : "the model's", ""));
+  for (const code of source) from.add(new Option(code, code));
+  if (!target.length) to.add(new Option("the model's", ""));
+  for (const code of target) to.add(new Option(code, code));
+  const english = target.find((code) => /^en(g_|$|-)/.test(code));
+  if (english) to.value = english;
 }
 
 function options(beam, hypotheses, maxLength) {
@@ -67,12 +86,15 @@ async function translate() {
   const [model, version] = JSON.parse($("translator").value || '["", ""]');
   const request = {
     model, version, texts: [$("source").value],
+    sourceLanguage: $("source-language").value, targetLanguage: $("target-language").value,
     textFormat: $("format").value, sentenceSplitting: $("splitting").value, glossary: glossary(),
     options: { ...options($("beam").value, $("hypotheses").value, $("max-length").value), returnAlignment: true },
   };
   try {
     const response = await call("/v1/translate", request);
     const translation = response.translations[0];
+    const languages = response.sourceLanguage ? `: ${response.sourceLanguage} → ${response.targetLanguage}` : "";
+    $("translated-by").textContent = `${response.model} ${response.version}${languages}`;
     $("translation").textContent = translation.hypotheses.map((h, i) => (translation.hypotheses.length > 1 ? `${i + 1}. ` : "") + h.text).join("\n");
     for (const sentence of translation.sentences || []) {
       if (!sentence.alignment) continue;
@@ -85,11 +107,37 @@ async function translate() {
 }
 
 async function openDocument() {
+  $("download").hidden = true;
   const file = $("document").files[0];
-  if (!file) return;
+  if (!file || !/\.(txt|html?)$/i.test(file.name)) return;
   $("source").value = await file.text();
   $("format").value = /\.html?$/i.test(file.name) ? "TEXT_FORMAT_HTML" : "TEXT_FORMAT_PLAIN";
   $("splitting").value = "SENTENCE_SPLITTING_SENTENCES";
+}
+
+// the chosen document through LibreTranslate's /translate_file, in the languages chosen (the
+// model serving that pair translates it), given back as a link to the translated file
+async function translateFile() {
+  shown($("translate-error"), "");
+  const link = $("download");
+  link.hidden = true;
+  const file = $("document").files[0];
+  if (!file) { shown($("translate-error"), "choose a document first"); return; }
+  const form = new FormData();
+  form.append("file", file);
+  form.append("source", $("source-language").value || "auto");
+  form.append("target", $("target-language").value);
+  $("translated-by").textContent = `${file.name}: …`;
+  try {
+    const answer = await fetch("/translate_file", { method: "POST", body: form });
+    const json = await answer.json();
+    if (!answer.ok) throw new Error(json.error || answer.statusText);
+    link.href = json.translatedFileUrl;
+    link.download = file.name;
+    link.textContent = `${file.name}, translated`;
+    link.hidden = false;
+    $("translated-by").textContent = "";
+  } catch (error) { $("translated-by").textContent = ""; shown($("translate-error"), error.message); }
 }
 
 // each word's attention grid drawn over the image, as the README's figure
@@ -143,4 +191,6 @@ async function caption() {
 $("translate-button").addEventListener("click", translate);
 $("caption-button").addEventListener("click", caption);
 $("document").addEventListener("change", openDocument);
+$("file-button").addEventListener("click", translateFile);
+$("translator").addEventListener("change", chooseLanguages);
 loadModels();
