@@ -132,10 +132,16 @@ def model_repository(exported_translator, exported_captioner, tmp_path_factory) 
 @pytest.fixture(scope="session")
 def hf_models(tmp_path_factory) -> dict:
     """family -> (its Hugging Face directory, its exported version, the certificate): a small
-    random Marian, M2M100 and NLLB model, built with `transformers`, exported (fp32 and int8)
-    and certified against it on 200 Spanish test sentences."""
+    random Marian, M2M100, NLLB and mBART-50 model, built with `transformers`, exported (fp32
+    and int8) and certified against it on 200 Spanish test sentences."""
     pytest.importorskip("transformers")  # the hf extra, installed by ./dev.sh
-    from helpers import certificate_texts, m2m100_directory, marian_directory, nllb_directory
+    from helpers import (
+        certificate_texts,
+        m2m100_directory,
+        marian_directory,
+        mbart50_directory,
+        nllb_directory,
+    )
 
     from export.hf.certify import certify_hf
     from export.hf.version import export_hf
@@ -147,6 +153,7 @@ def hf_models(tmp_path_factory) -> dict:
         ("marian", marian_directory, ("", "")),
         ("m2m100", m2m100_directory, ("es", "en")),
         ("nllb", nllb_directory, ("spa_Latn", "eng_Latn")),
+        ("mbart", mbart50_directory, ("es_XX", "en_XX")),
     ):
         directory = build(made / family)
         version = export_hf(directory, made / "repository", family)
@@ -158,7 +165,8 @@ def hf_models(tmp_path_factory) -> dict:
 
 @pytest.fixture(scope="session")
 def mixed_repository(exported_translator, hf_models, tmp_path_factory) -> Path:
-    """A model repository of four translators: ours, a Marian, an M2M100 and an NLLB model."""
+    """A model repository of five translators: ours, a Marian, an M2M100, an NLLB and an
+    mBART-50 model."""
     root = tmp_path_factory.mktemp("mixed-repository")
     versions = [exported_translator[0]] + [version for _, version, _ in hf_models.values()]
     for model_version in versions:

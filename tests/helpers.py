@@ -212,14 +212,37 @@ def tiny_m2m100(seed: int = 2):
     return transformers.M2M100ForConditionalGeneration(config).eval()
 
 
-def trained_spm(lines: list[str], prefix: Path, model_type: str, size: int) -> Path:
+def tiny_mbart(seed: int = 0):
+    """A small random mBART-50 (transformers), fairseq's ids (pad 1, end 2), learned
+    positions, an embedding norm and a final logits bias of its own."""
+    import torch
+    import transformers
+
+    config = transformers.MBartConfig(
+        vocab_size=128, d_model=32, encoder_layers=2, decoder_layers=2,
+        encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64,
+        decoder_ffn_dim=64, max_position_embeddings=64, pad_token_id=1, eos_token_id=2,
+        decoder_start_token_id=2, scale_embedding=True, forced_eos_token_id=None, init_std=0.5,
+    )  # fmt: skip
+    torch.manual_seed(seed)
+    model = transformers.MBartForConditionalGeneration(config).eval()
+    with torch.no_grad():  # a bias that is not zeros, so the step must add it
+        model.final_logits_bias.normal_(0.0, 0.1)
+    return model
+
+
+def trained_spm(
+    lines: list[str], prefix: Path, model_type: str, size: int, ends: bool = False
+) -> Path:
     """A SentencePiece model of `lines` as Hugging Face's translation models ship them: no
-    `<s>`, `</s>` or padding of its own, `<unk>` at 0."""
+    `<s>`, `</s>` or padding of its own, `<unk>` at 0 (`ends`: `<s>` at 1 and `</s>` at 2,
+    as mBART's)."""
     import sentencepiece as spm
 
+    bos, eos = (1, 2) if ends else (-1, -1)
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter(lines), model_prefix=str(prefix), vocab_size=size,
-        model_type=model_type, character_coverage=1.0, bos_id=-1, eos_id=-1, unk_id=0,
+        model_type=model_type, character_coverage=1.0, bos_id=bos, eos_id=eos, unk_id=0,
         pad_id=-1, minloglevel=2,
     )  # fmt: skip
     return prefix.with_suffix(".model")
@@ -366,6 +389,46 @@ def nllb_directory(folder: Path, seed: int = 0) -> Path:
         _spm_precompiled_charsmap=pieces["_spm_precompiled_charsmap"],
     )  # fmt: skip
     model = _random_m2m100(len(tokenizer), seed)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def mbart50_directory(folder: Path, seed: int = 0) -> Path:
+    """A small random mBART-50 model saved as a Hugging Face directory, as its many-to-many
+    translator ships: one SentencePiece model (`<unk>` 0, `<s>` 1, `</s>` 2), the tokenizer
+    `transformers` builds from its pieces (fairseq's ids: `<s>` 0, pad 1, `</s>` 2, `<unk>`
+    3; mBART-50's 52 language codes after the pieces, `<mask>` last), `</s>` as the
+    decoder's start and the target language forced after it."""
+    import torch
+    import transformers
+    from tokenizers.models import Unigram
+    from transformers.convert_slow_tokenizer import SentencePieceExtractor
+
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = _lines("es") + _lines("en")
+    model_file = trained_spm(lines, folder / "spm", "unigram", 400, ends=True)
+    model_file = model_file.rename(folder / "sentencepiece.bpe.model")
+    pieces = SentencePieceExtractor(str(model_file)).extract(Unigram)
+    tokenizer = transformers.MBart50Tokenizer(
+        vocab=pieces["vocab"], src_lang="es_XX", tgt_lang="en_XX",
+        _spm_precompiled_charsmap=pieces["_spm_precompiled_charsmap"],
+    )  # fmt: skip
+    config = transformers.MBartConfig(
+        vocab_size=len(tokenizer), d_model=32, encoder_layers=2, decoder_layers=2,
+        encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64,
+        decoder_ffn_dim=64, max_position_embeddings=64, pad_token_id=1, eos_token_id=2,
+        bos_token_id=0, decoder_start_token_id=2, init_std=0.5, scale_embedding=True,
+        tie_word_embeddings=False,
+    )  # fmt: skip
+    torch.manual_seed(seed)
+    model = transformers.MBartForConditionalGeneration(config).eval()
+    model.generation_config = transformers.GenerationConfig(
+        decoder_start_token_id=2, pad_token_id=1, eos_token_id=2, bos_token_id=0,
+        forced_eos_token_id=2, early_stopping=True, num_beams=5, max_length=64,
+    )  # fmt: skip
+    with torch.no_grad():  # `</s>` likelier through the final logits bias: most outputs end
+        model.final_logits_bias[0, 2] = 4.0
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder

@@ -18,7 +18,8 @@ class Export(Subcommand):
         parser.add_argument(
             "model",
             choices=(*MODELS, "hf"),
-            help="one of ours, or hf: a Hugging Face model directory (Marian, M2M100, NLLB)",
+            help="one of ours, or hf: a Hugging Face model directory (Marian, M2M100, NLLB, "
+            "mBART-50)",
         )
         parser.add_argument("directory", nargs="?", type=Path, help="hf: the model directory")
         parser.add_argument("--out", type=Path, required=True, help="the model repository root")

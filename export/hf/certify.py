@@ -36,7 +36,7 @@ import torch
 from export.certify import golden_set
 from export.comparison import TOLERANCES
 from export.decode_parity import corpus_scores
-from export.hf.version import language_id, load
+from export.hf.version import LANGUAGE_TOKENS, language_id, load
 from export.translator_parity import MAX_INT8_LOSS
 from service.runtime.decoding import DecodingOptions
 from service.runtime.onnx_engine import OnnxEngine
@@ -75,7 +75,7 @@ def generated(model, tokenizer, texts, languages, options: DecodingOptions) -> l
     batches of BATCH, as the model ships its rules; `options`' beam size and length."""
     source, target = languages
     forced = {}
-    if model.config.model_type == "m2m_100":  # M2M100, NLLB: the languages by their tokens
+    if model.config.model_type in LANGUAGE_TOKENS:  # the languages by their tokens
         tokenizer.src_lang = source
         forced = {"forced_bos_token_id": language_id(tokenizer, target)}
     outputs = []

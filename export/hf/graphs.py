@@ -1,7 +1,8 @@
 """A Hugging Face translation model as the runtime's two ONNX graphs: its architecture
-recognised from its config, its encoder and cached step (export.hf.marian, export.hf.m2m100)
-traced under the translator's interface (service.runtime.graphs.transformer_interface), so
-the graphs take and return what the runtime's engine feeds our own translator's."""
+recognised from its config, its encoder and cached step (export.hf.marian, export.hf.m2m100,
+export.hf.mbart) traced under the translator's interface
+(service.runtime.graphs.transformer_interface), so the graphs take and return what the
+runtime's engine feeds our own translator's."""
 
 from __future__ import annotations
 
@@ -13,18 +14,19 @@ from torch import nn
 from export.hf.layers import Encoder
 from export.hf.m2m100 import M2M100Step
 from export.hf.marian import MarianStep
+from export.hf.mbart import MBartStep
 from export.onnx_export import example_inputs, export_graph
 from service.runtime.graphs import ModelInterface, transformer_interface
 
 ARCHITECTURES = {  # config.model_type -> the step module (the encoder is the family's own)
     "marian": MarianStep,  # OPUS-MT
     "m2m_100": M2M100Step,  # M2M100 and NLLB-200
+    "mbart": MBartStep,  # mBART-50 (its many-to-many and one-to-many translators)
 }
 REFUSED = {  # config.model_type -> why it is not taken (yet)
     "t5": "relative position buckets in every layer: not the step contract's positions",
     "mt5": "relative position buckets in every layer: not the step contract's positions",
-    "bart": "learned positions and an embedding norm: not certified here",
-    "mbart": "learned positions and an embedding norm: not certified here",
+    "bart": "a byte-level BPE tokenizer (GPT-2's): the runtime reads SentencePiece models",
     "fsmt": "not certified here",
     "whisper": "reads audio features, not text",
     "encoder-decoder": "a pair of arbitrary models: no one step to trace",

@@ -6,7 +6,8 @@ The manifest's kind is the translator's: the runtime serves it as it serves ours
 family does differently is declared, not coded in the runtime:
 
     preprocessor   `marian` (a source and a target SentencePiece model, one vocabulary) or
-                   `m2m100` (one SentencePiece model, a token per language)
+                   `m2m100` (one SentencePiece model, a token per language: M2M100, NLLB
+                   and mBART-50)
     special_tokens `bos` is the decoder's first token (Marian's pad, M2M100's `</s>`)
     languages      what the model reads and writes; `tokens` (code -> id) and where a
                    language's token goes: `source_token` (before the source, M2M100's source
@@ -41,11 +42,14 @@ TOKENIZER_DIR = "tokenizer"
 VARIANTS = ("fp32", "int8", "fp16")
 BEAM_STOPS = {True: "full", False: "estimate", "never": "never"}  # generate's early_stopping
 NLLB_CODE = re.compile(r"[a-z]{3}_[A-Z][a-z]{3}")  # spa_Latn
+MBART_CODE = re.compile(r"[a-z]{2}_[A-Z]{2}")  # es_XX
+# families whose languages are tokens: the source's before it, the target's forced first
+LANGUAGE_TOKENS = ("m2m_100", "mbart")
 
 
 def load(directory: Path):
     """(model in float32 eval mode, its tokenizer) of a Hugging Face directory; ValueError
-    naming a refused architecture (export.hf.graphs.architecture)."""
+    naming a refused architecture (export.hf.graphs.architecture) or tokenizer."""
     import transformers
 
     config = transformers.AutoConfig.from_pretrained(directory)
@@ -53,9 +57,15 @@ def load(directory: Path):
     classes = {
         "marian": transformers.MarianMTModel,
         "m2m_100": transformers.M2M100ForConditionalGeneration,
+        "mbart": transformers.MBartForConditionalGeneration,
     }
-    model = classes[family].from_pretrained(directory, dtype=torch.float32).eval()
     tokenizer = transformers.AutoTokenizer.from_pretrained(directory)
+    if family == "mbart" and not type(tokenizer).__name__.startswith("MBart50"):
+        raise ValueError(
+            f"mBART with {type(tokenizer).__name__}: its languages follow the source and start "
+            "the decoder; only mBART-50's tokenizer (the language before the source) is taken"
+        )
+    model = classes[family].from_pretrained(directory, dtype=torch.float32).eval()
     return model, tokenizer
 
 
@@ -128,11 +138,11 @@ def write_tokenizer(family: str, tokenizer, out: Path) -> dict:
 
 
 def languages(family: str, tokenizer, given: tuple[list[str], list[str]] | None) -> dict:
-    """The manifest's languages: M2M100's every language both ways, by their tokens; a
-    Marian model's from `given` (source, target) or its tokenizer's config, its target
-    languages by their `>>xx<<` tokens where it has them."""
-    if family == "m2m_100":
-        codes = _m2m100_codes(tokenizer)
+    """The manifest's languages: M2M100's, NLLB's and mBART-50's every language both ways,
+    by their tokens; a Marian model's from `given` (source, target) or its tokenizer's
+    config, its target languages by their `>>xx<<` tokens where it has them."""
+    if family in LANGUAGE_TOKENS:
+        codes = _language_codes(tokenizer)
         return {
             "source": codes,
             "target": codes,
@@ -157,22 +167,25 @@ def languages(family: str, tokenizer, given: tuple[list[str], list[str]] | None)
     return declared
 
 
-def _m2m100_codes(tokenizer) -> list[str]:
-    """M2M100's language codes (`es`), or NLLB's (`spa_Latn`: its special tokens)."""
+def _language_codes(tokenizer) -> list[str]:
+    """M2M100's language codes (`es`), or NLLB's (`spa_Latn`) or mBART-50's (`es_XX`): their
+    special tokens."""
     codes = getattr(tokenizer, "lang_code_to_id", None)
     if codes:
         return sorted(codes)
     special = getattr(tokenizer, "all_special_tokens", None) or []  # transformers 4 and 5
-    nllb = sorted({t for t in special if NLLB_CODE.fullmatch(t)})
-    if nllb:
-        return nllb
+    for form in (NLLB_CODE, MBART_CODE):
+        found = sorted({t for t in special if form.fullmatch(t)})
+        if found:
+            return found
     from transformers.models.m2m_100.tokenization_m2m_100 import FAIRSEQ_LANGUAGE_CODES
 
     return sorted(FAIRSEQ_LANGUAGE_CODES["m2m100"])
 
 
 def language_id(tokenizer, code: str) -> int:
-    """The id of a language's token: M2M100's `__es__`, NLLB's `spa_Latn`."""
+    """The id of a language's token: M2M100's `__es__`, NLLB's `spa_Latn`, mBART-50's
+    `es_XX`."""
     if hasattr(tokenizer, "get_lang_id"):
         return int(tokenizer.get_lang_id(code))
     return int(tokenizer.convert_tokens_to_ids(code))

@@ -5,9 +5,9 @@ the models' own tokenizers encode and decode (tests hold each against `transform
   vocabulary (`vocab.json`, piece -> id) that is not SentencePiece's own numbering; a piece
   the vocabulary lacks is `<unk>`; `</s>` ends a source; a `>>xx<<` prefix (a multilingual
   target's language) is a token of its own.
-- M2M100 and NLLB: one SentencePiece model, `vocab.json`, and a token per language
-  (`__es__`) after the vocabulary; a source is `[language] pieces </s>`, and decoding starts
-  from `</s> [target language]`.
+- M2M100, NLLB and mBART-50: one SentencePiece model, `vocab.json`, and a token per
+  language (`__es__`, `spa_Latn`, `es_XX`) after the vocabulary; a source is `[language]
+  pieces </s>`, and decoding starts from `</s> [target language]`.
 
 Like the runtime's own Tokenizer, `encode` gives the ids without `</s>` (the translator
 appends it) and `decode` drops special ids and strips the text's ends (where NLLB's own
@@ -107,8 +107,8 @@ class MarianTokenizer(_Vocabulary):
 
 
 class M2M100Tokenizer(_Vocabulary):
-    """M2M100's and NLLB's tokenizer: one SentencePiece model, language tokens after the
-    vocabulary (`languages`: code -> id, as the model's tokenizer numbers them)."""
+    """M2M100's, NLLB's and mBART-50's tokenizer: one SentencePiece model, language tokens
+    after the vocabulary (`languages`: code -> id, as the model's tokenizer numbers them)."""
 
     def __init__(
         self, model_file, vocabulary: dict[str, int], specials: Specials, languages: dict[str, int]

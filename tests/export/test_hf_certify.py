@@ -1,5 +1,6 @@
 """The certificate of Hugging Face models against `transformers` (export.hf.certify): a
-small random Marian, M2M100 and NLLB model each, 200 Spanish test sentences, greedy and beam 4."""
+small random Marian, M2M100, NLLB and mBART-50 model each, 200 Spanish test sentences,
+greedy and beam 4."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from service.front.config import certified_variants
 pytestmark = pytest.mark.slow
 
 
-@pytest.mark.parametrize("family", ["marian", "m2m100", "nllb"])
+@pytest.mark.parametrize("family", ["marian", "m2m100", "nllb", "mbart"])
 def test_both_families_decode_as_generate(hf_models, family):
     _, version, certificate = hf_models[family]
     assert certificate["passed"], certificate
@@ -29,7 +30,7 @@ def test_both_families_decode_as_generate(hf_models, family):
     assert len(version.golden()) >= 4  # the worker's start-up check
 
 
-@pytest.mark.parametrize("family", ["marian", "m2m100", "nllb"])
+@pytest.mark.parametrize("family", ["marian", "m2m100", "nllb", "mbart"])
 def test_int8_is_certified_on_its_own(hf_models, family):
     """int8 is measured against fp32 and is a certified variant only where its claim holds
     (on random weights, with no margins between tokens, it loses far more than the bound)."""

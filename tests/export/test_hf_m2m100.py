@@ -1,25 +1,31 @@
-"""M2M100 as the runtime's two graphs (export.hf.m2m100), in PyTorch against `transformers`'
-own model: the step's logits under teacher forcing, and greedy decodes with the target
-language forced first equal to `generate`'s, on a small random model with a padded batch."""
+"""M2M100 and mBART-50 as the runtime's two graphs (export.hf.m2m100, export.hf.mbart), in
+PyTorch against `transformers`' own model: the step's logits under teacher forcing and with
+the model's own cache, and greedy decodes with the target language forced first equal to
+`generate`'s, on small random models with a padded batch."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from helpers import tiny_m2m100
+from helpers import tiny_m2m100, tiny_mbart
 
 from export.hf.graphs import modules
 from export.hf.layers import Encoder, greedy_decode
 from export.hf.m2m100 import M2M100Step
+from export.hf.mbart import MBartStep
 
 transformers = pytest.importorskip("transformers")  # the hf extra, installed by ./dev.sh
 
 PAD, EOS, LANGUAGE = 1, 2, 120  # fairseq's ids; a language token at the vocabulary's end
 
 
-@pytest.fixture(scope="module")
-def m2m100():
-    return tiny_m2m100()
+@pytest.fixture(scope="module", params=["m2m100", "mbart"])
+def family(request):
+    """(a model, its step module): M2M100 and mBART-50, the families whose languages are
+    tokens."""
+    if request.param == "mbart":
+        return tiny_mbart(), MBartStep
+    return tiny_m2m100(), M2M100Step
 
 
 def sources():
@@ -27,15 +33,16 @@ def sources():
     return ids, (ids != PAD).long()
 
 
-def test_the_step_reproduces_the_models_logits_token_by_token(m2m100):
+def test_the_step_reproduces_the_models_logits_token_by_token(family):
+    model, step_of = family
     src_ids, src_mask = sources()
     decoder_ids = torch.tensor([[EOS, LANGUAGE, 7, 12, 30], [EOS, LANGUAGE, 50, 3, 9]])
     with torch.no_grad():
-        expected = m2m100(
+        expected = model(
             input_ids=src_ids, attention_mask=src_mask, decoder_input_ids=decoder_ids
         ).logits
-        memory_mask, *cross = Encoder(m2m100)(src_ids, src_mask)
-        step = M2M100Step(m2m100)
+        memory_mask, *cross = Encoder(model)(src_ids, src_mask)
+        step = step_of(model)
         past = [torch.zeros(2, 4, 0, 8) for _ in range(4)]
         for t in range(decoder_ids.shape[1]):
             logits, *state = step(
@@ -49,14 +56,15 @@ def test_the_step_reproduces_the_models_logits_token_by_token(m2m100):
     assert expected.std() > 10 * 1e-5
 
 
-def test_greedy_with_the_language_forced_is_generates_greedy(m2m100):
+def test_greedy_with_the_language_forced_is_generates_greedy(family):
+    model, _ = family
     src_ids, src_mask = sources()
     with torch.no_grad():
-        generated = m2m100.generate(
+        generated = model.generate(
             input_ids=src_ids, attention_mask=src_mask, num_beams=1, do_sample=False,
             max_new_tokens=20, forced_bos_token_id=LANGUAGE,
         )  # fmt: skip
-    ours = greedy_decode(*modules(m2m100), m2m100.config, src_ids, src_mask, 20, (LANGUAGE,))
+    ours = greedy_decode(*modules(model), model.config, src_ids, src_mask, 20, (LANGUAGE,))
     for row, tokens in enumerate(ours):
         theirs = generated[row, 1:].tolist()  # after the decoder's start token
         if EOS in theirs:
@@ -66,20 +74,21 @@ def test_greedy_with_the_language_forced_is_generates_greedy(m2m100):
     assert all(len(set(tokens)) >= 4 for tokens in ours)
 
 
-def test_a_padding_token_fed_takes_the_padding_position_as_the_models_own_step(m2m100):
-    """A decoder that writes the padding id (a random model may) is fed it back: the
-    model's own cached step gives it the padding id's position row (zeros), and the tokens
-    after it their own positions. The step does the same, so beam search follows generate
-    past it."""
+def test_a_padding_token_fed_is_stepped_as_the_models_own_step_does(family):
+    """A decoder that writes the padding id (a random model may) is fed it back: M2M100's
+    own cached step gives it the padding id's position row (zeros), and the tokens after it
+    their own positions; mBART's learned positions ignore it. The step does the same, so
+    beam search follows generate past it."""
+    model, step_of = family
     src_ids, src_mask = sources()
     decoder_ids = torch.tensor([[EOS, LANGUAGE, 7, PAD, 30, 9], [EOS, LANGUAGE, PAD, 3, 9, 12]])
-    step, memory_mask, *cross = M2M100Step(m2m100), *Encoder(m2m100)(src_ids, src_mask)
+    step, memory_mask, *cross = step_of(model), *Encoder(model)(src_ids, src_mask)
     past, theirs = [torch.zeros(2, 4, 0, 8) for _ in range(4)], None
     with torch.no_grad():
-        encoded = m2m100.get_encoder()(input_ids=src_ids, attention_mask=src_mask)
+        encoded = model.get_encoder()(input_ids=src_ids, attention_mask=src_mask)
         for t in range(decoder_ids.shape[1]):
             token = decoder_ids[:, t : t + 1]
-            out = m2m100(
+            out = model(
                 encoder_outputs=encoded, attention_mask=src_mask, decoder_input_ids=token,
                 past_key_values=theirs, use_cache=True,
             )  # fmt: skip

@@ -14,9 +14,10 @@ from helpers import NLLB_CODES
 
 from export.hf.version import banned_tokens, export_hf, generation
 from service.runtime.hf_tokenizers import M2M100Tokenizer, MarianTokenizer, read_tokenizer
+from service.runtime.languages import MBART50, own_code
 from service.runtime.repository import verify
 
-pytestmark = pytest.mark.slow  # exports and certifies three models (hf_models)
+pytestmark = pytest.mark.slow  # exports and certifies four models (hf_models)
 
 
 def test_a_marian_version_declares_its_tokenizer_rules_and_languages(hf_models):
@@ -72,6 +73,25 @@ def test_an_nllb_version_takes_its_flores_codes_by_their_tokens(hf_models):
     assert tokenizer.decode([added["eng_Latn"], *spanish[1:]]) == "hola"
 
 
+def test_an_mbart50_version_takes_its_52_codes_by_their_tokens(hf_models):
+    """mBART-50's languages are its 52 codes (`es_XX`), each a token after the pieces; the
+    source is `es_XX pieces </s>`, the decoder starts at `</s> en_XX`, and the edge names
+    each by its language (`es`)."""
+    _, version, _ = hf_models["mbart"]
+    manifest = version.manifest
+    languages = manifest["languages"]
+    assert manifest["model"]["family"] == "mbart" and manifest["preprocessor"]["type"] == "m2m100"
+    assert languages["source"] == languages["target"] == sorted(MBART50)
+    assert (languages["source_token"], languages["target_token"]) == (True, "decoder")
+    assert manifest["special_tokens"]["bos"]["id"] == 2  # `</s>` starts the decoder
+    tokenizer = read_tokenizer(version)
+    spanish = tokenizer.encode("hola", "es_XX")
+    assert spanish[0] == languages["tokens"]["es_XX"] > max(spanish[1:])  # after the pieces
+    assert tokenizer.decode([languages["tokens"]["en_XX"], *spanish[1:]]) == "hola"
+    assert own_code("es", languages["source"]) == "es_XX"
+    assert own_code("zh-Hans", languages["target"]) == "zh_CN"
+
+
 @pytest.mark.parametrize("variant", ["fp32", "int8"])
 def test_the_step_never_writes_what_generate_bans(hf_models, variant):
     _, version, _ = hf_models["marian"]
@@ -120,6 +140,16 @@ def test_what_is_refused_says_why(tmp_path, hf_models):
     (t5 / "config.json").write_text(json.dumps({**config, "model_type": "t5"}), "utf-8")
     with pytest.raises(ValueError, match="relative position buckets"):
         export_hf(t5, tmp_path / "repository", "t5")
+    mbart, _, _ = hf_models["mbart"]
+    first = tmp_path / "mbart-cc25"  # mBART's first tokenizer: the language after the source
+    first.mkdir()
+    for f in mbart.iterdir():
+        (first / f.name).write_bytes(f.read_bytes())
+    settings = json.loads((first / "tokenizer_config.json").read_text(encoding="utf-8"))
+    settings["tokenizer_class"] = "MBartTokenizer"
+    (first / "tokenizer_config.json").write_text(json.dumps(settings), encoding="utf-8")
+    with pytest.raises(ValueError, match="only mBART-50's tokenizer"):
+        export_hf(first, tmp_path / "repository", "mbart-cc25")
 
 
 def test_generate_rules_default_as_generate_does():

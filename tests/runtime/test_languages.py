@@ -67,6 +67,8 @@ def test_a_code_as_a_client_gives_it_finds_the_one_it_means():
     assert given_code("zh-TW", ["en", "zh"]) == "zt" and given_code("sr-Latn", ["sr"]) == "sr-latn"
     assert edge_code("spa_Latn") == "es" and edge_code("zho_Hant") == "zt"
     assert edge_code("es") == "es" and edge_code("kin_Latn") == "kin_Latn"  # none it knows
+    assert edge_code("es_XX") == "es" and edge_code("zh_CN") == "zh"  # mBART-50's
+    assert edge_code("pt_BR") == "pt_BR"  # not mBART-50's: a region is not dropped here
 
 
 def test_nllb_codes_are_detected_and_named_as_the_edge_names_them():

@@ -1,6 +1,7 @@
 """Hugging Face models served beside our own translator by one live server: a Marian, an
-M2M100 and an NLLB model (small random ones, exported and certified by the session), each
-answering by its name and by languages (NLLB's FLORES-200 codes and ISO 639-1's); the
+M2M100, an NLLB and an mBART-50 model (small random ones, exported and certified by the
+session), each answering by its name and by languages (NLLB's FLORES-200 codes, mBART-50's
+and ISO 639-1's); the
 served translations equal `generate`'s; the translator's features work for them unchanged;
 languages they lack are refused."""
 
@@ -67,6 +68,7 @@ def translate(server, options=None, **fields) -> translation_pb2.TranslateRespon
         ("marian", ("", ""), ("es", "de")),
         ("m2m100", ("es", "en"), ("es", "en")),
         ("nllb", ("spa_Latn", "eng_Latn"), ("spa_Latn", "eng_Latn")),
+        ("mbart", ("es_XX", "en_XX"), ("es_XX", "en_XX")),
     ],
 )
 def test_served_translations_are_generates(mixed_server, hf_models, family, languages, used):
@@ -92,9 +94,11 @@ def test_a_request_naming_only_languages_reaches_the_model_that_covers_them(mixe
     german = translate(mixed_server, texts=["Hola."], source_language="es", target_language="de")
     assert german.model == "marian"  # one pair: more specialised than M2M100's 100 languages
     french = translate(mixed_server, texts=["Hola."], source_language="es", target_language="fr")
-    assert (french.model, french.target_language) == ("m2m100", "fr")
+    assert (french.model, french.target_language) == ("mbart", "fr_XX")  # 52 before 100
+    catalan = translate(mixed_server, texts=["Hola."], source_language="es", target_language="ca")
+    assert (catalan.model, catalan.target_language) == ("m2m100", "ca")  # M2M100's alone
     detected = translate(mixed_server, texts=["Buenos días, ¿cómo está usted?"],
-                         target_language="it")  # fmt: skip
+                         target_language="ca")  # fmt: skip
     assert detected.model == "m2m100" and detected.source_language == "es"
     default = translate(mixed_server, texts=["Hola."])
     assert default.model == "translator"
@@ -120,6 +124,29 @@ def test_iso_codes_reach_the_nllb_model_by_its_flores_codes(mixed_server):
         languages = {entry["code"]: entry["targets"] for entry in web.get("/languages").json()}
         assert "zt" in languages["es"] and "zho_Hant" not in languages
         answer = web.post("/translate", json={"q": "Hola.", "source": "es", "target": "zh-TW"})
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["translatedText"] == text
+
+
+def test_iso_codes_reach_the_mbart_model_by_its_own_codes(mixed_server):
+    """Telugu is mBART-50's alone here: `te` reaches it as `te_IN`, over gRPC and HTTP."""
+    own = translate(
+        mixed_server, model="mbart", texts=["Hola."], source_language="es_XX",
+        target_language="te_IN", options=decoding_pb2.DecodingOptions(),
+    )  # fmt: skip
+    named = translate(
+        mixed_server, texts=["Hola."], source_language="es", target_language="te",
+        options=decoding_pb2.DecodingOptions(),
+    )  # fmt: skip
+    assert (named.model, named.source_language, named.target_language) == (
+        "mbart", "es_XX", "te_IN",
+    )  # fmt: skip
+    text = own.translations[0].hypotheses[0].text
+    assert named.translations[0].hypotheses[0].text == text
+    with httpx.Client(base_url=mixed_server.http_url, timeout=60) as web:
+        languages = {entry["code"]: entry["targets"] for entry in web.get("/languages").json()}
+        assert "te" in languages["es"] and "te_IN" not in languages
+        answer = web.post("/translate", json={"q": "Hola.", "source": "es", "target": "te"})
         assert answer.status_code == 200, answer.text
         assert answer.json()["translatedText"] == text
 
@@ -190,12 +217,12 @@ def test_the_translators_features_work_for_them(mixed_server):
 def test_libretranslate_routes_a_pair_to_the_model_that_serves_it(mixed_server):
     with httpx.Client(base_url=mixed_server.http_url, timeout=60) as web:
         languages = {entry["code"]: entry["targets"] for entry in web.get("/languages").json()}
-        assert "fr" in languages["es"] and "en" in languages["es"]
-        answer = web.post("/translate", json={"q": "Hola.", "source": "es", "target": "fr"})
+        assert "ca" in languages["es"] and "en" in languages["es"]
+        answer = web.post("/translate", json={"q": "Hola.", "source": "es", "target": "ca"})
         assert answer.status_code == 200
         grpc_answer = translate(
             mixed_server, model="m2m100", texts=["Hola."], source_language="es",
-            target_language="fr", options=decoding_pb2.DecodingOptions(),
+            target_language="ca", options=decoding_pb2.DecodingOptions(),
         )  # fmt: skip
         assert answer.json()["translatedText"] == grpc_answer.translations[0].hypotheses[0].text
 
@@ -207,7 +234,7 @@ def test_the_command_line_names_languages(mixed_server):
     import sys
 
     command = [sys.executable, "-m", "attnserve.cli", "translate", "--server",
-               mixed_server.address, "--source-language", "es", "--target-language", "fr",
+               mixed_server.address, "--source-language", "es", "--target-language", "ca",
                "--json", "Hola."]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=True)
     answer = json.loads(done.stdout)
