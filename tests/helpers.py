@@ -309,20 +309,29 @@ def marian_directory(folder: Path, seed: int = 0, multilingual: bool = False) ->
     return folder
 
 
-def _random_m2m100(vocab_size: int, seed: int):
-    """A small random M2M100 model of fairseq's ids (`<s>` 0, pad 1, `</s>` 2) with its
-    generate rules; weights that make `</s>` likely enough that most outputs end."""
+def _random_language_token_model(vocab_size: int, seed: int, family: str = "m2m100"):
+    """A small random M2M100 (or mBART-50: `family` "mbart", learned positions, a random
+    final logits bias) model of fairseq's ids (`<s>` 0, pad 1, `</s>` 2) with its generate
+    rules; weights that make `</s>` likely enough that most outputs end."""
     import torch
     import transformers
 
-    config = transformers.M2M100Config(
+    mbart = family == "mbart"
+    config_class = transformers.MBartConfig if mbart else transformers.M2M100Config
+    config = config_class(
         vocab_size=vocab_size, d_model=32, encoder_layers=2, decoder_layers=2,
         encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64,
         decoder_ffn_dim=64, max_position_embeddings=64, pad_token_id=1, eos_token_id=2,
-        decoder_start_token_id=2, init_std=0.5, tie_word_embeddings=False,
+        bos_token_id=0, decoder_start_token_id=2, init_std=0.5, scale_embedding=True,
+        tie_word_embeddings=False,
     )  # fmt: skip
     torch.manual_seed(seed)
-    model = transformers.M2M100ForConditionalGeneration(config).eval()
+    model_class = (
+        transformers.MBartForConditionalGeneration
+        if mbart
+        else transformers.M2M100ForConditionalGeneration
+    )
+    model = model_class(config).eval()
     model.generation_config = transformers.GenerationConfig(
         decoder_start_token_id=2, pad_token_id=1, eos_token_id=2, bos_token_id=0,
         forced_eos_token_id=2, early_stopping=True, num_beams=4, max_length=64,
@@ -331,6 +340,8 @@ def _random_m2m100(vocab_size: int, seed: int):
         direction = torch.nn.functional.normalize(torch.randn(config.d_model), dim=0)
         model.model.decoder.layer_norm.bias.copy_(direction)
         model.lm_head.weight[2] += 5.0 * direction
+        if mbart:  # a bias that is not zeros, so the step must add it
+            model.final_logits_bias.normal_(0.0, 0.1)
     return model
 
 
@@ -355,7 +366,7 @@ def m2m100_directory(folder: Path, seed: int = 0) -> Path:
         str(folder / "vocab.json"), str(folder / "sentencepiece.bpe.model"), src_lang="es",
         tgt_lang="en", additional_special_tokens=[f"__{code}__" for code in codes],
     )  # fmt: skip
-    model = _random_m2m100(len(tokenizer), seed)
+    model = _random_language_token_model(len(tokenizer), seed)
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
@@ -388,7 +399,7 @@ def nllb_directory(folder: Path, seed: int = 0) -> Path:
         additional_special_tokens=list(NLLB_CODES),
         _spm_precompiled_charsmap=pieces["_spm_precompiled_charsmap"],
     )  # fmt: skip
-    model = _random_m2m100(len(tokenizer), seed)
+    model = _random_language_token_model(len(tokenizer), seed)
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
@@ -400,7 +411,6 @@ def mbart50_directory(folder: Path, seed: int = 0) -> Path:
     `transformers` builds from its pieces (fairseq's ids: `<s>` 0, pad 1, `</s>` 2, `<unk>`
     3; mBART-50's 52 language codes after the pieces, `<mask>` last), `</s>` as the
     decoder's start and the target language forced after it."""
-    import torch
     import transformers
     from tokenizers.models import Unigram
     from transformers.convert_slow_tokenizer import SentencePieceExtractor
@@ -414,21 +424,7 @@ def mbart50_directory(folder: Path, seed: int = 0) -> Path:
         vocab=pieces["vocab"], src_lang="es_XX", tgt_lang="en_XX",
         _spm_precompiled_charsmap=pieces["_spm_precompiled_charsmap"],
     )  # fmt: skip
-    config = transformers.MBartConfig(
-        vocab_size=len(tokenizer), d_model=32, encoder_layers=2, decoder_layers=2,
-        encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64,
-        decoder_ffn_dim=64, max_position_embeddings=64, pad_token_id=1, eos_token_id=2,
-        bos_token_id=0, decoder_start_token_id=2, init_std=0.5, scale_embedding=True,
-        tie_word_embeddings=False,
-    )  # fmt: skip
-    torch.manual_seed(seed)
-    model = transformers.MBartForConditionalGeneration(config).eval()
-    model.generation_config = transformers.GenerationConfig(
-        decoder_start_token_id=2, pad_token_id=1, eos_token_id=2, bos_token_id=0,
-        forced_eos_token_id=2, early_stopping=True, num_beams=5, max_length=64,
-    )  # fmt: skip
-    with torch.no_grad():  # `</s>` likelier through the final logits bias: most outputs end
-        model.final_logits_bias[0, 2] = 4.0
+    model = _random_language_token_model(len(tokenizer), seed, family="mbart")
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder

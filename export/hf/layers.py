@@ -93,6 +93,16 @@ def run_layers(layers, h, past, encoder, masks, heads, pre_norm):
     return h, present, probs[:, :, -1].mean(dim=1)
 
 
+def run_step(layers, h, self_mask, tensors, heads: int, pre_norm: bool):
+    """A step's layers over the embedded new tokens `h`, `tensors` its inputs after the self
+    mask (past K/V of each layer, encoder K/V of each layer, memory_mask): (the last
+    layer's output, the present keys and values, the cross attention)."""
+    count = len(layers)
+    past, encoder, memory_mask = tensors[: 2 * count], tensors[2 * count : -1], tensors[-1]
+    masks = step_masks(self_mask, memory_mask, h.shape[1])
+    return run_layers(layers, h, past, encoder, masks, heads, pre_norm)
+
+
 @torch.no_grad()
 def greedy_decode(encoder, step, config, src_ids, src_mask, max_length, first=()):
     """Greedy decodes through the two graphs' modules, a token a step with the cache carried

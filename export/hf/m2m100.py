@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from export.hf.layers import run_layers, step_masks
+from export.hf.layers import run_step
 
 
 class M2M100Step(nn.Module):
@@ -33,11 +33,8 @@ class M2M100Step(nn.Module):
         self.lm_head = model.lm_head
 
     def forward(self, input_ids, positions, self_mask, *tensors):
-        count = len(self.layers)
-        past, encoder, memory_mask = tensors[: 2 * count], tensors[2 * count : -1], tensors[-1]
         real = (input_ids != self.pad).unsqueeze(-1).to(self.position_table.dtype)
         h = self.embed_tokens(input_ids) + self.position_table[positions] * real
-        masks = step_masks(self_mask, memory_mask, input_ids.shape[1])
-        h, present, attention = run_layers(self.layers, h, past, encoder, masks, self.heads, True)
+        h, present, attention = run_step(self.layers, h, self_mask, tensors, self.heads, True)
         logits = self.lm_head(self.layer_norm(h[:, -1]))
         return (logits, *present, attention)

@@ -11,7 +11,7 @@ import math
 
 from torch import nn
 
-from export.hf.layers import run_layers, step_masks
+from export.hf.layers import run_step
 
 
 class MarianStep(nn.Module):
@@ -31,10 +31,7 @@ class MarianStep(nn.Module):
         self.register_buffer("final_logits_bias", model.final_logits_bias.clone())
 
     def forward(self, input_ids, positions, self_mask, *tensors):
-        count = len(self.layers)
-        past, encoder, memory_mask = tensors[: 2 * count], tensors[2 * count : -1], tensors[-1]
         h = self.embed_tokens(input_ids) * self.scale + self.positions.weight[positions]
-        masks = step_masks(self_mask, memory_mask, input_ids.shape[1])
-        h, present, attention = run_layers(self.layers, h, past, encoder, masks, self.heads, False)
+        h, present, attention = run_step(self.layers, h, self_mask, tensors, self.heads, False)
         logits = self.lm_head(h[:, -1]) + self.final_logits_bias
         return (logits, *present, attention)

@@ -104,49 +104,28 @@ def test_a_request_naming_only_languages_reaches_the_model_that_covers_them(mixe
     assert default.model == "translator"
 
 
-def test_iso_codes_reach_the_nllb_model_by_its_flores_codes(mixed_server):
-    """Traditional Chinese is NLLB's alone here: named `zt` (LibreTranslate's) or `zho_Hant`
-    (its own), over gRPC and HTTP, a request reaches it with its own codes."""
-    own = translate(
-        mixed_server, model="nllb", texts=["Hola."], source_language="spa_Latn",
-        target_language="zho_Hant", options=decoding_pb2.DecodingOptions(),
-    )  # fmt: skip
-    named = translate(
-        mixed_server, texts=["Hola."], source_language="es", target_language="zt",
-        options=decoding_pb2.DecodingOptions(),
-    )  # fmt: skip
-    assert (named.model, named.source_language, named.target_language) == (
-        "nllb", "spa_Latn", "zho_Hant",
-    )  # fmt: skip
-    text = own.translations[0].hypotheses[0].text
+@pytest.mark.parametrize(
+    "model, own, iso, http",
+    [  # traditional Chinese is NLLB's alone here, Telugu mBART-50's
+        ("nllb", ("spa_Latn", "zho_Hant"), ("es", "zt"), "zh-TW"),
+        ("mbart", ("es_XX", "te_IN"), ("es", "te"), "te"),
+    ],
+)
+def test_iso_codes_reach_a_model_by_its_own_codes(mixed_server, model, own, iso, http):
+    """A pair one model alone serves, named by ISO 639-1 codes (LibreTranslate's) over gRPC
+    and HTTP, reaches it with its own codes; the edge lists its languages by the ISO ones."""
+    options = decoding_pb2.DecodingOptions()
+    ours = translate(mixed_server, model=model, texts=["Hola."], source_language=own[0],
+                     target_language=own[1], options=options)  # fmt: skip
+    named = translate(mixed_server, texts=["Hola."], source_language=iso[0],
+                      target_language=iso[1], options=options)  # fmt: skip
+    assert (named.model, named.source_language, named.target_language) == (model, *own)
+    text = ours.translations[0].hypotheses[0].text
     assert named.translations[0].hypotheses[0].text == text
     with httpx.Client(base_url=mixed_server.http_url, timeout=60) as web:
         languages = {entry["code"]: entry["targets"] for entry in web.get("/languages").json()}
-        assert "zt" in languages["es"] and "zho_Hant" not in languages
-        answer = web.post("/translate", json={"q": "Hola.", "source": "es", "target": "zh-TW"})
-        assert answer.status_code == 200, answer.text
-        assert answer.json()["translatedText"] == text
-
-
-def test_iso_codes_reach_the_mbart_model_by_its_own_codes(mixed_server):
-    """Telugu is mBART-50's alone here: `te` reaches it as `te_IN`, over gRPC and HTTP."""
-    own = translate(
-        mixed_server, model="mbart", texts=["Hola."], source_language="es_XX",
-        target_language="te_IN", options=decoding_pb2.DecodingOptions(),
-    )  # fmt: skip
-    named = translate(
-        mixed_server, texts=["Hola."], source_language="es", target_language="te",
-        options=decoding_pb2.DecodingOptions(),
-    )  # fmt: skip
-    assert (named.model, named.source_language, named.target_language) == (
-        "mbart", "es_XX", "te_IN",
-    )  # fmt: skip
-    text = own.translations[0].hypotheses[0].text
-    assert named.translations[0].hypotheses[0].text == text
-    with httpx.Client(base_url=mixed_server.http_url, timeout=60) as web:
-        languages = {entry["code"]: entry["targets"] for entry in web.get("/languages").json()}
-        assert "te" in languages["es"] and "te_IN" not in languages
-        answer = web.post("/translate", json={"q": "Hola.", "source": "es", "target": "te"})
+        assert iso[1] in languages["es"] and own[1] not in languages
+        answer = web.post("/translate", json={"q": "Hola.", "source": "es", "target": http})
         assert answer.status_code == 200, answer.text
         assert answer.json()["translatedText"] == text
 
