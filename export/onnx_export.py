@@ -15,6 +15,7 @@ import torch
 from torch import nn
 from torch.export import Dim
 
+from export.graph_files import save_graph
 from models.kinds import model_kind
 from service.runtime.graphs import GraphSpec, ModelInterface
 
@@ -79,6 +80,8 @@ def name_dims(model: onnx.ModelProto, spec: GraphSpec) -> None:
 
 
 def export_graph(module: nn.Module, spec: GraphSpec, args: tuple, path: Path) -> Path:
+    """`module` traced to ONNX under `spec`, checked and written to `path` (its weights
+    beside it where they are too many: export.graph_files)."""
     program = torch.onnx.export(
         module,
         args,
@@ -96,10 +99,7 @@ def export_graph(module: nn.Module, spec: GraphSpec, args: tuple, path: Path) ->
         raise RuntimeError(f"{spec.name} graph has control-flow nodes {flow}")
     if [i.name for i in proto.graph.input] != spec.input_names:
         raise RuntimeError(f"{spec.name} graph inputs differ from the declaration")
-    onnx.checker.check_model(proto)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    onnx.save_model(proto, str(path))  # weights inside the file
-    return path
+    return save_graph(proto, path)
 
 
 def interface_of(model) -> ModelInterface:

@@ -4,7 +4,6 @@ call), for CPU serving."""
 from __future__ import annotations
 
 import logging
-import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -13,6 +12,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 from onnxruntime.quantization import QuantType, quantize_dynamic
+
+from export.graph_files import copy_graph, data_file, outside, save_graph
 
 QUANTIZED_OPS = ("MatMul", "Gemm")
 # inputs per scale of the one-row int8 step: the translator's inputs are 256 wide (one scale
@@ -237,14 +238,15 @@ def quantize_int8(
     model = _prepared(source)
     chosen = nodes(model) if nodes is not None else None
     if chosen is not None and not chosen:
-        shutil.copyfile(source, target)
-        return target
+        return copy_graph(source, target)
+    large = outside(model)  # the weights beside the graph: the quantised graph's too
     with tempfile.TemporaryDirectory() as scratch:
-        untied = Path(scratch) / source.name
-        onnx.save_model(model, str(untied))
+        untied = save_graph(model, Path(scratch) / source.name)
+        data_file(target).unlink(missing_ok=True)
         quantize_dynamic(
             str(untied),
             str(target),
+            use_external_data_format=large,
             per_channel=per_channel,
             weight_type=QuantType.QInt8,
             # 7-bit weights: onnxruntime's u8s8 kernel sums pairs of products in 16 bits on
@@ -278,5 +280,4 @@ def quantize_int8_one_row(source: Path, target: Path) -> Path:
     )
     quantizer = MatMulNBitsQuantizer(_prepared(source), algo_config=config)
     quantizer.process()
-    onnx.save_model(quantizer.model.model, str(target))
-    return target
+    return save_graph(quantizer.model.model, target)

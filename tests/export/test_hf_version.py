@@ -10,9 +10,10 @@ from types import SimpleNamespace
 import numpy as np
 import onnxruntime as ort
 import pytest
-from helpers import NLLB_CODES
+from helpers import NLLB_CODES, certificate_texts
 
 from export.hf.version import banned_tokens, export_hf, generation
+from service.runtime.decoding import DecodingOptions
 from service.runtime.hf_tokenizers import M2M100Tokenizer, MarianTokenizer, read_tokenizer
 from service.runtime.languages import MBART50, own_code
 from service.runtime.repository import verify
@@ -118,6 +119,32 @@ def test_the_step_never_writes_what_generate_bans(hf_models, variant):
     (logits,) = step.run(["logits"], feed)
     assert np.isneginf(logits[0, pad])
     assert np.isfinite(np.delete(logits[0], pad)).all()
+
+
+def test_a_large_models_weights_go_beside_its_graphs_and_serve_the_same(
+    tmp_path, hf_models, monkeypatch
+):
+    """Weights past the limit of a graph's file (2 GiB in protobuf: NLLB-1.3B's step is 2.6 GB
+    in fp32) go to one file beside each graph, listed and hashed in the manifest; fp32 and
+    int8 serve the same tokens as the graphs that hold theirs. The limit is lowered here, so
+    that a small model crosses it."""
+    import export.graph_files
+    from export.hf.certify import ours
+
+    directory, inline, _ = hf_models["m2m100"]
+    monkeypatch.setattr(export.graph_files, "WEIGHTS_INSIDE", 4096)
+    version = export_hf(directory, tmp_path / "repository", "m2m100")
+    files = version.manifest["files"]
+    for variant in ("fp32", "int8"):
+        for graph in version.manifest["graphs"][variant].values():
+            assert f"{graph}.data" in files  # hashed, so a damaged one is refused
+            assert (version.directory / graph).stat().st_size < 1 << 20
+    texts = certificate_texts(inline, 24)
+    options = DecodingOptions(max_length=40, max_length_ratio=0.0)
+    for variant in ("fp32", "int8"):
+        assert ours(version, variant, texts, ("es", "en"), options) == ours(
+            inline, variant, texts, ("es", "en"), options
+        ), variant
 
 
 def test_what_is_refused_says_why(tmp_path, hf_models):

@@ -1,0 +1,61 @@
+"""A graph's file: its weights inside it, or beside it in one file where they are too many.
+
+A file of protobuf holds 2 GiB at the most, and a large translator's step is more in fp32
+(NLLB-1.3B's is 2.6 GB): past WEIGHTS_INSIDE bytes, a graph's weights go to
+`<file>.data` beside it, where onnx and onnxruntime read them from. The model repository
+lists and checksums that file as any other of a version's.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import onnx
+
+# a graph's weights up to this many bytes stay inside its file; more go to `data_file`
+WEIGHTS_INSIDE = 1 << 30
+DATA_SUFFIX = ".data"  # `decoder.onnx.data`
+
+
+def weight_bytes(proto: onnx.ModelProto) -> int:
+    """The bytes of a graph's weights (its initializers' data)."""
+    return sum(len(t.raw_data) or t.ByteSize() for t in proto.graph.initializer)
+
+
+def outside(proto: onnx.ModelProto, inside: int | None = None) -> bool:
+    """Whether `proto`'s weights are too many to stay inside its file: more than `inside`
+    bytes (WEIGHTS_INSIDE by default)."""
+    return weight_bytes(proto) > (WEIGHTS_INSIDE if inside is None else inside)
+
+
+def data_file(path: Path) -> Path:
+    """Where the weights of the graph at `path` live when they are not inside it."""
+    return path.with_name(path.name + DATA_SUFFIX)
+
+
+def save_graph(proto: onnx.ModelProto, path: Path, inside: int | None = None) -> Path:
+    """Checks and writes `proto` to `path`, its weights inside the file unless `outside`,
+    else in `data_file(path)`. A file of weights an earlier graph left at `path` is removed
+    first (onnx appends to it)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data_file(path).unlink(missing_ok=True)
+    if not outside(proto, inside):
+        onnx.checker.check_model(proto)
+        onnx.save_model(proto, str(path))
+        return path
+    onnx.save_model(
+        proto, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+        location=data_file(path).name, size_threshold=1024,  # small ones (shapes) inside
+    )  # fmt: skip
+    onnx.checker.check_model(str(path))  # by path: a proto past 2 GiB is not checked whole
+    return path
+
+
+def copy_graph(source: Path, target: Path) -> Path:
+    """The graph at `source`, with its file of weights where it has one, copied to `target`."""
+    shutil.copyfile(source, target)
+    data_file(target).unlink(missing_ok=True)
+    if data_file(source).exists():  # under the name the graph gives it
+        shutil.copyfile(data_file(source), data_file(target))
+    return target
