@@ -115,7 +115,14 @@ def write_tokenizer(family: str, tokenizer, out: Path) -> dict:
     folder = Path(tokenizer.name_or_path)
     vocabulary = {piece: int(i) for piece, i in tokenizer.get_vocab().items()}
     (out / "vocab.json").write_text(json.dumps(vocabulary, ensure_ascii=False), "utf-8")
-    relative = f"{TOKENIZER_DIR}/vocab.json"
+    # how its decode writes a text: every special id dropped (`<mask>` too), and the spaces
+    # before punctuation taken out where the tokenizer does so
+    decoding = {
+        "vocabulary": f"{TOKENIZER_DIR}/vocab.json",
+        "appends": "</s>",
+        "dropped": sorted({int(i) for i in tokenizer.all_special_ids}),
+        "clean_up_spaces": cleans_up_spaces(tokenizer),
+    }
     if family == "marian":
         if (folder / "target_vocab.json").exists():
             raise ValueError("a Marian model with separate vocabularies is not taken")
@@ -125,16 +132,17 @@ def write_tokenizer(family: str, tokenizer, out: Path) -> dict:
             "type": "marian",
             "source": f"{TOKENIZER_DIR}/source.spm",
             "target": f"{TOKENIZER_DIR}/target.spm",
-            "vocabulary": relative,
-            "appends": "</s>",
+            **decoding,
         }
     shutil.copyfile(folder / "sentencepiece.bpe.model", out / "sentencepiece.bpe.model")
-    return {
-        "type": "m2m100",
-        "model": f"{TOKENIZER_DIR}/sentencepiece.bpe.model",
-        "vocabulary": relative,
-        "appends": "</s>",
-    }
+    return {"type": "m2m100", "model": f"{TOKENIZER_DIR}/sentencepiece.bpe.model", **decoding}
+
+
+def cleans_up_spaces(tokenizer) -> bool:
+    """Whether the tokenizer's decode takes out the spaces before punctuation
+    (`clean_up_tokenization_spaces`, where its kind of tokenizer applies it)."""
+    ids = tokenizer("a , b .", add_special_tokens=False)["input_ids"]
+    return tokenizer.decode(ids) != tokenizer.decode(ids, clean_up_tokenization_spaces=False)
 
 
 def languages(family: str, tokenizer, given: tuple[list[str], list[str]] | None) -> dict:

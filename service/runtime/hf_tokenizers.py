@@ -10,7 +10,9 @@ the models' own tokenizers encode and decode (tests hold each against `transform
   pieces </s>`, and decoding starts from `</s> [target language]`.
 
 Like the runtime's own Tokenizer, `encode` gives the ids without `</s>` (the translator
-appends it) and `decode` drops special ids and strips the text's ends (where NLLB's own
+appends it) and `decode` drops special ids (every one the model's tokenizer drops: the
+manifest's `dropped`, `<mask>` among them), takes out the spaces before punctuation where
+the model's tokenizer does (`clean_up_spaces`), and strips the text's ends (where NLLB's own
 tokenizer keeps the spaces word-start pieces alone leave); `pieces` names ids for alignments.
 """
 
@@ -47,14 +49,48 @@ def read_vocabulary(path: str | Path) -> dict[str, int]:
     return vocabulary
 
 
+# what a Hugging Face tokenizer's `clean_up_tokenization_spaces` replaces, in its order
+CLEAN_UP = ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"),
+            (" 'm", "'m"), (" 's", "'s"), (" 've", "'ve"), (" 're", "'re"))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Decoding:
+    """How the model's own tokenizer writes a text: the ids it drops beyond the specials
+    (`<mask>`), and whether it takes out the spaces before punctuation."""
+
+    dropped: frozenset[int] = frozenset()
+    clean_up_spaces: bool = False
+
+    @classmethod
+    def from_preprocessor(cls, preprocessor: dict) -> Decoding:
+        return cls(
+            frozenset(int(i) for i in preprocessor.get("dropped", ())),
+            bool(preprocessor.get("clean_up_spaces", False)),
+        )
+
+    def text(self, text: str) -> str:
+        if self.clean_up_spaces:
+            for spaced, kept in CLEAN_UP:
+                text = text.replace(spaced, kept)
+        return text
+
+
 class _Vocabulary:
     """Pieces to ids and back through `vocab.json`, SentencePiece models for the text."""
 
-    def __init__(self, vocabulary: dict[str, int], specials: Specials, extra: dict[str, int]):
+    def __init__(
+        self,
+        vocabulary: dict[str, int],
+        specials: Specials,
+        extra: dict[str, int],
+        decoding: Decoding = Decoding(),
+    ):
         self.encoder = {**vocabulary, **extra}
         self.decoder = {i: piece for piece, i in self.encoder.items()}
         self.specials = specials
-        self.dropped = specials.ids() | frozenset(extra.values())
+        self.decoding = decoding
+        self.dropped = specials.ids() | frozenset(extra.values()) | decoding.dropped
         self.vocab_size = max(self.decoder) + 1
 
     def ids(self, pieces: list[str]) -> list[int]:
@@ -78,8 +114,15 @@ def _language_code(text: str) -> tuple[list[str], str]:
 class MarianTokenizer(_Vocabulary):
     """OPUS-MT's tokenizer: source pieces by `source.spm`, target text by `target.spm`."""
 
-    def __init__(self, source_spm, target_spm, vocabulary: dict[str, int], specials: Specials):
-        super().__init__(vocabulary, specials, {})
+    def __init__(
+        self,
+        source_spm,
+        target_spm,
+        vocabulary: dict[str, int],
+        specials: Specials,
+        decoding: Decoding = Decoding(),
+    ):
+        super().__init__(vocabulary, specials, {}, decoding)
         self._source = spm.SentencePieceProcessor(model_file=str(source_spm))
         self._target = spm.SentencePieceProcessor(model_file=str(target_spm))
 
@@ -103,7 +146,7 @@ class MarianTokenizer(_Vocabulary):
             for i, piece in zip(ids, self.pieces(ids), strict=True)
             if int(i) not in self.dropped
         ]
-        return self._target.decode_pieces(kept).replace(WORD, " ").strip()
+        return self.decoding.text(self._target.decode_pieces(kept).replace(WORD, " ").strip())
 
 
 class M2M100Tokenizer(_Vocabulary):
@@ -111,11 +154,16 @@ class M2M100Tokenizer(_Vocabulary):
     after the vocabulary (`languages`: code -> id, as the model's tokenizer numbers them)."""
 
     def __init__(
-        self, model_file, vocabulary: dict[str, int], specials: Specials, languages: dict[str, int]
+        self,
+        model_file,
+        vocabulary: dict[str, int],
+        specials: Specials,
+        languages: dict[str, int],
+        decoding: Decoding = Decoding(),
     ):
         known = set(vocabulary.values())  # NLLB's vocabulary holds its language tokens
         tokens = {f"__{code}__": i for code, i in languages.items() if i not in known}
-        super().__init__(vocabulary, specials, tokens)
+        super().__init__(vocabulary, specials, tokens, decoding)
         self.dropped |= frozenset(languages.values())
         self.languages = dict(languages)
         self._sp = spm.SentencePieceProcessor(model_file=str(model_file))
@@ -141,7 +189,7 @@ class M2M100Tokenizer(_Vocabulary):
             for i, piece in zip(ids, self.pieces(ids), strict=True)
             if int(i) not in self.dropped
         ]
-        return self._sp.decode(kept).strip()
+        return self.decoding.text(self._sp.decode(kept).strip())
 
 
 def read_tokenizer(version):
@@ -160,9 +208,11 @@ def read_tokenizer(version):
     ids = {name: int(entry["id"]) for name, entry in manifest["special_tokens"].items()}
     vocabulary = read_vocabulary(root / preprocessor["vocabulary"])
     specials = Specials(ids["pad"], ids["eos"], ids["unk"], ids["bos"], vocabulary.get("<s>"))
+    decoding = Decoding.from_preprocessor(preprocessor)
     if kind == "marian":
         return MarianTokenizer(
-            root / preprocessor["source"], root / preprocessor["target"], vocabulary, specials
-        )
+            root / preprocessor["source"], root / preprocessor["target"], vocabulary, specials,
+            decoding,
+        )  # fmt: skip
     languages = manifest.get("languages", {}).get("tokens", {})
-    return M2M100Tokenizer(root / preprocessor["model"], vocabulary, specials, languages)
+    return M2M100Tokenizer(root / preprocessor["model"], vocabulary, specials, languages, decoding)

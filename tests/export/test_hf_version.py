@@ -121,6 +121,34 @@ def test_the_step_never_writes_what_generate_bans(hf_models, variant):
     assert np.isfinite(np.delete(logits[0], pad)).all()
 
 
+def test_text_is_written_as_the_models_own_tokenizer_decodes(tmp_path, hf_models):
+    """Every id the model's tokenizer drops is dropped (`<mask>` too, not only the ids named
+    in special_tokens), and where its decode takes out the spaces before punctuation
+    (`clean_up_tokenization_spaces`, applied to a unigram model's text), so does ours."""
+    import transformers
+
+    directory, version, _ = hf_models["mbart"]
+    theirs = transformers.AutoTokenizer.from_pretrained(directory)
+    english = version.manifest["languages"]["tokens"]["en_XX"]
+    text = "el perro , la casa . ¿ qué ?"
+    pieces = theirs(text, add_special_tokens=False)["input_ids"]
+    ids = [english, *pieces[:3], theirs.mask_token_id, theirs.unk_token_id, *pieces[3:]]
+    assert theirs.mask_token_id in version.manifest["preprocessor"]["dropped"]
+    assert read_tokenizer(version).decode(ids) == theirs.decode(ids, skip_special_tokens=True)
+    cleaning = tmp_path / "cleaning"
+    cleaning.mkdir()
+    for f in directory.iterdir():
+        (cleaning / f.name).write_bytes(f.read_bytes())
+    settings = json.loads((cleaning / "tokenizer_config.json").read_text(encoding="utf-8"))
+    settings["clean_up_tokenization_spaces"] = True
+    (cleaning / "tokenizer_config.json").write_text(json.dumps(settings), encoding="utf-8")
+    cleaned = export_hf(cleaning, tmp_path / "repository", "cleaning")
+    theirs = transformers.AutoTokenizer.from_pretrained(cleaning)
+    ours = read_tokenizer(cleaned).decode(ids)
+    assert ours == theirs.decode(ids, skip_special_tokens=True) and " ," not in ours
+    assert read_tokenizer(version).decode(ids) != ours  # the first one keeps its spaces
+
+
 def test_a_large_models_weights_go_beside_its_graphs_and_serve_the_same(
     tmp_path, hf_models, monkeypatch
 ):

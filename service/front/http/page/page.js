@@ -5,14 +5,24 @@
 const $ = (id) => document.getElementById(id);
 const languagesOf = {};  // a translator option's value -> its languages ({source, target})
 
+// an answer's JSON; an error naming what the server said (the contract's {error: {status,
+// message}}, LibreTranslate's {error}), or its HTTP status where the body is not JSON
+async function answered(answer) {
+  const body = await answer.text();
+  let json = null;
+  try { json = JSON.parse(body); } catch { json = null; }
+  if (answer.ok && json !== null) return json;
+  const error = json && json.error;
+  if (error && error.message) throw new Error(`${error.status}: ${error.message}`);
+  if (typeof error === "string") throw new Error(error);
+  throw new Error(`${answer.status} ${answer.statusText}`.trim());
+}
+
 async function call(path, body) {
   const init = { method: "POST" };
   if (body instanceof FormData) init.body = body;
   else { init.body = JSON.stringify(body); init.headers = { "content-type": "application/json" }; }
-  const answer = await fetch(path, init);
-  const json = await answer.json();
-  if (!answer.ok) throw new Error(json.error ? `${json.error.status}: ${json.error.message}` : answer.statusText);
-  return json;
+  return answered(await fetch(path, init));
 }
 
 function shown(element, text) { element.textContent = text; element.hidden = !text; }
@@ -42,7 +52,7 @@ function chooseLanguages() {
   for (const code of source) from.add(new Option(code, code));
   if (!target.length) to.add(new Option("the model's", ""));
   for (const code of target) to.add(new Option(code, code));
-  const english = target.find((code) => /^en(g_|$|-)/.test(code));
+  const english = target.find((code) => /^en(g?_|$|-)/i.test(code));  // en, eng_Latn, en_XX
   if (english) to.value = english;
 }
 
@@ -81,6 +91,8 @@ function alignmentTable(alignment) {
 
 async function translate() {
   shown($("translate-error"), "");
+  $("download").hidden = true;
+  $("translated-by").textContent = "";
   $("translation").textContent = "…";
   $("alignments").replaceChildren();
   const [model, version] = JSON.parse($("translator").value || '["", ""]');
@@ -129,14 +141,12 @@ async function translateFile() {
   form.append("target", $("target-language").value);
   $("translated-by").textContent = `${file.name}: …`;
   try {
-    const answer = await fetch("/translate_file", { method: "POST", body: form });
-    const json = await answer.json();
-    if (!answer.ok) throw new Error(json.error || answer.statusText);
+    const json = await answered(await fetch("/translate_file", { method: "POST", body: form }));
     link.href = json.translatedFileUrl;
     link.download = file.name;
     link.textContent = `${file.name}, translated`;
     link.hidden = false;
-    $("translated-by").textContent = "";
+    $("translated-by").textContent = "the model serving the pair translated it";
   } catch (error) { $("translated-by").textContent = ""; shown($("translate-error"), error.message); }
 }
 
@@ -192,5 +202,5 @@ $("translate-button").addEventListener("click", translate);
 $("caption-button").addEventListener("click", caption);
 $("document").addEventListener("change", openDocument);
 $("file-button").addEventListener("click", translateFile);
-$("translator").addEventListener("change", chooseLanguages);
+$("translator").addEventListener("change", () => { $("download").hidden = true; chooseLanguages(); });
 loadModels();
