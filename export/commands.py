@@ -118,7 +118,8 @@ def export_hf(args: Namespace) -> int:
                  [args.target_language] * bool(args.target_language))  # fmt: skip
     # fp16 graphs are made where a GPU can certify them
     variants = tuple(v for v in args.variants.split(",") if v != "fp16" or _cuda())
-    version = write_hf(args.directory, args.out, args.name, args.version, variants, given)
+    declared = (_codes(args.reads), _codes(args.writes))
+    version = write_hf(args.directory, args.out, args.name, args.version, variants, given, declared)
     texts, references = certificate_texts(args, version)
     languages = (args.source_language, args.target_language)
     certificate = certify_hf(version, args.directory, texts, languages, references)
@@ -138,6 +139,11 @@ def export_hf(args: Namespace) -> int:
     }
     print(json.dumps(summary, indent=2))
     return 0 if certificate["passed"] else 1
+
+
+def _codes(listed: str | None) -> list[str]:
+    """Language codes given as a comma-separated list."""
+    return [code.strip() for code in (listed or "").split(",") if code.strip()]
 
 
 def _cuda() -> bool:

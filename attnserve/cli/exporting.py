@@ -67,6 +67,15 @@ class Export(Subcommand):
             help="hf: the language certified (a multilingual model's); a Marian model's "
             "target where its tokenizer does not name it",
         )
+        hf.add_argument(
+            "--reads",
+            help="hf: the languages a multilingual model is declared to read, comma-separated "
+            "(default: every one its tokenizer names; mBART-50's one-to-many model: en_XX)",
+        )
+        hf.add_argument(
+            "--writes",
+            help="hf: the languages it is declared to write (mBART-50's many-to-one model: en_XX)",
+        )
 
     def run(self, args: argparse.Namespace) -> int:
         from export import commands  # torch

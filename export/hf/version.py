@@ -145,16 +145,26 @@ def cleans_up_spaces(tokenizer) -> bool:
     return tokenizer.decode(ids) != tokenizer.decode(ids, clean_up_tokenization_spaces=False)
 
 
-def languages(family: str, tokenizer, given: tuple[list[str], list[str]] | None) -> dict:
-    """The manifest's languages: M2M100's, NLLB's and mBART-50's every language both ways,
-    by their tokens; a Marian model's from `given` (source, target) or its tokenizer's
-    config, its target languages by their `>>xx<<` tokens where it has them."""
+def languages(
+    family: str,
+    tokenizer,
+    given: tuple[list[str], list[str]] | None,
+    declared: tuple[list[str], list[str]] = ([], []),
+) -> dict:
+    """The manifest's languages: M2M100's, NLLB's and mBART-50's every language both ways
+    (or those `declared` it reads and writes: mBART-50's one-to-many model reads `en_XX`
+    alone), by their tokens; a Marian model's from `given` (source, target) or its
+    tokenizer's config, its target languages by their `>>xx<<` tokens where it has them."""
     if family in LANGUAGE_TOKENS:
         codes = _language_codes(tokenizer)
+        unknown = sorted((set(declared[0]) | set(declared[1])) - set(codes))
+        if unknown:
+            raise ValueError(f"languages {unknown} are not the model's ({', '.join(codes)})")
+        source, target = declared[0] or codes, declared[1] or codes
         return {
-            "source": codes,
-            "target": codes,
-            "tokens": {c: language_id(tokenizer, c) for c in codes},
+            "source": list(source),
+            "target": list(target),
+            "tokens": {c: language_id(tokenizer, c) for c in codes if c in {*source, *target}},
             "source_token": True,
             "target_token": "decoder",
         }
@@ -220,14 +230,17 @@ def export_hf(
     version: str = "1",
     variants: tuple[str, ...] = ("fp32", "int8"),
     given_languages: tuple[list[str], list[str]] | None = None,
+    declared: tuple[list[str], list[str]] = ([], []),
 ) -> ModelVersion:
     """Writes `<repository>/<name>/<version>` from the Hugging Face directory `directory`
-    (no certificate yet: export.hf.certify)."""
+    (no certificate yet: export.hf.certify); `declared`: the languages a multilingual model
+    is declared to read and write, where fewer than its tokenizer names."""
     unknown = set(variants) - set(VARIANTS)
     if unknown or "fp32" not in variants:
         raise ValueError(f"variants {variants}: fp32 and any of {VARIANTS[1:]}")
     model, tokenizer = load(directory)
     family = architecture(model.config)
+    declared_languages = languages(family, tokenizer, given_languages, declared)  # or refused
     target = Path(repository) / name / version
     if target.exists():
         shutil.rmtree(target)
@@ -243,7 +256,7 @@ def export_hf(
         "interface": interface(model.config).to_dict(),
         "special_tokens": special_tokens(model, tokenizer),
         "limits": {"max_source_tokens": limit, "max_output_tokens": limit},
-        "languages": languages(family, tokenizer, given_languages),
+        "languages": declared_languages,
         "preprocessor": preprocessor,
         "generation": rules,
         "graphs": graphs,

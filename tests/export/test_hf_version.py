@@ -232,7 +232,7 @@ def test_the_command_exports_and_certifies_a_directory(hf_models, tmp_path, caps
     args = Namespace(
         directory=directory, out=tmp_path, name="multi", version="2", variants="fp32,fp16",
         texts=None, references=None, sentences=200, source_language="es",
-        target_language="fr",
+        target_language="fr", reads="es, ca", writes="fr,en",
     )  # fmt: skip
     assert command(args) == 0
     out = capsys.readouterr().out  # the exporter's progress lines, then the summary
@@ -242,3 +242,9 @@ def test_the_command_exports_and_certifies_a_directory(hf_models, tmp_path, caps
     version = verify(tmp_path / "multi" / "2")
     assert set(version.manifest["graphs"]) == {"fp32"}  # fp16 where a GPU certifies it
     assert version.manifest["parity"]["languages"] == ["es", "fr"]
+    declared = version.manifest["languages"]  # as read and written where fewer are declared
+    assert (declared["source"], declared["target"]) == (["es", "ca"], ["fr", "en"])
+    assert set(declared["tokens"]) == {"es", "ca", "fr", "en"}
+    with pytest.raises(ValueError, match=r"languages \['xx_YY'\] are not the model's"):
+        command(Namespace(**{**vars(args), "version": "3", "reads": "es,xx_YY"}))
+    assert not (tmp_path / "multi" / "3").exists()  # refused before anything is written
