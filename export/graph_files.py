@@ -9,6 +9,8 @@ lists and checksums that file as any other of a version's.
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import onnx
@@ -16,6 +18,7 @@ import onnx
 # a graph's weights up to this many bytes stay inside its file; more go to `data_file`
 WEIGHTS_INSIDE = 1 << 30
 DATA_SUFFIX = ".data"  # `decoder.onnx.data`
+SMALL = 1024  # bytes of a weight kept inside the graph's file whatever: shapes onnxruntime reads
 
 
 def weight_bytes(proto: onnx.ModelProto) -> int:
@@ -29,26 +32,45 @@ def outside(proto: onnx.ModelProto, inside: int | None = None) -> bool:
     return weight_bytes(proto) > (WEIGHTS_INSIDE if inside is None else inside)
 
 
+@contextmanager
+def weights_set_aside(proto: onnx.ModelProto, above: int = SMALL) -> Iterator[onnx.ModelProto]:
+    """`proto` with the data of its weights past `above` bytes set aside (their shapes and
+    types kept), then put back: what shape inference reads of a graph past 2 GiB, which
+    protobuf cannot serialise whole."""
+    aside = [(t, t.raw_data) for t in proto.graph.initializer if len(t.raw_data) > above]
+    for tensor, _ in aside:
+        tensor.raw_data = b""
+    try:
+        yield proto
+    finally:
+        for tensor, data in aside:
+            tensor.raw_data = data
+
+
 def data_file(path: Path) -> Path:
     """Where the weights of the graph at `path` live when they are not inside it."""
     return path.with_name(path.name + DATA_SUFFIX)
 
 
-def save_graph(proto: onnx.ModelProto, path: Path, inside: int | None = None) -> Path:
-    """Checks and writes `proto` to `path`, its weights inside the file unless `outside`,
-    else in `data_file(path)`. A file of weights an earlier graph left at `path` is removed
-    first (onnx appends to it)."""
+def save_graph(
+    proto: onnx.ModelProto, path: Path, inside: int | None = None, check: bool = True
+) -> Path:
+    """Writes `proto` to `path`, checked unless `check` is off (a quantiser's intermediate),
+    its weights inside the file unless `outside`, else in `data_file(path)`. A file of
+    weights an earlier graph left at `path` is removed first (onnx appends to it)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     data_file(path).unlink(missing_ok=True)
     if not outside(proto, inside):
-        onnx.checker.check_model(proto)
+        if check:
+            onnx.checker.check_model(proto)
         onnx.save_model(proto, str(path))
         return path
     onnx.save_model(
         proto, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
-        location=data_file(path).name, size_threshold=1024,  # small ones (shapes) inside
+        location=data_file(path).name, size_threshold=SMALL,
     )  # fmt: skip
-    onnx.checker.check_model(str(path))  # by path: a proto past 2 GiB is not checked whole
+    if check:  # by path: a proto past 2 GiB is not checked whole
+        onnx.checker.check_model(str(path))
     return path
 
 

@@ -13,7 +13,7 @@ import onnx
 from onnx import numpy_helper
 from onnxruntime.quantization import QuantType, quantize_dynamic
 
-from export.graph_files import copy_graph, data_file, outside, save_graph
+from export.graph_files import copy_graph, data_file, outside, save_graph, weights_set_aside
 
 QUANTIZED_OPS = ("MatMul", "Gemm")
 # inputs per scale of the one-row int8 step: the translator's inputs are 256 wide (one scale
@@ -148,7 +148,8 @@ def smooth_norms(model: onnx.ModelProto, alpha: float = SMOOTHING) -> int:
 
 def _last_widths(model: onnx.ModelProto) -> dict[str, tuple[int, int]]:
     """(rank, size of the last axis) of every tensor whose last axis has a known size."""
-    inferred = onnx.shape_inference.infer_shapes(model)
+    with weights_set_aside(model):  # a graph past 2 GiB is not serialised whole
+        inferred = onnx.shape_inference.infer_shapes(model)
     widths = {}
     for value in (*inferred.graph.input, *inferred.graph.value_info):
         dims = value.type.tensor_type.shape.dim
@@ -241,7 +242,7 @@ def quantize_int8(
         return copy_graph(source, target)
     large = outside(model)  # the weights beside the graph: the quantised graph's too
     with tempfile.TemporaryDirectory() as scratch:
-        untied = save_graph(model, Path(scratch) / source.name)
+        untied = save_graph(model, Path(scratch) / source.name, check=False)
         data_file(target).unlink(missing_ok=True)
         quantize_dynamic(
             str(untied),
@@ -280,4 +281,4 @@ def quantize_int8_one_row(source: Path, target: Path) -> Path:
     )
     quantizer = MatMulNBitsQuantizer(_prepared(source), algo_config=config)
     quantizer.process()
-    return save_graph(quantizer.model.model, target)
+    return save_graph(quantizer.model.model, target, check=False)
