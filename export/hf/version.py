@@ -127,15 +127,29 @@ def write_tokenizer(family: str, tokenizer, out: Path) -> dict:
         if (folder / "target_vocab.json").exists():
             raise ValueError("a Marian model with separate vocabularies is not taken")
         for side in ("source", "target"):
-            shutil.copyfile(folder / f"{side}.spm", out / f"{side}.spm")
+            shutil.copyfile(_sentencepiece(folder, f"{side}.spm"), out / f"{side}.spm")
         return {
             "type": "marian",
             "source": f"{TOKENIZER_DIR}/source.spm",
             "target": f"{TOKENIZER_DIR}/target.spm",
             **decoding,
         }
-    shutil.copyfile(folder / "sentencepiece.bpe.model", out / "sentencepiece.bpe.model")
+    model = _sentencepiece(folder, "sentencepiece.bpe.model")
+    shutil.copyfile(model, out / "sentencepiece.bpe.model")
     return {"type": "m2m100", "model": f"{TOKENIZER_DIR}/sentencepiece.bpe.model", **decoding}
+
+
+def _sentencepiece(folder: Path, name: str) -> Path:
+    """The SentencePiece model `name` of a model directory, which the runtime encodes with;
+    ValueError where the directory lacks it (a tokenizer saved as tokenizer.json alone)."""
+    path = folder / name
+    if not path.is_file():
+        raise ValueError(
+            f"{folder}: no {name}; the runtime encodes with the model's SentencePiece model, "
+            "and a tokenizer saved as tokenizer.json alone is not taken (copy the base "
+            "model's file beside it)"
+        )
+    return path
 
 
 def cleans_up_spaces(tokenizer) -> bool:
@@ -245,9 +259,13 @@ def export_hf(
     if target.exists():
         shutil.rmtree(target)
     target.mkdir(parents=True)
-    rules = generation(model)
-    graphs = write_graphs(model, target, variants, rules["banned"])
-    preprocessor = write_tokenizer(family, tokenizer, target / TOKENIZER_DIR)
+    try:
+        preprocessor = write_tokenizer(family, tokenizer, target / TOKENIZER_DIR)  # or refused
+        rules = generation(model)
+        graphs = write_graphs(model, target, variants, rules["banned"])
+    except BaseException:  # no half-written version left behind
+        shutil.rmtree(target, ignore_errors=True)
+        raise
     limit = int(model.config.max_position_embeddings)
     config = {**model.config.to_dict(), "max_length": limit}
     manifest = {

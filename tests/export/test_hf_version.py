@@ -205,6 +205,15 @@ def test_what_is_refused_says_why(tmp_path, hf_models):
     (first / "tokenizer_config.json").write_text(json.dumps(settings), encoding="utf-8")
     with pytest.raises(ValueError, match="only mBART-50's tokenizer"):
         export_hf(first, tmp_path / "repository", "mbart-cc25")
+    nllb, _, _ = hf_models["nllb"]
+    fast = tmp_path / "nllb-fast"  # a tokenizer saved as tokenizer.json alone
+    fast.mkdir()
+    for f in nllb.iterdir():
+        if f.name != "sentencepiece.bpe.model":
+            (fast / f.name).write_bytes(f.read_bytes())
+    with pytest.raises(ValueError, match=r"no sentencepiece\.bpe\.model; the runtime encodes"):
+        export_hf(fast, tmp_path / "repository", "nllb-fast")
+    assert not (tmp_path / "repository" / "nllb-fast" / "1").exists()  # nothing left behind
 
 
 def test_generate_rules_default_as_generate_does():
