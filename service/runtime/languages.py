@@ -49,14 +49,16 @@ FLORES = {
 }  # fmt: skip
 # mBART-50's codes: a language's ISO 639-1 code and a region (`es_XX`), the edge naming each
 # by the language alone (its one Chinese, `zh_CN`, is written in simplified script)
-MBART50 = frozenset({
+MBART50 = (
     "ar_AR", "cs_CZ", "de_DE", "en_XX", "es_XX", "et_EE", "fi_FI", "fr_XX", "gu_IN", "hi_IN",
     "it_IT", "ja_XX", "kk_KZ", "ko_KR", "lt_LT", "lv_LV", "my_MM", "ne_NP", "nl_XX", "ro_RO",
     "ru_RU", "si_LK", "tr_TR", "vi_VN", "zh_CN", "af_ZA", "az_AZ", "bn_IN", "fa_IR", "he_IL",
     "hr_HR", "id_ID", "ka_GE", "km_KH", "mk_MK", "ml_IN", "mn_MN", "mr_IN", "pl_PL", "ps_AF",
     "pt_XX", "sv_SE", "sw_KE", "ta_IN", "te_IN", "th_TH", "tl_XX", "uk_UA", "ur_PK", "xh_ZA",
     "gl_ES", "sl_SI",
-})  # fmt: skip
+)  # fmt: skip
+# a model's own code -> the code the edge names it by, where they differ
+EDGE_CODES = {**FLORES, **{code: code[:2] for code in MBART50}}
 # codes clients send for one of the above (LibreTranslate's own aliases), written as
 # given_code compares them
 ALIASES = {"zh-hans": "zh", "zh-hant": "zt", "zh-cn": "zh", "zh-tw": "zt"}
@@ -65,9 +67,7 @@ ALIASES = {"zh-hans": "zh", "zh-hant": "zt", "zh-cn": "zh", "zh-tw": "zt"}
 def edge_code(code: str) -> str:
     """A model's language code as the edge names it: NLLB's `spa_Latn` and mBART-50's
     `es_XX` as `es`, any other as it is."""
-    if code in MBART50:
-        return code[:2]
-    return FLORES.get(code, code)
+    return EDGE_CODES.get(code, code)
 
 
 def given_code(code: str, known: Sequence[str]) -> str:
