@@ -69,12 +69,12 @@ class Export(Subcommand):
         )
         hf.add_argument(
             "--reads",
-            help="hf: the languages a multilingual model is declared to read, comma-separated "
-            "(default: every one its tokenizer names; mBART-50's one-to-many model: en_XX)",
+            help="hf: the languages the version declares it reads, comma-separated (default: "
+            "every one the model names; mBART-50's one-to-many model: en_XX)",
         )
         hf.add_argument(
             "--writes",
-            help="hf: the languages it is declared to write (mBART-50's many-to-one model: en_XX)",
+            help="hf: the languages it declares it writes (mBART-50's many-to-one model: en_XX)",
         )
 
     def run(self, args: argparse.Namespace) -> int:

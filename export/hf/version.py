@@ -36,13 +36,13 @@ from export.hf.graphs import architecture, export_graphs, interface
 from export.onnx_export import OPSET
 from export.ops import write_ops
 from export.quantize import quantize_int8
+from service.runtime.languages import listed
 from service.runtime.repository import ModelVersion, verify, write_manifest
 
 TOKENIZER_DIR = "tokenizer"
 VARIANTS = ("fp32", "int8", "fp16")
 BEAM_STOPS = {True: "full", False: "estimate", "never": "never"}  # generate's early_stopping
 NLLB_CODE = re.compile(r"[a-z]{3}_[A-Z][a-z]{3}")  # spa_Latn
-MBART_CODE = re.compile(r"[a-z]{2}_[A-Z]{2}")  # es_XX
 # families whose languages are tokens: the source's before it, the target's forced first
 LANGUAGE_TOKENS = ("m2m_100", "mbart")
 
@@ -165,20 +165,35 @@ def languages(
     given: tuple[list[str], list[str]] | None,
     declared: tuple[list[str], list[str]] = ([], []),
 ) -> dict:
-    """The manifest's languages: M2M100's, NLLB's and mBART-50's every language both ways
-    (or those `declared` it reads and writes: mBART-50's one-to-many model reads `en_XX`
-    alone), by their tokens; a Marian model's from `given` (source, target) or its
-    tokenizer's config, its target languages by their `>>xx<<` tokens where it has them."""
+    """The manifest's languages: M2M100's, NLLB's and mBART-50's every language both ways,
+    by their tokens; a Marian model's from `given` (source, target) or its tokenizer's
+    config, its target languages by their `>>xx<<` tokens where it has them. Then, of any
+    family, only those `declared` to be read and written where they are (mBART-50's
+    one-to-many model reads `en_XX` alone); ValueError naming one the model lacks."""
+    found = _languages(family, tokenizer, given)
+    reads, writes = declared
+    unknown = sorted((set(reads) - set(found["source"])) | (set(writes) - set(found["target"])))
+    if unknown:
+        raise ValueError(
+            f"languages {unknown} are not the model's: it reads "
+            f"{listed(found['source']) or 'none named'}, writes {listed(found['target'])}"
+        )
+    narrowed = {**found, "source": list(reads or found["source"])}
+    narrowed["target"] = list(writes or found["target"])
+    if "tokens" in found:
+        kept = {*narrowed["source"], *narrowed["target"]}
+        narrowed["tokens"] = {code: i for code, i in found["tokens"].items() if code in kept}
+    return narrowed
+
+
+def _languages(family: str, tokenizer, given: tuple[list[str], list[str]] | None) -> dict:
+    """The languages a model's tokenizer (or `given`, a Marian model's) names."""
     if family in LANGUAGE_TOKENS:
         codes = _language_codes(tokenizer)
-        unknown = sorted((set(declared[0]) | set(declared[1])) - set(codes))
-        if unknown:
-            raise ValueError(f"languages {unknown} are not the model's ({', '.join(codes)})")
-        source, target = declared[0] or codes, declared[1] or codes
         return {
-            "source": list(source),
-            "target": list(target),
-            "tokens": {c: language_id(tokenizer, c) for c in codes if c in {*source, *target}},
+            "source": codes,
+            "target": codes,
+            "tokens": {c: language_id(tokenizer, c) for c in codes},
             "source_token": True,
             "target_token": "decoder",
         }
@@ -192,24 +207,23 @@ def languages(
     config = getattr(tokenizer, "init_kwargs", {})
     source = list(source) or [c for c in [config.get("source_lang")] if c]
     target = list(target) or sorted(targets) or [c for c in [config.get("target_lang")] if c]
-    declared = {"source": source, "target": target}
+    found = {"source": source, "target": target}
     if targets:
-        declared["tokens"] = {c: targets[c] for c in target if c in targets}
-        declared["target_token"] = "source"
-    return declared
+        found["tokens"] = {c: targets[c] for c in target if c in targets}
+        found["target_token"] = "source"
+    return found
 
 
 def _language_codes(tokenizer) -> list[str]:
-    """M2M100's language codes (`es`), or NLLB's (`spa_Latn`) or mBART-50's (`es_XX`): their
-    special tokens."""
+    """M2M100's and mBART-50's language codes (`es`, `es_XX`: their tokenizer's
+    `lang_code_to_id`), or NLLB's (`spa_Latn`: its special tokens)."""
     codes = getattr(tokenizer, "lang_code_to_id", None)
     if codes:
         return sorted(codes)
     special = getattr(tokenizer, "all_special_tokens", None) or []  # transformers 4 and 5
-    for form in (NLLB_CODE, MBART_CODE):
-        found = sorted({t for t in special if form.fullmatch(t)})
-        if found:
-            return found
+    nllb = sorted({t for t in special if NLLB_CODE.fullmatch(t)})
+    if nllb:
+        return nllb
     from transformers.models.m2m_100.tokenization_m2m_100 import FAIRSEQ_LANGUAGE_CODES
 
     return sorted(FAIRSEQ_LANGUAGE_CODES["m2m100"])

@@ -12,7 +12,7 @@ import onnxruntime as ort
 import pytest
 from helpers import NLLB_CODES, certificate_texts
 
-from export.hf.version import banned_tokens, export_hf, generation
+from export.hf.version import banned_tokens, export_hf, generation, languages
 from service.runtime.decoding import DecodingOptions
 from service.runtime.hf_tokenizers import M2M100Tokenizer, MarianTokenizer, read_tokenizer
 from service.runtime.languages import MBART50, own_code
@@ -214,6 +214,22 @@ def test_what_is_refused_says_why(tmp_path, hf_models):
     with pytest.raises(ValueError, match=r"no sentencepiece\.bpe\.model; the runtime encodes"):
         export_hf(fast, tmp_path / "repository", "nllb-fast")
     assert not (tmp_path / "repository" / "nllb-fast" / "1").exists()  # nothing left behind
+
+
+def test_declared_languages_narrow_any_familys():
+    """--reads and --writes narrow what a Marian model names too: its `>>xx<<` targets
+    keep their tokens; a code it does not name is refused, naming what it does."""
+    multilingual = SimpleNamespace(
+        get_vocab=lambda: {">>fr<<": 5, ">>de<<": 6, "▁a": 7}, init_kwargs={"source_lang": "en"}
+    )
+    assert languages("marian", multilingual, None) == {
+        "source": ["en"], "target": ["de", "fr"], "tokens": {"de": 6, "fr": 5},
+        "target_token": "source",
+    }  # fmt: skip
+    narrowed = languages("marian", multilingual, None, ([], ["fr"]))
+    assert (narrowed["target"], narrowed["tokens"]) == (["fr"], {"fr": 5})
+    with pytest.raises(ValueError, match=r"\['es'\] are not the model's: it reads en, writes de"):
+        languages("marian", multilingual, None, (["es"], []))
 
 
 def test_generate_rules_default_as_generate_does():
