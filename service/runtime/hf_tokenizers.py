@@ -103,6 +103,20 @@ class _Vocabulary:
     def vocabulary(self) -> list[str]:
         return [self.decoder.get(i, "") for i in range(self.vocab_size)]
 
+    def decode(self, ids) -> str:
+        """Target text from ids, as the model's tokenizer writes it: every id it drops
+        dropped, the text's ends stripped, its spaces cleaned up where it does so."""
+        kept = [
+            piece
+            for i, piece in zip(ids, self.pieces(ids), strict=True)
+            if int(i) not in self.dropped
+        ]
+        return self.decoding.text(self._written(kept).strip())
+
+    def _written(self, pieces: list[str]) -> str:
+        """The text of target pieces, by the family's SentencePiece model."""
+        raise NotImplementedError
+
 
 def _language_code(text: str) -> tuple[list[str], str]:
     """([`>>xx<<`], the rest) of a text that starts with a language code, else ([], text)."""
@@ -139,14 +153,8 @@ class MarianTokenizer(_Vocabulary):
         code, text = _language_code(text)
         return self.ids(code + self._target.encode(text, out_type=str))
 
-    def decode(self, ids) -> str:
-        """Target text from ids, special ids dropped."""
-        kept = [
-            piece
-            for i, piece in zip(ids, self.pieces(ids), strict=True)
-            if int(i) not in self.dropped
-        ]
-        return self.decoding.text(self._target.decode_pieces(kept).replace(WORD, " ").strip())
+    def _written(self, pieces: list[str]) -> str:
+        return self._target.decode_pieces(pieces).replace(WORD, " ")
 
 
 class M2M100Tokenizer(_Vocabulary):
@@ -183,13 +191,8 @@ class M2M100Tokenizer(_Vocabulary):
     def encode_target(self, text: str) -> list[int]:
         return self.ids(self._sp.encode(text, out_type=str))
 
-    def decode(self, ids) -> str:
-        kept = [
-            piece
-            for i, piece in zip(ids, self.pieces(ids), strict=True)
-            if int(i) not in self.dropped
-        ]
-        return self.decoding.text(self._sp.decode(kept).strip())
+    def _written(self, pieces: list[str]) -> str:
+        return self._sp.decode(pieces)
 
 
 def read_tokenizer(version):
