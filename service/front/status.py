@@ -7,6 +7,7 @@ import grpc
 from service.runtime.errors import (
     Cancelled,
     DeadlineExceeded,
+    Internal,
     InvalidArgument,
     ModelRepositoryError,
     NotFound,
@@ -23,6 +24,7 @@ STATUS_CODES: dict[type[ServiceError], grpc.StatusCode] = {
     ResourceExhausted: grpc.StatusCode.RESOURCE_EXHAUSTED,
     DeadlineExceeded: grpc.StatusCode.DEADLINE_EXCEEDED,
     Cancelled: grpc.StatusCode.CANCELLED,
+    Internal: grpc.StatusCode.INTERNAL,
 }
 
 

@@ -29,6 +29,18 @@ MAX_BEAM_SIZE = 16
 BEAM_STOPS = ("full", "estimate", "never")
 MODEL_RULES = ("end_at_limit", "beam_stop")  # options a model's manifest sets, not a request
 MAX_SUPPRESSED = 256  # token sequences one request suppresses at most
+# the least sampling temperature and repetition penalty: a logit divided by less overflows
+# float32 (and a log-probability divided by less underflows to -inf: a row with no finite
+# score, whose distribution is NaN)
+MIN_TEMPERATURE = 0.01
+MIN_REPETITION_PENALTY = 0.01
+
+
+def _at_least(value: float, least: float) -> bool:
+    """`value` >= `least`, where a float32 field holding `least` (a proto's) passes too."""
+    return value >= float(np.float32(least))
+
+
 DEFAULT_MAX_LENGTH_RATIO = 2.0  # an output's steps at most 2 x its input's tokens + a margin
 
 
@@ -93,8 +105,14 @@ class DecodingOptions:
                 f"no_repeat_ngram_size must be in 0..max_length ({self.max_length}), "
                 f"got {self.no_repeat_ngram_size}"
             )
-        if not 0.0 < self.repetition_penalty <= 10.0:
-            problems.append(f"repetition_penalty must be in (0, 10], got {self.repetition_penalty}")
+        if not (
+            _at_least(self.repetition_penalty, MIN_REPETITION_PENALTY)
+            and self.repetition_penalty <= 10.0
+        ):
+            problems.append(
+                f"repetition_penalty must be in {MIN_REPETITION_PENALTY}..10, "
+                f"got {self.repetition_penalty}"
+            )
         if not 0.0 <= self.max_length_ratio <= 100.0:
             problems.append(f"max_length_ratio must be in 0..100, got {self.max_length_ratio}")
         if len(self.suppress) > MAX_SUPPRESSED:
@@ -103,8 +121,14 @@ class DecodingOptions:
 
     def _sampling_problems(self) -> list[str]:
         problems = []
-        if not 0.0 <= self.temperature <= 100.0:
-            problems.append(f"temperature must be in 0..100, got {self.temperature}")
+        if not (
+            self.temperature == 0.0
+            or (_at_least(self.temperature, MIN_TEMPERATURE) and self.temperature <= 100.0)
+        ):
+            problems.append(
+                f"temperature must be 0 (no sampling) or in {MIN_TEMPERATURE}..100, "
+                f"got {self.temperature}"
+            )
         if self.top_k < 0:
             problems.append(f"top_k must be 0 or more, got {self.top_k}")
         if not 0.0 < self.top_p <= 1.0:

@@ -35,6 +35,11 @@ class Cancelled(ServiceError):
     """The client cancelled the request."""
 
 
+class Internal(ServiceError):
+    """The server failed the request by a fault of its own (a job's decode raised); the rest
+    of what it serves goes on."""
+
+
 ERRORS = {
     kind.__name__: kind
     for kind in (
@@ -45,5 +50,6 @@ ERRORS = {
         ResourceExhausted,
         DeadlineExceeded,
         Cancelled,
+        Internal,
     )
 }

@@ -131,7 +131,9 @@ def controlled(
     `host_search` does (`temperature` (N,) their sampling temperatures, or None). A forced
     row's candidates are its forced token alone (every other column -inf), with the
     log-probability of the penalized logits (its bans do not apply to it), or 0 where it is
-    given."""
+    given. Where a row's bans would leave it no token (a minimum length or suppressed words
+    against the only tokens its grammar allows), its grammar alone narrows it: the grammar
+    holds, the bans yield."""
     logits = np.array(logits, dtype=np.float32)
     forced = np.array([c.forced for c in controls], dtype=np.int64)
     for row, control in enumerate(controls):
@@ -147,7 +149,10 @@ def controlled(
             logits[row] = -np.inf
             logits[row, control.allowed] = kept
         if len(control.banned):
+            narrowed = logits[row].copy()
             logits[row, control.banned] = -np.inf
+            if not np.isfinite(logits[row]).any():
+                logits[row] = narrowed
     narrowed = SearchRequest(request.k, temperature, request.attention, request.banned)
     found = host_search(logits, narrowed)
     ids, log_probs = found.ids.copy(), found.log_probs.copy()

@@ -571,10 +571,15 @@ class Scheduler:
             done = first + count
             seen = None if attention is None else _width(attention[first:done], request.memory)
             search = request.search
-            if chosen is None:
-                kept = search.advance(candidates.rows(slice(first, done)), seen)
-            else:
-                kept = search.advance_ranked(chosen, seen)
+            try:
+                if chosen is None:
+                    kept = search.advance(candidates.rows(slice(first, done)), seen)
+                else:
+                    kept = search.advance_ranked(chosen, seen)
+            except Exception as error:  # this job fails alone; its rows leave with it
+                message = f"the decode failed: {type(error).__name__}: {error}"
+                self._abort(request, FinishReason.FAILED, "Internal", message)
+                continue
             if search.done:
                 self._finish(request, now)
                 continue

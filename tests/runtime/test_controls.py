@@ -221,6 +221,22 @@ def test_controlled_rows_are_penalised_banned_and_forced_as_documented():
     assert got.log_probs[1, 0] == pytest.approx(own)
 
 
+def test_bans_that_would_leave_a_row_no_token_yield_to_its_grammar():
+    """A minimum length (or a suppressed word) banning the only tokens a grammar allows
+    would leave the row nothing to produce (a distribution of NaN: a sampled job raised, a
+    searched one wrote token 0): the grammar holds, the bans yield; a row with a token left
+    keeps its bans."""
+    logits = np.array([[2.0, -1.0, 0.5, 3.0], [2.0, -1.0, 0.5, 3.0]], dtype=np.float32)
+    cornered = RowControl(banned=np.array([3]), allowed=np.array([3]))
+    kept = RowControl(banned=np.array([3]), allowed=np.array([2, 3]))
+    for temperature in (None, np.array([1.0, 1.0], dtype=np.float32)):
+        got = controlled(logits, [cornered, kept], SearchRequest(k=1), temperature)
+        assert got.ids[:, 0].tolist() == [3, 2]
+        assert np.isfinite(got.log_probs[:, 0]).all()
+        if temperature is not None:
+            assert np.isfinite(got.scores[:, 0]).all()
+
+
 def test_control_options_are_checked_and_every_bad_field_named():
     bad = DecodingOptions(
         max_length=10,

@@ -195,8 +195,10 @@ def test_sampled_log_probs_are_the_models_own(case):
 def test_sampling_options_are_checked():
     with pytest.raises(InvalidArgument, match=r"top_p must be in \(0, 1\].*needs beam_size 1"):
         DecodingOptions(temperature=1.0, top_p=0.0, beam_size=2).validate(512)
-    with pytest.raises(InvalidArgument, match=r"temperature must be in 0\.\.100"):
-        DecodingOptions(temperature=-1.0).validate(512)
+    for temperature in (-1.0, 1e-40, 0.009, 101.0):
+        with pytest.raises(InvalidArgument, match=r"temperature must be 0 \(no sampling\)"):
+            DecodingOptions(temperature=temperature).validate(512)
+    DecodingOptions(temperature=0.01).validate(512)  # the least accepted
 
 
 @pytest.mark.parametrize("max_length", [3, 50, 150])

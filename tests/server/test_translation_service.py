@@ -171,7 +171,17 @@ BAD_REQUESTS = {
     "penalty of 0": (
         _request(options={"repetition_penalty": 0.0}),
         "INVALID_ARGUMENT",
-        "repetition_penalty must be in (0, 10]",
+        "repetition_penalty must be in 0.01..10",
+    ),
+    "penalty that overflows a logit": (
+        _request(options={"repetition_penalty": 1e-40}),
+        "INVALID_ARGUMENT",
+        "repetition_penalty must be in 0.01..10",
+    ),
+    "temperature that underflows every score": (
+        _request(options={"sampling": {"temperature": 1e-40, "seed": 1}}),
+        "INVALID_ARGUMENT",
+        "temperature must be 0 (no sampling) or in 0.01..100",
     ),
     "negative length ratio": (
         _request(options={"max_length_ratio": -1.0}),

@@ -227,6 +227,26 @@ def test_cancel_and_deadline_free_rows_at_the_next_step(translator):
     assert errors == {1: "Cancelled", 2: "DeadlineExceeded"}
 
 
+def test_a_job_whose_search_raises_fails_alone_and_the_rest_decode_as_alone(translator):
+    """A fault in one job's search (here a temperature below the one the front accepts, so
+    that every score underflows and the draw meets NaN) fails that job with Internal; its
+    rows leave, and the jobs beside it, greedy, beam and sampled, decode as alone."""
+    kind = _onnx(translator)
+    scheduler = Scheduler(kind.engine, max_rows=32)
+    sources = kind.sources[:4]
+    poison = DecodingOptions(temperature=1e-40, seed=1, max_length=24)  # never validated here
+    jobs = [kind.job(0, [sources[0]], poison)]
+    jobs += [kind.job(i + 1, [sources[i]], OPTIONS[i]) for i in range(len(OPTIONS))]
+    done = _drain(scheduler, jobs)
+    assert isinstance(done[0], Failure) and done[0].kind == "Internal"
+    assert "probabilities contain NaN" in done[0].message
+    for i, options in enumerate(OPTIONS):
+        (expected,) = kind.alone([sources[i]], options)
+        got = done[i + 1].results[0]
+        assert [h.tokens for h in got] == [h.tokens for h in expected]
+    assert scheduler.batch.rows == 0 and not scheduler.busy
+
+
 def test_waiting_requests_enter_only_when_rows_are_free(captioner):
     kind = _onnx(captioner)
     scheduler = Scheduler(kind.engine, max_rows=8)
