@@ -201,6 +201,9 @@ class ModelServicer:
         async with self._accounted(label or method, request, context) as (model, labels, received):
             front.pool.check_admission()
             prepared = await declared.prepare(model, request)
+            if prepared.inputs == 0:  # nothing to decode (markup with no text): the result
+                yield declared.respond(model, prepared, [])
+                return
             if prepared.inputs > 1:
                 streamed = self._stream_inputs(method, model, prepared, context, labels, received)
                 async with contextlib.aclosing(streamed) as messages:

@@ -550,7 +550,10 @@ class TranslationModel(ServedModel):
         sources: Sources = prepared.sources
         ids = [sources.token_ids[p] for p in texts.picks]
         ranked = [results[p] for p in texts.picks]
-        if len(ranked) == 1:
+        if not ranked:  # markup with no text between its tags ("<p></p>"): the text as it is
+            as_is = Hypothesis(tokens=[], log_prob=0.0, score=0.0, finished=True)
+            hypotheses = [self.hypothesis(as_is, prepared.keep_log_probs, text=document.text)]
+        elif len(ranked) == 1:
             whole = texts
             if sources.markup:  # the markup around the one sentence
 

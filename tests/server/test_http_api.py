@@ -257,6 +257,25 @@ def test_libretranslate_codes_blank_texts_and_a_text_already_in_the_target(web):
         headers={"content-type": "application/vnd.api+json"},
     )
     assert many.status_code == 200 and 0 < len(many.json()["alternatives"]) <= 15
+    for alternatives in ("1e400", "-1e400", "x"):  # JSON's 1e400 reads as infinity
+        odd = web.post(
+            "/translate",
+            content='{"q": "Hola.", "source": "es", "target": "en", "alternatives": %s}'
+            % (alternatives if alternatives != "x" else '"x"'),
+            headers={"content-type": "application/json"},
+        )
+        assert odd.status_code == 400, (alternatives, odd.text)
+        assert odd.json() == {"error": "Invalid request: alternatives parameter is not a number"}
+    # markup with no text between its tags comes back as it is, over both APIs
+    for path, body, read in (
+        ("/translate", {"q": "<p>&nbsp;</p>", "source": "es", "target": "en", "format": "html"},
+         lambda b: b["translatedText"]),
+        ("/v1/translate", {"texts": ["<br>"], "textFormat": "TEXT_FORMAT_HTML"},
+         lambda b: b["translations"][0]["hypotheses"][0]["text"]),
+    ):  # fmt: skip
+        answer = web.post(path, json=body)
+        assert answer.status_code == 200, answer.text
+        assert read(answer.json()) == (body.get("q") or body["texts"][0])
 
 
 def test_browsers_may_call_from_any_origin_and_the_rest_of_libretranslate(web):

@@ -527,6 +527,22 @@ def test_a_glossary_puts_its_terms_in_the_translation_and_reports_them(server):
     assert "glossary[0].source" in error.details()
 
 
+def test_markup_with_no_text_comes_back_as_it_is_beside_texts_translated(server):
+    """HTML whose tags hold no text ("<p></p>", "&nbsp;", a comment) has no sentence to
+    decode: it comes back as it is, unary and streamed, beside texts that are translated."""
+    empty = ["<p></p>", "<br>", "&nbsp;", "<!-- hola -->", "<b> </b>"]
+    texts = [*empty, "<p>El gato duerme.</p>"]
+    response = client.translate(server.channel, texts, timeout=60, text_format="html")
+    got = [t.hypotheses[0].text for t in response.translations]
+    assert got[:-1] == empty and "cat" in got[-1] and got[-1].startswith("<p>")
+    assert [t.token_counts.output_tokens for t in response.translations[:-1]] == [0] * 5
+    events = list(
+        client.translate_stream(server.channel, "<p></p>", timeout=60, text_format="html")
+    )
+    assert [e.WhichOneof("event") for e in events] == ["result"]
+    assert events[0].result.translations[0].hypotheses[0].text == "<p></p>"
+
+
 def test_html_of_one_sentence_keeps_the_markup_around_it(server):
     page = "<p>El gato está <b>durmiendo</b>.</p>"
     response = client.translate(server.channel, [page], timeout=60, text_format="html")

@@ -199,7 +199,7 @@ class LibreTranslateApi:
                     raise BadRequest(f"Invalid request: missing {name} parameter")
             try:
                 alternatives = max(0, int(values.get("alternatives") or 0))
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, OverflowError):  # 1e400 reads as infinity
                 raise BadRequest(
                     "Invalid request: alternatives parameter is not a number"
                 ) from None
