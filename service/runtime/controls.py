@@ -153,14 +153,15 @@ LOOP_TIMES = 3  # ... this many times ...
 LOOP_SPAN = 8 * LOOP_NGRAM  # ... its occurrences within this many tokens
 
 
-def loop_start(tokens: Sequence[int], source: Sequence[int]) -> int | None:
+def loop_start(tokens: Sequence[int], source: Sequence[int], kept: int = 0) -> int | None:
     """Where an output starts to loop: the start of the LOOP_TIMES-th occurrence of one
-    n-gram of LOOP_NGRAM tokens within LOOP_SPAN tokens; None where it does not, or where the
-    source itself repeats an n-gram that often (a translation of repeated words repeats them
-    too)."""
+    n-gram of LOOP_NGRAM tokens within LOOP_SPAN tokens, among the tokens after the first
+    `kept` (a forced prefix, which stays whole); None where it does not, or where the source
+    itself repeats an n-gram that often (a translation of repeated words repeats them too)."""
     if _first_loop(source) is not None:
         return None
-    return _first_loop(tokens)
+    found = _first_loop(tokens[kept:])
+    return None if found is None else kept + found
 
 
 def _first_loop(tokens: Sequence[int]) -> int | None:

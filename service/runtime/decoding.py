@@ -152,11 +152,13 @@ class Hypothesis:
     alignment: np.ndarray | None = None  # (steps, S) cross-attention of each step
     finished: bool = True  # ended with `</s>` rather than at max_length
 
-    def without_loop(self, source: Sequence[int], length_penalty: float) -> Hypothesis:
-        """This hypothesis cut where it starts to loop (`controls.loop_start`), unfinished:
-        its tokens, log-probabilities and attention rows up to there; itself where it does
-        not loop."""
-        cut = loop_start(self.tokens, source)
+    def without_loop(
+        self, source: Sequence[int], length_penalty: float, kept: int = 0
+    ) -> Hypothesis:
+        """This hypothesis cut where it starts to loop (`controls.loop_start`) after its first
+        `kept` tokens (a forced prefix), unfinished: its tokens, log-probabilities and
+        attention rows up to there; itself where it does not loop."""
+        cut = loop_start(self.tokens, source, kept)
         if cut is None:
             return self
         log_probs = self.token_log_probs[:cut]

@@ -81,8 +81,9 @@ class Masked:
             return translation
         if partial:
             translation = re.sub(r"\s*\bZ{2,}\d*$", "", translation)
-        # a marker the model broke ("Z3" for "ZZ3") is dropped; its item comes back below
-        known = {item.marker for item in self.items} | set(self.text.split())
+        # a marker the model broke ("Z3" for "ZZ3") is dropped, its item comes back below;
+        # what the source itself holds ("a BMW Z3,") is kept
+        known = {item.marker for item in self.items} | set(_FRAGMENT.findall(self.text))
         translation = _FRAGMENT.sub(lambda m: m.group() if m.group() in known else "", translation)
         for item in self.items:
             found = [m.start() for m in _found(item.marker).finditer(translation)]

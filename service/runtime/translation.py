@@ -126,17 +126,23 @@ def translate_texts(
 
 
 def loops_cut(
-    results: Sequence[list[Hypothesis]], token_ids: Sequence[list[int]], options: DecodingOptions
+    results: Sequence[list[Hypothesis]],
+    token_ids: Sequence[list[int]],
+    options: DecodingOptions,
+    controls: InputControls | None = None,
 ) -> list[list[Hypothesis]]:
     """Each input's hypotheses cut where they start to loop (Hypothesis.without_loop), when the
     length bound is on (the default): the bound ends a loop near the input's length, the cut
-    where it began."""
+    where it began. An input's forced prefix (`controls`) stays whole: only what follows it
+    is looked at."""
     if options.max_length_ratio <= 0:
         return list(results)
     penalty = options.length_penalty
+    prefixes = controls.prefixes if controls is not None and controls.prefixes else None
+    kept = [len(p) for p in prefixes] if prefixes else [0] * len(token_ids)
     return [
-        [h.without_loop(ids, penalty) for h in nbest]
-        for nbest, ids in zip(results, token_ids, strict=False)  # a stream's first sentences
+        [h.without_loop(ids, penalty, k) for h in nbest]
+        for nbest, ids, k in zip(results, token_ids, kept, strict=False)  # a stream's first
     ]
 
 
@@ -260,14 +266,18 @@ class Sources:
     )
 
     def settled(
-        self, results: Sequence[list[Hypothesis]], options: DecodingOptions
+        self,
+        results: Sequence[list[Hypothesis]],
+        options: DecodingOptions,
+        controls: InputControls | None = None,
     ) -> list[list[Hypothesis]]:
         """`loops_cut` of a stream's finished inputs, each input's cut once: a stream asks
         again for every finished input at each of its events, and a finished input's
         hypotheses do not change."""
         for i, nbest in enumerate(results):
             if i not in self._settled:
-                (self._settled[i],) = loops_cut([nbest], [self.token_ids[i]], options)
+                own = None if controls is None else controls.subset([i])
+                (self._settled[i],) = loops_cut([nbest], [self.token_ids[i]], options, own)
         return [self._settled[i] for i in range(len(results))]
 
     def rendered(
@@ -531,7 +541,7 @@ class TranslationModel(ServedModel):
 
     def response(self, prepared: Prepared, results) -> TranslateResult:
         sources: Sources = prepared.sources
-        results = loops_cut(results, sources.token_ids, prepared.options)
+        results = loops_cut(results, sources.token_ids, prepared.options, prepared.controls)
         picks = sources.chosen(self.tokenizer, results)  # an input for each sentence
         translations, first = [], 0
         for document in sources.documents:
@@ -594,7 +604,7 @@ class TranslationModel(ServedModel):
         and written once, `Sources.settled` and `rendered`: an event costs what is new)."""
         sources: Sources = prepared.sources
         (document,) = sources.documents
-        results = sources.settled(results, prepared.options)
+        results = sources.settled(results, prepared.options, prepared.controls)
         picks = sources.chosen(self.tokenizer, results)
         best = [results[p][0] for p in picks]
         rendered = [

@@ -57,6 +57,22 @@ def test_only_the_length_bound_turns_the_cut_on():
     assert [n[0].tokens for n in unbounded] == [[4, 4, 4, 4, 4], [1, 2]]
 
 
+def test_a_forced_prefix_stays_whole_and_only_what_follows_it_is_cut():
+    """"ha ha ha ha ha" as target_prefix: the output starts with it, as promised; a loop
+    after it is cut where it starts, the prefix counted no part of it."""
+    from service.runtime.controls import InputControls
+
+    prefix = [4, 4, 4, 4, 4]
+    given = [[hypothesis([*prefix, 9, 8])], [hypothesis([*prefix, 7, 7, 7, 7, 7])]]
+    controls = InputControls(prefixes=(tuple(prefix), tuple(prefix)))
+    cut = loops_cut(given, [[5], [6]], DecodingOptions(), controls)
+    assert [n[0].tokens for n in cut] == [[*prefix, 9, 8], [*prefix, 7, 7]]
+    assert cut[0][0] is given[0][0] and not cut[1][0].finished
+    unforced = loops_cut(given, [[5], [6]], DecodingOptions())
+    assert [n[0].tokens for n in unforced] == [[4, 4], [4, 4]]
+    assert loop_start([*prefix, 1], [5], kept=5) is None and loop_start([*prefix], [5]) == 2
+
+
 def test_a_stream_cuts_and_writes_each_finished_sentence_once(exported_translator, monkeypatch):
     """A streamed text's partial events: each the same as worked out afresh, while each
     finished sentence is cut (and written) once over the whole stream, not once an event."""

@@ -43,6 +43,15 @@ def test_a_word_like_the_marker_gets_a_longer_marker():
     assert masked.restore("The ZZ1 model has ZZZ1 pieces.") == "The ZZ1 model has 5 pieces."
 
 
+def test_a_word_of_the_source_like_a_broken_marker_stays_and_a_broken_marker_goes():
+    """"Z3" of the source ("un BMW Z3, de 1999") is a word the translation keeps wherever
+    punctuation stands next to it; a marker the model broke ("Z1" for "ZZ1") is dropped and
+    its item put back."""
+    masked = mask("El BMW Z3, de 1999, es rápido.")
+    assert masked.restore("The BMW Z3, from ZZ1, is fast.") == "The BMW Z3, from 1999, is fast."
+    assert masked.restore("The BMW Z3 from Z1 is fast.") == "The BMW Z3 from is fast 1999."
+
+
 def test_the_preservation_set_covers_every_kind():
     built = segments()
     assert len(built) >= 300
