@@ -94,7 +94,7 @@ def read_file(suffix: str, data: bytes, piece: int = HTML_PIECE) -> File:
     """The paragraphs of a file (HTML in texts of at most `piece` characters where its
     blocks allow); ValueError when it cannot be read as its suffix says."""
     if suffix == ".txt":
-        return _text(data.decode("utf-8"))
+        return _text(data.decode("utf-8"), piece)
     if suffix in (".html", ".htm"):
         return _html(data.decode("utf-8"), piece)
     if suffix == ".epub":
@@ -112,18 +112,38 @@ def read_file(suffix: str, data: bytes, piece: int = HTML_PIECE) -> File:
         raise ValueError(_not_a(suffix, error)) from None
 
 
-def _text(content: str) -> File:
-    """A text file's paragraphs: its blocks between blank lines (a file of any length)."""
-    parts = re.split(r"(\n[ \t]*\n\s*)", content)  # blocks, and the blank lines after each
+def _text(content: str, piece: int = HTML_PIECE) -> File:
+    """A text file's paragraphs: its blocks between blank lines, a block longer than `piece`
+    characters in pieces (`text_pieces`: a file of any length, of line breaks alone too)."""
+    blocks = re.split(r"(\n[ \t]*\n\s*)", content)  # blocks, and the blank lines after each
+    parts: list[str] = []
     paragraphs = []
-    for i, part in enumerate(parts):
-        if i % 2 == 0 and part.strip():
-
-            def write(placed, i=i):
-                parts[i] = "".join(value for _, value in placed)
-
-            paragraphs.append(Paragraph([part], write))
+    for i, block in enumerate(blocks):
+        for part in text_pieces(block, piece) if i % 2 == 0 else [block]:
+            parts.append(part)
+            if i % 2 == 0 and part.strip():
+                paragraphs.append(Paragraph([part], _piece_writer(parts, len(parts) - 1)))
     return File(paragraphs, "plain", lambda: "".join(parts).encode())
+
+
+SENTENCE_END = re.compile(r"[.!?…。！？]+[\"')\]»”’]*\s+")
+
+
+def text_pieces(block: str, most: int = HTML_PIECE) -> list[str]:
+    """`block` in pieces of at most `most` characters, each cut after a line break where
+    one is, else after a sentence's end, else after a space (else at `most`)."""
+    pieces = []
+    while len(block) > most:
+        window = block[:most]
+        cut = window.rfind("\n") + 1
+        if not cut:
+            ends = [m.end() for m in SENTENCE_END.finditer(window)]
+            cut = ends[-1] if ends else window.rfind(" ") + 1
+        cut = cut or most
+        pieces.append(block[:cut])
+        block = block[cut:]
+    pieces.append(block)
+    return pieces
 
 
 # -- .html, .epub -----------------------------------------------------------------------------

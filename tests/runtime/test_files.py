@@ -247,16 +247,28 @@ def test_subtitles_without_blank_lines_between_and_with_tags():
     ]
 
 
-def test_a_text_file_is_its_blocks_between_blank_lines():
+def test_a_text_file_is_its_blocks_between_blank_lines_a_long_one_in_pieces():
+    """Blocks between blank lines; a block longer than a text may be (a file of line breaks
+    alone, a paragraph of 150,000 characters) cut into pieces at line breaks, else at
+    sentence ends, else at spaces: every piece a text the server takes."""
     content = "Hola.\nAdiós.\n\n  \nBuenos días.\n" + "Uno. " * 30_000
     read = files.read_file(".txt", content.encode())
-    assert [p.runs for p in read.paragraphs] == [
-        ["Hola.\nAdiós."],
-        ["Buenos días.\n" + "Uno. " * 30_000],
-    ]
-    read.paragraphs[0].write([(0, "Hello.\nGoodbye.")])
-    read.paragraphs[1].write([(0, "Good morning.")])
-    assert read.save().decode() == "Hello.\nGoodbye.\n\n  \nGood morning."
+    runs = [p.runs[0] for p in read.paragraphs]
+    assert runs[0] == "Hola.\nAdiós." and runs[1] == "Buenos días.\n"
+    assert "".join(runs[1:]) == "Buenos días.\n" + "Uno. " * 30_000
+    assert all(len(r) <= files.HTML_PIECE and r.endswith("Uno. ") for r in runs[2:-1])
+    for i, paragraph in enumerate(read.paragraphs):
+        paragraph.write([(0, ["Hello.\nGoodbye.", "Good morning.\n"][i] if i < 2 else "One. ")])
+    assert read.save().decode() == "Hello.\nGoodbye.\n\n  \nGood morning.\n" + "One. " * (
+        len(runs) - 2
+    )
+    lines = "\n".join(f"Línea {i}." for i in range(3_000))  # no blank line: one block
+    pieces = [p.runs[0] for p in files.read_file(".txt", lines.encode(), 1_000).paragraphs]
+    assert "".join(pieces) == lines and all(p.endswith(".\n") for p in pieces[:-1])
+    assert max(map(len, pieces)) <= 1_000 and len(pieces) > 20
+    words = "palabra " * 400  # no sentence end: cut after a space
+    assert files.text_pieces(words, 1_000) == ["palabra " * 125] * 3 + ["palabra " * 25]
+    assert files.text_pieces("x" * 2_500, 1_000) == ["x" * 1_000] * 2 + ["x" * 500]
 
 
 def test_an_epub_is_its_xhtml_read_as_html_the_rest_kept():
