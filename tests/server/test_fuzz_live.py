@@ -35,6 +35,14 @@ METHODS = (
 )
 uint32 = st.integers(0, 2**32 - 1)
 small = st.integers(0, 40) | uint32
+tiny = st.sampled_from([1e-40, 1e-30, 1e-6, 0.009, 0.01])  # a score under- or overflows
+# words of both models (a caption's grammar among them) and markup with and without text
+words = st.sampled_from(
+    ["a", "an", "one", "two", "three", "cat", "the", "left", "ha ha ha ha ha", "Z3", "2"]
+) | st.text(max_size=12)
+markup = st.sampled_from(
+    ["<p></p>", "<br>", "&nbsp;", "<!-- x -->", "<b> </b>", "<p>El gato <b>duerme</b>.</p>"]
+)
 
 
 @st.composite
@@ -46,8 +54,20 @@ def options(draw):
     if draw(st.booleans()):
         message.length_penalty = draw(st.floats(width=32))
     if draw(st.booleans()):
-        message.sampling.temperature = draw(st.floats(width=32))
+        message.sampling.temperature = draw(st.floats(width=32) | tiny)
         message.sampling.top_k = draw(small)
+        message.sampling.seed = draw(st.integers(0, 2**64 - 1))
+    # the decoding controls, each alone and together (a grammar's bans included)
+    for name in ("min_length", "no_repeat_ngram_size"):
+        if draw(st.booleans()):
+            setattr(message, name, draw(small))
+    for name in ("repetition_penalty", "max_length_ratio"):
+        if draw(st.booleans()):
+            setattr(message, name, draw(st.floats(width=32) | tiny))
+    if draw(st.booleans()):
+        message.suppress.extend(draw(st.lists(words, max_size=6)))
+    if draw(st.booleans()):
+        message.target_prefix = draw(words)
     return message
 
 
@@ -62,19 +82,36 @@ def _code(call) -> grpc.StatusCode:
 
 @LIVE
 @given(
-    st.lists(st.text(max_size=40), max_size=3),
+    st.lists(st.text(max_size=40) | markup, max_size=3),
     st.lists(st.binary(max_size=24), max_size=2),
     st.sampled_from(["", "translator", "captioner", "nope"]),
     st.sampled_from(["", "1", "2", "x"]),
     options(),
+    st.sampled_from([0, 1, 2, 3, 7]),  # every text format and one past them
+    st.booleans(),
 )
 def test_random_translate_requests_get_actionable_statuses(
-    server, texts, raw, model, version, decoding
+    server, texts, raw, model, version, decoding, text_format, stream
 ):
-    request = translation_pb2.TranslateRequest(
-        model=model, version=version, texts=texts, utf8_texts=raw, options=decoding
-    )
-    code = _code(lambda: server.stub.Translate(request, timeout=5))
+    if stream:
+        request = translation_pb2.TranslateStreamRequest(
+            model=model,
+            version=version,
+            text=texts[0] if texts else "",
+            options=decoding,
+            text_format=text_format,
+        )
+        code = _code(lambda: list(server.stub.TranslateStream(request, timeout=5)))
+    else:
+        request = translation_pb2.TranslateRequest(
+            model=model,
+            version=version,
+            texts=texts,
+            utf8_texts=raw,
+            options=decoding,
+            text_format=text_format,
+        )
+        code = _code(lambda: server.stub.Translate(request, timeout=5))
     assert code in ACTIONABLE, code
 
 
