@@ -14,6 +14,7 @@ from __future__ import annotations
 import codecs
 import copy
 import io
+import itertools
 import lzma
 import posixpath
 import re
@@ -408,7 +409,7 @@ def _docx(data: bytes, suffix: str) -> File:
     document = _opened(docx.Document, data, suffix)
     paragraphs = []
     for paragraph in _docx_paragraphs(document):
-        runs = list(paragraph.runs)
+        runs = _docx_text_runs(paragraph)
         if not "".join(r.text for r in runs).strip():
             continue
         write = _runs_writer(paragraph, runs, Run)
@@ -417,29 +418,71 @@ def _docx(data: bytes, suffix: str) -> File:
 
 
 def _docx_paragraphs(document):
+    """Every paragraph of the body, its tables (a merged cell once), and every header and
+    footer of every section (first-page and even-page ones too) not linked to the one
+    before."""
+    seen: set[int] = set()  # a merged cell is every grid cell it spans
+
     def of(container):
         yield from container.paragraphs
         for table in getattr(container, "tables", ()):
             for row in table.rows:
                 for cell in row.cells:
-                    yield from of(cell)
+                    if id(cell._tc) not in seen:
+                        seen.add(id(cell._tc))
+                        yield from of(cell)
 
     yield from of(document)
     for section in document.sections:
-        for part in (section.header, section.footer):
+        for part in (
+            section.header,
+            section.footer,
+            section.first_page_header,
+            section.first_page_footer,
+            section.even_page_header,
+            section.even_page_footer,
+        ):
             if not part.is_linked_to_previous:
                 yield from of(part)
 
 
+# what a run of plain text holds; a run holding anything else (a picture, a field's code or
+# mark, a note's reference, an object) is left as it is, as is every run inside a field
+DOCX_TEXT = {"rPr", "t", "tab", "br", "cr", "noBreakHyphen", "softHyphen", "lastRenderedPageBreak"}
+
+
+def _docx_text_runs(paragraph) -> list:
+    """The paragraph's runs of plain text, in order, a hyperlink's among them; those of a
+    field (a page number's) and those holding more than text are left out, and stay."""
+    from docx.text.hyperlink import Hyperlink
+
+    runs, depth = [], 0
+    for item in paragraph.iter_inner_content():
+        for run in item.runs if isinstance(item, Hyperlink) else [item]:
+            kinds = {child.tag.rpartition("}")[2] for child in run._r}
+            marks = [c.get(qn_w("fldCharType")) for c in run._r if c.tag.endswith("}fldChar")]
+            if kinds <= DOCX_TEXT and not depth:
+                runs.append(run)
+            depth += marks.count("begin") - marks.count("end")
+    return runs
+
+
+def qn_w(name: str) -> str:
+    """WordprocessingML's namespaced attribute `name`."""
+    return "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}" + name
+
+
 def _runs_writer(paragraph, runs, run_type):
     """The writer of a python-docx or python-pptx paragraph: each segment a copy of its run's
-    element (its formatting) holding the segment's text, in place of the runs."""
+    element (its formatting) holding the segment's text, in place of the runs. Where the
+    segments keep their runs' order, each goes where its run was (inside a hyperlink, beside
+    a picture or a field that stays); else all go where the first run was."""
 
     def write(placed: list[tuple[int, str]]) -> None:
-        anchor = runs[0]._r
+        ordered = all(a[0] <= b[0] for a, b in itertools.pairwise(placed))
         for run, text in placed:
             element = copy.deepcopy(runs[run]._r)
-            anchor.addprevious(element)
+            (runs[run] if ordered else runs[0])._r.addprevious(element)
             run_type(element, paragraph).text = text
         for run in runs:
             run._r.getparent().remove(run._r)

@@ -96,6 +96,70 @@ def test_a_docx_keeps_its_runs_tables_and_headers():
     assert written.sections[0].header.paragraphs[0].text == "Header"
 
 
+def test_a_docx_reads_a_merged_cell_once_every_header_and_leaves_fields_and_links_whole():
+    """A merged cell (python-docx gives it once a grid column it spans) is one paragraph;
+    first-page and even-page headers are read too; a field (a page number) and a picture
+    stay as they are beside the text around them, and a hyperlink's text is translated
+    inside the hyperlink."""
+    from docx.oxml import OxmlElement
+    from docx.oxml.ns import qn
+
+    document = docx.Document()
+    table = document.add_table(rows=2, cols=2)
+    table.cell(0, 0).merge(table.cell(0, 1)).text = "Hola amigo."
+    table.cell(1, 0).text, table.cell(1, 1).text = "Uno.", "Dos."
+    section = document.sections[0]
+    section.different_first_page_header_footer = True
+    section.first_page_header.paragraphs[0].text = "Primera"
+    footer = section.footer.paragraphs[0]
+    footer.add_run("Página ")
+    for kind, code in (("begin", None), (None, " PAGE "), ("separate", None), (None, None)):
+        run = footer.add_run("1" if kind is None and code is None else None)
+        if kind:
+            mark = OxmlElement("w:fldChar")
+            mark.set(qn("w:fldCharType"), kind)
+            run._r.append(mark)
+        elif code:
+            instruction = OxmlElement("w:instrText")
+            instruction.text = code
+            run._r.append(instruction)
+    end = OxmlElement("w:fldChar")
+    end.set(qn("w:fldCharType"), "end")
+    footer.add_run()._r.append(end)
+    linked = document.add_paragraph("Visite ")
+    link = OxmlElement("w:hyperlink")
+    link.set(qn("r:id"), "rId99")
+    inside, text = OxmlElement("w:r"), OxmlElement("w:t")
+    text.text = "nuestro sitio"
+    inside.append(text)
+    link.append(inside)
+    linked._p.append(link)
+    linked.add_run(" hoy.")
+    out = io.BytesIO()
+    document.save(out)
+    read = files.read_file(".docx", out.getvalue())
+    assert [p.runs for p in read.paragraphs] == [
+        ["Visite ", "nuestro sitio", " hoy."],
+        ["Hola amigo."],
+        ["Uno."],
+        ["Dos."],
+        ["Página "],  # the field's runs stay out
+        ["Primera"],
+    ]
+    translations = ["Visit |our site| today.", "Hello friend.", "One.", "Two.", "Page ", "First"]
+    for paragraph, translation in zip(read.paragraphs, translations, strict=True):
+        parts = translation.split("|")
+        paragraph.write(list(enumerate(parts)))
+    written = docx.Document(io.BytesIO(read.save()))
+    cells = [c.text for row in written.tables[0].rows for c in row.cells]
+    assert cells == ["Hello friend.", "Hello friend.", "One.", "Two."]
+    (hyperlink,) = written.paragraphs[0].hyperlinks
+    assert hyperlink.text == "our site" and written.paragraphs[0].text == "Visit our site today."
+    foot = written.sections[0].footer.paragraphs[0]
+    assert foot.text == "Page 1" and " PAGE " in foot._p.xml and 'fldCharType="end"' in foot._p.xml
+    assert written.sections[0].first_page_header.paragraphs[0].text == "First"
+
+
 def test_an_odt_keeps_its_spans_and_what_sits_between_its_texts():
     document = OpenDocumentText()
     bold = Style(name="Bold", family="text")
