@@ -30,7 +30,7 @@ import grpc
 import numpy as np
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from service.runtime.documents import SPLITTING
+from service.runtime.documents import SPLITTING, pieces
 from service.runtime.requests import MAX_TEXT_CHARS
 from service.wire.v1 import (
     caption_pb2,
@@ -207,17 +207,10 @@ def _options(
 
 
 def document_parts(text: str, most: int = MAX_TEXT_CHARS) -> list[str]:
-    """The text cut after paragraph breaks (else line breaks, else anywhere) into parts of
-    at most `most` characters, whose concatenation is the text: each part fits one text of a
-    Translate request."""
-    parts, rest = [], text
-    while len(rest) > most:
-        head = rest[:most]
-        paragraph, line = head.rfind("\n\n"), head.rfind("\n")
-        cut = paragraph + 2 if paragraph > 0 else line + 1 if line > 0 else most
-        parts.append(rest[:cut])
-        rest = rest[cut:]
-    return [*parts, rest] if rest else parts
+    """The text cut after paragraph breaks (else line breaks, sentence ends, spaces, else
+    anywhere) into parts of at most `most` characters, whose concatenation is the text: each
+    part fits one text of a Translate request."""
+    return pieces(text, most)
 
 
 def glossary_entries(

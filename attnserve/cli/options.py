@@ -86,6 +86,24 @@ def seconds(text: str) -> float:
     return value
 
 
+def positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {text}")
+    return value
+
+
+def check_output(parser: argparse.ArgumentParser, path: Path | None) -> None:
+    """Refuses an --output that cannot be written (a folder, or in a missing folder) before
+    anything is sent: a document's translation is not lost at its end."""
+    if path is None:
+        return
+    if path.is_dir():
+        parser.error(f"--output {path}: a folder, not a file")
+    if not path.resolve().parent.is_dir():
+        parser.error(f"--output {path}: no folder {path.resolve().parent}")
+
+
 def add_server(parser: argparse.ArgumentParser, timeout: float) -> None:
     """Where the server is, the deadline of each call, TLS and the bearer token."""
     parser.add_argument(

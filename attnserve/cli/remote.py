@@ -35,14 +35,20 @@ def client_call(command: Callable, args: argparse.Namespace) -> int:
 
     from service import client
 
-    connection = client.connect(
-        args.server,
-        tls=args.tls,
-        tls_ca=args.tls_ca,
-        tls_cert=args.tls_cert,
-        tls_key=args.tls_key,
-        token=_token(args.token_file),
-    )
+    if (args.tls_cert is None) != (args.tls_key is None):
+        print("error: --tls-cert and --tls-key go together", file=sys.stderr)
+        return 2
+    try:  # its TLS files read here: one missing
+        connection = client.connect(
+            args.server,
+            tls=args.tls,
+            tls_ca=args.tls_ca,
+            tls_cert=args.tls_cert,
+            tls_key=args.tls_key,
+            token=_token(args.token_file),
+        )
+    except (OSError, ValueError) as error:
+        raise Failure(f"TLS: {error}") from error
     try:
         with connection as channel:
             return command(channel, args)

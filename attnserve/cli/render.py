@@ -114,16 +114,22 @@ def output(path: Path | None):
         yield out
 
 
+def read_input() -> str:
+    """Standard input as UTF-8 (UnicodeDecodeError where it is not: Python's own reading
+    would keep undecodable bytes as surrogates, which no request can carry)."""
+    raw = getattr(sys.stdin, "buffer", None)  # a text stream put in its place has none
+    return sys.stdin.read() if raw is None else raw.read().decode("utf-8")
+
+
 def read_lines(path: Path | None) -> list[str] | None:
-    """Non-empty lines of a file, or of standard input when None (None: unreadable)."""
-    if path is None:
-        return [line.rstrip("\n") for line in sys.stdin if line.strip()]
+    """Non-empty lines of a file, or of standard input when None (None: unreadable, after
+    one line on stderr)."""
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        text = read_input() if path is None else path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
-        print(f"error: {path}: {error}", file=sys.stderr)
+        print(f"error: {path or 'standard input'}: {error}", file=sys.stderr)
         return None
-    return [line for line in lines if line.strip()]
+    return [line for line in text.splitlines() if line.strip()]
 
 
 def read_images(paths: list[Path]) -> list[bytes] | None:

@@ -4,6 +4,7 @@ Either engine's translations are read into `results`, so both print the same lin
 from __future__ import annotations
 
 import argparse
+import codecs
 import sys
 from pathlib import Path
 
@@ -15,8 +16,10 @@ from attnserve.cli.options import (
     add_engine,
     add_server,
     check_engine,
+    check_output,
+    positive,
 )
-from attnserve.cli.render import output, progress, read_lines, show
+from attnserve.cli.render import output, progress, read_input, read_lines, show
 from attnserve.cli.subcommand import Failure, Subcommand
 from models.shipped import SHIPPED_TRANSLATOR
 from service.runtime.documents import SPLITTING
@@ -106,13 +109,17 @@ class Translate(Subcommand):
 
     def check(self, args: argparse.Namespace) -> None:
         check_engine(self.parser, args, GRPC_ONLY, TORCH_DECODING, SHIPPED_TRANSLATOR)
+        check_output(self.parser, args.output)
 
     def run(self, args: argparse.Namespace) -> int:
         if args.engine == "grpc":
             return remote.client_call(_translate, args)
         from attnserve.cli import local  # torch
 
-        show(local.translate(args, args.texts or read_lines(None)), args.json)
+        texts = args.texts or read_lines(None)
+        if texts is None:
+            return 2
+        show(local.translate(args, texts), args.json)
         return 0
 
 
@@ -153,7 +160,7 @@ def _add_inputs(parser: argparse.ArgumentParser) -> None:
         "document)",
     )
     parser.add_argument(
-        "--concurrency", type=int, default=4, help="calls in flight (64 texts a call)"
+        "--concurrency", type=positive, default=4, help="calls in flight (64 texts a call)"
     )
 
 
@@ -229,8 +236,10 @@ def _translate_document(channel, args: argparse.Namespace, call: dict) -> int:
     suffix = args.input.suffix.lower()
     if suffix in FILES and not (args.json and suffix in (".html", ".htm")):
         return _translate_file(channel, args, call)
-    try:
-        text = args.input.read_text(encoding="utf-8")
+    try:  # as its bytes say: line breaks (CRLF too) kept, a byte order mark kept out
+        data = args.input.read_bytes()
+        bom = codecs.BOM_UTF8 if data.startswith(codecs.BOM_UTF8) else b""
+        text = data[len(bom) :].decode("utf-8")
     except (OSError, UnicodeDecodeError) as error:
         print(f"error: {args.input}: {error}", file=sys.stderr)
         return 2
@@ -240,6 +249,8 @@ def _translate_document(channel, args: argparse.Namespace, call: dict) -> int:
     results = remote.translations(response, texts) if response else None
     translated = iter(results.translations if results else ())
     whole = "".join(next(translated).hypotheses[0].text if p.strip() else p for p in parts)
+    if args.output is not None and not args.json:
+        return _written(args.output, bom + whole.encode("utf-8"))
     with output(args.output) as out:
         if args.json and results is not None:
             show(results, True, out)
@@ -283,8 +294,18 @@ def _translate_file(channel, args: argparse.Namespace, call: dict) -> int:
                 shown(done)
     if args.output is None:  # a text file's translation to standard output
         sys.stdout.write(document.save().decode("utf-8"))
-    else:
-        args.output.write_bytes(document.save())
+        return 0
+    return _written(args.output, document.save())
+
+
+def _written(path: Path, data: bytes) -> int:
+    """`data` into `path` -> the exit status (2 and one line on stderr where it cannot be
+    written)."""
+    try:
+        path.write_bytes(data)
+    except OSError as error:
+        print(f"error: --output {path}: {error}", file=sys.stderr)
+        return 2
     return 0
 
 
@@ -335,9 +356,9 @@ def _score(channel, args: argparse.Namespace) -> int:
     from service import client
 
     try:
-        text = args.input.read_text(encoding="utf-8") if args.input else sys.stdin.read()
+        text = args.input.read_text(encoding="utf-8") if args.input else read_input()
     except (OSError, UnicodeDecodeError) as error:
-        print(f"error: {args.input}: {error}", file=sys.stderr)
+        print(f"error: {args.input or 'standard input'}: {error}", file=sys.stderr)
         return 2
     response = client.score(
         channel,

@@ -49,6 +49,27 @@ class Document:
         return "".join(parts), spans
 
 
+# the end of a sentence followed by white space: where a long text may be cut
+SENTENCE_CUT = re.compile(r"[.!?…。！？]+[\"')\]»”’]*\s+")
+
+
+def pieces(text: str, most: int) -> list[str]:
+    """`text` in pieces of at most `most` characters whose concatenation is the text (none
+    for an empty one), each cut after a paragraph break where one is, else after a line
+    break, else after a sentence's end, else after a space, else at `most`."""
+    cut_pieces = []
+    while len(text) > most:
+        window = text[:most]
+        cut = window.rfind("\n\n") + 2 if window.rfind("\n\n") > 0 else window.rfind("\n") + 1
+        if not cut:
+            ends = [m.end() for m in SENTENCE_CUT.finditer(window)]
+            cut = ends[-1] if ends else window.rfind(" ") + 1
+        cut = cut or most
+        cut_pieces.append(text[:cut])
+        text = text[cut:]
+    return [*cut_pieces, text] if text else cut_pieces
+
+
 SPLITTING = ("sentences", "lines", "none")  # where a text is cut, finest first
 
 

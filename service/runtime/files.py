@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from urllib.parse import unquote
 from xml.etree import ElementTree
 
-from service.runtime import markup
+from service.runtime import documents, markup
 
 FORMATS = (".txt", ".html", ".htm", ".srt", ".epub", ".docx", ".pptx", ".odt", ".odp")
 HTML_PIECE = 20_000  # characters of an HTML file translated as one text, where blocks allow
@@ -94,10 +94,13 @@ class Batch:
 def read_file(suffix: str, data: bytes, piece: int = HTML_PIECE) -> File:
     """The paragraphs of a file (HTML in texts of at most `piece` characters where its
     blocks allow); ValueError when it cannot be read as its suffix says."""
-    if suffix == ".txt":
-        return _text(data.decode("utf-8"), piece)
-    if suffix in (".html", ".htm"):
-        return _html(data.decode("utf-8"), piece)
+    if suffix in (".txt", ".html", ".htm"):  # a byte order mark kept out of the text
+        bom = codecs.BOM_UTF8 if data.startswith(codecs.BOM_UTF8) else b""
+        content = data[len(bom) :].decode("utf-8")
+        read = _text(content, piece) if suffix == ".txt" else _html(content, piece)
+        if bom:
+            read.save = lambda save=read.save: bom + save()
+        return read
     if suffix == ".epub":
         return _epub(data, piece)
     if suffix == ".srt":
@@ -115,36 +118,17 @@ def read_file(suffix: str, data: bytes, piece: int = HTML_PIECE) -> File:
 
 def _text(content: str, piece: int = HTML_PIECE) -> File:
     """A text file's paragraphs: its blocks between blank lines, a block longer than `piece`
-    characters in pieces (`text_pieces`: a file of any length, of line breaks alone too)."""
+    characters in pieces (`documents.pieces`: a file of any length, of line breaks alone
+    too)."""
     blocks = re.split(r"(\n[ \t]*\n\s*)", content)  # blocks, and the blank lines after each
     parts: list[str] = []
     paragraphs = []
     for i, block in enumerate(blocks):
-        for part in text_pieces(block, piece) if i % 2 == 0 else [block]:
+        for part in documents.pieces(block, piece) if i % 2 == 0 else [block]:
             parts.append(part)
             if i % 2 == 0 and part.strip():
                 paragraphs.append(Paragraph([part], _piece_writer(parts, len(parts) - 1)))
     return File(paragraphs, "plain", lambda: "".join(parts).encode())
-
-
-SENTENCE_END = re.compile(r"[.!?…。！？]+[\"')\]»”’]*\s+")
-
-
-def text_pieces(block: str, most: int = HTML_PIECE) -> list[str]:
-    """`block` in pieces of at most `most` characters, each cut after a line break where
-    one is, else after a sentence's end, else after a space (else at `most`)."""
-    pieces = []
-    while len(block) > most:
-        window = block[:most]
-        cut = window.rfind("\n") + 1
-        if not cut:
-            ends = [m.end() for m in SENTENCE_END.finditer(window)]
-            cut = ends[-1] if ends else window.rfind(" ") + 1
-        cut = cut or most
-        pieces.append(block[:cut])
-        block = block[cut:]
-    pieces.append(block)
-    return pieces
 
 
 # -- .html, .epub -----------------------------------------------------------------------------

@@ -7,6 +7,7 @@ port, check what the client sends and how the command line prints what comes bac
 
 from __future__ import annotations
 
+import codecs
 import io
 import json
 import socket
@@ -685,6 +686,45 @@ def test_translate_command_keeps_a_documents_paragraphs(stand_in, tmp_path, caps
     assert target.read_text(encoding="utf-8") == document.upper()  # the stand-in upper-cases
     assert [list(r.texts) for r in servicer.requests[-1:]] == [[document]]  # one text, one call
     assert capsys.readouterr().out == ""
+
+
+def test_translate_command_refuses_what_it_cannot_do_before_it_sends(
+    stand_in, tmp_path, capsys, monkeypatch
+):
+    """A user's mistake is one line and an exit status, never a traceback, and a document is
+    not translated for an --output that cannot be written."""
+    servicer, address = stand_in
+    source = tmp_path / "es.txt"
+    source.write_text("Hola.\n", encoding="utf-8")
+    server = ["translate", "--server", address]
+    for output in (tmp_path / "missing" / "en.txt", tmp_path):
+        with pytest.raises(SystemExit) as refused:
+            main([*server, "--input", str(source), "--output", str(output)])
+        assert refused.value.code == 2 and "--output" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as refused:
+        main([*server, "Hola", "--concurrency", "0"])
+    assert refused.value.code == 2 and "must be 1 or more" in capsys.readouterr().err
+    assert servicer.requests == []  # nothing was sent
+    pem = tmp_path / "client.pem"
+    pem.write_text("x", encoding="utf-8")
+    assert main([*server, "Hola", "--tls-cert", str(pem)]) == 2
+    assert "--tls-cert and --tls-key go together" in capsys.readouterr().err
+    assert main([*server, "Hola", "--tls-ca", str(tmp_path / "none.pem")]) == 1
+    assert capsys.readouterr().err.startswith("error: TLS: ")
+    for command in ("translate", "score"):
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"caf\xe9\tcafe\n")))
+        assert main([command, "--server", address]) == 2
+        assert capsys.readouterr().err.startswith("error: standard input: 'utf-8' codec")
+    assert servicer.requests == []
+
+
+def test_a_text_document_keeps_its_line_breaks_and_byte_order_mark(stand_in, tmp_path):
+    _, address = stand_in
+    source, target = tmp_path / "es.txt", tmp_path / "en.txt"
+    source.write_bytes(codecs.BOM_UTF8 + "Hola.\r\n\r\nAdiós.\r\n".encode())
+    argv = ["translate", "--server", address, "--input", str(source), "--output", str(target)]
+    assert main(argv) == 0
+    assert target.read_bytes() == codecs.BOM_UTF8 + "HOLA.\r\n\r\nADIÓS.\r\n".encode()
 
 
 def test_a_document_is_cut_into_texts_at_paragraph_breaks():

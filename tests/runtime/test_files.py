@@ -3,6 +3,7 @@ runs and written back, and a translation cut into runs by its alignment."""
 
 from __future__ import annotations
 
+import codecs
 import io
 import zipfile
 from xml.etree import ElementTree
@@ -17,7 +18,7 @@ from odf.opendocument import OpenDocumentPresentation, OpenDocumentText, load
 from odf.style import MasterPage, PageLayout, Style, TextProperties
 from pptx.util import Inches
 
-from service.runtime import files
+from service.runtime import documents, files
 
 
 def aligned(source_pieces, target_pieces, best, text_out, source_end):
@@ -331,8 +332,24 @@ def test_a_text_file_is_its_blocks_between_blank_lines_a_long_one_in_pieces():
     assert "".join(pieces) == lines and all(p.endswith(".\n") for p in pieces[:-1])
     assert max(map(len, pieces)) <= 1_000 and len(pieces) > 20
     words = "palabra " * 400  # no sentence end: cut after a space
-    assert files.text_pieces(words, 1_000) == ["palabra " * 125] * 3 + ["palabra " * 25]
-    assert files.text_pieces("x" * 2_500, 1_000) == ["x" * 1_000] * 2 + ["x" * 500]
+    assert documents.pieces(words, 1_000) == ["palabra " * 125] * 3 + ["palabra " * 25]
+    assert documents.pieces("x" * 2_500, 1_000) == ["x" * 1_000] * 2 + ["x" * 500]
+
+
+@pytest.mark.parametrize("suffix", [".txt", ".html"])
+def test_a_byte_order_mark_stays_out_of_the_text_and_comes_back(suffix):
+    """A UTF-8 byte order mark (Windows' editors write one) is not a word to translate: it
+    is kept out of the paragraphs and written back in front of the file."""
+    content = "Buenos días.\r\n" if suffix == ".txt" else "<p>Buenos días.</p>"
+    read = files.read_file(suffix, codecs.BOM_UTF8 + content.encode())
+    (paragraph,) = read.paragraphs
+    assert "\ufeff" not in paragraph.runs[0] and paragraph.runs[0].startswith(content[:3])
+    paragraph.write([(0, paragraph.runs[0].replace("Buenos días", "Good morning"))])
+    saved = read.save()
+    assert saved.startswith(codecs.BOM_UTF8) and saved.count(codecs.BOM_UTF8) == 1
+    assert saved[3:].decode() == content.replace("Buenos días", "Good morning")
+    plain = files.read_file(suffix, content.encode())
+    assert plain.save() == content.encode()
 
 
 def test_an_epub_is_its_xhtml_read_as_html_the_rest_kept():

@@ -58,7 +58,7 @@ def test_only_the_length_bound_turns_the_cut_on():
 
 
 def test_a_forced_prefix_stays_whole_and_only_what_follows_it_is_cut():
-    """"ha ha ha ha ha" as target_prefix: the output starts with it, as promised; a loop
+    """ "ha ha ha ha ha" as target_prefix: the output starts with it, as promised; a loop
     after it is cut where it starts, the prefix counted no part of it."""
     from service.runtime.controls import InputControls
 

@@ -44,7 +44,7 @@ def test_a_word_like_the_marker_gets_a_longer_marker():
 
 
 def test_a_word_of_the_source_like_a_broken_marker_stays_and_a_broken_marker_goes():
-    """"Z3" of the source ("un BMW Z3, de 1999") is a word the translation keeps wherever
+    """ "Z3" of the source ("un BMW Z3, de 1999") is a word the translation keeps wherever
     punctuation stands next to it; a marker the model broke ("Z1" for "ZZ1") is dropped and
     its item put back."""
     masked = mask("El BMW Z3, de 1999, es rápido.")
