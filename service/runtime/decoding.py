@@ -417,9 +417,9 @@ def rank_beams(beam: int, eos: int, ids, log_probs, scores: np.ndarray) -> _Rank
     """The candidates `ids`, `log_probs` (A * beam rows, 2 beam or more each, best first) of A
     inputs whose live scores are `scores` (A, beam) -> each input's step choices: its 2 beam
     best extensions (enough: a row's tokens past its 2 beam best cannot be among its input's
-    2 beam best), equal scores in (beam, token) order; the `</s>` among the best `beam` end a
-    hypothesis (one outside would not have been kept), the best `beam` others go on (at most
-    one `</s>` a beam, so there are that many)."""
+    2 beam best), equal scores in (beam, token) order; the `</s>` of finite score among the
+    best `beam` end a hypothesis (one outside would not have been kept), the best `beam`
+    others go on (at most one `</s>` a beam, so there are that many)."""
     width = 2 * beam
     shape = (len(scores), beam * width)
     ids = ids[:, :width].reshape(shape)
@@ -427,7 +427,9 @@ def rank_beams(beam: int, eos: int, ids, log_probs, scores: np.ndarray) -> _Rank
     totals = (scores[:, :, None] + log_probs.reshape(-1, beam, width)).reshape(shape)
     inputs, beam_of = np.arange(len(scores))[:, None], _beam_of(beam, width)
     best = _best(ids, totals, width, beam_of)
-    is_eos = ids[inputs, best] == eos
+    # an `</s>` of no finite score (a candidate a grammar or a ban ruled out, filling the
+    # k best of a narrow row) ends nothing
+    is_eos = (ids[inputs, best] == eos) & np.isfinite(totals[inputs, best])
     live = best[inputs, np.argsort(is_eos, axis=1, kind="stable")[:, :beam]]
     ended = best[:, :beam]
     return _Ranked(

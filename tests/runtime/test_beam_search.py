@@ -211,6 +211,26 @@ def test_a_tie_at_the_edge_of_the_kept_candidates_ranks_by_token():
     assert keep.tolist() == [0, 1] and search.tokens[:, 0].tolist() == [11, 5]
 
 
+def test_an_end_a_grammar_ruled_out_ends_nothing():
+    """A row narrowed to fewer tokens than the candidates a beam needs (an output grammar)
+    fills its k best with -inf ones in token order, `</s>` among them: such an `</s>`
+    neither ends a hypothesis nor counts towards the `beam` finished that stop an input, and
+    no -inf hypothesis is returned."""
+    options = DecodingOptions(beam_size=2, max_length=4, num_hypotheses=2)
+    search = BeamSearch(1, options, BOS, EOS)
+    narrow = np.array([[9, EOS, 3, 4]] * 2)  # only 9 allowed; </s>, 3 and 4 are filler
+    lps = np.array([[0.0, -np.inf, -np.inf, -np.inf]] * 2, np.float32)
+    search.advance(Candidates(narrow, lps), None)
+    assert search.ended.tolist() == [0] and search.rows == 2
+    while not search.done:
+        ids = np.array([[EOS, 5, 6, 7]] * search.rows)
+        lps = np.tile(np.array([-0.1, -0.2, -0.3, -0.4], np.float32), (search.rows, 1))
+        search.advance(Candidates(ids, lps), None)
+    (nbest,) = search.results()
+    assert nbest and all(np.isfinite(h.score) for h in nbest)
+    assert all(h.tokens[0] == 9 for h in nbest)
+
+
 def test_beam_searches_ranked_together_step_as_each_does_alone():
     """Beam searches of two beam sizes, one or several inputs each, between greedy ones, in
     one batch: ranked in one pass a beam size (`rank_together`), each ends as it does alone."""
