@@ -9,7 +9,7 @@ from service.front.decoding import decoding_request, hypothesis_message, token_c
 from service.front.servicer import Method, ModelServicer
 from service.runtime.captioning import CaptionModel, check_images
 from service.runtime.errors import InvalidArgument
-from service.runtime.requests import CaptionRequest, raise_problems
+from service.runtime.requests import CaptionRequest, raise_problems, writable
 from service.runtime.results import CaptionResult, PartialText
 from service.wire.v1 import caption_pb2, caption_pb2_grpc
 
@@ -30,7 +30,7 @@ def _typed(message, model: CaptionModel, images, fields) -> CaptionRequest:
     problems: list[str] = []
     check_images(images, problems)
     given = decoding_request(message.options)
-    encode = model.tokenizer.encode
+    encode = writable(model.tokenizer.encode, model.tokenizer.unknown_id)
     options, prefix = None, ()
     try:
         options = given.options(model.max_output_length, model.default_max_length, encode)

@@ -31,6 +31,7 @@ from service.runtime.requests import (
     check_texts,
     checked,
     raise_problems,
+    writable,
 )
 from service.runtime.results import PartialText, ScoreResult, TranslateResult
 from service.runtime.translation import TranslationModel
@@ -142,8 +143,14 @@ def parse_translate_stream(message, model: TranslationModel) -> TranslateRequest
 
 
 def _limits(model: TranslationModel) -> tuple:
-    encode = model.tokenizer.encode_target  # what `suppress` names is written, not read
+    encode = _written(model)
     return model.max_output_length, model.default_max_length, model.max_text_chars, encode
+
+
+def _written(model: TranslationModel):
+    """What `suppress` and `target_prefix` name is written, not read: the model's target
+    tokenizer, refusing characters its vocabulary lacks."""
+    return writable(model.tokenizer.encode_target, model.tokenizer.unknown_id)
 
 
 def _typed(message, model: TranslationModel, texts, fields, options) -> TranslateRequest:
@@ -157,7 +164,7 @@ def _typed(message, model: TranslationModel, texts, fields, options) -> Translat
         texts=tuple(texts),
         fields=tuple(fields),
         options=options,
-        prefix=given.prefix(model.tokenizer.encode_target, options.max_length),
+        prefix=given.prefix(_written(model), options.max_length),
         splitting=splitting,
         text_format=written,
         glossary=terms,

@@ -93,6 +93,11 @@ class _Vocabulary:
         self.dropped = specials.ids() | frozenset(extra.values()) | decoding.dropped
         self.vocab_size = max(self.decoder) + 1
 
+    @property
+    def unknown_id(self) -> int:
+        """What a piece the vocabulary lacks becomes: its unknown token."""
+        return self.specials.unk
+
     def ids(self, pieces: list[str]) -> list[int]:
         unk = self.specials.unk
         return [self.encoder.get(piece, unk) for piece in pieces]

@@ -24,6 +24,23 @@ MAX_SUPPRESS_TOKENS = 16  # tokens of one suppressed word or phrase at most
 Tokenize = Callable[[str], list[int]]  # text -> token ids, the model's tokenizer
 
 
+def writable(encode: Tokenize, unknown: int) -> Tokenize:
+    """`encode` of what a model must write (a target prefix, a suppressed word): a text with
+    characters its vocabulary lacks (each `unknown` in `encode`'s ids) is refused naming
+    them, as it could never be written as given (a prefix would lose them, a ban would ban
+    `<unk>`)."""
+
+    def checked(text: str) -> list[int]:
+        ids = encode(text)
+        if unknown in ids:
+            lacking = [c for c in dict.fromkeys(text) if not c.isspace() and unknown in encode(c)]
+            shown = " ".join(repr(c) for c in lacking[:8]) or "(some)"
+            raise InvalidArgument(f"characters the model's vocabulary lacks: {shown}")
+        return ids
+
+    return checked
+
+
 def check_text(field: str, text: str, problems: list[str], max_chars: int) -> None:
     """Appends the problem of one text, if any: empty, or longer than `max_chars`."""
     if not text.strip():
@@ -116,7 +133,10 @@ class DecodingRequest:
             return ()
         if not text.strip():
             raise InvalidArgument("target_prefix: only white space")
-        ids = tuple(tokenize(text))
+        try:
+            ids = tuple(tokenize(text))
+        except InvalidArgument as error:
+            raise InvalidArgument(f"target_prefix: {error}") from None
         if len(ids) >= max_length:
             raise InvalidArgument(
                 f"target_prefix: {len(ids)} tokens, at most max_length - 1 ({max_length - 1})"
@@ -130,7 +150,11 @@ def _suppressed(
     """The token sequences of the suppressed phrases, each checked."""
     sequences = []
     for i, phrase in enumerate(phrases):
-        ids = tuple(tokenize(phrase)) if phrase.strip() else ()
+        try:
+            ids = tuple(tokenize(phrase)) if phrase.strip() else ()
+        except InvalidArgument as error:
+            problems.append(f"suppress[{i}]: {error}")
+            continue
         if not ids:
             problems.append(f"suppress[{i}]: empty or only white space")
         elif len(ids) > MAX_SUPPRESS_TOKENS:

@@ -33,6 +33,11 @@ class Tokenizer:
     def vocab_size(self) -> int:
         return self._sp.get_piece_size()
 
+    @property
+    def unknown_id(self) -> int:
+        """What a character the vocabulary lacks becomes: `<unk>`."""
+        return SPECIAL_PIECES.index("<unk>")
+
     def encode(self, text: str) -> list[int]:
         """Token ids without `<s>` or `</s>`."""
         return self._sp.encode(unicodedata.normalize("NFC", text))

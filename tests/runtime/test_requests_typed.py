@@ -20,6 +20,7 @@ from service.runtime.requests import (
     check_texts,
     checked,
     raise_problems,
+    writable,
 )
 
 
@@ -119,6 +120,24 @@ def test_a_target_prefix_is_tokenized_and_must_leave_room_for_one_step():
     with pytest.raises(InvalidArgument, match=r"3 tokens, at most max_length - 1 \(2\)"):
         DecodingRequest(target_prefix="a b c").prefix(words, 3)
     assert DecodingRequest(target_prefix="a b").prefix(words, 3) == (4, 4)
+
+
+def test_what_a_model_must_write_refuses_characters_its_vocabulary_lacks():
+    """A target prefix or a suppressed word with characters a vocabulary without byte
+    fallback lacks would be written as `<unk>`, which decoding drops: the prefix would lose
+    them and the ban would ban `<unk>`. Both are refused, the characters named."""
+    unknown = 3
+
+    def encode(text: str) -> list[int]:  # ASCII words, <unk> for anything else
+        return [unknown if not c.isascii() else 4 + len(c) for c in text.split()]
+
+    written = writable(encode, unknown)
+    assert DecodingRequest(target_prefix="Hello there").prefix(written, 10) == (9, 9)
+    with pytest.raises(InvalidArgument, match="target_prefix: characters the model's vocab"):
+        DecodingRequest(target_prefix="你好 Hello").prefix(written, 10)
+    with pytest.raises(InvalidArgument, match=r"suppress\[1\]: .* '你' '好'"):
+        DecodingRequest(suppress=("cat", "你好")).options(64, 32, written)
+    assert DecodingRequest(suppress=("cat",)).options(64, 32, written).suppress == ((7,),)
 
 
 def test_requests_are_frozen_values():
