@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 
 from attnserve.cli.options import MODELS, default_data, shipped_checkpoint
-from attnserve.cli.subcommand import Subcommand
+from attnserve.cli.subcommand import Failure, Subcommand
 
 
 class Export(Subcommand):
@@ -83,7 +83,10 @@ class Export(Subcommand):
         if args.model == "hf":
             if args.directory is None or not args.name:
                 self.parser.error("export hf needs DIRECTORY and --name")
-            return commands.export_hf(args)
+            try:  # a directory refused: its architecture, tokenizer, languages; unreadable
+                return commands.export_hf(args)
+            except (ValueError, OSError) as refused:
+                raise Failure(f"export hf {args.directory}: {refused}") from refused
         args.data = args.data or default_data(args.model)
         args.checkpoint = args.checkpoint or shipped_checkpoint(args.model)
         args.name = args.name or args.model

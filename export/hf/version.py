@@ -52,6 +52,8 @@ def load(directory: Path):
     naming a refused architecture (export.hf.graphs.architecture) or tokenizer."""
     import transformers
 
+    if not (Path(directory) / "config.json").is_file():
+        raise ValueError(f"{directory}: no config.json: not a Hugging Face model directory")
     config = transformers.AutoConfig.from_pretrained(directory)
     family = architecture(config)
     classes = {

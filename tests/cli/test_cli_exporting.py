@@ -65,6 +65,18 @@ def test_export_refuses_an_unknown_way_of_making_graphs(capsys):
     assert "invalid choice: 'onnxscript'" in capsys.readouterr().err
 
 
+def test_export_hf_refusals_are_one_line_not_a_traceback(tmp_path, capsys):
+    """A directory export hf refuses (here: no config.json at all; the others, by their
+    reason, in tests/export/test_hf_version.py) is `error: ...` and exit status 1."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    argv = ["export", "hf", str(empty), "--out", str(tmp_path / "r"), "--name", "x"]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: export hf {empty}: ") and "no config.json" in err
+    assert "Traceback" not in err and not (tmp_path / "r").exists()
+
+
 def test_parity_hands_over_its_directory_and_returns_the_suites_status(handed):
     assert main(["parity", "repo/translator/2", "--json", "--sentences", "12"]) == 3
     ((command, args),) = handed
