@@ -218,14 +218,17 @@ def _content_documents(archive: zipfile.ZipFile) -> list[str]:
 
 SRT_TIMING = re.compile(r"^\s*\d+:\d+:\d+[,.]\d+\s*-->")
 SRT_TAG = re.compile(r"</?(?:i|b|u|font)\b[^<>]*>", re.IGNORECASE)  # what players read
+SRT_SPEAKER = re.compile(r"^([-–—]\s*)(\S.*)$")  # a dialogue's line: a dash, then the words
 
 
 def _srt(content: str, bom: bool) -> File:
     """Subtitles: each cue's text (its lines after its timing, up to a blank line or the
     next cue) a paragraph, read as one sentence or more; its number and timing kept, its
     translation broken into as many lines as it had, the file's line breaks (and byte order
-    mark) as they were, a cue not translated as it was. A file with subtitles' tags (<i>,
-    <b>, <u>, <font ...>) is read as HTML, so that they come back exactly."""
+    mark) as they were, a cue not translated as it was. A dialogue (a cue whose every line
+    starts with a dash, a speaker each) is a paragraph a line, its dashes kept. A file with
+    subtitles' tags (<i>, <b>, <u>, <font ...>) is read as HTML, so that they come back
+    exactly."""
     newline = "\r\n" if "\r\n" in content else "\r" if "\r" in content else "\n"
     lines = content.replace("\r\n", "\n").replace("\r", "\n").split("\n")
     # the first text line of each cue -> (its lines, their translation once written)
@@ -239,9 +242,16 @@ def _srt(content: str, bom: bool) -> File:
         while i < len(lines) and lines[i].strip() and not _cue_starts(lines, i):
             i += 1
         if i > start:
+            said = [line.strip() for line in lines[start:i]]
+            speakers = [SRT_SPEAKER.match(line) for line in said]
+            if len(said) > 1 and all(speakers):  # a dialogue: a speaker a line, each its own
+                cues[start] = (i - start, lines[start:i])  # as it was until written
+                for j, speaker in enumerate(speakers):
+                    dash, words = speaker.groups()
+                    paragraphs.append(Paragraph([words], _speaker_writer(cues, start, j, dash)))
+                continue
             cues[start] = (i - start, None)
-            said = " ".join(line.strip() for line in lines[start:i])
-            paragraphs.append(Paragraph([said], _srt_writer(cues, start)))
+            paragraphs.append(Paragraph([" ".join(said)], _srt_writer(cues, start)))
 
     def save() -> bytes:
         out, n = [], 0
@@ -262,6 +272,15 @@ def _cue_starts(lines: list[str], i: int) -> bool:
     return (
         lines[i].strip().isdigit() and i + 1 < len(lines) and bool(SRT_TIMING.match(lines[i + 1]))
     )
+
+
+def _speaker_writer(cues: dict, start: int, line: int, dash: str):
+    """The writer of a dialogue line: its dash as it was, then its translation."""
+
+    def write(placed: list[tuple[int, str]]) -> None:
+        cues[start][1][line] = dash + "".join(value for _, value in placed).strip()
+
+    return write
 
 
 def _srt_writer(cues: dict, start: int):

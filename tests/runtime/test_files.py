@@ -287,6 +287,33 @@ def test_subtitles_keep_their_numbers_timings_and_line_count():
     )
 
 
+def test_a_dialogue_cue_keeps_a_speaker_a_line_and_its_dashes():
+    """A cue whose every line starts with a dash is two (or more) speakers: each line is
+    translated on its own and stays on its line after its dash; a dash inside a line, or on
+    one line of two, is words like any."""
+    content = (
+        "1\n00:00:01,000 --> 00:00:02,000\n- Hola.\n- Adiós, mi viejo amigo.\n\n"
+        "2\n00:00:03,000 --> 00:00:04,000\n—¿Vienes?\n—Sí.\n\n"
+        "3\n00:00:05,000 --> 00:00:06,000\n- Ven aquí\ny siéntate.\n"
+    )
+    read = files.read_file(".srt", content.encode())
+    assert [p.runs for p in read.paragraphs] == [
+        ["Hola."],
+        ["Adiós, mi viejo amigo."],
+        ["¿Vienes?"],
+        ["Sí."],
+        ["- Ven aquí y siéntate."],
+    ]
+    english = ["Hi.", "Goodbye, my old friend.", "Are you coming?", "Yes.", "- Come here and sit."]
+    for paragraph, text in zip(read.paragraphs, english, strict=True):
+        paragraph.write([(0, text)])
+    assert read.save().decode() == (
+        "1\n00:00:01,000 --> 00:00:02,000\n- Hi.\n- Goodbye, my old friend.\n\n"
+        "2\n00:00:03,000 --> 00:00:04,000\n—Are you coming?\n—Yes.\n\n"
+        "3\n00:00:05,000 --> 00:00:06,000\n- Come here\nand sit.\n"
+    )
+
+
 def test_subtitles_without_blank_lines_between_and_with_tags():
     content = (
         "1\n00:00:01,000 --> 00:00:02,000\n<i>Hola</i> amigo\n"  # no blank line after
