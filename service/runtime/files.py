@@ -603,34 +603,66 @@ def _pptx_run_writer(run):
 
 def _odf(data: bytes, suffix: str) -> File:
     """An OpenDocument text or presentation: its paragraphs and headings, wherever they sit
-    (a presentation's are in its frames' text boxes)."""
+    (a presentation's are in its frames' text boxes). A paragraph of text, spans and links
+    (their runs of spaces among them) is one text of runs; in any other (a tab, a line
+    break, a note, a frame, a field inside) each piece of text is translated on its own,
+    those in spans and links too."""
     from odf import teletype, text
     from odf.element import Text
-    from odf.namespaces import TEXTNS
-    from odf.opendocument import load
 
-    document = _opened(load, data, suffix)
+    document = _opened(load_odf, data, suffix)
     paragraphs = []
-    span = (TEXTNS, "span")
     for element in [*document.getElementsByType(text.P), *document.getElementsByType(text.H)]:
         children = list(element.childNodes)
-        simple = all(
-            isinstance(c, Text)
-            or (c.qname == span and all(isinstance(g, Text) for g in c.childNodes))
-            for c in children
-        )
-        if simple:
+        if all(_odf_flat(c) for c in children):
             runs = [c.data if isinstance(c, Text) else teletype.extractText(c) for c in children]
             if "".join(runs).strip():
                 paragraphs.append(Paragraph(runs, _odt_writer(element, children)))
             continue
-        for child in children:  # tabs, breaks, links...: each piece of text on its own
-            if isinstance(child, Text) and child.data.strip():
-                paragraphs.append(Paragraph([child.data], _odt_text_writer(child)))
+        for node in _odf_texts(children):  # each piece of text on its own
+            if node.data.strip():
+                paragraphs.append(Paragraph([node.data], _odt_text_writer(node)))
     return File(paragraphs, "plain", _saver(document, "write"))
 
 
+def load_odf(stream):
+    from odf.opendocument import load
+
+    return load(stream)
+
+
+ODF_SPACES = ("s",)  # spaces as an element (a tab or a line break parts two texts)
+ODF_RUNS = ("span", "a")  # formatting, a link: what a run of text sits in
+
+
+def _odf_flat(node) -> bool:
+    """Text, spaces, or a span or link of those (spans inside it too)."""
+    from odf.element import Text
+    from odf.namespaces import TEXTNS
+
+    if isinstance(node, Text):
+        return True
+    namespace, name = node.qname
+    if namespace != TEXTNS:
+        return False
+    return name in ODF_SPACES or (name in ODF_RUNS and all(map(_odf_flat, node.childNodes)))
+
+
+def _odf_texts(nodes):
+    """The text nodes among `nodes` and inside their spans and links, in order."""
+    from odf.element import Text
+    from odf.namespaces import TEXTNS
+
+    for node in nodes:
+        if isinstance(node, Text):
+            yield node
+        elif node.qname[0] == TEXTNS and node.qname[1] in ODF_RUNS:
+            yield from _odf_texts(node.childNodes)
+
+
 def _odt_writer(element, children):
+    """Each segment where its run was: a text run as text, a span's or link's in a copy of
+    it (its style, its target)."""
     from odf import teletype
     from odf.element import Text
 
@@ -643,8 +675,8 @@ def _odt_writer(element, children):
                 element.removeChild(child)
         for run, value in placed:
             original = children[run]
-            if isinstance(original, Text):
-                element.addText(value)
+            if isinstance(original, Text) or original.qname[1] in ODF_SPACES:
+                teletype.addTextToElement(element, value)
             else:
                 clone = original.__class__(
                     qname=original.qname,

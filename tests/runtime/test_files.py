@@ -198,6 +198,48 @@ def test_an_odt_keeps_its_spans_and_what_sits_between_its_texts():
     assert kinds == ["Hello.", "tab", "Goodbye."]
 
 
+def test_an_odt_translates_links_and_spans_with_spaces_as_runs_of_one_text():
+    """A link (text:a) and a span holding a run of spaces (text:s) are runs of their
+    paragraph's one text, the link's target kept; where a tab parts the paragraph, the
+    text inside its spans and links is translated too, a piece at a time."""
+    document = OpenDocumentText()
+    linked = text.P(text="Visite ")
+    linked.addElement(text.A(href="https://example.org/", text="nuestro sitio"))
+    linked.addText(" hoy.")
+    document.text.addElement(linked)
+    spaced = text.P(text="Hola ")
+    span = text.Span(text="mundo")
+    span.addElement(text.S(c=2))
+    span.addText("bonito")
+    spaced.addElement(span)
+    document.text.addElement(spaced)
+    tabbed = text.P(text="Nombre:")
+    tabbed.addElement(text.Tab())
+    tabbed.addElement(text.A(href="https://example.org/ana", text="Ana García"))
+    document.text.addElement(tabbed)
+    out = io.BytesIO()
+    document.write(out)
+    read = files.read_file(".odt", out.getvalue())
+    assert [p.runs for p in read.paragraphs] == [
+        ["Visite ", "nuestro sitio", " hoy."],
+        ["Hola ", "mundo  bonito"],
+        ["Nombre:"],
+        ["Ana García"],
+    ]
+    read.paragraphs[0].write([(0, "Visit "), (1, "our site"), (2, " today.")])
+    read.paragraphs[1].write([(0, "Hello "), (1, "pretty  world")])
+    read.paragraphs[2].write([(0, "Name:")])
+    read.paragraphs[3].write([(0, "Ana García")])
+    written = load(io.BytesIO(read.save()))
+    first, second, third = written.getElementsByType(text.P)
+    (link,) = first.getElementsByType(text.A)
+    assert teletype.extractText(first) == "Visit our site today."
+    assert teletype.extractText(link) == "our site" and "example.org" in str(link.attributes)
+    assert teletype.extractText(second) == "Hello pretty  world"
+    assert teletype.extractText(third).replace("\t", "") == "Name:Ana García"
+    assert third.getElementsByType(text.Tab) and third.getElementsByType(text.A)
+
+
 def test_a_pptx_keeps_its_runs_breaks_tables_and_notes():
     presentation = pptx.Presentation()
     slide = presentation.slides.add_slide(presentation.slide_layouts[1])
@@ -305,8 +347,8 @@ def test_a_dialogue_cue_keeps_a_speaker_a_line_and_its_dashes():
         ["- Ven aquí y siéntate."],
     ]
     english = ["Hi.", "Goodbye, my old friend.", "Are you coming?", "Yes.", "- Come here and sit."]
-    for paragraph, text in zip(read.paragraphs, english, strict=True):
-        paragraph.write([(0, text)])
+    for paragraph, said in zip(read.paragraphs, english, strict=True):
+        paragraph.write([(0, said)])
     assert read.save().decode() == (
         "1\n00:00:01,000 --> 00:00:02,000\n- Hi.\n- Goodbye, my old friend.\n\n"
         "2\n00:00:03,000 --> 00:00:04,000\n—Are you coming?\n—Yes.\n\n"
