@@ -36,6 +36,7 @@ BLOCK_END = re.compile(
     r"blockquote|pre|figure)\s*>",
     re.IGNORECASE,
 )
+LINE_BREAK = re.compile(r"<br\s*/?>", re.IGNORECASE)  # where a block too long is cut
 UNPACKED_BYTES = 256 << 20  # the files of a zipped format (.epub, .docx ...), unpacked, at most
 UNPACK_PART = 1 << 20  # bytes of a zipped file unpacked at a time
 ZIPPED_FILES = 20_000  # files of a zipped format at most
@@ -147,11 +148,21 @@ def _html(content: str, piece: int = HTML_PIECE) -> File:
 
 def html_pieces(content: str, most: int = HTML_PIECE) -> list[str]:
     """`content` cut after block ends into pieces of at most `most` characters where it can
-    be (a block longer than that is a piece of its own); never inside a script, a style or a
-    comment."""
+    be, a block longer than that after its line breaks (`<br>`) where it has them (else it
+    is a piece of its own); never inside a script, a style or a comment."""
+    return [
+        part
+        for piece in _cut_after(content, BLOCK_END, most)
+        for part in (_cut_after(piece, LINE_BREAK, most) if len(piece) > most else [piece])
+    ]
+
+
+def _cut_after(content: str, pattern: re.Pattern, most: int) -> list[str]:
+    """`content` cut after matches of `pattern` (outside what holds no text) into pieces of
+    at most `most` characters where the matches allow."""
     pieces, start, last = [], 0, 0
     hidden, h = markup.hidden(content), 0  # a script's or a comment's text ends no block
-    for match in BLOCK_END.finditer(content):
+    for match in pattern.finditer(content):
         while h < len(hidden) and hidden[h][1] <= match.start():
             h += 1
         if h < len(hidden) and hidden[h][0] <= match.start():

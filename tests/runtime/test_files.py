@@ -457,6 +457,10 @@ def test_a_long_html_file_is_cut_after_blocks_into_texts_of_a_bounded_length():
         "<p>" + "x" * 100 + "</p>",  # a block longer than the bound is a piece of its own
         "<p>y</p>",
     ]
+    lines = "<div>" + "".join(f"Línea {i}.<br>" for i in range(12)) + "</div><p>y</p>"
+    pieces = files.html_pieces(lines, 40)  # a block too long, cut after its line breaks
+    assert "".join(pieces) == lines and max(len(p) for p in pieces) <= 40
+    assert all(p.endswith(("<br>", "</div>")) for p in pieces[:-1]) and pieces[-1] == "<p>y</p>"
     long = "<div>" + "<p>Hola.</p>" * 5_000 + "<p>  </p></div>"
     read = files.read_file(".html", long.encode())
     assert len(read.paragraphs) == 4 and all(  # 60,020 characters
