@@ -4,7 +4,6 @@ Either engine's translations are read into `results`, so both print the same lin
 from __future__ import annotations
 
 import argparse
-import codecs
 import sys
 from pathlib import Path
 
@@ -236,10 +235,13 @@ def _translate_document(channel, args: argparse.Namespace, call: dict) -> int:
     suffix = args.input.suffix.lower()
     if suffix in FILES and not (args.json and suffix in (".html", ".htm")):
         return _translate_file(channel, args, call)
+    from service.runtime.files import TEXT_BOMS
+
     try:  # as its bytes say: line breaks (CRLF too) kept, a byte order mark kept out
         data = args.input.read_bytes()
-        bom = codecs.BOM_UTF8 if data.startswith(codecs.BOM_UTF8) else b""
-        text = data[len(bom) :].decode("utf-8")
+        bom = next((b for b in TEXT_BOMS if data.startswith(b)), b"")
+        encoding = TEXT_BOMS.get(bom, "utf-8")
+        text = data[len(bom) :].decode(encoding)
     except (OSError, UnicodeDecodeError) as error:
         print(f"error: {args.input}: {error}", file=sys.stderr)
         return 2
@@ -250,7 +252,7 @@ def _translate_document(channel, args: argparse.Namespace, call: dict) -> int:
     translated = iter(results.translations if results else ())
     whole = "".join(next(translated).hypotheses[0].text if p.strip() else p for p in parts)
     if args.output is not None and not args.json:
-        return _written(args.output, bom + whole.encode("utf-8"))
+        return _written(args.output, bom + whole.encode(encoding))
     with output(args.output) as out:
         if args.json and results is not None:
             show(results, True, out)

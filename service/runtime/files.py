@@ -36,6 +36,12 @@ BLOCK_END = re.compile(
     r"blockquote|pre|figure)\s*>",
     re.IGNORECASE,
 )
+# a text file's byte order mark -> its encoding (none: UTF-8); kept out of the text
+TEXT_BOMS = {
+    codecs.BOM_UTF8: "utf-8",
+    codecs.BOM_UTF16_LE: "utf-16-le",
+    codecs.BOM_UTF16_BE: "utf-16-be",
+}
 LINE_BREAK = re.compile(r"<br\s*/?>", re.IGNORECASE)  # where a block too long is cut
 UNPACKED_BYTES = 256 << 20  # the files of a zipped format (.epub, .docx ...), unpacked, at most
 UNPACK_PART = 1 << 20  # bytes of a zipped file unpacked at a time
@@ -95,17 +101,16 @@ class Batch:
 def read_file(suffix: str, data: bytes, piece: int = HTML_PIECE) -> File:
     """The paragraphs of a file (HTML in texts of at most `piece` characters where its
     blocks allow); ValueError when it cannot be read as its suffix says."""
-    if suffix in (".txt", ".html", ".htm"):  # a byte order mark kept out of the text
-        bom = codecs.BOM_UTF8 if data.startswith(codecs.BOM_UTF8) else b""
-        content = data[len(bom) :].decode("utf-8")
-        read = _text(content, piece) if suffix == ".txt" else _html(content, piece)
-        if bom:
-            read.save = lambda save=read.save: bom + save()
+    if suffix in (".txt", ".html", ".htm", ".srt"):  # text, written back in its encoding
+        bom = next((b for b in TEXT_BOMS if data.startswith(b)), b"")
+        encoding = TEXT_BOMS.get(bom, "utf-8")
+        content = data[len(bom) :].decode(encoding)
+        readers = {".txt": _text, ".srt": lambda text, _: _srt(text)}
+        read = readers.get(suffix, _html)(content, piece)
+        read.save = lambda save=read.save: bom + save().decode("utf-8").encode(encoding)
         return read
     if suffix == ".epub":
         return _epub(data, piece)
-    if suffix == ".srt":
-        return _srt(data.decode("utf-8-sig"), data.startswith(codecs.BOM_UTF8))
     readers = {".docx": _docx, ".pptx": _pptx, ".odt": _odf, ".odp": _odf}
     if suffix not in readers:
         raise ValueError(f"{suffix}: not one of {FORMATS}")
@@ -232,7 +237,7 @@ SRT_TAG = re.compile(r"</?(?:i|b|u|font)\b[^<>]*>", re.IGNORECASE)  # what playe
 SRT_SPEAKER = re.compile(r"^([-–—]\s*)(\S.*)$")  # a dialogue's line: a dash, then the words
 
 
-def _srt(content: str, bom: bool) -> File:
+def _srt(content: str) -> File:
     """Subtitles: each cue's text (its lines after its timing, up to a blank line or the
     next cue) a paragraph, read as one sentence or more; its number and timing kept, its
     translation broken into as many lines as it had, the file's line breaks (and byte order
@@ -270,7 +275,7 @@ def _srt(content: str, bom: bool) -> File:
             count, written = cues.get(n, (1, None))
             out += lines[n : n + count] if written is None else written
             n += count
-        return ("\ufeff" * bom + newline.join(out)).encode()
+        return newline.join(out).encode()
 
     tagged = any(SRT_TAG.search(p.text) for p in paragraphs)
     return File(paragraphs, "html" if tagged else "plain", save)

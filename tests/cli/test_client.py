@@ -718,13 +718,14 @@ def test_translate_command_refuses_what_it_cannot_do_before_it_sends(
     assert servicer.requests == []
 
 
-def test_a_text_document_keeps_its_line_breaks_and_byte_order_mark(stand_in, tmp_path):
+def test_a_text_document_keeps_its_line_breaks_encoding_and_byte_order_mark(stand_in, tmp_path):
     _, address = stand_in
     source, target = tmp_path / "es.txt", tmp_path / "en.txt"
-    source.write_bytes(codecs.BOM_UTF8 + "Hola.\r\n\r\nAdiós.\r\n".encode())
     argv = ["translate", "--server", address, "--input", str(source), "--output", str(target)]
-    assert main(argv) == 0
-    assert target.read_bytes() == codecs.BOM_UTF8 + "HOLA.\r\n\r\nADIÓS.\r\n".encode()
+    for bom, encoding in ((codecs.BOM_UTF8, "utf-8"), (codecs.BOM_UTF16_LE, "utf-16-le")):
+        source.write_bytes(bom + "Hola.\r\n\r\nAdiós.\r\n".encode(encoding))
+        assert main(argv) == 0
+        assert target.read_bytes() == bom + "HOLA.\r\n\r\nADIÓS.\r\n".encode(encoding)
 
 
 def test_a_document_is_cut_into_texts_at_paragraph_breaks():
