@@ -24,6 +24,8 @@ from pathlib import Path
 
 import sentencepiece as spm
 
+from service.runtime.tokenizer import visible
+
 WORD = "\u2581"  # SentencePiece's word start, left in a decoded text by a lone piece
 
 
@@ -147,7 +149,7 @@ class MarianTokenizer(_Vocabulary):
 
     def encode(self, text: str) -> list[int]:
         """Source ids, without `</s>`; a leading `>>xx<<` is one token."""
-        code, text = _language_code(text)
+        code, text = _language_code(visible(text))
         return self.ids(code + self._source.encode(text, out_type=str))
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
@@ -155,7 +157,7 @@ class MarianTokenizer(_Vocabulary):
 
     def encode_target(self, text: str) -> list[int]:
         """Target ids, without `</s>` (a reference to score, a forced prefix)."""
-        code, text = _language_code(text)
+        code, text = _language_code(visible(text))
         return self.ids(code + self._target.encode(text, out_type=str))
 
     def _written(self, pieces: list[str]) -> str:
@@ -188,13 +190,13 @@ class M2M100Tokenizer(_Vocabulary):
     def encode(self, text: str, language: str | None = None) -> list[int]:
         """Source ids without `</s>`, after the source language's token when given."""
         prefix = [] if language is None else [self.language_id(language)]
-        return prefix + self.ids(self._sp.encode(text, out_type=str))
+        return prefix + self.ids(self._sp.encode(visible(text), out_type=str))
 
     def encode_batch(self, texts: list[str], language: str | None = None) -> list[list[int]]:
         return [self.encode(t, language) for t in texts]
 
     def encode_target(self, text: str) -> list[int]:
-        return self.ids(self._sp.encode(text, out_type=str))
+        return self.ids(self._sp.encode(visible(text), out_type=str))
 
     def _written(self, pieces: list[str]) -> str:
         return self._sp.decode(pieces)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, fields
 from service.runtime.decoding import DecodingOptions
 from service.runtime.errors import InvalidArgument
 from service.runtime.glossary import Term
+from service.runtime.tokenizer import visible
 
 MAX_TEXTS = 1000  # source texts in one request (decoded as independent sequences)
 MAX_TEXT_CHARS = 100_000  # a text before it is split into sentences (the token limit is a
@@ -42,8 +43,9 @@ def writable(encode: Tokenize, unknown: int) -> Tokenize:
 
 
 def check_text(field: str, text: str, problems: list[str], max_chars: int) -> None:
-    """Appends the problem of one text, if any: empty, or longer than `max_chars`."""
-    if not text.strip():
+    """Appends the problem of one text, if any: empty (white space and what a tokenizer
+    does not read: tokenizer.INVISIBLE), or longer than `max_chars`."""
+    if not visible(text).strip():
         problems.append(f"{field}: empty or only white space")
     elif len(text) > max_chars:
         problems.append(f"{field}: {len(text)} characters, at most {max_chars}")

@@ -19,6 +19,35 @@ SPECIAL_TOKENS = SpecialTokens(PAD_ID, BOS_ID, EOS_ID, UNK_ID)  # what exported 
 SPECIAL_PIECES = ("<blank>", "<s>", "</s>", "<unk>")
 
 
+# what is never read: invisible characters that carry nothing to translate (a byte order
+# mark, a zero-width space, a soft hyphen, a word joiner, bidirectional marks) and control
+# characters other than tab and line breaks. A model never saw them in training, and reads
+# them as bytes it makes words of ("\ufeffBuenos días." came out "restrictionekfully-Buenos
+# days."); joiners inside words (U+200C, U+200D) are kept: some scripts spell with them
+INVISIBLE = dict.fromkeys(
+    [
+        *range(0x00, 0x09),
+        0x0B,
+        0x0C,
+        *range(0x0E, 0x20),
+        *range(0x7F, 0xA0),
+        0x00AD,
+        0x200B,
+        0x200E,
+        0x200F,
+        *range(0x202A, 0x202F),
+        0x2060,
+        *range(0x2066, 0x206A),
+        0xFEFF,
+    ]
+)
+
+
+def visible(text: str) -> str:
+    """`text` without the characters of INVISIBLE: what a tokenizer reads."""
+    return text.translate(INVISIBLE)
+
+
 class Tokenizer:
     """Text to ids and back for one SentencePiece model file."""
 
@@ -40,7 +69,7 @@ class Tokenizer:
 
     def encode(self, text: str) -> list[int]:
         """Token ids without `<s>` or `</s>`."""
-        return self._sp.encode(unicodedata.normalize("NFC", text))
+        return self._sp.encode(unicodedata.normalize("NFC", visible(text)))
 
     def encode_target(self, text: str) -> list[int]:
         """Target ids (a prefix, a scored translation): one vocabulary for both sides."""

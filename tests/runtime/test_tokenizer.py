@@ -40,6 +40,18 @@ def test_nfd_input_is_normalised_to_nfc(tokenizer):
     assert tokenizer.decode(tokenizer.encode(decomposed)) == "Canadá ñ"
 
 
+def test_invisible_and_control_characters_are_not_read(tokenizer):
+    """A byte order mark, a zero-width space, a soft hyphen, bidirectional marks and control
+    characters (pasted from the web, a word processor or a file) are read as nothing, where
+    the model made words of their bytes; joiners, tabs and line breaks are read."""
+    clean = "Buenos días, amigo.\tAdiós."
+    dirty = "\ufeffBue\u00adnos\u200b días,\x01 \u200eamigo\u2069.\tAdiós.\x7f"
+    assert tokenizer.encode(dirty) == tokenizer.encode(clean)
+    assert tokenizer.encode_target(dirty) == tokenizer.encode_target(clean)
+    assert tokenizer.encode("mi\u200dmi") != tokenizer.encode("mimi")  # a joiner is read
+    assert tokenizer.encode("a\nb") != tokenizer.encode("ab")
+
+
 def test_special_pieces_are_ctranslate2_compatible(tokenizer):
     assert tuple(tokenizer.vocabulary()[:4]) == SPECIAL_PIECES
     assert tokenizer.decode([1, *tokenizer.encode("hola"), 2, 0, 0]) == "hola"

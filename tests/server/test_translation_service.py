@@ -137,6 +137,11 @@ def _request(**kw) -> translation_pb2.TranslateRequest:
 BAD_REQUESTS = {
     "empty text": (_request(texts=[""]), "INVALID_ARGUMENT", "texts[0]"),
     "white space only": (_request(texts=["Hola.", " \n\t "]), "INVALID_ARGUMENT", "texts[1]"),
+    "invisible characters only": (
+        _request(texts=["\ufeff\u200b \u00ad"]),
+        "INVALID_ARGUMENT",
+        "texts[0]: empty or only white space",
+    ),
     "text beyond the character limit": (
         _request(texts=["palabra " * 12_501]),
         "INVALID_ARGUMENT",
