@@ -286,7 +286,7 @@ class GreedySearch(Search):
         if self.choose is None:
             best, log_probs = candidates.ids[:, 0], candidates.log_probs[:, 0]
         else:
-            column = np.asarray(self.choose(candidates), dtype=np.int64)[:, None]  # (R, 1)
+            column = np.asarray(self.choose(candidates, self.sources), dtype=np.int64)[:, None]
             best = np.take_along_axis(candidates.ids, column, 1)[:, 0]
             log_probs = np.take_along_axis(candidates.log_probs, column, 1)[:, 0]
         rows, active = self.hypotheses, self.active.tolist()
@@ -336,12 +336,28 @@ class GreedySearch(Search):
 
 def sampler(options: DecodingOptions):
     """Candidates ranked after temperature (the top_k best of each row, or the whole
-    vocabulary) -> the column of one sampled token per row, after top-k and top-p. The draw
-    reads the numbers in the candidates only, so a seed gives the same samples on every engine
-    whose candidates are equal."""
-    rng = np.random.default_rng(options.seed)
+    vocabulary), and the input each row samples (None: one input) -> the column of one
+    sampled token per row, after top-k and top-p. Each input draws from a generator of its
+    own seeded by the seed, so an input's samples do not depend on the inputs decoded beside
+    it (how a request was cut into jobs, a stream or not: what a cached answer is keyed by).
+    The draw reads the numbers in the candidates only, so a seed gives the same samples on
+    every engine whose candidates are equal."""
+    generators: dict[int, np.random.Generator] = {}
 
-    def choose(candidates: Candidates) -> np.ndarray:
+    def uniform(sources: np.ndarray | None, rows: int) -> np.ndarray:
+        """Each row's uniform number, from its input's generator, an input's rows in order."""
+        if sources is None:
+            sources = np.zeros(rows, dtype=np.int64)
+        drawn = np.empty(rows)
+        for item in dict.fromkeys(sources.tolist()):
+            generator = generators.get(item)
+            if generator is None:
+                generator = generators[item] = np.random.default_rng(options.seed)
+            mine = np.flatnonzero(sources == item)
+            drawn[mine] = generator.random(len(mine))
+        return drawn
+
+    def choose(candidates: Candidates, sources: np.ndarray | None = None) -> np.ndarray:
         sorted_probs = np.exp(candidates.scores)  # (B, k), best first
         keep = np.ones_like(sorted_probs, dtype=bool)
         if options.top_k:
@@ -357,7 +373,7 @@ def sampler(options: DecodingOptions):
         if not np.isfinite(cdf[:, -1]).all():
             raise ValueError("probabilities contain NaN")
         cdf /= cdf[:, -1:]
-        return (cdf <= rng.random(len(probs))[:, None]).sum(axis=-1)
+        return (cdf <= uniform(sources, len(probs))[:, None]).sum(axis=-1)
 
     return choose
 

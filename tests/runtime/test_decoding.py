@@ -236,6 +236,31 @@ def test_greedy_lanes_advance_as_greedy_searches(max_length):
         assert (got.log_prob, got.score) == (expected.log_prob, expected.score)
 
 
+def test_an_input_s_samples_do_not_depend_on_the_inputs_beside_it(exported_translator):
+    """ "The same seed, input and version give the same samples": an input sampled alone,
+    after another input or before two, with one sample or three, gives the same ones (a
+    server cuts a request into jobs as its rows allow, and caches each input's answer)."""
+    from service.runtime.onnx_engine import OnnxEngine
+    from service.runtime.tokenizer import Tokenizer
+    from service.runtime.translation import translate_ids
+
+    version = exported_translator[0]
+    engine = OnnxEngine(version, "fp32")
+    a, b, c = Tokenizer(version.tokenizer_file).encode_batch(
+        ["El gato duerme en la casa.", "Hola.", "Buenos días, señor."]
+    )
+    for n in (1, 3):
+        options = DecodingOptions(temperature=1.0, seed=7, num_hypotheses=n, max_length=24)
+
+        def samples(batch, at, options=options):
+            nbest = translate_ids(engine, batch, options, 512)[at]
+            return sorted((h.tokens, round(h.log_prob, 4)) for h in nbest)
+
+        alone = samples([a], 0)
+        assert samples([b, a], 1) == alone and samples([a, b, c], 0) == alone
+        assert samples([c, b, a], 2) == alone
+
+
 @pytest.mark.parametrize("top_k, top_p", [(0, 1.0), (3, 1.0), (0, 0.6), (5, 0.8)])
 def test_the_sampled_draw_is_generator_choice_row_by_row(top_k, top_p):
     """All rows drawn at once give what numpy's Generator.choice(len(p), p=p) gives row by row
