@@ -77,6 +77,13 @@ def test_the_page_translates_with_alignments(page_server, browser, tmp_path):
     assert shot.std() > 10  # shaded cells, not a blank table
     browser.save_screenshot(str(tmp_path / "translate.png"))
     assert Image.open(tmp_path / "translate.png").size[0] >= 1000
+    # a text of one sentence: its alignment is its hypothesis', drawn too
+    before = browser.find_element(By.ID, "translation").text
+    source.clear()
+    source.send_keys("El perro come pan.")
+    browser.find_element(By.ID, "translate-button").click()
+    wait.until(lambda d: d.find_element(By.ID, "translation").text not in ("", "…", before))
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#alignments table")) == 1
 
 
 def test_the_page_translates_a_document_as_a_file(page_server, browser, tmp_path):

@@ -11,8 +11,10 @@ import socket
 import ssl
 from pathlib import Path
 
+import grpc
 import uvicorn
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import JSONResponse, RedirectResponse, Response
@@ -62,7 +64,26 @@ def build_app(front, servicers: list[ModelServicer], tokens, refused, files: Pat
         Route("/", index, methods=["GET"]),
         Mount("/page", StaticFiles(directory=PAGE), name="page"),
     ]
-    return Starlette(routes=routes, middleware=[CORS])
+    return Starlette(
+        routes=routes, middleware=[CORS], exception_handlers={HTTPException: _http_error}
+    )
+
+
+# a route /v1 lacks, or a method it does not take: gRPC's status for it, by HTTP status
+ROUTE_STATUS = {404: grpc.StatusCode.NOT_FOUND, 405: grpc.StatusCode.UNIMPLEMENTED}
+
+
+async def _http_error(request, failed: HTTPException) -> Response:
+    """Starlette's own refusals (no such route, a method a route does not take, a form it
+    cannot read) in JSON as each API writes its errors: under /v1 as the contract's, else as
+    LibreTranslate's (`{"error": ...}`)."""
+    if not request.url.path.startswith("/v1/"):
+        body = {"error": failed.detail}
+        return JSONResponse(body, status_code=failed.status_code, headers=failed.headers)
+    code = ROUTE_STATUS.get(failed.status_code, grpc.StatusCode.INVALID_ARGUMENT)
+    what = f"{request.method} {request.url.path}: {failed.detail}"
+    body = {"error": {"code": failed.status_code, "status": code.name, "message": what}}
+    return JSONResponse(body, status_code=failed.status_code, headers=failed.headers)
 
 
 def http_socket(listen: str, reuse_port: bool) -> socket.socket:

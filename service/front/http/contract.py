@@ -36,6 +36,7 @@ from service.front.http.calls import (
     within,
 )
 from service.front.servicer import ModelServicer
+from service.front.versions import version_order
 
 FORMS = ("multipart/form-data", "application/x-www-form-urlencoded")
 TRUE = ("1", "true", "on", "yes")
@@ -163,6 +164,7 @@ class ContractApi:
         front, served = self.front, []
         for service, names in sorted(front.models.items()):
             for name, versions in sorted(names.items()):
+                latest = max(versions, key=version_order)  # what a call naming none gets
                 for version, model in sorted(versions.items()):
                     served.append(
                         {
@@ -170,7 +172,7 @@ class ContractApi:
                             "version": version,
                             "service": service,
                             "kind": model.kind,
-                            "default": front.defaults.get(service) == name,
+                            "default": front.defaults.get(service) == name and version == latest,
                             "languages": {
                                 "source": list(model.languages.source),
                                 "target": list(model.languages.target),
@@ -262,6 +264,8 @@ async def _form_value(field: FieldDescriptor, value) -> Any:
         try:
             return json.loads(value)
         except json.JSONDecodeError as error:
+            if field.type == FieldDescriptor.TYPE_STRING:  # a text that starts with "["
+                return value
             raise Aborted(
                 grpc.StatusCode.INVALID_ARGUMENT, f"{field.name}: not JSON ({error})"
             ) from None

@@ -25,6 +25,7 @@ import time
 import uuid
 from pathlib import Path
 from typing import NamedTuple
+from urllib.parse import quote
 
 import grpc
 from google.protobuf.json_format import MessageToDict
@@ -88,6 +89,18 @@ class BadRequest(Exception):
     def __init__(self, message: str, status: int = 400):
         super().__init__(message)
         self.status = status
+
+
+STORED_NAME_BYTES = 200  # of a translated file's name as stored (a file system's limit: 255)
+
+
+def _shortened(filename: str) -> str:
+    """`filename` cut to STORED_NAME_BYTES of UTF-8 where longer, its suffix kept."""
+    if len(filename.encode()) <= STORED_NAME_BYTES:
+        return filename
+    path = Path(filename)
+    room = STORED_NAME_BYTES - len(path.suffix.encode())
+    return path.stem.encode()[:room].decode(errors="ignore") + path.suffix
 
 
 class LibreTranslateApi:
@@ -154,9 +167,15 @@ class LibreTranslateApi:
         """The call's fields (a JSON body's, or the query's and a form's, an uploaded file
         read as Upload and the form closed), and whether they came as a form."""
         content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        length = request.headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > self.max_bytes:
+            raise BadRequest(f"Request too large: at most {self.max_bytes} bytes", 413)
         if content_type == "application/json" or _json_suffix(content_type):
+            body = await request.body()
+            if len(body) > self.max_bytes:  # sent in chunks, of no length said before
+                raise BadRequest(f"Request too large: at most {self.max_bytes} bytes", 413)
             try:
-                values = json.loads(await request.body() or b"{}")
+                values = json.loads(body or b"{}")
             except (json.JSONDecodeError, UnicodeDecodeError):
                 raise BadRequest("Invalid JSON format") from None
             if not isinstance(values, dict):
@@ -185,8 +204,10 @@ class LibreTranslateApi:
             reason = "Invalid API key" if aborted.code == grpc.StatusCode.UNAUTHENTICATED else ""
             raise BadRequest(reason or aborted.details, 403) from None
 
-    async def _call(self, request: Request, message, label: str):
-        context = HttpContext(timeout_of(request))
+    async def _call(self, request: Request, message, label: str, context=None):
+        """Translate over the servicer; `context` (HttpContext) where several calls share
+        the request's one deadline."""
+        context = context or HttpContext(timeout_of(request))
         call = self.servicer.unary("Translate", message, context, f"http/libretranslate/{label}")
         return await until_disconnected(request, within(context, call))
 
@@ -259,10 +280,13 @@ class LibreTranslateApi:
             q = values.get("q")
             if not q:
                 raise BadRequest("Invalid request: missing q parameter")
+            texts = q if isinstance(q, list) else [q]
+            if not all(isinstance(t, str) for t in texts):
+                raise BadRequest("Invalid request: q must be a string or a list of strings")
             self._authorize(request, values)
         except BadRequest as bad:
             return error(bad.status, str(bad))
-        text = " ".join(q) if isinstance(q, list) else str(q)
+        text = " ".join(texts)
         among = sorted({code for pair in self._pairs() for code in pair})
         ranked = languages.detect(text, among)
         return JSONResponse(
@@ -308,25 +332,27 @@ class LibreTranslateApi:
                 raise BadRequest(f"Invalid request: {filename}: {bad}") from None
             texts = [p.text for p in document.paragraphs]
             pair = self._route(source, target, texts, document.text_format).pair
+            context = HttpContext(timeout_of(request))  # one deadline for every batch
             for batch in document.batches(MAX_TEXTS) if pair is not None else ():
                 message = _translate_message(pair.model, batch.texts, document.text_format, 0)
                 message.source_language, message.target_language = pair.source, pair.target
                 message.options.return_alignment = batch.aligned
-                response = await self._call(request, message, "translate_file")
+                response = await self._call(request, message, "translate_file", context)
                 batch.write([MessageToDict(t) for t in response.translations])
         except BadRequest as bad:
             return error(bad.status, str(bad))
         except Aborted as aborted:
             return refusal(aborted)
-        stored = f"{uuid.uuid4()}.{filename}"
+        stored = f"{uuid.uuid4()}.{_shortened(filename)}"
         self.files.mkdir(parents=True, exist_ok=True)
         forget_old(self.files, KEEP_FILES_SECONDS)
         try:
             (self.files / stored).write_bytes(await asyncio.to_thread(document.save))
         except Exception as failed:  # a library's, writing the document back: LibreTranslate's
             log.exception("translate_file: %s", filename)
-            return error(500, f"Cannot translate file: {failed}")
-        url = str(request.url_for("download_file", name=stored))
+            return error(500, f"Cannot translate file: {type(failed).__name__}")
+        # the name as one path segment: a "#" or "?" in it would end the path
+        url = str(request.url_for("download_file", name=quote(stored, safe="")))
         return JSONResponse({"translatedFileUrl": url})
 
     async def download_file(self, request: Request) -> Response:

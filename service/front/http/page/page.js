@@ -108,11 +108,13 @@ async function translate() {
     const languages = response.sourceLanguage ? `: ${response.sourceLanguage} → ${response.targetLanguage}` : "";
     $("translated-by").textContent = `${response.model} ${response.version}${languages}`;
     $("translation").textContent = translation.hypotheses.map((h, i) => (translation.hypotheses.length > 1 ? `${i + 1}. ` : "") + h.text).join("\n");
-    for (const sentence of translation.sentences || []) {
-      if (!sentence.alignment) continue;
+    // a text of several sentences: each sentence's alignment; of one: its best hypothesis'
+    const alignments = (translation.sentences || []).map((s) => s.alignment).filter(Boolean);
+    if (!alignments.length && translation.hypotheses[0].alignment) alignments.push(translation.hypotheses[0].alignment);
+    for (const alignment of alignments) {
       const box = document.createElement("div");
       box.className = "alignment";
-      box.appendChild(alignmentTable(sentence.alignment));
+      box.appendChild(alignmentTable(alignment));
       $("alignments").appendChild(box);
     }
   } catch (error) { $("translation").textContent = ""; shown($("translate-error"), error.message); }

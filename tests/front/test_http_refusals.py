@@ -1,0 +1,155 @@
+"""The HTTP app's answers to what clients send wrong or odd, on the real Starlette app
+(`build_app`) with a stand-in front and a translation servicer that upper-cases: no worker,
+no model. Every refusal is JSON in its API's shape, and odd but valid input is served."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from types import SimpleNamespace
+from urllib.parse import urlsplit
+
+import pytest
+from starlette.testclient import TestClient
+
+from service.front.http import app as http_app
+from service.runtime.languages import Languages
+from service.wire.v1 import decoding_pb2, translation_pb2
+
+SERVICE = "attnserve.v1.TranslationService"
+
+
+class UpperCase:
+    """A servicer's `unary` as the HTTP side calls it: each text upper-cased, after `delay`."""
+
+    service = SERVICE
+    file = translation_pb2.DESCRIPTOR
+
+    def __init__(self, delay: float):
+        self.delay, self.requests = delay, []
+
+    async def unary(self, method, request, context, label=""):
+        self.requests.append(request)
+        await asyncio.sleep(self.delay)
+        hypotheses = [[decoding_pb2.Hypothesis(text=text.upper())] for text in request.texts]
+        return translation_pb2.TranslateResponse(
+            translations=[translation_pb2.Translation(hypotheses=h) for h in hypotheses]
+        )
+
+
+def served(tmp_path, delay: float = 0.0, max_body: int | None = None, monkeypatch=None):
+    """A test client of the app over a front serving versions 1 and 2 of `translator`."""
+    if max_body is not None:
+        monkeypatch.setattr(http_app, "MAX_BODY", max_body)
+    model = SimpleNamespace(kind="transformer", languages=Languages(("es",), ("en",)))
+    front = SimpleNamespace(
+        models={SERVICE: {"translator": {"1": model, "2": model}}},
+        defaults={SERVICE: "translator"},
+        config=SimpleNamespace(max_text_chars=100_000),
+        serving=True,
+        draining=False,
+        services=[SERVICE],
+    )
+    servicer = UpperCase(delay)
+    built = http_app.build_app(front, [servicer], [], lambda code: None, tmp_path / "files")
+    return TestClient(built, raise_server_exceptions=False), servicer
+
+
+def test_detect_refuses_what_is_not_text(tmp_path):
+    web, _ = served(tmp_path)
+    for q in ([1, 2], {"a": 1}, ["Hola", None]):
+        answer = web.post("/detect", json={"q": q})
+        assert answer.status_code == 400, (q, answer.text)
+        assert answer.json() == {
+            "error": "Invalid request: q must be a string or a list of strings"
+        }
+    assert web.post("/detect", json={"q": ["Hola", "amigo"]}).status_code == 200
+
+
+@pytest.mark.parametrize("name", ["carta #1.txt", "¿por qué?.txt", "100%.txt", "a" * 240 + ".txt"])
+def test_a_translated_file_downloads_from_its_url_whatever_its_name(tmp_path, name):
+    """A "#" or "?" in a file's name ended the link's path; a long name (legal on disk)
+    failed once the uuid was put before it, after the whole file was translated."""
+    web, _ = served(tmp_path)
+    answer = web.post(
+        "/translate_file",
+        files={"file": (name, b"Hola amigo.")},
+        data={"source": "es", "target": "en"},
+    )
+    assert answer.status_code == 200, answer.text
+    link = urlsplit(answer.json()["translatedFileUrl"])
+    assert not link.query and not link.fragment
+    download = web.get(link.path)
+    assert download.status_code == 200 and download.content == b"HOLA AMIGO."
+    assert len(link.path.rpartition("/")[2].encode()) <= 3 * 255
+
+
+def test_one_deadline_bounds_every_batch_of_a_file(tmp_path):
+    """X-Request-Timeout is the whole call's, not each 1,000 paragraphs' own."""
+    web, servicer = served(tmp_path, delay=0.3)
+    text = "\n\n".join(f"Hola {i}." for i in range(2_500)).encode()  # 3 batches of calls
+    started = time.monotonic()
+    answer = web.post(
+        "/translate_file",
+        files={"file": ("largo.txt", text)},
+        data={"source": "es", "target": "en"},
+        headers={"x-request-timeout": "0.5"},
+    )
+    assert answer.status_code == 504 and time.monotonic() - started < 0.85
+    assert len(servicer.requests) == 2
+
+
+def test_bodies_are_bounded_for_libretranslate_too(tmp_path, monkeypatch):
+    web, servicer = served(tmp_path, max_body=1_000, monkeypatch=monkeypatch)
+    big = b'{"q": "Hola", "source": "es", "target": "en"' + b" " * 2_000 + b"}"
+    for chunked in (False, True):
+        content = iter([big]) if chunked else big  # a generator: no Content-Length said
+        answer = web.post(
+            "/translate", content=content, headers={"content-type": "application/json"}
+        )
+        assert answer.status_code == 413, answer.text
+        assert answer.json() == {"error": "Request too large: at most 1000 bytes"}
+    assert servicer.requests == []
+
+
+def test_starlettes_own_refusals_are_json_in_each_api_s_shape(tmp_path):
+    web, _ = served(tmp_path)
+    for answer, status, code in (
+        (web.post("/v1/nope", json={}), 404, "NOT_FOUND"),
+        (web.get("/v1/translate"), 405, "UNIMPLEMENTED"),
+        (
+            web.post(
+                "/v1/translate",
+                content=b"--x\r\nbroken",
+                headers={"content-type": "multipart/form-data"},  # no boundary
+            ),
+            400,
+            "INVALID_ARGUMENT",
+        ),
+    ):
+        assert answer.status_code == status, answer.text
+        error = answer.json()["error"]
+        assert (error["code"], error["status"]) == (status, code) and error["message"]
+    many = "&".join(f"f{i}=1" for i in range(1_100))  # past Starlette's 1,000 fields
+    for path in ("/translate", "/v1/translate"):
+        answer = web.post(
+            path, content=many, headers={"content-type": "application/x-www-form-urlencoded"}
+        )
+        assert answer.status_code == 400 and "error" in answer.json(), answer.text
+
+
+def test_a_form_s_text_may_start_with_a_bracket(tmp_path):
+    """A repeated field's form value that is a JSON list is the list; any other text is a
+    text, "[Nota] ..." too."""
+    web, servicer = served(tmp_path)
+    answer = web.post("/v1/translate", data={"texts": "[Nota] El perro come pan."})
+    assert answer.status_code == 200, answer.text
+    assert list(servicer.requests[-1].texts) == ["[Nota] El perro come pan."]
+    listed = web.post("/v1/translate", data={"texts": '["Uno.", "Dos."]'})
+    assert listed.status_code == 200 and list(servicer.requests[-1].texts) == ["Uno.", "Dos."]
+
+
+def test_the_default_version_is_the_one_a_call_naming_none_gets(tmp_path):
+    web, _ = served(tmp_path)
+    models = web.get("/v1/models").json()["models"]
+    assert [(m["version"], m["default"]) for m in models] == [("1", False), ("2", True)]
