@@ -206,12 +206,14 @@ class ServerConfig:
             problems.append("max_replicas must be 0 (min_replicas) or min_replicas or more")
         if self.max_concurrent_streams < 1:
             problems.append("max_concurrent_streams must be 1 or more")
+        if not self.batch_window_ms >= 0:
+            problems.append("batch_window_ms must be 0 or more")
         for name in ("listen", "metrics_listen", "http_listen"):
             if name == "http_listen" and not self.http_listen:
                 continue
             host, _, port = getattr(self, name).rpartition(":")
-            if not host or not port.isdigit():
-                problems.append(f"{name} must be HOST:PORT, got {getattr(self, name)!r}")
+            if not host or not port.isdigit() or int(port) > 65535:
+                problems.append(f"{name} must be HOST:PORT (0..65535), got {getattr(self, name)!r}")
         if problems:
             raise InvalidArgument("configuration: " + "; ".join(problems))
         return self
@@ -452,23 +454,41 @@ def _convert(name: str, kind, value):
     """A setting from text (environment, flags) or TOML to the field's type."""
     if value is None:
         return None
-    text = isinstance(value, str)
+    text, kind = isinstance(value, str), str(kind)
     try:
-        if "Path" in str(kind):
+        if not text:  # a TOML value: of the field's own type (an int for a float too)
+            number = isinstance(value, int | float) and not isinstance(value, bool)
+            expected = (
+                isinstance(value, bool)
+                if "bool" in kind
+                else isinstance(value, int) and number
+                if "int" in kind
+                else number
+                if "float" in kind
+                else isinstance(value, os.PathLike)
+                if "Path" in kind
+                else False  # a name, an address: text
+            )
+            if not expected:
+                raise ValueError(f"a {kind.split(' ')[0]} is needed")
+        if "Path" in kind:
             return Path(value)
-        if "bool" in str(kind):
+        if "bool" in kind:
             if not text:
-                return bool(value)
+                return value
             lowered = value.strip().lower()
             if lowered in ("", "auto", "none"):
                 return None
             if lowered not in ("1", "0", "true", "false", "yes", "no", "on", "off"):
                 raise ValueError(value)
             return lowered in ("1", "true", "yes", "on")
-        if "int" in str(kind):
+        if "int" in kind:
             return int(value)
-        if "float" in str(kind):
-            return float(value)
+        if "float" in kind:
+            number = float(value)
+            if not math.isfinite(number):
+                raise ValueError("not a finite number")
+            return number
         return str(value)
     except ValueError as error:
         raise InvalidArgument(f"configuration: {name}: cannot read {value!r}") from error

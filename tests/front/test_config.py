@@ -321,3 +321,41 @@ def test_the_default_repository_is_the_one_the_set_up_builds():
     root = Path(__file__).resolve().parents[2]
     assert root / "data" / "repository" == config_module.DEFAULT_REPOSITORY
     assert ServerConfig().repository == config_module.DEFAULT_REPOSITORY
+
+
+@pytest.mark.parametrize(
+    ("toml", "named"),
+    [
+        ("workers = [1]", "workers"),
+        ("max_batch_rows = {a = 1}", "max_batch_rows"),
+        ("workers = 1.9", "workers"),  # an int, not a float cut to one
+        ("workers = true", "workers"),
+        ("max_versions = -0.5", "max_versions"),
+        ("drain_seconds = [1]", "drain_seconds"),
+        ("repository = 5", "repository"),
+        ("io_binding = 1", "io_binding"),
+        ("listen = 5", "listen"),
+    ],
+)
+def test_a_toml_value_of_another_type_is_refused_naming_it(tmp_path, toml, named):
+    file = tmp_path / "attnserve.toml"
+    file.write_text(toml + "\n", encoding="utf-8")
+    with pytest.raises(InvalidArgument, match=rf"configuration: {named}: cannot read"):
+        load_config(file, {})
+
+
+def test_numbers_a_server_cannot_keep_are_refused(tmp_path):
+    """nan and infinities (a watch that never wakes, a drain that cuts every call, gRPC
+    options that overflow), a negative batch window and a port past 65535."""
+    for name in ("WATCH_SECONDS", "DRAIN_SECONDS", "MIN_PING_INTERVAL_SECONDS"):
+        for value in ("nan", "inf", "-inf"):
+            with pytest.raises(InvalidArgument, match="cannot read"):
+                load_config(None, {f"ATTNSERVE_{name}": value})
+    with pytest.raises(InvalidArgument, match="batch_window_ms must be 0 or more"):
+        load_config(None, {"ATTNSERVE_BATCH_WINDOW_MS": "-1"})
+    with pytest.raises(InvalidArgument, match=r"listen must be HOST:PORT \(0..65535\)"):
+        load_config(None, {"ATTNSERVE_LISTEN": "127.0.0.1:99999"})
+    file = tmp_path / "attnserve.toml"
+    file.write_text("drain_seconds = 5\nworkers = 2\nio_binding = true\n", encoding="utf-8")
+    config = load_config(file, {})  # an int for a float is a number still
+    assert (config.drain_seconds, config.workers, config.io_binding) == (5.0, 2, True)
