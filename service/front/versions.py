@@ -106,6 +106,10 @@ class VersionWatcher:
                     f"{directory}: a {model.kind} model needs {model.service}, which this "
                     "server did not start with; restart it to serve this version"
                 )
+            if model.key in self.retiring:  # its calls in flight still drain: a scan later
+                self.seen.pop(directory, None)
+                log.info("%s waits for the version it replaces to drain", model.key)
+                return
             names = front.models.get(model.service, {}).get(version.name, {})
             if version.version in names:
                 raise ModelRepositoryError(
@@ -158,6 +162,9 @@ class VersionWatcher:
         if not versions:
             self.front.models[model.service].pop(model.version.name, None)
         self.served.pop(directory, None)
+        # the model's versions held back by max_versions are looked at again: one may be
+        # among the newest now (a rollback: the newest removed)
+        self.seen = {d: stamp for d, stamp in self.seen.items() if d.parent != directory.parent}
         log.info("retiring %s: %s; its calls in flight finish first", model.key, why)
         task = asyncio.get_running_loop().create_task(self._drain(model))
         self.tasks.add(task)

@@ -212,6 +212,51 @@ def test_a_version_whose_directory_goes_away_is_retired_once_its_calls_finish(tm
     assert watcher.retiring == set() and watcher.served == {}
 
 
+def test_a_version_put_back_while_it_drains_is_loaded_once_the_drain_ends(tmp_path):
+    """A version removed and put back (a replacement renamed into place) while its calls
+    drain: the drain's end unloaded the key the new one was loaded under, and the workers
+    answered its every call "not loaded". It is loaded after the drain, never before."""
+    directory = publish(tmp_path, "1")
+    front = Front()
+    watcher = VersionWatcher(front, _config(tmp_path, drain_seconds=10.0))
+
+    async def scans():
+        await watcher.scan()
+        front.pool.calls["captioner/1"] = 1
+        shutil.rmtree(directory)
+        await watcher.scan()  # retired: draining
+        publish(tmp_path, "1")
+        await watcher.scan()  # waits for the drain
+        assert front.served() == [] and front.pool.loaded == [("captioner/1", "fp32")]
+        front.pool.calls["captioner/1"] = 0
+        await asyncio.wait_for(asyncio.gather(*watcher.tasks), 5)
+        await watcher.scan()
+
+    asyncio.run(scans())
+    assert front.pool.loaded == [("captioner/1", "fp32")] * 2
+    assert front.pool.unloaded == ["captioner/1"] and front.served() == ["1"]
+    assert watcher.retiring == set()
+
+
+def test_the_newest_removed_the_one_held_back_is_served_again(tmp_path):
+    """max_versions 1: version 1 held back behind 2 (and looked at once since); 2 removed
+    (a rollback), 1 is served at the same scan."""
+    publish(tmp_path, "1")
+    newest_one = publish(tmp_path, "2")
+    front = Front()
+    watcher = VersionWatcher(front, _config(tmp_path, max_versions=1))
+
+    async def scans():
+        await watcher.scan()
+        await watcher.scan()  # 1 held back, and not looked at again unchanged
+        assert front.served() == ["2"]
+        shutil.rmtree(newest_one)
+        await watcher.scan()
+
+    asyncio.run(scans())
+    assert front.served() == ["1"]
+
+
 def test_calls_that_outlast_drain_seconds_do_not_hold_a_retired_version(tmp_path):
     directory = publish(tmp_path, "1")
     front = Front()
