@@ -5,8 +5,8 @@ that served it and everything that shapes its hypotheses (the decoding options a
 returned with them); a sentence of a long text is cached as a sentence, so repeated
 boilerplate decodes once. Sampling is cached only with a seed (the same seed, input and
 version give the same samples); without one every call draws anew. The cache is a bounded
-LRU, by entries and by bytes (an estimate of the hypotheses' arrays), in each front process;
-0 for either bound turns it off.
+LRU, by entries and by bytes (what its objects hold in memory, estimated by `_size`), in each
+front process; 0 for either bound turns it off.
 """
 
 from __future__ import annotations
@@ -14,19 +14,33 @@ from __future__ import annotations
 import itertools
 import weakref
 from collections import OrderedDict
-from dataclasses import astuple
 
 from service.runtime.decoding import Hypothesis
 from service.runtime.kinds import Prepared, ServedModel
 
-ENTRY_OVERHEAD = 256  # bytes an entry costs besides its arrays (key, lists, objects)
+# what an entry costs in CPython's objects, measured with tracemalloc (hypotheses as they
+# come unpickled from a worker): its key (a tuple with the options' own), the entry and the
+# dict's slot; a hypothesis object with its lists; a token id in a list (its slot and an
+# int of 28 bytes); a log-probability (its slot and a float of 24)
+ENTRY_OVERHEAD = 1_536
+HYPOTHESIS_BYTES = 512
+INT_BYTES = 36
+FLOAT_BYTES = 32
 _serials = itertools.count()
 
 
-def _size(hypotheses: list[Hypothesis]) -> int:
+def _size(key: tuple, hypotheses: list[Hypothesis]) -> int:
+    """Bytes an entry holds: its key's input (bytes) and forced prefix (ids), and its
+    hypotheses' tokens, log-probabilities and alignments."""
     size = ENTRY_OVERHEAD
+    for part in key:
+        if isinstance(part, bytes):
+            size += len(part)
+        elif isinstance(part, tuple) and part and isinstance(part[0], int):
+            size += INT_BYTES * len(part)
     for h in hypotheses:
-        size += 8 * (len(h.tokens) + len(h.token_log_probs))
+        size += HYPOTHESIS_BYTES + INT_BYTES * len(h.tokens)
+        size += FLOAT_BYTES * len(h.token_log_probs)
         if h.alignment is not None:
             size += h.alignment.nbytes
     return size
@@ -61,7 +75,7 @@ class ResponseCache:
             return [None] * prepared.inputs  # unseeded samples differ on every call
         shape = (
             self._serial(model),
-            astuple(options),
+            options,  # frozen, hashable: the request's own object, held (no copy of it)
             prepared.keep_alignment,
             prepared.keep_log_probs,
         )
@@ -88,7 +102,7 @@ class ResponseCache:
     def put(self, key: tuple | None, hypotheses: list[Hypothesis]) -> None:
         if key is None or key in self.entries:
             return
-        size = _size(hypotheses)
+        size = _size(key, hypotheses)
         if size > self.max_bytes:
             return
         self.entries[key] = (hypotheses, size)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from service.front.cache import ResponseCache
+from service.front.cache import ResponseCache, _size
 from service.runtime.decoding import DecodingOptions, Hypothesis
 from service.runtime.kinds import Prepared
 
@@ -56,10 +56,45 @@ def test_the_least_recently_used_entries_go_first_by_count_and_by_bytes():
     assert cache.get(a, "m") is not None  # a is now the most recent
     cache.put(c, _nbest())
     assert cache.get(b, "m") is None and cache.get(a, "m") and cache.get(c, "m")
-    small = ResponseCache(100, 2 * 256 + 100)  # room for two small entries, not three
+    keys = cache.keys(model, _prepared([b"x", b"y", b"z", b"big"]))
+    entry = _size(keys[0], _nbest(2))
+    small = ResponseCache(100, 2 * entry + entry // 2)  # room for two entries, not three
     keys = small.keys(model, _prepared([b"x", b"y", b"z", b"big"]))
     for key in keys[:3]:
         small.put(key, _nbest(2))
     assert len(small.entries) == 2 and small.bytes <= small.max_bytes
     small.put(keys[3], _nbest(10_000))  # larger than the whole cache: not kept
     assert small.get(keys[3], "m") is None and len(small.entries) == 2
+
+
+def test_the_byte_bound_holds_for_what_the_entries_really_take():
+    """Entries as the front keeps them (hypotheses unpickled from a worker: lists of Python
+    ints and floats; keys with their input's bytes): the memory they take, measured, stays
+    within the bound."""
+    import pickle
+    import tracemalloc
+
+    rng = np.random.default_rng(0)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        cache, model = ResponseCache(10**9, 1 << 20), _Model()
+        options = DecodingOptions(beam_size=4, num_hypotheses=4)
+        for _ in range(3_000):
+            source = rng.integers(300, 32_000, 30).astype(np.int32).tobytes()
+            (key,) = cache.keys(model, _prepared([source], options))
+            nbest = [
+                Hypothesis(
+                    tokens=rng.integers(300, 32_000, 30).tolist(),
+                    log_prob=-1.0,
+                    score=-1.0,
+                    token_log_probs=rng.random(31).tolist(),
+                )
+                for _ in range(4)
+            ]
+            cache.put(key, pickle.loads(pickle.dumps(nbest)))
+        taken = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert cache.bytes <= cache.max_bytes and len(cache.entries) < 3_000  # it evicted
+    assert taken <= cache.max_bytes, taken
