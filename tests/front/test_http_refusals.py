@@ -153,3 +153,29 @@ def test_the_default_version_is_the_one_a_call_naming_none_gets(tmp_path):
     web, _ = served(tmp_path)
     models = web.get("/v1/models").json()["models"]
     assert [(m["version"], m["default"]) for m in models] == [("1", False), ("2", True)]
+
+
+def test_a_body_sent_in_chunks_is_bounded_as_it_comes(tmp_path, monkeypatch):
+    """A body of no length said (chunked) was read whole, a form's file part too, and only
+    then measured: it is counted as it comes, and refused past the bound."""
+    web, servicer = served(tmp_path, max_body=1_000, monkeypatch=monkeypatch)
+    boundary = "b0undary"
+    part = (
+        (
+            f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="a.txt"\r\n'
+            "Content-Type: text/plain\r\n\r\n"
+        ).encode()
+        + b"Hola. " * 1_000
+        + f"\r\n--{boundary}--\r\n".encode()
+    )
+    headers = {"content-type": f"multipart/form-data; boundary={boundary}"}
+
+    def chunks():
+        for start in range(0, len(part), 500):
+            yield part[start : start + 500]
+
+    answer = web.post("/v1/translate", content=chunks(), headers=headers)
+    assert answer.status_code == 429 and answer.json()["error"]["status"] == "RESOURCE_EXHAUSTED"
+    answer = web.post("/translate_file", content=chunks(), headers=headers)
+    assert answer.status_code == 413 and "too large" in answer.json()["error"]
+    assert servicer.requests == []

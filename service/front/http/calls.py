@@ -45,6 +45,28 @@ class Aborted(Exception):
         self.code, self.details = code, details
 
 
+class TooLarge(Exception):
+    """A request's body passed its bound as it came."""
+
+
+def bounded(request: Request, most: int) -> Request:
+    """`request` whose body, counted as it comes, raises TooLarge past `most` bytes: a body
+    sent in chunks says no length first, and a form's file parts are not bounded by the
+    form's parser."""
+    received = 0
+
+    async def receive():
+        nonlocal received
+        message = await request.receive()
+        if message["type"] == "http.request":
+            received += len(message.get("body", b""))
+            if received > most:
+                raise TooLarge(f"request: more than {most} bytes")
+        return message
+
+    return Request(request.scope, receive)
+
+
 class HttpContext:
     """What the servicer asks of a call's context: the time left, and abort."""
 

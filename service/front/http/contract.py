@@ -28,7 +28,9 @@ from starlette.routing import Route
 from service.front.http.calls import (
     Aborted,
     HttpContext,
+    TooLarge,
     authorize,
+    bounded,
     error_response,
     header_token,
     timeout_of,
@@ -204,6 +206,7 @@ async def read_message(request: Request, message_class, max_bytes: int) -> Messa
             grpc.StatusCode.RESOURCE_EXHAUSTED, f"request: {length} bytes, at most {max_bytes}"
         )
     name = message_class.DESCRIPTOR.full_name
+    request = bounded(request, max_bytes)
     try:
         if content_type == FORMS[1] and (await request.body()).lstrip().startswith(b"{"):
             content_type = "application/json"  # JSON sent with curl -d's default type
@@ -226,6 +229,8 @@ async def read_message(request: Request, message_class, max_bytes: int) -> Messa
         raise Aborted(
             grpc.StatusCode.INVALID_ARGUMENT, f"request: invalid UTF-8 at byte {error.start}"
         ) from None
+    except TooLarge as error:
+        raise Aborted(grpc.StatusCode.RESOURCE_EXHAUSTED, str(error)) from None
 
 
 async def form_fields(form, descriptor: Descriptor) -> dict[str, Any]:

@@ -37,7 +37,9 @@ from starlette.routing import Route
 from service.front.http.calls import (
     Aborted,
     HttpContext,
+    TooLarge,
     authorize,
+    bounded,
     header_token,
     timeout_of,
     until_disconnected,
@@ -166,14 +168,18 @@ class LibreTranslateApi:
     async def _values(self, request: Request) -> tuple[dict, bool]:
         """The call's fields (a JSON body's, or the query's and a form's, an uploaded file
         read as Upload and the form closed), and whether they came as a form."""
+        try:
+            return await self._read(bounded(request, self.max_bytes))
+        except TooLarge:  # a length said, or counted as the body came
+            raise BadRequest(f"Request too large: at most {self.max_bytes} bytes", 413) from None
+
+    async def _read(self, request: Request) -> tuple[dict, bool]:
         content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
         length = request.headers.get("content-length")
         if length is not None and length.isdigit() and int(length) > self.max_bytes:
-            raise BadRequest(f"Request too large: at most {self.max_bytes} bytes", 413)
+            raise TooLarge
         if content_type == "application/json" or _json_suffix(content_type):
             body = await request.body()
-            if len(body) > self.max_bytes:  # sent in chunks, of no length said before
-                raise BadRequest(f"Request too large: at most {self.max_bytes} bytes", 413)
             try:
                 values = json.loads(body or b"{}")
             except (json.JSONDecodeError, UnicodeDecodeError):
