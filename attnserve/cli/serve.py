@@ -112,8 +112,8 @@ def _choices(config) -> list[str]:
 def _toml(value) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, str | Path):
-        return f'"{value}"'
+    if isinstance(value, str | Path):  # a TOML basic string: JSON's escapes
+        return json.dumps(str(value), ensure_ascii=False)
     return str(value)
 
 

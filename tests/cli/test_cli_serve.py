@@ -119,7 +119,8 @@ def test_settings_are_written_as_toml_values():
     assert serve._toml("0.0.0.0:50051") == '"0.0.0.0:50051"'
     assert serve._toml(Path("models/repo")) == '"models/repo"'
     assert serve._toml(16) == "16" and serve._toml(0.5) == "0.5"
-    for value in (True, "a:1", Path("p"), 16, 0.5):
+    odd = ('C:\\modelos\\"v2"', Path('/srv/año "nuevo"\tbis'))  # quotes, backslashes, tabs
+    for value in (True, "a:1", Path("p"), 16, 0.5, *odd):
         assert tomllib.loads(f"x = {serve._toml(value)}")["x"] == (
             str(value) if isinstance(value, Path) else value
         )
