@@ -152,7 +152,7 @@ class LibreTranslateApi:
         if source == "auto":
             among = sorted({s for s, t in pairs if t == target} | {target})
             sample = _sample(texts, text_format)
-            source, confidence = _best(languages.detect(sample, among))
+            source, confidence = _best(languages.detect(sample, among), target)
         elif source not in served:
             raise BadRequest(f"{source} is not supported")
         if source == target:
@@ -460,10 +460,16 @@ def _translatable(text: str) -> bool:
     return any(c.isalnum() for c in text)
 
 
-def _best(ranked: list[tuple[str, float]]) -> tuple[str, float]:
+def _best(ranked: list[tuple[str, float]], target: str) -> tuple[str, float]:
+    """The detected source: the most likely; where the target ties with another (a text
+    too short to tell, "Hola" as much English as Spanish), the other, so that the text is
+    translated rather than sent back as it is."""
     if not ranked:
         raise BadRequest("auto is not supported: no source language is served")
     code, probability = ranked[0]
+    tied = [c for c, p in ranked if p == probability and c != target]
+    if code == target and tied:
+        code = tied[0]
     return code, round(probability * 100, 1)
 
 
