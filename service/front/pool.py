@@ -322,7 +322,7 @@ class WorkerPool:
         self.queued += 1
         self.metrics.requests_queued.labels(call.model, method).inc()
         try:
-            worker.conn.send(Submit(key, job))
+            worker.conn.send(Submit(key, job, time.monotonic()))
         except (OSError, ValueError):  # the worker died a moment ago, before its pipe said
             self._on_death(worker)  # so: its calls, this one among them, go to another
         return call
@@ -356,7 +356,7 @@ class WorkerPool:
                 raise error
             call.worker = worker
             worker.add(call)
-            worker.conn.send(Submit(call.key, call.job))
+            worker.conn.send(Submit(call.key, call.job, time.monotonic()))
             self.metrics.retried_calls.labels(call.model, call.method).inc()
         except (Unavailable, OSError, ValueError, asyncio.CancelledError) as stopped:
             if call.worker is not None:
@@ -404,7 +404,10 @@ class WorkerPool:
     def _handle(self, worker: _Worker, message) -> None:
         if isinstance(message, Report):
             model = self.models.get(message.key, message.key)
+            offset = time.monotonic() - message.sent_at if message.sent_at else 0.0
             for event in message.events:
+                if isinstance(event, Result) and offset:  # onto this front's clock
+                    event = replace(event, timings=event.timings.moved(offset))
                 self._event(worker, model, event)
             if message.stats is not None:
                 self.metrics.observe_worker_stats(model, message.stats)

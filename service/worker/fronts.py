@@ -7,6 +7,8 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import time
+from dataclasses import replace
 from multiprocessing.connection import AuthenticationError, Listener, wait
 
 from service.worker.messages import (
@@ -86,7 +88,10 @@ class Fronts:
         return self.parent
 
     def send(self, link, message) -> None:
-        """Sends to one front, by the outbox's thread."""
+        """Sends to one front, by the outbox's thread (a report stamped with this worker's
+        clock: Report.sent_at)."""
+        if isinstance(message, Report):
+            message = replace(message, sent_at=time.monotonic())
         self.outbox.put(link, message)
 
     def check_sent(self) -> None:
@@ -121,7 +126,10 @@ class Fronts:
             return
         if link is not self.parent:
             self.owner[message.job.id] = (link, message.key)
-        scheduler.submit(message.job)
+        job = message.job
+        if message.sent_at and job.deadline is not None:  # onto this worker's clock
+            job = replace(job, deadline=job.deadline + time.monotonic() - message.sent_at)
+        scheduler.submit(job)
 
     def load(self, link, message: Load, settings) -> None:
         """Loads one more model version between two steps (the other models wait meanwhile);

@@ -59,13 +59,19 @@ class Stats:
 
 @dataclass(frozen=True)
 class Timings:
-    """Moments of a job on the worker's monotonic clock, shared with the front on one host."""
+    """Moments of a job on the worker's monotonic clock (on the front's once its report is
+    read: Report.sent_at)."""
 
     queued_at: float
     admitted_at: float
     first_token_at: float
     finished_at: float
     gaps: list[float] = field(default_factory=list)  # seconds between successive tokens
+
+    def moved(self, offset: float) -> Timings:
+        """The same moments on a clock `offset` seconds ahead."""
+        moments = (self.queued_at, self.admitted_at, self.first_token_at, self.finished_at)
+        return Timings(*(m + offset if m else m for m in moments), self.gaps)
 
 
 # -- scheduler events -------------------------------------------------------------------------
@@ -113,6 +119,9 @@ Event = Admitted | Partial | Result | Failure
 class Submit:
     key: str  # "<model>/<version>"
     job: Job
+    # the front's clock as it sent the job: the worker moves the job's deadline onto its own
+    # clock by the difference (a replica on another machine counts from another boot)
+    sent_at: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -174,3 +183,6 @@ class Report:
     stats: Stats | None  # measurements, when any are sent
     rows: int  # batch rows in use
     waiting: int  # jobs waiting for rows
+    # the worker's clock as it sent the report: the front moves its results' moments onto
+    # its own clock by the difference (0: none to move)
+    sent_at: float = 0.0

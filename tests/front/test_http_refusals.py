@@ -182,7 +182,7 @@ def test_a_body_sent_in_chunks_is_bounded_as_it_comes(tmp_path, monkeypatch):
 
 
 def test_auto_translates_a_text_too_short_to_tell_from_the_target(tmp_path):
-    """"Hola" is as much English as Spanish to the identifier: a tie with the target goes
+    """ "Hola" is as much English as Spanish to the identifier: a tie with the target goes
     to the other language, and the text is translated, not sent back as it is."""
     web, servicer = served(tmp_path)
     answer = web.post("/translate", json={"q": "Hola", "source": "auto", "target": "en"})

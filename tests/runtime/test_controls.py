@@ -128,7 +128,10 @@ def test_a_target_prefix_starts_every_output_and_beam_and_sampling_keep_it(tiny)
     for options in (
         DecodingOptions(max_length=MAX_LENGTH),
         DecodingOptions(max_length=MAX_LENGTH, beam_size=3, num_hypotheses=2),
-        DecodingOptions(max_length=MAX_LENGTH, temperature=1.0, seed=3, num_hypotheses=2),
+        # sharpened: the tiny random model's distribution is near flat, where two tokens'
+        # probabilities within float32's error of numpy's and onnxruntime's can trade places
+        # in the ranked candidates (and a draw then names the other); at 0.5 none do
+        DecodingOptions(max_length=MAX_LENGTH, temperature=0.5, seed=3, num_hypotheses=2),
     ):
         results = {}
         for path, engine in engines(version).items():

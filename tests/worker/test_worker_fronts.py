@@ -258,3 +258,28 @@ def test_the_worker_socket_is_a_unix_path_or_tcp():
     assert socket_address("10.0.0.7:0") == ("AF_INET", ("10.0.0.7", 0))
     assert socket_address("[::1]:5000") == ("AF_INET", ("::1", 5000))
     assert socket_address("/tmp/a:1") == ("AF_UNIX", "/tmp/a:1")
+
+
+def test_a_front_s_clock_is_moved_onto_the_worker_s_and_back(one_front):
+    """A replica on another machine counts its monotonic clock from another boot: a job's
+    deadline is moved onto the worker's clock by what the front's read as it sent it, and a
+    report carries the worker's, by which the front moves a result's moments onto its own."""
+    import time
+    from dataclasses import replace
+
+    fronts, front, scheduler = one_front
+    ahead = 1e5  # the front's clock, a day ahead of this worker's
+    sent = time.monotonic() + ahead
+    job = replace(_job(3), deadline=sent + 30.0)
+    fronts.submit(fronts.parent, Submit(KEY, job, sent))
+    (waiting,) = scheduler.waiting
+    assert 29.0 < waiting.job.deadline - time.monotonic() <= 30.0  # 30 s left, here
+    events = _finish(scheduler)
+    assert isinstance(events[-1], Result)  # not expired at its first step
+    fronts.send(fronts.parent, Report(KEY, events, None, 0, 0))
+    report = _received(front)
+    assert abs(report.sent_at - time.monotonic()) < 5.0  # the worker's clock
+    timings = events[-1].timings
+    moved = timings.moved(ahead)
+    assert moved.first_token_at - timings.first_token_at == pytest.approx(ahead)
+    assert moved.gaps == timings.gaps and moved.queued_at <= moved.first_token_at
