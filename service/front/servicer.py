@@ -149,7 +149,11 @@ class ModelServicer:
             front.pool.check_admission()
             prepared = await declared.prepare(model, request)
             keys = front.cache.keys(model, prepared)
-            results = [front.cache.get(key, labels[0]) for key in keys]
+            # each key looked up once (an input repeated in the request is one hit or miss)
+            looked: dict = {}
+            for key in dict.fromkeys(k for k in keys if k is not None):
+                looked[key] = front.cache.get(key, labels[0])
+            results = [None if key is None else looked[key] for key in keys]
             # what the cache lacks, an input repeated in the request decoded once
             first: dict = {}
             for i, found in enumerate(results):

@@ -193,6 +193,21 @@ def test_score_prints_mean_and_total_per_pair(stand_in, tmp_path, capsys):
     assert (request.model, request.version) == ("", "3")
 
 
+def test_score_sends_many_pairs_in_calls_the_server_takes(stand_in, tmp_path, capsys):
+    """A Score call takes 1,000 pairs at most: 2,001 go in three calls, printed in order;
+    no pair at all is a usage error."""
+    servicer, address = stand_in
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("".join(f"uno {i}\tone\n" for i in range(2_001)), encoding="utf-8")
+    assert main(["score", "--server", address, "--input", str(pairs)]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 2_001
+    assert [len(r.pairs) for r in servicer.requests] == [1_000, 1_000, 1]
+    assert servicer.requests[-1].pairs[0].source == "uno 2000"
+    pairs.write_text("\n", encoding="utf-8")
+    assert main(["score", "--server", address, "--input", str(pairs)]) == 2
+    assert capsys.readouterr().err == "error: no pairs to score\n"
+
+
 def test_score_reads_stdin_and_prints_the_response_as_json(stand_in, monkeypatch, capsys):
     _, address = stand_in
     monkeypatch.setattr(sys, "stdin", io.StringIO("gato\tcat\n"))

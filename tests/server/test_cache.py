@@ -9,6 +9,7 @@ from service import client
 
 TOKENS = "attnserve_generated_tokens_total"
 HITS = "attnserve_response_cache_hits_total"
+MISSES = "attnserve_response_cache_misses_total"
 
 
 @pytest.fixture(scope="module")
@@ -42,6 +43,10 @@ def test_a_documents_sentences_are_cached_as_sentences(cached, test_sentences):
     assert cached.value(TOKENS) == tokens and cached.value(HITS) == hits + 1
     stream = list(client.translate_stream(cached.channel, document, max_length=100, timeout=60))
     assert stream[-1].result == response and cached.value(TOKENS) == tokens
+    misses = cached.value(MISSES)
+    fresh = "Este párrafo nuevo se repite."
+    client.translate(cached.channel, f"{fresh}\n\n{fresh}\n\n{fresh}", timeout=60)
+    assert cached.value(MISSES) == misses + 1  # looked up once, decoded once
 
 
 def test_sampling_is_cached_only_with_a_seed(cached, test_sentences):
