@@ -152,3 +152,31 @@ def test_the_api_forms_send_requests(page_server, browser):
     output = models.find_element(By.TAG_NAME, "pre")
     wait.until(lambda d: output.text.startswith("200"))
     assert '"translator"' in output.text
+
+
+def test_the_page_sends_the_token_a_server_asks_for(start_server, browser, tmp_path):
+    """A server with tokens answers the page's calls only with one: typed into the page,
+    it goes with every call as a bearer token."""
+    secret = "page-token-0123456789"
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"{secret}\n", encoding="utf-8")
+    server = start_server(
+        "--workers", "1", "--http-listen", "127.0.0.1:0", "--auth-tokens-file", str(tokens)
+    )
+    browser.get(server.http_url + "/")
+    wait = WebDriverWait(browser, 60)
+    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#translator option")) == 1)
+    source = browser.find_element(By.ID, "source")
+    source.clear()
+    source.send_keys("El perro come pan.")
+    browser.find_element(By.ID, "translate-button").click()
+    refused = browser.find_element(By.ID, "translate-error")
+    wait.until(lambda d: refused.is_displayed() and refused.text)
+    assert (
+        "token" in refused.text.lower() or "401" in refused.text or "auth" in refused.text.lower()
+    )
+    token = browser.find_element(By.ID, "token")
+    token.send_keys(secret)
+    browser.find_element(By.ID, "translate-button").click()
+    wait.until(lambda d: d.find_element(By.ID, "translation").text not in ("", "…"))
+    assert "dog" in browser.find_element(By.ID, "translation").text

@@ -18,10 +18,16 @@ async function answered(answer) {
   throw new Error(`${answer.status} ${answer.statusText}`.trim());
 }
 
+// the bearer token a server with tokens asks for, kept for this tab's session
+function authorized(headers = {}) {
+  const token = $("token").value.trim();
+  return token ? { ...headers, authorization: `Bearer ${token}` } : headers;
+}
+
 async function call(path, body) {
   const init = { method: "POST" };
-  if (body instanceof FormData) init.body = body;
-  else { init.body = JSON.stringify(body); init.headers = { "content-type": "application/json" }; }
+  if (body instanceof FormData) { init.body = body; init.headers = authorized(); }
+  else { init.body = JSON.stringify(body); init.headers = authorized({ "content-type": "application/json" }); }
   return answered(await fetch(path, init));
 }
 
@@ -30,7 +36,7 @@ function shown(element, text) { element.textContent = text; element.hidden = !te
 async function loadModels() {
   const health = await fetch("/v1/health").then((r) => r.json()).catch(() => ({ status: "unreachable" }));
   $("health").textContent = health.status;
-  const { models } = await fetch("/v1/models").then((r) => r.json());
+  const { models } = await fetch("/v1/models", { headers: authorized() }).then((r) => r.json());
   for (const model of models) {
     const select = model.service.endsWith("TranslationService") ? $("translator") : $("captioner");
     const option = new Option(`${model.name} ${model.version}` + (model.languages.source.length ? ` (${model.languages.source.join(",")} → ${model.languages.target.join(",")})` : ""), JSON.stringify([model.name, model.version]));
@@ -143,7 +149,7 @@ async function translateFile() {
   form.append("target", $("target-language").value);
   $("translated-by").textContent = `${file.name}: …`;
   try {
-    const json = await answered(await fetch("/translate_file", { method: "POST", body: form }));
+    const json = await answered(await fetch("/translate_file", { method: "POST", body: form, headers: authorized() }));
     link.href = json.translatedFileUrl;
     link.download = file.name;
     link.textContent = `${file.name}, translated`;
@@ -205,4 +211,6 @@ $("caption-button").addEventListener("click", caption);
 $("document").addEventListener("change", openDocument);
 $("file-button").addEventListener("click", translateFile);
 $("translator").addEventListener("change", () => { $("download").hidden = true; chooseLanguages(); });
+$("token").value = sessionStorage.getItem("attnserve-token") || "";
+$("token").addEventListener("change", () => sessionStorage.setItem("attnserve-token", $("token").value.trim()));
 loadModels();
