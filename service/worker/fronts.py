@@ -88,9 +88,9 @@ class Fronts:
         return self.parent
 
     def send(self, link, message) -> None:
-        """Sends to one front, by the outbox's thread (a report stamped with this worker's
-        clock: Report.sent_at)."""
-        if isinstance(message, Report):
+        """Sends to one front, by the outbox's thread (a replica's report stamped with its
+        clock: Report.sent_at; on the front's machine the clock is the same)."""
+        if self.replica and isinstance(message, Report):
             message = replace(message, sent_at=time.monotonic())
         self.outbox.put(link, message)
 
@@ -127,7 +127,7 @@ class Fronts:
         if link is not self.parent:
             self.owner[message.job.id] = (link, message.key)
         job = message.job
-        if message.sent_at and job.deadline is not None:  # onto this worker's clock
+        if self.replica and job.deadline is not None:  # onto this machine's clock
             job = replace(job, deadline=job.deadline + time.monotonic() - message.sent_at)
         scheduler.submit(job)
 

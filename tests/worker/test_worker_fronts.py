@@ -260,14 +260,19 @@ def test_the_worker_socket_is_a_unix_path_or_tcp():
     assert socket_address("/tmp/a:1") == ("AF_UNIX", "/tmp/a:1")
 
 
-def test_a_front_s_clock_is_moved_onto_the_worker_s_and_back(one_front):
+def test_a_front_s_clock_is_moved_onto_a_replica_s_and_back(engine):
     """A replica on another machine counts its monotonic clock from another boot: a job's
-    deadline is moved onto the worker's clock by what the front's read as it sent it, and a
-    report carries the worker's, by which the front moves a result's moments onto its own."""
+    deadline is moved onto the replica's clock by what the front's read as it sent it, and
+    a report carries the replica's, by which the front moves a result's moments onto its
+    own. A worker on the front's machine shares its clock: nothing is moved or stamped."""
     import time
     from dataclasses import replace
 
-    fronts, front, scheduler = one_front
+    front, worker_end = Pipe()
+    scheduler = Scheduler(engine, max_rows=8)
+    info = {"pid": 1, "models": {KEY: {"kind": "transformer"}}}
+    settings = WorkerSettings(index=0, models=(), replica=True)
+    fronts = Fronts(worker_end, {KEY: scheduler}, info, settings)
     ahead = 1e5  # the front's clock, a day ahead of this worker's
     sent = time.monotonic() + ahead
     job = replace(_job(3), deadline=sent + 30.0)
@@ -283,3 +288,16 @@ def test_a_front_s_clock_is_moved_onto_the_worker_s_and_back(one_front):
     moved = timings.moved(ahead)
     assert moved.first_token_at - timings.first_token_at == pytest.approx(ahead)
     assert moved.gaps == timings.gaps and moved.queued_at <= moved.first_token_at
+    fronts.close()
+
+
+def test_a_worker_on_the_front_s_machine_keeps_the_front_s_clock(one_front):
+    import time
+    from dataclasses import replace
+
+    fronts, front, scheduler = one_front
+    deadline = time.monotonic() + 30.0
+    fronts.submit(fronts.parent, Submit(KEY, replace(_job(4), deadline=deadline), 1.0))
+    assert scheduler.waiting[0].job.deadline == deadline
+    fronts.send(fronts.parent, Report(KEY, [], None, 0, 0))
+    assert _received(front).sent_at == 0.0

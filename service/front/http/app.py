@@ -22,6 +22,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from service.front.config import MAX_RECEIVE_BYTES
+from service.front.http.calls import error_response
 from service.front.http.contract import ContractApi
 from service.front.http.libretranslate import LibreTranslateApi
 from service.front.http.openapi import openapi_document
@@ -82,8 +83,7 @@ async def _http_error(request, failed: HTTPException) -> Response:
         return JSONResponse(body, status_code=failed.status_code, headers=failed.headers)
     code = ROUTE_STATUS.get(failed.status_code, grpc.StatusCode.INVALID_ARGUMENT)
     what = f"{request.method} {request.url.path}: {failed.detail}"
-    body = {"error": {"code": failed.status_code, "status": code.name, "message": what}}
-    return JSONResponse(body, status_code=failed.status_code, headers=failed.headers)
+    return error_response(code, what, failed.status_code, failed.headers)
 
 
 def http_socket(listen: str, reuse_port: bool) -> socket.socket:

@@ -112,12 +112,14 @@ def header_token(request: Request) -> str | None:
     return bearer(request.headers.get("authorization"))
 
 
-def error_response(code: grpc.StatusCode, details: str) -> JSONResponse:
-    """An error as Google's HTTP APIs write one: the HTTP status, the gRPC status by name and
-    its details (which name the request's field)."""
-    status = HTTP_STATUS.get(code, 500)
+def error_response(
+    code: grpc.StatusCode, details: str, status: int | None = None, headers=None
+) -> JSONResponse:
+    """An error as Google's HTTP APIs write one: the HTTP status (by default the gRPC
+    status's), the gRPC status by name and its details (which name the request's field)."""
+    status = HTTP_STATUS.get(code, 500) if status is None else status
     body = {"error": {"code": status, "status": code.name, "message": details}}
-    return JSONResponse(body, status_code=status)
+    return JSONResponse(body, status_code=status, headers=headers)
 
 
 async def until_disconnected(request: Request, call):
