@@ -450,27 +450,30 @@ def choice_lines(
     return lines + [f"variant {v} for {key}: {why}" for key, (v, why) in variants.items()]
 
 
+def _of_kind(kind: str, value) -> bool:
+    """Whether a value not given as text (TOML's, a flag's) is of a field's type: a bool for
+    a bool, an int (not a bool) for an int, a number for a float, a path for a path; any
+    other field takes text only."""
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    for name, ok in (
+        ("bool", isinstance(value, bool)),
+        ("int", number and isinstance(value, int)),
+        ("float", number),
+        ("Path", isinstance(value, os.PathLike)),
+    ):
+        if name in kind:
+            return ok
+    return False
+
+
 def _convert(name: str, kind, value):
     """A setting from text (environment, flags) or TOML to the field's type."""
     if value is None:
         return None
     text, kind = isinstance(value, str), str(kind)
     try:
-        if not text:  # a TOML value: of the field's own type (an int for a float too)
-            number = isinstance(value, int | float) and not isinstance(value, bool)
-            expected = (
-                isinstance(value, bool)
-                if "bool" in kind
-                else isinstance(value, int) and number
-                if "int" in kind
-                else number
-                if "float" in kind
-                else isinstance(value, os.PathLike)
-                if "Path" in kind
-                else False  # a name, an address: text
-            )
-            if not expected:
-                raise ValueError(f"a {kind.split(' ')[0]} is needed")
+        if not text and not _of_kind(kind, value):  # a TOML value: of the field's own type
+            raise ValueError(f"a {kind.split(' ')[0]} is needed")
         if "Path" in kind:
             return Path(value)
         if "bool" in kind:
