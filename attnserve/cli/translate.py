@@ -235,13 +235,10 @@ def _translate_document(channel, args: argparse.Namespace, call: dict) -> int:
     suffix = args.input.suffix.lower()
     if suffix in FILES and not (args.json and suffix in (".html", ".htm")):
         return _translate_file(channel, args, call)
-    from service.runtime.files import TEXT_BOMS
+    from service.runtime.files import decoded_text
 
     try:  # as its bytes say: line breaks (CRLF too) kept, a byte order mark kept out
-        data = args.input.read_bytes()
-        bom = next((b for b in TEXT_BOMS if data.startswith(b)), b"")
-        encoding = TEXT_BOMS.get(bom, "utf-8")
-        text = data[len(bom) :].decode(encoding)
+        bom, encoding, text = decoded_text(args.input.read_bytes())
     except (OSError, UnicodeDecodeError) as error:
         print(f"error: {args.input}: {error}", file=sys.stderr)
         return 2

@@ -102,12 +102,14 @@ def read_file(suffix: str, data: bytes, piece: int = HTML_PIECE) -> File:
     """The paragraphs of a file (HTML in texts of at most `piece` characters where its
     blocks allow); ValueError when it cannot be read as its suffix says."""
     if suffix in (".txt", ".html", ".htm", ".srt"):  # text, written back in its encoding
-        bom = next((b for b in TEXT_BOMS if data.startswith(b)), b"")
-        encoding = TEXT_BOMS.get(bom, "utf-8")
-        content = data[len(bom) :].decode(encoding)
+        bom, encoding, content = decoded_text(data)
         readers = {".txt": _text, ".srt": lambda text, _: _srt(text)}
         read = readers.get(suffix, _html)(content, piece)
-        read.save = lambda save=read.save: bom + save().decode("utf-8").encode(encoding)
+        save = read.save
+        if encoding != "utf-8":
+            save = lambda written=save: written().decode("utf-8").encode(encoding)  # noqa: E731
+        if bom:
+            read.save = lambda: bom + save()
         return read
     if suffix == ".epub":
         return _epub(data, piece)
@@ -120,6 +122,15 @@ def read_file(suffix: str, data: bytes, piece: int = HTML_PIECE) -> File:
         raise
     except Exception as error:  # the library's, on a part it opened but could not read
         raise ValueError(_not_a(suffix, error)) from None
+
+
+def decoded_text(data: bytes) -> tuple[bytes, str, str]:
+    """A text file's bytes -> its byte order mark (or none), its encoding (TEXT_BOMS: UTF-8
+    where there is none) and its text without the mark; UnicodeDecodeError where it is not
+    of that encoding."""
+    bom = next((b for b in TEXT_BOMS if data.startswith(b)), b"")
+    encoding = TEXT_BOMS.get(bom, "utf-8")
+    return bom, encoding, data[len(bom) :].decode(encoding)
 
 
 def _text(content: str, piece: int = HTML_PIECE) -> File:
