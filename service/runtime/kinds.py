@@ -147,4 +147,14 @@ def kind_class(kind: str) -> type[ServedModel]:
 
 
 def served_model(version: ModelVersion, config) -> ServedModel:
-    return kind_class(version.manifest["model"].get("kind"))(version, config)
+    """The version as its kind serves it; ModelRepositoryError where its manifest lacks what
+    the kind reads (special tokens, limits, preprocessor, languages) or holds it in another
+    shape."""
+    served = kind_class(version.manifest["model"].get("kind"))
+    try:
+        return served(version, config)
+    except (KeyError, TypeError, AttributeError, ValueError) as error:
+        raise ModelRepositoryError(
+            f"{version.directory}: a manifest this runtime cannot read as a {served.kind} "
+            f"model's: {type(error).__name__}: {error}"
+        ) from error

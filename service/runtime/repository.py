@@ -10,8 +10,9 @@
                                   translators), run when no row keeps its alignment
     int8/lean_decoder_one_row.onnx    optional: its form for steps of one row
 
-The runtime refuses a manifest whose format version it does not know or whose files do not
-match their hashes.
+The runtime refuses a manifest whose format version it does not know, whose layout is not
+the one it reads, whose files do not match their hashes or which names a graph or op it does
+not hash.
 """
 
 from __future__ import annotations
@@ -114,12 +115,14 @@ def verify(directory: Path) -> ModelVersion:
         manifest = json.loads((directory / MANIFEST).read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as error:
         raise ModelRepositoryError(f"{directory}: unreadable manifest: {error}") from error
-    version = manifest.get("format_version")
+    version = manifest.get("format_version") if isinstance(manifest, dict) else None
     if version != FORMAT_VERSION:
         raise ModelRepositoryError(
             f"{directory}: manifest format version {version!r}, this runtime reads {FORMAT_VERSION}"
         )
-    problems = []
+    problems = layout_problems(manifest)
+    if problems:  # a manifest of the right version but another shape: no file is looked at
+        raise ModelRepositoryError(f"{directory}: " + "; ".join(problems))
     for relative, expected in sorted(manifest.get("files", {}).items()):
         path = directory / relative
         if not path.is_file():
@@ -127,13 +130,45 @@ def verify(directory: Path) -> ModelVersion:
         elif sha256(path) != expected:
             problems.append(f"{relative}: sha256 does not match the manifest")
     listed = set(manifest.get("files", {}))
-    for variant in manifest.get("graphs", {}).values():
-        problems += [
-            f"{f}: not hashed in the manifest" for f in variant.values() if f not in listed
-        ]
+    named = [
+        f
+        for table in ("graphs", "ops")
+        for v in manifest.get(table, {}).values()
+        for f in v.values()
+    ]
+    problems += [f"{f}: not hashed in the manifest" for f in named if f not in listed]
     if problems:
         raise ModelRepositoryError(f"{directory}: " + "; ".join(problems))
     return ModelVersion(directory, manifest)
+
+
+def _texts(value, depth: int) -> bool:
+    """Whether `value` is a JSON object of text (`depth` 1) or of such objects (2)."""
+    if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+        return False
+    return all(_texts(v, depth - 1) if depth > 1 else isinstance(v, str) for v in value.values())
+
+
+def layout_problems(manifest: dict) -> list[str]:
+    """What is wrong with the parts of a manifest every model version has (its model, files,
+    graphs, helper ops and tokenizer), each named; [] when they have the layout this runtime
+    reads."""
+    problems = []
+    model = manifest.get("model")
+    if not isinstance(model, dict) or not all(
+        isinstance(model.get(k), str) for k in ("name", "version", "kind")
+    ):
+        problems.append("model: an object with the texts name, version and kind expected")
+    for key, depth, what in (
+        ("files", 1, "path: sha256"),
+        ("graphs", 2, "variant: {graph: path}"),
+        ("ops", 2, "op: {dtype: path}"),
+    ):
+        if not _texts(manifest.get(key, {}), depth):
+            problems.append(f"{key}: an object of {what} expected")
+    if not isinstance(manifest.get("tokenizer", ""), str):
+        problems.append("tokenizer: a path expected")
+    return problems
 
 
 def write_manifest(directory: Path, manifest: dict) -> Path:

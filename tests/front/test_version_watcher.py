@@ -291,3 +291,31 @@ def test_versions_present_at_start_up_are_held_back_and_new_ones_watched(tmp_pat
     asyncio.run(watch())
     assert front.served() == ["2"] and front.pool.loaded == [("captioner/2", "fp32")]
     assert set(watcher.seen) == {tmp_path / "captioner" / "1"}
+
+
+BROKEN = {  # a manifest of another shape, by what is wrong with it
+    "not an object": lambda manifest: [manifest],
+    "files a list": lambda manifest: {**manifest, "files": sorted(manifest["files"])},
+    "a variant a path": lambda manifest: {**manifest, "graphs": {"fp32": "fp32/decoder.onnx"}},
+    "model a text": lambda manifest: {**manifest, "model": "captioner"},
+    "special tokens a list": lambda manifest: {**manifest, "special_tokens": []},
+    "limits a list": lambda manifest: {**manifest, "limits": []},
+    "languages a list": lambda manifest: {**manifest, "languages": ["en"]},
+}
+
+
+@pytest.mark.parametrize("broken", sorted(BROKEN), ids=lambda b: b.replace(" ", "-"))
+def test_a_manifest_of_another_shape_is_refused_and_the_watch_goes_on(tmp_path, broken):
+    """Every problem a refusal of that version alone: the served one stays, and a good version
+    published after it is still loaded."""
+    publish(tmp_path, "1")
+    front = Front()
+    watcher = VersionWatcher(front, _config(tmp_path))
+    asyncio.run(watcher.scan())
+    path = publish(tmp_path, "2") / "manifest.json"
+    path.write_text(json.dumps(BROKEN[broken](json.loads(path.read_text()))))
+    asyncio.run(watcher.scan())
+    assert front.refused() == 1 and front.served() == ["1"]
+    publish(tmp_path, "3")
+    asyncio.run(watcher.scan())
+    assert front.served() == ["1", "3"] and front.refused() == 1
