@@ -6,7 +6,7 @@ import json
 from argparse import Namespace
 from pathlib import Path
 
-from export.certify import INT8_CLAIMS, certify, run_suite
+from export.certify import INT8_CLAIMS, MIN_SENTENCES, certify, run_suite
 from export.decode_parity import ParityInputs
 from export.kinds import export_kind
 from export.repository import INT8_SCALES, write_version
@@ -46,6 +46,13 @@ def _summary(certificate: dict) -> dict:
 
 def export(args: Namespace) -> int:
     model, tokenizer = load_checkpoint(args.checkpoint)
+    # the certificate's inputs first: too few of them refuse the export before it is written
+    inputs = parity_inputs(model, args.data, tokenizer, args.sentences)
+    if len(inputs.sources) < MIN_SENTENCES:
+        raise ValueError(
+            f"--sentences {args.sentences} gives {len(inputs.sources)} test inputs of "
+            f"{args.data}; the parity certificate needs at least {MIN_SENTENCES}"
+        )
     source = {"checkpoint": str(args.checkpoint), "sha256": sha256(args.checkpoint / WEIGHTS)}
     directory = args.out / args.name / args.version
     model_version = write_version(
@@ -60,7 +67,6 @@ def export(args: Namespace) -> int:
         getattr(args, "int8_scales", INT8_SCALES[0]),
         checkpoint_grammar(args.checkpoint, tokenizer),
     )
-    inputs = parity_inputs(model, args.data, tokenizer, args.sentences)
     certificate = certify(model_version, args.checkpoint, inputs)
     print(json.dumps({"model_version": str(directory), **_summary(certificate)}, indent=2))
     return 0 if certificate["passed"] else 1
@@ -109,9 +115,13 @@ def certificate_texts(args: Namespace, version) -> tuple[list[str], list[str] | 
 
 def export_hf(args: Namespace) -> int:
     """`attnserve export hf DIR`: the version written and certified against transformers."""
-    from export.hf.certify import certify_hf
+    from export.hf.certify import MIN_TEXTS, certify_hf
     from export.hf.version import export_hf as write_hf
 
+    if args.sentences < MIN_TEXTS:  # refused before the version is written
+        raise ValueError(
+            f"--sentences {args.sentences}: the certificate needs at least {MIN_TEXTS}"
+        )
     given = None
     if args.source_language or args.target_language:
         given = ([args.source_language] * bool(args.source_language),

@@ -83,14 +83,12 @@ class Export(Subcommand):
         if args.model == "hf":
             if args.directory is None or not args.name:
                 self.parser.error("export hf needs DIRECTORY and --name")
-            try:  # a directory refused: its architecture, tokenizer, languages; unreadable
-                return commands.export_hf(args)
-            except (ValueError, OSError) as refused:
-                raise Failure(f"export hf {args.directory}: {refused}") from refused
+            # a directory refused: its architecture, tokenizer, languages; unreadable
+            return _refusals_as_failures(commands.export_hf, args, f"export hf {args.directory}")
         args.data = args.data or default_data(args.model)
         args.checkpoint = args.checkpoint or shipped_checkpoint(args.model)
         args.name = args.name or args.model
-        return commands.export(args)
+        return _refusals_as_failures(commands.export, args, f"export {args.model}")
 
 
 class Parity(Subcommand):
@@ -107,7 +105,18 @@ class Parity(Subcommand):
     def run(self, args: argparse.Namespace) -> int:
         from export import commands  # torch
 
-        return commands.parity(args)
+        return _refusals_as_failures(commands.parity, args, f"parity {args.directory}")
+
+
+def _refusals_as_failures(command, args: argparse.Namespace, what: str) -> int:
+    """`command(args)`, a refusal (a checkpoint, data or version that is missing, unreadable
+    or fails its checks; too few test inputs) one line of error, not a traceback."""
+    from service.runtime.errors import ModelRepositoryError
+
+    try:
+        return command(args)
+    except (ModelRepositoryError, ValueError, OSError) as refused:
+        raise Failure(f"{what}: {refused}") from refused
 
 
 COMMANDS = (Export, Parity)

@@ -109,3 +109,29 @@ def test_export_hf_hands_the_directory_and_languages_over(handed):
     assert (args.name, args.version, args.out) == ("opus", "1", Path("repo"))
     assert (args.source_language, args.target_language) == ("es", "de")
     assert args.texts == Path("t.txt") and args.references is None
+
+
+def test_parity_of_a_missing_version_is_one_line_not_a_traceback(tmp_path, capsys):
+    assert main(["parity", str(tmp_path / "translator" / "9")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: parity {tmp_path / 'translator' / '9'}: ")
+    assert "unreadable manifest" in err and "Traceback" not in err
+
+
+def test_export_of_a_missing_checkpoint_is_one_line_not_a_traceback(tmp_path, capsys):
+    argv = ["export", "translator", "--out", str(tmp_path / "r")]
+    assert main([*argv, "--checkpoint", str(tmp_path / "none")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: export translator: ") and "model.safetensors" in err
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("model", ["translator", "hf"])
+def test_too_few_certificate_inputs_refuse_the_export_before_it_is_written(tmp_path, capsys, model):
+    """The certificate needs 200 inputs: fewer are refused at once, not after the graphs."""
+    directory = [str(tmp_path / "opus"), "--name", "opus"] if model == "hf" else []
+    argv = ["export", model, *directory, "--out", str(tmp_path / "r"), "--sentences", "3"]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: export ") and "needs at least 200" in err
+    assert "Traceback" not in err and not (tmp_path / "r").exists()
