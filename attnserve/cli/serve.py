@@ -156,11 +156,16 @@ def _version_row(manifest_path: Path, verify: bool) -> dict:
     """What `repository` shows of one version: its manifest's summary, or its problem."""
     from service.front.versions import certified
     from service.runtime.errors import ModelRepositoryError
+    from service.runtime.repository import layout_problems
     from service.runtime.repository import verify as verified
 
     row = {"directory": str(manifest_path.parent)}
     try:
         manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+        if not isinstance(manifest, dict):
+            raise ModelRepositoryError("the manifest is not a JSON object")
+        if problems := layout_problems(manifest):
+            raise ModelRepositoryError("; ".join(problems))
         model = manifest["model"]
         parity = manifest.get("parity") or {}
         row |= {

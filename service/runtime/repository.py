@@ -151,8 +151,8 @@ def _texts(value, depth: int) -> bool:
 
 def layout_problems(manifest: dict) -> list[str]:
     """What is wrong with the parts of a manifest every model version has (its model, files,
-    graphs, helper ops and tokenizer), each named; [] when they have the layout this runtime
-    reads."""
+    graphs, helper ops, tokenizer and certificate), each named; [] when they have the layout
+    this runtime reads."""
     problems = []
     model = manifest.get("model")
     if not isinstance(model, dict) or not all(
@@ -168,6 +168,10 @@ def layout_problems(manifest: dict) -> list[str]:
             problems.append(f"{key}: an object of {what} expected")
     if not isinstance(manifest.get("tokenizer", ""), str):
         problems.append("tokenizer: a path expected")
+    parity = manifest.get("parity") or {}
+    graphs = parity.get("graphs", {}) if isinstance(parity, dict) else None
+    if not isinstance(graphs, dict) or not all(isinstance(g, dict) for g in graphs.values()):
+        problems.append("parity: a certificate with an object per variant's graphs expected")
     return problems
 
 

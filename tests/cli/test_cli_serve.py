@@ -166,10 +166,19 @@ def test_repository_reports_a_problem_per_version_and_exits_1(tmp_path, capsys):
     broken.mkdir()
     (broken / "manifest.json").write_text('{"model": {}}', encoding="utf-8")
     _version(tmp_path, "translator", ".incoming-3", passed=True)  # hidden: not read
-    assert main(["repository", "list", "--repository", str(tmp_path), "--json"]) == 1
-    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert len(rows) == 2 and "problem" not in rows[0]
-    assert rows[1] == {"directory": str(broken), "problem": "'name'"}
+    for name, manifest in (("4", "[]"), ("5", '{"model": {}, "parity": [true]}')):
+        (tmp_path / "translator" / name).mkdir()
+        (tmp_path / "translator" / name / "manifest.json").write_text(manifest)
+    for action in ("list", "verify"):
+        assert main(["repository", action, "--repository", str(tmp_path), "--json"]) == 1
+        rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        assert len(rows) == 4 and ("problem" not in rows[0] or action == "verify")
+        model = "model: an object with the texts name, version and kind expected"
+        assert rows[1] == {"directory": str(broken), "problem": model}
+        assert rows[2]["problem"] == "the manifest is not a JSON object"
+        assert rows[3]["problem"].endswith(
+            "; parity: a certificate with an object per variant's graphs expected"
+        )
 
 
 def test_repository_verify_checks_each_version_against_its_manifest(tmp_path, capsys):

@@ -301,6 +301,8 @@ BROKEN = {  # a manifest of another shape, by what is wrong with it
     "special tokens a list": lambda manifest: {**manifest, "special_tokens": []},
     "limits a list": lambda manifest: {**manifest, "limits": []},
     "languages a list": lambda manifest: {**manifest, "languages": ["en"]},
+    "a certificate a list": lambda manifest: {**manifest, "parity": [True]},
+    "its graphs a list": lambda manifest: {**manifest, "parity": {"passed": True, "graphs": []}},
 }
 
 
