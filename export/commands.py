@@ -9,7 +9,7 @@ from pathlib import Path
 from export.certify import INT8_CLAIMS, MIN_SENTENCES, certify, run_suite
 from export.decode_parity import ParityInputs
 from export.kinds import export_kind
-from export.repository import INT8_SCALES, write_version
+from export.repository import INT8_SCALES, publish, staging, write_version
 from models.checkpoint import WEIGHTS, checkpoint_grammar, load_checkpoint
 from service.runtime.errors import ModelRepositoryError
 from service.runtime.repository import sha256, verify
@@ -58,7 +58,7 @@ def export(args: Namespace) -> int:
     model_version = write_version(
         model,
         tokenizer.model_file,
-        directory,
+        staging(directory),  # published once certified
         args.name,
         args.version,
         tuple(args.variants.split(",")),
@@ -68,6 +68,7 @@ def export(args: Namespace) -> int:
         checkpoint_grammar(args.checkpoint, tokenizer),
     )
     certificate = certify(model_version, args.checkpoint, inputs)
+    publish(model_version.directory, directory)
     print(json.dumps({"model_version": str(directory), **_summary(certificate)}, indent=2))
     return 0 if certificate["passed"] else 1
 
@@ -129,12 +130,17 @@ def export_hf(args: Namespace) -> int:
     # fp16 graphs are made where a GPU can certify them
     variants = tuple(v for v in args.variants.split(",") if v != "fp16" or _cuda())
     declared = (_codes(args.reads), _codes(args.writes))
-    version = write_hf(args.directory, args.out, args.name, args.version, variants, given, declared)
+    directory = args.out / args.name / args.version
+    into = staging(directory)  # published once certified
+    version = write_hf(
+        args.directory, args.out, args.name, args.version, variants, given, declared, into
+    )
     texts, references = certificate_texts(args, version)
     languages = (args.source_language, args.target_language)
     certificate = certify_hf(version, args.directory, texts, languages, references)
+    publish(version.directory, directory)
     summary = {
-        "model_version": str(version.directory),
+        "model_version": str(directory),
         "passed": certificate["passed"],
         "tokenizer": certificate["tokenizer"],
         "graphs": certificate["graphs"],

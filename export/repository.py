@@ -69,6 +69,27 @@ def int8_graphs(
     return int8
 
 
+def staging(directory: Path) -> Path:
+    """Where the version bound for `directory` is written and certified: a hidden name beside
+    it, which a server watching the repository does not read (manifests in
+    service.runtime.repository)."""
+    return directory.parent / f".incoming-{directory.name}"
+
+
+def publish(staged: Path, directory: Path) -> Path:
+    """Renames a version written and certified at `staged` into place, replacing the version
+    there: a watching server sees it whole, its certificate included, or not at all."""
+    if directory.exists():
+        replaced = directory.parent / f".replaced-{directory.name}"
+        shutil.rmtree(replaced, ignore_errors=True)
+        directory.rename(replaced)
+        staged.rename(directory)
+        shutil.rmtree(replaced)
+    else:
+        staged.rename(directory)
+    return directory
+
+
 def write_version(
     model,
     tokenizer_file: Path,

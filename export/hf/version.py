@@ -261,17 +261,18 @@ def export_hf(
     variants: tuple[str, ...] = ("fp32", "int8"),
     given_languages: tuple[list[str], list[str]] | None = None,
     declared: tuple[list[str], list[str]] = ([], []),
+    into: Path | None = None,
 ) -> ModelVersion:
-    """Writes `<repository>/<name>/<version>` from the Hugging Face directory `directory`
-    (no certificate yet: export.hf.certify); `declared`: the languages a multilingual model
-    is declared to read and write, where fewer than its tokenizer names."""
+    """Writes `<repository>/<name>/<version>` (or the folder `into`) from the Hugging Face
+    directory `directory` (no certificate yet: export.hf.certify); `declared`: the languages
+    a multilingual model is declared to read and write, where fewer than its tokenizer names."""
     unknown = set(variants) - set(VARIANTS)
     if unknown or "fp32" not in variants:
         raise ValueError(f"variants {variants}: fp32 and any of {VARIANTS[1:]}")
     model, tokenizer = load(directory)
     family = architecture(model.config)
     declared_languages = languages(family, tokenizer, given_languages, declared)  # or refused
-    target = Path(repository) / name / version
+    target = Path(into) if into is not None else Path(repository) / name / version
     if target.exists():
         shutil.rmtree(target)
     target.mkdir(parents=True)

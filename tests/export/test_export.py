@@ -166,3 +166,41 @@ def test_translator_parity_takes_every_test_part(tmp_path, shipped_translator):
         *read_everyday()[1][:3],
     ]
     assert inputs.sources[0] == tokenizer.encode("test es 0")
+
+
+def test_the_export_command_publishes_a_version_once_certified(tmp_path, monkeypatch, capsys):
+    """`attnserve export` writes and certifies a version under a hidden name, which a watching
+    server does not read, then renames it into place, replacing the version there."""
+    from argparse import Namespace
+
+    from helpers import TRANSLATOR_DATA, tiny_translator_checkpoint
+
+    from export import commands
+    from service.runtime.repository import manifests, write_manifest
+
+    seen = []
+
+    def certify(model_version, checkpoint, inputs):  # what a server sees while it runs
+        root = tmp_path / "repo"
+        seen.append({str(m.relative_to(root)): json.loads(m.read_text()) for m in manifests(root)})
+        kept = {k: v for k, v in model_version.manifest.items() if k != "files"}
+        write_manifest(model_version.directory, {**kept, "parity": {"passed": True}})
+        graphs = {"fp32": {"passed": True, "max_abs": {}}}
+        return {"passed": True, "sentences": 200, "graphs": graphs, "decodes": [], "seconds": 1}
+
+    monkeypatch.setattr(commands, "certify", certify)
+    checkpoint = tiny_translator_checkpoint(tmp_path / "checkpoint")
+    args = Namespace(
+        checkpoint=checkpoint, data=TRANSLATOR_DATA, sentences=200, out=tmp_path / "repo",
+        name="tiny", version="2", variants="fp32", graphs="built", int8_scales="per-channel",
+    )  # fmt: skip
+    (tmp_path / "repo" / "tiny" / "2").mkdir(parents=True)  # a version there: replaced
+    (tmp_path / "repo" / "tiny" / "2" / "manifest.json").write_text("{}")
+    assert commands.export(args) == 0
+    assert seen == [{"tiny/2/manifest.json": {}}]  # the old one alone, not the new uncertified
+    assert sorted(p.name for p in (tmp_path / "repo" / "tiny").iterdir()) == ["2"]
+    version = verify(tmp_path / "repo" / "tiny" / "2")
+    assert version.manifest["parity"] == {"passed": True} and version.has_graph("fp32", "decoder")
+    out = capsys.readouterr().out  # the exporter's progress lines, then the summary
+    summary = json.loads(out[out.rindex('{\n  "model_version"') :])
+    assert summary["model_version"] == str(tmp_path / "repo" / "tiny" / "2")

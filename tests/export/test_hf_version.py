@@ -273,3 +273,39 @@ def test_the_command_exports_and_certifies_a_directory(hf_models, tmp_path, caps
     with pytest.raises(ValueError, match=r"languages \['xx_YY'\] are not the model's"):
         command(Namespace(**{**vars(args), "version": "3", "reads": "es,xx_YY"}))
     assert not (tmp_path / "multi" / "3").exists()  # refused before anything is written
+
+
+def test_the_command_publishes_a_version_once_certified(tmp_path, monkeypatch, capsys):
+    """`attnserve export hf` writes and certifies under a hidden name a watching server does
+    not read, then renames the version into place."""
+    from argparse import Namespace
+
+    from helpers import marian_directory
+
+    from export.commands import export_hf as command
+    from export.hf import certify
+    from service.runtime.repository import manifests, write_manifest
+
+    seen = []
+
+    def certify_hf(version, directory, texts, languages, references):
+        seen.append([str(m) for m in manifests(tmp_path / "repository")])
+        kept = {k: v for k, v in version.manifest.items() if k != "files"}
+        write_manifest(version.directory, {**kept, "parity": {"passed": True}})
+        claim = {"passed": True}
+        return {"passed": True, "tokenizer": claim, "graphs": {}, "decodes": [],
+                "rows": claim, "seconds": 1}  # fmt: skip
+
+    monkeypatch.setattr(certify, "certify_hf", certify_hf)
+    args = Namespace(
+        directory=marian_directory(tmp_path / "marian"), out=tmp_path / "repository",
+        name="opus", version="1", variants="fp32", texts=None, references=None, sentences=200,
+        source_language="", target_language="", reads=None, writes=None,
+    )  # fmt: skip
+    assert command(args) == 0
+    assert seen == [[]]  # nothing to read until it is certified
+    assert [p.name for p in (tmp_path / "repository" / "opus").iterdir()] == ["1"]
+    assert verify(tmp_path / "repository" / "opus" / "1").manifest["parity"]["passed"]
+    out = capsys.readouterr().out
+    summary = json.loads(out[out.rindex('{\n  "model_version"') :])
+    assert summary["model_version"] == str(tmp_path / "repository" / "opus" / "1")
