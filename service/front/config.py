@@ -280,6 +280,8 @@ class ServerConfig:
         reason = "set by the configuration"
         if self.variant not in manifest.get("graphs", {}):
             reason += f", but this version has no {self.variant} graphs"
+        elif self.variant not in certified_variants(manifest):
+            reason += f", but its {self.variant} graphs have no passing parity certificate"
         return self.variant, reason
 
     def front_choice(self) -> tuple[int, str]:

@@ -85,6 +85,11 @@ def test_an_explicit_variant_wins_and_is_validated_as_before():
         "fp16",
         "set by the configuration, but this version has no fp16 graphs",
     )
+    int8_failed = _manifest("fp32", "int8", certified=("fp32",))  # its int8 claim missed
+    assert load_config(None, {"ATTNSERVE_VARIANT": "int8"}).variant_choice("cpu", int8_failed) == (
+        "int8",
+        "set by the configuration, but its int8 graphs have no passing parity certificate",
+    )
     assert load_config(None, {}, {"variant": "auto"}).variant_choice("cpu", manifest)[0] == "fp32"
     with pytest.raises(InvalidArgument, match="variant must be auto, fp32, int8 or fp16"):
         load_config(None, {"ATTNSERVE_VARIANT": "bf16"})
