@@ -18,6 +18,10 @@ import sentencex
 
 LANGUAGE = "es"  # the source language of the served translators
 _LINE = re.compile(r"[^\r\n]+")
+# white space beyond ASCII, each read by the segmenter as one plain space (as long, so every
+# offset holds): sentencex slices by bytes around a period and panics on a capital, such a
+# space and a period ("J\u00a0.")
+_WIDE_SPACES = {c: " " for c in range(0x80, 0x3001) if chr(c).isspace()}
 
 
 @dataclass(frozen=True)
@@ -80,15 +84,15 @@ def split_text(text: str, splitting: str = "sentences") -> Document:
     if splitting == "none":
         start = len(text) - len(text.lstrip())
         return Document(text, ((start, start + len(text.strip())),) if text.strip() else ())
-    spans = []
-    for line in _LINE.finditer(text):
+    spans, segmented = [], text.translate(_WIDE_SPACES)
+    for line in _LINE.finditer(segmented):
         cursor = line.start()
         pieces = [line.group()] if splitting == "lines" else _sentences(line.group())
         for sentence in pieces:
             stripped = sentence.strip()
             if not stripped:
                 continue
-            start = text.index(stripped, cursor, line.end())
+            start = segmented.index(stripped, cursor, line.end())
             spans.append((start, start + len(stripped)))
             cursor = start + len(stripped)
     if not spans and text.strip():  # nothing the segmenter calls a sentence: all of it

@@ -64,3 +64,17 @@ def test_coarser_splitting(splitting, expected):
 def test_symbols_alone_are_one_sentence():
     assert split_text("😺 🚀").sentence_texts() == ["😺 🚀"]
     assert split_text(" \n ").sentences == ()
+
+
+@pytest.mark.parametrize("space", ["\u00a0", "\u202f", "\u3000", "\u2028", "\x85"])
+def test_a_wide_space_before_a_period_is_cut_as_any_space(space):
+    """A capital, a white space beyond ASCII and a period ("J\u00a0.") made the segmenter
+    panic (an exception past `Exception`: a server's 500): the sentences come back, each
+    span indexing the text as sent."""
+    text = f"Me llamo J{space}. García. Vivo en EE.{space}UU. ahora."
+    document = split_text(text)
+    assert document.sentence_texts() == [
+        f"Me llamo J{space}. García.",
+        f"Vivo en EE.{space}UU. ahora.",
+    ]
+    assert document.join(document.sentence_texts())[0] == text
