@@ -24,8 +24,9 @@ KINDS = {  # earlier kinds win where two would match at one place
     "url": r"\b(?:https?://|www\.)[^\s<>\"'`]*[^\s<>\"'`.,;:!?)\]}»]",
     "email": r"\b[\w.+-]+@[\w-]+(?:\.[\w-]+)*\.[A-Za-z]{2,}\b",
     "code": r"`[^`\n]+`",
-    "placeholder": r"%(?:\d+\$)?[-+ 0#]*\d*(?:\.\d+)?[sdifuxXeEgGcp]|\{[A-Za-z_0-9][\w.]*\}"
-    r"|\$\{[A-Za-z_]\w*\}|\$[A-Z_][A-Z0-9_]*\b",
+    # not "% d" that starts a word: a percent sign ("el 50% de", "un 5 % es")
+    "placeholder": r"%(?![-+ 0#]* [sdifuxXeEgGcp]\w)(?:\d+\$)?[-+ 0#]*\d*(?:\.\d+)?[sdifuxXeEgGcp]"
+    r"|\{[A-Za-z_0-9][\w.]*\}|\$\{[A-Za-z_]\w*\}|\$[A-Z_][A-Z0-9_]*\b",
     "number": r"(?<![\w.,])\d+(?:[.,:/-]\d+)*(?![\w])",
 }
 PATTERN = re.compile("|".join(f"(?P<{name}>{pattern})" for name, pattern in KINDS.items()))

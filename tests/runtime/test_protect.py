@@ -18,6 +18,8 @@ from service.runtime.protect import mask
         ("El 12/05/2024 a las 10:30 pagué 3,5 euros.", ["number"] * 3),
         ("👨\u200d👩\u200d👧 familia 🇪🇸 y ✔️ listo 😺", ["symbol"] * 4),
         ("Nada que guardar aquí.", []),
+        ("El 50% de 1.000 y un 80 % es poco; sube un 60% cada año.", ["number"] * 4),
+        ("Imprime %d, % d y %-5s.", ["placeholder"] * 3),
     ],
 )
 def test_items_are_found_and_replaced_by_markers(text, kinds):
