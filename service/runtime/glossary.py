@@ -5,8 +5,9 @@ also with a plural ending ("contraseña" finds "Contraseñas"). Each place found
 item of the kind "term" (service.runtime.protect): a marker goes through the model, and the
 target term takes its place, with the found form's capital first letter and plural ending
 ("Contraseñas" with "contraseña" -> "passphrase" gives "Passphrases"). Longer terms are found
-first, and a term never overlaps another protected item. So a term found is always in the
-translation, exactly as given; the response says which entries were applied.
+first, and a term never cuts another protected item nor markup (an item wholly inside it, the
+number of "artículo 5", is the term's). So a term found is always in the translation, exactly
+as given; the response says which entries were applied.
 """
 
 from __future__ import annotations

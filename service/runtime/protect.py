@@ -154,15 +154,15 @@ def mask(text: str, markup: bool = False, terms: tuple[Term, ...] = ()) -> Maske
     `terms`: a glossary, each place a term is found an item whose text is its target."""
     spans = _spans(text, markup)
     replaced: dict[int, Found] = {}
-    if terms:  # outside every other item
-        taken = [False] * len(text)
-        for _, start, end in spans:
-            taken[start:end] = [True] * (end - start)
-        for found in find_terms(text, terms):
-            if not any(taken[found.start : found.end]):
-                replaced[found.start] = found
-                spans.append(("term", found.start, found.end))
-        spans.sort(key=lambda s: s[1])
+    for found in find_terms(text, terms) if terms else ():
+        met = [s for s in spans if s[1] < found.end and found.start < s[2]]
+        # an item wholly inside a term ("artículo 5") is the term's; a term never cuts an
+        # item ("casa" in a URL) nor takes markup's place
+        if all(found.start <= s[1] and s[2] <= found.end and s[0] not in MARKUP for s in met):
+            spans = [s for s in spans if s not in met]
+            replaced[found.start] = found
+            spans.append(("term", found.start, found.end))
+    spans.sort(key=lambda s: s[1])
     if not spans:
         return Masked(text, ())
     base = MARKER

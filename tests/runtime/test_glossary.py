@@ -37,6 +37,25 @@ def test_a_found_term_is_in_the_translation_whatever_the_model_does_with_it():
     assert "passphrase" in lost and "https://x.es/contraseña" in lost
 
 
+def test_a_term_holding_a_number_is_applied_and_a_term_never_cuts_an_item():
+    """A number inside a term ("artículo 5") kept the term from ever being found: the entry
+    was silently not applied. Items wholly inside a term are the term's; one the term would
+    cut (a URL, an e-mail address) or markup still keeps it out."""
+    terms = (Term("artículo 5", "Section 5"), Term("COVID-19", "COVID-19"), Term("x.es", "X"))
+    masked = mask("Según el artículo 5 y la COVID-19, escribe a ana@x.es o a 5.", terms=terms)
+    assert [(i.kind, i.text, i.entry) for i in masked.items] == [
+        ("term", "Section 5", 0),
+        ("term", "COVID-19", 1),
+        ("email", "ana@x.es", -1),
+        ("number", "5", -1),
+    ]
+    assert masked.restore("According to ZZ1 and ZZ2, write to ZZ3 or to ZZ4.") == (
+        "According to Section 5 and COVID-19, write to ana@x.es or to 5."
+    )
+    marked = mask("El I&amp;D 5.", True, (Term("I&amp;D 5", "R&amp;D 5"),))
+    assert [i.kind for i in marked.items] == ["entity", "number"]  # markup stays as it is
+
+
 def test_bad_entries_are_named():
     entries = [
         SimpleNamespace(source=" ", target="x"),
