@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
-import io
+import sys
 from pathlib import Path
 
 from attnserve.cli.results import Caption, Translation
 from attnserve.cli.subcommand import Failure
+from service.runtime.errors import InvalidArgument
 
 FIGURE_SIDE = 512  # pixels: the image of an attention figure is shrunk to fit this square
 
@@ -36,19 +37,19 @@ def write_alignment(path: Path, index: int, count: int, translation: Translation
 
 
 def figure_image(data: bytes):
-    """The image as the server sees it (EXIF orientation of JPEG and WebP applied, transparency
-    over white), as (H, W, 3) uint8, shrunk to fit FIGURE_SIDE."""
+    """The image as the server sees it (service.runtime.images: EXIF orientation of JPEG and
+    WebP applied, transparency over white, 16-bit samples by their high byte), as (H, W, 3)
+    uint8, shrunk to fit FIGURE_SIDE."""
     import numpy as np
-    from PIL import Image, ImageOps
+    from PIL import Image
 
-    with Image.open(io.BytesIO(data)) as opened:
-        image = ImageOps.exif_transpose(opened) if opened.format in ("JPEG", "WEBP") else opened
-        if image.mode in ("RGBA", "LA", "PA") or "transparency" in image.info:
-            white = Image.new("RGBA", image.size, (255, 255, 255, 255))
-            image = Image.alpha_composite(white, image.convert("RGBA"))
-        image = image.convert("RGB")
-        image.thumbnail((FIGURE_SIDE, FIGURE_SIDE), Image.BILINEAR)
-        return np.asarray(image)
+    from service.runtime.images import ImageLimits, decode_image
+
+    # the server took the image already: its size is not refused here
+    limits = ImageLimits(max_bytes=len(data), max_pixels=sys.maxsize)
+    image = Image.fromarray(decode_image(data, "image", limits).pixels)
+    image.thumbnail((FIGURE_SIDE, FIGURE_SIDE), Image.BILINEAR)
+    return np.asarray(image)
 
 
 def write_attention(path: Path, index: int, count: int, data: bytes, caption: Caption) -> None:
@@ -68,5 +69,5 @@ def write_attention(path: Path, index: int, count: int, data: bytes, caption: Ca
             path=figure_path(path, index, count),
             title=short_title(best.text),
         )
-    except (ValueError, OSError) as error:  # PIL's UnidentifiedImageError is an OSError
+    except (ValueError, OSError, InvalidArgument) as error:
         raise Failure(f"attention of image {index + 1}: {error}") from None

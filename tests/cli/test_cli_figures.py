@@ -133,6 +133,19 @@ def test_the_figure_image_lays_transparency_over_white_and_shrinks_to_fit():
     assert figures.figure_image(_encoded(big, "PNG")).shape == (300, figures.FIGURE_SIDE, 3)
 
 
+def test_the_figure_image_is_the_servers_for_16_bit_gray_and_cmyk():
+    """A 16-bit grayscale PNG was drawn white (Pillow clips its samples to 255) under a
+    caption the server wrote for the gray image it read (the high byte of each sample)."""
+    from service.runtime.images import decode_image
+
+    gray = Image.fromarray(np.full((4, 6), 30000, dtype=np.uint16))
+    cmyk = Image.new("CMYK", (4, 6), (10, 200, 30, 40))
+    for encoded in (_encoded(gray, "PNG"), _encoded(cmyk, "JPEG")):
+        served = decode_image(encoded, "image").pixels
+        assert figures.figure_image(encoded).tolist() == served.tolist()
+    assert figures.figure_image(_encoded(gray, "PNG"))[0, 0].tolist() == [117, 117, 117]
+
+
 def test_the_attention_figure_is_drawn_on_the_image(tmp_path):
     image = _encoded(Image.new("RGB", (64, 48), (30, 90, 200)), "PNG")
     out = tmp_path / "attention.png"
