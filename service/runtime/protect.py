@@ -2,7 +2,8 @@
 
 URLs, e-mail addresses, code in backticks, placeholders of format strings (`%s`, `%1$d`,
 `{name}`, `{0}`, `$VAR`, `${VAR}`), numbers and dates in digits, and runs of emoji and other
-symbols (and, in HTML or XML, inline tags and entity references: service.runtime.markup)
+symbols beyond ASCII ("€", "×", "→"; and, in HTML or XML, inline tags and entity references:
+service.runtime.markup)
 are each replaced by a marker the translator copies through ("ZZ1", "ZZ2", ...: the
 shipped translator gives such a token back unchanged where it gives "__1__" back broken;
 `python -m bench.preservation` measures it), and the marker in the translation is replaced
@@ -37,13 +38,15 @@ MARKUP_PATTERN = re.compile(
 MARKER = "ZZ{}"
 _FRAGMENT = re.compile(r"(?<![A-Za-z])Z+\d+(?!\d)")
 _FINAL = re.compile(r"[.!?…:;»\"')\]]*\s*$")
+_SYMBOLS = ("So", "Sk", "Sc", "Sm", "Cs")  # Unicode categories of symbols
 
 
 def _symbol(character: str) -> bool:
-    """An emoji or other symbol beyond ASCII (or a joiner or modifier inside one)."""
+    """An emoji or other symbol beyond ASCII (or a joiner or modifier inside one): currency
+    signs and mathematical symbols too ("€", "×"), which the model mistranslates."""
     if character in "\u200d\ufe0f":
         return True
-    return ord(character) > 127 and unicodedata.category(character) in ("So", "Sk", "Cs")
+    return ord(character) > 127 and unicodedata.category(character) in _SYMBOLS
 
 
 def _found(marker: str) -> re.Pattern:

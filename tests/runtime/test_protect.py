@@ -20,6 +20,7 @@ from service.runtime.protect import mask
         ("Nada que guardar aquí.", []),
         ("El 50% de 1.000 y un 80 % es poco; sube un 60% cada año.", ["number"] * 4),
         ("Imprime %d, % d y %-5s.", ["placeholder"] * 3),
+        ("Cuesta 20 € o 90 £ y mide 30 × 40 m, ≤ 70.", ["number", "symbol"] * 4 + ["number"]),
     ],
 )
 def test_items_are_found_and_replaced_by_markers(text, kinds):
