@@ -36,7 +36,7 @@ MARKUP_PATTERN = re.compile(
     "|".join(f"(?P<{name}>{pattern})" for name, pattern in {**MARKUP, **KINDS}.items())
 )
 MARKER = "ZZ{}"
-_FRAGMENT = re.compile(r"(?<![A-Za-z])Z+\d+(?!\d)")
+_FRAGMENT = re.compile(r"Z+\d+(?!\d)")  # after a letter too: the model glues one to a word
 _FINAL = re.compile(r"[.!?…:;»\"')\]]*\s*$")
 _SYMBOLS = ("So", "Sk", "Sc", "Sm", "Cs")  # Unicode categories of symbols
 

@@ -55,6 +55,17 @@ def test_a_word_of_the_source_like_a_broken_marker_stays_and_a_broken_marker_goe
     assert masked.restore("The BMW Z3 from Z1 is fast.") == "The BMW Z3 from is fast 1999."
 
 
+def test_a_broken_marker_glued_to_a_word_goes_too():
+    """The model glues a broken marker to a word ("TomZ1" for "Tom ZZ1", "ZeZ1" where a
+    word was): it stayed in the translation beside its item put back."""
+    masked = mask("Tom &amp; Jerry son amigos.", markup=True)
+    assert masked.restore("TomZ1 Jerry are friends.") == "Tom Jerry are friends &amp;."
+    masked = mask("¡Feliz cumpleaños 😺!")
+    assert masked.restore("ZeZ1 birthdays ZZ1!") == "Ze birthdays 😺!"
+    masked = mask("El BMWZ3 de 1999.")  # a word of the source stays
+    assert masked.restore("The BMWZ3 of ZZ1.") == "The BMWZ3 of 1999."
+
+
 def test_the_preservation_set_covers_every_kind():
     built = segments()
     assert len(built) >= 300
