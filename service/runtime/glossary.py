@@ -1,7 +1,8 @@
 """Terminology: a request's glossary (source term -> target term) enforced in its translation.
 
-A source term is found in a sentence case-insensitively, at word boundaries, its last word
-also with a plural ending ("contraseña" finds "Contraseñas"). Each place found is a protected
+A source term is found in a sentence case-insensitively, its accents composed or decomposed
+(Unicode's NFC or NFD), at word boundaries, its last word also with a plural ending
+("contraseña" finds "Contraseñas"). Each place found is a protected
 item of the kind "term" (service.runtime.protect): a marker goes through the model, and the
 target term takes its place, with the found form's capital first letter and plural ending
 ("Contraseñas" with "contraseña" -> "passphrase" gives "Passphrases"). Longer terms are found
@@ -13,6 +14,7 @@ as given; the response says which entries were applied.
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -21,12 +23,28 @@ MAX_TERM_WORDS = 8  # words of one source or target term
 _PLURAL = "(?P<plural>e?s)?"
 
 
+_MARK = "\u0300-\u036f"  # combining accents: inside a word, though not `\w`
+
+
+def _letters(word: str) -> str:
+    """A word's pattern, each accented letter found composed or decomposed ("ñ" as one
+    character or as "n" and U+0303): texts and terms come in either Unicode form."""
+    parts = []
+    for character in unicodedata.normalize("NFC", word):
+        decomposed = unicodedata.normalize("NFD", character)
+        escaped = re.escape(character)
+        parts.append(
+            escaped if decomposed == character else f"(?:{escaped}|{re.escape(decomposed)})"
+        )
+    return "".join(parts)
+
+
 @lru_cache(maxsize=4096)  # bounded: the terms come from requests
 def _pattern(source: str) -> re.Pattern:
-    """A source term found at word boundaries, in any case, its last word also plural (each
-    term compiled once, not once a sentence)."""
-    body = r"\s+".join(re.escape(w) for w in source.split())
-    return re.compile(rf"(?<!\w){body}{_PLURAL}(?!\w)", re.IGNORECASE)
+    """A source term found at word boundaries, in any case and Unicode form, its last word
+    also plural (each term compiled once, not once a sentence)."""
+    body = r"\s+".join(_letters(w) for w in source.split())
+    return re.compile(rf"(?<!\w){body}{_PLURAL}(?![\w{_MARK}])", re.IGNORECASE)
 
 
 def used(target: str, translation: str) -> bool:

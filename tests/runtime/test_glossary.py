@@ -3,6 +3,7 @@ never inside another protected item, and always in the translation as given."""
 
 from __future__ import annotations
 
+import unicodedata
 from types import SimpleNamespace
 
 from service.runtime.glossary import Term, checked, find_terms
@@ -54,6 +55,20 @@ def test_a_term_holding_a_number_is_applied_and_a_term_never_cuts_an_item():
     )
     marked = mask("El I&amp;D 5.", True, (Term("I&amp;D 5", "R&amp;D 5"),))
     assert [i.kind for i in marked.items] == ["entity", "number"]  # markup stays as it is
+
+
+def test_terms_are_found_in_either_unicode_form():
+    """A text or a term written decomposed ("n" and U+0303 for "ñ", as macOS writes file
+    names) found nothing: the glossary went unapplied though the model read the same words."""
+    decomposed = unicodedata.normalize("NFD", "Cambia tu contraseña y el café.")
+    terms = (Term("contraseña", "passphrase"), Term("cafe", "tea"))
+    found = find_terms(decomposed, terms)
+    assert [(decomposed[f.start : f.end], f.text) for f in found] == [
+        (unicodedata.normalize("NFD", "contraseña"), "passphrase")
+    ]  # "cafe" is not the start of "café"
+    source = unicodedata.normalize("NFD", "contraseña")
+    (found,) = find_terms("Dos contraseñas.", (Term(source, "passphrase"),))
+    assert found.text == "passphrases"
 
 
 def test_bad_entries_are_named():
