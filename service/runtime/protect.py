@@ -13,6 +13,7 @@ sentence, before its final punctuation, so that no item is ever dropped.
 
 from __future__ import annotations
 
+import html
 import re
 import unicodedata
 from dataclasses import dataclass
@@ -177,10 +178,14 @@ def mask(text: str, markup: bool = False, terms: tuple[Term, ...] = ()) -> Maske
         space_before = start == 0 or text[start - 1].isspace()
         space_after = end == len(text) or text[end].isspace()
         term = replaced.get(start) if kind == "term" else None
+        if term is None:
+            content = text[start:end]
+        else:  # a target is text: in markup, its "&" and "<" written as the markup's text
+            content = html.escape(term.text, quote=False) if markup else term.text
         items.append(
             Item(
                 kind,
-                text[start:end] if term is None else term.text,
+                content,
                 marker,
                 space_before,
                 space_after,

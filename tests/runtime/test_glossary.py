@@ -57,6 +57,18 @@ def test_a_term_holding_a_number_is_applied_and_a_term_never_cuts_an_item():
     assert [i.kind for i in marked.items] == ["entity", "number"]  # markup stays as it is
 
 
+def test_a_target_in_markup_is_written_as_the_markups_text():
+    """A target put raw into HTML ("R&D", "<key>") broke the markup, and the model's own
+    translation, escaped, never counted as using it."""
+    masked = mask("Pulsa <b>Intro</b> en la consola.", True, (Term("consola", "R&D <console>"),))
+    (term,) = [i for i in masked.items if i.kind == "term"]
+    assert term.text == "R&amp;D &lt;console&gt;"
+    restored = masked.restore(masked.text.replace("Pulsa", "Press").replace("en la", "in the"))
+    assert restored.endswith("in the R&amp;D &lt;console&gt;.") and "<b>" in restored
+    assert masked.terms_used("Press <b>Enter</b> in the R&amp;D &lt;console&gt;.")
+    assert mask("la consola", terms=(Term("consola", "R&D"),)).items[0].text == "R&D"
+
+
 def test_terms_are_found_in_either_unicode_form():
     """A text or a term written decomposed ("n" and U+0303 for "ñ", as macOS writes file
     names) found nothing: the glossary went unapplied though the model read the same words."""
