@@ -291,8 +291,16 @@ class WorkerPool:
         return next(self._ids)
 
     def check_admission(self, rows: int = 1) -> None:
-        """RESOURCE_EXHAUSTED when a call of `rows` batch rows would pass the latency budget's
-        limit now; the front asks before it tokenises, so that a refusal costs little."""
+        """RESOURCE_EXHAUSTED when a call of `rows` batch rows may not start now:
+        `max_queued_requests` jobs wait already, or its rows would pass the latency budget's
+        limit. Asked once per call, for all its jobs' rows before any is submitted (a call cut
+        into jobs is admitted or refused whole; an idle pool admits any), and before the
+        front tokenises, so that a refusal costs little."""
+        if self.queued >= self.max_queued:
+            raise ResourceExhausted(
+                f"{self.queued} requests are already waiting (max_queued_requests "
+                f"{self.max_queued}); retry later"
+            )
         if self.admission is None:
             return
         in_flight = self.rows_in_flight()
@@ -305,15 +313,9 @@ class WorkerPool:
     async def submit(
         self, key: str, method: str, job: Job, timeout: float | None, received: float | None = None
     ) -> Call:
-        """Sends `job` to the ready worker holding the fewest rows; `received` (monotonic) is
-        when the front got the request: the call's latency for the admission limit runs from
-        it."""
-        if self.queued >= self.max_queued:
-            raise ResourceExhausted(
-                f"{self.queued} requests are already waiting (max_queued_requests "
-                f"{self.max_queued}); retry later"
-            )
-        self.check_admission(job.rows)
+        """Sends `job` to the ready worker holding the fewest rows; its call passed
+        `check_admission` first. `received` (monotonic) is when the front got the request:
+        the call's latency for the admission limit runs from it."""
         worker = await self._ready_worker(timeout)
         call = Call(job, key, self.models.get(key, key), method, worker)
         if received is not None:

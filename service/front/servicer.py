@@ -130,7 +130,10 @@ class ModelServicer:
         order; on leaving early (an error, the client gone) every job is cancelled."""
         front, calls, tasks = self.front, [], []
         try:
-            for job in front.jobs(prepared, context, stream=False, most=most):
+            jobs = front.jobs(prepared, context, stream=False, most=most)
+            if jobs:  # the call's rows, whole (none: every input came from the cache)
+                front.pool.check_admission(sum(job.rows for job in jobs))
+            for job in jobs:
                 remaining = context.time_remaining()
                 calls.append(await front.pool.submit(model.key, method, job, remaining, received))
                 tasks.append(asyncio.ensure_future(self._result(calls[-1])))
@@ -220,6 +223,7 @@ class ModelServicer:
                 yield declared.respond(model, prepared, [cached])
                 return
             (job,) = front.jobs(prepared, context, stream=True)
+            front.pool.check_admission(job.rows)
             remaining = context.time_remaining()
             call = await front.pool.submit(model.key, method, job, remaining, received)
             tokens: list[int] = []

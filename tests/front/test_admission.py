@@ -8,16 +8,22 @@ from __future__ import annotations
 
 import asyncio
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from service.front.admission import HEADROOM, MIN_SAMPLES, WINDOW_SECONDS, AdmissionLimit
+from service.front.config import ServerConfig
 from service.front.metrics import Metrics
 from service.front.pool import QUEUED_BATCHES, Call, WorkerPool
+from service.front.servicer import Method
+from service.front.state import Front
+from service.front.translate import TranslationServicer
 from service.runtime.decoding import DecodingOptions
 from service.runtime.errors import ResourceExhausted, Unavailable
-from service.worker.messages import Failure, Job
+from service.runtime.kinds import Prepared
+from service.worker.messages import Failure, Job, Result, Submit, Timings
 from service.worker.settings import WorkerSettings
 
 
@@ -134,7 +140,7 @@ def test_the_pool_refuses_beyond_the_limit_and_counts_rows_in_flight():
     assert pool.rows_in_flight() == 16
     job = Job(1, {"src_ids": np.zeros((2, 5), np.int64)}, DecodingOptions())  # 2 rows
     with pytest.raises(ResourceExhausted, match="16 batch rows are in flight, at most 16"):
-        asyncio.run(pool.submit("translator/1", "Translate", job, 5.0))
+        pool.check_admission(job.rows)
     with pytest.raises(ResourceExhausted):
         pool.check_admission()  # what the front asks before it tokenises: 17 rows
     pool.workers[0].held = 8
@@ -202,3 +208,64 @@ def test_a_call_s_state_says_when_a_worker_s_death_may_send_it_again():
     assert not (state | CallState.STREAMED).retriable  # the client saw part of it
     assert not (state | CallState.RETRIED).retriable  # once only
     assert (state | CallState.CANCELLED).retriable and CallState.ADMITTED in state
+
+
+class _Worker:
+    """A ready worker's connection that answers each job at the next turn of the loop."""
+
+    def __init__(self, pool: WorkerPool):
+        self.pool, self.jobs = pool, []
+        worker = pool.workers[0]
+        worker.conn, worker.ready = self, asyncio.get_running_loop().create_future()
+        worker.ready.set_result({})
+
+    def send(self, message) -> None:
+        if isinstance(message, Submit):
+            self.jobs.append(message.job)
+            result = Result(message.job.id, [["x"]] * message.job.inputs, Timings(0, 0, 0, 0))
+            loop = asyncio.get_running_loop()
+            loop.call_soon(self.pool._event, self.pool.workers[0], "translator", result)
+
+
+async def _translate(pool: WorkerPool, inputs: int) -> tuple[list, list[Job]]:
+    """A Translate call of `inputs` inputs through the servicer; (each input's n-best, the jobs
+    the worker got)."""
+    worker = _Worker(pool)
+    front = Front(ServerConfig(max_batch_rows=8), {}, pool, pool.metrics)
+    front.serving = True
+    prepared = Prepared(
+        {"src_ids": np.zeros((inputs, 3), np.int64)}, DecodingOptions(), ["texts"] * inputs
+    )
+
+    async def prepare(model, request):
+        return prepared
+
+    servicer = TranslationServicer(front)
+    servicer.methods = {"Translate": Method(prepare, lambda model, p, results: results)}
+    front.resolve = lambda service, name, version: SimpleNamespace(key="translator/1")
+
+    async def abort(code, details):
+        raise AssertionError(f"{code.name}: {details}")
+
+    context = SimpleNamespace(time_remaining=lambda: None, abort=abort)
+    request = SimpleNamespace(model="", version="")
+    return await servicer.unary("Translate", request, context), worker.jobs
+
+
+@pytest.mark.parametrize("bound", ["latency budget", "queue"])
+def test_a_call_cut_into_jobs_is_admitted_whole_by_an_idle_pool(bound):
+    """A call of 4 batches is cut into 4 jobs; an idle pool admits the call whole, under a
+    latency budget whose limit is one batch as under a queue bound of 2 requests. Before,
+    each job was checked against the rows and jobs of the call's own earlier ones, and the
+    second job of the call was refused RESOURCE_EXHAUSTED on an idle server."""
+    settings = [WorkerSettings(index=0, models=(), device="cpu", max_rows=8)]
+    budget, queued = (0.5, 100) if bound == "latency budget" else (0.0, 2)
+
+    async def scenario():
+        pool = WorkerPool(settings, Metrics(), queued, latency_budget_seconds=budget)
+        answered, jobs = await _translate(pool, 32)
+        return answered, jobs, pool
+
+    answered, jobs, pool = asyncio.run(scenario())
+    assert len(answered) == 32 and [job.inputs for job in jobs] == [8, 8, 8, 8]
+    assert pool.queued == 0 and pool.rows_in_flight() == 0
