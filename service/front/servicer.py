@@ -144,6 +144,21 @@ class ModelServicer:
                 task.cancel()
             raise
 
+    def _cached(self, model, prepared: Prepared, label: str) -> tuple[list, list, list]:
+        """(each input's cache key, its n-best from the cache or None, the input whose
+        decode answers it or None when cached): each key looked up once, and an input
+        repeated in the request decoded once, by its first copy (one hit or miss counted)."""
+        cache = self.front.cache
+        keys = cache.keys(model, prepared)
+        looked = {key: cache.get(key, label) for key in dict.fromkeys(keys) if key is not None}
+        results = [None if key is None else looked[key] for key in keys]
+        first: dict = {}
+        twins = [
+            None if found is not None else first.setdefault(i if key is None else key, i)
+            for i, (key, found) in enumerate(zip(keys, results, strict=True))
+        ]
+        return keys, results, twins
+
     async def unary(self, method: str, request, context, label: str = ""):
         """A unary call of `method` (declared in `methods`); `label` is its method label in
         the metrics when not the method's name (a call over HTTP)."""
@@ -151,18 +166,8 @@ class ModelServicer:
         async with self._accounted(label or method, request, context) as (model, labels, received):
             front.pool.check_admission()
             prepared = await declared.prepare(model, request)
-            keys = front.cache.keys(model, prepared)
-            # each key looked up once (an input repeated in the request is one hit or miss)
-            looked: dict = {}
-            for key in dict.fromkeys(k for k in keys if k is not None):
-                looked[key] = front.cache.get(key, labels[0])
-            results = [None if key is None else looked[key] for key in keys]
-            # what the cache lacks, an input repeated in the request decoded once
-            first: dict = {}
-            for i, found in enumerate(results):
-                if found is None:
-                    first.setdefault(keys[i] if keys[i] is not None else i, i)
-            missing = list(first.values())
+            keys, results, twins = self._cached(model, prepared, labels[0])
+            missing = [i for i, twin in enumerate(twins) if twin == i]
             if missing:
                 decode = prepared.subset(missing) if len(missing) < len(results) else prepared
                 async with self._submitted(method, model, decode, context, received) as tasks:
@@ -172,31 +177,32 @@ class ModelServicer:
                 for i, nbest in zip(missing, decoded, strict=True):
                     results[i] = nbest
                     front.cache.put(keys[i], nbest)
-                for i, found in enumerate(results):
-                    if found is None:  # a repeat of an input decoded above
-                        results[i] = results[first[keys[i]]]
+                for i, twin in enumerate(twins):
+                    if twin is not None and twin != i:  # a repeat of an input decoded above
+                        results[i] = results[twin]
             return declared.respond(model, prepared, results)
 
     async def _stream_inputs(self, method, model, prepared, context, labels, received):
         """A streamed request of several inputs (a text's sentences): a job each for those
-        the cache does not hold, decoded in parallel; a partial event as each next input in
-        order is done, then the result."""
+        the cache does not hold (a repeated one decoded once), decoded in parallel; a partial
+        event as each next input in order is done, then the result."""
         cache, declared = self.front.cache, self.methods[method]
-        keys = cache.keys(model, prepared)
-        results = [cache.get(key, labels[0]) for key in keys]
-        missing = [i for i, found in enumerate(results) if found is None]
+        keys, results, twins = self._cached(model, prepared, labels[0])
+        missing = [i for i, twin in enumerate(twins) if twin == i]
         timings, done = [], 0
         decode = prepared.subset(missing)
         async with self._submitted(method, model, decode, context, received, most=1) as tasks:
             pending = dict(zip(missing, tasks, strict=True))
             while done < prepared.inputs:
-                if results[done] is None:
+                if done in pending:
                     event = await pending[done]
                     (results[done],) = event.results
                     cache.put(keys[done], results[done])
                     timings.append(event.timings)
+                elif results[done] is None:  # a repeat of an input before it
+                    results[done] = results[twins[done]]
                 done += 1
-                if done < prepared.inputs and results[done] is None:
+                if done in pending:
                     yield declared.partial(model.partial_inputs(prepared, results[:done]))
         if timings:
             self.front.observe(labels, received, timings)

@@ -8,22 +8,19 @@ from __future__ import annotations
 
 import asyncio
 import math
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from stand_in import CONTEXT, REQUEST, StandInWorker, servicer
 
 from service.front.admission import HEADROOM, MIN_SAMPLES, WINDOW_SECONDS, AdmissionLimit
 from service.front.config import ServerConfig
 from service.front.metrics import Metrics
 from service.front.pool import QUEUED_BATCHES, Call, WorkerPool
-from service.front.servicer import Method
-from service.front.state import Front
-from service.front.translate import TranslationServicer
 from service.runtime.decoding import DecodingOptions
 from service.runtime.errors import ResourceExhausted, Unavailable
 from service.runtime.kinds import Prepared
-from service.worker.messages import Failure, Job, Result, Submit, Timings
+from service.worker.messages import Failure, Job
 from service.worker.settings import WorkerSettings
 
 
@@ -210,48 +207,6 @@ def test_a_call_s_state_says_when_a_worker_s_death_may_send_it_again():
     assert (state | CallState.CANCELLED).retriable and CallState.ADMITTED in state
 
 
-class _Worker:
-    """A ready worker's connection that answers each job at the next turn of the loop."""
-
-    def __init__(self, pool: WorkerPool):
-        self.pool, self.jobs = pool, []
-        worker = pool.workers[0]
-        worker.conn, worker.ready = self, asyncio.get_running_loop().create_future()
-        worker.ready.set_result({})
-
-    def send(self, message) -> None:
-        if isinstance(message, Submit):
-            self.jobs.append(message.job)
-            result = Result(message.job.id, [["x"]] * message.job.inputs, Timings(0, 0, 0, 0))
-            loop = asyncio.get_running_loop()
-            loop.call_soon(self.pool._event, self.pool.workers[0], "translator", result)
-
-
-async def _translate(pool: WorkerPool, inputs: int) -> tuple[list, list[Job]]:
-    """A Translate call of `inputs` inputs through the servicer; (each input's n-best, the jobs
-    the worker got)."""
-    worker = _Worker(pool)
-    front = Front(ServerConfig(max_batch_rows=8), {}, pool, pool.metrics)
-    front.serving = True
-    prepared = Prepared(
-        {"src_ids": np.zeros((inputs, 3), np.int64)}, DecodingOptions(), ["texts"] * inputs
-    )
-
-    async def prepare(model, request):
-        return prepared
-
-    servicer = TranslationServicer(front)
-    servicer.methods = {"Translate": Method(prepare, lambda model, p, results: results)}
-    front.resolve = lambda service, name, version: SimpleNamespace(key="translator/1")
-
-    async def abort(code, details):
-        raise AssertionError(f"{code.name}: {details}")
-
-    context = SimpleNamespace(time_remaining=lambda: None, abort=abort)
-    request = SimpleNamespace(model="", version="")
-    return await servicer.unary("Translate", request, context), worker.jobs
-
-
 @pytest.mark.parametrize("bound", ["latency budget", "queue"])
 def test_a_call_cut_into_jobs_is_admitted_whole_by_an_idle_pool(bound):
     """A call of 4 batches is cut into 4 jobs; an idle pool admits the call whole, under a
@@ -263,8 +218,12 @@ def test_a_call_cut_into_jobs_is_admitted_whole_by_an_idle_pool(bound):
 
     async def scenario():
         pool = WorkerPool(settings, Metrics(), queued, latency_budget_seconds=budget)
-        answered, jobs = await _translate(pool, 32)
-        return answered, jobs, pool
+        worker = StandInWorker(pool)
+        inputs = {"src_ids": np.zeros((32, 3), np.int64)}
+        prepared = Prepared(inputs, DecodingOptions(), ["texts"] * 32)
+        translator = servicer(pool, prepared, ServerConfig(max_batch_rows=8))
+        answered = await translator.unary("Translate", REQUEST, CONTEXT)
+        return answered, worker.jobs, pool
 
     answered, jobs, pool = asyncio.run(scenario())
     assert len(answered) == 32 and [job.inputs for job in jobs] == [8, 8, 8, 8]

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import numpy as np
+import pytest
+from stand_in import CONTEXT, REQUEST, StandInWorker, servicer
 
 from service.front.cache import ResponseCache, _size
+from service.front.config import ServerConfig
+from service.front.metrics import Metrics
+from service.front.pool import WorkerPool
 from service.runtime.decoding import DecodingOptions, Hypothesis
 from service.runtime.kinds import Prepared
+from service.worker.settings import WorkerSettings
 
 
 class _Model:
@@ -98,3 +106,36 @@ def test_the_byte_bound_holds_for_what_the_entries_really_take():
         tracemalloc.stop()
     assert cache.bytes <= cache.max_bytes and len(cache.entries) < 3_000  # it evicted
     assert taken <= cache.max_bytes, taken
+
+
+@pytest.mark.parametrize("method", ["Translate", "TranslateStream"])
+def test_an_input_repeated_in_a_call_is_decoded_once_and_counted_once(method):
+    """A text whose first sentence comes again: the repeat is decoded once and counted one
+    miss, by a unary call as by a stream (whose partials come only before inputs still being
+    decoded). Before, a stream decoded each copy and counted a miss for each."""
+
+    async def scenario():
+        metrics = Metrics()
+        pool = WorkerPool([WorkerSettings(index=0, models=())], metrics, 100)
+        worker = StandInWorker(pool)
+        prepared = _prepared([b"a", b"b", b"a"])
+        translator = servicer(pool, prepared, ServerConfig())
+        if method == "Translate":
+            events = [await translator.unary(method, REQUEST, CONTEXT)]
+        else:
+            events = [e async for e in translator.stream(method, REQUEST, CONTEXT)]
+        misses = metrics.registry.get_sample_value(
+            "attnserve_response_cache_misses_total", {"model": "unknown"}
+        )
+        return events, worker.jobs, misses
+
+    events, jobs, misses = asyncio.run(scenario())
+    assert [job.inputs for job in jobs] == ([2] if method == "Translate" else [1, 1])
+    assert misses == 2
+    *partials, result = events
+    if method == "TranslateStream":
+        first, second = (job.id for job in jobs)
+        assert partials == [("partial", [first])]
+        assert result == [first, second, first]
+    else:
+        assert not partials and result == [jobs[0].id] * 3  # one job of both inputs
