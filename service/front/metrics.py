@@ -11,6 +11,7 @@ import base64
 import binascii
 import hashlib
 import hmac
+import socket
 import ssl
 import threading
 from pathlib import Path
@@ -203,6 +204,10 @@ class _Server(ThreadingMixIn, WSGIServer):
     daemon_threads = True
 
 
+class _Server6(_Server):
+    address_family = socket.AF_INET6
+
+
 def _basic_auth(app, credentials: list[bytes]):
     """`app` behind HTTP basic authentication: `credentials` are SHA-256 digests of
     "user:password", compared with every one in constant time."""
@@ -247,7 +252,9 @@ def serve_metrics(config, registry) -> tuple[WSGIServer, threading.Thread]:
         if not entries or any(":" not in e for e in entries):
             raise InvalidArgument(f"metrics_basic_auth_file {path}: user:password lines expected")
         app = _basic_auth(app, [hashlib.sha256(e.encode()).digest() for e in entries])
-    server = make_server(host.strip("[]"), int(port), app, _Server, handler_class=_QuietHandler)
+    host = host.strip("[]")
+    kind = _Server6 if ":" in host else _Server  # an IPv6 address, [::] or [::1]
+    server = make_server(host, int(port), app, kind, handler_class=_QuietHandler)
     if config.metrics_tls_cert is not None:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         try:
