@@ -71,8 +71,8 @@ class CallState(enum.Flag):
     @property
     def retriable(self) -> bool:
         """Whether a worker's death may send it to another one unseen: nothing of it has left
-        the front, and it was not retried already."""
-        return not self & (CallState.RETRIED | CallState.STREAMED)
+        the front, it was not retried already, and its client is still there."""
+        return not self & (CallState.RETRIED | CallState.STREAMED | CallState.CANCELLED)
 
 
 @dataclass

@@ -6,6 +6,7 @@ modules of this folder.)"""
 from __future__ import annotations
 
 import asyncio
+import os
 from types import SimpleNamespace
 
 from service.front.config import ServerConfig
@@ -19,23 +20,34 @@ from service.worker.messages import Job, Result, Submit, Timings
 
 
 class StandInWorker:
-    """The connection of the pool's first worker, made ready: each job is answered with one
-    n-best per input, a hypothesis whose one token is the job's id, and kept in `jobs`."""
+    """The connection of the pool's first worker, made ready: each message is kept in
+    `sent`, each job answered (while `answer`) with one n-best per input, a hypothesis whose
+    one token is the job's id, and kept in `jobs`."""
 
     def __init__(self, pool: WorkerPool):
-        self.pool, self.jobs = pool, []
+        self.pool, self.jobs, self.sent, self.answer = pool, [], [], True
+        self._file = os.open(os.devnull, os.O_RDONLY)  # what the pool's loop reader names
         worker = pool.workers[0]
         worker.conn, worker.ready = self, asyncio.get_running_loop().create_future()
         worker.ready.set_result({})
 
     def send(self, message) -> None:
+        self.sent.append(message)
         if isinstance(message, Submit):
             job: Job = message.job
             self.jobs.append(job)
+            if not self.answer:
+                return
             nbest = [[Hypothesis(tokens=[job.id], log_prob=0.0, score=0.0)]] * job.inputs
             result = Result(job.id, nbest, Timings(0.0, 0.0, 0.0, 0.0))
             loop = asyncio.get_running_loop()
             loop.call_soon(self.pool._event, self.pool.workers[0], "translator", result)
+
+    def fileno(self) -> int:
+        return self._file
+
+    def close(self) -> None:
+        os.close(self._file)
 
 
 def servicer(pool: WorkerPool, prepared: Prepared, config: ServerConfig) -> TranslationServicer:

@@ -204,7 +204,8 @@ def test_a_call_s_state_says_when_a_worker_s_death_may_send_it_again():
     assert state.retriable  # admitted, nothing sent to the client yet
     assert not (state | CallState.STREAMED).retriable  # the client saw part of it
     assert not (state | CallState.RETRIED).retriable  # once only
-    assert (state | CallState.CANCELLED).retriable and CallState.ADMITTED in state
+    assert not (state | CallState.CANCELLED).retriable  # the client left
+    assert CallState.ADMITTED in state
 
 
 @pytest.mark.parametrize("bound", ["latency budget", "queue"])
@@ -228,3 +229,28 @@ def test_a_call_cut_into_jobs_is_admitted_whole_by_an_idle_pool(bound):
     answered, jobs, pool = asyncio.run(scenario())
     assert len(answered) == 32 and [job.inputs for job in jobs] == [8, 8, 8, 8]
     assert pool.queued == 0 and pool.rows_in_flight() == 0
+
+
+def test_a_cancelled_call_whose_worker_dies_leaves_at_once_and_is_not_sent_again():
+    """The client left and its Cancel went to the worker, which died before it answered:
+    the call ends there. Before, it was taken for a retry, and while the only worker
+    restarted it waited on as a request queued, its rows in flight."""
+    settings = [WorkerSettings(index=0, models=(), device="cpu", max_rows=8)]
+
+    async def scenario():
+        pool = WorkerPool(settings, Metrics(), max_queued=100)
+        worker = StandInWorker(pool)
+        job = Job(pool.next_id(), {"src_ids": np.zeros((2, 3), np.int64)}, DecodingOptions())
+        worker.answer = False  # the worker dies before it answers
+        call = await pool.submit("translator/1", "Translate", job, 5.0)
+        pool.cancel(call)
+        pool._lost(pool.workers[0])  # its connection ended
+        await asyncio.sleep(0.05)  # (a retry would still wait for a worker)
+        assert not pool._retries and pool.queued == 0 and pool.rows_in_flight() == 0
+        assert isinstance(call.events.get_nowait(), Failure)
+        return worker.sent, pool.metrics
+
+    sent, metrics = asyncio.run(scenario())
+    assert [type(m).__name__ for m in sent] == ["Submit", "Cancel"]
+    retried = {"model": "translator/1", "method": "Translate"}
+    assert not metrics.registry.get_sample_value("attnserve_retried_calls_total", retried)
