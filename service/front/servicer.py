@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -27,6 +28,8 @@ from service.runtime.errors import InvalidArgument, ServiceError, Unavailable
 from service.runtime.kinds import Prepared, ServedModel
 from service.runtime.results import PartialText
 from service.worker.messages import Failure, Partial, Result
+
+log = logging.getLogger("attnserve")
 
 
 @dataclass(frozen=True)
@@ -87,8 +90,8 @@ class ModelServicer:
     @contextlib.asynccontextmanager
     async def _accounted(self, label: str, request, context):
         """Counts the call in flight and its duration by status code under the method label
-        `label`; turns a ServiceError into its gRPC status. Yields the served model the
-        request names and the labels."""
+        `label`; turns a ServiceError into its gRPC status, anything else into INTERNAL.
+        Yields the served model the request names and the labels."""
         front = self.front
         labels = (front.label(self.service, request.model), label)
         received, code = time.monotonic(), grpc.StatusCode.OK
@@ -109,6 +112,11 @@ class ModelServicer:
         except (asyncio.CancelledError, GeneratorExit):  # a stream closed mid-write: the same
             code = _cancel_code(context)
             raise
+        except Exception as error:  # a bug of ours: INTERNAL, its traceback in the log
+            code = status_code(error)
+            log.exception("%s %s failed", self.service, label)
+            details = f"internal error ({type(error).__name__}); the server's log has its trace"
+            await context.abort(code, details)
         finally:
             front.metrics.requests_in_flight.labels(*labels).dec()
             front.in_flight -= 1

@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
-import grpc
-import pytest
+import asyncio
+from types import SimpleNamespace
 
+import grpc
+import numpy as np
+import pytest
+from stand_in import REQUEST, servicer
+
+from service.front.config import ServerConfig
 from service.front.decoding import decoding_options
+from service.front.metrics import Metrics
+from service.front.pool import WorkerPool
+from service.front.servicer import Method
 from service.front.status import status_code
 from service.front.translate import source_texts, stream_source_text
+from service.runtime.decoding import DecodingOptions
 from service.runtime.errors import InvalidArgument, ModelRepositoryError, NotFound, Unavailable
+from service.runtime.kinds import Prepared
 from service.runtime.requests import MAX_TEXT_CHARS, MAX_TEXTS
 from service.wire.v1 import decoding_pb2, translation_pb2
 
@@ -79,3 +90,46 @@ def test_sampling_options_are_carried():
 )
 def test_error_types_map_to_status_codes(error, code):
     assert status_code(error) == code
+
+
+@pytest.mark.parametrize("method", ["Translate", "TranslateStream"])
+def test_a_fault_of_the_server_answers_internal_and_is_counted_so(method, caplog):
+    """An exception of no service error type (a bug) ends the call INTERNAL, as the docs
+    say, with its traceback in the log, and the duration is counted under INTERNAL. Before,
+    gRPC answered UNKNOWN and the metric counted the call OK."""
+    answered = []
+
+    async def abort(code, details):
+        answered.append((code, details))
+        raise grpc.RpcError()  # what gRPC's abort does: the handler ends
+
+    async def scenario():
+        pool = WorkerPool([], Metrics(), 10)
+        prepared = Prepared({"src_ids": np.zeros((1, 3), np.int64)}, DecodingOptions(), ["t"])
+        translator = servicer(pool, prepared, ServerConfig())
+
+        async def prepare(model, request):
+            raise KeyError("a bug")
+
+        translator.methods[method] = Method(prepare, None)
+        context = SimpleNamespace(time_remaining=lambda: None, abort=abort)
+        with pytest.raises(grpc.RpcError):
+            if method == "Translate":
+                await translator.unary(method, REQUEST, context)
+            else:
+                [_ async for _ in translator.stream(method, REQUEST, context)]
+        return pool.metrics
+
+    metrics = asyncio.run(scenario())
+    assert answered == [(grpc.StatusCode.INTERNAL, _INTERNAL)]
+    assert "KeyError: 'a bug'" in caplog.text
+    durations = {
+        sample.labels["code"]: sample.value
+        for family in metrics.request_duration.collect()
+        for sample in family.samples
+        if sample.name.endswith("_count")
+    }
+    assert durations == {"INTERNAL": 1.0}
+
+
+_INTERNAL = "internal error (KeyError); the server's log has its trace"
