@@ -303,7 +303,7 @@ def score(
 
 def translate_batches(
     channel: grpc.Channel,
-    texts: Sequence[str],
+    texts: str | Sequence[str],
     *,
     batch_size: int = TEXTS_PER_CHUNK,
     concurrency: int = 1,
@@ -341,6 +341,7 @@ def translate_batches(
         )
 
     merged = translation_pb2.TranslateResponse()
+    texts = [texts] if isinstance(texts, str) else texts  # one text, as `translate` takes it
     responses = _chunked(call, texts, batch_size, concurrency, progress)
     return _merged(merged, responses, "translations")
 
@@ -456,7 +457,7 @@ def caption(
 
 def caption_batches(
     channel: grpc.Channel,
-    images: Sequence[bytes],
+    images: bytes | Sequence[bytes],
     *,
     batch_size: int = IMAGES_PER_REQUEST,
     progress: Callable[[int], object] | None = None,
@@ -484,7 +485,7 @@ def caption_batches(
             timeout=timeout,
         )
 
-    responses = _chunked(call, images, batch_size, 1, progress)
+    responses = _chunked(call, _images(images), batch_size, 1, progress)
     return _merged(caption_pb2.CaptionResponse(), responses, "captions")
 
 

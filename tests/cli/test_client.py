@@ -144,6 +144,21 @@ def test_translate_batches_sends_at_most_batch_size_texts_per_call(stand_in):
     assert response.token_counts.input_tokens == 15 and response.version == "7"
 
 
+def test_the_batch_functions_take_one_text_or_image_as_one(stand_in, captioner):
+    """A str given to translate_batches was sent a character a text; bytes given to
+    caption_batches, 64 bytes an image: one text or image is one, as translate and caption
+    take it."""
+    with client.connect(stand_in[1]) as channel:
+        response = client.translate_batches(channel, "Hola.", batch_size=2)
+    assert [list(r.texts) for r in stand_in[0].requests] == [["Hola."]]
+    assert [t.hypotheses[0].text for t in response.translations] == ["HOLA."]
+    image = b"imagen " * 30  # 210 bytes, one image
+    with client.connect(captioner[1]) as channel:
+        captions = client.caption_batches(channel, image, batch_size=2)
+    assert [list(r.images) for r in captioner[0].requests] == [[image]]
+    assert len(captions.captions) == 1
+
+
 def test_translate_stream_yields_partials_then_one_result(stand_in):
     _, address = stand_in
     with client.connect(address) as channel:
