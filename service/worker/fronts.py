@@ -160,8 +160,17 @@ class Fronts:
             del self.holders[key]
             scheduler = self.schedulers.pop(key, None)
             if scheduler is not None:
-                scheduler.close()
+                self.stop(key, scheduler)
             self.info["models"].pop(key, None)
+
+    def stop(self, key: str, scheduler: Scheduler) -> None:
+        """`key`'s scheduler stops; what it still held is answered (Unavailable), to each
+        front still here its own jobs."""
+        scheduler.close()
+        for link, events in self.route(scheduler.events).items():
+            if link in self.links:
+                self.send(link, Report(key, events, None, 0, 0))
+        scheduler.events = []
 
     def route(self, events: list) -> dict:
         """{link: its events}: each event to the front whose job it is."""

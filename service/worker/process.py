@@ -61,10 +61,7 @@ def _stop(fronts: Fronts, schedulers: dict[str, Scheduler]) -> None:
     """Every scheduler stops; what each still held is answered (Unavailable), each front its
     own jobs."""
     for key, scheduler in schedulers.items():
-        scheduler.close()
-        for link, events in fronts.route(scheduler.events).items():
-            fronts.send(link, Report(key, events, None, 0, 0))
-        scheduler.events = []
+        fronts.stop(key, scheduler)
 
 
 def _loop(fronts: Fronts, schedulers: dict[str, Scheduler], settings: WorkerSettings) -> None:

@@ -30,6 +30,7 @@ from service.worker.messages import (
     Stats,
     Stop,
     Submit,
+    Unload,
 )
 from service.worker.process import run_worker
 from service.worker.scheduler import Scheduler
@@ -172,3 +173,23 @@ def test_an_idle_worker_reports_its_idle_time_as_it_passes(signals, loaded):
     _serve(worker, the_front)
     assert len(idle) >= 3  # about one every STATS_EVERY
     assert 0.3 < sum(idle) < 0.7 and max(idle) < 3 * process.STATS_EVERY
+
+
+def test_a_version_unloaded_with_jobs_in_flight_answers_them(signals, loaded):
+    """An Unload while a job runs (a retired version's calls cut at its drain): the job
+    is answered Unavailable, not left waiting for an event that never comes."""
+    front, worker = Pipe()
+    failures: list[Failure] = []
+
+    def the_front():
+        front.recv()  # Ready
+        front.send(Submit(KEY, _job(3, max_length=200)))
+        while not any(isinstance(e, Admitted) for e in front.recv().events):
+            pass
+        front.send(Unload(KEY))
+        while not failures and front.poll(5):
+            failures.extend(e for e in front.recv().events if isinstance(e, Failure))
+        front.send(Stop())
+
+    _serve(worker, the_front)
+    assert [(f.job_id, f.kind) for f in failures] == [(3, "Unavailable")]

@@ -140,13 +140,16 @@ def test_a_version_that_cannot_load_is_refused_and_the_others_stay(one_front, tm
 
 
 def test_the_last_front_to_let_go_of_a_version_unloads_it(one_front):
-    fronts, _, scheduler = one_front
+    fronts, front, scheduler = one_front
     fronts.submit(fronts.parent, Submit(KEY, _job(3)))
     fronts.unload(fronts.parent, KEY)
     assert KEY not in fronts.schedulers and KEY not in fronts.info["models"]
     assert KEY not in fronts.holders
-    (failure,) = scheduler.events  # closed: what it held is answered
+    report = _received(front)  # closed: what it held is answered, to its front
+    assert isinstance(report, Report) and report.key == KEY
+    (failure,) = report.events
     assert (failure.job_id, failure.kind) == (3, "Unavailable")
+    assert not scheduler.events
     fronts.unload(fronts.parent, KEY)  # a second time: nothing left to do
 
 
