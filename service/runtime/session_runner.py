@@ -1,11 +1,16 @@
 """Runs an engine's onnxruntime sessions: plain (numpy in, numpy out), or through IO binding,
 outputs left on the device but those asked for on the host.
 
-With IO binding each session keeps one binding, and an input is bound again only when
-another tensor is fed, so a step's cache and memory stay bound from step to step.
+With IO binding each session keeps one binding a thread, and an input is bound again only
+when another tensor is fed, so a step's cache and memory stay bound from step to step. A
+binding is never shared between threads: the scheduler's thread and the encoder thread run
+the same helper graphs at once, and a shared binding would hand one run the other's inputs
+and outputs.
 """
 
 from __future__ import annotations
+
+import threading
 
 import numpy as np
 import onnxruntime as ort
@@ -21,7 +26,8 @@ class SessionRunner:
     def __init__(self, device: str, io_binding: bool):
         self.device, self.io_binding = device, io_binding
         self._output_names: dict[ort.InferenceSession, list[str]] = {}
-        self._bindings: dict[ort.InferenceSession, tuple] = {}  # (binding, bound inputs)
+        # this thread's (binding, bound inputs) of each session, in `bindings`
+        self._threads = threading.local()
         self._types: dict[ort.InferenceSession, dict] = {}  # output dtypes
 
     def outputs(self, session: ort.InferenceSession) -> list[str]:
@@ -105,11 +111,14 @@ class SessionRunner:
         return types
 
     def _bind_inputs(self, session: ort.InferenceSession, feeds: dict):
-        """The session's IO binding with `feeds` bound, and what each input is bound to (by
-        name). A numpy array is bound by its own memory (onnxruntime copies it to another
-        device at every run), so rows written into it in place are read; one that is not
-        contiguous is copied when bound, so it is bound again at the next run."""
-        binding, bound = self._bindings.get(session) or self._bindings.setdefault(
+        """This thread's IO binding of the session with `feeds` bound, and what each input is
+        bound to (by name). A numpy array is bound by its own memory (onnxruntime copies it to
+        another device at every run), so rows written into it in place are read; one that is
+        not contiguous is copied when bound, so it is bound again at the next run."""
+        bindings = getattr(self._threads, "bindings", None)
+        if bindings is None:
+            bindings = self._threads.bindings = {}
+        binding, bound = bindings.get(session) or bindings.setdefault(
             session, (session.io_binding(), {})
         )
         for name, value in feeds.items():

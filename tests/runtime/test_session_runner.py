@@ -119,3 +119,31 @@ def test_host_outputs_of_given_shapes_are_kept_arrays_copied_unless_borrowed(ses
     plain = SessionRunner("cpu", io_binding=False)
     once = plain.run(session, feeds(), shapes=shapes, borrowed=("double",))
     assert once[0] is not plain.run(session, feeds(), shapes=shapes, borrowed=("double",))[0]
+
+
+def test_threads_running_one_session_each_get_their_own_outputs(session):
+    """An engine's helper graphs run on the scheduler's thread and on the encoder thread at
+    once (a step's controlled rows taken while an admission's rows are placed): each run
+    reads its own inputs and returns its own outputs."""
+    import threading
+
+    runner = SessionRunner("cpu", io_binding=True)
+    wrong: list[str] = []
+
+    def run(value: float) -> None:
+        x = np.full((20_000, 3), value, dtype=np.float32)
+        for _ in range(200):
+            try:
+                double = runner.run(session, {"x": x, "buffer": x}, on_host=("double",))[0]
+            except RuntimeError as error:  # another thread's binding changed under the run
+                wrong.append(str(error))
+                continue
+            if not np.all(double == 2 * value):
+                wrong.append(f"another thread's output: {double[0]}")
+
+    threads = [threading.Thread(target=run, args=(float(v),)) for v in (1, 2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not wrong, wrong[:3]
