@@ -257,6 +257,7 @@ class Scheduler:
         """Frees what the request holds in the scheduler's tables (not its batch rows)."""
         if self._requests.get(request.id) is request:
             del self._requests[request.id]
+            self._forget_deadlines()
         owner = request.owner
         if owner < 0:
             return
@@ -269,6 +270,14 @@ class Scheduler:
             self._aligning -= job.keep_alignment
             self._sampling -= job.options.sampling
             self._streaming -= job.stream and request.search is None
+
+    def _forget_deadlines(self) -> None:
+        """The deadlines of requests that ended are dropped once they are half the heap: an
+        ended request (its inputs, its search) is not held until its deadline passes."""
+        if len(self._deadlines) > 2 * len(self._requests):
+            held = self._requests
+            self._deadlines = [d for d in self._deadlines if held.get(d[2].id) is d[2]]
+            heapq.heapify(self._deadlines)
 
     def _drop_abandoned(self) -> None:
         """Cancelled jobs, and jobs whose deadline passed, leave: their rows too."""

@@ -227,6 +227,24 @@ def test_cancel_and_deadline_free_rows_at_the_next_step(translator):
     assert errors == {1: "Cancelled", 2: "DeadlineExceeded"}
 
 
+def test_a_finished_job_is_let_go_before_its_deadline(translator):
+    """Jobs with a distant deadline (a client's generous one) that finish are not held until
+    it passes: neither their inputs (a captioner's images) nor their searches stay."""
+    import gc
+    import weakref
+
+    kind = _onnx(translator)
+    scheduler = Scheduler(kind.engine, max_rows=8, clock=lambda: 0.0)
+    options = [DecodingOptions(max_length=4), DecodingOptions(beam_size=2, max_length=4)]
+    jobs = [kind.job(i, [s], options[i % 2], deadline=600.0) for i, s in enumerate(kind.sources)]
+    inputs = [weakref.ref(job.encoder_inputs["src_ids"]) for job in jobs]
+    done = _drain(scheduler, jobs)
+    assert all(isinstance(e, Result) for e in done.values()) and len(done) == len(jobs)
+    del jobs
+    gc.collect()
+    assert [i for i, ref in enumerate(inputs) if ref() is not None] == []  # none held
+
+
 def test_a_job_whose_search_raises_fails_alone_and_the_rest_decode_as_alone(translator):
     """A fault in one job's search (here a temperature below the one the front accepts, so
     that every score underflows and the draw meets NaN) fails that job with Internal; its
