@@ -155,6 +155,12 @@ class ServerConfig:
     max_connection_age_grace_seconds: float = 60.0
 
     def validate(self) -> ServerConfig:
+        if problems := self.problems():
+            raise InvalidArgument("configuration: " + "; ".join(problems))
+        return self
+
+    def problems(self) -> list[str]:
+        """Every setting out of its range or list of choices, each named."""
         problems = []
         for name, choices in CHOICES.items():
             if getattr(self, name) not in choices:
@@ -214,9 +220,7 @@ class ServerConfig:
             host, _, port = getattr(self, name).rpartition(":")
             if not host or not port.isdigit() or int(port) > 65535:
                 problems.append(f"{name} must be HOST:PORT (0..65535), got {getattr(self, name)!r}")
-        if problems:
-            raise InvalidArgument("configuration: " + "; ".join(problems))
-        return self
+        return problems
 
     def grpc_options(self) -> list[tuple[str, int]]:
         """The gRPC server's channel arguments: message sizes and the connection settings."""
@@ -496,31 +500,38 @@ def _convert(name: str, kind, value):
             return number
         return str(value)
     except ValueError as error:
-        raise InvalidArgument(f"configuration: {name}: cannot read {value!r}") from error
+        raise ValueError(f"{name}: cannot read {value!r}") from error
 
 
 def load_config(
     file: Path | None = None, environ: dict | None = None, overrides: dict | None = None
 ) -> ServerConfig:
     """Defaults, updated by the TOML `file`, then ATTNSERVE_* variables, then `overrides`
-    (flags; None values are ignored)."""
+    (flags; None values are ignored). Every problem of every layer is named in one error."""
     environ = os.environ if environ is None else environ
     kinds = {f.name: f.type for f in fields(ServerConfig)}
-    values: dict = {}
+    given: list[tuple[str, object]] = []  # (setting, value) in the order the layers apply
+    problems: list[str] = []
     if file is not None:
         try:
             table = tomllib.loads(Path(file).read_text(encoding="utf-8"))
         except (OSError, tomllib.TOMLDecodeError) as error:
             raise InvalidArgument(f"configuration file {file}: {error}") from error
-        unknown = sorted(set(table) - set(kinds))
-        if unknown:
-            raise InvalidArgument(f"configuration file {file}: unknown settings {unknown}")
-        values.update({k: _convert(k, kinds[k], v) for k, v in table.items()})
-    for name, kind in kinds.items():
+        if unknown := sorted(set(table) - set(kinds)):
+            problems.append(f"file {file}: unknown settings {unknown}")
+        given += [(k, v) for k, v in table.items() if k in kinds]
+    for name in kinds:
         text = environ.get(ENV_PREFIX + name.upper(), "")
         if text.strip():  # set and not empty
-            values[name] = _convert(name, kind, text)
-    for name, value in (overrides or {}).items():
-        if value is not None:
+            given.append((name, text))
+    given += [(k, v) for k, v in (overrides or {}).items() if v is not None]
+    values: dict = {}
+    for name, value in given:
+        try:
             values[name] = _convert(name, kinds[name], value)
-    return dataclasses.replace(ServerConfig(), **values).validate()
+        except ValueError as error:
+            problems.append(str(error))
+    problems += dataclasses.replace(ServerConfig(), **values).problems()
+    if problems:
+        raise InvalidArgument("configuration: " + "; ".join(problems))
+    return dataclasses.replace(ServerConfig(), **values)

@@ -364,3 +364,25 @@ def test_numbers_a_server_cannot_keep_are_refused(tmp_path):
     file.write_text("drain_seconds = 5\nworkers = 2\nio_binding = true\n", encoding="utf-8")
     config = load_config(file, {})  # an int for a float is a number still
     assert (config.drain_seconds, config.workers, config.io_binding) == (5.0, 2, True)
+
+
+def test_every_problem_of_a_configuration_is_named_at_once(tmp_path):
+    """An unknown setting, values that cannot be read (file, environment, flag) and values
+    out of range are refused together, not one per start."""
+    file = tmp_path / "attnserve.toml"
+    file.write_text('wrokers = 2\nworkers = "two"\nmax_batch_rows = 0\n', encoding="utf-8")
+    environ = {"ATTNSERVE_IO_BINDING": "sometimes", "ATTNSERVE_DRAIN_SECONDS": "nan"}
+    with pytest.raises(InvalidArgument) as refused:
+        load_config(file, environ, {"listen": "nowhere", "fronts": "x"})
+    message = str(refused.value)
+    assert message.startswith("configuration: ")
+    for named in (
+        "unknown settings ['wrokers']",
+        "workers: cannot read 'two'",
+        "io_binding: cannot read 'sometimes'",
+        "drain_seconds: cannot read 'nan'",
+        "fronts: cannot read 'x'",
+        "max_batch_rows must be 1 or more",
+        "listen must be HOST:PORT (0..65535), got 'nowhere'",
+    ):
+        assert named in message
