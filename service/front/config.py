@@ -192,6 +192,7 @@ class ServerConfig:
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be 1 or more")
         for name in (
+            "drain_seconds",
             "watch_seconds",
             "latency_budget_seconds",
             "min_ping_interval_seconds",

@@ -358,6 +358,8 @@ def test_numbers_a_server_cannot_keep_are_refused(tmp_path):
                 load_config(None, {f"ATTNSERVE_{name}": value})
     with pytest.raises(InvalidArgument, match="batch_window_ms must be 0 or more"):
         load_config(None, {"ATTNSERVE_BATCH_WINDOW_MS": "-1"})
+    with pytest.raises(InvalidArgument, match="drain_seconds must be 0 or more"):
+        load_config(None, {"ATTNSERVE_DRAIN_SECONDS": "-5"})
     with pytest.raises(InvalidArgument, match=r"listen must be HOST:PORT \(0..65535\)"):
         load_config(None, {"ATTNSERVE_LISTEN": "127.0.0.1:99999"})
     file = tmp_path / "attnserve.toml"
