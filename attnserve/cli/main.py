@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from attnserve.cli import caption, exporting, health, serve, training, translate
@@ -36,4 +37,8 @@ def main(argv: list[str] | None = None) -> int:
         return command.run(args)
     except Failure as error:
         print(f"error: {error}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:  # the reader left (`| head`): stop as a pipeline expects
+        # what stdout still buffers goes nowhere, not to a second error at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1

@@ -6,11 +6,14 @@ a repository's versions listed and verified."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import tomllib
 from dataclasses import fields, replace
 from pathlib import Path
 
 import pytest
+from helpers import ROOT
 
 from attnserve.cli import main, serve
 from attnserve.cli.main import build_parser
@@ -192,3 +195,22 @@ def test_repository_verify_checks_each_version_against_its_manifest(tmp_path, ca
 def test_repository_without_versions_is_an_error(tmp_path, capsys):
     assert main(["repository", "list", "--repository", str(tmp_path / "none")]) == 1
     assert capsys.readouterr().err == f"error: no model version under {tmp_path / 'none'}\n"
+
+
+def test_a_reader_that_leaves_early_ends_the_command_quietly(tmp_path):
+    """`attnserve repository list | head -1`: the reader closes the pipe after one line; the
+    command stops without a traceback."""
+    for version in range(400):  # more lines than the pipe and stdout's buffer hold
+        (tmp_path / "translator" / str(version)).mkdir(parents=True)
+        (tmp_path / "translator" / str(version) / "manifest.json").write_text("[]")
+    command = [sys.executable, "-m", "attnserve.cli", "repository", "list"]
+    process = subprocess.Popen(
+        [*command, "--repository", str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+    )
+    assert process.stdout.readline().startswith(str(tmp_path).encode())
+    process.stdout.close()
+    _, err = process.communicate(timeout=60)
+    assert b"Traceback" not in err and b"BrokenPipeError" not in err, err.decode()
