@@ -36,14 +36,15 @@ from service.worker.scheduler import MAX_ROWS, WINDOW_SECONDS
 
 DEFAULT_REPOSITORY = Path(__file__).resolve().parents[2] / "data" / "repository"
 ENV_PREFIX = "ATTNSERVE_"
-# The variant auto serves on cuda when the version has it certified, and how its graphs must
-# have been made: fp16 graphs built op by op are the fastest there (docs/benchmarks-gpu.md).
-# Text requests are small (1,000 texts of 4,096 characters at most); caption requests carry
-# encoded images (8 MB each by default), so a request may reach 32 MB. Responses with
-# alignments or attention maps can pass gRPC's default 4 MB, so they may reach 64 MB.
+# Caption requests carry encoded images (8 MB each by default), so a request may reach 32 MB;
+# a translation's texts (up to 1,000 of max_text_chars each) are held to the same bound.
+# Responses with alignments or attention maps can pass gRPC's default 4 MB, so they may reach
+# 64 MB.
 MAX_RECEIVE_BYTES, MAX_SEND_BYTES = 32 * 1024 * 1024, 64 * 1024 * 1024
 # `fronts = 0`: a front per this many cores, at most this many fronts (the most measured)
 CORES_PER_FRONT, MAX_AUTO_FRONTS = 4, 4
+# The variant auto serves on cuda when the version has it certified, and how its graphs must
+# have been made: fp16 graphs built op by op are the fastest there (docs/benchmarks-gpu.md).
 GPU_PREFERENCE: tuple[tuple[str, str], ...] = (("fp16", "built"),)
 
 
