@@ -145,7 +145,7 @@ def _add_inputs(parser: argparse.ArgumentParser) -> None:
         "--text-format",
         choices=FORMATS,
         help="html, xml: the markup is kept and only the text between it translated "
-        "(default: plain)",
+        "(default: plain; html for an .html --input)",
     )
     parser.add_argument(
         "--glossary",
@@ -233,8 +233,11 @@ def _translate_document(channel, args: argparse.Namespace, call: dict) -> int:
     from service import client
 
     suffix = args.input.suffix.lower()
-    if suffix in FILES and not (args.json and suffix in (".html", ".htm")):
+    html = suffix in (".html", ".htm")
+    if suffix in FILES and not (args.json and html):
         return _translate_file(channel, args, call)
+    if html and args.text_format is None:  # a page is HTML unless --text-format says not
+        call = {**call, "text_format": "html"}
     from service.runtime.files import decoded_text
 
     try:  # as its bytes say: line breaks (CRLF too) kept, a byte order mark kept out

@@ -232,6 +232,20 @@ def test_score_refuses_a_line_without_a_tab_and_an_unreadable_file(stand_in, tmp
     assert servicer.requests == []
 
 
+def test_an_html_input_with_json_is_sent_as_html(stand_in, tmp_path, capsys):
+    """`--input page.html --json` prints the response, not a file: the page still goes as
+    HTML, so its markup is kept out of the model; --text-format plain says otherwise."""
+    servicer, address = stand_in
+    page = tmp_path / "p.html"
+    page.write_text("<p>Hola <b>amigo</b>.</p>", encoding="utf-8")
+    argv = ["translate", "--server", address, "--input", str(page), "--json"]
+    assert main(argv) == 0
+    assert servicer.requests[-1].text_format == translation_pb2.TEXT_FORMAT_HTML
+    assert json.loads(capsys.readouterr().out)["translations"]
+    assert main([*argv, "--text-format", "plain"]) == 0
+    assert servicer.requests[-1].text_format == translation_pb2.TEXT_FORMAT_PLAIN
+
+
 def test_a_formatted_file_comes_back_in_its_format(stand_in, tmp_path, capsys):
     """A .docx's paragraphs translated (the stand-in upper-cases them), with alignments asked
     for where a paragraph has several runs, and written back as a .docx; HTML as HTML."""
