@@ -139,6 +139,7 @@ def test_gpu_service_reserves_nvidia_gpus_behind_a_profile(compose):
     service = compose["services"]["attnserve-gpu"]
     assert service["profiles"] == ["gpu"]
     assert service["environment"]["ATTNSERVE_DEVICE"] == "cuda"
+    assert service["environment"]["ATTNSERVE_VARIANT"] == "auto"  # certified fp16 where made
     devices = service["deploy"]["resources"]["reservations"]["devices"]
     assert devices == [{"driver": "nvidia", "count": "all", "capabilities": ["gpu"]}]
     assert "attnserve" in service["networks"]["default"]["aliases"]  # scraped with the rest
