@@ -47,6 +47,8 @@ SERVICE_NAME = "attnserve.v1.TranslationService"
 CAPTION_SERVICE = "attnserve.v1.CaptionService"
 TEXTS_PER_CHUNK = 64  # texts a call of translate_batches sends by default
 IMAGES_PER_REQUEST = 64  # the server's limit on images in one Caption request
+REQUEST_BYTES = 32 * 1024 * 1024  # the server's limit on one request message
+IMAGE_BYTES_PER_REQUEST = REQUEST_BYTES - 64 * 1024  # room for the options and framing
 MAX_RECEIVE_BYTES = 64 * 1024 * 1024  # alignments of many long texts exceed gRPC's 4 MB
 
 
@@ -346,14 +348,32 @@ def translate_batches(
     return _merged(merged, responses, "translations")
 
 
-def _chunked(call, items: Sequence, batch_size: int, concurrency: int, progress) -> list:
-    """`call(chunk)` for every `batch_size` items, `concurrency` calls in flight, responses in
+def _chunks(items: Sequence, batch_size: int, most_bytes: int | None) -> list[Sequence]:
+    """`items` in order, `batch_size` a chunk and, with `most_bytes`, a chunk's items of that
+    many bytes at most (a larger item alone)."""
+    if most_bytes is None:
+        return [items[start : start + batch_size] for start in range(0, len(items), batch_size)]
+    chunks: list[list] = []
+    size = 0
+    for item in items:
+        if not chunks or len(chunks[-1]) == batch_size or size + len(item) > most_bytes:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(item)
+        size += len(item)
+    return chunks
+
+
+def _chunked(
+    call, items: Sequence, batch_size: int, concurrency: int, progress, most_bytes=None
+) -> list:
+    """`call(chunk)` for every chunk of `_chunks`, `concurrency` calls in flight, responses in
     order; `progress(done)` after each call with the number of items answered."""
     if batch_size < 1 or concurrency < 1:
         raise ValueError(
             f"batch_size and concurrency must be 1 or more ({batch_size}, {concurrency})"
         )
-    chunks = [items[start : start + batch_size] for start in range(0, len(items), batch_size)]
+    chunks = _chunks(items, batch_size, most_bytes)
     done, lock = [0], threading.Lock()
 
     def one(chunk: Sequence):
@@ -468,9 +488,11 @@ def caption_batches(
     timeout: float | None = None,
     **decoding,
 ) -> caption_pb2.CaptionResponse:
-    """Any number of images, sent `batch_size` at a time (`timeout` per call), answered as one
-    response: the captions in order, the token counts summed, the first call's model and
-    version. `progress(done)`, when given, is called after each call with the number of images
+    """Any number of images, sent `batch_size` at a time and no more than
+    IMAGE_BYTES_PER_REQUEST bytes of images a call (the server takes REQUEST_BYTES in one
+    message; a larger image goes alone), `timeout` per call, answered as one response: the
+    captions in order, the token counts summed, the first call's model and version.
+    `progress(done)`, when given, is called after each call with the number of images
     captioned so far."""
     options = _options(options, decoding)
 
@@ -485,7 +507,7 @@ def caption_batches(
             timeout=timeout,
         )
 
-    responses = _chunked(call, _images(images), batch_size, 1, progress)
+    responses = _chunked(call, _images(images), batch_size, 1, progress, IMAGE_BYTES_PER_REQUEST)
     return _merged(caption_pb2.CaptionResponse(), responses, "captions")
 
 

@@ -35,8 +35,8 @@ class Caption(Subcommand):
     name = "caption"
     help = "caption images (over gRPC, or locally with --engine torch)"
     description = (
-        "The image files are sent as they are (the server decodes them), 64 a request; with "
-        "more, a progress bar on stderr. One line per image in the order given, or "
+        "The image files are sent as they are (the server decodes them), 64 (and 32 MB) a "
+        "request; with more, a progress bar on stderr. One line per image in the order given, or "
         "RANK<TAB>SCORE<TAB>TEXT per hypothesis when there are several. Decoding options not "
         "given are left to the server over gRPC; with --engine torch they default to beam "
         "size 1, n-best 1 and the model's max length. --attention draws the best caption's "
@@ -136,7 +136,7 @@ def _caption_stream(channel, args: argparse.Namespace, images: list[bytes], call
 
 
 def _caption_batches(channel, args: argparse.Namespace, images: list[bytes], call: dict) -> list:
-    """Every image, 64 a request; printed once all are back."""
+    """Every image, 64 (and 32 MB) a request; printed once all are back."""
     from service import client
 
     many = len(images) > client.IMAGES_PER_REQUEST

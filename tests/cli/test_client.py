@@ -463,6 +463,31 @@ def test_caption_batches_sends_at_most_64_images_a_call_and_merges_in_order(capt
     assert _texts(small) == [f"IMAGEN {i}" for i in range(5)]
 
 
+def test_caption_batches_keep_each_call_within_the_servers_message_limit(
+    captioner, monkeypatch
+):
+    from service.front.config import MAX_RECEIVE_BYTES
+
+    assert client.REQUEST_BYTES == MAX_RECEIVE_BYTES
+    full = client.caption_pb2.CaptionRequest(
+        model="m" * 100,
+        version="1" * 20,
+        images=[bytes(client.IMAGE_BYTES_PER_REQUEST // 64)] * 64,
+        options=client.decoding_options(beam_size=4, max_length=50, num_hypotheses=4),
+        return_attention=True,
+    )
+    assert full.ByteSize() <= client.REQUEST_BYTES
+    servicer, address = captioner
+    monkeypatch.setattr(client, "IMAGE_BYTES_PER_REQUEST", 1000)
+    sizes = [400, 400, 400, 1500, 300, 600, 100]
+    images = [f"imagen {i} ".encode().ljust(size, b".") for i, size in enumerate(sizes)]
+    with client.connect(address) as channel:
+        response = client.caption_batches(channel, images, batch_size=2)
+    sent = [[len(image) for image in r.images] for r in servicer.requests]
+    assert sent == [[400, 400], [400], [1500], [300, 600], [100]]
+    assert [text.split()[1] for text in _texts(response)] == [str(i) for i in range(7)]
+
+
 def test_caption_stream_yields_partials_then_one_result(captioner):
     servicer, address = captioner
     with client.connect(address) as channel:
