@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
+from attnserve.cli.render import image_pixels
 from attnserve.cli.results import Caption, Translation
 from attnserve.cli.subcommand import Failure
 from service.runtime.errors import InvalidArgument
@@ -37,17 +37,12 @@ def write_alignment(path: Path, index: int, count: int, translation: Translation
 
 
 def figure_image(data: bytes):
-    """The image as the server sees it (service.runtime.images: EXIF orientation of JPEG and
-    WebP applied, transparency over white, 16-bit samples by their high byte), as (H, W, 3)
-    uint8, shrunk to fit FIGURE_SIDE."""
+    """The image as the server sees it (`render.image_pixels`), as (H, W, 3) uint8, shrunk to
+    fit FIGURE_SIDE."""
     import numpy as np
     from PIL import Image
 
-    from service.runtime.images import ImageLimits, decode_image
-
-    # the server took the image already: its size is not refused here
-    limits = ImageLimits(max_bytes=len(data), max_pixels=sys.maxsize)
-    image = Image.fromarray(decode_image(data, "image", limits).pixels)
+    image = Image.fromarray(image_pixels(data, "image"))
     image.thumbnail((FIGURE_SIDE, FIGURE_SIDE), Image.BILINEAR)
     return np.asarray(image)
 

@@ -5,7 +5,6 @@ Imported only when the torch engine runs; torch itself comes in with `models`.""
 from __future__ import annotations
 
 import argparse
-import io
 import sys
 from pathlib import Path
 
@@ -79,21 +78,19 @@ def _alignment(tokenizer, h, source: list[str]) -> Alignment | None:
 
 
 def open_images(paths: list[Path], images: list[bytes]) -> list | None:
-    """The files' bytes as PIL images, or None after one line on stderr per file Pillow
-    cannot decode."""
-    from PIL import Image, UnidentifiedImageError
+    """The files' bytes as RGB PIL images decoded as the server decodes them
+    (`render.image_pixels`), or None after one line on stderr per file refused."""
+    from PIL import Image
+
+    from attnserve.cli.render import image_pixels
+    from service.runtime.errors import InvalidArgument
 
     opened, failed = [], False
     for path, data in zip(paths, images, strict=True):
         try:
-            image = Image.open(io.BytesIO(data))
-            image.load()
-            opened.append(image)
-        except UnidentifiedImageError:
-            print(f"error: {path}: not an image Pillow can read", file=sys.stderr)
-            failed = True
-        except (OSError, ValueError) as error:  # a broken image
-            print(f"error: {path}: {error}", file=sys.stderr)
+            opened.append(Image.fromarray(image_pixels(data, str(path))))
+        except InvalidArgument as error:
+            print(f"error: {error}", file=sys.stderr)
             failed = True
     return None if failed else opened
 

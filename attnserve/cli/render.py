@@ -132,6 +132,17 @@ def read_lines(path: Path | None) -> list[str] | None:
     return [line for line in text.splitlines() if line.strip()]
 
 
+def image_pixels(data: bytes, name: str):
+    """An image file's bytes as the server decodes them (service.runtime.images: the same
+    formats, EXIF orientation of JPEG and WebP applied, transparency over white, 16-bit
+    samples by their high byte) at any size, as (H, W, 3) uint8; InvalidArgument naming
+    `name` when the server would refuse the image for anything but its size."""
+    from service.runtime.images import ImageLimits, decode_image
+
+    limits = ImageLimits(max_bytes=len(data), max_pixels=sys.maxsize)
+    return decode_image(data, name, limits).pixels
+
+
 def read_images(paths: list[Path]) -> list[bytes] | None:
     """The bytes of every file, or None after one line on stderr per unreadable file."""
     images, failed = [], False

@@ -63,8 +63,8 @@ def test_the_torch_engine_refuses_unreadable_files_with_status_2(tmp_path, capsy
     words.write_bytes(b"no es una imagen")
     assert main(["caption", "--engine", "torch", str(words), str(words)]) == 2
     assert capsys.readouterr().err.splitlines() == [
-        f"error: {words}: not an image Pillow can read",
-        f"error: {words}: not an image Pillow can read",
+        f"error: {words}: not an image (PNG, JPEG or WebP expected)",
+        f"error: {words}: not an image (PNG, JPEG or WebP expected)",
     ]
     assert main(["caption", "--engine", "torch", str(missing), str(words)]) == 2
     captured = capsys.readouterr()

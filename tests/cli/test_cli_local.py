@@ -101,8 +101,45 @@ def test_open_images_decodes_every_file_or_names_each_one_it_cannot(tmp_path, ca
     broken = _png(40, 40)[:60]  # the header, then nothing
     assert local.open_images([*paths, tmp_path / "c.png"], [b"text", _png(2, 2), broken]) is None
     first, second = capsys.readouterr().err.splitlines()
-    assert first == f"error: {paths[0]}: not an image Pillow can read"
+    assert first == f"error: {paths[0]}: not an image (PNG, JPEG or WebP expected)"
     assert second.startswith(f"error: {tmp_path / 'c.png'}: ")
+
+
+def _encoded(image: Image.Image, fmt: str, **options) -> bytes:
+    out = io.BytesIO()
+    image.save(out, fmt, **options)
+    return out.getvalue()
+
+
+def test_the_torch_engine_sees_the_pixels_the_server_sees(tmp_path, capsys):
+    from service.runtime.images import decode_image
+
+    rgba = np.zeros((20, 30, 4), np.uint8)
+    rgba[..., 0] = 200
+    rgba[:, :10, 3] = 255  # the rest is transparent red
+    upright = Image.fromarray(np.random.default_rng(0).integers(0, 256, (20, 30, 3), np.uint8))
+    exif = Image.Exif()
+    exif[0x0112] = 6  # shown turned a quarter clockwise
+    files = {
+        "clear.png": _encoded(Image.fromarray(rgba, "RGBA"), "PNG"),
+        "turned.jpg": _encoded(upright, "JPEG", exif=exif.tobytes()),
+        "sixteen.png": _encoded(Image.fromarray(np.full((4, 5), 40000, np.uint16)), "PNG"),
+    }
+    paths = [tmp_path / name for name in files]
+    opened = local.open_images(paths, list(files.values()))
+    for image, (name, data) in zip(opened, files.items(), strict=True):
+        assert image.mode == "RGB"
+        assert np.array_equal(np.asarray(image), decode_image(data, name).pixels), name
+    assert np.asarray(opened[0])[0, 20].tolist() == [255, 255, 255]
+    assert opened[1].size == (20, 30)
+    assert np.asarray(opened[2]).max() == 40000 >> 8
+    gif = tmp_path / "a.gif"
+    gif.write_bytes(_encoded(upright, "GIF"))
+    assert local.open_images([gif], [gif.read_bytes()]) is None
+    assert (
+        capsys.readouterr().err
+        == f"error: {gif}: unsupported format GIF (PNG, JPEG or WebP expected)\n"
+    )
 
 
 @pytest.mark.slow  # loads torch and the shipped translator
