@@ -19,7 +19,13 @@ import numpy as np
 
 from service.runtime.controls import InputControls, with_grammar
 from service.runtime.decoding import DecodingOptions, Hypothesis, decode
-from service.runtime.images import ImageLimits, decode_image, decode_images, resize_square
+from service.runtime.images import (
+    DecodedImage,
+    ImageLimits,
+    decode_image,
+    decode_images,
+    resize_square,
+)
 from service.runtime.inference import CachedInference, Engine, Inference
 from service.runtime.kinds import Prepared, ServedModel
 from service.runtime.requests import CaptionRequest
@@ -122,10 +128,15 @@ class CaptionModel(ServedModel):
         )
 
     def _images(self, items: list[tuple[str, bytes]]):
-        """(pixels (B, 3, side, side), [(width, height)]) of checked images (thread pool)."""
-        decoded = decode_images(items, self.limits)
-        squares = [resize_square(d.pixels, self.side) for d in decoded]
-        return pixels(squares), [(d.width, d.height) for d in decoded]
+        """(pixels (B, 3, side, side), [(width, height)]) of checked images (thread pool).
+        Each image is squeezed as soon as it is decoded: 64 small PNGs of 4096 x 4096 pixels
+        would otherwise hold 3 GB at once."""
+
+        def squeezed(image: DecodedImage) -> tuple[np.ndarray, tuple[int, int]]:
+            return resize_square(image.pixels, self.side), (image.width, image.height)
+
+        images = decode_images(items, self.limits, squeezed)
+        return pixels([square for square, _ in images]), [size for _, size in images]
 
     async def prepare(self, request: CaptionRequest) -> Prepared:
         """The images decoded and checked on the front's thread pool (one InvalidArgument

@@ -39,13 +39,16 @@ from __future__ import annotations
 
 import io
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from service.runtime.errors import InvalidArgument
 
+T = TypeVar("T")
 _DECODE_ERRORS = (OSError, SyntaxError, ValueError, EOFError)
 _WIDE_GRAY = ("I;16", "I;16B", "I;16L", "I")
 _CONVERTIBLE = ("RGB", "P", "L", "1", "CMYK", "YCbCr")
@@ -157,17 +160,24 @@ def resize_square(image: np.ndarray, side: int) -> np.ndarray:
 
 
 def decode_images(
-    items: list[tuple[str, bytes]], limits: ImageLimits = ImageLimits()
-) -> list[DecodedImage]:
-    """Decodes every (field, data); collects every problem and raises ONE InvalidArgument
-    whose message joins them with '; ' (so a client learns every bad image at once)."""
-    decoded: list[DecodedImage] = []
+    items: list[tuple[str, bytes]],
+    limits: ImageLimits = ImageLimits(),
+    each: Callable[[DecodedImage], T] | None = None,
+) -> list[T] | list[DecodedImage]:
+    """Decodes every (field, data), in order; collects every problem and raises ONE
+    InvalidArgument whose message joins them with '; ' (so a client learns every bad image at
+    once). `each`, when given, takes every image as soon as it is decoded and its result is
+    kept in place of the image: a caller that shrinks the pixels there holds one full-size
+    image at a time, not a request's every one."""
+    kept: list = []
     problems: list[str] = []
     for field, data in items:
         try:
-            decoded.append(decode_image(data, field, limits))
+            decoded = decode_image(data, field, limits)
         except InvalidArgument as error:
             problems.append(str(error))
+            continue
+        kept.append(decoded if each is None else each(decoded))
     if problems:
         raise InvalidArgument("; ".join(problems))
-    return decoded
+    return kept

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import io
 import shutil
+import tracemalloc
 from dataclasses import replace
 
 import numpy as np
@@ -131,6 +132,23 @@ def test_images_are_prepared_with_their_sizes_keys_and_prefix(model):
     bad = CaptionRequest((png(8, 8), b"not an image"), ("image", "images[1]"), DecodingOptions())
     with pytest.raises(InvalidArgument, match=r"images\[1\]"):
         asyncio.run(model.prepare(bad))
+
+
+def test_a_request_holds_one_full_size_image_at_a_time(model):
+    side = 1024  # (1024, 1024, 3) uint8: 3 MiB decoded, a few kB encoded
+    out = io.BytesIO()
+    Image.new("RGB", (side, side), (10, 200, 30)).save(out, "PNG")
+    count, full = 8, side * side * 3
+    request = CaptionRequest((out.getvalue(),) * count, ("image",) * count, DecodingOptions())
+    tracemalloc.start()
+    try:
+        prepared = asyncio.run(model.prepare(request))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert prepared.encoder_inputs["pixels"].shape == (count, 3, SIDE, SIDE)
+    assert prepared.sources == [(side, side)] * count
+    assert peak < 4 * full, f"{peak / full:.1f} full-size images held at once"  # one, copied
 
 
 def test_a_response_counts_tokens_and_gives_attention_maps_when_asked(model):
