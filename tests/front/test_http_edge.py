@@ -114,6 +114,16 @@ def test_a_form_becomes_the_message_a_json_body_would():
                 FormData([("nothing", "x")]), caption_pb2.CaptionRequest.DESCRIPTOR
             )
         )
+    for word, meant in (("on", True), ("Yes", True), ("1", True), ("false", False), ("", False)):
+        flag = FormData([("returnAttention", word)])
+        fields = asyncio.run(contract.form_fields(flag, caption_pb2.CaptionRequest.DESCRIPTOR))
+        assert fields == {"return_attention": meant}, word
+    for word in ("maybe", "2", "ture"):
+        flag = FormData([("return_attention", word)])
+        with pytest.raises(
+            Aborted, match=f"return_attention: true or false expected, got '{word}'"
+        ):
+            asyncio.run(contract.form_fields(flag, caption_pb2.CaptionRequest.DESCRIPTOR))
 
 
 def test_the_document_follows_the_descriptors():

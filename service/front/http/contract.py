@@ -42,6 +42,7 @@ from service.front.versions import version_order
 
 FORMS = ("multipart/form-data", "application/x-www-form-urlencoded")
 TRUE = ("1", "true", "on", "yes")
+FALSE = ("", "0", "false", "off", "no")
 
 
 def method_path(method: str) -> str:
@@ -275,7 +276,13 @@ async def _form_value(field: FieldDescriptor, value) -> Any:
                 grpc.StatusCode.INVALID_ARGUMENT, f"{field.name}: not JSON ({error})"
             ) from None
     if field.type == FieldDescriptor.TYPE_BOOL:
-        return value.strip().lower() in TRUE
+        word = value.strip().lower()
+        if word not in TRUE + FALSE:
+            raise Aborted(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"{field.name}: true or false expected, got {value!r}",
+            )
+        return word in TRUE
     if field.type == FieldDescriptor.TYPE_BYTES:
         return base64.b64encode(value.encode()).decode()
     return value
