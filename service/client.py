@@ -20,7 +20,9 @@ the bad field. No torch here: this module belongs to the serving side.
 from __future__ import annotations
 
 import collections
+import itertools
 import os
+import re
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -344,7 +346,7 @@ def translate_batches(
 
     merged = translation_pb2.TranslateResponse()
     texts = [texts] if isinstance(texts, str) else texts  # one text, as `translate` takes it
-    responses = _chunked(call, texts, batch_size, concurrency, progress)
+    responses = _chunked(call, texts, "texts", batch_size, concurrency, progress)
     return _merged(merged, responses, "translations")
 
 
@@ -365,19 +367,24 @@ def _chunks(items: Sequence, batch_size: int, most_bytes: int | None) -> list[Se
 
 
 def _chunked(
-    call, items: Sequence, batch_size: int, concurrency: int, progress, most_bytes=None
+    call, items: Sequence, field: str, batch_size: int, concurrency: int, progress, most_bytes=None
 ) -> list:
     """`call(chunk)` for every chunk of `_chunks`, `concurrency` calls in flight, responses in
-    order; `progress(done)` after each call with the number of items answered."""
+    order; `progress(done)` after each call with the number of items answered. A failed call
+    is raised with `field[i]` in its details counted over all `items`."""
     if batch_size < 1 or concurrency < 1:
         raise ValueError(
             f"batch_size and concurrency must be 1 or more ({batch_size}, {concurrency})"
         )
     chunks = _chunks(items, batch_size, most_bytes)
+    starts = itertools.accumulate((len(chunk) for chunk in chunks), initial=0)
     done, lock = [0], threading.Lock()
 
-    def one(chunk: Sequence):
-        response = call(chunk)
+    def one(start: int, chunk: Sequence):
+        try:
+            response = call(chunk)
+        except grpc.RpcError as error:
+            raise _ItemsError.counted(error, field, start) from None
         if progress is not None:
             with lock:
                 done[0] += len(chunk)
@@ -385,7 +392,39 @@ def _chunked(
         return response
 
     with ThreadPoolExecutor(concurrency) as pool:
-        return list(pool.map(one, chunks))
+        return list(pool.map(one, starts, chunks))
+
+
+class _ItemsError(grpc.RpcError):
+    """The failure of one call of many, its details naming each item by its index among all
+    the items (`images[70]`, where the call itself said `images[6]`); the rest as the call's
+    own error."""
+
+    def __init__(self, error: grpc.RpcError, details: str):
+        super().__init__(details)
+        self.error, self.renumbered = error, details
+
+    @classmethod
+    def counted(cls, error: grpc.RpcError, field: str, start: int) -> grpc.RpcError:
+        details = error.details() if start and hasattr(error, "details") else None
+        if not details:
+            return error
+
+        def shifted(found: re.Match) -> str:
+            return f"{field}[{int(found.group(1)) + start}]"
+
+        return cls(error, re.sub(rf"\b{re.escape(field)}\[(\d+)\]", shifted, details))
+
+    def code(self) -> grpc.StatusCode:
+        return self.error.code()
+
+    def details(self) -> str:
+        return self.renumbered
+
+    def __getattr__(self, name: str):
+        if name == "error":  # not set yet (a copy being made)
+            raise AttributeError(name)
+        return getattr(self.error, name)  # trailing_metadata(), debug_error_string(), ...
 
 
 def _merged(merged, responses: list, field: str):
@@ -507,7 +546,8 @@ def caption_batches(
             timeout=timeout,
         )
 
-    responses = _chunked(call, _images(images), batch_size, 1, progress, IMAGE_BYTES_PER_REQUEST)
+    images = _images(images)
+    responses = _chunked(call, images, "images", batch_size, 1, progress, IMAGE_BYTES_PER_REQUEST)
     return _merged(caption_pb2.CaptionResponse(), responses, "captions")
 
 

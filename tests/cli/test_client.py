@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 
+import grpc
 import numpy as np
 import pytest
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -463,9 +464,7 @@ def test_caption_batches_sends_at_most_64_images_a_call_and_merges_in_order(capt
     assert _texts(small) == [f"IMAGEN {i}" for i in range(5)]
 
 
-def test_caption_batches_keep_each_call_within_the_servers_message_limit(
-    captioner, monkeypatch
-):
+def test_caption_batches_keep_each_call_within_the_servers_message_limit(captioner, monkeypatch):
     from service.front.config import MAX_RECEIVE_BYTES
 
     assert client.REQUEST_BYTES == MAX_RECEIVE_BYTES
@@ -486,6 +485,35 @@ def test_caption_batches_keep_each_call_within_the_servers_message_limit(
     sent = [[len(image) for image in r.images] for r in servicer.requests]
     assert sent == [[400, 400], [400], [1500], [300, 600], [100]]
     assert [text.split()[1] for text in _texts(response)] == [str(i) for i in range(7)]
+
+
+def test_a_refused_image_of_many_calls_is_named_by_its_place_among_all(captioner, tmp_path, capsys):
+    _, address = captioner
+    images = [b"uno"] * 5 + [b"fail", b"dos"]
+    with client.connect(address) as channel:
+        with pytest.raises(grpc.RpcError) as late:
+            client.caption_batches(channel, images, batch_size=2)
+        with pytest.raises(grpc.RpcError) as first:
+            client.caption_batches(channel, images[3:], batch_size=4)
+    assert late.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert late.value.details() == "images[5]: not an image"  # the call said images[1]
+    assert first.value.details() == "images[2]: not an image"
+    files = []
+    for index in range(70):
+        files.append(tmp_path / f"{index:02}.png")
+        files[-1].write_bytes(b"fail" if index == 66 else b"tres")
+    assert main(["caption", "--server", address, *map(str, files)]) == 1
+    assert capsys.readouterr().err.endswith("error: INVALID_ARGUMENT: images[66]: not an image\n")
+
+
+def test_a_refused_text_of_many_calls_is_named_by_its_place_among_all(stand_in):
+    _, address = stand_in
+    texts = ["uno", "dos", "tres", "fail"]
+    with client.connect(address) as channel, pytest.raises(grpc.RpcError) as refused:
+        client.translate_batches(channel, texts, batch_size=3, concurrency=2)
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert refused.value.details() == "texts[3]: refused"
+    assert client.status_text(refused.value) == "INVALID_ARGUMENT: texts[3]: refused"
 
 
 def test_caption_stream_yields_partials_then_one_result(captioner):
