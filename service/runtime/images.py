@@ -7,14 +7,16 @@ whose message starts with the field name and a colon, checked in this order:
 - more than `limits.max_bytes` bytes: "<field>: N bytes, at most M", before anything is parsed.
 - not recognised by Pillow: "<field>: not an image (PNG, JPEG or WebP expected)". This includes a
   header that says width or height 0, which Pillow does not identify: zero-size images are refused.
-- a format Pillow reads but not in `limits.formats` (GIF, BMP, TIFF, MPO...):
+- a format Pillow reads but not in `limits.formats` (GIF, BMP, TIFF...):
   "<field>: unsupported format GIF (PNG, JPEG or WebP expected)".
 - width * height over `limits.max_pixels`, read from the header, before any pixel is decoded:
   "<field>: W x H pixels, at most N (refused before decoding)". Pillow's own limit
   (`Image.MAX_IMAGE_PIXELS`, left untouched) neither warns nor decides: when it refuses a
   header, the image is opened with the plugin that matched to read its size.
 - more than one frame (APNG, animated WebP):
-  "<field>: animated or multi-frame image (N frames); send one frame".
+  "<field>: animated or multi-frame image (N frames); send one frame". A JPEG that carries
+  more images after its own (Pillow's "MPO": a camera's preview or a stereo pair) is a JPEG:
+  its first image, the one every viewer shows, is read.
 - data that fails to decode: "<field>: truncated or corrupt PNG data (Pillow's reason)" ("image"
   in place of the format when even the header is unreadable). Truncated images are never padded.
 
@@ -125,7 +127,8 @@ def decode_image(data: bytes, field: str, limits: ImageLimits = ImageLimits()) -
     except _DECODE_ERRORS as error:
         raise InvalidArgument(f"{field}: truncated or corrupt image data ({error})") from None
     with opened as im:
-        if im.format not in limits.formats:
+        form = "JPEG" if im.format == "MPO" else im.format  # a JPEG, more images after it
+        if form not in limits.formats:
             raise InvalidArgument(f"{field}: unsupported format {im.format} ({expected} expected)")
         width, height = im.size
         if width * height > limits.max_pixels:
@@ -134,20 +137,18 @@ def decode_image(data: bytes, field: str, limits: ImageLimits = ImageLimits()) -
                 " (refused before decoding)"
             )
         frames = getattr(im, "n_frames", 1)
-        if frames > 1 or getattr(im, "is_animated", False):
+        if im.format != "MPO" and (frames > 1 or getattr(im, "is_animated", False)):
             raise InvalidArgument(
                 f"{field}: animated or multi-frame image ({frames} frames); send one frame"
             )
         try:
             im.load()
-            shown = ImageOps.exif_transpose(im) if im.format in ("JPEG", "WEBP") else im
+            shown = ImageOps.exif_transpose(im) if form in ("JPEG", "WEBP") else im
             pixels = _to_rgb(shown, field)
         except _DECODE_ERRORS as error:
-            raise InvalidArgument(
-                f"{field}: truncated or corrupt {im.format} data ({error})"
-            ) from None
+            raise InvalidArgument(f"{field}: truncated or corrupt {form} data ({error})") from None
         pixels.setflags(write=False)
-        return DecodedImage(pixels, pixels.shape[1], pixels.shape[0], im.format, im.mode)
+        return DecodedImage(pixels, pixels.shape[1], pixels.shape[0], form, im.mode)
 
 
 def resize_square(image: np.ndarray, side: int) -> np.ndarray:

@@ -136,6 +136,23 @@ def test_animated_images_are_refused(fmt):
     assert refusal(data) == f"{FIELD}: animated or multi-frame image (3 frames); send one frame"
 
 
+def test_a_jpeg_with_more_images_after_it_is_read_as_its_first():
+    """A camera's JPEG that carries a preview or a stereo pair after its own image (Pillow
+    names it MPO) was refused as an unsupported format: it is a JPEG, read as viewers show it,
+    its EXIF orientation applied."""
+    first, preview = Image.new("RGB", (64, 48), (200, 10, 10)), Image.new("RGB", (16, 12), "blue")
+    exif = Image.Exif()
+    exif[0x0112] = 6  # displayed turned 90 degrees clockwise
+    data = encode(first, "MPO", save_all=True, append_images=[preview], exif=exif, quality=95)
+    assert Image.open(io.BytesIO(data)).format == "MPO"
+    decoded = decode_image(data, FIELD)
+    assert (decoded.format, decoded.width, decoded.height) == ("JPEG", 48, 64)
+    assert np.abs(decoded.pixels.astype(int) - [200, 10, 10]).max() <= 8
+    assert refusal(data, ImageLimits(formats=("PNG",))).endswith(
+        "unsupported format MPO (PNG expected)"
+    )
+
+
 @pytest.mark.parametrize("fmt", ["PNG", "JPEG"])
 def test_truncated_data_is_refused(fmt):
     data = encode(Image.fromarray(noise(128, 128)), fmt)
