@@ -30,6 +30,7 @@ ACTIONABLE = {
 METHODS = (
     "/attnserve.v1.TranslationService/Translate",
     "/attnserve.v1.TranslationService/TranslateStream",
+    "/attnserve.v1.TranslationService/Score",
     "/attnserve.v1.CaptionService/Caption",
     "/attnserve.v1.CaptionService/CaptionStream",
 )
@@ -123,6 +124,23 @@ def test_random_caption_requests_get_actionable_statuses(server, images, decodin
         images=images, options=decoding, return_attention=attention
     )
     assert _code(lambda: stub.Caption(request, timeout=5)) in ACTIONABLE
+
+
+@LIVE
+@given(
+    st.lists(st.tuples(st.text(max_size=40) | markup, words | st.text(max_size=40)), max_size=3),
+    st.sampled_from(["", "translator", "captioner", "nope"]),
+    st.sampled_from(["", "es", "en", "spa_Latn", "xx"]),
+    st.sampled_from(["", "en", "es", "xx"]),
+)
+def test_random_score_requests_get_actionable_statuses(server, pairs, model, source, target):
+    request = translation_pb2.ScoreRequest(
+        model=model,
+        pairs=[translation_pb2.ScorePair(source=s, target=t) for s, t in pairs],
+        source_language=source,
+        target_language=target,
+    )
+    assert _code(lambda: server.stub.Score(request, timeout=5)) in ACTIONABLE
 
 
 @LIVE
