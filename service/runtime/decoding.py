@@ -95,14 +95,15 @@ class DecodingOptions:
 
     def _control_problems(self) -> list[str]:
         problems = []
-        if not 0 <= self.min_length < self.max_length:
+        # held to max_length where it is valid: a bad max_length is its own problem alone
+        longest = max(self.max_length, 1)
+        if not 0 <= self.min_length < longest:
             problems.append(
-                f"min_length must be in 0..max_length - 1 ({self.max_length - 1}), "
-                f"got {self.min_length}"
+                f"min_length must be in 0..max_length - 1 ({longest - 1}), got {self.min_length}"
             )
-        if not 0 <= self.no_repeat_ngram_size <= self.max_length:
+        if not 0 <= self.no_repeat_ngram_size <= longest:
             problems.append(
-                f"no_repeat_ngram_size must be in 0..max_length ({self.max_length}), "
+                f"no_repeat_ngram_size must be in 0..max_length ({longest}), "
                 f"got {self.no_repeat_ngram_size}"
             )
         if not (

@@ -66,6 +66,9 @@ def test_unset_options_take_defaults_and_explicit_zeros_are_errors():
     bad = decoding_pb2.DecodingOptions(beam_size=0, max_length=513, num_hypotheses=0)
     with pytest.raises(InvalidArgument, match=r"beam_size.*max_length must be in 1\.\.512"):
         decoding_options(bad, 512, default_max_length=200)
+    with pytest.raises(InvalidArgument) as zero:  # one problem: min_length was never set
+        decoding_options(decoding_pb2.DecodingOptions(max_length=0), 512, default_max_length=200)
+    assert str(zero.value) == "max_length must be in 1..512, got 0"
 
 
 def test_sampling_options_are_carried():
