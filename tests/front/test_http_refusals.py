@@ -189,3 +189,22 @@ def test_auto_translates_a_text_too_short_to_tell_from_the_target(tmp_path):
     assert answer.status_code == 200, answer.text
     assert answer.json()["translatedText"] == "HOLA" and servicer.requests
     assert answer.json()["detectedLanguage"]["language"] == "es"
+
+
+@pytest.mark.parametrize("path", ["/v1/translate", "/translate"])
+def test_a_url_encoded_form_reads_its_text_in_its_charset(tmp_path, path):
+    """`curl -d 'q=año'` sends the form's UTF-8 unescaped: it was read as Latin-1 ("aÃ±o")
+    and translated as that; an escaped form, and one naming its charset, read the same."""
+    web, servicer = served(tmp_path)
+    field = "texts" if path.startswith("/v1/") else "q"
+    rest = "" if path.startswith("/v1/") else "&source=es&target=en"
+    form = "application/x-www-form-urlencoded"
+    for body, content_type in (
+        (f"{field}=año+y+niño{rest}".encode(), form),
+        (f"{field}=a%C3%B1o+y+ni%C3%B1o{rest}".encode(), form),
+        (f"{field}=año y niño{rest}".encode("latin-1"), f"{form}; charset=ISO-8859-1"),
+        (f"{field}=a%F1o+y+ni%F1o{rest}".encode(), f"{form}; charset=latin-1"),
+    ):
+        answer = web.post(path, content=body, headers={"content-type": content_type})
+        assert answer.status_code == 200, (body, answer.text)
+        assert list(servicer.requests[-1].texts) == ["año y niño"], (body, content_type)

@@ -5,10 +5,14 @@ one (the mapping of google.rpc.Code to HTTP that Google's HTTP APIs use)."""
 from __future__ import annotations
 
 import asyncio
+import codecs
 import contextlib
 import time
+from urllib.parse import parse_qsl
 
 import grpc
+from starlette.datastructures import FormData
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
@@ -35,6 +39,8 @@ HTTP_STATUS = {
 }
 TIMEOUT_HEADER = "x-request-timeout"  # seconds the client waits: the call's deadline
 HTTP_TOKEN = "the header 'Authorization: Bearer TOKEN'"
+URL_ENCODED = "application/x-www-form-urlencoded"
+MAX_FORM_FIELDS = 1000  # of a URL-encoded form, as Starlette bounds a multipart one
 
 
 class Aborted(Exception):
@@ -65,6 +71,38 @@ def bounded(request: Request, most: int) -> Request:
         return message
 
     return Request(request.scope, receive)
+
+
+def charset(content_type: str) -> str:
+    """The charset a Content-Type names, UTF-8 where it names none or one unknown."""
+    for parameter in content_type.split(";")[1:]:
+        name, _, value = parameter.partition("=")
+        if name.strip().lower() == "charset":
+            try:
+                return codecs.lookup(value.strip().strip('"')).name
+            except LookupError:
+                break
+    return "utf-8"
+
+
+def url_encoded(body: bytes, content_type: str) -> FormData:
+    """A URL-encoded form's fields, its raw bytes and its escapes alike read in its charset
+    (UTF-8 unless named): Starlette's parser reads raw bytes as Latin-1, and `curl -d`
+    sends a text's UTF-8 unescaped."""
+    encoding = charset(content_type)
+    try:
+        pairs = parse_qsl(
+            body.decode(encoding, errors="replace"),
+            keep_blank_values=True,
+            encoding=encoding,
+            errors="replace",
+            max_num_fields=MAX_FORM_FIELDS,
+        )
+    except ValueError:
+        raise HTTPException(
+            400, f"Too many fields. Maximum number of fields is {MAX_FORM_FIELDS}."
+        ) from None
+    return FormData(pairs)
 
 
 class HttpContext:

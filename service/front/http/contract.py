@@ -26,6 +26,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from service.front.http.calls import (
+    URL_ENCODED,
     Aborted,
     HttpContext,
     TooLarge,
@@ -35,12 +36,13 @@ from service.front.http.calls import (
     header_token,
     timeout_of,
     until_disconnected,
+    url_encoded,
     within,
 )
 from service.front.servicer import ModelServicer
 from service.front.versions import version_order
 
-FORMS = ("multipart/form-data", "application/x-www-form-urlencoded")
+FORMS = ("multipart/form-data", URL_ENCODED)
 TRUE = ("1", "true", "on", "yes")
 FALSE = ("", "0", "false", "off", "no")
 
@@ -209,9 +211,13 @@ async def read_message(request: Request, message_class, max_bytes: int) -> Messa
     name = message_class.DESCRIPTOR.full_name
     request = bounded(request, max_bytes)
     try:
-        if content_type == FORMS[1] and (await request.body()).lstrip().startswith(b"{"):
-            content_type = "application/json"  # JSON sent with curl -d's default type
-        if content_type in FORMS:
+        if content_type == URL_ENCODED:
+            body = await request.body()
+            if not body.lstrip().startswith(b"{"):  # else JSON sent with curl -d's default type
+                form = url_encoded(body, request.headers["content-type"])
+                fields = await form_fields(form, message_class.DESCRIPTOR)
+                return json_format.ParseDict(fields, message_class())
+        elif content_type in FORMS:
             async with request.form(max_part_size=max_bytes) as form:
                 fields = await form_fields(form, message_class.DESCRIPTOR)
             return json_format.ParseDict(fields, message_class())

@@ -35,6 +35,7 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from service.front.http.calls import (
+    URL_ENCODED,
     Aborted,
     HttpContext,
     TooLarge,
@@ -43,6 +44,7 @@ from service.front.http.calls import (
     header_token,
     timeout_of,
     until_disconnected,
+    url_encoded,
     within,
 )
 from service.runtime import files, languages, markup
@@ -188,7 +190,10 @@ class LibreTranslateApi:
                 raise BadRequest("Invalid JSON format")
             return values, False
         values: dict = dict(request.query_params)
-        form = content_type in ("multipart/form-data", "application/x-www-form-urlencoded")
+        if content_type == URL_ENCODED:
+            values.update(url_encoded(await request.body(), request.headers["content-type"]))
+            return values, True
+        form = content_type == "multipart/form-data"
         if form:
             async with request.form(max_part_size=self.max_bytes) as fields:
                 for key, value in fields.multi_items():
