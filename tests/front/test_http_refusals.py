@@ -5,6 +5,7 @@ no model. Every refusal is JSON in its API's shape, and odd but valid input is s
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from types import SimpleNamespace
 from urllib.parse import urlsplit
@@ -208,3 +209,47 @@ def test_a_url_encoded_form_reads_its_text_in_its_charset(tmp_path, path):
         answer = web.post(path, content=body, headers={"content-type": content_type})
         assert answer.status_code == 200, (body, answer.text)
         assert list(servicer.requests[-1].texts) == ["año y niño"], (body, content_type)
+
+
+@pytest.mark.parametrize(
+    "path, body",
+    [
+        ("/v1/translate", {"texts": ["Hola."]}),
+        ("/translate", {"q": "Hola.", "source": "es", "target": "en"}),
+    ],
+)
+def test_a_client_gone_mid_call_cancels_it_and_raises_nothing(tmp_path, path, body):
+    """The call of a client that disconnects is cancelled; its CancelledError went out of
+    the app, and uvicorn logged it as an error with its traceback."""
+    web, servicer = served(tmp_path, delay=30.0)
+    messages = [
+        {"type": "http.request", "body": json.dumps(body).encode(), "more_body": False},
+        {"type": "http.disconnect"},
+    ]
+
+    async def receive():
+        await asyncio.sleep(0.05)
+        return messages.pop(0)
+
+    sent = []
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"content-type", b"application/json")],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 80),
+    }
+    started = time.monotonic()
+    asyncio.run(asyncio.wait_for(web.app(scope, receive, send), 5))
+    assert time.monotonic() - started < 5 and len(servicer.requests) == 1

@@ -162,19 +162,27 @@ def error_response(
 
 async def until_disconnected(request: Request, call):
     """Runs the coroutine `call`, cancelled when the client goes away (its request's body
-    read first) or its deadline passes, as gRPC cancels a handler."""
+    read first) or its deadline passes, as gRPC cancels a handler; a client gone ends it
+    with CANCELLED, not with a CancelledError that would leave the app as a fault."""
     task = asyncio.ensure_future(call)
+    gone = False
 
     async def watch():
+        nonlocal gone
         while True:
             message = await request.receive()
             if message["type"] == "http.disconnect":
+                gone = True
                 task.cancel()
                 return
 
     watcher = asyncio.ensure_future(watch())
     try:
         return await task
+    except asyncio.CancelledError:
+        if gone and not asyncio.current_task().cancelling():
+            raise Aborted(grpc.StatusCode.CANCELLED, "the client went away") from None
+        raise
     finally:
         watcher.cancel()
         with contextlib.suppress(asyncio.CancelledError):
