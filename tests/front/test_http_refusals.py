@@ -11,6 +11,7 @@ from types import SimpleNamespace
 from urllib.parse import urlsplit
 
 import pytest
+from starlette.routing import Route
 from starlette.testclient import TestClient
 
 from service.front.http import app as http_app
@@ -253,3 +254,31 @@ def test_a_client_gone_mid_call_cancels_it_and_raises_nothing(tmp_path, path, bo
     started = time.monotonic()
     asyncio.run(asyncio.wait_for(web.app(scope, receive, send), 5))
     assert time.monotonic() - started < 5 and len(servicer.requests) == 1
+
+
+def test_the_document_names_every_route_and_libretranslate_s_fields(tmp_path):
+    """/spec, where LibreTranslate's clients find its API, listed no field of any of its
+    calls (the docs page sent them empty) and left out /suggest and /download_file."""
+    web, _ = served(tmp_path)
+    document = web.get("/spec").json()
+    paths = document["paths"]
+    meta = {"/openapi.json", "/spec", "/docs", "/"}
+    for route in web.app.routes:
+        if isinstance(route, Route) and route.path not in meta:
+            assert route.path in paths, route.path
+            assert set(paths[route.path]) == {m.lower() for m in route.methods} - {"head"}
+    for path, fields in (
+        ("/translate", {"q", "source", "target", "format", "alternatives", "api_key"}),
+        ("/detect", {"q", "api_key"}),
+        ("/translate_file", {"file", "source", "target", "api_key"}),
+    ):
+        for media in paths[path]["post"]["requestBody"]["content"].values():
+            schema = media["schema"]
+            if "$ref" in schema:
+                schema = document["components"]["schemas"][schema["$ref"].rpartition("/")[2]]
+            assert set(schema["properties"]) == fields, path
+    example = paths["/translate"]["post"]["requestBody"]["content"]["application/json"]
+    answer = web.post("/translate", json=example["example"])
+    assert answer.status_code == 200, answer.text
+    validator = pytest.importorskip("openapi_spec_validator")
+    validator.validate(document)

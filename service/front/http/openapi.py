@@ -41,6 +41,152 @@ ERROR = {
 }
 
 
+def _lt(name: str) -> dict:
+    return {"$ref": f"#/components/schemas/LibreTranslate.{name}"}
+
+
+TEXTS = {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]}
+API_KEY = {"type": "string", "description": "a bearer token, where tokens are on"}
+LANGUAGE = {"type": "string", "description": "an ISO 639-1 code"}
+DETECTED = {
+    "type": "object",
+    "properties": {"confidence": {"type": "number"}, "language": {"type": "string"}},
+}
+LIBRETRANSLATE_SCHEMAS = {
+    "LibreTranslate.Error": {"type": "object", "properties": {"error": {"type": "string"}}},
+    "LibreTranslate.TranslateRequest": {
+        "type": "object",
+        "required": ["q", "source", "target"],
+        "properties": {
+            "q": TEXTS | {"description": "a text, or a list of texts"},
+            "source": LANGUAGE | {"description": "an ISO 639-1 code, or auto"},
+            "target": LANGUAGE,
+            "format": {"type": "string", "enum": ["text", "html"], "default": "text"},
+            "alternatives": {"type": "integer", "minimum": 0, "default": 0},
+            "api_key": API_KEY,
+        },
+    },
+    "LibreTranslate.Translation": {
+        "type": "object",
+        "properties": {
+            "translatedText": TEXTS,
+            "detectedLanguage": {
+                "oneOf": [DETECTED, {"type": "array", "items": DETECTED}],
+                "description": "where the source was auto",
+            },
+            "alternatives": {"type": "array", "description": "where alternatives were asked"},
+        },
+    },
+    "LibreTranslate.DetectRequest": {
+        "type": "object",
+        "required": ["q"],
+        "properties": {"q": TEXTS, "api_key": API_KEY},
+    },
+    "LibreTranslate.FileRequest": {
+        "type": "object",
+        "required": ["file", "source", "target"],
+        "properties": {
+            "file": {"type": "string", "format": "binary"},
+            "source": LANGUAGE | {"description": "an ISO 639-1 code, or auto"},
+            "target": LANGUAGE,
+            "api_key": API_KEY,
+        },
+    },
+}
+LT_ERRORS = {
+    "default": {
+        "description": "an error: 400 a bad request, 403 a bad key, 429 overloaded",
+        "content": {"application/json": {"schema": _lt("Error")}},
+    }
+}
+
+
+def _lt_call(summary: str, request: str | None, answer: dict, example=None) -> dict:
+    """A LibreTranslate operation: its body (a schema of LIBRETRANSLATE_SCHEMAS, as JSON or
+    a form), its answer's schema."""
+    operation: dict = {"summary": f"LibreTranslate: {summary}", "tags": ["LibreTranslate"]}
+    if request == "FileRequest":
+        content = {"multipart/form-data": {"schema": _lt(request)}}
+        operation["requestBody"] = {"required": True, "content": content}
+    elif request is not None:
+        content = {
+            media: {"schema": _lt(request)}
+            for media in ("application/json", "application/x-www-form-urlencoded")
+        }
+        content["application/json"]["example"] = example
+        operation["requestBody"] = {"required": True, "content": content}
+    ok = {"description": "as LibreTranslate answers", "content": {"application/json": answer}}
+    operation["responses"] = {"200": ok, **LT_ERRORS}
+    return operation
+
+
+LANGUAGES = {
+    "schema": {
+        "type": "array",
+        "items": {
+            "type": "object",
+            "properties": {
+                "code": {"type": "string"},
+                "name": {"type": "string"},
+                "targets": {"type": "array", "items": {"type": "string"}},
+            },
+        },
+    }
+}
+LIBRETRANSLATE_PATHS = {
+    "/translate": {
+        "post": _lt_call(
+            "translate text",
+            "TranslateRequest",
+            {"schema": _lt("Translation")},
+            {"q": "Hola, ¿cómo estás?", "source": "auto", "target": "en"},
+        )
+    },
+    "/detect": {
+        "post": _lt_call(
+            "detect the language of a text",
+            "DetectRequest",
+            {"schema": {"type": "array", "items": DETECTED}},
+            {"q": "Hola, ¿cómo estás?"},
+        )
+    },
+    "/languages": {
+        verb: _lt_call("the languages served", None, LANGUAGES) for verb in ("get", "post")
+    },
+    "/translate_file": {
+        "post": _lt_call(
+            "translate a file",
+            "FileRequest",
+            {"schema": {"type": "object", "properties": {"translatedFileUrl": {"type": "string"}}}},
+        )
+    },
+    "/download_file/{name}": {
+        "get": {
+            "summary": "LibreTranslate: a translated file, from its translatedFileUrl",
+            "tags": ["LibreTranslate"],
+            "parameters": [
+                {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
+            ],
+            "responses": {
+                "200": {"description": "the file"},
+                **LT_ERRORS,
+            },
+        }
+    },
+    "/frontend/settings": {
+        "get": _lt_call("the settings of its page", None, {"schema": {"type": "object"}})
+    },
+    "/health": {"get": _lt_call("health", None, {"schema": {"type": "object"}})},
+    "/suggest": {
+        "post": {
+            "summary": "LibreTranslate: suggestions, off on this server (403)",
+            "tags": ["LibreTranslate"],
+            "responses": LT_ERRORS,
+        }
+    },
+}
+
+
 def message_schemas(descriptor: Descriptor, schemas: dict) -> dict:
     """A reference to `descriptor`'s schema, adding it and those it uses to `schemas`."""
     name = descriptor.full_name
@@ -126,21 +272,8 @@ def openapi_document(endpoints, libretranslate: bool) -> dict:
         }
     }
     if libretranslate:
-        for path, verb, summary in (
-            ("/translate", "post", "LibreTranslate: translate text"),
-            ("/detect", "post", "LibreTranslate: detect the language of a text"),
-            ("/languages", "get", "LibreTranslate: the languages served"),
-            ("/translate_file", "post", "LibreTranslate: translate a file"),
-            ("/frontend/settings", "get", "LibreTranslate: the settings of its page"),
-            ("/health", "get", "LibreTranslate: health"),
-        ):
-            paths[path] = {
-                verb: {
-                    "summary": summary,
-                    "tags": ["LibreTranslate"],
-                    "responses": {"200": {"description": "as LibreTranslate answers"}},
-                }
-            }
+        paths |= LIBRETRANSLATE_PATHS
+        schemas |= LIBRETRANSLATE_SCHEMAS
     return {
         "openapi": "3.1.0",
         "info": {

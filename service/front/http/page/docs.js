@@ -35,7 +35,7 @@ async function main() {
       if (json) {
         body = document.createElement("textarea");
         body.rows = 6;
-        body.value = JSON.stringify(example(json.schema, schemas), null, 2);
+        body.value = JSON.stringify(json.example ?? example(json.schema, schemas), null, 2);
         section.appendChild(body);
       }
       const button = document.createElement("button");
