@@ -282,3 +282,20 @@ def test_the_document_names_every_route_and_libretranslate_s_fields(tmp_path):
     assert answer.status_code == 200, answer.text
     validator = pytest.importorskip("openapi_spec_validator")
     validator.validate(document)
+
+
+@pytest.mark.parametrize("content_type", ["application/json", "application/x-www-form-urlencoded"])
+def test_a_json_body_may_start_with_a_byte_order_mark(tmp_path, content_type):
+    """A UTF-8 byte order mark (Windows' editors and PowerShell write one) was refused by
+    /v1 as "Unexpected UTF-8 BOM", though LibreTranslate's calls took the same body."""
+    web, servicer = served(tmp_path)
+    for path, body in (
+        ("/v1/translate", {"texts": ["año"]}),
+        ("/translate", {"q": "año", "source": "es", "target": "en"}),
+    ):
+        content = b"\xef\xbb\xbf" + json.dumps(body, ensure_ascii=False).encode()
+        answer = web.post(path, content=content, headers={"content-type": content_type})
+        if path == "/translate" and content_type != "application/json":
+            continue  # LibreTranslate reads such a body as a form, as Flask does
+        assert answer.status_code == 200, (path, answer.text)
+        assert list(servicer.requests[-1].texts) == ["año"]
