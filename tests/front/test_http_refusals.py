@@ -38,6 +38,20 @@ class UpperCase:
             translations=[translation_pb2.Translation(hypotheses=h) for h in hypotheses]
         )
 
+    async def stream(self, method, request, context, label=""):
+        """`request.text` upper-cased as a partial at once, then as the result after
+        `delay`; `closed` is set when the stream is closed."""
+        self.requests.append(request)
+        self.closed = False
+        try:
+            partial = translation_pb2.PartialHypothesis(text=request.text.upper())
+            yield translation_pb2.TranslateStreamResponse(partial=partial)
+            await asyncio.sleep(self.delay)
+            response = await self.unary(method, request, context, label)
+            yield translation_pb2.TranslateStreamResponse(result=response)
+        finally:
+            self.closed = True
+
 
 def served(tmp_path, delay: float = 0.0, max_body: int | None = None, monkeypatch=None):
     """A test client of the app over a front serving versions 1 and 2 of `translator`."""
@@ -299,3 +313,21 @@ def test_a_json_body_may_start_with_a_byte_order_mark(tmp_path, content_type):
             continue  # LibreTranslate reads such a body as a form, as Flask does
         assert answer.status_code == 200, (path, answer.text)
         assert list(servicer.requests[-1].texts) == ["año"]
+
+
+def test_a_stream_past_its_deadline_ends_with_an_error_event(tmp_path):
+    """The deadline bounded a stream only until its first message: after it, a stream
+    went on as long as its decode took, whatever X-Request-Timeout said."""
+    web, servicer = served(tmp_path, delay=5.0)
+    started = time.monotonic()
+    answer = web.post(
+        "/v1/translate:stream",
+        json={"text": "Hola."},
+        headers={"x-request-timeout": "0.5"},
+    )
+    assert time.monotonic() - started < 2.5 and servicer.closed
+    assert answer.status_code == 200, answer.text
+    partial, error = answer.text.strip().split("\n\n")
+    assert partial == 'data: {"partial": {"text": "HOLA."}}'
+    assert error.startswith("event: error\ndata: ")
+    assert json.loads(error.partition("data: ")[2])["error"]["status"] == "DEADLINE_EXCEEDED"

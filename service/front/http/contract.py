@@ -8,7 +8,6 @@ Health (`GET /v1/health`) and the models served (`GET /v1/models`) go beside the
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import codecs
 import json
@@ -189,14 +188,15 @@ class ContractApi:
 
 
 async def _bounded(messages: AsyncIterator, context: HttpContext) -> AsyncIterator:
-    """The stream's messages within its deadline."""
-    remaining = context.time_remaining()
+    """The stream's messages within its deadline, each awaited with the time left: one
+    timeout held across the yields would cancel the handler's task, which reads only the
+    first message (the response's task reads the others)."""
     try:
-        async with asyncio.timeout(remaining):
-            async for message in messages:
-                yield message
-    except TimeoutError:
-        raise Aborted(grpc.StatusCode.DEADLINE_EXCEEDED, "the deadline passed") from None
+        while True:
+            try:
+                yield await within(context, anext(messages))
+            except StopAsyncIteration:
+                return
     finally:
         await messages.aclose()
 
