@@ -331,3 +331,23 @@ def test_a_stream_past_its_deadline_ends_with_an_error_event(tmp_path):
     assert partial == 'data: {"partial": {"text": "HOLA."}}'
     assert error.startswith("event: error\ndata: ")
     assert json.loads(error.partition("data: ")[2])["error"]["status"] == "DEADLINE_EXCEEDED"
+
+
+@pytest.mark.parametrize(
+    "path, body",
+    [
+        ("/translate", '{"q": "Hola \\ud800 amigo", "source": "es", "target": "en"}'),
+        ("/translate", '{"q": ["Hola", "\\udfff"], "source": "es", "target": "en"}'),
+        ("/translate", '{"q": "Hola", "source": "\\ud800", "target": "en"}'),
+        ("/translate", '{"q": "Hola", "source": "es", "target": "en", "format": "\\ud800"}'),
+        ("/detect", '{"q": "\\ud800"}'),
+    ],
+)
+def test_a_lone_surrogate_in_libretranslate_json_is_a_bad_request(tmp_path, path, body):
+    """JSON's "\\ud800" escape reads as a string UTF-8 cannot encode: the message, or the
+    answer that echoed it, failed to encode with a 500 in plain text and a traceback."""
+    web, servicer = served(tmp_path)
+    answer = web.post(path, content=body, headers={"content-type": "application/json"})
+    assert answer.status_code == 400, answer.text
+    assert answer.json() == {"error": "Invalid request: an unpaired surrogate in the JSON body"}
+    assert servicer.requests == []

@@ -188,6 +188,12 @@ class LibreTranslateApi:
                 raise BadRequest("Invalid JSON format") from None
             if not isinstance(values, dict):
                 raise BadRequest("Invalid JSON format")
+            try:  # a "\ud800" escape reads as a string that has no UTF-8
+                json.dumps(values, ensure_ascii=False).encode()
+            except UnicodeEncodeError:
+                raise BadRequest(
+                    "Invalid request: an unpaired surrogate in the JSON body"
+                ) from None
             return values, False
         values: dict = dict(request.query_params)
         if content_type == URL_ENCODED:
