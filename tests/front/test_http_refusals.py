@@ -11,6 +11,7 @@ from types import SimpleNamespace
 from urllib.parse import urlsplit
 
 import pytest
+from google.protobuf import json_format
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
@@ -294,6 +295,16 @@ def test_the_document_names_every_route_and_libretranslate_s_fields(tmp_path):
     example = paths["/translate"]["post"]["requestBody"]["content"]["application/json"]
     answer = web.post("/translate", json=example["example"])
     assert answer.status_code == 200, answer.text
+    examples = {  # the /docs page sends these as they are
+        path: paths[path]["post"]["requestBody"]["content"]["application/json"]["example"]
+        for path in ("/v1/translate", "/v1/translate:stream", "/v1/score")
+    }
+    assert web.post("/v1/translate", json=examples["/v1/translate"]).status_code == 200
+    score = json_format.ParseDict(examples["/v1/score"], translation_pb2.ScoreRequest())
+    assert [(p.source, p.target) for p in score.pairs] == [("Hola.", "Hello.")]
+    assert json_format.ParseDict(
+        examples["/v1/translate:stream"], translation_pb2.TranslateStreamRequest()
+    ).text
     validator = pytest.importorskip("openapi_spec_validator")
     validator.validate(document)
 

@@ -180,3 +180,12 @@ def test_the_page_sends_the_token_a_server_asks_for(start_server, browser, tmp_p
     browser.find_element(By.ID, "translate-button").click()
     wait.until(lambda d: d.find_element(By.ID, "translation").text not in ("", "…"))
     assert "dog" in browser.find_element(By.ID, "translation").text
+    # the API's forms send the token the page kept for the tab
+    browser.get(server.http_url + "/docs")
+    sections = wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#operations section"))
+    titles = [s.find_element(By.TAG_NAME, "h2").text for s in sections]
+    translate = sections[titles.index("POST /v1/translate")]
+    translate.find_element(By.TAG_NAME, "button").click()
+    output = translate.find_element(By.TAG_NAME, "pre")
+    wait.until(lambda d: output.text[:3].isdigit())
+    assert output.text.startswith("200"), output.text

@@ -187,6 +187,14 @@ LIBRETRANSLATE_PATHS = {
 }
 
 
+# a body each text method answers as it is (the page at /docs sends it): the translator's
+EXAMPLES = {
+    "attnserve.v1.TranslateRequest": {"texts": ["Hola, ¿cómo estás?"]},
+    "attnserve.v1.TranslateStreamRequest": {"text": "Hola, ¿cómo estás?"},
+    "attnserve.v1.ScoreRequest": {"pairs": [{"source": "Hola.", "target": "Hello."}]},
+}
+
+
 def message_schemas(descriptor: Descriptor, schemas: dict) -> dict:
     """A reference to `descriptor`'s schema, adding it and those it uses to `schemas`."""
     name = descriptor.full_name
@@ -217,6 +225,9 @@ def openapi_document(endpoints, libretranslate: bool) -> dict:
         method = endpoint.method
         answer = message_schemas(method.output_type, schemas)
         media = "text/event-stream" if method.server_streaming else "application/json"
+        body = {"schema": message_schemas(method.input_type, schemas)}
+        if method.input_type.full_name in EXAMPLES:
+            body["example"] = EXAMPLES[method.input_type.full_name]
         paths[endpoint.path] = {
             "post": {
                 "operationId": method.full_name,
@@ -234,7 +245,7 @@ def openapi_document(endpoints, libretranslate: bool) -> dict:
                 "requestBody": {
                     "required": True,
                     "content": {
-                        "application/json": {"schema": message_schemas(method.input_type, schemas)},
+                        "application/json": body,
                         "multipart/form-data": {
                             "schema": {
                                 "type": "object",

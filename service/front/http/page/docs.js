@@ -18,6 +18,16 @@ function example(schema, schemas, depth = 0) {
   return { string: "", number: 0, integer: 0, boolean: false }[schema.type];
 }
 
+// the bearer token a server with tokens asks for, kept for this tab's session (the page's too)
+const token = document.getElementById("token");
+token.value = sessionStorage.getItem("attnserve-token") || "";
+token.addEventListener("change", () => sessionStorage.setItem("attnserve-token", token.value.trim()));
+
+function authorized(headers = {}) {
+  const value = token.value.trim();
+  return value ? { ...headers, authorization: `Bearer ${value}` } : headers;
+}
+
 async function main() {
   const document_ = await fetch("/openapi.json").then((r) => r.json());
   const schemas = document_.components.schemas;
@@ -43,8 +53,8 @@ async function main() {
       const output = document.createElement("pre");
       output.className = "output";
       button.addEventListener("click", async () => {
-        const init = { method: verb.toUpperCase() };
-        if (body) { init.body = body.value; init.headers = { "content-type": "application/json" }; }
+        const init = { method: verb.toUpperCase(), headers: authorized() };
+        if (body) { init.body = body.value; init.headers = authorized({ "content-type": "application/json" }); }
         const answer = await fetch(path, init);
         output.textContent = `${answer.status}\n${await answer.text()}`;
       });
