@@ -75,10 +75,12 @@ class MixStyle(nn.Module):
         return normed * mixed_std + mixed_mean
 
 
-def add_mixstyle(encoder_layers: nn.Sequential, stages: int, p: float, seed: int) -> list:
+def add_mixstyle(
+    encoder_layers: nn.Sequential, stages: int, p: float, generator: torch.Generator
+) -> list:
     """MixStyle after each of the encoder's first `stages` stages (six modules a stage:
-    convolution, norm, ReLU, twice), as forward hooks; returns the hooks' handles."""
-    generator = torch.Generator().manual_seed(seed)
+    convolution, norm, ReLU, twice), as forward hooks drawing from `generator`; returns the
+    hooks' handles."""
     handles = []
     for stage in range(stages):
         mix = MixStyle(p, generator)

@@ -32,7 +32,7 @@ from models.caption_data import read_glyphs, read_scenes
 from models.captioner import Captioner, attention_penalty
 from models.checkpoint import save_checkpoint, save_grammar
 from models.config import CAPTIONER_PRESETS, CaptionerConfig
-from models.run_state import load_state, out_of_budget, save_state
+from models.run_state import load_state, out_of_budget, restore_rng, save_state
 from models.scenes import REGIONS, caption_grammar
 from models.shipped import SHIPPED_CAPTIONER
 from models.tokenizer import train_tokenizer
@@ -210,12 +210,17 @@ class CaptionTrainer:
         self.presence = PresenceHead(options.model.feature_dim, self.glyphs)
         parameters = [*self.model.parameters(), *self.presence.parameters()]
         self.optimizer = torch.optim.Adam(parameters, lr=options.learning_rate)
+        # the augmentations' own generators: random convolutions, MixStyle
+        self.generators = {name: torch.Generator() for name in ("rand_conv", "mixstyle")}
         if options.mixstyle > 0:  # hooks in training only: the model's weights are the same
             add_mixstyle(
-                self.model.encoder.layers, options.mixstyle_stages, options.mixstyle, options.seed
+                self.model.encoder.layers,
+                options.mixstyle_stages,
+                options.mixstyle,
+                self.generators["mixstyle"],
             )
-        self.generator = torch.Generator().manual_seed(options.seed)
         self.progress = CaptionProgress()
+        self.saved_rng: dict | None = None  # the generators' states this run goes on from
         self._resume()
         self.leg_start = self.progress.seconds
 
@@ -227,6 +232,7 @@ class CaptionTrainer:
             if "optimizer" in state:  # not in a packed run (models.run_state.pack_run)
                 self.optimizer.load_state_dict(state["optimizer"])
             self.progress = CaptionProgress(**state["progress"])
+            self.saved_rng = state.get("rng")
 
     def _save(self, name: str) -> None:
         modules = {"model": self.model, "presence": self.presence}
@@ -237,6 +243,7 @@ class CaptionTrainer:
             self.optimizer,
             self.progress,
             self.options.model.to_dict(),
+            self.generators,
         )
 
     def _out_of_budget(self) -> bool:
@@ -293,7 +300,7 @@ class CaptionTrainer:
             start = time.perf_counter()
             index = np.sort(batches[p.batch_in_epoch])
             batch = batch_tensors(images[index], [captions[i] for i in index])
-            batch["pixels"] = rand_conv(batch["pixels"], o.rand_conv, self.generator)
+            batch["pixels"] = rand_conv(batch["pixels"], o.rand_conv, self.generators["rand_conv"])
             batch["present"] = torch.from_numpy(present[index])
             p.last_loss = self.train_step(batch)
             p.seconds += time.perf_counter() - start
@@ -349,8 +356,7 @@ class CaptionTrainer:
         self._save("last")
 
     def train(self) -> None:
-        torch.manual_seed(self.options.seed + self.progress.step)
-        self.generator.manual_seed(self.options.seed + self.progress.step)
+        restore_rng(self.saved_rng, self.options.seed + self.progress.step, self.generators)
         scenes, images = read_scenes(self.options.data_dir, "train")
         images = np.asarray(images)  # in memory: batches gather random rows
         captions = self.tokenizer.encode_batch([s.caption for s in scenes])

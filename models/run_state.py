@@ -1,5 +1,9 @@
 """What both trainers keep between runs: `last.pt` and `best.pt` in the run directory, each
-written whole or not at all, and the budget that ends a run."""
+written whole or not at all, and the budget that ends a run.
+
+A state holds the random generators too (torch's, CUDA's where there is one, and any a trainer
+keeps of its own), so that a run resumed in one process draws the dropout masks and
+augmentations an unbroken run would have drawn."""
 
 from __future__ import annotations
 
@@ -21,16 +25,55 @@ def load_state(run_dir: Path, model_config: dict | None) -> dict | None:
     return state
 
 
-def save_state(run_dir: Path, name: str, modules: dict, optimizer, progress, model_config: dict):
+def save_state(
+    run_dir: Path,
+    name: str,
+    modules: dict,
+    optimizer,
+    progress,
+    model_config: dict,
+    generators: dict[str, torch.Generator] | None = None,
+):
     """Writes `<name>.pt`: every module's state dict under its key, the optimizer, progress
-    (a dataclass) and the model config."""
+    (a dataclass), the model config and the random generators' states (`rng_states`)."""
     state = {key: module.state_dict() for key, module in modules.items()}
     state.update(
-        optimizer=optimizer.state_dict(), progress=asdict(progress), model_config=model_config
+        optimizer=optimizer.state_dict(),
+        progress=asdict(progress),
+        model_config=model_config,
+        rng=rng_states(generators or {}),
     )
     tmp = Path(run_dir) / f"{name}.tmp"
     torch.save(state, tmp)
     tmp.replace(Path(run_dir) / f"{name}.pt")
+
+
+def rng_states(generators: dict[str, torch.Generator]) -> dict:
+    """The states of torch's global generator, CUDA's (where there is one) and `generators`."""
+    states = {"torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        states["cuda"] = torch.cuda.get_rng_state()
+    return states | {name: g.get_state() for name, g in generators.items()}
+
+
+def restore_rng(
+    saved: dict | None, seed: int, generators: dict[str, torch.Generator] | None = None
+) -> None:
+    """Sets the global generators and `generators` to the states `rng_states` saved; without
+    them (a new run, a packed one) seeds every one with `seed`."""
+    generators = generators or {}
+    if saved is None:
+        torch.manual_seed(seed)
+        for generator in generators.values():
+            generator.manual_seed(seed)
+        return
+    torch.set_rng_state(saved["torch"])
+    if "cuda" in saved and torch.cuda.is_available():
+        torch.cuda.set_rng_state(saved["cuda"])
+    elif torch.cuda.is_available():  # saved where there was no GPU
+        torch.cuda.manual_seed(seed)
+    for name, generator in generators.items():
+        generator.set_state(saved[name])
 
 
 def out_of_budget(options, progress) -> bool:
@@ -42,7 +85,7 @@ def out_of_budget(options, progress) -> bool:
 
 
 PACKED_FORMAT = "attnserve-packed-run/1"
-_NOT_MODULES = ("optimizer", "progress", "model_config")
+_NOT_MODULES = ("optimizer", "progress", "model_config", "rng")
 
 
 def _packed(weights: dict) -> dict:

@@ -26,7 +26,7 @@ from models.corpus import read_split
 from models.evaluate import corpus_scores
 from models.modern import SYNTHETIC_TAG
 from models.reference import TorchEngine
-from models.run_state import load_state, out_of_budget, save_state
+from models.run_state import load_state, out_of_budget, restore_rng, save_state
 from models.shipped import SHIPPED_TRANSLATOR
 from models.tokenizer import train_tokenizer
 from models.transfer import transfer_weights
@@ -149,6 +149,7 @@ class Trainer:
             self.model.parameters(), lr=0.0, betas=(0.9, 0.98), eps=1e-9
         )
         self.progress = Progress()
+        self.saved_rng: dict | None = None  # the generators' states this run goes on from
         if not self._resume() and options.init_from is not None:
             counts = transfer_weights(self.model, self.tokenizer, Path(options.init_from))
             if self.rank == 0:
@@ -185,6 +186,7 @@ class Trainer:
         if "optimizer" in state:  # not in a packed run (models.run_state.pack_run)
             self.optimizer.load_state_dict(state["optimizer"])
         self.progress = Progress(**state["progress"])
+        self.saved_rng = state.get("rng")
         return True
 
     def _save(self, name: str) -> None:
@@ -295,7 +297,7 @@ class Trainer:
             dist.barrier()
 
     def train(self) -> None:
-        torch.manual_seed(self.options.seed + self.progress.step)
+        restore_rng(self.saved_rng, self.options.seed + self.progress.step)
         pairs = load_pairs(self.options, self.tokenizer)
         while not self._out_of_budget():
             self.run_epoch(pairs)

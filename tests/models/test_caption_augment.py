@@ -30,7 +30,7 @@ def test_mixstyle_acts_in_training_only_and_adds_no_weights():
     pixels = torch.rand(8, 3, model.config.image_size, model.config.image_size)
     model.eval()
     before = model.encoder(pixels)
-    handles = add_mixstyle(model.encoder.layers, 2, 1.0, seed=0)
+    handles = add_mixstyle(model.encoder.layers, 2, 1.0, torch.Generator().manual_seed(0))
     assert set(model.state_dict()) == keys
     assert torch.equal(model.encoder(pixels), before)  # eval: untouched
     model.train()

@@ -209,3 +209,34 @@ def test_a_run_s_weights_files_are_evaluated_and_translated(tmp_path, translator
     assert main(translate) == 0  # the snapshot decodes as a shipped checkpoint would
     (translation,) = json.loads(capsys.readouterr().out)["translations"]
     assert translation["source"] == "uno dos"
+
+
+@pytest.mark.slow
+def test_a_resumed_run_trains_as_the_unbroken_run_would(tmp_path, translator_data):
+    from models.config import PRESETS
+    from models.train import Trainer, TrainOptions
+
+    data = _tiny_corpus(tmp_path, translator_data)
+
+    def trained(run: str, *legs: int) -> dict[str, torch.Tensor]:
+        for steps in legs:  # each leg a new process would be: a new Trainer on the run
+            options = TrainOptions(
+                data_dir=data,
+                run_dir=tmp_path / run,
+                out_dir=tmp_path / f"{run}-out",
+                model=PRESETS["tiny"],  # dropout 0.1: every step draws its masks
+                vocab_size=512,
+                max_tokens=600,
+                max_steps=steps,
+                checkpoint_every=2,
+                dev_sentences=2,
+                threads=1,
+            )
+            trainer = Trainer(options)
+            trainer.train()
+        assert trainer.progress.step == legs[-1]
+        return trainer.model.state_dict()
+
+    unbroken, resumed = trained("unbroken", 4), trained("resumed", 2, 4)
+    for name, weights in unbroken.items():
+        assert torch.equal(resumed[name], weights), name
