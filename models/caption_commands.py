@@ -10,7 +10,7 @@ from dataclasses import asdict, replace
 
 import numpy as np
 
-from models.caption_data import DataOptions, build_captioner_data
+from models.caption_data import SPLITS, DataOptions, build_captioner_data
 from models.commands import decoding_options
 from models.config import CAPTIONER_PRESETS
 from service.runtime.decoding import Hypothesis
@@ -65,10 +65,11 @@ def evaluate(args: Namespace) -> int:
     from models.checkpoint import load_checkpoint
     from service.runtime.captioning import caption_batches
 
+    split = _split(args.split)
     start = time.perf_counter()
     model, tokenizer = load_checkpoint(args.checkpoint)
     options = decoding_options(args, model.config.max_length)
-    scenes, images = read_scenes(args.data, args.split)
+    scenes, images = read_scenes(args.data, split)
     if args.limit:
         scenes, images = scenes[: args.limit], images[: args.limit]
     engine = _engine(model, tokenizer, args)
@@ -90,7 +91,7 @@ def evaluate(args: Namespace) -> int:
         "system": f"attnserve captioner ({args.checkpoint})",
         "engine": "torch",
         "grammar": engine.grammar is not None,
-        "split": args.split,
+        "split": split,
         "parts": parts,
         "goals": goals(parts),
         "decoding": asdict(options),
@@ -100,13 +101,23 @@ def evaluate(args: Namespace) -> int:
         print(json.dumps(report))
         return 0
     for part, scores in parts.items():
-        print(f"{args.split}/{part}: " + ", ".join(f"{k} {v}" for k, v in scores.items()))
+        print(f"{split}/{part}: " + ", ".join(f"{k} {v}" for k, v in scores.items()))
     for name, goal in report["goals"].items():
         print(
             f"goal {name}: {goal['measured']} (target {goal['target']}) "
             + ("met" if goal["met"] else "missed")
         )
     return 0
+
+
+def _split(split: str) -> str:
+    """The captioner's split to score: `all` is the test split, whose every part is scored;
+    the translator's test parts are refused."""
+    if split == "all":
+        return "test"
+    if split not in SPLITS:
+        raise SystemExit(f"error: the captioner has no {split} split (dev, test or all)")
+    return split
 
 
 def caption(args: Namespace, images: list) -> tuple[Tokenizer, int, list[list[Hypothesis]]]:

@@ -230,7 +230,8 @@ class Evaluate(Subcommand):
             choices=["dev", "test", "test-modern", "test-everyday", "all"],
             default="test",
             help="test-modern, test-everyday: the translator's parts of `data translator "
-            "--catalogs`; all: every test part the data has (bible, modern, everyday)",
+            "--catalogs`; all: every test part the data has (bible, modern, everyday; the "
+            "captioner's test split)",
         )
         parser.add_argument("--data", type=Path, help="default: data/<model>")
         parser.add_argument(

@@ -83,6 +83,19 @@ def test_evaluate_reports_every_part_and_the_goals(captioner_data, capsys):
         assert goal["met"] == (goal["measured"] >= goal["target"])
 
 
+def test_evaluate_all_scores_the_test_split_and_refuses_the_translator_s_parts(
+    captioner_data, capsys
+):
+    args = _args(split="all", data=captioner_data, limit=2, json=True)
+    assert caption_commands.evaluate(args) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["split"] == "test" and report["parts"]["all"]["images"] == 2
+    for split in ("test-modern", "test-everyday"):
+        args = _args(split=split, data=captioner_data, limit=2, json=True)
+        with pytest.raises(SystemExit, match=f"no {split} split"):
+            caption_commands.evaluate(args)
+
+
 def test_evaluate_prints_each_part_then_each_goal(captioner_data, capsys):
     args = _args(split="test", data=captioner_data, limit=2, json=False)
     assert caption_commands.evaluate(args) == 0
