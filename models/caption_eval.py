@@ -1,9 +1,11 @@
 """Scoring captions: exact match, BLEU-4 and CIDEr (pycocoevalcap), the objects a caption
 names, and where attention looked.
 
-Objects named: an object of the scene counts when its name, or its plural, is in the caption
-as whole words; the share of the scene's distinct objects counted is the recall of object
-names (what a caption gets right about what is there, whatever it says of where).
+Objects named: an object of the scene counts when the caption names it, by its name or its
+plural; the share of the scene's distinct objects counted is the recall of object names (what
+a caption gets right about what is there, whatever it says of where). A caption is read as the
+objects it names, each the longest name of any object at that place: "a guide dog" names a
+guide dog, not a dog.
 
 Localisation: for every generated word that names an object of the scene (a word of its
 name, or of its plural for "two ..."), the share of that step's attention mass that falls
@@ -18,6 +20,8 @@ objects, the share that says the scene's relation with the objects in the scene'
 """
 
 from __future__ import annotations
+
+from functools import lru_cache
 
 import numpy as np
 from pycocoevalcap.bleu.bleu import Bleu
@@ -58,12 +62,39 @@ def text_scores(hypotheses: list[str], references: list[str]) -> dict:
 
 
 def objects_named(caption: str, scene: Scene, glyphs: list[Glyph]) -> tuple[int, int]:
-    """(distinct objects of the scene whose name or plural is in `caption`, distinct
-    objects)."""
-    padded = f" {caption} "
+    """(distinct objects of the scene that `caption` names, distinct objects)."""
+    said = set().union(*mentions(caption.split(), glyphs).values())
     kinds = {o.glyph for o in scene.objects}
-    named = sum(f" {glyphs[g].name} " in padded or f" {glyphs[g].plural} " in padded for g in kinds)
-    return named, len(kinds)
+    return len(kinds & said), len(kinds)
+
+
+@lru_cache(maxsize=4)
+def _phrases(names: tuple[tuple[str, str], ...]) -> dict[str, dict[tuple[str, ...], set[int]]]:
+    """First word -> every name or plural (words) beginning with it -> the glyphs it names;
+    `names` the glyphs' (name, plural) in order."""
+    phrases: dict[str, dict[tuple[str, ...], set[int]]] = {}
+    for glyph, pair in enumerate(names):
+        for phrase in pair:
+            words = tuple(phrase.split())
+            phrases.setdefault(words[0], {}).setdefault(words, set()).add(glyph)
+    return phrases
+
+
+def mentions(words: list[str], glyphs: list[Glyph]) -> dict[int, set[int]]:
+    """Word index -> the glyphs named by the object name that word is part of: from the
+    first word on, the longest name or plural of any glyph that begins at a word names it,
+    and reading goes on after it."""
+    phrases = _phrases(tuple((g.name, g.plural) for g in glyphs))
+    named, i = {}, 0
+    while i < len(words):
+        found = phrases.get(words[i], {})
+        match = max((p for p in found if tuple(words[i : i + len(p)]) == p), key=len, default=None)
+        if match is None:
+            i += 1
+            continue
+        named.update({i + k: found[match] for k in range(len(match))})
+        i += len(match)
+    return named
 
 
 def relation_right(caption: str, scene: Scene, glyphs: list[Glyph]) -> bool | None:
@@ -91,23 +122,13 @@ def cell_coverage(boxes: list[tuple[int, int, int, int]], grid: int) -> np.ndarr
 
 
 def named_objects(words: list[str], scene: Scene, glyphs: list[Glyph]) -> dict[int, list[int]]:
-    """Word index -> the scene objects that word names, for generated `words`: the longest
-    run of words equal to an object's name (or plural) names every object of that glyph."""
-    phrases = {}
-    for obj in scene.objects:
-        same_glyph = [i for i, o in enumerate(scene.objects) if o.glyph == obj.glyph]
-        for phrase in (glyphs[obj.glyph].name, glyphs[obj.glyph].plural):
-            phrases[tuple(phrase.split())] = same_glyph
-    named, i = {}, 0
-    while i < len(words):
-        match = max(
-            (p for p in phrases if tuple(words[i : i + len(p)]) == p), key=len, default=None
-        )
-        if match is None:
-            i += 1
-            continue
-        named.update({i + k: phrases[match] for k in range(len(match))})
-        i += len(match)
+    """Word index -> the scene objects that word names, for generated `words` (`mentions`):
+    a name names every object of its glyph; a word of another object's name names none."""
+    named = {}
+    for index, said in mentions(words, glyphs).items():
+        objects = [i for i, o in enumerate(scene.objects) if o.glyph in said]
+        if objects:
+            named[index] = objects
     return named
 
 

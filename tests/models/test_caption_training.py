@@ -219,6 +219,41 @@ def test_a_relation_counts_when_said_of_both_objects_in_the_scenes_order(small_c
     assert report["relations"] == 2 and report["relation_right"] == 0.5
 
 
+def test_a_longer_name_holding_an_object_s_name_does_not_name_that_object(
+    small_captioner_data,
+):
+    from models.caption_data import read_glyphs
+    from models.caption_eval import localisation, named_objects, objects_named, relation_right
+    from models.scenes import Scene, SceneObject
+
+    data, _ = small_captioner_data
+    glyphs = read_glyphs(data)
+    # "dog" and "guide dog", "bus" and "bus stop": an object's name inside another's
+    held = [
+        (short, long)
+        for short, g in enumerate(glyphs)
+        for long, h in enumerate(glyphs)
+        if short != long and f" {g.name} " in f" {h.name} "
+    ]
+    assert held
+    for short, long in held:
+        name, other = glyphs[short].name, glyphs[long].name
+        third = next(i for i in range(len(glyphs)) if i not in (short, long))
+        objects = [
+            SceneObject(short, name, (0, 0, 40, 40)),
+            SceneObject(third, glyphs[third].name, (50, 50, 90, 90)),
+        ]
+        scene = Scene("pair", f"a {name} above a {glyphs[third].name}", objects)
+        wrong = f"a {other} above a {glyphs[third].name}"
+        assert objects_named(scene.caption, scene, glyphs) == (2, 2)
+        assert objects_named(wrong, scene, glyphs) == (1, 2), (name, other)
+        assert all(v == [1] for v in named_objects(wrong.split(), scene, glyphs).values())
+        assert relation_right(wrong, scene, glyphs) is None  # one object is not named
+        words = wrong.split()
+        rows = localisation(words, np.full((len(words), 144), 1 / 144), scene, glyphs, 12)
+        assert len(rows) == len(glyphs[third].name.split())  # the third object's words only
+
+
 @pytest.mark.slow
 def test_caption_command_draws_the_attention_figure(tiny_run, tmp_path):
     from PIL import Image
