@@ -61,8 +61,7 @@ def export_repository(
 ) -> dict:
     """Exports the translator `checkpoint` into root/translator/1 with `attnserve export`'s
     own function (graphs, parity certificate over `sentences` test sentences, golden set)."""
-    from export import certify
-    from export.commands import export
+    from export import certify, commands
 
     arguments = argparse.Namespace(
         checkpoint=checkpoint,
@@ -76,11 +75,12 @@ def export_repository(
     )
     start = time.perf_counter()
     floor = min(certify.MIN_SENTENCES, sentences)
-    with (
+    with (  # the floor where the export reads it and where the certificate does
         contextlib.redirect_stdout(sys.stderr),
+        _attribute(commands, "MIN_SENTENCES", floor),
         _attribute(certify, "MIN_SENTENCES", floor),
     ):
-        status = export(arguments)
+        status = commands.export(arguments)
     seconds = time.perf_counter() - start
     return {"export_status": status, "export_seconds": seconds}
 
