@@ -233,12 +233,16 @@ class Captioning:
 
 
 def _rounds(workers: dict, rounds: range, task) -> dict:
-    """{(engine, case): samples}; in round r every engine runs each case in turn, from the r-th."""
+    """{(engine, case): samples}; in round r every engine runs each case in turn, from the r-th.
+    A case no engine runs (no caption engine named, torch-uncached alone past its batch) has
+    no samples."""
     samples = defaultdict(list)
     for r in rounds:
         print("warm-up" if r < 0 else f"round {r + 1}", file=sys.stderr)
         for case in task.cases:
             names = [name for name in workers if task.runs(name, case)]
+            if not names:
+                continue
             for name in names[r % len(names) :] + names[: r % len(names)]:
                 samples[name, case].append(task.sample(workers[name], name, case))
     return samples
