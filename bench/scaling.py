@@ -130,29 +130,36 @@ def summary(levels: dict, workers: list[int], clients: list[int], fronts=(1,)) -
     def rate(w: int, f: int, c: int) -> float:
         return table[f"{_name(w, f)}, {c} clients"]["requests_per_s"]
 
+    def over(fast: float, slow: float) -> float | None:
+        """fast / slow; None where the second answered no call."""
+        return round(fast / slow, 3) if slow else None
+
+    def met(ratio: float | None, goal: float) -> bool:
+        return ratio is not None and ratio >= goal
+
     most, fewest, one, front = max(workers), min(clients), min(workers), min(fronts)
     ratios, goals = {}, {}
     if most != one:
         for c in clients:
             name = f"{most} workers / {one}, {c} clients"
-            ratios[name] = round(rate(most, front, c) / rate(one, front, c), 3)
-            goals[f"{name} >= {WORKERS_GOAL}"] = ratios[name] >= WORKERS_GOAL
+            ratios[name] = over(rate(most, front, c), rate(one, front, c))
+            goals[f"{name} >= {WORKERS_GOAL}"] = met(ratios[name], WORKERS_GOAL)
     if max(clients) != fewest:
         for w in workers:
             for f in fronts:
                 name = f"{max(clients)} clients / {fewest}, {_name(w, f)}"
-                ratios[name] = round(rate(w, f, max(clients)) / rate(w, f, fewest), 3)
-                goals[f"{name} >= {CLIENTS_GOAL}"] = ratios[name] >= CLIENTS_GOAL
+                ratios[name] = over(rate(w, f, max(clients)), rate(w, f, fewest))
+                goals[f"{name} >= {CLIENTS_GOAL}"] = met(ratios[name], CLIENTS_GOAL)
     if max(fronts) != front:
         for c in clients:
             name = f"{max(fronts)} fronts / {front}, {most} workers, {c} clients"
-            ratios[name] = round(rate(most, max(fronts), c) / rate(most, front, c), 3)
+            ratios[name] = over(rate(most, max(fronts), c), rate(most, front, c))
     for w in workers if any(key[3] == BASELINE for key in levels) else ():
         for f in fronts:
             for c in clients:
                 name = f"{_name(w, f)}, {c} clients"
                 baseline = table[f"{BASELINE}: {name}"]["requests_per_s"]
-                ratios[f"this checkout / {BASELINE}, {name}"] = round(rate(w, f, c) / baseline, 3)
+                ratios[f"this checkout / {BASELINE}, {name}"] = over(rate(w, f, c), baseline)
     return {"levels": table, "ratios": ratios, "goals": goals}
 
 

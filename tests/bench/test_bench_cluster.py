@@ -47,3 +47,23 @@ def test_a_slow_or_thin_cluster_misses_its_goals():
         and report["throughput_ratio"]["ray_over_local"] == 0.8
     )
     assert not report["p50_above_ms"]["met"] and report["p50_above_ms"]["ray_minus_local"] == 32.0
+
+
+def test_a_server_that_answered_nothing_leaves_its_goals_unmeasured_and_unmet():
+    levels = {
+        ("local", 1): _level([], 1.0, failed=30),  # every call failed
+        ("local", 64): _level([], 1.0, failed=400),
+        ("ray", 1): _level([21.5] * 47, 1.0),
+        ("ray", 64): _level([160.0] * 270, 1.0),
+    }
+    report = cluster.summary(levels, [1, 64])
+    assert report["levels"]["local"]["64"] == {
+        "sentences_per_s": 0.0,
+        "p50_ms": None,
+        "p99_ms": None,
+        "failed": 400,
+    }
+    assert report["throughput_ratio"]["ray_over_local"] is None
+    assert report["p50_above_ms"]["ray_minus_local"] is None
+    assert not report["throughput_ratio"]["met"] and not report["p50_above_ms"]["met"]
+    assert report["failed"] == 430

@@ -43,6 +43,28 @@ def test_the_ratios_compare_the_most_workers_and_the_most_clients_with_their_goa
     assert level["cpu_ms_per_call"] == {"front": 1.0, "workers": 5.0, "client": 0.5}
 
 
+def test_a_server_that_answered_no_call_leaves_its_ratios_unmeasured_and_unmet():
+    failed = {**_level(0, 1.0), "failed": 40}  # every call of the level failed
+    levels = {
+        (1, 1, 16, ""): failed,
+        (1, 1, 64, ""): failed,
+        (2, 1, 16, ""): _level(170, 1.0),
+        (2, 1, 64, ""): _level(150, 1.0),
+    }
+    report = scaling.summary(levels, [1, 2], [16, 64])
+    level = report["levels"]["1 workers, 16 clients"]
+    assert level["requests_per_s"] == 0 and level["failed"] == 40 and level["p50_s"] is None
+    assert report["ratios"]["2 workers / 1, 16 clients"] is None
+    assert report["ratios"]["64 clients / 16, 1 workers"] is None
+    assert report["ratios"]["64 clients / 16, 2 workers"] == 0.882
+    assert report["goals"] == {
+        "2 workers / 1, 16 clients >= 1.6": False,
+        "2 workers / 1, 64 clients >= 1.6": False,
+        "64 clients / 16, 1 workers >= 1.0": False,
+        "64 clients / 16, 2 workers >= 1.0": False,
+    }
+
+
 def test_more_fronts_are_compared_at_the_most_workers_and_the_workers_at_one_front():
     levels = {
         (1, 1, 16, ""): _level(100, 1.0),
