@@ -227,5 +227,6 @@ case "$phase" in
       --graphs "$graphs" --no-engine --load --clients 1,16,64,256,1024 --level-seconds 8 \
       | sed -n '/^## Service level/,$p' || true
     grep -h "workers\|fronts\|steps with cache" "$work/server/server.log" | head -20 || true ;;
-  *) echo "usage: bench/gpu.sh export|engine|load|fronts|all|static|inplace|scaling|pending|goals-engine|goals-serve|workers" >&2; exit 2 ;;
+  *) echo "usage: bench/gpu.sh export|engine|load|fronts|all|static|inplace|scaling|pending|goals-engine|goals-serve|goals|step|steady|workers|controls|controls-cost" >&2
+    exit 2 ;;
 esac
