@@ -6,7 +6,8 @@ import json
 from argparse import Namespace
 from pathlib import Path
 
-from export.certify import INT8_CLAIMS, MIN_SENTENCES, certify, run_suite
+from export import certify as certificates
+from export.certify import INT8_CLAIMS, certify, run_suite
 from export.decode_parity import ParityInputs
 from export.kinds import export_kind
 from export.repository import INT8_SCALES, publish, staging, write_version
@@ -48,10 +49,11 @@ def export(args: Namespace) -> int:
     model, tokenizer = load_checkpoint(args.checkpoint)
     # the certificate's inputs first: too few of them refuse the export before it is written
     inputs = parity_inputs(model, args.data, tokenizer, args.sentences)
-    if len(inputs.sources) < MIN_SENTENCES:
+    least = certificates.MIN_SENTENCES  # read as the certificate reads it
+    if len(inputs.sources) < least:
         raise ValueError(
             f"--sentences {args.sentences} gives {len(inputs.sources)} test inputs of "
-            f"{args.data}; the parity certificate needs at least {MIN_SENTENCES}"
+            f"{args.data}; the parity certificate needs at least {least}"
         )
     source = {"checkpoint": str(args.checkpoint), "sha256": sha256(args.checkpoint / WEIGHTS)}
     directory = args.out / args.name / args.version

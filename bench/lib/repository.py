@@ -75,9 +75,8 @@ def export_repository(
     )
     start = time.perf_counter()
     floor = min(certify.MIN_SENTENCES, sentences)
-    with (  # the floor where the export reads it and where the certificate does
+    with (  # the floor the export and its certificate read
         contextlib.redirect_stdout(sys.stderr),
-        _attribute(commands, "MIN_SENTENCES", floor),
         _attribute(certify, "MIN_SENTENCES", floor),
     ):
         status = commands.export(arguments)
