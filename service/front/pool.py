@@ -155,6 +155,7 @@ class WorkerPool:
         self._ids = itertools.count(front + 1, fronts)
         self._any_ready = asyncio.Event()
         self._retries: dict[asyncio.Task, Call] = {}  # calls waiting to be sent again
+        self._adding: dict[str, Load] = {}  # versions being loaded by the ready workers
 
     # -- life cycle -----------------------------------------------------------------------
     async def start(self) -> None:
@@ -228,19 +229,23 @@ class WorkerPool:
     # -- model versions while serving ------------------------------------------------------
     async def load(self, key: str, version, variant: str, timeout: float = 600.0) -> None:
         """Every ready worker loads and checks one more model version; ModelRepositoryError
-        (and the version unloaded again) when one of them cannot. Workers started later
-        load it with the others."""
+        (and the version unloaded again) when one of them cannot. Workers started or ready
+        later load it with the others."""
         loop = asyncio.get_running_loop()
-        asked = []
+        asked, message = [], Load(key, version, variant)
+        self._adding[key] = message
         for worker in self.workers:
             if worker.alive and worker.conn is not None:
                 worker.loading[key] = loop.create_future()
                 with contextlib.suppress(OSError, ValueError):
-                    worker.conn.send(Load(key, version, variant))
+                    worker.conn.send(message)
                     asked.append(worker)
-        outcomes = await asyncio.wait_for(
-            asyncio.gather(*(w.loading[key] for w in asked), return_exceptions=True), timeout
-        )
+        try:
+            outcomes = await asyncio.wait_for(
+                asyncio.gather(*(w.loading[key] for w in asked), return_exceptions=True), timeout
+            )
+        finally:
+            self._adding.pop(key, None)
         problems = [str(o) for o in outcomes if isinstance(o, BaseException)]
         if problems:
             self.unload(key)
@@ -419,6 +424,7 @@ class WorkerPool:
                 self._update_rows(model)
         elif isinstance(message, Ready):
             worker.info, worker.failures = message.info, 0
+            self._catch_up(worker)
             worker.ready.set_result(message.info)
             if self.parent:
                 self.metrics.workers_ready.set(sum(w.alive for w in self.workers))
@@ -431,8 +437,25 @@ class WorkerPool:
                 worker.info.setdefault("models", {})[message.key] = message.info
                 if future is not None and not future.done():
                     future.set_result(message.info)
-            elif future is not None and not future.done():
+            elif future is None:  # a Load sent as the worker came up (_catch_up)
+                index = worker.settings.index
+                log.error("worker %d cannot load %s: %s", index, message.key, message.message)
+            elif not future.done():
                 future.set_exception(ModelRepositoryError(message.message))
+
+    def _catch_up(self, worker: _Worker) -> None:
+        """A worker that reports ready without a version this front serves or is adding
+        (started before the version came, or met by a front that is not its parent) is sent
+        its Load. It reads its messages in order: no call of the version reaches it first.
+        (One started before a version went was sent its Unload down the same pipe.)"""
+        have = worker.info.get("models", {})
+        variants = dict(self.template.variants)
+        wanted = {key: Load(key, version, variants[key]) for key, version in self.template.models}
+        for key, load in (wanted | self._adding).items():
+            if key not in have:
+                log.info("worker %d loads %s", worker.settings.index, key)
+                with contextlib.suppress(OSError, ValueError):
+                    worker.conn.send(load)
 
     def _event(self, worker: _Worker, model: str, event: Event) -> None:
         if isinstance(event, Admitted):

@@ -1,0 +1,72 @@
+"""Model versions added and removed while workers come and go, as the front's worker pool
+sees them (no process started: each worker's connection is a stand-in that keeps what it is
+sent): a worker that comes up after a version came, or while it loads, is sent its Load before
+any call."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+from service.front.metrics import Metrics
+from service.front.pool import WorkerPool
+from service.worker.messages import Load, Loaded, Ready
+from service.worker.settings import WorkerSettings
+
+
+class Link:
+    """A worker's connection: what the pool sends it, kept in `sent`."""
+
+    def __init__(self):
+        self.sent = []
+        self._file = os.open(os.devnull, os.O_RDONLY)
+
+    def send(self, message) -> None:
+        self.sent.append(message)
+
+    def fileno(self) -> int:
+        return self._file
+
+    def close(self) -> None:
+        os.close(self._file)
+
+
+def _pool(workers: int) -> WorkerPool:
+    """A pool of `workers` workers serving translator/1, each reached by a Link, not ready."""
+    served = (("translator/1", "version 1"),)
+    settings = [
+        WorkerSettings(index=i, models=served, variants=(("translator/1", "fp32"),))
+        for i in range(workers)
+    ]
+    pool = WorkerPool(settings, Metrics(), 8)
+    loop = asyncio.get_running_loop()
+    for worker in pool.workers:
+        worker.conn, worker.ready = Link(), loop.create_future()
+    return pool
+
+
+def _ready(pool: WorkerPool, index: int, *keys: str) -> None:
+    pool._handle(pool.workers[index], Ready({"models": {key: {} for key in keys}}))
+
+
+def test_a_worker_that_comes_up_after_a_version_came_loads_it_before_any_call():
+    async def run():
+        pool = _pool(2)
+        first, second = pool.workers
+        _ready(pool, 0, "translator/1")  # the second is restarting: started with version 1
+        loading = asyncio.create_task(pool.load("translator/2", "version 2", "int8"))
+        await asyncio.sleep(0)
+        assert first.conn.sent == [Load("translator/2", "version 2", "int8")]
+        _ready(pool, 1, "translator/1")  # up while the first still loads
+        assert second.conn.sent == [Load("translator/2", "version 2", "int8")]
+        pool._handle(first, Loaded("translator/2", {}))
+        await loading
+        assert pool.serves("translator/2")
+        assert second.settings.models[-1] == ("translator/2", "version 2")
+
+        pool._lost(second)  # killed again: its replacement starts with both versions
+        second.conn, second.ready = Link(), asyncio.get_running_loop().create_future()
+        _ready(pool, 1, "translator/1", "translator/2")
+        assert second.conn.sent == []
+
+    asyncio.run(run())
