@@ -32,7 +32,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from service.front.metrics import Metrics
 from service.front.pool import WorkerPool, _Worker
-from service.runtime.errors import ModelRepositoryError
+from service.runtime.errors import ModelRepositoryError, Unavailable
 from service.worker.messages import Load, Ready, Unload
 from service.worker.replica import Directory, WorkerReplica
 from service.worker.settings import WorkerSettings, no_delay, socket_address
@@ -304,7 +304,7 @@ class ClusterPool(WorkerPool):
                 worker.loading[key] = loop.create_future()
                 worker.conn.send(Load(key, want[key], variants[key]))
             await asyncio.gather(*(worker.loading[key] for key in missing))
-        except (OSError, ValueError, ModelRepositoryError, AttributeError) as error:
+        except (OSError, ValueError, ModelRepositoryError, Unavailable, AttributeError) as error:
             log.warning("replica at %s cannot serve: %s", worker.settings.socket, error)
             if worker.conn is not None:
                 self._on_death(worker)

@@ -229,8 +229,8 @@ class WorkerPool:
     # -- model versions while serving ------------------------------------------------------
     async def load(self, key: str, version, variant: str, timeout: float = 600.0) -> None:
         """Every ready worker loads and checks one more model version; ModelRepositoryError
-        (and the version unloaded again) when one of them cannot. Workers started or ready
-        later load it with the others."""
+        (and the version unloaded again) when one of them cannot, Unavailable when a worker
+        died before it answered. Workers started or ready later load it with the others."""
         loop = asyncio.get_running_loop()
         asked, message = [], Load(key, version, variant)
         self._adding[key] = message
@@ -246,10 +246,13 @@ class WorkerPool:
             )
         finally:
             self._adding.pop(key, None)
-        problems = [str(o) for o in outcomes if isinstance(o, BaseException)]
+        problems = [o for o in outcomes if isinstance(o, BaseException)]
         if problems:
             self.unload(key)
-            raise ModelRepositoryError("; ".join(dict.fromkeys(problems)))
+            text = "; ".join(dict.fromkeys(map(str, problems)))
+            if all(isinstance(problem, Unavailable) for problem in problems):
+                raise Unavailable(text)  # nothing wrong with the version itself
+            raise ModelRepositoryError(text)
         self._set_models(
             (*((k, v) for k, v in self.template.models if k != key), (key, version)),
             {**dict(self.template.variants), key: variant},
@@ -509,7 +512,7 @@ class WorkerPool:
         was_alive = worker.alive or worker.calls
         for future in worker.loading.values():
             if not future.done():
-                future.set_exception(ModelRepositoryError(f"worker exited with code {code}"))
+                future.set_exception(Unavailable(f"worker exited with code {code}"))
         worker.loading.clear()
         worker.ready = None
         worker.rows = {}

@@ -18,11 +18,12 @@ import logging
 import time
 from pathlib import Path
 
-from service.runtime.errors import ModelRepositoryError
+from service.runtime.errors import ModelRepositoryError, Unavailable
 from service.runtime.kinds import served_model
 from service.runtime.repository import manifests, verify
 
 log = logging.getLogger("attnserve")
+LOAD_TRIES = 3  # loads of a version cut by a worker's death before the version is refused
 
 
 def version_order(version: str):
@@ -63,6 +64,7 @@ class VersionWatcher:
         }
         self.seen: dict[Path, tuple] = {}  # directories looked at and not served: stamp
         self.retiring: set[str] = set()
+        self.cut: dict[Path, int] = {}  # directory -> its loads cut by a worker's death
         self.tasks: set[asyncio.Task] = set()
 
     def _manifests(self) -> dict[Path, Path]:
@@ -128,11 +130,20 @@ class VersionWatcher:
             variant, why = self.config.variant_choice(front.device, version.manifest)
             started = time.monotonic()
             await front.pool.load(model.key, version, variant)
-        except (ModelRepositoryError, OSError, ValueError, KeyError, TimeoutError) as error:
-            if front.pool.parent:  # every front checks it; the first one counts it
-                front.metrics.versions_refused.labels(directory.parent.name).inc()
-            log.error("model version at %s refused: %s", directory, error)
+        except Unavailable as error:  # a worker died while it loaded: not the version's fault
+            cut = self.cut[directory] = self.cut.get(directory, 0) + 1
+            if cut < LOAD_TRIES:
+                self.seen.pop(directory, None)
+                log.warning(
+                    "model version at %s not loaded (%s): at the next look", directory, error
+                )
+                return
+            self._refuse(directory, f"{error}, at each of {cut} loads")
             return
+        except (ModelRepositoryError, OSError, ValueError, KeyError, TimeoutError) as error:
+            self._refuse(directory, error)
+            return
+        self.cut.pop(directory, None)
         front.pool.models[model.key] = version.name
         front.models.setdefault(model.service, {}).setdefault(version.name, {})[version.version] = (
             model
@@ -152,6 +163,12 @@ class VersionWatcher:
         keep = newest(served, self.config.max_versions)
         for other in [m for v, m in served.items() if v not in keep]:
             self._retire(Path(other.version.directory), other, "a newer version came")
+
+    def _refuse(self, directory: Path, error) -> None:
+        self.cut.pop(directory, None)
+        if self.front.pool.parent:  # every front checks it; the first one counts it
+            self.front.metrics.versions_refused.labels(directory.parent.name).inc()
+        log.error("model version at %s refused: %s", directory, error)
 
     def _retire(self, directory: Path, model, why: str) -> None:
         if model.key in self.retiring:

@@ -1,16 +1,19 @@
 """Model versions added and removed while workers come and go, as the front's worker pool
 sees them (no process started: each worker's connection is a stand-in that keeps what it is
 sent): a worker that comes up after a version came, or while it loads, is sent its Load before
-any call."""
+any call; a worker's death during a load is not the version's fault."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 
+import pytest
+
 from service.front.metrics import Metrics
 from service.front.pool import WorkerPool
-from service.worker.messages import Load, Loaded, Ready
+from service.runtime.errors import ModelRepositoryError, Unavailable
+from service.worker.messages import Load, Loaded, NotLoaded, Ready, Unload
 from service.worker.settings import WorkerSettings
 
 
@@ -68,5 +71,29 @@ def test_a_worker_that_comes_up_after_a_version_came_loads_it_before_any_call():
         second.conn, second.ready = Link(), asyncio.get_running_loop().create_future()
         _ready(pool, 1, "translator/1", "translator/2")
         assert second.conn.sent == []
+
+    asyncio.run(run())
+
+
+def test_a_worker_s_death_during_a_load_is_unavailable_a_refusal_is_not():
+    async def run():
+        pool = _pool(2)
+        first, second = pool.workers
+        _ready(pool, 0, "translator/1")
+        _ready(pool, 1, "translator/1")
+        loading = asyncio.create_task(pool.load("translator/2", "version 2", "fp32"))
+        await asyncio.sleep(0)
+        pool._handle(first, Loaded("translator/2", {}))
+        pool._lost(second)
+        with pytest.raises(Unavailable, match="worker exited"):
+            await loading
+        assert not pool.serves("translator/2")
+        assert first.conn.sent[-1] == Unload("translator/2")  # loaded by the first: dropped
+
+        loading = asyncio.create_task(pool.load("translator/3", "version 3", "fp32"))
+        await asyncio.sleep(0)
+        pool._handle(first, NotLoaded("translator/3", "fails its golden set"))
+        with pytest.raises(ModelRepositoryError, match="fails its golden set"):
+            await loading
 
     asyncio.run(run())

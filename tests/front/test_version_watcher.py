@@ -17,8 +17,14 @@ from helpers import SHIPPED_CAPTIONER
 from service.front.caption import CaptionServicer
 from service.front.config import ServerConfig
 from service.front.metrics import Metrics
-from service.front.versions import VersionWatcher, certified, newest, version_order
-from service.runtime.errors import ModelRepositoryError
+from service.front.versions import (
+    LOAD_TRIES,
+    VersionWatcher,
+    certified,
+    newest,
+    version_order,
+)
+from service.runtime.errors import ModelRepositoryError, Unavailable
 from service.runtime.repository import ModelVersion, write_manifest
 
 SERVICE = CaptionServicer.service
@@ -54,10 +60,14 @@ class Pool:
     unloaded: list = field(default_factory=list)
     calls: dict = field(default_factory=dict)
     failing: bool = False
+    deaths: int = 0  # loads still to be cut by a worker's death
 
     async def load(self, key, version, variant):
         if self.failing:
             raise TimeoutError(f"{key}: the golden set did not decode in time")
+        if self.deaths:
+            self.deaths -= 1
+            raise Unavailable("worker exited with code -9")
         self.loaded.append((key, variant))
 
     def calls_of(self, key) -> int:
@@ -142,6 +152,37 @@ def test_a_failing_version_is_refused_once_until_its_manifest_changes(tmp_path):
     asyncio.run(scans())
     assert front.served() == ["2"] and front.refused() == 1
     assert watcher.seen == {}  # served: no longer among the refused
+
+
+def test_a_load_cut_by_a_worker_s_death_is_tried_again_at_the_next_look(tmp_path):
+    publish(tmp_path, "2")
+    front = Front()
+    front.pool.deaths = 1
+    watcher = VersionWatcher(front, _config(tmp_path))
+
+    async def scans():
+        await watcher.scan()
+        assert front.served() == [] and front.refused() == 0  # the version is not at fault
+        await watcher.scan()  # the same manifest, looked at again
+
+    asyncio.run(scans())
+    assert front.served() == ["2"] and front.refused() == 0
+    assert front.pool.loaded == [("captioner/2", "fp32")] and watcher.cut == {}
+
+
+def test_a_version_whose_every_load_a_worker_dies_in_is_refused(tmp_path):
+    publish(tmp_path, "2")
+    front = Front()
+    front.pool.deaths = LOAD_TRIES + 1
+    watcher = VersionWatcher(front, _config(tmp_path))
+
+    async def scans():
+        for _ in range(LOAD_TRIES + 1):
+            await watcher.scan()
+
+    asyncio.run(scans())
+    assert front.served() == [] and front.refused() == 1
+    assert front.pool.deaths == 1  # refused after LOAD_TRIES loads, then left alone
 
 
 @pytest.mark.parametrize(
