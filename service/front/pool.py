@@ -156,6 +156,7 @@ class WorkerPool:
         self._any_ready = asyncio.Event()
         self._retries: dict[asyncio.Task, Call] = {}  # calls waiting to be sent again
         self._adding: dict[str, Load] = {}  # versions being loaded by the ready workers
+        self._refusal: Exception | None = None  # set by fail_all: no call waits for a worker
 
     # -- life cycle -----------------------------------------------------------------------
     async def start(self) -> None:
@@ -343,6 +344,8 @@ class WorkerPool:
         end = time.monotonic() + (timeout or 30.0)
         # a loop: the worker whose start woke this wait may have died again before it ran
         while not (ready := [w for w in self.workers if w.alive]):
+            if self._refusal is not None:
+                raise Unavailable(str(self._refusal))
             try:
                 await asyncio.wait_for(self._any_ready.wait(), max(0.0, end - time.monotonic()))
             except TimeoutError as error:
@@ -373,7 +376,7 @@ class WorkerPool:
                 call.worker.remove(call.job.id)
             if CallState.ADMITTED not in call.state:
                 self._dequeue(call)
-            call.fail(error)
+            call.fail(self._refusal or error)
             if isinstance(stopped, asyncio.CancelledError):
                 raise
 
@@ -562,7 +565,11 @@ class WorkerPool:
         worker.ready.add_done_callback(lambda future: future.exception())  # logged by death
 
     def fail_all(self, error: Exception) -> None:
-        """Ends every call in flight with `error`."""
+        """Ends every call in flight with `error`, those waiting for a restarted worker too
+        (sent again after their worker died, or not yet sent); a call that would wait for
+        one from now on is refused with it at once."""
+        self._refusal = error
+        self._any_ready.set()  # the waits see the refusal
         for worker in self.workers:
             for job_id in list(worker.calls):
                 self._settle(worker, job_id).fail(error)

@@ -50,6 +50,23 @@ class StandInWorker:
         os.close(self._file)
 
 
+class Link:
+    """A worker's connection: what the pool sends it, kept in `sent`."""
+
+    def __init__(self):
+        self.sent = []
+        self._file = os.open(os.devnull, os.O_RDONLY)
+
+    def send(self, message) -> None:
+        self.sent.append(message)
+
+    def fileno(self) -> int:
+        return self._file
+
+    def close(self) -> None:
+        os.close(self._file)
+
+
 def servicer(pool: WorkerPool, prepared: Prepared, config: ServerConfig) -> TranslationServicer:
     """A TranslationServicer whose every method prepares `prepared` and answers the id of the
     job that decoded each input (a stream's partial: ("partial", those of the inputs done))."""

@@ -6,32 +6,15 @@ any call; a worker's death during a load is not the version's fault."""
 from __future__ import annotations
 
 import asyncio
-import os
 
 import pytest
+from stand_in import Link
 
 from service.front.metrics import Metrics
 from service.front.pool import WorkerPool
 from service.runtime.errors import ModelRepositoryError, Unavailable
 from service.worker.messages import Load, Loaded, NotLoaded, Ready, Unload
 from service.worker.settings import WorkerSettings
-
-
-class Link:
-    """A worker's connection: what the pool sends it, kept in `sent`."""
-
-    def __init__(self):
-        self.sent = []
-        self._file = os.open(os.devnull, os.O_RDONLY)
-
-    def send(self, message) -> None:
-        self.sent.append(message)
-
-    def fileno(self) -> int:
-        return self._file
-
-    def close(self) -> None:
-        os.close(self._file)
 
 
 def _pool(workers: int) -> WorkerPool:
