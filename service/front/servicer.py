@@ -107,16 +107,18 @@ class ModelServicer:
             name = front.named(self.service, request)
             yield front.resolve(self.service, name, request.version), labels, received
         except ServiceError as error:
-            code = status_code(error)
-            await context.abort(code, str(error))
+            code = status_code(error)  # counted so, unless gRPC had ended the call (_abort)
+            code = await _abort(context, code, str(error))
+            raise asyncio.CancelledError from None
         except (asyncio.CancelledError, GeneratorExit):  # a stream closed mid-write: the same
             code = _cancel_code(context)
             raise
         except Exception as error:  # a bug of ours: INTERNAL, its traceback in the log
-            code = status_code(error)
             log.exception("%s %s failed", self.service, label)
             details = f"internal error ({type(error).__name__}); the server's log has its trace"
-            await context.abort(code, details)
+            code = status_code(error)
+            code = await _abort(context, code, details)
+            raise asyncio.CancelledError from None
         finally:
             front.metrics.requests_in_flight.labels(*labels).dec()
             front.in_flight -= 1
@@ -295,6 +297,18 @@ def add_servicer(server, servicer: ModelServicer) -> None:
         )
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, handlers),))
     server.add_registered_method_handlers(service, handlers)
+
+
+async def _abort(context, code: grpc.StatusCode, details: str) -> grpc.StatusCode:
+    """Ends the call with `code` (raises, as `context.abort` does). Where gRPC ended the
+    call first (its deadline passed while the handler waited for the event loop, as under
+    overload) the abort fails in gRPC's core, which would log a traceback: returns the code
+    the client has instead, for the handler to end as a cancelled one."""
+    try:
+        await context.abort(code, details)
+    except grpc.aio.InternalError:
+        return _cancel_code(context)
+    return code
 
 
 def _cancel_code(context) -> grpc.StatusCode:
