@@ -61,7 +61,7 @@ def _token(path: Path | None) -> str | None:
     if path is None:
         return None
     try:
-        return path.read_text(encoding="utf-8").strip()
+        return path.read_text(encoding="utf-8-sig").strip()
     except OSError as error:
         raise Failure(f"--token-file: {error}") from error
 

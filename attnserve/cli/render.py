@@ -114,18 +114,23 @@ def output(path: Path | None):
         yield out
 
 
-def read_input() -> str:
-    """Standard input as UTF-8 (UnicodeDecodeError where it is not: Python's own reading
-    would keep undecodable bytes as surrogates, which no request can carry)."""
+def read_text(path: Path | None = None) -> str:
+    """A file, or standard input when None, as UTF-8 without the byte order mark that
+    Windows' editors put first (UnicodeDecodeError where it is not UTF-8: Python's own
+    reading of stdin would keep undecodable bytes as surrogates, which no request can
+    carry)."""
+    if path is not None:
+        return path.read_text(encoding="utf-8-sig")
     raw = getattr(sys.stdin, "buffer", None)  # a text stream put in its place has none
-    return sys.stdin.read() if raw is None else raw.read().decode("utf-8")
+    text = sys.stdin.read() if raw is None else raw.read().decode("utf-8")
+    return text.removeprefix("\ufeff")
 
 
 def read_lines(path: Path | None) -> list[str] | None:
     """Non-empty lines of a file, or of standard input when None (None: unreadable, after
     one line on stderr)."""
     try:
-        text = read_input() if path is None else path.read_text(encoding="utf-8")
+        text = read_text(path)
     except (OSError, UnicodeDecodeError) as error:
         print(f"error: {path or 'standard input'}: {error}", file=sys.stderr)
         return None

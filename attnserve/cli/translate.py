@@ -18,7 +18,7 @@ from attnserve.cli.options import (
     check_output,
     positive,
 )
-from attnserve.cli.render import output, progress, read_input, read_lines, show
+from attnserve.cli.render import output, progress, read_lines, read_text, show
 from attnserve.cli.subcommand import Failure, Subcommand
 from models.shipped import SHIPPED_TRANSLATOR
 from service.runtime.documents import SPLITTING
@@ -313,8 +313,8 @@ def _written(path: Path, data: bytes) -> int:
 
 def _glossary(path: Path) -> list[tuple[str, str]]:
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as error:
+        text = read_text(path)
+    except (OSError, UnicodeDecodeError) as error:
         raise Failure(f"--glossary: {error}") from error
     return _pairs(text, "--glossary ")
 
@@ -358,7 +358,7 @@ def _score(channel, args: argparse.Namespace) -> int:
     from service import client
 
     try:
-        text = args.input.read_text(encoding="utf-8") if args.input else read_input()
+        text = read_text(args.input)
     except (OSError, UnicodeDecodeError) as error:
         print(f"error: {args.input or 'standard input'}: {error}", file=sys.stderr)
         return 2

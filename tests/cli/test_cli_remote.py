@@ -89,6 +89,14 @@ def test_the_token_file_wins_over_the_environment(recording, tmp_path, monkeypat
     ]
 
 
+def test_a_token_file_saved_with_a_byte_order_mark_sends_the_token(recording, tmp_path):
+    servicer, address = recording
+    token = tmp_path / "token"
+    token.write_bytes("\ufeffs3cret\r\n".encode())
+    assert remote.client_call(_check(), _connection(address, token)) == 7
+    assert servicer.metadata[-1]["authorization"] == "Bearer s3cret"
+
+
 def test_an_unreadable_token_file_is_a_failure_before_any_call(recording, tmp_path):
     servicer, address = recording
     with pytest.raises(Failure, match=r"^--token-file: .*No such file"):

@@ -232,6 +232,31 @@ def test_score_refuses_a_line_without_a_tab_and_an_unreadable_file(stand_in, tmp
     assert servicer.requests == []
 
 
+BOM = "\ufeff".encode()  # what Windows' editors write at the start of a UTF-8 file
+
+
+def test_files_and_stdin_are_read_without_a_byte_order_mark(
+    stand_in, tmp_path, monkeypatch, capsys
+):
+    """A glossary, a --lines file, stdin and score's pairs saved with a byte order mark:
+    their first term, text and source are sent without it."""
+    servicer, address = stand_in
+    glossary, lines, pairs = tmp_path / "g.tsv", tmp_path / "es.txt", tmp_path / "pairs.tsv"
+    glossary.write_bytes(BOM + b"gato\tcat\n")
+    lines.write_bytes(BOM + b"uno\ndos\n")
+    pairs.write_bytes(BOM + b"hola\thello\n")
+    argv = ["translate", "--server", address, "--glossary", str(glossary)]
+    assert main([*argv, "--lines", "--input", str(lines)]) == 0
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(BOM + b"tres\n")))
+    assert main(["translate", "--server", address]) == 0
+    assert main(["score", "--server", address, "--input", str(pairs)]) == 0
+    assert capsys.readouterr().out.splitlines() == ["UNO", "DOS", "TRES", "-1.0000\t-1.0000"]
+    first, from_stdin, scored = servicer.requests
+    assert [(e.source, e.target) for e in first.glossary] == [("gato", "cat")]
+    assert list(first.texts) == ["uno", "dos"] and list(from_stdin.texts) == ["tres"]
+    assert scored.pairs[0].source == "hola"
+
+
 def test_an_html_input_with_json_is_sent_as_html(stand_in, tmp_path, capsys):
     """`--input page.html --json` prints the response, not a file: the page still goes as
     HTML, so its markup is kept out of the model; --text-format plain says otherwise."""
