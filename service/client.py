@@ -391,8 +391,11 @@ def _chunked(
                 progress(done[0])
         return response
 
-    with ThreadPoolExecutor(concurrency) as pool:
+    pool = ThreadPoolExecutor(concurrency)
+    try:
         return list(pool.map(one, starts, chunks))
+    finally:  # a failure or Ctrl-C leaves now: the calls in flight end with their channel
+        pool.shutdown(wait=False, cancel_futures=True)
 
 
 class _ItemsError(grpc.RpcError):

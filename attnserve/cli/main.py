@@ -42,3 +42,5 @@ def main(argv: list[str] | None = None) -> int:
         # what stdout still buffers goes nowhere, not to a second error at exit
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
+    except KeyboardInterrupt:  # Ctrl-C: its calls were cancelled with their channel
+        return 130  # 128 + SIGINT, as a shell reports a command it interrupted

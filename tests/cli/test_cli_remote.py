@@ -7,18 +7,23 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import signal
+import subprocess
+import sys
+import threading
 from pathlib import Path
 
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from helpers import ROOT
 from stand_ins import started
 
 from attnserve.cli import remote
 from attnserve.cli.main import build_parser
 from attnserve.cli.results import Alignment, Translations
 from attnserve.cli.subcommand import Failure
-from service.wire.v1 import caption_pb2, decoding_pb2, translation_pb2
+from service.wire.v1 import caption_pb2, decoding_pb2, translation_pb2, translation_pb2_grpc
 
 
 class RecordingHealth(health_pb2_grpc.HealthServicer):
@@ -273,3 +278,56 @@ def test_a_stream_without_a_result_is_a_failure_naming_the_input(capsys):
         remote.stream_each(stream, ["uno", "dos"], _read(["uno", "dos"]), "image", False, terminal)
     assert terminal.getvalue().endswith("DOS\r\x1b[K")  # the partial line cleared all the same
     assert capsys.readouterr().out == "UNO\n"
+
+
+class Waiting(translation_pb2_grpc.TranslationServiceServicer):
+    """Answers no call until its client goes; counts the calls begun and those cancelled."""
+
+    def __init__(self) -> None:
+        self.begun = threading.Semaphore(0)
+        self.cancelled = threading.Semaphore(0)
+
+    def _wait(self, context) -> None:
+        gone = threading.Event()
+        context.add_callback(gone.set)
+        self.begun.release()
+        if gone.wait(30) and not context.is_active():
+            self.cancelled.release()
+
+    def Translate(self, request, context):
+        self._wait(context)
+        return translation_pb2.TranslateResponse()
+
+    def TranslateStream(self, request, context):
+        yield translation_pb2.TranslateStreamResponse(
+            partial=translation_pb2.PartialHypothesis(text="UNO")
+        )
+        self._wait(context)
+
+
+@pytest.mark.slow  # a command line started and interrupted
+@pytest.mark.parametrize(
+    ("argv", "calls"),
+    [(["--stream", "uno"], 1), (["--concurrency", "2", *[f"t{i}" for i in range(70)]], 2)],
+)
+def test_ctrl_c_cancels_the_calls_in_flight_and_exits_130_without_a_traceback(argv, calls):
+    servicer = Waiting()
+    server, address = started(
+        lambda s: translation_pb2_grpc.add_TranslationServiceServicer_to_server(servicer, s)
+    )
+    command = [sys.executable, "-m", "attnserve.cli", "translate", "--server", address, *argv]
+    process = subprocess.Popen(
+        command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        for _ in range(calls):
+            assert servicer.begun.acquire(timeout=60)
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=10)  # not once the server answers, 30 s on
+        assert process.returncode == 130 and "Traceback" not in err, err
+        for _ in range(calls):
+            assert servicer.cancelled.acquire(timeout=5)
+    finally:
+        process.kill()
+        process.wait()
+        server.stop(None)
