@@ -109,6 +109,7 @@ class Translate(Subcommand):
     def check(self, args: argparse.Namespace) -> None:
         check_engine(self.parser, args, GRPC_ONLY, TORCH_DECODING, SHIPPED_TRANSLATOR)
         check_output(self.parser, args.output)
+        _check_inputs(self.parser, args)
 
     def run(self, args: argparse.Namespace) -> int:
         if args.engine == "grpc":
@@ -120,6 +121,19 @@ class Translate(Subcommand):
             return 2
         show(local.translate(args, texts), args.json)
         return 0
+
+
+def _check_inputs(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuses inputs and outputs that do not go together, rather than ignoring one."""
+    if args.input is not None and args.texts:
+        parser.error("texts or --input, not both")
+    if args.stream and args.output is not None:
+        parser.error("--stream: not with --output (the translations grow on the terminal)")
+    if args.input is not None and not args.lines:  # a document
+        if args.stream:
+            parser.error("--stream with --input: one text a line (--lines)")
+        if args.alignment is not None:
+            parser.error("--alignment: not with a document --input (texts, or --lines)")
 
 
 def _add_inputs(parser: argparse.ArgumentParser) -> None:
@@ -170,7 +184,7 @@ def _translate(channel, args: argparse.Namespace) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     call = _translate_call(args, options)
-    if args.input is not None and not (args.lines or args.texts or args.stream):
+    if args.input is not None and not args.lines:
         return _translate_document(channel, args, call)
     texts = args.texts or read_lines(args.input)
     if texts is None:

@@ -80,6 +80,31 @@ def test_the_grpc_only_inputs_and_controls_are_refused_with_torch(flag, capsys):
     assert f"error: {flag}: only with --engine grpc" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--input", "es.txt", "hola"], "texts or --input, not both"),
+        (["--stream", "--output", "en.txt", "hola"], "--stream: not with --output"),
+        (["--stream", "--input", "es.txt"], "--stream with --input: one text a line (--lines)"),
+        (["--alignment", "a.png", "--input", "es.txt"], "--alignment: not with a document"),
+    ],
+)
+def test_flags_that_would_be_ignored_are_refused(argv, message, capsys):
+    """Each of these was accepted and then ignored: the texts decided over --input, the
+    stream never wrote --output, --stream turned a document into lines, a document drew no
+    alignment."""
+    with pytest.raises(SystemExit) as exit_:
+        _parsed(*argv)
+    assert exit_.value.code == 2
+    assert f"error: {message}" in capsys.readouterr().err
+
+
+def test_the_flags_that_go_together_are_taken():
+    _parsed("--stream", "--lines", "--input", "es.txt")
+    _parsed("--alignment", "a.png", "--lines", "--input", "es.txt", "--output", "en.txt")
+    _parsed("--stream", "--alignment", "a.png", "hola")
+
+
 def test_every_grpc_only_name_is_an_option_of_translate():
     args = build_parser().parse_args(["translate"])
     assert all(hasattr(args, name) for name in translate.GRPC_ONLY)
