@@ -5,6 +5,7 @@ Imported only when the torch engine runs; torch itself comes in with `models`.""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
 
@@ -24,14 +25,29 @@ from attnserve.cli.results import (
     Translations,
     counted,
 )
+from attnserve.cli.subcommand import Failure
+from service.runtime.errors import InvalidArgument
 from service.runtime.tokenizer import EOS_ID
+
+
+@contextlib.contextmanager
+def _refusals():
+    """Decoding options the runtime refuses, and a checkpoint that cannot be read, as one line
+    on stderr and exit status 1 (`Failure`), the way a server's refusal is printed."""
+    try:
+        yield
+    except InvalidArgument as error:
+        raise Failure(f"INVALID_ARGUMENT: {error}") from None
+    except OSError as error:
+        raise Failure(f"--checkpoint: {error}") from None
 
 
 def translate(args: argparse.Namespace, texts: list[str]) -> Translations:
     """Every text's n-best translations by `args.checkpoint`, each text decoded whole."""
     from models import commands  # torch
 
-    tokenizer, nbest = commands.translate(args, texts)
+    with _refusals():
+        tokenizer, nbest = commands.translate(args, texts)
     items = tuple(
         _translation(tokenizer, text, hypotheses)
         for text, hypotheses in zip(texts, nbest, strict=True)
@@ -83,7 +99,6 @@ def open_images(paths: list[Path], images: list[bytes]) -> list | None:
     from PIL import Image
 
     from attnserve.cli.render import image_pixels
-    from service.runtime.errors import InvalidArgument
 
     opened, failed = [], False
     for path, data in zip(paths, images, strict=True):
@@ -99,7 +114,8 @@ def caption(args: argparse.Namespace, paths: list[Path], images: list) -> Captio
     """Every image's n-best captions by `args.checkpoint` (`images`: PIL images of `paths`)."""
     from models import caption_commands  # torch
 
-    tokenizer, grid, nbest = caption_commands.caption(args, images)
+    with _refusals():
+        tokenizer, grid, nbest = caption_commands.caption(args, images)
     items = tuple(
         _caption(tokenizer, grid, path, image.size, hypotheses)
         for path, image, hypotheses in zip(paths, images, nbest, strict=True)

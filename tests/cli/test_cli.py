@@ -90,11 +90,29 @@ def test_translate_json_has_nbest_scores_log_probs_and_alignment(capsys):
     assert all(len(row) == len(alignment["source_tokens"]) for row in alignment["weights"])
 
 
-def test_bad_decoding_options_are_refused_with_the_field_named():
-    from service.runtime.errors import InvalidArgument
-
-    with pytest.raises(InvalidArgument, match="num_hypotheses"):
-        main(["translate", "--engine", "torch", "--beam-size", "2", "--n-best", "5", "hola"])
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["translate", "--beam-size", "2", "--n-best", "5", "hola"],
+            "error: INVALID_ARGUMENT: num_hypotheses must be in 1..beam_size (2), got 5\n",
+        ),
+        (
+            ["caption", "--temperature", "-1", str(ROOT / "examples" / "scene.png")],
+            "error: INVALID_ARGUMENT: temperature must be 0 (no sampling) or in 0.01..100, "
+            "got -1.0\n",
+        ),
+        (
+            ["translate", "--checkpoint", "none.pt", "hola"],
+            "error: --checkpoint: [Errno 2] No such file or directory: 'none.pt'\n",
+        ),
+    ],
+)
+def test_the_torch_engine_refuses_as_a_server_does_without_a_traceback(argv, message, capsys):
+    """Options the runtime refuses name their field on one line, exit status 1, as over gRPC."""
+    command, *rest = argv
+    assert main([command, "--engine", "torch", *rest]) == 1
+    assert capsys.readouterr().err == message
 
 
 def test_the_console_script_translates_stdin_without_a_traceback():
