@@ -189,8 +189,8 @@ def _translate(channel, args: argparse.Namespace) -> int:
     texts = args.texts or read_lines(args.input)
     if texts is None:
         return 2
-    if not texts:
-        return 0
+    if not texts:  # no call; --output holds what was translated: nothing
+        return 0 if args.output is None else _written(args.output, b"")
     if args.stream:
         translations = _translate_stream(channel, args, texts, call)
     else:

@@ -182,6 +182,17 @@ def test_nothing_to_translate_makes_no_call(stand_in, tmp_path, monkeypatch, cap
     assert capsys.readouterr().out == "" and servicer.requests == []
 
 
+def test_nothing_to_translate_still_writes_the_output_file(stand_in, tmp_path):
+    """An empty day's file translated into the file of the day before: it holds no line of it."""
+    servicer, address = stand_in
+    empty, output = tmp_path / "empty.txt", tmp_path / "en.txt"
+    empty.write_text("\n", encoding="utf-8")
+    output.write_text("the day before\n", encoding="utf-8")
+    argv = ["translate", "--server", address, "--lines", "--input", str(empty)]
+    assert main([*argv, "--output", str(output)]) == 0
+    assert output.read_text(encoding="utf-8") == "" and servicer.requests == []
+
+
 def test_a_document_as_json_is_the_response_of_its_paragraphs(stand_in, tmp_path, capsys):
     servicer, address = stand_in
     source = tmp_path / "es.txt"
