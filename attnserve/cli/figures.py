@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from attnserve.cli.render import image_pixels
-from attnserve.cli.results import Caption, Translation
+from attnserve.cli.results import Alignment, Caption, Translation
 from attnserve.cli.subcommand import Failure
 from service.runtime.errors import InvalidArgument
 
@@ -25,15 +25,38 @@ def write_alignment(path: Path, index: int, count: int, translation: Translation
     """The heatmap of the best hypothesis' cross-attention over the source tokens."""
     from attnserve.alignment import draw_alignment
 
-    best = translation.hypotheses[0] if translation.hypotheses else None
-    if best is None or best.alignment is None:
+    alignment = text_alignment(translation)
+    if alignment is None:
         raise Failure(f"no alignment for text {index + 1}")
     try:
         draw_alignment(
-            best.alignment, figure_path(path, index, count), title=short_title(translation.source)
+            alignment, figure_path(path, index, count), title=short_title(translation.source)
         )
     except (ValueError, OSError) as error:
         raise Failure(f"alignment of text {index + 1}: {error}") from None
+
+
+def text_alignment(translation: Translation) -> Alignment | None:
+    """The best hypothesis' alignment; for a text of several sentences, which the server
+    decodes apart and aligns in `sentences`, theirs joined into one grid over the whole text,
+    each sentence's block on the diagonal (it attends to its own source alone). None where
+    there is none."""
+    best = translation.hypotheses[0] if translation.hypotheses else None
+    if best is None or best.alignment is not None:
+        return best and best.alignment
+    parts = [sentence.alignment for sentence in translation.sentences]
+    if not parts or None in parts:
+        return None
+    columns, start, rows = sum(len(part.source_tokens) for part in parts), 0, []
+    for part in parts:
+        end = start + len(part.source_tokens)
+        rows += [(0.0,) * start + tuple(row) + (0.0,) * (columns - end) for row in part.weights]
+        start = end
+    return Alignment(
+        tuple(token for part in parts for token in part.source_tokens),
+        tuple(token for part in parts for token in part.target_tokens),
+        tuple(rows),
+    )
 
 
 def figure_image(data: bytes):

@@ -19,6 +19,7 @@ from attnserve.cli.results import (
     Attention,
     Caption,
     Captioned,
+    Sentence,
     TokenAttention,
     TokenCounts,
     Translated,
@@ -92,6 +93,35 @@ def test_the_alignment_figure_of_each_text_is_written(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["alignment-1.png", "alignment-2.png"]
     width, height = _png_size(tmp_path / "alignment-1.png")
     assert width > 100 and height > 100
+
+
+def _sentences(*alignments: Alignment | None) -> Translation:
+    """A text of several sentences: their alignments in `sentences`, none in the hypothesis."""
+    sentences = tuple(Sentence(0, 1, 0, 1, alignment) for alignment in alignments)
+    best = Translated("I am. No.", -0.5, -1.0, ("▁I",), (-0.5,), True, None)
+    return Translation("Yo soy. No.", (best,), sentences, (), COUNTS)
+
+
+SECOND = Alignment(("▁No", ".", "</s>"), ("▁No", "</s>"), ((0.9, 0.1, 0.0), (0.2, 0.2, 0.6)))
+
+
+def test_a_text_of_several_sentences_is_drawn_with_each_sentences_alignment(tmp_path):
+    """Before, a text of two sentences (the server aligns each apart) failed with "no
+    alignment" after its translation was printed."""
+    joined = figures.text_alignment(_sentences(ALIGNMENT, SECOND))
+    assert joined.source_tokens == ("▁Yo", "▁soy", "</s>", "▁No", ".", "</s>")
+    assert joined.target_tokens == ("▁I", "▁am", "</s>", "▁No", "</s>")
+    assert joined.weights == (
+        (0.8, 0.1, 0.1, 0.0, 0.0, 0.0),
+        (0.1, 0.8, 0.1, 0.0, 0.0, 0.0),
+        (0.0, 0.1, 0.9, 0.0, 0.0, 0.0),
+        (0.0, 0.0, 0.0, 0.9, 0.1, 0.0),
+        (0.0, 0.0, 0.0, 0.2, 0.2, 0.6),
+    )
+    figures.write_alignment(tmp_path / "a.png", 0, 1, _sentences(ALIGNMENT, SECOND))
+    assert _png_size(tmp_path / "a.png")[0] > 100
+    assert figures.text_alignment(_translation("Yo soy", ALIGNMENT)) is ALIGNMENT
+    assert figures.text_alignment(_sentences(ALIGNMENT, None)) is None
 
 
 def test_no_alignment_to_draw_names_the_text(tmp_path):
