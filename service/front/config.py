@@ -30,7 +30,7 @@ from service.runtime.choices import (
     Variant,
     one_of,
 )
-from service.runtime.errors import InvalidArgument
+from service.runtime.errors import InvalidArgument, Unavailable
 from service.runtime.requests import MAX_TEXT_CHARS
 from service.worker.scheduler import MAX_ROWS, WINDOW_SECONDS
 
@@ -323,6 +323,11 @@ class ServerConfig:
             f"one per GPU ({gpus}): workers sharing a GPU serve fewer calls than one "
             "(docs/benchmarks-gpu.md)"
         )
+
+
+def cannot_listen(setting: str, address: str, reason: str) -> Unavailable:
+    """The refusal of an address the server cannot listen on (`setting` names it)."""
+    return Unavailable(f"{setting} {address}: cannot listen there ({reason})")
 
 
 def usable_cores() -> int:

@@ -20,6 +20,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, make_wsgi_app
 
+from service.front.config import cannot_listen
 from service.runtime.errors import InvalidArgument
 
 # 0.5 ms to 60 s: a decode step at the low end, a long beam decode under load at the top
@@ -254,7 +255,10 @@ def serve_metrics(config, registry) -> tuple[WSGIServer, threading.Thread]:
         app = _basic_auth(app, [hashlib.sha256(e.encode()).digest() for e in entries])
     host = host.strip("[]")
     kind = _Server6 if ":" in host else _Server  # an IPv6 address, [::] or [::1]
-    server = make_server(host, int(port), app, kind, handler_class=_QuietHandler)
+    try:
+        server = make_server(host, int(port), app, kind, handler_class=_QuietHandler)
+    except OSError as error:  # in use, or not an address of this machine
+        raise cannot_listen("metrics_listen", config.metrics_listen, error.strerror) from None
     if config.metrics_tls_cert is not None:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         try:

@@ -28,7 +28,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from service.front.config import ServerConfig, choice_lines
+from service.front.config import ServerConfig, cannot_listen, choice_lines
 from service.front.fronts import (
     FrontProcesses,
     MergedRegistry,
@@ -86,7 +86,12 @@ async def serve(
         if config.fronts > 1:
             others = FrontProcesses(config, settings, device, variants, run_front)
             registry = MergedRegistry(metrics.registry, others.collect)
-        metrics_server, metrics_thread = serve_metrics(config, registry)
+        try:
+            metrics_server, metrics_thread = serve_metrics(config, registry)
+        except Unavailable:
+            remove_sockets(sockets)
+            _remove(made)
+            raise
     else:
         settings, device, variants = list(role.settings), role.device, role.variants
     if config.ray:
@@ -125,22 +130,25 @@ async def serve(
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     services = (*sorted(models), health.SERVICE_NAME, reflection.SERVICE_NAME)
     reflection.enable_server_reflection(services, server)
-    if credentials is None:
-        grpc_port = server.add_insecure_port(config.listen)
-    else:
-        grpc_port = server.add_secure_port(config.listen, credentials)
-    if grpc_port == 0:
-        raise Unavailable(f"cannot listen on {config.listen}")
-    for name in ("", *models):
-        await health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
-    await server.start()
     http = None
-    if config.http_listen:
-        from service.front.http.app import HttpServer, build_app  # Starlette and uvicorn
+    try:
+        grpc_port = _grpc_port(server, config.listen, credentials)
+        for name in ("", *models):
+            await health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+        await server.start()
+        if config.http_listen:
+            from service.front.http.app import HttpServer, build_app  # Starlette and uvicorn
 
-        app = build_app(front, servicers, tokens, refused, Path(config.http_files))
-        http = HttpServer(app, config, reuse_port=config.fronts > 1)
-        await http.start()
+            app = build_app(front, servicers, tokens, refused, Path(config.http_files))
+            http = HttpServer(app, config, reuse_port=config.fronts > 1)
+            await http.start()
+    except Unavailable:  # a port that cannot be bound: nothing started is left behind
+        await server.stop(0)
+        if role is None:
+            metrics_server.shutdown()
+            remove_sockets(sockets)
+            _remove(made)
+        raise
     host = config.listen.rpartition(":")[0]
     if role is None:
         ports = {"grpc_port": grpc_port, "metrics_port": metrics_server.server_port}
@@ -221,6 +229,20 @@ async def serve(
         remove_sockets(sockets)
         _remove(made)
     return 0
+
+
+def _grpc_port(server: grpc.aio.Server, listen: str, credentials) -> int:
+    """Binds the gRPC server to `listen` -> the port (Unavailable where it cannot)."""
+    try:
+        if credentials is None:
+            port = server.add_insecure_port(listen)
+        else:
+            port = server.add_secure_port(listen, credentials)
+    except RuntimeError:  # grpcio raises (older ones returned 0); its own log line says why
+        port = 0
+    if port == 0:
+        raise cannot_listen("listen", listen, "in use, or not an address here")
+    return port
 
 
 def _remove(folder: Path | None) -> None:

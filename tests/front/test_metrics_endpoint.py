@@ -8,6 +8,7 @@ import pytest
 
 from service.front.config import ServerConfig
 from service.front.metrics import Metrics, serve_metrics
+from service.runtime.errors import Unavailable
 
 
 @pytest.mark.parametrize("listen", ["127.0.0.1:0", "[::1]:0"])
@@ -22,6 +23,20 @@ def test_the_endpoint_listens_on_an_ipv4_or_an_ipv6_address(listen):
         url = f"http://{host}:{server.server_port}/metrics"
         with urllib.request.urlopen(url, timeout=5) as response:
             assert "attnserve_workers_ready 3.0" in response.read().decode()
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+def test_a_port_in_use_is_refused_naming_the_setting():
+    """Before, `attnserve serve` on a metrics port in use ended in an OSError traceback."""
+    metrics = Metrics()
+    server, thread = serve_metrics(ServerConfig(metrics_listen="127.0.0.1:0"), metrics.registry)
+    busy = f"127.0.0.1:{server.server_port}"
+    try:
+        with pytest.raises(Unavailable, match=rf"^metrics_listen {busy}: cannot listen there \("):
+            serve_metrics(ServerConfig(metrics_listen=busy), metrics.registry)
     finally:
         server.shutdown()
         server.server_close()

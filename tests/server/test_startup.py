@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
+import socket
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
+import grpc
+import pytest
+
+from service.front.server import _grpc_port
+from service.runtime.errors import Unavailable
 from service.runtime.repository import GOLDEN, MANIFEST, write_manifest
 
 
@@ -59,3 +68,49 @@ def test_an_unknown_manifest_format_and_a_missing_repository_are_refused(
     assert done.returncode != 0 and "format version 99" in done.stderr
     done = _serve(tmp_path / "nowhere")
     assert done.returncode != 0 and "no model repository" in done.stderr
+
+
+def test_a_grpc_port_that_cannot_be_bound_is_refused_naming_the_setting():
+    """grpcio raises a RuntimeError where it once returned port 0, which the server took
+    for its refusal: the refusal was a traceback."""
+
+    async def bind(listen: str) -> int:
+        server = grpc.aio.server()
+        try:
+            return _grpc_port(server, listen, None)
+        finally:
+            await server.stop(0)
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = f"127.0.0.1:{taken.getsockname()[1]}"
+        with pytest.raises(Unavailable, match=rf"^listen {busy}: cannot listen there \("):
+            asyncio.run(bind(busy))
+    assert asyncio.run(bind("127.0.0.1:0")) > 0
+
+
+@pytest.mark.parametrize("setting", ["--listen", "--metrics-listen", "--http-listen"])
+def test_a_port_in_use_stops_the_server_with_one_line_and_nothing_left(model_repository, setting):
+    """Status 2 and one line naming the setting, as for any setting refused; before, a
+    traceback (and a temporary folder of HTTP files left behind)."""
+    ports = {"--listen": "127.0.0.1:0", "--metrics-listen": "127.0.0.1:0"}
+    folders = set(Path(tempfile.gettempdir()).glob("attnserve-files-*"))
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = f"127.0.0.1:{taken.getsockname()[1]}"
+        flags = {**ports, "--http-listen": "127.0.0.1:0", setting: busy}
+        command = [sys.executable, "-m", "attnserve.cli", "serve", "--workers", "1"]
+        command += ["--fronts", "1", "--repository", str(model_repository)]
+        done = subprocess.run(
+            [*command, *(part for flag in flags.items() for part in flag)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert done.returncode == 2, done.stderr
+    name = setting.removeprefix("--").replace("-", "_")
+    assert f"error: {name} {busy}: cannot listen there (" in done.stderr
+    assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr
+    assert set(Path(tempfile.gettempdir()).glob("attnserve-files-*")) == folders

@@ -21,7 +21,7 @@ from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from service.front.config import MAX_RECEIVE_BYTES
+from service.front.config import MAX_RECEIVE_BYTES, cannot_listen
 from service.front.http.calls import error_response
 from service.front.http.contract import ContractApi
 from service.front.http.libretranslate import LibreTranslateApi
@@ -99,7 +99,11 @@ def http_socket(listen: str, reuse_port: bool) -> socket.socket:
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     if reuse_port:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    sock.bind((host, int(port)))
+    try:
+        sock.bind((host, int(port)))
+    except OSError as error:  # in use, or not an address of this machine
+        sock.close()
+        raise cannot_listen("http_listen", listen, error.strerror) from None
     sock.listen(1024)
     sock.setblocking(False)
     return sock
