@@ -33,7 +33,7 @@ import numpy as np
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from service.runtime.documents import SPLITTING, pieces
-from service.runtime.requests import MAX_TEXT_CHARS
+from service.runtime.requests import MAX_TEXT_CHARS, MAX_TEXTS
 from service.wire.v1 import (
     caption_pb2,
     caption_pb2_grpc,
@@ -303,6 +303,40 @@ def score(
         target_language=target_language,
     )
     return translation_pb2_grpc.TranslationServiceStub(channel).Score(request, timeout=timeout)
+
+
+def score_batches(
+    channel: grpc.Channel,
+    pairs: Sequence[tuple[str, str]],
+    *,
+    batch_size: int = MAX_TEXTS,
+    model: str = "",
+    version: str = "",
+    timeout: float | None = None,
+    source_language: str = "",
+    target_language: str = "",
+) -> translation_pb2.ScoreResponse:
+    """Any number of pairs, `batch_size` a Score call (`timeout` per call), answered as one
+    response: the scores in order, the first call's model and version. A failed call's
+    details name its pair among all the pairs (`pairs[1000]`, not the call's `pairs[0]`)."""
+
+    def call(chunk: Sequence[tuple[str, str]]) -> translation_pb2.ScoreResponse:
+        return score(
+            channel,
+            chunk,
+            model=model,
+            version=version,
+            timeout=timeout,
+            source_language=source_language,
+            target_language=target_language,
+        )
+
+    merged = translation_pb2.ScoreResponse()
+    for index, response in enumerate(_chunked(call, pairs, "pairs", batch_size, 1, None)):
+        if index == 0:
+            merged.model, merged.version = response.model, response.version
+        merged.scores.extend(response.scores)
+    return merged
 
 
 def translate_batches(

@@ -376,27 +376,19 @@ def _score(channel, args: argparse.Namespace) -> int:
     except (OSError, UnicodeDecodeError) as error:
         print(f"error: {args.input or 'standard input'}: {error}", file=sys.stderr)
         return 2
-    from service.runtime.requests import MAX_TEXTS
-
     pairs = _pairs(text, "")
-    response = None
-    for start in range(0, len(pairs), MAX_TEXTS):  # the most pairs one call takes
-        part = client.score(
-            channel,
-            pairs[start : start + MAX_TEXTS],
-            model=args.model,
-            version=args.model_version,
-            timeout=args.timeout or TIMEOUT,
-            source_language=args.source_language,
-            target_language=args.target_language,
-        )
-        if response is None:
-            response = part
-        else:
-            response.scores.extend(part.scores)
-    if response is None:
+    if not pairs:
         print("error: no pairs to score", file=sys.stderr)
         return 2
+    response = client.score_batches(  # as many calls as the server's limit on pairs asks
+        channel,
+        pairs,
+        model=args.model,
+        version=args.model_version,
+        timeout=args.timeout or TIMEOUT,
+        source_language=args.source_language,
+        target_language=args.target_language,
+    )
     if args.json:
         print(remote.proto_json(response))
         return 0

@@ -9,6 +9,7 @@ import io
 import json
 import sys
 
+import grpc
 import pytest
 from helpers import SHIPPED_TRANSLATOR
 from stand_ins import StandIn, started
@@ -26,6 +27,9 @@ class ScoringStandIn(StandIn):
 
     def Score(self, request, context):
         self.requests.append(request)
+        for i, pair in enumerate(request.pairs):
+            if pair.source == "fail":
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"pairs[{i}].source: refused")
         response = translation_pb2.ScoreResponse(model="translator", version="1")
         for pair in request.pairs:
             words = len(pair.target.split())
@@ -242,6 +246,17 @@ def test_score_sends_many_pairs_in_calls_the_server_takes(stand_in, tmp_path, ca
     pairs.write_text("\n", encoding="utf-8")
     assert main(["score", "--server", address, "--input", str(pairs)]) == 2
     assert capsys.readouterr().err == "error: no pairs to score\n"
+
+
+def test_a_pair_refused_in_a_later_call_is_named_among_all_pairs(stand_in, tmp_path, capsys):
+    """The second call's pairs[0] is the file's pair 1000: before, the error said pairs[0]."""
+    _, address = stand_in
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("uno\tone\n" * 1_000 + "fail\tone\n", encoding="utf-8")
+    assert main(["score", "--server", address, "--input", str(pairs)]) == 1
+    captured = capsys.readouterr()
+    assert captured.err == "error: INVALID_ARGUMENT: pairs[1000].source: refused\n"
+    assert captured.out == ""
 
 
 def test_score_reads_stdin_and_prints_the_response_as_json(stand_in, monkeypatch, capsys):
