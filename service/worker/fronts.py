@@ -160,13 +160,13 @@ class Fronts:
             del self.holders[key]
             scheduler = self.schedulers.pop(key, None)
             if scheduler is not None:
-                self.stop(key, scheduler)
+                self.stop(key, scheduler, f"model version {key} was unloaded")
             self.info["models"].pop(key, None)
 
-    def stop(self, key: str, scheduler: Scheduler) -> None:
-        """`key`'s scheduler stops; what it still held is answered (Unavailable), to each
-        front still here its own jobs."""
-        scheduler.close()
+    def stop(self, key: str, scheduler: Scheduler, why: str = "the worker stopped") -> None:
+        """`key`'s scheduler stops; what it still held is answered (Unavailable, saying
+        `why`), to each front still here its own jobs."""
+        scheduler.close(why)
         for link, events in self.route(scheduler.events).items():
             if link in self.links:
                 self.send(link, Report(key, events, None, 0, 0))

@@ -177,10 +177,11 @@ class Scheduler:
         if request is not None:
             self._cancelled.append(request)
 
-    def close(self) -> None:
+    def close(self, stopped: str = "the worker stopped") -> None:
         """Stops: waits for an admission's encoder in progress, then every job still held
-        (waiting, encoding or running) fails with Unavailable, so that none is lost. A
-        step in progress is taken first: the jobs it ended are sent."""
+        (waiting, encoding or running) fails with Unavailable ("`stopped` before the decode
+        finished"), so that none is lost. A step in progress is taken first: the jobs it
+        ended are sent."""
         if self._launched is not None:
             self._settle(self._collect())
         if self._stepper is not None:
@@ -188,7 +189,7 @@ class Scheduler:
         if self._encoder is not None:
             self._encoder.close()
         for request in list(self._requests.values()):
-            message = "the worker stopped before the decode finished; retry"
+            message = f"{stopped} before the decode finished; retry"
             self._abort(request, FinishReason.STOPPED, "Unavailable", message)
         self.waiting.clear()
         self._admission = None

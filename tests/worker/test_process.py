@@ -137,6 +137,7 @@ def test_stop_answers_every_job_still_held(signals, loaded):
     assert report.key == KEY and report.stats is None
     (failure,) = report.events
     assert (failure.job_id, failure.kind) == (2, "Unavailable")
+    assert failure.message.startswith("the worker stopped before the decode finished")
     assert not front.poll(0.2)  # nothing after
 
 
@@ -193,3 +194,4 @@ def test_a_version_unloaded_with_jobs_in_flight_answers_them(signals, loaded):
 
     _serve(worker, the_front)
     assert [(f.job_id, f.kind) for f in failures] == [(3, "Unavailable")]
+    assert failures[0].message.startswith(f"model version {KEY} was unloaded before")
