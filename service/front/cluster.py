@@ -264,6 +264,9 @@ class ClusterPool(WorkerPool):
             self.lost.pop(replica, None)
         if worker in self.workers:
             self.workers.remove(worker)
+        worker.rows = {}  # its rows leave the gauge with it
+        for model in set(self.models.values()):
+            self._update_rows(model)
         self._update_placement()
 
     def _id_of(self, worker: _Worker) -> str | None:

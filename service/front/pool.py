@@ -409,7 +409,8 @@ class WorkerPool:
     # -- messages from workers ------------------------------------------------------------
     def _on_readable(self, worker: _Worker) -> None:
         try:
-            while worker.conn.poll():
+            # a message may end the connection (a cluster's leaving replica let go of)
+            while worker.conn is not None and worker.conn.poll():
                 self._handle(worker, worker.conn.recv())
         except (EOFError, OSError):
             self._on_death(worker)

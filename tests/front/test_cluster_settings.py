@@ -141,3 +141,66 @@ def test_a_replica_unreachable_for_long_is_forgotten_and_leaves_the_directory(mo
         assert pool.directory.left == ["gone"]
 
     asyncio.run(run())
+
+
+def _cluster_pool():
+    """A cluster's pool serving model version m/1 (its version a stand-in)."""
+    from service.front.cluster import ClusterPool
+    from service.front.metrics import Metrics
+    from service.worker.settings import WorkerSettings
+
+    config = ServerConfig(ray="auto").validate()
+    template = WorkerSettings(index=0, models=(("m/1", "v1"),), variants=(("m/1", "fp32"),))
+    pool = ClusterPool(template, ClusterSettings.of(config), Metrics(), 16)
+    pool.models = {"m/1": "m"}
+    return pool
+
+
+def _listed_replica(pool, replica: str, models: dict):
+    """A replica the pool reaches over a pipe (the other end returned), ready with `models`."""
+    import asyncio
+    from multiprocessing import Pipe
+
+    from service.front.pool import _Worker
+
+    front_end, replica_end = Pipe()
+    worker = _Worker(pool.template)
+    pool.replicas[replica], pool.nodes[replica] = worker, "node"
+    pool.workers.append(worker)
+    worker.conn, worker.info = front_end, {"models": dict(models)}
+    worker.ready = asyncio.get_running_loop().create_future()
+    worker.ready.set_result(worker.info)
+    pool._update_placement()
+    return worker, replica_end
+
+
+def test_a_leaving_replica_is_let_go_once_its_last_call_ends():
+    import asyncio
+
+    import numpy as np
+
+    from service.runtime.decoding import DecodingOptions
+    from service.worker.messages import Job, Report, Result, Submit, Timings
+
+    async def run():
+        pool = _cluster_pool()
+        worker, replica_end = _listed_replica(pool, "r", {"m/1": {}})
+        job = Job(pool.next_id(), {"src_ids": np.zeros((1, 3), np.int64)}, DecodingOptions())
+        call = await pool.submit("m/1", "Translate", job, 10.0)
+        assert isinstance(replica_end.recv(), Submit)
+        replica_end.send(Report("m/1", [], None, 1, 0))
+        pool._on_readable(worker)
+        assert pool.metrics.batch_rows_in_use.labels("m")._value.get() == 1
+        pool._apply({})  # scaled down: it left the directory
+        assert worker.leaving and worker in pool.workers
+        # its last call's answer, in a report whose batch still holds the finished row
+        result = Result(job.id, [[]], Timings(0.0, 0.0, 0.0, 0.0))
+        replica_end.send(Report("m/1", [result], None, 1, 0))
+        pool._on_readable(worker)  # let go of it, and no error reading the closed connection
+        assert isinstance(call.events.get_nowait(), Result)
+        assert worker not in pool.workers and "r" not in pool.replicas
+        assert worker.conn is None
+        assert pool.metrics.batch_rows_in_use.labels("m")._value.get() == 0  # its rows gone
+        replica_end.close()
+
+    asyncio.run(run())
