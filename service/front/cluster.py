@@ -291,22 +291,32 @@ class ClusterPool(WorkerPool):
                 self._close(worker)
             return
         worker.info, worker.failures = message.info, 0
-        self._spawn_task(self._sync(worker, message.info))
+        self._spawn_task(self._sync(worker))
 
-    async def _sync(self, worker: _Worker, info: dict) -> None:
-        loop = asyncio.get_running_loop()
-        have = set(info.get("models", {}))
-        want = dict(self.template.models)
+    def _wanted(self) -> dict[str, tuple]:
+        """{key: (version, variant)}: the versions served, and those being added (a replica
+        met while a version is added, not yet ready and so not asked, loads it too)."""
         variants = dict(self.template.variants)
+        wanted = {key: (version, variants[key]) for key, version in self.template.models}
+        adding = {key: (load.version, load.variant) for key, load in self._adding.items()}
+        return {**wanted, **adding}
+
+    async def _sync(self, worker: _Worker) -> None:
+        loop = asyncio.get_running_loop()
         try:
-            for key in have - set(want):
-                worker.conn.send(Unload(key))
-                worker.info["models"].pop(key, None)
-            missing = [key for key in want if key not in have]
-            for key in missing:
-                worker.loading[key] = loop.create_future()
-                worker.conn.send(Load(key, want[key], variants[key]))
-            await asyncio.gather(*(worker.loading[key] for key in missing))
+            # again while the versions served changed during the loads
+            while True:
+                have, want = set(worker.info.get("models", {})), self._wanted()
+                missing = [key for key in want if key not in have]
+                if not missing and have <= set(want):
+                    break
+                for key in have - set(want):
+                    worker.conn.send(Unload(key))
+                    worker.info["models"].pop(key, None)
+                for key in missing:
+                    worker.loading[key] = loop.create_future()
+                    worker.conn.send(Load(key, *want[key]))
+                await asyncio.gather(*(worker.loading[key] for key in missing))
         except (OSError, ValueError, ModelRepositoryError, Unavailable, AttributeError) as error:
             log.warning("replica at %s cannot serve: %s", worker.settings.socket, error)
             if worker.conn is not None:

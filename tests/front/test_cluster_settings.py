@@ -204,3 +204,42 @@ def test_a_leaving_replica_is_let_go_once_its_last_call_ends():
         replica_end.close()
 
     asyncio.run(run())
+
+
+def test_a_replica_met_while_a_version_is_added_serves_that_version_too():
+    import asyncio
+    import dataclasses
+
+    from service.worker.messages import Load, Loaded, Ready
+
+    async def answer(replica_end) -> str:
+        """The replica's side: answers the next Load, names its key."""
+        message = await asyncio.to_thread(replica_end.recv)
+        assert isinstance(message, Load)
+        replica_end.send(Loaded(message.key, {}))
+        return message.key
+
+    async def run():
+        pool = _cluster_pool()
+        pool.template = dataclasses.replace(
+            pool.template,
+            models=(("m/1", "v1"), ("m/2", "v2")),
+            variants=(("m/1", "fp32"), ("m/2", "fp32")),
+        )
+        worker, replica_end = _listed_replica(pool, "r", {})
+        worker.ready = asyncio.get_running_loop().create_future()  # met just now: not ready
+        asyncio.get_running_loop().add_reader(worker.conn.fileno(), pool._on_readable, worker)
+        replica_end.send(Ready({"models": {"m/1": {}}}))  # started with the deployment's m/1
+        while not replica_end.poll():  # the front asks it for m/2
+            await asyncio.sleep(0.01)
+        await pool.load("m/3", "v3", "fp32")  # added meanwhile, on the replicas ready then
+        loaded = [await answer(replica_end)]
+        if await asyncio.to_thread(replica_end.poll, 1.0):  # asked for m/3 as well
+            loaded.append(await answer(replica_end))
+        await asyncio.wait_for(worker.ready, 5.0)
+        assert set(worker.info["models"]) == {"m/1", "m/2", "m/3"}
+        assert loaded == ["m/2", "m/3"]
+        await pool.stop()
+        replica_end.close()
+
+    asyncio.run(run())
