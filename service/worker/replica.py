@@ -128,8 +128,10 @@ class WorkerReplica:
 
     @property
     def load(self) -> int:
-        """Batch rows in use and waiting, over its model versions."""
-        return sum(self.rows.values())
+        """Batch rows in use and waiting, over the model versions its worker serves (one
+        unloaded sends no report after it goes: its last would stay)."""
+        served = self.fronts.schedulers if self.fronts is not None else {}
+        return sum(rows for key, rows in list(self.rows.items()) if key in served)
 
     async def record_autoscaling_stats(self) -> dict[str, float]:
         """Ray Serve's custom metric of this replica, for RowsPolicy."""

@@ -51,3 +51,61 @@ def test_the_policy_counts_running_replicas_and_waits_for_reports():
     assert policy(gone) == (1, {})  # a stopped replica's last report does not count
     silent = _Context(["a", "b"], 2, {})
     assert policy(silent) == (2, {})  # nothing reported yet: the count stays
+
+
+def test_a_version_unloaded_while_busy_leaves_the_replica_s_load():
+    import threading
+    import time
+    from multiprocessing import Pipe
+    from multiprocessing.connection import Client
+
+    from helpers import tiny_transformer
+
+    from models.reference import TorchEngine
+    from service.runtime.batching import source_batch
+    from service.runtime.decoding import DecodingOptions
+    from service.worker.fronts import Fronts
+    from service.worker.messages import Job, Stop, Submit, Unload
+    from service.worker.process import _loop
+    from service.worker.scheduler import Scheduler
+    from service.worker.settings import WorkerSettings
+
+    settings = WorkerSettings(
+        index=0, models=(), socket="127.0.0.1:0", authkey=b"key", replica=True
+    )
+    scheduler = Scheduler(TorchEngine(tiny_transformer(seed=1)), max_rows=8)
+    info = {"pid": 1, "models": {"tiny/1": {}}}
+    parent, child = Pipe()
+    fronts = Fronts(child, {"tiny/1": scheduler}, info, settings)
+    # the replica as its constructor leaves it, reading what its worker tells it
+    replica_ = object.__new__(replica.WorkerReplica)
+    replica_.conn, replica_.rows, replica_.fronts = parent, {}, fronts
+    replica_.done = threading.Event()
+    worker = threading.Thread(target=_loop, args=(fronts, fronts.schedulers, settings))
+    reader = threading.Thread(target=replica_._read)
+    worker.start()
+    reader.start()
+    try:
+        host, port = info["address"].rsplit(":", 1)
+        front = Client((host, int(port)), "AF_INET", authkey=b"key")
+        src_ids, src_mask = source_batch([[5, 9, 14]], 512)
+        options = DecodingOptions(max_length=500, max_length_ratio=0.0, temperature=5.0)
+        job = Job(1, {"src_ids": src_ids, "src_mask": src_mask}, options)
+        front.send(Submit("tiny/1", job, time.monotonic()))
+        for _ in range(200):  # decoding: the replica hears of its row
+            if replica_.load:
+                break
+            time.sleep(0.01)
+        assert replica_.load == 1
+        front.send(Unload("tiny/1"))  # its drain over, the version goes with its call
+        time.sleep(1.0)  # many reports' time
+        assert "tiny/1" not in fronts.schedulers
+        assert replica_.load == 0 and not replica_._busy()
+        front.close()
+    finally:
+        parent.send(Stop())
+        worker.join(10)
+        replica_.done.set()
+        parent.close()
+        reader.join(10)
+        fronts.close()
