@@ -45,6 +45,7 @@ RECONNECT_SECONDS = 0.5  # a listed replica whose connection ended is tried agai
 RECONNECT_GIVE_UP = 60.0  # ... for at most this long
 WATCH_SECONDS = 10.0  # a directory long-poll
 READY_SECONDS = 600.0  # the deployment's replicas, loaded and checked, within
+STATUS_SECONDS = 2.0  # between looks at the deployment's status while it starts
 
 
 @dataclass(frozen=True)
@@ -150,11 +151,33 @@ class ClusterPool(WorkerPool):
             raise RuntimeError(f"the Ray cluster at {self.cluster.address}: {error}") from error
         self._watcher = asyncio.get_running_loop().create_task(self._watch())
         end = time.monotonic() + READY_SECONDS
+        looked = time.monotonic()
         while sum(w.alive for w in self.workers) < self.cluster.min_replicas:
-            if time.monotonic() > end or self._watcher.done():
+            problem = None
+            if self._watcher.done():
+                problem = "the replicas did not become ready"
+            elif time.monotonic() - looked > STATUS_SECONDS or time.monotonic() > end:
+                looked = time.monotonic()
+                problem = await self._starting_problem(time.monotonic() > end)
+            if problem is not None:
                 await self.stop()
-                raise RuntimeError("the replicas did not become ready")
+                raise RuntimeError(problem)
             await asyncio.sleep(0.05)
+
+    async def _starting_problem(self, late: bool) -> str | None:
+        """Why the replicas will not be ready: their deployment failed, or they are `late`
+        (their resources not in the cluster, say); None while they may still be."""
+        try:
+            failed, message = await asyncio.to_thread(self._deployment)
+        except Exception as error:  # the cluster may be gone
+            return f"the Ray cluster at {self.cluster.address}: {error}"
+        if failed:
+            return f"deploying the replicas failed: {message}"
+        if late:
+            return f"the replicas were not ready within {READY_SECONDS:g} s" + (
+                f" ({message})" * bool(message)
+            )
+        return None
 
     def _deploy(self) -> None:
         if not ray.is_initialized():
@@ -172,7 +195,18 @@ class ClusterPool(WorkerPool):
         serve.start(proxy_location="Disabled")
         deployment = serve.deployment(WorkerReplica).options(**self.cluster.deployment_options())
         app = deployment.bind(self.template, name, self.cluster.drain_seconds)
-        serve.run(app, name=APPLICATION, route_prefix=None)
+        # not waited for here (serve.run waits as long as its replicas cannot be placed):
+        # start waits for them within READY_SECONDS
+        target = serve.RunTarget(app, name=APPLICATION, route_prefix=None)
+        serve.run_many([target], wait_for_applications_running=False)
+
+    def _deployment(self) -> tuple[bool, str]:
+        """(whether the deployment failed, what Ray Serve says of it)."""
+        app = serve.status().applications.get(APPLICATION)
+        if app is None:
+            return True, "the application is gone"
+        said = [app.message, *(d.message for d in app.deployments.values())]
+        return app.status == "DEPLOY_FAILED", "; ".join(m for m in said if m)
 
     async def stop(self) -> None:
         if self._watcher is not None:

@@ -6,6 +6,7 @@ while serving reaches every replica."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import os
 import shutil
@@ -83,6 +84,29 @@ def test_a_head_that_times_out_starting_is_started_once_more(monkeypatch):
     made.clear()
     with pytest.raises(Exception, match="timed out"):  # twice: the second failure is raised
         _started({"num_cpus": 1}, tries=1)
+
+
+def test_replicas_that_cannot_be_placed_fail_the_start_in_time(ray_cluster, monkeypatch):
+    from service.front import cluster as front_cluster
+    from service.front.metrics import Metrics
+    from service.worker.settings import WorkerSettings
+
+    cluster, _, _ = ray_cluster
+    monkeypatch.setattr(front_cluster, "READY_SECONDS", 10.0)
+    # two CPUs a replica, on nodes of one: Ray Serve waits for a node that never comes
+    settings = front_cluster.ClusterSettings(cluster.address, num_cpus=2, drain_seconds=0)
+    pool = front_cluster.ClusterPool(WorkerSettings(index=0, models=()), settings, Metrics(), 16)
+
+    async def start() -> float:
+        started = time.monotonic()
+        try:
+            with pytest.raises(RuntimeError, match="replicas were not ready within 10 s"):
+                await asyncio.wait_for(pool.start(), 90)
+        finally:
+            await pool.stop()
+        return time.monotonic() - started
+
+    assert asyncio.run(start()) < 90
 
 
 def png(image: np.ndarray) -> bytes:
