@@ -85,7 +85,7 @@ class Masked:
         if not self.items:  # nothing to put back: the model's text as its tokenizer wrote it
             return translation
         if partial:
-            translation = re.sub(r"\s*\bZ{2,}\d*$", "", translation)
+            translation = re.sub(r"\s*\bZ+\d*$", "", translation)  # "▁Z" is its first piece
         # a marker the model broke ("Z3" for "ZZ3") is dropped, its item comes back below;
         # what the source itself holds ("a BMW Z3,") is kept
         known = {item.marker for item in self.items} | set(_FRAGMENT.findall(self.text))

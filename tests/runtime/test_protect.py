@@ -79,5 +79,6 @@ def test_a_growing_translation_gets_only_the_markers_it_holds():
     masked = mask("Lee `git pull` ahora 🚀.")
     assert masked.restore("Read", partial=True) == "Read"
     assert masked.restore("Read ZZ", partial=True) == "Read"  # in the middle of a marker
+    assert masked.restore("Read Z", partial=True) == "Read"  # its first piece ("▁Z") alone
     assert masked.restore("Read ZZ1 now", partial=True) == "Read `git pull` now"
     assert masked.restore("Read ZZ1 now.") == "Read `git pull` now 🚀."  # the end: every item
