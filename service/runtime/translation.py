@@ -606,6 +606,10 @@ class TranslationModel(ServedModel):
         (document,) = sources.documents
         results = sources.settled(results, prepared.options, prepared.controls)
         picks = sources.chosen(self.tokenizer, results)
+        # a sentence with a glossary term is chosen once its own translation is back too:
+        # shown before, it could change under the sentences shown after it
+        waiting = [i for i, j in sources.alternatives.items() if j >= len(results)]
+        picks = picks[: min(waiting, default=len(picks))]
         best = [results[p][0] for p in picks]
         rendered = [
             sources.rendered(self.tokenizer, p, h) for p, h in zip(picks, best, strict=True)

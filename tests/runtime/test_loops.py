@@ -3,6 +3,8 @@ itself is cut where the loop begins, unless its source repeats itself as much.""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 from service.runtime.controls import LOOP_SPAN, loop_start
@@ -108,3 +110,33 @@ def test_a_stream_cuts_and_writes_each_finished_sentence_once(exported_translato
     assert events == fresh
     pieces = list(events[-1].partial.tokens)
     assert len(pieces) == sum(len(r[0].tokens) for r in results[:-1]) - 6  # the loop's cut
+
+
+def test_a_streamed_sentence_with_a_glossary_term_waits_for_its_own_translation():
+    """A sentence holding a glossary term is decoded twice (with the term's marker and as
+    the model would write it) and its text is chosen once both are back: a partial event
+    shows it only then, so that every partial is a prefix of the result."""
+    import asyncio
+
+    from service.front.config import ServerConfig
+    from service.front.translate import parse_translate_stream
+    from service.runtime.repository import verify
+    from service.runtime.translation import TranslationModel
+    from service.wire.v1 import translation_pb2
+
+    version = verify(Path(__file__).parents[2] / "data" / "repository" / "translator" / "1")
+    model = TranslationModel(version, ServerConfig())
+    request = translation_pb2.TranslateStreamRequest(
+        text="Mi casa es grande. El gato duerme.",
+        glossary=[translation_pb2.GlossaryEntry(source="casa", target="home")],
+    )
+    prepared = asyncio.run(model.prepare(parse_translate_stream(request, model)))
+    assert prepared.inputs == 3 and prepared.sources.alternatives == {0: 2}
+    encode = model.tokenizer.encode_target
+    outputs = ["My ZZ1 is big.", "The cat sleeps.", "My home is large."]
+    results = [[hypothesis(encode(text))] for text in outputs]
+    final = model.response(prepared, results).translations[0].hypotheses[0].text
+    assert final == "My home is large. The cat sleeps."  # the model's own, holding "home"
+    for k in range(1, len(results)):
+        partial = model.partial_inputs(prepared, results[:k]).text
+        assert final.startswith(partial), (k, partial)
