@@ -81,8 +81,9 @@ def test_a_version_unloaded_while_busy_leaves_the_replica_s_load():
     replica_ = object.__new__(replica.WorkerReplica)
     replica_.conn, replica_.rows, replica_.fronts = parent, {}, fronts
     replica_.done = threading.Event()
-    worker = threading.Thread(target=_loop, args=(fronts, fronts.schedulers, settings))
-    reader = threading.Thread(target=replica_._read)
+    # daemons, as the replica's own: a thread left blocked never holds the process at exit
+    worker = threading.Thread(target=_loop, args=(fronts, fronts.schedulers, settings), daemon=True)
+    reader = threading.Thread(target=replica_._read, daemon=True)
     worker.start()
     reader.start()
     try:
@@ -106,6 +107,8 @@ def test_a_version_unloaded_while_busy_leaves_the_replica_s_load():
         parent.send(Stop())
         worker.join(10)
         replica_.done.set()
-        parent.close()
-        reader.join(10)
         fronts.close()
+        child.close()  # the reader's recv ends (EOF) before its end is closed
+        reader.join(10)
+        parent.close()
+        assert not worker.is_alive() and not reader.is_alive()
