@@ -201,8 +201,34 @@ class _QuietHandler(WSGIRequestHandler):
         pass
 
 
+HANDSHAKE_SECONDS = 10.0  # a TLS client's time to finish its handshake
+
+
 class _Server(ThreadingMixIn, WSGIServer):
+    """One thread a connection; with `tls` (an SSLContext) each connection's TLS handshake
+    is done in its own thread, so that a client that connects and says nothing holds up
+    no other (done on accept, it would stop the server from accepting)."""
+
     daemon_threads = True
+    tls: ssl.SSLContext | None = None
+
+    def get_request(self):
+        connection, address = self.socket.accept()
+        if self.tls is not None:
+            connection = self.tls.wrap_socket(
+                connection, server_side=True, do_handshake_on_connect=False
+            )
+        return connection, address
+
+    def finish_request(self, request, client_address):
+        if self.tls is not None:
+            try:
+                request.settimeout(HANDSHAKE_SECONDS)
+                request.do_handshake()
+                request.settimeout(None)
+            except OSError:  # not TLS, too slow, or gone: only this connection ends
+                return
+        super().finish_request(request, client_address)
 
 
 class _Server6(_Server):
@@ -265,7 +291,7 @@ def serve_metrics(config, registry) -> tuple[WSGIServer, threading.Thread]:
             context.load_cert_chain(config.metrics_tls_cert, config.metrics_tls_key)
         except (OSError, ssl.SSLError) as error:
             raise InvalidArgument(f"metrics TLS: {error}") from error
-        server.socket = context.wrap_socket(server.socket, server_side=True)
+        server.tls = context
     thread = threading.Thread(target=server.serve_forever, name="metrics", daemon=True)
     thread.start()
     return server, thread

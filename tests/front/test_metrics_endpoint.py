@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+import ssl
 import urllib.request
 
 import pytest
@@ -38,6 +40,73 @@ def test_a_port_in_use_is_refused_naming_the_setting():
         with pytest.raises(Unavailable, match=rf"^metrics_listen {busy}: cannot listen there \("):
             serve_metrics(ServerConfig(metrics_listen=busy), metrics.registry)
     finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+def _self_signed(directory) -> tuple:
+    """A key and a self-signed certificate for 127.0.0.1, as files."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .sign(key, hashes.SHA256())
+    )
+    cert, key_file = directory / "cert.pem", directory / "key.pem"
+    cert.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert, key_file
+
+
+def test_a_silent_connection_holds_up_no_https_scrape(tmp_path):
+    """Before, the TLS handshake was done as a connection was accepted, in the one thread
+    that accepts: a client that connected and sent nothing (a port check, a stalled
+    scraper) stopped every later scrape of the HTTPS endpoint until it went away."""
+    cert, key = _self_signed(tmp_path)
+    config = ServerConfig(metrics_listen="127.0.0.1:0", metrics_tls_cert=cert, metrics_tls_key=key)
+    metrics = Metrics()
+    metrics.workers_ready.set(2)
+    server, thread = serve_metrics(config, metrics.registry)
+    silent = socket.create_connection(("127.0.0.1", server.server_port))
+    try:
+        context = ssl.create_default_context(cafile=str(cert))
+        url = f"https://127.0.0.1:{server.server_port}/metrics"
+        for _ in range(2):
+            with urllib.request.urlopen(url, context=context, timeout=5) as response:
+                assert "attnserve_workers_ready 2.0" in response.read().decode()
+        plain = f"http://127.0.0.1:{server.server_port}/metrics"
+        with pytest.raises(OSError):  # plain HTTP on the TLS port ends only its connection
+            urllib.request.urlopen(plain, timeout=5)
+        with urllib.request.urlopen(url, context=context, timeout=5) as response:
+            assert response.status == 200
+    finally:
+        silent.close()
         server.shutdown()
         server.server_close()
         thread.join(5)
