@@ -281,3 +281,27 @@ def test_translated_files_are_kept_for_their_download_then_deleted(tmp_path):
     os.utime(old, (hour_ago, hour_ago))
     assert libretranslate.forget_old(tmp_path, libretranslate.KEEP_FILES_SECONDS) == 1
     assert not old.exists() and new.exists()
+
+
+def test_a_translated_file_past_its_time_is_not_downloaded(tmp_path):
+    """Before, a translated file stayed downloadable until the next /translate_file swept
+    the folder: on a server that took no more files, its link worked for ever, not the 30
+    minutes the docs say."""
+    import os
+    import time
+
+    api = libretranslate.LibreTranslateApi(None, None, [], None, tmp_path, 1 << 20)
+    old, new = tmp_path / "1.old.txt", tmp_path / "2.new.txt"
+    for path in (old, new):
+        path.write_text("x")
+    late = time.time() - libretranslate.KEEP_FILES_SECONDS - 60
+    os.utime(old, (late, late))
+
+    def download(name: str):
+        scope = {"type": "http", "method": "GET", "path": f"/download_file/{name}"}
+        return asyncio.run(api.download_file(Request(scope | {"path_params": {"name": name}})))
+
+    assert download(new.name).status_code == 200
+    gone = download(old.name)
+    assert gone.status_code == 400 and gone.body == b'{"error":"Invalid filename"}'
+    assert not old.exists() and new.exists()

@@ -377,6 +377,14 @@ class LibreTranslateApi:
         path = self.files / stored
         if Path(stored).name != stored or "." not in stored or not path.is_file():
             return error(400, "Invalid filename")
+        try:  # past its time it is gone, though no later upload has swept the folder yet
+            expired = path.stat().st_mtime < time.time() - KEEP_FILES_SECONDS
+            if expired:
+                path.unlink()
+        except FileNotFoundError:  # another front deleted it first
+            expired = True
+        if expired:
+            return error(400, "Invalid filename")
         return FileResponse(path, filename=stored.partition(".")[2])
 
     async def settings(self, request: Request) -> Response:
