@@ -135,9 +135,10 @@ class ModelServicer:
         raise Unavailable("the decode ended without a result; retry")
 
     @contextlib.asynccontextmanager
-    async def _submitted(self, method: str, model, prepared: Prepared, context, received, most=0):
+    async def _submitted(self, label: str, model, prepared: Prepared, context, received, most=0):
         """The request's jobs submitted, as tasks that end with each job's Result, in input
-        order; on leaving early (an error, the client gone) every job is cancelled."""
+        order, their queue metrics under the method label `label`; on leaving early (an error,
+        the client gone) every job is cancelled."""
         front, calls, tasks = self.front, [], []
         try:
             jobs = front.jobs(prepared, context, stream=False, most=most)
@@ -145,7 +146,7 @@ class ModelServicer:
                 front.pool.check_admission(sum(job.rows for job in jobs))
             for job in jobs:
                 remaining = context.time_remaining()
-                calls.append(await front.pool.submit(model.key, method, job, remaining, received))
+                calls.append(await front.pool.submit(model.key, label, job, remaining, received))
                 tasks.append(asyncio.ensure_future(self._result(calls[-1])))
             yield tasks
         except BaseException:
@@ -180,7 +181,7 @@ class ModelServicer:
             missing = [i for i, twin in enumerate(twins) if twin == i]
             if missing:
                 decode = prepared.subset(missing) if len(missing) < len(results) else prepared
-                async with self._submitted(method, model, decode, context, received) as tasks:
+                async with self._submitted(labels[1], model, decode, context, received) as tasks:
                     events = await asyncio.gather(*tasks)
                 front.observe(labels, received, [event.timings for event in events])
                 decoded = [nbest for event in events for nbest in event.results]
@@ -201,7 +202,7 @@ class ModelServicer:
         missing = [i for i, twin in enumerate(twins) if twin == i]
         timings, done = [], 0
         decode = prepared.subset(missing)
-        async with self._submitted(method, model, decode, context, received, most=1) as tasks:
+        async with self._submitted(labels[1], model, decode, context, received, most=1) as tasks:
             pending = dict(zip(missing, tasks, strict=True))
             while done < prepared.inputs:
                 if done in pending:
@@ -241,7 +242,7 @@ class ModelServicer:
             (job,) = front.jobs(prepared, context, stream=True)
             front.pool.check_admission(job.rows)
             remaining = context.time_remaining()
-            call = await front.pool.submit(model.key, method, job, remaining, received)
+            call = await front.pool.submit(model.key, labels[1], job, remaining, received)
             tokens: list[int] = []
             # closed with this generator, so that a client leaving mid-write cancels the job
             async with contextlib.aclosing(self._events(call)) as events:

@@ -150,6 +150,14 @@ def test_http_calls_are_counted_under_their_own_method_label(http_server, web):
     web.post("/v1/score", json={"pairs": [{"source": "Hola", "target": "Hello"}]})
     after = http_server.value(calls, method="http/Score", code="OK")
     assert after == before + 1
+    # the wait for a batch place too: not under the gRPC method's label
+    waits, queued = "attnserve_queue_wait_seconds_count", "attnserve_requests_queued"
+    before = {m: http_server.value(waits, method=m) for m in ("http/Translate", "Translate")}
+    assert web.post("/v1/translate", json={"texts": ["Una espera contada."]}).status_code == 200
+    after = {m: http_server.value(waits, method=m) for m in ("http/Translate", "Translate")}
+    assert after["http/Translate"] == before["http/Translate"] + 1
+    assert after["Translate"] == before["Translate"]
+    assert http_server.value(queued, method="http/Translate") == 0
 
 
 def test_libretranslate_clients_own_calls(http_server):
