@@ -47,9 +47,10 @@ def _pattern(source: str) -> re.Pattern:
     return re.compile(rf"(?<!\w){body}{_PLURAL}(?![\w{_MARK}])", re.IGNORECASE)
 
 
-def used(target: str, translation: str) -> bool:
-    """Whether a translation holds a target term (any case, its last word also plural)."""
-    return _pattern(target).search(translation) is not None
+def used(target: str, translation: str) -> int:
+    """How many times a translation holds a target term (any case, its last word also
+    plural)."""
+    return sum(1 for _ in _pattern(target).finditer(translation))
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import html
 import re
 import unicodedata
+from collections import Counter
 from dataclasses import dataclass
 
 from service.runtime import glossary
@@ -75,8 +76,10 @@ class Masked:
 
     def terms_used(self, translation: str) -> bool:
         """Whether a translation holds every glossary term's target as this sentence's
-        markers would put it (any case; the plural where the source's was)."""
-        return all(glossary.used(item.text, translation) for item in self.items if item.entry >= 0)
+        markers would put it (any case; the plural where the source's was), as many times
+        as the sentence holds the term ("casa" twice: "home" twice)."""
+        targets = Counter(item.text.casefold() for item in self.items if item.entry >= 0)
+        return all(glossary.used(t, translation) >= n for t, n in targets.items())
 
     def restore(self, translation: str, partial: bool = False) -> str:
         """The translation with every marker replaced by its item, each item exactly once.

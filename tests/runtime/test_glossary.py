@@ -57,6 +57,16 @@ def test_a_term_holding_a_number_is_applied_and_a_term_never_cuts_an_item():
     assert [i.kind for i in marked.items] == ["entity", "number"]  # markup stays as it is
 
 
+def test_a_term_found_twice_is_used_only_where_its_target_is_there_twice():
+    """A sentence "Mi casa es tu casa." with casa -> home took the model's own "My house is
+    your home." as using the term: one "home" answered for both."""
+    masked = mask("Mi casa es tu casa.", terms=(Term("casa", "home"),))
+    assert [i.kind for i in masked.items] == ["term", "term"]
+    assert not masked.terms_used("My house is your home.")
+    assert masked.terms_used("My home is your home.")
+    assert mask("Casa y casa.", terms=(Term("casa", "home"),)).terms_used("Home and home.")
+
+
 def test_a_target_in_markup_is_written_as_the_markups_text():
     """A target put raw into HTML ("R&D", "<key>") broke the markup, and the model's own
     translation, escaped, never counted as using it."""
