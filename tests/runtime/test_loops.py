@@ -3,8 +3,6 @@ itself is cut where the loop begins, unless its source repeats itself as much.""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 
 from service.runtime.controls import LOOP_SPAN, loop_start
@@ -112,7 +110,9 @@ def test_a_stream_cuts_and_writes_each_finished_sentence_once(exported_translato
     assert len(pieces) == sum(len(r[0].tokens) for r in results[:-1]) - 6  # the loop's cut
 
 
-def test_a_streamed_sentence_with_a_glossary_term_waits_for_its_own_translation():
+def test_a_streamed_sentence_with_a_glossary_term_waits_for_its_own_translation(
+    exported_translator,
+):
     """A sentence holding a glossary term is decoded twice (with the term's marker and as
     the model would write it) and its text is chosen once both are back: a partial event
     shows it only then, so that every partial is a prefix of the result."""
@@ -120,12 +120,10 @@ def test_a_streamed_sentence_with_a_glossary_term_waits_for_its_own_translation(
 
     from service.front.config import ServerConfig
     from service.front.translate import parse_translate_stream
-    from service.runtime.repository import verify
     from service.runtime.translation import TranslationModel
     from service.wire.v1 import translation_pb2
 
-    version = verify(Path(__file__).parents[2] / "data" / "repository" / "translator" / "1")
-    model = TranslationModel(version, ServerConfig())
+    model = TranslationModel(exported_translator[0], ServerConfig())
     request = translation_pb2.TranslateStreamRequest(
         text="Mi casa es grande. El gato duerme.",
         glossary=[translation_pb2.GlossaryEntry(source="casa", target="home")],
