@@ -331,12 +331,8 @@ def score_batches(
             target_language=target_language,
         )
 
-    merged = translation_pb2.ScoreResponse()
-    for index, response in enumerate(_chunked(call, pairs, "pairs", batch_size, 1, None)):
-        if index == 0:
-            merged.model, merged.version = response.model, response.version
-        merged.scores.extend(response.scores)
-    return merged
+    responses = _chunked(call, pairs, "pairs", batch_size, 1, None)
+    return _merged(translation_pb2.ScoreResponse(), responses, "scores")
 
 
 def translate_batches(
@@ -465,14 +461,16 @@ class _ItemsError(grpc.RpcError):
 
 
 def _merged(merged, responses: list, field: str):
-    """One response of many: `field` (translations, captions) in order, the token counts
-    summed, the first response's model and version."""
+    """One response of many: `field` (translations, captions, scores) in order, the token
+    counts summed where the response has them, the first response's model and version."""
+    counted = "token_counts" in merged.DESCRIPTOR.fields_by_name
     for index, response in enumerate(responses):
         if index == 0:
             merged.model, merged.version = response.model, response.version
         getattr(merged, field).extend(getattr(response, field))
-        merged.token_counts.input_tokens += response.token_counts.input_tokens
-        merged.token_counts.output_tokens += response.token_counts.output_tokens
+        if counted:
+            merged.token_counts.input_tokens += response.token_counts.input_tokens
+            merged.token_counts.output_tokens += response.token_counts.output_tokens
     return merged
 
 

@@ -487,3 +487,20 @@ def epub(chapter: str = CHAPTER) -> bytes:
         archive.writestr("OEBPS/text/capítulo.xhtml", chapter)
         archive.writestr("OEBPS/cover.png", b"\x89PNG not really")
     return out.getvalue()
+
+
+def assert_resumes_as_unbroken(leg) -> None:
+    """A training run of 4 steps, and the same run stopped after 2 and resumed to 4, end
+    with equal weights; `leg(run, steps)` trains run `run` (a name) to `steps` as a new
+    process would (a new trainer on the run's folder) and returns the trainer."""
+    import torch
+
+    def trained(run: str, *legs: int) -> dict:
+        for steps in legs:
+            trainer = leg(run, steps)
+        assert trainer.progress.step == legs[-1]
+        return trainer.model.state_dict()
+
+    unbroken, resumed = trained("unbroken", 4), trained("resumed", 2, 4)
+    for name, weights in unbroken.items():
+        assert torch.equal(resumed[name], weights), name

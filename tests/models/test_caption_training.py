@@ -10,7 +10,7 @@ import sys
 
 import numpy as np
 import pytest
-from helpers import ROOT
+from helpers import ROOT, assert_resumes_as_unbroken
 
 from models.caption_train import (
     CaptionTrainer,
@@ -62,24 +62,18 @@ def test_a_leg_stops_early_and_the_next_goes_on(small_captioner_data, tmp_path):
 
 @pytest.mark.slow
 def test_a_resumed_run_trains_as_the_unbroken_run_would(small_captioner_data, tmp_path):
-    import torch
 
     data, _ = small_captioner_data
     # dropout, random convolutions and MixStyle all draw; the schedule follows the steps
     augmented = dict(rand_conv=0.5, mixstyle=0.5, decay_steps=10, evaluate_every=0)
 
-    def trained(name: str, *legs: int) -> dict:
-        for steps in legs:  # each leg a new process would be: a new trainer on the run
-            trainer = CaptionTrainer(
-                _tiny_options(data, tmp_path / name, max_steps=steps, **augmented)
-            )
-            trainer.train()
-        assert trainer.progress.step == legs[-1]
-        return trainer.model.state_dict()
+    def leg(run: str, steps: int) -> CaptionTrainer:
+        options = _tiny_options(data, tmp_path / run, max_steps=steps, **augmented)
+        trainer = CaptionTrainer(options)
+        trainer.train()
+        return trainer
 
-    unbroken, resumed = trained("unbroken", 4), trained("resumed", 2, 4)
-    for name, weights in unbroken.items():
-        assert torch.equal(resumed[name], weights), name
+    assert_resumes_as_unbroken(leg)
 
 
 def _cli(*arguments: str) -> subprocess.CompletedProcess:

@@ -10,6 +10,7 @@ import sys
 
 import pytest
 import torch
+from helpers import assert_resumes_as_unbroken
 
 from models.train import collate, learning_rate, make_batches
 from service.runtime.tokenizer import BOS_ID, EOS_ID, PAD_ID
@@ -218,25 +219,21 @@ def test_a_resumed_run_trains_as_the_unbroken_run_would(tmp_path, translator_dat
 
     data = _tiny_corpus(tmp_path, translator_data)
 
-    def trained(run: str, *legs: int) -> dict[str, torch.Tensor]:
-        for steps in legs:  # each leg a new process would be: a new Trainer on the run
-            options = TrainOptions(
-                data_dir=data,
-                run_dir=tmp_path / run,
-                out_dir=tmp_path / f"{run}-out",
-                model=PRESETS["tiny"],  # dropout 0.1: every step draws its masks
-                vocab_size=512,
-                max_tokens=600,
-                max_steps=steps,
-                checkpoint_every=2,
-                dev_sentences=2,
-                threads=1,
-            )
-            trainer = Trainer(options)
-            trainer.train()
-        assert trainer.progress.step == legs[-1]
-        return trainer.model.state_dict()
+    def leg(run: str, steps: int) -> Trainer:
+        options = TrainOptions(
+            data_dir=data,
+            run_dir=tmp_path / run,
+            out_dir=tmp_path / f"{run}-out",
+            model=PRESETS["tiny"],  # dropout 0.1: every step draws its masks
+            vocab_size=512,
+            max_tokens=600,
+            max_steps=steps,
+            checkpoint_every=2,
+            dev_sentences=2,
+            threads=1,
+        )
+        trainer = Trainer(options)
+        trainer.train()
+        return trainer
 
-    unbroken, resumed = trained("unbroken", 4), trained("resumed", 2, 4)
-    for name, weights in unbroken.items():
-        assert torch.equal(resumed[name], weights), name
+    assert_resumes_as_unbroken(leg)
