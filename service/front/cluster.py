@@ -33,7 +33,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from service.front.metrics import Metrics
 from service.front.pool import WorkerPool, _Worker
 from service.runtime.errors import ModelRepositoryError, Unavailable
-from service.worker.messages import Load, Ready, Unload
+from service.worker.messages import Ready, Unload
 from service.worker.replica import Directory, WorkerReplica
 from service.worker.settings import WorkerSettings, no_delay, socket_address
 
@@ -327,14 +327,6 @@ class ClusterPool(WorkerPool):
         worker.info, worker.failures = message.info, 0
         self._spawn_task(self._sync(worker))
 
-    def _wanted(self) -> dict[str, tuple]:
-        """{key: (version, variant)}: the versions served, and those being added (a replica
-        met while a version is added, not yet ready and so not asked, loads it too)."""
-        variants = dict(self.template.variants)
-        wanted = {key: (version, variants[key]) for key, version in self.template.models}
-        adding = {key: (load.version, load.variant) for key, load in self._adding.items()}
-        return {**wanted, **adding}
-
     async def _sync(self, worker: _Worker) -> None:
         loop = asyncio.get_running_loop()
         try:
@@ -349,7 +341,7 @@ class ClusterPool(WorkerPool):
                     worker.info["models"].pop(key, None)
                 for key in missing:
                     worker.loading[key] = loop.create_future()
-                    worker.conn.send(Load(key, *want[key]))
+                    worker.conn.send(want[key])
                 await asyncio.gather(*(worker.loading[key] for key in missing))
         except (OSError, ValueError, ModelRepositoryError, Unavailable, AttributeError) as error:
             log.warning("replica at %s cannot serve: %s", worker.settings.socket, error)

@@ -450,15 +450,19 @@ class WorkerPool:
             elif not future.done():
                 future.set_exception(ModelRepositoryError(message.message))
 
+    def _wanted(self) -> dict[str, Load]:
+        """{key: its Load}: the versions served, and those being added."""
+        variants = dict(self.template.variants)
+        wanted = {key: Load(key, version, variants[key]) for key, version in self.template.models}
+        return wanted | self._adding
+
     def _catch_up(self, worker: _Worker) -> None:
         """A worker that reports ready without a version this front serves or is adding
         (started before the version came, or met by a front that is not its parent) is sent
         its Load. It reads its messages in order: no call of the version reaches it first.
         (One started before a version went was sent its Unload down the same pipe.)"""
         have = worker.info.get("models", {})
-        variants = dict(self.template.variants)
-        wanted = {key: Load(key, version, variants[key]) for key, version in self.template.models}
-        for key, load in (wanted | self._adding).items():
+        for key, load in self._wanted().items():
             if key not in have:
                 log.info("worker %d loads %s", worker.settings.index, key)
                 with contextlib.suppress(OSError, ValueError):
