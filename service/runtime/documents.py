@@ -57,16 +57,20 @@ class Document:
 SENTENCE_CUT = re.compile(r"[.!?…。！？]+[\"')\]»”’]*\s+")
 
 
-def pieces(text: str, most: int) -> list[str]:
+def pieces(text: str, most: int, whole_sentences: bool = False) -> list[str]:
     """`text` in pieces of at most `most` characters whose concatenation is the text (none
     for an empty one), each cut after a paragraph break where one is, else after a line
-    break, else after a sentence's end, else after a space, else at `most`."""
+    break, else after a sentence's end, else after a space, else at `most`. With
+    `whole_sentences` never after a space or at `most`: ValueError where a sentence is
+    longer than `most`."""
     cut_pieces = []
     while len(text) > most:
         window = text[:most]
         cut = window.rfind("\n\n") + 2 if window.rfind("\n\n") > 0 else window.rfind("\n") + 1
         if not cut:
             ends = [m.end() for m in SENTENCE_CUT.finditer(window)]
+            if not ends and whole_sentences:
+                raise ValueError(f"a sentence longer than {most} characters")
             cut = ends[-1] if ends else window.rfind(" ") + 1
         cut = cut or most
         cut_pieces.append(text[:cut])

@@ -70,37 +70,110 @@ class File:
     paragraphs: list[Paragraph]
     text_format: str  # "plain" or "html": how each paragraph's text is read
     save: Callable[[], bytes]
+    most: int = HTML_PIECE  # characters of one text: a longer plain paragraph goes in parts
+
+    def parts(self, paragraph: Paragraph) -> list[str]:
+        """The texts `paragraph` is translated as: its text, or (plain text longer than
+        `most` characters) its parts cut after sentences' ends (`documents.pieces`);
+        ValueError where one sentence is longer."""
+        if self.text_format != "plain" or len(paragraph.text) <= self.most:
+            return [paragraph.text]
+        return documents.pieces(paragraph.text, self.most, whole_sentences=True)
 
     def batches(self, size: int) -> Iterator[Batch]:
-        """The paragraphs `size` at a time, as one translation call sends them."""
-        for start in range(0, len(self.paragraphs), size):
-            yield Batch(self.paragraphs[start : start + size])
+        """The paragraphs' texts `size` at a time, as one translation call sends them (a
+        part of white space alone is not sent: it is its own translation)."""
+        cut = [self.parts(p) for p in self.paragraphs]
+        sent = [
+            (i, j) for i, parts in enumerate(cut) for j, part in enumerate(parts) if part.strip()
+        ]
+        done: list[list[dict | None]] = [[None] * len(parts) for parts in cut]
+        for start in range(0, len(sent), size):
+            yield Batch(self.paragraphs, cut, done, sent[start : start + size])
 
 
 @dataclass
 class Batch:
-    """Paragraphs translated in one call: their texts, whether the call must return
-    alignments (a paragraph of several runs is cut back into them by them), and `write`."""
+    """Texts translated in one call (paragraphs, or parts of paragraphs), whether the call
+    must return alignments (a paragraph of several runs is cut back into them by them), and
+    `write`, which writes each paragraph whose last part is among them."""
 
-    paragraphs: list[Paragraph]
+    all_paragraphs: list[Paragraph]
+    cut: list[list[str]]  # each paragraph's parts
+    done: list[list[dict | None]]  # each part's translation, once translated
+    taken: list[tuple[int, int]]  # (paragraph, part) of each text
 
     @property
     def texts(self) -> list[str]:
-        return [p.text for p in self.paragraphs]
+        return [self.cut[i][j] for i, j in self.taken]
 
     @property
     def aligned(self) -> bool:
-        return any(len(p.runs) > 1 for p in self.paragraphs)
+        return any(len(self.all_paragraphs[i].runs) > 1 for i, _ in self.taken)
+
+    @property
+    def paragraphs(self) -> list[Paragraph]:
+        """The paragraphs `write` writes: those whose last part is translated here."""
+        return [self.all_paragraphs[i] for i in self._finished()]
+
+    def _finished(self) -> list[int]:
+        return [i for i, j in self.taken if not "".join(self.cut[i][j + 1 :]).strip()]
 
     def write(self, translations: list[dict]) -> None:
-        """Each paragraph's translation (the /v1 JSON of a Translation) into its runs."""
-        for paragraph, translation in zip(self.paragraphs, translations, strict=True):
-            paragraph.write(segments(paragraph.runs, translation))
+        """Each text's translation (the /v1 JSON of a Translation); each paragraph finished
+        here into its runs."""
+        for (i, j), translation in zip(self.taken, translations, strict=True):
+            self.done[i][j] = translation
+        for i in self._finished():
+            paragraph = self.all_paragraphs[i]
+            paragraph.write(segments(paragraph.runs, joined(self.cut[i], self.done[i])))
+
+
+def joined(parts: list[str], translations: list[dict | None]) -> dict:
+    """The /v1 JSON of a paragraph's translation from its parts' (None: a part of white
+    space, its own translation): the texts joined, each sentence's spans moved to where its
+    part lies, a part's alignment of its one sentence on that sentence."""
+    if len(parts) == 1:
+        return translations[0]
+    texts, sentences, source, target = [], [], 0, 0
+    for part, translation in zip(parts, translations, strict=True):
+        best = translation["hypotheses"][0] if translation else {"text": part}
+        text = best.get("text", "")  # JSON leaves an empty one out
+        spans = translation.get("sentences", []) if translation else []
+        if translation and not spans:
+            spans = [{"sourceEnd": len(part), "targetEnd": len(text)}]
+        for span in spans:
+            moved = {
+                **span,
+                "sourceStart": source + span.get("sourceStart", 0),
+                "sourceEnd": source + span.get("sourceEnd", 0),
+                "targetStart": target + span.get("targetStart", 0),
+                "targetEnd": target + span.get("targetEnd", 0),
+            }
+            if len(spans) == 1 and "alignment" not in span and "alignment" in best:
+                moved["alignment"] = best["alignment"]
+            sentences.append(moved)
+        texts.append(text)
+        source, target = source + len(part), target + len(text)
+    return {"hypotheses": [{"text": "".join(texts)}], "sentences": sentences}
 
 
 def read_file(suffix: str, data: bytes, piece: int = HTML_PIECE) -> File:
     """The paragraphs of a file (HTML in texts of at most `piece` characters where its
-    blocks allow); ValueError when it cannot be read as its suffix says."""
+    blocks allow, a longer plain paragraph in parts: File.parts); ValueError when it cannot
+    be read as its suffix says, or a paragraph holds a sentence longer than `piece`."""
+    read = _read(suffix, data, piece)
+    read.most = piece
+    for number, paragraph in enumerate(read.paragraphs, 1):
+        try:
+            read.parts(paragraph)
+        except ValueError as error:
+            start = paragraph.text.lstrip()[:40].rstrip()
+            raise ValueError(f'paragraph {number} ("{start}..."): {error}') from None
+    return read
+
+
+def _read(suffix: str, data: bytes, piece: int) -> File:
     if suffix in (".txt", ".html", ".htm", ".srt"):  # text, written back in its encoding
         bom, encoding, content = decoded_text(data)
         readers = {".txt": _text, ".srt": lambda text, _: _srt(text)}

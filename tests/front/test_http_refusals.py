@@ -54,7 +54,9 @@ class UpperCase:
             self.closed = True
 
 
-def served(tmp_path, delay: float = 0.0, max_body: int | None = None, monkeypatch=None):
+def served(
+    tmp_path, delay: float = 0.0, max_body: int | None = None, monkeypatch=None, chars=100_000
+):
     """A test client of the app over a front serving versions 1 and 2 of `translator`."""
     if max_body is not None:
         monkeypatch.setattr(http_app, "MAX_BODY", max_body)
@@ -62,7 +64,7 @@ def served(tmp_path, delay: float = 0.0, max_body: int | None = None, monkeypatc
     front = SimpleNamespace(
         models={SERVICE: {"translator": {"1": model, "2": model}}},
         defaults={SERVICE: "translator"},
-        config=SimpleNamespace(max_text_chars=100_000),
+        config=SimpleNamespace(max_text_chars=chars),
         serving=True,
         draining=False,
         services=[SERVICE],
@@ -114,6 +116,48 @@ def test_one_deadline_bounds_every_batch_of_a_file(tmp_path):
     )
     assert answer.status_code == 504 and time.monotonic() - started < 0.85
     assert len(servicer.requests) == 2
+
+
+def test_a_document_paragraph_past_the_text_limit_is_sent_in_parts(tmp_path):
+    """A .docx paragraph longer than the server's text limit was sent as one text, and the
+    whole file refused for it; one sentence past the limit still is, naming its paragraph."""
+    import io
+
+    import docx
+
+    web, servicer = served(tmp_path, chars=40)
+    document = docx.Document()
+    document.add_paragraph("El perro come pan. La casa es grande. El sol sale hoy.")
+    document.add_paragraph("Adiós.")
+    sent = io.BytesIO()
+    document.save(sent)
+    answer = web.post(
+        "/translate_file",
+        files={"file": ("carta.docx", sent.getvalue())},
+        data={"source": "es", "target": "en"},
+    )
+    assert answer.status_code == 200, answer.text
+    texts = [text for request in servicer.requests for text in request.texts]
+    assert texts == ["El perro come pan. La casa es grande. ", "El sol sale hoy.", "Adiós."]
+    back = docx.Document(io.BytesIO(web.get(answer.json()["translatedFileUrl"]).content))
+    assert [p.text for p in back.paragraphs] == [
+        "EL PERRO COME PAN. LA CASA ES GRANDE. EL SOL SALE HOY.",
+        "ADIÓS.",
+    ]
+    document.add_paragraph("Una frase muy larga que no termina nunca jamás.")
+    sent = io.BytesIO()
+    document.save(sent)
+    refused = web.post(
+        "/translate_file",
+        files={"file": ("carta.docx", sent.getvalue())},
+        data={"source": "es", "target": "en"},
+    )
+    assert refused.status_code == 400
+    assert refused.json()["error"] == (
+        'Invalid request: carta.docx: paragraph 3 ("Una frase muy larga que no termina nunca...")'
+        ": a sentence longer than 40 characters"
+    )
+    assert len(servicer.requests) == 1
 
 
 def test_bodies_are_bounded_for_libretranslate_too(tmp_path, monkeypatch):

@@ -572,3 +572,75 @@ def test_html_pieces_follow_the_length_asked_for():
     content = "<p>Uno.</p>" * 10
     assert len(files.read_file(".html", content.encode()).paragraphs) == 1
     assert len(files.read_file(".html", content.encode(), piece=30).paragraphs) == 5
+
+
+def upper_cased(text: str) -> dict:
+    """The /v1 JSON of `text` translated as the server answers it (the alignment of a text
+    of one sentence on its hypothesis): each sentence upper-cased, each word attending to
+    itself."""
+    document = documents.split_text(text)
+    said = [sentence.upper() for sentence in document.sentence_texts()]
+    whole, spans = document.join(said)
+    sentences = []
+    for (start, end), (begin, finish), sentence in zip(
+        document.sentences, spans, document.sentence_texts(), strict=True
+    ):
+        pieces = ["▁" + word for word in sentence.split()] + ["</s>"]
+        weights = [1.0 if s == t else 0.0 for t in range(len(pieces)) for s in range(len(pieces))]
+        alignment = {
+            "sourceTokens": pieces,
+            "targetTokens": [p if p == "</s>" else p.upper() for p in pieces],
+            "weights": weights,
+        }
+        span = {"sourceEnd": end, "targetStart": begin, "targetEnd": finish}
+        sentences.append({**span, "sourceStart": start, "alignment": alignment})
+    hypothesis = {"text": whole}
+    if len(sentences) == 1:
+        hypothesis["alignment"] = sentences[0].pop("alignment")
+    return {"hypotheses": [hypothesis], "sentences": sentences}
+
+
+def test_a_paragraph_past_the_text_limit_goes_in_parts_cut_after_sentences():
+    """A paragraph longer than a text may be was sent whole, and the server refused the
+    whole document for it."""
+    document = docx.Document()
+    paragraph = document.add_paragraph("El perro ")
+    paragraph.add_run("come").bold = True
+    paragraph.add_run(" pan. La casa es grande. El sol ")
+    paragraph.add_run("sale").bold = True
+    paragraph.add_run(" hoy. Buenos días.")
+    document.add_paragraph("Adiós.")
+    out = io.BytesIO()
+    document.save(out)
+    read = files.read_file(".docx", out.getvalue(), piece=40)
+    batches = list(read.batches(1))  # a call a text: the first paragraph takes two
+    assert [batch.texts for batch in batches] == [
+        ["El perro come pan. La casa es grande. "],
+        ["El sol sale hoy. Buenos días."],
+        ["Adiós."],
+    ]
+    assert [len(batch.paragraphs) for batch in batches] == [0, 1, 1]  # with its last part
+    assert [batch.aligned for batch in batches] == [True, True, False]
+    for batch in batches:
+        batch.write([upper_cased(text) for text in batch.texts])
+    written = docx.Document(io.BytesIO(read.save()))
+    assert [p.text for p in written.paragraphs] == [
+        "EL PERRO COME PAN. LA CASA ES GRANDE. EL SOL SALE HOY. BUENOS DÍAS.",
+        "ADIÓS.",
+    ]
+    bold = [r.text for r in written.paragraphs[0].runs if r.bold]
+    assert bold == [" COME", " SALE"]
+
+
+def test_a_paragraph_with_a_sentence_past_the_text_limit_is_refused_by_its_number():
+    document = docx.Document()
+    document.add_paragraph("Hola.")
+    document.add_paragraph("Una frase muy larga " * 3 + "sin fin. Adiós.")
+    out = io.BytesIO()
+    document.save(out)
+    assert len(files.read_file(".docx", out.getvalue(), piece=80).paragraphs) == 2
+    said = r'paragraph 2 \("Una frase muy larga Una frase muy larga\.\.\."\): a sentence longer'
+    with pytest.raises(ValueError, match=said + " than 40 characters"):
+        files.read_file(".docx", out.getvalue(), piece=40)
+    html = b"<p>" + b"Una frase. " * 10 + b"</p>"  # HTML is cut at its blocks, never inside one
+    assert files.read_file(".html", html, piece=40).paragraphs[0].runs == [html.decode()]
