@@ -27,6 +27,7 @@ from urllib.parse import unquote
 from xml.etree import ElementTree
 
 from service.runtime import documents, markup
+from service.runtime.tokenizer import visible
 
 FORMATS = (".txt", ".html", ".htm", ".srt", ".epub", ".docx", ".pptx", ".odt", ".odp")
 HTML_PIECE = 20_000  # characters of an HTML file translated as one text, where blocks allow
@@ -84,9 +85,7 @@ class File:
         """The paragraphs' texts `size` at a time, as one translation call sends them (a
         part of white space alone is not sent: it is its own translation)."""
         cut = [self.parts(p) for p in self.paragraphs]
-        sent = [
-            (i, j) for i, parts in enumerate(cut) for j, part in enumerate(parts) if part.strip()
-        ]
+        sent = [(i, j) for i, parts in enumerate(cut) for j, part in enumerate(parts) if said(part)]
         done: list[list[dict | None]] = [[None] * len(parts) for parts in cut]
         for start in range(0, len(sent), size):
             yield Batch(self.paragraphs, cut, done, sent[start : start + size])
@@ -117,7 +116,7 @@ class Batch:
         return [self.all_paragraphs[i] for i in self._finished()]
 
     def _finished(self) -> list[int]:
-        return [i for i, j in self.taken if not "".join(self.cut[i][j + 1 :]).strip()]
+        return [i for i, j in self.taken if not said("".join(self.cut[i][j + 1 :]))]
 
     def write(self, translations: list[dict]) -> None:
         """Each text's translation (the /v1 JSON of a Translation); each paragraph finished
@@ -156,6 +155,13 @@ def joined(parts: list[str], translations: list[dict | None]) -> dict:
         texts.append(text)
         source, target = source + len(part), target + len(text)
     return {"hypotheses": [{"text": "".join(texts)}], "sentences": sentences}
+
+
+def said(text: str) -> bool:
+    """Whether `text` holds anything a translator reads (a text of white space and
+    invisible characters alone, tokenizer.INVISIBLE, is refused as empty): else it is kept
+    as it is."""
+    return bool(visible(text).strip())
 
 
 def read_file(suffix: str, data: bytes, piece: int = HTML_PIECE) -> File:
@@ -216,7 +222,7 @@ def _text(content: str, piece: int = HTML_PIECE) -> File:
     for i, block in enumerate(blocks):
         for part in documents.pieces(block, piece) if i % 2 == 0 else [block]:
             parts.append(part)
-            if i % 2 == 0 and part.strip():
+            if i % 2 == 0 and said(part):
                 paragraphs.append(Paragraph([part], _piece_writer(parts, len(parts) - 1)))
     return File(paragraphs, "plain", lambda: "".join(parts).encode())
 
@@ -230,7 +236,7 @@ def _html(content: str, piece: int = HTML_PIECE) -> File:
     pieces = html_pieces(content, piece)
     paragraphs = []
     for i, piece in enumerate(pieces):
-        if re.sub(r"<[^>]*>", "", piece).strip():
+        if said(re.sub(r"<[^>]*>", "", piece)):
             paragraphs.append(Paragraph([piece], _piece_writer(pieces, i)))
     return File(paragraphs, "html", lambda: "".join(pieces).encode())
 
@@ -341,17 +347,19 @@ def _srt(content: str) -> File:
         start = i = i + 1
         while i < len(lines) and lines[i].strip() and not _cue_starts(lines, i):
             i += 1
-        if i > start:
-            said = [line.strip() for line in lines[start:i]]
-            speakers = [SRT_SPEAKER.match(line) for line in said]
-            if len(said) > 1 and all(speakers):  # a dialogue: a speaker a line, each its own
+        if i > start and said(" ".join(lines[start:i])):
+            cue = [line.strip() for line in lines[start:i]]
+            speakers = [SRT_SPEAKER.match(line) for line in cue]
+            if len(cue) > 1 and all(speakers):  # a dialogue: a speaker a line, each its own
                 cues[start] = (i - start, lines[start:i])  # as it was until written
                 for j, speaker in enumerate(speakers):
                     dash, words = speaker.groups()
-                    paragraphs.append(Paragraph([words], _speaker_writer(cues, start, j, dash)))
+                    if said(words):
+                        writer = _speaker_writer(cues, start, j, dash)
+                        paragraphs.append(Paragraph([words], writer))
                 continue
             cues[start] = (i - start, None)
-            paragraphs.append(Paragraph([" ".join(said)], _srt_writer(cues, start)))
+            paragraphs.append(Paragraph([" ".join(cue)], _srt_writer(cues, start)))
 
     def save() -> bytes:
         out, n = [], 0
@@ -513,7 +521,7 @@ def _docx(data: bytes, suffix: str) -> File:
     paragraphs = []
     for paragraph in _docx_paragraphs(document):
         runs = _docx_text_runs(paragraph)
-        if not "".join(r.text for r in runs).strip():
+        if not said("".join(r.text for r in runs)):
             continue
         write = _runs_writer(paragraph, runs, Run)
         paragraphs.append(Paragraph([r.text for r in runs], write))
@@ -655,12 +663,12 @@ def _pptx(data: bytes, suffix: str) -> File:
         children = [c for c in element if _local(c.tag) not in ("pPr", "endParaRPr")]
         runs = list(paragraph.runs)
         if all(_local(c.tag) == "r" for c in children):
-            if "".join(r.text for r in runs).strip():
+            if said("".join(r.text for r in runs)):
                 write = _runs_writer(paragraph, runs, _Run)
                 paragraphs.append(Paragraph([r.text for r in runs], write))
             continue
         for run in runs:  # breaks, fields...: each run's text on its own
-            if run.text.strip():
+            if said(run.text):
                 paragraphs.append(Paragraph([run.text], _pptx_run_writer(run)))
     return File(paragraphs, "plain", _saver(presentation))
 
@@ -716,11 +724,11 @@ def _odf(data: bytes, suffix: str) -> File:
         children = list(element.childNodes)
         if all(_odf_flat(c) for c in children):
             runs = [c.data if isinstance(c, Text) else teletype.extractText(c) for c in children]
-            if "".join(runs).strip():
+            if said("".join(runs)):
                 paragraphs.append(Paragraph(runs, _odt_writer(element, children)))
             continue
         for node in _odf_texts(children):  # each piece of text on its own
-            if node.data.strip():
+            if said(node.data):
                 paragraphs.append(Paragraph([node.data], _odt_text_writer(node)))
     return File(paragraphs, "plain", _saver(document, "write"))
 

@@ -644,3 +644,38 @@ def test_a_paragraph_with_a_sentence_past_the_text_limit_is_refused_by_its_numbe
         files.read_file(".docx", out.getvalue(), piece=40)
     html = b"<p>" + b"Una frase. " * 10 + b"</p>"  # HTML is cut at its blocks, never inside one
     assert files.read_file(".html", html, piece=40).paragraphs[0].runs == [html.decode()]
+
+
+def test_a_paragraph_of_invisible_characters_alone_is_kept_not_sent():
+    """A paragraph of a zero-width space or a direction mark (as pasted text leaves) was
+    sent, and the server refused the whole file: "texts[1]: empty or only white space"."""
+    from service.runtime.requests import check_texts
+
+    document = docx.Document()
+    for written in ("Hola.", "\u200b", "\u200e ", "Adiós."):
+        document.add_paragraph(written)
+    out = io.BytesIO()
+    document.save(out)
+    subtitles = (
+        "1\n00:00:01,000 --> 00:00:02,000\n\u200b\n\n"
+        "2\n00:00:03,000 --> 00:00:04,000\n- Hola.\n- \u00ad\n"
+    )
+    sent = {
+        ".docx": out.getvalue(),
+        ".txt": "Hola.\n\n\ufeff\u200b\n\nAdiós.".encode(),
+        ".srt": subtitles.encode(),
+        ".html": "<p>Hola.</p><p>\u200b</p>".encode(),
+    }
+    for suffix, data in sent.items():
+        read = files.read_file(suffix, data)
+        texts = [text for batch in read.batches(64) for text in batch.texts]
+        problems: list[str] = []
+        check_texts([f"texts[{i}]" for i in range(len(texts))], texts, problems, 100_000)
+        assert problems == [], suffix
+        for batch in read.batches(64):
+            batch.write([upper_cased(text) for text in batch.texts])
+        if suffix == ".docx":
+            written = docx.Document(io.BytesIO(read.save()))
+            assert [p.text for p in written.paragraphs] == ["HOLA.", "\u200b", "\u200e ", "ADIÓS."]
+        elif suffix == ".srt":
+            assert read.save().decode() == subtitles.replace("- Hola.", "- HOLA.")
