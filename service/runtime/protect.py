@@ -104,7 +104,8 @@ class Masked:
             else:  # a marker repeated by the model: its first place only
                 for start in reversed(found[1:]):
                     translation = translation[:start] + translation[start + len(item.marker) :]
-        return re.sub(r"  +", " ", self._put_back(translation))
+        # spaces doubled where a marker was dropped are one; an item's own stay as they are
+        return self._put_back(re.sub(r"  +", " ", translation))
 
     def _put_back(self, translation: str) -> str:
         """Every marker replaced by its item; tags in their source order at the places the

@@ -40,6 +40,16 @@ def test_restoring_keeps_every_item_once_wherever_the_model_put_the_markers():
     assert twice.count("https://a.com") == 1 and twice.count("https://b.com") == 1
 
 
+def test_an_item_with_spaces_doubled_comes_back_exactly():
+    """Doubled spaces were made one after the items were put back, inside them too: "`ls
+    -la`" with two spaces, or a tag's attribute, came back changed."""
+    masked = mask("Ejecuta `ls  -la` ahora.")
+    assert masked.restore("Run  ZZ1 now.") == "Run `ls  -la` now."
+    masked = mask('Hola <span title="a  b">amigo</span> mío.', markup=True)
+    restored = masked.restore("Hello ZZ1 friend ZZ2  mine.")
+    assert restored == 'Hello <span title="a  b">friend</span> mine.'
+
+
 def test_a_word_like_the_marker_gets_a_longer_marker():
     masked = mask("El modelo ZZ1 tiene 5 piezas.")
     assert [i.marker for i in masked.items] == ["ZZZ1"]
