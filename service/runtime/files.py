@@ -531,8 +531,9 @@ def _docx(data: bytes, suffix: str) -> File:
 def _docx_paragraphs(document):
     """Every paragraph of the body, its tables (a merged cell once), and every header and
     footer of every section (first-page and even-page ones too) not linked to the one
-    before."""
+    before, each once (sections may name one header's part)."""
     seen: set[int] = set()  # a merged cell is every grid cell it spans
+    parts: set[int] = set()
 
     def of(container):
         yield from container.paragraphs
@@ -553,7 +554,8 @@ def _docx_paragraphs(document):
             section.even_page_header,
             section.even_page_footer,
         ):
-            if not part.is_linked_to_previous:
+            if not part.is_linked_to_previous and id(part.part) not in parts:
+                parts.add(id(part.part))
                 yield from of(part)
 
 

@@ -4,6 +4,7 @@ runs and written back, and a translation cut into runs by its alignment."""
 from __future__ import annotations
 
 import codecs
+import copy
 import io
 import zipfile
 from xml.etree import ElementTree
@@ -679,3 +680,26 @@ def test_a_paragraph_of_invisible_characters_alone_is_kept_not_sent():
             assert [p.text for p in written.paragraphs] == ["HOLA.", "\u200b", "\u200e ", "ADIÓS."]
         elif suffix == ".srt":
             assert read.save().decode() == subtitles.replace("- Hola.", "- HOLA.")
+
+
+def test_a_docx_header_two_sections_name_is_read_once():
+    """Two sections may name one header's part: its paragraphs were read twice, and writing
+    the second time failed (AttributeError), a server error for the whole file."""
+    from docx.enum.section import WD_SECTION
+
+    document = docx.Document()
+    document.add_paragraph("Uno.")
+    document.sections[0].header.paragraphs[0].text = "Cabecera"
+    document.add_section(WD_SECTION.NEW_PAGE)
+    document.add_paragraph("Dos.")
+    first, second = document.sections
+    reference = first._sectPr.find(files.qn_w("headerReference"))
+    second._sectPr.insert(0, copy.deepcopy(reference))  # the same header's part
+    out = io.BytesIO()
+    document.save(out)
+    read = files.read_file(".docx", out.getvalue())
+    assert [p.runs for p in read.paragraphs] == [["Uno."], ["Dos."], ["Cabecera"]]
+    for batch in read.batches(64):
+        batch.write([upper_cased(text) for text in batch.texts])
+    written = docx.Document(io.BytesIO(read.save()))
+    assert [section.header.paragraphs[0].text for section in written.sections] == ["CABECERA"] * 2
