@@ -109,6 +109,22 @@ class MergedRegistry:
             family.samples = list(values[name].values())
             yield family
 
+    def restricted_registry(self, names):
+        """The merged samples named in `names` alone: what /metrics?name[]=... serves, as
+        prometheus_client's own registry does for one front."""
+        return _Restricted(self, frozenset(names))
+
+
+class _Restricted:
+    def __init__(self, registry: MergedRegistry, names: frozenset):
+        self.registry, self.names = registry, names
+
+    def collect(self):
+        for family in self.registry.collect():
+            family.samples = [s for s in family.samples if s.name in self.names]
+            if family.samples:
+                yield family
+
 
 class _Process:
     def __init__(self, index: int):

@@ -9,6 +9,7 @@ import urllib.request
 import pytest
 
 from service.front.config import ServerConfig
+from service.front.fronts import MergedRegistry
 from service.front.metrics import Metrics, serve_metrics
 from service.runtime.errors import Unavailable
 
@@ -39,6 +40,33 @@ def test_a_port_in_use_is_refused_naming_the_setting():
     try:
         with pytest.raises(Unavailable, match=rf"^metrics_listen {busy}: cannot listen there \("):
             serve_metrics(ServerConfig(metrics_listen=busy), metrics.registry)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+@pytest.mark.parametrize("fronts", [1, 2])
+def test_a_scrape_may_ask_for_some_metrics_by_name(fronts):
+    """Before, with several fronts, /metrics?name[]=... (prometheus_client's filter, which
+    one front serves) answered 500 with a traceback in the log: the merged registry had no
+    `restricted_registry`."""
+    first, second = Metrics(), Metrics()
+    for metrics in (first, second):
+        metrics.requests_in_flight.labels("translator", "Translate").inc()
+        metrics.request_duration.labels("translator", "Translate", "OK").observe(0.1)
+    first.workers_ready.set(2)
+    registry = first.registry
+    if fronts == 2:
+        registry = MergedRegistry(first.registry, lambda: [list(second.registry.collect())])
+    server, thread = serve_metrics(ServerConfig(metrics_listen="127.0.0.1:0"), registry)
+    try:
+        url = f"http://127.0.0.1:{server.server_port}/metrics"
+        query = "?name[]=attnserve_requests_in_flight&name[]=attnserve_workers_ready"
+        with urllib.request.urlopen(url + query, timeout=5) as response:
+            lines = [line for line in response.read().decode().splitlines() if line[0] != "#"]
+        in_flight = 'attnserve_requests_in_flight{method="Translate",model="translator"}'
+        assert sorted(lines) == [f"{in_flight} {fronts}.0", "attnserve_workers_ready 2.0"]
     finally:
         server.shutdown()
         server.server_close()
