@@ -325,6 +325,44 @@ def test_kubernetes_probes_ask_grpc_health_and_the_pod_outlives_its_drain():
     assert metric in {m.name for m in Metrics().registry.collect()}
 
 
+def _pod_config(container: dict):
+    """The server's configuration from a container's arguments and environment."""
+    import argparse
+    from dataclasses import fields
+
+    from attnserve.cli.serve import Serve
+    from service.front.config import ServerConfig, load_config
+
+    parser = argparse.ArgumentParser()
+    Serve().add_arguments(parser)
+    flags = parser.parse_args(container["args"][1:])
+    overrides = {f.name: getattr(flags, f.name) for f in fields(ServerConfig)}
+    environ = {e["name"]: e["value"] for e in container.get("env", [])}
+    return load_config(None, environ, overrides)
+
+
+def _cores(quantity: str) -> float:
+    return float(quantity[:-1]) / 1000 if quantity.endswith("m") else float(quantity)
+
+
+def test_the_pod_starts_the_workers_its_cpu_request_pays_for(monkeypatch):
+    """Before, the pod requested 2 CPUs but set no CPU limit, so its cgroup had no quota and
+    the server started a worker per core of the node (with 4 fronts from 16 cores on): on a
+    32-core node 32 workers of about 200 MB each, past the 4 GiB memory limit."""
+    from service.front import config as server_config
+
+    deployment, *_ = yaml.safe_load_all(KUBERNETES.read_text())
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    resources = container["resources"]
+    limit = resources["limits"].get("cpu")  # the quota the kubelet writes into cpu.max
+    monkeypatch.setattr(server_config.os, "sched_getaffinity", lambda pid: set(range(32)))
+    monkeypatch.setattr(server_config, "cpu_quota", lambda: limit and _cores(limit))
+    config = _pod_config(container)
+    workers, _ = config.worker_choice("cpu")  # the image's ATTNSERVE_DEVICE
+    fronts, _ = config.front_choice()
+    assert workers + fronts <= _cores(resources["requests"]["cpu"]) + 1, (workers, fronts)
+
+
 def test_kubernetes_validation_catches_a_misspelt_field(tmp_path):
     broken = tmp_path / "broken.yaml"
     broken.write_text(KUBERNETES.read_text().replace("readinessProbe:", "readynessProbe:", 1))
