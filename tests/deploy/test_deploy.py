@@ -242,7 +242,7 @@ RAY_CLUSTER_FIELDS = {
         "rayStartParams",
         "template",
     },
-    "autoscalerOptions": {"upscalingMode", "idleTimeoutSeconds"},
+    "autoscalerOptions": {"upscalingMode", "idleTimeoutSeconds", "securityContext"},
 }
 
 
@@ -361,6 +361,84 @@ def test_the_pod_starts_the_workers_its_cpu_request_pays_for(monkeypatch):
     workers, _ = config.worker_choice("cpu")  # the image's ATTNSERVE_DEVICE
     fronts, _ = config.front_choice()
     assert workers + fronts <= _cores(resources["requests"]["cpu"]) + 1, (workers, fronts)
+
+
+# Volume types the Restricted Pod Security Standard allows.
+RESTRICTED_VOLUMES = {
+    "configMap",
+    "csi",
+    "downwardAPI",
+    "emptyDir",
+    "ephemeral",
+    "persistentVolumeClaim",
+    "projected",
+    "secret",
+}
+
+
+def _restricted_problems(pod: dict, sidecars: tuple = ()) -> list[str]:
+    """What keeps a pod out of a namespace that enforces the Restricted Pod Security Standard
+    (pod-security.kubernetes.io/enforce: restricted). `sidecars`: (name, securityContext) of
+    containers an operator adds to the pod."""
+    problems = []
+    context = pod.get("securityContext", {})
+    for key in ("hostNetwork", "hostPID", "hostIPC"):
+        if pod.get(key):
+            problems.append(f"pod: {key}")
+    for volume in pod.get("volumes", []):
+        if not set(volume) - {"name"} <= RESTRICTED_VOLUMES:
+            problems.append(f"volume {volume['name']}: {sorted(set(volume) - {'name'})}")
+    containers = [(c["name"], c.get("securityContext", {})) for c in pod["containers"]]
+    for name, own in [*containers, *sidecars]:
+        seen = {**context, **own}  # a container's settings win over the pod's
+        if seen.get("seccompProfile", {}).get("type") not in ("RuntimeDefault", "Localhost"):
+            problems.append(f"{name}: no seccompProfile RuntimeDefault")
+        if seen.get("runAsNonRoot") is not True or seen.get("runAsUser") == 0:
+            problems.append(f"{name}: may run as root")
+        if own.get("allowPrivilegeEscalation") is not False or own.get("privileged"):
+            problems.append(f"{name}: may escalate privileges")
+        capabilities = own.get("capabilities", {})
+        if "ALL" not in capabilities.get("drop", []):
+            problems.append(f"{name}: keeps its capabilities")
+        if not set(capabilities.get("add", [])) <= {"NET_BIND_SERVICE"}:
+            problems.append(f"{name}: adds capabilities")
+    return problems
+
+
+def test_every_pod_meets_the_restricted_pod_security_standard():
+    """Before, no pod set a seccomp profile and the Ray cluster's containers neither dropped
+    their capabilities nor barred privilege escalation: a namespace enforcing the Restricted
+    standard refused every pod of both manifests."""
+    deployment, *_ = yaml.safe_load_all(KUBERNETES.read_text())
+    assert _restricted_problems(deployment["spec"]["template"]["spec"]) == []
+    cluster, _ = yaml.safe_load_all(RAY_KUBERNETES.read_text())
+    spec = cluster["spec"]
+    # KubeRay adds the autoscaler's container to the head pod, with this securityContext
+    autoscaler = ("autoscaler", spec["autoscalerOptions"].get("securityContext", {}))
+    assert _restricted_problems(spec["headGroupSpec"]["template"]["spec"], (autoscaler,)) == []
+    for group in spec["workerGroupSpecs"]:
+        assert _restricted_problems(group["template"]["spec"]) == []
+
+
+def test_the_restricted_check_finds_what_it_looks_for():
+    deployment, *_ = yaml.safe_load_all(KUBERNETES.read_text())
+    pod = deployment["spec"]["template"]["spec"]
+    pod["hostNetwork"] = True
+    pod["volumes"].append({"name": "host", "hostPath": {"path": "/"}})
+    pod["securityContext"].pop("seccompProfile", None)
+    (container,) = pod["containers"]
+    container["securityContext"]["capabilities"] = {"add": ["SYS_ADMIN"]}
+    assert _restricted_problems(pod, (("sidecar", {"runAsUser": 0}),)) == [
+        "pod: hostNetwork",
+        "volume host: ['hostPath']",
+        "attnserve: no seccompProfile RuntimeDefault",
+        "attnserve: keeps its capabilities",
+        "attnserve: adds capabilities",
+        "sidecar: no seccompProfile RuntimeDefault",
+        "sidecar: may run as root",
+        "sidecar: may escalate privileges",
+        "sidecar: keeps its capabilities",
+    ]
 
 
 def test_kubernetes_validation_catches_a_misspelt_field(tmp_path):
