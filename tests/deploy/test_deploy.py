@@ -325,6 +325,19 @@ def test_kubernetes_probes_ask_grpc_health_and_the_pod_outlives_its_drain():
     assert metric in {m.name for m in Metrics().registry.collect()}
 
 
+def test_the_deployment_runs_the_image_the_docs_build():
+    """Before, the Deployment ran attnserve:latest, a tag no build of the docs, the
+    Dockerfile or the compose file makes (they tag the runtime target attnserve:cpu): a
+    cluster given the image so built found no attnserve:latest and the pods never started."""
+    deployment, *_ = yaml.safe_load_all(KUBERNETES.read_text())
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    service = yaml.safe_load(COMPOSE_FILE.read_text())["services"]["attnserve"]
+    assert service["build"]["target"] == "runtime"
+    assert container["image"] == service["image"] == "attnserve:cpu"
+    docs = (ROOT / "docs" / "deploy.md").read_text()
+    assert "--target runtime -t attnserve:cpu ." in docs
+
+
 def _pod_config(container: dict):
     """The server's configuration from a container's arguments and environment."""
     import argparse
