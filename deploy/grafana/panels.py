@@ -20,9 +20,9 @@ def quantile(q: float, metric: str, by: str) -> str:
     return f"histogram_quantile({q}, {rate(metric + '_bucket', 'le, ' + by)})"
 
 
-def events(metric: str) -> str:
+def events(metric: str, selector: str = "") -> str:
     """Events of a counter over the interval, 0 when it has none yet."""
-    return f"sum(increase({metric}[{RATE}])) or vector(0)"
+    return f"sum(increase({metric}{selector}[{RATE}])) or vector(0)"
 
 
 ROWS = "attnserve_decode_step_batch_rows"
@@ -72,14 +72,14 @@ PANELS = [
         ("restarts", events("attnserve_worker_restarts_total")),
     ]),
     ("Calls retried, cut at drain, refused", "short", [
-        ("retried", events("attnserve_retried_calls_total")),
+        ("retried", events("attnserve_retried_calls_total", f"{{{MODEL}}}")),
         ("cut at drain", events("attnserve_drain_cancelled_calls_total")),
         ("token refused", events("attnserve_auth_refused_calls_total")),
-        ("version refused", events("attnserve_model_versions_refused_total")),
+        ("version refused", events("attnserve_model_versions_refused_total", f"{{{MODEL}}}")),
     ]),
     ("Model versions served", "short", [
         ("{{model}}/{{version}} {{precision}} {{execution_provider}} {{instance}}",
-         "attnserve_model_info"),
+         f"attnserve_model_info{{{MODEL}}}"),
     ]),
 ]  # fmt: skip
 TEMPLATING = [

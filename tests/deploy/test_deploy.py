@@ -194,6 +194,30 @@ def test_promtool_rejects_a_broken_rule(tmp_path):
     assert "parse error" in result.stdout + result.stderr
 
 
+def test_every_dashboard_query_of_a_metric_by_model_follows_the_model_variable():
+    """Before, the retried calls, the refused versions and the versions served ignored the
+    dashboard's `model` variable (the docs say every panel follows it): with `model` set to
+    the captioner they still showed the translator's."""
+    import importlib.util
+
+    from service.front.metrics import Metrics
+
+    spec = importlib.util.spec_from_file_location("panels", ROOT / "deploy/grafana/panels.py")
+    panels = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(panels)
+    metrics = Metrics()
+    by_model = {m._name for m in vars(metrics).values() if "model" in getattr(m, "_labelnames", ())}
+    unfiltered = []
+    for title, _, targets in panels.PANELS:
+        for _, expr in targets:
+            for found in re.finditer(r"attnserve_[a-z_]+", expr):
+                name = re.sub(r"_(total|bucket|count|sum|info)$", "", found.group())
+                if name in by_model and not expr[found.end() :].startswith('{model=~"$model"'):
+                    unfiltered.append((title, found.group()))
+    assert by_model >= {"attnserve_request_duration_seconds", "attnserve_retried_calls"}
+    assert unfiltered == []
+
+
 KUBERNETES = ROOT / "deploy" / "kubernetes" / "attnserve.yaml"
 
 
