@@ -3,14 +3,18 @@ sockets, the setting."""
 
 from __future__ import annotations
 
+import multiprocessing
 import stat
+import threading
+import time
 
 import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from service.front import fronts as front_processes
 from service.front.config import ServerConfig, load_config
-from service.front.fronts import MergedRegistry, worker_sockets
+from service.front.fronts import FrontProcesses, MergedRegistry, worker_sockets
 from service.front.metrics import Metrics
 from service.runtime.errors import InvalidArgument
 from service.worker.settings import WorkerSettings
@@ -55,6 +59,47 @@ def test_merged_metrics_add_every_front_and_count_the_workers_once():
     assert merged[created] == alone[created]  # the earliest: the first front's
     # nothing is lost or invented: the same samples as one front's, with other values
     assert set(merged) == set(alone) | set(_samples(second.registry))
+
+
+class _Served:
+    """A front's `ready` future, done."""
+
+    def done(self) -> bool:
+        return True
+
+
+def test_fronts_that_do_not_answer_cost_a_scrape_one_wait_in_all(monkeypatch):
+    """Before, the first front asked the other fronts one after the other and gave each
+    SCRAPE_SECONDS (2 s): with four fronts, two stalled ones made /metrics take 4 s, the
+    compose stack's scrape_timeout, and Prometheus lost the whole scrape (`up` 0) instead
+    of the stalled fronts' samples alone."""
+    monkeypatch.setattr(front_processes, "SCRAPE_SECONDS", 0.5)
+    processes = FrontProcesses(ServerConfig(fronts=4), [], "cpu", {}, main=None)
+    answering = Metrics()
+    answering.requests_in_flight.labels("translator", "Translate").set(3)
+    theirs = []
+    for front in processes.fronts:
+        front.scrape, their_end = multiprocessing.Pipe()
+        front.ready = _Served()
+        theirs.append(their_end)
+
+    def answer(pipe):  # the second front answers; the third and fourth are stalled
+        pipe.recv()
+        pipe.send(list(answering.registry.collect()))
+
+    thread = threading.Thread(target=answer, args=(theirs[0],))
+    thread.start()
+    started = time.monotonic()
+    gathered = processes.collect()
+    took = time.monotonic() - started
+    thread.join(5)
+    assert len(gathered) == 1
+    merged = _samples(MergedRegistry(Metrics().registry, lambda: gathered))
+    in_flight = (("method", "Translate"), ("model", "translator"))
+    assert merged[("attnserve_requests_in_flight", in_flight)] == 3
+    assert 0.5 <= took < 0.9, took  # one SCRAPE_SECONDS, not one per stalled front
+    for end in theirs:
+        end.close()
 
 
 def test_worker_sockets_are_private_and_only_with_several_fronts():
