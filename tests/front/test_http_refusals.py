@@ -173,6 +173,22 @@ def test_bodies_are_bounded_for_libretranslate_too(tmp_path, monkeypatch):
     assert servicer.requests == []
 
 
+def test_a_body_past_the_bound_is_413_on_v1_as_on_libretranslate(tmp_path, monkeypatch):
+    """Too large is no overload: 429 would have retrying clients send the body again."""
+    web, servicer = served(tmp_path, max_body=1_000, monkeypatch=monkeypatch)
+    big = b'{"texts": ["Hola."]' + b" " * 2_000 + b"}"
+    for chunked in (False, True):
+        content = iter([big]) if chunked else big  # a generator: no Content-Length said
+        answer = web.post(
+            "/v1/translate", content=content, headers={"content-type": "application/json"}
+        )
+        assert answer.status_code == 413, answer.text
+        error = answer.json()["error"]
+        assert (error["code"], error["status"]) == (413, "RESOURCE_EXHAUSTED")
+        assert "1000" in error["message"]  # the bound named
+    assert servicer.requests == []
+
+
 def test_starlettes_own_refusals_are_json_in_each_api_s_shape(tmp_path):
     web, _ = served(tmp_path)
     for answer, status, code in (
@@ -236,7 +252,7 @@ def test_a_body_sent_in_chunks_is_bounded_as_it_comes(tmp_path, monkeypatch):
             yield part[start : start + 500]
 
     answer = web.post("/v1/translate", content=chunks(), headers=headers)
-    assert answer.status_code == 429 and answer.json()["error"]["status"] == "RESOURCE_EXHAUSTED"
+    assert answer.status_code == 413 and answer.json()["error"]["status"] == "RESOURCE_EXHAUSTED"
     answer = web.post("/translate_file", content=chunks(), headers=headers)
     assert answer.status_code == 413 and "too large" in answer.json()["error"]
     assert servicer.requests == []

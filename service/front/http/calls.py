@@ -44,11 +44,15 @@ MAX_FORM_FIELDS = 1000  # of a URL-encoded form, as Starlette bounds a multipart
 
 
 class Aborted(Exception):
-    """A call ended with a gRPC status and its details."""
+    """A call ended with a gRPC status and its details; `status` is its HTTP status where
+    not the gRPC status's (a body past its bound: 413, not the 429 of an overload)."""
 
-    def __init__(self, code: grpc.StatusCode, details: str):
+    def __init__(self, code: grpc.StatusCode, details: str, status: int | None = None):
         super().__init__(details)
-        self.code, self.details = code, details
+        self.code, self.details, self.status = code, details, status
+
+
+TOO_LARGE = 413  # a body past its bound: sent again, it is refused again
 
 
 class TooLarge(Exception):

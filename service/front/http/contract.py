@@ -26,6 +26,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from service.front.http.calls import (
+    TOO_LARGE,
     URL_ENCODED,
     Aborted,
     HttpContext,
@@ -118,7 +119,7 @@ class ContractApi:
                 )
                 response = await until_disconnected(request, within(context, call))
             except Aborted as aborted:
-                return error_response(aborted.code, aborted.details)
+                return error_response(aborted.code, aborted.details, aborted.status)
             return JSONResponse(to_json(response))
 
         return handle
@@ -206,9 +207,7 @@ async def read_message(request: Request, message_class, max_bytes: int) -> Messa
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     length = request.headers.get("content-length")
     if length is not None and length.isdigit() and int(length) > max_bytes:
-        raise Aborted(
-            grpc.StatusCode.RESOURCE_EXHAUSTED, f"request: {length} bytes, at most {max_bytes}"
-        )
+        raise _too_large(f"request: {length} bytes, at most {max_bytes}")
     name = message_class.DESCRIPTOR.full_name
     request = bounded(request, max_bytes)
     try:
@@ -225,10 +224,7 @@ async def read_message(request: Request, message_class, max_bytes: int) -> Messa
         # a byte order mark ignored, as RFC 8259 lets a JSON parser do
         body = (await request.body()).removeprefix(codecs.BOM_UTF8)
         if len(body) > max_bytes:
-            raise Aborted(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"request: {len(body)} bytes, at most {max_bytes}",
-            )
+            raise _too_large(f"request: {len(body)} bytes, at most {max_bytes}")
         return json_format.Parse(body or b"{}", message_class())
     except json_format.ParseError as error:
         raise Aborted(
@@ -239,7 +235,12 @@ async def read_message(request: Request, message_class, max_bytes: int) -> Messa
             grpc.StatusCode.INVALID_ARGUMENT, f"request: invalid UTF-8 at byte {error.start}"
         ) from None
     except TooLarge as error:
-        raise Aborted(grpc.StatusCode.RESOURCE_EXHAUSTED, str(error)) from None
+        raise _too_large(str(error)) from None
+
+
+def _too_large(details: str) -> Aborted:
+    """A body past the bound: gRPC's status for a message past its size, HTTP's 413."""
+    return Aborted(grpc.StatusCode.RESOURCE_EXHAUSTED, details, TOO_LARGE)
 
 
 async def form_fields(form, descriptor: Descriptor) -> dict[str, Any]:

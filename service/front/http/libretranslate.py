@@ -2,7 +2,8 @@
 libretranslatepy, the npm `libretranslate` package): `POST /translate`, `POST /detect`,
 `GET /languages`, `POST /translate_file` and `GET /download_file/...`, `GET
 /frontend/settings`, `GET /health`. Bodies are JSON or forms; errors are `{"error": ...}` with
-LibreTranslate's status codes (400 a bad request, 403 a bad key, 429 overloaded, 500 else).
+LibreTranslate's status codes (400 a bad request, 403 a bad key, 413 too large, 429
+overloaded, 500 else).
 
 A language pair goes to the served translator whose manifest declares it (the default
 translator first). Languages are named by ISO 639-1 codes, as LibreTranslate names them
@@ -35,6 +36,7 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from service.front.http.calls import (
+    TOO_LARGE,
     URL_ENCODED,
     Aborted,
     HttpContext,
@@ -173,7 +175,9 @@ class LibreTranslateApi:
         try:
             return await self._read(bounded(request, self.max_bytes))
         except TooLarge:  # a length said, or counted as the body came
-            raise BadRequest(f"Request too large: at most {self.max_bytes} bytes", 413) from None
+            raise BadRequest(
+                f"Request too large: at most {self.max_bytes} bytes", TOO_LARGE
+            ) from None
 
     async def _read(self, request: Request) -> tuple[dict, bool]:
         content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()

@@ -95,7 +95,8 @@ LIBRETRANSLATE_SCHEMAS = {
 }
 LT_ERRORS = {
     "default": {
-        "description": "an error: 400 a bad request, 403 a bad key, 429 overloaded",
+        "description": "an error: 400 a bad request, 403 a bad key, 413 a body too large, "
+        "429 overloaded, 503 draining",
         "content": {"application/json": {"schema": _lt("Error")}},
     }
 }
@@ -260,7 +261,8 @@ def openapi_document(endpoints, libretranslate: bool) -> dict:
                         "content": {media: {"schema": answer}},
                     },
                     "default": {
-                        "description": "an error",
+                        "description": "an error: its gRPC status as HTTP's (429 overloaded), "
+                        "413 a body too large",
                         "content": {
                             "application/json": {"schema": {"$ref": "#/components/schemas/Error"}}
                         },
