@@ -124,9 +124,19 @@ class ModelServicer:
             front.in_flight -= 1
             if front.in_flight == 0:
                 front.idle.set()
-            front.metrics.request_duration.labels(*labels, code.name).observe(
-                time.monotonic() - received
-            )
+            self._counted(labels, code, received)
+
+    def _counted(self, labels: tuple[str, str], code: grpc.StatusCode, received: float) -> None:
+        self.front.metrics.request_duration.labels(*labels, code.name).observe(
+            time.monotonic() - received
+        )
+
+    def refused(self, label: str, code: grpc.StatusCode, received: float) -> None:
+        """Counts a call refused before it had a request message (an HTTP body that does not
+        parse, or past its bound) as a call is counted: its duration by status code, under
+        the method label `label` and the model a call naming none gets, as a gRPC message
+        that does not parse is."""
+        self._counted((self.front.label(self.service, ""), label), code, received)
 
     async def _result(self, call: Call) -> Result:
         async for event in self._events(call):

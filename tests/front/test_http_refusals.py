@@ -15,7 +15,11 @@ from google.protobuf import json_format
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
+from service.front.config import ServerConfig
 from service.front.http import app as http_app
+from service.front.metrics import Metrics
+from service.front.state import Front
+from service.front.translate import TranslationServicer
 from service.runtime.languages import Languages
 from service.wire.v1 import decoding_pb2, translation_pb2
 
@@ -29,7 +33,7 @@ class UpperCase:
     file = translation_pb2.DESCRIPTOR
 
     def __init__(self, delay: float):
-        self.delay, self.requests = delay, []
+        self.delay, self.requests, self.refusals = delay, [], []
 
     async def unary(self, method, request, context, label=""):
         self.requests.append(request)
@@ -38,6 +42,9 @@ class UpperCase:
         return translation_pb2.TranslateResponse(
             translations=[translation_pb2.Translation(hypotheses=h) for h in hypotheses]
         )
+
+    def refused(self, label, code, received):
+        self.refusals.append((label, code.name))
 
     async def stream(self, method, request, context, label=""):
         """`request.text` upper-cased as a partial at once, then as the result after
@@ -422,3 +429,52 @@ def test_a_lone_surrogate_in_libretranslate_json_is_a_bad_request(tmp_path, path
     assert answer.status_code == 400, answer.text
     assert answer.json() == {"error": "Invalid request: an unpaired surrogate in the JSON body"}
     assert servicer.requests == []
+
+
+def test_requests_refused_before_their_call_are_counted_as_calls(tmp_path, monkeypatch):
+    """A body that did not parse, or was too large, was in no metric over HTTP, where a gRPC
+    message that does not parse is counted INVALID_ARGUMENT: each is counted so now, under
+    its route's method label and the default model."""
+    monkeypatch.setattr(http_app, "MAX_BODY", 1_000)
+    model = SimpleNamespace(kind="transformer", languages=Languages(("es",), ("en",)))
+    front = Front(ServerConfig(), {SERVICE: {"translator": {"1": model}}}, None, Metrics())
+    front.serving = True
+    servicer = TranslationServicer(front)
+    built = http_app.build_app(front, [servicer], [], lambda code: None, tmp_path / "files")
+    web = TestClient(built, raise_server_exceptions=False)
+    json_type = {"content-type": "application/json"}
+    big = b'{"texts": ["Hola."]' + b" " * 2_000 + b"}"
+    for path, kwargs, status, code in (
+        ("/v1/translate", {"json": {"nope": 1}}, 400, "INVALID_ARGUMENT"),
+        ("/v1/translate", {"content": b"{", "headers": json_type}, 400, "INVALID_ARGUMENT"),
+        ("/v1/translate", {"data": {"nope": "1"}}, 400, "INVALID_ARGUMENT"),
+        (
+            "/v1/translate",
+            {"content": b"--x\r\nbroken", "headers": {"content-type": "multipart/form-data"}},
+            400,
+            "INVALID_ARGUMENT",
+        ),
+        (
+            "/v1/translate",
+            {"json": {"texts": ["Hola."]}, "headers": {"x-request-timeout": "soon"}},
+            400,
+            "INVALID_ARGUMENT",
+        ),
+        ("/v1/translate", {"content": big, "headers": json_type}, 413, "RESOURCE_EXHAUSTED"),
+        ("/v1/translate:stream", {"json": {"texts": ["no"]}}, 400, "INVALID_ARGUMENT"),
+        ("/translate", {"content": b"{", "headers": json_type}, 400, "INVALID_ARGUMENT"),
+        ("/translate", {"json": {"q": "Hola", "source": "es"}}, 400, "INVALID_ARGUMENT"),
+        ("/translate", {"content": big, "headers": json_type}, 413, "RESOURCE_EXHAUSTED"),
+        ("/translate_file", {"data": {"source": "es", "target": "en"}}, 400, "INVALID_ARGUMENT"),
+    ):
+        method = {
+            "/v1/translate": "http/Translate",
+            "/v1/translate:stream": "http/TranslateStream",
+        }.get(path, "http/libretranslate" + path)
+        labels = {"model": "translator", "method": method, "code": code}
+        counted = "attnserve_request_duration_seconds_count"
+        before = front.metrics.registry.get_sample_value(counted, labels) or 0
+        answer = web.post(path, **kwargs)
+        assert answer.status_code == status, (path, answer.text)
+        after = front.metrics.registry.get_sample_value(counted, labels)
+        assert after == before + 1, (path, kwargs, labels)

@@ -12,6 +12,7 @@ import base64
 import codecs
 import json
 import re
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +22,7 @@ from google.protobuf import json_format
 from google.protobuf.descriptor import Descriptor, FieldDescriptor, MethodDescriptor
 from google.protobuf.message import Message
 from google.protobuf.message_factory import GetMessageClass
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -107,11 +109,10 @@ class ContractApi:
     def _handler(self, endpoint: Endpoint):
         async def handle(request: Request) -> Response:
             try:
-                context = HttpContext(timeout_of(request))
                 authorize(
                     self.tokens, header_token(request), endpoint.servicer.service, self.refused
                 )
-                message = await read_message(request, endpoint.request_class, self.max_bytes)
+                context, message = await self._request(request, endpoint)
                 if endpoint.method.server_streaming:
                     return await self._stream(request, endpoint, message, context)
                 call = endpoint.servicer.unary(
@@ -123,6 +124,17 @@ class ContractApi:
             return JSONResponse(to_json(response))
 
         return handle
+
+    async def _request(self, request: Request, endpoint: Endpoint) -> tuple[HttpContext, Message]:
+        """The call's context and request message; a refusal of either (a bad timeout, a body
+        that does not parse or is too large) is counted as a call the servicer ends is."""
+        received = time.monotonic()
+        try:
+            context = HttpContext(timeout_of(request))
+            return context, await read_message(request, endpoint.request_class, self.max_bytes)
+        except Aborted as refused:
+            endpoint.servicer.refused(endpoint.label, refused.code, received)
+            raise
 
     async def _stream(self, request, endpoint: Endpoint, message, context) -> Response:
         """Server-sent events: `data: <message as JSON>` each; an error after the first
@@ -236,6 +248,8 @@ async def read_message(request: Request, message_class, max_bytes: int) -> Messa
         ) from None
     except TooLarge as error:
         raise _too_large(str(error)) from None
+    except HTTPException as error:  # a form Starlette cannot read
+        raise Aborted(grpc.StatusCode.INVALID_ARGUMENT, f"request: {error.detail}") from None
 
 
 def _too_large(details: str) -> Aborted:

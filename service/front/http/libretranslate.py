@@ -90,11 +90,12 @@ class Upload(NamedTuple):
 
 
 class BadRequest(Exception):
-    """A request LibreTranslate answers 400 (or `status`), its message as LibreTranslate's."""
+    """A request LibreTranslate answers 400 (or `status`), its message as LibreTranslate's;
+    `code` is the gRPC status it is counted under (None: counted as a refused token)."""
 
-    def __init__(self, message: str, status: int = 400):
+    def __init__(self, message: str, status: int = 400, code=grpc.StatusCode.INVALID_ARGUMENT):
         super().__init__(message)
-        self.status = status
+        self.status, self.code = status, code
 
 
 STORED_NAME_BYTES = 200  # of a translated file's name as stored (a file system's limit: 255)
@@ -176,7 +177,9 @@ class LibreTranslateApi:
             return await self._read(bounded(request, self.max_bytes))
         except TooLarge:  # a length said, or counted as the body came
             raise BadRequest(
-                f"Request too large: at most {self.max_bytes} bytes", TOO_LARGE
+                f"Request too large: at most {self.max_bytes} bytes",
+                TOO_LARGE,
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
             ) from None
 
     async def _read(self, request: Request) -> tuple[dict, bool]:
@@ -218,22 +221,29 @@ class LibreTranslateApi:
         # api_key as LibreTranslate reads it; apiKey as its npm client sends it
         key = values.get("api_key") or values.get("apiKey") or header_token(request)
         if not key:
-            raise BadRequest("Please contact the server operator to get an API key")
+            raise BadRequest("Please contact the server operator to get an API key", code=None)
         try:
             authorize(self.tokens, str(key), self.servicer.service, self.refused)
         except Aborted as aborted:
             reason = "Invalid API key" if aborted.code == grpc.StatusCode.UNAUTHENTICATED else ""
-            raise BadRequest(reason or aborted.details, 403) from None
+            raise BadRequest(reason or aborted.details, 403, None) from None
 
-    async def _call(self, request: Request, message, label: str, context=None):
-        """Translate over the servicer; `context` (HttpContext) where several calls share
-        the request's one deadline."""
-        context = context or HttpContext(timeout_of(request))
+    async def _call(self, request: Request, message, label: str, context: HttpContext):
+        """Translate over the servicer within the request's deadline (`context`)."""
         call = self.servicer.unary("Translate", message, context, f"http/libretranslate/{label}")
         return await until_disconnected(request, within(context, call))
 
+    def _refused(self, label: str, bad: BadRequest, received: float) -> JSONResponse:
+        """LibreTranslate's answer to a request refused before its call, counted as the
+        servicer counts a call (a refused token is counted as such by `authorize`)."""
+        if bad.code is not None:
+            self.servicer.refused(f"http/libretranslate/{label}", bad.code, received)
+        return error(bad.status, str(bad))
+
     async def translate(self, request: Request) -> Response:
+        received = time.monotonic()
         try:
+            context = _context(request)
             values, form = await self._values(request)
             q, source, target = values.get("q"), _field(values, "source"), _field(values, "target")
             for name, value in (("q", q), ("source", source), ("target", target)):
@@ -256,10 +266,10 @@ class LibreTranslateApi:
             if form:  # LibreTranslate counts a form's line breaks as one character
                 texts = ["\n".join(t.splitlines()) for t in texts]
             route, translated, others = await self._translated(
-                request, texts, source, target, text_format, alternatives
+                request, context, texts, source, target, text_format, alternatives
             )
         except BadRequest as bad:
-            return error(bad.status, str(bad))
+            return self._refused("translate", bad, received)
         except Aborted as aborted:
             return refusal(aborted)
         result: dict = {"translatedText": translated if batch else translated[0]}
@@ -270,7 +280,7 @@ class LibreTranslateApi:
             result["alternatives"] = others if batch else others[0]
         return JSONResponse(result)
 
-    async def _translated(self, request, texts, source, target, text_format, alternatives):
+    async def _translated(self, request, context, texts, source, target, text_format, alternatives):
         """-> (its route, each text's translation, each text's alternatives); a text with
         nothing to translate, or all where the source is the target, as it is."""
         translated, others = list(texts), [[] for _ in texts]
@@ -288,7 +298,7 @@ class LibreTranslateApi:
             pair.model, [texts[i] for i in wanted], text_format, alternatives
         )
         message.source_language, message.target_language = pair.source, pair.target
-        response = await self._call(request, message, "translate")
+        response = await self._call(request, message, "translate", context)
         for i, translation in zip(wanted, response.translations, strict=True):
             best, *rest = [h.text for h in translation.hypotheses]
             translated[i] = best
@@ -329,7 +339,9 @@ class LibreTranslateApi:
         )
 
     async def translate_file(self, request: Request) -> Response:
+        received = time.monotonic()
         try:
+            context = _context(request)  # one deadline for every batch
             values, _ = await self._values(request)
             upload = values.get("file")
             source, target = _field(values, "source"), _field(values, "target")
@@ -353,7 +365,6 @@ class LibreTranslateApi:
                 raise BadRequest(f"Invalid request: {filename}: {bad}") from None
             texts = [p.text for p in document.paragraphs]
             pair = self._route(source, target, texts, document.text_format).pair
-            context = HttpContext(timeout_of(request))  # one deadline for every batch
             for batch in document.batches(MAX_TEXTS) if pair is not None else ():
                 message = _translate_message(pair.model, batch.texts, document.text_format, 0)
                 message.source_language, message.target_language = pair.source, pair.target
@@ -361,7 +372,7 @@ class LibreTranslateApi:
                 response = await self._call(request, message, "translate_file", context)
                 batch.write([MessageToDict(t) for t in response.translations])
         except BadRequest as bad:
-            return error(bad.status, str(bad))
+            return self._refused("translate_file", bad, received)
         except Aborted as aborted:
             return refusal(aborted)
         stored = f"{uuid.uuid4()}.{_shortened(filename)}"
@@ -465,6 +476,14 @@ def _sample(texts: list[str], text_format: str) -> str:
         taken.append(words)
         size += len(words) + 1
     return " ".join(taken)
+
+
+def _context(request: Request) -> HttpContext:
+    """The call's deadline from its X-Request-Timeout header; BadRequest where it is bad."""
+    try:
+        return HttpContext(timeout_of(request))
+    except Aborted as aborted:
+        raise BadRequest(aborted.details) from None
 
 
 def _field(values: dict, name: str) -> str:
