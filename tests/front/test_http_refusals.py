@@ -10,6 +10,7 @@ import time
 from types import SimpleNamespace
 from urllib.parse import urlsplit
 
+import grpc
 import pytest
 from google.protobuf import json_format
 from starlette.routing import Route
@@ -18,6 +19,7 @@ from starlette.testclient import TestClient
 from service.front.config import ServerConfig
 from service.front.http import app as http_app
 from service.front.metrics import Metrics
+from service.front.security import parse_tokens
 from service.front.state import Front
 from service.front.translate import TranslationServicer
 from service.runtime.languages import Languages
@@ -478,3 +480,27 @@ def test_requests_refused_before_their_call_are_counted_as_calls(tmp_path, monke
         assert answer.status_code == status, (path, answer.text)
         after = front.metrics.registry.get_sample_value(counted, labels)
         assert after == before + 1, (path, kwargs, labels)
+
+
+def test_a_libretranslate_call_without_a_key_is_counted_as_a_refused_token(tmp_path):
+    """With tokens on, a call with no key was refused (400, as LibreTranslate does) but
+    counted nowhere, where a gRPC or /v1 call with no token is UNAUTHENTICATED."""
+    tokens = parse_tokens("a-token-of-sixteen-chars", "test")
+    model = SimpleNamespace(kind="transformer", languages=Languages(("es",), ("en",)))
+    front = SimpleNamespace(
+        models={SERVICE: {"translator": {"1": model}}},
+        defaults={SERVICE: "translator"},
+        config=SimpleNamespace(max_text_chars=100_000),
+        services=[SERVICE],
+    )
+    refused, servicer = [], UpperCase(0.0)
+    built = http_app.build_app(front, [servicer], tokens, refused.append, tmp_path / "files")
+    web = TestClient(built, raise_server_exceptions=False)
+    body = {"q": "Hola", "source": "es", "target": "en"}
+    keyless = web.post("/translate", json=body)
+    assert keyless.status_code == 400 and "API key" in keyless.json()["error"]
+    unknown = web.post("/translate", json=body | {"api_key": "x" * 20})
+    assert unknown.status_code == 403
+    assert web.post("/v1/translate", json={"texts": ["Hola"]}).status_code == 401
+    assert refused == [grpc.StatusCode.UNAUTHENTICATED] * 3
+    assert servicer.requests == [] and servicer.refusals == []

@@ -220,7 +220,8 @@ class LibreTranslateApi:
             return
         # api_key as LibreTranslate reads it; apiKey as its npm client sends it
         key = values.get("api_key") or values.get("apiKey") or header_token(request)
-        if not key:
+        if not key:  # refused for its token as a call without one over gRPC or /v1 is
+            self.refused(grpc.StatusCode.UNAUTHENTICATED)
             raise BadRequest("Please contact the server operator to get an API key", code=None)
         try:
             authorize(self.tokens, str(key), self.servicer.service, self.refused)
