@@ -504,3 +504,24 @@ def test_a_libretranslate_call_without_a_key_is_counted_as_a_refused_token(tmp_p
     assert web.post("/v1/translate", json={"texts": ["Hola"]}).status_code == 401
     assert refused == [grpc.StatusCode.UNAUTHENTICATED] * 3
     assert servicer.requests == [] and servicer.refusals == []
+
+
+def test_json_nested_past_the_recursion_limit_is_a_bad_request(tmp_path):
+    """JSON nested deeper than Python's recursion limit raised RecursionError from
+    json.loads: a 500 in plain text and a traceback, where it is a bad request."""
+    web, servicer = served(tmp_path)
+    deep = "[" * 5_000 + "]" * 5_000
+    json_type = {"content-type": "application/json"}
+    for path, body in (
+        ("/translate", f'{{"q": {deep}, "source": "es", "target": "en"}}'),
+        ("/detect", deep),
+    ):
+        answer = web.post(path, content=body, headers=json_type)
+        assert answer.status_code == 400, (path, answer.text)
+        assert answer.json() == {"error": "Invalid JSON format"}
+    answer = web.post("/v1/translate", data={"options": deep})
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["error"]["message"].startswith("options: not JSON")
+    # a text of brackets alone is a text
+    answer = web.post("/v1/translate", data={"texts": "[" * 5_000})
+    assert answer.status_code == 200 and list(servicer.requests[-1].texts) == ["[" * 5_000]

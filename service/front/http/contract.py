@@ -292,7 +292,7 @@ async def _form_value(field: FieldDescriptor, value) -> Any:
     ):
         try:
             return json.loads(value)
-        except json.JSONDecodeError as error:
+        except (json.JSONDecodeError, RecursionError) as error:  # nested past the limit
             if field.type == FieldDescriptor.TYPE_STRING:  # a text that starts with "["
                 return value
             raise Aborted(

@@ -189,14 +189,16 @@ class LibreTranslateApi:
             raise TooLarge
         if content_type == "application/json" or _json_suffix(content_type):
             body = await request.body()
-            try:
+            try:  # nested past Python's recursion limit: RecursionError
                 values = json.loads(body or b"{}")
-            except (json.JSONDecodeError, UnicodeDecodeError):
+            except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
                 raise BadRequest("Invalid JSON format") from None
             if not isinstance(values, dict):
                 raise BadRequest("Invalid JSON format")
             try:  # a "\ud800" escape reads as a string that has no UTF-8
                 json.dumps(values, ensure_ascii=False).encode()
+            except RecursionError:
+                raise BadRequest("Invalid JSON format") from None
             except UnicodeEncodeError:
                 raise BadRequest(
                     "Invalid request: an unpaired surrogate in the JSON body"
