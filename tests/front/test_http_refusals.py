@@ -468,6 +468,12 @@ def test_requests_refused_before_their_call_are_counted_as_calls(tmp_path, monke
         ("/translate", {"json": {"q": "Hola", "source": "es"}}, 400, "INVALID_ARGUMENT"),
         ("/translate", {"content": big, "headers": json_type}, 413, "RESOURCE_EXHAUSTED"),
         ("/translate_file", {"data": {"source": "es", "target": "en"}}, 400, "INVALID_ARGUMENT"),
+        (
+            "/translate_file",
+            {"content": b"--x\r\nbroken", "headers": {"content-type": "multipart/form-data"}},
+            400,
+            "INVALID_ARGUMENT",
+        ),
     ):
         method = {
             "/v1/translate": "http/Translate",

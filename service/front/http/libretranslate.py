@@ -31,6 +31,7 @@ from urllib.parse import quote
 import grpc
 from google.protobuf.json_format import MessageToDict
 from starlette.datastructures import UploadFile
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Route
@@ -175,6 +176,8 @@ class LibreTranslateApi:
         read as Upload and the form closed), and whether they came as a form."""
         try:
             return await self._read(bounded(request, self.max_bytes))
+        except HTTPException as error:  # a form Starlette cannot read
+            raise BadRequest(error.detail, error.status_code) from None
         except TooLarge:  # a length said, or counted as the body came
             raise BadRequest(
                 f"Request too large: at most {self.max_bytes} bytes",
