@@ -18,6 +18,7 @@ from starlette.testclient import TestClient
 
 from service.front.config import ServerConfig
 from service.front.http import app as http_app
+from service.front.http.calls import URL_ENCODED
 from service.front.metrics import Metrics
 from service.front.security import parse_tokens
 from service.front.state import Front
@@ -531,3 +532,13 @@ def test_json_nested_past_the_recursion_limit_is_a_bad_request(tmp_path):
     # a text of brackets alone is a text
     answer = web.post("/v1/translate", data={"texts": "[" * 5_000})
     assert answer.status_code == 200 and list(servicer.requests[-1].texts) == ["[" * 5_000]
+
+
+def test_the_document_lists_every_body_v1_reads(tmp_path):
+    """/v1 reads a URL-encoded form as it reads a multipart one; the document listed only
+    JSON and multipart bodies."""
+    web, servicer = served(tmp_path)
+    body = web.get("/openapi.json").json()["paths"]["/v1/translate"]["post"]["requestBody"]
+    assert set(body["content"]) == {"application/json", "multipart/form-data", URL_ENCODED}
+    answer = web.post("/v1/translate", content="texts=Hola.", headers={"content-type": URL_ENCODED})
+    assert answer.status_code == 200 and list(servicer.requests[-1].texts) == ["Hola."]

@@ -8,6 +8,7 @@ from __future__ import annotations
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
 from service.front.http.calls import TIMEOUT_HEADER
+from service.front.http.contract import FORMS
 
 SCALARS = {
     FieldDescriptor.TYPE_DOUBLE: {"type": "number"},
@@ -247,11 +248,14 @@ def openapi_document(endpoints, libretranslate: bool) -> dict:
                     "required": True,
                     "content": {
                         "application/json": body,
-                        "multipart/form-data": {
-                            "schema": {
-                                "type": "object",
-                                "description": "the message's fields; a file for bytes",
+                        **{
+                            media: {
+                                "schema": {
+                                    "type": "object",
+                                    "description": "the message's fields; a file for bytes",
+                                }
                             }
+                            for media in FORMS
                         },
                     },
                 },
