@@ -131,11 +131,11 @@ class ModelServicer:
             time.monotonic() - received
         )
 
-    def refused(self, label: str, code: grpc.StatusCode, received: float) -> None:
-        """Counts a call refused before it had a request message (an HTTP body that does not
-        parse, or past its bound) as a call is counted: its duration by status code, under
-        the method label `label` and the model a call naming none gets, as a gRPC message
-        that does not parse is."""
+    def counted_at_edge(self, label: str, code: grpc.StatusCode, received: float) -> None:
+        """Counts a call answered at the edge without a model's call (an HTTP body that does
+        not parse, or past its bound; a language detection, `code` OK) as a call is
+        counted: its duration by status code, under the method label `label` and the model a
+        call naming none gets, as a gRPC message that does not parse is."""
         self._counted((self.front.label(self.service, ""), label), code, received)
 
     async def _result(self, call: Call) -> Result:

@@ -46,7 +46,7 @@ class UpperCase:
             translations=[translation_pb2.Translation(hypotheses=h) for h in hypotheses]
         )
 
-    def refused(self, label, code, received):
+    def counted_at_edge(self, label, code, received):
         self.refusals.append((label, code.name))
 
     async def stream(self, method, request, context, label=""):
@@ -437,7 +437,8 @@ def test_a_lone_surrogate_in_libretranslate_json_is_a_bad_request(tmp_path, path
 def test_requests_refused_before_their_call_are_counted_as_calls(tmp_path, monkeypatch):
     """A body that did not parse, or was too large, was in no metric over HTTP, where a gRPC
     message that does not parse is counted INVALID_ARGUMENT: each is counted so now, under
-    its route's method label and the default model."""
+    its route's method label and the default model; so is a language detection, which
+    calls no model."""
     monkeypatch.setattr(http_app, "MAX_BODY", 1_000)
     model = SimpleNamespace(kind="transformer", languages=Languages(("es",), ("en",)))
     front = Front(ServerConfig(), {SERVICE: {"translator": {"1": model}}}, None, Metrics())
@@ -475,6 +476,8 @@ def test_requests_refused_before_their_call_are_counted_as_calls(tmp_path, monke
             400,
             "INVALID_ARGUMENT",
         ),
+        ("/detect", {"json": {"text": "Hola"}}, 400, "INVALID_ARGUMENT"),
+        ("/detect", {"json": {"q": "Hola amigo, ¿cómo estás?"}}, 200, "OK"),
     ):
         method = {
             "/v1/translate": "http/Translate",

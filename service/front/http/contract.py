@@ -133,7 +133,7 @@ class ContractApi:
             context = HttpContext(timeout_of(request))
             return context, await read_message(request, endpoint.request_class, self.max_bytes)
         except Aborted as refused:
-            endpoint.servicer.refused(endpoint.label, refused.code, received)
+            endpoint.servicer.counted_at_edge(endpoint.label, refused.code, received)
             raise
 
     async def _stream(self, request, endpoint: Endpoint, message, context) -> Response:

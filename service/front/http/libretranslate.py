@@ -12,8 +12,10 @@ alias or a region (`zh-Hans`, `pt-BR`). `source: auto` picks, among the language
 towards the target and the target itself, the one the text is written in. As in
 LibreTranslate, a text comes back as it is where there is nothing to translate: its source is
 its target (a served language), or it has no letter or digit (blank, emoji, punctuation).
-Every call goes through TranslationService's own calls (admission, deadlines, drains, the
-response cache, metrics under `http/libretranslate/...`). An `api_key` is a bearer token:
+Every translation goes through TranslationService's own calls (admission, deadlines, drains,
+the response cache, metrics under `http/libretranslate/...`); `/detect` is answered by the
+front from the text's words, no model called, and counted as a call under
+`http/libretranslate/detect`. An `api_key` is a bearer token:
 with tokens off a key is ignored, as LibreTranslate ignores keys when they are off.
 """
 
@@ -243,7 +245,7 @@ class LibreTranslateApi:
         """LibreTranslate's answer to a request refused before its call, counted as the
         servicer counts a call (a refused token is counted as such by `authorize`)."""
         if bad.code is not None:
-            self.servicer.refused(f"http/libretranslate/{label}", bad.code, received)
+            self.servicer.counted_at_edge(f"http/libretranslate/{label}", bad.code, received)
         return error(bad.status, str(bad))
 
     async def translate(self, request: Request) -> Response:
@@ -312,6 +314,7 @@ class LibreTranslateApi:
         return route, translated, others
 
     async def detect(self, request: Request) -> Response:
+        received = time.monotonic()
         try:
             values, _ = await self._values(request)
             q = values.get("q")
@@ -322,10 +325,11 @@ class LibreTranslateApi:
                 raise BadRequest("Invalid request: q must be a string or a list of strings")
             self._authorize(request, values)
         except BadRequest as bad:
-            return error(bad.status, str(bad))
+            return self._refused("detect", bad, received)
         text = " ".join(texts)
         among = sorted({code for pair in self._pairs() for code in pair})
         ranked = languages.detect(text, among)
+        self.servicer.counted_at_edge("http/libretranslate/detect", grpc.StatusCode.OK, received)
         return JSONResponse(
             [{"confidence": round(p * 100, 1), "language": code} for code, p in ranked]
         )
