@@ -563,14 +563,11 @@ class TranslationModel(ServedModel):
         if not ranked:  # markup with no text between its tags ("<p></p>"): the text as it is
             as_is = Hypothesis(tokens=[], log_prob=0.0, score=0.0, finished=True)
             hypotheses = [self.hypothesis(as_is, prepared.keep_log_probs, text=document.text)]
-        elif len(ranked) == 1:
-            whole = texts
-            if sources.markup:  # the markup around the one sentence
-
-                def whole(i: int, h: Hypothesis) -> str:
-                    return document.join([texts(i, h)])[0]
-
-            hypotheses = [self.aligned(h, ids[0], prepared, whole(0, h)) for h in ranked[0]]
+        elif len(ranked) == 1:  # what surrounds the one sentence kept, as around several
+            hypotheses = [
+                self.aligned(h, ids[0], prepared, document.join([texts(0, h)])[0])
+                for h in ranked[0]
+            ]
         else:
             hypotheses = self.joined(document, ranked, texts, prepared.keep_log_probs)
         spans = self._spans(document, ranked, ids, texts, prepared.keep_alignment)
@@ -624,8 +621,11 @@ class TranslationModel(ServedModel):
     def partial(self, prepared: Prepared, tokens: list[int], steps: int) -> PartialText:
         sources: Sources = prepared.sources
         text = sources.text(self.tokenizer, 0, tokens, partial=True)
+        document = sources.documents[0]
         if sources.markup:  # the markup around the one sentence
-            text = sources.documents[0].join([text])[0]
+            text = document.join([text])[0]
+        else:  # what precedes it: every partial a prefix of the result
+            text = document.text[: document.sentences[0][0]] + text
         return PartialText(text, tuple(self.tokenizer.pieces(tokens)), steps)
 
     @staticmethod

@@ -83,3 +83,33 @@ def test_a_hypothesis_is_given_as_pieces_and_text_with_what_was_asked(tiny_trans
     full = model.hypothesis(h, log_probs=True, text="HOLA", alignment=alignment)
     assert full.text == "HOLA" and full.alignment is alignment
     assert full.token_log_probs == tuple(h.token_log_probs)
+
+
+def test_a_text_of_one_sentence_keeps_what_surrounds_it_as_a_text_of_several(tiny_translator):
+    """The white space before and after a text's sentences comes back as it was, whether the
+    text holds one sentence or several, and each sentence's target span indexes the
+    translated text (a file's runs are cut back by these spans); a stream's partials are
+    prefixes of its result."""
+    import asyncio
+
+    from service.front.translate import parse_translate, parse_translate_stream
+    from service.wire.v1 import translation_pb2
+
+    _, version = tiny_translator
+    model = served_model(version, ServerConfig())
+    hello = model.tokenizer.encode_target("Hello.")
+    none = translation_pb2.SENTENCE_SPLITTING_NONE
+    for text, splitting in (("  Hola.  ", 0), ("\nHola.\n", 0), ("  Hola.\n", none)):
+        request = translation_pb2.TranslateRequest(texts=[text], sentence_splitting=splitting)
+        prepared = asyncio.run(model.prepare(parse_translate(request, model)))
+        h = Hypothesis(hello, -1.0, -0.5, [-0.1] * (len(hello) + 1), None, finished=True)
+        (translation,) = model.response(prepared, [[h]]).translations
+        written = translation.hypotheses[0].text
+        assert written == text.replace("Hola.", "Hello."), (text, written)
+        (span,) = translation.sentences
+        assert text[span.source_start : span.source_end] == "Hola."
+        assert written[span.target_start : span.target_end] == "Hello."
+        stream = translation_pb2.TranslateStreamRequest(text=text, sentence_splitting=splitting)
+        prepared = asyncio.run(model.prepare(parse_translate_stream(stream, model)))
+        partial = model.partial(prepared, hello[:1], 1).text
+        assert written.startswith(partial) and partial.strip(), (text, partial)
