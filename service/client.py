@@ -164,20 +164,20 @@ def decoding_options(
     min_length: int | None = None,
     no_repeat_ngram_size: int | None = None,
     repetition_penalty: float | None = None,
-    suppress: Iterable[str] = (),
+    suppress: str | Iterable[str] = (),
     max_length_ratio: float | None = None,
 ) -> decoding_pb2.DecodingOptions:
     """An `attnserve.v1.DecodingOptions`; every None is left unset (the server's default).
 
     Values are not judged here (an explicit 0 beam is sent, and refused by the server); only
     a value the field cannot hold (a negative count, a fraction for an integer) raises
-    ValueError naming the option.
+    ValueError naming the option. `suppress` given one str is one word or phrase.
     """
     options = decoding_pb2.DecodingOptions(
         return_log_probs=return_log_probs,
         return_alignment=return_alignment,
         target_prefix=target_prefix,
-        suppress=list(suppress),
+        suppress=[suppress] if isinstance(suppress, str) else list(suppress),
     )
     given = [
         (

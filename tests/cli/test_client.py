@@ -108,6 +108,17 @@ def test_decoding_options_put_sampling_in_its_message():
     assert not client.decoding_options(temperature=1.0).HasField("beam_size")
 
 
+def test_decoding_options_take_one_suppressed_phrase_as_a_str():
+    """A str is one word or phrase, as `translate` takes one text as a str: not its letters,
+    which would ban every one-letter word ("a") and leave the word itself free."""
+    assert list(client.decoding_options(suppress="sofa").suppress) == ["sofa"]
+    assert list(client.decoding_options(suppress=["sofa", "el gato"]).suppress) == [
+        "sofa",
+        "el gato",
+    ]
+    assert list(client.decoding_options().suppress) == []
+
+
 @pytest.mark.parametrize(("field", "value"), [("beam_size", -1), ("seed", -3), ("top_k", 1.5)])
 def test_decoding_options_name_a_value_the_field_cannot_hold(field, value):
     with pytest.raises(ValueError, match=field):
