@@ -7,7 +7,7 @@ translation or caption); `#` starts a comment. A call carries `authorization: Be
 No token, or one that is not known: UNAUTHENTICATED; a known token used on a service outside
 its list: PERMISSION_DENIED. Tokens are kept as SHA-256 digests and a presented token is
 compared with every one of them in constant time. The health service stays open, so probes
-need no token.
+need no token; reflection takes any known token, whatever its services.
 """
 
 from __future__ import annotations
@@ -18,10 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
+from grpc_reflection.v1alpha import reflection
 
 from service.runtime.errors import InvalidArgument
 
 OPEN_SERVICES = frozenset({"grpc.health.v1.Health"})
+# what every known token may call, whatever services it names: the contract, which a client
+# such as grpcurl reads before it calls the services the token allows
+ANY_TOKEN_SERVICES = frozenset({reflection.SERVICE_NAME})
 SHORT_NAMES = {
     "translation": "attnserve.v1.TranslationService",
     "caption": "attnserve.v1.CaptionService",
@@ -112,7 +116,8 @@ def refusal(
     if token is None:
         why = "no bearer token" if presented is None else "the bearer token is not known"
         return grpc.StatusCode.UNAUTHENTICATED, f"{why}: send {how}"
-    if token.services is not EVERY_SERVICE and service not in token.services:
+    allowed = token.services is EVERY_SERVICE or service in token.services
+    if not allowed and service not in ANY_TOKEN_SERVICES:
         return grpc.StatusCode.PERMISSION_DENIED, f"this token may not call {service}"
     return None
 

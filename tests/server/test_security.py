@@ -15,7 +15,7 @@ import pytest
 from servers import START_TIMEOUT, rpc_error
 
 from service import client
-from service.front.security import parse_tokens
+from service.front.security import parse_tokens, refusal
 from service.runtime.errors import InvalidArgument
 
 x509 = pytest.importorskip("cryptography.x509")
@@ -201,6 +201,19 @@ def test_token_entries_are_checked():
     for bad in ("short", f"{TOKEN} nosuchservice", f"{TOKEN} caption extra"):
         with pytest.raises(InvalidArgument):
             parse_tokens(bad, "t")
+
+
+def test_reflection_takes_a_token_of_any_services_and_no_unknown_one():
+    """A token of one service may read the contract by reflection, as grpcurl does before
+    every call it makes; no token, or an unknown one, may not."""
+    (captions,) = parse_tokens(f"{CAPTION_ONLY} caption", "t")
+    for name in ("grpc.reflection.v1alpha.ServerReflection", "attnserve.v1.CaptionService"):
+        assert refusal([captions], CAPTION_ONLY, name, "a token") is None
+    denied = refusal([captions], CAPTION_ONLY, "attnserve.v1.TranslationService", "a token")
+    assert denied is not None and denied[0] == grpc.StatusCode.PERMISSION_DENIED
+    for presented in (None, "a-wrong-token-0123456789"):
+        unknown = refusal([captions], presented, "grpc.reflection.v1alpha.ServerReflection", "")
+        assert unknown is not None and unknown[0] == grpc.StatusCode.UNAUTHENTICATED
 
 
 def test_the_metrics_endpoint_serves_https_with_basic_auth_on_loopback(start_server, pki, tmp_path):
