@@ -135,3 +135,20 @@ def test_a_call_cancelled_twice_sends_one_message():
     pool.cancel(call)  # the unary handler and the events generator both ask
     assert CallState.CANCELLED in call.state
     assert len(sent) == 1 and sent[0].job_id == call.job.id
+
+
+def test_partials_that_wait_together_reach_the_client_as_one():
+    """Steps decoded while the last partial was on its way come as one event, the newest
+    (as the contract says of `partial`), then the result; nothing is cancelled."""
+    servicer, cancelled = _servicer()
+    call, result = _call(), _result()
+    for step in (1, 2, 3):
+        call.events.put_nowait(Partial(1, step - 1, [step], step))
+    call.events.put_nowait(result)
+
+    async def events() -> list:
+        return [event async for event in servicer._events(call)]
+
+    merged, last = asyncio.run(events())
+    assert [partial.steps for partial in merged] == [1, 2, 3] and last is result
+    assert cancelled == []
