@@ -37,7 +37,8 @@ class Caption(Subcommand):
     description = (
         "The image files are sent as they are (the server decodes them), 64 (and 32 MB) a "
         "request; with more, a progress bar on stderr. One line per image in the order given, or "
-        "RANK<TAB>SCORE<TAB>TEXT per hypothesis when there are several. Decoding options not "
+        "RANK<TAB>SCORE<TAB>TEXT per hypothesis when there are several (a backslash, line "
+        "break or tab written \\\\, \\n, \\r or \\t). Decoding options not "
         "given are left to the server over gRPC; with --engine torch they default to beam "
         "size 1, n-best 1 and the model's max length. --attention draws the best caption's "
         "attention over the image, word by word. An unreadable image file exits with status "

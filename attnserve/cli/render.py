@@ -10,6 +10,10 @@ from pathlib import Path
 
 from attnserve.cli.results import dumps
 
+# Written for a text's characters that would end or cut its line of output, and for the
+# backslash that begins these escapes (TSV's text convention): a text stays one line.
+ESCAPES = str.maketrans({"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"})
+
 
 def show(results, json: bool, out=None) -> None:
     """Translations or captions (`results`) on `out` (default: stdout): one line of JSON, or
@@ -23,14 +27,20 @@ def show(results, json: bool, out=None) -> None:
 
 def print_hypotheses(result, out=None) -> None:
     """The hypotheses of one translation or caption on `out` (default: stdout): the text when
-    there is one, else RANK<TAB>SCORE<TAB>TEXT per hypothesis."""
+    there is one, else RANK<TAB>SCORE<TAB>TEXT per hypothesis, each text on one line
+    (`one_line`)."""
     out = out or sys.stdout
     hypotheses = result.hypotheses
     if len(hypotheses) == 1:
-        print(hypotheses[0].text, file=out)
+        print(one_line(hypotheses[0].text), file=out)
         return
     for rank, hypothesis in enumerate(hypotheses, 1):
-        print(f"{rank}\t{hypothesis.score:.4f}\t{hypothesis.text}", file=out)
+        print(f"{rank}\t{hypothesis.score:.4f}\t{one_line(hypothesis.text)}", file=out)
+
+
+def one_line(text: str) -> str:
+    """`text` as one line of output: a backslash, line break or tab written as its escape."""
+    return text.translate(ESCAPES)
 
 
 class PartialLine:
@@ -43,6 +53,7 @@ class PartialLine:
         self.open = False
 
     def show(self, text: str) -> None:
+        text = one_line(text)
         if not self.tty:
             print(text, file=self.stream, flush=True)
             return

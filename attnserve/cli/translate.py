@@ -59,8 +59,9 @@ class Translate(Subcommand):
         "Decoding options not given are left to the server over gRPC; with --engine torch "
         "they default as the server's do: beam size 1 (greedy), max length 256, length "
         "penalty 1, n-best 1, no sampling. One line per text, or RANK<TAB>SCORE<TAB>TEXT per "
-        "hypothesis when there are several. A failed call prints `error: CODE: details` on "
-        "stderr and exits with status 1."
+        "hypothesis when there are several; a backslash, line break or tab of a text is "
+        "written \\\\, \\n, \\r or \\t, so that each text stays one line. A failed call "
+        "prints `error: CODE: details` on stderr and exits with status 1."
     )
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:

@@ -54,6 +54,20 @@ def test_one_hypothesis_prints_its_text_several_print_rank_score_and_text():
     assert out.getvalue().splitlines() == ["one", "1\t-0.1235\ta", "2\t-0.2469\tb"]
 
 
+def test_a_text_with_line_breaks_tabs_or_backslashes_stays_one_line_escaped():
+    text = "uno\ndos\r\ttres \\n"
+    out = io.StringIO()
+    render.show(_translations((text,), (text, "b")), json=False, out=out)
+    escaped = "uno\\ndos\\r\\ttres \\\\n"
+    assert out.getvalue().split("\n") == [escaped, f"1\t-0.1235\t{escaped}", "2\t-0.2469\tb", ""]
+    rows = [line.split("\t") for line in out.getvalue().splitlines()[1:]]
+    assert [len(row) for row in rows] == [3, 3]  # RANK, SCORE, TEXT: no tab of the text's
+    assert rows[0][2].encode().decode("unicode_escape") == text  # read back as TSV reads it
+    stream = io.StringIO()
+    render.PartialLine(stream).show("uno\ndos")
+    assert stream.getvalue() == "uno\\ndos\n"
+
+
 def test_show_prints_captions_as_translations_and_defaults_to_stdout(capsys):
     caption = Caption("x.png", 4, 3, (Captioned("a dog", -1.0, -2.0, (), (), True, None),), COUNTS)
     render.show(Captions("captioner", "1", (caption,), COUNTS), json=False)
