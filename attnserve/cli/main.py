@@ -7,6 +7,7 @@ import os
 import sys
 
 from attnserve.cli import caption, exporting, health, serve, training, translate
+from attnserve.cli.render import escape_unencodable
 from attnserve.cli.subcommand import Failure, Subcommand
 
 DESCRIPTION = "The `attnserve` command line."
@@ -33,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     command: Subcommand = args.handler
     command.check(args)
+    escape_unencodable(sys.stdout)  # a text out of a latin-1 terminal's reach: no traceback
     try:
         return command.run(args)
     except Failure as error:

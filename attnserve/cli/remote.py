@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from attnserve.cli.render import PartialLine, print_hypotheses
+from attnserve.cli.render import PartialLine, encodes_all, print_hypotheses
 from attnserve.cli.results import (
     Alignment,
     Attention,
@@ -101,15 +101,16 @@ def call_options(args: argparse.Namespace, options, timeout: float) -> dict:
     }
 
 
-def proto_json(message) -> str:
-    """A message as one line of JSON, under its .proto field names, every field shown."""
+def proto_json(message, ascii: bool = False) -> str:
+    """A message as one line of JSON, under its .proto field names, every field shown (with
+    `ascii`, every character past ASCII escaped, as `results.dumps`)."""
     from google.protobuf import json_format
 
     return json_format.MessageToJson(
         message,
         preserving_proto_field_name=True,
         indent=None,
-        ensure_ascii=False,
+        ensure_ascii=ascii,
         always_print_fields_with_no_presence=True,
     )
 
@@ -119,7 +120,7 @@ def stream_each(stream, inputs: list, read, noun: str, json: bool, partials) -> 
     result as `results.as_json` writes it), else the growing best hypothesis on `partials`
     and the final one on stdout. `read(response, index)` reads input `index`'s result into
     results. Returns the translations or captions, in order."""
-    items = []
+    items, ascii = [], not encodes_all(sys.stdout)
     for index, item in enumerate(inputs):
         line = PartialLine(partials)
         try:
@@ -128,9 +129,9 @@ def stream_each(stream, inputs: list, read, noun: str, json: bool, partials) -> 
                     result = read(event.result, index)
                     items.extend(result.items)
                     if json:
-                        print(f'{{"result": {dumps(result)}}}', flush=True)
+                        print(f'{{"result": {dumps(result, ascii)}}}', flush=True)
                 elif json:
-                    print(proto_json(event), flush=True)
+                    print(proto_json(event, ascii), flush=True)
                 else:
                     line.show(event.partial.text)
         finally:

@@ -3,6 +3,7 @@ progress) and the files they read and write."""
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import shutil
 import sys
@@ -18,8 +19,9 @@ ESCAPES = str.maketrans({"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"})
 def show(results, json: bool, out=None) -> None:
     """Translations or captions (`results`) on `out` (default: stdout): one line of JSON, or
     each input's hypotheses (`print_hypotheses`)."""
+    out = out or sys.stdout
     if json:
-        print(dumps(results), file=out or sys.stdout)
+        print(dumps(results, not encodes_all(out)), file=out)
         return
     for item in results.items:
         print_hypotheses(item, out)
@@ -36,6 +38,21 @@ def print_hypotheses(result, out=None) -> None:
         return
     for rank, hypothesis in enumerate(hypotheses, 1):
         print(f"{rank}\t{hypothesis.score:.4f}\t{one_line(hypothesis.text)}", file=out)
+
+
+def encodes_all(stream) -> bool:
+    """Whether `stream` writes every character as it is: a stream of text, or one encoding
+    UTF (PYTHONIOENCODING=latin-1 or a legacy code page do not)."""
+    encoding = getattr(stream, "encoding", None)
+    return encoding is None or codecs.lookup(encoding).name.startswith("utf")
+
+
+def escape_unencodable(stream) -> None:
+    """Has `stream` write what its encoding lacks as backslash escapes rather than raise
+    UnicodeEncodeError midway through the output (unless its errors were chosen)."""
+    strict = getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure")
+    if strict and not encodes_all(stream):
+        stream.reconfigure(errors="backslashreplace")
 
 
 def one_line(text: str) -> str:

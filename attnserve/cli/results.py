@@ -143,6 +143,7 @@ def as_json(value):
     return value
 
 
-def dumps(value) -> str:
-    """`as_json` on one line, UTF-8 left as it is."""
-    return json.dumps(as_json(value), ensure_ascii=False)
+def dumps(value, ascii: bool = False) -> str:
+    """`as_json` on one line, UTF-8 left as it is; with `ascii`, every character past ASCII
+    escaped (\\uXXXX), for a stream that cannot encode them all."""
+    return json.dumps(as_json(value), ensure_ascii=ascii)

@@ -11,6 +11,7 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
+from attnserve.cli.render import encodes_all
 from attnserve.cli.subcommand import Subcommand
 
 SECRET_SETTINGS = ("auth_tokens",)
@@ -145,7 +146,7 @@ class Repository(Subcommand):
             row = _version_row(path, args.action == "verify")
             failed += "problem" in row
             if args.json:
-                print(json.dumps(row, ensure_ascii=False))
+                print(json.dumps(row, ensure_ascii=not encodes_all(sys.stdout)))
             else:
                 shown = [f"{k}={v}" for k, v in row.items() if k != "directory"]
                 print(f"{row['directory']}: " + " ".join(shown))

@@ -18,7 +18,7 @@ from attnserve.cli.options import (
     check_output,
     positive,
 )
-from attnserve.cli.render import output, progress, read_lines, read_text, show
+from attnserve.cli.render import encodes_all, output, progress, read_lines, read_text, show
 from attnserve.cli.subcommand import Failure, Subcommand
 from models.shipped import SHIPPED_TRANSLATOR
 from service.runtime.documents import SPLITTING
@@ -391,7 +391,7 @@ def _score(channel, args: argparse.Namespace) -> int:
         target_language=args.target_language,
     )
     if args.json:
-        print(remote.proto_json(response))
+        print(remote.proto_json(response, not encodes_all(sys.stdout)))
         return 0
     for score in response.scores:
         print(f"{score.mean_log_prob:.4f}\t{score.log_prob:.4f}")

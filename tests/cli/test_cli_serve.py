@@ -5,6 +5,7 @@ a repository's versions listed and verified."""
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
@@ -182,6 +183,18 @@ def test_repository_reports_a_problem_per_version_and_exits_1(tmp_path, capsys):
         assert rows[3]["problem"].endswith(
             "; parity: a certificate with an object per variant's graphs expected"
         )
+
+
+def test_repository_json_on_a_latin1_stdout_escapes_what_it_cannot_encode(tmp_path, monkeypatch):
+    root = tmp_path / "modelos-ωμέγα"
+    (root / "translator" / "1").mkdir(parents=True)
+    (root / "translator" / "1" / "manifest.json").write_text("[]")
+    stdout = io.TextIOWrapper(io.BytesIO(), encoding="latin-1")
+    monkeypatch.setattr(sys, "stdout", stdout)
+    assert main(["repository", "list", "--repository", str(root), "--json"]) == 1
+    stdout.flush()
+    (row,) = [json.loads(line) for line in stdout.buffer.getvalue().decode("latin-1").splitlines()]
+    assert row["directory"] == str(root / "translator" / "1")
 
 
 def test_repository_verify_checks_each_version_against_its_manifest(tmp_path, capsys):

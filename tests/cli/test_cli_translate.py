@@ -167,6 +167,28 @@ def test_splitting_format_and_glossary_go_with_every_call(stand_in, tmp_path, ca
     assert plain.sentence_splitting == translation_pb2.SENTENCE_SPLITTING_SENTENCES
 
 
+@pytest.mark.parametrize("encoding", ["latin-1", "ascii"])
+def test_a_stdout_that_cannot_encode_the_text_gets_escapes_not_a_traceback(
+    stand_in, monkeypatch, encoding
+):
+    _, address = stand_in
+    text = "ωμέγα ñ 😀"
+    argv = ["translate", "--server", address, text]
+    for flags in (["--json"], ["--json", "--stream"], []):
+        stdout = io.TextIOWrapper(io.BytesIO(), encoding=encoding)
+        monkeypatch.setattr(sys, "stdout", stdout)
+        assert main([*argv, *flags]) == 0
+        stdout.flush()
+        lines = stdout.buffer.getvalue().decode(encoding).splitlines()
+        if flags:
+            result = json.loads(lines[-1])
+            result = result.get("result", result)  # a stream's last line: {"result": ...}
+            assert result["translations"][0]["source"] == text
+            assert result["translations"][0]["hypotheses"][0]["text"] == text.upper()
+        else:  # what the encoding lacks, as Python writes it
+            assert lines == [text.upper().encode(encoding, "backslashreplace").decode(encoding)]
+
+
 def test_a_bad_glossary_fails_before_any_call(stand_in, tmp_path, capsys):
     servicer, address = stand_in
     glossary = tmp_path / "glossary.tsv"
