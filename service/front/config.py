@@ -161,7 +161,10 @@ class ServerConfig:
         return self
 
     def problems(self) -> list[str]:
-        """Every setting out of its range or list of choices, each named."""
+        """Every setting out of its range or list of choices, and every security setting the
+        server would refuse (a TLS file without its pair, a token too short), each named."""
+        from service.front.security import security_problems  # grpc: not for the parser
+
         problems = []
         for name, choices in CHOICES.items():
             if getattr(self, name) not in choices:
@@ -222,7 +225,7 @@ class ServerConfig:
             host, _, port = getattr(self, name).rpartition(":")
             if not host or not port.isdigit() or int(port) > 65535:
                 problems.append(f"{name} must be HOST:PORT (0..65535), got {getattr(self, name)!r}")
-        return problems
+        return problems + security_problems(self)
 
     def grpc_options(self) -> list[tuple[str, int]]:
         """The gRPC server's channel arguments: message sizes and the connection settings."""

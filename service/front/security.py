@@ -167,15 +167,37 @@ def _read(path, what: str) -> bytes:
         raise InvalidArgument(f"{what} {path}: {error}") from error
 
 
+def tls_problems(config) -> list[str]:
+    """The TLS settings that do not go together, each named."""
+    problems = []
+    if (config.tls_cert is None) != (config.tls_key is None):
+        problems.append("tls_cert and tls_key go together")
+    elif config.tls_cert is None and config.tls_client_ca is not None:
+        problems.append("tls_client_ca needs tls_cert and tls_key")
+    if (config.metrics_tls_cert is None) != (config.metrics_tls_key is None):
+        problems.append("metrics_tls_cert and metrics_tls_key go together")
+    return problems
+
+
+def security_problems(config) -> list[str]:
+    """What the server would refuse of the security settings (`tls_problems`, and tokens
+    that cannot be read or are too short), each named: the configuration's own check
+    (ServerConfig.problems), so that `serve --print-config` refuses what `serve` does."""
+    problems = tls_problems(config)
+    try:
+        load_tokens(config)
+    except InvalidArgument as error:
+        problems.append(str(error))
+    return problems
+
+
 def server_credentials(config) -> grpc.ServerCredentials | None:
     """TLS credentials when `tls_cert` and `tls_key` are set (mutual TLS with
     `tls_client_ca`: a client must show a certificate that CA signed); None: plaintext."""
-    if config.tls_cert is None and config.tls_key is None:
-        if config.tls_client_ca is not None:
-            raise InvalidArgument("configuration: tls_client_ca needs tls_cert and tls_key")
+    if problems := tls_problems(config):
+        raise InvalidArgument("configuration: " + "; ".join(problems))
+    if config.tls_cert is None:
         return None
-    if config.tls_cert is None or config.tls_key is None:
-        raise InvalidArgument("configuration: tls_cert and tls_key go together")
     pair = (_read(config.tls_key, "tls_key"), _read(config.tls_cert, "tls_cert"))
     client_ca = None
     if config.tls_client_ca is not None:

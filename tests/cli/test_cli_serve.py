@@ -81,7 +81,8 @@ def test_the_printed_settings_read_back_as_the_same_config(clean_environment, tm
 
 
 def test_secrets_are_named_not_shown(clean_environment, tmp_path, capsys):
-    clean_environment.setenv("ATTNSERVE_AUTH_TOKENS", "t0ken-one attnserve.v1.TranslationService")
+    token = "t0ken-one-of-sixteen attnserve.v1.TranslationService"
+    clean_environment.setenv("ATTNSERVE_AUTH_TOKENS", token)
     code, out = _print_config(capsys, "--repository", str(tmp_path))
     assert code == 0
     assert "# auth_tokens is set (not shown)" in out.splitlines()
@@ -116,6 +117,32 @@ def test_a_setting_that_cannot_be_read_is_an_error_and_status_2(
     clean_environment.setenv("ATTNSERVE_IO_BINDING", "sometimes")
     assert main(["serve", "--print-config"]) == 2
     assert "io_binding" in capsys.readouterr().err
+
+
+def test_print_config_refuses_the_security_settings_serve_refuses(
+    clean_environment, tmp_path, capsys
+):
+    pem, short = tmp_path / "server.pem", tmp_path / "tokens"
+    short.write_text("a-token-of-sixteen-chars\nshort\n", encoding="utf-8")
+    refused = {
+        ("--tls-cert", str(pem)): "tls_cert and tls_key go together",
+        ("--tls-key", str(pem)): "tls_cert and tls_key go together",
+        ("--tls-client-ca", str(pem)): "tls_client_ca needs tls_cert and tls_key",
+        ("--metrics-tls-cert", str(pem)): "metrics_tls_cert and metrics_tls_key go together",
+        ("--auth-tokens", "short"): "auth_tokens, entry 1: a token has 16 characters or more",
+        ("--auth-tokens-file", str(short)): f"auth_tokens_file {short}, entry 2: a token has 16",
+        ("--auth-tokens-file", str(tmp_path / "none")): f"auth_tokens_file {tmp_path / 'none'}: ",
+    }
+    for flags, problem in refused.items():
+        assert main(["serve", "--print-config", "--repository", str(tmp_path), *flags]) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and err.startswith(f"error: configuration: {problem}")
+    both = ["--tls-cert", str(pem), "--auth-tokens", "short"]
+    assert main(["serve", "--print-config", *both]) == 2  # every problem in one error
+    assert "go together; auth_tokens, entry 1" in capsys.readouterr().err
+    paired = ["--tls-cert", str(pem), "--tls-key", str(pem), "--tls-client-ca", str(pem)]
+    code, _ = _print_config(capsys, "--repository", str(tmp_path), *paired)
+    assert code == 0
 
 
 def test_settings_are_written_as_toml_values():
