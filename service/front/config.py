@@ -142,7 +142,8 @@ class ServerConfig:
     # min_replicas and max_replicas (0: min_replicas), as many as keep each one's batch rows
     # in use and waiting at replica_target_rows, scaled up after the load stays above it for
     # replica_upscale_seconds and down after replica_downscale_seconds below. `workers` and
-    # `fronts` are this machine's and do not apply: one front, the replicas' workers.
+    # `fronts` are this machine's: with ray, workers stays 0 and fronts 0 or 1 (one front,
+    # the replicas' workers).
     ray: str = ""
     min_replicas: int = 1
     max_replicas: int = 0
@@ -213,6 +214,10 @@ class ServerConfig:
             problems.append("fronts must be 0 (one per 4 CPU cores) or more")
         if self.ray and self.fronts > 1:
             problems.append("fronts must be 0 or 1 with ray: one front reaches the replicas")
+        if self.ray and self.workers:
+            problems.append(
+                "workers must be 0 with ray: min_replicas and max_replicas count the replicas"
+            )
         if 0 < self.max_replicas < self.min_replicas:
             problems.append("max_replicas must be 0 (min_replicas) or min_replicas or more")
         if self.max_concurrent_streams < 1:

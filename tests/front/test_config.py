@@ -368,6 +368,14 @@ def test_numbers_a_server_cannot_keep_are_refused(tmp_path):
     assert (config.drain_seconds, config.workers, config.io_binding) == (5.0, 2, True)
 
 
+def test_workers_of_this_machine_are_refused_with_ray_not_left_unused():
+    with pytest.raises(InvalidArgument, match="workers must be 0 with ray: min_replicas and"):
+        load_config(None, {"ATTNSERVE_RAY": "auto", "ATTNSERVE_WORKERS": "4"})
+    config = load_config(None, {"ATTNSERVE_RAY": "auto", "ATTNSERVE_MIN_REPLICAS": "4"})
+    assert config.worker_choice("cpu")[0] == 4  # the replicas count the workers
+    assert load_config(None, {"ATTNSERVE_WORKERS": "4"}).worker_choice("cpu")[0] == 4
+
+
 def test_every_problem_of_a_configuration_is_named_at_once(tmp_path):
     """An unknown setting, values that cannot be read (file, environment, flag) and values
     out of range are refused together, not one per start."""
