@@ -9,6 +9,12 @@ the fewest rows. Everything else is the pool's: admission, deadlines, retries of
 replica was lost before any of its output left (on another replica, within its deadline),
 cancellation, model versions loaded and unloaded on every replica.
 
+One front serves a cluster: the directory's Ray name (DIRECTORY, in NAMESPACE) is taken while
+its front lives, and Ray frees it when that front's process ends, however it ends. A second
+front is refused at start rather than redeploying the application of the first (whose
+replicas it would replace) and deleting it on its way out; a front started after one that
+died takes the name over and replaces what that one left deployed.
+
 A replica the front has not seen loads the versions the front added since the deployment (and
 drops those it removed) before it gets a call. One that leaves the directory (scaled down)
 gets no new call and ends its jobs; one whose connection ends while still listed is tried
@@ -22,7 +28,6 @@ import contextlib
 import logging
 import secrets
 import time
-import uuid
 from dataclasses import dataclass, replace
 from multiprocessing.connection import AuthenticationError, Client
 
@@ -40,6 +45,8 @@ from service.worker.settings import WorkerSettings, no_delay, socket_address
 log = logging.getLogger("attnserve")
 NAMESPACE = "attnserve"
 APPLICATION = "attnserve-workers"
+DIRECTORY = "attnserve-directory"  # the front's Ray name: one front a cluster
+TAKEN_SECONDS = 5.0  # a name taken is looked at again for this long (its front just ended)
 CONNECT_SECONDS = 5.0  # a replica's TCP connection and handshake
 RECONNECT_SECONDS = 0.5  # a listed replica whose connection ended is tried again after
 RECONNECT_GIVE_UP = 60.0  # ... for at most this long
@@ -106,6 +113,24 @@ class ClusterSettings:
         return options
 
 
+def _directory():
+    """The front's Directory actor under DIRECTORY, on the front's own node (it lives as long
+    as the front, whatever node goes); RuntimeError while another front holds the name."""
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+    directory = ray.remote(num_cpus=0)(Directory).options(name=DIRECTORY, scheduling_strategy=here)
+    end = time.monotonic() + TAKEN_SECONDS
+    while True:
+        try:
+            return directory.remote()
+        except ValueError as taken:  # Ray: "The name ... is already taken"
+            if time.monotonic() > end:
+                raise RuntimeError(
+                    f"another front serves this cluster (the Ray actor {DIRECTORY} in namespace "
+                    f"{NAMESPACE} is taken): one front reaches a cluster's replicas"
+                ) from taken
+            time.sleep(0.25)
+
+
 class ClusterPool(WorkerPool):
     """The pool of service.front.pool over a Ray Serve application's replicas."""
 
@@ -128,6 +153,7 @@ class ClusterPool(WorkerPool):
         self.nodes: dict[str, str] = {}  # replica id -> node id
         self.lost: dict[str, float] = {}  # replica id -> when its connection ended
         self.directory = None
+        self.deployed = False  # whether APPLICATION is this front's, to delete at its stop
         self._watcher: asyncio.Task | None = None
         self._indices = iter(range(1 << 30))
         self._tasks: set[asyncio.Task] = set()  # connections and syncs under way
@@ -187,14 +213,11 @@ class ClusterPool(WorkerPool):
                 log_to_driver=False,
                 logging_level=logging.WARNING,
             )
-        name = f"attnserve-directory-{uuid.uuid4().hex[:12]}"
-        # on the front's own node: it lives as long as the front, whatever node goes
-        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-        directory = ray.remote(num_cpus=0)(Directory)
-        self.directory = directory.options(name=name, scheduling_strategy=here).remote()
+        self.directory = _directory()
+        self.deployed = True
         serve.start(proxy_location="Disabled")
         deployment = serve.deployment(WorkerReplica).options(**self.cluster.deployment_options())
-        app = deployment.bind(self.template, name, self.cluster.drain_seconds)
+        app = deployment.bind(self.template, DIRECTORY, self.cluster.drain_seconds)
         # not waited for here (serve.run waits as long as its replicas cannot be placed):
         # start waits for them within READY_SECONDS
         target = serve.RunTarget(app, name=APPLICATION, route_prefix=None)
@@ -215,8 +238,9 @@ class ClusterPool(WorkerPool):
             task.cancel()
         await super().stop()
         if ray.is_initialized():
-            with contextlib.suppress(Exception):  # the cluster may be gone already
-                await asyncio.to_thread(serve.delete, APPLICATION)
+            if self.deployed:
+                with contextlib.suppress(Exception):  # the cluster may be gone already
+                    await asyncio.to_thread(serve.delete, APPLICATION)
             ray.shutdown()
 
     def pids(self) -> list[int]:

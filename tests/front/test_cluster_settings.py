@@ -243,3 +243,52 @@ def test_a_replica_met_while_a_version_is_added_serves_that_version_too():
         replica_end.close()
 
     asyncio.run(run())
+
+
+def test_a_second_front_on_the_cluster_is_refused_and_deletes_nothing(monkeypatch):
+    """Another front holds the directory's Ray name: this one neither deploys over that
+    front's application (replacing its replicas) nor deletes it on its way out."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from service.front import cluster
+    from service.front.metrics import Metrics
+    from service.worker.settings import WorkerSettings
+
+    tried, done = [], []
+
+    class Directory:  # the actor class as Ray wraps it
+        def options(self, name, scheduling_strategy):
+            return SimpleNamespace(remote=lambda: self.taken(name))
+
+        def taken(self, name):
+            tried.append(name)
+            if name == cluster.DIRECTORY:  # as Ray refuses a name another driver's actor holds
+                raise ValueError(f"The name {name} (namespace=attnserve) is already taken.")
+            return SimpleNamespace()
+
+    ray = SimpleNamespace(
+        is_initialized=lambda: True,
+        get_runtime_context=lambda: SimpleNamespace(get_node_id=lambda: "node"),
+        remote=lambda **_: lambda actor: Directory(),
+        shutdown=lambda: done.append("shutdown"),
+    )
+
+    def refused(*_, **__):
+        raise AssertionError("the other front's application deployed over")
+
+    serve = SimpleNamespace(
+        start=refused, run_many=refused, delete=lambda app: done.append(f"delete {app}")
+    )
+    monkeypatch.setattr(cluster, "ray", ray)
+    monkeypatch.setattr(cluster, "serve", serve)
+    monkeypatch.setattr(cluster, "NodeAffinitySchedulingStrategy", lambda *_, **__: None)
+    monkeypatch.setattr(cluster, "TAKEN_SECONDS", 0.3)  # looked at again: it may be just gone
+    config = ServerConfig(ray="auto").validate()
+    pool = cluster.ClusterPool(
+        WorkerSettings(index=0, models=()), ClusterSettings.of(config), Metrics(), 16
+    )
+    with pytest.raises(RuntimeError, match="another front serves this cluster"):
+        asyncio.run(pool.start())
+    assert len(tried) > 1 and set(tried) == {cluster.DIRECTORY}
+    assert done == ["shutdown"]  # its own connection closed; the application left alone
