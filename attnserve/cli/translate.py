@@ -309,8 +309,8 @@ def _translate_file(channel, args: argparse.Namespace, call: dict) -> int:
             done += len(batch.paragraphs)
             if shown is not None:
                 shown(done)
-    if args.output is None:  # a text file's translation to standard output
-        sys.stdout.write(document.save().decode("utf-8"))
+    if args.output is None:  # a text file's translation to standard output, as text
+        sys.stdout.write(files.decoded_text(document.save())[2])  # in its encoding, no BOM
         return 0
     return _written(args.output, document.save())
 

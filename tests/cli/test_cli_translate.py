@@ -5,6 +5,7 @@ tests/stand_ins.py upper-cases its input; here it scores pairs too."""
 
 from __future__ import annotations
 
+import codecs
 import io
 import json
 import sys
@@ -342,6 +343,23 @@ def test_an_html_input_with_json_is_sent_as_html(stand_in, tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["translations"]
     assert main([*argv, "--text-format", "plain"]) == 0
     assert servicer.requests[-1].text_format == translation_pb2.TEXT_FORMAT_PLAIN
+
+
+@pytest.mark.parametrize("bom", [codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE, codecs.BOM_UTF8])
+def test_a_subtitle_file_of_any_encoding_is_written_to_stdout_as_text(
+    stand_in, tmp_path, capsys, bom
+):
+    """An .srt or .html file read in UTF-16 (as Windows saves subtitles) or UTF-8 with a byte
+    order mark comes back to standard output as its text, the mark left out."""
+    _, address = stand_in
+    encoding = {codecs.BOM_UTF16_LE: "utf-16-le", codecs.BOM_UTF16_BE: "utf-16-be"}
+    subtitles = "1\r\n00:00:01,000 --> 00:00:02,000\r\nhola señor\r\n\r\n"
+    for name, text in (("s.srt", subtitles), ("p.html", "<p>Adiós</p>")):
+        source = tmp_path / name
+        source.write_bytes(bom + text.encode(encoding.get(bom, "utf-8")))
+        assert main(["translate", "--server", address, "--input", str(source)]) == 0
+        out = capsys.readouterr().out
+        assert out == text.upper()  # the stand-in upper-cases what it translates
 
 
 def test_a_formatted_file_comes_back_in_its_format(stand_in, tmp_path, capsys):
