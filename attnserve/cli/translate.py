@@ -28,6 +28,7 @@ FILES = (".html", ".htm", ".srt", ".epub", ".docx", ".pptx", ".odt", ".odp")  # 
 TEXT_FILES = (".html", ".htm", ".srt")  # of those, written to standard output without --output
 
 TIMEOUT = 60.0  # seconds, the default deadline of a translate or score call
+CONCURRENCY = 4  # calls in flight by default
 # translate's options that mean something over gRPC only
 GRPC_ONLY = (
     "server",
@@ -39,6 +40,9 @@ GRPC_ONLY = (
     "source_language",
     "target_language",
     "input",
+    "lines",
+    "sentence_splitting",
+    "concurrency",
     "output",
     "tls",
     "tls_ca",
@@ -109,6 +113,9 @@ class Translate(Subcommand):
 
     def check(self, args: argparse.Namespace) -> None:
         check_engine(self.parser, args, GRPC_ONLY, TORCH_DECODING, SHIPPED_TRANSLATOR)
+        if args.engine == "grpc":  # None above: given or not, with the torch engine
+            args.sentence_splitting = args.sentence_splitting or SPLITTING[0]
+            args.concurrency = args.concurrency or CONCURRENCY
         check_output(self.parser, args.output)
         _check_inputs(self.parser, args)
 
@@ -152,7 +159,6 @@ def _add_inputs(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--sentence-splitting",
         choices=SPLITTING,
-        default=SPLITTING[0],
         help="where the server cuts a text into inputs decoded apart (default: sentences, and "
         "line breaks)",
     )
@@ -174,7 +180,9 @@ def _add_inputs(parser: argparse.ArgumentParser) -> None:
         "document)",
     )
     parser.add_argument(
-        "--concurrency", type=positive, default=4, help="calls in flight (64 texts a call)"
+        "--concurrency",
+        type=positive,
+        help=f"calls in flight (64 texts a call; default {CONCURRENCY})",
     )
 
 

@@ -77,9 +77,19 @@ def test_options_of_the_other_engine_are_refused(argv, capsys):
     assert "only with --engine" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("flag", ["--glossary", "--text-format", "--input", "--target-prefix"])
-def test_the_grpc_only_inputs_and_controls_are_refused_with_torch(flag, capsys):
-    value = "html" if flag == "--text-format" else "x"
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [
+        ("--glossary", "x"),
+        ("--text-format", "html"),
+        ("--input", "x"),
+        ("--target-prefix", "x"),
+        ("--sentence-splitting", "none"),  # the torch engine decodes each text whole
+        ("--sentence-splitting", "sentences"),
+        ("--concurrency", "2"),
+    ],
+)
+def test_the_grpc_only_inputs_and_controls_are_refused_with_torch(flag, value, capsys):
     with pytest.raises(SystemExit):
         _parsed("--engine", "torch", flag, value, "hola")
     assert f"error: {flag}: only with --engine grpc" in capsys.readouterr().err
