@@ -27,6 +27,8 @@ GRPC_ONLY = (
     "tls_cert",
     "tls_key",
     "token_file",
+    "target_prefix",  # words, tokenized by the server (as translate's)
+    "suppress",
 )
 TORCH_CAPTIONING = {**TORCH_DECODING, "max_length": None}  # None: the model's own limit
 

@@ -24,6 +24,8 @@ def _parsed(*argv: str):
         ["--engine", "torch", "--server", "127.0.0.1:1"],
         ["--engine", "torch", "--version", "2"],
         ["--checkpoint", str(SHIPPED_CAPTIONER)],
+        ["--engine", "torch", "--target-prefix", "a red"],  # the torch engine has no words
+        ["--engine", "torch", "--suppress", "circle"],
     ],
 )
 def test_caption_options_of_the_other_engine_are_refused(argv, capsys):
