@@ -61,9 +61,12 @@ def _token(path: Path | None) -> str | None:
     if path is None:
         return None
     try:
-        return path.read_text(encoding="utf-8-sig").strip()
+        token = path.read_text(encoding="utf-8-sig").strip()
     except OSError as error:
         raise Failure(f"--token-file: {error}") from error
+    if not token:  # else no token at all would go, not even $ATTNSERVE_TOKEN
+        raise Failure(f"--token-file: {path} holds no token")
+    return token
 
 
 def request_options(args: argparse.Namespace, return_alignment: bool):

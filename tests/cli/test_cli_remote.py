@@ -109,6 +109,20 @@ def test_an_unreadable_token_file_is_a_failure_before_any_call(recording, tmp_pa
     assert servicer.metadata == []
 
 
+def test_an_empty_token_file_is_a_failure_not_a_call_without_a_token(
+    recording, tmp_path, monkeypatch
+):
+    """A secret mounted empty: the call would go with no token (the file's "" over
+    $ATTNSERVE_TOKEN) and come back UNAUTHENTICATED, "no bearer token", naming no file."""
+    servicer, address = recording
+    monkeypatch.setenv("ATTNSERVE_TOKEN", "from-env")
+    token = tmp_path / "token"
+    token.write_text(" \n", encoding="utf-8")
+    with pytest.raises(Failure, match=f"^--token-file: {token} holds no token$"):
+        remote.client_call(_check(), _connection(address, token))
+    assert servicer.metadata == []
+
+
 def test_a_failed_call_is_its_status_on_stderr_and_exit_status_1(recording, capsys):
     _, address = recording
     assert remote.client_call(_check("refuse"), _connection(address)) == 1
