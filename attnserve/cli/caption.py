@@ -9,7 +9,14 @@ from pathlib import Path
 
 from attnserve.cli import remote
 from attnserve.cli.figures import write_attention
-from attnserve.cli.options import TORCH_DECODING, add_decoding, add_engine, add_server, check_engine
+from attnserve.cli.options import (
+    TORCH_DECODING,
+    add_decoding,
+    add_engine,
+    add_server,
+    check_engine,
+    check_output,
+)
 from attnserve.cli.render import progress, read_images, show
 from attnserve.cli.subcommand import Subcommand
 from models.shipped import SHIPPED_CAPTIONER
@@ -81,6 +88,7 @@ class Caption(Subcommand):
 
     def check(self, args: argparse.Namespace) -> None:
         check_engine(self.parser, args, GRPC_ONLY, TORCH_CAPTIONING, SHIPPED_CAPTIONER)
+        check_output(self.parser, args.attention, "--attention")
 
     def run(self, args: argparse.Namespace) -> int:
         if args.engine == "grpc":

@@ -93,15 +93,18 @@ def positive(text: str) -> int:
     return value
 
 
-def check_output(parser: argparse.ArgumentParser, path: Path | None) -> None:
-    """Refuses an --output that cannot be written (a folder, or in a missing folder) before
-    anything is sent: a document's translation is not lost at its end."""
+def check_output(
+    parser: argparse.ArgumentParser, path: Path | None, flag: str = "--output"
+) -> None:
+    """Refuses an output `flag` (--output, or a figure's) that cannot be written (a folder,
+    or in a missing folder) before anything is sent: what was decoded is not lost at its
+    end."""
     if path is None:
         return
     if path.is_dir():
-        parser.error(f"--output {path}: a folder, not a file")
+        parser.error(f"{flag} {path}: a folder, not a file")
     if not path.resolve().parent.is_dir():
-        parser.error(f"--output {path}: no folder {path.resolve().parent}")
+        parser.error(f"{flag} {path}: no folder {path.resolve().parent}")
 
 
 def add_server(parser: argparse.ArgumentParser, timeout: float) -> None:

@@ -117,6 +117,7 @@ class Translate(Subcommand):
             args.sentence_splitting = args.sentence_splitting or SPLITTING[0]
             args.concurrency = args.concurrency or CONCURRENCY
         check_output(self.parser, args.output)
+        check_output(self.parser, args.alignment, "--alignment")
         _check_inputs(self.parser, args)
 
     def run(self, args: argparse.Namespace) -> int:

@@ -35,6 +35,14 @@ def test_caption_options_of_the_other_engine_are_refused(argv, capsys):
     assert "only with --engine" in capsys.readouterr().err
 
 
+def test_an_attention_figure_that_cannot_be_written_is_refused_before_any_call(tmp_path, capsys):
+    for path, problem in ((tmp_path, "a folder, not a file"), (tmp_path / "no" / "a.png", "no")):
+        with pytest.raises(SystemExit) as exit_:
+            main(["caption", "--attention", str(path), "image.png"])
+        assert exit_.value.code == 2
+        assert f"error: --attention {path}: {problem}" in capsys.readouterr().err
+
+
 def test_every_grpc_only_name_is_an_option_of_caption():
     args = build_parser().parse_args(["caption", "image.png"])
     assert all(hasattr(args, name) for name in caption.GRPC_ONLY)

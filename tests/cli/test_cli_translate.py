@@ -114,6 +114,18 @@ def test_flags_that_would_be_ignored_are_refused(argv, message, capsys):
     assert f"error: {message}" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("flag", ["--output", "--alignment"])
+def test_an_output_or_figure_that_cannot_be_written_is_refused_before_any_call(
+    flag, tmp_path, capsys
+):
+    """Refused at the start, not after every text was decoded (a figure written last)."""
+    for path, problem in ((tmp_path, "a folder, not a file"), (tmp_path / "no" / "a.png", "no")):
+        with pytest.raises(SystemExit) as exit_:
+            _parsed(flag, str(path), "hola")
+        assert exit_.value.code == 2
+        assert f"error: {flag} {path}: {problem}" in capsys.readouterr().err
+
+
 def test_the_flags_that_go_together_are_taken():
     _parsed("--stream", "--lines", "--input", "es.txt")
     _parsed("--alignment", "a.png", "--lines", "--input", "es.txt", "--output", "en.txt")
