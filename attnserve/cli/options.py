@@ -30,8 +30,12 @@ def default_data(model: str) -> Path:
     return Path("data") / model
 
 
-def add_decoding(parser: argparse.ArgumentParser, defaults: dict | None) -> None:
-    """The decoding options; with `defaults` None every option defaults to None (unset)."""
+def add_decoding(
+    parser: argparse.ArgumentParser, defaults: dict | None, words: bool = True
+) -> None:
+    """The decoding options; with `defaults` None every option defaults to None (unset).
+    `words`: also --target-prefix and --suppress, which the server tokenizes (no PyTorch
+    decoding takes them)."""
     default = (defaults or {}).get
     parser.add_argument("--beam-size", "--beam", type=int, default=default("beam_size"))
     parser.add_argument(
@@ -48,11 +52,12 @@ def add_decoding(parser: argparse.ArgumentParser, defaults: dict | None) -> None
         "--top-p", type=float, default=default("top_p"), help="nucleus sampling mass"
     )
     parser.add_argument("--seed", type=int, help="sampling seed")
-    _add_controls(parser.add_argument_group("decoding controls"), default)
+    _add_controls(parser.add_argument_group("decoding controls"), default, words)
 
 
-def _add_controls(controls, default) -> None:
-    controls.add_argument("--target-prefix", help="the output starts with this text")
+def _add_controls(controls, default, words: bool) -> None:
+    if words:
+        controls.add_argument("--target-prefix", help="the output starts with this text")
     controls.add_argument(
         "--min-length", type=int, default=default("min_length"), help="tokens before </s>"
     )
@@ -68,9 +73,10 @@ def _add_controls(controls, default) -> None:
         default=default("repetition_penalty"),
         help="above 1: tokens already produced are less likely",
     )
-    controls.add_argument(
-        "--suppress", action="append", metavar="WORDS", help="never produce these (repeatable)"
-    )
+    if words:
+        controls.add_argument(
+            "--suppress", action="append", metavar="WORDS", help="never produce these (repeatable)"
+        )
     controls.add_argument(
         "--max-length-ratio",
         type=float,

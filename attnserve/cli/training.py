@@ -258,7 +258,8 @@ class Evaluate(Subcommand):
             help="captioner: decode without the checkpoint's caption grammar",
         )
         # max length: the translator's 256, the captioner's own limit
-        add_decoding(parser, {**TORCH_DECODING, "max_length": None})
+        # PyTorch decoding alone: no words for the server to tokenize
+        add_decoding(parser, {**TORCH_DECODING, "max_length": None}, words=False)
 
     def run(self, args: argparse.Namespace) -> int:
         args.data = args.data or default_data(args.model)

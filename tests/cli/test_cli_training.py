@@ -133,3 +133,13 @@ def test_evaluate_refuses_an_unknown_split_or_peer(capsys):
             main(["evaluate", "translator", *argv])
         assert exit_.value.code == 2
     assert capsys.readouterr().err.count("invalid choice") == 2
+
+
+@pytest.mark.parametrize("flag", ["--target-prefix", "--suppress"])
+def test_evaluate_does_not_take_words_its_pytorch_decoding_would_ignore(flag, handed, capsys):
+    """Words the server tokenizes: evaluate's PyTorch decoding has no use for them."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["evaluate", "translator", flag, "the"])
+    assert exit_.value.code == 2
+    assert f"unrecognized arguments: {flag} the" in capsys.readouterr().err
+    assert handed == []  # nothing evaluated
