@@ -7,6 +7,7 @@ environment, `--max-batch-rows` on the command line.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import math
 import os
 import subprocess
@@ -212,6 +213,8 @@ class ServerConfig:
                 problems.append(f"{name} must be 0 or more")
         if self.fronts < 0:
             problems.append("fronts must be 0 (one per 4 CPU cores) or more")
+        if self.ray and importlib.util.find_spec("ray") is None:
+            problems.append("ray needs the ray extra: pip install 'attnserve[serve,ray]'")
         if self.ray and self.fronts > 1:
             problems.append("fronts must be 0 or 1 with ray: one front reaches the replicas")
         if self.ray and self.workers:

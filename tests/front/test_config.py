@@ -376,6 +376,19 @@ def test_workers_of_this_machine_are_refused_with_ray_not_left_unused():
     assert load_config(None, {"ATTNSERVE_WORKERS": "4"}).worker_choice("cpu")[0] == 4
 
 
+def test_ray_without_the_ray_extra_is_refused_not_a_traceback(monkeypatch):
+    """Else `serve --ray` loaded the repository, listened, then stopped on an ImportError."""
+    import importlib.util
+
+    found = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name: None if name == "ray" else found(name)
+    )
+    with pytest.raises(InvalidArgument, match=r"ray needs the ray extra: pip install"):
+        load_config(None, {"ATTNSERVE_RAY": "auto"})
+    assert load_config(None, {}).ray == ""  # the single machine needs no Ray
+
+
 def test_every_problem_of_a_configuration_is_named_at_once(tmp_path):
     """An unknown setting, values that cannot be read (file, environment, flag) and values
     out of range are refused together, not one per start."""
