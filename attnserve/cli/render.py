@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from attnserve.cli.results import dumps
+from attnserve.cli.subcommand import Failure
 
 # Written for a text's characters that would end or cut its line of output, and for the
 # backslash that begins these escapes (TSV's text convention): a text stays one line.
@@ -134,12 +135,16 @@ def progress(total: int, verb: str, noun: str, shown: bool):
 
 @contextlib.contextmanager
 def output(path: Path | None):
-    """Standard output, or the file `path` (written whole, UTF-8)."""
+    """Standard output, or the file `path` (written whole, UTF-8; a Failure naming it where
+    it cannot be written, a full disk say)."""
     if path is None:
         yield sys.stdout
         return
-    with open(path, "w", encoding="utf-8") as out:
-        yield out
+    try:
+        with open(path, "w", encoding="utf-8") as out:
+            yield out
+    except OSError as error:
+        raise Failure(f"--output {path}: {error.strerror or error}") from None
 
 
 def read_text(path: Path | None = None) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import codecs
 import io
 import json
+import os
 import sys
 
 import grpc
@@ -229,6 +230,13 @@ def test_nothing_to_translate_makes_no_call(stand_in, tmp_path, monkeypatch, cap
     empty.write_text("\n\n", encoding="utf-8")
     assert main(["translate", "--server", address, "--input", str(empty), "--lines"]) == 0
     assert capsys.readouterr().out == "" and servicer.requests == []
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="a device that is always full")
+def test_an_output_that_fails_to_be_written_is_one_line_of_error(stand_in, capsys):
+    _, address = stand_in
+    assert main(["translate", "--server", address, "--output", "/dev/full", "hola"]) == 1
+    assert capsys.readouterr().err == "error: --output /dev/full: No space left on device\n"
 
 
 def test_nothing_to_translate_still_writes_the_output_file(stand_in, tmp_path):
