@@ -50,9 +50,11 @@ def encodes_all(stream) -> bool:
 
 def escape_unencodable(stream) -> None:
     """Has `stream` write what its encoding lacks as backslash escapes rather than raise
-    UnicodeEncodeError midway through the output (unless its errors were chosen)."""
-    strict = getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure")
-    if strict and not encodes_all(stream):
+    UnicodeEncodeError midway through the output (unless its errors were chosen: Python's
+    own are strict, or surrogateescape under the C locale, which fails as strict does on a
+    character the encoding lacks)."""
+    raising = getattr(stream, "errors", None) in ("strict", "surrogateescape")
+    if raising and hasattr(stream, "reconfigure") and not encodes_all(stream):
         stream.reconfigure(errors="backslashreplace")
 
 

@@ -191,15 +191,18 @@ def test_splitting_format_and_glossary_go_with_every_call(stand_in, tmp_path, ca
     assert plain.sentence_splitting == translation_pb2.SENTENCE_SPLITTING_SENTENCES
 
 
-@pytest.mark.parametrize("encoding", ["latin-1", "ascii"])
+@pytest.mark.parametrize(
+    ("encoding", "errors"),
+    [("latin-1", "strict"), ("ascii", "strict"), ("ascii", "surrogateescape")],  # C locale's
+)
 def test_a_stdout_that_cannot_encode_the_text_gets_escapes_not_a_traceback(
-    stand_in, monkeypatch, encoding
+    stand_in, monkeypatch, encoding, errors
 ):
     _, address = stand_in
     text = "ωμέγα ñ 😀"
     argv = ["translate", "--server", address, text]
     for flags in (["--json"], ["--json", "--stream"], []):
-        stdout = io.TextIOWrapper(io.BytesIO(), encoding=encoding)
+        stdout = io.TextIOWrapper(io.BytesIO(), encoding=encoding, errors=errors)
         monkeypatch.setattr(sys, "stdout", stdout)
         assert main([*argv, *flags]) == 0
         stdout.flush()
