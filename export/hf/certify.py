@@ -116,16 +116,27 @@ def _ids(model: TranslationModel, pieces, eos: int) -> list[int]:
     return ids[: ids.index(eos)] if eos in ids else ids
 
 
-def tokenizer_claim(model_version, tokenizer, texts, languages) -> dict:
-    """The runtime's source ids of every text against the model's tokenizer's."""
+def as_given(runtime: TranslationModel, texts, languages) -> list[str]:
+    """The texts as the model's own tokenizer is given them: a multilingual Marian's with
+    the target's `>>xx<<` before each (the token the served path puts before the source);
+    M2M100's tokenizer adds its language token itself (`src_lang`)."""
+    if runtime.language_tokens.target_token != "source":
+        return list(texts)
+    code = "".join(runtime.tokenizer.pieces(runtime.language_tokens.source_prefix(*languages)))
+    return [f"{code} {text}" for text in texts]
+
+
+def tokenizer_claim(model_version, tokenizer, texts, given, languages) -> dict:
+    """The runtime's source ids of every text against the model's tokenizer's of the text
+    as it is given it (`given`: as_given)."""
     model, _ = served(model_version)
     lead = model.language_tokens.source_prefix(*languages)
     eos = model.special_tokens.eos
     if hasattr(tokenizer, "src_lang"):
         tokenizer.src_lang = languages[0]
     same = sum(
-        lead + model.tokenizer.encode(text) + [eos] == tokenizer(text)["input_ids"]
-        for text in texts
+        lead + model.tokenizer.encode(text) + [eos] == tokenizer(theirs)["input_ids"]
+        for text, theirs in zip(texts, given, strict=True)
     )
     return {"texts": len(texts), "identical": same, "passed": same == len(texts)}
 
@@ -277,20 +288,21 @@ def certify_hf(
         beam_size=beam, max_length=limit, max_length_ratio=0.0,
         length_penalty=rules["length_penalty"],
     )  # fmt: skip
-    theirs = generated(model, tokenizer, texts, languages, greedy)
+    given = as_given(runtime, texts, languages)  # what the model's own tokenizer reads
+    theirs = generated(model, tokenizer, given, languages, greedy)
     fp32 = ours(model_version, "fp32", texts, languages, greedy)
     graphs = graph_claim(
-        model_version, model, tokenizer, texts[:GRAPH_TEXTS], theirs[:GRAPH_TEXTS], languages
+        model_version, model, tokenizer, given[:GRAPH_TEXTS], theirs[:GRAPH_TEXTS], languages
     )
     window = 2 * graphs["max_abs"]
-    ties = greedy_ties(model, tokenizer, texts, theirs, fp32, languages, window)
+    ties = greedy_ties(model, tokenizer, given, theirs, fp32, languages, window)
     certificate = {
-        "tokenizer": tokenizer_claim(model_version, tokenizer, texts, languages),
+        "tokenizer": tokenizer_claim(model_version, tokenizer, texts, given, languages),
         "graphs": {"fp32": graphs},
         "near_tie": window,
         "decodes": [
             decode_claim("greedy", theirs, fp32, ties),
-            decode_claim(f"beam {beam}", generated(model, tokenizer, texts, languages, beamed),
+            decode_claim(f"beam {beam}", generated(model, tokenizer, given, languages, beamed),
                          ours(model_version, "fp32", texts, languages, beamed)),
         ],
         "rows": decode_claim(

@@ -5,8 +5,10 @@ greedy and beam 4."""
 from __future__ import annotations
 
 import pytest
+from helpers import certificate_texts, marian_directory
 
 from export.hf.certify import MIN_TEXTS, certify_hf
+from export.hf.version import export_hf
 from service.front.config import certified_variants
 
 pytestmark = pytest.mark.slow
@@ -46,3 +48,14 @@ def test_too_few_texts_are_refused(hf_models):
     directory, version, _ = hf_models["m2m100"]
     with pytest.raises(ValueError, match=f"at least {MIN_TEXTS}"):
         certify_hf(version, directory, ["hola"] * 10, ("es", "en"))
+
+
+def test_a_multilingual_marian_is_certified_with_its_targets_code(tmp_path):
+    """A multilingual Marian's own tokenizer and generate read the target's `>>xx<<` before
+    each text, as the served path puts its token before the source: held to that, the
+    version's ids and decodes are the model's."""
+    directory = marian_directory(tmp_path / "marian", multilingual=True)
+    version = export_hf(directory, tmp_path / "repository", "mul", variants=("fp32",))
+    certificate = certify_hf(version, directory, certificate_texts(version), ("", "fr"))
+    assert certificate["tokenizer"]["identical"] == MIN_TEXTS, certificate["tokenizer"]
+    assert certificate["passed"], certificate
