@@ -169,9 +169,10 @@ def languages(
 ) -> dict:
     """The manifest's languages: M2M100's, NLLB's and mBART-50's every language both ways,
     by their tokens; a Marian model's from `given` (source, target) or its tokenizer's
-    config, its target languages by their `>>xx<<` tokens where it has them. Then, of any
-    family, only those `declared` to be read and written where they are (mBART-50's
-    one-to-many model reads `en_XX` alone); ValueError naming one the model lacks."""
+    config, its target languages by their `>>xx<<` tokens where it has them (every one,
+    whatever target is given). Then, of any family, only those `declared` to be read and
+    written where they are (mBART-50's one-to-many model reads `en_XX` alone); ValueError
+    naming one the model lacks."""
     found = _languages(family, tokenizer, given)
     reads, writes = declared
     unknown = sorted((set(reads) - set(found["source"])) | (set(writes) - set(found["target"])))
@@ -208,7 +209,8 @@ def _languages(family: str, tokenizer, given: tuple[list[str], list[str]] | None
     source, target = given or ([], [])
     config = getattr(tokenizer, "init_kwargs", {})
     source = list(source) or [c for c in [config.get("source_lang")] if c]
-    target = list(target) or sorted(targets) or [c for c in [config.get("target_lang")] if c]
+    # `>>xx<<` tokens name every target it writes; a target given is the one certified
+    target = sorted(targets) or list(target) or [c for c in [config.get("target_lang")] if c]
     found = {"source": source, "target": target}
     if targets:
         found["tokens"] = {c: targets[c] for c in target if c in targets}

@@ -232,6 +232,17 @@ def test_declared_languages_narrow_any_familys():
         languages("marian", multilingual, None, (["es"], []))
 
 
+def test_a_multilingual_marian_declares_every_target_its_tokens_name():
+    """A target given (the language certified) is one of a multilingual Marian's `>>xx<<`
+    targets, not the only one it declares; a source given is its source."""
+    multilingual = SimpleNamespace(
+        get_vocab=lambda: {">>fr<<": 5, ">>de<<": 6, "▁a": 7}, init_kwargs={}
+    )
+    declared = languages("marian", multilingual, (["en"], ["fr"]))
+    assert (declared["source"], declared["target"]) == (["en"], ["de", "fr"])
+    assert declared["tokens"] == {"de": 6, "fr": 5}
+
+
 def test_generate_rules_default_as_generate_does():
     """A model without a generation config of its own: generate's own defaults."""
     plain = SimpleNamespace(
