@@ -36,7 +36,7 @@ from export.hf.graphs import architecture, export_graphs, interface
 from export.onnx_export import OPSET
 from export.ops import write_ops
 from export.quantize import quantize_int8
-from service.runtime.languages import listed
+from service.runtime.languages import listed, own_code
 from service.runtime.repository import ModelVersion, verify, write_manifest
 
 TOKENIZER_DIR = "tokenizer"
@@ -172,7 +172,7 @@ def languages(
     config, its target languages by their `>>xx<<` tokens where it has them (every one,
     whatever target is given). Then, of any family, only those `declared` to be read and
     written where they are (mBART-50's one-to-many model reads `en_XX` alone); ValueError
-    naming one the model lacks."""
+    naming one the model lacks, or one `given` (to certify) the version does not declare."""
     found = _languages(family, tokenizer, given)
     reads, writes = declared
     unknown = sorted((set(reads) - set(found["source"])) | (set(writes) - set(found["target"])))
@@ -186,7 +186,20 @@ def languages(
     if "tokens" in found:
         kept = {*narrowed["source"], *narrowed["target"]}
         narrowed["tokens"] = {code: i for code, i in found["tokens"].items() if code in kept}
+    source, target = given or ([], [])
+    missing = _undeclared(source, narrowed["source"]) + _undeclared(target, narrowed["target"])
+    if missing:  # refused before anything is written, not by the certificate's request
+        raise ValueError(
+            f"languages {missing} to certify are not the version's: it reads "
+            f"{listed(narrowed['source']) or 'any'}, writes {listed(narrowed['target'])}"
+        )
     return narrowed
+
+
+def _undeclared(given: list[str], codes: list[str]) -> list[str]:
+    """The codes of `given` a request could not name among `codes` (any where empty), as the
+    runtime reads a request's codes (languages.own_code: `es` for `spa_Latn`)."""
+    return [code for code in given if codes and own_code(code, codes) not in codes]
 
 
 def _languages(family: str, tokenizer, given: tuple[list[str], list[str]] | None) -> dict:

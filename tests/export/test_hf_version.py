@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import numpy as np
 import onnxruntime as ort
 import pytest
-from helpers import NLLB_CODES, certificate_texts
+from helpers import NLLB_CODES, certificate_texts, nllb_directory
 
 from export.hf.version import banned_tokens, export_hf, generation, languages
 from service.runtime.decoding import DecodingOptions
@@ -241,6 +241,27 @@ def test_a_multilingual_marian_declares_every_target_its_tokens_name():
     declared = languages("marian", multilingual, (["en"], ["fr"]))
     assert (declared["source"], declared["target"]) == (["en"], ["de", "fr"])
     assert declared["tokens"] == {"de": 6, "fr": 5}
+
+
+def test_languages_to_certify_that_the_version_lacks_are_refused_before_writing(tmp_path):
+    """A source or target given to certify must be one the version declares (its own code
+    or as the edge names it), else the export stops before writing anything, naming it."""
+    codes = {"en": 5, "es": 6}
+    m2m100 = SimpleNamespace(lang_code_to_id=codes, get_lang_id=codes.get)
+    assert languages("m2m_100", m2m100, (["es"], ["en"]))["target"] == ["en", "es"]
+    with pytest.raises(ValueError, match=r"\['tlh'\] to certify are not the version's"):
+        languages("m2m_100", m2m100, (["es"], ["tlh"]))
+    with pytest.raises(ValueError, match=r"\['en'\] to certify .* writes es$"):
+        languages("m2m_100", m2m100, (["es"], ["en"]), ([], ["es"]))
+    plain = SimpleNamespace(get_vocab=dict, init_kwargs={})  # a Marian naming no language
+    assert languages("marian", plain, (["es"], ["en"])) == {"source": ["es"], "target": ["en"]}
+    directory = nllb_directory(tmp_path / "nllb")
+    given = (["es"], ["eng_Latn"])  # `es` as the edge names `spa_Latn`
+    made = export_hf(directory, tmp_path, "nllb", variants=("fp32",), given_languages=given)
+    assert made.manifest["languages"]["source"] == list(NLLB_CODES)
+    with pytest.raises(ValueError, match=r"\['fr'\] to certify are not the version's"):
+        export_hf(directory, tmp_path, "nllb", "2", ("fp32",), (["es"], ["fr"]))
+    assert not (tmp_path / "nllb" / "2").exists()
 
 
 def test_generate_rules_default_as_generate_does():
