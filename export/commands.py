@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from argparse import Namespace
 from pathlib import Path
 
@@ -137,9 +138,13 @@ def export_hf(args: Namespace) -> int:
     version = write_hf(
         args.directory, args.out, args.name, args.version, variants, given, declared, into
     )
-    texts, references = certificate_texts(args, version)
-    languages = (args.source_language, args.target_language)
-    certificate = certify_hf(version, args.directory, texts, languages, references)
+    try:
+        texts, references = certificate_texts(args, version)
+        languages = (args.source_language, args.target_language)
+        certificate = certify_hf(version, args.directory, texts, languages, references)
+    except BaseException:  # a refusal or an interruption: no staged version left behind
+        shutil.rmtree(into, ignore_errors=True)
+        raise
     publish(version.directory, directory)
     summary = {
         "model_version": str(directory),

@@ -39,6 +39,7 @@ from export.decode_parity import corpus_scores
 from export.hf.version import LANGUAGE_TOKENS, language_id, load
 from export.translator_parity import MAX_INT8_LOSS
 from service.runtime.decoding import DecodingOptions
+from service.runtime.errors import InvalidArgument
 from service.runtime.onnx_engine import OnnxEngine
 from service.runtime.repository import GOLDEN, ModelVersion, verify, write_manifest
 from service.runtime.requests import TranslateRequest
@@ -280,7 +281,10 @@ def certify_hf(
     begun = time.perf_counter()
     model, tokenizer = load(directory)
     runtime, _ = served(model_version)
-    languages = runtime.resolve_languages(*languages, texts)
+    try:  # refused as the export's other refusals are, not as a request is
+        languages = runtime.resolve_languages(*languages, texts)
+    except InvalidArgument as refused:
+        raise ValueError(f"the languages to certify: {refused}") from None
     rules = model_version.manifest["generation"]
     limit = min(rules["max_length"] - 1, runtime.max_output_length)
     greedy = DecodingOptions(max_length=limit, max_length_ratio=0.0)

@@ -341,3 +341,23 @@ def test_the_command_publishes_a_version_once_certified(tmp_path, monkeypatch, c
     out = capsys.readouterr().out
     summary = json.loads(out[out.rindex('{\n  "model_version"') :])
     assert summary["model_version"] == str(tmp_path / "repository" / "opus" / "1")
+
+
+def test_a_command_refused_while_certifying_says_why_and_leaves_nothing(tmp_path):
+    """A multilingual model exported with no target to certify is refused as the export's
+    other refusals are (a ValueError: one line of the command), and the version written
+    for the certificate goes with it."""
+    from argparse import Namespace
+
+    from helpers import m2m100_directory
+
+    from export.commands import export_hf as command
+
+    args = Namespace(
+        directory=m2m100_directory(tmp_path / "m2m100"), out=tmp_path / "repository",
+        name="m2m100", version="1", variants="fp32", texts=None, references=None,
+        sentences=200, source_language="es", target_language="", reads=None, writes=None,
+    )  # fmt: skip
+    with pytest.raises(ValueError, match=r"to certify: target_language: .* name one"):
+        command(args)
+    assert not list((tmp_path / "repository" / "m2m100").iterdir())
