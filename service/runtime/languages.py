@@ -8,6 +8,8 @@ import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from service.runtime import markup
+
 # English names of the languages a served model may declare (ISO 639-1; M2M100's few
 # others by their ISO 639-2 codes, as it names them)
 NAMES = {
@@ -173,6 +175,23 @@ def _identifier():
 @functools.cache
 def _known() -> frozenset[str]:
     return frozenset(_identifier().nb_classes)
+
+
+def sample(texts: Sequence[str], text_format: str = "plain") -> str:
+    """What detection reads of `texts`: their words (a text in HTML or XML without its
+    markup, whose tag and attribute names are no language's), the first DETECT_CHARS of
+    them."""
+    taken, size = [], 0
+    for text in texts:
+        if size >= DETECT_CHARS:
+            break
+        text = text[: 50 * DETECT_CHARS]  # markup enough to find the words in
+        if text_format != "plain":
+            text = markup.blanked(text, text_format)
+        words = " ".join(text.split())
+        taken.append(words)
+        size += len(words) + 1
+    return " ".join(taken)
 
 
 def detect(text: str, among: Sequence[str]) -> list[tuple[str, float]]:

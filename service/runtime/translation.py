@@ -360,11 +360,14 @@ class TranslationModel(ServedModel):
         rules = version.manifest.get("generation", {})
         self.rules = {k: rules[k] for k in MODEL_RULES if k in rules}
 
-    def resolve_languages(self, source: str, target: str, texts: Sequence[str]):
+    def resolve_languages(
+        self, source: str, target: str, texts: Sequence[str], text_format: str = "plain"
+    ):
         """(source, target) of a request: each as named (the model's own code, or as the
         edge names it: languages.own_code), checked against the model's; else the model's
         only one; else, for a source the model takes a token for, detected among its
-        languages. InvalidArgument naming every problem."""
+        languages from the texts' words (`text_format`: their markup left out).
+        InvalidArgument naming every problem."""
         declared, problems = self.languages, []
         source = languages.own_code(source, declared.source)
         target = languages.own_code(target, declared.target)
@@ -388,14 +391,14 @@ class TranslationModel(ServedModel):
         elif not source and len(declared.source) == 1:
             source = declared.source[0]
         elif not source and self.language_tokens.source_token and not problems:
-            source = languages.detect(" ".join(texts), declared.source)[0][0]
+            source = languages.detect(languages.sample(texts, text_format), declared.source)[0][0]
         raise_problems(problems)
         return source, target
 
     async def prepare(self, request: TranslateRequest) -> Prepared:
         markup = request.text_format != "plain"
         source, target = self.resolve_languages(
-            request.source_language, request.target_language, request.texts
+            request.source_language, request.target_language, request.texts, request.text_format
         )
         options = replace(request.options, **self.rules) if self.rules else request.options
         documents = [split_markup(t, request.splitting, request.text_format) for t in request.texts]

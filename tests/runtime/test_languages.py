@@ -3,6 +3,10 @@ the identifier choosing among the languages served."""
 
 from __future__ import annotations
 
+import asyncio
+
+import pytest
+
 from service.runtime import languages
 from service.runtime.languages import Languages, detect, edge_code, given_code
 
@@ -85,3 +89,35 @@ def test_nllb_codes_are_detected_and_named_as_the_edge_names_them():
     assert languages.edge_given("spa_latn", among) == languages.edge_given("ES", among) == "es"
     assert languages.edge_given("zh-Hant", ["zho_Hant"]) == "zt"
     assert languages.edge_given("de", among) == "de"  # none of them: as given, compared
+
+
+HTML = (
+    '<div class="article-body container"><p style="font-weight:bold;text-align:center">El '
+    'perro come pan.</p><a href="https://example.com/home/index.html" title="Go back home">'
+    "Volver a casa</a></div>"
+)
+
+
+@pytest.mark.slow  # exports a small M2M100 model
+def test_a_markup_texts_source_is_detected_by_its_words_not_its_markup(tmp_path):
+    """A multilingual model told no source language detects it from what it translates:
+    an HTML text's words, not its tags and attributes (English-looking names)."""
+    pytest.importorskip("transformers")
+    from helpers import m2m100_directory
+
+    from export.hf.version import export_hf
+    from service.front.config import ServerConfig
+    from service.runtime.decoding import DecodingOptions
+    from service.runtime.requests import TranslateRequest
+    from service.runtime.translation import TranslationModel
+
+    assert detect(HTML, ["en", "es"])[0][0] == "en"  # the markup read as words
+    version = export_hf(m2m100_directory(tmp_path / "m2m100"), tmp_path, "m", variants=("fp32",))
+    model = TranslationModel(version, ServerConfig())
+    for text_format in ("html", "xml"):
+        request = TranslateRequest(
+            texts=(HTML, "<p>Hola.</p>"), fields=("texts[0]", "texts[1]"),
+            options=DecodingOptions(), text_format=text_format, target_language="fr",
+        )  # fmt: skip
+        prepared = asyncio.run(model.prepare(request))
+        assert prepared.sources.languages == ("es", "fr"), text_format

@@ -52,7 +52,7 @@ from service.front.http.calls import (
     url_encoded,
     within,
 )
-from service.runtime import files, languages, markup
+from service.runtime import files, languages
 from service.runtime.decoding import MAX_BEAM_SIZE
 from service.runtime.requests import MAX_TEXTS
 from service.wire.v1 import decoding_pb2, translation_pb2
@@ -159,7 +159,7 @@ class LibreTranslateApi:
         confidence = 100.0
         if source == "auto":
             among = sorted({s for s, t in pairs if t == target} | {target})
-            sample = _sample(texts, text_format)
+            sample = languages.sample(texts, text_format)
             source, confidence = _best(languages.detect(sample, among), target)
         elif source not in served:
             raise BadRequest(f"{source} is not supported")
@@ -470,22 +470,6 @@ class Routed(NamedTuple):
     pair: Pair | None
     source: str
     confidence: float
-
-
-def _sample(texts: list[str], text_format: str) -> str:
-    """What detection reads of `texts`: their words (an HTML text's, not its markup), the
-    first languages.DETECT_CHARS of them."""
-    taken, size = [], 0
-    for text in texts:
-        if size >= languages.DETECT_CHARS:
-            break
-        text = text[: 50 * languages.DETECT_CHARS]  # markup enough to find the words in
-        if text_format == "html":
-            text = markup.blanked(text, text_format)
-        words = " ".join(text.split())
-        taken.append(words)
-        size += len(words) + 1
-    return " ".join(taken)
 
 
 def _context(request: Request) -> HttpContext:
