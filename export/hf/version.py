@@ -13,10 +13,12 @@ family does differently is declared, not coded in the runtime:
                    language's token goes: `source_token` (before the source, M2M100's source
                    language) and `target_token` ("decoder": the forced first token, as
                    generate's forced_bos_token_id; "source": a multilingual Marian's `>>xx<<`)
-    generation     the model's own generate rules the runtime applies to every request:
-                   `end_at_limit` (forced_eos_token_id), `beam_stop` (early_stopping), and
-                   the defaults it was published with (beams, length penalty, length limit);
-                   single tokens it bans (bad_words_ids) are -inf in the step's logits
+    generation     the model's own generate rules, which the runtime applies to every
+                   request: `end_at_limit` (forced_eos_token_id) and `beam_stop`
+                   (early_stopping); single tokens it bans (bad_words_ids) are -inf in the
+                   step's logits. The defaults it was published with (beams, length
+                   penalty, length limit) are recorded: the certificate decodes with its
+                   length penalty and limit, and a request chooses its own (unset: greedy)
 
 `transformers` is imported here and by the certificate only: the runtime reads the files.
 """
