@@ -279,6 +279,7 @@ def certify_hf(
     if len(texts) < MIN_TEXTS:
         raise ValueError(f"the certificate needs at least {MIN_TEXTS} texts, got {len(texts)}")
     begun = time.perf_counter()
+    texts = [t.strip() for t in texts]  # as the server reads them: their ends stripped
     model, tokenizer = load(directory)
     runtime, _ = served(model_version)
     try:  # refused as the export's other refusals are, not as a request is

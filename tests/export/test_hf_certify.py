@@ -5,7 +5,7 @@ greedy and beam 4."""
 from __future__ import annotations
 
 import pytest
-from helpers import certificate_texts, marian_directory
+from helpers import certificate_texts, marian_directory, nllb_directory
 
 from export.hf.certify import MIN_TEXTS, certify_hf
 from export.hf.version import export_hf
@@ -57,5 +57,17 @@ def test_a_multilingual_marian_is_certified_with_its_targets_code(tmp_path):
     directory = marian_directory(tmp_path / "marian", multilingual=True)
     version = export_hf(directory, tmp_path / "repository", "mul", variants=("fp32",))
     certificate = certify_hf(version, directory, certificate_texts(version), ("", "fr"))
+    assert certificate["tokenizer"]["identical"] == MIN_TEXTS, certificate["tokenizer"]
+    assert certificate["passed"], certificate
+
+
+def test_texts_are_certified_as_the_server_reads_them(tmp_path):
+    """The server strips a text's ends before it tokenizes it; NLLB's own tokenizer makes a
+    piece of a trailing space. A texts file whose lines end in spaces or tabs is certified
+    on the texts as served, so its claims hold."""
+    directory = nllb_directory(tmp_path / "nllb")
+    version = export_hf(directory, tmp_path / "repository", "nllb", variants=("fp32",))
+    texts = [t + " \t"[i % 2] for i, t in enumerate(certificate_texts(version))]
+    certificate = certify_hf(version, directory, texts, ("spa_Latn", "eng_Latn"))
     assert certificate["tokenizer"]["identical"] == MIN_TEXTS, certificate["tokenizer"]
     assert certificate["passed"], certificate
