@@ -17,7 +17,7 @@ from service.front.registry import Models, default_models
 from service.front.versions import version_order
 from service.runtime.errors import InvalidArgument, NotFound, Unavailable
 from service.runtime.kinds import Prepared, ServedModel
-from service.runtime.languages import own_code
+from service.runtime.languages import own_code, shown
 from service.worker.messages import Job, Timings
 
 log = logging.getLogger("attnserve")
@@ -107,8 +107,8 @@ class Front:
                 found.append((size, name != default, name))
         if not found:
             raise InvalidArgument(
-                f"source_language {source!r}, target_language {target!r}: no served model "
-                "translates that; name a model, or see the languages each one declares"
+                f"source_language {shown(source)}, target_language {shown(target)}: no served "
+                "model translates that; name a model, or see the languages each one declares"
             )
         return min(found)[2]
 

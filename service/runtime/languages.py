@@ -158,6 +158,14 @@ class LanguageTokens:
         return (self.tokens[target],) if self.target_token == "decoder" else ()
 
 
+def shown(code: str, most: int = 40) -> str:
+    """A code a client sent, for a message: as given, or the start of a longer one (a gRPC
+    status message past 8 KiB reaches the client as RESOURCE_EXHAUSTED, not the status)."""
+    if len(code) <= most:
+        return repr(code)
+    return f"{code[:most]!r}... ({len(code)} characters)"
+
+
 def listed(codes: Sequence[str], most: int = 12) -> str:
     """Codes for a message: all of a few, the first `most` of many."""
     if len(codes) <= most:

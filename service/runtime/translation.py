@@ -373,7 +373,7 @@ class TranslationModel(ServedModel):
         target = languages.own_code(target, declared.target)
         if target and declared.target and target not in declared.target:
             problems.append(
-                f"target_language: {target!r} is not written by {self.key} "
+                f"target_language: {languages.shown(target)} is not written by {self.key} "
                 f"({languages.listed(declared.target)})"
             )
         elif not target and len(declared.target) == 1:
@@ -385,7 +385,7 @@ class TranslationModel(ServedModel):
             )
         if source and declared.source and source not in declared.source:
             problems.append(
-                f"source_language: {source!r} is not read by {self.key} "
+                f"source_language: {languages.shown(source)} is not read by {self.key} "
                 f"({languages.listed(declared.source)})"
             )
         elif not source and len(declared.source) == 1:

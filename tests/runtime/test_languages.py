@@ -121,3 +121,30 @@ def test_a_markup_texts_source_is_detected_by_its_words_not_its_markup(tmp_path)
         )  # fmt: skip
         prepared = asyncio.run(model.prepare(request))
         assert prepared.sources.languages == ("es", "fr"), text_format
+
+
+def test_a_long_code_a_model_lacks_is_named_in_a_short_message():
+    """A code is echoed in its refusal as far as a message needs: a gRPC status message of
+    more than 8 KiB reaches the client as RESOURCE_EXHAUSTED, not INVALID_ARGUMENT."""
+    from types import SimpleNamespace
+
+    from service.front.config import ServerConfig
+    from service.front.registry import TRANSLATION_SERVICE
+    from service.front.state import Front
+    from service.runtime.errors import InvalidArgument
+    from service.runtime.translation import TranslationModel
+
+    code = "x" * 20_000
+    model = SimpleNamespace(
+        key="m2m100/1", languages=Languages(("en", "es"), ("en", "es")),
+        language_tokens=languages.LanguageTokens({"en": 5, "es": 6}, True, "decoder"),
+    )  # fmt: skip
+    for source, target in ((code, "en"), ("es", code)):
+        with pytest.raises(InvalidArgument) as refused:
+            TranslationModel.resolve_languages(model, source, target, ["Hola."])
+        assert "'xxxx" in str(refused.value) and "(20000 characters)" in str(refused.value)
+        assert len(str(refused.value)) < 300
+    front = Front(ServerConfig(), {TRANSLATION_SERVICE: {"m": {"1": model}}}, None, None)
+    with pytest.raises(InvalidArgument, match=r"no served model") as refused:
+        front.covering(TRANSLATION_SERVICE, "es", code)
+    assert len(str(refused.value)) < 300
