@@ -297,7 +297,7 @@ def test_the_command_exports_and_certifies_a_directory(hf_models, tmp_path, caps
     assert summary["passed"] and summary["model_version"] == str(tmp_path / "multi" / "2")
     assert summary["decodes"]["greedy"].endswith("near ties")
     version = verify(tmp_path / "multi" / "2")
-    assert set(version.manifest["graphs"]) == {"fp32"}  # fp16 where a GPU certifies it
+    assert set(version.manifest["graphs"]) == {"fp32"}  # fp16 on a machine with a GPU
     assert version.manifest["parity"]["languages"] == ["es", "fr"]
     declared = version.manifest["languages"]  # as read and written where fewer are declared
     assert (declared["source"], declared["target"]) == (["es", "ca"], ["fr", "en"])
