@@ -310,13 +310,38 @@ def add_servicer(server, servicer: ModelServicer) -> None:
     server.add_registered_method_handlers(service, handlers)
 
 
+# bytes of a status message as gRPC sends it (percent-encoded in a trailer): a client
+# refuses trailers past 8 KiB, and reads a longer message as RESOURCE_EXHAUSTED
+MOST_DETAILS = 4096
+
+
+def shortened(details: str, most: int = MOST_DETAILS) -> str:
+    """`details`, or its start and its length where percent-encoded it passes `most` bytes
+    (a request's field echoed whole: a model name of 20,000 characters)."""
+
+    def cost(character: str) -> int:
+        return 1 if " " <= character <= "~" and character != "%" else 3 * len(character.encode())
+
+    if sum(map(cost, details)) <= most:
+        return details
+    tail = f"... ({len(details)} characters)"
+    kept, size = [], len(tail)
+    for character in details:
+        size += cost(character)
+        if size > most:
+            break
+        kept.append(character)
+    return "".join(kept) + tail
+
+
 async def _abort(context, code: grpc.StatusCode, details: str) -> grpc.StatusCode:
-    """Ends the call with `code` (raises, as `context.abort` does). Where gRPC ended the
-    call first (its deadline passed while the handler waited for the event loop, as under
-    overload) the abort fails in gRPC's core, which would log a traceback: returns the code
-    the client has instead, for the handler to end as a cancelled one."""
+    """Ends the call with `code` (raises, as `context.abort` does) and its details, short
+    enough for a client to read (`shortened`). Where gRPC ended the call first (its deadline
+    passed while the handler waited for the event loop, as under overload) the abort fails in
+    gRPC's core, which would log a traceback: returns the code the client has instead, for
+    the handler to end as a cancelled one."""
     try:
-        await context.abort(code, details)
+        await context.abort(code, shortened(details))
     except grpc.aio.InternalError:
         return _cancel_code(context)
     return code

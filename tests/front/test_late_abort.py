@@ -70,3 +70,18 @@ def test_a_call_failed_after_its_deadline_passed_logs_no_traceback(caplog):
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
     assert _count(metrics, "DEADLINE_EXCEEDED") == 1
     assert _count(metrics, "RESOURCE_EXHAUSTED") is None
+
+
+def test_a_status_message_is_cut_to_what_a_client_reads():
+    """A message echoing a request's field whole (a model name of 20,000 characters) passed
+    the 8 KiB of trailers a client reads, which it then reports as RESOURCE_EXHAUSTED."""
+    from urllib.parse import quote
+
+    from service.front.servicer import MOST_DETAILS, shortened
+
+    assert shortened("model: no model named 'x'") == "model: no model named 'x'"
+    for name in ("x" * 20_000, "ñ" * 20_000, "%" * 20_000, "😀" * 20_000):
+        said = shortened(f"model: no model named {name!r}")
+        assert said.startswith("model: no model named '" + name[:10])
+        assert said.endswith(f"... ({len(name) + 24} characters)")
+        assert len(quote(said, safe=" !\"#$&'()*+,-./:;<=>?@[\\]^_`{|}~")) <= MOST_DETAILS

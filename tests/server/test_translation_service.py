@@ -205,6 +205,12 @@ BAD_REQUESTS = {
     ),
     "unknown model": (_request(model="klingon"), "NOT_FOUND", "model: no model named 'klingon'"),
     "unknown version": (_request(version="7"), "NOT_FOUND", "version"),
+    # echoed whole, its message passed the 8 KiB a client reads: RESOURCE_EXHAUSTED
+    "model name of 20,000 characters": (
+        _request(model="ñ" * 20_000),
+        "NOT_FOUND",
+        "model: no model named 'ññ",
+    ),
 }
 
 
