@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import shutil
@@ -25,6 +26,24 @@ from service.runtime.tokenizer import UNK_ID, Tokenizer
 
 WEIGHTS, CONFIG, TOKENIZER = "model.safetensors", "config.json", "tokenizer.model"
 GRAMMAR = "grammar.json"
+
+
+class UnreadableCheckpoint(ValueError):
+    """A checkpoint that is there but cannot be read: a file of something else, weights of
+    other names or shapes, a config that does not parse."""
+
+
+@contextlib.contextmanager
+def reading(path: Path):
+    """Whatever reading the checkpoint `path` raises, but a missing or unreadable file
+    (OSError), as UnreadableCheckpoint naming it: torch, pickle and safetensors raise
+    their own kinds."""
+    try:
+        yield
+    except OSError:
+        raise
+    except Exception as error:
+        raise UnreadableCheckpoint(f"{path}: not a checkpoint this reads ({error})") from error
 
 
 def save_grammar(grammar: dict, out_dir: Path) -> None:

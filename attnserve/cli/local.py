@@ -34,11 +34,13 @@ from service.runtime.tokenizer import EOS_ID
 def _refusals():
     """Decoding options the runtime refuses, and a checkpoint that cannot be read, as one line
     on stderr and exit status 1 (`Failure`), the way a server's refusal is printed."""
+    from models.checkpoint import UnreadableCheckpoint  # torch: only around torch's calls
+
     try:
         yield
     except InvalidArgument as error:
         raise Failure(f"INVALID_ARGUMENT: {error}") from None
-    except OSError as error:
+    except (OSError, UnreadableCheckpoint) as error:
         raise Failure(f"--checkpoint: {error}") from None
 
 

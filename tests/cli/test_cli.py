@@ -115,6 +115,26 @@ def test_the_torch_engine_refuses_as_a_server_does_without_a_traceback(argv, mes
     assert capsys.readouterr().err == message
 
 
+def test_a_checkpoint_that_holds_none_is_one_line_naming_it(tmp_path, capsys):
+    """A file of something else ended in pickle's or json's traceback."""
+    junk = tmp_path / "junk.pt"
+    junk.write_bytes(b"not a checkpoint at all")
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    (folder / "config.json").write_text("{")
+    (folder / "model.safetensors").write_bytes(b"\0" * 64)
+    for command, checkpoint, given in (
+        ("translate", junk, "hola"),
+        ("translate", folder, "hola"),
+        ("caption", folder, str(ROOT / "examples" / "scene.png")),
+    ):
+        argv = [command, "--engine", "torch", "--checkpoint", str(checkpoint), given]
+        assert main(argv) == 1, argv
+        error = capsys.readouterr().err
+        assert error.startswith(f"error: --checkpoint: {checkpoint}: not a checkpoint"), error
+        assert error.count("\n") == 1, error
+
+
 def test_the_console_script_translates_stdin_without_a_traceback():
     result = subprocess.run(
         [
