@@ -15,27 +15,32 @@ import itertools
 import weakref
 from collections import OrderedDict
 
-from service.runtime.decoding import Hypothesis
+from service.runtime.decoding import DecodingOptions, Hypothesis
 from service.runtime.kinds import Prepared, ServedModel
 
 # what an entry costs in CPython's objects, measured with tracemalloc (hypotheses as they
 # come unpickled from a worker): its key (a tuple with the options' own), the entry and the
-# dict's slot; a hypothesis object with its lists; a token id in a list (its slot and an
-# int of 28 bytes); a log-probability (its slot and a float of 24)
+# dict's slot; a hypothesis object with its lists; a token id in a list or tuple (its slot
+# and an int of 28 bytes, 32 as allocated); a log-probability (its slot and a float of 24); a
+# tuple of token ids (a suppressed sequence: its header and its slot in the tuple of them)
 ENTRY_OVERHEAD = 1_536
 HYPOTHESIS_BYTES = 512
-INT_BYTES = 36
+INT_BYTES = 40
 FLOAT_BYTES = 32
+TUPLE_BYTES = 64
 _serials = itertools.count()
 
 
 def _size(key: tuple, hypotheses: list[Hypothesis]) -> int:
-    """Bytes an entry holds: its key's input (bytes) and forced prefix (ids), and its
-    hypotheses' tokens, log-probabilities and alignments."""
+    """Bytes an entry holds: its key's input (bytes), options (their suppressed sequences:
+    counted by every entry of a request, whose entries share them) and forced prefix (ids),
+    and its hypotheses' tokens, log-probabilities and alignments."""
     size = ENTRY_OVERHEAD
     for part in key:
         if isinstance(part, bytes):
             size += len(part)
+        elif isinstance(part, DecodingOptions):
+            size += sum(TUPLE_BYTES + INT_BYTES * len(s) for s in part.suppress)
         elif isinstance(part, tuple) and part and isinstance(part[0], int):
             size += INT_BYTES * len(part)
     for h in hypotheses:

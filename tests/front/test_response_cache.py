@@ -108,6 +108,30 @@ def test_the_byte_bound_holds_for_what_the_entries_really_take():
     assert taken <= cache.max_bytes, taken
 
 
+def test_the_byte_bound_holds_for_the_suppressed_words_an_entry_holds():
+    """A request's options are held by its entries' keys, suppressed token sequences with
+    them: one-sentence requests that each suppress 256 phrases stay within the bound too.
+    Before, those sequences were not counted and 300 such entries took 50 times the bound."""
+    import tracemalloc
+
+    rng = np.random.default_rng(0)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        cache, model = ResponseCache(10**9, 1 << 20), _Model()
+        for _ in range(300):
+            suppress = tuple(tuple(rng.integers(300, 32_000, 16).tolist()) for _ in range(256))
+            source = rng.integers(300, 32_000, 30).astype(np.int32).tobytes()
+            (key,) = cache.keys(model, _prepared([source], DecodingOptions(suppress=suppress)))
+            cache.put(key, [Hypothesis(rng.integers(300, 32_000, 30).tolist(), -1.0, -1.0)])
+        del suppress, key
+        taken = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert cache.bytes <= cache.max_bytes and len(cache.entries) < 300  # it evicted
+    assert taken <= cache.max_bytes, taken
+
+
 @pytest.mark.parametrize("method", ["Translate", "TranslateStream"])
 def test_an_input_repeated_in_a_call_is_decoded_once_and_counted_once(method):
     """A text whose first sentence comes again: the repeat is decoded once and counted one
