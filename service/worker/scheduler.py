@@ -46,7 +46,7 @@ import numpy as np
 
 from service.runtime.batch import ContinuousBatch
 from service.runtime.choices import BATCHING, Batching
-from service.runtime.controls import with_grammar
+from service.runtime.controls import loop_start, with_grammar
 from service.runtime.decoding import Hypothesis, make_search, rank_together
 from service.runtime.inference import Engine
 from service.runtime.search import Candidates, SearchRequest
@@ -651,8 +651,11 @@ def _width(attention: np.ndarray, memory: int) -> np.ndarray:
 
 
 def _strip(h: Hypothesis, job: Job) -> None:
-    """Drops what the client did not ask for before it crosses the process boundary."""
+    """Drops what the client did not ask for before it crosses the process boundary. A
+    hypothesis the front may cut where it loops (the length bound on, and its tokens
+    looping: `translation.loops_cut`) keeps its log-probabilities, which score the cut."""
     if not job.keep_alignment:
         h.alignment = None
-    if not job.keep_log_probs:
+    may_be_cut = job.options.max_length_ratio > 0 and loop_start(h.tokens, ()) is not None
+    if not job.keep_log_probs and not may_be_cut:
         h.token_log_probs = []

@@ -57,6 +57,34 @@ def test_only_the_length_bound_turns_the_cut_on():
     assert [n[0].tokens for n in unbounded] == [[4, 4, 4, 4, 4], [1, 2]]
 
 
+def test_a_cut_is_scored_alike_whether_log_probabilities_were_asked_for_or_not():
+    """A worker drops log-probabilities the client did not ask for, but keeps a looping
+    hypothesis' own: the front's cut scores it by them. Before, the cut of a stripped
+    hypothesis said score 0 and log_prob 0 (a certain output) unless they were asked for."""
+    from service.worker.messages import Job
+    from service.worker.scheduler import _strip
+
+    def sent(tokens: list[int], asked: bool) -> Hypothesis:
+        h = hypothesis(tokens)
+        _strip(h, Job(0, {}, DecodingOptions(), keep_log_probs=asked))
+        return h
+
+    looping = [7, 1, 2, 3, 1, 2, 3, 1, 2, 3, 9]
+    asked, unasked = (loops_cut([[sent(looping, a)]], [[5, 6]], DecodingOptions()) for a in (1, 0))
+    assert unasked[0][0].tokens == asked[0][0].tokens == looping[:7]
+    assert unasked[0][0].score == asked[0][0].score < 0
+    assert (
+        unasked[0][0].log_prob
+        == asked[0][0].log_prob
+        == sum(hypothesis(looping).token_log_probs[:7])
+    )
+    assert sent([7, 1, 2, 3, 9], asked=False).token_log_probs == []  # no loop: dropped
+    unbounded = Job(0, {}, DecodingOptions(max_length_ratio=0.0))  # no cut: dropped
+    h = hypothesis(looping)
+    _strip(h, unbounded)
+    assert h.token_log_probs == []
+
+
 def test_a_forced_prefix_stays_whole_and_only_what_follows_it_is_cut():
     """ "ha ha ha ha ha" as target_prefix: the output starts with it, as promised; a loop
     after it is cut where it starts, the prefix counted no part of it."""
