@@ -134,16 +134,36 @@ def loops_cut(
     """Each input's hypotheses cut where they start to loop (Hypothesis.without_loop), when the
     length bound is on (the default): the bound ends a loop near the input's length, the cut
     where it began. An input's forced prefix (`controls`) stays whole: only what follows it
-    is looked at."""
+    is looked at. A cut n-best is ranked again, best first (a cut changes a score), and a
+    search's holds each output once (hypotheses that differ only in their loops are one once
+    cut); a sampling's keeps its samples alike."""
     if options.max_length_ratio <= 0:
         return list(results)
     penalty = options.length_penalty
     prefixes = controls.prefixes if controls is not None and controls.prefixes else None
     kept = [len(p) for p in prefixes] if prefixes else [0] * len(token_ids)
-    return [
+    cut = [
         [h.without_loop(ids, penalty, k) for h in nbest]
         for nbest, ids, k in zip(results, token_ids, kept, strict=False)  # a stream's first
     ]
+    return [
+        nbest
+        if all(c is h for c, h in zip(nbest, was, strict=True))
+        else _ranked(nbest, once=not options.sampling)
+        for nbest, was in zip(cut, results, strict=False)
+    ]
+
+
+def _ranked(nbest: list[Hypothesis], once: bool) -> list[Hypothesis]:
+    """`nbest` best first (equal scores in their order); `once`: each token sequence once,
+    its best."""
+    ranked = sorted(nbest, key=lambda h: -h.score)
+    if not once:
+        return ranked
+    best: dict[tuple[int, ...], Hypothesis] = {}
+    for h in ranked:
+        best.setdefault(tuple(h.tokens), h)
+    return list(best.values())
 
 
 def translate_documents(

@@ -85,6 +85,29 @@ def test_a_cut_is_scored_alike_whether_log_probabilities_were_asked_for_or_not()
     assert h.token_log_probs == []
 
 
+def _scored(tokens: list[int], log_probs: list[float]) -> Hypothesis:
+    total = sum(log_probs)
+    return Hypothesis(tokens, total, total / len(log_probs), log_probs)
+
+
+def test_a_cut_n_best_stays_best_first_and_holds_each_output_once():
+    """The cut changes a hypothesis' score and can make two hypotheses of a beam one: the
+    n-best comes back re-ranked, each output once. Before, it kept the search's order (a
+    worse hypothesis first) and as many copies of one cut output as hypotheses cut to it."""
+    looping = [7, 1, 2, 3, 1, 2, 3, 1, 2, 3]
+    costly_start = [-0.5] * 7 + [-0.001] * 4  # cheap once it loops, costly where it is cut
+    best = _scored([*looping, 9], costly_start)  # -0.29, cut to looping[:7]: -0.5
+    twin = _scored([*looping, 8], costly_start[:-1] + [-0.1])  # cut to the same
+    short = _scored([5, 6], [-0.4] * 3)  # -0.4, no loop
+    (cut,) = loops_cut([[best, twin, short]], [[5, 6]], DecodingOptions(beam_size=3))
+    assert [h.tokens for h in cut] == [[5, 6], looping[:7]]
+    assert [h.score for h in cut] == sorted((h.score for h in cut), reverse=True)
+    # samples are drawn apart: two alike are two samples, ranked
+    sampling = DecodingOptions(temperature=1.0, num_hypotheses=3)
+    (drawn,) = loops_cut([[best, twin, short]], [[5, 6]], sampling)
+    assert [h.tokens for h in drawn] == [[5, 6], looping[:7], looping[:7]]
+
+
 def test_a_forced_prefix_stays_whole_and_only_what_follows_it_is_cut():
     """ "ha ha ha ha ha" as target_prefix: the output starts with it, as promised; a loop
     after it is cut where it starts, the prefix counted no part of it."""
