@@ -93,16 +93,22 @@ class ResponseCache:
         return [(*shape, key, length, prefix) for key, length, prefix in parts]
 
     def get(self, key: tuple | None, model: str) -> list[Hypothesis] | None:
+        """The n-best held for `key` (None: none, or a key that cannot be cached), counted a
+        hit of `model`; a miss is counted once its input is sent to decode (`missed`)."""
         if key is None:
             return None
         found = self.entries.get(key)
-        if self.metrics is not None:
-            counter = self.metrics.cache_hits if found else self.metrics.cache_misses
-            counter.labels(model).inc()
         if found is None:
             return None
+        if self.metrics is not None:
+            self.metrics.cache_hits.labels(model).inc()
         self.entries.move_to_end(key)
         return found[0]
+
+    def missed(self, model: str, inputs: int) -> None:
+        """Counts `inputs` of `model` that could be cached, were not held, and are decoded."""
+        if self.metrics is not None and inputs:
+            self.metrics.cache_misses.labels(model).inc(inputs)
 
     def put(self, key: tuple | None, hypotheses: list[Hypothesis]) -> None:
         if key is None or key in self.entries:

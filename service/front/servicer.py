@@ -168,7 +168,8 @@ class ModelServicer:
     def _cached(self, model, prepared: Prepared, label: str) -> tuple[list, list, list]:
         """(each input's cache key, its n-best from the cache or None, the input whose
         decode answers it or None when cached): each key looked up once, and an input
-        repeated in the request decoded once, by its first copy (one hit or miss counted)."""
+        repeated in the request decoded once, by its first copy (one hit counted, or one miss
+        once it is sent to decode)."""
         cache = self.front.cache
         keys = cache.keys(model, prepared)
         looked = {key: cache.get(key, label) for key in dict.fromkeys(keys) if key is not None}
@@ -192,6 +193,7 @@ class ModelServicer:
             if missing:
                 decode = prepared.subset(missing) if len(missing) < len(results) else prepared
                 async with self._submitted(labels[1], model, decode, context, received) as tasks:
+                    front.cache.missed(labels[0], sum(keys[i] is not None for i in missing))
                     events = await asyncio.gather(*tasks)
                 front.observe(labels, received, [event.timings for event in events])
                 decoded = [nbest for event in events for nbest in event.results]
@@ -213,6 +215,7 @@ class ModelServicer:
         timings, done = [], 0
         decode = prepared.subset(missing)
         async with self._submitted(labels[1], model, decode, context, received, most=1) as tasks:
+            cache.missed(labels[0], sum(keys[i] is not None for i in missing))
             pending = dict(zip(missing, tasks, strict=True))
             while done < prepared.inputs:
                 if done in pending:
@@ -253,6 +256,7 @@ class ModelServicer:
             front.pool.check_admission(job.rows)
             remaining = context.time_remaining()
             call = await front.pool.submit(model.key, labels[1], job, remaining, received)
+            front.cache.missed(labels[0], int(key is not None))
             tokens: list[int] = []
             # closed with this generator, so that a client leaving mid-write cancels the job
             async with contextlib.aclosing(self._events(call)) as events:

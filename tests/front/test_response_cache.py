@@ -163,3 +163,31 @@ def test_an_input_repeated_in_a_call_is_decoded_once_and_counted_once(method):
         assert result == [first, second, first]
     else:
         assert not partials and result == [jobs[0].id] * 3  # one job of both inputs
+
+
+@pytest.mark.parametrize("method", ["Translate", "TranslateStream"])
+@pytest.mark.parametrize("inputs", [1, 2])
+def test_a_call_refused_before_its_decode_counts_no_miss(method, inputs):
+    """Misses count inputs decoded for want of an entry: a call refused once its inputs were
+    looked up (hypotheses that need more rows than a batch has) decodes nothing and counts
+    none. Before, each of its inputs counted a miss."""
+
+    async def scenario():
+        metrics = Metrics()
+        pool = WorkerPool([WorkerSettings(index=0, models=())], metrics, 100)
+        worker = StandInWorker(pool)
+        options = DecodingOptions(beam_size=4)
+        prepared = _prepared([b"a", b"b"][:inputs], options)
+        translator = servicer(pool, prepared, ServerConfig(max_batch_rows=2))
+        with pytest.raises(AssertionError, match="INVALID_ARGUMENT: options: 4 hypotheses"):
+            if method == "Translate":
+                await translator.unary(method, REQUEST, CONTEXT)
+            else:
+                [e async for e in translator.stream(method, REQUEST, CONTEXT)]
+        misses = metrics.registry.get_sample_value(
+            "attnserve_response_cache_misses_total", {"model": "unknown"}
+        )
+        return worker.jobs, misses
+
+    jobs, misses = asyncio.run(scenario())
+    assert jobs == [] and not misses
