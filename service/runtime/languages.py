@@ -49,6 +49,27 @@ FLORES = {
     "als_Latn": "sq", "swe_Latn": "sv", "tha_Thai": "th", "tur_Latn": "tr", "ukr_Cyrl": "uk",
     "urd_Arab": "ur", "vie_Latn": "vi", "zho_Hans": "zh", "zho_Hant": "zt",
 }  # fmt: skip
+# ISO 639-3 codes of the languages above, as a multilingual Marian names its targets
+# (OPUS-MT's `>>fra<<`, `>>spa<<`), and the code the edge names each by; a macrolanguage's
+# code and its most written member's both (`ara` and `arb`, `zho` and `cmn`)
+ISO_639_3 = {
+    "afr": "af", "amh": "am", "ara": "ar", "arb": "ar", "aze": "az", "bak": "ba", "bel": "be",
+    "bul": "bg", "ben": "bn", "bre": "br", "bos": "bs", "cat": "ca", "ces": "cs", "cym": "cy",
+    "dan": "da", "deu": "de", "ell": "el", "eng": "en", "spa": "es", "est": "et", "ekk": "et",
+    "eus": "eu", "fas": "fa", "pes": "fa", "ful": "ff", "fin": "fi", "fra": "fr", "fry": "fy",
+    "gle": "ga", "gla": "gd", "glg": "gl", "guj": "gu", "hau": "ha", "heb": "he", "hin": "hi",
+    "hrv": "hr", "hat": "ht", "hun": "hu", "hye": "hy", "ind": "id", "ibo": "ig", "isl": "is",
+    "ita": "it", "jpn": "ja", "jav": "jv", "kat": "ka", "kaz": "kk", "khm": "km", "kan": "kn",
+    "kor": "ko", "ltz": "lb", "lug": "lg", "lin": "ln", "lao": "lo", "lit": "lt", "lav": "lv",
+    "lvs": "lv", "mlg": "mg", "mkd": "mk", "mal": "ml", "mon": "mn", "mar": "mr", "msa": "ms",
+    "zsm": "ms", "mya": "my", "nob": "nb", "nep": "ne", "npi": "ne", "nld": "nl", "nor": "no",
+    "nso": "ns", "oci": "oc", "ori": "or", "pan": "pa", "pol": "pl", "pus": "ps", "por": "pt",
+    "ron": "ro", "rus": "ru", "snd": "sd", "sin": "si", "slk": "sk", "slv": "sl", "som": "so",
+    "sqi": "sq", "als": "sq", "srp": "sr", "ssw": "ss", "sun": "su", "swe": "sv", "swa": "sw",
+    "swh": "sw", "tam": "ta", "tel": "te", "tha": "th", "tgl": "tl", "tsn": "tn", "tur": "tr",
+    "ukr": "uk", "urd": "ur", "uzb": "uz", "vie": "vi", "wol": "wo", "xho": "xh", "yid": "yi",
+    "yor": "yo", "zho": "zh", "cmn": "zh", "zul": "zu",
+}  # fmt: skip
 # mBART-50's codes: a language's ISO 639-1 code and a region (`es_XX`), the edge naming each
 # by the language alone (its one Chinese, `zh_CN`, is written in simplified script)
 MBART50 = (
@@ -60,15 +81,15 @@ MBART50 = (
     "gl_ES", "sl_SI",
 )  # fmt: skip
 # a model's own code -> the code the edge names it by, where they differ
-EDGE_CODES = {**FLORES, **{code: code[:2] for code in MBART50}}
+EDGE_CODES = {**ISO_639_3, **FLORES, **{code: code[:2] for code in MBART50}}
 # codes clients send for one of the above (LibreTranslate's own aliases), written as
 # given_code compares them
 ALIASES = {"zh-hans": "zh", "zh-hant": "zt", "zh-cn": "zh", "zh-tw": "zt"}
 
 
 def edge_code(code: str) -> str:
-    """A model's language code as the edge names it: NLLB's `spa_Latn` and mBART-50's
-    `es_XX` as `es`, any other as it is."""
+    """A model's language code as the edge names it: NLLB's `spa_Latn`, mBART-50's `es_XX`
+    and a multilingual Marian's `spa` as `es`, any other as it is."""
     return EDGE_CODES.get(code, code)
 
 

@@ -148,3 +148,28 @@ def test_a_long_code_a_model_lacks_is_named_in_a_short_message():
     with pytest.raises(InvalidArgument, match=r"no served model") as refused:
         front.covering(TRANSLATION_SERVICE, "es", code)
     assert len(str(refused.value)) < 300
+
+
+def test_iso_639_1_codes_reach_a_marians_three_letter_codes():
+    """A multilingual Marian that names its targets by ISO 639-3 codes (OPUS-MT's `>>fra<<`)
+    is reached by ISO 639-1's, as the edge names every language, and detects by them."""
+    from types import SimpleNamespace
+
+    from service.front.config import ServerConfig
+    from service.front.registry import TRANSLATION_SERVICE
+    from service.front.state import Front
+    from service.runtime.translation import TranslationModel
+
+    assert edge_code("fra") == "fr" and edge_code("cmn") == "zh" and edge_code("zho_Hant") == "zt"
+    assert edge_code("ast") == "ast"  # M2M100's own code of a language without ISO 639-1's
+    targets = ("deu", "fra", "spa")
+    assert languages.own_code("FR", targets) == languages.own_code("fra", targets) == "fra"
+    assert languages.edge_given("fra", targets) == languages.edge_given("fr-CA", targets) == "fr"
+    model = SimpleNamespace(
+        key="mul/1", languages=Languages(("eng",), targets),
+        language_tokens=languages.LanguageTokens({"deu": 5, "fra": 6, "spa": 7}, False, "source"),
+    )  # fmt: skip
+    assert TranslationModel.resolve_languages(model, "en", "fr", ["Hi."]) == ("eng", "fra")
+    front = Front(ServerConfig(), {TRANSLATION_SERVICE: {"mul": {"1": model}}}, None, None)
+    assert front.covering(TRANSLATION_SERVICE, "en", "es") == "mul"
+    assert detect("Bonjour tout le monde, comment allez-vous ?", targets)[0][0] == "fra"
