@@ -333,7 +333,7 @@ def certify_hf(
         seconds=round(time.perf_counter() - begun, 1),
     )  # fmt: skip
     sources = [
-        runtime.language_tokens.source_prefix(*languages) + runtime.tokenizer.encode(t)
+        runtime.language_tokens.source_ids(runtime.tokenizer.encode(t), *languages)
         for t in texts[:GOLDEN_TEXTS]
     ]
     golden = golden_set(model_version, sources)

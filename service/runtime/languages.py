@@ -174,6 +174,16 @@ class LanguageTokens:
             return [self.tokens[target]]
         return []
 
+    def source_ids(self, ids: list[int], source: str, target: str) -> list[int]:
+        """A source's ids as the model reads them: the tokens before every source's own
+        (source_prefix), then its own, less a language token it starts with (a Marian
+        text's `>>fr<<`) where those tokens tell the languages: the model is told the
+        request's, once."""
+        lead = self.source_prefix(source, target)
+        if lead and ids and ids[0] in self.tokens.values():
+            ids = ids[1:]
+        return lead + ids
+
     def decoder_prefix(self, target: str) -> tuple[int, ...]:
         """The tokens every output starts with, given to the model."""
         return (self.tokens[target],) if self.target_token == "decoder" else ()

@@ -426,8 +426,11 @@ class TranslationModel(ServedModel):
         masked, alternatives = with_alternatives(masked)
         fields += [fields[i] for i in alternatives]
         firsts += [firsts[i] for i in alternatives]
-        lead = self.language_tokens.source_prefix(source, target)
-        token_ids = [lead + ids for ids in self.tokenizer.encode_batch([m.text for m in masked])]
+        told = self.language_tokens.source_ids
+        token_ids = [
+            told(ids, source, target)
+            for ids in self.tokenizer.encode_batch([m.text for m in masked])
+        ]
         raise_problems(
             [
                 f"{field}: {len(ids)} tokens, at most {self.max_input_tokens}"
@@ -470,7 +473,9 @@ class TranslationModel(ServedModel):
             ids = self._scored(
                 f"pairs[{i}].source", source, self.max_input_tokens - len(lead), problems
             )
-            source_ids.append(lead + ids)
+            source_ids.append(
+                self.language_tokens.source_ids(ids, source_language, target_language)
+            )
             # a target leaves room for its `</s>` and the tokens the model is given
             limit = self.max_output_length - 1 - len(given)
             target_ids.append(self._scored(f"pairs[{i}].target", target, limit, problems, True))

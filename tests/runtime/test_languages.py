@@ -173,3 +173,37 @@ def test_iso_639_1_codes_reach_a_marians_three_letter_codes():
     front = Front(ServerConfig(), {TRANSLATION_SERVICE: {"mul": {"1": model}}}, None, None)
     assert front.covering(TRANSLATION_SERVICE, "en", "es") == "mul"
     assert detect("Bonjour tout le monde, comment allez-vous ?", targets)[0][0] == "fra"
+
+
+@pytest.mark.slow  # exports a small multilingual Marian model
+def test_a_text_that_names_its_own_target_tells_the_model_one(tmp_path):
+    """A text that starts with a multilingual Marian's `>>xx<<`, sent with a target named,
+    reaches the model with the named target's token alone, to translate and to score."""
+    pytest.importorskip("transformers")
+    from helpers import marian_directory
+
+    from export.hf.version import export_hf
+    from service.front.config import ServerConfig
+    from service.runtime.decoding import DecodingOptions
+    from service.runtime.requests import ScoreRequest, TranslateRequest
+    from service.runtime.translation import TranslationModel
+
+    directory = marian_directory(tmp_path / "marian", multilingual=True)
+    model = TranslationModel(
+        export_hf(directory, tmp_path, "mul", variants=("fp32",)), ServerConfig()
+    )
+    tokens = model.language_tokens.tokens
+    plain = model.tokenizer.encode("Hola.")
+    for code, target in ((">>fr<< ", "de"), (">>de<< ", "de"), ("", "fr")):
+        request = TranslateRequest(
+            texts=(code + "Hola.",), fields=("texts[0]",), options=DecodingOptions(),
+            target_language=target,
+        )  # fmt: skip
+        prepared = asyncio.run(model.prepare(request))
+        assert prepared.sources.token_ids[0] == [tokens[target], *plain], code
+        scored = asyncio.run(
+            model.prepare_score(ScoreRequest(((code + "Hola.", "Hallo."),), target_language=target))
+        )
+        assert list(scored.encoder_inputs["src_ids"][0][: len(plain) + 1]) == [
+            tokens[target], *plain,
+        ]  # fmt: skip
