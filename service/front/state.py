@@ -94,23 +94,23 @@ class Front:
 
     def covering(self, service: str, source: str, target: str) -> str:
         """The served model of `service` whose newest version reads `source` and writes
-        `target` (either may be empty: any; each its own code or as the edge names it), the
-        most specialised first (the fewest languages), then the default, then by name;
-        InvalidArgument where none does."""
+        `target` (either may be empty: any; each its own code or as the edge names it; a
+        model that declares none on a side takes any there), the most specialised first
+        (those that declare both sides, then the fewest languages), then the default, then
+        by name; InvalidArgument where none does."""
         default, found = self.defaults.get(service, ""), []
         for name, versions in self.models.get(service, {}).items():
             languages = versions[max(versions, key=version_order)].languages
-            if (not source or own_code(source, languages.source) in languages.source) and (
-                not target or own_code(target, languages.target) in languages.target
-            ):
-                size = len(languages.source) * len(languages.target)
-                found.append((size, name != default, name))
+            if _takes(source, languages.source) and _takes(target, languages.target):
+                undeclared = (not languages.source) + (not languages.target)
+                size = max(len(languages.source), 1) * max(len(languages.target), 1)
+                found.append((undeclared, size, name != default, name))
         if not found:
             raise InvalidArgument(
                 f"source_language {shown(source)}, target_language {shown(target)}: no served "
                 "model translates that; name a model, or see the languages each one declares"
             )
-        return min(found)[2]
+        return min(found)[-1]
 
     def named(self, service: str, request) -> str:
         """The model a request names: its `model`; where it names none but languages, the
@@ -225,3 +225,9 @@ class Front:
         itl = self.metrics.inter_token_latency.labels(*labels)
         for gap in (gap for t in timings for gap in t.gaps):
             itl.observe(gap)
+
+
+def _takes(given: str, codes: tuple[str, ...]) -> bool:
+    """Whether a side of a model that declares `codes` takes the code a request `given`:
+    any where either is empty, as the model's resolve_languages takes it."""
+    return not given or not codes or own_code(given, codes) in codes

@@ -132,3 +132,31 @@ def test_a_request_naming_languages_goes_to_the_model_that_covers_them():
     assert named(source_language="l3") == "m2m100"
     with pytest.raises(InvalidArgument, match="no served model translates that"):
         named(source_language="tlh", target_language="en")
+
+
+def test_a_model_that_declares_no_source_is_reached_after_those_that_do():
+    """A model that names no source language (a Marian exported without `source_lang`)
+    reads any, as its resolve_languages takes any: a request naming a source reaches it,
+    but only where no model that declares the source covers the pair."""
+    from types import SimpleNamespace
+
+    from service.front.state import Front
+    from service.runtime.languages import Languages
+
+    def served(source, target):
+        return {"1": SimpleNamespace(languages=Languages(tuple(source), tuple(target)))}
+
+    models = {
+        TRANSLATION_SERVICE: {
+            "any-de": served([], ["de"]),
+            "m2m100": served(["es", "en", "de", "fr"], ["es", "en", "de", "fr"]),
+            "opus-es-de": served(["es"], ["de"]),
+        }
+    }
+    front = Front(replace(ServerConfig(), default_translator="m2m100"), models, None, None)
+    assert front.covering(TRANSLATION_SERVICE, "it", "de") == "any-de"
+    assert front.covering(TRANSLATION_SERVICE, "es", "de") == "opus-es-de"
+    assert front.covering(TRANSLATION_SERVICE, "fr", "de") == "m2m100"  # it declares French
+    assert front.covering(TRANSLATION_SERVICE, "", "de") == "opus-es-de"
+    with pytest.raises(InvalidArgument, match="no served model translates that"):
+        front.covering(TRANSLATION_SERVICE, "it", "fr")
