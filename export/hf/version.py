@@ -173,10 +173,12 @@ def languages(
     by their tokens; a Marian model's from `given` (source, target) or its tokenizer's
     config, its target languages by their `>>xx<<` tokens where it has them (every one,
     whatever target is given). Then, of any family, only those `declared` to be read and
-    written where they are (mBART-50's one-to-many model reads `en_XX` alone); ValueError
-    naming one the model lacks, or one `given` (to certify) the version does not declare."""
+    written where they are (mBART-50's one-to-many model reads `en_XX` alone; each code its
+    own or as a request names it, `en`); ValueError naming one the model lacks, or one
+    `given` (to certify) the version does not declare."""
     found = _languages(family, tokenizer, given)
-    reads, writes = declared
+    reads = list(dict.fromkeys(own_code(code, found["source"]) for code in declared[0]))
+    writes = list(dict.fromkeys(own_code(code, found["target"]) for code in declared[1]))
     unknown = sorted((set(reads) - set(found["source"])) | (set(writes) - set(found["target"])))
     if unknown:
         raise ValueError(

@@ -232,6 +232,22 @@ def test_declared_languages_narrow_any_familys():
         languages("marian", multilingual, None, (["es"], []))
 
 
+def test_declared_languages_are_named_as_requests_name_them():
+    """--reads and --writes take a language as a request names it (`en` for mBART-50's
+    `en_XX`, `es` for NLLB's `spa_Latn`), as --source-language does: the version declares
+    the model's own codes, once."""
+    ids = {"en_XX": 7, "es_XX": 8, "fr_XX": 9}
+    mbart = SimpleNamespace(lang_code_to_id=ids, convert_tokens_to_ids=ids.__getitem__)
+    declared = languages("mbart", mbart, (["en"], ["es"]), (["en", "en_XX"], []))
+    assert (declared["source"], declared["tokens"]) == (["en_XX"], ids)
+    ids = {"eng_Latn": 5, "spa_Latn": 6, "zho_Hant": 7}
+    nllb = SimpleNamespace(all_special_tokens=[*ids, "</s>"], convert_tokens_to_ids=ids.__getitem__)
+    declared = languages("m2m_100", nllb, None, (["EN"], ["es", "zh-TW"]))
+    assert (declared["source"], declared["target"]) == (["eng_Latn"], ["spa_Latn", "zho_Hant"])
+    with pytest.raises(ValueError, match=r"\['fr'\] are not the model's"):
+        languages("m2m_100", nllb, None, ([], ["fr"]))
+
+
 def test_a_multilingual_marian_declares_every_target_its_tokens_name():
     """A target given (the language certified) is one of a multilingual Marian's `>>xx<<`
     targets, not the only one it declares; a source given is its source."""
