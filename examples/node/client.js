@@ -52,6 +52,9 @@ function glossaryEntry(text) {
   return { source: text.slice(0, equals), target: text.slice(equals + 1) };
 }
 
+// the options that take the next argument as their value
+const VALUED = ['--target', '--prefix', '--suppress', '--term'];
+
 // --target HOST:PORT (or --target=HOST:PORT) before the command; the rest are its inputs.
 function parseArgs(argv) {
   let target = DEFAULT_TARGET;
@@ -59,6 +62,7 @@ function parseArgs(argv) {
   const rest = [...argv];
   while (rest.length > 0 && rest[0].startsWith('--')) {
     const flag = rest.shift();
+    if (VALUED.includes(flag) && rest.length === 0) throw new UsageError(`${flag} needs a value`);
     if (flag === '--target' && rest.length > 0) target = rest.shift();
     else if (flag.startsWith('--target=')) target = flag.slice('--target='.length);
     else if (flag === '--html') translation.html = true;

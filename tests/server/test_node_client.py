@@ -130,3 +130,12 @@ def test_the_token_of_the_environment_goes_as_a_bearer_token():
         stand_in.stop(None)
     assert (with_token.returncode, with_token.stdout) == (0, "Bearer s3cret-s3cret-s3cret-\n")
     assert (without.returncode, without.stdout) == (0, "none\n")
+
+
+@pytest.mark.parametrize("flag", ["--target", "--prefix", "--suppress", "--term"])
+def test_an_option_without_its_value_is_named_as_such(flag):
+    """An option given last, its value forgotten, was called unknown ("unknown option
+    --target"), though the usage printed under the message lists it."""
+    done = node_client(flag)
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"error: {flag} needs a value\nusage: ")
