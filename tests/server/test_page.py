@@ -189,3 +189,30 @@ def test_the_page_sends_the_token_a_server_asks_for(start_server, browser, tmp_p
     output = translate.find_element(By.TAG_NAME, "pre")
     wait.until(lambda d: output.text[:3].isdigit())
     assert output.text.startswith("200"), output.text
+
+
+def settled(browser, path: str, calls: int) -> None:
+    """Waits until `calls` requests to `path` have been answered, and the page has read them."""
+    answered = (
+        "return performance.getEntriesByType('resource')"
+        ".filter((e) => new URL(e.name).pathname === arguments[0] && e.responseEnd > 0).length"
+    )
+    WebDriverWait(browser, 60).until(lambda d: d.execute_script(answered, path) >= calls)
+    browser.execute_async_script("setTimeout(arguments[arguments.length - 1], 300)")
+
+
+def test_translate_clicked_twice_shows_the_latest_answer_alone(page_server, browser):
+    """Each click's answer appended its alignments: a text of two sentences clicked twice
+    showed four tables, and a slower earlier answer could replace the later one's text."""
+    browser.get(page_server.http_url + "/")
+    wait = WebDriverWait(browser, 60)
+    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#translator option")) == 1)
+    source = browser.find_element(By.ID, "source")
+    source.clear()
+    source.send_keys(TEXT)
+    button = browser.find_element(By.ID, "translate-button")
+    button.click()
+    button.click()
+    settled(browser, "/v1/translate", 2)
+    assert browser.find_element(By.ID, "translation").text not in ("", "…")
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#alignments table")) == 2

@@ -33,6 +33,15 @@ async function call(path, body) {
 
 function shown(element, text) { element.textContent = text; element.hidden = !text; }
 
+// each button's latest call: the answer of a call a later click replaced is dropped, not
+// shown beside (or after) the later one's
+const latest = {};
+function begun(button) {
+  const number = (latest[button] || 0) + 1;
+  latest[button] = number;
+  return () => latest[button] === number;
+}
+
 async function loadModels() {
   const health = await fetch("/v1/health").then((r) => r.json()).catch(() => ({ status: "unreachable" }));
   $("health").textContent = health.status;
@@ -96,6 +105,7 @@ function alignmentTable(alignment) {
 }
 
 async function translate() {
+  const current = begun("translate");
   shown($("translate-error"), "");
   $("download").hidden = true;
   $("translated-by").textContent = "";
@@ -110,6 +120,7 @@ async function translate() {
   };
   try {
     const response = await call("/v1/translate", request);
+    if (!current()) return;
     const translation = response.translations[0];
     const languages = response.sourceLanguage ? `: ${response.sourceLanguage} → ${response.targetLanguage}` : "";
     $("translated-by").textContent = `${response.model} ${response.version}${languages}`;
@@ -123,7 +134,9 @@ async function translate() {
       box.appendChild(alignmentTable(alignment));
       $("alignments").appendChild(box);
     }
-  } catch (error) { $("translation").textContent = ""; shown($("translate-error"), error.message); }
+  } catch (error) {
+    if (current()) { $("translation").textContent = ""; shown($("translate-error"), error.message); }
+  }
 }
 
 async function openDocument() {
