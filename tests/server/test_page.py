@@ -216,3 +216,24 @@ def test_translate_clicked_twice_shows_the_latest_answer_alone(page_server, brow
     settled(browser, "/v1/translate", 2)
     assert browser.find_element(By.ID, "translation").text not in ("", "…")
     assert len(browser.find_elements(By.CSS_SELECTOR, "#alignments table")) == 2
+
+
+def test_a_refused_caption_leaves_no_drawing_of_the_last_image(page_server, browser, tmp_path):
+    """An image refused showed its error under the last image's drawings, as if they were
+    this one's."""
+    browser.get(page_server.http_url + "/#caption")
+    wait = WebDriverWait(browser, 60)
+    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#captioner option")) == 1)
+    image = browser.find_element(By.ID, "image")
+    image.send_keys(str(ROOT / "examples" / "scene.png"))
+    browser.find_element(By.ID, "caption-button").click()
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#attention figure"))
+    broken = tmp_path / "broken.png"
+    broken.write_bytes(b"not an image")
+    image.send_keys(str(broken))
+    browser.find_element(By.ID, "caption-button").click()
+    refused = browser.find_element(By.ID, "caption-error")
+    wait.until(lambda d: refused.text)
+    assert "not an image" in refused.text
+    assert browser.find_element(By.ID, "caption-text").text == ""
+    assert browser.find_elements(By.CSS_SELECTOR, "#attention figure") == []

@@ -198,7 +198,9 @@ function drawAttention(image, maps) {
 }
 
 async function caption() {
+  const current = begun("caption");
   shown($("caption-error"), "");
+  $("attention").replaceChildren();  // the last image's, not this one's
   const file = $("image").files[0];
   if (!file) { shown($("caption-error"), "choose an image first"); return; }
   const [model, version] = JSON.parse($("captioner").value || '["", ""]');
@@ -211,12 +213,15 @@ async function caption() {
   $("caption-text").textContent = "…";
   try {
     const response = await call("/v1/caption", form);
+    if (!current()) return;
     const best = response.captions[0].hypotheses[0];
     $("caption-text").textContent = best.text;
     const image = new Image();
-    image.onload = () => drawAttention(image, best.attention);
+    image.onload = () => { if (current()) drawAttention(image, best.attention); };
     image.src = URL.createObjectURL(file);
-  } catch (error) { $("caption-text").textContent = ""; shown($("caption-error"), error.message); }
+  } catch (error) {
+    if (current()) { $("caption-text").textContent = ""; shown($("caption-error"), error.message); }
+  }
 }
 
 $("translate-button").addEventListener("click", translate);
