@@ -237,3 +237,23 @@ def test_a_refused_caption_leaves_no_drawing_of_the_last_image(page_server, brow
     assert "not an image" in refused.text
     assert browser.find_element(By.ID, "caption-text").text == ""
     assert browser.find_elements(By.CSS_SELECTOR, "#attention figure") == []
+
+
+def test_a_beam_left_empty_is_the_server_s_default(page_server, browser):
+    """An emptied Beam field went as beamSize 0 and the call was refused ("beam_size must be
+    in 1..16, got 0"), where an empty Max length is the server's own."""
+    browser.get(page_server.http_url + "/")
+    wait = WebDriverWait(browser, 60)
+    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#translator option")) == 1)
+    source = browser.find_element(By.ID, "source")
+    source.clear()
+    source.send_keys("El perro come pan.")
+    browser.find_element(By.ID, "beam").clear()
+    browser.find_element(By.ID, "translate-button").click()
+    shown = lambda d: d.find_element(By.ID, "translation").text not in ("", "…")  # noqa: E731
+    wait.until(lambda d: shown(d) or d.find_element(By.ID, "translate-error").text)
+    assert browser.find_element(By.ID, "translate-error").text == ""
+    expected = httpx.post(
+        page_server.http_url + "/v1/translate", json={"texts": ["El perro come pan."]}, timeout=60
+    ).json()["translations"][0]["hypotheses"][0]["text"]
+    assert browser.find_element(By.ID, "translation").text == expected

@@ -71,8 +71,10 @@ function chooseLanguages() {
   if (english) to.value = english;
 }
 
+// the decoding options given: a field left empty is the server's default
 function options(beam, hypotheses, maxLength) {
-  const chosen = { beamSize: Number(beam) };
+  const chosen = {};
+  if (beam) chosen.beamSize = Number(beam);
   if (hypotheses) chosen.numHypotheses = Number(hypotheses);
   if (maxLength) chosen.maxLength = Number(maxLength);
   return chosen;
