@@ -257,3 +257,19 @@ def test_a_beam_left_empty_is_the_server_s_default(page_server, browser):
         page_server.http_url + "/v1/translate", json={"texts": ["El perro come pan."]}, timeout=60
     ).json()["translations"][0]["hypotheses"][0]["text"]
     assert browser.find_element(By.ID, "translation").text == expected
+
+
+def test_the_api_s_caption_forms_send_an_image_that_is_captioned(page_server, browser):
+    """The caption forms had no example: the page wrote one from the schema, every option 0
+    and no image, and each Send was refused (400, "beam_size must be in 1..16, got 0")."""
+    browser.get(page_server.http_url + "/docs")
+    wait = WebDriverWait(browser, 60)
+    sections = wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#operations section"))
+    titles = [s.find_element(By.TAG_NAME, "h2").text for s in sections]
+    for title in ("POST /v1/caption", "POST /v1/caption:stream"):
+        form = sections[titles.index(title)]
+        form.find_element(By.TAG_NAME, "button").click()
+        output = form.find_element(By.TAG_NAME, "pre")
+        wait.until(lambda d, output=output: output.text[:3].isdigit())
+        assert output.text.startswith("200"), output.text
+        assert '"captions"' in output.text

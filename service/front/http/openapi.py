@@ -189,11 +189,18 @@ LIBRETRANSLATE_PATHS = {
 }
 
 
-# a body each text method answers as it is (the page at /docs sends it): the translator's
+# an image of one pixel, a PNG in base64, that a captioner captions
+PIXEL = (
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR42mM4EaABAAMkAUEj5ExoAAAAAElFTkSuQmCC"
+)
+# a body each method answers as it is (the page at /docs sends it; without one it sends the
+# schema's, every option 0, which is refused)
 EXAMPLES = {
     "attnserve.v1.TranslateRequest": {"texts": ["Hola, ¿cómo estás?"]},
     "attnserve.v1.TranslateStreamRequest": {"text": "Hola, ¿cómo estás?"},
     "attnserve.v1.ScoreRequest": {"pairs": [{"source": "Hola.", "target": "Hello."}]},
+    "attnserve.v1.CaptionRequest": {"images": [PIXEL]},
+    "attnserve.v1.CaptionStreamRequest": {"image": PIXEL},
 }
 
 
