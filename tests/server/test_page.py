@@ -273,3 +273,14 @@ def test_the_api_s_caption_forms_send_an_image_that_is_captioned(page_server, br
         wait.until(lambda d, output=output: output.text[:3].isdigit())
         assert output.text.startswith("200"), output.text
         assert '"captions"' in output.text
+
+
+def test_the_page_s_health_follows_the_server(start_server, browser):
+    """The health shown was read once, when the page opened: one opened while the server
+    warmed up said NOT_SERVING for good, and one left open said SERVING after it stopped."""
+    server = start_server("--workers", "1", "--http-listen", "127.0.0.1:0")
+    browser.get(server.http_url + "/")
+    health = browser.find_element(By.ID, "health")
+    WebDriverWait(browser, 60).until(lambda d: health.text == "SERVING")
+    assert server.terminate() == 0
+    WebDriverWait(browser, 20).until(lambda d: health.text == "unreachable")

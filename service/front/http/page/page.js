@@ -42,9 +42,15 @@ function begun(button) {
   return () => latest[button] === number;
 }
 
-async function loadModels() {
+// the server's health, asked again every few seconds: a page opened while the server warms
+// up, or left open while it drains or stops, says what it is now
+const HEALTH_EVERY_MS = 5000;
+async function showHealth() {
   const health = await fetch("/v1/health").then((r) => r.json()).catch(() => ({ status: "unreachable" }));
   $("health").textContent = health.status;
+}
+
+async function loadModels() {
   const { models } = await fetch("/v1/models", { headers: authorized() }).then((r) => r.json());
   for (const model of models) {
     const select = model.service.endsWith("TranslationService") ? $("translator") : $("captioner");
@@ -233,4 +239,6 @@ $("file-button").addEventListener("click", translateFile);
 $("translator").addEventListener("change", () => { $("download").hidden = true; chooseLanguages(); });
 $("token").value = sessionStorage.getItem("attnserve-token") || "";
 $("token").addEventListener("change", () => sessionStorage.setItem("attnserve-token", $("token").value.trim()));
+showHealth();
+setInterval(showHealth, HEALTH_EVERY_MS);
 loadModels();
