@@ -284,3 +284,25 @@ def test_the_page_s_health_follows_the_server(start_server, browser):
     WebDriverWait(browser, 60).until(lambda d: health.text == "SERVING")
     assert server.terminate() == 0
     WebDriverWait(browser, 20).until(lambda d: health.text == "unreachable")
+
+
+def test_a_glossary_target_may_hold_an_equals_sign(page_server, browser):
+    """A glossary line was cut at every "=", and a line of more than two pieces was left
+    out without a word: "contraseña = pass=phrase" was never applied."""
+    text, term = "Cambia tu contraseña.", {"source": "contraseña", "target": "pass=phrase"}
+    browser.get(page_server.http_url + "/")
+    wait = WebDriverWait(browser, 60)
+    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#translator option")) == 1)
+    source = browser.find_element(By.ID, "source")
+    source.clear()
+    source.send_keys(text)
+    browser.find_element(By.ID, "glossary").send_keys("contraseña = pass=phrase")
+    browser.find_element(By.ID, "translate-button").click()
+    wait.until(lambda d: d.find_element(By.ID, "translation").text not in ("", "…"))
+    expected = httpx.post(
+        page_server.http_url + "/v1/translate",
+        json={"texts": [text], "glossary": [term], "options": {"beamSize": 4}},
+        timeout=60,
+    ).json()["translations"][0]["hypotheses"][0]["text"]
+    assert "pass=phrase" in expected
+    assert browser.find_element(By.ID, "translation").text == expected

@@ -86,9 +86,14 @@ function options(beam, hypotheses, maxLength) {
   return chosen;
 }
 
+// a line's terms cut at its first "=": a target may hold one too (a formula, a URL's query)
 function glossary() {
-  return $("glossary").value.split("\n").map((line) => line.split("=")).filter((p) => p.length === 2 && p[0].trim())
-    .map(([source, target]) => ({ source: source.trim(), target: target.trim() }));
+  const terms = [];
+  for (const line of $("glossary").value.split("\n")) {
+    const equals = line.indexOf("="), source = line.slice(0, equals).trim();
+    if (equals > 0 && source) terms.push({ source, target: line.slice(equals + 1).trim() });
+  }
+  return terms;
 }
 
 // a sentence's alignment as a table of shaded cells: a row per target token
