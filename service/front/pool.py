@@ -151,6 +151,9 @@ class WorkerPool:
         self.models: dict[str, str] = {}  # key -> model name, for metric labels
         self.queued = 0
         self.stopping = False
+        # whether health may say SERVING: a worker of one machine that dies is back within
+        # seconds; the cluster's pool follows whether any replica is ready
+        self.serving = True
         self._context = multiprocessing.get_context("spawn")
         self._ids = itertools.count(front + 1, fronts)
         self._any_ready = asyncio.Event()

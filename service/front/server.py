@@ -5,7 +5,8 @@ service of its kind (service.runtime.kinds: translators on TranslationService, c
 CaptionService). It checks every request at the edge (fields, texts, images, limits), hands
 decode jobs to the worker processes and turns their results into responses. Health reports
 NOT_SERVING, for the server and for each service by name, until every worker has passed its
-golden-set checks, and again once a drain starts (SIGTERM): from then on new calls get
+golden-set checks, with `ray` while no replica is ready, and again once a drain starts
+(SIGTERM; HTTP's health routes say the same, `Front.healthy`): from then on new calls get
 UNAVAILABLE and calls in flight have `drain_seconds` to finish. With `fronts` > 1 several
 front processes run this on one port and share the workers (service.front.fronts).
 """
@@ -177,18 +178,10 @@ async def serve(
         for model in served:
             front.describe(model, variants[model.key])
     front.serving = True
-    for name in ("", *models):
-        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    health_names = ("", *models)
+    await set_health(health_servicer, front, health_names)
     if config.ray:  # NOT_SERVING while no replica is ready (a drain's NOT_SERVING stays)
-
-        async def follow(serving: bool) -> None:
-            status = health_pb2.HealthCheckResponse.SERVING
-            if not serving:
-                status = health_pb2.HealthCheckResponse.NOT_SERVING
-            for name in ("", *models):
-                await health_servicer.set(name, status)
-
-        pool.on_serving = follow
+        pool.on_serving = lambda serving: set_health(health_servicer, front, health_names)
     if role is None:
         fronts = {"fronts": others.pids()} if others else {}
         _write_ready(config, {**ports, "serving": True, "workers": pool.pids(), **fronts})
@@ -229,6 +222,15 @@ async def serve(
         remove_sockets(sockets)
         _remove(made)
     return 0
+
+
+async def set_health(servicer: health.aio.HealthServicer, front: Front, names) -> None:
+    """gRPC health of the server ("") and each service in `names`, as `front.healthy` says
+    (the HTTP health routes read it too), read again for each name: a later change told
+    meanwhile is never undone."""
+    answer = health_pb2.HealthCheckResponse
+    for name in names:
+        await servicer.set(name, answer.SERVING if front.healthy else answer.NOT_SERVING)
 
 
 def _grpc_port(server: grpc.aio.Server, listen: str, credentials) -> int:

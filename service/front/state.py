@@ -47,6 +47,13 @@ class Front:
             config.response_cache_entries, config.response_cache_bytes, metrics
         )
 
+    @property
+    def healthy(self) -> bool:
+        """What health says, over gRPC as over HTTP: SERVING once the workers have passed
+        their checks, while the pool can serve (on a Ray cluster: a replica is ready), until
+        a drain starts."""
+        return self.serving and self.pool.serving and not self.draining
+
     async def drained(self, seconds: float) -> bool:
         """Waits, at most `seconds`, until no call is in flight and then no call has arrived
         for DRAIN_QUIET seconds (at most DRAIN_LINGER after the last call ended): a client

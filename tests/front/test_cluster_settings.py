@@ -292,3 +292,71 @@ def test_a_second_front_on_the_cluster_is_refused_and_deletes_nothing(monkeypatc
         asyncio.run(pool.start())
     assert len(tried) > 1 and set(tried) == {cluster.DIRECTORY}
     assert done == ["shutdown"]  # its own connection closed; the application left alone
+
+
+def test_http_health_says_what_grpc_health_says_in_every_state(tmp_path):
+    """The HTTP routes read only whether the front had started and was draining, so with
+    no replica ready they said SERVING (200) where gRPC said NOT_SERVING: both now read
+    `Front.healthy`, through warm-up, serving, no replica ready and the drain."""
+    import asyncio
+
+    from grpc_health.v1 import health_pb2
+    from grpc_health.v1.health import aio
+    from starlette.testclient import TestClient
+
+    from service.front.cluster import ClusterPool
+    from service.front.http.app import build_app
+    from service.front.metrics import Metrics
+    from service.front.pool import _Worker
+    from service.front.server import set_health
+    from service.front.state import Front
+    from service.worker.settings import WorkerSettings
+
+    config = ServerConfig(ray="auto").validate()
+    metrics = Metrics()
+    pool = ClusterPool(WorkerSettings(index=0, models=()), ClusterSettings.of(config), metrics, 16)
+    front = Front(config, {}, pool, metrics)
+    servicer = aio.HealthServicer()
+    web = TestClient(build_app(front, [], [], lambda code: None, tmp_path / "files"))
+    worker = _Worker(pool.template)
+    pool.replicas["r0"], pool.nodes["r0"] = worker, "node0"
+    pool.workers.append(worker)
+
+    async def grpc_health() -> str:
+        await set_health(servicer, front, ("",))
+        asked = health_pb2.HealthCheckRequest(service="")
+        answer = await servicer.Check(asked, None)
+        return health_pb2.HealthCheckResponse.ServingStatus.Name(answer.status)
+
+    async def replica(ready: bool) -> None:
+        worker.ready = asyncio.get_running_loop().create_future()
+        if ready:
+            worker.ready.set_result({})
+        pool._update_placement()
+
+    async def states() -> list[tuple[str, str, int]]:
+        seen = []
+
+        def look(state: str) -> None:
+            http = web.get("/v1/health")
+            seen.append((state, http.json()["status"], http.status_code))
+
+        await replica(True)
+        look(f"warming up: {await grpc_health()}")
+        front.serving = True
+        look(f"serving: {await grpc_health()}")
+        await replica(False)
+        look(f"no replica ready: {await grpc_health()}")
+        await replica(True)
+        look(f"serving again: {await grpc_health()}")
+        front.draining = True
+        look(f"draining: {await grpc_health()}")
+        return seen
+
+    assert asyncio.run(states()) == [
+        ("warming up: NOT_SERVING", "NOT_SERVING", 503),
+        ("serving: SERVING", "SERVING", 200),
+        ("no replica ready: NOT_SERVING", "NOT_SERVING", 503),
+        ("serving again: SERVING", "SERVING", 200),
+        ("draining: NOT_SERVING", "NOT_SERVING", 503),
+    ]

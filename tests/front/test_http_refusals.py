@@ -75,8 +75,7 @@ def served(
         models={SERVICE: {"translator": {"1": model, "2": model}}},
         defaults={SERVICE: "translator"},
         config=SimpleNamespace(max_text_chars=chars),
-        serving=True,
-        draining=False,
+        healthy=True,
         services=[SERVICE],
     )
     servicer = UpperCase(delay)

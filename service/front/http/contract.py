@@ -167,12 +167,12 @@ class ContractApi:
         return StreamingResponse(events(), media_type="text/event-stream", headers=headers)
 
     async def health(self, request: Request) -> Response:
-        """SERVING (200) once every worker has passed its checks and until a drain starts,
-        NOT_SERVING (503) otherwise; `?service=NAME` asks about one service."""
+        """SERVING (200) as gRPC health says it (`Front.healthy`), NOT_SERVING (503)
+        otherwise; `?service=NAME` asks about one service."""
         front, service = self.front, request.query_params.get("service", "")
         if service and service not in front.services:
             return error_response(grpc.StatusCode.NOT_FOUND, f"service: unknown {service!r}")
-        serving = front.serving and not front.draining
+        serving = front.healthy
         status = "SERVING" if serving else "NOT_SERVING"
         return JSONResponse({"status": status}, status_code=200 if serving else 503)
 

@@ -433,9 +433,9 @@ class LibreTranslateApi:
         )
 
     async def health(self, request: Request) -> Response:
-        if self.front.serving and not self.front.draining:
+        if self.front.healthy:
             return JSONResponse({"status": "ok"})
-        return error(503, "not serving: warming up or draining")
+        return error(503, "not serving: warming up, no worker ready, or draining")
 
     async def suggest(self, request: Request) -> Response:
         """Suggestions are off (`/frontend/settings` says so), in LibreTranslate's words."""
