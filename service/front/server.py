@@ -6,9 +6,11 @@ CaptionService). It checks every request at the edge (fields, texts, images, lim
 decode jobs to the worker processes and turns their results into responses. Health reports
 NOT_SERVING, for the server and for each service by name, until every worker has passed its
 golden-set checks, with `ray` while no replica is ready, and again once a drain starts
-(SIGTERM; HTTP's health routes say the same, `Front.healthy`): from then on new calls get
+(SIGTERM; HTTP's health routes say the same, `Front.health`): from then on new calls get
 UNAVAILABLE and calls in flight have `drain_seconds` to finish. With `fronts` > 1 several
 front processes run this on one port and share the workers (service.front.fronts).
+Health's own name (LIVENESS) is SERVING from the start until the drain, whatever the
+workers: a liveness probe asks it, as restarting the front brings no worker back.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from service.front.pool import WorkerPool, worker_settings
 from service.front.registry import SERVICERS, load_repository
 from service.front.security import TokenAuth, load_tokens, server_credentials
 from service.front.servicer import add_servicer
-from service.front.state import Front
+from service.front.state import LIVENESS, Front
 from service.front.versions import VersionWatcher
 from service.runtime.errors import (
     Unavailable,
@@ -131,11 +133,11 @@ async def serve(
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     services = (*sorted(models), health.SERVICE_NAME, reflection.SERVICE_NAME)
     reflection.enable_server_reflection(services, server)
+    health_names = (LIVENESS, "", *models)
     http = None
     try:
         grpc_port = _grpc_port(server, config.listen, credentials)
-        for name in ("", *models):
-            await health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+        await set_health(health_servicer, front, health_names)
         await server.start()
         if config.http_listen:
             from service.front.http.app import HttpServer, build_app  # Starlette and uvicorn
@@ -178,7 +180,6 @@ async def serve(
         for model in served:
             front.describe(model, variants[model.key])
     front.serving = True
-    health_names = ("", *models)
     await set_health(health_servicer, front, health_names)
     if config.ray:  # NOT_SERVING while no replica is ready (a drain's NOT_SERVING stays)
         pool.on_serving = lambda serving: set_health(health_servicer, front, health_names)
@@ -225,12 +226,11 @@ async def serve(
 
 
 async def set_health(servicer: health.aio.HealthServicer, front: Front, names) -> None:
-    """gRPC health of the server ("") and each service in `names`, as `front.healthy` says
-    (the HTTP health routes read it too), read again for each name: a later change told
-    meanwhile is never undone."""
+    """gRPC health of each name in `names` as `front.health` says it (the HTTP health routes
+    read it too), read again for each name: a later change told meanwhile is never undone."""
     answer = health_pb2.HealthCheckResponse
     for name in names:
-        await servicer.set(name, answer.SERVING if front.healthy else answer.NOT_SERVING)
+        await servicer.set(name, answer.SERVING if front.health(name) else answer.NOT_SERVING)
 
 
 def _grpc_port(server: grpc.aio.Server, listen: str, credentials) -> int:

@@ -27,6 +27,9 @@ log = logging.getLogger("attnserve")
 # during the drain to send its next call even on a loaded host, so that the call is refused
 # with UNAVAILABLE and goes to another replica (docs/reliability.md).
 DRAIN_QUIET, DRAIN_LINGER = 1.0, 3.0
+# gRPC health's own service: SERVING while the front answers, until a drain (a liveness
+# probe asks it; "" and each service's name say whether calls can be served now)
+LIVENESS = "grpc.health.v1.Health"
 
 
 class Front:
@@ -53,6 +56,11 @@ class Front:
         their checks, while the pool can serve (on a Ray cluster: a replica is ready), until
         a drain starts."""
         return self.serving and self.pool.serving and not self.draining
+
+    def health(self, service: str) -> bool:
+        """Whether health says SERVING for `service`: LIVENESS until a drain starts; the
+        server ("") and each service served as `healthy` says."""
+        return not self.draining if service == LIVENESS else self.healthy
 
     async def drained(self, seconds: float) -> bool:
         """Waits, at most `seconds`, until no call is in flight and then no call has arrived

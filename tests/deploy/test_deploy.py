@@ -248,6 +248,7 @@ def test_the_headless_service_lists_the_pods_for_client_side_balancing():
 
 
 RAY_KUBERNETES = ROOT / "deploy" / "kubernetes" / "attnserve-ray.yaml"
+PROBES = ("startupProbe", "readinessProbe", "livenessProbe")
 # The fields of KubeRay's ray.io/v1 RayCluster this manifest may use (its API reference).
 RAY_CLUSTER_FIELDS = {
     "spec": {
@@ -337,7 +338,7 @@ def test_kubernetes_probes_ask_grpc_health_and_the_pod_outlives_its_drain():
     deployment, _, _, budget, scaler = yaml.safe_load_all(KUBERNETES.read_text())
     pod = deployment["spec"]["template"]["spec"]
     (container,) = pod["containers"]
-    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+    for probe in PROBES:
         assert container[probe]["grpc"]["port"] == GRPC_PORT  # health needs no token
     drain = float(
         next(e["value"] for e in container["env"] if e["name"] == "ATTNSERVE_DRAIN_SECONDS")
@@ -347,6 +348,30 @@ def test_kubernetes_probes_ask_grpc_health_and_the_pod_outlives_its_drain():
     assert deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
     metric = scaler["spec"]["metrics"][0]["pods"]["metric"]["name"]
     assert metric in {m.name for m in Metrics().registry.collect()}
+
+
+def test_liveness_asks_whether_the_front_answers_and_readiness_whether_it_serves():
+    """Liveness asked the server's health (""), NOT_SERVING while no worker can serve (on
+    a Ray cluster, while no replica is ready): Kubernetes restarted a front whose replicas
+    were away past the probe's minute, which brings none back. Liveness asks LIVENESS, which
+    the front keeps SERVING until its drain; startup and readiness ask ""."""
+    from types import SimpleNamespace
+
+    from service.front.config import ServerConfig
+    from service.front.metrics import Metrics
+    from service.front.state import LIVENESS, Front
+
+    deployment, *_ = yaml.safe_load_all(KUBERNETES.read_text())
+    cluster, _ = yaml.safe_load_all(RAY_KUBERNETES.read_text())
+    (one_machine,) = deployment["spec"]["template"]["spec"]["containers"]
+    _, ray_front = cluster["spec"]["headGroupSpec"]["template"]["spec"]["containers"]
+    no_worker = SimpleNamespace(serving=False)  # the pool while no replica is ready
+    front = Front(ServerConfig(), {}, no_worker, Metrics())
+    front.serving = True  # started, then the replicas went
+    for container in (one_machine, ray_front):
+        asks = {probe: container[probe]["grpc"].get("service", "") for probe in PROBES}
+        assert asks == {"startupProbe": "", "readinessProbe": "", "livenessProbe": LIVENESS}
+        assert front.health(asks["livenessProbe"]) and not front.health(asks["readinessProbe"])
 
 
 def test_the_deployment_runs_the_image_the_docs_build():

@@ -297,7 +297,9 @@ def test_a_second_front_on_the_cluster_is_refused_and_deletes_nothing(monkeypatc
 def test_http_health_says_what_grpc_health_says_in_every_state(tmp_path):
     """The HTTP routes read only whether the front had started and was draining, so with
     no replica ready they said SERVING (200) where gRPC said NOT_SERVING: both now read
-    `Front.healthy`, through warm-up, serving, no replica ready and the drain."""
+    `Front.health`, through warm-up, serving, no replica ready and the drain. The health
+    service's own name (LIVENESS, what a liveness probe asks) says whether the front
+    answers: SERVING whatever the replicas, until the drain."""
     import asyncio
 
     from grpc_health.v1 import health_pb2
@@ -309,7 +311,7 @@ def test_http_health_says_what_grpc_health_says_in_every_state(tmp_path):
     from service.front.metrics import Metrics
     from service.front.pool import _Worker
     from service.front.server import set_health
-    from service.front.state import Front
+    from service.front.state import LIVENESS, Front
     from service.worker.settings import WorkerSettings
 
     config = ServerConfig(ray="auto").validate()
@@ -322,41 +324,42 @@ def test_http_health_says_what_grpc_health_says_in_every_state(tmp_path):
     pool.replicas["r0"], pool.nodes["r0"] = worker, "node0"
     pool.workers.append(worker)
 
-    async def grpc_health() -> str:
-        await set_health(servicer, front, ("",))
-        asked = health_pb2.HealthCheckRequest(service="")
-        answer = await servicer.Check(asked, None)
-        return health_pb2.HealthCheckResponse.ServingStatus.Name(answer.status)
-
     async def replica(ready: bool) -> None:
         worker.ready = asyncio.get_running_loop().create_future()
         if ready:
             worker.ready.set_result({})
         pool._update_placement()
 
-    async def states() -> list[tuple[str, str, int]]:
+    async def look() -> list[tuple[str, str, int]]:
+        """(gRPC's status, HTTP's, HTTP's code) of the server and of LIVENESS."""
+        await set_health(servicer, front, ("", LIVENESS))
         seen = []
-
-        def look(state: str) -> None:
-            http = web.get("/v1/health")
-            seen.append((state, http.json()["status"], http.status_code))
-
-        await replica(True)
-        look(f"warming up: {await grpc_health()}")
-        front.serving = True
-        look(f"serving: {await grpc_health()}")
-        await replica(False)
-        look(f"no replica ready: {await grpc_health()}")
-        await replica(True)
-        look(f"serving again: {await grpc_health()}")
-        front.draining = True
-        look(f"draining: {await grpc_health()}")
+        for name in ("", LIVENESS):
+            answer = await servicer.Check(health_pb2.HealthCheckRequest(service=name), None)
+            http = web.get("/v1/health", params={"service": name} if name else {})
+            status = health_pb2.HealthCheckResponse.ServingStatus.Name(answer.status)
+            seen.append((status, http.json()["status"], http.status_code))
         return seen
 
-    assert asyncio.run(states()) == [
-        ("warming up: NOT_SERVING", "NOT_SERVING", 503),
-        ("serving: SERVING", "SERVING", 200),
-        ("no replica ready: NOT_SERVING", "NOT_SERVING", 503),
-        ("serving again: SERVING", "SERVING", 200),
-        ("draining: NOT_SERVING", "NOT_SERVING", 503),
-    ]
+    async def states() -> dict[str, list]:
+        seen = {}
+        await replica(True)
+        seen["warming up"] = await look()
+        front.serving = True
+        seen["serving"] = await look()
+        await replica(False)
+        seen["no replica ready"] = await look()
+        await replica(True)
+        seen["serving again"] = await look()
+        front.draining = True
+        seen["draining"] = await look()
+        return seen
+
+    serving, not_serving = ("SERVING", "SERVING", 200), ("NOT_SERVING", "NOT_SERVING", 503)
+    assert asyncio.run(states()) == {  # the server's, then LIVENESS
+        "warming up": [not_serving, serving],
+        "serving": [serving, serving],
+        "no replica ready": [not_serving, serving],
+        "serving again": [serving, serving],
+        "draining": [not_serving, not_serving],
+    }

@@ -76,6 +76,7 @@ def served(
         defaults={SERVICE: "translator"},
         config=SimpleNamespace(max_text_chars=chars),
         healthy=True,
+        health=lambda service: True,
         services=[SERVICE],
     )
     servicer = UpperCase(delay)

@@ -43,6 +43,7 @@ from service.front.http.calls import (
     within,
 )
 from service.front.servicer import ModelServicer
+from service.front.state import LIVENESS
 from service.front.versions import version_order
 
 FORMS = ("multipart/form-data", URL_ENCODED)
@@ -167,12 +168,12 @@ class ContractApi:
         return StreamingResponse(events(), media_type="text/event-stream", headers=headers)
 
     async def health(self, request: Request) -> Response:
-        """SERVING (200) as gRPC health says it (`Front.healthy`), NOT_SERVING (503)
-        otherwise; `?service=NAME` asks about one service."""
+        """SERVING (200) as gRPC health says it (`Front.health`), NOT_SERVING (503)
+        otherwise; `?service=NAME` asks about one service (or LIVENESS)."""
         front, service = self.front, request.query_params.get("service", "")
-        if service and service not in front.services:
+        if service and service not in front.services and service != LIVENESS:
             return error_response(grpc.StatusCode.NOT_FOUND, f"service: unknown {service!r}")
-        serving = front.healthy
+        serving = front.health(service)
         status = "SERVING" if serving else "NOT_SERVING"
         return JSONResponse({"status": status}, status_code=200 if serving else 503)
 
