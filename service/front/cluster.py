@@ -173,7 +173,7 @@ class ClusterPool(WorkerPool):
         try:
             await asyncio.to_thread(self._deploy)
         except Exception as error:
-            await self.stop()
+            await self.stop(settled=False)
             raise RuntimeError(f"the Ray cluster at {self.cluster.address}: {error}") from error
         self._watcher = asyncio.get_running_loop().create_task(self._watch())
         end = time.monotonic() + READY_SECONDS
@@ -186,7 +186,7 @@ class ClusterPool(WorkerPool):
                 looked = time.monotonic()
                 problem = await self._starting_problem(time.monotonic() > end)
             if problem is not None:
-                await self.stop()
+                await self.stop(settled=False)
                 raise RuntimeError(problem)
             await asyncio.sleep(0.05)
 
@@ -231,7 +231,11 @@ class ClusterPool(WorkerPool):
         said = [app.message, *(d.message for d in app.deployments.values())]
         return app.status == "DEPLOY_FAILED", "; ".join(m for m in said if m)
 
-    async def stop(self) -> None:
+    async def stop(self, settled: bool = True) -> None:
+        """Lets go of the replicas and deletes the application, waiting until Ray Serve has
+        stopped them when `settled`. A failed start does not wait: Serve gives a replica it
+        never placed its whole graceful shutdown (`drain_seconds` + 10 s) before it ends it,
+        and its controller deletes the application without this process."""
         if self._watcher is not None:
             self._watcher.cancel()
         for task in list(self._tasks):
@@ -240,7 +244,7 @@ class ClusterPool(WorkerPool):
         if ray.is_initialized():
             if self.deployed:
                 with contextlib.suppress(Exception):  # the cluster may be gone already
-                    await asyncio.to_thread(serve.delete, APPLICATION)
+                    await asyncio.to_thread(serve.delete, APPLICATION, _blocking=settled)
             ray.shutdown()
 
     def pids(self) -> list[int]:
