@@ -169,9 +169,20 @@ class ClusterPool(WorkerPool):
     # -- life cycle -----------------------------------------------------------------------
     async def start(self) -> None:
         """Connects to the cluster, deploys the replicas and waits for min_replicas of them
-        (each loaded and checked); RuntimeError when the deployment fails."""
+        (each loaded and checked); RuntimeError when the deployment fails. Cancelled (the
+        front stopped while it waits), it deletes what it deployed without waiting."""
+        deploying = asyncio.ensure_future(asyncio.to_thread(self._deploy))
         try:
-            await asyncio.to_thread(self._deploy)
+            await self._started(deploying)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):  # a thread is not cut short: it ends first
+                await deploying
+            await self.stop(settled=False)
+            raise
+
+    async def _started(self, deploying: asyncio.Future) -> None:
+        try:
+            await asyncio.shield(deploying)
         except Exception as error:
             await self.stop(settled=False)
             raise RuntimeError(f"the Ray cluster at {self.cluster.address}: {error}") from error

@@ -158,23 +158,32 @@ async def serve(
         if http is not None:
             ports["http_port"] = http.port
         _write_ready(config, {**ports, "serving": False})
+    code = None  # the exit code of a start that ends before serving
     try:
-        await pool.start()
-        if role is None and config.ray:  # Ray's core worker took the signals: the drain's again
-            for signum in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(signum, stop.set)
-        if others is not None:
-            http_listen = f"{config.http_listen.rpartition(':')[0]}:{http.port}" if http else ""
-            await others.start(f"{host}:{grpc_port}", http_listen)
+        if await _started(pool, stop):
+            if role is None and config.ray:  # Ray took the signals: the drain's again
+                for signum in (signal.SIGTERM, signal.SIGINT):
+                    loop.add_signal_handler(signum, stop.set)
+            if others is not None:
+                http_host = config.http_listen.rpartition(":")[0]
+                http_listen = f"{http_host}:{http.port}" if http else ""
+                await others.start(f"{host}:{grpc_port}", http_listen)
+        else:
+            log.info("stopped while the workers started: nothing served")
+            code = 0
     except RuntimeError as error:
         log.error("%s failed to start: %s", "front" if others else "workers", error)
+        code = 1
+    if code is not None:
         await server.stop(0)
+        if http is not None:
+            await http.stop()
         await pool.stop()
         if role is None:
             metrics_server.shutdown()
             remove_sockets(sockets)
             _remove(made)
-        return 1
+        return code
     front.device = device
     if role is None:
         for model in served:
@@ -223,6 +232,25 @@ async def serve(
         remove_sockets(sockets)
         _remove(made)
     return 0
+
+
+async def _started(pool: WorkerPool, stop: asyncio.Event) -> bool:
+    """Starts the pool's workers -> False where `stop` comes first (SIGTERM or Ctrl-C while
+    they load: on a Ray cluster, as long as its replicas are not placed): the start is then
+    cancelled, and lets go of what it started. A failed start raises its RuntimeError."""
+    starting = asyncio.ensure_future(pool.start())
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+    if not starting.done():
+        starting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await starting
+        return False
+    starting.result()
+    return True
 
 
 async def set_health(servicer: health.aio.HealthServicer, front: Front, names) -> None:

@@ -363,3 +363,58 @@ def test_http_health_says_what_grpc_health_says_in_every_state(tmp_path):
         "serving again": [serving, serving],
         "draining": [not_serving, not_serving],
     }
+
+
+def test_a_start_cancelled_while_the_replicas_start_deletes_them_without_waiting(monkeypatch):
+    """A front stopped (SIGTERM) while its replicas started kept waiting for them, up to
+    READY_SECONDS, and left them deployed: a cancelled start deletes the application without
+    waiting for Ray Serve's graceful shutdown of replicas never placed, and lets go of Ray."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from service.front import cluster
+    from service.front.metrics import Metrics
+    from service.worker.settings import WorkerSettings
+
+    done = []
+
+    async def never(*_):  # the directory's long poll: no replica ever registers
+        await asyncio.sleep(3600)
+
+    directory = SimpleNamespace(changes=SimpleNamespace(remote=never))
+    actor = SimpleNamespace(options=lambda **_: SimpleNamespace(remote=lambda: directory))
+    ray = SimpleNamespace(
+        is_initialized=lambda: "init" in done,
+        init=lambda **_: done.append("init"),
+        get_runtime_context=lambda: SimpleNamespace(get_node_id=lambda: "node"),
+        remote=lambda **_: lambda _: actor,
+        shutdown=lambda: done.append("shutdown"),
+        exceptions=SimpleNamespace(RayError=ConnectionError),
+    )
+    deployment = SimpleNamespace(bind=lambda *_: "app")
+    serve = SimpleNamespace(
+        start=lambda **_: None,
+        deployment=lambda _: SimpleNamespace(options=lambda **_: deployment),
+        RunTarget=lambda app, **_: app,
+        run_many=lambda targets, **_: done.append("deployed"),
+        delete=lambda app, _blocking=True: done.append(f"delete {app}, waiting {_blocking}"),
+    )
+    monkeypatch.setattr(cluster, "ray", ray)
+    monkeypatch.setattr(cluster, "serve", serve)
+    monkeypatch.setattr(cluster, "NodeAffinitySchedulingStrategy", lambda *_, **__: None)
+    config = ServerConfig(ray="auto").validate()
+    pool = cluster.ClusterPool(
+        WorkerSettings(index=0, models=()), ClusterSettings.of(config), Metrics(), 16
+    )
+
+    async def stopped_while_starting() -> None:
+        starting = asyncio.ensure_future(pool.start())
+        while "deployed" not in done:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.2)  # waiting for the replicas
+        starting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await starting
+
+    asyncio.run(stopped_while_starting())
+    assert done == ["init", "deployed", f"delete {cluster.APPLICATION}, waiting False", "shutdown"]

@@ -116,6 +116,23 @@ def test_replicas_that_cannot_be_placed_fail_the_start_in_time(ray_cluster, monk
     assert failed < 10 + 15 and ended < failed + 5
 
 
+def test_a_front_stopped_while_its_replicas_start_ends_at_once(ray_cluster, start_server):
+    """SIGTERM while the replicas started went unheeded until the start ended: with replicas
+    that cannot be placed (two CPUs each, nodes of one) the front waited out READY_SECONDS
+    (600 s), and a pod's grace period ends in SIGKILL, its application left deployed. The
+    start is cancelled now: the front deletes what it deployed and ends at once."""
+    cluster, _, _ = ray_cluster
+    flags = ("--ray", cluster.address, "--replica-cpus", "2", "--watch-seconds", "0")
+    front = start_server(*flags, wait=False)
+    front.wait(serving=False)  # bound: its replicas are being deployed
+    time.sleep(3.0)
+    started = time.monotonic()
+    code = front.terminate(timeout=60)
+    log = front.log_file.read_text()
+    assert code == 0 and time.monotonic() - started < 15, log
+    assert "stopped while the workers started" in log
+
+
 def png(image: np.ndarray) -> bytes:
     buffer = io.BytesIO()
     Image.fromarray(image).save(buffer, "PNG")
