@@ -212,7 +212,10 @@ async def serve(
 
     watcher = None
     if config.watch_seconds:
-        watcher = asyncio.get_running_loop().create_task(VersionWatcher(front, config).run())
+        versions = VersionWatcher(
+            front, config, lambda: set_health(health_servicer, front, health_names)
+        )
+        watcher = asyncio.get_running_loop().create_task(versions.run())
     await stop.wait()
     if watcher is not None:
         watcher.cancel()

@@ -59,8 +59,11 @@ class Front:
 
     def health(self, service: str) -> bool:
         """Whether health says SERVING for `service`: LIVENESS until a drain starts; the
-        server ("") and each service served as `healthy` says."""
-        return not self.draining if service == LIVENESS else self.healthy
+        server ("") as `healthy` says, and a service while it also serves a model version
+        (once its last one is retired, every call to it is refused NOT_FOUND)."""
+        if service == LIVENESS:
+            return not self.draining
+        return self.healthy and (not service or bool(self.models.get(service)))
 
     async def drained(self, seconds: float) -> bool:
         """Waits, at most `seconds`, until no call is in flight and then no call has arrived

@@ -54,8 +54,11 @@ def _stamp(manifest: Path) -> tuple:
 class VersionWatcher:
     """Keeps the front's models in step with the repository (see the module doc)."""
 
-    def __init__(self, front, config):
+    def __init__(self, front, config, health=None):
         self.front, self.config = front, config
+        # writes gRPC health again after each look (service.front.server.set_health): a
+        # service's last version may have gone, or its first come back
+        self.health = health
         self.served = {  # directory -> ServedModel
             Path(m.version.directory): m
             for names in front.models.values()
@@ -96,6 +99,8 @@ class VersionWatcher:
                 continue
             self.seen[directory] = stamp
             await self._add(directory)
+        if self.health is not None:
+            await self.health()
 
     async def _add(self, directory: Path) -> None:
         front = self.front

@@ -362,3 +362,51 @@ def test_a_manifest_of_another_shape_is_refused_and_the_watch_goes_on(tmp_path, 
     publish(tmp_path, "3")
     asyncio.run(watcher.scan())
     assert front.served() == ["1", "3"] and front.refused() == 1
+
+
+def test_a_service_whose_last_version_is_retired_is_not_serving(tmp_path):
+    """Health said SERVING for a service whose every version had been retired, while each
+    call to it was refused NOT_FOUND: a service is SERVING while it serves a version, and
+    each look at the repository writes gRPC health again (the HTTP routes read the same)."""
+    from grpc_health.v1 import health_pb2
+    from grpc_health.v1.health import aio
+
+    from service.front.server import set_health
+    from service.front.state import LIVENESS
+    from service.front.state import Front as ServingFront
+
+    pool = Pool()
+    pool.serving = True
+    config = _config(tmp_path, drain_seconds=1.0)
+    front = ServingFront(config, {}, pool, Metrics())
+    front.services = frozenset({SERVICE})  # started with a captioner
+    front.describe = lambda model, variant: None  # its metrics read the workers
+    front.serving = True
+    servicer, names = aio.HealthServicer(), ("", LIVENESS, SERVICE)
+    watcher = VersionWatcher(front, config, lambda: set_health(servicer, front, names))
+
+    async def said() -> list[str]:
+        answers = [
+            await servicer.Check(health_pb2.HealthCheckRequest(service=n), None) for n in names
+        ]
+        return [health_pb2.HealthCheckResponse.ServingStatus.Name(a.status) for a in answers]
+
+    async def run() -> list[list[str]]:
+        seen = []
+        publish(tmp_path, "1")
+        await watcher.scan()
+        seen.append(await said())
+        shutil.rmtree(tmp_path / "captioner" / "1")
+        await watcher.scan()
+        seen.append(await said())
+        publish(tmp_path, "2")
+        await watcher.scan()
+        seen.append(await said())
+        await asyncio.gather(*watcher.tasks)
+        return seen
+
+    assert asyncio.run(run()) == [
+        ["SERVING", "SERVING", "SERVING"],
+        ["SERVING", "SERVING", "NOT_SERVING"],  # the server serves its other services
+        ["SERVING", "SERVING", "SERVING"],
+    ]
