@@ -4,7 +4,7 @@ pipeline in process over any `Engine`."""
 from __future__ import annotations
 
 import html
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from dataclasses import field as dataclass_field
 
@@ -466,19 +466,18 @@ class TranslationModel(ServedModel):
         source_language, target_language = self.resolve_languages(
             request.source_language, request.target_language, [s for s, _ in pairs]
         )
-        lead = self.language_tokens.source_prefix(source_language, target_language)
         given = self.language_tokens.decoder_prefix(target_language)
+
+        def told(ids: list[int]) -> list[int]:
+            return self.language_tokens.source_ids(ids, source_language, target_language)
+
         source_ids, target_ids = [], []
         for i, (source, target) in enumerate(pairs):
-            ids = self._scored(
-                f"pairs[{i}].source", source, self.max_input_tokens - len(lead), problems
-            )
-            source_ids.append(
-                self.language_tokens.source_ids(ids, source_language, target_language)
-            )
+            field = f"pairs[{i}].source"
+            source_ids.append(self._scored(field, source, self.max_input_tokens, problems, told))
             # a target leaves room for its `</s>` and the tokens the model is given
             limit = self.max_output_length - 1 - len(given)
-            target_ids.append(self._scored(f"pairs[{i}].target", target, limit, problems, True))
+            target_ids.append(self._scored(f"pairs[{i}].target", target, limit, problems))
         raise_problems(problems)
         options, controls = scoring([[*given, *ids] for ids in target_ids], self.special_tokens.eos)
         if given:
@@ -497,14 +496,23 @@ class TranslationModel(ServedModel):
         )
 
     def _scored(
-        self, field: str, text: str, limit: int, problems: list[str], target: bool = False
+        self,
+        field: str,
+        text: str,
+        limit: int,
+        problems: list[str],
+        told: Callable[[list[int]], list[int]] | None = None,
     ) -> list[int]:
-        """The token ids of one side of a scored pair, its problem appended if any."""
-        encode = self.tokenizer.encode_target if target else self.tokenizer.encode
+        """The token ids of one side of a scored pair, its problem appended if any: a
+        target's, or a source's as the model reads them (`told`: its language tokens, a
+        text's own `>>xx<<` replaced), checked against `limit` once so read."""
+        encode = self.tokenizer.encode if told else self.tokenizer.encode_target
         ids = encode(text) if text.strip() else []
         if not ids:
             problems.append(f"{field}: empty or only white space")
-        elif len(ids) > limit:
+            return ids
+        ids = told(ids) if told else ids
+        if len(ids) > limit:
             problems.append(f"{field}: {len(ids)} tokens, at most {limit}")
         return ids
 

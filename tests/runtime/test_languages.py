@@ -4,6 +4,7 @@ the identifier choosing among the languages served."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 import pytest
 
@@ -178,13 +179,16 @@ def test_iso_639_1_codes_reach_a_marians_three_letter_codes():
 @pytest.mark.slow  # exports a small multilingual Marian model
 def test_a_text_that_names_its_own_target_tells_the_model_one(tmp_path):
     """A text that starts with a multilingual Marian's `>>xx<<`, sent with a target named,
-    reaches the model with the named target's token alone, to translate and to score."""
+    reaches the model with the named target's token alone, to translate and to score, and
+    is held to the token limit as the model reads it: a text at the limit with its own code
+    is taken to score as to translate, one past it refused by both."""
     pytest.importorskip("transformers")
     from helpers import marian_directory
 
     from export.hf.version import export_hf
     from service.front.config import ServerConfig
     from service.runtime.decoding import DecodingOptions
+    from service.runtime.errors import InvalidArgument
     from service.runtime.requests import ScoreRequest, TranslateRequest
     from service.runtime.translation import TranslationModel
 
@@ -207,3 +211,19 @@ def test_a_text_that_names_its_own_target_tells_the_model_one(tmp_path):
         assert list(scored.encoder_inputs["src_ids"][0][: len(plain) + 1]) == [
             tokens[target], *plain,
         ]  # fmt: skip
+    text = ">>fr<< Hola amigo."
+    at_limit = TranslationModel(
+        model.version, ServerConfig(max_input_tokens=len(model.tokenizer.encode(text)))
+    )
+    translate = TranslateRequest(
+        texts=(text,), fields=("texts[0]",), options=DecodingOptions(), target_language="de"
+    )
+    asyncio.run(at_limit.prepare(translate))
+    asyncio.run(at_limit.prepare_score(ScoreRequest(((text, "Hallo."),), target_language="de")))
+    longer = ">>fr<< Hola amigo mío."  # one sentence, longer
+    with pytest.raises(InvalidArgument, match=r"texts\[0\]: \d+ tokens, at most"):
+        asyncio.run(at_limit.prepare(replace(translate, texts=(longer,))))
+    with pytest.raises(InvalidArgument, match=r"pairs\[0\]\.source: \d+ tokens, at most"):
+        asyncio.run(
+            at_limit.prepare_score(ScoreRequest(((longer, "Hallo."),), target_language="de"))
+        )
