@@ -349,6 +349,18 @@ def _sentences(request: TranslateRequest, documents: list[Document], markup: boo
     return fields, masked, firsts
 
 
+def _prefix_problems(prefix: tuple[int, ...], given: tuple[int, ...], max_length: int):
+    """The problem of a target prefix that leaves the model no step of its own once the
+    tokens it is given (a target language) come first; the front checks the prefix alone."""
+    most = max_length - 1 - len(given)
+    if not (prefix and given) or len(prefix) <= most:
+        return []
+    return [
+        f"target_prefix: {len(prefix)} tokens, at most max_length - {1 + len(given)} ({most}):"
+        " the target language's token comes first"
+    ]
+
+
 @dataclass(frozen=True)
 class _Texts:
     """The text of one document's sentence i by hypothesis h: its chosen input's (`Sources`)."""
@@ -431,14 +443,15 @@ class TranslationModel(ServedModel):
             told(ids, source, target)
             for ids in self.tokenizer.encode_batch([m.text for m in masked])
         ]
+        given = self.language_tokens.decoder_prefix(target)
         raise_problems(
             [
                 f"{field}: {len(ids)} tokens, at most {self.max_input_tokens}"
                 for field, ids in zip(fields, token_ids, strict=True)
                 if len(ids) > self.max_input_tokens
             ]
+            + _prefix_problems(request.prefix, given, options.max_length)
         )
-        given = self.language_tokens.decoder_prefix(target)
         prefixes = [given + (request.prefix if first else ()) for first in firsts]
         src_ids, src_mask = source_batch(
             token_ids, self.max_input_tokens + 1, self.special_tokens.eos

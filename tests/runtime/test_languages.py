@@ -227,3 +227,35 @@ def test_a_text_that_names_its_own_target_tells_the_model_one(tmp_path):
         asyncio.run(
             at_limit.prepare_score(ScoreRequest(((longer, "Hallo."),), target_language="de"))
         )
+
+
+@pytest.mark.slow  # exports a small M2M100 model
+def test_a_target_prefix_leaves_a_step_after_the_forced_target_language(tmp_path):
+    """M2M100's decoder is given its target language's token first: a target prefix is
+    held to max_length - 2 tokens, so that the model writes at least one step of its own,
+    and refused past that with INVALID_ARGUMENT's reason, as a prefix of any model is."""
+    pytest.importorskip("transformers")
+    from helpers import m2m100_directory
+
+    from export.hf.version import export_hf
+    from service.front.config import ServerConfig
+    from service.runtime.decoding import DecodingOptions
+    from service.runtime.errors import InvalidArgument
+    from service.runtime.requests import TranslateRequest
+    from service.runtime.translation import TranslationModel
+
+    version = export_hf(m2m100_directory(tmp_path / "m2m100"), tmp_path, "m", variants=("fp32",))
+    model = TranslationModel(version, ServerConfig())
+    prefix = tuple(model.tokenizer.encode_target("the house is big"))
+    request = TranslateRequest(
+        texts=("Hola.",), fields=("texts[0]",), prefix=prefix,
+        options=DecodingOptions(max_length=len(prefix) + 2), target_language="en",
+    )  # fmt: skip
+    prepared = asyncio.run(model.prepare(request))
+    (forced,) = prepared.controls.prefixes
+    assert forced == (model.language_tokens.tokens["en"], *prefix)
+    assert len(forced) < prepared.options.max_length  # a step left to write `</s>`
+    with pytest.raises(InvalidArgument, match=r"target_prefix: \d+ tokens, at most max_length - 2"):
+        asyncio.run(
+            model.prepare(replace(request, options=DecodingOptions(max_length=len(prefix) + 1)))
+        )
