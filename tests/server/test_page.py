@@ -306,3 +306,23 @@ def test_a_glossary_target_may_hold_an_equals_sign(page_server, browser):
     ).json()["translations"][0]["hypotheses"][0]["text"]
     assert "pass=phrase" in expected
     assert browser.find_element(By.ID, "translation").text == expected
+
+
+def test_each_captioned_image_s_object_url_is_released(page_server, browser):
+    """Each caption read its image through an object URL that was never revoked: a tab
+    left open held every image it had captioned."""
+    browser.get(page_server.http_url + "/#caption")
+    wait = WebDriverWait(browser, 60)
+    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#captioner option")) == 1)
+    browser.execute_script(
+        "window.held = new Set();"
+        "const create = URL.createObjectURL, revoke = URL.revokeObjectURL;"
+        "URL.createObjectURL = (o) => { const url = create(o); held.add(url); return url; };"
+        "URL.revokeObjectURL = (url) => { held.delete(url); revoke(url); };"
+    )
+    browser.find_element(By.ID, "image").send_keys(str(ROOT / "examples" / "scene.png"))
+    for calls in (1, 2):
+        browser.find_element(By.ID, "caption-button").click()
+        settled(browser, "/v1/caption", calls)
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#attention figure"))
+    assert browser.execute_script("return held.size") == 0

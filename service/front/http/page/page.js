@@ -229,8 +229,12 @@ async function caption() {
     if (!current()) return;
     const best = response.captions[0].hypotheses[0];
     $("caption-text").textContent = best.text;
+    // the image read through an object URL, released once read: a tab left open would
+    // otherwise hold every image it captioned
     const image = new Image();
-    image.onload = () => { if (current()) drawAttention(image, best.attention); };
+    const release = () => URL.revokeObjectURL(image.src);
+    image.onload = () => { release(); if (current()) drawAttention(image, best.attention); };
+    image.onerror = release;
     image.src = URL.createObjectURL(file);
   } catch (error) {
     if (current()) { $("caption-text").textContent = ""; shown($("caption-error"), error.message); }
