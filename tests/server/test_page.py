@@ -326,3 +326,29 @@ def test_each_captioned_image_s_object_url_is_released(page_server, browser):
         settled(browser, "/v1/caption", calls)
         wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#attention figure"))
     assert browser.execute_script("return held.size") == 0
+
+
+@pytest.fixture
+def unsendable_token(page_server, browser):
+    """The tab keeps a token fetch cannot send (a header's value holds ISO-8859-1
+    characters alone) until the test ends."""
+    browser.get(page_server.http_url + "/docs")
+    keep = "sessionStorage.setItem('attnserve-token', arguments[0])"
+    browser.execute_script(keep, "contraseña→1")
+    yield
+    browser.execute_script("sessionStorage.removeItem('attnserve-token')")
+
+
+def test_models_that_cannot_be_listed_say_why(page_server, browser, unsendable_token):
+    """A failed /v1/models left both model lists empty without a word (an uncaught
+    error in the console), as with a token the browser cannot put in a header."""
+    browser.get(page_server.http_url + "/")
+    wait = WebDriverWait(browser, 20)
+    for error in ("translate-error", "caption-error"):
+        shown = browser.find_element(By.ID, error)
+        wait.until(lambda d, shown=shown: shown.is_displayed() and shown.text)
+        assert shown.text.startswith("the models could not be listed: ")
+    # the languages are the server's default model's, as where it has no list
+    for select in ("source-language", "target-language"):
+        options = browser.find_elements(By.CSS_SELECTOR, f"#{select} option")
+        assert [o.get_attribute("value") for o in options] == [""]

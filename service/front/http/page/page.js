@@ -50,8 +50,15 @@ async function showHealth() {
   $("health").textContent = health.status;
 }
 
+// the models served; where they cannot be listed (a server refusing, a token fetch cannot
+// send) each section says why its list is empty, and calls go to the server's defaults
 async function loadModels() {
-  const { models } = await fetch("/v1/models", { headers: authorized() }).then((r) => r.json());
+  let models = [];
+  try {
+    ({ models } = await answered(await fetch("/v1/models", { headers: authorized() })));
+  } catch (error) {
+    for (const id of ["translate-error", "caption-error"]) shown($(id), `the models could not be listed: ${error.message}`);
+  }
   for (const model of models) {
     const select = model.service.endsWith("TranslationService") ? $("translator") : $("captioner");
     const option = new Option(`${model.name} ${model.version}` + (model.languages.source.length ? ` (${model.languages.source.join(",")} → ${model.languages.target.join(",")})` : ""), JSON.stringify([model.name, model.version]));
