@@ -352,3 +352,18 @@ def test_models_that_cannot_be_listed_say_why(page_server, browser, unsendable_t
     for select in ("source-language", "target-language"):
         options = browser.find_elements(By.CSS_SELECTOR, f"#{select} option")
         assert [o.get_attribute("value") for o in options] == [""]
+
+
+def test_an_api_form_that_cannot_send_says_why(page_server, browser, unsendable_token):
+    """A Send the browser could not make (a token it cannot put in a header, a server
+    gone) showed nothing at all: the error went to the console."""
+    browser.get(page_server.http_url + "/docs")
+    sections = WebDriverWait(browser, 60).until(
+        lambda d: d.find_elements(By.CSS_SELECTOR, "#operations section")
+    )
+    titles = [s.find_element(By.TAG_NAME, "h2").text for s in sections]
+    models = sections[titles.index("GET /v1/models")]
+    models.find_element(By.TAG_NAME, "button").click()
+    output = models.find_element(By.TAG_NAME, "pre")
+    WebDriverWait(browser, 20).until(lambda d: output.text)
+    assert output.text.startswith("not sent: ")

@@ -55,8 +55,10 @@ async function main() {
       button.addEventListener("click", async () => {
         const init = { method: verb.toUpperCase(), headers: authorized() };
         if (body) { init.body = body.value; init.headers = authorized({ "content-type": "application/json" }); }
-        const answer = await fetch(path, init);
-        output.textContent = `${answer.status}\n${await answer.text()}`;
+        try {  // a call the browser cannot make (a token it cannot send, a server gone)
+          const answer = await fetch(path, init);
+          output.textContent = `${answer.status}\n${await answer.text()}`;
+        } catch (error) { output.textContent = `not sent: ${error.message}`; }
       });
       section.append(button, output);
       root.appendChild(section);
