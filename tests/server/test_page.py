@@ -367,3 +367,22 @@ def test_an_api_form_that_cannot_send_says_why(page_server, browser, unsendable_
     output = models.find_element(By.TAG_NAME, "pre")
     WebDriverWait(browser, 20).until(lambda d: output.text)
     assert output.text.startswith("not sent: ")
+
+
+def test_a_caption_without_an_image_leaves_no_caption_of_the_last(page_server, browser):
+    """Caption clicked with the image emptied said "choose an image first" under the last
+    image's caption, as if it were this click's."""
+    browser.get(page_server.http_url + "/#caption")
+    wait = WebDriverWait(browser, 60)
+    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#captioner option")) == 1)
+    image = browser.find_element(By.ID, "image")
+    image.send_keys(str(ROOT / "examples" / "scene.png"))
+    browser.find_element(By.ID, "caption-button").click()
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#attention figure"))
+    browser.execute_script("arguments[0].value = ''", image)  # as a chooser cancelled does
+    browser.find_element(By.ID, "caption-button").click()
+    refused = browser.find_element(By.ID, "caption-error")
+    wait.until(lambda d: refused.text)
+    assert refused.text == "choose an image first"
+    assert browser.find_element(By.ID, "caption-text").text == ""
+    assert browser.find_elements(By.CSS_SELECTOR, "#attention figure") == []

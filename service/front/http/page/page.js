@@ -220,7 +220,8 @@ function drawAttention(image, maps) {
 async function caption() {
   const current = begun("caption");
   shown($("caption-error"), "");
-  $("attention").replaceChildren();  // the last image's, not this one's
+  $("caption-text").textContent = "";  // the last image's, not this one's
+  $("attention").replaceChildren();
   const file = $("image").files[0];
   if (!file) { shown($("caption-error"), "choose an image first"); return; }
   const [model, version] = JSON.parse($("captioner").value || '["", ""]');
