@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
 import socket
 import subprocess
 import sys
-import tempfile
-from pathlib import Path
 
 import grpc
 import pytest
@@ -91,11 +90,15 @@ def test_a_grpc_port_that_cannot_be_bound_is_refused_naming_the_setting():
 
 
 @pytest.mark.parametrize("setting", ["--listen", "--metrics-listen", "--http-listen"])
-def test_a_port_in_use_stops_the_server_with_one_line_and_nothing_left(model_repository, setting):
+def test_a_port_in_use_stops_the_server_with_one_line_and_nothing_left(
+    model_repository, setting, tmp_path
+):
     """Status 2 and one line naming the setting, as for any setting refused; before, a
-    traceback (and a temporary folder of HTTP files left behind)."""
+    traceback (and a temporary folder of HTTP files left behind). The server's temporary
+    folder is the test's own, so that servers started beside it leave theirs elsewhere."""
     ports = {"--listen": "127.0.0.1:0", "--metrics-listen": "127.0.0.1:0"}
-    folders = set(Path(tempfile.gettempdir()).glob("attnserve-files-*"))
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -108,9 +111,10 @@ def test_a_port_in_use_stops_the_server_with_one_line_and_nothing_left(model_rep
             capture_output=True,
             text=True,
             timeout=120,
+            env={**os.environ, "TMPDIR": str(temporary)},
         )
     assert done.returncode == 2, done.stderr
     name = setting.removeprefix("--").replace("-", "_")
     assert f"error: {name} {busy}: cannot listen there (" in done.stderr
     assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr
-    assert set(Path(tempfile.gettempdir()).glob("attnserve-files-*")) == folders
+    assert list(temporary.glob("attnserve-*")) == []
