@@ -124,11 +124,10 @@ def caption(args: Namespace, images: list) -> tuple[Tokenizer, int, list[list[Hy
     """The tokenizer, the side of the attention grid and every image's n-best hypotheses by the
     checkpoint `args.checkpoint` (`images`: PIL images, squeezed to the model's square), as
     `attnserve caption --engine torch` shows them."""
-    from models.checkpoint import load_checkpoint, reading
+    from models.checkpoint import load_checkpoint
     from service.runtime.captioning import caption_images, resize
 
-    with reading(args.checkpoint):
-        model, tokenizer = load_checkpoint(args.checkpoint)
+    model, tokenizer = load_checkpoint(args.checkpoint)
     options = decoding_options(args, model.config.max_length, n_best=args.n_best)
     pixels = np.stack([resize(image, model.config.image_size) for image in images])
     engine = _engine(model, tokenizer, args)

@@ -90,13 +90,16 @@ def save_checkpoint(model, tokenizer_file: Path, out_dir: Path) -> None:
 
 def load_checkpoint(directory: Path, dtype: torch.dtype = torch.float32):
     """The model (eval mode, `dtype`) and tokenizer; every weight must match by name and shape.
-    The model is of the kind (models.kinds) the weights' metadata names."""
+    The model is of the kind (models.kinds) the weights' metadata names. UnreadableCheckpoint
+    where the folder holds no such checkpoint, OSError where its files cannot be opened."""
     directory = Path(directory)
-    kind = kind_named(checkpoint_kind(directory))
-    config = kind.config_class.load(directory / CONFIG)
-    model = kind.model_class(config).half()
-    load_model(model, str(directory / WEIGHTS), strict=True)
-    tokenizer = Tokenizer(directory / TOKENIZER)
-    if tokenizer.vocab_size != config.vocab_size:
-        raise ValueError(f"tokenizer has {tokenizer.vocab_size} pieces, config {config.vocab_size}")
+    with reading(directory):
+        kind = kind_named(checkpoint_kind(directory))
+        config = kind.config_class.load(directory / CONFIG)
+        model = kind.model_class(config).half()
+        load_model(model, str(directory / WEIGHTS), strict=True)
+        tokenizer = Tokenizer(directory / TOKENIZER)
+        if tokenizer.vocab_size != config.vocab_size:
+            vocabularies = f"{tokenizer.vocab_size} pieces, config {config.vocab_size}"
+            raise ValueError(f"tokenizer has {vocabularies}")
     return model.to(dtype).eval(), tokenizer

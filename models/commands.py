@@ -9,7 +9,7 @@ from argparse import Namespace
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from models.checkpoint import load_checkpoint, reading
+from models.checkpoint import load_checkpoint
 from models.config import PRESETS
 from models.corpus import build_translator_data, read_split
 from models.evaluate import apertium_translate, corpus_scores
@@ -114,12 +114,11 @@ def _score(system: str, spanish_by_split: dict, english_by_split: dict, translat
 def _load_translator(checkpoint: Path):
     """A shipped checkpoint directory, or a training run's weights (`.pt`, models.run_state);
     UnreadableCheckpoint where it holds no checkpoint."""
-    with reading(checkpoint):
-        if checkpoint.suffix == ".pt":
-            from models.run_state import load_run_weights
+    if checkpoint.suffix == ".pt":
+        from models.run_state import load_run_weights
 
-            return load_run_weights(checkpoint)
-        return load_checkpoint(checkpoint)
+        return load_run_weights(checkpoint)
+    return load_checkpoint(checkpoint)
 
 
 def evaluate(args: Namespace) -> int:

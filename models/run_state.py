@@ -167,14 +167,16 @@ def load_run_weights(path: Path):
     """The translator (eval mode, fp32) and tokenizer of a training run's weights file:
     `last.pt` or `best.pt` of a run directory, or one of its `snapshots/step-*.pt`; the
     config comes from the file (snapshots written before they carried it: from `last.pt`)."""
+    from models.checkpoint import reading
     from models.config import TransformerConfig
     from models.tokenizer import Tokenizer
     from models.transformer import Transformer
 
     path = Path(path)
     run_dir = path.parent.parent if path.parent.name == "snapshots" else path.parent
-    state = torch.load(path, map_location="cpu", weights_only=False)
-    config = state.get("model_config") or load_state(run_dir, None)["model_config"]
-    model = Transformer(TransformerConfig.from_dict(config))
-    model.load_state_dict({k: v.float() for k, v in state["model"].items()}, strict=True)
+    with reading(path):  # a file of something else: UnreadableCheckpoint naming it
+        state = torch.load(path, map_location="cpu", weights_only=False)
+        config = state.get("model_config") or load_state(run_dir, None)["model_config"]
+        model = Transformer(TransformerConfig.from_dict(config))
+        model.load_state_dict({k: v.float() for k, v in state["model"].items()}, strict=True)
     return model.eval(), Tokenizer(run_dir / "tokenizer.model")
