@@ -264,9 +264,7 @@ def serve_metrics(config, registry) -> tuple[WSGIServer, threading.Thread]:
     """The /metrics endpoint on `config.metrics_listen`: plain HTTP, or HTTPS with
     `metrics_tls_cert` and `metrics_tls_key`; behind basic authentication when
     `metrics_basic_auth_file` holds "user:password" lines. Bind it to 127.0.0.1 to keep it
-    on the machine."""
-    if (config.metrics_tls_cert is None) != (config.metrics_tls_key is None):
-        raise InvalidArgument("configuration: metrics_tls_cert and metrics_tls_key go together")
+    on the machine. The TLS pair is checked with the configuration (security.tls_problems)."""
     host, _, port = config.metrics_listen.rpartition(":")
     app = make_wsgi_app(registry)
     if config.metrics_basic_auth_file is not None:

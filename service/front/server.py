@@ -134,10 +134,15 @@ async def serve(
     services = (*sorted(models), health.SERVICE_NAME, reflection.SERVICE_NAME)
     reflection.enable_server_reflection(services, server)
     health_names = (LIVENESS, "", *models)
+
+    async def health_now(*_) -> None:
+        """gRPC health of every name as the front says it now (a change told: ignored)."""
+        await set_health(health_servicer, front, health_names)
+
     http = None
     try:
         grpc_port = _grpc_port(server, config.listen, credentials)
-        await set_health(health_servicer, front, health_names)
+        await health_now()
         await server.start()
         if config.http_listen:
             from service.front.http.app import HttpServer, build_app  # Starlette and uvicorn
@@ -189,9 +194,9 @@ async def serve(
         for model in served:
             front.describe(model, variants[model.key])
     front.serving = True
-    await set_health(health_servicer, front, health_names)
+    await health_now()
     if config.ray:  # NOT_SERVING while no replica is ready (a drain's NOT_SERVING stays)
-        pool.on_serving = lambda serving: set_health(health_servicer, front, health_names)
+        pool.on_serving = health_now
     if role is None:
         fronts = {"fronts": others.pids()} if others else {}
         _write_ready(config, {**ports, "serving": True, "workers": pool.pids(), **fronts})
@@ -212,9 +217,7 @@ async def serve(
 
     watcher = None
     if config.watch_seconds:
-        versions = VersionWatcher(
-            front, config, lambda: set_health(health_servicer, front, health_names)
-        )
+        versions = VersionWatcher(front, config, health_now)
         watcher = asyncio.get_running_loop().create_task(versions.run())
     await stop.wait()
     if watcher is not None:
