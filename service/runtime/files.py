@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import codecs
 import copy
+import functools
 import io
 import itertools
 import lzma
@@ -81,10 +82,15 @@ class File:
             return [paragraph.text]
         return documents.pieces(paragraph.text, self.most, whole_sentences=True)
 
+    @functools.cached_property
+    def cut(self) -> list[list[str]]:
+        """Each paragraph's parts (`parts`), cut once: read_file cuts them as it checks them."""
+        return [self.parts(p) for p in self.paragraphs]
+
     def batches(self, size: int) -> Iterator[Batch]:
         """The paragraphs' texts `size` at a time, as one translation call sends them (a
         part of white space alone is not sent: it is its own translation)."""
-        cut = [self.parts(p) for p in self.paragraphs]
+        cut = self.cut
         sent = [(i, j) for i, parts in enumerate(cut) for j, part in enumerate(parts) if said(part)]
         done: list[list[dict | None]] = [[None] * len(parts) for parts in cut]
         for start in range(0, len(sent), size):
@@ -169,13 +175,14 @@ def read_file(suffix: str, data: bytes, piece: int = HTML_PIECE) -> File:
     blocks allow, a longer plain paragraph in parts: File.parts); ValueError when it cannot
     be read as its suffix says, or a paragraph holds a sentence longer than `piece`."""
     read = _read(suffix, data, piece)
-    read.most = piece
+    read.most, cut = piece, []
     for number, paragraph in enumerate(read.paragraphs, 1):
         try:
-            read.parts(paragraph)
+            cut.append(read.parts(paragraph))
         except ValueError as error:
             start = paragraph.text.lstrip()[:40].rstrip()
             raise ValueError(f'paragraph {number} ("{start}..."): {error}') from None
+    read.cut = cut
     return read
 
 
