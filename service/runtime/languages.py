@@ -190,8 +190,9 @@ class LanguageTokens:
 
 
 def shown(code: str, most: int = 40) -> str:
-    """A code a client sent, for a message: as given, or the start of a longer one (a gRPC
-    status message past 8 KiB reaches the client as RESOURCE_EXHAUSTED, not the status)."""
+    """A code a client sent, for a message: as given, or the start of a longer one, so that
+    a message naming several problems shows each (the front cuts a whole status message to
+    what a gRPC client reads: servicer.shortened)."""
     if len(code) <= most:
         return repr(code)
     return f"{code[:most]!r}... ({len(code)} characters)"
