@@ -122,10 +122,25 @@ def test_the_page_translates_a_document_as_a_file(page_server, browser, tmp_path
     assert translated != [p.text for p in original.paragraphs]
 
 
-def test_the_page_captions_and_draws_where_each_word_looked(page_server, browser):
+def caption_section(page_server, browser) -> WebDriverWait:
+    """The page opened at its Caption section once its captioner is listed -> a wait of 60 s."""
     browser.get(page_server.http_url + "/#caption")
     wait = WebDriverWait(browser, 60)
     wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#captioner option")) == 1)
+    return wait
+
+
+def captioned_scene(browser, wait: WebDriverWait):
+    """examples/scene.png chosen and captioned, its drawings shown -> the image field."""
+    image = browser.find_element(By.ID, "image")
+    image.send_keys(str(ROOT / "examples" / "scene.png"))
+    browser.find_element(By.ID, "caption-button").click()
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#attention figure"))
+    return image
+
+
+def test_the_page_captions_and_draws_where_each_word_looked(page_server, browser):
+    wait = caption_section(page_server, browser)
     browser.find_element(By.ID, "image").send_keys(str(ROOT / "examples" / "scene.png"))
     browser.find_element(By.ID, "caption-button").click()
     wait.until(lambda d: d.find_element(By.ID, "caption-text").text not in ("", "…"))
@@ -221,13 +236,8 @@ def test_translate_clicked_twice_shows_the_latest_answer_alone(page_server, brow
 def test_a_refused_caption_leaves_no_drawing_of_the_last_image(page_server, browser, tmp_path):
     """An image refused showed its error under the last image's drawings, as if they were
     this one's."""
-    browser.get(page_server.http_url + "/#caption")
-    wait = WebDriverWait(browser, 60)
-    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#captioner option")) == 1)
-    image = browser.find_element(By.ID, "image")
-    image.send_keys(str(ROOT / "examples" / "scene.png"))
-    browser.find_element(By.ID, "caption-button").click()
-    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#attention figure"))
+    wait = caption_section(page_server, browser)
+    image = captioned_scene(browser, wait)
     broken = tmp_path / "broken.png"
     broken.write_bytes(b"not an image")
     image.send_keys(str(broken))
@@ -311,9 +321,7 @@ def test_a_glossary_target_may_hold_an_equals_sign(page_server, browser):
 def test_each_captioned_image_s_object_url_is_released(page_server, browser):
     """Each caption read its image through an object URL that was never revoked: a tab
     left open held every image it had captioned."""
-    browser.get(page_server.http_url + "/#caption")
-    wait = WebDriverWait(browser, 60)
-    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#captioner option")) == 1)
+    wait = caption_section(page_server, browser)
     browser.execute_script(
         "window.held = new Set();"
         "const create = URL.createObjectURL, revoke = URL.revokeObjectURL;"
@@ -372,13 +380,8 @@ def test_an_api_form_that_cannot_send_says_why(page_server, browser, unsendable_
 def test_a_caption_without_an_image_leaves_no_caption_of_the_last(page_server, browser):
     """Caption clicked with the image emptied said "choose an image first" under the last
     image's caption, as if it were this click's."""
-    browser.get(page_server.http_url + "/#caption")
-    wait = WebDriverWait(browser, 60)
-    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#captioner option")) == 1)
-    image = browser.find_element(By.ID, "image")
-    image.send_keys(str(ROOT / "examples" / "scene.png"))
-    browser.find_element(By.ID, "caption-button").click()
-    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#attention figure"))
+    wait = caption_section(page_server, browser)
+    image = captioned_scene(browser, wait)
     browser.execute_script("arguments[0].value = ''", image)  # as a chooser cancelled does
     browser.find_element(By.ID, "caption-button").click()
     refused = browser.find_element(By.ID, "caption-error")
