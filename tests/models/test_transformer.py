@@ -8,7 +8,13 @@ import pytest
 import torch
 from helpers import tiny_transformer
 
-from models.checkpoint import CONFIG, WEIGHTS, load_checkpoint, save_checkpoint
+from models.checkpoint import (
+    CONFIG,
+    WEIGHTS,
+    UnreadableCheckpoint,
+    load_checkpoint,
+    save_checkpoint,
+)
 from models.config import PRESETS, TransformerConfig
 from models.transformer import sinusoids
 
@@ -97,11 +103,11 @@ def test_checkpoint_round_trip_is_fp16_exact_and_strict(tmp_path, shipped_transl
 
     config = json.loads((tmp_path / CONFIG).read_text())
     (tmp_path / CONFIG).write_text(json.dumps({**config, "d_ff": config["d_ff"] * 2}))
-    with pytest.raises(RuntimeError, match=r"size mismatch"):
+    with pytest.raises(UnreadableCheckpoint, match=r"size mismatch"):
         load_checkpoint(tmp_path)
     (tmp_path / CONFIG).write_text(json.dumps(config))
     (tmp_path / WEIGHTS).write_bytes(b"")
-    with pytest.raises(Exception):  # noqa: B017 - safetensors raises its own error type
+    with pytest.raises(UnreadableCheckpoint, match=str(tmp_path)):  # safetensors' own error
         load_checkpoint(tmp_path)
 
 
