@@ -72,18 +72,21 @@ class File:
     paragraphs: list[Paragraph]
     text_format: str  # "plain" or "html": how each paragraph's text is read
     save: Callable[[], bytes]
-    most: int = HTML_PIECE  # characters of one text: a longer plain paragraph goes in parts
+    most: int = HTML_PIECE  # characters of one text: a longer paragraph goes in parts
 
-    def parts(self, paragraph: Paragraph) -> list[str]:
-        """The texts `paragraph` is translated as: its text, or (plain text longer than
-        `most` characters) its parts cut after sentences' ends (`documents.pieces`);
-        ValueError where one sentence is longer."""
-        if self.text_format != "plain" or len(paragraph.text) <= self.most:
-            return [paragraph.text]
-        return documents.pieces(paragraph.text, self.most, whole_sentences=True)
+    def parts(self, paragraph: Paragraph) -> list[markup.Part]:
+        """The parts `paragraph` is translated as: its text, or (longer than `most`
+        characters) its parts cut after sentences' ends, plain text by `documents.pieces`,
+        HTML outside its tags by `markup.parts`; ValueError where one sentence is longer."""
+        text = paragraph.text
+        if len(text) <= self.most:
+            return [markup.Part(text)]
+        if self.text_format == "html":
+            return markup.parts(text, self.most)
+        return [markup.Part(p) for p in documents.pieces(text, self.most, whole_sentences=True)]
 
     @functools.cached_property
-    def cut(self) -> list[list[str]]:
+    def cut(self) -> list[list[markup.Part]]:
         """Each paragraph's parts (`parts`), cut once: read_file cuts them as it checks them."""
         return [self.parts(p) for p in self.paragraphs]
 
@@ -91,7 +94,12 @@ class File:
         """The paragraphs' texts `size` at a time, as one translation call sends them (a
         part of white space alone is not sent: it is its own translation)."""
         cut = self.cut
-        sent = [(i, j) for i, parts in enumerate(cut) for j, part in enumerate(parts) if said(part)]
+        sent = [
+            (i, j)
+            for i, parts in enumerate(cut)
+            for j, part in enumerate(parts)
+            if said(part.source)
+        ]
         done: list[list[dict | None]] = [[None] * len(parts) for parts in cut]
         for start in range(0, len(sent), size):
             yield Batch(self.paragraphs, cut, done, sent[start : start + size])
@@ -104,13 +112,13 @@ class Batch:
     `write`, which writes each paragraph whose last part is among them."""
 
     all_paragraphs: list[Paragraph]
-    cut: list[list[str]]  # each paragraph's parts
+    cut: list[list[markup.Part]]  # each paragraph's parts
     done: list[list[dict | None]]  # each part's translation, once translated
     taken: list[tuple[int, int]]  # (paragraph, part) of each text
 
     @property
     def texts(self) -> list[str]:
-        return [self.cut[i][j] for i, j in self.taken]
+        return [self.cut[i][j].text for i, j in self.taken]
 
     @property
     def aligned(self) -> bool:
@@ -122,7 +130,9 @@ class Batch:
         return [self.all_paragraphs[i] for i in self._finished()]
 
     def _finished(self) -> list[int]:
-        return [i for i, j in self.taken if not said("".join(self.cut[i][j + 1 :]))]
+        return [
+            i for i, j in self.taken if not said("".join(p.source for p in self.cut[i][j + 1 :]))
+        ]
 
     def write(self, translations: list[dict]) -> None:
         """Each text's translation (the /v1 JSON of a Translation); each paragraph finished
@@ -134,33 +144,42 @@ class Batch:
             paragraph.write(segments(paragraph.runs, joined(self.cut[i], self.done[i])))
 
 
-def joined(parts: list[str], translations: list[dict | None]) -> dict:
+def joined(parts: list[markup.Part], translations: list[dict | None]) -> dict:
     """The /v1 JSON of a paragraph's translation from its parts' (None: a part of white
-    space, its own translation): the texts joined, each sentence's spans moved to where its
-    part lies, a part's alignment of its one sentence on that sentence."""
+    space, its own translation): the texts joined (each without the tags its part added:
+    Part.unwrapped), each sentence's spans moved to where its part lies, a part's alignment
+    of its one sentence on that sentence."""
     if len(parts) == 1:
         return translations[0]
     texts, sentences, source, target = [], [], 0, 0
     for part, translation in zip(parts, translations, strict=True):
-        best = translation["hypotheses"][0] if translation else {"text": part}
-        text = best.get("text", "")  # JSON leaves an empty one out
+        best = translation["hypotheses"][0] if translation else {"text": part.text}
+        whole = best.get("text", "")  # JSON leaves an empty one out
+        begin, end = part.unwrapped(whole)
+        text, opened, length = whole[begin:end], len(part.opened), len(part.source)
         spans = translation.get("sentences", []) if translation else []
         if translation and not spans:
-            spans = [{"sourceEnd": len(part), "targetEnd": len(text)}]
+            spans = [{"sourceEnd": len(part.text), "targetEnd": len(whole)}]
         for span in spans:
             moved = {
                 **span,
-                "sourceStart": source + span.get("sourceStart", 0),
-                "sourceEnd": source + span.get("sourceEnd", 0),
-                "targetStart": target + span.get("targetStart", 0),
-                "targetEnd": target + span.get("targetEnd", 0),
+                "sourceStart": source + _inside(span.get("sourceStart", 0), opened, length),
+                "sourceEnd": source + _inside(span.get("sourceEnd", 0), opened, length),
+                "targetStart": target + _inside(span.get("targetStart", 0), begin, len(text)),
+                "targetEnd": target + _inside(span.get("targetEnd", 0), begin, len(text)),
             }
             if len(spans) == 1 and "alignment" not in span and "alignment" in best:
                 moved["alignment"] = best["alignment"]
             sentences.append(moved)
         texts.append(text)
-        source, target = source + len(part), target + len(text)
+        source, target = source + len(part.source), target + len(text)
     return {"hypotheses": [{"text": "".join(texts)}], "sentences": sentences}
+
+
+def _inside(offset: int, start: int, length: int) -> int:
+    """An offset in a part's text (or its translation) as one in what lies from `start` for
+    `length` characters (its source, without the tags the part added)."""
+    return min(max(offset - start, 0), length)
 
 
 def said(text: str) -> bool:
@@ -171,16 +190,19 @@ def said(text: str) -> bool:
 
 
 def read_file(suffix: str, data: bytes, piece: int = HTML_PIECE) -> File:
-    """The paragraphs of a file (HTML in texts of at most `piece` characters where its
-    blocks allow, a longer plain paragraph in parts: File.parts); ValueError when it cannot
-    be read as its suffix says, or a paragraph holds a sentence longer than `piece`."""
+    """The paragraphs of a file (HTML in pieces of at most `piece` characters where its
+    blocks allow), each longer paragraph in parts (File.parts); ValueError when it cannot be
+    read as its suffix says, or a paragraph holds a sentence longer than `piece`."""
     read = _read(suffix, data, piece)
     read.most, cut = piece, []
     for number, paragraph in enumerate(read.paragraphs, 1):
         try:
             cut.append(read.parts(paragraph))
         except ValueError as error:
-            start = paragraph.text.lstrip()[:40].rstrip()
+            shown = paragraph.text  # HTML as its words, its markup left out
+            if read.text_format == "html":
+                shown = " ".join(markup.blanked(shown, "html").split())
+            start = shown.lstrip()[:40].rstrip()
             raise ValueError(f'paragraph {number} ("{start}..."): {error}') from None
     read.cut = cut
     return read
@@ -251,7 +273,8 @@ def _html(content: str, piece: int = HTML_PIECE) -> File:
 def html_pieces(content: str, most: int = HTML_PIECE) -> list[str]:
     """`content` cut after block ends into pieces of at most `most` characters where it can
     be, a block longer than that after its line breaks (`<br>`) where it has them (else it
-    is a piece of its own); never inside a script, a style or a comment."""
+    is a piece of its own, translated in parts: File.parts); never inside a script, a style
+    or a comment."""
     return [
         part
         for piece in _cut_after(content, BLOCK_END, most)

@@ -14,14 +14,21 @@ kinds "tag" and "entity"): each becomes a marker, and after decoding each is put
 exactly, attributes untouched. The model places the markers; the tags are put back at those
 places in their source order, so the translation nests its tags as the source does, and a
 well-formed source gives a well-formed translation.
+
+A text longer than one translation may be is cut into parts (`parts`) after sentence ends
+(documents.SENTENCE_CUT) or block edges of the blanked copy, never inside a tag, an entity, a
+comment or a script. Each part reopens the inline elements open where it starts and closes
+those open where it ends, so it nests its tags on its own; what it adds sits outside every
+sentence, comes back as it was, and is taken off its translation again.
 """
 
 from __future__ import annotations
 
 import re
 import string
+from dataclasses import dataclass
 
-from service.runtime.documents import Document, split_text
+from service.runtime.documents import SENTENCE_CUT, Document, split_text
 
 FORMATS = ("plain", "html", "xml")
 # HTML elements that start a new block (a sentence never runs across them)
@@ -139,3 +146,98 @@ def well_formed(text: str) -> bool:
 
 _VOID_NAMES = "area base br col embed hr img input link meta source track wbr "
 VOID = frozenset(_VOID_NAMES.split())
+
+
+# where a blanked text may be cut: after a sentence's end or at a block's edge
+_GAP = re.compile(rf"{SENTENCE_CUT.pattern}|\s*\n\s*")
+
+
+@dataclass(frozen=True)
+class Part:
+    """A part of a text as it is translated: `source`, a slice of the text, after `opened`
+    (the start tags of the inline elements open where it starts) and before `closed` (the
+    end tags of those open where it ends)."""
+
+    source: str
+    opened: str = ""
+    closed: str = ""
+
+    @property
+    def text(self) -> str:
+        return self.opened + self.source + self.closed
+
+    def unwrapped(self, translation: str) -> tuple[int, int]:
+        """(start, end) of `source`'s translation in the translation of `text`: without
+        `opened` and `closed` where it keeps them at its ends, as markup outside every
+        sentence is kept; else all of it."""
+        start, end = len(self.opened), len(translation) - len(self.closed)
+        kept = translation.startswith(self.opened) and translation.endswith(self.closed)
+        return (start, end) if kept and end >= start else (0, len(translation))
+
+
+def parts(text: str, most: int) -> list[Part]:
+    """An HTML text in parts of at most `most` characters each (their `text`), their sources
+    joined the text: each cut after a sentence's end or at a block's edge, outside every
+    tag, entity, comment and script, where the fewest inline elements are open. ValueError
+    where a sentence is longer than `most`."""
+    found, start, opened = [], 0, ""
+    cuts, k = _cuts(text), 0
+    while len(opened) + len(text) - start > most:
+        best = None
+        while k < len(cuts) and cuts[k][0] - start <= most:
+            at, open_tags = cuts[k]
+            if at > start and len(opened) + at - start + len(_closers(open_tags)) <= most:
+                best = k
+            k += 1
+        if best is None:
+            raise ValueError(f"a sentence longer than {most} characters")
+        at, open_tags = cuts[best]
+        found.append(Part(text[start:at], opened, _closers(open_tags)))
+        start, opened, k = at, "".join(tag for _, tag in open_tags), best + 1
+    return [*found, Part(text[start:], opened)]
+
+
+# (name, start tag) of each inline element open at a place, the outermost first
+OpenTags = tuple[tuple[str, str], ...]
+
+
+def _closers(open_tags: OpenTags) -> str:
+    return "".join(f"</{name}>" for name, _ in reversed(open_tags))
+
+
+def _cuts(text: str) -> list[tuple[int, OpenTags]]:
+    """Where `text` (HTML) may be cut, in order, with the inline elements open there: in each
+    gap (_GAP) between the text's first and last words, the places outside markup where the
+    fewest are open."""
+    blank = blanked(text, "html")
+    first, last = len(blank) - len(blank.lstrip()), len(blank.rstrip())
+    inside = bytearray(len(text) + 1)  # 1: a place inside a tag, an entity, a comment...
+    marked = [*hidden(text), *((m.start(), m.end()) for m in re.finditer(f"{TAG}|{ENTITY}", text))]
+    for begin, end in marked:
+        inside[begin + 1 : end] = b"\x01" * (end - begin - 1)
+    elements = [m for m in _TAG.finditer(text) if blank[m.start()] != "\n"]  # inline ones
+    cuts, open_tags, e = [], [], 0
+    for gap in _GAP.finditer(blank):
+        places = []
+        for at in range(gap.start() + len(gap.group().rstrip()), gap.end() + 1):
+            while e < len(elements) and elements[e].end() <= at:
+                _opened(open_tags, elements[e].group())
+                e += 1
+            if first < at < last and not inside[at]:
+                places.append((len(open_tags), at, tuple(open_tags)))
+        fewest = min((open_count for open_count, _, _ in places), default=0)
+        cuts += [(at, there) for open_count, at, there in places if open_count == fewest]
+    return cuts
+
+
+def _opened(open_tags: list[tuple[str, str]], tag: str) -> None:
+    """`open_tags` after an inline `tag` (an end tag closes its element and those open
+    inside it; one that closes nothing open, or a void or self-closed tag, changes
+    nothing)."""
+    name = tag_name(tag)
+    if tag.startswith("</"):
+        names = [open_name for open_name, _ in open_tags]
+        if name in names:
+            del open_tags[len(names) - 1 - names[::-1].index(name) :]
+    elif not tag.endswith("/>") and name not in VOID:
+        open_tags.append((name, tag))

@@ -177,6 +177,40 @@ def test_a_document_paragraph_past_the_text_limit_is_sent_in_parts(tmp_path):
     assert len(servicer.requests) == 1
 
 
+def test_an_html_block_past_the_text_limit_is_sent_in_parts(tmp_path):
+    """An HTML block longer than the server's text limit was sent as one text, and the whole
+    file refused for it; one sentence past the limit still is, before any call."""
+    web, servicer = served(tmp_path, chars=60)
+    page = "<p>El perro <b>come pan. La casa</b> es grande. El sol sale hoy.</p><p>Adiós.</p>"
+    answer = web.post(
+        "/translate_file",
+        files={"file": ("carta.html", page.encode())},
+        data={"source": "es", "target": "en"},
+    )
+    assert answer.status_code == 200, answer.text
+    texts = [text for request in servicer.requests for text in request.texts]
+    assert texts == [
+        "<p>El perro <b>come pan. La casa</b> es grande. ",
+        "El sol sale hoy.</p>",
+        "<p>Adiós.</p>",
+    ]
+    assert web.get(answer.json()["translatedFileUrl"]).content == page.upper().encode()
+    long = (
+        "<p>Hola.</p><p>Una frase <i>muy larga</i> que no termina nunca jamás de los jamases.</p>"
+    )
+    refused = web.post(
+        "/translate_file",
+        files={"file": ("carta.html", long.encode())},
+        data={"source": "es", "target": "en"},
+    )
+    assert refused.status_code == 400
+    assert refused.json()["error"] == (
+        'Invalid request: carta.html: paragraph 2 ("Una frase muy larga que no termina nunca..."'
+        "): a sentence longer than 60 characters"
+    )
+    assert len(servicer.requests) == 1
+
+
 @pytest.mark.parametrize(
     ("path", "body"),
     [

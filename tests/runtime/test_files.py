@@ -6,20 +6,21 @@ from __future__ import annotations
 import codecs
 import copy
 import io
+import re
 import zipfile
 from xml.etree import ElementTree
 
 import docx
 import pptx
 import pytest
-from helpers import CHAPTER, epub
+from helpers import CHAPTER, SHIPPED_TRANSLATOR, epub
 from odf import draw, teletype, text
 from odf.element import Text
 from odf.opendocument import OpenDocumentPresentation, OpenDocumentText, load
 from odf.style import MasterPage, PageLayout, Style, TextProperties
 from pptx.util import Inches
 
-from service.runtime import documents, files
+from service.runtime import documents, files, markup
 
 
 def aligned(source_pieces, target_pieces, best, text_out, source_end):
@@ -643,8 +644,11 @@ def test_a_paragraph_with_a_sentence_past_the_text_limit_is_refused_by_its_numbe
     said = r'paragraph 2 \("Una frase muy larga Una frase muy larga\.\.\."\): a sentence longer'
     with pytest.raises(ValueError, match=said + " than 40 characters"):
         files.read_file(".docx", out.getvalue(), piece=40)
-    html = b"<p>" + b"Una frase. " * 10 + b"</p>"  # HTML is cut at its blocks, never inside one
-    assert files.read_file(".html", html, piece=40).paragraphs[0].runs == [html.decode()]
+    html = b"<p>Hola. <b>Una frase muy larga que no termina</b> nunca.</p>"
+    with pytest.raises(
+        ValueError, match=r'paragraph 1 \("Hola\. Una frase muy larga que no termina\.\.\."'
+    ):
+        files.read_file(".html", html, piece=40)
 
 
 def test_a_paragraph_of_invisible_characters_alone_is_kept_not_sent():
@@ -703,3 +707,61 @@ def test_a_docx_header_two_sections_name_is_read_once():
         batch.write([upper_cased(text) for text in batch.texts])
     written = docx.Document(io.BytesIO(read.save()))
     assert [section.header.paragraphs[0].text for section in written.sections] == ["CABECERA"] * 2
+
+
+LONG_HTML = (
+    '<p>El perro <b>come pan. La casa</b> es grande. Mira <a href="https://a.com/x?y=1&amp;z=2">'
+    'este enlace. Es bueno</a> y <span class="x">útil. Buenos días.</span> Adiós.</p>'
+)
+MARKUP = re.compile(f"({markup.TAG}|{markup.ENTITY})")
+
+
+def shouted(text: str) -> str:
+    """An HTML text translated as the server does (markup outside its sentences kept as it
+    is), each sentence's words upper-cased, its tags and entities as they are."""
+    document = markup.split_markup(text, "sentences", "html")
+    said = [
+        "".join(p if MARKUP.fullmatch(p) else p.upper() for p in MARKUP.split(s) if p)
+        for s in document.sentence_texts()
+    ]
+    return document.join(said)[0]
+
+
+@pytest.mark.parametrize("suffix", [".html", ".epub"])
+def test_an_html_block_past_the_text_limit_goes_in_parts_with_its_tags(suffix):
+    """An HTML block longer than a text may be, with no <br> in it, was sent whole, and the
+    server refused the whole file for it."""
+    page = f"<html><body><h1>Título</h1>{LONG_HTML}<p>Fin.</p></body></html>"
+    if suffix == ".epub":
+        page = CHAPTER.replace("<p>El perro <b>come</b> pan.</p>", LONG_HTML)
+    read = files.read_file(suffix, epub(page) if suffix == ".epub" else page.encode(), piece=100)
+    texts = [text for batch in read.batches(64) for text in batch.texts]
+    assert len(texts) > len(read.paragraphs) and all(len(text) <= 100 for text in texts)
+    assert LONG_HTML in "".join(texts).replace('</span><span class="x">', "")
+    for batch in read.batches(2):
+        batch.write([{"hypotheses": [{"text": shouted(text)}]} for text in batch.texts])
+    saved = read.save()
+    if suffix == ".epub":
+        saved = zipfile.ZipFile(io.BytesIO(saved)).read("OEBPS/text/capítulo.xhtml")
+        ElementTree.fromstring(saved)  # still XML
+    assert saved.decode() == shouted(page)  # as if translated whole: every tag once, in place
+
+
+def test_html_parts_translated_by_the_runtime_come_back_with_their_tags(tiny_translator):
+    from service.runtime.decoding import DecodingOptions
+    from service.runtime.onnx_engine import OnnxEngine
+    from service.runtime.tokenizer import Tokenizer
+    from service.runtime.translation import translate_documents
+
+    engine = OnnxEngine(tiny_translator[1], "fp32")
+    tokenizer = Tokenizer(SHIPPED_TRANSLATOR / "tokenizer.model")
+    read = files.read_file(".html", LONG_HTML.encode(), piece=100)
+    for batch in read.batches(64):
+        assert len(batch.texts) > 1 and all(len(text) <= 100 for text in batch.texts)
+        said = translate_documents(
+            engine, tokenizer, batch.texts, DecodingOptions(max_length=8), 64, text_format="html"
+        )
+        batch.write([{"hypotheses": [{"text": text}]} for text in said])
+    written = read.save().decode()
+    assert markup.well_formed(written), written
+    assert MARKUP.findall(written) == MARKUP.findall(LONG_HTML)

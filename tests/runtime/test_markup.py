@@ -81,3 +81,53 @@ def test_hidden_spans_index_the_text_whatever_its_letters():
     spans = markup.hidden(text)
     assert [text[a:b] for a, b in spans] == ["<script>x</script>", "<!-- c -->"]
     assert markup.without_hidden(text) == "İİ<p>Hola</p>"
+
+
+LONG = (
+    '<p>El perro <b>come pan. La casa</b> es grande. Mira <a href="https://a.com/x?y=1&amp;z=2">'
+    'este enlace. Es bueno</a> y <span class="x">útil. Buenos días.</span> Adiós.</p>'
+)
+
+
+def inline_tags(text: str) -> str:
+    """The text without its paragraph's tags (a part opens or closes its block)."""
+    return text.replace("<p>", "").replace("</p>", "")
+
+
+@pytest.mark.parametrize("most", [100, 120, 170])
+def test_a_long_text_is_cut_after_sentences_into_parts_that_nest_their_tags(most):
+    parts = markup.parts(LONG, most)
+    assert len(parts) > 1 and "".join(p.source for p in parts) == LONG
+    assert all(len(p.text) <= most for p in parts)
+    assert all(well_formed(inline_tags(p.text)) for p in parts), [p.text for p in parts]
+    for part in parts:  # never inside a tag or an entity
+        assert part.source.count("<") == part.source.count(">"), part.source
+        assert not part.source.endswith(("&amp", "<a", "<b")), part.source
+
+
+def test_an_inline_element_across_a_cut_is_closed_and_opened_again():
+    first, second, third = markup.parts(LONG, 100)
+    assert first == markup.Part("<p>El perro <b>come pan. La casa</b> es grande. ")
+    assert second.source.endswith('<span class="x">útil. ') and second.closed == "</span>"
+    assert third.opened == '<span class="x">' and third.source.startswith("Buenos días.</span>")
+    translated = '<span class="x">Good morning.</span> Bye.</p>'
+    assert translated[slice(*third.unwrapped(translated))] == "Good morning.</span> Bye.</p>"
+    assert third.unwrapped("Good morning. Bye.</p>") == (0, 22)  # not kept: all of it
+
+
+def test_a_cut_falls_where_the_fewest_elements_are_open_never_in_a_comment_or_script():
+    text = "<p>Hola. <b>Uno.</b> <b>Dos.</b><!-- a. b. --> Tres. <script>x. y.</script>Cuatro.</p>"
+    parts = markup.parts(text, 30)
+    assert [p.source for p in parts] == [
+        "<p>Hola. <b>Uno.</b> ",
+        "<b>Dos.</b><!-- a. b. --> ",
+        "Tres. <script>x. y.</script>",
+        "Cuatro.</p>",
+    ]
+    assert all(not p.opened and not p.closed for p in parts)
+
+
+def test_a_sentence_longer_than_a_part_is_refused():
+    with pytest.raises(ValueError, match="a sentence longer than 30 characters"):
+        markup.parts("<p>Hola. Una frase <b>muy larga</b> que no termina.</p>", 30)
+    assert markup.parts("<p>Hola.</p>", 30) == [markup.Part("<p>Hola.</p>")]
