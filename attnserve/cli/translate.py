@@ -22,7 +22,7 @@ from attnserve.cli.render import encodes_all, output, progress, read_lines, read
 from attnserve.cli.subcommand import Failure, Subcommand
 from models.shipped import SHIPPED_TRANSLATOR
 from service.runtime.documents import SPLITTING
-from service.runtime.markup import FORMATS
+from service.runtime.markup import FORMATS, Part
 
 FILES = (".html", ".htm", ".srt", ".epub", ".docx", ".pptx", ".odt", ".odp")  # in their format
 TEXT_FILES = (".html", ".htm", ".srt")  # of those, written to standard output without --output
@@ -251,9 +251,9 @@ def _translate_batches(channel, args: argparse.Namespace, texts: list[str], call
 
 
 def _translate_document(channel, args: argparse.Namespace, call: dict) -> int:
-    """--input as one document: cut at paragraph breaks into texts of at most the server's
-    default max_text_chars, translated in one call, put back together; a formatted file in
-    its format (_translate_file)."""
+    """--input as one document: cut at paragraph breaks (HTML after its blocks and sentences,
+    outside its markup) into texts of at most the server's default max_text_chars, translated
+    in one call, put back together; a formatted file in its format (_translate_file)."""
     from service import client
 
     suffix = args.input.suffix.lower()
@@ -269,12 +269,19 @@ def _translate_document(channel, args: argparse.Namespace, call: dict) -> int:
     except (OSError, UnicodeDecodeError) as error:
         print(f"error: {args.input}: {error}", file=sys.stderr)
         return 2
-    parts = client.document_parts(text)
-    texts = [p for p in parts if p.strip()]
+    try:  # HTML never cut inside a tag, a comment or a script
+        parts = _document_parts(text, call.get("text_format"))
+    except ValueError as error:
+        print(f"error: {args.input}: {error}", file=sys.stderr)
+        return 2
+    texts = [p.text for p in parts if p.source.strip()]
     response = client.translate(channel, texts, **call) if texts else None
     results = remote.translations(response, texts) if response else None
     translated = iter(results.translations if results else ())
-    whole = "".join(next(translated).hypotheses[0].text if p.strip() else p for p in parts)
+    whole = "".join(
+        _unwrapped(p, next(translated).hypotheses[0].text) if p.source.strip() else p.source
+        for p in parts
+    )
     if args.output is not None and not args.json:
         return _written(args.output, bom + whole.encode(encoding))
     with output(args.output) as out:
@@ -283,6 +290,24 @@ def _translate_document(channel, args: argparse.Namespace, call: dict) -> int:
         else:
             out.write(whole)
     return 0
+
+
+def _document_parts(text: str, text_format: str | None) -> list[Part]:
+    """The texts of a document, each within the server's default max_text_chars: HTML cut
+    after blocks and sentences outside its markup (files.html_parts), other text after
+    paragraph breaks (client.document_parts)."""
+    from service import client
+    from service.runtime import files
+    from service.runtime.requests import MAX_TEXT_CHARS
+
+    if text_format == "html":
+        return files.html_parts(text, MAX_TEXT_CHARS)
+    return [Part(part) for part in client.document_parts(text)]
+
+
+def _unwrapped(part: Part, translation: str) -> str:
+    """A part's translation without the tags the part added (Part.unwrapped)."""
+    return translation[slice(*part.unwrapped(translation))]
 
 
 def _translate_file(channel, args: argparse.Namespace, call: dict) -> int:

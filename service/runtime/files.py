@@ -282,6 +282,13 @@ def html_pieces(content: str, most: int = HTML_PIECE) -> list[str]:
     ]
 
 
+def html_parts(content: str, most: int = HTML_PIECE) -> list[markup.Part]:
+    """`content` in parts of at most `most` characters (their `text`), their sources joined
+    the content: its pieces (html_pieces), a longer one cut after its sentences
+    (markup.parts; ValueError where a sentence is longer)."""
+    return [part for piece in html_pieces(content, most) for part in markup.parts(piece, most)]
+
+
 def _cut_after(content: str, pattern: re.Pattern, most: int) -> list[str]:
     """`content` cut after matches of `pattern` (outside what holds no text) into pieces of
     at most `most` characters where the matches allow."""

@@ -180,6 +180,8 @@ def parts(text: str, most: int) -> list[Part]:
     joined the text: each cut after a sentence's end or at a block's edge, outside every
     tag, entity, comment and script, where the fewest inline elements are open. ValueError
     where a sentence is longer than `most`."""
+    if len(text) <= most:
+        return [Part(text)]
     found, start, opened = [], 0, ""
     cuts, k = _cuts(text), 0
     while len(opened) + len(text) - start > most:

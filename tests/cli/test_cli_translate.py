@@ -9,6 +9,7 @@ import codecs
 import io
 import json
 import os
+import re
 import sys
 
 import grpc
@@ -436,3 +437,29 @@ def test_a_formatted_file_comes_back_in_its_format(stand_in, tmp_path, capsys):
     assert main(argv) == 2
     assert capsys.readouterr().err.startswith(f"error: {broken}: not a .pptx file")
     assert len(servicer.requests) == calls  # neither called
+
+
+def test_a_long_html_document_is_never_cut_inside_a_tag(stand_in, tmp_path, capsys):
+    """A page past one text's 100,000 characters, on one line, was cut after its last space,
+    inside a tag (`<a href="/x" | title="...">`): the tag's halves went to the model as words."""
+    from service.runtime.markup import TAG
+
+    servicer, address = stand_in
+    title = "V" * 200  # few words: the stand-in's alignments grow as their square
+    links = "".join(f'<p>Frase{i}.</p><a href="/x" title="{title}">enlace</a>' for i in range(700))
+    page = f"<html><body>{links}</body></html>"
+    source, target = tmp_path / "p.html", tmp_path / "en.txt"
+    source.write_text(page, encoding="utf-8")
+    assert main(["translate", "--server", address, "--input", str(source), "--json"]) == 0
+    texts = [text for request in servicer.requests for text in request.texts]
+    assert len(texts) > 1 and "".join(texts) == page
+    assert all(len(text) <= 100_000 and "<" not in re.sub(TAG, "", text) for text in texts)
+    assert [request.text_format for request in servicer.requests] == [
+        translation_pb2.TEXT_FORMAT_HTML
+    ]
+    capsys.readouterr()
+    source = tmp_path / "p.txt"
+    source.write_text(page, encoding="utf-8")
+    argv = ["--input", str(source), "--text-format", "html", "--output", str(target)]
+    assert main(["translate", "--server", address, *argv]) == 0
+    assert target.read_text(encoding="utf-8") == page.upper()
