@@ -48,7 +48,8 @@ HIDDEN = (
     ("<!", ">"),
     ("<?", "?>"),
 )
-TAG = r"</?[A-Za-z][\w:.-]*(?:\s+[^<>]*?)?/?>"
+# a tag: its name, then its attributes up to the `>` outside their quoted values ("a > b")
+TAG = r"""</?[A-Za-z][\w:.-]*(?:\s+(?>=\s*"[^"]*"|=\s*'[^']*'|[^<>])*)?/?>"""
 ENTITY = r"&(?:[A-Za-z][A-Za-z0-9]*|#\d+|#[xX][0-9A-Fa-f]+);"
 _TAG = re.compile(TAG)
 _TAG_ENDS = ("", " ", "\t", "\n", "\r", "\f", ">", "/")  # what may follow a tag's name

@@ -131,3 +131,18 @@ def test_a_sentence_longer_than_a_part_is_refused():
     with pytest.raises(ValueError, match="a sentence longer than 30 characters"):
         markup.parts("<p>Hola. Una frase <b>muy larga</b> que no termina.</p>", 30)
     assert markup.parts("<p>Hola.</p>", 30) == [markup.Part("<p>Hola.</p>")]
+
+
+def test_a_tag_whose_quoted_attribute_holds_a_bracket_is_one_tag():
+    """An attribute's value may hold ">" ("Siguiente >", "a > b"): the tag ended there, and
+    the rest of it (` href="/x">`) went to the model as words and came back without its
+    link."""
+    sentence = 'Pulsa <a title="Siguiente >" href="/x">aquí</a> y <img alt=\'a > b\' src="x.png">.'
+    masked = mask(sentence, True)
+    assert masked.text == "Pulsa ZZ1 aquí ZZ2 y ZZ3."
+    assert masked.restore("Press ZZ1 here ZZ2 and ZZ3.") == (
+        'Press <a title="Siguiente >" href="/x">here</a> and <img alt=\'a > b\' src="x.png">.'
+    )
+    page = f"<p>{sentence}</p>"
+    assert split_markup(page, "sentences", "html").sentence_texts() == [sentence]
+    assert well_formed(page) and not well_formed('<p><a title="x>">y</p>')
