@@ -159,6 +159,56 @@ def test_a_longer_memory_moves_the_batch_and_every_row_keeps_its_slot(tiny):
     assert sorted(batch.store.buckets) == [(2, 16), (2, 64)]
 
 
+def test_a_slot_taken_by_a_row_of_a_shorter_memory_is_stepped_with_its_own_mask(tiny):
+    """A row that joins, or a beam copied, into the slot of a row of a longer memory that
+    left (the bucket unchanged, nothing moved) decodes as alone at the very next step: the
+    mask that step reads for that slot is its own, not the row's before it."""
+    _, version, _ = tiny
+    rng = np.random.default_rng(5)
+    vocab = int(version.config["vocab_size"])
+    sources = [list(rng.integers(4, vocab, size=n)) for n in (13, 3, 4, 2)]
+    static = OnnxEngine(version, "fp32", cache="static")
+    reference = OnnxEngine(version, "fp32", cache="growing")
+    encoder = static.encode(*source_batch(sources, 512))
+    batch = ContinuousBatch(static)
+    bos = static.special_tokens.bos
+    rows: list[tuple[CachedInference, list[int]]] = []  # each row's decode alone, its tokens
+
+    def join(index: list[int]) -> None:
+        batch.join(encoder, np.array(index))
+        rows.extend((_alone(reference, sources[i]), [bos]) for i in index)
+
+    def step() -> None:
+        logits, _ = batch.step(np.array([[fed[-1]] for _, fed in rows]))
+        for r, (alone, fed) in enumerate(rows):
+            expected, _ = alone.step(np.array([[fed[-1]]]))
+            np.testing.assert_allclose(logits[r], expected[0], atol=1e-4)
+            fed.append(int(expected[0].argmax()))
+
+    join([0, 1, 2])  # 3 rows in 4 slots of a memory of 16
+    step()
+    step()
+    bucket, slots = batch.store.bucket, batch.alive.tolist()
+    batch.reorder(np.array([1, 2]))  # the longest memory's row leaves its slot free
+    del rows[0]
+    step()
+    copied = _alone(reference, sources[2])  # row 1 repeated into the freed slot
+    for token in rows[1][1][:-1]:
+        copied.step(np.array([[token]]))
+    batch.reorder(np.array([0, 1, 1]))
+    rows.append((copied, list(rows[1][1])))
+    assert batch.alive.tolist()[2] == slots[0] and batch.store.bucket is bucket
+    step()
+    step()
+    batch.reorder(np.array([0, 1]))  # the copy leaves; a row of 2 positions takes its slot
+    del rows[2]
+    step()
+    join([3])
+    assert batch.alive.tolist()[2] == slots[0] and batch.store.bucket is bucket
+    step()
+    step()
+
+
 @pytest.mark.parametrize(
     "options",
     [
