@@ -120,12 +120,18 @@ def blanked(text: str, text_format: str) -> str:
 
 
 def split_markup(text: str, splitting: str, text_format: str) -> Document:
-    """The sentences of a text in `text_format` (a plain text is split as it is)."""
+    """The sentences of a text in `text_format` (a plain text is split as it is). In markup
+    "none" cuts at what a sentence never runs across (blocks, comments, scripts) alone: the
+    text's own line breaks are spaces to it."""
     if text_format == "plain":
         return split_text(text, splitting)
     if splitting == "none":
-        return split_text(text, "none")
+        flat = blanked(text.translate(_LINE_BREAKS), text_format)
+        return Document(text, split_text(flat, "lines").sentences)
     return Document(text, split_text(blanked(text, text_format), splitting).sentences)
+
+
+_LINE_BREAKS = str.maketrans("\r\n", "  ")  # as long: every offset holds
 
 
 def well_formed(text: str) -> bool:

@@ -146,3 +146,21 @@ def test_a_tag_whose_quoted_attribute_holds_a_bracket_is_one_tag():
     page = f"<p>{sentence}</p>"
     assert split_markup(page, "sentences", "html").sentence_texts() == [sentence]
     assert well_formed(page) and not well_formed('<p><a title="x>">y</p>')
+
+
+def test_without_splitting_a_sentence_still_ends_at_blocks_and_keeps_out_of_hidden_text():
+    """Splitting "none" made the whole text one sentence: comments and scripts went to the
+    model as words and came back escaped and moved, block tags were items the model could
+    move, and the tags a part adds around its text were inside the sentence, where the model
+    moved them and they could not be taken off its translation."""
+    page = PAGE.replace("para salir.", "para\nsalir.")
+    assert split_markup(page, "none", "html").sentence_texts() == [
+        "Pulsa <b>Guardar</b> para\nsalir. El gato duerme.",
+        "Uno",
+        "Dos &amp; tres",
+    ]
+    xml = "<doc><t>Hola\nmundo.</t> <!-- c --><t>Adiós.</t></doc>"
+    assert split_markup(xml, "none", "xml").sentence_texts() == ["Hola\nmundo.", "Adiós."]
+    for part in markup.parts(LONG, 100):
+        (start, end), *more = split_markup(part.text, "none", "html").sentences
+        assert not more and len(part.opened) <= start and end <= len(part.text) - len(part.closed)
