@@ -44,7 +44,9 @@ TEXT_BOMS = {
     codecs.BOM_UTF16_LE: "utf-16-le",
     codecs.BOM_UTF16_BE: "utf-16-be",
 }
-LINE_BREAK = re.compile(r"<br\s*/?>", re.IGNORECASE)  # where a block too long is cut
+# a line break's tag (attributes, "/>" too): where a block too long is cut
+LINE_BREAK = re.compile(r"<br(?:[\s/].*)?>", re.IGNORECASE | re.DOTALL)
+_TAG = re.compile(markup.TAG)
 UNPACKED_BYTES = 256 << 20  # the files of a zipped format (.epub, .docx ...), unpacked, at most
 UNPACK_PART = 1 << 20  # bytes of a zipped file unpacked at a time
 ZIPPED_FILES = 20_000  # files of a zipped format at most
@@ -290,11 +292,14 @@ def html_parts(content: str, most: int = HTML_PIECE) -> list[markup.Part]:
 
 
 def _cut_after(content: str, pattern: re.Pattern, most: int) -> list[str]:
-    """`content` cut after matches of `pattern` (outside what holds no text) into pieces of
-    at most `most` characters where the matches allow."""
+    """`content` cut after its tags that `pattern` matches whole (outside what holds no
+    text; never one inside another tag's quoted value) into pieces of at most `most`
+    characters where those tags allow."""
     pieces, start, last = [], 0, 0
     hidden, h = markup.hidden(content), 0  # a script's or a comment's text ends no block
-    for match in pattern.finditer(content):
+    for match in _TAG.finditer(content):
+        if not pattern.fullmatch(match.group()):
+            continue
         while h < len(hidden) and hidden[h][1] <= match.start():
             h += 1
         if h < len(hidden) and hidden[h][0] <= match.start():
@@ -306,8 +311,7 @@ def _cut_after(content: str, pattern: re.Pattern, most: int) -> list[str]:
     if len(content) - start > most and last > start:
         pieces.append(content[start:last])
         start = last
-    pieces.append(content[start:])
-    return pieces
+    return [*pieces, content[start:]] if start < len(content) or not pieces else pieces
 
 
 def _piece_writer(pieces: list[str], i: int):

@@ -457,6 +457,25 @@ def test_html_is_never_cut_inside_a_script_or_a_comment():
     assert files.html_pieces(unclosed, 5) == ["<p>Uno.</p>", "<script>var a = '</p>"]
 
 
+@pytest.mark.parametrize("br", ["<br>", "<BR>", "<br/>", '<br class="x">', "<br\nclear=all />"])
+def test_a_long_block_is_cut_after_its_line_breaks_whatever_their_attributes(br):
+    """Only a bare <br> (or <br/>) was a cut: `<br class="x">` was not."""
+    lines = "<div>" + "".join(f"Línea {i}.{br}" for i in range(12)) + "</div>"
+    pieces = files.html_pieces(lines, 60)
+    assert "".join(pieces) == lines and len(pieces) > 2
+    assert all(p.endswith(br) for p in pieces[:-1]), pieces
+
+
+def test_html_is_never_cut_inside_a_tag_whose_value_holds_a_block_end_or_a_line_break():
+    """A `</p>` or `<br>` inside a quoted attribute value cut the piece there, inside the
+    tag: each half went to the model as words and the link came back broken."""
+    for inside in ("<br>", "</p>"):
+        tag = f'<a title="uno{inside}dos" href="/x">'
+        content = f"<div>{'Hola. ' * 8}{tag}{'Hola. ' * 8}</a><br>Adiós.</div><p>Fin.</p>"
+        pieces = files.html_pieces(content, 60)
+        assert "".join(pieces) == content and any(tag in p for p in pieces), pieces
+
+
 def test_a_long_html_file_is_cut_after_blocks_into_texts_of_a_bounded_length():
     body = "".join(f"<p>Frase {i}.</p>" for i in range(10))
     content = f"<html><body>{body}</body></html>"
