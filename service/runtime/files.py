@@ -57,6 +57,9 @@ UNREADABLE = (
     EOFError,
 )  # fmt: skip
 WORD = "\u2581"  # SentencePiece's word start
+# what XML 1.0 cannot hold: a model's byte pieces can give it
+XML_UNSAFE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+XML_FORMATS = (".epub", ".docx", ".pptx", ".odt", ".odp")
 
 
 @dataclass
@@ -211,6 +214,19 @@ def read_file(suffix: str, data: bytes, piece: int = HTML_PIECE) -> File:
 
 
 def _read(suffix: str, data: bytes, piece: int) -> File:
+    read = _read_as(suffix, data, piece)
+    if suffix in XML_FORMATS:  # python-docx refuses such a character, XHTML is no XML with it
+        for paragraph in read.paragraphs:
+            paragraph.write = _xml_safe(paragraph.write)
+    return read
+
+
+def _xml_safe(write: Callable[[list[tuple[int, str]]], None]):
+    """`write` of segments without what XML cannot hold (XML_UNSAFE)."""
+    return lambda placed: write([(run, XML_UNSAFE.sub("", text)) for run, text in placed])
+
+
+def _read_as(suffix: str, data: bytes, piece: int) -> File:
     if suffix in (".txt", ".html", ".htm", ".srt"):  # text, written back in its encoding
         bom, encoding, content = decoded_text(data)
         readers = {".txt": _text, ".srt": lambda text, _: _srt(text)}

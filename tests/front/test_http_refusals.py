@@ -177,6 +177,37 @@ def test_a_document_paragraph_past_the_text_limit_is_sent_in_parts(tmp_path):
     assert len(servicer.requests) == 1
 
 
+def test_a_file_whose_translation_holds_control_characters_is_written(tmp_path):
+    """A translation with a control character (the translator's byte pieces give them) made
+    python-docx raise in the write step: a 500 in plain text, not the file."""
+    import io
+
+    import docx
+
+    web, servicer = served(tmp_path)
+    said = servicer.unary
+
+    async def with_control_characters(method, request, context, label=""):
+        response = await said(method, request, context, label)
+        for translation in response.translations:
+            translation.hypotheses[0].text = translation.hypotheses[0].text.replace(" ", " \x0b")
+        return response
+
+    servicer.unary = with_control_characters
+    document = docx.Document()
+    document.add_paragraph("El perro come pan.")
+    sent = io.BytesIO()
+    document.save(sent)
+    answer = web.post(
+        "/translate_file",
+        files={"file": ("carta.docx", sent.getvalue())},
+        data={"source": "es", "target": "en"},
+    )
+    assert answer.status_code == 200, answer.text
+    back = docx.Document(io.BytesIO(web.get(answer.json()["translatedFileUrl"]).content))
+    assert [p.text for p in back.paragraphs] == ["EL PERRO COME PAN."]
+
+
 def test_an_html_block_past_the_text_limit_is_sent_in_parts(tmp_path):
     """An HTML block longer than the server's text limit was sent as one text, and the whole
     file refused for it; one sentence past the limit still is, before any call."""

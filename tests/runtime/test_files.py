@@ -784,3 +784,47 @@ def test_html_parts_translated_by_the_runtime_come_back_with_their_tags(tiny_tra
     written = read.save().decode()
     assert markup.well_formed(written), written
     assert MARKUP.findall(written) == MARKUP.findall(LONG_HTML)
+
+
+def made(suffix: str) -> bytes:
+    """A small file of `suffix` holding the paragraph "Hola mundo."."""
+    out = io.BytesIO()
+    if suffix == ".docx":
+        document = docx.Document()
+        document.add_paragraph("Hola mundo.")
+        document.save(out)
+    elif suffix == ".pptx":
+        deck = pptx.Presentation()
+        deck.slides.add_slide(deck.slide_layouts[5]).shapes.title.text = "Hola mundo."
+        deck.save(out)
+    elif suffix == ".odt":
+        document = OpenDocumentText()
+        document.text.addElement(text.P(text="Hola mundo."))
+        document.write(out)
+    else:
+        return epub(CHAPTER.replace("El perro <b>come</b> pan.", "Hola mundo."))
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("suffix", [".docx", ".pptx", ".odt", ".epub"])
+def test_a_translation_with_characters_xml_cannot_hold_is_written_without_them(suffix):
+    """The translator's byte pieces can give control characters: python-docx refused them
+    (a ValueError out of the write, a 500 over HTTP) and an .epub's XHTML took them and was
+    no longer XML."""
+    read = files.read_file(suffix, made(suffix))
+    for batch in read.batches(64):
+        said = [text.replace("Hola", "Ho\x0bla\x00\ufffe") for text in batch.texts]
+        batch.write([{"hypotheses": [{"text": text}]} for text in said])
+    saved = read.save()
+    if suffix == ".docx":
+        written = [p.text for p in docx.Document(io.BytesIO(saved)).paragraphs]
+    elif suffix == ".pptx":
+        slide = pptx.Presentation(io.BytesIO(saved)).slides[0]
+        written = [slide.shapes.title.text]
+    elif suffix == ".odt":
+        paragraphs = load(io.BytesIO(saved)).getElementsByType(text.P)
+        written = [teletype.extractText(p) for p in paragraphs]
+    else:
+        chapter = zipfile.ZipFile(io.BytesIO(saved)).read("OEBPS/text/capítulo.xhtml")
+        written = ["".join(ElementTree.fromstring(chapter).itertext())]
+    assert any("Hola mundo." in w for w in written), written
