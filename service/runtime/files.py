@@ -14,6 +14,7 @@ from __future__ import annotations
 import codecs
 import copy
 import functools
+import html
 import io
 import itertools
 import lzma
@@ -427,7 +428,25 @@ def _srt(content: str) -> File:
         return newline.join(out).encode()
 
     tagged = any(SRT_TAG.search(p.text) for p in paragraphs)
+    for paragraph in paragraphs if tagged else ():  # its words' "&" and "<" as HTML's text
+        paragraph.runs = [_outside_tags(run, _escaped) for run in paragraph.runs]
+        paragraph.write = _srt_unescaped(paragraph.write)
     return File(paragraphs, "html" if tagged else "plain", save)
+
+
+def _outside_tags(text: str, change: Callable[[str], str]) -> str:
+    """`text` with `change` made to what lies outside its subtitles' tags (SRT_TAG)."""
+    pieces = re.split(f"({SRT_TAG.pattern})", text, flags=re.IGNORECASE)
+    return "".join(p if i % 2 else change(p) for i, p in enumerate(pieces))
+
+
+def _escaped(text: str) -> str:
+    return html.escape(text, quote=False)
+
+
+def _srt_unescaped(write: Callable[[list[tuple[int, str]]], None]):
+    """`write` of a subtitle read as HTML: its text as a player shows it (`&amp;` as "&")."""
+    return lambda placed: write([(run, _outside_tags(t, html.unescape)) for run, t in placed])
 
 
 def _cue_starts(lines: list[str], i: int) -> bool:

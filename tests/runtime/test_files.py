@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import codecs
 import copy
+import html
 import io
 import re
 import zipfile
@@ -381,6 +382,31 @@ def test_subtitles_without_blank_lines_between_and_with_tags():
         '<font color="#ff0000" face="Arial">Hola</font>',
         "amigo mío",
     ]
+
+
+def test_subtitles_with_tags_keep_the_ampersands_and_brackets_of_their_words():
+    """A file with one subtitle's tag is read as HTML, and the server escapes the model's
+    own words in HTML: "Tom & Jerry" in another cue came back as "TOM &amp; JERRY", "<3"
+    as "&lt;3", which a player shows as they are."""
+    content = (
+        "1\n00:00:01,000 --> 00:00:02,000\n<i>Hola</i> amigo\n\n"
+        '2\n00:00:03,000 --> 00:00:04,000\n"Tom" & Jerry <3 si a > b\n'
+    )
+    read = files.read_file(".srt", content.encode())
+    assert read.text_format == "html"
+    assert read.paragraphs[1].text == '"Tom" &amp; Jerry &lt;3 si a &gt; b'  # as HTML says it
+    for batch in read.batches(64):  # as the server answers HTML: its own words escaped
+        said = [
+            "".join(
+                p if MARKUP.fullmatch(p) else html.escape(p.upper(), quote=False)
+                for p in MARKUP.split(text)
+            )
+            for text in batch.texts
+        ]
+        batch.write([{"hypotheses": [{"text": text}]} for text in said])
+    assert read.save().decode() == content.replace("Hola</i> amigo", "HOLA</i> AMIGO").replace(
+        '"Tom" & Jerry <3 si a > b', '"TOM" & JERRY <3 SI A > B'
+    )
 
 
 def test_a_text_file_is_its_blocks_between_blank_lines_a_long_one_in_pieces():
