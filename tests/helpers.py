@@ -504,3 +504,30 @@ def assert_resumes_as_unbroken(leg) -> None:
     unbroken, resumed = trained("unbroken", 4), trained("resumed", 2, 4)
     for name, weights in unbroken.items():
         assert torch.equal(resumed[name], weights), name
+
+
+class RefusingEncoder:
+    """An engine (delegating everything to `engine`) whose encoder refuses a batch of sources
+    longer than `longest` tokens as an exported encoder does (an onnxruntime error: its
+    position table is shorter), after `refusals` runs that fail whatever their inputs (a
+    fault of the device: `refusals=-1` for every run)."""
+
+    def __init__(self, engine, longest: int, refusals: int = 0):
+        self._engine, self.longest, self.refusals, self.runs = engine, longest, refusals, 0
+
+    def __getattr__(self, name):
+        return getattr(self._engine, name)
+
+    def encode(self, *inputs, **named):
+        self.runs += 1
+        length = named["src_ids"].shape[1]
+        if self.refusals:
+            self.refusals -= self.refusals > 0
+            raise RuntimeError("[ONNXRuntimeError] : 6 : RUNTIME_EXCEPTION : device fault")
+        if length > self.longest:
+            raise RuntimeError(
+                "[ONNXRuntimeError] : 1 : FAIL : Non-zero status code returned while running "
+                f"Add node: Attempting to broadcast an axis by a dimension other than 1. "
+                f"{self.longest} by {length}"
+            )
+        return self._engine.encode(*inputs, **named)

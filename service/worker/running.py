@@ -38,7 +38,7 @@ class FinishReason(Enum):
     EXPIRED = "expired"  # its deadline passed first
     REFUSED = "refused"  # it can never fit the batch
     STOPPED = "stopped"  # the scheduler stopped first
-    FAILED = "failed"  # its search raised (a fault of the server's): it fails alone
+    FAILED = "failed"  # its search or its encoder raised (a fault of the server's): it fails alone
 
 
 @dataclass(slots=True, eq=False)

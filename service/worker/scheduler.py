@@ -74,6 +74,7 @@ class _Admission:
     encoder: EncoderOutput | None = None  # inline: already run
     seconds: float = 0.0
     reservation: object = None  # slots the encoder thread writes the memory into (or None)
+    error: Exception | None = None  # what its encoder's run raised
 
 
 @dataclass
@@ -145,6 +146,8 @@ class Scheduler:
         self._deadlines: list[tuple[float, int, Request]] = []  # a heap
         self._order = itertools.count()
         self._admission: _Admission | None = None
+        # the last admission's encoder failed on every request run on its own
+        self._encoder_failed = False
         self.admission_interval, self._admitted_at_step = admission_interval, -admission_interval
         # held by the encoder thread's runs and by a step that captures a CUDA graph
         self._device = threading.Lock()
@@ -344,7 +347,10 @@ class Scheduler:
         admission = _Admission(admitted, self._sources(admitted))
         if self._encoder is None:
             encoder_start = time.perf_counter()
-            admission.encoder = self.engine.encode(**together(given))
+            try:
+                admission.encoder = self.engine.encode(**together(given))
+            except Exception as error:  # whose fault: _encode_apart
+                admission.error = error
             admission.seconds = time.perf_counter() - encoder_start
             self.phases["encoder"] += admission.seconds
         else:  # the memory written into reserved slots beside the steps, where it can be
@@ -380,10 +386,52 @@ class Scheduler:
             if len(self.row_owner) and not admission.future.done():
                 return
             waited_from = time.perf_counter()
-            admission.encoder, admission.seconds = admission.future.result()
+            try:
+                admission.encoder, admission.seconds = admission.future.result()
+            except Exception as error:  # whose fault: _encode_apart
+                admission.error = error
             self.phases["encoder"] += time.perf_counter() - waited_from
         self._admission = None
-        self._join(admission)
+        if admission.error is None:
+            self._encoder_failed = False
+            self._join(admission)
+            return
+        for alone in self._encode_apart(admission):
+            self._join(alone)
+
+    def _encode_apart(self, admission: _Admission) -> list[_Admission]:
+        """The admission's encoder run raised: each request still wanted runs it once more
+        on its own -> an admission of each whose run succeeded. A request whose own run
+        raises fails alone (Internal: the front admitted an input the graph refuses); the
+        rows running and the other requests go on. When every one of several requests fails
+        on its own, or a lone request fails just after an admission that failed so, the
+        fault recurs whatever the input (the session's or the device's): it is raised, and
+        the worker ends and is replaced (the front sends its calls to another worker)."""
+        self.batch.release(admission.reservation)
+        apart, failed, row, start = [], [], 0, 0
+        for request in admission.requests:
+            rows = 1 if request.search is None else len(request.search.sources)
+            sources = admission.sources[row : row + rows] - start
+            row, start = row + rows, start + request.job.inputs
+            if request.status is not RequestStatus.ENCODING:  # left while it was encoded
+                continue
+            encoder_start = time.perf_counter()
+            try:
+                with self._device:
+                    encoder = self.engine.encode(**request.job.encoder_inputs)
+            except Exception as error:
+                failed.append((request, error))
+                continue
+            seconds = time.perf_counter() - encoder_start
+            self.phases["encoder"] += seconds
+            apart.append(_Admission([request], sources, encoder=encoder, seconds=seconds))
+        if failed and not apart and (len(failed) > 1 or self._encoder_failed):
+            raise admission.error
+        self._encoder_failed = bool(failed) and not apart
+        for request, error in failed:
+            message = f"the encoder failed on this request's input: {type(error).__name__}: {error}"
+            self._abort(request, FinishReason.FAILED, "Internal", message)
+        return apart
 
     def _join(self, admission: _Admission) -> None:
         """The admitted rows that are still wanted join the batch: their owners' tables and

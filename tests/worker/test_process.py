@@ -11,7 +11,7 @@ import time
 from multiprocessing import Pipe
 
 import pytest
-from helpers import broken_version, tiny_transformer
+from helpers import RefusingEncoder, broken_version, tiny_transformer
 
 from service.runtime.batching import source_batch
 from service.runtime.decoding import DecodingOptions
@@ -60,8 +60,8 @@ def loaded(monkeypatch):
     return schedulers, info
 
 
-def _job(job_id: int, max_length: int) -> Job:
-    src_ids, src_mask = source_batch([SOURCE], 512)
+def _job(job_id: int, max_length: int, source: list[int] = SOURCE) -> Job:
+    src_ids, src_mask = source_batch([source], 512)
     return Job(
         job_id, {"src_ids": src_ids, "src_mask": src_mask}, DecodingOptions(max_length=max_length)
     )
@@ -195,3 +195,35 @@ def test_a_version_unloaded_with_jobs_in_flight_answers_them(signals, loaded):
     _serve(worker, the_front)
     assert [(f.job_id, f.kind) for f in failures] == [(3, "Unavailable")]
     assert failures[0].message.startswith(f"model version {KEY} was unloaded before")
+
+
+def test_a_job_whose_input_the_encoder_refuses_fails_alone_the_worker_goes_on(signals, loaded):
+    """The encoder refuses one job's input (an onnxruntime error) while another job runs: that
+    job is answered Internal, the running one decodes to its end as alone, and the worker
+    serves on until it is stopped (it used to end, taking every job in flight with it)."""
+    schedulers, _ = loaded
+    engine = schedulers[KEY].engine
+    schedulers[KEY] = Scheduler(RefusingEncoder(engine, longest=16), max_rows=8)
+    front, worker = Pipe()
+    events: list = []
+
+    def the_front():
+        try:
+            front.recv()  # Ready
+            front.send(Submit(KEY, _job(1, max_length=200)))
+            while not any(isinstance(e, Admitted) for e in front.recv().events):
+                pass
+            front.send(Submit(KEY, _job(2, max_length=7, source=list(range(6, 46)))))
+            while sum(isinstance(e, Result | Failure) for e in events) < 2 and front.poll(30):
+                events.extend(front.recv().events)
+        finally:
+            front.send(Stop())
+
+    _serve(worker, the_front)  # returns: the worker ran until it was stopped
+    ended = {e.job_id: e for e in events if isinstance(e, Result | Failure)}
+    assert isinstance(ended[2], Failure) and ended[2].kind == "Internal"
+    assert "the encoder failed on this request's input" in ended[2].message
+    # the job's 200 steps (no controls: the front's length limit by the source is not set)
+    options = DecodingOptions(max_length=200, max_length_ratio=0.0)
+    (alone,) = translate_ids(engine, [SOURCE], options, 512)
+    assert isinstance(ended[1], Result) and ended[1].results[0][0].tokens == alone[0].tokens

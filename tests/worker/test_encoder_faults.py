@@ -1,0 +1,113 @@
+"""An admission's encoder run that raises: the fault is told apart by running each request on
+its own. A request whose own input the encoder refuses fails alone with Internal, and every
+other job in flight (running, or admitted in the same round) decodes as alone; a passing
+fault fails nothing; a fault that recurs whatever the input is raised, so that the worker
+ends and its calls go to another."""
+
+from __future__ import annotations
+
+import pytest
+from helpers import RefusingEncoder, tiny_transformer
+
+from service.runtime.batching import source_batch
+from service.runtime.decoding import DecodingOptions
+from service.runtime.translation import translate_ids
+from service.worker.messages import Failure, Job, Result
+from service.worker.scheduler import Scheduler
+
+SHORT = [[6, 7, 8, 9], [10, 11, 12], [13, 14, 15, 16, 17]]
+LONG = list(range(20, 60))  # 40 tokens: past what the encoder takes
+GREEDY = DecodingOptions(max_length=12)
+BEAM = DecodingOptions(beam_size=3, max_length=12)
+
+
+@pytest.fixture(scope="module")
+def engine():
+    from models.reference import TorchEngine
+
+    return TorchEngine(tiny_transformer(seed=3))
+
+
+def _job(job_id: int, source: list[int], options: DecodingOptions = GREEDY) -> Job:
+    src_ids, src_mask = source_batch([source], 512)
+    return Job(job_id, {"src_ids": src_ids, "src_mask": src_mask}, options)
+
+
+def _drain(scheduler: Scheduler, done: dict) -> dict:
+    while scheduler.busy:
+        scheduler.iterate()
+        for event in scheduler.events:
+            if isinstance(event, Result | Failure):
+                done[event.job_id] = event
+        scheduler.events.clear()
+    return done
+
+
+def _alone(engine, source: list[int], options: DecodingOptions) -> list[list[int]]:
+    (hypotheses,) = translate_ids(engine, [source], options, 512)
+    return [h.tokens for h in hypotheses]
+
+
+@pytest.mark.parametrize("encoder_thread", [False, True], ids=["inline", "encoder-thread"])
+def test_a_request_whose_input_the_encoder_refuses_fails_alone(engine, encoder_thread):
+    refusing = RefusingEncoder(engine, longest=16)
+    scheduler = Scheduler(refusing, max_rows=16, encoder_thread=encoder_thread)
+    scheduler.submit(_job(0, SHORT[0]))
+    scheduler.submit(_job(1, SHORT[1], BEAM))
+    scheduler.iterate()
+    scheduler.iterate()  # both running
+    assert scheduler.batch.rows == 4
+    # one admission round: the long source pads the batch's run past what the encoder takes
+    scheduler.submit(_job(2, LONG))
+    scheduler.submit(_job(3, SHORT[2], BEAM))
+    done = _drain(scheduler, {})
+    assert isinstance(done[2], Failure) and done[2].kind == "Internal"
+    assert done[2].message.startswith("the encoder failed on this request's input: Runtime")
+    assert "16 by 41" in done[2].message
+    for job_id, source, options in [(0, SHORT[0], GREEDY), (1, SHORT[1], BEAM)]:
+        assert [h.tokens for h in done[job_id].results[0]] == _alone(engine, source, options)
+    assert [h.tokens for h in done[3].results[0]] == _alone(engine, SHORT[2], BEAM)
+    assert scheduler.batch.rows == 0 and not scheduler.busy and not scheduler._requests
+    # the next admission runs as one again, and its rows decode as alone
+    assert _drain_one(scheduler, refusing, SHORT[1]) == _alone(engine, SHORT[1], GREEDY)
+
+
+def _drain_one(scheduler: Scheduler, refusing: RefusingEncoder, source: list[int]):
+    """One greedy job decoded -> its hypotheses' tokens; its encoder ran once."""
+    runs = refusing.runs
+    scheduler.submit(_job(9, source))
+    (result,) = _drain(scheduler, {}).values()
+    assert refusing.runs == runs + 1
+    return [h.tokens for h in result.results[0]]
+
+
+def test_a_passing_encoder_fault_fails_nothing(engine):
+    """The admission's run fails once; each request's own run succeeds."""
+    refusing = RefusingEncoder(engine, longest=64, refusals=1)
+    scheduler = Scheduler(refusing, max_rows=16)
+    scheduler.submit(_job(0, SHORT[0]))
+    scheduler.submit(_job(1, SHORT[1], BEAM))
+    done = _drain(scheduler, {})
+    assert refusing.runs == 3  # the admission's, then each request's own
+    assert [h.tokens for h in done[0].results[0]] == _alone(engine, SHORT[0], GREEDY)
+    assert [h.tokens for h in done[1].results[0]] == _alone(engine, SHORT[1], BEAM)
+
+
+@pytest.mark.parametrize("encoder_thread", [False, True], ids=["inline", "encoder-thread"])
+def test_an_encoder_fault_whatever_the_input_is_raised(engine, encoder_thread):
+    """Several requests each failing on their own: the session's fault, raised (the worker
+    ends). A lone request fails alone, but the next admission that fails so is raised."""
+    refusing = RefusingEncoder(engine, longest=64, refusals=-1)
+    scheduler = Scheduler(refusing, max_rows=16, encoder_thread=encoder_thread)
+    scheduler.submit(_job(0, SHORT[0]))
+    scheduler.submit(_job(1, SHORT[1]))
+    with pytest.raises(RuntimeError, match="device fault"):
+        _drain(scheduler, {})
+
+    scheduler = Scheduler(refusing, max_rows=16, encoder_thread=encoder_thread)
+    scheduler.submit(_job(0, SHORT[0]))
+    (failure,) = _drain(scheduler, {}).values()
+    assert isinstance(failure, Failure) and failure.kind == "Internal"
+    scheduler.submit(_job(1, SHORT[1]))
+    with pytest.raises(RuntimeError, match="device fault"):
+        _drain(scheduler, {})
