@@ -186,6 +186,13 @@ class Fronts:
         return routed
 
     def close(self) -> None:
+        """Sends what is queued, then lets go of the fronts connected to the socket, so that
+        each sees the worker end at once and sends its calls elsewhere (a replica's worker
+        ends on a thread of a process that lives on: their connections would stay open).
+        The parent's pipe is its caller's: it ends with the process, whose exit code the
+        front that started it reads."""
         self.outbox.close()
+        for link in self.links[1:]:
+            link.close()
         if self.listener is not None:
             self.listener.close()

@@ -112,3 +112,55 @@ def test_a_version_unloaded_while_busy_leaves_the_replica_s_load():
         reader.join(10)
         parent.close()
         assert not worker.is_alive() and not reader.is_alive()
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_replica_whose_worker_raises_lets_its_fronts_go_at_once(monkeypatch):
+    """A replica's worker runs on a thread of a process that lives on: when its loop raises
+    (a fault that recurs whatever the input), every front connected to it sees its
+    connection end at once and sends its calls to another replica, rather than waiting for
+    Ray Serve's health check to replace the replica."""
+    import threading
+    import time
+    from multiprocessing import Pipe
+    from multiprocessing.connection import Client
+
+    from helpers import RefusingEncoder, tiny_transformer
+
+    from models.reference import TorchEngine
+    from service.runtime.batching import source_batch
+    from service.runtime.decoding import DecodingOptions
+    from service.worker.messages import Job, Ready, Submit
+    from service.worker.scheduler import Scheduler
+    from service.worker.settings import WorkerSettings
+
+    engine = RefusingEncoder(TorchEngine(tiny_transformer(seed=1)), 64, refusals=-1)
+    scheduler = Scheduler(engine, max_rows=8)
+    info = {"pid": 1, "models": {"tiny/1": {}}}
+    monkeypatch.setattr(replica, "load", lambda settings: ({"tiny/1": scheduler}, info))
+    replica_ = object.__new__(replica.WorkerReplica)
+    replica_.settings = WorkerSettings(
+        index=0, models=(), socket="127.0.0.1:0", authkey=b"key", replica=True
+    )
+    replica_.id, replica_.done, replica_.fronts = "r", threading.Event(), None
+    parent, child = Pipe()
+    worker = threading.Thread(target=replica_._run, args=(child,), daemon=True)
+    worker.start()
+    try:
+        assert isinstance(parent.recv(), Ready)
+        host, port = info["address"].rsplit(":", 1)
+        front = Client((host, int(port)), "AF_INET", authkey=b"key")
+        assert isinstance(front.recv(), Ready)
+        src_ids, src_mask = source_batch([[5, 9, 14]], 512)
+        for job_id in (1, 2):  # one admission: each fails on its own, the fault is raised
+            job = Job(job_id, {"src_ids": src_ids, "src_mask": src_mask}, DecodingOptions())
+            front.send(Submit("tiny/1", job, time.monotonic()))
+        with pytest.raises(EOFError):
+            while front.poll(5):
+                front.recv()  # its reports, then the end
+            pytest.fail("the front's connection stays open")
+        worker.join(5)
+        assert replica_.done.is_set() and not worker.is_alive()
+    finally:
+        parent.close()
+        front.close()

@@ -206,6 +206,21 @@ def test_a_front_that_goes_away_has_its_jobs_cancelled_and_lets_go_of_its_models
     fronts.drop(link)  # dropped already: nothing happens
 
 
+def test_every_front_sees_the_worker_end_once_what_was_queued_is_sent(two_fronts):
+    """Closing (the loop ended: stopped, or raised) sends what is queued, then ends the
+    connection of every front on the socket, so that each hears at once that the worker is
+    gone; the parent's pipe ends with the process."""
+    fronts, front, other, _ = two_fronts
+    _received(other)  # Ready
+    fronts.send(fronts.links[1], Ready({}))
+    fronts.close()
+    assert _received(other) == Ready({})
+    assert other.poll(2), "the connection stays open"
+    with pytest.raises(EOFError):
+        other.recv()
+    assert not fronts.parent.closed and not front.poll(0.1)
+
+
 def test_without_a_socket_nothing_listens(one_front):
     fronts, *_ = one_front
     assert fronts.listener is None
