@@ -146,8 +146,9 @@ class Scheduler:
         self._deadlines: list[tuple[float, int, Request]] = []  # a heap
         self._order = itertools.count()
         self._admission: _Admission | None = None
-        # the last admission's encoder failed on every request run on its own
-        self._encoder_failed = False
+        # the first row of the first input encoded (a golden input in a served worker): run
+        # when every request of a failed admission fails on its own too, to tell whose fault
+        self._probe: dict[str, np.ndarray] | None = None
         self.admission_interval, self._admitted_at_step = admission_interval, -admission_interval
         # held by the encoder thread's runs and by a step that captures a CUDA graph
         self._device = threading.Lock()
@@ -360,6 +361,17 @@ class Scheduler:
         self._admission = admission
         self._join_encoded()
 
+    def _probe_encodes(self) -> bool:
+        """Whether the encoder still runs on an input it has encoded before."""
+        if self._probe is None:
+            return False
+        try:
+            with self._device:
+                self.engine.encode(**self._probe)
+        except Exception:
+            return False
+        return True
+
     def _sources(self, admitted: list[Request]) -> np.ndarray:
         """Each admitted request's search (None: a greedy row) -> the encoder row of each of
         their batch rows, in order."""
@@ -393,7 +405,9 @@ class Scheduler:
             self.phases["encoder"] += time.perf_counter() - waited_from
         self._admission = None
         if admission.error is None:
-            self._encoder_failed = False
+            if self._probe is None:
+                inputs = admission.requests[0].job.encoder_inputs
+                self._probe = {name: array[:1].copy() for name, array in inputs.items()}
             self._join(admission)
             return
         for alone in self._encode_apart(admission):
@@ -403,10 +417,10 @@ class Scheduler:
         """The admission's encoder run raised: each request still wanted runs it once more
         on its own -> an admission of each whose run succeeded. A request whose own run
         raises fails alone (Internal: the front admitted an input the graph refuses); the
-        rows running and the other requests go on. When every one of several requests fails
-        on its own, or a lone request fails just after an admission that failed so, the
-        fault recurs whatever the input (the session's or the device's): it is raised, and
-        the worker ends and is replaced (the front sends its calls to another worker)."""
+        rows running and the other requests go on. When every request fails on its own and
+        an input encoded before fails too (or none was), the fault recurs whatever the
+        input (the session's or the device's): it is raised, and the worker ends and is
+        replaced (the front sends its calls to another worker)."""
         self.batch.release(admission.reservation)
         apart, failed, row, start = [], [], 0, 0
         for request in admission.requests:
@@ -425,9 +439,8 @@ class Scheduler:
             seconds = time.perf_counter() - encoder_start
             self.phases["encoder"] += seconds
             apart.append(_Admission([request], sources, encoder=encoder, seconds=seconds))
-        if failed and not apart and (len(failed) > 1 or self._encoder_failed):
+        if failed and not apart and not self._probe_encodes():
             raise admission.error
-        self._encoder_failed = bool(failed) and not apart
         for request, error in failed:
             message = f"the encoder failed on this request's input: {type(error).__name__}: {error}"
             self._abort(request, FinishReason.FAILED, "Internal", message)

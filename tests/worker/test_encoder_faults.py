@@ -1,8 +1,8 @@
 """An admission's encoder run that raises: the fault is told apart by running each request on
 its own. A request whose own input the encoder refuses fails alone with Internal, and every
 other job in flight (running, or admitted in the same round) decodes as alone; a passing
-fault fails nothing; a fault that recurs whatever the input is raised, so that the worker
-ends and its calls go to another."""
+fault fails nothing; a fault that recurs whatever the input (an input encoded before fails
+too) is raised, so that the worker ends and its calls go to another."""
 
 from __future__ import annotations
 
@@ -93,21 +93,42 @@ def test_a_passing_encoder_fault_fails_nothing(engine):
     assert [h.tokens for h in done[1].results[0]] == _alone(engine, SHORT[1], BEAM)
 
 
+def test_requests_whose_inputs_are_all_refused_fail_alone(engine):
+    """Every request of the admission fails on its own, but an input encoded before still
+    runs: the inputs are at fault, not the session; the scheduler goes on."""
+    refusing = RefusingEncoder(engine, longest=16)
+    scheduler = Scheduler(refusing, max_rows=16)
+    assert _drain_one(scheduler, refusing, SHORT[0]) == _alone(engine, SHORT[0], GREEDY)
+    scheduler.submit(_job(1, LONG))
+    scheduler.submit(_job(2, LONG[:30]))
+    done = _drain(scheduler, {})
+    assert [(e.job_id, type(e), e.kind) for e in done.values()] == [
+        (1, Failure, "Internal"),
+        (2, Failure, "Internal"),
+    ]
+    assert not scheduler.busy and not scheduler._requests
+    assert _drain_one(scheduler, refusing, SHORT[1]) == _alone(engine, SHORT[1], GREEDY)
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
 @pytest.mark.parametrize("encoder_thread", [False, True], ids=["inline", "encoder-thread"])
-def test_an_encoder_fault_whatever_the_input_is_raised(engine, encoder_thread):
-    """Several requests each failing on their own: the session's fault, raised (the worker
-    ends). A lone request fails alone, but the next admission that fails so is raised."""
-    refusing = RefusingEncoder(engine, longest=64, refusals=-1)
+def test_an_encoder_fault_whatever_the_input_is_raised(engine, encoder_thread, jobs):
+    """Every request fails on its own, and so does an input encoded before: the session's
+    fault, raised (the worker ends, and the front sends its calls to another)."""
+    refusing = RefusingEncoder(engine, longest=64)
     scheduler = Scheduler(refusing, max_rows=16, encoder_thread=encoder_thread)
-    scheduler.submit(_job(0, SHORT[0]))
-    scheduler.submit(_job(1, SHORT[1]))
+    _drain_one(scheduler, refusing, SHORT[2])
+    refusing.refusals, runs = -1, refusing.runs
+    for job_id in range(jobs):
+        scheduler.submit(_job(job_id, SHORT[job_id]))
     with pytest.raises(RuntimeError, match="device fault"):
         _drain(scheduler, {})
+    assert refusing.runs == runs + 1 + jobs + 1  # the admission's, each job's own, the probe
 
-    scheduler = Scheduler(refusing, max_rows=16, encoder_thread=encoder_thread)
-    scheduler.submit(_job(0, SHORT[0]))
-    (failure,) = _drain(scheduler, {}).values()
-    assert isinstance(failure, Failure) and failure.kind == "Internal"
-    scheduler.submit(_job(1, SHORT[1]))
-    with pytest.raises(RuntimeError, match="device fault"):
+
+def test_a_scheduler_that_never_encoded_cannot_tell_and_raises(engine):
+    """No input is known to encode (a served worker's golden set always is): raised."""
+    scheduler = Scheduler(RefusingEncoder(engine, longest=16), max_rows=16)
+    scheduler.submit(_job(0, LONG))
+    with pytest.raises(RuntimeError, match="16 by 41"):
         _drain(scheduler, {})

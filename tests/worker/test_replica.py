@@ -152,7 +152,7 @@ def test_a_replica_whose_worker_raises_lets_its_fronts_go_at_once(monkeypatch):
         front = Client((host, int(port)), "AF_INET", authkey=b"key")
         assert isinstance(front.recv(), Ready)
         src_ids, src_mask = source_batch([[5, 9, 14]], 512)
-        for job_id in (1, 2):  # one admission: each fails on its own, the fault is raised
+        for job_id in (1, 2):  # every run fails, and no input ever encoded: raised
             job = Job(job_id, {"src_ids": src_ids, "src_mask": src_mask}, DecodingOptions())
             front.send(Submit("tiny/1", job, time.monotonic()))
         with pytest.raises(EOFError):
