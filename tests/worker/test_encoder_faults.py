@@ -60,6 +60,8 @@ def test_a_request_whose_input_the_encoder_refuses_fails_alone(engine, encoder_t
     # one admission round: the long source pads the batch's run past what the encoder takes
     scheduler.submit(_job(2, LONG))
     scheduler.submit(_job(3, SHORT[2], BEAM))
+    src_ids, src_mask = source_batch([SHORT[2], SHORT[0]], 512)  # two inputs in one job
+    scheduler.submit(Job(4, {"src_ids": src_ids, "src_mask": src_mask}, GREEDY))
     done = _drain(scheduler, {})
     assert isinstance(done[2], Failure) and done[2].kind == "Internal"
     assert done[2].message.startswith("the encoder failed on this request's input: Runtime")
@@ -67,6 +69,10 @@ def test_a_request_whose_input_the_encoder_refuses_fails_alone(engine, encoder_t
     for job_id, source, options in [(0, SHORT[0], GREEDY), (1, SHORT[1], BEAM)]:
         assert [h.tokens for h in done[job_id].results[0]] == _alone(engine, source, options)
     assert [h.tokens for h in done[3].results[0]] == _alone(engine, SHORT[2], BEAM)
+    together = translate_ids(engine, [SHORT[2], SHORT[0]], GREEDY, 512)
+    assert [[h.tokens for h in n] for n in done[4].results] == [
+        [h.tokens for h in n] for n in together
+    ]
     assert scheduler.batch.rows == 0 and not scheduler.busy and not scheduler._requests
     # the next admission runs as one again, and its rows decode as alone
     assert _drain_one(scheduler, refusing, SHORT[1]) == _alone(engine, SHORT[1], GREEDY)
