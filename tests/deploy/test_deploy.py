@@ -267,7 +267,12 @@ RAY_CLUSTER_FIELDS = {
         "rayStartParams",
         "template",
     },
-    "autoscalerOptions": {"upscalingMode", "idleTimeoutSeconds", "securityContext"},
+    "autoscalerOptions": {
+        "upscalingMode",
+        "idleTimeoutSeconds",
+        "securityContext",
+        "volumeMounts",
+    },
 }
 
 
@@ -501,6 +506,88 @@ def test_the_restricted_check_finds_what_it_looks_for():
         "sidecar: may escalate privileges",
         "sidecar: keeps its capabilities",
     ]
+
+
+# What the containers write on a read-only root, as Ray 2.60's head and worker nodes, the front
+# and its replicas did when run on one (writes traced): Python's temporary files in /tmp (the
+# front's folder of HTTP files, multiprocessing's, the Ray dashboard's; without them the front
+# and the dashboard end at their start), the Ray session in /tmp/ray (the raylet's sockets, which
+# the front as a driver of the head's node connects to) and Ray's object store in /dev/shm (in
+# /tmp/ray instead where /dev/shm is smaller than the store: the runtime's own is 64 MiB).
+# HOME (/nonexistent) is only read, or tried by onnxruntime and given up without harm.
+WRITTEN = "/tmp"
+RAY_SESSION, OBJECT_STORE = "/tmp/ray", "/dev/shm"
+# The head pod's volume that KubeRay mounts at the autoscaler's /tmp/ray (its pod.go): the
+# Ray head reads the autoscaler's logs there.
+KUBERAY_RAY_LOGS = "ray-logs"
+
+
+def _containers() -> list[tuple[str, dict, dict]]:
+    """(name, container, its pod's spec) of both manifests, the autoscaler's container that
+    KubeRay adds to the head pod with the autoscalerOptions' securityContext and volumeMounts
+    among them."""
+    deployment, *_ = yaml.safe_load_all(KUBERNETES.read_text())
+    cluster, _ = yaml.safe_load_all(RAY_KUBERNETES.read_text())
+    spec = cluster["spec"]
+    pods = [deployment["spec"]["template"]["spec"], spec["headGroupSpec"]["template"]["spec"]]
+    pods += [group["template"]["spec"] for group in spec["workerGroupSpecs"]]
+    found = [(c["name"], c, pod) for pod in pods for c in pod["containers"]]
+    autoscaler = {"name": "autoscaler", **spec["autoscalerOptions"]}
+    return [*found, ("autoscaler", autoscaler, pods[1])]
+
+
+def _writable(container: dict, pod: dict) -> dict[str, dict]:
+    """{mount path: volume} of a container's writable mounts of emptyDir volumes."""
+    volumes = {v["name"]: v for v in pod.get("volumes", [])}
+    return {
+        m["mountPath"]: volumes[m["name"]]
+        for m in container.get("volumeMounts", [])
+        if not m.get("readOnly") and "emptyDir" in volumes.get(m["name"], {})
+    }
+
+
+def _bytes(quantity: str) -> float:
+    units = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "k": 1e3, "M": 1e6, "G": 1e9}
+    number, unit = re.fullmatch(r"([\d.]+)([A-Za-z]*)", quantity).groups()
+    return float(number) * units.get(unit, 1)
+
+
+def test_every_container_runs_on_a_read_only_root():
+    """Before, the Ray cluster's containers (the Ray head, the front beside it, the worker
+    group's and the autoscaler KubeRay adds) kept a writable root file system: a policy that
+    requires a read-only root, as the plain Deployment's pods have, refused both pods."""
+    named = [(name, c.get("securityContext", {})) for name, c, _ in _containers()]
+    assert [name for name, _ in named] == [
+        "attnserve",
+        "ray-head",
+        "attnserve",
+        "ray-worker",
+        "autoscaler",
+    ]
+    assert [name for name, own in named if own.get("readOnlyRootFilesystem") is not True] == []
+
+
+def test_what_ray_and_the_front_write_is_mounted_writable():
+    """With only /tmp/ray mounted, a read-only root left the front no temporary folder
+    ("No usable temporary directory found") and the Ray head's dashboard ended at its start:
+    every container has a writable /tmp; the Ray head and the front share the Ray session's
+    volume, the one KubeRay also mounts in the autoscaler; the object store has a memory
+    /dev/shm of at least Ray's default store, 30% of its container's memory."""
+    containers = _containers()
+    head, sessions = containers[1][2], {}
+    for name, container, pod in containers:
+        writable = _writable(container, pod)
+        assert WRITTEN in writable, name
+        if name.startswith("ray-"):
+            store = writable[OBJECT_STORE]["emptyDir"]
+            memory = _bytes(container["resources"]["limits"]["memory"])
+            assert store["medium"] == "Memory" and _bytes(store["sizeLimit"]) >= 0.3 * memory
+        if name == "autoscaler" and RAY_SESSION not in writable:
+            # KubeRay mounts the head pod's ray-logs volume there
+            writable[RAY_SESSION] = {"name": KUBERAY_RAY_LOGS}
+        if pod is head:
+            sessions[name] = writable.get(RAY_SESSION, {}).get("name")
+    assert sessions == {n: KUBERAY_RAY_LOGS for n in ("ray-head", "attnserve", "autoscaler")}
 
 
 def test_kubernetes_validation_catches_a_misspelt_field(tmp_path):
