@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import shutil
+import socket
+import socketserver
 import struct
+import threading
 import zipfile
 import zlib
 from pathlib import Path
@@ -531,3 +535,58 @@ class RefusingEncoder:
                 f"{self.longest} by {length}"
             )
         return self._engine.encode(*inputs, **named)
+
+
+class PrefixProxy:
+    """A reverse proxy on 127.0.0.1 that serves `upstream` (a port of 127.0.0.1) at `prefix`,
+    as nginx's `location /prefix/ { proxy_pass http://upstream/; }` does: a request under the
+    prefix goes on with the prefix stripped, any other is a 404 of the proxy's own. One
+    request a connection: the server closes each once it has answered. A context manager;
+    `url` is the prefix's address."""
+
+    def __init__(self, upstream: int, prefix: str):
+        relay = self._relay
+
+        class Relay(socketserver.BaseRequestHandler):
+            def handle(self):
+                relay(self.request)
+
+        self.upstream, self.prefix = upstream, prefix.encode()
+        self.server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Relay)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}{prefix}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> PrefixProxy:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *failed) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def _relay(self, client: socket.socket) -> None:
+        head = b""
+        while b"\r\n\r\n" not in head and (data := client.recv(65536)):
+            head += data
+        head, _, body = head.partition(b"\r\n\r\n")
+        line, *headers = head.split(b"\r\n")
+        method, target, version = line.split(b" ", 2)
+        if not target.startswith(self.prefix + b"/"):
+            client.sendall(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
+            return
+        # the request as the proxy passes it on: its path stripped, one request a connection
+        line = b" ".join([method, target[len(self.prefix) :], version])
+        headers = [h for h in headers if not h.lower().startswith(b"connection:")]
+        head = b"\r\n".join([line, *headers, b"connection: close", b"", body])
+        with socket.create_connection(("127.0.0.1", self.upstream)) as upstream:
+            upstream.sendall(head)
+
+            def rest_of_body() -> None:
+                with contextlib.suppress(OSError):
+                    while data := client.recv(65536):
+                        upstream.sendall(data)
+
+            threading.Thread(target=rest_of_body, daemon=True).start()
+            while data := upstream.recv(65536):
+                client.sendall(data)

@@ -27,6 +27,8 @@ FLAG_HELP = {
     "http_listen": "HTTP/JSON API, LibreTranslate's API and the page on HOST:PORT ('': off)",
     "http_files": "folder where files translated over HTTP wait for their download (default: "
     "a temporary folder)",
+    "http_root_path": "path a reverse proxy serves the HTTP API at, e.g. /attnserve, stripped "
+    "by the proxy: the page, /docs and the server's links carry it ('': the root)",
     "repository": "model repository root",
     "workers": "worker processes (0: one per usable core, or per GPU)",
     "fronts": "gRPC front processes sharing the port and every worker (0: one per 4 usable "

@@ -10,6 +10,7 @@ import dataclasses
 import importlib.util
 import math
 import os
+import re
 import subprocess
 import tomllib
 from dataclasses import dataclass, fields
@@ -49,6 +50,9 @@ CORES_PER_FRONT, MAX_AUTO_FRONTS = 4, 4
 GPU_PREFERENCE: tuple[tuple[str, str], ...] = (("fp16", "built"),)
 
 
+# a path's segments as a URL may hold them unescaped, each after a /
+ROOT_PATH = re.compile(r"(/[A-Za-z0-9._~!$&'()*+,;=:@-]+)+")
+
 # the settings that take one of a list of choices, and their lists
 CHOICES: dict[str, tuple[str, ...]] = {
     "device": (AUTO, *DEVICES),
@@ -70,6 +74,10 @@ class ServerConfig:
     # where files translated over LibreTranslate's API wait for their download, shared by
     # the fronts; None: a temporary folder of the server's
     http_files: Path | None = None
+    # the path a reverse proxy serves the HTTP API at ("/attnserve"), stripped by the proxy
+    # before it passes a request on: redirects, the page's calls, /docs and the links the
+    # server writes carry it; "" (the default): served at the root
+    http_root_path: str = ""
     repository: Path = DEFAULT_REPOSITORY  # <model>/<version>/manifest.json ...
     device: Device | Auto = AUTO  # cuda when onnxruntime has CUDA, else cpu; or cpu, cuda
     workers: int = 0  # 0: one per usable CPU core (usable_cores), or one per GPU on cuda
@@ -233,6 +241,11 @@ class ServerConfig:
             host, _, port = getattr(self, name).rpartition(":")
             if not host or not port.isdigit() or int(port) > 65535:
                 problems.append(f"{name} must be HOST:PORT (0..65535), got {getattr(self, name)!r}")
+        if self.http_root_path and not ROOT_PATH.fullmatch(self.http_root_path):
+            problems.append(
+                "http_root_path must be '' or a path such as /attnserve (no trailing /), "
+                f"got {self.http_root_path!r}"
+            )
         return problems + security_problems(self)
 
     def grpc_options(self) -> list[tuple[str, int]]:

@@ -409,3 +409,12 @@ def test_every_problem_of_a_configuration_is_named_at_once(tmp_path):
         "listen must be HOST:PORT (0..65535), got 'nowhere'",
     ):
         assert named in message
+
+
+def test_the_http_root_path_is_a_path_without_a_trailing_slash():
+    assert load_config(None, {"ATTNSERVE_HTTP_ROOT_PATH": "/attnserve/v2"}).http_root_path == (
+        "/attnserve/v2"
+    )
+    for bad in ("attnserve", "/attnserve/", "/", "/a b", "/a?b", "/a%20b"):
+        with pytest.raises(InvalidArgument, match=r"http_root_path must be '' or a path such as"):
+            load_config(None, {"ATTNSERVE_HTTP_ROOT_PATH": bad})

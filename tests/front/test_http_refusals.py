@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from types import SimpleNamespace
-from urllib.parse import urlsplit
+from urllib.parse import urljoin, urlsplit
 
 import grpc
+import httpx
 import pytest
 from google.protobuf import json_format
+from helpers import PrefixProxy
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
@@ -603,3 +606,64 @@ def test_the_document_lists_every_body_v1_reads(tmp_path):
     assert set(body["content"]) == {"application/json", "multipart/form-data", URL_ENCODED}
     answer = web.post("/v1/translate", content="texts=Hola.", headers={"content-type": URL_ENCODED})
     assert answer.status_code == 200 and list(servicer.requests[-1].texts) == ["Hola."]
+
+
+# the URL a page's script calls: fetch("...") or call("...")
+CALLED = re.compile(r"""\b(?:fetch|call)\(\s*["'`]([^"'`$]*)""")
+
+
+def test_behind_a_proxy_at_the_root_path_the_page_and_every_link_reach_the_server(tmp_path):
+    """A proxy that serves the API at /attnserve strips it before passing a request on: the
+    redirects to the page and to /docs, the page's calls, the document's paths and a
+    translated file's link went to the proxy's root, where nothing answers, and an unknown
+    /v1 route was refused in LibreTranslate's shape. With `http_root_path` each reaches
+    the server."""
+    web, _ = served(tmp_path)
+    config = ServerConfig(http_listen="127.0.0.1:0", http_root_path="/attnserve")
+
+    async def through_proxy() -> None:
+        server = http_app.HttpServer(web.app, config, reuse_port=False)
+        await server.start()
+        try:
+            with PrefixProxy(server.port, "/attnserve") as proxy:
+                async with httpx.AsyncClient(follow_redirects=True) as client:
+                    await _served_under(client, proxy.url)
+        finally:
+            await server.stop()
+
+    asyncio.run(through_proxy())
+
+
+async def _served_under(client: httpx.AsyncClient, root: str) -> None:
+    """Every page, script, call and link of the server at `root` (a proxy's prefix)."""
+
+    async def reached(url: str, method: str = "GET") -> httpx.Response:
+        answer = await client.request(method, url)
+        # the server answers (a 404 of its own names the route: the page calls /v1/caption
+        # where no captioner is served), not the proxy, whose 404 outside its prefix is empty
+        assert url.startswith(root + "/") and answer.content, (url, answer.status_code)
+        return answer
+
+    for start, page in (("/", "index.html"), ("/docs", "docs.html")):
+        opened = await reached(root + start)
+        assert str(opened.url) == f"{root}/page/{page}" and opened.status_code == 200
+        assets = re.findall(r'(?:href|src)="([^"#]+)"', opened.text)
+        for asset in assets:
+            text = (await reached(urljoin(str(opened.url), asset))).text
+            for called in CALLED.findall(text) if asset.endswith(".js") else ():
+                await reached(urljoin(str(opened.url), called))
+    document = (await reached(root + "/openapi.json")).json()
+    assert document["servers"] == [{"url": "/attnserve"}]
+    origin = root.removesuffix("/attnserve")
+    for path in document["paths"]:
+        if "{" not in path:
+            await reached(origin + document["servers"][0]["url"] + path)
+    translated = await client.post(
+        root + "/translate_file",
+        files={"file": ("carta.txt", b"Hola amigo.")},
+        data={"source": "es", "target": "en"},
+    )
+    link = translated.json()["translatedFileUrl"]
+    assert (await reached(link)).content == b"HOLA AMIGO."
+    unknown = await client.post(root + "/v1/nothing", json={})
+    assert unknown.json()["error"]["status"] == "NOT_FOUND"

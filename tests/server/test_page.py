@@ -11,7 +11,7 @@ import shutil
 import httpx
 import numpy as np
 import pytest
-from helpers import ROOT
+from helpers import ROOT, PrefixProxy
 from PIL import Image
 
 webdriver = pytest.importorskip("selenium.webdriver")
@@ -167,6 +167,36 @@ def test_the_api_forms_send_requests(page_server, browser):
     output = models.find_element(By.TAG_NAME, "pre")
     wait.until(lambda d: output.text.startswith("200"))
     assert '"translator"' in output.text
+
+
+@pytest.mark.slow
+def test_the_page_and_the_api_forms_work_behind_a_proxy_at_a_path(start_server, browser):
+    """Served at /attnserve by a proxy that strips it (`--http-root-path /attnserve`): the
+    page lists the models and translates, and the forms at /docs read the document and send
+    their calls, each under the proxy's path (they went to its root, where nothing answers)."""
+    server = start_server(
+        "--workers", "1", "--http-listen", "127.0.0.1:0", "--http-root-path", "/attnserve"
+    )
+    port = int(server.http_url.rpartition(":")[2])
+    with PrefixProxy(port, "/attnserve") as proxy:
+        browser.get(proxy.url + "/")
+        wait = WebDriverWait(browser, 60)
+        wait.until(lambda d: d.find_element(By.ID, "health").text == "SERVING")
+        wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#translator option")) == 1)
+        source = browser.find_element(By.ID, "source")
+        source.clear()
+        source.send_keys("El perro come pan.")
+        browser.find_element(By.ID, "translate-button").click()
+        wait.until(lambda d: d.find_element(By.ID, "translation").text not in ("", "…"))
+        assert "dog" in browser.find_element(By.ID, "translation").text
+        browser.get(proxy.url + "/docs")
+        sections = wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#operations section"))
+        titles = [s.find_element(By.TAG_NAME, "h2").text for s in sections]
+        models = sections[titles.index("GET /v1/models")]
+        models.find_element(By.TAG_NAME, "button").click()
+        output = models.find_element(By.TAG_NAME, "pre")
+        wait.until(lambda d: output.text[:3].isdigit())
+        assert output.text.startswith("200") and '"translator"' in output.text, output.text
 
 
 def test_the_page_sends_the_token_a_server_asks_for(start_server, browser, tmp_path):

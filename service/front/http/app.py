@@ -1,7 +1,9 @@
 """The HTTP server of a front: a Starlette app on uvicorn, on the front's own event loop, on
 its own port (`http_listen`; several fronts share it as they share the gRPC port), with the
-gRPC server's TLS settings. Any origin may call it from a browser (CORS), as LibreTranslate
-allows: a call carries its token in a header, never in a cookie."""
+gRPC server's TLS settings, under the root path a proxy serves it at (`http_root_path`: the
+proxy strips it, the links the server writes carry it). Any origin may call it from a
+browser (CORS), as LibreTranslate allows: a call carries its token in a header, never in a
+cookie."""
 
 from __future__ import annotations
 
@@ -50,13 +52,14 @@ def build_app(front, servicers: list[ModelServicer], tokens, refused, files: Pat
     document = openapi_document(contract.endpoints, bool(translation))
 
     async def openapi(request) -> Response:
-        return JSONResponse(document)
+        # a client of the document calls its paths under the root path it was read at
+        return JSONResponse(document | {"servers": [{"url": _root(request) or "/"}]})
 
     async def docs(request) -> Response:
-        return RedirectResponse("/page/docs.html")
+        return RedirectResponse(_root(request) + "/page/docs.html")
 
     async def index(request) -> Response:
-        return RedirectResponse("/page/index.html")
+        return RedirectResponse(_root(request) + "/page/index.html")
 
     routes += [
         Route("/openapi.json", openapi, methods=["GET"]),
@@ -70,6 +73,11 @@ def build_app(front, servicers: list[ModelServicer], tokens, refused, files: Pat
     )
 
 
+def _root(request) -> str:
+    """The path the app is served at ("" at the root, "/attnserve" behind a proxy there)."""
+    return request.scope.get("root_path", "")
+
+
 # a route /v1 lacks, or a method it does not take: gRPC's status for it, by HTTP status
 ROUTE_STATUS = {404: grpc.StatusCode.NOT_FOUND, 405: grpc.StatusCode.UNIMPLEMENTED}
 
@@ -78,7 +86,7 @@ async def _http_error(request, failed: HTTPException) -> Response:
     """Starlette's own refusals (no such route, a method a route does not take, a form it
     cannot read) in JSON as each API writes its errors: under /v1 as the contract's, else as
     LibreTranslate's (`{"error": ...}`)."""
-    if not request.url.path.startswith("/v1/"):
+    if not request.url.path.removeprefix(_root(request)).startswith("/v1/"):
         body = {"error": failed.detail}
         return JSONResponse(body, status_code=failed.status_code, headers=failed.headers)
     code = ROUTE_STATUS.get(failed.status_code, grpc.StatusCode.INVALID_ARGUMENT)
@@ -136,6 +144,7 @@ class HttpServer:
             log_level="warning",
             access_log=False,
             timeout_graceful_shutdown=1,
+            root_path=config.http_root_path,
             **tls,
         )
         self.server = _Uvicorn(settings)

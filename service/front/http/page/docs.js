@@ -1,5 +1,6 @@
 // The API's document (/openapi.json) as forms: each operation, its body's schema as an
-// example, and a button that sends it.
+// example, and a button that sends it. The document and the calls are read relative to this
+// page (../openapi.json), under any root path a proxy serves the server at.
 "use strict";
 
 function example(schema, schemas, depth = 0) {
@@ -29,7 +30,7 @@ function authorized(headers = {}) {
 }
 
 async function main() {
-  const document_ = await fetch("/openapi.json").then((r) => r.json());
+  const document_ = await fetch("../openapi.json").then((r) => r.json());
   const schemas = document_.components.schemas;
   const root = document.getElementById("operations");
   for (const [path, verbs] of Object.entries(document_.paths)) {
@@ -56,7 +57,7 @@ async function main() {
         const init = { method: verb.toUpperCase(), headers: authorized() };
         if (body) { init.body = body.value; init.headers = authorized({ "content-type": "application/json" }); }
         try {  // a call the browser cannot make (a token it cannot send, a server gone)
-          const answer = await fetch(path, init);
+          const answer = await fetch(`..${path}`, init);
           output.textContent = `${answer.status}\n${await answer.text()}`;
         } catch (error) { output.textContent = `not sent: ${error.message}`; }
       });

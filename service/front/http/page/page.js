@@ -1,5 +1,6 @@
 // The page: the /v1 JSON API of this server (protobuf's JSON mapping), and LibreTranslate's
-// /translate_file for a document translated as a file.
+// /translate_file for a document translated as a file. Its calls name paths relative to the
+// page (../v1/...), so they reach the server under any root path a proxy serves it at.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
@@ -46,7 +47,7 @@ function begun(button) {
 // up, or left open while it drains or stops, says what it is now
 const HEALTH_EVERY_MS = 5000;
 async function showHealth() {
-  const health = await fetch("/v1/health").then((r) => r.json()).catch(() => ({ status: "unreachable" }));
+  const health = await fetch("../v1/health").then((r) => r.json()).catch(() => ({ status: "unreachable" }));
   $("health").textContent = health.status;
 }
 
@@ -55,7 +56,7 @@ async function showHealth() {
 async function loadModels() {
   let models = [];
   try {
-    ({ models } = await answered(await fetch("/v1/models", { headers: authorized() })));
+    ({ models } = await answered(await fetch("../v1/models", { headers: authorized() })));
   } catch (error) {
     for (const id of ["translate-error", "caption-error"]) shown($(id), `the models could not be listed: ${error.message}`);
   }
@@ -139,7 +140,7 @@ async function translate() {
     options: { ...options($("beam").value, $("hypotheses").value, $("max-length").value), returnAlignment: true },
   };
   try {
-    const response = await call("/v1/translate", request);
+    const response = await call("../v1/translate", request);
     if (!current()) return;
     const translation = response.translations[0];
     const languages = response.sourceLanguage ? `: ${response.sourceLanguage} → ${response.targetLanguage}` : "";
@@ -182,7 +183,7 @@ async function translateFile() {
   form.append("target", $("target-language").value);
   $("translated-by").textContent = `${file.name}: …`;
   try {
-    const json = await answered(await fetch("/translate_file", { method: "POST", body: form, headers: authorized() }));
+    const json = await answered(await fetch("../translate_file", { method: "POST", body: form, headers: authorized() }));
     link.href = json.translatedFileUrl;
     link.download = file.name;
     link.textContent = `${file.name}, translated`;
@@ -233,7 +234,7 @@ async function caption() {
   form.append("options", JSON.stringify(options($("caption-beam").value)));
   $("caption-text").textContent = "…";
   try {
-    const response = await call("/v1/caption", form);
+    const response = await call("../v1/caption", form);
     if (!current()) return;
     const best = response.captions[0].hypotheses[0];
     $("caption-text").textContent = best.text;
