@@ -608,6 +608,33 @@ def test_the_document_lists_every_body_v1_reads(tmp_path):
     assert answer.status_code == 200 and list(servicer.requests[-1].texts) == ["Hola."]
 
 
+def test_the_document_s_forms_have_their_files_and_path_parameters(tmp_path):
+    """/v1's form bodies were documented as objects without fields, so a form made from the
+    document (Swagger UI's) had no file to attach for a bytes field; each field is there,
+    as the form is read, with the files and the path parameter LibreTranslate's calls take."""
+    web, servicer = served(tmp_path)
+    document = web.get("/openapi.json").json()
+    paths = document["paths"]
+    form = paths["/v1/translate"]["post"]["requestBody"]["content"]["multipart/form-data"]
+    fields = form["schema"]["properties"]
+    assert fields["utf8Texts"] == {"type": "array", "items": {"type": "string", "format": "binary"}}
+    assert fields["texts"]["items"] == {"type": "string"}
+    assert fields["options"]["type"] == "string"  # a message as JSON text
+    answer = web.post(
+        "/v1/translate",
+        files={"utf8Texts": ("carta.txt", "¿Qué tal?".encode())},
+        data={"options": '{"beamSize": 2}'},
+    )
+    assert answer.status_code == 200, answer.text
+    assert list(servicer.requests[-1].utf8_texts) == ["¿Qué tal?".encode()]
+    assert servicer.requests[-1].options.beam_size == 2
+    (name,) = paths["/download_file/{name}"]["get"]["parameters"]
+    assert (name["name"], name["in"], name["required"]) == ("name", "path", True)
+    upload = document["components"]["schemas"]["LibreTranslate.FileRequest"]
+    assert upload["properties"]["file"] == {"type": "string", "format": "binary"}
+    pytest.importorskip("openapi_spec_validator").validate(document)
+
+
 # the URL a page's script calls: fetch("...") or call("...")
 CALLED = re.compile(r"""\b(?:fetch|call)\(\s*["'`]([^"'`$]*)""")
 

@@ -6,7 +6,9 @@ just taken. The API's forms at /docs send their requests."""
 from __future__ import annotations
 
 import io
+import json
 import shutil
+from urllib.parse import unquote
 
 import httpx
 import numpy as np
@@ -167,6 +169,34 @@ def test_the_api_forms_send_requests(page_server, browser):
     output = models.find_element(By.TAG_NAME, "pre")
     wait.until(lambda d: output.text.startswith("200"))
     assert '"translator"' in output.text
+
+
+def test_the_api_forms_attach_a_file_and_fill_a_path_parameter(page_server, browser, tmp_path):
+    """The form of /translate_file sent no file (it had a JSON box alone, and the call takes
+    a multipart form), and the one of /download_file/{name} asked for "{name}" itself: each
+    has its fields now, a file picker for the file."""
+    letter = tmp_path / "carta.txt"
+    letter.write_text("El perro come pan.", encoding="utf-8")
+    browser.get(page_server.http_url + "/docs")
+    wait = WebDriverWait(browser, 60)
+    sections = wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#operations section"))
+    titles = [s.find_element(By.TAG_NAME, "h2").text for s in sections]
+    upload = sections[titles.index("POST /translate_file")]
+    upload.find_element(By.CSS_SELECTOR, 'input[name="file"][type="file"]').send_keys(str(letter))
+    upload.find_element(By.CSS_SELECTOR, 'input[name="source"]').send_keys("es")
+    upload.find_element(By.CSS_SELECTOR, 'input[name="target"]').send_keys("en")
+    upload.find_element(By.TAG_NAME, "button").click()
+    output = upload.find_element(By.TAG_NAME, "pre")
+    wait.until(lambda d: output.text[:3].isdigit())
+    status, _, body = output.text.partition("\n")
+    assert status == "200", output.text
+    name = unquote(json.loads(body)["translatedFileUrl"].rpartition("/")[2])
+    download = sections[titles.index("GET /download_file/{name}")]
+    download.find_element(By.CSS_SELECTOR, 'input[name="name"]').send_keys(name)
+    download.find_element(By.TAG_NAME, "button").click()
+    output = download.find_element(By.TAG_NAME, "pre")
+    wait.until(lambda d: output.text[:3].isdigit())
+    assert output.text.startswith("200\n") and "dog" in output.text.lower(), output.text
 
 
 @pytest.mark.slow

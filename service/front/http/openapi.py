@@ -226,6 +226,25 @@ def _field_schema(field: FieldDescriptor, schemas: dict) -> dict:
     return {"type": "array", "items": one} if field.is_repeated else one
 
 
+def form_schema(descriptor: Descriptor) -> dict:
+    """`descriptor`'s message as a form's fields (contract.form_fields reads them): a file
+    for a bytes field, JSON text for a message."""
+    properties = {}
+    for field in descriptor.fields:
+        if field.type == FieldDescriptor.TYPE_BYTES:
+            one = {"type": "string", "format": "binary"}
+            properties[field.json_name] = (
+                {"type": "array", "items": one} if field.is_repeated else one
+            )
+        elif field.type == FieldDescriptor.TYPE_MESSAGE:  # a list or a map too, as JSON
+            many = "a list of " if field.is_repeated else ""
+            description = f"{many}{field.message_type.full_name} as JSON"
+            properties[field.json_name] = {"type": "string", "description": description}
+        else:
+            properties[field.json_name] = _field_schema(field, {})
+    return {"type": "object", "properties": properties}
+
+
 def openapi_document(endpoints, libretranslate: bool) -> dict:
     """The document of the /v1 endpoints (and LibreTranslate's paths, when served)."""
     schemas: dict = {"Error": ERROR}
@@ -255,15 +274,7 @@ def openapi_document(endpoints, libretranslate: bool) -> dict:
                     "required": True,
                     "content": {
                         "application/json": body,
-                        **{
-                            media: {
-                                "schema": {
-                                    "type": "object",
-                                    "description": "the message's fields; a file for bytes",
-                                }
-                            }
-                            for media in FORMS
-                        },
+                        **{media: {"schema": form_schema(method.input_type)} for media in FORMS},
                     },
                 },
                 "responses": {

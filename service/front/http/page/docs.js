@@ -29,6 +29,72 @@ function authorized(headers = {}) {
   return value ? { ...headers, authorization: `Bearer ${value}` } : headers;
 }
 
+// a field of the form: a file picker for a binary string, else a text box
+function field(name, schema, required) {
+  const label = document.createElement("label");
+  label.textContent = required ? `${name} (required)` : name;
+  const input = document.createElement("input");
+  input.name = name;
+  if (schema.format === "binary") input.type = "file";
+  else if (schema.default !== undefined) input.value = schema.default;
+  label.appendChild(input);
+  return label;
+}
+
+// the operation's fields beside its JSON body: a box per path parameter ({name} of
+// /download_file/{name}), and the fields of a body sent only as a multipart form (a file
+// for /translate_file)
+function fields(operation, schemas) {
+  const row = document.createElement("div");
+  row.className = "row";
+  for (const parameter of operation.parameters || []) {
+    if (parameter.in === "path") row.appendChild(field(parameter.name, parameter.schema, true));
+  }
+  const content = operation.requestBody ? operation.requestBody.content : {};
+  const multipart = !content["application/json"] && content["multipart/form-data"];
+  let form = null;
+  if (multipart) {
+    form = multipart.schema.$ref ? schemas[multipart.schema.$ref.split("/").pop()] : multipart.schema;
+    for (const [name, schema] of Object.entries(form.properties || {})) {
+      row.appendChild(field(name, schema, (form.required || []).includes(name)));
+    }
+  }
+  return { row, form };
+}
+
+// the path with each {parameter} filled from its box, relative to this page
+function filled(path, row) {
+  const value = (name) => encodeURIComponent(row.querySelector(`input[name="${name}"]`).value);
+  return ".." + path.replace(/\{([^}]+)\}/g, (_, name) => value(name));
+}
+
+// the form's filled fields as a multipart body: each chosen file, each non-empty text
+function multipartBody(form, row) {
+  const body = new FormData();
+  for (const name of Object.keys(form.properties || {})) {
+    const input = row.querySelector(`input[name="${name}"]`);
+    if (input.type === "file") { if (input.files[0]) body.append(name, input.files[0]); }
+    else if (input.value !== "") body.append(name, input.value);
+  }
+  return body;
+}
+
+// an answer as text, or, where it is a file, its size and a link that saves it
+async function shown(answer, output) {
+  const type = answer.headers.get("content-type") || "";
+  if (/^(text\/|application\/json)/.test(type)) {
+    output.textContent = `${answer.status}\n${await answer.text()}`;
+    return;
+  }
+  const file = await answer.blob();
+  output.textContent = `${answer.status}\n${type}, ${file.size} bytes `;
+  const link = document.createElement("a");
+  link.href = URL.createObjectURL(file);
+  link.download = (/filename\*?=(?:UTF-8'')?"?([^";]+)/i.exec(answer.headers.get("content-disposition") || "") || [])[1] || "file";
+  link.textContent = "save";
+  output.appendChild(link);
+}
+
 async function main() {
   const document_ = await fetch("../openapi.json").then((r) => r.json());
   const schemas = document_.components.schemas;
@@ -41,6 +107,8 @@ async function main() {
       const summary = document.createElement("p");
       summary.textContent = operation.summary;
       section.append(title, summary);
+      const { row, form } = fields(operation, schemas);
+      if (row.children.length) section.appendChild(row);
       let body = null;
       const json = operation.requestBody && operation.requestBody.content["application/json"];
       if (json) {
@@ -56,9 +124,9 @@ async function main() {
       button.addEventListener("click", async () => {
         const init = { method: verb.toUpperCase(), headers: authorized() };
         if (body) { init.body = body.value; init.headers = authorized({ "content-type": "application/json" }); }
+        if (form) init.body = multipartBody(form, row);  // its boundary set by fetch
         try {  // a call the browser cannot make (a token it cannot send, a server gone)
-          const answer = await fetch(`..${path}`, init);
-          output.textContent = `${answer.status}\n${await answer.text()}`;
+          await shown(await fetch(filled(path, row), init), output);
         } catch (error) { output.textContent = `not sent: ${error.message}`; }
       });
       section.append(button, output);
