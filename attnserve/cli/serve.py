@@ -29,6 +29,9 @@ FLAG_HELP = {
     "a temporary folder)",
     "http_root_path": "path a reverse proxy serves the HTTP API at, e.g. /attnserve, stripped "
     "by the proxy: the page, /docs and the server's links carry it ('': the root)",
+    "http_trusted_proxies": "addresses and networks, comma-separated ('*': any, '': none), whose "
+    "X-Forwarded-Proto the HTTP API believes: https links behind a proxy ending TLS "
+    "(default: 127.0.0.1)",
     "repository": "model repository root",
     "workers": "worker processes (0: one per usable core, or per GPU)",
     "fronts": "gRPC front processes sharing the port and every worker (0: one per 4 usable "

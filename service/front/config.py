@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import ipaddress
 import math
 import os
 import re
@@ -53,6 +54,16 @@ GPU_PREFERENCE: tuple[tuple[str, str], ...] = (("fp16", "built"),)
 # a path's segments as a URL may hold them unescaped, each after a /
 ROOT_PATH = re.compile(r"(/[A-Za-z0-9._~!$&'()*+,;=:@-]+)+")
 
+
+def _network(entry: str) -> bool:
+    """Whether `entry` is an IP address or network (10.0.0.0/8, ::1)."""
+    try:
+        ipaddress.ip_network(entry, strict=False)
+    except ValueError:
+        return False
+    return True
+
+
 # the settings that take one of a list of choices, and their lists
 CHOICES: dict[str, tuple[str, ...]] = {
     "device": (AUTO, *DEVICES),
@@ -78,6 +89,10 @@ class ServerConfig:
     # before it passes a request on: redirects, the page's calls, /docs and the links the
     # server writes carry it; "" (the default): served at the root
     http_root_path: str = ""
+    # the addresses and networks, comma-separated ("*": any, "": none), whose
+    # X-Forwarded-Proto the HTTP API believes: a proxy there that ends TLS gets https links
+    # (translatedFileUrl)
+    http_trusted_proxies: str = "127.0.0.1"
     repository: Path = DEFAULT_REPOSITORY  # <model>/<version>/manifest.json ...
     device: Device | Auto = AUTO  # cuda when onnxruntime has CUDA, else cpu; or cpu, cuda
     workers: int = 0  # 0: one per usable CPU core (usable_cores), or one per GPU on cuda
@@ -246,6 +261,13 @@ class ServerConfig:
                 "http_root_path must be '' or a path such as /attnserve (no trailing /), "
                 f"got {self.http_root_path!r}"
             )
+        trusted = self.http_trusted_proxies.strip()
+        for entry in trusted.split(",") if trusted not in ("", "*") else ():
+            if not _network(entry.strip()):
+                problems.append(
+                    "http_trusted_proxies must be '*', '' or addresses and networks separated "
+                    f"by commas, got {entry.strip()!r}"
+                )
         return problems + security_problems(self)
 
     def grpc_options(self) -> list[tuple[str, int]]:

@@ -418,3 +418,13 @@ def test_the_http_root_path_is_a_path_without_a_trailing_slash():
     for bad in ("attnserve", "/attnserve/", "/", "/a b", "/a?b", "/a%20b"):
         with pytest.raises(InvalidArgument, match=r"http_root_path must be '' or a path such as"):
             load_config(None, {"ATTNSERVE_HTTP_ROOT_PATH": bad})
+
+
+def test_the_trusted_proxies_are_addresses_and_networks():
+    loaded = load_config(None, {"ATTNSERVE_HTTP_TRUSTED_PROXIES": "10.0.0.0/8, ::1,192.168.1.2"})
+    assert loaded.http_trusted_proxies == "10.0.0.0/8, ::1,192.168.1.2"
+    for value in ("*", ""):
+        assert load_config(None, {"ATTNSERVE_HTTP_TRUSTED_PROXIES": value})
+    for value in ("10.0.0.0/8,proxy.local", "10.0.0.1,*"):
+        with pytest.raises(InvalidArgument, match=r"http_trusted_proxies must be '\*', ''"):
+            load_config(None, {"ATTNSERVE_HTTP_TRUSTED_PROXIES": value})

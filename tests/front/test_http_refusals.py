@@ -661,6 +661,34 @@ def test_behind_a_proxy_at_the_root_path_the_page_and_every_link_reach_the_serve
     asyncio.run(through_proxy())
 
 
+@pytest.mark.parametrize(("trusted", "scheme"), [("127.0.0.1", "https"), ("10.0.0.0/8", "http")])
+def test_a_translated_file_s_link_is_https_behind_a_trusted_proxy_ending_tls(
+    tmp_path, trusted, scheme
+):
+    """A proxy that ends TLS passes requests on over http with `X-Forwarded-Proto: https`:
+    translatedFileUrl is https where the proxy's address is among `http_trusted_proxies`
+    (a proxy on another host named there), http where it is not."""
+    web, _ = served(tmp_path)
+    config = ServerConfig(http_listen="127.0.0.1:0", http_trusted_proxies=trusted)
+
+    async def translated_link() -> str:
+        server = http_app.HttpServer(web.app, config, reuse_port=False)
+        await server.start()
+        try:
+            async with httpx.AsyncClient() as client:
+                answer = await client.post(
+                    f"http://127.0.0.1:{server.port}/translate_file",
+                    files={"file": ("carta.txt", b"Hola amigo.")},
+                    data={"source": "es", "target": "en"},
+                    headers={"x-forwarded-proto": "https"},
+                )
+                return answer.json()["translatedFileUrl"]
+        finally:
+            await server.stop()
+
+    assert asyncio.run(translated_link()).startswith(f"{scheme}://127.0.0.1:")
+
+
 async def _served_under(client: httpx.AsyncClient, root: str) -> None:
     """Every page, script, call and link of the server at `root` (a proxy's prefix)."""
 

@@ -145,6 +145,7 @@ class HttpServer:
             access_log=False,
             timeout_graceful_shutdown=1,
             root_path=config.http_root_path,
+            forwarded_allow_ips=config.http_trusted_proxies,
             **tls,
         )
         self.server = _Uvicorn(settings)
