@@ -48,8 +48,10 @@ HIDDEN = (
     ("<!", ">"),
     ("<?", "?>"),
 )
-# a tag: its name, then its attributes up to the `>` outside their quoted values ("a > b")
-TAG = r"""</?[A-Za-z][\w:.-]*(?:\s+(?>=\s*"[^"]*"|=\s*'[^']*'|[^<>])*)?/?>"""
+# a tag: its name, then its attributes up to the `>` outside their quoted values ("a > b");
+# one white space after the name, the rest read with the attributes (`\s+` there tries every
+# split of a run of spaces that no `>` ends: time growing with the square of its length)
+TAG = r"""</?[A-Za-z][\w:.-]*(?:\s(?>=\s*"[^"]*"|=\s*'[^']*'|[^<>])*)?/?>"""
 ENTITY = r"&(?:[A-Za-z][A-Za-z0-9]*|#\d+|#[xX][0-9A-Fa-f]+);"
 _TAG = re.compile(TAG)
 _TAG_ENDS = ("", " ", "\t", "\n", "\r", "\f", ">", "/")  # what may follow a tag's name

@@ -3,6 +3,8 @@ markup is kept exactly, sentences never cross a block, tags nest as in the sourc
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from service.runtime import markup
@@ -164,3 +166,16 @@ def test_without_splitting_a_sentence_still_ends_at_blocks_and_keeps_out_of_hidd
     for part in markup.parts(LONG, 100):
         (start, end), *more = split_markup(part.text, "none", "html").sentences
         assert not more and len(part.opened) <= start and end <= len(part.text) - len(part.closed)
+
+
+@pytest.mark.parametrize("spaces", [" ", "\n", " \t"])
+def test_a_tag_never_closed_before_a_long_run_of_white_space_is_read_at_once(spaces):
+    """`<a` and white space no `>` ends: every split of the run between the tag's name and
+    its attributes was tried, from each start, some 5 s for 20,000 spaces, 140 s for a text
+    of the default limit, on the front's event loop (every other call waited)."""
+    text = "<p><a" + spaces * (20_000 // len(spaces)) + "hola.</p>"
+    started = time.perf_counter()
+    document = split_markup(text, "sentences", "html")
+    mask(text, True)
+    assert time.perf_counter() - started < 1.0
+    assert document.sentence_texts()[-1].endswith("hola.")
