@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import threading
 import time
 from dataclasses import replace
@@ -26,6 +27,8 @@ from service.worker.scheduler import Scheduler
 from service.worker.settings import no_delay, socket_address
 from service.worker.startup import load_model
 
+ACCEPT_SECONDS = 2.0  # how long closing waits for the accepting thread to end
+
 
 class Fronts:
     """The front processes a worker answers: `parent`, the pipe to the front that started it,
@@ -41,6 +44,7 @@ class Fronts:
         self.replica = settings.replica
         self.outbox = Outbox()
         self._accepted: list = []
+        self._closing = False  # the loop ended: the accepting thread takes no one more
         if settings.socket:
             family, address = socket_address(settings.socket)
             if family == "AF_UNIX":
@@ -51,16 +55,20 @@ class Fronts:
                 host, port = self.listener.address
                 info["address"] = f"{host}:{port}"
             self._wake, self._waker = os.pipe()
-            threading.Thread(target=self._accept, daemon=True).start()
+            self._accepting = threading.Thread(target=self._accept, name="accept", daemon=True)
+            self._accepting.start()
 
     def _accept(self) -> None:
-        while True:
+        while not self._closing:
             try:
                 link = self.listener.accept()
             except (AuthenticationError, EOFError, ConnectionError):
                 continue  # a connection that did not know the key, or left mid-handshake
             except OSError:
                 return  # closed
+            if self._closing:  # no loop would answer it
+                link.close()
+                return
             no_delay(link)
             self._accepted.append(link)
             os.write(self._waker, b"\0")
@@ -192,7 +200,24 @@ class Fronts:
         The parent's pipe is its caller's: it ends with the process, whose exit code the
         front that started it reads."""
         self.outbox.close()
-        for link in self.links[1:]:
+        if self.listener is not None and not self._closing:
+            self._stop_accepting()
+        for link in [*self.links[1:], *self._accepted]:
             link.close()
-        if self.listener is not None:
-            self.listener.close()
+
+    def _stop_accepting(self) -> None:
+        """Ends the accepting thread, then the listener. A listener closed while its thread
+        waits in accept goes on listening (the call holds the socket) and lets one more front
+        in, which would hear nothing: a connection of the worker's own wakes the thread."""
+        self._closing = True
+        with contextlib.suppress(OSError):
+            if isinstance(self.listener.address, str):  # a Unix socket's path
+                with socket.socket(socket.AF_UNIX) as waking:
+                    waking.connect(self.listener.address)
+            else:
+                socket.create_connection(self.listener.address, ACCEPT_SECONDS).close()
+        self._accepting.join(ACCEPT_SECONDS)
+        self.listener.close()
+        if not self._accepting.is_alive():
+            os.close(self._wake)
+            os.close(self._waker)

@@ -319,3 +319,22 @@ def test_a_worker_on_the_front_s_machine_keeps_the_front_s_clock(one_front):
     assert scheduler.waiting[0].job.deadline == deadline
     fronts.send(fronts.parent, Report(KEY, [], None, 0, 0))
     assert _received(front).sent_at == 0.0
+
+
+def test_a_front_that_connects_after_the_worker_ended_is_refused(replica_fronts):
+    """The listener was closed while its thread waited in accept, a call that holds the
+    socket: it went on listening, and a replica's front reconnecting after the loop ended (as
+    the cluster's front does half a second after a connection ends) was let in, passed the
+    key's handshake and heard nothing, neither Ready nor an end."""
+    import threading
+
+    fronts, _, front, _ = replica_fronts
+    address = fronts.listener.address
+    fronts.close()
+    with pytest.raises(EOFError):
+        while True:  # Ready, then the end
+            _received(front)
+    with pytest.raises(ConnectionRefusedError):
+        late = Client(address, "AF_INET", authkey=b"key")
+        late.poll(2)  # what it hears: nothing, the connection open
+    assert not any(t.name == "accept" and t.is_alive() for t in threading.enumerate())
