@@ -365,11 +365,14 @@ class Scheduler:
         """Whether the encoder still runs on an input it has encoded before."""
         if self._probe is None:
             return False
+        probe_start = time.perf_counter()
         try:
             with self._device:
                 self.engine.encode(**self._probe)
         except Exception:
             return False
+        finally:
+            self.phases["encoder"] += time.perf_counter() - probe_start
         return True
 
     def _sources(self, admitted: list[Request]) -> np.ndarray:
@@ -429,16 +432,16 @@ class Scheduler:
             row, start = row + rows, start + request.job.inputs
             if request.status is not RequestStatus.ENCODING:  # left while it was encoded
                 continue
-            encoder_start = time.perf_counter()
+            encoder, encoder_start = None, time.perf_counter()
             try:
                 with self._device:
                     encoder = self.engine.encode(**request.job.encoder_inputs)
             except Exception as error:
                 failed.append((request, error))
-                continue
             seconds = time.perf_counter() - encoder_start
-            self.phases["encoder"] += seconds
-            apart.append(_Admission([request], sources, encoder=encoder, seconds=seconds))
+            self.phases["encoder"] += seconds  # a run that raised as well
+            if encoder is not None:
+                apart.append(_Admission([request], sources, encoder=encoder, seconds=seconds))
         if failed and not apart and not self._probe_encodes():
             raise admission.error
         for request, error in failed:

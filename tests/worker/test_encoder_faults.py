@@ -6,6 +6,8 @@ too) is raised, so that the worker ends and its calls go to another."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from helpers import RefusingEncoder, tiny_transformer
 
@@ -138,3 +140,34 @@ def test_a_scheduler_that_never_encoded_cannot_tell_and_raises(engine):
     scheduler.submit(_job(0, LONG))
     with pytest.raises(RuntimeError, match="16 by 41"):
         _drain(scheduler, {})
+
+
+class _SlowRefusing(RefusingEncoder):
+    """A RefusingEncoder whose every run, refused or not, takes `seconds`."""
+
+    def __init__(self, engine, longest: int, seconds: float):
+        super().__init__(engine, longest)
+        self.seconds = seconds
+
+    def encode(self, *inputs, **named):
+        time.sleep(self.seconds)
+        return super().encode(*inputs, **named)
+
+
+def test_the_runs_apart_and_the_probe_count_as_the_encoder_s_time(engine):
+    """Each request's own run and the probe are encoder runs: the loop's `encoder` phase
+    (attnserve_worker_loop_seconds_total) holds them. Those that raised went to `admit`, so
+    a worker refusing inputs looked busy admitting, not encoding."""
+    slow = _SlowRefusing(engine, longest=16, seconds=0.05)
+    scheduler = Scheduler(slow, max_rows=16)
+    _drain_one(scheduler, slow, SHORT[0])
+    scheduler.take_phases()
+    scheduler.submit(_job(1, LONG))
+    scheduler.submit(_job(2, LONG[:30]))
+    runs = slow.runs
+    done = _drain(scheduler, {})
+    assert [e.kind for e in done.values()] == ["Internal", "Internal"]
+    assert slow.runs == runs + 4  # the admission's, each request's own, the probe
+    phases = scheduler.take_phases()
+    assert phases["encoder"] >= 4 * slow.seconds
+    assert phases["admit"] < slow.seconds
