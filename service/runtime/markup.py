@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import re
 import string
+from collections import Counter
 from dataclasses import dataclass
 
 from service.runtime.documents import SENTENCE_CUT, Document, split_text
@@ -196,27 +197,49 @@ def parts(text: str, most: int) -> list[Part]:
     while len(opened) + len(text) - start > most:
         best = None
         while k < len(cuts) and cuts[k][0] - start <= most:
-            at, open_tags = cuts[k]
-            if at > start and len(opened) + at - start + len(_closers(open_tags)) <= most:
+            at, there = cuts[k]
+            closing = there.closing if there else 0
+            if at > start and len(opened) + at - start + closing <= most:
                 best = k
             k += 1
         if best is None:
             raise ValueError(f"a sentence longer than {most} characters")
-        at, open_tags = cuts[best]
-        found.append(Part(text[start:at], opened, _closers(open_tags)))
-        start, opened, k = at, "".join(tag for _, tag in open_tags), best + 1
+        at, there = cuts[best]
+        found.append(Part(text[start:at], opened, there.closers() if there else ""))
+        start, opened, k = at, there.start_tags() if there else "", best + 1
     return [*found, Part(text[start:], opened)]
 
 
-# (name, start tag) of each inline element open at a place, the outermost first
-OpenTags = tuple[tuple[str, str], ...]
+@dataclass(frozen=True, slots=True)
+class _Open:
+    """The inline elements open at a place: the innermost (its name and start tag) inside
+    those of `outer` (None: none). Every place inside the element shares it: a place holds
+    what is open there at no cost, however deep."""
+
+    name: str
+    tag: str
+    outer: _Open | None
+    count: int  # elements open, this one and those outside it
+    closing: int  # characters of their end tags
+
+    def start_tags(self) -> str:
+        """Their start tags, the outermost first."""
+        tags, open_ = [], self
+        while open_ is not None:
+            tags.append(open_.tag)
+            open_ = open_.outer
+        return "".join(reversed(tags))
+
+    def closers(self) -> str:
+        """Their end tags, the innermost first."""
+        tags, open_ = [], self
+        while open_ is not None:
+            tags.append(f"</{open_.name}>")
+            open_ = open_.outer
+        return "".join(tags)
 
 
-def _closers(open_tags: OpenTags) -> str:
-    return "".join(f"</{name}>" for name, _ in reversed(open_tags))
-
-
-def _cuts(text: str) -> list[tuple[int, OpenTags]]:
+def _cuts(text: str) -> list[tuple[int, _Open | None]]:
     """Where `text` (HTML) may be cut, in order, with the inline elements open there: in each
     gap (_GAP) between the text's first and last words, the places outside markup where the
     fewest are open."""
@@ -227,28 +250,33 @@ def _cuts(text: str) -> list[tuple[int, OpenTags]]:
     for begin, end in marked:
         inside[begin + 1 : end] = b"\x01" * (end - begin - 1)
     elements = [m for m in _TAG.finditer(text) if blank[m.start()] != "\n"]  # inline ones
-    cuts, open_tags, e = [], [], 0
+    cuts, there, names, e = [], None, Counter(), 0
     for gap in _GAP.finditer(blank):
         places = []
         for at in range(gap.start() + len(gap.group().rstrip()), gap.end() + 1):
             while e < len(elements) and elements[e].end() <= at:
-                _opened(open_tags, elements[e].group())
+                there = _opened(there, names, elements[e].group())
                 e += 1
             if first < at < last and not inside[at]:
-                places.append((len(open_tags), at, tuple(open_tags)))
+                places.append((there.count if there else 0, at, there))
         fewest = min((open_count for open_count, _, _ in places), default=0)
-        cuts += [(at, there) for open_count, at, there in places if open_count == fewest]
+        cuts += [(at, open_) for open_count, at, open_ in places if open_count == fewest]
     return cuts
 
 
-def _opened(open_tags: list[tuple[str, str]], tag: str) -> None:
-    """`open_tags` after an inline `tag` (an end tag closes its element and those open
-    inside it; one that closes nothing open, or a void or self-closed tag, changes
-    nothing)."""
+def _opened(there: _Open | None, names: Counter, tag: str) -> _Open | None:
+    """What is open after an inline `tag`, `there` open before it and `names` counting their
+    names (kept up to date): an end tag closes its element and those open inside it; one
+    that closes nothing open, or a void or self-closed tag, changes nothing."""
     name = tag_name(tag)
     if tag.startswith("</"):
-        names = [open_name for open_name, _ in open_tags]
-        if name in names:
-            del open_tags[len(names) - 1 - names[::-1].index(name) :]
-    elif not tag.endswith("/>") and name not in VOID:
-        open_tags.append((name, tag))
+        closed = None
+        while names[name] and (closed is None or closed.name != name):
+            closed, there = there, there.outer
+            names[closed.name] -= 1
+        return there
+    if tag.endswith("/>") or name in VOID:
+        return there
+    names[name] += 1
+    count, closing = (there.count, there.closing) if there else (0, 0)
+    return _Open(name, tag, there, count + 1, closing + len(name) + 3)
