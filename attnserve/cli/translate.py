@@ -252,8 +252,9 @@ def _translate_batches(channel, args: argparse.Namespace, texts: list[str], call
 
 def _translate_document(channel, args: argparse.Namespace, call: dict) -> int:
     """--input as one document: cut at paragraph breaks (HTML after its blocks and sentences,
-    outside its markup) into texts of at most the server's default max_text_chars, translated
-    in one call, put back together; a formatted file in its format (_translate_file)."""
+    XML after its sentences, outside their markup) into texts of at most the server's default
+    max_text_chars, translated in one call, put back together; a formatted file in its
+    format (_translate_file)."""
     from service import client
 
     suffix = args.input.suffix.lower()
@@ -269,7 +270,7 @@ def _translate_document(channel, args: argparse.Namespace, call: dict) -> int:
     except (OSError, UnicodeDecodeError) as error:
         print(f"error: {args.input}: {error}", file=sys.stderr)
         return 2
-    try:  # HTML never cut inside a tag, a comment or a script
+    try:  # markup never cut inside a tag, a comment or a script
         parts = _document_parts(text, call.get("text_format"))
     except ValueError as error:
         print(f"error: {args.input}: {error}", file=sys.stderr)
@@ -294,14 +295,17 @@ def _translate_document(channel, args: argparse.Namespace, call: dict) -> int:
 
 def _document_parts(text: str, text_format: str | None) -> list[Part]:
     """The texts of a document, each within the server's default max_text_chars: HTML cut
-    after blocks and sentences outside its markup (files.html_parts), other text after
-    paragraph breaks (client.document_parts)."""
+    after blocks and sentences outside its markup (files.html_parts), XML after sentences
+    outside its markup (markup.parts), other text after paragraph breaks
+    (client.document_parts)."""
     from service import client
-    from service.runtime import files
+    from service.runtime import files, markup
     from service.runtime.requests import MAX_TEXT_CHARS
 
     if text_format == "html":
         return files.html_parts(text, MAX_TEXT_CHARS)
+    if text_format == "xml":
+        return markup.parts(text, MAX_TEXT_CHARS, "xml")
     return [Part(part) for part in client.document_parts(text)]
 
 

@@ -185,15 +185,15 @@ class Part:
         return (start, end) if kept and end >= start else (0, len(translation))
 
 
-def parts(text: str, most: int) -> list[Part]:
-    """An HTML text in parts of at most `most` characters each (their `text`), their sources
-    joined the text: each cut after a sentence's end or at a block's edge, outside every
-    tag, entity, comment and script, where the fewest inline elements are open. ValueError
-    where a sentence is longer than `most`."""
+def parts(text: str, most: int, text_format: str = "html") -> list[Part]:
+    """A text in HTML (or XML) in parts of at most `most` characters each (their `text`),
+    their sources joined the text: each cut after a sentence's end or at a block's edge,
+    outside every tag, entity, comment and script, where the fewest inline elements are
+    open. ValueError where a sentence is longer than `most`."""
     if len(text) <= most:
         return [Part(text)]
     found, start, opened = [], 0, ""
-    cuts, k = _cuts(text), 0
+    cuts, k = _cuts(text, text_format), 0
     while len(opened) + len(text) - start > most:
         best = None
         while k < len(cuts) and cuts[k][0] - start <= most:
@@ -239,11 +239,12 @@ class _Open:
         return "".join(tags)
 
 
-def _cuts(text: str) -> list[tuple[int, _Open | None]]:
-    """Where `text` (HTML) may be cut, in order, with the inline elements open there: in each
-    gap (_GAP) between the text's first and last words, the places outside markup where the
-    fewest are open."""
-    blank = blanked(text, "html")
+def _cuts(text: str, text_format: str) -> list[tuple[int, _Open | None]]:
+    """Where `text` (in `text_format`) may be cut, in order, with the inline elements open
+    there: in each gap (_GAP) between the text's first and last words, the places outside
+    markup where the fewest are open."""
+    blank = blanked(text, text_format)
+    void = VOID if text_format == "html" else frozenset()  # XML closes its own
     first, last = len(blank) - len(blank.lstrip()), len(blank.rstrip())
     inside = bytearray(len(text) + 1)  # 1: a place inside a tag, an entity, a comment...
     marked = [*hidden(text), *((m.start(), m.end()) for m in re.finditer(f"{TAG}|{ENTITY}", text))]
@@ -255,7 +256,7 @@ def _cuts(text: str) -> list[tuple[int, _Open | None]]:
         places = []
         for at in range(gap.start() + len(gap.group().rstrip()), gap.end() + 1):
             while e < len(elements) and elements[e].end() <= at:
-                there = _opened(there, names, elements[e].group())
+                there = _opened(there, names, elements[e].group(), void)
                 e += 1
             if first < at < last and not inside[at]:
                 places.append((there.count if there else 0, at, there))
@@ -264,10 +265,10 @@ def _cuts(text: str) -> list[tuple[int, _Open | None]]:
     return cuts
 
 
-def _opened(there: _Open | None, names: Counter, tag: str) -> _Open | None:
+def _opened(there: _Open | None, names: Counter, tag: str, void: frozenset) -> _Open | None:
     """What is open after an inline `tag`, `there` open before it and `names` counting their
     names (kept up to date): an end tag closes its element and those open inside it; one
-    that closes nothing open, or a void or self-closed tag, changes nothing."""
+    that closes nothing open, or a `void` or self-closed tag, changes nothing."""
     name = tag_name(tag)
     if tag.startswith("</"):
         closed = None
@@ -275,7 +276,7 @@ def _opened(there: _Open | None, names: Counter, tag: str) -> _Open | None:
             closed, there = there, there.outer
             names[closed.name] -= 1
         return there
-    if tag.endswith("/>") or name in VOID:
+    if tag.endswith("/>") or name in void:
         return there
     names[name] += 1
     count, closing = (there.count, there.closing) if there else (0, 0)

@@ -463,3 +463,29 @@ def test_a_long_html_document_is_never_cut_inside_a_tag(stand_in, tmp_path, caps
     argv = ["--input", str(source), "--text-format", "html", "--output", str(target)]
     assert main(["translate", "--server", address, *argv]) == 0
     assert target.read_text(encoding="utf-8") == page.upper()
+
+
+def test_a_long_xml_document_is_never_cut_inside_a_tag(stand_in, tmp_path):
+    """`--text-format xml` cut a document past 100,000 characters as plain text, after its
+    last space in reach: inside a tag (`<t id="404" | note="...">`), whose halves went to the
+    model as words."""
+    from service.runtime.markup import TAG
+
+    servicer, address = stand_in
+    note = "V" * 200
+    items = "".join(f'<t id="{i}" note="{note} W">Frase {i} aquí.</t> ' for i in range(600))
+    page = f"<doc>{items}</doc>"
+    source, target = tmp_path / "d.xml", tmp_path / "en.xml"
+    source.write_text(page, encoding="utf-8")
+    argv = ["--input", str(source), "--text-format", "xml", "--output", str(target)]
+    assert main(["translate", "--server", address, *argv]) == 0
+    texts = [text for request in servicer.requests for text in request.texts]
+    assert len(texts) > 1 and all(len(text) <= 100_000 for text in texts)
+    assert all("<" not in re.sub(TAG, "", text) for text in texts), [t[-40:] for t in texts]
+    assert [request.text_format for request in servicer.requests] == [
+        translation_pb2.TEXT_FORMAT_XML
+    ]
+    # each part closes the root where it ends and opens it again where it starts
+    sources = [text.removeprefix("<doc>") if i else text for i, text in enumerate(texts)]
+    sources = [text.removesuffix("</doc>") for text in sources[:-1]] + sources[-1:]
+    assert "".join(sources) == page and target.exists()
