@@ -53,8 +53,10 @@ class Document:
         return "".join(parts), spans
 
 
-# the end of a sentence followed by white space: where a long text may be cut
-SENTENCE_CUT = re.compile(r"[.!?…。！？]+[\"')\]»”’]*\s+")
+# the end of a sentence followed by white space: where a long text may be cut. Read from the
+# first mark of a run only, each part whole: a run not followed by white space is then read
+# once, not again from each of its marks
+SENTENCE_CUT = re.compile(r"(?<![.!?…。！？])[.!?…。！？]++[\"')\]»”’]*+\s+")
 
 
 def pieces(text: str, most: int, whole_sentences: bool = False) -> list[str]:

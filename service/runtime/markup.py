@@ -158,8 +158,9 @@ _VOID_NAMES = "area base br col embed hr img input link meta source track wbr "
 VOID = frozenset(_VOID_NAMES.split())
 
 
-# where a blanked text may be cut: after a sentence's end or at a block's edge
-_GAP = re.compile(rf"{SENTENCE_CUT.pattern}|\s*\n\s*")
+# where a blanked text may be cut: after a sentence's end or at a block's edge (its white
+# space read from its start only: once, where it holds no line break)
+_GAP = re.compile(rf"{SENTENCE_CUT.pattern}|(?<!\s)\s*\n\s*")
 
 
 @dataclass(frozen=True)

@@ -193,3 +193,21 @@ def test_a_text_of_deeply_nested_elements_is_cut_in_a_time_linear_in_its_length(
     assert "".join(p.source for p in parts) == text and all(len(p.text) <= 20_000 for p in parts)
     assert parts[2].opened == "<b>" * 2000 and parts[1].closed == "</b>" * 2000
     assert all(well_formed(inline_tags(p.text).replace("</q>", "")) for p in parts)
+
+
+@pytest.mark.parametrize(
+    "run",
+    ["…" * 20_000 + "x", "<i></i>" * 6_000, "." * 20_000 + ")x"],
+    ids=["ellipses", "empty-tags", "dots"],
+)
+def test_a_long_run_of_sentence_ends_or_white_space_is_read_once(run):
+    """Where a text may be cut was searched from every place of a run of sentence ends, or
+    of white space (inline tags are spaces there), with no space or line break after it: each
+    search read to the run's end, 4 s for 20,000 characters, minutes for an upload's
+    paragraph."""
+    text = f"<p>Hola {run} adiós. " + "Uno. " * 8_000 + "</p>"
+    started = time.perf_counter()
+    parts = markup.parts(text, 50_000)
+    assert time.perf_counter() - started < 1.0
+    assert len(parts) == 2 and "".join(p.source for p in parts) == text
+    assert parts[0].source.rstrip().endswith("Uno.") and len(parts[0].text) <= 50_000
