@@ -284,7 +284,7 @@ def _html(content: str, piece: int = HTML_PIECE) -> File:
     pieces = html_pieces(content, piece)
     paragraphs = []
     for i, piece in enumerate(pieces):
-        if said(re.sub(r"<[^>]*>", "", piece)):
+        if said(re.sub(r"<[^<>]*>", "", piece)):  # from each "<" to the next "<" at most
             paragraphs.append(Paragraph([piece], _piece_writer(pieces, i)))
     return File(paragraphs, "html", lambda: "".join(pieces).encode())
 
