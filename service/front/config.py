@@ -64,6 +64,17 @@ def _network(entry: str) -> bool:
     return True
 
 
+def forwarded_allow_ips(trusted: str) -> str | list[str]:
+    """`http_trusted_proxies` as uvicorn reads it: "*", or each network (an address is one)
+    written out, its host bits cleared. uvicorn takes neither white space around "*" nor a
+    network with host bits (10.0.0.1/8): it would trust no one."""
+    trusted = trusted.strip()
+    if trusted == "*":
+        return trusted
+    entries = [entry.strip() for entry in trusted.split(",")] if trusted else []
+    return [str(ipaddress.ip_network(entry, strict=False)) for entry in entries]
+
+
 # the settings that take one of a list of choices, and their lists
 CHOICES: dict[str, tuple[str, ...]] = {
     "device": (AUTO, *DEVICES),

@@ -661,15 +661,25 @@ def test_behind_a_proxy_at_the_root_path_the_page_and_every_link_reach_the_serve
     asyncio.run(through_proxy())
 
 
-@pytest.mark.parametrize(("trusted", "scheme"), [("127.0.0.1", "https"), ("10.0.0.0/8", "http")])
+@pytest.mark.parametrize(
+    ("trusted", "scheme"),
+    [
+        ("127.0.0.1", "https"),
+        ("10.0.0.0/8", "http"),
+        (" * ", "https"),
+        ("10.0.0.0/8, 127.0.0.5/8", "https"),
+        ("", "http"),
+    ],
+)
 def test_a_translated_file_s_link_is_https_behind_a_trusted_proxy_ending_tls(
     tmp_path, trusted, scheme
 ):
     """A proxy that ends TLS passes requests on over http with `X-Forwarded-Proto: https`:
     translatedFileUrl is https where the proxy's address is among `http_trusted_proxies`
-    (a proxy on another host named there), http where it is not."""
+    (a proxy on another host named there), http where it is not. The setting is read as
+    its check reads it: white space around '*', a network written with host bits."""
     web, _ = served(tmp_path)
-    config = ServerConfig(http_listen="127.0.0.1:0", http_trusted_proxies=trusted)
+    config = ServerConfig(http_listen="127.0.0.1:0", http_trusted_proxies=trusted).validate()
 
     async def translated_link() -> str:
         server = http_app.HttpServer(web.app, config, reuse_port=False)

@@ -23,7 +23,7 @@ from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from service.front.config import MAX_RECEIVE_BYTES, cannot_listen
+from service.front.config import MAX_RECEIVE_BYTES, cannot_listen, forwarded_allow_ips
 from service.front.http.calls import error_response
 from service.front.http.contract import ContractApi
 from service.front.http.libretranslate import LibreTranslateApi
@@ -145,7 +145,7 @@ class HttpServer:
             access_log=False,
             timeout_graceful_shutdown=1,
             root_path=config.http_root_path,
-            forwarded_allow_ips=config.http_trusted_proxies,
+            forwarded_allow_ips=forwarded_allow_ips(config.http_trusted_proxies),
             **tls,
         )
         self.server = _Uvicorn(settings)
