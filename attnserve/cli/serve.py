@@ -31,7 +31,7 @@ FLAG_HELP = {
     "by the proxy: the page, /docs and the server's links carry it ('': the root)",
     "http_trusted_proxies": "addresses and networks, comma-separated ('*': any, '': none), whose "
     "X-Forwarded-Proto the HTTP API believes: https links behind a proxy ending TLS "
-    "(default: 127.0.0.1)",
+    "(default: 127.0.0.1,::1)",
     "repository": "model repository root",
     "workers": "worker processes (0: one per usable core, or per GPU)",
     "fronts": "gRPC front processes sharing the port and every worker (0: one per 4 usable "

@@ -66,13 +66,20 @@ def _network(entry: str) -> bool:
 
 def forwarded_allow_ips(trusted: str) -> str | list[str]:
     """`http_trusted_proxies` as uvicorn reads it: "*", or each network (an address is one)
-    written out, its host bits cleared. uvicorn takes neither white space around "*" nor a
-    network with host bits (10.0.0.1/8): it would trust no one."""
+    written out, its host bits cleared, an IPv4 one also as an IPv6 socket ([::]) sees its
+    clients (::ffff:127.0.0.1). uvicorn takes neither white space around "*" nor a network
+    with host bits (10.0.0.1/8): it would trust no one."""
     trusted = trusted.strip()
     if trusted == "*":
         return trusted
     entries = [entry.strip() for entry in trusted.split(",")] if trusted else []
-    return [str(ipaddress.ip_network(entry, strict=False)) for entry in entries]
+    networks = [ipaddress.ip_network(entry, strict=False) for entry in entries]
+    mapped = [
+        ipaddress.ip_network(f"::ffff:{net.network_address}/{96 + net.prefixlen}")
+        for net in networks
+        if net.version == 4
+    ]
+    return [str(net) for net in networks + mapped]
 
 
 # the settings that take one of a list of choices, and their lists
@@ -102,8 +109,8 @@ class ServerConfig:
     http_root_path: str = ""
     # the addresses and networks, comma-separated ("*": any, "": none), whose
     # X-Forwarded-Proto the HTTP API believes: a proxy there that ends TLS gets https links
-    # (translatedFileUrl)
-    http_trusted_proxies: str = "127.0.0.1"
+    # (translatedFileUrl); by default the machine's own, over either loopback
+    http_trusted_proxies: str = "127.0.0.1,::1"
     repository: Path = DEFAULT_REPOSITORY  # <model>/<version>/manifest.json ...
     device: Device | Auto = AUTO  # cuda when onnxruntime has CUDA, else cpu; or cpu, cuda
     workers: int = 0  # 0: one per usable CPU core (usable_cores), or one per GPU on cuda

@@ -680,23 +680,36 @@ def test_a_translated_file_s_link_is_https_behind_a_trusted_proxy_ending_tls(
     its check reads it: white space around '*', a network written with host bits."""
     web, _ = served(tmp_path)
     config = ServerConfig(http_listen="127.0.0.1:0", http_trusted_proxies=trusted).validate()
+    link = asyncio.run(_translated_link(web.app, config, "127.0.0.1"))
+    assert link.startswith(f"{scheme}://127.0.0.1:")
 
-    async def translated_link() -> str:
-        server = http_app.HttpServer(web.app, config, reuse_port=False)
-        await server.start()
-        try:
-            async with httpx.AsyncClient() as client:
-                answer = await client.post(
-                    f"http://127.0.0.1:{server.port}/translate_file",
-                    files={"file": ("carta.txt", b"Hola amigo.")},
-                    data={"source": "es", "target": "en"},
-                    headers={"x-forwarded-proto": "https"},
-                )
-                return answer.json()["translatedFileUrl"]
-        finally:
-            await server.stop()
 
-    assert asyncio.run(translated_link()).startswith(f"{scheme}://127.0.0.1:")
+@pytest.mark.parametrize(("listen", "proxy"), [("[::1]:0", "[::1]"), ("[::]:0", "127.0.0.1")])
+def test_a_proxy_on_the_machine_is_trusted_over_ipv6_too(tmp_path, listen, proxy):
+    """By default a proxy on the machine is believed whichever loopback it comes from: ::1,
+    or 127.0.0.1 reaching an IPv6 listen address ([::]), where the socket sees it as
+    ::ffff:127.0.0.1."""
+    web, _ = served(tmp_path)
+    config = ServerConfig(http_listen=listen).validate()
+    assert asyncio.run(_translated_link(web.app, config, proxy)).startswith(f"https://{proxy}:")
+
+
+async def _translated_link(app, config: ServerConfig, proxy: str) -> str:
+    """translatedFileUrl of a file posted to a real server from `proxy`'s address, as a
+    proxy ending TLS passes it on."""
+    server = http_app.HttpServer(app, config, reuse_port=False)
+    await server.start()
+    try:
+        async with httpx.AsyncClient() as client:
+            answer = await client.post(
+                f"http://{proxy}:{server.port}/translate_file",
+                files={"file": ("carta.txt", b"Hola amigo.")},
+                data={"source": "es", "target": "en"},
+                headers={"x-forwarded-proto": "https"},
+            )
+            return answer.json()["translatedFileUrl"]
+    finally:
+        await server.stop()
 
 
 async def _served_under(client: httpx.AsyncClient, root: str) -> None:
