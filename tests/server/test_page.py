@@ -449,3 +449,27 @@ def test_a_caption_without_an_image_leaves_no_caption_of_the_last(page_server, b
     assert refused.text == "choose an image first"
     assert browser.find_element(By.ID, "caption-text").text == ""
     assert browser.find_elements(By.CSS_SELECTOR, "#attention figure") == []
+
+
+def test_a_file_answered_to_an_api_form_is_saved_under_its_own_name(page_server, browser):
+    """A file whose name is not plain ASCII comes with `filename*=utf-8''...` (RFC 6266):
+    the form's link saved it under the name percent-encoded (informe%20a%C3%B1o.docx)."""
+    import docx
+
+    original = io.BytesIO()
+    docx.Document().save(original)
+    with httpx.Client(timeout=60) as web:
+        answer = web.post(
+            page_server.http_url + "/translate_file", data={"source": "es", "target": "en"},
+            files={"file": ("informe año.docx", original.getvalue())},
+        )  # fmt: skip
+    name = unquote(answer.json()["translatedFileUrl"].rpartition("/")[2])
+    browser.get(page_server.http_url + "/docs")
+    wait = WebDriverWait(browser, 60)
+    sections = wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#operations section"))
+    titles = [s.find_element(By.TAG_NAME, "h2").text for s in sections]
+    download = sections[titles.index("GET /download_file/{name}")]
+    download.find_element(By.CSS_SELECTOR, 'input[name="name"]').send_keys(name)
+    download.find_element(By.TAG_NAME, "button").click()
+    link = wait.until(lambda d: download.find_elements(By.CSS_SELECTOR, "pre a"))[0]
+    assert link.get_attribute("download") == "informe año.docx"

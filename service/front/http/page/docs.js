@@ -79,6 +79,14 @@ function multipartBody(form, row) {
   return body;
 }
 
+// the name a file answered is saved under: its Content-Disposition's filename*, percent-
+// decoded (RFC 6266: a name not plain ASCII), else its filename
+function savedName(disposition) {
+  const encoded = /filename\*=UTF-8''([^;]+)/i.exec(disposition);
+  if (encoded) return decodeURIComponent(encoded[1]);
+  return (/filename="?([^";]+)/i.exec(disposition) || [])[1] || "file";
+}
+
 // an answer as text, or, where it is a file, its size and a link that saves it
 async function shown(answer, output) {
   const type = answer.headers.get("content-type") || "";
@@ -90,7 +98,7 @@ async function shown(answer, output) {
   output.textContent = `${answer.status}\n${type}, ${file.size} bytes `;
   const link = document.createElement("a");
   link.href = URL.createObjectURL(file);
-  link.download = (/filename\*?=(?:UTF-8'')?"?([^";]+)/i.exec(answer.headers.get("content-disposition") || "") || [])[1] || "file";
+  link.download = savedName(answer.headers.get("content-disposition") || "");
   link.textContent = "save";
   output.appendChild(link);
 }
