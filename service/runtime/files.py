@@ -591,36 +591,52 @@ def _sentence(starts, source: tuple[int, int], target: str, alignment) -> list[t
 
 def _docx(data: bytes, suffix: str) -> File:
     import docx
-    from docx.text.run import Run
 
     document = _opened(docx.Document, data, suffix)
-    paragraphs = []
-    for paragraph in _docx_paragraphs(document):
-        runs = _docx_text_runs(paragraph)
-        if not said("".join(r.text for r in runs)):
-            continue
-        write = _runs_writer(paragraph, runs, Run)
-        paragraphs.append(Paragraph([r.text for r in runs], write))
-    return File(paragraphs, "plain", _saver(document))
+    paragraphs, roots = [], _docx_roots(document)
+    for root in roots:
+        for element, copies in _docx_paragraphs(root):
+            runs, write = _docx_runs(element)
+            if said("".join(r.text for r in runs)):
+                writers = [write, *(_docx_runs(copied)[1] for copied in copies)]
+                paragraphs.append(Paragraph([r.text for r in runs], _each(writers)))
+    return File(paragraphs, "plain", _docx_saver(document, roots))
 
 
-def _docx_paragraphs(document):
-    """Every paragraph of the body, its tables (a merged cell once), and every header and
-    footer of every section (first-page and even-page ones too) not linked to the one
-    before, each once (sections may name one header's part)."""
-    seen: set[int] = set()  # a merged cell is every grid cell it spans
-    parts: set[int] = set()
+def _docx_runs(p) -> tuple[list, Callable[[list[tuple[int, str]]], None]]:
+    """A paragraph element's runs of plain text (python-docx's Run) and their writer."""
+    from docx.text.paragraph import Paragraph as DocxParagraph
+    from docx.text.run import Run
 
-    def of(container):
-        yield from container.paragraphs
-        for table in getattr(container, "tables", ()):
-            for row in table.rows:
-                for cell in row.cells:
-                    if id(cell._tc) not in seen:
-                        seen.add(id(cell._tc))
-                        yield from of(cell)
+    paragraph = DocxParagraph(p, None)
+    runs = [Run(r, paragraph) for r in _docx_text_runs(p)]
+    return runs, _runs_writer(paragraph, runs, Run)
 
-    yield from of(document)
+
+def _each(writers: list[Callable[[list[tuple[int, str]]], None]]):
+    """One writer that writes the same segments with every one of `writers`."""
+
+    def write(placed: list[tuple[int, str]]) -> None:
+        for writer in writers:
+            writer(placed)
+
+    return write
+
+
+# the parts of a .docx besides its body and its headers and footers that hold text a reader
+# sees, in the order they are read
+DOCX_NOTES = ("footnotes", "endnotes", "comments")
+
+
+def _docx_roots(document) -> dict:
+    """The root element of each part whose paragraphs are read -> its part: the body, every
+    header and footer of every section (first-page and even-page ones too) not linked to the
+    one before, each once (sections may name one header's part), the footnotes, endnotes and
+    comments. python-docx keeps footnotes and endnotes as bytes: they are parsed here."""
+    from docx.opc.constants import RELATIONSHIP_TYPE
+    from docx.oxml.parser import parse_xml
+
+    roots = {document.element: document.part}
     for section in document.sections:
         for part in (
             section.header,
@@ -630,30 +646,88 @@ def _docx_paragraphs(document):
             section.even_page_header,
             section.even_page_footer,
         ):
-            if not part.is_linked_to_previous and id(part.part) not in parts:
-                parts.add(id(part.part))
-                yield from of(part)
+            if not part.is_linked_to_previous and part.part.element not in roots:
+                roots[part.part.element] = part.part
+    for name in DOCX_NOTES:
+        relation = getattr(RELATIONSHIP_TYPE, name.upper())
+        for related in document.part.rels.values():
+            if related.reltype == relation and not related.is_external:
+                part = related.target_part
+                root = part.element if hasattr(part, "element") else parse_xml(part.blob)
+                roots[root] = part
+    return roots
+
+
+def _docx_saver(document, roots: dict):
+    """The `save` of a .docx: the parts held as bytes take their parsed roots' text first."""
+    from docx.opc.oxml import serialize_part_xml
+
+    saved = _saver(document)
+
+    def save() -> bytes:
+        for root, part in roots.items():
+            if getattr(part, "element", None) is not root:
+                part._blob = serialize_part_xml(root)
+        return saved()
+
+    return save
+
+
+MC = "{http://schemas.openxmlformats.org/markup-compatibility/2006}"
+
+
+def _docx_paragraphs(root) -> Iterator[tuple]:
+    """Every paragraph of a part in document order, each with its copies: wherever it sits
+    (a table, nested ones too, a content control, a text box). Word writes a text box twice,
+    as DrawingML and as VML for older readers (mc:AlternateContent): the VML paragraphs that
+    hold the same runs are the DrawingML ones' copies, not read on their own."""
+    copies: dict = {}
+    for alternate in root.iter(MC + "AlternateContent"):
+        choice, fallback = alternate.find(MC + "Choice"), alternate.find(MC + "Fallback")
+        if choice is None or fallback is None:
+            continue
+        ours, theirs = list(choice.iter(qn_w("p"))), list(fallback.iter(qn_w("p")))
+        if [_docx_texts(p) for p in ours] == [_docx_texts(p) for p in theirs]:
+            for p, copied in zip(ours, theirs, strict=True):
+                copies.setdefault(p, []).append(copied)
+    taken = {copied for held in copies.values() for copied in held}
+    for p in root.iter(qn_w("p")):
+        if p not in taken:
+            yield p, copies.get(p, [])
+
+
+def _docx_texts(p) -> list[str]:
+    return [run.text for run in _docx_runs(p)[0]]
 
 
 # what a run of plain text holds; a run holding anything else (a picture, a field's code or
 # mark, a note's reference, an object) is left as it is, as is every run inside a field
 DOCX_TEXT = {"rPr", "t", "tab", "br", "cr", "noBreakHyphen", "softHyphen", "lastRenderedPageBreak"}
+# what holds runs inside a paragraph: a hyperlink, a content control (a form's field), a
+# tracked insertion or move; a deletion's, a simple field's and a math zone's runs stay
+DOCX_INLINE = {"hyperlink", "sdt", "sdtContent", "smartTag", "customXml", "ins", "moveTo"}
 
 
-def _docx_text_runs(paragraph) -> list:
-    """The paragraph's runs of plain text, in order, a hyperlink's among them; those of a
-    field (a page number's) and those holding more than text are left out, and stay."""
-    from docx.text.hyperlink import Hyperlink
-
+def _docx_text_runs(p) -> list:
+    """The paragraph element's runs (w:r) of plain text, in order, those inside a hyperlink,
+    a content control or an insertion among them; those of a field (a page number's) and
+    those holding more than text are left out, and stay."""
     runs, depth = [], 0
-    for item in paragraph.iter_inner_content():
-        for run in item.runs if isinstance(item, Hyperlink) else [item]:
-            kinds = {child.tag.rpartition("}")[2] for child in run._r}
-            marks = [c.get(qn_w("fldCharType")) for c in run._r if c.tag.endswith("}fldChar")]
-            if kinds <= DOCX_TEXT and not depth:
-                runs.append(run)
-            depth += marks.count("begin") - marks.count("end")
+    for run in _docx_inline(p):
+        kinds = {_local(child.tag) for child in run}
+        marks = [c.get(qn_w("fldCharType")) for c in run if _local(c.tag) == "fldChar"]
+        if kinds <= DOCX_TEXT and not depth:
+            runs.append(run)
+        depth += marks.count("begin") - marks.count("end")
     return runs
+
+
+def _docx_inline(element) -> Iterator:
+    for child in element:
+        if _local(child.tag) == "r":
+            yield child
+        elif _local(child.tag) in DOCX_INLINE:
+            yield from _docx_inline(child)
 
 
 def qn_w(name: str) -> str:

@@ -142,15 +142,15 @@ def test_a_docx_reads_a_merged_cell_once_every_header_and_leaves_fields_and_link
     out = io.BytesIO()
     document.save(out)
     read = files.read_file(".docx", out.getvalue())
-    assert [p.runs for p in read.paragraphs] == [
-        ["Visite ", "nuestro sitio", " hoy."],
+    assert [p.runs for p in read.paragraphs] == [  # in the document's order
         ["Hola amigo."],
         ["Uno."],
         ["Dos."],
+        ["Visite ", "nuestro sitio", " hoy."],
         ["Página "],  # the field's runs stay out
         ["Primera"],
     ]
-    translations = ["Visit |our site| today.", "Hello friend.", "One.", "Two.", "Page ", "First"]
+    translations = ["Hello friend.", "One.", "Two.", "Visit |our site| today.", "Page ", "First"]
     for paragraph, translation in zip(read.paragraphs, translations, strict=True):
         parts = translation.split("|")
         paragraph.write(list(enumerate(parts)))
@@ -871,3 +871,120 @@ def test_an_html_file_of_unclosed_brackets_is_read_at_once():
     assert [p.text for p in read.paragraphs] == [content]
     empty = files.read_file(".html", b"<p><img src='a.png'></p><!-- x -->")
     assert not empty.paragraphs  # no words: kept as it is
+
+
+W = 'xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main"'
+NOTES = {"footnotes": "w:footnote", "endnotes": "w:endnote"}  # a part -> its notes' element
+
+
+def run(words: str, bold: bool = False) -> str:
+    """A WordprocessingML run of `words`."""
+    formatting = "<w:rPr><w:b/></w:rPr>" if bold else ""
+    return f"<w:r>{formatting}<w:t xml:space='preserve'>{words}</w:t></w:r>"
+
+
+def text_box(words: str) -> str:
+    """A run holding a text box as Word writes it: DrawingML, and VML for older readers."""
+    content = f"<w:txbxContent><w:p>{run(words)}</w:p></w:txbxContent>"
+    return (
+        "<w:r><mc:AlternateContent><mc:Choice Requires='wps'><w:drawing><wps:txbx>"
+        f"{content}</wps:txbx></w:drawing></mc:Choice><mc:Fallback><w:pict><v:shape>"
+        f"<v:textbox>{content}</v:textbox></v:shape></w:pict></mc:Fallback>"
+        "</mc:AlternateContent></w:r>"
+    )
+
+
+def docx_of(body: str, notes: dict[str, list[str]]) -> bytes:
+    """A .docx whose body ends with the XML `body`, with footnotes and endnotes (`notes`:
+    each part's notes' paragraphs' XML, after the two separators Word writes)."""
+    document = docx.Document()
+    document.add_comment(document.add_paragraph("Comentado.").runs, text="Un comentario.")
+    out = io.BytesIO()
+    document.save(out)
+    source = zipfile.ZipFile(io.BytesIO(out.getvalue()))
+    written = io.BytesIO()
+    added = {  # a file -> (where, what goes before it)
+        "word/document.xml": ("<w:sectPr", body),
+        "[Content_Types].xml": (
+            "</Types>",
+            "".join(
+                f'<Override PartName="/word/{part}.xml" ContentType="application/'
+                f'vnd.openxmlformats-officedocument.wordprocessingml.{part}+xml"/>'
+                for part in notes
+            ),
+        ),
+        "word/_rels/document.xml.rels": (
+            "</Relationships>",
+            "".join(
+                f'<Relationship Id="rId{part}" Type="http://schemas.openxmlformats.org/'
+                f'officeDocument/2006/relationships/{part}" Target="{part}.xml"/>'
+                for part in notes
+            ),
+        ),
+    }
+    with zipfile.ZipFile(written, "w") as archive:
+        for name in source.namelist():
+            data = source.read(name)
+            if name in added:
+                where, what = added[name]
+                data = data.decode().replace(where, what + where)
+            archive.writestr(name, data)
+        for part, paragraphs in notes.items():
+            note = NOTES[part]
+            separators = "".join(
+                f'<{note} w:type="{kind}" w:id="{i}"><w:p><w:r><w:separator/></w:r></w:p></{note}>'
+                for i, kind in ((-1, "separator"), (0, "continuationSeparator"))
+            )
+            said = "".join(f'<{note} w:id="{i}">{p}</{note}>' for i, p in enumerate(paragraphs, 1))
+            archive.writestr(f"word/{part}.xml", f"<w:{part} {W}>{separators}{said}</w:{part}>")
+    return written.getvalue()
+
+
+def test_a_docx_reads_content_controls_text_boxes_notes_comments_and_insertions():
+    """python-docx's paragraphs leave out a content control's (a cover page's, a form
+    field's), a text box's, a tracked insertion's, and footnotes, endnotes and comments are
+    parts of their own: all that text stayed untranslated. A text box is read once (Word
+    writes it twice, DrawingML and VML) and written to both."""
+    body = (
+        f"<w:sdt><w:sdtPr/><w:sdtContent><w:p>{run('Informe anual.')}</w:p></w:sdtContent></w:sdt>"
+        f"<w:p>{run('Escriba ')}<w:sdt><w:sdtContent>{run('su nombre', True)}</w:sdtContent>"
+        f"</w:sdt>{run(' aquí.')}</w:p>"
+        f"<w:p>{run('Una caja:')}{text_box('Texto en una caja.')}</w:p>"
+        f"<w:p>{run('Frase ')}<w:ins w:id='1' w:author='A' w:date='2024-01-01T00:00:00Z'>"
+        f"{run('insertada.')}</w:ins><w:del w:id='2' w:author='A' w:date='2024-01-01T00:00:00Z'>"
+        "<w:r><w:delText>borrada</w:delText></w:r></w:del></w:p>"
+        f"<w:p>{run('Con nota.')}<w:r><w:footnoteReference w:id='1'/></w:r></w:p>"
+        f"<w:tbl><w:tr><w:tc><w:tbl><w:tr><w:tc><w:p>{run('Celda de una tabla anidada.')}</w:p>"
+        "</w:tc></w:tr></w:tbl><w:p/></w:tc></w:tr></w:tbl>"
+    )
+    notes = {
+        "footnotes": [f"<w:p>{run('Una nota al pie.')}</w:p>"],
+        "endnotes": [f"<w:p>{run('Una nota final.')}</w:p>"],
+    }
+    read = files.read_file(".docx", docx_of(body, notes))
+    assert [p.runs for p in read.paragraphs] == [
+        ["Comentado."],
+        ["Informe anual."],
+        ["Escriba ", "su nombre", " aquí."],
+        ["Una caja:"],
+        ["Texto en una caja."],
+        ["Frase ", "insertada."],
+        ["Con nota."],
+        ["Celda de una tabla anidada."],
+        ["Una nota al pie."],
+        ["Una nota final."],
+        ["Un comentario."],
+    ]
+    for batch in read.batches(64):
+        batch.write([upper_cased(text) for text in batch.texts])
+    saved = zipfile.ZipFile(io.BytesIO(read.save()))
+    main = saved.read("word/document.xml").decode()
+    for said in ("INFORME ANUAL.", "ESCRIBA", " AQUÍ.", "FRASE", "borrada", "ANIDADA."):
+        assert said in main, said
+    assert re.search(r"<w:ins [^>]*><w:r><w:t[^>]*> INSERTADA\.<", main)
+    assert main.count("TEXTO EN UNA CAJA.") == 2 and "Texto en" not in main
+    assert "UNA NOTA AL PIE." in saved.read("word/footnotes.xml").decode()
+    assert "UNA NOTA FINAL." in saved.read("word/endnotes.xml").decode()
+    assert "UN COMENTARIO." in saved.read("word/comments.xml").decode()
+    assert re.search(r"<w:sdtContent><w:r><w:rPr><w:b/></w:rPr><w:t[^>]*> SU NOMBRE<", main)
+    assert "UNA CAJA:" in main
