@@ -701,7 +701,7 @@ def _docx_texts(p) -> list[str]:
 
 
 # what a run of plain text holds; a run holding anything else (a picture, a field's code or
-# mark, a note's reference, an object) is left as it is, as is every run inside a field
+# mark, a note's reference, an object) is left as it is
 DOCX_TEXT = {"rPr", "t", "tab", "br", "cr", "noBreakHyphen", "softHyphen", "lastRenderedPageBreak"}
 # what holds runs inside a paragraph: a hyperlink, a content control (a form's field), a
 # tracked insertion or move; a deletion's, a simple field's and a math zone's runs stay
@@ -710,16 +710,29 @@ DOCX_INLINE = {"hyperlink", "sdt", "sdtContent", "smartTag", "customXml", "ins",
 
 def _docx_text_runs(p) -> list:
     """The paragraph element's runs (w:r) of plain text, in order, those inside a hyperlink,
-    a content control or an insertion among them; those of a field (a page number's) and
-    those holding more than text are left out, and stay."""
-    runs, depth = [], 0
+    a content control or an insertion among them; those holding more than text are left
+    out, and stay, as are those of a field's code and those of the result of a field that
+    ends in the paragraph (a page number); a field going on past it (a table of contents)
+    holds paragraphs of text, read as any other."""
+    fields: list[tuple[int, bool]] = []  # each open field's (number, in its code)
+    ending, count, seen = set(), 0, []  # ending: the fields (their numbers) that end here
     for run in _docx_inline(p):
-        kinds = {_local(child.tag) for child in run}
-        marks = [c.get(qn_w("fldCharType")) for c in run if _local(c.tag) == "fldChar"]
-        if kinds <= DOCX_TEXT and not depth:
-            runs.append(run)
-        depth += marks.count("begin") - marks.count("end")
-    return runs
+        seen.append((run, list(fields)))
+        for child in run:
+            mark = child.get(qn_w("fldCharType")) if _local(child.tag) == "fldChar" else None
+            if mark == "begin":
+                fields.append((count, True))
+                count += 1
+            elif mark == "separate" and fields:
+                fields[-1] = (fields[-1][0], False)
+            elif mark == "end" and fields:
+                ending.add(fields.pop()[0])
+    return [
+        run
+        for run, held in seen
+        if {_local(child.tag) for child in run} <= DOCX_TEXT
+        and not any(code or number in ending for number, code in held)
+    ]
 
 
 def _docx_inline(element) -> Iterator:

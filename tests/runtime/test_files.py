@@ -988,3 +988,41 @@ def test_a_docx_reads_content_controls_text_boxes_notes_comments_and_insertions(
     assert "UN COMENTARIO." in saved.read("word/comments.xml").decode()
     assert re.search(r"<w:sdtContent><w:r><w:rPr><w:b/></w:rPr><w:t[^>]*> SU NOMBRE<", main)
     assert "UNA CAJA:" in main
+
+
+def field(kind: str) -> str:
+    return f"<w:r><w:fldChar w:fldCharType='{kind}'/></w:r>"
+
+
+def toc_entry(words: str, page: int) -> str:
+    """A table of contents' entry as Word writes it: a link to the heading, a tab, and the
+    heading's page number (a PAGEREF field)."""
+    return (
+        f"<w:hyperlink w:anchor='_Toc{page}'>{run(words)}<w:r><w:tab/></w:r>{field('begin')}"
+        f"<w:r><w:instrText> PAGEREF _Toc{page} \\h </w:instrText></w:r>{field('separate')}"
+        f"{run(str(page))}{field('end')}</w:hyperlink>"
+    )
+
+
+def test_a_docx_table_of_contents_is_translated_entry_by_entry_its_codes_kept():
+    """A table of contents is one field from its first entry's paragraph to its last: its
+    first entry was read as inside a field and stayed in Spanish, the others translated."""
+    toc = f'{field("begin")}<w:r><w:instrText> TOC \\o "1-3" \\h </w:instrText></w:r>'
+    body = (
+        "<w:sdt><w:sdtPr><w:docPartObj><w:docPartGallery w:val='Table of Contents'/>"
+        f"</w:docPartObj></w:sdtPr><w:sdtContent>"
+        f"<w:p>{toc}{field('separate')}{toc_entry('Introducción', 1)}</w:p>"
+        f"<w:p>{toc_entry('Conclusiones', 2)}</w:p><w:p>{field('end')}</w:p>"
+        "</w:sdtContent></w:sdt>"
+    )
+    read = files.read_file(".docx", docx_of(body, {}))
+    assert [p.runs for p in read.paragraphs][1:3] == [
+        ["Introducción", "\t"],
+        ["Conclusiones", "\t"],
+    ]
+    for batch in read.batches(64):
+        batch.write([upper_cased(text) for text in batch.texts])
+    main = zipfile.ZipFile(io.BytesIO(read.save())).read("word/document.xml").decode()
+    assert "INTRODUCCIÓN" in main and "CONCLUSIONES" in main
+    assert ' TOC \\o "1-3" \\h ' in main and main.count("PAGEREF") == 2
+    assert re.findall(r"<w:t[^>]*>(\d)</w:t>", main) == ["1", "2"]
