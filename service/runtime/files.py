@@ -876,25 +876,16 @@ def _pptx_run_writer(run):
 
 def _odf(data: bytes, suffix: str) -> File:
     """An OpenDocument text or presentation: its paragraphs and headings, wherever they sit
-    (a presentation's are in its frames' text boxes). A paragraph of text, spans and links
-    (their runs of spaces among them) is one text of runs; in any other (a tab, a line
-    break, a note, a frame, a field inside) each piece of text is translated on its own,
-    those in spans and links too."""
-    from odf import teletype, text
-    from odf.element import Text
+    (a presentation's are in its frames' text boxes, a note's in its note), each one text of
+    runs (_odf_runs)."""
+    from odf import text
 
     document = _opened(load_odf, data, suffix)
     paragraphs = []
     for element in [*document.getElementsByType(text.P), *document.getElementsByType(text.H)]:
-        children = list(element.childNodes)
-        if all(_odf_flat(c) for c in children):
-            runs = [c.data if isinstance(c, Text) else teletype.extractText(c) for c in children]
-            if said("".join(runs)):
-                paragraphs.append(Paragraph(runs, _odt_writer(element, children)))
-            continue
-        for node in _odf_texts(children):  # each piece of text on its own
-            if said(node.data):
-                paragraphs.append(Paragraph([node.data], _odt_text_writer(node)))
+        runs = _odf_runs(element)
+        if said("".join(run.text for run in runs)):
+            paragraphs.append(Paragraph([run.text for run in runs], _odf_writer(element, runs)))
     return File(paragraphs, "plain", _saver(document, "write"))
 
 
@@ -904,66 +895,152 @@ def load_odf(stream):
     return load(stream)
 
 
-ODF_SPACES = ("s",)  # spaces as an element (a tab or a line break parts two texts)
+ODF_SPACES = ("s",)  # spaces as an element: text of the run they sit in
+ODF_BREAKS = {"tab": "\t", "line-break": "\n"}  # each a run of its own, the element kept
 ODF_RUNS = ("span", "a")  # formatting, a link: what a run of text sits in
 
 
-def _odf_flat(node) -> bool:
-    """Text, spaces, or a span or link of those (spans inside it too)."""
+@dataclass
+class OdfRun:
+    """Text of a paragraph between its other elements: text and spaces (`nodes`, siblings
+    in `parent`), or a tab or a line break (`nodes` the one element, which stays)."""
+
+    parent: object
+    nodes: list
+    text: str
+    kept: bool = False  # a tab or a line break: what is written in it goes after it
+
+
+def _odf_runs(element) -> list[OdfRun]:
+    """A paragraph's runs in order: its text and spaces, those inside its spans and links
+    (nested ones too), its tabs and line breaks; what else it holds (a bookmark, a soft
+    page break, a note, a frame, a field) parts two runs and stays where it is."""
     from odf.element import Text
     from odf.namespaces import TEXTNS
 
-    if isinstance(node, Text):
-        return True
-    namespace, name = node.qname
-    if namespace != TEXTNS:
-        return False
-    return name in ODF_SPACES or (name in ODF_RUNS and all(map(_odf_flat, node.childNodes)))
+    runs: list[OdfRun] = []
+
+    def walk(parent) -> None:
+        last = None  # the run that text here goes on
+        for node in parent.childNodes:
+            name = node.qname[1] if not isinstance(node, Text) and node.qname[0] == TEXTNS else None
+            if isinstance(node, Text) or name in ODF_SPACES:
+                if last is None:
+                    last = OdfRun(parent, [], "")
+                    runs.append(last)
+                last.nodes.append(node)
+                last.text += node.data if isinstance(node, Text) else " " * _odf_count(node)
+                continue
+            last = None
+            if name in ODF_BREAKS:
+                runs.append(OdfRun(parent, [node], ODF_BREAKS[name], kept=True))
+            elif name in ODF_RUNS:
+                walk(node)
+
+    walk(element)
+    return runs
 
 
-def _odf_texts(nodes):
-    """The text nodes among `nodes` and inside their spans and links, in order."""
-    from odf.element import Text
-    from odf.namespaces import TEXTNS
-
-    for node in nodes:
-        if isinstance(node, Text):
-            yield node
-        elif node.qname[0] == TEXTNS and node.qname[1] in ODF_RUNS:
-            yield from _odf_texts(node.childNodes)
+def _odf_count(spaces) -> int:
+    return int(spaces.getAttribute("c") or 1)
 
 
-def _odt_writer(element, children):
-    """Each segment where its run was: a text run as text, a span's or link's in a copy of
-    it (its style, its target)."""
-    from odf import teletype
-    from odf.element import Text
+def _odf_writer(element, runs: list[OdfRun]):
+    """Each segment in its run, as text and spaces (a tab or a line break the translation
+    holds is a space: the paragraph's own stay where they were, without the white space
+    beside them), in place of the run's; where the segments do not keep their runs' order,
+    all where the first run of text was, each in a copy of its run's spans and links."""
 
     def write(placed: list[tuple[int, str]]) -> None:
-        for child in children:
-            if isinstance(child, Text):  # odfpy's removeChild takes elements only
-                element.childNodes.remove(child)
-                child.parentNode = None
-            else:
-                element.removeChild(child)
+        placed = [(run, re.sub("[\t\n]", " ", value)) for run, value in placed]
+        if not all(a[0] <= b[0] for a, b in itertools.pairwise(placed)):
+            _odf_moved(element, runs, placed)
+            return
+        values = [""] * len(runs)
         for run, value in placed:
-            original = children[run]
-            if isinstance(original, Text) or original.qname[1] in ODF_SPACES:
-                teletype.addTextToElement(element, value)
+            values[run] += value
+        for i, (run, value) in enumerate(zip(runs, values, strict=True)):
+            if i and runs[i - 1].kept:  # a tab or a break is the white space beside it
+                value = value.lstrip()
+            if i + 1 < len(runs) and runs[i + 1].kept:
+                value = value.rstrip()
+            _odf_write_run(run, value)
+
+    return write
+
+
+def _odf_moved(element, runs: list[OdfRun], placed: list[tuple[int, str]]) -> None:
+    """The segments, in their order, where the paragraph's first run of text was, each in a
+    copy of the spans and links its run sits in; the runs of text emptied."""
+    from odf import teletype
+
+    anchor = next(run for run in runs if not run.kept).nodes[0]
+    while anchor.parentNode is not element:
+        anchor = anchor.parentNode
+    for run, value in placed:
+        holder, node = element, runs[run].parent
+        chain = []  # the spans and links from the paragraph down to the run
+        while node is not element:
+            chain.insert(0, node)
+            node = node.parentNode
+        for original in chain:
+            clone = original.__class__(
+                qname=original.qname, qattributes=dict(original.attributes), check_grammar=False
+            )
+            if holder is element:
+                element.insertBefore(clone, anchor)
             else:
-                clone = original.__class__(
-                    qname=original.qname,
-                    qattributes=dict(original.attributes),
-                    check_grammar=False,
-                )
-                teletype.addTextToElement(clone, value)
-                element.appendChild(clone)
+                holder.appendChild(clone)
+            holder = clone
+        if holder is element:
+            _odf_insert(element, value, anchor)
+        else:
+            teletype.addTextToElement(holder, value)
+    for run in runs:
+        if not run.kept:
+            _odf_emptied(run)
 
-    return write
+
+def _odf_write_run(run: OdfRun, value: str) -> None:
+    siblings = run.parent.childNodes
+    after = next(i for i, node in enumerate(siblings) if node is run.nodes[-1]) + 1
+    before = siblings[after] if after < len(siblings) else None
+    if run.kept and not value.strip():
+        return
+    _odf_insert(run.parent, value, before)
+    if not run.kept:
+        _odf_emptied(run)
 
 
-def _odt_text_writer(node):
-    def write(placed: list[tuple[int, str]]) -> None:
-        node.data = "".join(value for _, value in placed)
+def _odf_insert(parent, value: str, before) -> None:
+    """`value` as text and spaces (text:s) into `parent` before its child `before` (None:
+    at its end)."""
+    from odf import teletype, text
 
-    return write
+    held = text.Span()  # the value's nodes, moved from here into place
+    teletype.addTextToElement(held, value)
+    for node in list(held.childNodes):
+        parent.insertBefore(node, before)
+
+
+def _odf_emptied(run: OdfRun) -> None:
+    """The run's text and spaces out, and the spans and links left empty by it."""
+    for node in run.nodes:
+        _odf_detach(node)
+    holder = run.parent
+    while holder.qname[1] in ODF_RUNS and not holder.childNodes and holder.parentNode:
+        parent = holder.parentNode
+        _odf_detach(holder)
+        holder = parent
+
+
+def _odf_detach(node) -> None:
+    """`node` out of its parent (odfpy's removeChild takes elements only)."""
+    parent = node.parentNode
+    parent.childNodes[:] = [child for child in parent.childNodes if child is not node]
+    for a, b in itertools.pairwise([None, *parent.childNodes, None]):
+        if a is not None:
+            a.nextSibling = b
+        if b is not None:
+            b.previousSibling = a
+    node.parentNode = node.previousSibling = node.nextSibling = None

@@ -182,12 +182,10 @@ def test_an_odt_keeps_its_spans_and_what_sits_between_its_texts():
     read = files.read_file(".odt", out.getvalue())
     assert [p.runs for p in read.paragraphs] == [
         ["El perro ", "come", " pan."],
-        ["Hola."],
-        ["Adiós."],
+        ["Hola.", "\t", "Adiós."],  # one text, the tab a run of its own
     ]
     read.paragraphs[0].write([(0, "The dog"), (1, " eats"), (2, " bread.")])
-    read.paragraphs[1].write([(0, "Hello.")])
-    read.paragraphs[2].write([(0, "Goodbye.")])
+    read.paragraphs[1].write([(0, "Hello."), (2, " Goodbye.")])
     written = load(io.BytesIO(read.save()))
     first, second = written.getElementsByType(text.P)
     pieces = [
@@ -203,8 +201,7 @@ def test_an_odt_keeps_its_spans_and_what_sits_between_its_texts():
 
 def test_an_odt_translates_links_and_spans_with_spaces_as_runs_of_one_text():
     """A link (text:a) and a span holding a run of spaces (text:s) are runs of their
-    paragraph's one text, the link's target kept; where a tab parts the paragraph, the
-    text inside its spans and links is translated too, a piece at a time."""
+    paragraph's one text, the link's target kept, as are those beside a tab."""
     document = OpenDocumentText()
     linked = text.P(text="Visite ")
     linked.addElement(text.A(href="https://example.org/", text="nuestro sitio"))
@@ -226,13 +223,11 @@ def test_an_odt_translates_links_and_spans_with_spaces_as_runs_of_one_text():
     assert [p.runs for p in read.paragraphs] == [
         ["Visite ", "nuestro sitio", " hoy."],
         ["Hola ", "mundo  bonito"],
-        ["Nombre:"],
-        ["Ana García"],
+        ["Nombre:", "\t", "Ana García"],
     ]
     read.paragraphs[0].write([(0, "Visit "), (1, "our site"), (2, " today.")])
     read.paragraphs[1].write([(0, "Hello "), (1, "pretty  world")])
-    read.paragraphs[2].write([(0, "Name:")])
-    read.paragraphs[3].write([(0, "Ana García")])
+    read.paragraphs[2].write([(0, "Name:"), (2, " Ana García")])
     written = load(io.BytesIO(read.save()))
     first, second, third = written.getElementsByType(text.P)
     (link,) = first.getElementsByType(text.A)
@@ -1026,3 +1021,81 @@ def test_a_docx_table_of_contents_is_translated_entry_by_entry_its_codes_kept():
     assert "INTRODUCCIÓN" in main and "CONCLUSIONES" in main
     assert ' TOC \\o "1-3" \\h ' in main and main.count("PAGEREF") == 2
     assert re.findall(r"<w:t[^>]*>(\d)</w:t>", main) == ["1", "2"]
+
+
+def test_an_odt_paragraph_with_tabs_breaks_bookmarks_and_notes_is_one_text():
+    """A paragraph holding a bookmark, a soft page break, a tab, a line break or a note was
+    translated a piece of text at a time (a sentence cut in two, a span's formatting given
+    to a piece of its own); it is one text of runs, those elements kept where they stand."""
+    document = OpenDocumentText()
+    bold = Style(name="Bold", family="text")
+    bold.addElement(TextProperties(fontweight="bold"))
+    document.automaticstyles.addElement(bold)
+    paragraph = text.P(text="El perro ")
+    paragraph.addElement(text.BookmarkStart(name="perro"))
+    paragraph.addElement(text.Span(stylename=bold, text="come"))
+    paragraph.addElement(text.BookmarkEnd(name="perro"))
+    paragraph.addText(" pan")
+    paragraph.addElement(text.SoftPageBreak())
+    paragraph.addText(" duro.")
+    note = text.Note(id="ftn1", noteclass="footnote")
+    note.addElement(text.NoteCitation(text="1"))
+    body = text.NoteBody()
+    body.addElement(text.P(text="Una nota."))
+    note.addElement(body)
+    paragraph.addElement(note)
+    paragraph.addText(" Nombre:")
+    paragraph.addElement(text.Tab())
+    paragraph.addText("Ana")
+    paragraph.addElement(text.LineBreak())
+    paragraph.addText("Fin  del texto.")
+    document.text.addElement(paragraph)
+    moved = text.P(text="La casa ")
+    span = text.Span(stylename=bold)
+    span.addElement(text.A(href="https://example.org/", text="roja"))
+    moved.addElement(span)
+    moved.addElement(text.Tab())
+    moved.addText("grande.")
+    document.text.addElement(moved)
+    out = io.BytesIO()
+    document.write(out)
+    read = files.read_file(".odt", out.getvalue())
+    assert [p.runs for p in read.paragraphs] == [
+        ["El perro ", "come", " pan", " duro.", " Nombre:", "\t", "Ana", "\n", "Fin  del texto."],
+        ["Una nota."],
+        ["La casa ", "roja", "\t", "grande."],
+    ]
+    # words out of their runs' order: each in a copy of its run's span and link, the tab kept
+    read.paragraphs[2].write([(0, "The "), (1, "red"), (0, " house,"), (3, " big.")])
+    for paragraph in read.paragraphs[:2]:  # the translator reads a tab as a space
+        said = upper_cased(paragraph.text.replace("\t", " "))
+        paragraph.write(files.segments(paragraph.runs, said))
+    written, _, moved = load(io.BytesIO(read.save())).getElementsByType(text.P)
+    assert teletype.extractText(moved) == "The red house, big.\t"
+    (link,) = moved.getElementsByType(text.A)
+    assert teletype.extractText(link) == "red" and link.parentNode.getAttribute("stylename")
+    kinds = [
+        c.data if isinstance(c, Text) else (c.qname[1], teletype.extractText(c))
+        for c in written.childNodes
+    ]
+    assert kinds == [
+        "EL PERRO",
+        ("bookmark-start", ""),
+        ("span", " COME"),
+        ("bookmark-end", ""),
+        " PAN",
+        ("soft-page-break", ""),
+        " DURO. ",
+        ("note", "1UNA NOTA."),
+        "NOMBRE:",
+        ("tab", ""),
+        "ANA",
+        ("line-break", ""),
+        "FIN ",
+        ("s", ""),  # the second space
+        "DEL TEXTO.",
+    ]
+    assert (
+        teletype.extractText(written)
+        == "EL PERRO COME PAN DURO. 1UNA NOTA.NOMBRE:\tANA\nFIN  DEL TEXTO."
+    )
