@@ -843,8 +843,8 @@ def _local(tag) -> str:
 
 
 def _pptx_paragraphs(presentation):
-    """Every text paragraph of the slides: their shapes', groups' and tables' cells, and the
-    speaker notes."""
+    """Every text paragraph of the slides: their shapes', groups' and tables' cells, their
+    charts' titles, and the speaker notes."""
 
     def of(shapes):
         for shape in shapes:
@@ -856,12 +856,28 @@ def _pptx_paragraphs(presentation):
                 for row in shape.table.rows:
                     for cell in row.cells:
                         yield from cell.text_frame.paragraphs
+            if getattr(shape, "has_chart", False) and shape.has_chart:
+                for title in _chart_titles(shape.chart):
+                    yield from title.text_frame.paragraphs
 
     for slide in presentation.slides:
         yield from of(slide.shapes)
         notes = slide.notes_slide.notes_text_frame if slide.has_notes_slide else None
         if notes is not None:  # None: a notes slide without a body
             yield from notes.paragraphs
+
+
+def _chart_titles(chart) -> list:
+    """A chart's title and its axes' titles that hold their own text (a title Office
+    writes from the data, as a pie's from its series, has none: it stays)."""
+    titles = [chart.chart_title] if chart.has_title else []
+    for axis in ("category_axis", "value_axis"):
+        try:
+            held = getattr(chart, axis)
+        except ValueError:  # a chart without it (a pie)
+            continue
+        titles += [held.axis_title] if held.has_title else []
+    return [title for title in titles if title.has_text_frame]
 
 
 def _pptx_run_writer(run):

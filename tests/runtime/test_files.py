@@ -1099,3 +1099,35 @@ def test_an_odt_paragraph_with_tabs_breaks_bookmarks_and_notes_is_one_text():
         teletype.extractText(written)
         == "EL PERRO COME PAN DURO. 1UNA NOTA.NOMBRE:\tANA\nFIN  DEL TEXTO."
     )
+
+
+def test_a_pptx_chart_keeps_its_titles_translated_and_its_data_as_it_is():
+    """A chart's title and its axes' titles (text a reader sees on the slide) were not read;
+    its categories and series are its data and stay, as does a title Office makes itself."""
+    from pptx.chart.data import CategoryChartData
+    from pptx.enum.chart import XL_CHART_TYPE
+
+    presentation = pptx.Presentation()
+    slide = presentation.slides.add_slide(presentation.slide_layouts[6])
+    data = CategoryChartData()
+    data.categories = ["Enero", "Febrero"]
+    data.add_series("Ventas", (1, 2))
+    for titled in (True, False):
+        kind = XL_CHART_TYPE.COLUMN_CLUSTERED if titled else XL_CHART_TYPE.PIE
+        shape = slide.shapes.add_chart(kind, Inches(1), Inches(1), Inches(4), Inches(3), data)
+        shape.chart.has_title = True  # the pie's title Office writes from its series' name
+        if titled:
+            shape.chart.chart_title.text_frame.text = "Ventas por mes"
+            shape.chart.value_axis.has_title = True
+            shape.chart.value_axis.axis_title.text_frame.text = "Unidades vendidas"
+    out = io.BytesIO()
+    presentation.save(out)
+    read = files.read_file(".pptx", out.getvalue())
+    assert [p.runs for p in read.paragraphs] == [["Ventas por mes"], ["Unidades vendidas"]]
+    for batch in read.batches(64):
+        batch.write([upper_cased(text) for text in batch.texts])
+    column, pie = [s.chart for s in pptx.Presentation(io.BytesIO(read.save())).slides[0].shapes]
+    assert column.chart_title.text_frame.text == "VENTAS POR MES"
+    assert column.value_axis.axis_title.text_frame.text == "UNIDADES VENDIDAS"
+    assert list(column.plots[0].categories) == ["Enero", "Febrero"]
+    assert not pie.chart_title.has_text_frame
