@@ -824,18 +824,46 @@ def _pptx(data: bytes, suffix: str) -> File:
     presentation = _opened(pptx.Presentation, data, suffix)
     paragraphs = []
     for paragraph in _pptx_paragraphs(presentation):
-        element = paragraph._p
-        children = [c for c in element if _local(c.tag) not in ("pPr", "endParaRPr")]
-        runs = list(paragraph.runs)
-        if all(_local(c.tag) == "r" for c in children):
-            if said("".join(r.text for r in runs)):
-                write = _runs_writer(paragraph, runs, _Run)
-                paragraphs.append(Paragraph([r.text for r in runs], write))
-            continue
-        for run in runs:  # breaks, fields...: each run's text on its own
-            if said(run.text):
-                paragraphs.append(Paragraph([run.text], _pptx_run_writer(run)))
+        for group in _pptx_groups(paragraph._p):
+            breaks = [_local(child.tag) == "br" for child in group]
+            runs = [_Run(child, paragraph) for child in group if _local(child.tag) == "r"]
+            texts = iter(run.text for run in runs)
+            read = ["\n" if br else next(texts) for br in breaks]
+            if said("".join(read)):
+                write = _past_breaks(breaks, _runs_writer(paragraph, runs, _Run))
+                paragraphs.append(Paragraph(read, write))
     return File(paragraphs, "plain", _saver(presentation))
+
+
+def _pptx_groups(element) -> Iterator[list]:
+    """A paragraph's runs and line breaks, in groups parted by what else it holds (a field:
+    a slide number, a date, which stays), each group one text."""
+    group: list = []
+    for child in element:
+        if _local(child.tag) in ("r", "br"):
+            group.append(child)
+        elif _local(child.tag) not in ("pPr", "endParaRPr"):
+            yield group
+            group = []
+    yield group
+
+
+def _past_breaks(breaks: list[bool], write: Callable[[list[tuple[int, str]]], None]):
+    """`write` of the runs of text of a paragraph's runs and line breaks (`breaks`: which
+    is one): a segment placed in a break goes to the run before it (the one after, at the
+    start); a line break a segment holds is a space, the paragraph's own breaks stay."""
+    runs = list(itertools.accumulate(not br for br in breaks))  # runs of text up to each
+
+    def moved(placed: list[tuple[int, str]]) -> None:
+        merged: list[tuple[int, str]] = []
+        for i, text in placed:
+            run, text = max(runs[i] - 1, 0), re.sub("[\n\v]", " ", text)
+            if merged and merged[-1][0] == run:
+                text = merged.pop()[1] + text
+            merged.append((run, text))
+        write(merged)
+
+    return moved
 
 
 def _local(tag) -> str:
@@ -878,13 +906,6 @@ def _chart_titles(chart) -> list:
             continue
         titles += [held.axis_title] if held.has_title else []
     return [title for title in titles if title.has_text_frame]
-
-
-def _pptx_run_writer(run):
-    def write(placed: list[tuple[int, str]]) -> None:
-        run.text = "".join(value for _, value in placed)
-
-    return write
 
 
 # -- .odt, .odp --------------------------------------------------------------------------------

@@ -259,15 +259,15 @@ def test_a_pptx_keeps_its_runs_breaks_tables_and_notes():
     assert [p.runs for p in read.paragraphs] == [
         ["Título"],
         ["El perro ", "come", " pan."],
-        ["Hola."],  # a line break between: each run on its own
-        ["Adiós."],
+        ["Hola.", "\n", "Adiós."],  # a line break between: a run of its own
         ["Buenos días."],
         ["Nota"],
     ]
     read.paragraphs[1].write([(0, "The dog"), (1, " eats"), (2, " bread.")])
+    read.paragraphs[2].write([(0, "Hello.\n"), (2, "Goodbye.")])
     for paragraph, value in zip(
-        [read.paragraphs[i] for i in (0, 2, 3, 4, 5)],
-        ("Title", "Hello.", "Goodbye.", "Good morning.", "Note"),
+        [read.paragraphs[i] for i in (0, 3, 4)],
+        ("Title", "Good morning.", "Note"),
         strict=True,
     ):
         paragraph.write([(0, value)])
@@ -276,7 +276,7 @@ def test_a_pptx_keeps_its_runs_breaks_tables_and_notes():
     first, second = written.placeholders[1].text_frame.paragraphs
     runs = [(r.text, bool(r.font.bold)) for r in first.runs]
     assert runs == [("The dog", False), (" eats", True), (" bread.", False)]
-    assert second.text == "Hello.\vGoodbye."  # python-pptx reads a line break as \v
+    assert second.text == "Hello. \vGoodbye."  # python-pptx reads a line break as \v
     table = next(s for s in written.shapes if s.has_table).table
     assert table.cell(0, 0).text == "Good morning."
     assert written.notes_slide.notes_text_frame.text == "Note"
@@ -1131,3 +1131,44 @@ def test_a_pptx_chart_keeps_its_titles_translated_and_its_data_as_it_is():
     assert column.value_axis.axis_title.text_frame.text == "UNIDADES VENDIDAS"
     assert list(column.plots[0].categories) == ["Enero", "Febrero"]
     assert not pie.chart_title.has_text_frame
+
+
+def test_a_pptx_sentence_over_a_line_break_is_one_text():
+    """A paragraph holding a line break was translated a run at a time, a sentence over
+    the break in two halves; the runs on both sides of a break are one text, the break
+    kept. A field (a slide number) still parts the texts, so that each keeps the white
+    space beside it."""
+    from pptx.oxml.ns import qn
+
+    presentation = pptx.Presentation()
+    slide = presentation.slides.add_slide(presentation.slide_layouts[6])
+    box = slide.shapes.add_textbox(Inches(1), Inches(1), Inches(4), Inches(2)).text_frame
+    broken = box.paragraphs[0]
+    broken.add_run().text = "El perro come"
+    broken.add_line_break()
+    run = broken.add_run()
+    run.text, run.font.bold = "pan duro.", True
+    numbered = box.add_paragraph()
+    numbered.add_run().text = "Diapositiva "
+    number = numbered._p.makeelement(qn("a:fld"), {"id": "{B6F15528-21DE-4FAA-801E-634DDDAF4B2B}"})
+    number.set("type", "slidenum")
+    number.append(number.makeelement(qn("a:t"), {}))
+    number[0].text = "3"
+    numbered._p.append(number)
+    numbered.add_run().text = " de diez."
+    out = io.BytesIO()
+    presentation.save(out)
+    read = files.read_file(".pptx", out.getvalue())
+    assert [p.runs for p in read.paragraphs] == [
+        ["El perro come", "\n", "pan duro."],
+        ["Diapositiva "],
+        [" de diez."],
+    ]
+    read.paragraphs[0].write([(0, "The dog eats"), (1, "\n"), (2, "hard bread.")])
+    read.paragraphs[1].write([(0, "Slide ")])
+    read.paragraphs[2].write([(0, " of ten.")])
+    written = pptx.Presentation(io.BytesIO(read.save())).slides[0].shapes[0].text_frame
+    first, second = written.paragraphs
+    assert first.text == "The dog eats \vhard bread."  # python-pptx reads a break as \v
+    assert [bool(r.font.bold) for r in first.runs] == [False, True]
+    assert second.text == "Slide 3 of ten." and 'type="slidenum"' in second._p.xml
