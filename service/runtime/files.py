@@ -609,8 +609,9 @@ def _docx_runs(p) -> tuple[list, Callable[[list[tuple[int, str]]], None]]:
     from docx.text.run import Run
 
     paragraph = DocxParagraph(p, None)
-    runs = [Run(r, paragraph) for r in _docx_text_runs(p)]
-    return runs, _runs_writer(paragraph, runs, Run)
+    texts, parted = _docx_text_runs(p)
+    runs = [Run(r, paragraph) for r in texts]
+    return runs, _edged([r.text for r in runs], parted, _runs_writer(paragraph, runs, Run))
 
 
 def _each(writers: list[Callable[[list[tuple[int, str]]], None]]):
@@ -708,12 +709,13 @@ DOCX_TEXT = {"rPr", "t", "tab", "br", "cr", "noBreakHyphen", "softHyphen", "last
 DOCX_INLINE = {"hyperlink", "sdt", "sdtContent", "smartTag", "customXml", "ins", "moveTo"}
 
 
-def _docx_text_runs(p) -> list:
+def _docx_text_runs(p) -> tuple[list, list[bool]]:
     """The paragraph element's runs (w:r) of plain text, in order, those inside a hyperlink,
     a content control or an insertion among them; those holding more than text are left
     out, and stay, as are those of a field's code and those of the result of a field that
     ends in the paragraph (a page number); a field going on past it (a table of contents)
-    holds paragraphs of text, read as any other."""
+    holds paragraphs of text, read as any other. With them, whether something that stays
+    sits before each run and after the last (_edged)."""
     fields: list[tuple[int, bool]] = []  # each open field's (number, in its code)
     ending, count, seen = set(), 0, []  # ending: the fields (their numbers) that end here
     for run in _docx_inline(p):
@@ -727,17 +729,26 @@ def _docx_text_runs(p) -> list:
                 fields[-1] = (fields[-1][0], False)
             elif mark == "end" and fields:
                 ending.add(fields.pop()[0])
-    return [
-        run
-        for run, held in seen
-        if {_local(child.tag) for child in run} <= DOCX_TEXT
-        and not any(code or number in ending for number, code in held)
-    ]
+    runs, parted, between = [], [], False  # between: something stays since the last run
+    for run, held in seen:
+        plain = {_local(child.tag) for child in run} <= DOCX_TEXT
+        if plain and not any(code or number in ending for number, code in held):
+            runs.append(run)
+            parted.append(between)
+            between = False
+        else:
+            between = True
+    return runs, [*parted, between]
+
+
+# what a paragraph shows besides runs: a simple field, an equation
+DOCX_SHOWN = {"r", "fldSimple", "oMath"}
 
 
 def _docx_inline(element) -> Iterator:
+    """The runs of a paragraph, and what else it shows between them (DOCX_SHOWN)."""
     for child in element:
-        if _local(child.tag) == "r":
+        if _local(child.tag) in DOCX_SHOWN:
             yield child
         elif _local(child.tag) in DOCX_INLINE:
             yield from _docx_inline(child)
@@ -746,6 +757,29 @@ def _docx_inline(element) -> Iterator:
 def qn_w(name: str) -> str:
     """WordprocessingML's namespaced attribute `name`."""
     return "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}" + name
+
+
+def _edged(sources: list[str], parted: list[bool], write):
+    """`write` of runs between which something stays (`parted`: whether it sits before each
+    run, and after the last; a field, a picture): the white space at a run's edge beside it
+    is the source run's. A translation's words carry the space before them, so "Página "
+    PAGE " de " came back as "Page" PAGE " of ": "Page1 of 5"."""
+
+    def edged(placed: list[tuple[int, str]]) -> None:
+        if any(a[0] > b[0] for a, b in itertools.pairwise(placed)):
+            write(placed)  # all where the first run was: nothing stays between them
+            return
+        out = []
+        for run, text in placed:
+            source = sources[run]
+            if text.strip() and parted[run]:
+                text = source[: len(source) - len(source.lstrip())] + text.lstrip()
+            if text.strip() and parted[run + 1]:
+                text = text.rstrip() + source[len(source.rstrip()) :]
+            out.append((run, text))
+        write(out)
+
+    return edged
 
 
 def _runs_writer(paragraph, runs, run_type):
@@ -920,9 +954,11 @@ def _odf(data: bytes, suffix: str) -> File:
     document = _opened(load_odf, data, suffix)
     paragraphs = []
     for element in [*document.getElementsByType(text.P), *document.getElementsByType(text.H)]:
-        runs = _odf_runs(element)
-        if said("".join(run.text for run in runs)):
-            paragraphs.append(Paragraph([run.text for run in runs], _odf_writer(element, runs)))
+        runs, parted = _odf_runs(element)
+        texts = [run.text for run in runs]
+        if said("".join(texts)):
+            write = _edged(texts, parted, _odf_writer(element, runs))
+            paragraphs.append(Paragraph(texts, write))
     return File(paragraphs, "plain", _saver(document, "write"))
 
 
@@ -948,14 +984,16 @@ class OdfRun:
     kept: bool = False  # a tab or a line break: what is written in it goes after it
 
 
-def _odf_runs(element) -> list[OdfRun]:
+def _odf_runs(element) -> tuple[list[OdfRun], list[bool]]:
     """A paragraph's runs in order: its text and spaces, those inside its spans and links
     (nested ones too), its tabs and line breaks; what else it holds (a bookmark, a soft
-    page break, a note, a frame, a field) parts two runs and stays where it is."""
+    page break, a note, a frame, a field) parts two runs and stays where it is. With them,
+    whether such a thing sits before each run and after the last (_edged)."""
     from odf.element import Text
     from odf.namespaces import TEXTNS
 
     runs: list[OdfRun] = []
+    parted = [False]  # the last one: since the last run
 
     def walk(parent) -> None:
         last = None  # the run that text here goes on
@@ -965,17 +1003,21 @@ def _odf_runs(element) -> list[OdfRun]:
                 if last is None:
                     last = OdfRun(parent, [], "")
                     runs.append(last)
+                    parted.append(False)
                 last.nodes.append(node)
                 last.text += node.data if isinstance(node, Text) else " " * _odf_count(node)
                 continue
             last = None
             if name in ODF_BREAKS:
                 runs.append(OdfRun(parent, [node], ODF_BREAKS[name], kept=True))
+                parted.append(False)
             elif name in ODF_RUNS:
                 walk(node)
+            else:
+                parted[-1] = True
 
     walk(element)
-    return runs
+    return runs, parted
 
 
 def _odf_count(spaces) -> int:

@@ -1078,16 +1078,16 @@ def test_an_odt_paragraph_with_tabs_breaks_bookmarks_and_notes_is_one_text():
         c.data if isinstance(c, Text) else (c.qname[1], teletype.extractText(c))
         for c in written.childNodes
     ]
-    assert kinds == [
-        "EL PERRO",
+    assert kinds == [  # the white space beside what stays is the source's (_edged)
+        "EL PERRO ",
         ("bookmark-start", ""),
-        ("span", " COME"),
+        ("span", "COME"),
         ("bookmark-end", ""),
         " PAN",
         ("soft-page-break", ""),
-        " DURO. ",
+        " DURO.",
         ("note", "1UNA NOTA."),
-        "NOMBRE:",
+        " NOMBRE:",
         ("tab", ""),
         "ANA",
         ("line-break", ""),
@@ -1097,7 +1097,7 @@ def test_an_odt_paragraph_with_tabs_breaks_bookmarks_and_notes_is_one_text():
     ]
     assert (
         teletype.extractText(written)
-        == "EL PERRO COME PAN DURO. 1UNA NOTA.NOMBRE:\tANA\nFIN  DEL TEXTO."
+        == "EL PERRO COME PAN DURO.1UNA NOTA. NOMBRE:\tANA\nFIN  DEL TEXTO."
     )
 
 
@@ -1172,3 +1172,38 @@ def test_a_pptx_sentence_over_a_line_break_is_one_text():
     assert first.text == "The dog eats \vhard bread."  # python-pptx reads a break as \v
     assert [bool(r.font.bold) for r in first.runs] == [False, True]
     assert second.text == "Slide 3 of ten." and 'type="slidenum"' in second._p.xml
+
+
+def test_a_docx_field_between_runs_keeps_the_white_space_beside_it():
+    """ "Página " PAGE " de " NUMPAGES is one text, "Página  de "; the translation's words
+    carry their spaces before them, so "Page" went before the page number with none:
+    "Page1 of 5". The white space at a run's edge where a field stays is the source's, in
+    a .docx as in an .odt."""
+    paragraph = (
+        f"<w:p>{run('Página ')}{field('begin')}<w:r><w:instrText> PAGE </w:instrText></w:r>"
+        f"{field('separate')}{run('1')}{field('end')}{run(' de ', True)}"
+        "<w:fldSimple w:instr=' NUMPAGES '><w:r><w:t>5</w:t></w:r></w:fldSimple></w:p>"
+    )
+    read = files.read_file(".docx", docx_of(paragraph, {}))
+    (footer,) = [p for p in read.paragraphs if p.text.startswith("Página")]
+    assert footer.runs == ["Página ", " de "]
+    said = aligned(["▁Página", "▁de", "</s>"], ["▁Page", "▁of", "</s>"], [0, 1, 2], "Page of", 10)
+    said["hypotheses"][0]["text"] = "Page of "  # the space after the sentence, as it was
+    placed = files.segments(footer.runs, said)
+    assert placed == [(0, "Page"), (1, " of ")]
+    footer.write(placed)
+    main = zipfile.ZipFile(io.BytesIO(read.save())).read("word/document.xml").decode()
+    shown = "".join(re.findall(r"<w:t(?: [^>]*)?>([^<]*)</w:t>", main))
+    assert shown.endswith("Page 1 of 5"), shown
+    document = OpenDocumentText()  # an .odt's page number and count alike
+    numbered = text.P(text="Página ")
+    numbered.addElement(text.PageNumber(selectpage="current", text="1"))
+    numbered.addText(" de ")
+    numbered.addElement(text.PageCount(text="5"))
+    document.text.addElement(numbered)
+    out = io.BytesIO()
+    document.write(out)
+    read = files.read_file(".odt", out.getvalue())
+    read.paragraphs[0].write(files.segments(read.paragraphs[0].runs, said))
+    written = load(io.BytesIO(read.save())).getElementsByType(text.P)[0]
+    assert teletype.extractText(written) == "Page 1 of 5"
