@@ -331,7 +331,14 @@ def test_ctrl_c_cancels_the_calls_in_flight_and_exits_130_without_a_traceback(ar
     )
     command = [sys.executable, "-m", "attnserve.cli", "translate", "--server", address, *argv]
     process = subprocess.Popen(
-        command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        command,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        # as from a terminal: a SIGINT ignored where the tests run (a job put in the
+        # background by a shell without job control) stays ignored across exec
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         for _ in range(calls):
