@@ -94,6 +94,16 @@ def served(
     return TestClient(built, raise_server_exceptions=False), servicer
 
 
+def file_posted(web: TestClient, name: str, data: bytes, **given) -> httpx.Response:
+    """LibreTranslate's /translate_file of `data` as a file `name`, Spanish to English."""
+    return web.post(
+        "/translate_file",
+        files={"file": (name, data)},
+        data={"source": "es", "target": "en"},
+        **given,
+    )
+
+
 def test_detect_refuses_what_is_not_text(tmp_path):
     web, _ = served(tmp_path)
     for q in ([1, 2], {"a": 1}, ["Hola", None]):
@@ -110,11 +120,7 @@ def test_a_translated_file_downloads_from_its_url_whatever_its_name(tmp_path, na
     """A "#" or "?" in a file's name ended the link's path; a long name (legal on disk)
     failed once the uuid was put before it, after the whole file was translated."""
     web, _ = served(tmp_path)
-    answer = web.post(
-        "/translate_file",
-        files={"file": (name, b"Hola amigo.")},
-        data={"source": "es", "target": "en"},
-    )
+    answer = file_posted(web, name, b"Hola amigo.")
     assert answer.status_code == 200, answer.text
     link = urlsplit(answer.json()["translatedFileUrl"])
     assert not link.query and not link.fragment
@@ -128,12 +134,7 @@ def test_one_deadline_bounds_every_batch_of_a_file(tmp_path):
     web, servicer = served(tmp_path, delay=0.3)
     text = "\n\n".join(f"Hola {i}." for i in range(2_500)).encode()  # 3 batches of calls
     started = time.monotonic()
-    answer = web.post(
-        "/translate_file",
-        files={"file": ("largo.txt", text)},
-        data={"source": "es", "target": "en"},
-        headers={"x-request-timeout": "0.5"},
-    )
+    answer = file_posted(web, "largo.txt", text, headers={"x-request-timeout": "0.5"})
     assert answer.status_code == 504 and time.monotonic() - started < 0.85
     assert len(servicer.requests) == 2
 
@@ -151,11 +152,7 @@ def test_a_document_paragraph_past_the_text_limit_is_sent_in_parts(tmp_path):
     document.add_paragraph("Adiós.")
     sent = io.BytesIO()
     document.save(sent)
-    answer = web.post(
-        "/translate_file",
-        files={"file": ("carta.docx", sent.getvalue())},
-        data={"source": "es", "target": "en"},
-    )
+    answer = file_posted(web, "carta.docx", sent.getvalue())
     assert answer.status_code == 200, answer.text
     texts = [text for request in servicer.requests for text in request.texts]
     assert texts == ["El perro come pan. La casa es grande. ", "El sol sale hoy.", "Adiós."]
@@ -167,11 +164,7 @@ def test_a_document_paragraph_past_the_text_limit_is_sent_in_parts(tmp_path):
     document.add_paragraph("Una frase muy larga que no termina nunca jamás.")
     sent = io.BytesIO()
     document.save(sent)
-    refused = web.post(
-        "/translate_file",
-        files={"file": ("carta.docx", sent.getvalue())},
-        data={"source": "es", "target": "en"},
-    )
+    refused = file_posted(web, "carta.docx", sent.getvalue())
     assert refused.status_code == 400
     assert refused.json()["error"] == (
         'Invalid request: carta.docx: paragraph 3 ("Una frase muy larga que no termina nunca...")'
@@ -201,11 +194,7 @@ def test_a_file_whose_translation_holds_control_characters_is_written(tmp_path):
     document.add_paragraph("El perro come pan.")
     sent = io.BytesIO()
     document.save(sent)
-    answer = web.post(
-        "/translate_file",
-        files={"file": ("carta.docx", sent.getvalue())},
-        data={"source": "es", "target": "en"},
-    )
+    answer = file_posted(web, "carta.docx", sent.getvalue())
     assert answer.status_code == 200, answer.text
     back = docx.Document(io.BytesIO(web.get(answer.json()["translatedFileUrl"]).content))
     assert [p.text for p in back.paragraphs] == ["EL PERRO COME PAN."]
@@ -216,11 +205,7 @@ def test_an_html_block_past_the_text_limit_is_sent_in_parts(tmp_path):
     file refused for it; one sentence past the limit still is, before any call."""
     web, servicer = served(tmp_path, chars=60)
     page = "<p>El perro <b>come pan. La casa</b> es grande. El sol sale hoy.</p><p>Adiós.</p>"
-    answer = web.post(
-        "/translate_file",
-        files={"file": ("carta.html", page.encode())},
-        data={"source": "es", "target": "en"},
-    )
+    answer = file_posted(web, "carta.html", page.encode())
     assert answer.status_code == 200, answer.text
     texts = [text for request in servicer.requests for text in request.texts]
     assert texts == [
@@ -232,11 +217,7 @@ def test_an_html_block_past_the_text_limit_is_sent_in_parts(tmp_path):
     long = (
         "<p>Hola.</p><p>Una frase <i>muy larga</i> que no termina nunca jamás de los jamases.</p>"
     )
-    refused = web.post(
-        "/translate_file",
-        files={"file": ("carta.html", long.encode())},
-        data={"source": "es", "target": "en"},
-    )
+    refused = file_posted(web, "carta.html", long.encode())
     assert refused.status_code == 400
     assert refused.json()["error"] == (
         'Invalid request: carta.html: paragraph 2 ("Una frase muy larga que no termina nunca..."'

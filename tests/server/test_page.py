@@ -158,17 +158,29 @@ def test_the_page_captions_and_draws_where_each_word_looked(page_server, browser
     assert len(distinct) >= len(shots) // 2
 
 
+def api_forms(browser, url: str) -> dict:
+    """The forms of /docs at `url` (a server's, or a proxy's prefix), by their titles
+    ("POST /v1/translate")."""
+    browser.get(url + "/docs")
+    sections = WebDriverWait(browser, 60).until(
+        lambda d: d.find_elements(By.CSS_SELECTOR, "#operations section")
+    )
+    return {s.find_element(By.TAG_NAME, "h2").text: s for s in sections}
+
+
+def sent(browser, form) -> str:
+    """What `form` shows once its Send is answered: the status, then the body."""
+    form.find_element(By.TAG_NAME, "button").click()
+    output = form.find_element(By.TAG_NAME, "pre")
+    WebDriverWait(browser, 60).until(lambda d: output.text[:3].isdigit())
+    return output.text
+
+
 def test_the_api_forms_send_requests(page_server, browser):
-    browser.get(page_server.http_url + "/docs")
-    wait = WebDriverWait(browser, 60)
-    sections = wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#operations section"))
-    titles = [s.find_element(By.TAG_NAME, "h2").text for s in sections]
-    assert "POST /v1/translate" in titles and "GET /v1/models" in titles
-    models = sections[titles.index("GET /v1/models")]
-    models.find_element(By.TAG_NAME, "button").click()
-    output = models.find_element(By.TAG_NAME, "pre")
-    wait.until(lambda d: output.text.startswith("200"))
-    assert '"translator"' in output.text
+    forms = api_forms(browser, page_server.http_url)
+    assert "POST /v1/translate" in forms
+    output = sent(browser, forms["GET /v1/models"])
+    assert output.startswith("200") and '"translator"' in output, output
 
 
 def test_the_api_forms_attach_a_file_and_fill_a_path_parameter(page_server, browser, tmp_path):
@@ -177,26 +189,19 @@ def test_the_api_forms_attach_a_file_and_fill_a_path_parameter(page_server, brow
     has its fields now, a file picker for the file."""
     letter = tmp_path / "carta.txt"
     letter.write_text("El perro come pan.", encoding="utf-8")
-    browser.get(page_server.http_url + "/docs")
-    wait = WebDriverWait(browser, 60)
-    sections = wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#operations section"))
-    titles = [s.find_element(By.TAG_NAME, "h2").text for s in sections]
-    upload = sections[titles.index("POST /translate_file")]
+    forms = api_forms(browser, page_server.http_url)
+    upload = forms["POST /translate_file"]
     upload.find_element(By.CSS_SELECTOR, 'input[name="file"][type="file"]').send_keys(str(letter))
     upload.find_element(By.CSS_SELECTOR, 'input[name="source"]').send_keys("es")
     upload.find_element(By.CSS_SELECTOR, 'input[name="target"]').send_keys("en")
-    upload.find_element(By.TAG_NAME, "button").click()
-    output = upload.find_element(By.TAG_NAME, "pre")
-    wait.until(lambda d: output.text[:3].isdigit())
-    status, _, body = output.text.partition("\n")
-    assert status == "200", output.text
+    output = sent(browser, upload)
+    status, _, body = output.partition("\n")
+    assert status == "200", output
     name = unquote(json.loads(body)["translatedFileUrl"].rpartition("/")[2])
-    download = sections[titles.index("GET /download_file/{name}")]
+    download = forms["GET /download_file/{name}"]
     download.find_element(By.CSS_SELECTOR, 'input[name="name"]').send_keys(name)
-    download.find_element(By.TAG_NAME, "button").click()
-    output = download.find_element(By.TAG_NAME, "pre")
-    wait.until(lambda d: output.text[:3].isdigit())
-    assert output.text.startswith("200\n") and "dog" in output.text.lower(), output.text
+    output = sent(browser, download)
+    assert output.startswith("200\n") and "dog" in output.lower(), output
 
 
 @pytest.mark.slow
@@ -219,14 +224,8 @@ def test_the_page_and_the_api_forms_work_behind_a_proxy_at_a_path(start_server, 
         browser.find_element(By.ID, "translate-button").click()
         wait.until(lambda d: d.find_element(By.ID, "translation").text not in ("", "…"))
         assert "dog" in browser.find_element(By.ID, "translation").text
-        browser.get(proxy.url + "/docs")
-        sections = wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#operations section"))
-        titles = [s.find_element(By.TAG_NAME, "h2").text for s in sections]
-        models = sections[titles.index("GET /v1/models")]
-        models.find_element(By.TAG_NAME, "button").click()
-        output = models.find_element(By.TAG_NAME, "pre")
-        wait.until(lambda d: output.text[:3].isdigit())
-        assert output.text.startswith("200") and '"translator"' in output.text, output.text
+        output = sent(browser, api_forms(browser, proxy.url)["GET /v1/models"])
+        assert output.startswith("200") and '"translator"' in output, output
 
 
 def test_the_page_sends_the_token_a_server_asks_for(start_server, browser, tmp_path):
@@ -256,14 +255,8 @@ def test_the_page_sends_the_token_a_server_asks_for(start_server, browser, tmp_p
     wait.until(lambda d: d.find_element(By.ID, "translation").text not in ("", "…"))
     assert "dog" in browser.find_element(By.ID, "translation").text
     # the API's forms send the token the page kept for the tab
-    browser.get(server.http_url + "/docs")
-    sections = wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#operations section"))
-    titles = [s.find_element(By.TAG_NAME, "h2").text for s in sections]
-    translate = sections[titles.index("POST /v1/translate")]
-    translate.find_element(By.TAG_NAME, "button").click()
-    output = translate.find_element(By.TAG_NAME, "pre")
-    wait.until(lambda d: output.text[:3].isdigit())
-    assert output.text.startswith("200"), output.text
+    output = sent(browser, api_forms(browser, server.http_url)["POST /v1/translate"])
+    assert output.startswith("200"), output
 
 
 def settled(browser, path: str, calls: int) -> None:
@@ -332,17 +325,10 @@ def test_a_beam_left_empty_is_the_server_s_default(page_server, browser):
 def test_the_api_s_caption_forms_send_an_image_that_is_captioned(page_server, browser):
     """The caption forms had no example: the page wrote one from the schema, every option 0
     and no image, and each Send was refused (400, "beam_size must be in 1..16, got 0")."""
-    browser.get(page_server.http_url + "/docs")
-    wait = WebDriverWait(browser, 60)
-    sections = wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#operations section"))
-    titles = [s.find_element(By.TAG_NAME, "h2").text for s in sections]
+    forms = api_forms(browser, page_server.http_url)
     for title in ("POST /v1/caption", "POST /v1/caption:stream"):
-        form = sections[titles.index(title)]
-        form.find_element(By.TAG_NAME, "button").click()
-        output = form.find_element(By.TAG_NAME, "pre")
-        wait.until(lambda d, output=output: output.text[:3].isdigit())
-        assert output.text.startswith("200"), output.text
-        assert '"captions"' in output.text
+        output = sent(browser, forms[title])
+        assert output.startswith("200") and '"captions"' in output, output
 
 
 def test_the_page_s_health_follows_the_server(start_server, browser):
@@ -425,12 +411,7 @@ def test_models_that_cannot_be_listed_say_why(page_server, browser, unsendable_t
 def test_an_api_form_that_cannot_send_says_why(page_server, browser, unsendable_token):
     """A Send the browser could not make (a token it cannot put in a header, a server
     gone) showed nothing at all: the error went to the console."""
-    browser.get(page_server.http_url + "/docs")
-    sections = WebDriverWait(browser, 60).until(
-        lambda d: d.find_elements(By.CSS_SELECTOR, "#operations section")
-    )
-    titles = [s.find_element(By.TAG_NAME, "h2").text for s in sections]
-    models = sections[titles.index("GET /v1/models")]
+    models = api_forms(browser, page_server.http_url)["GET /v1/models"]
     models.find_element(By.TAG_NAME, "button").click()
     output = models.find_element(By.TAG_NAME, "pre")
     WebDriverWait(browser, 20).until(lambda d: output.text)
@@ -464,12 +445,10 @@ def test_a_file_answered_to_an_api_form_is_saved_under_its_own_name(page_server,
             files={"file": ("informe año.docx", original.getvalue())},
         )  # fmt: skip
     name = unquote(answer.json()["translatedFileUrl"].rpartition("/")[2])
-    browser.get(page_server.http_url + "/docs")
-    wait = WebDriverWait(browser, 60)
-    sections = wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#operations section"))
-    titles = [s.find_element(By.TAG_NAME, "h2").text for s in sections]
-    download = sections[titles.index("GET /download_file/{name}")]
+    download = api_forms(browser, page_server.http_url)["GET /download_file/{name}"]
     download.find_element(By.CSS_SELECTOR, 'input[name="name"]').send_keys(name)
     download.find_element(By.TAG_NAME, "button").click()
-    link = wait.until(lambda d: download.find_elements(By.CSS_SELECTOR, "pre a"))[0]
+    link = WebDriverWait(browser, 60).until(
+        lambda d: download.find_elements(By.CSS_SELECTOR, "pre a")
+    )[0]
     assert link.get_attribute("download") == "informe año.docx"
