@@ -55,25 +55,32 @@ GPU_PREFERENCE: tuple[tuple[str, str], ...] = (("fp16", "built"),)
 ROOT_PATH = re.compile(r"(/[A-Za-z0-9._~!$&'()*+,;=:@-]+)+")
 
 
-def _network(entry: str) -> bool:
-    """Whether `entry` is an IP address or network (10.0.0.0/8, ::1)."""
-    try:
-        ipaddress.ip_network(entry, strict=False)
-    except ValueError:
-        return False
-    return True
-
-
-def forwarded_allow_ips(trusted: str) -> str | list[str]:
-    """`http_trusted_proxies` as uvicorn reads it: "*", or each network (an address is one)
-    written out, its host bits cleared, an IPv4 one also as an IPv6 socket ([::]) sees its
-    clients (::ffff:127.0.0.1). uvicorn takes neither white space around "*" nor a network
-    with host bits (10.0.0.1/8): it would trust no one."""
+def trusted_networks(trusted: str) -> str | list:
+    """`http_trusted_proxies` read: "*", or its networks (an address is one, its host bits
+    cleared: 10.0.0.1/8 is 10.0.0.0/8); ValueError naming an entry that is neither."""
     trusted = trusted.strip()
     if trusted == "*":
         return trusted
-    entries = [entry.strip() for entry in trusted.split(",")] if trusted else []
-    networks = [ipaddress.ip_network(entry, strict=False) for entry in entries]
+    networks = []
+    for entry in (entry.strip() for entry in trusted.split(",")) if trusted else ():
+        try:
+            networks.append(ipaddress.ip_network(entry, strict=False))
+        except ValueError:
+            raise ValueError(
+                "http_trusted_proxies must be '*', '' or addresses and networks separated "
+                f"by commas, got {entry!r}"
+            ) from None
+    return networks
+
+
+def forwarded_allow_ips(trusted: str) -> str | list[str]:
+    """`http_trusted_proxies` as uvicorn reads it (trusted_networks): "*", or each network
+    written out, an IPv4 one also as an IPv6 socket ([::]) sees its clients
+    (::ffff:127.0.0.1). uvicorn takes neither white space around "*" nor a network with
+    host bits (10.0.0.1/8): it would trust no one."""
+    networks = trusted_networks(trusted)
+    if networks == "*":
+        return networks
     mapped = [
         ipaddress.ip_network(f"::ffff:{net.network_address}/{96 + net.prefixlen}")
         for net in networks
@@ -279,13 +286,10 @@ class ServerConfig:
                 "http_root_path must be '' or a path such as /attnserve (no trailing /), "
                 f"got {self.http_root_path!r}"
             )
-        trusted = self.http_trusted_proxies.strip()
-        for entry in trusted.split(",") if trusted not in ("", "*") else ():
-            if not _network(entry.strip()):
-                problems.append(
-                    "http_trusted_proxies must be '*', '' or addresses and networks separated "
-                    f"by commas, got {entry.strip()!r}"
-                )
+        try:
+            trusted_networks(self.http_trusted_proxies)
+        except ValueError as bad:
+            problems.append(str(bad))
         return problems + security_problems(self)
 
     def grpc_options(self) -> list[tuple[str, int]]:
