@@ -218,13 +218,14 @@ def _read(suffix: str, data: bytes, piece: int) -> File:
     read = _read_as(suffix, data, piece)
     if suffix in XML_FORMATS:  # python-docx refuses such a character, XHTML is no XML with it
         for paragraph in read.paragraphs:
-            paragraph.write = _xml_safe(paragraph.write)
+            paragraph.write = _written_as(paragraph.write, lambda t: XML_UNSAFE.sub("", t))
     return read
 
 
-def _xml_safe(write: Callable[[list[tuple[int, str]]], None]):
-    """`write` of segments without what XML cannot hold (XML_UNSAFE)."""
-    return lambda placed: write([(run, XML_UNSAFE.sub("", text)) for run, text in placed])
+def _written_as(write: Callable[[list[tuple[int, str]]], None], change: Callable[[str], str]):
+    """`write` of segments each with `change` made to its text (XML_UNSAFE left out of an
+    XML format, a subtitle's text unescaped)."""
+    return lambda placed: write([(run, change(text)) for run, text in placed])
 
 
 def _read_as(suffix: str, data: bytes, piece: int) -> File:
@@ -430,7 +431,8 @@ def _srt(content: str) -> File:
     tagged = any(SRT_TAG.search(p.text) for p in paragraphs)
     for paragraph in paragraphs if tagged else ():  # its words' "&" and "<" as HTML's text
         paragraph.runs = [_outside_tags(run, _escaped) for run in paragraph.runs]
-        paragraph.write = _srt_unescaped(paragraph.write)
+        # its text as a player shows it: "&amp;" as "&"
+        paragraph.write = _written_as(paragraph.write, lambda t: _outside_tags(t, html.unescape))
     return File(paragraphs, "html" if tagged else "plain", save)
 
 
@@ -442,11 +444,6 @@ def _outside_tags(text: str, change: Callable[[str], str]) -> str:
 
 def _escaped(text: str) -> str:
     return html.escape(text, quote=False)
-
-
-def _srt_unescaped(write: Callable[[list[tuple[int, str]]], None]):
-    """`write` of a subtitle read as HTML: its text as a player shows it (`&amp;` as "&")."""
-    return lambda placed: write([(run, _outside_tags(t, html.unescape)) for run, t in placed])
 
 
 def _cue_starts(lines: list[str], i: int) -> bool:
