@@ -223,21 +223,20 @@ class _Open:
     count: int  # elements open, this one and those outside it
     closing: int  # characters of their end tags
 
+    def _outward(self):
+        """This element, then each one outside it."""
+        open_: _Open | None = self
+        while open_ is not None:
+            yield open_
+            open_ = open_.outer
+
     def start_tags(self) -> str:
         """Their start tags, the outermost first."""
-        tags, open_ = [], self
-        while open_ is not None:
-            tags.append(open_.tag)
-            open_ = open_.outer
-        return "".join(reversed(tags))
+        return "".join(reversed([open_.tag for open_ in self._outward()]))
 
     def closers(self) -> str:
         """Their end tags, the innermost first."""
-        tags, open_ = [], self
-        while open_ is not None:
-            tags.append(f"</{open_.name}>")
-            open_ = open_.outer
-        return "".join(tags)
+        return "".join(f"</{open_.name}>" for open_ in self._outward())
 
 
 def _cuts(text: str, text_format: str) -> list[tuple[int, _Open | None]]:
