@@ -111,8 +111,9 @@ class ServerConfig:
     # the fronts; None: a temporary folder of the server's
     http_files: Path | None = None
     # the path a reverse proxy serves the HTTP API at ("/attnserve"), stripped by the proxy
-    # before it passes a request on: redirects, the page's calls, /docs and the links the
-    # server writes carry it; "" (the default): served at the root
+    # before it passes a request on (a path that still carries it is served too):
+    # redirects, the page's calls, /docs and the links the server writes carry it; ""
+    # (the default): served at the root
     http_root_path: str = ""
     # the addresses and networks, comma-separated ("*": any, "": none), whose
     # X-Forwarded-Proto the HTTP API believes: a proxy there that ends TLS gets https links

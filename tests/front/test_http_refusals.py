@@ -642,6 +642,61 @@ def test_behind_a_proxy_at_the_root_path_the_page_and_every_link_reach_the_serve
     asyncio.run(through_proxy())
 
 
+def test_a_path_that_still_carries_the_root_path_is_served_without_it(tmp_path):
+    """Behind `http_root_path` a request whose path kept the root path (a proxy that passes it
+    on unstripped, a client calling the server at a link the server wrote) was a 404: the
+    redirects and translatedFileUrl that a client calling the server directly follows led
+    nowhere. Such a path is served as the path without it, the stripped path as before."""
+    web, _ = served(tmp_path)
+
+    async def direct(client: httpx.AsyncClient, server: str) -> None:
+        for path in ("/v1/models", "/attnserve/v1/models"):
+            assert (await client.get(server + path)).json()["models"], path
+        opened = await client.get(server + "/attnserve/")
+        assert str(opened.url) == f"{server}/attnserve/page/index.html"
+        assert opened.status_code == 200
+        translated = await client.post(
+            server + "/attnserve/translate_file",
+            files={"file": ("carta.txt", b"Hola amigo.")},
+            data={"source": "es", "target": "en"},
+        )
+        link = translated.json()["translatedFileUrl"]
+        assert link.startswith(server + "/attnserve/download_file/")
+        assert (await client.get(link)).content == b"HOLA AMIGO."
+        unknown = await client.post(server + "/attnserve/v1/nothing", json={})
+        assert unknown.json()["error"]["status"] == "NOT_FOUND"
+
+    asyncio.run(_served_directly(web.app, "/attnserve", direct))
+
+
+def test_a_stripped_path_that_starts_with_the_root_path_keeps_its_meaning(tmp_path):
+    """Under the root path /v1 a proxy passes /v1/v1/health on as /v1/health: the contract's
+    health, not LibreTranslate's /health; a path no route takes as it came loses the root."""
+    web, _ = served(tmp_path)
+
+    async def direct(client: httpx.AsyncClient, server: str) -> None:
+        assert (await client.get(server + "/v1/health")).json() == {"status": "SERVING"}
+        assert (await client.get(server + "/v1/v1/health")).json() == {"status": "SERVING"}
+        assert (await client.get(server + "/health")).json() == {"status": "ok"}
+        listed = (await client.get(server + "/v1/languages")).json()
+        assert [language["code"] for language in listed] == ["en", "es"]
+
+    asyncio.run(_served_directly(web.app, "/v1", direct))
+
+
+async def _served_directly(app, root: str, calls) -> None:
+    """`await calls(client, server)` against the app served by uvicorn under `root`, with no
+    proxy before it (`server` is its address)."""
+    config = ServerConfig(http_listen="127.0.0.1:0", http_root_path=root)
+    server = http_app.HttpServer(app, config, reuse_port=False)
+    await server.start()
+    try:
+        async with httpx.AsyncClient(follow_redirects=True) as client:
+            await calls(client, f"http://127.0.0.1:{server.port}")
+    finally:
+        await server.stop()
+
+
 @pytest.mark.parametrize(
     ("trusted", "scheme"),
     [

@@ -1,7 +1,8 @@
 """The HTTP server of a front: a Starlette app on uvicorn, on the front's own event loop, on
 its own port (`http_listen`; several fronts share it as they share the gRPC port), with the
 gRPC server's TLS settings, under the root path a proxy serves it at (`http_root_path`: the
-proxy strips it, the links the server writes carry it). Any origin may call it from a
+proxy strips it, the links the server writes carry it; a path that still carries it is served
+too). Any origin may call it from a
 browser (CORS), as LibreTranslate allows: a call carries its token in a header, never in a
 cookie."""
 
@@ -20,7 +21,7 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import JSONResponse, RedirectResponse, Response
-from starlette.routing import Mount, Route
+from starlette.routing import BaseRoute, Match, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from service.front.config import MAX_RECEIVE_BYTES, cannot_listen, forwarded_allow_ips
@@ -69,13 +70,45 @@ def build_app(front, servicers: list[ModelServicer], tokens, refused, files: Pat
         Mount("/page", StaticFiles(directory=PAGE), name="page"),
     ]
     return Starlette(
-        routes=routes, middleware=[CORS], exception_handlers={HTTPException: _http_error}
+        routes=routes,
+        middleware=[CORS, Middleware(RootPathKept, routes=routes)],
+        exception_handlers={HTTPException: _http_error},
     )
 
 
 def _root(request) -> str:
     """The path the app is served at ("" at the root, "/attnserve" behind a proxy there)."""
     return request.scope.get("root_path", "")
+
+
+class RootPathKept:
+    """Serves a request whose path still starts with the root path (a proxy that passes it on
+    unstripped, a client calling the server at a link it wrote, which carries the root path)
+    as the request without it. A path that some route takes as it came is served as it came,
+    so a stripped path that happens to start with the root path keeps its meaning."""
+
+    def __init__(self, app, routes: list[BaseRoute]):
+        self.app, self.routes = app, routes
+
+    async def __call__(self, scope, receive, send) -> None:
+        root = scope.get("root_path", "")
+        if scope["type"] == "http" and root and not self._routed(scope):
+            path = _route_path(scope)
+            if path == root or path.startswith(root + "/"):
+                # uvicorn writes the root path before the path it received: take off one
+                scope = dict(scope, path=scope["path"].removeprefix(root))
+                raw = scope.get("raw_path") or b""
+                scope["raw_path"] = raw.removeprefix(root.encode())
+        await self.app(scope, receive, send)
+
+    def _routed(self, scope) -> bool:
+        return any(route.matches(scope)[0] is not Match.NONE for route in self.routes)
+
+
+def _route_path(scope) -> str:
+    """The path the routes match: without the root path where the server wrote it first."""
+    path, root = scope["path"], scope.get("root_path", "")
+    return path[len(root) :] if path.startswith(root + "/") else path
 
 
 # a route /v1 lacks, or a method it does not take: gRPC's status for it, by HTTP status
