@@ -616,6 +616,31 @@ def test_the_document_s_forms_have_their_files_and_path_parameters(tmp_path):
     pytest.importorskip("openapi_spec_validator").validate(document)
 
 
+def test_a_url_encoded_form_is_documented_with_what_it_carries(tmp_path):
+    """A URL-encoded form carries no file, and LibreTranslate reads one text from a form's q:
+    the document gave a URL-encoded form a file to upload for a bytes field and q as a
+    list. A bytes field is text, read as its UTF-8, and q one text, as the server reads
+    them."""
+    web, servicer = served(tmp_path)
+    document = web.get("/openapi.json").json()
+    paths, schemas = document["paths"], document["components"]["schemas"]
+    form = paths["/v1/translate"]["post"]["requestBody"]["content"][URL_ENCODED]["schema"]
+    utf8 = form["properties"]["utf8Texts"]["items"]
+    assert utf8["type"] == "string" and "format" not in utf8
+    form_type = {"content-type": URL_ENCODED}
+    answer = web.post("/v1/translate", content="utf8Texts=%C2%BFQu%C3%A9", headers=form_type)
+    assert answer.status_code == 200 and list(servicer.requests[-1].utf8_texts) == ["¿Qué".encode()]
+    for path, name in (("/translate", "TranslateForm"), ("/detect", "DetectForm")):
+        body = paths[path]["post"]["requestBody"]["content"][URL_ENCODED]["schema"]
+        assert body == {"$ref": f"#/components/schemas/LibreTranslate.{name}"}
+        assert schemas[f"LibreTranslate.{name}"]["properties"]["q"]["type"] == "string"
+    sent = "q=Hola&q=amigo&source=es&target=en"
+    assert web.post("/translate", content=sent, headers=form_type).json() == {
+        "translatedText": "AMIGO"
+    }
+    pytest.importorskip("openapi_spec_validator").validate(document)
+
+
 # the URL a page's script calls: fetch("...") or call("...")
 CALLED = re.compile(r"""\b(?:fetch|call)\(\s*["'`]([^"'`$]*)""")
 

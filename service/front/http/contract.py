@@ -3,7 +3,8 @@ served (`/v1/translate`, `/v1/translate:stream`, `/v1/score`, `/v1/caption`, ...
 protobuf's own JSON mapping of the method's request message (google.protobuf.json_format),
 each answer its response message's; a stream as server-sent events, one message an event.
 A body may also be a multipart or URL-encoded form (an image uploaded as a file): each field
-named as in the message, a file's bytes as a `bytes` field, a message-typed field as JSON.
+named as in the message, a file's bytes as a `bytes` field (a text's as its UTF-8), a
+message-typed field as JSON.
 Health (`GET /v1/health`) and the models served (`GET /v1/models`) go beside them."""
 
 from __future__ import annotations

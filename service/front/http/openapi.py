@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
-from service.front.http.calls import TIMEOUT_HEADER
+from service.front.http.calls import TIMEOUT_HEADER, URL_ENCODED
 from service.front.http.contract import FORMS
 
 SCALARS = {
@@ -53,20 +53,36 @@ DETECTED = {
     "type": "object",
     "properties": {"confidence": {"type": "number"}, "language": {"type": "string"}},
 }
+TRANSLATE_REQUEST = {
+    "type": "object",
+    "required": ["q", "source", "target"],
+    "properties": {
+        "q": TEXTS | {"description": "a text, or a list of texts"},
+        "source": LANGUAGE | {"description": "an ISO 639-1 code, or auto"},
+        "target": LANGUAGE,
+        "format": {"type": "string", "enum": ["text", "html"], "default": "text"},
+        "alternatives": {"type": "integer", "minimum": 0, "default": 0},
+        "api_key": API_KEY,
+    },
+}
+DETECT_REQUEST = {
+    "type": "object",
+    "required": ["q"],
+    "properties": {"q": TEXTS, "api_key": API_KEY},
+}
+
+
+def _one_text(request: dict) -> dict:
+    """A LibreTranslate request as a URL-encoded form carries it: one text in `q` (the last,
+    where `q` comes again), as LibreTranslate reads a form."""
+    one = {"type": "string", "description": "a text"}
+    return request | {"properties": request["properties"] | {"q": one}}
+
+
 LIBRETRANSLATE_SCHEMAS = {
     "LibreTranslate.Error": {"type": "object", "properties": {"error": {"type": "string"}}},
-    "LibreTranslate.TranslateRequest": {
-        "type": "object",
-        "required": ["q", "source", "target"],
-        "properties": {
-            "q": TEXTS | {"description": "a text, or a list of texts"},
-            "source": LANGUAGE | {"description": "an ISO 639-1 code, or auto"},
-            "target": LANGUAGE,
-            "format": {"type": "string", "enum": ["text", "html"], "default": "text"},
-            "alternatives": {"type": "integer", "minimum": 0, "default": 0},
-            "api_key": API_KEY,
-        },
-    },
+    "LibreTranslate.TranslateRequest": TRANSLATE_REQUEST,
+    "LibreTranslate.TranslateForm": _one_text(TRANSLATE_REQUEST),
     "LibreTranslate.Translation": {
         "type": "object",
         "properties": {
@@ -78,11 +94,8 @@ LIBRETRANSLATE_SCHEMAS = {
             "alternatives": {"type": "array", "description": "where alternatives were asked"},
         },
     },
-    "LibreTranslate.DetectRequest": {
-        "type": "object",
-        "required": ["q"],
-        "properties": {"q": TEXTS, "api_key": API_KEY},
-    },
+    "LibreTranslate.DetectRequest": DETECT_REQUEST,
+    "LibreTranslate.DetectForm": _one_text(DETECT_REQUEST),
     "LibreTranslate.FileRequest": {
         "type": "object",
         "required": ["file", "source", "target"],
@@ -104,18 +117,17 @@ LT_ERRORS = {
 
 
 def _lt_call(summary: str, request: str | None, answer: dict, example=None) -> dict:
-    """A LibreTranslate operation: its body (a schema of LIBRETRANSLATE_SCHEMAS, as JSON or
-    a form), its answer's schema."""
+    """A LibreTranslate operation: its body (a schema of LIBRETRANSLATE_SCHEMAS as JSON, its
+    Form as a URL-encoded form; a file's as a multipart form), its answer's schema."""
     operation: dict = {"summary": f"LibreTranslate: {summary}", "tags": ["LibreTranslate"]}
     if request == "FileRequest":
         content = {"multipart/form-data": {"schema": _lt(request)}}
         operation["requestBody"] = {"required": True, "content": content}
     elif request is not None:
         content = {
-            media: {"schema": _lt(request)}
-            for media in ("application/json", "application/x-www-form-urlencoded")
+            "application/json": {"schema": _lt(request), "example": example},
+            URL_ENCODED: {"schema": _lt(request.replace("Request", "Form"))},
         }
-        content["application/json"]["example"] = example
         operation["requestBody"] = {"required": True, "content": content}
     ok = {"description": "as LibreTranslate answers", "content": {"application/json": answer}}
     operation["responses"] = {"200": ok, **LT_ERRORS}
@@ -226,13 +238,21 @@ def _field_schema(field: FieldDescriptor, schemas: dict) -> dict:
     return {"type": "array", "items": one} if field.is_repeated else one
 
 
-def form_schema(descriptor: Descriptor) -> dict:
-    """`descriptor`'s message as a form's fields (contract.form_fields reads them): a file
-    for a bytes field, JSON text for a message."""
+# a bytes field of each form as contract.form_fields reads it: a multipart form's file, or
+# a URL-encoded form's text (it carries no file), taken as its UTF-8
+FORM_BYTES = {
+    "multipart/form-data": {"type": "string", "format": "binary"},
+    URL_ENCODED: {"type": "string", "description": "its bytes as UTF-8 text"},
+}
+
+
+def form_schema(descriptor: Descriptor, media: str) -> dict:
+    """`descriptor`'s message as the fields of a form of `media` (contract.form_fields reads
+    them): FORM_BYTES for a bytes field, JSON text for a message."""
     properties = {}
     for field in descriptor.fields:
         if field.type == FieldDescriptor.TYPE_BYTES:
-            one = {"type": "string", "format": "binary"}
+            one = FORM_BYTES[media]
             properties[field.json_name] = (
                 {"type": "array", "items": one} if field.is_repeated else one
             )
@@ -274,7 +294,10 @@ def openapi_document(endpoints, libretranslate: bool) -> dict:
                     "required": True,
                     "content": {
                         "application/json": body,
-                        **{media: {"schema": form_schema(method.input_type)} for media in FORMS},
+                        **{
+                            media: {"schema": form_schema(method.input_type, media)}
+                            for media in FORMS
+                        },
                     },
                 },
                 "responses": {
