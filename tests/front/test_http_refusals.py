@@ -558,6 +558,25 @@ def test_a_libretranslate_call_without_a_key_is_counted_as_a_refused_token(tmp_p
     assert servicer.requests == [] and servicer.refusals == []
 
 
+def test_the_models_are_listed_to_a_known_token_of_any_services(tmp_path):
+    """/v1/models answered without a token where every other /v1 call asks for one; over
+    gRPC what is served is listed by reflection, to a known token of any services. Health,
+    and LibreTranslate's /languages (open in LibreTranslate too), need none."""
+    tokens = parse_tokens("a-token-of-sixteen-chars;captions-only-token-0 caption", "test")
+    refused = []
+    web, _ = served(tmp_path, tokens=tokens, refused=refused.append)
+    for presented in ({}, {"authorization": "Bearer a-wrong-token-0123456789"}):
+        answer = web.get("/v1/models", headers=presented)
+        assert answer.status_code == 401, answer.text
+        assert answer.json()["error"]["status"] == "UNAUTHENTICATED"
+    for token in ("a-token-of-sixteen-chars", "captions-only-token-0"):
+        answer = web.get("/v1/models", headers={"authorization": f"Bearer {token}"})
+        assert answer.status_code == 200 and answer.json()["models"], token
+    assert refused == [grpc.StatusCode.UNAUTHENTICATED] * 2
+    for path in ("/v1/health", "/languages", "/health"):
+        assert web.get(path).status_code == 200, path
+
+
 def test_json_nested_past_the_recursion_limit_is_a_bad_request(tmp_path):
     """JSON nested deeper than Python's recursion limit raised RecursionError from
     json.loads: a 500 in plain text and a traceback, where it is a bad request."""

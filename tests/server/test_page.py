@@ -18,6 +18,7 @@ from PIL import Image
 
 webdriver = pytest.importorskip("selenium.webdriver")
 from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.common.keys import Keys  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
@@ -380,6 +381,22 @@ def test_each_captioned_image_s_object_url_is_released(page_server, browser):
         settled(browser, "/v1/caption", calls)
         wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#attention figure"))
     assert browser.execute_script("return held.size") == 0
+
+
+def test_the_models_are_listed_once_a_token_is_typed(start_server, browser):
+    """A server with tokens lists its models to a known token only: the page listed them
+    once, as it opened, so a token typed then left both lists empty until a reload."""
+    token = "a-token-of-sixteen-chars"
+    flags = ("--workers", "1", "--http-listen", "127.0.0.1:0", "--auth-tokens", token)
+    server = start_server(*flags)
+    browser.get(server.http_url + "/")  # an origin of its own: no token kept for it
+    wait = WebDriverWait(browser, 60)
+    refused = browser.find_element(By.ID, "translate-error")
+    wait.until(lambda d: "UNAUTHENTICATED" in refused.text)
+    browser.find_element(By.ID, "token").send_keys(token + Keys.TAB)  # a change on leaving
+    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#translator option")) == 1)
+    assert browser.find_elements(By.CSS_SELECTOR, "#captioner option")
+    assert not refused.is_displayed()
 
 
 @pytest.fixture

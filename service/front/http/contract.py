@@ -5,7 +5,9 @@ each answer its response message's; a stream as server-sent events, one message 
 A body may also be a multipart or URL-encoded form (an image uploaded as a file): each field
 named as in the message, a file's bytes as a `bytes` field (a text's as its UTF-8), a
 message-typed field as JSON.
-Health (`GET /v1/health`) and the models served (`GET /v1/models`) go beside them."""
+Health (`GET /v1/health`, open as gRPC health is) and the models served (`GET /v1/models`,
+to any known token where tokens are on, as gRPC reflection lists the services) go beside
+them."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from google.protobuf import json_format
 from google.protobuf.descriptor import Descriptor, FieldDescriptor, MethodDescriptor
 from google.protobuf.message import Message
 from google.protobuf.message_factory import GetMessageClass
+from grpc_reflection.v1alpha import reflection
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -180,7 +183,12 @@ class ContractApi:
 
     async def models(self, request: Request) -> Response:
         """Every model version served: its service, kind, languages and whether it is its
-        service's default."""
+        service's default. Where tokens are on, to a known token of any services, as
+        reflection, gRPC's list of what is served, answers."""
+        try:
+            authorize(self.tokens, header_token(request), reflection.SERVICE_NAME, self.refused)
+        except Aborted as aborted:
+            return error_response(aborted.code, aborted.details)
         front, served = self.front, []
         for service, names in sorted(front.models.items()):
             for name, versions in sorted(names.items()):

@@ -324,9 +324,12 @@ def openapi_document(endpoints, libretranslate: bool) -> dict:
     }
     paths["/v1/models"] = {
         "get": {
-            "summary": "the model versions served",
+            "summary": "the model versions served (to a known token, where tokens are on)",
             "tags": ["models"],
-            "responses": {"200": {"description": "the models"}},
+            "responses": {
+                "200": {"description": "the models"},
+                "401": {"description": "tokens are on, and none known was sent"},
+            },
         }
     }
     if libretranslate:

@@ -51,15 +51,20 @@ async function showHealth() {
   $("health").textContent = health.status;
 }
 
-// the models served; where they cannot be listed (a server refusing, a token fetch cannot
+// the models served, listed again when the token changes (a server with tokens lists them
+// to a known one); where they cannot be listed (a server refusing, a token fetch cannot
 // send) each section says why its list is empty, and calls go to the server's defaults
 async function loadModels() {
-  let models = [];
+  const current = begun("models");
+  let models = [], why = "";
   try {
     ({ models } = await answered(await fetch("../v1/models", { headers: authorized() })));
   } catch (error) {
-    for (const id of ["translate-error", "caption-error"]) shown($(id), `the models could not be listed: ${error.message}`);
+    why = `the models could not be listed: ${error.message}`;
   }
+  if (!current()) return;
+  for (const id of ["translate-error", "caption-error"]) shown($(id), why);
+  for (const id of ["translator", "captioner"]) $(id).replaceChildren();
   for (const model of models) {
     const select = model.service.endsWith("TranslationService") ? $("translator") : $("captioner");
     const option = new Option(`${model.name} ${model.version}` + (model.languages.source.length ? ` (${model.languages.source.join(",")} → ${model.languages.target.join(",")})` : ""), JSON.stringify([model.name, model.version]));
@@ -256,7 +261,7 @@ $("document").addEventListener("change", openDocument);
 $("file-button").addEventListener("click", translateFile);
 $("translator").addEventListener("change", () => { $("download").hidden = true; chooseLanguages(); });
 $("token").value = sessionStorage.getItem("attnserve-token") || "";
-$("token").addEventListener("change", () => sessionStorage.setItem("attnserve-token", $("token").value.trim()));
+$("token").addEventListener("change", () => { sessionStorage.setItem("attnserve-token", $("token").value.trim()); loadModels(); });
 showHealth();
 setInterval(showHealth, HEALTH_EVERY_MS);
 loadModels();
