@@ -655,9 +655,24 @@ def test_a_url_encoded_form_is_documented_with_what_it_carries(tmp_path):
         assert schemas[f"LibreTranslate.{name}"]["properties"]["q"]["type"] == "string"
     sent = "q=Hola&q=amigo&source=es&target=en"
     assert web.post("/translate", content=sent, headers=form_type).json() == {
-        "translatedText": "AMIGO"
+        "translatedText": "HOLA"
     }
     pytest.importorskip("openapi_spec_validator").validate(document)
+
+
+@pytest.mark.parametrize("multipart", [False, True])
+def test_a_libretranslate_form_is_read_as_libretranslate_reads_it(tmp_path, multipart):
+    """LibreTranslate reads a form from Flask's `request.values`: a name's first value, the
+    query's before the form's. The last value was read, the form's over the query's, so
+    such a request was translated otherwise, or refused where LibreTranslate serves it."""
+    web, servicer = served(tmp_path)
+    fields = {"q": ["Hola", "amigo"], "source": "es", "target": ["en", "xx"]}
+    files = {"unread": ("a.txt", b"-")} if multipart else None
+    answer = web.post("/translate?target=en", data=fields | {"target": "xx"}, files=files)
+    assert answer.json() == {"translatedText": "HOLA"}, answer.text
+    answer = web.post("/translate", data=fields, files=files)
+    assert answer.json() == {"translatedText": "HOLA"}, answer.text
+    assert [list(r.texts) for r in servicer.requests] == [["Hola"], ["Hola"]]
 
 
 # the URL a page's script calls: fetch("...") or call("...")

@@ -1,7 +1,8 @@
 """LibreTranslate's API, field for field as its clients send it (Mastodon, Weblate,
 libretranslatepy, the npm `libretranslate` package): `POST /translate`, `POST /detect`,
 `GET /languages`, `POST /translate_file` and `GET /download_file/...`, `GET
-/frontend/settings`, `GET /health`. Bodies are JSON or forms; errors are `{"error": ...}` with
+/frontend/settings`, `GET /health`. Bodies are JSON or forms (a name's first value read, the
+query's before the form's, as LibreTranslate reads them); errors are `{"error": ...}` with
 LibreTranslate's status codes (400 a bad request, 403 a bad key, 413 too large, 429
 overloaded, 500 else).
 
@@ -209,14 +210,19 @@ class LibreTranslateApi:
                     "Invalid request: an unpaired surrogate in the JSON body"
                 ) from None
             return values, False
-        values: dict = dict(request.query_params)
+        # as LibreTranslate reads `request.values`: a name's first value, the query's first
+        values: dict = {}
+        _first_of(values, request.query_params.multi_items())
         if content_type == URL_ENCODED:
-            values.update(url_encoded(await request.body(), request.headers["content-type"]))
+            form = url_encoded(await request.body(), request.headers["content-type"])
+            _first_of(values, form.multi_items())
             return values, True
         form = content_type == "multipart/form-data"
         if form:
             async with request.form(max_part_size=self.max_bytes) as fields:
                 for key, value in fields.multi_items():
+                    if key in values:
+                        continue
                     if isinstance(value, UploadFile):
                         value = Upload(value.filename or "", await value.read())
                     values[key] = value
@@ -478,6 +484,12 @@ def _context(request: Request) -> HttpContext:
         return HttpContext(timeout_of(request))
     except Aborted as aborted:
         raise BadRequest(aborted.details) from None
+
+
+def _first_of(values: dict, items) -> None:
+    """Adds each (name, value) of `items` whose name `values` lacks."""
+    for key, value in items:
+        values.setdefault(key, value)
 
 
 def _field(values: dict, name: str) -> str:

@@ -73,7 +73,7 @@ DETECT_REQUEST = {
 
 
 def _one_text(request: dict) -> dict:
-    """A LibreTranslate request as a URL-encoded form carries it: one text in `q` (the last,
+    """A LibreTranslate request as a URL-encoded form carries it: one text in `q` (the first,
     where `q` comes again), as LibreTranslate reads a form."""
     one = {"type": "string", "description": "a text"}
     return request | {"properties": request["properties"] | {"q": one}}
