@@ -675,6 +675,28 @@ def test_a_libretranslate_form_is_read_as_libretranslate_reads_it(tmp_path, mult
     assert [list(r.texts) for r in servicer.requests] == [["Hola"], ["Hola"]]
 
 
+def test_a_form_s_message_field_may_come_as_a_file_of_json(tmp_path):
+    """A message-typed field sent as a file (`-F options=@options.json`, a glossary kept in
+    a file) was read as a text and refused (no field named "{"); it is read as the JSON a
+    field's text is. A file for a text field stays one text, though it starts with "["."""
+    web, servicer = served(tmp_path)
+    glossary = json.dumps([{"source": "perro", "target": "hound"}]).encode()
+    answer = web.post(
+        "/v1/translate",
+        files=[
+            ("texts", ("texto.txt", b'["uno", "dos"]')),
+            ("options", ("options.json", b'{"beamSize": 2}')),
+            ("glossary", ("glossary.json", glossary)),
+        ],
+    )
+    assert answer.status_code == 200, answer.text
+    request = servicer.requests[-1]
+    assert list(request.texts) == ['["uno", "dos"]'] and request.options.beam_size == 2
+    assert [(g.source, g.target) for g in request.glossary] == [("perro", "hound")]
+    answer = web.post("/v1/translate", files={"options": ("o.json", b"{")}, data={"texts": "Hola"})
+    assert answer.status_code == 400 and "options: not JSON" in answer.text
+
+
 # the URL a page's script calls: fetch("...") or call("...")
 CALLED = re.compile(r"""\b(?:fetch|call)\(\s*["'`]([^"'`$]*)""")
 

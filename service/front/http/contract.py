@@ -4,7 +4,7 @@ protobuf's own JSON mapping of the method's request message (google.protobuf.jso
 each answer its response message's; a stream as server-sent events, one message an event.
 A body may also be a multipart or URL-encoded form (an image uploaded as a file): each field
 named as in the message, a file's bytes as a `bytes` field (a text's as its UTF-8), a
-message-typed field as JSON.
+message-typed field as JSON (a field's text or a file's).
 Health (`GET /v1/health`, open as gRPC health is) and the models served (`GET /v1/models`,
 to any known token where tokens are on, as gRPC reflection lists the services) go beside
 them."""
@@ -296,7 +296,9 @@ async def _form_value(field: FieldDescriptor, value) -> Any:
         data = await value.read()
         if field.type == FieldDescriptor.TYPE_BYTES:
             return base64.b64encode(data).decode()
-        return data.decode("utf-8")
+        if field.type != FieldDescriptor.TYPE_MESSAGE:
+            return data.decode("utf-8")  # one text, whatever it starts with
+        value = data.decode("utf-8")  # a message's JSON, read as a field's text is
     if field.type == FieldDescriptor.TYPE_MESSAGE or (
         field.is_repeated and value.lstrip().startswith("[")
     ):
