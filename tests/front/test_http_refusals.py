@@ -558,6 +558,30 @@ def test_a_libretranslate_call_without_a_key_is_counted_as_a_refused_token(tmp_p
     assert servicer.requests == [] and servicer.refusals == []
 
 
+@pytest.mark.parametrize(
+    ("path", "sent"),
+    [
+        ("/translate", {"json": {"q": "Hola", "target": "en"}}),
+        ("/detect", {"json": {"text": "Hola"}}),
+        ("/translate_file", {"files": {"file": ("a.exe", b"MZ")}, "data": {"target": "en"}}),
+    ],
+)
+def test_a_libretranslate_call_is_refused_for_its_key_before_its_fields(tmp_path, path, sent):
+    """With tokens on, a call without a known key whose fields were also wrong was told
+    about its fields (400 "missing source"), as if it might be served once they were
+    right; LibreTranslate's access check, as gRPC's interceptor, refuses the key first."""
+    tokens, refused = parse_tokens("a-token-of-sixteen-chars", "test"), []
+    web, servicer = served(tmp_path, tokens=tokens, refused=refused.append)
+    keyless = web.post(path, **sent)
+    assert keyless.status_code == 400, keyless.text
+    assert keyless.json() == {"error": "Please contact the server operator to get an API key"}
+    unknown = web.post(path, headers={"authorization": "Bearer " + "x" * 20}, **sent)
+    assert unknown.status_code == 403 and unknown.json() == {"error": "Invalid API key"}
+    assert refused == [grpc.StatusCode.UNAUTHENTICATED] * 2 and servicer.refusals == []
+    known = web.post(path, headers={"authorization": "Bearer a-token-of-sixteen-chars"}, **sent)
+    assert known.status_code == 400 and "API key" not in known.text
+
+
 def test_the_models_are_listed_to_a_known_token_of_any_services(tmp_path):
     """/v1/models answered without a token where every other /v1 call asks for one; over
     gRPC what is served is listed by reflection, to a known token of any services. Health,

@@ -229,6 +229,8 @@ class LibreTranslateApi:
         return values, form
 
     def _authorize(self, request: Request, values: dict) -> None:
+        """Refuses a call without a known key before its fields are checked, as
+        LibreTranslate's access check and gRPC's interceptor do."""
         if not self.tokens:
             return
         # api_key as LibreTranslate reads it; apiKey as its npm client sends it
@@ -259,6 +261,7 @@ class LibreTranslateApi:
         try:
             context = _context(request)
             values, form = await self._values(request)
+            self._authorize(request, values)
             q, source, target = values.get("q"), _field(values, "source"), _field(values, "target")
             for name, value in (("q", q), ("source", source), ("target", target)):
                 if not value:
@@ -272,7 +275,6 @@ class LibreTranslateApi:
             text_format = values.get("format") or "text"
             if text_format not in ("text", "html"):
                 raise BadRequest(f"{text_format} format is not supported")
-            self._authorize(request, values)
             batch = isinstance(q, list)
             texts = q if batch else [q]
             if not all(isinstance(t, str) for t in texts):
@@ -323,13 +325,13 @@ class LibreTranslateApi:
         received = time.monotonic()
         try:
             values, _ = await self._values(request)
+            self._authorize(request, values)
             q = values.get("q")
             if not q:
                 raise BadRequest("Invalid request: missing q parameter")
             texts = q if isinstance(q, list) else [q]
             if not all(isinstance(t, str) for t in texts):
                 raise BadRequest("Invalid request: q must be a string or a list of strings")
-            self._authorize(request, values)
         except BadRequest as bad:
             return self._refused("detect", bad, received)
         text = " ".join(texts)
@@ -359,6 +361,7 @@ class LibreTranslateApi:
         try:
             context = _context(request)  # one deadline for every batch
             values, _ = await self._values(request)
+            self._authorize(request, values)
             upload = values.get("file")
             source, target = _field(values, "source"), _field(values, "target")
             if not isinstance(upload, Upload):
@@ -372,7 +375,6 @@ class LibreTranslateApi:
             suffix = Path(filename).suffix.lower()
             if suffix not in files.FORMATS:
                 raise BadRequest("Invalid request: file format not supported")
-            self._authorize(request, values)
             try:
                 # unpacking and parsing take the front's loop no longer than a thread switch
                 piece = min(files.HTML_PIECE, self.front.config.max_text_chars)
