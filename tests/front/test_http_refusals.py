@@ -721,6 +721,33 @@ def test_a_form_s_message_field_may_come_as_a_file_of_json(tmp_path):
     assert answer.status_code == 400 and "options: not JSON" in answer.text
 
 
+@pytest.mark.parametrize(
+    ("path", "body", "error"),
+    [
+        (
+            "/v1/translate",
+            {"texts": ["Hola"]},
+            {"code": 500, "status": "INTERNAL", "message": "POST /v1/translate: internal error"},
+        ),
+        ("/translate", {"q": "Hola", "source": "es", "target": "en"}, "internal error"),
+    ],
+)
+def test_a_fault_is_a_json_500_a_page_elsewhere_can_read(tmp_path, caplog, path, body, error):
+    """A fault a route raised was Starlette's plain-text 500, sent outside the CORS
+    middleware: a page on another origin saw its origin refused, not the error. It is
+    each API's JSON error, with CORS's headers, its traceback logged."""
+    web, servicer = served(tmp_path)
+
+    async def fault(*args, **kwargs):
+        raise RuntimeError("a fault of the servicer")
+
+    servicer.unary = fault
+    answer = web.post(path, json=body, headers={"origin": "https://elsewhere.example"})
+    assert answer.status_code == 500 and answer.json() == {"error": error}
+    assert answer.headers["access-control-allow-origin"] == "*"
+    assert "a fault of the servicer" in caplog.text
+
+
 # the URL a page's script calls: fetch("...") or call("...")
 CALLED = re.compile(r"""\b(?:fetch|call)\(\s*["'`]([^"'`$]*)""")
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
 import ssl
 from pathlib import Path
@@ -20,6 +21,7 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
+from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Match, Mount, Route
 from starlette.staticfiles import StaticFiles
@@ -31,6 +33,7 @@ from service.front.http.libretranslate import LibreTranslateApi
 from service.front.http.openapi import openapi_document
 from service.front.servicer import ModelServicer
 
+log = logging.getLogger("attnserve")
 PAGE = Path(__file__).parent / "page"
 MAX_BODY = MAX_RECEIVE_BYTES * 3 // 2  # a gRPC message at most, its bytes in base64
 # what a browser's preflight may ask for: the calls' methods and the headers they read
@@ -71,7 +74,7 @@ def build_app(front, servicers: list[ModelServicer], tokens, refused, files: Pat
     ]
     return Starlette(
         routes=routes,
-        middleware=[CORS, Middleware(RootPathKept, routes=routes)],
+        middleware=[CORS, Middleware(Faults), Middleware(RootPathKept, routes=routes)],
         exception_handlers={HTTPException: _http_error},
     )
 
@@ -117,14 +120,45 @@ ROUTE_STATUS = {404: grpc.StatusCode.NOT_FOUND, 405: grpc.StatusCode.UNIMPLEMENT
 
 async def _http_error(request, failed: HTTPException) -> Response:
     """Starlette's own refusals (no such route, a method a route does not take, a form it
-    cannot read) in JSON as each API writes its errors: under /v1 as the contract's, else as
+    cannot read) in JSON as each API writes its errors."""
+    code = ROUTE_STATUS.get(failed.status_code, grpc.StatusCode.INVALID_ARGUMENT)
+    return _api_error(request, code, failed.status_code, failed.detail, failed.headers)
+
+
+def _api_error(request, code: grpc.StatusCode, status: int, detail: str, headers=None):
+    """An error as the request's API writes one: under /v1 the contract's (`code`), else
     LibreTranslate's (`{"error": ...}`)."""
     if not request.url.path.removeprefix(_root(request)).startswith("/v1/"):
-        body = {"error": failed.detail}
-        return JSONResponse(body, status_code=failed.status_code, headers=failed.headers)
-    code = ROUTE_STATUS.get(failed.status_code, grpc.StatusCode.INVALID_ARGUMENT)
-    what = f"{request.method} {request.url.path}: {failed.detail}"
-    return error_response(code, what, failed.status_code, failed.headers)
+        return JSONResponse({"error": detail}, status_code=status, headers=headers)
+    return error_response(code, f"{request.method} {request.url.path}: {detail}", status, headers)
+
+
+class Faults:
+    """A fault a route raised, before its answer began: logged with its traceback and
+    answered 500 in its API's JSON (INTERNAL under /v1), inside the CORS middleware, so a
+    page elsewhere reads the error rather than a refusal of its origin."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        started = False
+
+        async def sending(message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        except Exception:
+            if started:
+                raise
+            log.exception("HTTP %s %s", scope["method"], scope["path"])
+            answer = _api_error(Request(scope), grpc.StatusCode.INTERNAL, 500, "internal error")
+            await answer(scope, receive, send)
 
 
 def http_socket(listen: str, reuse_port: bool) -> socket.socket:
