@@ -12,7 +12,12 @@ They move cache rows on the device where the cache lives, so on a GPU it never l
   model's memory tensors in one run (as many inputs as the model has memory tensors): the
   static step writes a request's memory into its slots with it, one run a run of slots where
   a gather a tensor took as many runs as the model has memory tensors (each run of a graph
-  costs the host a launch and a synchronisation on a GPU).
+  costs the host a launch and a synchronisation on a GPU);
+- `scatter_<float dtype>`: `place` at any slots in one run: the rows, padded as `place` pads
+  them, written by ScatterND into `target_i`, a bucket's whole buffer, whose output is bound
+  to that same buffer. onnxruntime's ScatterND kernels (CPU and CUDA) copy the data to the
+  output only where the two differ, so a run writes the rows alone, however scattered the
+  slots a busy batch leaves free.
 
 Every op takes tensors of any rank, so they serve any state the model's interface declares.
 
@@ -27,6 +32,7 @@ Equal values come in index order (ONNX TopK), as `service.runtime.search.host_se
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -75,6 +81,30 @@ def place_graph(dtype: int, count: int) -> onnx.ModelProto:
             helper.make_node("Pad", [f"rows_{i}", f"pads_{i}"], [f"output_{i}"]),
         ]
     return _model("place", nodes, inputs, outputs)
+
+
+def scatter_graph(dtype: int, count: int) -> onnx.ModelProto:
+    """output_i = target_i with rows `slots` (rows, 1) replaced by data_i[indices] along axis 0,
+    right-padded with zeros by pads_i (as `place_graph`'s), for i below `count`; any ranks,
+    any sizes. Bound to the same memory as target_i, output_i writes only those rows."""
+    inputs = [
+        helper.make_tensor_value_info("indices", TensorProto.INT64, ["rows"]),
+        helper.make_tensor_value_info("slots", TensorProto.INT64, ["rows", 1]),
+    ]
+    outputs, nodes = [], []
+    for i in range(count):
+        inputs += [
+            helper.make_tensor_value_info(f"data_{i}", dtype, None),
+            helper.make_tensor_value_info(f"pads_{i}", TensorProto.INT64, [f"pads_{i}"]),
+            helper.make_tensor_value_info(f"target_{i}", dtype, None),
+        ]
+        outputs.append(helper.make_tensor_value_info(f"output_{i}", dtype, None))
+        nodes += [
+            helper.make_node("Gather", [f"data_{i}", "indices"], [f"rows_{i}"], axis=0),
+            helper.make_node("Pad", [f"rows_{i}", f"pads_{i}"], [f"padded_{i}"]),
+            helper.make_node("ScatterND", [f"target_{i}", "slots", f"padded_{i}"], [f"output_{i}"]),
+        ]
+    return _model("scatter", nodes, inputs, outputs)
 
 
 def join_graph(dtype: int) -> onnx.ModelProto:
@@ -249,15 +279,18 @@ OPS = {
     "search": search_graph,
     "sample": sample_graph,
 }
-FLOAT_ONLY = ("search", "sample", "place")  # they read logits, or a model's float memory
+# they read logits, or a model's float memory
+FLOAT_ONLY = ("search", "sample", "place", "scatter")
+MEMORY_OPS = {"place": place_graph, "scatter": scatter_graph}  # sized by the memory tensors
 
 
 def write_ops(directory: Path, memory_tensors: int = 0) -> dict[str, dict[str, str]]:
-    """Writes the helper graphs, `place` for a model of `memory_tensors` memory tensors (none
-    for 0); returns {op: {dtype: relative path}} for the manifest."""
+    """Writes the helper graphs, `place` and `scatter` for a model of `memory_tensors` memory
+    tensors (neither for 0); returns {op: {dtype: relative path}} for the manifest."""
     builds = dict(OPS)
     if memory_tensors:
-        builds["place"] = lambda dtype: place_graph(dtype, memory_tensors)
+        for op, graph in MEMORY_OPS.items():
+            builds[op] = partial(graph, count=memory_tensors)
     paths: dict[str, dict[str, str]] = {}
     for op, build in builds.items():
         for name, dtype in DTYPES.items():

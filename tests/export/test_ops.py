@@ -10,7 +10,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-from export.ops import TOP_K_BLOCK, join_graph, place_graph, search_nodes
+from export.ops import TOP_K_BLOCK, join_graph, place_graph, scatter_graph, search_nodes
 from service.runtime.batching import concat_padded
 from service.runtime.tensor_ops import join_pads
 
@@ -93,6 +93,51 @@ def test_place_gathers_and_pads_every_tensor_as_numpy_does(dtype, numpy):
         np.testing.assert_array_equal(output, expected)
     graph = place_graph(dtype, 2).graph
     assert [n.op_type for n in graph.node] == ["Gather", "Pad"] * 2
+
+
+@pytest.mark.parametrize("aliased", [True, False], ids=["in-place", "copied"])
+@pytest.mark.parametrize(
+    ("dtype", "numpy"), [(TensorProto.FLOAT, np.float32), (TensorProto.FLOAT16, np.float16)]
+)
+def test_scatter_writes_padded_rows_into_scattered_slots_and_keeps_the_rest(dtype, numpy, aliased):
+    """The scatter op: rows `indices` of each data_i, right-padded by pads_i, written into
+    slots `slots` of target_i in one run. Bound to target_i's own memory (as the runtime binds
+    it), or to another buffer (as if the kernel copied target_i first): the same result."""
+    rng = np.random.default_rng(2)
+    shapes = [(5, 4, 6, 8), (5, 4, 6, 8), (5, 3)]
+    buffers = [(7, 4, 9, 8), (7, 4, 6, 8), (7, 7)]  # 7 slots of each padded row shape
+    session = ort.InferenceSession(
+        scatter_graph(dtype, len(shapes)).SerializeToString(), providers=["CPUExecutionProvider"]
+    )
+    data = [(rng.standard_normal(s) * 100).astype(numpy) for s in shapes]
+    targets = [(rng.standard_normal(s) * 100).astype(numpy) for s in buffers]
+    expected = [t.copy() for t in targets]
+    indices = np.array([3, 0, 4], dtype=np.int64)
+    slots = np.array([[6], [1], [3]], dtype=np.int64)  # scattered, out of order
+    binding = session.io_binding()
+    binding.bind_cpu_input("indices", indices)
+    binding.bind_cpu_input("slots", slots)
+    kept = []
+    for i, (tensor, target) in enumerate(zip(data, targets, strict=True)):
+        ends = [t - h for t, h in zip(target.shape[1:], tensor.shape[1:], strict=True)]
+        kept.append(np.array([0] * tensor.ndim + [0, *ends], dtype=np.int64))
+        value = ort.OrtValue.ortvalue_from_numpy(target)
+        binding.bind_cpu_input(f"data_{i}", tensor)
+        binding.bind_cpu_input(f"pads_{i}", kept[-1])
+        binding.bind_ortvalue_input(f"target_{i}", value)
+        out = value if aliased else ort.OrtValue.ortvalue_from_numpy(np.zeros_like(target))
+        binding.bind_ortvalue_output(f"output_{i}", out)
+        kept += [value, out]
+        expected[i][slots[:, 0]] = 0
+        expected[i][(slots[:, 0], *(slice(0, n) for n in tensor.shape[1:]))] = tensor[indices]
+    session.run_with_iobinding(binding)
+    for i, output in enumerate(binding.get_outputs()):
+        assert output.numpy().dtype == numpy
+        np.testing.assert_array_equal(output.numpy(), expected[i])
+        if aliased:  # written where it lies
+            np.testing.assert_array_equal(kept[3 * i + 1].numpy(), expected[i])
+    graph = scatter_graph(dtype, 2).graph
+    assert [n.op_type for n in graph.node] == ["Gather", "Pad", "ScatterND"] * 2
 
 
 def _search(vocab: int, two_levels: bool) -> ort.InferenceSession:
