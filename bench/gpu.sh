@@ -152,7 +152,7 @@ case "$phase" in
       --graphs "$graphs" --quick --no-engine --load --clients 64,256 --level-seconds 10 || true
     timeout 30 python3 -m bench.profile_scheduler --device cpu --repository "$work/repository/translator/1" \
       --variant fp32 --rows 64 --seconds 10 2>&1 | tee "$out/cpu-worker.log" || true
-    for way in "--encoder-thread --step-thread" --encoder-thread "" --no-place; do  # side by side
+    for way in "--encoder-thread --step-thread" --encoder-thread "" --no-scatter --no-place; do
       timeout 30 python3 -m bench.profile_scheduler --device cuda $way \
         --repository "$work/repository/translator/1" --variant fp16 --cache static --seconds 8 \
         2>&1 | tee -a "$out/cuda-worker.log" || true

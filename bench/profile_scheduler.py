@@ -4,8 +4,8 @@ graph (and, with --top, the host's functions under cProfile).
 
     python -m bench.profile_scheduler [--device cpu|cuda] [--repository VERSION_DIR]
         [--random-model] [--variant fp32] [--cache in_place|growing|static] [--io-binding]
-        [--no-place] [--encoder-thread] [--step-thread] [--admission-interval 1] [--rows 256]
-        [--seconds 20] [--max-length 128] [--top 30]
+        [--no-scatter] [--no-place] [--encoder-thread] [--step-thread] [--admission-interval 1]
+        [--rows 256] [--seconds 20] [--max-length 128] [--top 30]
 
 Prints the host's time a step outside the loop's onnxruntime runs (`host:`: the time no run
 of the loop's own path is in progress, the time a GPU would idle), the share of the wall time
@@ -56,10 +56,16 @@ def main(argv=None) -> int:
     parser.add_argument("--cache", choices=("in_place", "growing", "static"))
     parser.add_argument("--io-binding", action="store_true")
     parser.add_argument(
+        "--no-scatter",
+        action="store_true",
+        help="the static step's rows placed a run of slots at a time, as in a version without "
+        "the scatter op (its effect, side by side)",
+    )
+    parser.add_argument(
         "--no-place",
         action="store_true",
         help="the static step's rows placed a tensor at a time, as in a version without the "
-        "place op (its effect, side by side)",
+        "scatter and place ops (their effect, side by side)",
     )
     parser.add_argument(
         "--random-model", action="store_true", help="a small random translator, not --repository"
@@ -123,8 +129,10 @@ def _profile(args, version) -> int:
         cache=args.cache,
         io_binding=True if args.io_binding else None,
     )
-    if args.no_place and engine.static_step is not None:
-        engine.static_step = replace(engine.static_step, place=None)
+    if engine.static_step is not None:
+        without = {"scatter": args.no_scatter or args.no_place, "place": args.no_place}
+        ops = {op: None for op, dropped in without.items() if dropped}
+        engine.static_step = replace(engine.static_step, **ops)
     ids = Tokenizer(version.tokenizer_file).encode_batch(
         args.sources.read_text(encoding="utf-8").splitlines()[:2000]
     )
@@ -182,7 +190,8 @@ def _profile(args, version) -> int:
     threads = "the encoder beside the steps" if args.encoder_thread else "the encoder inline"
     threads += ", the steps on their thread" if args.step_thread else ", the steps inline"
     static = engine.static_step
-    place = ", place op" if static is not None and static.place is not None else ""
+    ops = [op for op in ("scatter", "place") if getattr(static, op, None) is not None]
+    place = "".join(f", {op} op" for op in ops)
     binding = "IO binding" if engine.io_binding else "host arrays"
     print(f"{engine.variant} {engine.device}, cache {engine.cache}, {binding}, {args.rows} rows")
     print(f"  {threads}{place}")

@@ -28,8 +28,9 @@ from service.runtime.errors import ModelRepositoryError
 # 5: lean steps (the step less its attention, the search folded in) and their one-row form;
 # 6: the steps with their cache written in place (in_place_*); 7: the join op's pads are
 # inputs (the host computes them: no shape arithmetic in the graph, no Memcpy on CUDA). A
-# version of 7 may also ship the `place` op (the static step then places a request's memory
-# tensors in one run a run of slots); without it they are placed a tensor at a time.
+# version of 7 may also ship the `scatter` op (the static step then writes a request's memory
+# tensors into any slots in one run) and the `place` op (one run a run of consecutive slots);
+# without either they are placed a tensor at a time.
 FORMAT_VERSION = 7
 MANIFEST = "manifest.json"
 GOLDEN = "golden.json"

@@ -44,8 +44,9 @@ class StaticStep:
     tensors: TensorOps  # take, narrow and pad where the rows live
     gather: Mapping[str, ort.InferenceSession]  # by dtype name: rows into slots, in place
     # every memory tensor's rows into slots in one run, where the version ships it (else the
-    # gather graph a tensor at a time)
+    # gather graph a tensor at a time): `place` a run of consecutive slots, `scatter` any slots
     place: ort.InferenceSession | None
+    scatter: ort.InferenceSession | None
     capture: bool  # each binding's first run records a CUDA graph, replayed after
     # ids of the recorded graphs, unique within a session: shared by every store
     graph_ids: Iterator[int] = field(default_factory=itertools.count)
@@ -81,7 +82,7 @@ def static_step(
 ) -> StaticStep:
     """The static step of `model`'s `variant` over its sessions `graphs` (a form not shipped:
     None), `interface` its in-place form; `session`: path -> a session on the device, for
-    the place op."""
+    the place and scatter ops."""
     limits = model.manifest.get("limits", {})
     full = graphs[StepGraph.FULL]
     return StaticStep(
@@ -94,7 +95,8 @@ def static_step(
         vocab=int(model.config.get("vocab_size", 0)),
         tensors=tensors,
         gather=tensors.graphs["gather"],
-        place=_place_op(model, float_dtype.name, len(interface.memory_tensors), session),
+        place=_memory_op(model, "place", float_dtype.name, interface, session),
+        scatter=_memory_op(model, "scatter", float_dtype.name, interface, session),
         capture=capture,
     )
 
@@ -109,15 +111,15 @@ def _fixed_capacity(step: ort.InferenceSession, interface: ModelInterface, varia
     return capacity
 
 
-def _place_op(model: ModelVersion, dtype: str, memory_tensors: int, session):
-    """The version's `place` op (every memory tensor's rows into slots in one run), where it
-    ships one; None where not."""
-    if not model.has_op("place", dtype):
+def _memory_op(model: ModelVersion, op: str, dtype: str, interface: ModelInterface, session):
+    """The version's `op` (`place` or `scatter`: every memory tensor's rows into slots in one
+    run), where it ships one; None where not."""
+    if not model.has_op(op, dtype):
         return None
-    place = session(model.op("place", dtype))
-    if len(place.get_outputs()) != memory_tensors:
+    made, memory_tensors = session(model.op(op, dtype)), len(interface.memory_tensors)
+    if len(made.get_outputs()) != memory_tensors:
         raise ModelRepositoryError(
-            f"{model.directory}: its {dtype} place op writes {len(place.get_outputs())} "
+            f"{model.directory}: its {dtype} {op} op writes {len(made.get_outputs())} "
             f"tensors, the model has {memory_tensors} memory tensors"
         )
-    return place
+    return made

@@ -1,6 +1,6 @@
 """SlotWriter: rows (numpy or OrtValues) written into slots of the static step's buffers, by
-the place op a run of consecutive slots or by the gather graph a tensor at a time, memory
-padded or cut to the bucket's size."""
+the scatter op at any slots in one run, the place op a run of consecutive slots or the
+gather graph a tensor at a time, memory padded or cut to the bucket's size."""
 
 from __future__ import annotations
 
@@ -59,21 +59,29 @@ def _memory_targets(step, slots: int, size: int) -> dict[str, SlotBuffer]:
     }
 
 
-@pytest.mark.parametrize("place_op", [True, False], ids=["place-op", "gather"])
-def test_memory_is_placed_padded_or_cut_to_the_buckets_size(step, place_op):
-    """Every memory tensor's rows into slots 3, 0 and 1 (two runs); a shorter memory is
-    padded with zeros, a longer one cut to the bucket's size, by the place op or without."""
-    if not place_op:
-        step = replace(step, place=None)
-    writer = SlotWriter(step)
+def _without(step, ops: str):
+    """`step` as in a version that ships none of `ops` ("scatter", "place")."""
+    return replace(step, **dict.fromkeys(ops.split(), None))
+
+
+@pytest.mark.parametrize(
+    "without", ["", "scatter", "scatter place"], ids=["scatter", "place", "gather"]
+)
+def test_memory_is_placed_padded_or_cut_to_the_buckets_size(step, without):
+    """Every memory tensor's rows into slots 3, 0 and 1 (two runs of slots); a shorter memory
+    is padded with zeros, a longer one cut to the bucket's size, by the scatter op, the place
+    op or neither. What is in the other slots stays."""
+    writer = SlotWriter(_without(step, without))
     names = step.interface.memory_tensors
     short = {n: rows((3, 4, 5, 8), seed=i) for i, n in enumerate(names)}
     targets = _memory_targets(step, 4, 16)
+    for name in names:
+        targets[name].value.numpy()[:] = 9  # what the slots held
     writer.place(short, [2, 0, 1], targets, [3, 0, 1], pad=True)
     for name in names:
         written = targets[name].value.numpy()
         np.testing.assert_array_equal(written[[3, 0, 1]][:, :, :5], short[name][[2, 0, 1]])
-        assert not written[:, :, 5:].any() and not written[2].any()
+        assert not written[[3, 0, 1], :, 5:].any() and (written[2] == 9).all()
     long = {n: rows((2, 4, 20, 8), seed=10 + i) for i, n in enumerate(names)}
     targets = _memory_targets(step, 2, 16)
     writer.place(long, [1, 0], targets, [0, 1], pad=True)
@@ -81,25 +89,32 @@ def test_memory_is_placed_padded_or_cut_to_the_buckets_size(step, place_op):
         np.testing.assert_array_equal(targets[name].value.numpy(), long[name][[1, 0]][:, :, :16])
 
 
-def test_the_place_op_runs_once_a_run_of_slots_for_every_tensor(step):
+class Counting:
+    """A session whose runs with IO binding are counted into `runs`."""
+
+    def __init__(self, session, runs: list):
+        self.session, self.runs = session, runs
+
+    def __getattr__(self, name):
+        return getattr(self.session, name)
+
+    def run_with_iobinding(self, binding, options=None):
+        self.runs.append(1)
+        return self.session.run_with_iobinding(binding, options)
+
+
+@pytest.mark.parametrize(("op", "expected"), [("scatter", 1), ("place", 2)])
+def test_a_memory_op_runs_once_or_once_a_run_of_slots_for_every_tensor(step, op, expected):
+    """Slots 1, 2 and 6: the scatter op writes them in one run, the place op in one a run of
+    consecutive slots (1..2, then 6); neither takes another number of tensors."""
     runs: list = []
-    op = step.place
-    run = op.run_with_iobinding
-
-    class Counting:  # the session, its runs counted
-        def __getattr__(self, name):
-            return getattr(op, name)
-
-        def run_with_iobinding(self, binding, options=None):
-            runs.append(1)
-            return run(binding, options)
-
-    writer = SlotWriter(replace(step, place=Counting()))
+    counted = {op: Counting(getattr(step, op), runs)}
+    writer = SlotWriter(replace(step, **({"scatter": None} | counted)))
     names = step.interface.memory_tensors
     sources = {n: rows((3, 4, 6, 8), seed=i) for i, n in enumerate(names)}
     writer.place(sources, [0, 1, 2], _memory_targets(step, 8, 16), [1, 2, 6], pad=True)
-    assert len(runs) == 2  # slots 1..2, then slot 6
-    partial = dict(list(sources.items())[:1])  # another number of tensors: not the place op
+    assert len(runs) == expected
+    partial = dict(list(sources.items())[:1])  # another number of tensors: neither op
     runs.clear()
     writer.place(partial, [0], _memory_targets(step, 2, 16), [0], pad=True)
     assert runs == []

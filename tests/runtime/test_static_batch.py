@@ -350,72 +350,113 @@ def _counting(session, runs: list) -> None:
     session.run_with_iobinding = counted
 
 
-def test_the_place_op_writes_every_memory_tensor_of_a_run_of_slots_at_once(tiny):
-    """Rows joining scattered free slots: one run of the version's place op a run of slots
-    writes all of a request's memory tensors (the gather graph took one a tensor), nothing is
-    gathered first when every row of the encoder's output joins in order (a greedy
-    admission), and the batch decodes exactly as one placing them a tensor at a time (a
-    version without the op)."""
+def _scattered_decode(version, sources, without: str) -> tuple[list, list]:
+    """Rows leaving scattered slots free, others joining them, beams repeated into them, each
+    row checked against its decode alone at every step, by a static engine whose version
+    ships none of `without` ("scatter", "place"). Returns every step's logits and, for each
+    admission and repeat, the runs (scatter, place, gather) it took."""
+    static = OnnxEngine(version, "fp32", cache="static")
+    static.static_step = replace(static.static_step, **dict.fromkeys(without.split(), None))
+    reference = OnnxEngine(version, "fp32", cache="growing")
+    runs: dict[str, list] = {"scatter": [], "place": [], "gather": []}
+    for op in ("scatter", "place"):
+        if getattr(static.static_step, op) is not None:
+            _counting(getattr(static.static_step, op), runs[op])
+    for dtype in ("float32", "int64"):  # the masks are copied whole
+        _counting(static.ops["gather"][dtype], runs["gather"])
+    batch, bos = ContinuousBatch(static), static.special_tokens.bos
+    rows: list[tuple[CachedInference, list[int]]] = []  # each row's decode alone, its tokens
+    out, counts = [], []
+
+    def counted(change) -> None:
+        for r in runs.values():
+            r.clear()
+        change()
+        counts.append(tuple(len(r) for r in runs.values()))
+
+    def join(index: list[int]) -> None:
+        encoder = static.encode(*source_batch([sources[i] for i in index], 512))
+        counted(lambda: batch.join(encoder, np.arange(len(index))))
+        rows.extend((_alone(reference, sources[i]), [bos]) for i in index)
+
+    def step() -> None:
+        logits, _ = batch.step(np.array([[fed[-1]] for _, fed in rows]))
+        out.append(logits.copy())
+        for r, (alone, fed) in enumerate(rows):
+            expected, _ = alone.step(np.array([[fed[-1]]]))
+            np.testing.assert_allclose(logits[r], expected[0], atol=1e-4)
+            fed.append(int(expected[0].argmax()))
+
+    join([0, 1, 2, 3, 4, 5])  # slots 0..5 of 8
+    step()
+    batch.reorder(np.array([0, 2, 4]))  # slots 1, 3 and 5 free (and 6, 7)
+    rows[:] = rows[0::2]
+    step()
+    join([1, 3, 5])  # into slots 1, 3 and 5
+    assert batch.alive.tolist() == [0, 2, 4, 1, 3, 5]
+    step()
+    step()
+    # beams: rows 0 and 4 kept twice, copied into the free slots 2 and 4
+    index = np.array([0, 0, 3, 4, 4])
+    counted(lambda: batch.reorder(index))
+    assert batch.alive.tolist() == [0, 2, 1, 3, 4] and batch.slots == 8
+    copies = []
+    for i in index:
+        alone = _alone(reference, sources[[0, 2, 4, 1, 3, 5][i]])
+        for token in rows[i][1][:-1]:  # brought to the same step
+            alone.step(np.array([[token]]))
+        copies.append((alone, list(rows[i][1])))
+    rows[:] = copies
+    step()
+    step()
+    return out, counts
+
+
+def test_the_scatter_op_writes_any_slots_in_one_run_and_decodes_as_the_place_op(tiny):
+    """Rows joining the scattered slots rows left free, and beams repeated into them: one
+    run of the version's scatter op an admission (every memory tensor of every slot), one a
+    repeat for the state and one for the memory, where the place op took one a run of slots
+    and the gather graph one a tensor and a run; every row decodes as alone, and the three
+    decode the same logits."""
     _, version, sources = tiny
-    assert version.has_op("place", "float32") and version.has_op("place", "float16")
-
-    def decode(place: bool) -> tuple[list, list]:
-        static = OnnxEngine(version, "fp32", cache="static")
-        assert static.static_step.place is not None
-        if not place:
-            static.static_step = replace(static.static_step, place=None)
-        places, gathers, counts = [], [], []
-        if place:
-            _counting(static.static_step.place, places)
-        _counting(static.ops["gather"]["float32"], gathers)
-        _counting(static.ops["gather"]["int64"], gathers)  # the masks are copied whole
-        batch, out = ContinuousBatch(static), []
-        for joining, leaving in (([0, 1, 2, 3, 4, 5], None), ([0, 2, 4], [1, 3, 5])):
-            if leaving is not None:  # their slots are free: runs of one slot
-                batch.reorder(np.array(leaving))
-            places.clear(), gathers.clear()
-            batch.join(
-                static.encode(*source_batch([sources[i] for i in joining], 512)),
-                np.arange(len(joining)),
-            )
-            counts.append((len(places), len(gathers)))
-            logits, _ = batch.step(np.full((6, 1), 7))
-            out.append(logits.copy())
-        assert batch.slots == 8 and batch.rows == 6
-        return out, counts
-
-    with_op, counts = decode(place=True)
-    without, tensor_counts = decode(place=False)
+    for op in ("place", "scatter"):
+        assert version.has_op(op, "float32") and version.has_op(op, "float16")
+    scattered, counts = _scattered_decode(version, sources, "")
+    placed, place_counts = _scattered_decode(version, sources, "scatter")
+    gathered, gather_counts = _scattered_decode(version, sources, "scatter place")
     memory = len(OnnxEngine(version, "fp32", cache="static").memory_names)
-    assert counts == [(1, 0), (3, 0)]  # a run of slots a run, every memory tensor in it
-    assert tensor_counts == [(0, memory), (0, 3 * memory)]
-    for a, b in zip(with_op, without, strict=True):
+    # (scatter, place, gather) runs: the first admission, the second, the repeat
+    assert counts == [(1, 0, 0), (1, 0, 0), (2, 0, 0)]
+    assert place_counts == [(0, 1, 0), (0, 3, 0), (0, 4, 0)]
+    assert gather_counts == [(0, 0, memory), (0, 0, 3 * memory), (0, 0, 4 * memory)]
+    for a, b, c in zip(scattered, placed, gathered, strict=True):
         np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(a, c)
 
 
-def test_a_place_op_of_another_model_is_refused(tiny, tmp_path):
+@pytest.mark.parametrize("op", ["place", "scatter"])
+def test_a_memory_op_of_another_model_is_refused(tiny, tmp_path, op):
     import json
     import shutil
 
-    from export.ops import place_graph
+    from export.ops import MEMORY_OPS
     from service.runtime.errors import ModelRepositoryError
     from service.runtime.repository import sha256, verify
 
     _, version, _ = tiny
     copy = tmp_path / "tiny" / "1"
     shutil.copytree(version.directory, copy)
-    onnx.save_model(
-        place_graph(onnx.TensorProto.FLOAT, 2), str(copy / "ops" / "place_float32.onnx")
-    )
+    path = copy / "ops" / f"{op}_float32.onnx"
+    onnx.save_model(MEMORY_OPS[op](onnx.TensorProto.FLOAT, 2), str(path))
     manifest = json.loads((copy / "manifest.json").read_text())
-    assert manifest["ops"]["place"]["float32"] == "ops/place_float32.onnx"
-    manifest["files"]["ops/place_float32.onnx"] = sha256(copy / "ops" / "place_float32.onnx")
+    assert manifest["ops"][op]["float32"] == f"ops/{op}_float32.onnx"
+    manifest["files"][f"ops/{op}_float32.onnx"] = sha256(path)
     (copy / "manifest.json").write_text(json.dumps(manifest))
-    with pytest.raises(ModelRepositoryError, match="writes 2 tensors, the model has"):
+    with pytest.raises(ModelRepositoryError, match=f"{op} op writes 2 tensors, the model has"):
         OnnxEngine(verify(copy), "fp32", cache="static")
-    del manifest["ops"]["place"]  # a version without one: a tensor at a time
+    del manifest["ops"][op]  # a version without one: the other op, or a tensor at a time
     (copy / "manifest.json").write_text(json.dumps(manifest))
-    assert OnnxEngine(verify(copy), "fp32", cache="static").static_step.place is None
+    assert getattr(OnnxEngine(verify(copy), "fp32", cache="static").static_step, op) is None
 
 
 def test_a_greedy_admission_gathers_nothing_on_the_device_and_copies_host_arrays(tiny):

@@ -58,14 +58,15 @@ def test_each_captured_binding_gets_a_graph_id_of_its_own(engine):
     assert ids == ["0", "1", "2"]
 
 
-def test_made_over_a_version_without_a_place_op_or_a_step_of_no_fixed_capacity(
+def test_made_over_a_version_without_memory_ops_or_a_step_of_no_fixed_capacity(
     engine, tiny_translator
 ):
     _, version = tiny_translator
     step = engine.static_step
     full = step.graphs[StepGraph.FULL]
     manifest = {**version.manifest, "ops": {**version.manifest["ops"]}}
-    del manifest["ops"]["place"]
+    assert step.place is not None and step.scatter is not None
+    del manifest["ops"]["place"], manifest["ops"]["scatter"]
     bare = ModelVersion(version.directory, manifest)
     made = static_step(
         bare,
@@ -77,7 +78,7 @@ def test_made_over_a_version_without_a_place_op_or_a_step_of_no_fixed_capacity(
         _session,
         capture=False,
     )
-    assert made.place is None and set(made.graphs) == {StepGraph.FULL}
+    assert made.place is None and made.scatter is None and set(made.graphs) == {StepGraph.FULL}
     assert made.capacity == step.capacity
     growing = _session(version.graph("fp32", IN_PLACE + "decoder"))  # capacity by the rows
     with pytest.raises(ModelRepositoryError, match="fp32 static step: its capacity is not fixed"):

@@ -1,8 +1,10 @@
 """Rows written into slots of the static step's buffers, on the device where they live.
 
-The version's place op writes every memory tensor of a run of consecutive slots in one run,
-padded on the way; else the gather graph writes a tensor at a time. Either binds its outputs
-to the slots' addresses (`SlotBuffer.bind_rows`), so nothing is copied twice.
+The version's scatter op writes every memory tensor of any slots in one run, padded on the
+way, into each target's whole buffer bound as its input and its output; else its place op
+one run a run of consecutive slots; else the gather graph a tensor at a time. The last two
+bind their outputs to the slots' addresses (`SlotBuffer.bind_rows`), so nothing is copied
+twice.
 """
 
 from __future__ import annotations
@@ -32,9 +34,15 @@ class SlotWriter:
 
     def place(self, sources: dict, index, targets: dict[str, SlotBuffer], slots, pad=False):
         """Rows `index` of every tensor of `sources` (by name) into `slots` of `targets` (by
-        name): by the place op where it applies, else tensor by tensor (`pad`: memory
-        tensors, padded or cut on their memory axis to the target's)."""
-        if self._placed(sources, index, targets, slots):
+        name): by the scatter op, else the place op, where it applies, else tensor by
+        tensor (`pad`: memory tensors, padded or cut on their memory axis to the target's)."""
+        index, slots = np.asarray(index, np.int64), np.asarray(slots, np.int64)
+        pads = self._fitting(sources, targets)
+        if pads is not None and self.step.scatter is not None:
+            self._scatter(sources, index, targets, slots, pads)
+            return
+        if pads is not None and self.step.place is not None:
+            self._place(sources, index, targets, slots, pads)
             return
         for name, tensor in sources.items():
             if pad:
@@ -77,34 +85,65 @@ class SlotWriter:
         count = shape_of(rows)[0]
         self.gather(self.fit(rows, target.value), np.arange(count), target, slots)
 
-    def _placed(self, sources: dict, index, targets: dict[str, SlotBuffer], slots) -> bool:
-        """Rows `index` of every tensor of `sources` (numpy or OrtValue), right-padded to its
-        target's row shape, written into `slots` of `targets`: one run of the version's
-        place op a run of consecutive slots, its outputs bound to the slots' memory. False,
-        nothing done, where the version ships no place op, it takes another number of
-        tensors, or a row is longer than its target's."""
-        op = self.step.place
+    def _fitting(self, sources: dict, targets: dict[str, SlotBuffer]) -> dict | None:
+        """Each tensor of `sources` by name -> its pads to its target's row shape (rank
+        begins, then rank ends, as ONNX Pad reads them), where the version's memory ops take
+        `sources`: as many tensors as they write, none longer than its target's rows. None
+        where they do not (or the version ships neither op)."""
+        op = self.step.scatter or self.step.place
         if op is None or len(sources) != len(op.get_outputs()) or set(sources) != set(targets):
-            return False
-        shapes = [(shape_of(sources[n]), targets[n].row) for n in sources]
-        for have, row in shapes:
+            return None
+        pads = {}
+        for name, source in sources.items():
+            have, row = shape_of(source), targets[name].row
             if len(have) != len(row) + 1 or any(h > t for h, t in zip(have[1:], row, strict=True)):
-                return False
-        index, slots = np.asarray(index, np.int64), np.asarray(slots, np.int64)
-        if len(slots) == 0:
-            return True
-        binding, kept = op.io_binding(), []  # kept: host arrays bound, alive until run
-        for i, (name, (have, row)) in enumerate(zip(sources, shapes, strict=True)):
-            source = sources[name]
+                return None
+            ends = [0, *(t - h for t, h in zip(row, have[1:], strict=True))]
+            pads[name] = np.array([0] * len(have) + ends, dtype=np.int64)
+        return pads
+
+    @staticmethod
+    def _bind_sources(binding: ort.IOBinding, sources: dict, pads: dict) -> list:
+        """Binds data_i and pads_i of every tensor of `sources` (numpy or OrtValue), in its
+        order; returns the host arrays bound, to keep alive until the run."""
+        kept = []
+        for i, (name, source) in enumerate(sources.items()):
             if isinstance(source, np.ndarray):
                 kept.append(np.ascontiguousarray(source))
                 binding.bind_cpu_input(f"data_{i}", kept[-1])
             else:
                 binding.bind_ortvalue_input(f"data_{i}", source)
-            ends = [0, *(t - h for t, h in zip(row, have[1:], strict=True))]
-            kept.append(np.array([0] * len(have) + ends, dtype=np.int64))
+            kept.append(pads[name])
             binding.bind_cpu_input(f"pads_{i}", kept[-1])
-        device = self.step.device
+        return kept
+
+    def _scatter(self, sources: dict, index, targets: dict[str, SlotBuffer], slots, pads):
+        """Rows `index` of every tensor of `sources`, padded by `pads`, into `slots` of
+        `targets` in one run of the scatter op, each target's whole buffer both its input and
+        its output: only the rows are written (a kernel that copied its input to its output
+        first would copy the buffer onto itself, and the result would be the same)."""
+        if len(slots) == 0:
+            return
+        op = self.step.scatter
+        binding = op.io_binding()
+        kept = self._bind_sources(binding, sources, pads)
+        kept += [index.copy(), slots[:, None].copy()]  # (rows,), (rows, 1)
+        binding.bind_cpu_input("indices", kept[-2])
+        binding.bind_cpu_input("slots", kept[-1])
+        for i, name in enumerate(sources):
+            binding.bind_ortvalue_input(f"target_{i}", targets[name].value)
+            binding.bind_ortvalue_output(f"output_{i}", targets[name].value)
+        op.run_with_iobinding(binding)
+
+    def _place(self, sources: dict, index, targets: dict[str, SlotBuffer], slots, pads):
+        """Rows `index` of every tensor of `sources`, padded by `pads`, into `slots` of
+        `targets`: one run of the place op a run of consecutive slots, its outputs bound to
+        the slots' memory."""
+        if len(slots) == 0:
+            return
+        op, device = self.step.place, self.step.device
+        binding = op.io_binding()
+        kept = self._bind_sources(binding, sources, pads)
         for start, end in consecutive_runs(slots):
             kept.append(index[start:end].copy())
             binding.bind_cpu_input("indices", kept[-1])
@@ -112,4 +151,3 @@ class SlotWriter:
                 first = int(slots[start])
                 targets[name].bind_rows(binding, f"output_{i}", device, first, end - start)
             op.run_with_iobinding(binding)
-        return True

@@ -231,8 +231,8 @@ class StaticRows:
             bound.banned = banned
 
     def repeat(self, table: SlotTable, slots: np.ndarray, first: np.ndarray) -> None:
-        """Repeated rows copied into free slots of the bucket (every state tensor in one run
-        a run of slots), or the rows into a bucket of more slots."""
+        """Repeated rows copied into free slots of the bucket (every state tensor in one run,
+        as a row's memory: `SlotWriter.place`), or the rows into a bucket of more slots."""
         repeats = np.flatnonzero(~first)
         free = np.setdiff1d(np.arange(table.slots), slots[first])
         if self.reserved is not None:  # kept for joining rows
