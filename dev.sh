@@ -118,7 +118,8 @@ build_repository() {
   # certificate (the captioner's previous checkpoint stays servable as version 1, the default
   # is the highest); a version is rebuilt when its checkpoint changes, when its graphs were not
   # built op by op (the default since the traced ones were measured slower), when they were
-  # built before the builder's revision, or on a GPU to add fp16.
+  # built before the builder's revision, when it ships no scatter op (export/ops.py), or on
+  # a GPU to add fp16.
   local model version checkpoint variants revision
   variants=$(export_variants)
   revision=$(graphs_revision)
@@ -131,6 +132,7 @@ build_repository() {
       || ! grep -q '"format_version": 7' "$version/manifest.json" \
       || ! grep -q '"fp32": "built"' "$version/manifest.json" \
       || ! grep -q "\"graphs_revision\": $revision" "$version/manifest.json" \
+      || ! grep -q '"ops/scatter_float32.onnx"' "$version/manifest.json" \
       || { [[ $variants == *fp16* ]] && ! grep -q '"fp16/decoder.onnx"' "$version/manifest.json"; }; then
       rm -rf "$version"
       mkdir -p data
