@@ -120,6 +120,25 @@ def test_a_memory_op_runs_once_or_once_a_run_of_slots_for_every_tensor(step, op,
     assert runs == []
 
 
+def test_one_run_of_slots_takes_the_place_op_and_several_the_scatter_op(step):
+    """The place op writes consecutive slots straight into their memory, where the scatter
+    op would copy its padded rows once more: each where it writes in one run."""
+    runs: dict[str, list] = {"scatter": [], "place": []}
+    writer = SlotWriter(replace(step, **{o: Counting(getattr(step, o), runs[o]) for o in runs}))
+    names = step.interface.memory_tensors
+    sources = {n: rows((3, 4, 6, 8), seed=i) for i, n in enumerate(names)}
+    targets = _memory_targets(step, 8, 16)
+    writer.place(sources, [0, 1, 2], targets, [4, 5, 6], pad=True)
+    assert (len(runs["place"]), len(runs["scatter"])) == (1, 0)
+    writer.place(sources, [0, 1, 2], targets, [0, 2, 3], pad=True)
+    assert (len(runs["place"]), len(runs["scatter"])) == (1, 1)
+    for name in names:
+        written = targets[name].value.numpy()
+        np.testing.assert_array_equal(written[[0, 2, 3], :, :6], sources[name])
+        np.testing.assert_array_equal(written[[4, 5, 6], :, :6], sources[name])
+        assert not written[[1, 7]].any() and not written[:, :, 6:].any()
+
+
 def test_states_are_gathered_tensor_by_tensor_in_their_own_shape(step):
     writer = SlotWriter(step)
     names = [s.input for s in step.interface.states][:2]

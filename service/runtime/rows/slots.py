@@ -1,10 +1,11 @@
 """Rows written into slots of the static step's buffers, on the device where they live.
 
-The version's scatter op writes every memory tensor of any slots in one run, padded on the
-way, into each target's whole buffer bound as its input and its output; else its place op
-one run a run of consecutive slots; else the gather graph a tensor at a time. The last two
-bind their outputs to the slots' addresses (`SlotBuffer.bind_rows`), so nothing is copied
-twice.
+The version's place op writes every memory tensor of a run of consecutive slots in one run,
+padded on the way, its outputs bound to the slots' addresses (`SlotBuffer.bind_rows`), so
+nothing is copied twice. Slots in several runs take one run of its scatter op, which writes
+any slots into each target's whole buffer bound as its input and its output (its padded rows
+copied once more, where place took a run a run of slots); else the place op runs once a run
+of slots, or the gather graph a tensor at a time.
 """
 
 from __future__ import annotations
@@ -34,15 +35,17 @@ class SlotWriter:
 
     def place(self, sources: dict, index, targets: dict[str, SlotBuffer], slots, pad=False):
         """Rows `index` of every tensor of `sources` (by name) into `slots` of `targets` (by
-        name): by the scatter op, else the place op, where it applies, else tensor by
-        tensor (`pad`: memory tensors, padded or cut on their memory axis to the target's)."""
+        name): by the place op (one run of slots) or the scatter op (several), where they
+        apply, else tensor by tensor (`pad`: memory tensors, padded or cut on their memory
+        axis to the target's)."""
         index, slots = np.asarray(index, np.int64), np.asarray(slots, np.int64)
         pads = self._fitting(sources, targets)
-        if pads is not None and self.step.scatter is not None:
-            self._scatter(sources, index, targets, slots, pads)
-            return
-        if pads is not None and self.step.place is not None:
-            self._place(sources, index, targets, slots, pads)
+        if pads is not None:
+            step, runs = self.step, consecutive_runs(slots)
+            if step.scatter is not None and (step.place is None or len(runs) > 1):
+                self._scatter(sources, index, targets, slots, pads)
+            else:
+                self._place(sources, index, targets, slots, runs, pads)
             return
         for name, tensor in sources.items():
             if pad:
@@ -135,16 +138,16 @@ class SlotWriter:
             binding.bind_ortvalue_output(f"output_{i}", targets[name].value)
         op.run_with_iobinding(binding)
 
-    def _place(self, sources: dict, index, targets: dict[str, SlotBuffer], slots, pads):
+    def _place(self, sources: dict, index, targets: dict[str, SlotBuffer], slots, runs, pads):
         """Rows `index` of every tensor of `sources`, padded by `pads`, into `slots` of
-        `targets`: one run of the place op a run of consecutive slots, its outputs bound to
-        the slots' memory."""
+        `targets`: one run of the place op a run of consecutive slots (`runs`: their (start,
+        end) in `slots`), its outputs bound to the slots' memory."""
         if len(slots) == 0:
             return
         op, device = self.step.place, self.step.device
         binding = op.io_binding()
         kept = self._bind_sources(binding, sources, pads)
-        for start, end in consecutive_runs(slots):
+        for start, end in runs:
             kept.append(index[start:end].copy())
             binding.bind_cpu_input("indices", kept[-1])
             for i, name in enumerate(sources):
