@@ -22,6 +22,7 @@ from odf.style import MasterPage, PageLayout, Style, TextProperties
 from pptx.util import Inches
 
 from service.runtime import documents, files, markup
+from service.runtime.files.alignment import segments
 
 
 def aligned(source_pieces, target_pieces, best, text_out, source_end):
@@ -49,24 +50,24 @@ BOLD_VERB = aligned(
 
 def test_each_target_word_goes_to_the_run_of_its_source_word():
     runs = ["El perro ", "come", " pan."]
-    assert files.segments(runs, BOLD_VERB) == [(0, "The dog"), (1, " eats"), (2, " bread.")]
-    assert files.segments(["El perro come pan."], BOLD_VERB) == [(0, "The dog eats bread.")]
+    assert segments(runs, BOLD_VERB) == [(0, "The dog"), (1, " eats"), (2, " bread.")]
+    assert segments(["El perro come pan."], BOLD_VERB) == [(0, "The dog eats bread.")]
     # the alignment at the hypothesis, as for a text of one sentence
     alignment = BOLD_VERB["sentences"][0]["alignment"]
     moved = {
         "hypotheses": [{**BOLD_VERB["hypotheses"][0], "alignment": alignment}],
         "sentences": [{**BOLD_VERB["sentences"][0], "alignment": None}],
     }
-    assert files.segments(runs, moved) == [(0, "The dog"), (1, " eats"), (2, " bread.")]
+    assert segments(runs, moved) == [(0, "The dog"), (1, " eats"), (2, " bread.")]
 
 
 def test_a_text_that_is_not_its_pieces_goes_whole_to_one_run():
     changed = {**BOLD_VERB, "hypotheses": [{"text": "The dog eats bread, https://x.org."}]}
     changed["sentences"] = [{**BOLD_VERB["sentences"][0], "targetEnd": 33}]
-    placed = files.segments(["El perro ", "come", " pan."], changed)
+    placed = segments(["El perro ", "come", " pan."], changed)
     assert placed == [(0, "The dog eats bread, https://x.org.")]  # the first of the most
     unaligned = {"hypotheses": [{"text": "Hi."}], "sentences": [{"sourceEnd": 18, "targetEnd": 3}]}
-    assert files.segments(["El perro ", "come", " pan."], unaligned) == [(1, "Hi.")]
+    assert segments(["El perro ", "come", " pan."], unaligned) == [(1, "Hi.")]
 
 
 def test_a_docx_keeps_its_runs_tables_and_headers():
@@ -1069,7 +1070,7 @@ def test_an_odt_paragraph_with_tabs_breaks_bookmarks_and_notes_is_one_text():
     read.paragraphs[2].write([(0, "The "), (1, "red"), (0, " house,"), (3, " big.")])
     for paragraph in read.paragraphs[:2]:  # the translator reads a tab as a space
         said = upper_cased(paragraph.text.replace("\t", " "))
-        paragraph.write(files.segments(paragraph.runs, said))
+        paragraph.write(segments(paragraph.runs, said))
     written, _, moved = load(io.BytesIO(read.save())).getElementsByType(text.P)
     assert teletype.extractText(moved) == "The red house, big.\t"
     (link,) = moved.getElementsByType(text.A)
@@ -1189,7 +1190,7 @@ def test_a_docx_field_between_runs_keeps_the_white_space_beside_it():
     assert footer.runs == ["Página ", " de "]
     said = aligned(["▁Página", "▁de", "</s>"], ["▁Page", "▁of", "</s>"], [0, 1, 2], "Page of", 10)
     said["hypotheses"][0]["text"] = "Page of "  # the space after the sentence, as it was
-    placed = files.segments(footer.runs, said)
+    placed = segments(footer.runs, said)
     assert placed == [(0, "Page"), (1, " of ")]
     footer.write(placed)
     main = zipfile.ZipFile(io.BytesIO(read.save())).read("word/document.xml").decode()
@@ -1204,6 +1205,6 @@ def test_a_docx_field_between_runs_keeps_the_white_space_beside_it():
     out = io.BytesIO()
     document.write(out)
     read = files.read_file(".odt", out.getvalue())
-    read.paragraphs[0].write(files.segments(read.paragraphs[0].runs, said))
+    read.paragraphs[0].write(segments(read.paragraphs[0].runs, said))
     written = load(io.BytesIO(read.save())).getElementsByType(text.P)[0]
     assert teletype.extractText(written) == "Page 1 of 5"
