@@ -23,6 +23,7 @@ from pptx.util import Inches
 
 from service.runtime import documents, files, markup
 from service.runtime.files.alignment import segments
+from service.runtime.files.model import joined
 
 
 def aligned(source_pieces, target_pieces, best, text_out, source_end):
@@ -641,6 +642,33 @@ def upper_cased(text: str) -> dict:
     if len(sentences) == 1:
         hypothesis["alignment"] = sentences[0].pop("alignment")
     return {"hypotheses": [hypothesis], "sentences": sentences}
+
+
+def test_parts_translations_are_joined_each_span_moved_to_where_its_part_lies():
+    """A paragraph sent in parts comes back as one translation: each part's text without the
+    tags the part added, its spans moved to its place, a part of white space its own
+    translation, a part's one sentence aligned by its hypothesis' alignment."""
+    parts = [markup.Part("Hola ", closed="</b>"), markup.Part("  "), markup.Part("amigo.", "<b>")]
+    alignment = {"sourceTokens": ["▁amigo", "."], "targetTokens": ["▁friend", "."]}
+    translations = [
+        {"hypotheses": [{"text": "Hello </b>"}], "sentences": [{"sourceEnd": 9, "targetEnd": 10}]},
+        None,
+        {"hypotheses": [{"text": "<b>friend.", "alignment": alignment}]},
+    ]
+    assert joined(parts, translations) == {
+        "hypotheses": [{"text": "Hello   friend."}],
+        "sentences": [
+            {"sourceStart": 0, "sourceEnd": 5, "targetStart": 0, "targetEnd": 6},
+            {
+                "sourceStart": 7,
+                "sourceEnd": 13,
+                "targetStart": 8,
+                "targetEnd": 15,
+                "alignment": alignment,
+            },
+        ],
+    }
+    assert joined(parts[:1], translations[:1]) is translations[0]  # one part: as it came
 
 
 def test_a_paragraph_past_the_text_limit_goes_in_parts_cut_after_sentences():
