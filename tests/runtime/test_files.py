@@ -22,6 +22,7 @@ from odf.style import MasterPage, PageLayout, Style, TextProperties
 from pptx.util import Inches
 
 from service.runtime import documents, files, markup
+from service.runtime.files import archive
 from service.runtime.files.alignment import segments
 from service.runtime.files.model import joined
 
@@ -536,10 +537,10 @@ def test_html_is_one_paragraph_and_other_files_are_refused():
 
 def test_a_zip_whose_file_unpacks_to_more_than_its_header_says_is_refused():
     book, out = zipfile.ZipFile(io.BytesIO(epub())), io.BytesIO()
-    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as zipped:
         for entry in book.infolist():
             body = b"x" * 100_000 if entry.filename == "OEBPS/cover.png" else book.read(entry)
-            archive.writestr(entry, body)
+            zipped.writestr(entry, body)
     data = bytearray(out.getvalue())
     assert files.read_file(".epub", bytes(data)).paragraphs  # as its headers say: read
     # its local and central headers say the image unpacks to 10 bytes, not 100,000
@@ -558,15 +559,15 @@ def test_a_zip_whose_file_unpacks_to_more_than_its_header_says_is_refused():
 
 def test_a_zip_of_too_many_files_or_an_unreadable_compression_is_refused(monkeypatch):
     out = io.BytesIO()
-    with zipfile.ZipFile(out, "w", zipfile.ZIP_LZMA) as archive:
-        archive.writestr("content.xml", b"x" * 10_000)
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_LZMA) as zipped:
+        zipped.writestr("content.xml", b"x" * 10_000)
     data = bytearray(out.getvalue())
     name = data.find(b"content.xml")
     at = name + len(b"content.xml") + 20  # inside the packed data, past lzma's header
     data[at : at + 8] = b"\xff" * 8
     with pytest.raises(ValueError, match=r"not an \.odt file"):
         files.read_file(".odt", bytes(data))
-    monkeypatch.setattr(files, "ZIPPED_FILES", 3)
+    monkeypatch.setattr(archive, "ZIPPED_FILES", 3)
     with pytest.raises(ValueError, match=r"\.epub: more than 3 files"):
         files.read_file(".epub", epub())
 
@@ -590,7 +591,7 @@ def test_a_zipped_file_that_unpacks_too_large_is_refused_before_it_is_read(monke
     out = io.BytesIO()
     document.save(out)
     assert files.read_file(".docx", out.getvalue()).paragraphs  # read within the bound
-    monkeypatch.setattr(files, "UNPACKED_BYTES", 2_000)  # a bound its parts pass
+    monkeypatch.setattr(archive, "UNPACKED_BYTES", 2_000)  # a bound its parts pass
     for suffix, data in ((".docx", out.getvalue()), (".epub", epub(CHAPTER * 10))):
         with pytest.raises(ValueError, match=rf"\{suffix}: more than"):
             files.read_file(suffix, data)
@@ -946,13 +947,13 @@ def docx_of(body: str, notes: dict[str, list[str]]) -> bytes:
             ),
         ),
     }
-    with zipfile.ZipFile(written, "w") as archive:
+    with zipfile.ZipFile(written, "w") as zipped:
         for name in source.namelist():
             data = source.read(name)
             if name in added:
                 where, what = added[name]
                 data = data.decode().replace(where, what + where)
-            archive.writestr(name, data)
+            zipped.writestr(name, data)
         for part, paragraphs in notes.items():
             note = NOTES[part]
             separators = "".join(
@@ -960,7 +961,7 @@ def docx_of(body: str, notes: dict[str, list[str]]) -> bytes:
                 for i, kind in ((-1, "separator"), (0, "continuationSeparator"))
             )
             said = "".join(f'<{note} w:id="{i}">{p}</{note}>' for i, p in enumerate(paragraphs, 1))
-            archive.writestr(f"word/{part}.xml", f"<w:{part} {W}>{separators}{said}</w:{part}>")
+            zipped.writestr(f"word/{part}.xml", f"<w:{part} {W}>{separators}{said}</w:{part}>")
     return written.getvalue()
 
 
