@@ -295,15 +295,16 @@ def _translate_document(channel, args: argparse.Namespace, call: dict) -> int:
 
 def _document_parts(text: str, text_format: str | None) -> list[Part]:
     """The texts of a document, each within the server's default max_text_chars: HTML cut
-    after blocks and sentences outside its markup (files.html_parts), XML after sentences
+    after blocks and sentences outside its markup (files.texts.html_parts), XML after sentences
     outside its markup (markup.parts), other text after paragraph breaks
     (client.document_parts)."""
     from service import client
-    from service.runtime import files, markup
+    from service.runtime import markup
+    from service.runtime.files.texts import html_parts
     from service.runtime.requests import MAX_TEXT_CHARS
 
     if text_format == "html":
-        return files.html_parts(text, MAX_TEXT_CHARS)
+        return html_parts(text, MAX_TEXT_CHARS)
     if text_format == "xml":
         return markup.parts(text, MAX_TEXT_CHARS, "xml")
     return [Part(part) for part in client.document_parts(text)]

@@ -25,6 +25,7 @@ from service.runtime import documents, files, markup
 from service.runtime.files import archive
 from service.runtime.files.alignment import segments
 from service.runtime.files.model import joined
+from service.runtime.files.texts import html_pieces
 
 
 def aligned(source_pieces, target_pieces, best, text_out, source_end):
@@ -475,17 +476,17 @@ def test_an_epub_is_its_xhtml_read_as_html_the_rest_kept():
 def test_html_is_never_cut_inside_a_script_or_a_comment():
     script = "<script>var a = '<p>x</p>';</script><!-- <div>y</div> -->"
     content = script + "<p>Uno.</p><p>Dos.</p>"
-    pieces = files.html_pieces(content, 10)
+    pieces = html_pieces(content, 10)
     assert pieces[0] == script + "<p>Uno.</p>" and "".join(pieces) == content
     unclosed = "<p>Uno.</p><script>var a = '</p>"  # a script to the end, as a browser reads it
-    assert files.html_pieces(unclosed, 5) == ["<p>Uno.</p>", "<script>var a = '</p>"]
+    assert html_pieces(unclosed, 5) == ["<p>Uno.</p>", "<script>var a = '</p>"]
 
 
 @pytest.mark.parametrize("br", ["<br>", "<BR>", "<br/>", '<br class="x">', "<br\nclear=all />"])
 def test_a_long_block_is_cut_after_its_line_breaks_whatever_their_attributes(br):
     """Only a bare <br> (or <br/>) was a cut: `<br class="x">` was not."""
     lines = "<div>" + "".join(f"Línea {i}.{br}" for i in range(12)) + "</div>"
-    pieces = files.html_pieces(lines, 60)
+    pieces = html_pieces(lines, 60)
     assert "".join(pieces) == lines and len(pieces) > 2
     assert all(p.endswith(br) for p in pieces[:-1]), pieces
 
@@ -496,22 +497,22 @@ def test_html_is_never_cut_inside_a_tag_whose_value_holds_a_block_end_or_a_line_
     for inside in ("<br>", "</p>"):
         tag = f'<a title="uno{inside}dos" href="/x">'
         content = f"<div>{'Hola. ' * 8}{tag}{'Hola. ' * 8}</a><br>Adiós.</div><p>Fin.</p>"
-        pieces = files.html_pieces(content, 60)
+        pieces = html_pieces(content, 60)
         assert "".join(pieces) == content and any(tag in p for p in pieces), pieces
 
 
 def test_a_long_html_file_is_cut_after_blocks_into_texts_of_a_bounded_length():
     body = "".join(f"<p>Frase {i}.</p>" for i in range(10))
     content = f"<html><body>{body}</body></html>"
-    pieces = files.html_pieces(content, 40)
+    pieces = html_pieces(content, 40)
     assert "".join(pieces) == content and max(len(p) for p in pieces) <= 40
     assert all(p.endswith("</p>") for p in pieces[:-1]) and len(pieces) == 6
-    assert files.html_pieces("<p>" + "x" * 100 + "</p><p>y</p>", 40) == [
+    assert html_pieces("<p>" + "x" * 100 + "</p><p>y</p>", 40) == [
         "<p>" + "x" * 100 + "</p>",  # a block longer than the bound is a piece of its own
         "<p>y</p>",
     ]
     lines = "<div>" + "".join(f"Línea {i}.<br>" for i in range(12)) + "</div><p>y</p>"
-    pieces = files.html_pieces(lines, 40)  # a block too long, cut after its line breaks
+    pieces = html_pieces(lines, 40)  # a block too long, cut after its line breaks
     assert "".join(pieces) == lines and max(len(p) for p in pieces) <= 40
     assert all(p.endswith(("<br>", "</div>")) for p in pieces[:-1]) and pieces[-1] == "<p>y</p>"
     long = "<div>" + "<p>Hola.</p>" * 5_000 + "<p>  </p></div>"

@@ -1,0 +1,157 @@
+"""Text files: a .txt file's blocks between blank lines, an HTML file in pieces cut after its
+blocks' ends, an .epub's XHTML documents each read as HTML; a text file's encoding told by
+its byte order mark."""
+
+from __future__ import annotations
+
+import codecs
+import io
+import posixpath
+import re
+import zipfile
+from urllib.parse import unquote
+from xml.etree import ElementTree
+
+from service.runtime import documents, markup
+from service.runtime.files.archive import _archive, _not_a
+from service.runtime.files.model import HTML_PIECE, File, Paragraph, said
+
+# the end of a block of HTML: a piece of a file ends there (a sentence never crosses it)
+BLOCK_END = re.compile(
+    r"</(?:p|div|h[1-6]|li|dd|dt|tr|table|ul|ol|dl|section|article|aside|nav|header|footer|"
+    r"blockquote|pre|figure)\s*>",
+    re.IGNORECASE,
+)
+# a text file's byte order mark -> its encoding (none: UTF-8); kept out of the text
+TEXT_BOMS = {
+    codecs.BOM_UTF8: "utf-8",
+    codecs.BOM_UTF16_LE: "utf-16-le",
+    codecs.BOM_UTF16_BE: "utf-16-be",
+}
+# a line break's tag (attributes, "/>" too): where a block too long is cut
+LINE_BREAK = re.compile(r"<br(?:[\s/].*)?>", re.IGNORECASE | re.DOTALL)
+_TAG = re.compile(markup.TAG)
+
+
+def decoded_text(data: bytes) -> tuple[bytes, str, str]:
+    """A text file's bytes -> its byte order mark (or none), its encoding (TEXT_BOMS: UTF-8
+    where there is none) and its text without the mark; UnicodeDecodeError where it is not
+    of that encoding."""
+    bom = next((b for b in TEXT_BOMS if data.startswith(b)), b"")
+    encoding = TEXT_BOMS.get(bom, "utf-8")
+    return bom, encoding, data[len(bom) :].decode(encoding)
+
+
+def _text(content: str, piece: int = HTML_PIECE) -> File:
+    """A text file's paragraphs: its blocks between blank lines, a block longer than `piece`
+    characters in pieces (`documents.pieces`: a file of any length, of line breaks alone
+    too)."""
+    blocks = re.split(r"(\n[ \t]*\n\s*)", content)  # blocks, and the blank lines after each
+    parts: list[str] = []
+    paragraphs = []
+    for i, block in enumerate(blocks):
+        for part in documents.pieces(block, piece) if i % 2 == 0 else [block]:
+            parts.append(part)
+            if i % 2 == 0 and said(part):
+                paragraphs.append(Paragraph([part], _piece_writer(parts, len(parts) - 1)))
+    return File(paragraphs, "plain", lambda: "".join(parts).encode())
+
+
+def _html(content: str, piece: int = HTML_PIECE) -> File:
+    """An HTML file in pieces of about `piece` characters, each cut after a block's end (a
+    text is translated whole up to a limit); a piece with no text is kept as it is."""
+    pieces = html_pieces(content, piece)
+    paragraphs = []
+    for i, piece in enumerate(pieces):
+        if said(re.sub(r"<[^<>]*>", "", piece)):  # from each "<" to the next "<" at most
+            paragraphs.append(Paragraph([piece], _piece_writer(pieces, i)))
+    return File(paragraphs, "html", lambda: "".join(pieces).encode())
+
+
+def html_pieces(content: str, most: int = HTML_PIECE) -> list[str]:
+    """`content` cut after block ends into pieces of at most `most` characters where it can
+    be, a block longer than that after its line breaks (`<br>`) where it has them (else it
+    is a piece of its own, translated in parts: File.parts); never inside a script, a style
+    or a comment."""
+    return [
+        part
+        for piece in _cut_after(content, BLOCK_END, most)
+        for part in (_cut_after(piece, LINE_BREAK, most) if len(piece) > most else [piece])
+    ]
+
+
+def html_parts(content: str, most: int = HTML_PIECE) -> list[markup.Part]:
+    """`content` in parts of at most `most` characters (their `text`), their sources joined
+    the content: its pieces (html_pieces), a longer one cut after its sentences
+    (markup.parts; ValueError where a sentence is longer)."""
+    return [part for piece in html_pieces(content, most) for part in markup.parts(piece, most)]
+
+
+def _cut_after(content: str, pattern: re.Pattern, most: int) -> list[str]:
+    """`content` cut after its tags that `pattern` matches whole (outside what holds no
+    text; never one inside another tag's quoted value) into pieces of at most `most`
+    characters where those tags allow."""
+    pieces, start, last = [], 0, 0
+    hidden, h = markup.hidden(content), 0  # a script's or a comment's text ends no block
+    for match in _TAG.finditer(content):
+        if not pattern.fullmatch(match.group()):
+            continue
+        while h < len(hidden) and hidden[h][1] <= match.start():
+            h += 1
+        if h < len(hidden) and hidden[h][0] <= match.start():
+            continue
+        if match.end() - start > most and last > start:
+            pieces.append(content[start:last])
+            start = last
+        last = match.end()
+    if len(content) - start > most and last > start:
+        pieces.append(content[start:last])
+        start = last
+    return [*pieces, content[start:]] if start < len(content) or not pieces else pieces
+
+
+def _piece_writer(pieces: list[str], i: int):
+    def write(placed: list[tuple[int, str]]) -> None:
+        pieces[i] = "".join(value for _, value in placed)
+
+    return write
+
+
+def _epub(data: bytes, piece: int) -> File:
+    """An EPUB's content documents (the XHTML its package lists), each read as HTML; every
+    other file of the archive kept as it is, in its order and compression."""
+    archive = _archive(data, ".epub")
+    entries = archive.infolist()
+    try:
+        names = _content_documents(archive)
+        documents = {name: _html(archive.read(name).decode("utf-8"), piece) for name in names}
+    except (zipfile.BadZipFile, KeyError, ElementTree.ParseError, ValueError) as error:
+        raise ValueError(_not_a(".epub", error)) from None
+    paragraphs = [p for document in documents.values() for p in document.paragraphs]
+
+    def save() -> bytes:
+        out = io.BytesIO()
+        with zipfile.ZipFile(out, "w") as written:
+            for entry in entries:
+                document = documents.get(entry.filename)
+                body = document.save() if document else archive.read(entry.filename)
+                written.writestr(entry, body)  # the entry's compression: mimetype stored
+        return out.getvalue()
+
+    return File(paragraphs, "html", save)
+
+
+def _content_documents(archive: zipfile.ZipFile) -> list[str]:
+    """The archive's names of the XHTML documents its package's manifest lists."""
+    container = ElementTree.fromstring(archive.read("META-INF/container.xml"))
+    rootfile = next((e for e in container.iter() if e.tag.endswith("rootfile")), None)
+    if rootfile is None or not rootfile.get("full-path"):
+        raise ValueError("META-INF/container.xml names no package")
+    package = rootfile.get("full-path")
+    manifest = ElementTree.fromstring(archive.read(package))
+    folder = posixpath.dirname(package)
+    return [
+        posixpath.normpath(posixpath.join(folder, unquote(item.get("href", ""))))
+        for item in manifest.iter()
+        if item.tag.endswith("item") and item.get("media-type") == "application/xhtml+xml"
+    ]
