@@ -22,7 +22,7 @@ from odf.style import MasterPage, PageLayout, Style, TextProperties
 from pptx.util import Inches
 
 from service.runtime import documents, files, markup
-from service.runtime.files import archive
+from service.runtime.files import archive, subtitles
 from service.runtime.files.alignment import segments
 from service.runtime.files.model import joined
 from service.runtime.files.texts import html_pieces
@@ -377,7 +377,7 @@ def test_subtitles_without_blank_lines_between_and_with_tags():
     assert read.text_format == "plain"  # no subtitle's tag: <Música> is text
     assert read.save().decode() == untouched  # a cue not written: as it was
     tagged = '<font color="#ff0000" face="Arial">Hola</font> amigo mío'
-    assert files._lines(tagged, 2) == [
+    assert subtitles._lines(tagged, 2) == [
         '<font color="#ff0000" face="Arial">Hola</font>',
         "amigo mío",
     ]
@@ -732,14 +732,14 @@ def test_a_paragraph_of_invisible_characters_alone_is_kept_not_sent():
         document.add_paragraph(written)
     out = io.BytesIO()
     document.save(out)
-    subtitles = (
+    cues = (
         "1\n00:00:01,000 --> 00:00:02,000\n\u200b\n\n"
         "2\n00:00:03,000 --> 00:00:04,000\n- Hola.\n- \u00ad\n"
     )
     sent = {
         ".docx": out.getvalue(),
         ".txt": "Hola.\n\n\ufeff\u200b\n\nAdiós.".encode(),
-        ".srt": subtitles.encode(),
+        ".srt": cues.encode(),
         ".html": "<p>Hola.</p><p>\u200b</p>".encode(),
     }
     for suffix, data in sent.items():
@@ -754,7 +754,7 @@ def test_a_paragraph_of_invisible_characters_alone_is_kept_not_sent():
             written = docx.Document(io.BytesIO(read.save()))
             assert [p.text for p in written.paragraphs] == ["HOLA.", "\u200b", "\u200e ", "ADIÓS."]
         elif suffix == ".srt":
-            assert read.save().decode() == subtitles.replace("- Hola.", "- HOLA.")
+            assert read.save().decode() == cues.replace("- Hola.", "- HOLA.")
 
 
 def test_a_docx_header_two_sections_name_is_read_once():
