@@ -25,6 +25,7 @@ from service.runtime import documents, files, markup
 from service.runtime.files import archive, subtitles
 from service.runtime.files.alignment import segments
 from service.runtime.files.model import joined
+from service.runtime.files.runs import _edged
 from service.runtime.files.texts import html_pieces
 
 
@@ -71,6 +72,19 @@ def test_a_text_that_is_not_its_pieces_goes_whole_to_one_run():
     assert placed == [(0, "The dog eats bread, https://x.org.")]  # the first of the most
     unaligned = {"hypotheses": [{"text": "Hi."}], "sentences": [{"sourceEnd": 18, "targetEnd": 3}]}
     assert segments(["El perro ", "come", " pan."], unaligned) == [(1, "Hi.")]
+
+
+def test_the_white_space_beside_what_stays_between_runs_is_the_source_s():
+    """ "Página " PAGE " de " NUMPAGES: a translation's words carry the space before them,
+    and "Page1 of 5" came back; the space beside the field is the source run's. Segments
+    out of their runs' order are written as they are (all go where the first run was)."""
+    written: list[tuple[int, str]] = []
+    write = _edged(["Página ", " de "], [False, True, True], written.extend)
+    write([(0, "Page"), (1, " of")])
+    assert written == [(0, "Page "), (1, " of ")]
+    written.clear()
+    write([(1, "of"), (0, " Page")])
+    assert written == [(1, "of"), (0, " Page")]
 
 
 def test_a_docx_keeps_its_runs_tables_and_headers():

@@ -11,7 +11,6 @@ stay as they are.
 
 from __future__ import annotations
 
-import copy
 import itertools
 import re
 from collections.abc import Callable, Iterator
@@ -28,6 +27,7 @@ from service.runtime.files.model import (
     joined,
     said,
 )
+from service.runtime.files.runs import _edged, _local, _runs_writer
 from service.runtime.files.subtitles import _srt
 from service.runtime.files.texts import _epub, _html, _text, decoded_text
 
@@ -276,47 +276,6 @@ def qn_w(name: str) -> str:
     return "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}" + name
 
 
-def _edged(sources: list[str], parted: list[bool], write):
-    """`write` of runs between which something stays (`parted`: whether it sits before each
-    run, and after the last; a field, a picture): the white space at a run's edge beside it
-    is the source run's. A translation's words carry the space before them, so "Página "
-    PAGE " de " came back as "Page" PAGE " of ": "Page1 of 5"."""
-
-    def edged(placed: list[tuple[int, str]]) -> None:
-        if any(a[0] > b[0] for a, b in itertools.pairwise(placed)):
-            write(placed)  # all where the first run was: nothing stays between them
-            return
-        out = []
-        for run, text in placed:
-            source = sources[run]
-            if text.strip() and parted[run]:
-                text = source[: len(source) - len(source.lstrip())] + text.lstrip()
-            if text.strip() and parted[run + 1]:
-                text = text.rstrip() + source[len(source.rstrip()) :]
-            out.append((run, text))
-        write(out)
-
-    return edged
-
-
-def _runs_writer(paragraph, runs, run_type):
-    """The writer of a python-docx or python-pptx paragraph: each segment a copy of its run's
-    element (its formatting) holding the segment's text, in place of the runs. Where the
-    segments keep their runs' order, each goes where its run was (inside a hyperlink, beside
-    a picture or a field that stays); else all go where the first run was."""
-
-    def write(placed: list[tuple[int, str]]) -> None:
-        ordered = all(a[0] <= b[0] for a, b in itertools.pairwise(placed))
-        for run, text in placed:
-            element = copy.deepcopy(runs[run]._r)
-            (runs[run] if ordered else runs[0])._r.addprevious(element)
-            run_type(element, paragraph).text = text
-        for run in runs:
-            run._r.getparent().remove(run._r)
-
-    return write
-
-
 # -- .pptx ------------------------------------------------------------------------------------
 
 
@@ -367,10 +326,6 @@ def _past_breaks(breaks: list[bool], write: Callable[[list[tuple[int, str]]], No
         write(merged)
 
     return moved
-
-
-def _local(tag) -> str:
-    return tag.rpartition("}")[2] if isinstance(tag, str) else ""
 
 
 def _pptx_paragraphs(presentation):
