@@ -27,6 +27,7 @@ from service.runtime.files.alignment import segments
 from service.runtime.files.model import joined
 from service.runtime.files.runs import _edged
 from service.runtime.files.texts import html_pieces
+from service.runtime.files.word import qn_w
 
 
 def aligned(source_pieces, target_pieces, best, text_out, source_end):
@@ -782,7 +783,7 @@ def test_a_docx_header_two_sections_name_is_read_once():
     document.add_section(WD_SECTION.NEW_PAGE)
     document.add_paragraph("Dos.")
     first, second = document.sections
-    reference = first._sectPr.find(files.qn_w("headerReference"))
+    reference = first._sectPr.find(qn_w("headerReference"))
     second._sectPr.insert(0, copy.deepcopy(reference))  # the same header's part
     out = io.BytesIO()
     document.save(out)
