@@ -26,6 +26,7 @@ from service.runtime.files import archive, subtitles
 from service.runtime.files.alignment import segments
 from service.runtime.files.model import joined
 from service.runtime.files.runs import _edged
+from service.runtime.files.slides import _past_breaks
 from service.runtime.files.texts import html_pieces
 from service.runtime.files.word import qn_w
 
@@ -86,6 +87,18 @@ def test_the_white_space_beside_what_stays_between_runs_is_the_source_s():
     written.clear()
     write([(1, "of"), (0, " Page")])
     assert written == [(1, "of"), (0, " Page")]
+
+
+def test_a_slide_s_line_breaks_stay_and_take_no_text():
+    """A slide paragraph's runs and line breaks are read as one text: a segment the
+    alignment puts in a break goes to the run before it (the one after, at the start), a
+    line break a translation holds is a space."""
+    written: list[tuple[int, str]] = []
+    _past_breaks([False, True, False], written.extend)([(0, "Hi"), (1, "\n"), (2, "all\vof you")])
+    assert written == [(0, "Hi "), (1, "all of you")]
+    written.clear()
+    _past_breaks([True, False], written.extend)([(0, "Hi"), (1, " all")])
+    assert written == [(0, "Hi all")]
 
 
 def test_a_docx_keeps_its_runs_tables_and_headers():
