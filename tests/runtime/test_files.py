@@ -25,6 +25,7 @@ from service.runtime import documents, files, markup
 from service.runtime.files import archive, subtitles
 from service.runtime.files.alignment import segments
 from service.runtime.files.model import joined
+from service.runtime.files.opendocument import _odf_runs
 from service.runtime.files.runs import _edged
 from service.runtime.files.slides import _past_breaks
 from service.runtime.files.texts import html_pieces
@@ -229,6 +230,25 @@ def test_an_odt_keeps_its_spans_and_what_sits_between_its_texts():
     assert pieces == [("The dog", None), (" eats", "Bold"), (" bread.", None)]
     kinds = [c.data if isinstance(c, Text) else c.qname[1] for c in second.childNodes]
     assert kinds == ["Hello.", "tab", "Goodbye."]
+
+
+def test_an_odt_paragraph_s_runs_are_its_texts_spaces_tabs_and_spans():
+    """Text and text:s are one run, a span's text another, a tab a run of its own that
+    stays; a bookmark parts the runs beside it (whether something stays before each run,
+    and after the last)."""
+    paragraph = text.P()
+    paragraph.addText("El perro")
+    paragraph.addElement(text.S(c=2))
+    span = text.Span()
+    span.addText("come")
+    paragraph.addElement(span)
+    paragraph.addElement(text.Tab())
+    paragraph.addElement(text.Bookmark(name="aquí"))
+    paragraph.addText(" pan.")
+    runs, parted = _odf_runs(paragraph)
+    assert [run.text for run in runs] == ["El perro  ", "come", "\t", " pan."]
+    assert [run.kept for run in runs] == [False, False, True, False]
+    assert parted == [False, False, False, True, False]
 
 
 def test_an_odt_translates_links_and_spans_with_spaces_as_runs_of_one_text():
