@@ -770,6 +770,26 @@ def test_a_paragraph_with_a_sentence_past_the_text_limit_is_refused_by_its_numbe
         files.read_file(".html", html, piece=40)
 
 
+def test_an_odt_heading_is_numbered_where_it_sits_among_the_paragraphs():
+    """An .odt's headings were read after all its paragraphs, so the heading second in the
+    document was "paragraph 3" in the error that refused it."""
+    document = OpenDocumentText()
+    document.text.addElement(text.P(text="Hola."))
+    document.text.addElement(text.H(outlinelevel=1, text="Una frase muy larga " * 3 + "sin fin."))
+    section = text.Section(name="Fin")  # a heading inside a section, after it a paragraph
+    section.addElement(text.H(outlinelevel=2, text="Adiós."))
+    document.text.addElement(section)
+    document.text.addElement(text.P(text="Gracias."))
+    out = io.BytesIO()
+    document.write(out)
+    read = files.read_file(".odt", out.getvalue())
+    long = "Una frase muy larga " * 3 + "sin fin."
+    assert [p.text for p in read.paragraphs] == ["Hola.", long, "Adiós.", "Gracias."]
+    said = r'paragraph 2 \("Una frase muy larga Una frase muy larga\.\.\."\): a sentence longer'
+    with pytest.raises(ValueError, match=said):
+        files.read_file(".odt", out.getvalue(), piece=40)
+
+
 def test_a_paragraph_of_invisible_characters_alone_is_kept_not_sent():
     """A paragraph of a zero-width space or a direction mark (as pasted text leaves) was
     sent, and the server refused the whole file: "texts[1]: empty or only white space"."""

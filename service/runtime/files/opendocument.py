@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from service.runtime.files.archive import _opened, _saver
@@ -18,11 +19,9 @@ def _odf(data: bytes, suffix: str) -> File:
     """An OpenDocument text or presentation: its paragraphs and headings, wherever they sit
     (a presentation's are in its frames' text boxes, a note's in its note), each one text of
     runs (_odf_runs)."""
-    from odf import text
-
     document = _opened(load_odf, data, suffix)
     paragraphs = []
-    for element in [*document.getElementsByType(text.P), *document.getElementsByType(text.H)]:
+    for element in _odf_paragraphs(document.topnode):
         runs, parted = _odf_runs(element)
         texts = [run.text for run in runs]
         if said("".join(texts)):
@@ -31,12 +30,28 @@ def _odf(data: bytes, suffix: str) -> File:
     return File(paragraphs, "plain", _saver(document, "write"))
 
 
+def _odf_paragraphs(top) -> Iterator:
+    """The paragraphs and headings under `top` in the document's order (a heading where it
+    sits among the paragraphs, a note's paragraph after the one it sits in), the order a
+    paragraph's number in an error follows."""
+    from odf.element import Node
+    from odf.namespaces import TEXTNS
+
+    stack = [top]
+    while stack:
+        node = stack.pop()
+        if node.qname[0] == TEXTNS and node.qname[1] in ODF_PARAGRAPHS:
+            yield node
+        stack += reversed([c for c in node.childNodes if c.nodeType == Node.ELEMENT_NODE])
+
+
 def load_odf(stream):
     from odf.opendocument import load
 
     return load(stream)
 
 
+ODF_PARAGRAPHS = ("p", "h")  # a paragraph, a heading: each one text
 ODF_SPACES = ("s",)  # spaces as an element: text of the run they sit in
 ODF_BREAKS = {"tab": "\t", "line-break": "\n"}  # each a run of its own, the element kept
 ODF_RUNS = ("span", "a")  # formatting, a link: what a run of text sits in
