@@ -646,6 +646,37 @@ def test_a_zipped_file_that_unpacks_too_large_is_refused_before_it_is_read(monke
             files.read_file(suffix, data)
 
 
+def spaced_odt(*counts: str | None) -> bytes:
+    """An .odt of one paragraph, "Hola", a text:s of each count (None: no text:c), "amigo."."""
+    document = OpenDocumentText()
+    paragraph = text.P(text="Hola")
+    for count in counts:
+        spaces = text.S()
+        if count is not None:
+            spaces.setAttribute("c", count)
+        paragraph.addElement(spaces)
+    paragraph.addText("amigo.")
+    document.text.addElement(paragraph)
+    out = io.BytesIO()
+    document.write(out)
+    return out.getvalue()
+
+
+def test_an_odt_whose_spaces_come_to_more_than_an_archive_unpacks_is_refused():
+    """A text:s stands for text:c spaces: a file of 1.4 KB whose c was 2,000,000,000 was
+    read as gigabytes of text before a sentence's length refused it, and a c that is no
+    number was int()'s error."""
+    assert [p.text for p in files.read_file(".odt", spaced_odt("3", None)).paragraphs] == [
+        "Hola    amigo."
+    ]
+    half = str(archive.UNPACKED_BYTES // 2 + 1)  # each within the bound, the two past it
+    with pytest.raises(ValueError, match=r"^\.odt: spaces \(text:s\) for more than 256 MiB$"):
+        files.read_file(".odt", spaced_odt(half, half))
+    for count in ("x", "-3", "²"):
+        with pytest.raises(ValueError, match=rf'^\.odt: text:s c="{count}" is not a number'):
+            files.read_file(".odt", spaced_odt(count))
+
+
 def test_a_library_failing_on_a_part_it_opened_is_a_file_it_cannot_read(monkeypatch):
     import docx.document
 

@@ -10,7 +10,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from service.runtime.files.archive import _opened, _saver
+from service.runtime.files.archive import UNPACKED_BYTES, _opened, _saver
 from service.runtime.files.model import File, Paragraph, said
 from service.runtime.files.runs import _edged
 
@@ -20,6 +20,7 @@ def _odf(data: bytes, suffix: str) -> File:
     (a presentation's are in its frames' text boxes, a note's in its note), each one text of
     runs (_odf_runs)."""
     document = _opened(load_odf, data, suffix)
+    _odf_spaces_checked(document, suffix)
     paragraphs = []
     for element in _odf_paragraphs(document.topnode):
         runs, parted = _odf_runs(element)
@@ -43,6 +44,22 @@ def _odf_paragraphs(top) -> Iterator:
         if node.qname[0] == TEXTNS and node.qname[1] in ODF_PARAGRAPHS:
             yield node
         stack += reversed([c for c in node.childNodes if c.nodeType == Node.ELEMENT_NODE])
+
+
+def _odf_spaces_checked(document, suffix: str) -> None:
+    """ValueError where a text:s's count (text:c) is not a number, or where the spaces they
+    stand for come to more than an archive may unpack (UNPACKED_BYTES): read as " " * c, a
+    file of a few kilobytes would be gigabytes of text."""
+    from odf import text
+
+    total = 0
+    for spaces in document.getElementsByType(text.S):
+        count = spaces.getAttribute("c") or "1"
+        if not count.isdecimal():
+            raise ValueError(f'{suffix}: text:s c="{count}" is not a number of spaces')
+        total += int(count)
+    if total > UNPACKED_BYTES:
+        raise ValueError(f"{suffix}: spaces (text:s) for more than {UNPACKED_BYTES >> 20} MiB")
 
 
 def load_odf(stream):
