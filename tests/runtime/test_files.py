@@ -197,6 +197,73 @@ def test_a_docx_reads_a_merged_cell_once_every_header_and_leaves_fields_and_link
     assert written.sections[0].first_page_header.paragraphs[0].text == "First"
 
 
+CONTROL = ("sdt", "sdtPr", "sdtContent")  # a content control, its properties, its runs
+
+
+def held_docx(*runs: tuple[str, str | None]) -> bytes:
+    """A .docx of one paragraph of runs, each (its text, what holds it: None, "link" or
+    "control", a content control with its properties)."""
+    from docx.oxml import OxmlElement
+    from docx.oxml.ns import qn
+
+    document = docx.Document()
+    paragraph = document.add_paragraph()
+    for words, holder in runs:
+        run = paragraph.add_run(words)
+        if holder == "link":
+            link = OxmlElement("w:hyperlink")
+            link.set(qn("r:id"), "rId99")
+            run._r.addprevious(link)
+            link.append(run._r)
+        elif holder == "control":
+            control, properties, content = (OxmlElement(f"w:{n}") for n in CONTROL)
+            properties.append(OxmlElement("w:temporary"))
+            run._r.addprevious(control)
+            control.extend([properties, content])
+            content.append(run._r)
+    out = io.BytesIO()
+    document.save(out)
+    return out.getvalue()
+
+
+def docx_written(data: bytes, placed: list[tuple[int, str]]) -> list[tuple[str, str]]:
+    """The .docx's one paragraph written with `placed`: its children (each its local name
+    and its text), its properties left out."""
+    from docx.oxml.ns import qn
+
+    read = files.read_file(".docx", data)
+    read.paragraphs[0].write(placed)
+    written = docx.Document(io.BytesIO(read.save())).paragraphs[0]._p
+    children = [c for c in written if c.tag != qn("w:pPr")]
+    return [
+        (c.tag.rpartition("}")[2], "".join(t.text for t in c.iter(qn("w:t")))) for c in children
+    ]
+
+
+def test_a_docx_link_s_words_moved_by_the_translation_stay_linked():
+    """Where a translation puts words in another order ("el perro [rojo]" as "the [red]
+    dog"), every segment goes where the first run was: the hyperlink's word went out of its
+    link, left empty, and where the first run was linked the whole paragraph went into the
+    link. Each segment now sits in a copy of what holds its run in the paragraph (a
+    hyperlink and its target, a content control and its properties)."""
+    data = held_docx(("El perro ", None), ("rojo", "link"), (" come.", None))
+    assert docx_written(data, [(0, "The"), (1, " red"), (0, " dog"), (2, " eats.")]) == [
+        ("r", "The"),
+        ("hyperlink", " red"),
+        ("r", " dog"),
+        ("r", " eats."),
+        ("hyperlink", ""),  # the link as it was, emptied
+    ]
+    data = held_docx(("Bien ", "link"), ("come", "control"))
+    written = docx_written(data, [(1, "Eat"), (0, " well")])
+    assert written == [("sdt", "Eat"), ("hyperlink", " well"), ("hyperlink", ""), ("sdt", "")]
+    read = files.read_file(".docx", data)
+    read.paragraphs[0].write([(1, "Eat"), (0, " well")])
+    paragraph = docx.Document(io.BytesIO(read.save())).paragraphs[0]._p
+    assert paragraph.xml.count("<w:temporary/>") == 2  # the copy keeps the properties
+    assert paragraph.xml.count('r:id="rId99"') == 2  # and the link its target
+
+
 def test_an_odt_keeps_its_spans_and_what_sits_between_its_texts():
     document = OpenDocumentText()
     bold = Style(name="Bold", family="text")

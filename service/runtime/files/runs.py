@@ -35,18 +35,45 @@ def _runs_writer(paragraph, runs, run_type):
     """The writer of a python-docx or python-pptx paragraph: each segment a copy of its run's
     element (its formatting) holding the segment's text, in place of the runs. Where the
     segments keep their runs' order, each goes where its run was (inside a hyperlink, beside
-    a picture or a field that stays); else all go where the first run was."""
+    a picture or a field that stays); else all go where the first run was, each in copies of
+    what holds its run in the paragraph (a hyperlink, a content control: _holders)."""
 
     def write(placed: list[tuple[int, str]]) -> None:
         ordered = all(a[0] <= b[0] for a, b in itertools.pairwise(placed))
+        first = [runs[0]._r, *_holders(paragraph._p, runs[0]._r)][-1]  # the paragraph's child
         for run, text in placed:
             element = copy.deepcopy(runs[run]._r)
-            (runs[run] if ordered else runs[0])._r.addprevious(element)
+            if ordered:
+                runs[run]._r.addprevious(element)
+            else:
+                held = element
+                for holder in _holders(paragraph._p, runs[run]._r):
+                    held = _emptied_copy(holder, held)
+                first.addprevious(held)
             run_type(element, paragraph).text = text
         for run in runs:
             run._r.getparent().remove(run._r)
 
     return write
+
+
+def _holders(paragraph, r) -> list:
+    """What holds the run `r` in `paragraph`, from the innermost (none where the paragraph
+    holds it itself)."""
+    holders = []
+    while r.getparent() is not paragraph:
+        r = r.getparent()
+        holders.append(r)
+    return holders
+
+
+def _emptied_copy(holder, element):
+    """A copy of `holder` with its attributes and its properties (a link's target, a content
+    control's settings) holding `element` alone."""
+    copied = holder.makeelement(holder.tag, holder.attrib)
+    copied.extend(copy.deepcopy(child) for child in holder if _local(child.tag).endswith("Pr"))
+    copied.append(element)
+    return copied
 
 
 def _local(tag) -> str:
