@@ -201,14 +201,15 @@ CONTROL = ("sdt", "sdtPr", "sdtContent")  # a content control, its properties, i
 
 
 def held_docx(*runs: tuple[str, str | None]) -> bytes:
-    """A .docx of one paragraph of runs, each (its text, what holds it: None, "link" or
-    "control", a content control with its properties)."""
+    """A .docx of one paragraph of runs, each (its text, what holds it: None, "link",
+    "control", a content control with its properties, or "insertion", a tracked one). A
+    control's or an insertion's id is its run's number + 1."""
     from docx.oxml import OxmlElement
     from docx.oxml.ns import qn
 
     document = docx.Document()
     paragraph = document.add_paragraph()
-    for words, holder in runs:
+    for number, (words, holder) in enumerate(runs):
         run = paragraph.add_run(words)
         if holder == "link":
             link = OxmlElement("w:hyperlink")
@@ -217,13 +218,28 @@ def held_docx(*runs: tuple[str, str | None]) -> bytes:
             link.append(run._r)
         elif holder == "control":
             control, properties, content = (OxmlElement(f"w:{n}") for n in CONTROL)
-            properties.append(OxmlElement("w:temporary"))
+            identity = OxmlElement("w:id")
+            identity.set(qn("w:val"), str(number + 1))
+            properties.extend([identity, OxmlElement("w:temporary")])
             run._r.addprevious(control)
             control.extend([properties, content])
             content.append(run._r)
+        elif holder == "insertion":
+            insertion = OxmlElement("w:ins")
+            insertion.set(qn("w:id"), str(number + 1))
+            insertion.set(qn("w:author"), "Ana")
+            run._r.addprevious(insertion)
+            insertion.append(run._r)
     out = io.BytesIO()
     document.save(out)
     return out.getvalue()
+
+
+def docx_saved(data: bytes, placed: list[tuple[int, str]]) -> bytes:
+    """The .docx with its one paragraph written with `placed`."""
+    read = files.read_file(".docx", data)
+    read.paragraphs[0].write(placed)
+    return read.save()
 
 
 def docx_written(data: bytes, placed: list[tuple[int, str]]) -> list[tuple[str, str]]:
@@ -231,13 +247,20 @@ def docx_written(data: bytes, placed: list[tuple[int, str]]) -> list[tuple[str, 
     and its text), its properties left out."""
     from docx.oxml.ns import qn
 
-    read = files.read_file(".docx", data)
-    read.paragraphs[0].write(placed)
-    written = docx.Document(io.BytesIO(read.save())).paragraphs[0]._p
+    written = docx.Document(io.BytesIO(docx_saved(data, placed))).paragraphs[0]._p
     children = [c for c in written if c.tag != qn("w:pPr")]
     return [
         (c.tag.rpartition("}")[2], "".join(t.text for t in c.iter(qn("w:t")))) for c in children
     ]
+
+
+def docx_ids(data: bytes) -> list[str]:
+    """Every id of a .docx's document.xml, as its XML says it: revisions' w:id attributes,
+    content controls' w:id elements' w:val."""
+    with zipfile.ZipFile(io.BytesIO(data)) as archived:
+        root = ElementTree.fromstring(archived.read("word/document.xml"))
+    attribute = [e.get(qn_w("id")) for e in root.iter() if e.get(qn_w("id")) is not None]
+    return attribute + [e.get(qn_w("val")) for e in root.iter(qn_w("id"))]
 
 
 def test_a_docx_link_s_words_moved_by_the_translation_stay_linked():
@@ -252,16 +275,52 @@ def test_a_docx_link_s_words_moved_by_the_translation_stay_linked():
         ("hyperlink", " red"),
         ("r", " dog"),
         ("r", " eats."),
-        ("hyperlink", ""),  # the link as it was, emptied
     ]
-    data = held_docx(("Bien ", "link"), ("come", "control"))
-    written = docx_written(data, [(1, "Eat"), (0, " well")])
-    assert written == [("sdt", "Eat"), ("hyperlink", " well"), ("hyperlink", ""), ("sdt", "")]
-    read = files.read_file(".docx", data)
-    read.paragraphs[0].write([(1, "Eat"), (0, " well")])
-    paragraph = docx.Document(io.BytesIO(read.save())).paragraphs[0]._p
-    assert paragraph.xml.count("<w:temporary/>") == 2  # the copy keeps the properties
-    assert paragraph.xml.count('r:id="rId99"') == 2  # and the link its target
+    data, placed = held_docx(("Bien ", "link"), ("come", "control")), [(1, "Eat"), (0, " well")]
+    assert docx_written(data, placed) == [("sdt", "Eat"), ("hyperlink", " well")]
+    saved = docx_saved(data, placed)
+    paragraph = docx.Document(io.BytesIO(saved)).paragraphs[0]._p
+    assert paragraph.xml.count("<w:temporary/>") == 1  # the copy keeps the properties
+    assert paragraph.xml.count('r:id="rId99"') == 1  # and the link its target
+
+
+def test_a_docx_s_moved_words_leave_no_empty_holder_and_repeat_no_id():
+    """The copies of a content control or a revision that words moved by the translation
+    go into kept their originals' ids, which ECMA-376 wants unique in the document, and the
+    originals stayed, emptied: an empty control shows its placeholder in Word. Now the
+    emptied ones go, the first copy of each keeps its id and the others take fresh ones
+    above the document's largest; a holder that keeps something else stays, and its copies
+    take fresh ids."""
+    data = held_docx(("El perro ", None), ("rojo", "insertion"), (" come", "control"), (".", None))
+    placed = [(0, "The"), (1, " red"), (0, " dog"), (2, " eats"), (1, " too"), (3, ".")]
+    assert docx_written(data, placed) == [
+        ("r", "The"),
+        ("ins", " red"),
+        ("r", " dog"),
+        ("sdt", " eats"),
+        ("ins", " too"),
+        ("r", "."),
+    ]
+    before, after = docx_ids(data), docx_ids(docx_saved(data, placed))
+    assert len(after) == len(set(after)) == len(before) + 1
+    assert set(before) < set(after)  # the moved control and insertion keep their ids
+    assert int((set(after) - set(before)).pop()) > max(int(i) for i in before)
+    document = docx.Document(io.BytesIO(data))  # the insertion also holds a symbol, kept
+    paragraph = document.paragraphs[0]._p
+    symbol = copy.deepcopy(document.paragraphs[0].runs[0]._r)
+    symbol.remove(symbol.find(qn_w("t")))
+    symbol.append(symbol.makeelement(qn_w("sym"), {qn_w("char"): "F04A"}))
+    paragraph.find(qn_w("ins")).append(symbol)
+    mark = {qn_w("id"): "9", qn_w("name"): "here"}  # and the control a bookmark, left in place
+    paragraph.find(f"{qn_w('sdt')}/{qn_w('sdtContent')}").append(
+        paragraph.makeelement(qn_w("bookmarkStart"), mark)
+    )
+    out = io.BytesIO()
+    document.save(out)
+    data = out.getvalue()
+    assert docx_written(data, placed)[-2:] == [("ins", ""), ("bookmarkStart", "")]
+    before, after = docx_ids(data), docx_ids(docx_saved(data, placed))
+    assert len(after) == len(set(after)) == len(before) + 2
 
 
 def test_an_odt_keeps_its_spans_and_what_sits_between_its_texts():

@@ -31,28 +31,39 @@ def _edged(sources: list[str], parted: list[bool], write):
     return edged
 
 
-def _runs_writer(paragraph, runs, run_type):
+def _runs_writer(paragraph, runs, run_type, renew=None):
     """The writer of a python-docx or python-pptx paragraph: each segment a copy of its run's
     element (its formatting) holding the segment's text, in place of the runs. Where the
     segments keep their runs' order, each goes where its run was (inside a hyperlink, beside
     a picture or a field that stays); else all go where the first run was, each in copies of
-    what holds its run in the paragraph (a hyperlink, a content control: _holders)."""
+    what holds its run in the paragraph (a hyperlink, a content control: _holders), and the
+    holders left with no run are taken away (_unwrapped). `renew`, given every (original,
+    copy) made, gives the copies fresh ids where theirs would repeat."""
 
     def write(placed: list[tuple[int, str]]) -> None:
         ordered = all(a[0] <= b[0] for a, b in itertools.pairwise(placed))
-        first = [runs[0]._r, *_holders(paragraph._p, runs[0]._r)][-1]  # the paragraph's child
+        holders = [_holders(paragraph._p, run._r) for run in runs]
+        first = [runs[0]._r, *holders[0]][-1]  # the paragraph's child
+        copies = []  # (original, its copy) of every element copied
         for run, text in placed:
             element = copy.deepcopy(runs[run]._r)
+            copies.append((runs[run]._r, element))
             if ordered:
                 runs[run]._r.addprevious(element)
             else:
                 held = element
-                for holder in _holders(paragraph._p, runs[run]._r):
+                for holder in holders[run]:
                     held = _emptied_copy(holder, held)
+                    copies.append((holder, held))
                 first.addprevious(held)
             run_type(element, paragraph).text = text
         for run in runs:
             run._r.getparent().remove(run._r)
+        if not ordered:
+            for holder in itertools.chain.from_iterable(holders):  # innermost first
+                _unwrapped(holder)
+        if renew is not None:
+            renew(copies)
 
     return write
 
@@ -74,6 +85,19 @@ def _emptied_copy(holder, element):
     copied.extend(copy.deepcopy(child) for child in holder if _local(child.tag).endswith("Pr"))
     copied.append(element)
     return copied
+
+
+def _unwrapped(holder) -> None:
+    """`holder` taken away where it holds no run any more (an empty content control shows
+    its placeholder, an empty link or insertion is noise), what else it holds (a bookmark,
+    a proofing mark) left in its place; its properties go with it."""
+    parent = holder.getparent()
+    if parent is None or any(_local(e.tag) == "r" for e in holder.iter()):
+        return
+    for child in list(holder):
+        if not _local(child.tag).endswith("Pr"):
+            holder.addprevious(child)
+    parent.remove(holder)
 
 
 def _local(tag) -> str:

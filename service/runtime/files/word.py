@@ -5,6 +5,8 @@ where they are."""
 
 from __future__ import annotations
 
+import itertools
+import re
 from collections.abc import Callable, Iterator
 
 from service.runtime.files.archive import _opened, _saver
@@ -17,24 +19,28 @@ def _docx(data: bytes, suffix: str) -> File:
 
     document = _opened(docx.Document, data, suffix)
     paragraphs, roots = [], _docx_roots(document)
+    ids = _DocxIds(roots)
     for root in roots:
         for element, copies in _docx_paragraphs(root):
-            runs, write = _docx_runs(element)
+            runs, write = _docx_runs(element, ids)
             if said("".join(r.text for r in runs)):
-                writers = [write, *(_docx_runs(copied)[1] for copied in copies)]
+                writers = [write, *(_docx_runs(copied, ids)[1] for copied in copies)]
                 paragraphs.append(Paragraph([r.text for r in runs], _each(writers)))
     return File(paragraphs, "plain", _docx_saver(document, roots))
 
 
-def _docx_runs(p) -> tuple[list, Callable[[list[tuple[int, str]]], None]]:
-    """A paragraph element's runs of plain text (python-docx's Run) and their writer."""
+def _docx_runs(p, ids=None) -> tuple[list, Callable[[list[tuple[int, str]]], None]]:
+    """A paragraph element's runs of plain text (python-docx's Run) and their writer, which
+    gives its copies fresh ids from `ids` (a _DocxIds) where theirs would repeat."""
     from docx.text.paragraph import Paragraph as DocxParagraph
     from docx.text.run import Run
 
     paragraph = DocxParagraph(p, None)
     texts, parted = _docx_text_runs(p)
     runs = [Run(r, paragraph) for r in texts]
-    return runs, _edged([r.text for r in runs], parted, _runs_writer(paragraph, runs, Run))
+    renew = None if ids is None else ids.renew
+    write = _runs_writer(paragraph, runs, Run, renew)
+    return runs, _edged([r.text for r in runs], parted, write)
 
 
 def _each(writers: list[Callable[[list[tuple[int, str]]], None]]):
@@ -45,6 +51,62 @@ def _each(writers: list[Callable[[list[tuple[int, str]]], None]]):
             writer(placed)
 
     return write
+
+
+class _DocxIds:
+    """The ids (w:id) of a document's parts: of its revisions, comments, bookmarks, content
+    controls, each unique in the document (ECMA-376; Word repairs or refuses a file that
+    repeats one), and fresh ones above the largest for the copies a writer makes."""
+
+    def __init__(self, roots):
+        self.roots = roots
+        self.taken: set[int] | None = None  # read at the first fresh id needed, not each read
+        self.next = 1  # where the search for a free id goes on
+
+    def renew(self, copies: list[tuple]) -> None:
+        """Fresh ids in the copies (each with its original) whose ids would repeat: the
+        first copy of an original no longer in the document keeps its ids, the others
+        (copies of what stays, or later copies) take fresh ones."""
+        kept = set()
+        for original, copied in copies:
+            if original.getparent() is None and original not in kept:
+                kept.add(original)
+                continue
+            for node, name in _docx_ided([copied, *_docx_properties(copied)]):
+                node.set(name, self.fresh())
+
+    def fresh(self) -> str:
+        if self.taken is None:
+            nodes = itertools.chain.from_iterable(root.iter() for root in self.roots)
+            values = (node.get(name) for node, name in _docx_ided(nodes))
+            self.taken = {int(v) for v in values if re.fullmatch(r"-?\d+", v)}
+            if max(self.taken, default=0) < DOCX_LARGEST_ID:  # else the free ones below it
+                self.next = max(self.taken, default=0) + 1
+        while self.next in self.taken:
+            self.next += 1
+        self.taken.add(self.next)
+        return str(self.next)
+
+
+DOCX_LARGEST_ID = 2**31 - 1  # a content control's id is a signed 32-bit number in Word
+
+
+def _docx_ided(nodes) -> Iterator[tuple]:
+    """Each id of `nodes` as (node, its attribute): a revision's, a comment's or a bookmark's
+    w:id attribute, a content control's w:id element's w:val."""
+    for node in nodes:
+        if node.get(qn_w("id")) is not None:
+            yield node, qn_w("id")
+        if node.tag == qn_w("id") and node.get(qn_w("val")) is not None:
+            yield node, qn_w("val")
+
+
+def _docx_properties(element) -> Iterator:
+    """What the properties of `element` hold (a content control's id, a run's formatting
+    change), not its content."""
+    for child in element:
+        if _local(child.tag).endswith("Pr"):
+            yield from child.iter()
 
 
 # the parts of a .docx besides its body and its headers and footers that hold text a reader
