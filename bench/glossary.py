@@ -4,7 +4,7 @@ without its glossary, and the three test parts with the server's defaults.
 The set is built by rule. From the modern test part (the gettext catalogs of 10 programs held
 out of training whole, models.catalogs), a pair qualifies when a noun of Apertium's bilingual
 dictionary (models.lexicon) is found in its Spanish source as the glossary finds a term (any
-case, the last word also plural) and the dictionary's English for it is found the same way in
+case, also in its plurals) and the dictionary's English for it is found the same way in
 its reference. The longest such Spanish noun (most characters, then alphabetical) is the
 pair's glossary entry, with the English the reference uses. Up to `--sentences` pairs are
 taken in the order of their hash, so the set is the same on every machine.
@@ -80,8 +80,8 @@ def glossary_set(pairs, entries, limit: int) -> list[tuple[str, str, str, str]]:
 
 
 def term_used(output: str, target: str) -> bool:
-    """Whether the target term is in a translation, as the server checks it (any case, the
-    last word also plural)."""
+    """Whether the target term is in a translation, as the server checks it (any case, also
+    in its plural)."""
     from service.runtime.glossary import used
 
     return used(target, output)

@@ -1,14 +1,17 @@
 """Terminology: a request's glossary (source term -> target term) enforced in its translation.
 
 A source term is found in a sentence case-insensitively, its accents composed or decomposed
-(Unicode's NFC or NFD), at word boundaries, its last word also with a plural ending
-("contraseña" finds "Contraseñas"). Each place found is a protected
-item of the kind "term" (service.runtime.protect): a marker goes through the model, and the
-target term takes its place, with the found form's capital first letter and plural ending
-("Contraseñas" with "contraseña" -> "passphrase" gives "Passphrases"). Longer terms are found
-first, and a term never cuts another protected item nor markup (an item wholly inside it, the
-number of "artículo 5", is the term's). So a term found is always in the translation, exactly
-as given; the response says which entries were applied.
+(Unicode's NFC or NFD), at word boundaries, also in its Spanish plurals (plurals.py:
+"contraseña" finds "Contraseñas", "canción" "canciones", "inicio de sesión" "inicios de
+sesión"). Each place found is a protected item of the kind "term"
+(service.runtime.protect): a marker goes through the model, and the target term takes its
+place, with the found form's capital first letter, and in its English plural where the
+found form was plural ("Contraseñas" with "contraseña" -> "passphrase" gives "Passphrases",
+"ciudades" with "ciudad" -> "city" "cities"). A glossary may hold a plural as an entry of
+its own ("índices" -> "indices" beside "índice" -> "index"): a plural is longer than its
+singular, and longer terms are found first. A term never cuts another protected item nor
+markup (an item wholly inside it, the number of "artículo 5", is the term's). So a term
+found is always in the translation, exactly as given; the response says which entries were applied.
 """
 
 from __future__ import annotations
@@ -18,9 +21,10 @@ import unicodedata
 from dataclasses import dataclass
 from functools import lru_cache
 
+from service.runtime.plurals import english_plural, spanish_plurals
+
 MAX_TERMS = 256  # glossary entries in one request
 MAX_TERM_WORDS = 8  # words of one source or target term
-_PLURAL = "(?P<plural>e?s)?"
 
 
 _MARK = "\u0300-\u036f"  # combining accents: inside a word, though not `\w`
@@ -39,18 +43,37 @@ def _letters(word: str) -> str:
     return "".join(parts)
 
 
+def _phrase(words: str) -> str:
+    return r"\s+".join(_letters(w) for w in words.split())
+
+
+def _compiled(singular: str, plurals: tuple[str, ...]) -> re.Pattern:
+    """`singular` or one of its `plurals` (the group "plural") at word boundaries, in any
+    case and Unicode form."""
+    either = "|".join(_phrase(plural) for plural in plurals) or "(?!)"
+    found = rf"(?:(?P<plural>{either})|{_phrase(singular)})"
+    return re.compile(rf"(?<!\w){found}(?![\w{_MARK}])", re.IGNORECASE)
+
+
 @lru_cache(maxsize=4096)  # bounded: the terms come from requests
 def _pattern(source: str) -> re.Pattern:
-    """A source term found at word boundaries, in any case and Unicode form, its last word
-    also plural (each term compiled once, not once a sentence)."""
-    body = r"\s+".join(_letters(w) for w in source.split())
-    return re.compile(rf"(?<!\w){body}{_PLURAL}(?![\w{_MARK}])", re.IGNORECASE)
+    """A source term as it is found: as given, or in one of its Spanish plurals (each term
+    compiled once, not once a sentence)."""
+    source = unicodedata.normalize("NFC", source)
+    return _compiled(source, spanish_plurals(source))
+
+
+@lru_cache(maxsize=4096)
+def _target_pattern(target: str) -> re.Pattern:
+    """A target term as a translation may hold it: as given, or in its English plural."""
+    plural = english_plural(target)
+    return _compiled(target, (plural,) if plural != target else ())
 
 
 def used(target: str, translation: str) -> int:
-    """How many times a translation holds a target term (any case, its last word also
+    """How many times a translation holds a target term (any case, also in its English
     plural)."""
-    return sum(1 for _ in _pattern(target).finditer(translation))
+    return sum(1 for _ in _target_pattern(target).finditer(translation))
 
 
 @dataclass(frozen=True)
@@ -63,9 +86,7 @@ class Term:
 
     def rendered(self, found: re.Match) -> str:
         """The target term in the form the source was found in."""
-        target = self.target
-        if found.group("plural") and " " not in target and not target.endswith("s"):
-            target += "s"
+        target = english_plural(self.target) if found.group("plural") else self.target
         if found.group()[0].isupper() and target[0].islower():
             target = target[0].upper() + target[1:]
         return target

@@ -6,7 +6,10 @@ from __future__ import annotations
 import unicodedata
 from types import SimpleNamespace
 
+import pytest
+
 from service.runtime.glossary import Term, checked, find_terms
+from service.runtime.plurals import english_plural, spanish_plurals
 from service.runtime.protect import mask
 
 TERMS = (
@@ -91,6 +94,122 @@ def test_terms_are_found_in_either_unicode_form():
     source = unicodedata.normalize("NFD", "contraseña")
     (found,) = find_terms("Dos contraseñas.", (Term(source, "passphrase"),))
     assert found.text == "passphrases"
+
+
+PLURALS = (
+    Term("canción", "song"),
+    Term("luz", "light"),
+    Term("examen", "exam"),
+    Term("papel", "paper"),
+    Term("país", "country"),
+    Term("caja", "box"),
+    Term("ciudad", "city"),
+    Term("clase", "class"),
+    Term("autobús", "bus"),
+    Term("carácter", "character"),
+    Term("cuenta de usuario", "user account"),
+    Term("inicio de sesión", "sign-in"),
+    Term("inicio", "home"),
+    Term("ratón", "mouse"),
+    Term("índice", "index"),
+    Term("índices", "indices"),  # its own plural, a longer term: found first
+    Term("crisis", "crisis"),
+)
+
+
+def test_a_term_is_found_in_its_spanish_plural_and_written_in_its_english_one():
+    """A plural was the last word with -s or -es: "canciones", "luces", "exámenes" went
+    unfound, "inicios de sesión" too (the shorter "inicio" took it: "homes de sesión"); and
+    the target took a plain -s, one word only: "boxs", "citys", "user account"."""
+    text = (
+        "Canciones, luces, exámenes, papeles, países, cajas, ciudades, clases, autobuses, "
+        "caracteres, cuentas de usuario, inicios de sesión, ratones, índices e índice."
+    )
+    found = find_terms(text, PLURALS)
+    assert [(text[f.start : f.end], f.text) for f in found] == [
+        ("Canciones", "Songs"),
+        ("luces", "lights"),
+        ("exámenes", "exams"),
+        ("papeles", "papers"),
+        ("países", "countries"),
+        ("cajas", "boxes"),
+        ("ciudades", "cities"),
+        ("clases", "classes"),
+        ("autobuses", "buses"),
+        ("caracteres", "characters"),
+        ("cuentas de usuario", "user accounts"),
+        ("inicios de sesión", "sign-ins"),
+        ("ratones", "mice"),
+        ("índices", "indices"),
+        ("índice", "index"),
+    ]
+    text = "Las crisis, el inicio, reinicios y cancioneses."
+    found = find_terms(text, PLURALS)  # its own plural; never inside a word
+    assert [(text[f.start : f.end], f.text) for f in found] == [
+        ("crisis", "crisis"),
+        ("inicio", "home"),
+    ]
+    masked = mask("Dos ciudades y tres cajas.", terms=PLURALS)
+    assert masked.terms_used("Two cities and three boxes.")  # as the markers write them
+
+
+@pytest.mark.parametrize(
+    ("singular", "plural"),
+    [
+        ("canción", "canciones"),
+        ("examen", "exámenes"),
+        ("joven", "jóvenes"),
+        ("luz", "luces"),
+        ("raíz", "raíces"),
+        ("país", "países"),
+        ("inglés", "ingleses"),
+        ("mes", "meses"),
+        ("rubí", "rubíes"),
+        ("menú", "menús"),
+        ("régimen", "regímenes"),
+        ("club", "clubs"),
+        ("disco duro", "discos duros"),
+        ("palabra clave", "palabras clave"),
+        ("base de datos", "bases de datos"),
+    ],
+)
+def test_spanish_plurals_follow_the_academy_s_rules(singular, plural):
+    assert plural in spanish_plurals(singular)
+    assert plural.capitalize() in spanish_plurals(singular.capitalize())
+
+
+def test_a_spanish_word_that_is_its_own_plural_has_no_other():
+    assert spanish_plurals("lunes") == spanish_plurals("análisis") == spanish_plurals("tórax") == ()
+    assert spanish_plurals("5 de mayo") == ()
+
+
+@pytest.mark.parametrize(
+    ("singular", "plural"),
+    [
+        ("passphrase", "passphrases"),
+        ("box", "boxes"),
+        ("match", "matches"),
+        ("crash", "crashes"),
+        ("quiz", "quizzes"),
+        ("class", "classes"),
+        ("status", "statuses"),
+        ("analysis", "analyses"),
+        ("city", "cities"),
+        ("key", "keys"),
+        ("mouse", "mice"),
+        ("Person", "People"),
+        ("API", "APIs"),
+        ("DNS", "DNS"),
+        ("settings", "settings"),
+        ("software", "software"),
+        ("sign-in", "sign-ins"),
+        ("user account", "user accounts"),
+        ("point of sale", "points of sale"),
+        ("Section 5", "Sections 5"),
+    ],
+)
+def test_english_plurals_are_written_by_the_rules(singular, plural):
+    assert english_plural(singular) == plural
 
 
 def test_bad_entries_are_named():
