@@ -70,15 +70,16 @@ async def serve(
     served = [m for names in models.values() for v in names.values() for m in v.values()]
     others = sockets = made = None
     if role is None:
-        keys = tuple((m.key, m.version) for m in served)
+        keys = tuple((m.worker_key, m.version) for m in served)
         device, why = config.device_choice()
         fronts, workers = config.front_choice(), config.worker_choice(device)
         # what every front is told, and the count of the workers they share: chosen once
         config = dataclasses.replace(config, fronts=fronts[0], workers=workers[0])
-        choices = {m.key: config.variant_choice(device, m.version.manifest) for m in served}
-        for line in choice_lines(device, why, choices, config.cache, fronts, workers):
+        choices = {m: config.variant_choice(device, m.version.manifest) for m in served}
+        shown = {m.key: choice for m, choice in choices.items()}
+        for line in choice_lines(device, why, shown, config.cache, fronts, workers):
             log.info("%s", line)
-        variants = {key: variant for key, (variant, _) in choices.items()}
+        variants = {m.worker_key: variant for m, (variant, _) in choices.items()}
         settings, sockets = worker_sockets(
             worker_settings(config, keys, device, variants), config.fronts
         )
@@ -118,7 +119,7 @@ async def serve(
             role.index if role else 0,
             config.fronts,
         )
-    pool.models = {m.key: m.version.name for m in served}
+    pool.models = {m.worker_key: m.version.name for m in served}
     front = Front(config, models, pool, metrics)
 
     def refused(code: grpc.StatusCode) -> None:
@@ -192,7 +193,7 @@ async def serve(
     front.device = device
     if role is None:
         for model in served:
-            front.describe(model, variants[model.key])
+            front.describe(model, variants[model.worker_key])
     front.serving = True
     await health_now()
     if config.ray:  # NOT_SERVING while no replica is ready (a drain's NOT_SERVING stays)
@@ -200,7 +201,7 @@ async def serve(
     if role is None:
         fronts = {"fronts": others.pids()} if others else {}
         _write_ready(config, {**ports, "serving": True, "workers": pool.pids(), **fronts})
-        names = ", ".join(f"{m.key} ({m.kind}, {variants[m.key]})" for m in served)
+        names = ", ".join(f"{m.key} ({m.kind}, {variants[m.worker_key]})" for m in served)
         log.info(
             "serving %s on %s:%d with %d %s workers and %d front%s; metrics on port %d",
             names,

@@ -156,8 +156,9 @@ class ModelServicer:
                 front.pool.check_admission(sum(job.rows for job in jobs))
             for job in jobs:
                 remaining = context.time_remaining()
-                calls.append(await front.pool.submit(model.key, label, job, remaining, received))
-                tasks.append(asyncio.ensure_future(self._result(calls[-1])))
+                call = await front.pool.submit(model.worker_key, label, job, remaining, received)
+                calls.append(call)
+                tasks.append(asyncio.ensure_future(self._result(call)))
             yield tasks
         except BaseException:
             for call, task in zip(calls, tasks, strict=False):
@@ -255,7 +256,7 @@ class ModelServicer:
             (job,) = front.jobs(prepared, context, stream=True)
             front.pool.check_admission(job.rows)
             remaining = context.time_remaining()
-            call = await front.pool.submit(model.key, labels[1], job, remaining, received)
+            call = await front.pool.submit(model.worker_key, labels[1], job, remaining, received)
             front.cache.missed(labels[0], int(key is not None))
             tokens: list[int] = []
             # closed with this generator, so that a client leaving mid-write cancels the job

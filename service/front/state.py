@@ -160,7 +160,7 @@ class Front:
 
     def describe(self, model: ServedModel, variant: str) -> None:
         """The model's attnserve_model_info sample, once its workers have it loaded."""
-        infos = [w.info.get("models", {}).get(model.key, {}) for w in self.pool.workers]
+        infos = [w.info.get("models", {}).get(model.worker_key, {}) for w in self.pool.workers]
         info = infos[0]
         choices: dict[tuple, list[int]] = {}  # each GPU's worker checks its own static step
         for i, each in enumerate(infos):

@@ -9,18 +9,26 @@ newest). A version that fails any check is refused with a log line and
 looked at again when its manifest changes. A version whose directory goes away, or that falls
 outside `max_versions` (the newest N of each model; 0: all), is retired: calls stop reaching
 it, its calls in flight finish (at most `drain_seconds`), then the workers drop it.
+
+A served version whose manifest changes (the directory replaced in place: removed and
+published again between two looks, or renamed over) is checked and loaded like a new one,
+under another worker key (ServedModel.worker_key: the manifest's revision), beside the content
+it replaces; once loaded it takes the version's calls and the old content drains as a retired
+version does. A replacement that fails a check is refused, and the content loaded before stays
+served until the manifest changes again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from pathlib import Path
 
 from service.runtime.errors import ModelRepositoryError, Unavailable
 from service.runtime.kinds import served_model
-from service.runtime.repository import manifests, verify
+from service.runtime.repository import manifests, revision, verify
 
 log = logging.getLogger("attnserve")
 LOAD_TRIES = 3  # loads of a version cut by a worker's death before the version is refused
@@ -83,27 +91,44 @@ class VersionWatcher:
             await self.scan()
 
     async def scan(self) -> None:
-        """One look at the repository: new versions loaded, gone ones retired."""
+        """One look at the repository: new versions loaded, replaced ones loaded again, gone
+        ones retired."""
         manifests = self._manifests()
         for directory, model in list(self.served.items()):
             if directory not in manifests:
                 self._retire(directory, model, "its directory is gone")
         for directory, manifest in manifests.items():
-            if directory in self.served:
-                continue
             try:
                 stamp = _stamp(manifest)
             except OSError:
                 continue
-            if self.seen.get(directory) == stamp:
+            if self.seen.get(directory) == stamp or self._unchanged(directory, manifest):
                 continue
             self.seen[directory] = stamp
             await self._add(directory)
         if self.health is not None:
             await self.health()
 
+    def _unchanged(self, directory: Path, manifest: Path) -> bool:
+        """Whether `directory` is served as its manifest now describes it. A version
+        replaced in place (removed and published again within one look, or renamed over)
+        has the same directory and another manifest."""
+        model = self.served.get(directory)
+        if model is None:
+            return False
+        try:
+            now = revision(json.loads(manifest.read_text(encoding="utf-8")))
+        except (OSError, ValueError):
+            return False  # a manifest that cannot be read is refused by verify
+        if now == model.version.revision:
+            self.seen.pop(directory, None)  # a refused replacement taken back
+            return True
+        return False
+
     async def _add(self, directory: Path) -> None:
-        front = self.front
+        """Verifies, loads and serves the version at `directory`: a new one, or the new
+        content of a served one (which then drains)."""
+        front, replaced = self.front, self.served.get(directory)
         try:
             version = await asyncio.to_thread(verify, directory)
             certified(version)
@@ -113,15 +138,16 @@ class VersionWatcher:
                     f"{directory}: a {model.kind} model needs {model.service}, which this "
                     "server did not start with; restart it to serve this version"
                 )
-            if model.key in self.retiring:  # its calls in flight still drain: a scan later
+            if model.worker_key in self.retiring:  # its calls in flight still drain: a scan later
                 self.seen.pop(directory, None)
                 log.info("%s waits for the version it replaces to drain", model.key)
                 return
             names = front.models.get(model.service, {}).get(version.name, {})
-            if version.version in names:
+            other = names.get(version.version)
+            if other is not None and other is not replaced:
                 raise ModelRepositoryError(
                     f"{directory}: {version.name} version {version.version} is already served "
-                    f"from {names[version.version].version.directory}"
+                    f"from {other.version.directory}"
                 )
             keep = newest([*names, version.version], self.config.max_versions)
             if version.version not in keep:
@@ -134,7 +160,7 @@ class VersionWatcher:
                 return
             variant, why = self.config.variant_choice(front.device, version.manifest)
             started = time.monotonic()
-            await front.pool.load(model.key, version, variant)
+            await front.pool.load(model.worker_key, version, variant)
         except Unavailable as error:  # a worker died while it loaded: not the version's fault
             cut = self.cut[directory] = self.cut.get(directory, 0) + 1
             if cut < LOAD_TRIES:
@@ -149,7 +175,10 @@ class VersionWatcher:
             self._refuse(directory, error)
             return
         self.cut.pop(directory, None)
-        front.pool.models[model.key] = version.name
+        if replaced is not None and replaced.key != model.key:  # renumbered in its manifest
+            self._retire(directory, replaced, f"{directory} holds {model.key} now")
+            replaced = None
+        front.pool.models[model.worker_key] = version.name
         front.models.setdefault(model.service, {}).setdefault(version.name, {})[version.version] = (
             model
         )
@@ -157,13 +186,16 @@ class VersionWatcher:
         self.seen.pop(directory, None)
         front.describe(model, variant)
         log.info(
-            "serving %s (%s, variant %s: %s), loaded and checked in %.1f s",
+            "serving %s (%s, variant %s: %s%s), loaded and checked in %.1f s",
             model.key,
             model.kind,
             variant,
             why,
+            "; replaced in place" * (replaced is not None),
             time.monotonic() - started,
         )
+        if replaced is not None:  # its calls now reach the new content
+            self._drain_later(replaced, "its directory holds a new one")
         served = front.models[model.service][version.name]
         keep = newest(served, self.config.max_versions)
         for other in [m for v, m in served.items() if v not in keep]:
@@ -173,12 +205,13 @@ class VersionWatcher:
         self.cut.pop(directory, None)
         if self.front.pool.parent:  # every front checks it; the first one counts it
             self.front.metrics.versions_refused.labels(directory.parent.name).inc()
-        log.error("model version at %s refused: %s", directory, error)
+        served = self.served.get(directory)
+        kept = f"; {served.key} stays served as it was loaded" if served is not None else ""
+        log.error("model version at %s refused: %s%s", directory, error, kept)
 
     def _retire(self, directory: Path, model, why: str) -> None:
-        if model.key in self.retiring:
+        if model.worker_key in self.retiring:
             return
-        self.retiring.add(model.key)
         versions = self.front.models.get(model.service, {}).get(model.version.name, {})
         versions.pop(model.version.version, None)  # no call reaches it from now on
         if not versions:
@@ -187,6 +220,11 @@ class VersionWatcher:
         # the model's versions held back by max_versions are looked at again: one may be
         # among the newest now (a rollback: the newest removed)
         self.seen = {d: stamp for d, stamp in self.seen.items() if d.parent != directory.parent}
+        self._drain_later(model, why)
+
+    def _drain_later(self, model, why: str) -> None:
+        """`model`, which no call reaches any more, is dropped once its calls finish."""
+        self.retiring.add(model.worker_key)
         log.info("retiring %s: %s; its calls in flight finish first", model.key, why)
         task = asyncio.get_running_loop().create_task(self._drain(model))
         self.tasks.add(task)
@@ -194,10 +232,13 @@ class VersionWatcher:
 
     async def _drain(self, model) -> None:
         front, end = self.front, time.monotonic() + self.config.drain_seconds
-        while front.pool.calls_of(model.key) and time.monotonic() < end:
+        key = model.worker_key
+        while front.pool.calls_of(key) and time.monotonic() < end:
             await asyncio.sleep(0.05)
-        left = front.pool.calls_of(model.key)
-        front.pool.unload(model.key)
-        front.forget(model)
-        self.retiring.discard(model.key)
-        log.info("retired %s%s", model.key, f" ({left} calls cut at drain_seconds)" * bool(left))
+        left = front.pool.calls_of(key)
+        front.pool.unload(key)
+        versions = front.models.get(model.service, {}).get(model.version.name, {})
+        if model.version.version not in versions:  # not served again since (replaced, put back)
+            front.forget(model)
+        self.retiring.discard(key)
+        log.info("retired %s%s", key, f" ({left} calls cut at drain_seconds)" * bool(left))

@@ -85,7 +85,16 @@ class ServedModel(ABC):
 
     @property
     def key(self) -> str:
+        """The version as clients and logs name it: `<model>/<version>`."""
         return f"{self.version.name}/{self.version.version}"
+
+    @property
+    def worker_key(self) -> str:
+        """What the workers hold this version's sessions under: its key and its manifest's
+        revision, so that a version replaced in place is loaded beside the one it replaces
+        (whose calls in flight finish on it) and fronts sharing workers never take one
+        content for the other."""
+        return f"{self.key}@{self.version.revision}"
 
     def hypothesis(
         self,

@@ -17,6 +17,7 @@ not hash.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from dataclasses import dataclass
@@ -48,6 +49,13 @@ def manifests(root: Path) -> list[Path]:
     ]
 
 
+def revision(manifest: dict) -> str:
+    """A short digest of a manifest, which hashes every file of its version: two contents
+    published under one model name and version (one replaced in place) differ in it."""
+    text = json.dumps(manifest, sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
+
+
 def sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as f:
@@ -74,6 +82,10 @@ class ModelVersion:
     @property
     def config(self) -> dict:
         return self.manifest["model"]["config"]
+
+    @functools.cached_property
+    def revision(self) -> str:
+        return revision(self.manifest)
 
     def graph(self, variant: str, name: str) -> Path:
         graphs = self.manifest["graphs"]

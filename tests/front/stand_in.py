@@ -91,6 +91,7 @@ class _Model:
     """What the servicer reads of a served model (the cache keeps a weak reference to it)."""
 
     key = "translator/1"
+    worker_key = "translator/1"  # what the stand-in workers are sent
 
     def partial_inputs(self, prepared, done):
         return "partial", _ids(done)

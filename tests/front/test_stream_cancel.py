@@ -95,6 +95,7 @@ def test_a_stream_closed_while_a_message_is_written_cancels_its_job():
 
         model = SimpleNamespace(
             key="translator/1",
+            worker_key="translator/1",
             partial=lambda prepared_, tokens, steps: (tokens, steps),
         )
         # the runtime's partial as it is, not made a message

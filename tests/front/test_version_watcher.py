@@ -25,15 +25,19 @@ from service.front.versions import (
     version_order,
 )
 from service.runtime.errors import ModelRepositoryError, Unavailable
-from service.runtime.repository import ModelVersion, write_manifest
+from service.runtime.kinds import served_model
+from service.runtime.repository import ModelVersion, verify, write_manifest
 
 SERVICE = CaptionServicer.service
 PIECES = [("pad", "<blank>"), ("bos", "<s>"), ("eos", "</s>"), ("unk", "<unk>")]
 
 
-def publish(root: Path, directory: str, version: str | None = None, passed: bool = True) -> Path:
+def publish(
+    root: Path, directory: str, version: str | None = None, passed: bool = True, limit: int = 24
+) -> Path:
     """A captioner version in `root`/captioner/`directory` (its manifest naming `version`)
-    with the tokenizer, no graphs, and a parity certificate that passed or not."""
+    with the tokenizer, no graphs, a parity certificate that passed or not, and at most
+    `limit` output tokens (what tells two contents of one version apart)."""
     out = root / "captioner" / directory
     out.mkdir(parents=True)
     shutil.copy(SHIPPED_CAPTIONER / "tokenizer.model", out)
@@ -41,13 +45,18 @@ def publish(root: Path, directory: str, version: str | None = None, passed: bool
         "model": {"name": "captioner", "version": version or directory, "kind": "captioner"},
         "tokenizer": "tokenizer.model",
         "special_tokens": {n: {"id": i, "piece": p} for i, (n, p) in enumerate(PIECES)},
-        "limits": {"max_output_tokens": 24},
+        "limits": {"max_output_tokens": limit},
         "preprocessor": {"type": "image", "size": [96, 96], "grid": [12, 12]},
         "graphs": {"fp32": {}},
         "parity": {"passed": passed},
     }
     write_manifest(out, manifest)
     return out
+
+
+def worker_key(directory: Path) -> str:
+    """What the workers hold the version published at `directory` under."""
+    return served_model(verify(directory), _config(directory.parents[1])).worker_key
 
 
 @dataclass
@@ -125,8 +134,9 @@ def test_a_new_version_is_loaded_then_served(tmp_path):
     front = Front()
     watcher = VersionWatcher(front, _config(tmp_path))
     asyncio.run(watcher.scan())
-    assert front.pool.loaded == [("captioner/1", "fp32")]
-    assert front.served() == ["1"] and front.pool.models == {"captioner/1": "captioner"}
+    key = worker_key(tmp_path / "captioner" / "1")
+    assert front.pool.loaded == [(key, "fp32")]
+    assert front.served() == ["1"] and front.pool.models == {key: "captioner"}
     assert front.described == [("captioner/1", "fp32")]
     model = front.models[SERVICE]["captioner"]["1"]
     assert model.kind == "captioner" and watcher.served == {tmp_path / "captioner" / "1": model}
@@ -167,7 +177,8 @@ def test_a_load_cut_by_a_worker_s_death_is_tried_again_at_the_next_look(tmp_path
 
     asyncio.run(scans())
     assert front.served() == ["2"] and front.refused() == 0
-    assert front.pool.loaded == [("captioner/2", "fp32")] and watcher.cut == {}
+    key = worker_key(tmp_path / "captioner" / "2")
+    assert front.pool.loaded == [(key, "fp32")] and watcher.cut == {}
 
 
 def test_a_version_whose_every_load_a_worker_dies_in_is_refused(tmp_path):
@@ -206,7 +217,8 @@ def test_a_version_that_fails_a_check_leaves_the_served_ones_alone(tmp_path, pro
             f.write(b"\0")
     asyncio.run(watcher.scan())
     assert front.refused() == 1
-    assert front.served() == ["1"] and front.pool.loaded == [("captioner/1", "fp32")]
+    key = worker_key(tmp_path / "captioner" / "1")
+    assert front.served() == ["1"] and front.pool.loaded == [(key, "fp32")]
     assert front.pool.unloaded == [] and front.forgotten == []
 
 
@@ -225,31 +237,33 @@ def test_beyond_max_versions_the_oldest_is_retired_and_an_older_one_held_back(tm
         await watcher.scan()
 
     asyncio.run(scans())
-    assert front.pool.loaded == [("captioner/1", "fp32"), ("captioner/2", "fp32")]
-    assert front.pool.unloaded == front.forgotten == ["captioner/1"]
+    first, second = (worker_key(tmp_path / "captioner" / v) for v in ("1", "2"))
+    assert front.pool.loaded == [(first, "fp32"), (second, "fp32")]
+    assert front.pool.unloaded == [first] and front.forgotten == ["captioner/1"]
     assert front.served() == ["2"] and front.refused() == 0
-    assert front.pool.models["captioner/2"] == "captioner"
+    assert front.pool.models[second] == "captioner"
 
 
 def test_a_version_whose_directory_goes_away_is_retired_once_its_calls_finish(tmp_path):
     directory = publish(tmp_path, "1")
+    key = worker_key(directory)
     front = Front()
     watcher = VersionWatcher(front, _config(tmp_path, drain_seconds=10.0))
 
     async def scans():
         await watcher.scan()
-        front.pool.calls["captioner/1"] = 2
+        front.pool.calls[key] = 2
         shutil.rmtree(directory)
         await watcher.scan()
         assert front.served() == [] and SERVICE in front.models
         assert "captioner" not in front.models[SERVICE]  # its last version gone
         await asyncio.sleep(0.2)
         assert front.pool.unloaded == []  # its calls still in flight
-        front.pool.calls["captioner/1"] = 0
+        front.pool.calls[key] = 0
         await asyncio.wait_for(asyncio.gather(*watcher.tasks), 5)
 
     asyncio.run(scans())
-    assert front.pool.unloaded == front.forgotten == ["captioner/1"]
+    assert front.pool.unloaded == [key] and front.forgotten == ["captioner/1"]
     assert watcher.retiring == set() and watcher.served == {}
 
 
@@ -258,24 +272,25 @@ def test_a_version_put_back_while_it_drains_is_loaded_once_the_drain_ends(tmp_pa
     drain: the drain's end unloaded the key the new one was loaded under, and the workers
     answered its every call "not loaded". It is loaded after the drain, never before."""
     directory = publish(tmp_path, "1")
+    key = worker_key(directory)
     front = Front()
     watcher = VersionWatcher(front, _config(tmp_path, drain_seconds=10.0))
 
     async def scans():
         await watcher.scan()
-        front.pool.calls["captioner/1"] = 1
+        front.pool.calls[key] = 1
         shutil.rmtree(directory)
         await watcher.scan()  # retired: draining
         publish(tmp_path, "1")
         await watcher.scan()  # waits for the drain
-        assert front.served() == [] and front.pool.loaded == [("captioner/1", "fp32")]
-        front.pool.calls["captioner/1"] = 0
+        assert front.served() == [] and front.pool.loaded == [(key, "fp32")]
+        front.pool.calls[key] = 0
         await asyncio.wait_for(asyncio.gather(*watcher.tasks), 5)
         await watcher.scan()
 
     asyncio.run(scans())
-    assert front.pool.loaded == [("captioner/1", "fp32")] * 2
-    assert front.pool.unloaded == ["captioner/1"] and front.served() == ["1"]
+    assert front.pool.loaded == [(key, "fp32")] * 2
+    assert front.pool.unloaded == [key] and front.served() == ["1"]
     assert watcher.retiring == set()
 
 
@@ -300,18 +315,19 @@ def test_the_newest_removed_the_one_held_back_is_served_again(tmp_path):
 
 def test_calls_that_outlast_drain_seconds_do_not_hold_a_retired_version(tmp_path):
     directory = publish(tmp_path, "1")
+    key = worker_key(directory)
     front = Front()
     watcher = VersionWatcher(front, _config(tmp_path, drain_seconds=0.2))
 
     async def scans():
         await watcher.scan()
-        front.pool.calls["captioner/1"] = 1  # never finishes
+        front.pool.calls[key] = 1  # never finishes
         shutil.rmtree(directory)
         await watcher.scan()
         await asyncio.wait_for(asyncio.gather(*watcher.tasks), 5)
 
     asyncio.run(scans())
-    assert front.pool.unloaded == ["captioner/1"]
+    assert front.pool.unloaded == [key]
 
 
 def test_versions_present_at_start_up_are_held_back_and_new_ones_watched(tmp_path):
@@ -330,7 +346,8 @@ def test_versions_present_at_start_up_are_held_back_and_new_ones_watched(tmp_pat
         task.cancel()
 
     asyncio.run(watch())
-    assert front.served() == ["2"] and front.pool.loaded == [("captioner/2", "fp32")]
+    key = worker_key(tmp_path / "captioner" / "2")
+    assert front.served() == ["2"] and front.pool.loaded == [(key, "fp32")]
     assert set(watcher.seen) == {tmp_path / "captioner" / "1"}
 
 
@@ -410,3 +427,68 @@ def test_a_service_whose_last_version_is_retired_is_not_serving(tmp_path):
         ["SERVING", "SERVING", "NOT_SERVING"],  # the server serves its other services
         ["SERVING", "SERVING", "SERVING"],
     ]
+
+
+def _limit(front) -> int:
+    """The output limit of the captioner version 1 that calls reach."""
+    return front.models[SERVICE]["captioner"]["1"].version.manifest["limits"]["max_output_tokens"]
+
+
+def test_a_version_replaced_in_place_is_loaded_and_the_one_it_replaces_drains(tmp_path):
+    """A version directory removed and published again under the same number within one look
+    (or renamed over): the server served the weights it had loaded while the repository showed
+    the new ones. The new content is verified and loaded beside the old, calls naming the
+    version reach it at once, and the old one is dropped once its calls in flight finish."""
+    directory = publish(tmp_path, "1")
+    front = Front()
+    watcher = VersionWatcher(front, _config(tmp_path, drain_seconds=10.0))
+
+    async def scans():
+        await watcher.scan()
+        old = front.models[SERVICE]["captioner"]["1"]
+        front.pool.calls[old.worker_key] = 1  # a call in flight on the weights loaded first
+        shutil.rmtree(directory)
+        publish(tmp_path, "1", limit=30)
+        await watcher.scan()
+        assert _limit(front) == 30 and front.served() == ["1"]
+        new = front.models[SERVICE]["captioner"]["1"]
+        assert new.worker_key != old.worker_key and watcher.served[directory] is new
+        await asyncio.sleep(0.2)
+        assert front.pool.unloaded == []  # the old one's call still in flight
+        front.pool.calls[old.worker_key] = 0
+        await asyncio.wait_for(asyncio.gather(*watcher.tasks), 5)
+        await watcher.scan()  # served as it is on disk: nothing more to do
+        return old, new
+
+    old, new = asyncio.run(scans())
+    assert front.pool.loaded == [(old.worker_key, "fp32"), (new.worker_key, "fp32")]
+    assert front.pool.unloaded == [old.worker_key]
+    assert front.pool.models[new.worker_key] == "captioner"
+    assert front.forgotten == []  # its model_info sample is the new one's now
+    assert front.described == [("captioner/1", "fp32")] * 2 and front.refused() == 0
+    assert watcher.retiring == set() and watcher.seen == {}
+
+
+def test_a_replacement_that_fails_a_check_is_refused_and_the_loaded_one_stays(tmp_path):
+    directory = publish(tmp_path, "1")
+    front = Front()
+    watcher = VersionWatcher(front, _config(tmp_path))
+
+    async def scans():
+        await watcher.scan()
+        old = front.models[SERVICE]["captioner"]["1"]
+        shutil.rmtree(directory)
+        publish(tmp_path, "1", passed=False, limit=30)
+        await watcher.scan()
+        await watcher.scan()  # the same manifest: refused once
+        assert front.refused() == 1 and front.models[SERVICE]["captioner"]["1"] is old
+        assert front.pool.unloaded == [] and not watcher.tasks
+        shutil.rmtree(directory)
+        publish(tmp_path, "1", limit=30)
+        await watcher.scan()
+        await asyncio.gather(*watcher.tasks)
+        return old
+
+    old = asyncio.run(scans())
+    assert _limit(front) == 30 and front.refused() == 1
+    assert front.pool.unloaded == [old.worker_key]

@@ -14,6 +14,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import grpc
+import pytest
 from servers import add_version, is_served, rpc_error
 
 from service import client
@@ -86,3 +87,50 @@ def test_versions_come_and_go_under_load_without_a_failed_call(
     assert listing.returncode == 1  # version 3 does not verify
     assert rows["translator", "2"]["verified"] == "hashes and certificate"
     assert "sha256 does not match" in rows["translator", "3"]["problem"]
+
+
+@pytest.mark.slow
+def test_a_version_replaced_in_place_under_load_serves_its_new_content(
+    start_server, model_repository, tmp_path
+):
+    """translator/1 renamed over as `attnserve export` publishes (its new manifest lets it write
+    two tokens at most): calls naming it reach the new content once it is loaded, the calls
+    in flight on the old one finish, and none fails."""
+    from export.repository import publish, staging
+
+    repository = tmp_path / "repository"
+    shutil.copytree(model_repository, repository)
+    server = start_server(
+        "--workers", "1", "--watch-seconds", "0.3", "--repository", str(repository)
+    )
+    directory = repository / "translator" / "1"
+
+    def tokens() -> int:
+        answer = client.translate(server.channel, ["Dios es amor."], version="1", timeout=30)
+        return len(answer.translations[0].hypotheses[0].tokens)
+
+    assert tokens() > 2
+    stop = threading.Event()
+    with ThreadPoolExecutor(2) as pool:
+        clients = [pool.submit(_load, server, stop) for _ in range(2)]
+        try:
+            time.sleep(0.5)
+            staged = staging(directory)
+            shutil.copytree(directory, staged)
+            manifest = json.loads((staged / "manifest.json").read_text())
+            manifest["limits"]["max_output_tokens"] = 2
+            (staged / "manifest.json").write_text(json.dumps(manifest))
+            publish(staged, directory)
+            server.wait_for(
+                lambda: "retired translator/1@" in server.log_file.read_text(),
+                120,
+                "the content replaced retired",
+            )
+        finally:
+            stop.set()
+        codes = collections.Counter(code for c in clients for code, _ in c.result(timeout=60))
+    assert set(codes) == {"OK"}, codes
+    assert tokens() <= 2
+    assert is_served(server, "1")  # its model_info sample is the new content's
+    log = server.log_file.read_text()
+    assert "replaced in place" in log and "refused" not in log
