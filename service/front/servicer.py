@@ -105,7 +105,8 @@ class ModelServicer:
                 raise InvalidArgument(f"request: not a valid {request.message} ({reason})")
             front.check_available()
             name = front.named(self.service, request)
-            yield front.resolve(self.service, name, request.version), labels, received
+            with front.holding(front.resolve(self.service, name, request.version)) as model:
+                yield model, labels, received
         except ServiceError as error:
             code = status_code(error)  # counted so, unless gRPC had ended the call (_abort)
             code = await _abort(context, code, str(error))

@@ -5,6 +5,7 @@ request becomes jobs."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import time
@@ -43,6 +44,9 @@ class Front:
         self.serving = False
         self.draining = False
         self.in_flight = 0
+        # worker key -> calls in flight that named that version, from when they named it
+        # (before their inputs are prepared and any job is sent): a retired version drains them
+        self.resolved: collections.Counter[str] = collections.Counter()
         self.idle = asyncio.Event()
         self.idle.set()
         self.last_call = 0.0  # time.monotonic() of the last call received
@@ -138,6 +142,18 @@ class Front:
         if request.model or not (source or target):
             return request.model
         return self.covering(service, source, target)
+
+    @contextlib.contextmanager
+    def holding(self, model: ServedModel):
+        """Counts a call that named `model` in `resolved` until it ends."""
+        key = model.worker_key
+        self.resolved[key] += 1
+        try:
+            yield model
+        finally:
+            self.resolved[key] -= 1
+            if not self.resolved[key]:
+                del self.resolved[key]
 
     def resolve(self, service: str, name: str, version: str) -> ServedModel:
         names = self.models.get(service, {})

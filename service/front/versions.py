@@ -8,7 +8,8 @@ newest). A version that fails any check is refused with a log line and
 `attnserve_model_versions_refused_total`, and the versions being served are untouched; it is
 looked at again when its manifest changes. A version whose directory goes away, or that falls
 outside `max_versions` (the newest N of each model; 0: all), is retired: calls stop reaching
-it, its calls in flight finish (at most `drain_seconds`), then the workers drop it.
+it, its calls in flight finish (at most `drain_seconds`; a call counts from when it named the
+version, `Front.resolved`, before any job of it reaches the pool), then the workers drop it.
 
 A served version whose manifest changes (the directory replaced in place: removed and
 published again between two looks, or renamed over) is checked and loaded like a new one,
@@ -230,12 +231,17 @@ class VersionWatcher:
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
+    def _in_flight(self, key: str) -> int:
+        """Calls of a version still going: those that named it (counted from then on, while
+        their inputs are prepared, before any job is sent) and the jobs workers still hold."""
+        return max(self.front.resolved.get(key, 0), self.front.pool.calls_of(key))
+
     async def _drain(self, model) -> None:
         front, end = self.front, time.monotonic() + self.config.drain_seconds
         key = model.worker_key
-        while front.pool.calls_of(key) and time.monotonic() < end:
+        while self._in_flight(key) and time.monotonic() < end:
             await asyncio.sleep(0.05)
-        left = front.pool.calls_of(key)
+        left = self._in_flight(key)
         front.pool.unload(key)
         versions = front.models.get(model.service, {}).get(model.version.name, {})
         if model.version.version not in versions:  # not served again since (replaced, put back)

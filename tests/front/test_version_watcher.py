@@ -10,6 +10,7 @@ import json
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from helpers import SHIPPED_CAPTIONER
@@ -95,6 +96,7 @@ class Front:
     device: str = "cpu"
     described: list = field(default_factory=list)
     forgotten: list = field(default_factory=list)
+    resolved: dict = field(default_factory=dict)  # worker key -> calls that named it
 
     def describe(self, model, variant) -> None:
         self.described.append((model.key, variant))
@@ -492,3 +494,35 @@ def test_a_replacement_that_fails_a_check_is_refused_and_the_loaded_one_stays(tm
     old = asyncio.run(scans())
     assert _limit(front) == 30 and front.refused() == 1
     assert front.pool.unloaded == [old.worker_key]
+
+
+def test_a_call_that_named_a_version_holds_it_through_its_retirement(tmp_path):
+    """A call names its version, then prepares its inputs (tokenises a text, decodes an
+    image) before any of its jobs reaches the pool: a drain that counted only the pool's
+    calls dropped the version meanwhile, and the call's jobs found it unloaded."""
+    from stand_in import CONTEXT
+
+    from service.front.state import Front as ServingFront
+
+    config = _config(tmp_path, drain_seconds=10.0)
+    pool = Pool()
+    front = ServingFront(config, {}, pool, Metrics())
+    front.services = frozenset({SERVICE})
+    front.describe = lambda model, variant: None  # its metrics read the workers
+    front.serving = True
+    servicer, request = CaptionServicer(front), SimpleNamespace(model="captioner", version="")
+    directory = publish(tmp_path, "1")
+    watcher = VersionWatcher(front, config)
+
+    async def run():
+        await watcher.scan()
+        async with servicer._accounted("Caption", request, CONTEXT) as (model, _, _):
+            shutil.rmtree(directory)
+            await watcher.scan()  # retired: no new call reaches it
+            await asyncio.sleep(0.2)
+            assert pool.unloaded == []  # this call's jobs are still to come
+        await asyncio.wait_for(asyncio.gather(*watcher.tasks), 5)
+        return model
+
+    model = asyncio.run(run())
+    assert pool.unloaded == [model.worker_key] and front.resolved == {}
