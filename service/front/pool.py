@@ -233,8 +233,10 @@ class WorkerPool:
     # -- model versions while serving ------------------------------------------------------
     async def load(self, key: str, version, variant: str, timeout: float = 600.0) -> None:
         """Every ready worker loads and checks one more model version; ModelRepositoryError
-        (and the version unloaded again) when one of them cannot, Unavailable when a worker
-        died before it answered. Workers started or ready later load it with the others."""
+        when one of them cannot, Unavailable when a worker died before it answered,
+        TimeoutError when one has not answered within `timeout` (each time the version
+        unloaded again from the workers that loaded it). Workers started or ready later load
+        it with the others."""
         loop = asyncio.get_running_loop()
         asked, message = [], Load(key, version, variant)
         self._adding[key] = message
@@ -248,8 +250,13 @@ class WorkerPool:
             outcomes = await asyncio.wait_for(
                 asyncio.gather(*(w.loading[key] for w in asked), return_exceptions=True), timeout
             )
+        except TimeoutError:
+            self.unload(key)
+            raise TimeoutError(f"{key}: not loaded by every worker within {timeout:g} s") from None
         finally:
             self._adding.pop(key, None)
+            for worker in asked:
+                worker.loading.pop(key, None)
         problems = [o for o in outcomes if isinstance(o, BaseException)]
         if problems:
             self.unload(key)

@@ -80,3 +80,26 @@ def test_a_worker_s_death_during_a_load_is_unavailable_a_refusal_is_not():
             await loading
 
     asyncio.run(run())
+
+
+def test_a_load_that_times_out_is_unloaded_from_the_workers_that_loaded_it():
+    """One worker loaded the version, the other did not answer in time: the version is not
+    served, and the worker that loaded it drops it again (it held a whole version's
+    sessions for nothing), as after a refusal."""
+
+    async def run():
+        pool = _pool(2)
+        first, second = pool.workers
+        _ready(pool, 0, "translator/1")
+        _ready(pool, 1, "translator/1")
+        loading = asyncio.create_task(pool.load("translator/2", "version 2", "fp32", 0.2))
+        await asyncio.sleep(0)
+        pool._handle(first, Loaded("translator/2", {}))
+        with pytest.raises(TimeoutError, match="translator/2: not loaded by every worker"):
+            await loading
+        assert not pool.serves("translator/2")
+        assert first.conn.sent[-1] == second.conn.sent[-1] == Unload("translator/2")
+        assert first.loading == second.loading == {}
+        pool._handle(second, Loaded("translator/2", {}))  # late: dropped by the Unload
+
+    asyncio.run(run())
