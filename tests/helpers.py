@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import shutil
 import socket
 import socketserver
@@ -447,7 +448,7 @@ def certificate_texts(model_version, count: int = 200) -> list[str]:
 def broken_version(directory):
     """A translator version (ModelVersion) whose graphs are missing from its directory."""
     from models.config import PRESETS
-    from service.runtime.repository import ModelVersion
+    from service.runtime.repository import MANIFEST, ModelVersion
 
     pieces = [("pad", "<blank>"), ("bos", "<s>"), ("eos", "</s>"), ("unk", "<unk>")]
     manifest = {
@@ -460,6 +461,7 @@ def broken_version(directory):
         "special_tokens": {n: {"id": i, "piece": p} for i, (n, p) in enumerate(pieces)},
         "graphs": {"fp32": {"encoder": "fp32/encoder.onnx", "decoder": "fp32/decoder.onnx"}},
     }
+    (directory / MANIFEST).write_text(json.dumps(manifest), encoding="utf-8")
     return ModelVersion(directory, manifest)
 
 

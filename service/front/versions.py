@@ -22,14 +22,13 @@ served until the manifest changes again.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from pathlib import Path
 
 from service.runtime.errors import ModelRepositoryError, Unavailable
 from service.runtime.kinds import served_model
-from service.runtime.repository import manifests, revision, verify
+from service.runtime.repository import manifests, read_manifest, revision, verify
 
 log = logging.getLogger("attnserve")
 LOAD_TRIES = 3  # loads of a version cut by a worker's death before the version is refused
@@ -103,14 +102,14 @@ class VersionWatcher:
                 stamp = _stamp(manifest)
             except OSError:
                 continue
-            if self.seen.get(directory) == stamp or self._unchanged(directory, manifest):
+            if self.seen.get(directory) == stamp or self._unchanged(directory):
                 continue
             self.seen[directory] = stamp
             await self._add(directory)
         if self.health is not None:
             await self.health()
 
-    def _unchanged(self, directory: Path, manifest: Path) -> bool:
+    def _unchanged(self, directory: Path) -> bool:
         """Whether `directory` is served as its manifest now describes it. A version
         replaced in place (removed and published again within one look, or renamed over)
         has the same directory and another manifest."""
@@ -118,9 +117,9 @@ class VersionWatcher:
         if model is None:
             return False
         try:
-            now = revision(json.loads(manifest.read_text(encoding="utf-8")))
-        except (OSError, ValueError):
-            return False  # a manifest that cannot be read is refused by verify
+            now = revision(read_manifest(directory))
+        except ModelRepositoryError:
+            return False  # refused by verify
         if now == model.version.revision:
             self.seen.pop(directory, None)  # a refused replacement taken back
             return True

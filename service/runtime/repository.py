@@ -12,7 +12,8 @@
 
 The runtime refuses a manifest whose format version it does not know, whose layout is not
 the one it reads, whose files do not match their hashes or which names a graph or op it does
-not hash.
+not hash. A worker refuses a version whose directory no longer holds the manifest the front
+verified (`unchanged`: replaced in place since, or removed).
 """
 
 from __future__ import annotations
@@ -121,13 +122,31 @@ class ModelVersion:
             ) from error
 
 
+def read_manifest(directory: Path):
+    """The JSON of `directory`'s manifest, not yet checked; ModelRepositoryError when it
+    cannot be read."""
+    try:
+        return json.loads((directory / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:  # JSONDecodeError and UnicodeDecodeError among them
+        raise ModelRepositoryError(f"{directory}: unreadable manifest: {error}") from error
+
+
+def unchanged(version: ModelVersion) -> None:
+    """Raises ModelRepositoryError unless `version`'s directory still holds the manifest it
+    was verified from. A directory replaced in place since (or removed) holds files other
+    than those hashed, which a worker must not load under the old manifest."""
+    found = revision(read_manifest(version.directory))
+    if found != version.revision:
+        raise ModelRepositoryError(
+            f"{version.directory}: replaced since it was verified (its manifest's revision "
+            f"is {found}, not {version.revision})"
+        )
+
+
 def verify(directory: Path) -> ModelVersion:
     """Reads and checks a manifest; raises ModelRepositoryError listing every problem."""
     directory = Path(directory)
-    try:
-        manifest = json.loads((directory / MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as error:
-        raise ModelRepositoryError(f"{directory}: unreadable manifest: {error}") from error
+    manifest = read_manifest(directory)
     version = manifest.get("format_version") if isinstance(manifest, dict) else None
     if version != FORMAT_VERSION:
         raise ModelRepositoryError(

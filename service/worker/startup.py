@@ -11,6 +11,7 @@ from service.runtime.decoding import DecodingOptions
 from service.runtime.errors import ModelRepositoryError
 from service.runtime.inference import parting_margin
 from service.runtime.kinds import kind_class
+from service.runtime.repository import unchanged
 from service.worker.messages import Job, Result, Stats
 from service.worker.scheduler import Scheduler
 from service.worker.settings import WorkerSettings
@@ -201,7 +202,9 @@ def load(settings: WorkerSettings):
 
 
 def load_model(settings: WorkerSettings, model_version, variant: str):
-    """(scheduler, info) of one model version, its golden set checked."""
+    """(scheduler, info) of one model version, its golden set checked; ModelRepositoryError
+    when its directory no longer holds the content the front verified."""
+    unchanged(model_version)
     engine, why = choose_engine(settings, model_version, variant)
     scheduler = settings.scheduler(engine)
     checked = golden_check(scheduler, model_version, variant)

@@ -9,7 +9,14 @@ import json
 import pytest
 
 from service.runtime.errors import ModelRepositoryError
-from service.runtime.repository import FORMAT_VERSION, MANIFEST, manifests, sha256, verify
+from service.runtime.repository import (
+    FORMAT_VERSION,
+    MANIFEST,
+    manifests,
+    sha256,
+    unchanged,
+    verify,
+)
 
 
 def test_manifests_leave_out_hidden_versions_and_models(tmp_path):
@@ -55,3 +62,18 @@ def test_every_graph_and_op_the_manifest_names_is_hashed(tmp_path):
     files = {"search.onnx": sha256(tmp_path / "search.onnx")}
     version = verify(_version(tmp_path, model=MODEL, files=files, graphs={"fp32": {}}, ops=ops))
     assert version.op("search", "float32") == tmp_path / "search.onnx"
+
+
+def test_a_version_replaced_since_it_was_verified_is_told_apart(tmp_path):
+    """A directory renamed over after the front verified it holds files other than those
+    hashed: the manifest's revision, which hashes them all, tells the two apart."""
+    version = verify(_version(tmp_path, model=MODEL, files={}, graphs={"fp32": {}}))
+    unchanged(version)
+    assert verify(tmp_path).revision == version.revision  # read again: the same
+    limits = {"max_output_tokens": 2}
+    _version(tmp_path, model=MODEL, files={}, graphs={"fp32": {}}, limits=limits)
+    with pytest.raises(ModelRepositoryError, match="replaced since it was verified"):
+        unchanged(version)
+    (tmp_path / MANIFEST).unlink()
+    with pytest.raises(ModelRepositoryError, match="unreadable manifest"):
+        unchanged(version)

@@ -5,6 +5,7 @@ is gone; Ctrl-C and SIGTERM sent to the process group do not end it."""
 
 from __future__ import annotations
 
+import json
 import signal
 import threading
 import time
@@ -88,6 +89,26 @@ def test_a_worker_that_cannot_load_says_why_and_ignores_the_group_s_signals(sign
     assert failed.message.startswith("worker 3: NoSuchFile: ") and "encoder.onnx" in failed.message
     assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+
+
+def test_a_worker_refuses_a_version_whose_directory_was_replaced_since_it_was_verified(
+    tmp_path, signals
+):
+    """A worker (re)started after its version's directory was renamed over would load the
+    new files under the manifest the front verified (its tokenizer, limits, special tokens):
+    it refuses the version instead, before reading a graph."""
+    version = broken_version(tmp_path)
+    manifest = {**version.manifest, "limits": {"max_output_tokens": 2}}
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    front, worker = Pipe()
+    settings = WorkerSettings(
+        index=0, models=(("tiny/2", version),), variants=(("tiny/2", "fp32"),)
+    )
+    run_worker(worker, settings)
+    failed = front.recv()
+    assert isinstance(failed, Failed)
+    assert "ModelRepositoryError" in failed.message
+    assert "replaced since it was verified" in failed.message
 
 
 def test_a_job_is_answered_with_its_events_and_the_measurements_then_stop_ends_it(signals, loaded):
