@@ -159,6 +159,7 @@ class WorkerPool:
         self._any_ready = asyncio.Event()
         self._retries: dict[asyncio.Task, Call] = {}  # calls waiting to be sent again
         self._adding: dict[str, Load] = {}  # versions being loaded by the ready workers
+        self._answers: dict[str, list[asyncio.Future]] = {}  # each load's workers' answers
         self._refusal: Exception | None = None  # set by fail_all: no call waits for a worker
 
     # -- life cycle -----------------------------------------------------------------------
@@ -235,28 +236,25 @@ class WorkerPool:
         """Every ready worker loads and checks one more model version; ModelRepositoryError
         when one of them cannot, Unavailable when a worker died before it answered,
         TimeoutError when one has not answered within `timeout` (each time the version
-        unloaded again from the workers that loaded it). Workers started or ready later load
-        it with the others."""
-        loop = asyncio.get_running_loop()
-        asked, message = [], Load(key, version, variant)
-        self._adding[key] = message
+        unloaded again from the workers that loaded it). A worker that comes up while it
+        loads is asked too, and its answer counts as the others' (else it would take the
+        version's calls without it); one started later loads it with the others."""
+        message = Load(key, version, variant)
+        self._adding[key], self._answers[key] = message, []
         for worker in self.workers:
             if worker.alive and worker.conn is not None:
-                worker.loading[key] = loop.create_future()
-                with contextlib.suppress(OSError, ValueError):
-                    worker.conn.send(message)
-                    asked.append(worker)
+                self._ask(worker, message)
         try:
-            outcomes = await asyncio.wait_for(
-                asyncio.gather(*(w.loading[key] for w in asked), return_exceptions=True), timeout
-            )
+            outcomes = await asyncio.wait_for(self._answered(key), timeout)
         except TimeoutError:
             self.unload(key)
             raise TimeoutError(f"{key}: not loaded by every worker within {timeout:g} s") from None
         finally:
-            self._adding.pop(key, None)
-            for worker in asked:
-                worker.loading.pop(key, None)
+            answers = self._answers.pop(key)
+            del self._adding[key]
+            for worker in self.workers:  # not a future a cluster's replica syncs with
+                if worker.loading.get(key) in answers:
+                    del worker.loading[key]
         problems = [o for o in outcomes if isinstance(o, BaseException)]
         if problems:
             self.unload(key)
@@ -268,6 +266,23 @@ class WorkerPool:
             (*((k, v) for k, v in self.template.models if k != key), (key, version)),
             {**dict(self.template.variants), key: variant},
         )
+
+    def _ask(self, worker: _Worker, message: Load) -> None:
+        """Sends `worker` a version to load; the load waits for its answer."""
+        future = worker.loading[message.key] = asyncio.get_running_loop().create_future()
+        with contextlib.suppress(OSError, ValueError):  # a worker dying: its answer never comes
+            worker.conn.send(message)
+            self._answers[message.key].append(future)
+
+    async def _answered(self, key: str) -> list:
+        """Every answer to the load of `key`, those of the workers that came up while it
+        waited (asked by `_catch_up`) included."""
+        answers = self._answers[key]
+        while True:
+            asked = len(answers)
+            outcomes = await asyncio.gather(*answers, return_exceptions=True)
+            if len(answers) == asked:
+                return outcomes
 
     def unload(self, key: str) -> None:
         """The workers drop a model version (send nothing more for it first); its rows
@@ -473,10 +488,14 @@ class WorkerPool:
         (One started before a version went was sent its Unload down the same pipe.)"""
         have = worker.info.get("models", {})
         for key, load in self._wanted().items():
-            if key not in have:
-                log.info("worker %d loads %s", worker.settings.index, key)
-                with contextlib.suppress(OSError, ValueError):
-                    worker.conn.send(load)
+            if key in have:
+                continue
+            log.info("worker %d loads %s", worker.settings.index, key)
+            if key in self._adding:  # not served until this worker has it too
+                self._ask(worker, load)
+                continue
+            with contextlib.suppress(OSError, ValueError):
+                worker.conn.send(load)
 
     def _event(self, worker: _Worker, model: str, event: Event) -> None:
         if isinstance(event, Admitted):

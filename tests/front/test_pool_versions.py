@@ -46,6 +46,9 @@ def test_a_worker_that_comes_up_after_a_version_came_loads_it_before_any_call():
         _ready(pool, 1, "translator/1")  # up while the first still loads
         assert second.conn.sent == [Load("translator/2", "version 2", "int8")]
         pool._handle(first, Loaded("translator/2", {}))
+        await asyncio.sleep(0.05)
+        assert not loading.done()  # the second's answer counts too
+        pool._handle(second, Loaded("translator/2", {}))
         await loading
         assert pool.serves("translator/2")
         assert second.settings.models[-1] == ("translator/2", "version 2")
@@ -101,5 +104,45 @@ def test_a_load_that_times_out_is_unloaded_from_the_workers_that_loaded_it():
         assert first.conn.sent[-1] == second.conn.sent[-1] == Unload("translator/2")
         assert first.loading == second.loading == {}
         pool._handle(second, Loaded("translator/2", {}))  # late: dropped by the Unload
+
+    asyncio.run(run())
+
+
+def test_a_version_a_worker_that_came_up_during_its_load_refuses_is_not_served():
+    """A worker restarted while a version loads is sent its Load as it comes up; it could
+    not load it, the others could: the version was served anyway, and each call the pool
+    sent that worker failed UNAVAILABLE ("not loaded here")."""
+
+    async def run():
+        pool = _pool(2)
+        first, second = pool.workers
+        _ready(pool, 0, "translator/1")
+        loading = asyncio.create_task(pool.load("translator/2", "version 2", "fp32"))
+        await asyncio.sleep(0)
+        _ready(pool, 1, "translator/1")
+        pool._handle(second, NotLoaded("translator/2", "out of memory"))
+        pool._handle(first, Loaded("translator/2", {}))
+        with pytest.raises(ModelRepositoryError, match="out of memory"):
+            await loading
+        assert not pool.serves("translator/2")
+        assert first.conn.sent[-1] == second.conn.sent[-1] == Unload("translator/2")
+
+    asyncio.run(run())
+
+
+def test_a_load_leaves_alone_what_it_did_not_ask_a_worker():
+    """A cluster's replica coming up loads the versions being added on its own, waiting on
+    futures of its own in `loading`: a load that ends takes back only its own."""
+
+    async def run():
+        pool = _pool(2)
+        first, second = pool.workers
+        _ready(pool, 0, "translator/1")
+        syncing = second.loading["translator/2"] = asyncio.get_running_loop().create_future()
+        loading = asyncio.create_task(pool.load("translator/2", "version 2", "fp32"))
+        await asyncio.sleep(0)
+        pool._handle(first, Loaded("translator/2", {}))
+        await loading
+        assert second.loading == {"translator/2": syncing} and first.loading == {}
 
     asyncio.run(run())
