@@ -162,7 +162,7 @@ def _version_row(manifest_path: Path, verify: bool) -> dict:
     """What `repository` shows of one version: its manifest's summary, or its problem."""
     from service.front.versions import certified
     from service.runtime.errors import ModelRepositoryError
-    from service.runtime.repository import layout_problems
+    from service.runtime.repository import layout_problems, revision
     from service.runtime.repository import verify as verified
 
     row = {"directory": str(manifest_path.parent)}
@@ -177,6 +177,7 @@ def _version_row(manifest_path: Path, verify: bool) -> dict:
         row |= {
             "model": model["name"],
             "version": model["version"],
+            "revision": revision(manifest),  # as the server's workers name the version
             "kind": model["kind"],
             "variants": sorted(manifest.get("graphs", {})),
             "graphs_made": manifest.get("graphs_made", {}),

@@ -19,6 +19,7 @@ from helpers import ROOT
 from attnserve.cli import main, serve
 from attnserve.cli.main import build_parser
 from service.front.config import ENV_PREFIX, ServerConfig, load_config
+from service.runtime.repository import revision
 
 
 @pytest.fixture
@@ -184,6 +185,8 @@ def test_repository_lists_each_version_with_its_certificate(tmp_path, capsys):
     assert translator["variants"] == ["fp32", "int8"] and translator["kind"] == "translator"
     assert translator["graphs_made"] == {"fp32": "built"}
     assert translator["directory"] == str(tmp_path / "translator" / "1")
+    manifest = json.loads((tmp_path / "translator" / "1" / "manifest.json").read_text())
+    assert translator["revision"] == revision(manifest) != captioner["revision"]
     assert "verified" not in translator and "problem" not in translator
     assert main(["repository", "list", "--repository", str(tmp_path)]) == 0
     first = capsys.readouterr().out.splitlines()[0]
