@@ -88,10 +88,10 @@ class ModelServicer:
                 self.front.pool.cancel(call)
 
     @contextlib.asynccontextmanager
-    async def _accounted(self, label: str, request, context):
-        """Counts the call in flight and its duration by status code under the method label
-        `label`; turns a ServiceError into its gRPC status, anything else into INTERNAL.
-        Yields the served model the request names and the labels."""
+    async def _accounted(self, label: str, request, context, counted: bool = True):
+        """Counts the call in flight and (where `counted`) its duration by status code under
+        the method label `label`; turns a ServiceError into its gRPC status, anything else
+        into INTERNAL. Yields the served model the request names and the labels."""
         front = self.front
         labels = (front.label(self.service, request.model), label)
         received, code = time.monotonic(), grpc.StatusCode.OK
@@ -125,19 +125,24 @@ class ModelServicer:
             front.in_flight -= 1
             if front.in_flight == 0:
                 front.idle.set()
-            self._counted(labels, code, received)
+            if counted:
+                self._counted(labels, code, received)
 
     def _counted(self, labels: tuple[str, str], code: grpc.StatusCode, received: float) -> None:
         self.front.metrics.request_duration.labels(*labels, code.name).observe(
             time.monotonic() - received
         )
 
-    def counted_at_edge(self, label: str, code: grpc.StatusCode, received: float) -> None:
-        """Counts a call answered at the edge without a model's call (an HTTP body that does
-        not parse, or past its bound; a language detection, `code` OK) as a call is
-        counted: its duration by status code, under the method label `label` and the model a
-        call naming none gets, as a gRPC message that does not parse is."""
-        self._counted((self.front.label(self.service, ""), label), code, received)
+    def counted_at_edge(
+        self, label: str, code: grpc.StatusCode, received: float, model: str = ""
+    ) -> None:
+        """Counts a request answered at the edge as a call is counted: its duration by status
+        code, under the method label `label` and the model `model` (by default the one a
+        call naming none gets, as a gRPC message that does not parse is). For a request
+        that makes no call (an HTTP body that does not parse, or past its bound; a language
+        detection, or a text sent back as it is, `code` OK), or several uncounted ones (a
+        file sent in parts)."""
+        self._counted((self.front.label(self.service, model), label), code, received)
 
     async def _result(self, call: Call) -> Result:
         async for event in self._events(call):
@@ -183,11 +188,13 @@ class ModelServicer:
         ]
         return keys, results, twins
 
-    async def unary(self, method: str, request, context, label: str = ""):
+    async def unary(self, method: str, request, context, label: str = "", counted: bool = True):
         """A unary call of `method` (declared in `methods`); `label` is its method label in
-        the metrics when not the method's name (a call over HTTP)."""
+        the metrics when not the method's name (a call over HTTP). Without `counted` its
+        duration is left to the caller (one part of a request counted whole at the edge)."""
         front, declared = self.front, self.methods[method]
-        async with self._accounted(label or method, request, context) as (model, labels, received):
+        accounted = self._accounted(label or method, request, context, counted)
+        async with accounted as (model, labels, received):
             front.pool.check_admission()
             prepared = await declared.prepare(model, request)
             keys, results, twins = self._cached(model, prepared, labels[0])

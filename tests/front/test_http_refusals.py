@@ -24,12 +24,14 @@ from service.front.http import app as http_app
 from service.front.http.calls import URL_ENCODED
 from service.front.metrics import Metrics
 from service.front.security import parse_tokens
+from service.front.servicer import Method, ModelServicer
 from service.front.state import Front
 from service.front.translate import TranslationServicer
 from service.runtime.languages import Languages
 from service.wire.v1 import decoding_pb2, translation_pb2
 
 SERVICE = "attnserve.v1.TranslationService"
+COUNTED = "attnserve_request_duration_seconds_count"
 
 
 class UpperCase:
@@ -41,7 +43,7 @@ class UpperCase:
     def __init__(self, delay: float):
         self.delay, self.requests, self.refusals = delay, [], []
 
-    async def unary(self, method, request, context, label=""):
+    async def unary(self, method, request, context, label="", counted=True):
         self.requests.append(request)
         await asyncio.sleep(self.delay)
         hypotheses = [[decoding_pb2.Hypothesis(text=text.upper())] for text in request.texts]
@@ -49,7 +51,7 @@ class UpperCase:
             translations=[translation_pb2.Translation(hypotheses=h) for h in hypotheses]
         )
 
-    def counted_at_edge(self, label, code, received):
+    def counted_at_edge(self, label, code, received, model=""):
         self.refusals.append((label, code.name))
 
     async def stream(self, method, request, context, label=""):
@@ -183,8 +185,8 @@ def test_a_file_whose_translation_holds_control_characters_is_written(tmp_path):
     web, servicer = served(tmp_path)
     said = servicer.unary
 
-    async def with_control_characters(method, request, context, label=""):
-        response = await said(method, request, context, label)
+    async def with_control_characters(method, request, context, *given):
+        response = await said(method, request, context, *given)
         for translation in response.translations:
             translation.hypotheses[0].text = translation.hypotheses[0].text.replace(" ", " \x0b")
         return response
@@ -541,6 +543,62 @@ def test_requests_refused_before_their_call_are_counted_as_calls(tmp_path, monke
         assert answer.status_code == status, (path, answer.text)
         after = front.metrics.registry.get_sample_value(counted, labels)
         assert after == before + 1, (path, kwargs, labels)
+
+
+class Echo(ModelServicer):
+    """TranslationService's `Translate` over the servicer's own accounting, each text
+    upper-cased where a model would decode it: no worker, no model."""
+
+    service = SERVICE
+    file = translation_pb2.DESCRIPTOR
+
+    def __init__(self, front):
+        super().__init__(front)
+        self.calls = 0
+        self.methods = {"Translate": Method(prepare=self._prepare, respond=self._respond)}
+
+    async def _prepare(self, model, request):
+        self.calls += 1
+        return SimpleNamespace(inputs=0, keys=None, texts=list(request.texts))
+
+    def _respond(self, model, prepared, results):
+        return translation_pb2.TranslateResponse(
+            translations=[
+                translation_pb2.Translation(hypotheses=[decoding_pb2.Hypothesis(text=t.upper())])
+                for t in prepared.texts
+            ]
+        )
+
+
+def test_a_libretranslate_request_is_counted_once_however_many_calls_it_makes(tmp_path):
+    """A file of more than 1,000 paragraphs, sent to the model in several calls, was
+    counted once per call (three requests for one, each with its own duration), and a text
+    sent back as it is (its source is its target) was counted nowhere: each LibreTranslate
+    request is now one sample of the request metrics."""
+    model = SimpleNamespace(kind="transformer", languages=Languages(("es", "en"), ("en",)))
+    pool = SimpleNamespace(check_admission=lambda rows=0: None)
+    front = Front(ServerConfig(), {SERVICE: {"translator": {"1": model}}}, pool, Metrics())
+    front.serving = True
+    servicer = Echo(front)
+    built = http_app.build_app(front, [servicer], [], lambda code: None, tmp_path / "files")
+    web = TestClient(built, raise_server_exceptions=False)
+
+    def counted(method: str) -> float:
+        labels = {"model": "translator", "method": f"http/libretranslate/{method}", "code": "OK"}
+        found = front.metrics.registry.get_sample_value(COUNTED, labels)
+        return found or 0
+
+    text = "\n\n".join(f"Hola {i}." for i in range(2_500)).encode()
+    answer = file_posted(web, "largo.txt", text)
+    assert answer.status_code == 200, answer.text
+    assert servicer.calls == 3 and counted("translate_file") == 1
+    same = web.post("/translate", json={"q": "Hello.", "source": "en", "target": "en"})
+    assert same.json() == {"translatedText": "Hello."} and servicer.calls == 3
+    assert counted("translate") == 1
+    assert web.post("/translate", json={"q": "Hola.", "source": "es", "target": "en"}).json() == {
+        "translatedText": "HOLA."
+    }
+    assert servicer.calls == 4 and counted("translate") == 2
 
 
 def test_a_libretranslate_call_without_a_key_is_counted_as_a_refused_token(tmp_path):

@@ -244,16 +244,25 @@ class LibreTranslateApi:
             reason = "Invalid API key" if aborted.code == grpc.StatusCode.UNAUTHENTICATED else ""
             raise BadRequest(reason or aborted.details, 403, None) from None
 
-    async def _call(self, request: Request, message, label: str, context: HttpContext):
-        """Translate over the servicer within the request's deadline (`context`)."""
-        call = self.servicer.unary("Translate", message, context, f"http/libretranslate/{label}")
+    async def _call(
+        self, request: Request, message, label: str, context: HttpContext, counted=True
+    ):
+        """Translate over the servicer within the request's deadline (`context`); without
+        `counted`, one part of a request the caller counts whole (`_counted`)."""
+        label = f"http/libretranslate/{label}"
+        call = self.servicer.unary("Translate", message, context, label, counted)
         return await until_disconnected(request, within(context, call))
+
+    def _counted(self, label: str, code, received: float, model: str = "") -> None:
+        """Counts a request as the servicer counts a call: one that made no call, or whose
+        calls were not counted, under `model` (by default the one a call naming none gets)."""
+        self.servicer.counted_at_edge(f"http/libretranslate/{label}", code, received, model)
 
     def _refused(self, label: str, bad: BadRequest, received: float) -> JSONResponse:
         """LibreTranslate's answer to a request refused before its call, counted as the
         servicer counts a call (a refused token is counted as such by `authorize`)."""
         if bad.code is not None:
-            self.servicer.counted_at_edge(f"http/libretranslate/{label}", bad.code, received)
+            self._counted(label, bad.code, received)
         return error(bad.status, str(bad))
 
     async def translate(self, request: Request) -> Response:
@@ -288,6 +297,8 @@ class LibreTranslateApi:
             return self._refused("translate", bad, received)
         except Aborted as aborted:
             return refusal(aborted)
+        if route.pair is None:  # sent back as it is, no call made
+            self._counted("translate", grpc.StatusCode.OK, received)
         result: dict = {"translatedText": translated if batch else translated[0]}
         if source.lower() == "auto":
             found = {"confidence": route.confidence, "language": route.source}
@@ -337,7 +348,7 @@ class LibreTranslateApi:
         text = " ".join(texts)
         among = sorted({code for pair in self._pairs() for code in pair})
         ranked = languages.detect(text, among)
-        self.servicer.counted_at_edge("http/libretranslate/detect", grpc.StatusCode.OK, received)
+        self._counted("detect", grpc.StatusCode.OK, received)
         return JSONResponse(
             [{"confidence": round(p * 100, 1), "language": code} for code, p in ranked]
         )
@@ -357,7 +368,9 @@ class LibreTranslateApi:
         )
 
     async def translate_file(self, request: Request) -> Response:
-        received = time.monotonic()
+        """A file translated whole, in calls of at most MAX_TEXTS paragraphs, counted as one
+        request under the model that translated it."""
+        received, model = time.monotonic(), ""
         try:
             context = _context(request)  # one deadline for every batch
             values, _ = await self._values(request)
@@ -383,15 +396,17 @@ class LibreTranslateApi:
                 raise BadRequest(f"Invalid request: {filename}: {bad}") from None
             texts = [p.text for p in document.paragraphs]
             pair = self._route(source, target, texts, document.text_format).pair
+            model = pair.model if pair is not None else ""
             for batch in document.batches(MAX_TEXTS) if pair is not None else ():
                 message = _translate_message(pair.model, batch.texts, document.text_format, 0)
                 message.source_language, message.target_language = pair.source, pair.target
                 message.options.return_alignment = batch.aligned
-                response = await self._call(request, message, "translate_file", context)
+                response = await self._call(request, message, "translate_file", context, False)
                 batch.write([MessageToDict(t) for t in response.translations])
         except BadRequest as bad:
             return self._refused("translate_file", bad, received)
-        except Aborted as aborted:
+        except Aborted as aborted:  # by a call
+            self._counted("translate_file", aborted.code, received, model)
             return refusal(aborted)
         stored = f"{uuid.uuid4()}.{_shortened(filename)}"
         self.files.mkdir(parents=True, exist_ok=True)
@@ -400,7 +415,9 @@ class LibreTranslateApi:
             (self.files / stored).write_bytes(await asyncio.to_thread(document.save))
         except Exception as failed:  # a library's, writing the document back: LibreTranslate's
             log.exception("translate_file: %s", filename)
+            self._counted("translate_file", grpc.StatusCode.INTERNAL, received, model)
             return error(500, f"Cannot translate file: {type(failed).__name__}")
+        self._counted("translate_file", grpc.StatusCode.OK, received, model)
         # the name as one path segment: a "#" or "?" in it would end the path
         url = str(request.url_for("download_file", name=quote(stored, safe="")))
         return JSONResponse({"translatedFileUrl": url})
