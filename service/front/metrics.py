@@ -42,7 +42,8 @@ SECONDS_BUCKETS = (
     30.0,
     60.0,
 )
-ROWS_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+# a worker's batch: 64 rows by default, 1,024 for a GPU (docs/benchmarks-gpu.md), 4 times that
+ROWS_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 # Request metrics are labelled by model name and gRPC method; a model's batch metrics (encoder,
 # steps, rows, tokens) by model alone, since requests of every method share its batch.
 REQUEST_LABELS = ("model", "method")

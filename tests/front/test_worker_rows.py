@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from service.front.metrics import Metrics
 from service.front.pool import WorkerPool
-from service.worker.messages import Report
+from service.worker.messages import Report, Stats
 from service.worker.settings import WorkerSettings
 
 MODELS = {"translator/1": "translator", "translator/2": "translator", "captioner/1": "captioner"}
@@ -57,3 +57,20 @@ def test_an_unloaded_version_leaves_the_gauge_and_its_late_reports_count_for_not
     assert _gauge(metrics, "translator") == 7
     assert not pool.serves("translator/1") and pool.serves("translator/2")
     assert [k for k, _ in pool.workers[0].settings.models] == ["translator/2", "captioner/1"]
+
+
+def test_a_step_of_the_gpu_server_s_batch_shows_its_rows():
+    """The rows histogram's buckets stopped at 256, where the CUDA server decodes up to
+    1,024 rows a step (docs/benchmarks-gpu.md: 769 rows a step at 1,024 clients): every such
+    step fell past the last bucket, and a quantile of them read 256. Its steps now land in
+    (512, 1024], and the largest batch that may be set has a bucket of its own."""
+    metrics = Metrics()
+    pool = _pool(metrics, 1)
+    stats = Stats(step_seconds=[0.0025] * 3, step_rows=[769, 1024, 4096])
+    pool._handle(pool.workers[0], Report("translator/1", [], stats, 0, 0))
+
+    def steps(le: str) -> float:
+        labels = {"model": "translator", "le": le}
+        return metrics.registry.get_sample_value("attnserve_decode_step_batch_rows_bucket", labels)
+
+    assert (steps("512.0"), steps("1024.0"), steps("4096.0")) == (0, 2, 3)
