@@ -91,10 +91,15 @@ class ModelServicer:
     async def _accounted(self, label: str, request, context, counted: bool = True):
         """Counts the call in flight and (where `counted`) its duration by status code under
         the method label `label`; turns a ServiceError into its gRPC status, anything else
-        into INTERNAL. Yields the served model the request names and the labels."""
+        into INTERNAL. Yields the served model the request names and the labels: the model
+        its languages chose where it names none (`Front.named`)."""
         front = self.front
-        labels = (front.label(self.service, request.model), label)
         received, code = time.monotonic(), grpc.StatusCode.OK
+        try:
+            name, unnamed = front.named(self.service, request), None
+        except ServiceError as error:  # no model covers its languages: raised below, in turn
+            name, unnamed = request.model, error
+        labels = (front.label(self.service, name), label)
         front.last_call = received
         front.in_flight += 1
         front.idle.clear()
@@ -104,7 +109,8 @@ class ModelServicer:
                 reason = str(request.error).rpartition("': ")[2]
                 raise InvalidArgument(f"request: not a valid {request.message} ({reason})")
             front.check_available()
-            name = front.named(self.service, request)
+            if unnamed is not None:
+                raise unnamed
             with front.holding(front.resolve(self.service, name, request.version)) as model:
                 yield model, labels, received
         except ServiceError as error:

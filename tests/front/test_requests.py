@@ -136,3 +136,49 @@ def test_a_fault_of_the_server_answers_internal_and_is_counted_so(method, caplog
 
 
 _INTERNAL = "internal error (KeyError); the server's log has its trace"
+
+
+def test_a_call_is_labelled_with_the_model_its_languages_chose():
+    """A call naming no model but its languages is served by the model that covers them; its
+    metrics were labelled with the default model's name (read from the request's empty
+    `model`), so another model's calls, their latency and their failures counted as the
+    default's."""
+    from service.front.state import Front
+    from service.runtime.languages import Languages
+
+    def served(source, target):
+        return {"1": SimpleNamespace(languages=Languages(source, target), key="x/1")}
+
+    models = {
+        "attnserve.v1.TranslationService": {
+            "translator": served(("es",), ("en",)),
+            "m2m100": served(("es", "en", "fr"), ("es", "en", "fr")),
+        }
+    }
+    pool = SimpleNamespace(check_admission=lambda rows=0: None)
+    front = Front(ServerConfig(default_translator="translator"), models, pool, Metrics())
+    front.serving = True
+    chosen = []
+
+    async def prepare(model, request):
+        chosen.append(model)
+        return SimpleNamespace(inputs=0, keys=None)
+
+    translator = servicer(WorkerPool([], front.metrics, 10), None, ServerConfig())
+    translator.front = front
+    translator.methods["Translate"] = Method(prepare, lambda model, prepared, results: "done")
+    context = SimpleNamespace(time_remaining=lambda: None)
+    request = SimpleNamespace(model="", version="", source_language="fr", target_language="en")
+    assert asyncio.run(translator.unary("Translate", request, context)) == "done"
+    assert chosen == [models["attnserve.v1.TranslationService"]["m2m100"]["1"]]
+    registry = front.metrics.registry
+    counted = {
+        model: registry.get_sample_value(
+            "attnserve_request_duration_seconds_count",
+            {"model": model, "method": "Translate", "code": "OK"},
+        )
+        for model in ("translator", "m2m100")
+    }
+    assert counted == {"translator": None, "m2m100": 1.0}
+    in_flight = {"model": "m2m100", "method": "Translate"}
+    assert registry.get_sample_value("attnserve_requests_in_flight", in_flight) == 0
