@@ -23,7 +23,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from service.front.config import cannot_listen
 from service.runtime.errors import InvalidArgument
 
-# 0.5 ms to 60 s: a decode step at the low end, a long beam decode under load at the top
+# 0.5 ms to 5 minutes: a decode step at the low end; a long beam decode under load, a call
+# within the command line's deadlines (120 s a caption call) and a file translated whole above
 SECONDS_BUCKETS = (
     0.0005,
     0.001,
@@ -41,6 +42,8 @@ SECONDS_BUCKETS = (
     10.0,
     30.0,
     60.0,
+    120.0,
+    300.0,
 )
 # a worker's batch: 64 rows by default, 1,024 for a GPU (docs/benchmarks-gpu.md), 4 times that
 ROWS_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)

@@ -1,4 +1,5 @@
-"""The /metrics endpoint on the address `metrics_listen` names, IPv4 or IPv6."""
+"""The /metrics endpoint on the address `metrics_listen` names, IPv4 or IPv6, and what its
+histograms' buckets can show."""
 
 from __future__ import annotations
 
@@ -138,3 +139,21 @@ def test_a_silent_connection_holds_up_no_https_scrape(tmp_path):
         server.shutdown()
         server.server_close()
         thread.join(5)
+
+
+def test_a_call_within_the_longest_deadline_the_command_line_gives_has_a_bucket():
+    """The request histogram's buckets stopped at 60 s, where `attnserve caption` gives each
+    call 120 s (and a LibreTranslate file, counted whole, has no deadline unless its client
+    sets one): a call of 61 to 120 s fell past the last bucket and its quantile read 60 s."""
+    from attnserve.cli.caption import TIMEOUT
+
+    metrics = Metrics()
+    metrics.request_duration.labels("captioner", "Caption", "OK").observe(TIMEOUT - 1)
+    bounds = {
+        float(sample.labels["le"]): sample.value
+        for family in metrics.request_duration.collect()
+        for sample in family.samples
+        if sample.name.endswith("_bucket")
+    }
+    below = [bound for bound, count in bounds.items() if count == 1 and bound != float("inf")]
+    assert below and min(below) >= TIMEOUT - 1
