@@ -47,7 +47,7 @@ PANELS = [
     ]),
     ("Requests in flight and queued", "short", [
         ("in flight {{model}}", f"sum by (model) (attnserve_requests_in_flight{{{MODEL}}})"),
-        ("queued {{model}}", f"sum by (model) (attnserve_requests_queued{{{MODEL}}})"),
+        ("jobs queued {{model}}", f"sum by (model) (attnserve_requests_queued{{{MODEL}}})"),
     ]),
     ("Batch rows in use", "short", [
         ("{{model}} {{instance}}", f"attnserve_batch_rows_in_use{{{MODEL}}}"),

@@ -66,7 +66,8 @@ class Metrics:
         )
         self.queue_wait = histogram(
             "attnserve_queue_wait_seconds",
-            "Time a request waited for a place in the batch.",
+            "Time a request's job waited for a place in the batch (one job a batch's worth of "
+            "the request's inputs).",
             REQUEST_LABELS,
         )
         self.time_to_first_token = histogram(
@@ -121,7 +122,10 @@ class Metrics:
             REQUEST_LABELS,
         )
         self.requests_queued = gauge(
-            "attnserve_requests_queued", "Requests waiting for a place in a batch.", REQUEST_LABELS
+            "attnserve_requests_queued",
+            "Jobs of requests waiting for a place in a batch (one job a batch's worth of a "
+            "request's inputs; what max_queued_requests bounds).",
+            REQUEST_LABELS,
         )
         self.admission_limit = gauge(
             "attnserve_admission_limit_rows",
