@@ -640,6 +640,30 @@ def test_a_libretranslate_call_is_refused_for_its_key_before_its_fields(tmp_path
     assert known.status_code == 400 and "API key" not in known.text
 
 
+@pytest.mark.parametrize("path", ["/translate", "/translate_file", "/v1/translate"])
+def test_a_call_without_a_key_is_refused_for_it_before_its_timeout_is_read(tmp_path, path):
+    """With tokens on, a LibreTranslate call with no key and a bad X-Request-Timeout was
+    told about its header and counted as a call refused INVALID_ARGUMENT, where /v1 (and
+    gRPC's interceptor) refuses the token first and counts it as a refused token."""
+    tokens, refused = parse_tokens("a-token-of-sixteen-chars", "test"), []
+    web, servicer = served(tmp_path, tokens=tokens, refused=refused.append)
+    sent = {
+        "/translate": {"json": {"q": "Hola", "source": "es", "target": "en"}},
+        "/translate_file": {
+            "files": {"file": ("a.txt", b"Hola")},
+            "data": {"source": "es", "target": "en"},
+        },
+        "/v1/translate": {"json": {"texts": ["Hola"]}},
+    }[path]
+    answer = web.post(path, headers={"x-request-timeout": "soon"}, **sent)
+    assert answer.status_code in (400, 401) and "soon" not in answer.text, answer.text
+    assert refused == [grpc.StatusCode.UNAUTHENTICATED] and servicer.refusals == []
+    key = {"authorization": "Bearer a-token-of-sixteen-chars", "x-request-timeout": "soon"}
+    told = web.post(path, headers=key, **sent)
+    assert told.status_code == 400 and "soon" in told.text
+    assert len(servicer.refusals) == 1 and servicer.requests == []
+
+
 def test_the_models_are_listed_to_a_known_token_of_any_services(tmp_path):
     """/v1/models answered without a token where every other /v1 call asks for one; over
     gRPC what is served is listed by reflection, to a known token of any services. Health,

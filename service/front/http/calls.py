@@ -110,10 +110,12 @@ def url_encoded(body: bytes, content_type: str) -> FormData:
 
 
 class HttpContext:
-    """What the servicer asks of a call's context: the time left, and abort."""
+    """What the servicer asks of a call's context: the time left, and abort. The deadline
+    runs `timeout` seconds from `received` (monotonic; by default now)."""
 
-    def __init__(self, timeout: float | None):
-        self.deadline = None if timeout is None else time.monotonic() + timeout
+    def __init__(self, timeout: float | None, received: float | None = None):
+        start = time.monotonic() if received is None else received
+        self.deadline = None if timeout is None else start + timeout
 
     def time_remaining(self) -> float | None:
         return None if self.deadline is None else max(0.0, self.deadline - time.monotonic())

@@ -268,9 +268,9 @@ class LibreTranslateApi:
     async def translate(self, request: Request) -> Response:
         received = time.monotonic()
         try:
-            context = _context(request)
             values, form = await self._values(request)
             self._authorize(request, values)
+            context = _context(request, received)
             q, source, target = values.get("q"), _field(values, "source"), _field(values, "target")
             for name, value in (("q", q), ("source", source), ("target", target)):
                 if not value:
@@ -372,9 +372,9 @@ class LibreTranslateApi:
         request under the model that translated it."""
         received, model = time.monotonic(), ""
         try:
-            context = _context(request)  # one deadline for every batch
             values, _ = await self._values(request)
             self._authorize(request, values)
+            context = _context(request, received)  # one deadline for every batch
             upload = values.get("file")
             source, target = _field(values, "source"), _field(values, "target")
             if not isinstance(upload, Upload):
@@ -497,10 +497,12 @@ class Routed(NamedTuple):
     confidence: float
 
 
-def _context(request: Request) -> HttpContext:
-    """The call's deadline from its X-Request-Timeout header; BadRequest where it is bad."""
+def _context(request: Request, received: float) -> HttpContext:
+    """The call's deadline from its X-Request-Timeout header, from when it was `received`;
+    BadRequest where it is bad. Read after its key is checked, as /v1 and gRPC check the
+    token first."""
     try:
-        return HttpContext(timeout_of(request))
+        return HttpContext(timeout_of(request), received)
     except Aborted as aborted:
         raise BadRequest(aborted.details) from None
 
