@@ -575,7 +575,9 @@ def test_a_libretranslate_request_is_counted_once_however_many_calls_it_makes(tm
     counted once per call (three requests for one, each with its own duration), and a text
     sent back as it is (its source is its target) was counted nowhere: each LibreTranslate
     request is now one sample of the request metrics."""
-    model = SimpleNamespace(kind="transformer", languages=Languages(("es", "en"), ("en",)))
+    model = SimpleNamespace(
+        kind="transformer", languages=Languages(("es", "en"), ("en",)), worker_key="t/1@0"
+    )
     pool = SimpleNamespace(check_admission=lambda rows=0: None)
     front = Front(ServerConfig(), {SERVICE: {"translator": {"1": model}}}, pool, Metrics())
     front.serving = True

@@ -147,7 +147,9 @@ def test_a_call_is_labelled_with_the_model_its_languages_chose():
     from service.runtime.languages import Languages
 
     def served(source, target):
-        return {"1": SimpleNamespace(languages=Languages(source, target), key="x/1")}
+        return {
+            "1": SimpleNamespace(languages=Languages(source, target), key="x/1", worker_key="x/1@0")
+        }
 
     models = {
         "attnserve.v1.TranslationService": {
