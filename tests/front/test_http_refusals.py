@@ -132,12 +132,13 @@ def test_a_translated_file_downloads_from_its_url_whatever_its_name(tmp_path, na
 
 
 def test_one_deadline_bounds_every_batch_of_a_file(tmp_path):
-    """X-Request-Timeout is the whole call's, not each 1,000 paragraphs' own."""
+    """X-Request-Timeout is the whole call's, not each 1,000 paragraphs' own: at 0.3 s a
+    batch, a deadline of 0.5 s a batch would let all three through; the whole call's ends
+    during the second, and the third is never sent."""
     web, servicer = served(tmp_path, delay=0.3)
     text = "\n\n".join(f"Hola {i}." for i in range(2_500)).encode()  # 3 batches of calls
-    started = time.monotonic()
     answer = file_posted(web, "largo.txt", text, headers={"x-request-timeout": "0.5"})
-    assert answer.status_code == 504 and time.monotonic() - started < 0.85
+    assert answer.status_code == 504
     assert len(servicer.requests) == 2
 
 
