@@ -121,7 +121,8 @@ def proto_json(message, ascii: bool = False) -> str:
 def stream_each(stream, inputs: list, read, noun: str, json: bool, partials) -> list:
     """Streams the inputs one after another: with `json` every event as a line of JSON (the
     result as `results.as_json` writes it), else the growing best hypothesis on `partials`
-    and the final one on stdout. `read(response, index)` reads input `index`'s result into
+    (the commands': stderr, so that stdout holds the results alone) and the final one on
+    stdout. `read(response, index)` reads input `index`'s result into
     results. Returns the translations or captions, in order."""
     items, ascii = [], not encodes_all(sys.stdout)
     for index, item in enumerate(inputs):

@@ -88,7 +88,9 @@ class Translate(Subcommand):
             "server picks the translator that covers the languages",
         )
         parser.add_argument(
-            "--stream", action="store_true", help="show the output growing step by step"
+            "--stream",
+            action="store_true",
+            help="show each translation growing step by step on stderr, one text after another",
         )
         parser.add_argument(
             "--alignment",
@@ -232,7 +234,7 @@ def _translate_stream(channel, args: argparse.Namespace, texts: list[str], call:
     def read(response, index: int):
         return remote.translations(response, texts[index : index + 1], index)
 
-    return remote.stream_each(stream, texts, read, "text", args.json, sys.stdout)
+    return remote.stream_each(stream, texts, read, "text", args.json, sys.stderr)
 
 
 def _translate_batches(channel, args: argparse.Namespace, texts: list[str], call: dict) -> list:

@@ -309,10 +309,13 @@ def test_translate_json_is_the_response_with_log_probs_and_alignment(stand_in, c
     assert options.return_log_probs and options.return_alignment
 
 
-def test_translate_stream_prints_each_partial_then_the_result(stand_in, capsys):
+def test_translate_stream_shows_partials_on_stderr_and_results_alone_on_stdout(stand_in, capsys):
+    """stdout, piped or redirected, holds the translations one a line as without --stream."""
     _, address = stand_in
     assert main(["translate", "--server", address, "--stream", "uno dos", "tres"]) == 0
-    assert capsys.readouterr().out.splitlines() == ["UNO", "UNO DOS", "UNO DOS", "TRES", "TRES"]
+    shown = capsys.readouterr()
+    assert shown.err.splitlines() == ["UNO", "UNO DOS", "TRES"]
+    assert shown.out.splitlines() == ["UNO DOS", "TRES"]
 
 
 def test_translate_stream_rewrites_one_line_on_a_terminal(stand_in, monkeypatch):
@@ -321,12 +324,14 @@ def test_translate_stream_rewrites_one_line_on_a_terminal(stand_in, monkeypatch)
             return True
 
     _, address = stand_in
-    terminal = Terminal()
-    monkeypatch.setattr(sys, "stdout", terminal)
+    terminal, stdout = Terminal(), io.StringIO()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    monkeypatch.setattr(sys, "stdout", stdout)
     assert main(["translate", "--server", address, "--stream", "uno dos"]) == 0
     output = terminal.getvalue()
-    assert output.count("\n") == 1 and output.endswith("\r\x1b[KUNO DOS\n")
+    assert "\n" not in output and output.endswith("\r\x1b[KUNO DOS\r\x1b[K")  # cleared
     assert "\r\x1b[KUNO\r\x1b[KUNO DOS" in output
+    assert stdout.getvalue() == "UNO DOS\n"
 
 
 def test_translate_stream_json_prints_every_event(stand_in, capsys):
@@ -354,10 +359,14 @@ def test_translate_writes_one_alignment_per_text(stand_in, tmp_path, capsys):
 
 def test_a_refused_request_is_one_line_on_stderr_and_status_1(stand_in, capsys):
     _, address = stand_in
-    for extra in ([], ["--stream"]):
+    for extra, partials in (([], []), (["--stream"], ["FAIL"])):  # the stand-in's partial
         assert main(["translate", "--server", address, *extra, "fail"]) == 1
         captured = capsys.readouterr()
-        assert captured.err == "error: INVALID_ARGUMENT: texts[0]: refused\n"
+        assert captured.err.splitlines() == [
+            *partials,
+            "error: INVALID_ARGUMENT: texts[0]: refused",
+        ]
+        assert captured.out == ""
 
 
 def test_an_unreachable_server_is_unavailable_within_the_timeout(capsys):
