@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 
 from attnserve.cli.options import MODELS, default_data, shipped_checkpoint
-from attnserve.cli.subcommand import Failure, Subcommand
+from attnserve.cli.subcommand import Subcommand, refusals
 
 
 class Export(Subcommand):
@@ -84,11 +84,11 @@ class Export(Subcommand):
             if args.directory is None or not args.name:
                 self.parser.error("export hf needs DIRECTORY and --name")
             # a directory refused: its architecture, tokenizer, languages; unreadable
-            return _refusals_as_failures(commands.export_hf, args, f"export hf {args.directory}")
+            return _refused(commands.export_hf, args, f"export hf {args.directory}")
         args.data = args.data or default_data(args.model)
         args.checkpoint = args.checkpoint or shipped_checkpoint(args.model)
         args.name = args.name or args.model
-        return _refusals_as_failures(commands.export, args, f"export {args.model}")
+        return _refused(commands.export, args, f"export {args.model}")
 
 
 class Parity(Subcommand):
@@ -105,18 +105,16 @@ class Parity(Subcommand):
     def run(self, args: argparse.Namespace) -> int:
         from export import commands  # torch
 
-        return _refusals_as_failures(commands.parity, args, f"parity {args.directory}")
+        return _refused(commands.parity, args, f"parity {args.directory}")
 
 
-def _refusals_as_failures(command, args: argparse.Namespace, what: str) -> int:
+def _refused(command, args: argparse.Namespace, what: str) -> int:
     """`command(args)`, a refusal (a checkpoint, data or version that is missing, unreadable
     or fails its checks; too few test inputs) one line of error, not a traceback."""
     from service.runtime.errors import ModelRepositoryError
 
-    try:
+    with refusals(what, ModelRepositoryError, ValueError, OSError):
         return command(args)
-    except (ModelRepositoryError, ValueError, OSError) as refused:
-        raise Failure(f"{what}: {refused}") from refused
 
 
 COMMANDS = (Export, Parity)

@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 from typing import ClassVar
 
 
 class Failure(Exception):
     """A command failed for a reason other than a gRPC status: `error: MESSAGE` on stderr and
     exit status 1."""
+
+
+@contextlib.contextmanager
+def refusals(what: str, *kinds: type[Exception]):
+    """An error of `kinds` raised inside (a missing input, a file of something else) as a
+    Failure `what: error`: one line, not a traceback."""
+    try:
+        yield
+    except kinds as refused:
+        raise Failure(f"{what}: {refused}") from refused
 
 
 class Subcommand:

@@ -16,7 +16,7 @@ from attnserve.cli.options import (
     default_data,
     shipped_checkpoint,
 )
-from attnserve.cli.subcommand import Subcommand
+from attnserve.cli.subcommand import Subcommand, refusals
 from service.runtime.documents import SPLITTING
 
 
@@ -116,16 +116,25 @@ class Train(Subcommand):
         args.out = args.out or shipped_checkpoint(args.model)
         if args.max_minutes is None:
             args.max_minutes = _training_budget(args.model)
-        if args.pack or args.resume_from:
-            from models import run_state  # torch
+        with _missing_inputs(f"train {args.model}"):
+            if args.pack or args.resume_from:
+                from models import run_state  # torch
 
-            if args.pack:
-                print(json.dumps(run_state.pack_run(args.run_dir, args.pack)))
-                return 0
-            if not (args.run_dir / "last.pt").exists():
-                unpacked = run_state.unpack_run(args.resume_from, args.run_dir)
-                print(json.dumps({"resumed": str(args.resume_from)} | unpacked))
-        return model_commands(args.model).train(args)
+                if args.pack:
+                    print(json.dumps(run_state.pack_run(args.run_dir, args.pack)))
+                    return 0
+                if not (args.run_dir / "last.pt").exists():
+                    unpacked = run_state.unpack_run(args.resume_from, args.run_dir)
+                    print(json.dumps({"resumed": str(args.resume_from)} | unpacked))
+            return model_commands(args.model).train(args)
+
+
+def _missing_inputs(what: str):
+    """Data, a checkpoint or a packed run that is missing or not what it should be: one line
+    of error naming the file, not a traceback."""
+    from models.checkpoint import UnreadableCheckpoint  # torch
+
+    return refusals(what, OSError, UnreadableCheckpoint)
 
 
 def _add_budget(parser: argparse.ArgumentParser) -> None:
@@ -266,7 +275,8 @@ class Evaluate(Subcommand):
         args.checkpoint = args.checkpoint or shipped_checkpoint(args.model)
         if args.model == "translator" and args.max_length is None:
             args.max_length = TORCH_DECODING["max_length"]
-        return model_commands(args.model).evaluate(args)
+        with _missing_inputs(f"evaluate {args.model}"):
+            return model_commands(args.model).evaluate(args)
 
 
 COMMANDS = (Data, Train, Evaluate)

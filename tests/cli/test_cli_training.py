@@ -143,3 +143,28 @@ def test_evaluate_does_not_take_words_its_pytorch_decoding_would_ignore(flag, ha
     assert exit_.value.code == 2
     assert f"unrecognized arguments: {flag} the" in capsys.readouterr().err
     assert handed == []  # nothing evaluated
+
+
+@pytest.mark.parametrize(
+    ("argv", "missing"),
+    [
+        (["evaluate", "translator", "--data", "{tmp}/none"], "test.es"),
+        (["evaluate", "captioner", "--data", "{tmp}/none"], "test.jsonl"),
+        (["evaluate", "translator", "--checkpoint", "{tmp}/none"], "model.safetensors"),
+        (["train", "translator", "--data", "{tmp}/none", "--run-dir", "{tmp}/run"], "train.es"),
+        (["train", "captioner", "--data", "{tmp}/none", "--run-dir", "{tmp}/run"], "glyphs.json"),
+        (["train", "translator", "--run-dir", "{tmp}/run", "--resume-from", "{tmp}/p.pt"], "p.pt"),
+        (["train", "translator", "--run-dir", "{tmp}/run", "--pack", "{tmp}/p.pt"], "last.pt"),
+    ],
+)
+def test_a_missing_input_of_train_or_evaluate_is_one_line_not_a_traceback(
+    argv, missing, tmp_path, capsys
+):
+    """Data, a checkpoint or a packed run not there: `error: COMMAND MODEL: ...` naming the
+    file, and exit status 1, before any training or decoding."""
+    argv = [arg.replace("{tmp}", str(tmp_path)) for arg in argv]
+    assert main([*argv, "--out", str(tmp_path / "out")] if argv[0] == "train" else argv) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {argv[0]} {argv[1]}: ") and missing in err
+    assert err.count("\n") == 1
+    assert not (tmp_path / "out").exists()  # nothing shipped
