@@ -16,6 +16,7 @@ from attnserve.cli.options import (
     add_server,
     check_engine,
     check_output,
+    utf8,
 )
 from attnserve.cli.render import progress, read_images, show
 from attnserve.cli.subcommand import Subcommand
@@ -58,11 +59,14 @@ class Caption(Subcommand):
         parser.add_argument("images", nargs="+", type=Path, help="image files (PNG, JPEG, WebP)")
         add_engine(parser)
         add_server(parser, TIMEOUT)
-        parser.add_argument("--model", help="model name (default: the server's captioner)")
+        parser.add_argument(
+            "--model", type=utf8, help="model name (default: the server's captioner)"
+        )
         parser.add_argument(
             "--model-version",
             "--version",
             dest="model_version",
+            type=utf8,
             help="model version (default: the newest loaded)",
         )
         parser.add_argument(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from attnserve.cli import remote
-from attnserve.cli.options import add_server
+from attnserve.cli.options import add_server, utf8
 from attnserve.cli.subcommand import Subcommand
 
 TIMEOUT = 5.0  # seconds
@@ -20,6 +20,7 @@ class Health(Subcommand):
         parser.add_argument(
             "--service",
             default="",
+            type=utf8,
             metavar="NAME",
             help='a service name such as attnserve.v1.TranslationService (default "": the server)',
         )

@@ -57,7 +57,7 @@ def add_decoding(
 
 def _add_controls(controls, default, words: bool) -> None:
     if words:
-        controls.add_argument("--target-prefix", help="the output starts with this text")
+        controls.add_argument("--target-prefix", type=utf8, help="the output starts with this text")
     controls.add_argument(
         "--min-length", type=int, default=default("min_length"), help="tokens before </s>"
     )
@@ -75,7 +75,11 @@ def _add_controls(controls, default, words: bool) -> None:
     )
     if words:
         controls.add_argument(
-            "--suppress", action="append", metavar="WORDS", help="never produce these (repeatable)"
+            "--suppress",
+            action="append",
+            type=utf8,
+            metavar="WORDS",
+            help="never produce these (repeatable)",
         )
     controls.add_argument(
         "--max-length-ratio",
@@ -83,6 +87,16 @@ def _add_controls(controls, default, words: bool) -> None:
         default=default("max_length_ratio"),
         help="a text's output at most ratio x its tokens + 10 steps (0: max length alone)",
     )
+
+
+def utf8(text: str) -> str:
+    """An argument that a call sends as text (a text, a word, a name, the server's address)
+    read as UTF-8: refused where the command line gave bytes that are not, which Python
+    keeps as surrogates and no request can carry (the error, as stdin's, names the byte)."""
+    try:  # the bytes given, surrogates back to what they stand for
+        return text.encode("utf-8", "surrogateescape").decode("utf-8")
+    except UnicodeError as error:
+        raise argparse.ArgumentTypeError(f"not UTF-8 ({error})") from None
 
 
 def seconds(text: str) -> float:
@@ -117,6 +131,7 @@ def add_server(parser: argparse.ArgumentParser, timeout: float) -> None:
     """Where the server is, the deadline of each call, TLS and the bearer token."""
     parser.add_argument(
         "--server",
+        type=utf8,
         metavar="HOST:PORT",
         help="the gRPC server (default: $ATTNSERVE_SERVER, else 127.0.0.1:50051)",
     )

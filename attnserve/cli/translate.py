@@ -17,6 +17,7 @@ from attnserve.cli.options import (
     check_engine,
     check_output,
     positive,
+    utf8,
 )
 from attnserve.cli.render import encodes_all, output, progress, read_lines, read_text, show
 from attnserve.cli.subcommand import Failure, Subcommand
@@ -70,20 +71,29 @@ class Translate(Subcommand):
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument(
-            "texts", nargs="*", help="texts; read one a line from --input or stdin when none"
+            "texts",
+            nargs="*",
+            type=utf8,
+            help="texts; read one a line from --input or stdin when none",
         )
         _add_inputs(parser)
         add_engine(parser)
         add_server(parser, TIMEOUT)
-        parser.add_argument("--model", help="model name (default: the server's translator)")
-        parser.add_argument("--model-version", help="model version (default: the newest loaded)")
+        parser.add_argument(
+            "--model", type=utf8, help="model name (default: the server's translator)"
+        )
+        parser.add_argument(
+            "--model-version", type=utf8, help="model version (default: the newest loaded)"
+        )
         parser.add_argument(
             "--source-language",
+            type=utf8,
             help="the texts' language (default: the model's only one, or detected where it "
             "takes a language token)",
         )
         parser.add_argument(
             "--target-language",
+            type=utf8,
             help="the language to write (a multilingual model needs it); with no --model the "
             "server picks the translator that covers the languages",
         )
@@ -400,10 +410,11 @@ class Score(Subcommand):
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         add_server(parser, TIMEOUT)
         parser.add_argument("--input", type=Path, help="pairs, one a line (default: stdin)")
-        parser.add_argument("--model", default="", help="model name (default: the server's)")
-        parser.add_argument("--model-version", default="", help="model version (default: newest)")
-        parser.add_argument("--source-language", default="", help="the sources' language")
-        parser.add_argument("--target-language", default="", help="the targets' language")
+        names = {"type": utf8, "default": ""}
+        parser.add_argument("--model", **names, help="model name (default: the server's)")
+        parser.add_argument("--model-version", **names, help="model version (default: newest)")
+        parser.add_argument("--source-language", **names, help="the sources' language")
+        parser.add_argument("--target-language", **names, help="the targets' language")
         parser.add_argument("--json", action="store_true", help="the response as JSON")
 
     def run(self, args: argparse.Namespace) -> int:

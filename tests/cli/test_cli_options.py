@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from attnserve.cli import main
 from attnserve.cli.options import (
     ENGINES,
     MODELS,
@@ -22,6 +23,7 @@ from attnserve.cli.options import (
     default_data,
     seconds,
     shipped_checkpoint,
+    utf8,
 )
 from models.shipped import SHIPPED_CAPTIONER, SHIPPED_TRANSLATOR
 from service.runtime.decoding import MODEL_RULES, DecodingOptions
@@ -173,3 +175,44 @@ def test_the_models_shipped_checkpoints_and_default_data():
         assert (shipped_checkpoint(model) / "config.json").is_file()
         assert default_data(model) == Path("data", model)
         assert not default_data(model).is_absolute()  # relative to where the command runs
+
+
+NOT_UTF8 = "caf\udce9"  # b"caf\xe9" (latin-1) as Python decodes it from the command line
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["translate", NOT_UTF8],
+        ["translate", "--engine", "torch", NOT_UTF8],
+        ["translate", "--model", NOT_UTF8, "hola"],
+        ["translate", "--model-version", NOT_UTF8, "hola"],
+        ["translate", "--source-language", NOT_UTF8, "hola"],
+        ["translate", "--target-language", NOT_UTF8, "hola"],
+        ["translate", "--target-prefix", NOT_UTF8, "hola"],
+        ["translate", "--suppress", NOT_UTF8, "hola"],
+        ["translate", "--server", NOT_UTF8, "hola"],
+        ["score", "--model", NOT_UTF8],
+        ["caption", "--version", NOT_UTF8, "a.png"],
+        ["health", "--service", NOT_UTF8],
+    ],
+)
+def test_an_argument_sent_as_text_that_is_not_utf8_is_refused_as_usage(argv, capsys):
+    """Bytes of another encoding (a latin-1 terminal, a file's `$(cat ...)`) cannot go in a
+    request: usage and status 2 naming the argument and the byte, before any call, as
+    standard input that is not UTF-8 is refused; not a traceback midway."""
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "error: argument " in err
+    assert "not UTF-8 ('utf-8' codec can't decode byte 0xe9 in position 3" in err
+
+
+def test_utf8_keeps_every_text_utf8_can_carry():
+    for text in ("hola", "¿Qué tal? 😀", "", "a\tb"):
+        assert utf8(text) == text
+    # UTF-8 bytes that an ASCII locale (LC_ALL=C, PYTHONUTF8=0) left as surrogates
+    assert utf8("caf\udcc3\udca9") == "café"
+    with pytest.raises(argparse.ArgumentTypeError, match=r"^not UTF-8 \("):
+        utf8("\ud800")  # a lone surrogate, not a byte
