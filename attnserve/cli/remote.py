@@ -6,6 +6,7 @@ when the command line starts."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -38,6 +39,7 @@ def client_call(command: Callable, args: argparse.Namespace) -> int:
     if (args.tls_cert is None) != (args.tls_key is None):
         print("error: --tls-cert and --tls-key go together", file=sys.stderr)
         return 2
+    token = _token(args.token_file)
     try:  # its TLS files read here: one missing
         connection = client.connect(
             args.server,
@@ -45,7 +47,7 @@ def client_call(command: Callable, args: argparse.Namespace) -> int:
             tls_ca=args.tls_ca,
             tls_cert=args.tls_cert,
             tls_key=args.tls_key,
-            token=_token(args.token_file),
+            token=token,
         )
     except (OSError, ValueError) as error:
         raise Failure(f"TLS: {error}") from error
@@ -58,14 +60,29 @@ def client_call(command: Callable, args: argparse.Namespace) -> int:
 
 
 def _token(path: Path | None) -> str | None:
+    """The bearer token of --token-file, else of $ATTNSERVE_TOKEN (None: no token), refused
+    where it is missing, empty or holds what a header cannot carry."""
+    from service.client import TOKEN_ENVIRONMENT
+
     if path is None:
-        return None
+        token = os.environ.get(TOKEN_ENVIRONMENT) or None
+        return token and _header_value(token, f"${TOKEN_ENVIRONMENT}")
     try:
         token = path.read_text(encoding="utf-8-sig").strip()
     except OSError as error:
         raise Failure(f"--token-file: {error}") from error
+    except UnicodeDecodeError as error:
+        raise Failure(f"--token-file {path}: not UTF-8 ({error})") from None
     if not token:  # else no token at all would go, not even $ATTNSERVE_TOKEN
         raise Failure(f"--token-file: {path} holds no token")
+    return _header_value(token, f"--token-file {path}")
+
+
+def _header_value(token: str, where: str) -> str:
+    """`token`, which gRPC sends in a header: printable ASCII alone (else every call fails
+    INTERNAL, "Invalid metadata", naming nothing)."""
+    if not (token.isascii() and token.isprintable()):
+        raise Failure(f"{where}: a token is printable ASCII; this one holds other characters")
     return token
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -106,6 +107,35 @@ def test_an_unreadable_token_file_is_a_failure_before_any_call(recording, tmp_pa
     servicer, address = recording
     with pytest.raises(Failure, match=r"^--token-file: .*No such file"):
         remote.client_call(_check(), _connection(address, tmp_path / "none"))
+    assert servicer.metadata == []
+
+
+@pytest.mark.parametrize(
+    ("held", "refusal"),
+    [
+        (b"s3cr\xe9t", "not UTF-8 ('utf-8' codec can't decode byte 0xe9 in position 4"),
+        ("s3crét".encode(), "a token is printable ASCII; this one holds other characters"),
+        (b"s3c\tret", "a token is printable ASCII; this one holds other characters"),
+    ],
+)
+def test_a_token_a_header_cannot_carry_is_a_failure_naming_its_file(
+    recording, tmp_path, held, refusal
+):
+    """Not "TLS: ..." for a token file that is not UTF-8, nor every call INTERNAL "Invalid
+    metadata" for a token gRPC cannot send: the file named, before any call."""
+    servicer, address = recording
+    token = tmp_path / "token"
+    token.write_bytes(held)
+    with pytest.raises(Failure, match=f"^--token-file {token}: " + re.escape(refusal)):
+        remote.client_call(_check(), _connection(address, token))
+    assert servicer.metadata == []
+
+
+def test_a_token_of_the_environment_a_header_cannot_carry_is_a_failure(recording, monkeypatch):
+    servicer, address = recording
+    monkeypatch.setenv("ATTNSERVE_TOKEN", "s3crét")
+    with pytest.raises(Failure, match=r"^\$ATTNSERVE_TOKEN: a token is printable ASCII"):
+        remote.client_call(_check(), _connection(address))
     assert servicer.metadata == []
 
 
