@@ -20,6 +20,7 @@ from attnserve.cli.options import (
     utf8,
 )
 from attnserve.cli.render import encodes_all, output, progress, read_lines, read_text, show
+from attnserve.cli.results import TokenCounts, Translations
 from attnserve.cli.subcommand import Failure, Subcommand
 from models.shipped import SHIPPED_TRANSLATOR
 from service.runtime.documents import SPLITTING
@@ -211,8 +212,10 @@ def _translate(channel, args: argparse.Namespace) -> int:
     texts = args.texts or read_lines(args.input)
     if texts is None:
         return 2
-    if not texts:  # no call; --output holds what was translated: nothing
-        return 0 if args.output is None else _written(args.output, b"")
+    if not texts:  # no call; --output holds what was translated: nothing (or --json's object)
+        with output(args.output) as out:
+            show(_untranslated(args), args.json, out)
+        return 0
     if args.stream:
         translations = _translate_stream(channel, args, texts, call)
     else:
@@ -221,6 +224,12 @@ def _translate(channel, args: argparse.Namespace) -> int:
         for index, translation in enumerate(translations):
             write_alignment(args.alignment, index, len(texts), translation)
     return 0
+
+
+def _untranslated(args: argparse.Namespace) -> Translations:
+    """The results of a call never made, there being nothing to translate: no translation, of
+    the model and version asked for ("": the server's)."""
+    return Translations(args.model or "", args.model_version or "", (), TokenCounts(0, 0))
 
 
 def _translate_call(args: argparse.Namespace, options) -> dict:
@@ -288,9 +297,11 @@ def _translate_document(channel, args: argparse.Namespace, call: dict) -> int:
         print(f"error: {args.input}: {error}", file=sys.stderr)
         return 2
     texts = [p.text for p in parts if p.source.strip()]
-    response = client.translate(channel, texts, **call) if texts else None
-    results = remote.translations(response, texts) if response else None
-    translated = iter(results.translations if results else ())
+    if texts:
+        results = remote.translations(client.translate(channel, texts, **call), texts)
+    else:
+        results = _untranslated(args)
+    translated = iter(results.translations)
     whole = "".join(
         _unwrapped(p, next(translated).hypotheses[0].text) if p.source.strip() else p.source
         for p in parts
@@ -298,7 +309,7 @@ def _translate_document(channel, args: argparse.Namespace, call: dict) -> int:
     if args.output is not None and not args.json:
         return _written(args.output, bom + whole.encode(encoding))
     with output(args.output) as out:
-        if args.json and results is not None:
+        if args.json:
             show(results, True, out)
         else:
             out.write(whole)

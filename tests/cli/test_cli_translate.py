@@ -236,6 +236,26 @@ def test_nothing_to_translate_makes_no_call(stand_in, tmp_path, monkeypatch, cap
     assert capsys.readouterr().out == "" and servicer.requests == []
 
 
+def test_nothing_to_translate_as_json_is_still_one_object(stand_in, tmp_path, monkeypatch, capsys):
+    """--json promises one JSON object: an empty stdin, file of lines or document (blank
+    lines alone) gives one with no translation, not nothing or the blank lines."""
+    servicer, address = stand_in
+    blank = tmp_path / "blank.txt"
+    blank.write_text("\n \n", encoding="utf-8")
+    argv = ["translate", "--server", address, "--json", "--model", "m"]
+    monkeypatch.setattr(sys, "stdin", io.StringIO("\n"))
+    assert main(argv) == 0
+    assert main([*argv, "--lines", "--input", str(blank)]) == 0
+    assert main([*argv, "--input", str(blank)]) == 0
+    out = tmp_path / "out.json"
+    assert main([*argv, "--input", str(blank), "--output", str(out)]) == 0
+    printed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    printed.append(json.loads(out.read_text(encoding="utf-8")))
+    nothing = {"model": "m", "version": "", "translations": []}
+    nothing["token_counts"] = {"input_tokens": 0, "output_tokens": 0}
+    assert printed == [nothing] * 4 and servicer.requests == []
+
+
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="a device that is always full")
 def test_an_output_that_fails_to_be_written_is_one_line_of_error(stand_in, capsys):
     _, address = stand_in
