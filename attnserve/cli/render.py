@@ -153,9 +153,11 @@ def read_text(path: Path | None = None) -> str:
     """A file, or standard input when None, as UTF-8 without the byte order mark that
     Windows' editors put first (UnicodeDecodeError where it is not UTF-8: Python's own
     reading of stdin would keep undecodable bytes as surrogates, which no request can
-    carry)."""
+    carry; OSError where stdin is closed)."""
     if path is not None:
         return path.read_text(encoding="utf-8-sig")
+    if sys.stdin is None:  # started with it closed (`<&-`): Python leaves None
+        raise OSError("closed")
     raw = getattr(sys.stdin, "buffer", None)  # a text stream put in its place has none
     text = sys.stdin.read() if raw is None else raw.read().decode("utf-8")
     return text.removeprefix("\ufeff")

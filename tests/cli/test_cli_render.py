@@ -185,6 +185,15 @@ def test_read_lines_of_a_missing_or_undecodable_file_is_none_and_says_why(tmp_pa
     assert "utf-8" in capsys.readouterr().err
 
 
+def test_a_closed_stdin_is_none_and_says_so(monkeypatch, capsys):
+    """A command started with stdin closed (`<&-`), where Python leaves sys.stdin None."""
+    monkeypatch.setattr(sys, "stdin", None)
+    assert render.read_lines(None) is None
+    assert capsys.readouterr().err == "error: standard input: closed\n"
+    with pytest.raises(OSError, match="closed"):
+        render.read_text(None)
+
+
 def test_read_images_reads_bytes_or_names_every_unreadable_file(tmp_path, capsys):
     first, second = tmp_path / "1.png", tmp_path / "2.png"
     first.write_bytes(b"\x89PNG")
