@@ -14,6 +14,7 @@ from attnserve.cli.options import (
     TORCH_DECODING,
     add_decoding,
     default_data,
+    positive,
     shipped_checkpoint,
 )
 from attnserve.cli.subcommand import Subcommand, refusals
@@ -43,13 +44,13 @@ class Data(Subcommand):
         parser.add_argument("--out", type=Path, help="default: data/<model>")
         parser.add_argument(
             "--train-scenes",
-            type=int,
+            type=positive,
             default=scenes.train,
             help=f"captioner: training scenes (default {scenes.train})",
         )
         parser.add_argument(
             "--test-scenes",
-            type=int,
+            type=positive,
             default=scenes.test_per_part,
             help=f"captioner: scenes per test part (default {scenes.test_per_part})",
         )
@@ -84,7 +85,8 @@ class Data(Subcommand):
 
     def run(self, args: argparse.Namespace) -> int:
         args.out = args.out or default_data(args.model)
-        return model_commands(args.model).data(args)
+        with _missing_inputs(f"data {args.model}"):
+            return model_commands(args.model).data(args)
 
 
 def _training_families(text: str) -> tuple[str, ...]:
@@ -130,8 +132,8 @@ class Train(Subcommand):
 
 
 def _missing_inputs(what: str):
-    """Data, a checkpoint or a packed run that is missing or not what it should be: one line
-    of error naming the file, not a traceback."""
+    """Data, a checkpoint or a packed run that is missing or not what it should be, or a
+    folder that cannot be written: one line of error naming the file, not a traceback."""
     from models.checkpoint import UnreadableCheckpoint  # torch
 
     return refusals(what, OSError, UnreadableCheckpoint)

@@ -168,3 +168,24 @@ def test_a_missing_input_of_train_or_evaluate_is_one_line_not_a_traceback(
     assert err.startswith(f"error: {argv[0]} {argv[1]}: ") and missing in err
     assert err.count("\n") == 1
     assert not (tmp_path / "out").exists()  # nothing shipped
+
+
+def test_data_into_a_folder_that_cannot_be_made_is_one_line(tmp_path, capsys):
+    taken = tmp_path / "a file"
+    taken.write_text("", encoding="utf-8")
+    argv = ["data", "captioner", "--train-scenes", "1", "--test-scenes", "1"]
+    assert main([*argv, "--out", str(taken / "data")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: data captioner: ") and str(taken) in err
+    assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize("flag", ["--train-scenes", "--test-scenes"])
+@pytest.mark.parametrize("count", ["0", "-5"])
+def test_data_refuses_no_scenes_before_writing_anything(flag, count, tmp_path, capsys):
+    """Not a traceback from numpy midway, with part of the corpus written."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["data", "captioner", "--out", str(tmp_path / "data"), flag, count])
+    assert exit_.value.code == 2
+    assert f"argument {flag}: must be 1 or more, got {count}" in capsys.readouterr().err
+    assert not (tmp_path / "data").exists()
