@@ -107,9 +107,18 @@ def seconds(text: str) -> float:
 
 
 def positive(text: str) -> int:
+    return _at_least(1, text)
+
+
+def count(text: str) -> int:
+    """A count where 0 says "none" or "no limit": negative means nothing."""
+    return _at_least(0, text)
+
+
+def _at_least(least: int, text: str) -> int:
     value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be 1 or more, got {text}")
+    if value < least:
+        raise argparse.ArgumentTypeError(f"must be {least} or more, got {text}")
     return value
 
 

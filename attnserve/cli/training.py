@@ -13,6 +13,7 @@ from attnserve.cli.options import (
     MODELS,
     TORCH_DECODING,
     add_decoding,
+    count,
     default_data,
     positive,
     shipped_checkpoint,
@@ -150,7 +151,9 @@ def _add_budget(parser: argparse.ArgumentParser) -> None:
         default=0.0,
         help="captioner: train this many minutes of the budget, then stop (0: all of it)",
     )
-    parser.add_argument("--batch-size", type=int, default=64, help="captioner: images per step")
+    parser.add_argument(
+        "--batch-size", type=positive, default=64, help="captioner: images per step"
+    )
     parser.add_argument(
         "--rand-conv",
         type=float,
@@ -163,38 +166,42 @@ def _add_budget(parser: argparse.ArgumentParser) -> None:
         default=0.0,
         help="captioner: probability a batch's feature styles are mixed (MixStyle)",
     )
-    parser.add_argument("--max-epochs", type=int, default=1000)
-    parser.add_argument("--max-steps", type=int, default=0, help="0: no limit")
-    parser.add_argument("--max-tokens", type=int, default=4000, help="tokens per batch and rank")
-    parser.add_argument("--warmup-steps", type=int, default=500)
+    parser.add_argument("--max-epochs", type=positive, default=1000)
+    parser.add_argument("--max-steps", type=count, default=0, help="0: no limit")
+    parser.add_argument(
+        "--max-tokens", type=positive, default=4000, help="tokens per batch and rank"
+    )
+    parser.add_argument("--warmup-steps", type=positive, default=500)
     parser.add_argument("--lr-scale", type=float, default=0.7)
-    parser.add_argument("--dev-sentences", type=int, default=0, help="0: the whole dev split")
-    parser.add_argument("--checkpoint-every", type=int, default=100)
+    parser.add_argument("--dev-sentences", type=count, default=0, help="0: the whole dev split")
+    parser.add_argument("--checkpoint-every", type=positive, default=100)
     parser.add_argument(
         "--decay-steps",
-        type=int,
+        type=count,
         default=0,
         help="captioner: the learning rate decays over this many steps (0: over the time budget)",
     )
     parser.add_argument(
         "--evaluate-every",
-        type=int,
+        type=count,
         default=500,
         help="captioner: steps between dev scores inside an epoch (0: at its end only)",
     )
-    parser.add_argument("--threads", type=int, default=0, help="torch threads per process")
+    parser.add_argument(
+        "--threads", type=count, default=0, help="torch threads per process (0: torch's own)"
+    )
 
 
 def _add_run_files(parser: argparse.ArgumentParser) -> None:
     """What a run keeps, packs, resumes from or starts from."""
     parser.add_argument(
         "--average",
-        type=int,
+        type=count,
         default=0,
         help="translator: keep the weights every --snapshot-every steps and ship the mean of "
         "the last N when it beats the best checkpoint on dev (0: off)",
     )
-    parser.add_argument("--snapshot-every", type=int, default=400)
+    parser.add_argument("--snapshot-every", type=positive, default=400)
     parser.add_argument(
         "--pack",
         type=Path,
@@ -255,7 +262,9 @@ class Evaluate(Subcommand):
         parser.add_argument(
             "--versus", choices=["apertium"], help="translator: score a peer too, on the same parts"
         )
-        parser.add_argument("--limit", type=int, default=0, help="first N sentences only")
+        parser.add_argument(
+            "--limit", type=count, default=0, help="first N sentences only (0: all)"
+        )
         parser.add_argument(
             "--sentence-splitting",
             choices=SPLITTING,

@@ -189,3 +189,33 @@ def test_data_refuses_no_scenes_before_writing_anything(flag, count, tmp_path, c
     assert exit_.value.code == 2
     assert f"argument {flag}: must be 1 or more, got {count}" in capsys.readouterr().err
     assert not (tmp_path / "data").exists()
+
+
+@pytest.mark.parametrize(
+    ("command", "flag", "value", "least"),
+    [
+        ("train captioner", "--batch-size", "0", 1),
+        ("train translator", "--max-tokens", "0", 1),
+        ("train translator", "--max-epochs", "0", 1),
+        ("train translator", "--warmup-steps", "0", 1),  # the schedule divides by it
+        ("train translator", "--checkpoint-every", "0", 1),  # step % 0 at the first step
+        ("train translator", "--snapshot-every", "0", 1),
+        ("train translator", "--max-steps", "-1", 0),
+        ("train translator", "--dev-sentences", "-1", 0),
+        ("train captioner", "--decay-steps", "-1", 0),
+        ("train captioner", "--evaluate-every", "-1", 0),
+        ("train translator", "--average", "-1", 0),
+        ("train translator", "--threads", "-1", 0),
+        ("evaluate translator", "--limit", "-1", 0),  # all sentences but the last
+    ],
+)
+def test_counts_that_mean_nothing_are_refused_before_anything_runs(
+    command, flag, value, least, handed, capsys
+):
+    """Not a ZeroDivisionError minutes into a run, nor a silent evaluation of all sentences
+    but the last: usage and status 2 before the model's commands are called."""
+    with pytest.raises(SystemExit) as exit_:
+        main([*command.split(), flag, value])
+    assert exit_.value.code == 2
+    assert f"argument {flag}: must be {least} or more, got {value}" in capsys.readouterr().err
+    assert handed == []
