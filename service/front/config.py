@@ -591,7 +591,7 @@ def load_config(
     if file is not None:
         try:
             table = tomllib.loads(Path(file).read_text(encoding="utf-8"))
-        except (OSError, tomllib.TOMLDecodeError) as error:
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:  # TOML is UTF-8
             raise InvalidArgument(f"configuration file {file}: {error}") from error
         if unknown := sorted(set(table) - set(kinds)):
             problems.append(f"file {file}: unknown settings {unknown}")

@@ -76,7 +76,7 @@ def load_tokens(config) -> list[Token]:
         path = Path(config.auth_tokens_file)
         try:
             text = path.read_text(encoding="utf-8")
-        except OSError as error:
+        except (OSError, UnicodeDecodeError) as error:
             raise InvalidArgument(f"auth_tokens_file {path}: {error}") from error
         tokens += parse_tokens(text, f"auth_tokens_file {path}")
     return tokens

@@ -120,11 +120,25 @@ def test_a_setting_that_cannot_be_read_is_an_error_and_status_2(
     assert "io_binding" in capsys.readouterr().err
 
 
+def test_a_configuration_file_not_in_utf8_is_an_error_and_status_2(
+    clean_environment, tmp_path, capsys
+):
+    """TOML is UTF-8: a file saved in latin-1 is named in one line, not a traceback."""
+    file = tmp_path / "latin.toml"
+    file.write_bytes('http_root_path = "/café"\n'.encode("latin-1"))
+    assert main(["serve", "--print-config", "--config", str(file)]) == 2
+    assert capsys.readouterr().err == (
+        f"error: configuration file {file}: 'utf-8' codec can't decode byte 0xe9 in position"
+        " 22: invalid continuation byte\n"
+    )
+
+
 def test_print_config_refuses_the_security_settings_serve_refuses(
     clean_environment, tmp_path, capsys
 ):
-    pem, short = tmp_path / "server.pem", tmp_path / "tokens"
+    pem, short, latin = tmp_path / "server.pem", tmp_path / "tokens", tmp_path / "latin"
     short.write_text("a-token-of-sixteen-chars\nshort\n", encoding="utf-8")
+    latin.write_bytes("a-token-of-sixteen-chars-é\n".encode("latin-1"))
     refused = {
         ("--tls-cert", str(pem)): "tls_cert and tls_key go together",
         ("--tls-key", str(pem)): "tls_cert and tls_key go together",
@@ -133,6 +147,7 @@ def test_print_config_refuses_the_security_settings_serve_refuses(
         ("--auth-tokens", "short"): "auth_tokens, entry 1: a token has 16 characters or more",
         ("--auth-tokens-file", str(short)): f"auth_tokens_file {short}, entry 2: a token has 16",
         ("--auth-tokens-file", str(tmp_path / "none")): f"auth_tokens_file {tmp_path / 'none'}: ",
+        ("--auth-tokens-file", str(latin)): f"auth_tokens_file {latin}: 'utf-8' codec can't decode",
     }
     for flags, problem in refused.items():
         assert main(["serve", "--print-config", "--repository", str(tmp_path), *flags]) == 2
