@@ -20,6 +20,7 @@ TORCH_DECODING = {
     if f.name not in ("suppress", *MODEL_RULES)  # words, tokenized by the server; the model's
 }
 TORCH_ONLY = ("checkpoint",)  # options that mean something for the torch engine only
+MAX_SECONDS = 365 * 24 * 3600.0  # the longest --timeout
 
 
 def shipped_checkpoint(model: str) -> Path:
@@ -100,9 +101,14 @@ def utf8(text: str) -> str:
 
 
 def seconds(text: str) -> float:
+    """A deadline: above 0 and at most MAX_SECONDS. Far past it ("inf" among them) gRPC's
+    deadline, nanoseconds since the epoch in 64 bits, overflows: every call would fail
+    DEADLINE_EXCEEDED at once."""
     value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be above 0, got {text}")
+    if not 0 < value <= MAX_SECONDS:
+        raise argparse.ArgumentTypeError(
+            f"must be above 0 and at most {MAX_SECONDS:.0f} (a year), got {text}"
+        )
     return value
 
 

@@ -79,10 +79,13 @@ def test_decoding_options_take_the_defaults_given_and_the_flags_over_them():
         _decoding(None).parse_args(["--beam-size", "two"])
 
 
-def test_seconds_must_be_above_zero():
+def test_seconds_must_be_above_zero_and_at_most_a_year():
     assert seconds("2.5") == 2.5 and seconds("1e-3") == 0.001
-    for text in ("0", "-1", "nan"):
-        with pytest.raises(argparse.ArgumentTypeError, match=f"must be above 0, got {text}"):
+    assert seconds("31536000") == 365 * 24 * 3600
+    # "inf" and 1e10 overflow gRPC's deadline: each call failed DEADLINE_EXCEEDED at once
+    for text in ("0", "-1", "nan", "inf", "1e10", "31536001"):
+        refusal = f"must be above 0 and at most 31536000 \\(a year\\), got {text}"
+        with pytest.raises(argparse.ArgumentTypeError, match=refusal):
             seconds(text)
     with pytest.raises(ValueError):
         seconds("soon")
@@ -105,7 +108,9 @@ def test_the_server_flags_read_paths_and_refuse_a_deadline_of_zero(capsys):
     with pytest.raises(SystemExit) as exit_:
         parser.parse_args(["--timeout", "0"])
     assert exit_.value.code == 2
-    assert "--timeout: must be above 0, got 0" in capsys.readouterr().err
+    assert (
+        "--timeout: must be above 0 and at most 31536000 (a year), got 0" in capsys.readouterr().err
+    )
 
 
 def test_the_engine_is_grpc_unless_torch_is_asked_for(capsys):
