@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import codecs
 import contextlib
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -15,6 +16,10 @@ from attnserve.cli.subcommand import Failure
 # Written for a text's characters that would end or cut its line of output, and for the
 # backslash that begins these escapes (TSV's text convention): a text stays one line.
 ESCAPES = str.maketrans({"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"})
+# Where a line of input ends, as Python reads a text file: not at the vertical tab, form feed,
+# NEL or U+2028 where str.splitlines also cuts, which a line of text can hold (a manual line
+# break of a word processor's export).
+LINE_END = re.compile(r"\r\n|\r|\n")
 
 
 def show(results, json: bool, out=None) -> None:
@@ -171,7 +176,12 @@ def read_lines(path: Path | None) -> list[str] | None:
     except (OSError, UnicodeDecodeError) as error:
         print(f"error: {path or 'standard input'}: {error}", file=sys.stderr)
         return None
-    return [line for line in text.splitlines() if line.strip()]
+    return [line for line in lines(text) if line.strip()]
+
+
+def lines(text: str) -> list[str]:
+    """The lines of `text`, cut at LINE_END alone (the last "" where it ends with one)."""
+    return LINE_END.split(text)
 
 
 def image_pixels(data: bytes, name: str):

@@ -19,7 +19,15 @@ from attnserve.cli.options import (
     positive,
     utf8,
 )
-from attnserve.cli.render import encodes_all, output, progress, read_lines, read_text, show
+from attnserve.cli.render import (
+    encodes_all,
+    lines,
+    output,
+    progress,
+    read_lines,
+    read_text,
+    show,
+)
 from attnserve.cli.results import TokenCounts, Translations
 from attnserve.cli.subcommand import Failure, Subcommand
 from models.shipped import SHIPPED_TRANSLATOR
@@ -400,7 +408,7 @@ def _pairs(text: str, where: str) -> list[tuple[str, str]]:
     """The SOURCE<TAB>TARGET pairs of `text`'s non-empty lines; `where` begins the error of a
     line without a tab ("--glossary ", or "")."""
     pairs = []
-    for number, line in enumerate(text.splitlines(), 1):
+    for number, line in enumerate(lines(text), 1):
         if line.strip():
             source, tab, target = line.partition("\t")
             if not tab:

@@ -175,6 +175,19 @@ def test_read_lines_keeps_the_non_empty_lines_of_a_file_or_stdin(tmp_path, monke
     assert render.read_lines(None) == ["a", "b"]
 
 
+@pytest.mark.parametrize("inside", ["\x0b", "\x0c", "\x1c", "\x85", "\u2028", "\u2029"])
+def test_a_line_is_cut_where_a_file_line_ends_alone(inside, tmp_path, monkeypatch):
+    """A vertical tab (a word processor's manual line break), a form feed or U+2028 inside a
+    line keeps it one text: str.splitlines cut there, and one line gave two translations."""
+    text = f"Pulsa{inside}Guardar.\r\nuno\rdos\n\ntres"
+    expected = [f"Pulsa{inside}Guardar.", "uno", "dos", "tres"]
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(text.encode())))
+    assert render.read_lines(None) == expected
+    path = tmp_path / "es.txt"
+    path.write_bytes(text.encode())
+    assert render.read_lines(path) == expected
+
+
 def test_read_lines_of_a_missing_or_undecodable_file_is_none_and_says_why(tmp_path, capsys):
     missing = tmp_path / "none.txt"
     assert render.read_lines(missing) is None

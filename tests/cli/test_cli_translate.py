@@ -164,6 +164,17 @@ def test_pairs_are_read_by_tab_skipping_blank_lines():
         translate._pairs("no tab", "--glossary ")
 
 
+def test_a_pair_holding_a_vertical_tab_or_u2028_stays_one_pair():
+    """Only a file's line ends cut pairs: not what str.splitlines also cuts at."""
+    text = "Pulsa\x0bGuardar\tPress\x0bSave\r\nhola\u2028amigo\thello\u2028friend\n"
+    assert translate._pairs(text, "") == [
+        ("Pulsa\x0bGuardar", "Press\x0bSave"),
+        ("hola\u2028amigo", "hello\u2028friend"),
+    ]
+    with pytest.raises(Failure, match=r"^line 2: SOURCE<TAB>TARGET expected$"):
+        translate._pairs("a\tb\x0cc\nno tab\n", "")
+
+
 def test_a_glossary_file_is_read_or_its_error_is_a_failure(tmp_path):
     path = tmp_path / "glossary.tsv"
     path.write_text("gato\tcat\nmundo\tworld\n", encoding="utf-8")
