@@ -8,6 +8,7 @@ from pathlib import Path
 
 from attnserve.cli.options import MODELS, default_data, shipped_checkpoint
 from attnserve.cli.subcommand import Subcommand, refusals
+from service.runtime.choices import VARIANTS
 
 
 class Export(Subcommand):
@@ -26,7 +27,12 @@ class Export(Subcommand):
         parser.add_argument("--checkpoint", type=Path, help="default: the shipped checkpoint")
         parser.add_argument("--name", help="default: the model (translator, captioner)")
         parser.add_argument("--version", default="1")
-        parser.add_argument("--variants", default="fp32,int8,fp16", help="of fp32, int8, fp16")
+        parser.add_argument(
+            "--variants",
+            type=_variants,
+            default="fp32,int8,fp16",
+            help=f"comma-separated, of {', '.join(VARIANTS)}",
+        )
         parser.add_argument(
             "--graphs",
             choices=["traced", "built"],
@@ -89,6 +95,18 @@ class Export(Subcommand):
         args.checkpoint = args.checkpoint or shipped_checkpoint(args.model)
         args.name = args.name or args.model
         return _refused(commands.export, args, f"export {args.model}")
+
+
+def _variants(text: str) -> str:
+    """Variant names, comma-separated: each one the runtime serves (not left out unseen, the
+    export done without it)."""
+    names = [name.strip() for name in text.split(",")]
+    unknown = [name for name in names if name not in VARIANTS]
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"{', '.join(map(repr, unknown))}: not a variant (of {', '.join(VARIANTS)})"
+        )
+    return ",".join(names)
 
 
 class Parity(Subcommand):

@@ -65,6 +65,22 @@ def test_export_refuses_an_unknown_way_of_making_graphs(capsys):
     assert "invalid choice: 'onnxscript'" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("model", ["translator", "hf"])
+def test_export_refuses_a_variant_it_would_leave_out_unseen(model, handed, capsys):
+    """A misspelt variant was ignored: minutes of export and a certificate later, the version
+    lacked it. Refused before anything is exported; the names given reach the export."""
+    argv = ["export", model, "dir", "--out", "r", "--name", "n"]
+    for variants in ("fp32,int-8", "fp32,", "bogus"):
+        with pytest.raises(SystemExit) as exit_:
+            main([*argv, "--variants", variants])
+        assert exit_.value.code == 2
+        assert "not a variant (of fp32, int8, fp16)" in capsys.readouterr().err
+    assert handed == []
+    assert main([*argv, "--variants", "fp32, int8"]) == 0
+    ((_, args),) = handed
+    assert args.variants == "fp32,int8"
+
+
 def test_export_hf_refusals_are_one_line_not_a_traceback(tmp_path, capsys):
     """A directory export hf refuses (here: no config.json at all; the others, by their
     reason, in tests/export/test_hf_version.py) is `error: ...` and exit status 1."""
