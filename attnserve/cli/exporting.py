@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from attnserve.cli.options import MODELS, default_data, shipped_checkpoint
+from attnserve.cli.options import MODELS, default_data, positive, shipped_checkpoint
 from attnserve.cli.subcommand import Subcommand, refusals
 from service.runtime.choices import VARIANTS
 
@@ -51,7 +51,7 @@ class Export(Subcommand):
         )
         parser.add_argument("--data", type=Path, help="default: data/<model>")
         parser.add_argument(
-            "--sentences", type=int, default=200, help="test sentences (or images) decoded"
+            "--sentences", type=positive, default=200, help="test sentences (or images) decoded"
         )
         hf = parser.add_argument_group("hf")
         hf.add_argument(
@@ -117,7 +117,7 @@ class Parity(Subcommand):
         parser.add_argument("directory", type=Path, help="MODEL_REPOSITORY/<model>/<version>")
         parser.add_argument("--checkpoint", type=Path, help="default: the manifest's source")
         parser.add_argument("--data", type=Path, help="default: data/<the manifest's model kind>")
-        parser.add_argument("--sentences", type=int, default=200, help="or images")
+        parser.add_argument("--sentences", type=positive, default=200, help="or images")
         parser.add_argument("--json", action="store_true", help="the whole certificate as JSON")
 
     def run(self, args: argparse.Namespace) -> int:

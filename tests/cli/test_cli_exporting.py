@@ -81,6 +81,18 @@ def test_export_refuses_a_variant_it_would_leave_out_unseen(model, handed, capsy
     assert args.variants == "fp32,int8"
 
 
+@pytest.mark.parametrize("command", ["export translator --out r", "parity r/translator/1"])
+def test_no_or_a_negative_number_of_test_sentences_is_refused(command, handed, capsys):
+    """parity --sentences -1 decoded every test sentence but the last of each part (a slice
+    [:-1]) instead of 200, and said nothing of it."""
+    for count in ("0", "-1"):
+        with pytest.raises(SystemExit) as exit_:
+            main([*command.split(), "--sentences", count])
+        assert exit_.value.code == 2
+        assert f"--sentences: must be 1 or more, got {count}" in capsys.readouterr().err
+    assert handed == []
+
+
 def test_export_hf_refusals_are_one_line_not_a_traceback(tmp_path, capsys):
     """A directory export hf refuses (here: no config.json at all; the others, by their
     reason, in tests/export/test_hf_version.py) is `error: ...` and exit status 1."""
