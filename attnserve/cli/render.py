@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import codecs
 import contextlib
+import os
 import re
 import shutil
 import sys
@@ -82,7 +83,7 @@ class PartialLine:
         if not self.tty:
             print(text, file=self.stream, flush=True)
             return
-        width = shutil.get_terminal_size().columns - 1
+        width = _columns(self.stream) - 1
         shown = text if len(text) <= width else "…" + text[-(width - 1) :]
         self.stream.write("\r\x1b[K" + shown)
         self.stream.flush()
@@ -93,6 +94,15 @@ class PartialLine:
             self.stream.write("\r\x1b[K")
             self.stream.flush()
             self.open = False
+
+
+def _columns(stream) -> int:
+    """The width of the terminal `stream` writes to: its own, for stderr's can be a terminal
+    where stdout is piped (shutil asks stdout's, else says 80)."""
+    try:
+        return os.get_terminal_size(stream.fileno()).columns
+    except (AttributeError, ValueError, OSError):  # no descriptor, or not a terminal's
+        return shutil.get_terminal_size().columns
 
 
 class Progress:

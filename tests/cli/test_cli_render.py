@@ -115,6 +115,22 @@ def test_a_partial_line_is_rewritten_in_place_on_a_terminal_and_cleared_once(mon
     assert quiet.getvalue() == ""
 
 
+def test_a_partial_line_fits_the_terminal_of_its_own_stream(monkeypatch):
+    """Partials on a narrow terminal's stderr while stdout goes to a file: shutil's width
+    (stdout's, else 80) would wrap the line, and each rewrite leave a line behind."""
+
+    class Stderr(Terminal):
+        def fileno(self) -> int:
+            return 2
+
+    monkeypatch.setattr(render.shutil, "get_terminal_size", lambda: os.terminal_size((80, 24)))
+    sizes = {2: os.terminal_size((11, 5))}
+    monkeypatch.setattr(render.os, "get_terminal_size", lambda fd: sizes[fd])
+    stream = Stderr()
+    render.PartialLine(stream).show("uno dos tres cuatro")
+    assert stream.getvalue() == "\r\x1b[K…es cuatro"
+
+
 def test_progress_without_tqdm_is_a_line_per_call_off_a_terminal(monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "tqdm", None)
     with render.progress(70, "captioned", "image", True) as shown:
