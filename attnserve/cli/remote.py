@@ -40,7 +40,8 @@ def client_call(command: Callable, args: argparse.Namespace) -> int:
         print("error: --tls-cert and --tls-key go together", file=sys.stderr)
         return 2
     token = _token(args.token_file)
-    try:  # its TLS files read here: one missing
+    try:  # its TLS files read here: one missing, or not PEM
+        _check_pem(args)
         connection = client.connect(
             args.server,
             tls=args.tls,
@@ -57,6 +58,18 @@ def client_call(command: Callable, args: argparse.Namespace) -> int:
     except grpc.RpcError as error:
         print(f"error: {client.status_text(error)}", file=sys.stderr)
         return 1
+
+
+def _check_pem(args: argparse.Namespace) -> None:
+    """ValueError naming a TLS file that holds no PEM block: gRPC would fail every call with
+    UNAVAILABLE, "Failed to create security handshaker", naming no file."""
+    for flag, path in (
+        ("--tls-ca", args.tls_ca),
+        ("--tls-cert", args.tls_cert),
+        ("--tls-key", args.tls_key),
+    ):
+        if path is not None and b"-----BEGIN " not in path.read_bytes():
+            raise ValueError(f"{flag} {path}: not PEM (no -----BEGIN line)")
 
 
 def _token(path: Path | None) -> str | None:

@@ -139,6 +139,24 @@ def test_a_token_of_the_environment_a_header_cannot_carry_is_a_failure(recording
     assert servicer.metadata == []
 
 
+@pytest.mark.parametrize("flag", ["tls_ca", "tls_cert", "tls_key"])
+def test_a_tls_file_that_is_not_pem_is_a_failure_naming_it(flag, recording, tmp_path):
+    """Not every call UNAVAILABLE, "Failed to create security handshaker", naming no file."""
+    servicer, address = recording
+    pem, other = tmp_path / "good.pem", tmp_path / "README.md"
+    pem.write_text("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
+    other.write_text("# not a certificate\n")
+    args = _connection(address)
+    args.tls_ca = args.tls_cert = args.tls_key = pem
+    setattr(args, flag, other)
+    option = "--" + flag.replace("_", "-")
+    with pytest.raises(Failure, match=f"^TLS: {option} {other}: not PEM \\(no -----BEGIN line\\)$"):
+        remote.client_call(_check(), args)
+    assert servicer.metadata == []
+    setattr(args, flag, pem)
+    remote._check_pem(args)  # PEM blocks: on to gRPC, which reads what they hold
+
+
 def test_an_empty_token_file_is_a_failure_not_a_call_without_a_token(
     recording, tmp_path, monkeypatch
 ):
