@@ -15,7 +15,7 @@ from attnserve.cli.options import (
     add_engine,
     add_server,
     check_engine,
-    check_output,
+    check_figure,
     utf8,
 )
 from attnserve.cli.render import progress, read_images, show
@@ -92,7 +92,7 @@ class Caption(Subcommand):
 
     def check(self, args: argparse.Namespace) -> None:
         check_engine(self.parser, args, GRPC_ONLY, TORCH_CAPTIONING, SHIPPED_CAPTIONER)
-        check_output(self.parser, args.attention, "--attention")
+        check_figure(self.parser, args.attention, "--attention")
 
     def run(self, args: argparse.Namespace) -> int:
         if args.engine == "grpc":

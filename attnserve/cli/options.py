@@ -142,6 +142,14 @@ def check_output(
         parser.error(f"{flag} {path}: no folder {path.resolve().parent}")
 
 
+def check_figure(parser: argparse.ArgumentParser, path: Path | None, flag: str) -> None:
+    """`check_output`, and a name that says PNG: a figure is written as PNG, whose name
+    would otherwise lie (out.svg holding a PNG) or grow one (matplotlib's out.png for out)."""
+    check_output(parser, path, flag)
+    if path is not None and path.suffix.lower() != ".png":
+        parser.error(f"{flag} {path}: a figure is a PNG file, named .png")
+
+
 def add_server(parser: argparse.ArgumentParser, timeout: float) -> None:
     """Where the server is, the deadline of each call, TLS and the bearer token."""
     parser.add_argument(

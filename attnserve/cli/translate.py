@@ -15,6 +15,7 @@ from attnserve.cli.options import (
     add_engine,
     add_server,
     check_engine,
+    check_figure,
     check_output,
     positive,
     utf8,
@@ -138,7 +139,7 @@ class Translate(Subcommand):
             args.sentence_splitting = args.sentence_splitting or SPLITTING[0]
             args.concurrency = args.concurrency or CONCURRENCY
         check_output(self.parser, args.output)
-        check_output(self.parser, args.alignment, "--alignment")
+        check_figure(self.parser, args.alignment, "--alignment")
         _check_inputs(self.parser, args)
 
     def run(self, args: argparse.Namespace) -> int:

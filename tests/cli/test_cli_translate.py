@@ -128,6 +128,21 @@ def test_an_output_or_figure_that_cannot_be_written_is_refused_before_any_call(
         assert f"error: {flag} {path}: {problem}" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("command", ["translate hola", "caption image.png"])
+@pytest.mark.parametrize("name", ["out", "out.svg", "out.txt"])
+def test_a_figure_not_named_png_is_refused_before_any_call(command, name, tmp_path, capsys):
+    """A figure is PNG: out.svg and out.txt held PNG data, and caption's `out` became
+    out.png, a file the command was not given."""
+    flag = "--alignment" if command.startswith("translate") else "--attention"
+    path = tmp_path / name
+    with pytest.raises(SystemExit) as exit_:
+        main([*command.split(), flag, str(path)])
+    assert exit_.value.code == 2
+    assert f"error: {flag} {path}: a figure is a PNG file, named .png" in capsys.readouterr().err
+    args = build_parser().parse_args([*command.split(), flag, str(tmp_path / "OUT.PNG")])
+    args.handler.check(args)  # .png in any case
+
+
 def test_the_flags_that_go_together_are_taken():
     _parsed("--stream", "--lines", "--input", "es.txt")
     _parsed("--alignment", "a.png", "--lines", "--input", "es.txt", "--output", "en.txt")
