@@ -24,6 +24,7 @@ from attnserve.cli.results import (
     Translation,
     Translations,
     counted,
+    file_name,
 )
 from attnserve.cli.subcommand import Failure
 from service.runtime.errors import InvalidArgument
@@ -131,7 +132,7 @@ def _caption(tokenizer, grid: int, path: Path, size: tuple[int, int], hypotheses
         for h in hypotheses
     )
     counts = TokenCounts(grid * grid, sum(len(h.tokens) for h in hypotheses))
-    return Caption(str(path), size[0], size[1], captioned, counts)
+    return Caption(file_name(path), size[0], size[1], captioned, counts)
 
 
 def _attention(tokenizer, h, grid: int, size: tuple[int, int]) -> Attention | None:

@@ -25,6 +25,7 @@ from attnserve.cli.results import (
     Translation,
     Translations,
     dumps,
+    file_name,
 )
 from attnserve.cli.subcommand import Failure
 
@@ -217,7 +218,7 @@ def captions(response, images: Sequence[Path]) -> Captions:
     _check_count(len(response.captions), len(images), "captions", "images")
     items = tuple(
         Caption(
-            image=str(path),
+            image=file_name(path),
             image_width=message.image_width,
             image_height=message.image_height,
             hypotheses=tuple(

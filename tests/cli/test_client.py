@@ -10,6 +10,7 @@ from __future__ import annotations
 import codecs
 import io
 import json
+import os
 import socket
 import struct
 import subprocess
@@ -612,6 +613,25 @@ def test_caption_passes_decoding_options_model_and_version(captioner, tmp_path, 
     assert (request.options.beam_size, request.options.num_hypotheses) == (3, 2)
     assert request.options.max_length == 9 and not request.options.HasField("length_penalty")
     assert (request.model, request.version) == ("m", "2")
+
+
+@pytest.mark.parametrize("stream", [[], ["--stream"]])
+def test_caption_json_names_a_file_whose_name_is_not_utf8_in_valid_json(
+    captioner, tmp_path, monkeypatch, stream
+):
+    """A name in latin-1 bytes (Python keeps them as surrogates) was written raw into the
+    JSON by a UTF-8 stdout with surrogateescape (Python's own under the C locale): bytes no
+    JSON reader decodes. Its bytes that are not UTF-8 are now \\xNN escapes."""
+    _, address = captioner
+    path = _png(tmp_path / os.fsdecode(b"caf\xe9.png"), 40, 30)
+    stdout = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", errors="surrogateescape")
+    monkeypatch.setattr(sys, "stdout", stdout)
+    assert main(["caption", "--server", address, "--json", *stream, str(path)]) == 0
+    stdout.flush()
+    *_, line = stdout.buffer.getvalue().decode("utf-8").splitlines()
+    result = json.loads(line)
+    (caption,) = result.get("result", result)["captions"]
+    assert caption["image"] == str(tmp_path / "caf\\xe9.png")
 
 
 def test_caption_json_is_the_response_with_attention_maps(captioner, tmp_path, capsys):
