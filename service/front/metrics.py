@@ -279,7 +279,7 @@ def serve_metrics(config, registry) -> tuple[WSGIServer, threading.Thread]:
         path = Path(config.metrics_basic_auth_file)
         try:
             lines = path.read_text(encoding="utf-8").splitlines()
-        except OSError as error:
+        except (OSError, UnicodeDecodeError) as error:
             raise InvalidArgument(f"metrics_basic_auth_file {path}: {error}") from error
         entries = [line.strip() for line in lines if line.strip() and not line.startswith("#")]
         if not entries or any(":" not in e for e in entries):

@@ -157,3 +157,15 @@ def test_a_call_within_the_longest_deadline_the_command_line_gives_has_a_bucket(
     }
     below = [bound for bound, count in bounds.items() if count == 1 and bound != float("inf")]
     assert below and min(below) >= TIMEOUT - 1
+
+
+def test_a_basic_auth_file_not_in_utf8_is_named_in_one_line(tmp_path):
+    """A latin-1 metrics_basic_auth_file ended the server's start in a UnicodeDecodeError
+    traceback; it is refused naming the file, as a missing one is."""
+    from service.runtime.errors import InvalidArgument
+
+    latin = tmp_path / "users"
+    latin.write_bytes("prometheus:contraseña\n".encode("latin-1"))
+    config = ServerConfig(metrics_listen="127.0.0.1:0", metrics_basic_auth_file=latin)
+    with pytest.raises(InvalidArgument, match=f"metrics_basic_auth_file {latin}: 'utf-8' codec"):
+        serve_metrics(config, Metrics().registry)
