@@ -6,7 +6,9 @@ items, headings, cells, line breaks), comments, processing instructions and the 
 `script` and `style` become line breaks, so a sentence never runs across them; inline tags
 and entity references become spaces, so the segmenter reads the words around them. The
 sentences' spans index the original text, so everything outside a sentence (block tags,
-white space, a tag or entity around a whole sentence) is put back as it was.
+white space, a tag or entity around a whole sentence) is put back as it was. XHTML's
+elements may be named with a prefix (`<html:p>`, `<xhtml:br/>`): a prefixed name is read by
+its local name unless the text binds its prefix to another namespace (html_name).
 
 Inside a sentence, inline tags (`<b>`, `<a href="...">`, `</i>`, `<br/>` ...) and entity
 references (`&amp;`, `&eacute;`, `&#160;`) are protected items (service.runtime.protect,
@@ -40,53 +42,98 @@ _BLOCK_NAMES = (
 )
 BLOCK = frozenset(_BLOCK_NAMES.split())
 # what holds no text, by how it opens and closes, in the order they are tried: scripts and
-# styles (up to their end tag), comments, CDATA, declarations, processing instructions
+# styles (up to their end tag: _HIDING), comments, CDATA, declarations, processing
+# instructions
 HIDDEN = (
-    ("<script", "</script"),
-    ("<style", "</style"),
     ("<!--", "-->"),
     ("<![cdata[", "]]>"),
     ("<!", ">"),
     ("<?", "?>"),
 )
+# an element whose content is no text, its name read on a lowered copy (`<xhtml:script`)
+_HIDING = re.compile(r"<(?:([a-z_][\w.-]*):)?(script|style)(?=[ \t\n\r\f>/]|\Z)")
+XHTML = "http://www.w3.org/1999/xhtml"
+# a prefix bound in a tag: `xmlns:svg="http://www.w3.org/2000/svg"`
+_BINDING = re.compile(r"""\sxmlns:([\w.-]+)\s*=\s*(?:"([^"]*)"|'([^']*)')""")
 # a tag: its name, then its attributes up to the `>` outside their quoted values ("a > b");
 # one white space after the name, the rest read with the attributes (`\s+` there tries every
 # split of a run of spaces that no `>` ends: time growing with the square of its length)
 TAG = r"""</?[A-Za-z][\w:.-]*(?:\s(?>=\s*"[^"]*"|=\s*'[^']*'|[^<>])*)?/?>"""
 ENTITY = r"&(?:[A-Za-z][A-Za-z0-9]*|#\d+|#[xX][0-9A-Fa-f]+);"
 _TAG = re.compile(TAG)
-_TAG_ENDS = ("", " ", "\t", "\n", "\r", "\f", ">", "/")  # what may follow a tag's name
 # ASCII letters lowered alone: str.lower() lengthens some letters (İ), moving every index
 _ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
 _ENTITY = re.compile(ENTITY)
 
 
 def hidden(text: str) -> list[tuple[int, int]]:
-    """The spans of `text` that hold no text to translate (HIDDEN), in order, found in one
-    pass from the start: what one opens is closed by its closer only (a `<script>` inside a
-    comment opens nothing), and one never closed runs to the end of the text, as a
-    browser reads it."""
+    """The spans of `text` that hold no text to translate (script and style elements, and
+    HIDDEN), in order, found in one pass from the start: what one opens is closed by its
+    closer only (a `<script>` inside a comment opens nothing), and one never closed runs to
+    the end of the text, as a browser reads it."""
     lower, spans, at = text.translate(_ASCII_LOWER), [], 0  # as long as `text`
+    foreign = foreign_prefixes(text)
     while (start := lower.find("<", at)) >= 0:
         at = start + 1
-        for opener, closer in HIDDEN:
-            if not lower.startswith(opener, start):
-                continue
-            after = start + len(opener)
-            if opener in ("<script", "<style") and lower[after : after + 1] not in _TAG_ENDS:
-                continue  # another element's name (`<scripts>`)
-            end = lower.find(closer, after)
-            if end < 0:
-                end = len(text)
-            elif closer.startswith("</"):  # up to the end tag's `>`
-                close = lower.find(">", end)
-                end = len(text) if close < 0 else close + 1
-            else:
-                end += len(closer)
-            spans.append((start, end))
-            at = end
-            break
+        if (found := _opener(lower, start, foreign)) is None:
+            continue
+        opener, closer = found
+        end = lower.find(closer, start + len(opener))
+        if end < 0:
+            end = len(text)
+        elif closer.startswith("</"):  # up to the end tag's `>`
+            close = lower.find(">", end)
+            end = len(text) if close < 0 else close + 1
+        else:
+            end += len(closer)
+        spans.append((start, end))
+        at = end
     return spans
+
+
+def _opener(lower: str, start: int, foreign: frozenset[str]) -> tuple[str, str] | None:
+    """(opener, closer) of what holds no text and opens at `start` of a lowered text, if
+    anything does: a script or style element (`<script`, `<xhtml:style`, not `<scripts>`;
+    its prefix not `foreign`: foreign_prefixes), or one of HIDDEN."""
+    element = _HIDING.match(lower, start)
+    if element and element.group(1) not in foreign:
+        return element.group(), "</" + element.group()[1:]
+    return next(((o, c) for o, c in HIDDEN if lower.startswith(o, start)), None)
+
+
+def foreign_prefixes(text: str) -> frozenset[str]:
+    """The prefixes (lowered) that `text`'s tags bind to a namespace other than XHTML's
+    (`xmlns:svg="http://www.w3.org/2000/svg"`): an element named with one is not HTML's,
+    whatever its local name."""
+    if "xmlns:" not in text:
+        return frozenset()
+    bound = {}
+    for tag in _TAG.finditer(text):
+        for binding in _BINDING.finditer(tag.group()):
+            namespace = binding.group(2) if binding.group(2) is not None else binding.group(3)
+            prefix = binding.group(1).translate(_ASCII_LOWER)
+            bound[prefix] = bound.get(prefix, False) or namespace.strip() == XHTML
+    return frozenset(prefix for prefix, xhtml in bound.items() if not xhtml)
+
+
+def html_name(tag: str, foreign: frozenset[str] = frozenset()) -> str:
+    """The name of a tag's element as HTML reads it, lowered: a prefixed name (`html:p`,
+    `xhtml:br`) by its local name, unless its prefix is `foreign` (foreign_prefixes). A
+    prefix the text does not bind is read as XHTML's: a piece of a document comes without
+    the root element that binds it, and in HTML a prefix binds nothing, so `<h:p>` written
+    there means a paragraph."""
+    name = tag_name(tag)
+    prefix, colon, local = name.partition(":")
+    return local if colon and local and prefix not in foreign else name
+
+
+def unprefixed(tag: str, foreign: frozenset[str] = frozenset()) -> str:
+    """`tag` with its element named by its HTML name (html_name) as written: `</html:p >`
+    -> `</p >`."""
+    if html_name(tag, foreign) == tag_name(tag):
+        return tag
+    name = re.match(r"</?([\w:.-]+)", tag)
+    return tag[: name.start(1)] + name.group(1).partition(":")[2] + tag[name.end(1) :]
 
 
 def without_hidden(text: str) -> str:
@@ -111,10 +158,11 @@ def blanked(text: str, text_format: str) -> str:
 
     for start, end in hidden(text):
         fill(start, end, "\n")
+    foreign = foreign_prefixes(text)
     for match in _TAG.finditer(text):
         if chars[match.start()] == "\n":  # inside a comment or a script
             continue
-        block = text_format == "html" and tag_name(match.group()) in BLOCK
+        block = text_format == "html" and html_name(match.group(), foreign) in BLOCK
         fill(match.start(), match.end(), "\n" if block else " ")
     for match in _ENTITY.finditer(text):
         if chars[match.start()] != "\n":
@@ -141,10 +189,11 @@ def well_formed(text: str) -> bool:
     """Whether the text's tags nest (every end tag closes the innermost open element;
     void elements, self-closed tags and HTML's void elements open nothing)."""
     stack: list[str] = []
+    foreign = foreign_prefixes(text)
     for match in _TAG.finditer(without_hidden(text)):
         tag = match.group()
         name = tag_name(tag)
-        if tag.endswith("/>") or name in VOID:
+        if tag.endswith("/>") or html_name(tag, foreign) in VOID:
             continue
         if tag.startswith("</"):
             if not stack or stack.pop() != name:
@@ -244,6 +293,7 @@ def _cuts(text: str, text_format: str) -> list[tuple[int, _Open | None]]:
     there: in each gap (_GAP) between the text's first and last words, the places outside
     markup where the fewest are open."""
     blank = blanked(text, text_format)
+    foreign = foreign_prefixes(text)
     void = VOID if text_format == "html" else frozenset()  # XML closes its own
     first, last = len(blank) - len(blank.lstrip()), len(blank.rstrip())
     inside = bytearray(len(text) + 1)  # 1: a place inside a tag, an entity, a comment...
@@ -256,7 +306,8 @@ def _cuts(text: str, text_format: str) -> list[tuple[int, _Open | None]]:
         places = []
         for at in range(gap.start() + len(gap.group().rstrip()), gap.end() + 1):
             while e < len(elements) and elements[e].end() <= at:
-                there = _opened(there, names, elements[e].group(), void)
+                tag = elements[e].group()
+                there = _opened(there, names, tag, html_name(tag, foreign) in void)
                 e += 1
             if first < at < last and not inside[at]:
                 places.append((there.count if there else 0, at, there))
@@ -265,10 +316,10 @@ def _cuts(text: str, text_format: str) -> list[tuple[int, _Open | None]]:
     return cuts
 
 
-def _opened(there: _Open | None, names: Counter, tag: str, void: frozenset) -> _Open | None:
+def _opened(there: _Open | None, names: Counter, tag: str, void: bool) -> _Open | None:
     """What is open after an inline `tag`, `there` open before it and `names` counting their
     names (kept up to date): an end tag closes its element and those open inside it; one
-    that closes nothing open, or a `void` or self-closed tag, changes nothing."""
+    that closes nothing open, a `void` element's or a self-closed tag, changes nothing."""
     name = tag_name(tag)
     if tag.startswith("</"):
         closed = None
@@ -276,7 +327,7 @@ def _opened(there: _Open | None, names: Counter, tag: str, void: frozenset) -> _
             closed, there = there, there.outer
             names[closed.name] -= 1
         return there
-    if tag.endswith("/>") or name in void:
+    if tag.endswith("/>") or void:
         return there
     names[name] += 1
     count, closing = (there.count, there.closing) if there else (0, 0)

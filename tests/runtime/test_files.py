@@ -699,6 +699,19 @@ def test_a_long_html_file_is_cut_after_blocks_into_texts_of_a_bounded_length():
     assert read.save().decode() == long.replace("Hola", "Hello")
 
 
+def test_xhtml_is_cut_after_its_prefixed_block_ends_and_line_breaks():
+    """`</h:p>` and `<h:br/>` (h bound to XHTML's namespace) ended no block: a long file
+    went whole to one text, past the bound."""
+    body = "".join(f"<h:p>Frase {i}.</h:p>" for i in range(10))
+    content = f'<h:html xmlns:h="http://www.w3.org/1999/xhtml"><h:body>{body}</h:body></h:html>'
+    pieces = html_pieces(content, 80)
+    assert "".join(pieces) == content and max(len(p) for p in pieces) <= 80
+    assert all(p.endswith("</h:p>") for p in pieces[:-1]) and len(pieces) > 2
+    lines = "<h:div>" + "".join(f"Línea {i}.<h:br/>" for i in range(12)) + "</h:div>"
+    pieces = html_pieces(lines, 60)
+    assert "".join(pieces) == lines and all(p.endswith("<h:br/>") for p in pieces[:-1])
+
+
 def test_html_is_one_paragraph_and_other_files_are_refused():
     read = files.read_file(".html", b"<p>Hola</p>")
     assert read.text_format == "html" and read.paragraphs[0].runs == ["<p>Hola</p>"]

@@ -211,3 +211,36 @@ def test_a_long_run_of_sentence_ends_or_white_space_is_read_once(run):
     assert time.perf_counter() - started < 1.0
     assert len(parts) == 2 and "".join(p.source for p in parts) == text
     assert parts[0].source.rstrip().endswith("Uno.") and len(parts[0].text) <= 50_000
+
+
+XHTML_PAGE = (
+    '<h:html xmlns:h="http://www.w3.org/1999/xhtml" xmlns:o="urn:schemas-microsoft-com:office:'
+    'office"><h:body><h:p>Hola mundo</h:p><h:p>Adiós amigo<h:br/>hasta luego</h:p>'
+    '<h:script>var a = "Hola. Adiós.";</h:script><h:p>Un <o:p>gato</o:p> negro</h:p>'
+    "</h:body></h:html>"
+)
+
+
+def test_xhtml_elements_named_with_a_prefix_are_read_by_their_local_names():
+    """`<h:p>` (h bound to XHTML's namespace) was an inline element of an unknown name: its
+    paragraphs ran together as one sentence, with the markup between them, and the script's
+    text went to the model. A prefix bound to another namespace (`o:p`) names no HTML
+    element."""
+    document = split_markup(XHTML_PAGE, "sentences", "html")
+    assert document.sentence_texts() == [
+        "Hola mundo",
+        "Adiós amigo",
+        "hasta luego",
+        "Un <o:p>gato</o:p> negro",
+    ]
+    assert well_formed(XHTML_PAGE) and well_formed("<x:p>a<x:br>b</x:p>")
+    piece = "<xhtml:div>Uno</xhtml:div><xhtml:div>Dos</xhtml:div>"  # bound in another piece
+    assert split_markup(piece, "sentences", "html").sentence_texts() == ["Uno", "Dos"]
+    assert markup.html_name("</H:P >") == "p" and markup.unprefixed("</H:P >") == "</P >"
+
+
+def test_a_prefixed_line_break_opens_nothing_where_a_text_is_cut():
+    text = "<h:p>" + "<h:b>Uno.</h:b> <h:br> " * 8 + "</h:p>"
+    parts = markup.parts(text, 60)
+    assert len(parts) > 1 and "".join(p.source for p in parts) == text
+    assert all(not p.opened and not p.closed for p in parts), parts

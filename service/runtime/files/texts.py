@@ -88,13 +88,15 @@ def html_parts(content: str, most: int = HTML_PIECE) -> list[markup.Part]:
 
 
 def _cut_after(content: str, pattern: re.Pattern, most: int) -> list[str]:
-    """`content` cut after its tags that `pattern` matches whole (outside what holds no
-    text; never one inside another tag's quoted value) into pieces of at most `most`
-    characters where those tags allow."""
+    """`content` cut after its tags that `pattern` matches whole, read by their HTML names
+    (markup.unprefixed: `</xhtml:p>` as `</p>`), outside what holds no text (never one
+    inside another tag's quoted value), into pieces of at most `most` characters where
+    those tags allow."""
     pieces, start, last = [], 0, 0
     hidden, h = markup.hidden(content), 0  # a script's or a comment's text ends no block
+    foreign = markup.foreign_prefixes(content)
     for match in _TAG.finditer(content):
-        if not pattern.fullmatch(match.group()):
+        if not pattern.fullmatch(markup.unprefixed(match.group(), foreign)):
             continue
         while h < len(hidden) and hidden[h][1] <= match.start():
             h += 1
