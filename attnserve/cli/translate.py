@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from attnserve.cli import remote
@@ -29,11 +30,11 @@ from attnserve.cli.render import (
     read_text,
     show,
 )
-from attnserve.cli.results import TokenCounts, Translations
+from attnserve.cli.results import TokenCounts, Translation, Translations
 from attnserve.cli.subcommand import Failure, Subcommand
 from models.shipped import SHIPPED_TRANSLATOR
 from service.runtime.documents import SPLITTING
-from service.runtime.markup import FORMATS, Part
+from service.runtime.markup import FORMATS, Part, within
 
 FILES = (".html", ".htm", ".srt", ".epub", ".docx", ".pptx", ".odt", ".odp")  # in their format
 TEXT_FILES = (".html", ".htm", ".srt")  # of those, written to standard output without --output
@@ -283,8 +284,9 @@ def _translate_batches(channel, args: argparse.Namespace, texts: list[str], call
 def _translate_document(channel, args: argparse.Namespace, call: dict) -> int:
     """--input as one document: cut at paragraph breaks (HTML after its blocks and sentences,
     XML after its sentences, outside their markup) into texts of at most the server's default
-    max_text_chars, translated in one call, put back together; a formatted file in its
-    format (_translate_file)."""
+    max_text_chars, translated in one call, put back together (--json: each text's
+    translation as the document holds it, _as_written); a formatted file in its format
+    (_translate_file)."""
     from service import client
 
     suffix = args.input.suffix.lower()
@@ -305,15 +307,16 @@ def _translate_document(channel, args: argparse.Namespace, call: dict) -> int:
     except ValueError as error:
         print(f"error: {args.input}: {error}", file=sys.stderr)
         return 2
-    texts = [p.text for p in parts if p.source.strip()]
+    sent = [p for p in parts if p.source.strip()]
+    texts = [p.text for p in sent]
     if texts:
-        results = remote.translations(client.translate(channel, texts, **call), texts)
+        response = client.translate(channel, texts, **call)
+        results = _as_written(remote.translations(response, texts), sent)
     else:
         results = _untranslated(args)
     translated = iter(results.translations)
     whole = "".join(
-        _unwrapped(p, next(translated).hypotheses[0].text) if p.source.strip() else p.source
-        for p in parts
+        next(translated).hypotheses[0].text if p.source.strip() else p.source for p in parts
     )
     if args.output is not None and not args.json:
         return _written(args.output, bom + whole.encode(encoding))
@@ -342,9 +345,35 @@ def _document_parts(text: str, text_format: str | None) -> list[Part]:
     return [Part(part) for part in client.document_parts(text)]
 
 
-def _unwrapped(part: Part, translation: str) -> str:
-    """A part's translation without the tags the part added (Part.unwrapped)."""
-    return translation[slice(*part.unwrapped(translation))]
+def _as_written(results: Translations, parts: list[Part]) -> Translations:
+    """The translations of a document's `parts` as the document holds them: each source
+    without the tags its part added at a cut (Part.opened, Part.closed), each hypothesis
+    without them where it kept them (Part.unwrapped), each sentence's span moved to match."""
+    translations = zip(results.translations, parts, strict=True)
+    return replace(results, translations=tuple(_part_as_written(t, p) for t, p in translations))
+
+
+def _part_as_written(translation: Translation, part: Part) -> Translation:
+    if not part.opened and not part.closed:
+        return translation
+    spans = [part.unwrapped(h.text) for h in translation.hypotheses]
+    hypotheses = tuple(
+        replace(h, text=h.text[begin:end])
+        for h, (begin, end) in zip(translation.hypotheses, spans, strict=True)
+    )
+    opened, length = len(part.opened), len(part.source)
+    begin, end = spans[0] if spans else (0, 0)  # the sentences' targets: the best hypothesis
+    sentences = tuple(
+        replace(
+            s,
+            source_start=within(s.source_start, opened, length),
+            source_end=within(s.source_end, opened, length),
+            target_start=within(s.target_start, begin, end - begin),
+            target_end=within(s.target_end, begin, end - begin),
+        )
+        for s in translation.sentences
+    )
+    return replace(translation, source=part.source, hypotheses=hypotheses, sentences=sentences)
 
 
 def _translate_file(channel, args: argparse.Namespace, call: dict) -> int:

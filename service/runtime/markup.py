@@ -235,6 +235,12 @@ class Part:
         return (start, end) if kept and end >= start else (0, len(translation))
 
 
+def within(offset: int, start: int, length: int) -> int:
+    """An offset in a part's text (or its translation) as one in what lies from `start` for
+    `length` characters (its source, without the tags the part added)."""
+    return min(max(offset - start, 0), length)
+
+
 def parts(text: str, most: int, text_format: str = "html") -> list[Part]:
     """A text in HTML (or XML) in parts of at most `most` characters each (their `text`),
     their sources joined the text: each cut after a sentence's end or at a block's edge,

@@ -21,6 +21,7 @@ from attnserve.cli import main, translate
 from attnserve.cli.main import build_parser
 from attnserve.cli.options import TORCH_DECODING
 from attnserve.cli.subcommand import Failure
+from service.runtime.markup import TAG
 from service.wire.v1 import translation_pb2, translation_pb2_grpc
 
 
@@ -509,6 +510,72 @@ def test_a_long_html_document_is_never_cut_inside_a_tag(stand_in, tmp_path, caps
     argv = ["--input", str(source), "--text-format", "html", "--output", str(target)]
     assert main(["translate", "--server", address, *argv]) == 0
     assert target.read_text(encoding="utf-8") == page.upper()
+
+
+def upper_words(text: str) -> str:
+    """`text` with its words upper-cased and its tags as they are."""
+    pieces = re.split(f"({TAG})", text)
+    return "".join(p if i % 2 else p.upper() for i, p in enumerate(pieces))
+
+
+class MarkupStandIn(StandIn):
+    """Translates HTML as the server does its markup: the words upper-cased, the tags kept as
+    they are; each text one sentence, between the tags at its ends."""
+
+    def _response(self, request, texts, context):
+        response = super()._response(request, texts, context)
+        for text, translation in zip(texts, response.translations, strict=True):
+            kept = upper_words(text)
+            words = re.sub(TAG, lambda tag: " " * len(tag.group()), text)
+            start, end = len(words) - len(words.lstrip()), len(words.rstrip())
+            for hypothesis in translation.hypotheses:  # a rank's "!" at its sentence's end
+                hypothesis.text = kept[:end] + hypothesis.text[len(text) :] + kept[end:]
+            translation.sentences.add(
+                source_start=start, source_end=end, target_start=start, target_end=end
+            )
+        return response
+
+
+@pytest.fixture
+def markup_stand_in():
+    servicer = MarkupStandIn()
+    server, address = started(
+        lambda s: translation_pb2_grpc.add_TranslationServiceServicer_to_server(servicer, s)
+    )
+    yield servicer, address
+    server.stop(None)
+
+
+def test_a_long_html_document_as_json_shows_its_own_markup(
+    markup_stand_in, tmp_path, capsys, monkeypatch
+):
+    """A block past the text limit goes in parts, each reopening the inline elements open
+    where it starts and closing those open where it ends: `--json` showed every part with
+    those tags, which are not in the document there, and sentences' spans that counted
+    them."""
+    from service.runtime import requests
+
+    servicer, address = markup_stand_in
+    monkeypatch.setattr(requests, "MAX_TEXT_CHARS", 120)
+    page = '<p>Hola. <b class="x">' + "Uno dos. " * 20 + "</b> Fin.</p>"
+    source = tmp_path / "p.html"
+    source.write_text(page, encoding="utf-8")
+    argv = ["translate", "--server", address, "--input", str(source), "--json", "--n-best", "2"]
+    assert main(argv) == 0
+    sent = list(servicer.requests[-1].texts)
+    assert any(t.startswith('<b class="x">') for t in sent) and any(
+        t.endswith("</b>") for t in sent
+    )
+    translations = json.loads(capsys.readouterr().out)["translations"]
+    assert "".join(t["source"] for t in translations) == page
+    for rank in range(2):
+        texts = [t["hypotheses"][rank]["text"] for t in translations]
+        assert "".join(texts).replace("!", "") == upper_words(page)
+    for t in translations:
+        (sentence,) = t["sentences"]
+        source_words = t["source"][sentence["source_start"] : sentence["source_end"]]
+        target_words = t["hypotheses"][0]["text"][sentence["target_start"] : sentence["target_end"]]
+        assert upper_words(source_words) == target_words and source_words.strip(), t
 
 
 def test_a_long_xml_document_is_never_cut_inside_a_tag(stand_in, tmp_path):

@@ -122,10 +122,10 @@ def joined(parts: list[markup.Part], translations: list[dict | None]) -> dict:
         for span in spans:
             moved = {
                 **span,
-                "sourceStart": source + _inside(span.get("sourceStart", 0), opened, length),
-                "sourceEnd": source + _inside(span.get("sourceEnd", 0), opened, length),
-                "targetStart": target + _inside(span.get("targetStart", 0), begin, len(text)),
-                "targetEnd": target + _inside(span.get("targetEnd", 0), begin, len(text)),
+                "sourceStart": source + markup.within(span.get("sourceStart", 0), opened, length),
+                "sourceEnd": source + markup.within(span.get("sourceEnd", 0), opened, length),
+                "targetStart": target + markup.within(span.get("targetStart", 0), begin, len(text)),
+                "targetEnd": target + markup.within(span.get("targetEnd", 0), begin, len(text)),
             }
             if len(spans) == 1 and "alignment" not in span and "alignment" in best:
                 moved["alignment"] = best["alignment"]
@@ -133,12 +133,6 @@ def joined(parts: list[markup.Part], translations: list[dict | None]) -> dict:
         texts.append(text)
         source, target = source + len(part.source), target + len(text)
     return {"hypotheses": [{"text": "".join(texts)}], "sentences": sentences}
-
-
-def _inside(offset: int, start: int, length: int) -> int:
-    """An offset in a part's text (or its translation) as one in what lies from `start` for
-    `length` characters (its source, without the tags the part added)."""
-    return min(max(offset - start, 0), length)
 
 
 def said(text: str) -> bool:
