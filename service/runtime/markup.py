@@ -245,25 +245,60 @@ def parts(text: str, most: int, text_format: str = "html") -> list[Part]:
     """A text in HTML (or XML) in parts of at most `most` characters each (their `text`),
     their sources joined the text: each cut after a sentence's end or at a block's edge,
     outside every tag, entity, comment and script, where the fewest inline elements are
-    open. ValueError where a sentence is longer than `most`."""
+    open. ValueError where a sentence is longer than `most`, or the tags its part repeats
+    around it make the part longer (_too_long)."""
     if len(text) <= most:
         return [Part(text)]
-    found, start, opened = [], 0, ""
+    found, start, opened = [], 0, None
     cuts, k = _cuts(text, text_format), 0
-    while len(opened) + len(text) - start > most:
-        best = None
+    while _length(opened) + len(text) - start > most:
+        best, first = None, k
         while k < len(cuts) and cuts[k][0] - start <= most:
             at, there = cuts[k]
-            closing = there.closing if there else 0
-            if at > start and len(opened) + at - start + closing <= most:
+            if at > start and _length(opened) + at - start + _closing(there) <= most:
                 best = k
             k += 1
         if best is None:
-            raise ValueError(f"a sentence longer than {most} characters")
+            raise ValueError(_too_long(text, start, opened, cuts[first:], most))
         at, there = cuts[best]
-        found.append(Part(text[start:at], opened, there.closers() if there else ""))
-        start, opened, k = at, there.start_tags() if there else "", best + 1
-    return [*found, Part(text[start:], opened)]
+        start_tags = opened.start_tags() if opened else ""
+        found.append(Part(text[start:at], start_tags, there.closers() if there else ""))
+        start, opened, k = at, there, best + 1
+    return [*found, Part(text[start:], opened.start_tags() if opened else "")]
+
+
+def _length(opened: _Open | None) -> int:
+    """Characters of the start tags of what is `opened` (a part reopens them)."""
+    return opened.opening if opened else 0
+
+
+def _closing(there: _Open | None) -> int:
+    """Characters of the end tags of what is open `there` (a part closes them)."""
+    return there.closing if there else 0
+
+
+def _too_long(text: str, start: int, opened: _Open | None, cuts: list, most: int) -> str:
+    """Why no part of at most `most` characters starts at `start`, `opened` open there
+    (`cuts`: those from there on): the sentence up to the next cut is longer (its words
+    and the tags among them), or the tags around it are: those of the text, and the start
+    and end tags its part repeats of the inline elements open across its ends."""
+    end, there = next(((at, open_) for at, open_ in cuts if at > start), (len(text), None))
+    words = blanked(text[start:end], "xml")
+    first, last = len(words) - len(words.lstrip()), len(words.rstrip())
+    if last - first > most:
+        return f"a sentence longer than {most} characters"
+    repeated = _length(opened) + _closing(there)
+    quoted = " ".join(words.split())
+    quoted = quoted if len(quoted) <= 40 else quoted[:40].rstrip() + "..."
+    said = (
+        f'the sentence "{quoted}" ({last - first} characters) and the tags around it make a '
+        f"part of {repeated + end - start} characters, longer than {most}"
+    )
+    if not repeated:
+        return said
+    names = dict.fromkeys(o.name for chain in (opened, there) if chain for o in chain._outward())
+    shown = ", ".join(f"<{name}>" for name in list(names)[:3]) + (", ..." if len(names) > 3 else "")
+    return f"{said} ({repeated} of them repeat the tags of {shown}, open across the part's ends)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,6 +311,7 @@ class _Open:
     tag: str
     outer: _Open | None
     count: int  # elements open, this one and those outside it
+    opening: int  # characters of their start tags
     closing: int  # characters of their end tags
 
     def _outward(self):
@@ -336,5 +372,5 @@ def _opened(there: _Open | None, names: Counter, tag: str, void: bool) -> _Open 
     if tag.endswith("/>") or void:
         return there
     names[name] += 1
-    count, closing = (there.count, there.closing) if there else (0, 0)
-    return _Open(name, tag, there, count + 1, closing + len(name) + 3)
+    count, opening, closing = (there.count, there.opening, there.closing) if there else (0, 0, 0)
+    return _Open(name, tag, there, count + 1, opening + len(tag), closing + len(name) + 3)

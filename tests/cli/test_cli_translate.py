@@ -578,6 +578,25 @@ def test_a_long_html_document_as_json_shows_its_own_markup(
         assert upper_words(source_words) == target_words and source_words.strip(), t
 
 
+def test_a_part_too_long_for_the_tags_it_repeats_is_refused_for_them(
+    stand_in, tmp_path, capsys, monkeypatch
+):
+    """A link's start tag, repeated in the part after a cut inside it, made that part longer
+    than a text may be: the page was refused as holding "a sentence longer than 100
+    characters", which it does not."""
+    from service.runtime import requests
+
+    servicer, address = stand_in
+    monkeypatch.setattr(requests, "MAX_TEXT_CHARS", 100)
+    link = '<a href="/' + "x" * 60 + '">'
+    page = tmp_path / "p.html"
+    page.write_text(f"<p>{link}Uno. Una frase algo más larga, de veinte.</a></p>", "utf-8")
+    assert main(["translate", "--server", address, "--input", str(page), "--json"]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith(f'error: {page}: the sentence "Una frase algo más larga, de veinte."')
+    assert "72 of them repeat the tags of <a>" in error and servicer.requests == []
+
+
 def test_a_long_xml_document_is_never_cut_inside_a_tag(stand_in, tmp_path):
     """`--text-format xml` cut a document past 100,000 characters as plain text, after its
     last space in reach: inside a tag (`<t id="404" | note="...">`), whose halves went to the

@@ -135,6 +135,23 @@ def test_a_sentence_longer_than_a_part_is_refused():
     assert markup.parts("<p>Hola.</p>", 30) == [markup.Part("<p>Hola.</p>")]
 
 
+def test_a_part_too_long_for_the_tags_it_repeats_says_so_not_that_a_sentence_is():
+    """The start tag of a link open across a cut, repeated in the next part, made that part
+    longer than the limit: the text was refused as "a sentence longer than 100 characters",
+    its sentences being 36 characters at most."""
+    link = '<a href="/' + "x" * 60 + '">'  # 72 characters
+    text = f"<p>{link}Uno. Una frase algo más larga, de veinte.</a></p>"
+    with pytest.raises(ValueError) as refused:
+        markup.parts(text, 100)
+    assert str(refused.value) == (
+        'the sentence "Una frase algo más larga, de veinte." (36 characters) and the tags '
+        "around it make a part of 116 characters, longer than 100 (72 of them repeat the tags "
+        "of <a>, open across the part's ends)"
+    )
+    _, second = markup.parts(text, 116)
+    assert second.opened == link and len(second.text) == 116
+
+
 def test_a_tag_whose_quoted_attribute_holds_a_bracket_is_one_tag():
     """An attribute's value may hold ">" ("Siguiente >", "a > b"): the tag ended there, and
     the rest of it (` href="/x">`) went to the model as words and came back without its

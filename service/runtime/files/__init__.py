@@ -59,7 +59,8 @@ XML_FORMATS = (".epub", ".docx", ".pptx", ".odt", ".odp")
 def read_file(suffix: str, data: bytes, piece: int = HTML_PIECE) -> File:
     """The paragraphs of a file (HTML in pieces of at most `piece` characters where its
     blocks allow), each longer paragraph in parts (File.parts); ValueError when it cannot be
-    read as its suffix says, or a paragraph holds a sentence longer than `piece`."""
+    read as its suffix says, or a paragraph holds a sentence longer than `piece` (with the
+    tags around it, in HTML: markup.parts)."""
     read = _read(suffix, data, piece)
     read.most, cut = piece, []
     for number, paragraph in enumerate(read.paragraphs, 1):
