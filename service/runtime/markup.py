@@ -26,6 +26,7 @@ sentence, comes back as it was, and is taken off its translation again.
 
 from __future__ import annotations
 
+import functools
 import re
 import string
 from collections import Counter
@@ -41,17 +42,26 @@ _BLOCK_NAMES = (
     "table tbody td tfoot th thead title tr ul "
 )
 BLOCK = frozenset(_BLOCK_NAMES.split())
-# what holds no text, by how it opens and closes, in the order they are tried: scripts and
-# styles (up to their end tag: _HIDING), comments, CDATA, declarations, processing
-# instructions
+# what holds no text, by how it opens and what it runs to from there (a pattern), in the
+# order they are tried: scripts and styles (up to their end tag: _OPENS), comments, CDATA,
+# a document type (its internal subset, `[<!ENTITY ...>]`, too), other declarations,
+# processing instructions
 HIDDEN = (
-    ("<!--", "-->"),
-    ("<![cdata[", "]]>"),
-    ("<!", ">"),
-    ("<?", "?>"),
+    ("<!--", r".*?-->"),
+    ("<![cdata[", r".*?\]\]>"),
+    ("<!doctype", r"[^\[>]*(?:\[.*?\]\s*)?>"),
+    ("<!", r"[^>]*>"),
+    ("<?", r".*?\?>"),
 )
-# an element whose content is no text, its name read on a lowered copy (`<xhtml:script`)
-_HIDING = re.compile(r"<(?:([a-z_][\w.-]*):)?(script|style)(?=[ \t\n\r\f>/]|\Z)")
+_HIDDEN_REST = {opener: re.compile(rest, re.DOTALL) for opener, rest in HIDDEN}
+# where what holds no text opens, on a lowered copy: an element whose content is no text
+# (`<script`, `<xhtml:style`, not `<scripts>`: its prefix and name grouped), or HIDDEN
+_OPENS = re.compile(
+    "|".join(
+        [r"<(?:([a-z_][\w.-]*):)?(script|style)(?=[ \t\n\r\f>/]|\Z)"]
+        + [re.escape(o) for o, _ in HIDDEN]
+    )
+)
 XHTML = "http://www.w3.org/1999/xhtml"
 # a prefix bound in a tag: `xmlns:svg="http://www.w3.org/2000/svg"`
 _BINDING = re.compile(r"""\sxmlns:([\w.-]+)\s*=\s*(?:"([^"]*)"|'([^']*)')""")
@@ -73,32 +83,24 @@ def hidden(text: str) -> list[tuple[int, int]]:
     the end of the text, as a browser reads it."""
     lower, spans, at = text.translate(_ASCII_LOWER), [], 0  # as long as `text`
     foreign = foreign_prefixes(text)
-    while (start := lower.find("<", at)) >= 0:
-        at = start + 1
-        if (found := _opener(lower, start, foreign)) is None:
-            continue
-        opener, closer = found
-        end = lower.find(closer, start + len(opener))
-        if end < 0:
-            end = len(text)
-        elif closer.startswith("</"):  # up to the end tag's `>`
-            close = lower.find(">", end)
-            end = len(text) if close < 0 else close + 1
+    while (opens := _OPENS.search(lower, at)) is not None:
+        at = opens.start() + 1
+        if opens.group(2) is None:
+            rest = _HIDDEN_REST[opens.group()]
+        elif opens.group(1) not in foreign:  # a script or a style of HTML's
+            rest = _up_to_end_tag(opens.group()[1:])
         else:
-            end += len(closer)
-        spans.append((start, end))
-        at = end
+            continue
+        closed = rest.match(lower, opens.end())
+        at = closed.end() if closed else len(text)
+        spans.append((opens.start(), at))
     return spans
 
 
-def _opener(lower: str, start: int, foreign: frozenset[str]) -> tuple[str, str] | None:
-    """(opener, closer) of what holds no text and opens at `start` of a lowered text, if
-    anything does: a script or style element (`<script`, `<xhtml:style`, not `<scripts>`;
-    its prefix not `foreign`: foreign_prefixes), or one of HIDDEN."""
-    element = _HIDING.match(lower, start)
-    if element and element.group(1) not in foreign:
-        return element.group(), "</" + element.group()[1:]
-    return next(((o, c) for o, c in HIDDEN if lower.startswith(o, start)), None)
+@functools.cache
+def _up_to_end_tag(name: str) -> re.Pattern:
+    """What runs to the `>` of the end tag of an element named `name` (lowered)."""
+    return re.compile(f".*?</{re.escape(name)}[^>]*>?", re.DOTALL)
 
 
 def foreign_prefixes(text: str) -> frozenset[str]:

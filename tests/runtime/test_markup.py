@@ -85,6 +85,16 @@ def test_hidden_spans_index_the_text_whatever_its_letters():
     assert markup.without_hidden(text) == "İİ<p>Hola</p>"
 
 
+def test_a_document_type_with_an_internal_subset_holds_no_text():
+    """`<!DOCTYPE doc [<!ENTITY ...>]>` ended at its first `>`: the rest of its entity
+    declarations and its `]>` went to the model as a sentence, and came back translated."""
+    xml = '<!DOCTYPE doc [\n  <!ENTITY autor "Ana > Luis">\n] >\n<doc><t>Hola &autor;.</t></doc>'
+    assert split_markup(xml, "sentences", "xml").sentence_texts() == ["Hola &autor;."]
+    assert markup.hidden(xml) == [(0, xml.index("\n<doc>"))]
+    page = '<!DOCTYPE html PUBLIC "-//W3C//DTD XHTML 1.1//EN" "x.dtd"><p>Hola.</p><!DOCTYPE x ['
+    assert markup.hidden(page) == [(0, page.index("<p>")), (page.index("</p>") + 4, len(page))]
+
+
 LONG = (
     '<p>El perro <b>come pan. La casa</b> es grande. Mira <a href="https://a.com/x?y=1&amp;z=2">'
     'este enlace. Es bueno</a> y <span class="x">útil. Buenos días.</span> Adiós.</p>'
