@@ -38,6 +38,8 @@ from service.runtime.markup import FORMATS, Part, within
 
 FILES = (".html", ".htm", ".srt", ".epub", ".docx", ".pptx", ".odt", ".odp")  # in their format
 TEXT_FILES = (".html", ".htm", ".srt")  # of those, written to standard output without --output
+# the text format of a document --input by its suffix, where --text-format does not say
+MARKUP_SUFFIXES = {".html": "html", ".htm": "html", ".xhtml": "html", ".xml": "xml"}
 
 TIMEOUT = 60.0  # seconds, the default deadline of a translate or score call
 CONCURRENCY = 4  # calls in flight by default
@@ -190,7 +192,7 @@ def _add_inputs(parser: argparse.ArgumentParser) -> None:
         "--text-format",
         choices=FORMATS,
         help="html, xml: the markup is kept and only the text between it translated "
-        "(default: plain; html for an .html --input)",
+        "(default: plain; html for an .html, .htm or .xhtml --input, xml for an .xml one)",
     )
     parser.add_argument(
         "--glossary",
@@ -290,11 +292,10 @@ def _translate_document(channel, args: argparse.Namespace, call: dict) -> int:
     from service import client
 
     suffix = args.input.suffix.lower()
-    html = suffix in (".html", ".htm")
-    if suffix in FILES and not (args.json and html):
+    if suffix in FILES and not (args.json and suffix in (".html", ".htm")):
         return _translate_file(channel, args, call)
-    if html and args.text_format is None:  # a page is HTML unless --text-format says not
-        call = {**call, "text_format": "html"}
+    if suffix in MARKUP_SUFFIXES and args.text_format is None:  # unless --text-format says not
+        call = {**call, "text_format": MARKUP_SUFFIXES[suffix]}
     from service.runtime.files import decoded_text
 
     try:  # as its bytes say: line breaks (CRLF too) kept, a byte order mark kept out

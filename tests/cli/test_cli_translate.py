@@ -426,6 +426,23 @@ def test_an_html_input_with_json_is_sent_as_html(stand_in, tmp_path, capsys):
     assert servicer.requests[-1].text_format == translation_pb2.TEXT_FORMAT_PLAIN
 
 
+@pytest.mark.parametrize(
+    ("name", "text_format"),
+    [("p.xhtml", translation_pb2.TEXT_FORMAT_HTML), ("d.xml", translation_pb2.TEXT_FORMAT_XML)],
+)
+def test_an_xhtml_or_xml_input_is_sent_in_its_format(stand_in, tmp_path, capsys, name, text_format):
+    """An .xhtml or .xml --input went as plain text: its tags were words to the model, and
+    came back translated, moved or lost."""
+    servicer, address = stand_in
+    source = tmp_path / name
+    source.write_text('<?xml version="1.0"?><p>Hola <b>amigo</b>.</p>', encoding="utf-8")
+    assert main(["translate", "--server", address, "--input", str(source)]) == 0
+    assert servicer.requests[-1].text_format == text_format
+    argv = ["translate", "--server", address, "--input", str(source), "--text-format", "plain"]
+    assert main(argv) == 0
+    assert servicer.requests[-1].text_format == translation_pb2.TEXT_FORMAT_PLAIN
+
+
 @pytest.mark.parametrize("bom", [codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE, codecs.BOM_UTF8])
 def test_a_subtitle_file_of_any_encoding_is_written_to_stdout_as_text(
     stand_in, tmp_path, capsys, bom
