@@ -4,7 +4,8 @@ A text in markup is cut into sentences as a plain text is (service.runtime.docum
 copy of it in which the markup is blanked: block-level elements of HTML (paragraphs, list
 items, headings, cells, line breaks), comments, processing instructions and the contents of
 `script` and `style` become line breaks, so a sentence never runs across them; inline tags
-and entity references become spaces, so the segmenter reads the words around them. The
+and entity references become spaces, so the segmenter reads the words around them; in
+HTML the source's own line breaks are spaces too, as a browser shows them (as_rendered). The
 sentences' spans index the original text, so everything outside a sentence (block tags,
 white space, a tag or entity around a whole sentence) is put back as it was. XHTML's
 elements may be named with a prefix (`<html:p>`, `<xhtml:br/>`): a prefixed name is read by
@@ -175,16 +176,49 @@ def blanked(text: str, text_format: str) -> str:
 def split_markup(text: str, splitting: str, text_format: str) -> Document:
     """The sentences of a text in `text_format` (a plain text is split as it is). In markup
     "none" cuts at what a sentence never runs across (blocks, comments, scripts) alone: the
-    text's own line breaks are spaces to it."""
+    text's own line breaks are spaces to it. In HTML "sentences" reads the text as a
+    browser shows it (as_rendered): a line break of its source is a space, but in `<pre>`."""
     if text_format == "plain":
         return split_text(text, splitting)
     if splitting == "none":
         flat = blanked(text.translate(_LINE_BREAKS), text_format)
         return Document(text, split_text(flat, "lines").sentences)
-    return Document(text, split_text(blanked(text, text_format), splitting).sentences)
+    shown = as_rendered(text) if splitting == "sentences" and text_format == "html" else text
+    return Document(text, split_text(blanked(shown, text_format), splitting).sentences)
 
 
 _LINE_BREAKS = str.maketrans("\r\n", "  ")  # as long: every offset holds
+# HTML elements whose line breaks are shown as line breaks
+PREFORMATTED = frozenset({"pre", "textarea", "listing"})
+
+
+def as_rendered(text: str) -> str:
+    """An HTML text with the line breaks of its source that a browser shows as spaces
+    (all but those inside PREFORMATTED elements) made spaces, character for character: a
+    source wrapped at 80 columns holds its sentences across its lines."""
+    if "\n" not in text and "\r" not in text:
+        return text
+    foreign, spans, h = foreign_prefixes(text), hidden(text), 0
+    pieces, at, depth = [], 0, 0
+    for match in _TAG.finditer(text):
+        while h < len(spans) and spans[h][1] <= match.start():
+            h += 1
+        tag = match.group()
+        inside = h < len(spans) and spans[h][0] <= match.start()  # a comment's, a script's
+        if inside or tag.endswith("/>") or html_name(tag, foreign) not in PREFORMATTED:
+            continue
+        if not tag.startswith("</"):
+            if depth == 0:  # what runs to here is shown wrapped
+                pieces.append(text[at : match.end()].translate(_LINE_BREAKS))
+                at = match.end()
+            depth += 1
+        elif depth:
+            depth -= 1
+            if depth == 0:  # the element's content, as it is
+                pieces.append(text[at : match.start()])
+                at = match.start()
+    rest = text[at:]
+    return "".join(pieces) + (rest if depth else rest.translate(_LINE_BREAKS))
 
 
 def well_formed(text: str) -> bool:
@@ -336,7 +370,7 @@ def _cuts(text: str, text_format: str) -> list[tuple[int, _Open | None]]:
     """Where `text` (in `text_format`) may be cut, in order, with the inline elements open
     there: in each gap (_GAP) between the text's first and last words, the places outside
     markup where the fewest are open."""
-    blank = blanked(text, text_format)
+    blank = blanked(as_rendered(text) if text_format == "html" else text, text_format)
     foreign = foreign_prefixes(text)
     void = VOID if text_format == "html" else frozenset()  # XML closes its own
     first, last = len(blank) - len(blank.lstrip()), len(blank.rstrip())

@@ -36,6 +36,31 @@ def test_sentences_stay_inside_blocks_and_markup_outside_them_is_layout():
     assert text.endswith('<script>var a = "Hola. Adiós.";</script>')
 
 
+def test_a_wrapped_html_source_keeps_its_sentences_whole():
+    """A line break of HTML's source is a space as a browser shows it: a paragraph wrapped
+    at 80 columns was cut at each of its lines, and the halves of a sentence translated
+    apart. A `<pre>` shows its line breaks; XML and "lines" still cut at them."""
+    page = "<p>El perro come\n  pan en <b>la\r\ncasa</b>.</p>\n<pre>uno\ndos</pre>"
+    page += "<!-- <pre> -->Y\nfin."
+    assert split_markup(page, "sentences", "html").sentence_texts() == [
+        "El perro come\n  pan en <b>la\r\ncasa</b>.",
+        "uno",
+        "dos",
+        "Y\nfin.",
+    ]
+    assert split_markup(page, "lines", "html").sentence_texts()[:2] == [
+        "El perro come",
+        "pan en <b>la",
+    ]
+    assert split_markup("<t>Hola\nmundo</t>", "sentences", "xml").sentence_texts() == [
+        "Hola",
+        "mundo",
+    ]
+    wrapped = "<p>" + "Uno dos\ntres cuatro. " * 12 + "</p>"
+    parts = markup.parts(wrapped, 70)
+    assert len(parts) > 2 and all(p.source.endswith("cuatro. ") for p in parts[:-1]), parts
+
+
 def test_xml_tags_are_all_inline_and_plain_text_is_untouched():
     xml = "<doc><t>Hola mundo.</t> <t>Adiós.</t></doc>"
     assert split_markup(xml, "sentences", "xml").sentence_texts() == ["Hola mundo.", "Adiós."]
