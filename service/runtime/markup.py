@@ -9,7 +9,8 @@ HTML the source's own line breaks are spaces too, as a browser shows them (as_re
 sentences' spans index the original text, so everything outside a sentence (block tags,
 white space, a tag or entity around a whole sentence) is put back as it was. XHTML's
 elements may be named with a prefix (`<html:p>`, `<xhtml:br/>`): a prefixed name is read by
-its local name unless the text binds its prefix to another namespace (html_name).
+its local name unless the text binds its prefix to a namespace other than XHTML's or SVG's
+(html_name).
 
 Inside a sentence, inline tags (`<b>`, `<a href="...">`, `</i>`, `<br/>` ...) and entity
 references (`&amp;`, `&eacute;`, `&#160;`) are protected items (service.runtime.protect,
@@ -36,11 +37,13 @@ from dataclasses import dataclass
 from service.runtime.documents import SENTENCE_CUT, Document, split_text
 
 FORMATS = ("plain", "html", "xml")
-# HTML elements that start a new block (a sentence never runs across them)
+# elements of HTML that start a new block (a sentence never runs across them), and those
+# of an SVG image in a page that hold a label or a description of their own
 _BLOCK_NAMES = (
     "address article aside blockquote body br caption dd div dl dt fieldset figcaption "
     "figure footer form h1 h2 h3 h4 h5 h6 head header hr html li main nav ol p pre section "
     "table tbody td tfoot th thead title tr ul "
+    "desc text "
 )
 BLOCK = frozenset(_BLOCK_NAMES.split())
 # what holds no text, by how it opens and what it runs to from there (a pattern), in the
@@ -64,6 +67,9 @@ _OPENS = re.compile(
     )
 )
 XHTML = "http://www.w3.org/1999/xhtml"
+# the namespaces whose elements a page names as HTML does: XHTML's, and SVG's (an image in
+# the page: its `script`, `style` and `text` are read as unprefixed ones are)
+PAGE_NAMESPACES = (XHTML, "http://www.w3.org/2000/svg")
 # a prefix bound in a tag: `xmlns:svg="http://www.w3.org/2000/svg"`
 _BINDING = re.compile(r"""\sxmlns:([\w.-]+)\s*=\s*(?:"([^"]*)"|'([^']*)')""")
 # a tag: its name, then its attributes up to the `>` outside their quoted values ("a > b");
@@ -105,9 +111,9 @@ def _up_to_end_tag(name: str) -> re.Pattern:
 
 
 def foreign_prefixes(text: str) -> frozenset[str]:
-    """The prefixes (lowered) that `text`'s tags bind to a namespace other than XHTML's
-    (`xmlns:svg="http://www.w3.org/2000/svg"`): an element named with one is not HTML's,
-    whatever its local name."""
+    """The prefixes (lowered) that `text`'s tags bind to a namespace other than those of
+    PAGE_NAMESPACES (`xmlns:o="urn:schemas-microsoft-com:office:office"`): an element named
+    with one is not HTML's, whatever its local name."""
     if "xmlns:" not in text:
         return frozenset()
     bound = {}
@@ -115,13 +121,14 @@ def foreign_prefixes(text: str) -> frozenset[str]:
         for binding in _BINDING.finditer(tag.group()):
             namespace = binding.group(2) if binding.group(2) is not None else binding.group(3)
             prefix = binding.group(1).translate(_ASCII_LOWER)
-            bound[prefix] = bound.get(prefix, False) or namespace.strip() == XHTML
-    return frozenset(prefix for prefix, xhtml in bound.items() if not xhtml)
+            bound[prefix] = bound.get(prefix, False) or namespace.strip() in PAGE_NAMESPACES
+    return frozenset(prefix for prefix, page in bound.items() if not page)
 
 
 def html_name(tag: str, foreign: frozenset[str] = frozenset()) -> str:
     """The name of a tag's element as HTML reads it, lowered: a prefixed name (`html:p`,
-    `xhtml:br`) by its local name, unless its prefix is `foreign` (foreign_prefixes). A
+    `xhtml:br`, `svg:text`) by its local name, unless its prefix is `foreign`
+    (foreign_prefixes). A
     prefix the text does not bind is read as XHTML's: a piece of a document comes without
     the root element that binds it, and in HTML a prefix binds nothing, so `<h:p>` written
     there means a paragraph."""

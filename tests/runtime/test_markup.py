@@ -291,6 +291,25 @@ def test_xhtml_elements_named_with_a_prefix_are_read_by_their_local_names():
     assert markup.html_name("</H:P >") == "p" and markup.unprefixed("</H:P >") == "</P >"
 
 
+def test_each_label_of_an_svg_image_in_a_page_is_a_sentence_of_its_own():
+    """An SVG image's `<text>` elements, each a label placed apart, were inline: a chart's
+    labels ran together as one sentence, and the model's markers moved words from one label
+    to the next. Its prefixed elements read as unprefixed ones: `<s:style>` holds no text."""
+    svg = '<svg><title>Vientos</title><text x="1">Norte</text><text x="9">Sur</text>'
+    svg += "<text><tspan>Este</tspan> y oeste</text><desc>Un mapa</desc></svg>"
+    assert split_markup(f"<p>Mapa:</p>{svg}", "sentences", "html").sentence_texts() == [
+        "Mapa:",
+        "Vientos",
+        "Norte",
+        "Sur",
+        "Este</tspan> y oeste",
+        "Un mapa",
+    ]
+    page = '<p xmlns:s="http://www.w3.org/2000/svg">Mapa <s:svg><s:style>.a {}</s:style>'
+    page += "<s:text>Norte</s:text><s:text>Sur</s:text></s:svg></p>"
+    assert split_markup(page, "sentences", "html").sentence_texts() == ["Mapa", "Norte", "Sur"]
+
+
 def test_a_prefixed_line_break_opens_nothing_where_a_text_is_cut():
     text = "<h:p>" + "<h:b>Uno.</h:b> <h:br> " * 8 + "</h:p>"
     parts = markup.parts(text, 60)
