@@ -592,3 +592,29 @@ class PrefixProxy:
             threading.Thread(target=rest_of_body, daemon=True).start()
             while data := upstream.recv(65536):
                 client.sendall(data)
+
+
+def growth(run, small, large, rounds: int = 3) -> float:
+    """The seconds `run(large)` takes over those of `run(small)`, each the best of `rounds`
+    runs with the garbage collector off (a collection of the test session's objects can take
+    longer than the work): for an input four times as long, about 4 where the work is linear
+    in its length, 16 where it is quadratic. A ratio, so a slower or busier machine leaves
+    it where it is."""
+    import gc
+    import time
+
+    def best(argument) -> float:
+        seconds = []
+        for _ in range(rounds):
+            started = time.perf_counter()
+            run(argument)
+            seconds.append(time.perf_counter() - started)
+        return min(seconds)
+
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return best(large) / best(small)
+    finally:
+        if enabled:
+            gc.enable()

@@ -3,13 +3,12 @@ markup is kept exactly, sentences never cross a block, tags nest as in the sourc
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from service.runtime import markup
 from service.runtime.markup import blanked, split_markup, well_formed
 from service.runtime.protect import mask
+from tests.helpers import growth
 
 PAGE = (
     "<p>Pulsa <b>Guardar</b> para salir. El gato duerme.</p>\n<ul><li>Uno</li><li>Dos &amp; "
@@ -225,12 +224,16 @@ def test_a_tag_never_closed_before_a_long_run_of_white_space_is_read_at_once(spa
     """`<a` and white space no `>` ends: every split of the run between the tag's name and
     its attributes was tried, from each start, some 5 s for 20,000 spaces, 140 s for a text
     of the default limit, on the front's event loop (every other call waited)."""
-    text = "<p><a" + spaces * (20_000 // len(spaces)) + "hola.</p>"
-    started = time.perf_counter()
-    document = split_markup(text, "sentences", "html")
-    mask(text, True)
-    assert time.perf_counter() - started < 1.0
-    assert document.sentence_texts()[-1].endswith("hola.")
+
+    def text(length: int) -> str:
+        return "<p><a" + spaces * (length // len(spaces)) + "hola.</p>"
+
+    def read(length: int) -> None:
+        split_markup(text(length), "sentences", "html")
+        mask(text(length), True)
+
+    assert growth(read, 5_000, 20_000) < 8  # linear: about 4
+    assert split_markup(text(20_000), "sentences", "html").sentence_texts()[-1].endswith("hola.")
 
 
 @pytest.mark.parametrize("after", ["Dos tres. ", "</q> Dos. "], ids=["sentences", "stray-ends"])
@@ -238,30 +241,37 @@ def test_a_text_of_deeply_nested_elements_is_cut_in_a_time_linear_in_its_length(
     """Every place a text may be cut copied the list of the elements open there, and every
     candidate cut built their end tags again; an end tag searched the whole list: 6 s for
     100 KB of 2,000 nested `<b>`, two minutes for 800 KB (an upload to /translate_file)."""
-    text = "<p>" + "<b>Uno. " * 2000 + after * 8000 + "</b>" * 2000 + "</p>"
-    started = time.perf_counter()
-    parts = markup.parts(text, 20_000)
-    assert time.perf_counter() - started < 1.0
-    assert "".join(p.source for p in parts) == text and all(len(p.text) <= 20_000 for p in parts)
+
+    def text(depth: int) -> str:
+        return "<p>" + "<b>Uno. " * depth + after * (4 * depth) + "</b>" * depth + "</p>"
+
+    assert growth(lambda depth: markup.parts(text(depth), 10 * depth), 500, 2000) < 8
+    whole = text(2000)
+    parts = markup.parts(whole, 20_000)
+    assert "".join(p.source for p in parts) == whole and all(len(p.text) <= 20_000 for p in parts)
     assert parts[2].opened == "<b>" * 2000 and parts[1].closed == "</b>" * 2000
     assert all(well_formed(inline_tags(p.text).replace("</q>", "")) for p in parts)
 
 
 @pytest.mark.parametrize(
-    "run",
-    ["…" * 20_000 + "x", "<i></i>" * 6_000, "." * 20_000 + ")x"],
+    ("unit", "count", "tail"),
+    [("…", 20_000, "x"), ("<i></i>", 6_000, ""), (".", 20_000, ")x")],
     ids=["ellipses", "empty-tags", "dots"],
 )
-def test_a_long_run_of_sentence_ends_or_white_space_is_read_once(run):
+def test_a_long_run_of_sentence_ends_or_white_space_is_read_once(unit, count, tail):
     """Where a text may be cut was searched from every place of a run of sentence ends, or
     of white space (inline tags are spaces there), with no space or line break after it: each
     search read to the run's end, 4 s for 20,000 characters, minutes for an upload's
     paragraph."""
-    text = f"<p>Hola {run} adiós. " + "Uno. " * 8_000 + "</p>"
-    started = time.perf_counter()
-    parts = markup.parts(text, 50_000)
-    assert time.perf_counter() - started < 1.0
-    assert len(parts) == 2 and "".join(p.source for p in parts) == text
+
+    def text(quarters: int) -> str:  # a run of `count` quarters, and a text after it to cut
+        run = unit * (count * quarters // 4) + tail
+        return f"<p>Hola {run} adiós. " + "Uno. " * (2_000 * quarters) + "</p>"
+
+    assert growth(lambda quarters: markup.parts(text(quarters), 12_500 * quarters), 1, 4) < 8
+    whole = text(4)
+    parts = markup.parts(whole, 50_000)
+    assert len(parts) == 2 and "".join(p.source for p in parts) == whole
     assert parts[0].source.rstrip().endswith("Uno.") and len(parts[0].text) <= 50_000
 
 
