@@ -95,23 +95,22 @@ class RootPathKept:
 
     async def __call__(self, scope, receive, send) -> None:
         root = scope.get("root_path", "")
-        if scope["type"] == "http" and root and not self._routed(scope):
-            path = _route_path(scope)
-            if path == root or path.startswith(root + "/"):
-                # uvicorn writes the root path before the path it received: take off one
-                scope = dict(scope, path=scope["path"].removeprefix(root))
-                raw = scope.get("raw_path") or b""
-                scope["raw_path"] = raw.removeprefix(root.encode())
+        if scope["type"] == "http" and root and self._doubled(scope, root):
+            # uvicorn writes the root path before the path it received: take off one
+            scope = dict(scope, path=scope["path"].removeprefix(root))
+            raw = scope.get("raw_path") or b""
+            scope["raw_path"] = raw.removeprefix(root.encode())
         await self.app(scope, receive, send)
 
-    def _routed(self, scope) -> bool:
-        return any(route.matches(scope)[0] is not Match.NONE for route in self.routes)
-
-
-def _route_path(scope) -> str:
-    """The path the routes match: without the root path where the server wrote it first."""
-    path, root = scope["path"], scope.get("root_path", "")
-    return path[len(root) :] if path.startswith(root + "/") else path
+    def _doubled(self, scope, root: str) -> bool:
+        """Whether the path the routes match (past the root path uvicorn wrote first) starts
+        with the root path again and no route takes it as it is: the routes are matched only
+        for such a path, not for every request."""
+        path = scope["path"]
+        path = path[len(root) :] if path.startswith(root + "/") else path
+        if path != root and not path.startswith(root + "/"):
+            return False
+        return all(route.matches(scope)[0] is Match.NONE for route in self.routes)
 
 
 # a route /v1 lacks, or a method it does not take: gRPC's status for it, by HTTP status
