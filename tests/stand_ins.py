@@ -33,6 +33,13 @@ def started(register) -> tuple[grpc.Server, str]:
     return server, f"127.0.0.1:{port}"
 
 
+def translation_started(servicer) -> tuple[grpc.Server, str]:
+    """`started` with `servicer` as the translation service alone."""
+    return started(
+        lambda s: translation_pb2_grpc.add_TranslationServiceServicer_to_server(servicer, s)
+    )
+
+
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 

@@ -18,7 +18,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from helpers import ROOT
-from stand_ins import started
+from stand_ins import started, translation_started
 
 from attnserve.cli import remote
 from attnserve.cli.main import build_parser
@@ -374,9 +374,7 @@ class Waiting(translation_pb2_grpc.TranslationServiceServicer):
 )
 def test_ctrl_c_cancels_the_calls_in_flight_and_exits_130_without_a_traceback(argv, calls):
     servicer = Waiting()
-    server, address = started(
-        lambda s: translation_pb2_grpc.add_TranslationServiceServicer_to_server(servicer, s)
-    )
+    server, address = translation_started(servicer)
     command = [sys.executable, "-m", "attnserve.cli", "translate", "--server", address, *argv]
     process = subprocess.Popen(
         command,

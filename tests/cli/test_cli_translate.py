@@ -15,14 +15,14 @@ import sys
 import grpc
 import pytest
 from helpers import SHIPPED_TRANSLATOR
-from stand_ins import StandIn, started
+from stand_ins import StandIn, translation_started
 
 from attnserve.cli import main, translate
 from attnserve.cli.main import build_parser
 from attnserve.cli.options import TORCH_DECODING
 from attnserve.cli.subcommand import Failure
 from service.runtime.markup import TAG
-from service.wire.v1 import translation_pb2, translation_pb2_grpc
+from service.wire.v1 import translation_pb2
 
 
 class ScoringStandIn(StandIn):
@@ -44,9 +44,7 @@ class ScoringStandIn(StandIn):
 @pytest.fixture(scope="module")
 def scoring_server():
     servicer = ScoringStandIn()
-    server, address = started(
-        lambda s: translation_pb2_grpc.add_TranslationServiceServicer_to_server(servicer, s)
-    )
+    server, address = translation_started(servicer)
     yield servicer, address
     server.stop(None)
 
@@ -556,9 +554,7 @@ class MarkupStandIn(StandIn):
 @pytest.fixture
 def markup_stand_in():
     servicer = MarkupStandIn()
-    server, address = started(
-        lambda s: translation_pb2_grpc.add_TranslationServiceServicer_to_server(servicer, s)
-    )
+    server, address = translation_started(servicer)
     yield servicer, address
     server.stop(None)
 
