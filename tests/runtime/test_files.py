@@ -337,9 +337,7 @@ def test_an_odt_keeps_its_spans_and_what_sits_between_its_texts():
     tabbed.addElement(text.Tab())
     tabbed.addText("Adiós.")
     document.text.addElement(tabbed)
-    out = io.BytesIO()
-    document.write(out)
-    read = files.read_file(".odt", out.getvalue())
+    read = files.read_file(".odt", odf_bytes(document))
     assert [p.runs for p in read.paragraphs] == [
         ["El perro ", "come", " pan."],
         ["Hola.", "\t", "Adiós."],  # one text, the tab a run of its own
@@ -396,9 +394,7 @@ def test_an_odt_translates_links_and_spans_with_spaces_as_runs_of_one_text():
     tabbed.addElement(text.Tab())
     tabbed.addElement(text.A(href="https://example.org/ana", text="Ana García"))
     document.text.addElement(tabbed)
-    out = io.BytesIO()
-    document.write(out)
-    read = files.read_file(".odt", out.getvalue())
+    read = files.read_file(".odt", odf_bytes(document))
     assert [p.runs for p in read.paragraphs] == [
         ["Visite ", "nuestro sitio", " hoy."],
         ["Hola ", "mundo  bonito"],
@@ -474,9 +470,7 @@ def test_an_odp_is_read_as_an_odt_is():
     box = draw.TextBox()
     frame.addElement(box)
     box.addElement(text.P(text="El perro come pan."))
-    out = io.BytesIO()
-    document.write(out)
-    read = files.read_file(".odp", out.getvalue())
+    read = files.read_file(".odp", odf_bytes(document))
     assert [p.runs for p in read.paragraphs] == [["El perro come pan."]]
     read.paragraphs[0].write([(0, "The dog eats bread.")])
     written = load(io.BytesIO(read.save()))
@@ -797,6 +791,11 @@ def spaced_odt(*counts: str | None) -> bytes:
         paragraph.addElement(spaces)
     paragraph.addText("amigo.")
     document.text.addElement(paragraph)
+    return odf_bytes(document)
+
+
+def odf_bytes(document) -> bytes:
+    """An odfpy document as its file's bytes."""
     out = io.BytesIO()
     document.write(out)
     return out.getvalue()
@@ -951,14 +950,12 @@ def test_an_odt_heading_is_numbered_where_it_sits_among_the_paragraphs():
     section.addElement(text.H(outlinelevel=2, text="Adiós."))
     document.text.addElement(section)
     document.text.addElement(text.P(text="Gracias."))
-    out = io.BytesIO()
-    document.write(out)
-    read = files.read_file(".odt", out.getvalue())
+    read = files.read_file(".odt", odf_bytes(document))
     long = "Una frase muy larga " * 3 + "sin fin."
     assert [p.text for p in read.paragraphs] == ["Hola.", long, "Adiós.", "Gracias."]
     said = r'paragraph 2 \("Una frase muy larga Una frase muy larga\.\.\."\): a sentence longer'
     with pytest.raises(ValueError, match=said):
-        files.read_file(".odt", out.getvalue(), piece=40)
+        files.read_file(".odt", odf_bytes(document), piece=40)
 
 
 def test_a_paragraph_of_invisible_characters_alone_is_kept_not_sent():
@@ -1327,9 +1324,7 @@ def test_an_odt_paragraph_with_tabs_breaks_bookmarks_and_notes_is_one_text():
     moved.addElement(text.Tab())
     moved.addText("grande.")
     document.text.addElement(moved)
-    out = io.BytesIO()
-    document.write(out)
-    read = files.read_file(".odt", out.getvalue())
+    read = files.read_file(".odt", odf_bytes(document))
     assert [p.runs for p in read.paragraphs] == [
         ["El perro ", "come", " pan", " duro.", " Nombre:", "\t", "Ana", "\n", "Fin  del texto."],
         ["Una nota."],
@@ -1471,9 +1466,7 @@ def test_a_docx_field_between_runs_keeps_the_white_space_beside_it():
     numbered.addText(" de ")
     numbered.addElement(text.PageCount(text="5"))
     document.text.addElement(numbered)
-    out = io.BytesIO()
-    document.write(out)
-    read = files.read_file(".odt", out.getvalue())
+    read = files.read_file(".odt", odf_bytes(document))
     read.paragraphs[0].write(segments(read.paragraphs[0].runs, said))
     written = load(io.BytesIO(read.save())).getElementsByType(text.P)[0]
     assert teletype.extractText(written) == "Page 1 of 5"
