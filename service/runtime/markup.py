@@ -32,6 +32,7 @@ import functools
 import re
 import string
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from service.runtime.documents import SENTENCE_CUT, Document, split_text
@@ -146,6 +147,17 @@ def unprefixed(tag: str, foreign: frozenset[str] = frozenset()) -> str:
     return tag[: name.start(1)] + name.group(1).partition(":")[2] + tag[name.end(1) :]
 
 
+def shown_tags(text: str) -> Iterator[re.Match]:
+    """The tags of `text` outside its hidden spans (a comment's or a script's text holds
+    none), in order: matches of TAG on `text`."""
+    spans, h = hidden(text), 0
+    for match in _TAG.finditer(text):
+        while h < len(spans) and spans[h][1] <= match.start():
+            h += 1
+        if h == len(spans) or match.start() < spans[h][0]:
+            yield match
+
+
 def without_hidden(text: str) -> str:
     """`text` without its HIDDEN spans."""
     kept, at = [], 0
@@ -205,14 +217,10 @@ def as_rendered(text: str) -> str:
     source wrapped at 80 columns holds its sentences across its lines."""
     if "\n" not in text and "\r" not in text:
         return text
-    foreign, spans, h = foreign_prefixes(text), hidden(text), 0
-    pieces, at, depth = [], 0, 0
-    for match in _TAG.finditer(text):
-        while h < len(spans) and spans[h][1] <= match.start():
-            h += 1
+    foreign, pieces, at, depth = foreign_prefixes(text), [], 0, 0
+    for match in shown_tags(text):
         tag = match.group()
-        inside = h < len(spans) and spans[h][0] <= match.start()  # a comment's, a script's
-        if inside or tag.endswith("/>") or html_name(tag, foreign) not in PREFORMATTED:
+        if tag.endswith("/>") or html_name(tag, foreign) not in PREFORMATTED:
             continue
         if not tag.startswith("</"):
             if depth == 0:  # what runs to here is shown wrapped

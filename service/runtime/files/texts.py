@@ -30,7 +30,6 @@ TEXT_BOMS = {
 }
 # a line break's tag (attributes, "/>" too): where a block too long is cut
 LINE_BREAK = re.compile(r"<br(?:[\s/].*)?>", re.IGNORECASE | re.DOTALL)
-_TAG = re.compile(markup.TAG)
 
 
 def decoded_text(data: bytes) -> tuple[bytes, str, str]:
@@ -93,14 +92,9 @@ def _cut_after(content: str, pattern: re.Pattern, most: int) -> list[str]:
     inside another tag's quoted value), into pieces of at most `most` characters where
     those tags allow."""
     pieces, start, last = [], 0, 0
-    hidden, h = markup.hidden(content), 0  # a script's or a comment's text ends no block
     foreign = markup.foreign_prefixes(content)
-    for match in _TAG.finditer(content):
+    for match in markup.shown_tags(content):  # a script's or a comment's text ends no block
         if not pattern.fullmatch(markup.unprefixed(match.group(), foreign)):
-            continue
-        while h < len(hidden) and hidden[h][1] <= match.start():
-            h += 1
-        if h < len(hidden) and hidden[h][0] <= match.start():
             continue
         if match.end() - start > most and last > start:
             pieces.append(content[start:last])
