@@ -14,8 +14,9 @@ from urllib.parse import urljoin, urlsplit
 import grpc
 import httpx
 import pytest
+import yaml
 from google.protobuf import json_format
-from helpers import PrefixProxy
+from helpers import PROMETHEUS_DIR, PrefixProxy
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
@@ -26,7 +27,9 @@ from service.front.metrics import Metrics
 from service.front.security import parse_tokens
 from service.front.servicer import Method, ModelServicer
 from service.front.state import Front
+from service.front.status import status_code
 from service.front.translate import TranslationServicer
+from service.runtime.errors import ResourceExhausted
 from service.runtime.languages import Languages
 from service.wire.v1 import decoding_pb2, translation_pb2
 
@@ -248,9 +251,40 @@ def test_a_body_past_the_bound_is_413_on_both_apis(tmp_path, monkeypatch, path, 
         if path == "/translate":  # LibreTranslate's shape
             assert error == "Request too large: at most 1000 bytes"
         else:
-            assert (error["code"], error["status"]) == (413, "RESOURCE_EXHAUSTED")
+            assert (error["code"], error["status"]) == (413, "INVALID_ARGUMENT")
             assert "1000" in error["message"]  # the bound named
     assert servicer.requests == []
+
+
+def ratio_leaves_out() -> re.Pattern:
+    """The status codes the error ratio's rule (deploy/prometheus/rules.yml) leaves out."""
+    rules = yaml.safe_load((PROMETHEUS_DIR / "rules.yml").read_text())
+    (expr,) = [
+        rule["expr"]
+        for group in rules["groups"]
+        for rule in group["rules"]
+        if rule.get("record") == "attnserve:request_errors:ratio_rate5m"
+    ]
+    return re.compile(re.search(r'code!~"([^"]*)"', expr).group(1))
+
+
+def test_a_body_too_large_is_left_out_of_the_error_ratio_and_an_overload_is_not(
+    tmp_path, monkeypatch
+):
+    """A body past the bound was counted RESOURCE_EXHAUSTED, the code of the server's own
+    overload (a full queue), so the error ratio's alert took a client's mistake for the
+    server's: it is the caller's INVALID_ARGUMENT now, which the ratio leaves out."""
+    web, servicer = served(tmp_path, max_body=1_000, monkeypatch=monkeypatch)
+    for path, body in (("/v1/translate", b'{"texts": ["Hola."]'), ("/translate", b'{"q": "Hola"')):
+        big = body + b" " * 2_000 + b"}"
+        answer = web.post(path, content=big, headers={"content-type": "application/json"})
+        assert answer.status_code == 413, answer.text
+    labels = [label for label, _ in servicer.refusals]
+    assert labels == ["http/Translate", "http/libretranslate/translate"]
+    left_out = ratio_leaves_out()
+    assert [left_out.fullmatch(code) is not None for _, code in servicer.refusals] == [True, True]
+    overload = status_code(ResourceExhausted("max_queued_requests")).name
+    assert left_out.fullmatch(overload) is None
 
 
 def test_starlettes_own_refusals_are_json_in_each_api_s_shape(tmp_path):
@@ -316,7 +350,7 @@ def test_a_body_sent_in_chunks_is_bounded_as_it_comes(tmp_path, monkeypatch):
             yield part[start : start + 500]
 
     answer = web.post("/v1/translate", content=chunks(), headers=headers)
-    assert answer.status_code == 413 and answer.json()["error"]["status"] == "RESOURCE_EXHAUSTED"
+    assert answer.status_code == 413 and answer.json()["error"]["status"] == "INVALID_ARGUMENT"
     answer = web.post("/translate_file", content=chunks(), headers=headers)
     assert answer.status_code == 413 and "too large" in answer.json()["error"]
     assert servicer.requests == []
@@ -518,11 +552,11 @@ def test_requests_refused_before_their_call_are_counted_as_calls(tmp_path, monke
             400,
             "INVALID_ARGUMENT",
         ),
-        ("/v1/translate", {"content": big, "headers": json_type}, 413, "RESOURCE_EXHAUSTED"),
+        ("/v1/translate", {"content": big, "headers": json_type}, 413, "INVALID_ARGUMENT"),
         ("/v1/translate:stream", {"json": {"texts": ["no"]}}, 400, "INVALID_ARGUMENT"),
         ("/translate", {"content": b"{", "headers": json_type}, 400, "INVALID_ARGUMENT"),
         ("/translate", {"json": {"q": "Hola", "source": "es"}}, 400, "INVALID_ARGUMENT"),
-        ("/translate", {"content": big, "headers": json_type}, 413, "RESOURCE_EXHAUSTED"),
+        ("/translate", {"content": big, "headers": json_type}, 413, "INVALID_ARGUMENT"),
         ("/translate_file", {"data": {"source": "es", "target": "en"}}, 400, "INVALID_ARGUMENT"),
         (
             "/translate_file",

@@ -45,14 +45,15 @@ MAX_FORM_FIELDS = 1000  # of a URL-encoded form, as Starlette bounds a multipart
 
 class Aborted(Exception):
     """A call ended with a gRPC status and its details; `status` is its HTTP status where
-    not the gRPC status's (a body past its bound: 413, not the 429 of an overload)."""
+    not the gRPC status's (a body past its bound: 413, not INVALID_ARGUMENT's 400)."""
 
     def __init__(self, code: grpc.StatusCode, details: str, status: int | None = None):
         super().__init__(details)
         self.code, self.details, self.status = code, details, status
 
 
-TOO_LARGE = 413  # a body past its bound: sent again, it is refused again
+# a body past its bound, the caller's INVALID_ARGUMENT: sent again, it is refused again
+TOO_LARGE = 413
 
 
 class TooLarge(Exception):

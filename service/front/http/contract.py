@@ -263,8 +263,9 @@ async def read_message(request: Request, message_class, max_bytes: int) -> Messa
 
 
 def _too_large(details: str) -> Aborted:
-    """A body past the bound: gRPC's status for a message past its size, HTTP's 413."""
-    return Aborted(grpc.StatusCode.RESOURCE_EXHAUSTED, details, TOO_LARGE)
+    """A body past the bound: HTTP's 413, the caller's INVALID_ARGUMENT (RESOURCE_EXHAUSTED is
+    the server's overload, which the error ratio counts)."""
+    return Aborted(grpc.StatusCode.INVALID_ARGUMENT, details, TOO_LARGE)
 
 
 async def form_fields(form, descriptor: Descriptor) -> dict[str, Any]:

@@ -183,9 +183,7 @@ class LibreTranslateApi:
             raise BadRequest(error.detail, error.status_code) from None
         except TooLarge:  # a length said, or counted as the body came
             raise BadRequest(
-                f"Request too large: at most {self.max_bytes} bytes",
-                TOO_LARGE,
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"Request too large: at most {self.max_bytes} bytes", TOO_LARGE
             ) from None
 
     async def _read(self, request: Request) -> tuple[dict, bool]:
