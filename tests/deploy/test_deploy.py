@@ -590,6 +590,52 @@ def test_what_ray_and_the_front_write_is_mounted_writable():
     assert sessions == {n: KUBERAY_RAY_LOGS for n in ("ray-head", "attnserve", "autoscaler")}
 
 
+def _down_matchers() -> list[dict[str, str]]:
+    """The label matchers of each `up{...}` selector in the AttnserveDown alert."""
+    rules = yaml.safe_load(PROMETHEUS_RULES.read_text())
+    (expr,) = [
+        rule["expr"]
+        for group in rules["groups"]
+        for rule in group["rules"]
+        if rule.get("alert") == "AttnserveDown"
+    ]
+    return [
+        dict(re.findall(r'(\w+)="([^"]*)"', selector))
+        for selector in re.findall(r"\bup\{([^}]*)\}", expr)
+    ]
+
+
+def _scraped_pod_templates() -> list[dict]:
+    """Every pod template of the Kubernetes manifests that asks to be scraped."""
+    deployment, *_ = yaml.safe_load_all(KUBERNETES.read_text())
+    cluster, _ = yaml.safe_load_all(RAY_KUBERNETES.read_text())
+    spec = cluster["spec"]
+    templates = [deployment["spec"]["template"], spec["headGroupSpec"]["template"]]
+    templates += [group["template"] for group in spec["workerGroupSpecs"]]
+    return [
+        t
+        for t in templates
+        if t["metadata"].get("annotations", {}).get("prometheus.io/scrape") == "true"
+    ]
+
+
+def test_the_down_alert_matches_a_replica_of_compose_and_of_kubernetes():
+    """AttnserveDown matched job="attnserve" alone, the compose stack's job; on Kubernetes
+    pods are scraped by their prometheus.io annotations under the scraper's own job, with each
+    pod's labels copied on as Prometheus names them (`labelmap`), so it could never fire
+    there. Each scraped pod's labels, and the compose job, now meet one of its selectors."""
+    matchers = _down_matchers()
+    config = yaml.safe_load(PROMETHEUS_CONFIG.read_text())
+    (job,) = [j["job_name"] for j in config["scrape_configs"] if "dns_sd_configs" in j]
+    assert any(m.items() <= {"job": job}.items() for m in matchers), (matchers, job)
+    templates = _scraped_pod_templates()
+    assert len(templates) == 2  # the Deployment's pods and the Ray cluster's front
+    for template in templates:
+        labels = template["metadata"]["labels"]
+        as_scraped = {re.sub(r"[^a-zA-Z0-9_]", "_", k): v for k, v in labels.items()}
+        assert any(m.items() <= as_scraped.items() for m in matchers), (matchers, labels)
+
+
 def test_kubernetes_validation_catches_a_misspelt_field(tmp_path):
     broken = tmp_path / "broken.yaml"
     broken.write_text(KUBERNETES.read_text().replace("readinessProbe:", "readynessProbe:", 1))

@@ -23,7 +23,12 @@ SUFFIXES = {
     "histogram": ("_bucket", "_count", "_sum", "_created"),
     "gauge": ("",),
 }
-SCRAPED = {"instance", "job"}  # labels Prometheus gives every series it scrapes
+# labels Prometheus gives every series it scrapes; on Kubernetes also the pod's namespace,
+# name and labels (deploy/kubernetes: annotation scraping with `labelmap`)
+SCRAPED = {"instance", "job", "namespace", "pod"} | {
+    "app_kubernetes_io_name",
+    "app_kubernetes_io_part_of",
+}
 METRIC = re.compile(r"\battnserve_[a-z0-9_]+")
 GROUPING = re.compile(r"\b(?:by|without)\s*\(([^)]*)\)")
 MATCHER = re.compile(r'(\w+)\s*(?:=~|!~|!=|=)\s*"([^"]*)"')
