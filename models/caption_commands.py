@@ -13,6 +13,7 @@ import numpy as np
 from models.caption_data import SPLITS, DataOptions, build_captioner_data
 from models.commands import decoding_options
 from models.config import CAPTIONER_PRESETS
+from service.paths import file_name
 from service.runtime.decoding import Hypothesis
 from service.runtime.tokenizer import Tokenizer
 
@@ -88,7 +89,7 @@ def evaluate(args: Namespace) -> int:
             grid,
         )
     report = {
-        "system": f"attnserve captioner ({args.checkpoint})",
+        "system": f"attnserve captioner ({file_name(args.checkpoint)})",
         "engine": "torch",
         "grammar": engine.grammar is not None,
         "split": split,

@@ -15,6 +15,7 @@ from models.corpus import build_translator_data, read_split
 from models.evaluate import apertium_translate, corpus_scores
 from models.modern import PART_NAMES, TEST_PARTS
 from models.reference import TorchEngine
+from service.paths import file_name
 from service.runtime.decoding import DecodingOptions, Hypothesis
 from service.runtime.tokenizer import Tokenizer
 from service.runtime.translation import translate_documents, translate_texts
@@ -135,7 +136,8 @@ def evaluate(args: Namespace) -> int:
     else:
         model, tokenizer = _load_translator(args.checkpoint)
         options = decoding_options(args, model.config.max_length)
-        system, settings = f"attnserve translator ({args.checkpoint})", asdict(options)
+        name = file_name(args.checkpoint)
+        system, settings = f"attnserve translator ({name})", asdict(options)
         settings["sentence_splitting"] = args.sentence_splitting
 
         def translate(texts: list[str]) -> list[str]:

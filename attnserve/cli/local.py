@@ -24,9 +24,9 @@ from attnserve.cli.results import (
     Translation,
     Translations,
     counted,
-    file_name,
 )
 from attnserve.cli.subcommand import Failure
+from service.paths import file_name
 from service.runtime.errors import InvalidArgument
 from service.runtime.tokenizer import EOS_ID
 
@@ -55,7 +55,7 @@ def translate(args: argparse.Namespace, texts: list[str]) -> Translations:
         _translation(tokenizer, text, hypotheses)
         for text, hypotheses in zip(texts, nbest, strict=True)
     )
-    return Translations(str(args.checkpoint), "", items, counted(items))
+    return Translations(file_name(args.checkpoint), "", items, counted(items))
 
 
 def _translation(tokenizer, text: str, hypotheses: list) -> Translation:
@@ -123,7 +123,7 @@ def caption(args: argparse.Namespace, paths: list[Path], images: list) -> Captio
         _caption(tokenizer, grid, path, image.size, hypotheses)
         for path, image, hypotheses in zip(paths, images, nbest, strict=True)
     )
-    return Captions(str(args.checkpoint), "", items, counted(items))
+    return Captions(file_name(args.checkpoint), "", items, counted(items))
 
 
 def _caption(tokenizer, grid: int, path: Path, size: tuple[int, int], hypotheses) -> Caption:

@@ -25,9 +25,9 @@ from attnserve.cli.results import (
     Translation,
     Translations,
     dumps,
-    file_name,
 )
 from attnserve.cli.subcommand import Failure
+from service.paths import file_name
 
 
 def client_call(command: Callable, args: argparse.Namespace) -> int:

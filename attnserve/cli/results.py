@@ -11,9 +11,7 @@ the target tokens of a finished hypothesis.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, fields, is_dataclass
-from pathlib import Path
 
 DECIMALS = 4  # of every float in the JSON: scores, log-probabilities, attention weights
 
@@ -92,15 +90,9 @@ class Translation:
     token_counts: TokenCounts
 
 
-def file_name(path: Path) -> str:
-    """`path` as text any output can carry: a name's bytes that are not UTF-8 (kept by Python
-    as surrogates, which would make the JSON's bytes invalid UTF-8) as \\xNN escapes."""
-    return os.fsencode(path).decode("utf-8", "backslashreplace")
-
-
 @dataclass(frozen=True)
 class Caption:
-    image: str  # the file (`file_name`)
+    image: str  # the file (`service.paths.file_name`)
     image_width: int
     image_height: int
     hypotheses: tuple[Captioned, ...]  # best first

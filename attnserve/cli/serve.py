@@ -161,11 +161,12 @@ class Repository(Subcommand):
 def _version_row(manifest_path: Path, verify: bool) -> dict:
     """What `repository` shows of one version: its manifest's summary, or its problem."""
     from service.front.versions import certified
+    from service.paths import file_name
     from service.runtime.errors import ModelRepositoryError
     from service.runtime.repository import layout_problems, revision
     from service.runtime.repository import verify as verified
 
-    row = {"directory": str(manifest_path.parent)}
+    row = {"directory": file_name(manifest_path.parent)}
     try:
         manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
         if not isinstance(manifest, dict):
@@ -188,7 +189,7 @@ def _version_row(manifest_path: Path, verify: bool) -> dict:
             certified(verified(manifest_path.parent))
             row["verified"] = "hashes and certificate"
     except (ModelRepositoryError, OSError, ValueError, KeyError, TypeError) as error:
-        row["problem"] = str(error)
+        row["problem"] = file_name(str(error))  # it may name the version's files
     return row
 
 

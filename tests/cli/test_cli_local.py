@@ -5,6 +5,11 @@ generated and attention rows cut to the tokens; and image files Pillow cannot re
 from __future__ import annotations
 
 import io
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -163,3 +168,52 @@ def test_translate_decodes_with_the_checkpoint_and_counts_every_text():
         sum(t.token_counts.input_tokens for t in results.translations),
         sum(t.token_counts.output_tokens for t in results.translations),
     )
+
+
+def _json_lines(argv: list[str], monkeypatch) -> list[dict]:
+    """What `main(argv)` prints, each line read as JSON, on a UTF-8 stdout that writes
+    surrogates back as the bytes they stand for (Python's own under the C locale)."""
+    from attnserve.cli import main
+
+    stdout = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", errors="surrogateescape")
+    monkeypatch.setattr(sys, "stdout", stdout)
+    main(argv)
+    stdout.flush()
+    return [json.loads(line) for line in stdout.buffer.getvalue().decode("utf-8").splitlines()]
+
+
+def _run_weights(path: Path) -> Path:
+    """A training run's weights file at `path` (a small random translator, its config in the
+    file) beside the shipped tokenizer, as `last.pt` or `best.pt` of a run directory."""
+    import torch
+
+    from models.config import TransformerConfig
+    from models.transformer import Transformer
+
+    shutil.copy(SHIPPED_TRANSLATOR / "tokenizer.model", path.parent / "tokenizer.model")
+    vocab = Tokenizer(SHIPPED_TRANSLATOR / "tokenizer.model").vocab_size
+    config = TransformerConfig(vocab_size=vocab, d_model=32, n_heads=4, d_ff=64)
+    torch.save({"model": Transformer(config).state_dict(), "model_config": config.to_dict()}, path)
+    return path
+
+
+@pytest.mark.slow  # loads torch
+def test_a_checkpoint_whose_name_is_not_utf8_is_named_in_valid_json(tmp_path, monkeypatch):
+    """A run's weights file whose name's bytes are not UTF-8 (Python keeps them as
+    surrogates) was written raw into `translate --engine torch --json` and `evaluate --json`:
+    bytes no JSON reader decodes. They are \\xNN escapes now, as an image's name is. (A
+    directory of such a name holds no checkpoint that loads: safetensors and SentencePiece
+    refuse its path.)"""
+    checkpoint = _run_weights(tmp_path / os.fsdecode(b"best-\xff.pt"))
+    shown = str(tmp_path / "best-\\xff.pt")
+    translate = ["translate", "--engine", "torch", "--checkpoint", str(checkpoint)]
+    (result,) = _json_lines([*translate, "--max-length", "4", "--json", "uno"], monkeypatch)
+    assert result["model"] == shown
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "dev.es").write_text("uno dos\n", encoding="utf-8")
+    (data / "dev.en").write_text("one two\n", encoding="utf-8")
+    evaluate = ["evaluate", "translator", "--data", str(data), "--split", "dev"]
+    evaluate += ["--checkpoint", str(checkpoint), "--max-length", "4", "--json"]
+    (report,) = _json_lines(evaluate, monkeypatch)
+    assert report["system"] == f"attnserve translator ({shown})"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import subprocess
 import sys
 import tomllib
@@ -240,6 +241,28 @@ def test_repository_json_on_a_latin1_stdout_escapes_what_it_cannot_encode(tmp_pa
     stdout.flush()
     (row,) = [json.loads(line) for line in stdout.buffer.getvalue().decode("latin-1").splitlines()]
     assert row["directory"] == str(root / "translator" / "1")
+
+
+@pytest.mark.parametrize("action", ["list", "verify"])
+def test_repository_json_names_a_directory_that_is_not_utf8_in_valid_json(
+    tmp_path, monkeypatch, action
+):
+    """A repository under a name whose bytes are not UTF-8 (Python keeps them as surrogates)
+    was written raw into the JSON, its directory and a problem naming it: bytes no JSON
+    reader decodes. They are \\xNN escapes now, as an image's name is."""
+    root = tmp_path / os.fsdecode(b"modelos-\xff")
+    _version(root, "translator", "1", passed=True)
+    stdout = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", errors="surrogateescape")
+    monkeypatch.setattr(sys, "stdout", stdout)
+    code = main(["repository", action, "--repository", str(root), "--json"])
+    stdout.flush()
+    (row,) = [json.loads(line) for line in stdout.buffer.getvalue().decode("utf-8").splitlines()]
+    shown = str(tmp_path / "modelos-\\xff" / "translator" / "1")
+    assert row["directory"] == shown
+    if action == "verify":  # the version's files have no hashes to check
+        assert code == 1 and shown in row["problem"], row
+    else:
+        assert code == 0 and "problem" not in row
 
 
 def test_repository_verify_checks_each_version_against_its_manifest(tmp_path, capsys):
