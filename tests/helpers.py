@@ -472,9 +472,16 @@ CHAPTER = (
 )
 
 
-def epub(chapter: str = CHAPTER) -> bytes:
+def epub(chapter: str = CHAPTER, language: str | None = None) -> bytes:
     """A small EPUB: its mimetype first and stored, a package listing one chapter in a
-    folder of its own, and an image."""
+    folder of its own, and an image; with `language`, the package's metadata declaring it
+    (dc:language)."""
+    metadata = ""
+    if language is not None:
+        metadata = (
+            '<metadata xmlns:dc="http://purl.org/dc/elements/1.1/"><dc:title>Libro</dc:title>'
+            f"<dc:language>{language}</dc:language></metadata>"
+        )
     out = io.BytesIO()
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
         archive.writestr("mimetype", "application/epub+zip", compress_type=zipfile.ZIP_STORED)
@@ -486,7 +493,7 @@ def epub(chapter: str = CHAPTER) -> bytes:
         )
         archive.writestr(
             "OEBPS/content.opf",
-            '<package xmlns="http://www.idpf.org/2007/opf" version="3.0"><manifest>'
+            f'<package xmlns="http://www.idpf.org/2007/opf" version="3.0">{metadata}<manifest>'
             '<item id="c1" href="text/cap%C3%ADtulo.xhtml" media-type="application/xhtml+xml"/>'
             '<item id="i" href="cover.png" media-type="image/png"/></manifest></package>',
         )

@@ -396,6 +396,7 @@ def _translate_file(channel, args: argparse.Namespace, call: dict) -> int:
         print(f"error: {args.input}: {error}", file=sys.stderr)
         return 2
     total, size, done = len(document.paragraphs), client.TEXTS_PER_CHUNK, 0
+    languages = ("", "")  # the source's and the target's, as the server answers them
     with progress(total, "translated", "paragraph", total > size) as shown:
         for batch in document.batches(size):
             options = type(call["options"])()
@@ -407,9 +408,11 @@ def _translate_file(channel, args: argparse.Namespace, call: dict) -> int:
                 **{**call, "options": options, "text_format": document.text_format},
             )
             batch.write([MessageToDict(t) for t in response.translations])
+            languages = (response.source_language, response.target_language)
             done += len(batch.paragraphs)
             if shown is not None:
                 shown(done)
+    document.declare(*languages)  # the translation says its language where the file can
     if args.output is None:  # a text file's translation to standard output, as text
         sys.stdout.write(files.decoded_text(document.save())[2])  # in its encoding, no BOM
         return 0

@@ -87,6 +87,23 @@ EDGE_CODES = {**ISO_639_3, **FLORES, **{code: code[:2] for code in MBART50}}
 ALIASES = {"zh-hans": "zh", "zh-hant": "zt", "zh-cn": "zh", "zh-tw": "zt"}
 
 
+# the codes above that are no BCP 47 tag (LibreTranslate's `zt`, M2M100's `ns`), and the
+# tag of each: what a translated document declares its language as
+TAGS = {"zt": "zh-Hant", "ns": "nso"}
+
+
+def tag(code: str) -> str:
+    """A model's language code as a BCP 47 tag, as a document declares its language:
+    `spa_Latn`, `es_XX` and `spa` as `es`, `zho_Hant` as `zh-Hant`, a region after `-`."""
+    edge = edge_code(code)
+    return TAGS.get(edge, edge.replace("_", "-"))
+
+
+def primary(code: str) -> str:
+    """A language tag's primary subtag, lowered: `es` of `es`, `es-ES`, `ES_es`."""
+    return code.strip().replace("_", "-").partition("-")[0].lower()
+
+
 def edge_code(code: str) -> str:
     """A model's language code as the edge names it: NLLB's `spa_Latn`, mBART-50's `es_XX`
     and a multilingual Marian's `spa` as `es`, any other as it is."""

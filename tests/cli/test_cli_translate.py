@@ -21,6 +21,7 @@ from attnserve.cli import main, translate
 from attnserve.cli.main import build_parser
 from attnserve.cli.options import TORCH_DECODING
 from attnserve.cli.subcommand import Failure
+from service.runtime.files.word import qn_w
 from service.runtime.markup import TAG
 from service.wire.v1 import translation_pb2
 
@@ -309,6 +310,33 @@ def test_a_document_as_json_is_the_response_of_its_paragraphs(stand_in, tmp_path
     assert [t["source"] for t in response["translations"]] == ["Hola.\n\nAdiós.\n"]
     assert response["translations"][0]["hypotheses"][0]["text"] == "HOLA.\n\nADIÓS.\n"
     assert servicer.requests[0].options.return_log_probs
+
+
+class SpanishStandIn(StandIn):
+    """StandIn answering the languages a Spanish-English model's server answers with."""
+
+    def Translate(self, request, context):
+        response = super().Translate(request, context)
+        response.source_language, response.target_language = "es", "en"
+        return response
+
+
+def test_a_translated_file_declares_the_language_the_server_translated_into(tmp_path):
+    import docx
+
+    document = docx.Document()
+    properties = document.add_paragraph().add_run("Hola.")._r.get_or_add_rPr()
+    properties.append(properties.makeelement(qn_w("lang"), {qn_w("val"): "es-ES"}))
+    source, output = tmp_path / "carta.docx", tmp_path / "letter.docx"
+    document.save(source)
+    server, address = translation_started(SpanishStandIn())
+    try:
+        argv = ["translate", "--server", address, "--input", str(source)]
+        assert main([*argv, "--output", str(output)]) == 0
+    finally:
+        server.stop(None)
+    (run,) = docx.Document(output).paragraphs[0].runs
+    assert run.text == "HOLA." and run._r.rPr.find(qn_w("lang")).get(qn_w("val")) == "en"
 
 
 def test_an_undecodable_document_is_exit_status_2(stand_in, tmp_path, capsys):

@@ -16,7 +16,7 @@ from xml.etree import ElementTree
 import httpx
 import pytest
 from google.protobuf import json_format
-from helpers import ROOT, epub
+from helpers import CHAPTER, ROOT, epub
 from libretranslatepy import LibreTranslateAPI
 
 from service.wire.v1 import caption_pb2, caption_pb2_grpc, translation_pb2
@@ -339,16 +339,19 @@ def test_libretranslate_files_round_trip(web):
     )
     got = web.get(sent.json()["translatedFileUrl"]).text
     assert got == "1\n00:00:01,000 --> 00:00:02,000\nGood\nmorning.\n"  # one sentence, 2 lines
+    spanish = CHAPTER.replace("<html ", '<html lang="es" ')
     book = web.post(
         "/translate_file",
         data={"source": "es", "target": "en"},
-        files={"file": ("libro.epub", epub(), "application/epub+zip")},
+        files={"file": ("libro.epub", epub(spanish, "es"), "application/epub+zip")},
     )
     archive = zipfile.ZipFile(io.BytesIO(web.get(book.json()["translatedFileUrl"]).content))
     chapter = archive.read("OEBPS/text/capítulo.xhtml").decode()
     ElementTree.fromstring(chapter.encode())  # still XML, its tags as they were
     assert "<b>" in chapter and "perro" not in chapter and "dog" in chapter
+    assert '<html lang="en" ' in chapter  # the language it is now written in
     assert archive.infolist()[0].filename == "mimetype"
+    assert "<dc:language>en</dc:language>" in archive.read("OEBPS/content.opf").decode()
 
 
 def test_a_docx_comes_back_translated_with_its_bold_word_bold(web):

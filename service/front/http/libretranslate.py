@@ -401,6 +401,8 @@ class LibreTranslateApi:
                 message.options.return_alignment = batch.aligned
                 response = await self._call(request, message, "translate_file", context, False)
                 batch.write([MessageToDict(t) for t in response.translations])
+            if pair is not None:  # the translation says its language where the file can
+                document.declare(pair.source, pair.target)
         except BadRequest as bad:
             return self._refused("translate_file", bad, received)
         except Aborted as aborted:  # by a call

@@ -6,13 +6,15 @@ libraries are in the serve extra). A document is read into paragraphs, each a li
 translation is cut back into runs by the alignment: every target word goes to the run of the
 source word it attends to most, so a bold word stays bold where its translation lands.
 Paragraph styles, tables, lists, headers, footers, slides' layouts and subtitles' timings
-stay as they are.
+stay as they are; where the file declares the source language, it declares the target's
+(`File.declare`).
 
 Here: `read_file`, the dispatch by suffix. The modules:
 - `model`: what every format is read into (`File`, `Paragraph`) and sent as (`Batch`,
   `joined` for a paragraph sent in parts);
 - `alignment`: a translation cut back into its source's runs (`segments`);
 - `archive`: a zipped format's checks before its library opens it;
+- `labels`: the language a translated file declares;
 - `runs`: run writers the office formats share;
 - a module per format: `texts` (.txt, .html, .epub), `subtitles` (.srt), `word` (.docx),
   `slides` (.pptx), `opendocument` (.odt, .odp).

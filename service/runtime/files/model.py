@@ -9,8 +9,9 @@ import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from service.runtime import documents, markup
+from service.runtime import documents, languages, markup
 from service.runtime.files.alignment import segments
+from service.runtime.files.labels import Relabel
 from service.runtime.tokenizer import visible
 
 HTML_PIECE = 20_000  # characters of an HTML file translated as one text, where blocks allow
@@ -32,6 +33,16 @@ class File:
     text_format: str  # "plain" or "html": how each paragraph's text is read
     save: Callable[[], bytes]
     most: int = HTML_PIECE  # characters of one text: a longer paragraph goes in parts
+    # the languages the file declares made the target's where they are the source's, in
+    # what `save` writes (before or after the paragraphs are written); none: it declares none
+    relabel: Callable[[Relabel], None] = lambda relabel: None
+
+    def declare(self, source: str, target: str) -> None:
+        """The file saved declaring the `target` language where it declared `source`'s (the
+        model's codes, written as BCP 47 tags: languages.tag); nothing where either is
+        unknown (empty)."""
+        if source and target:
+            self.relabel(Relabel(languages.tag(source), languages.tag(target)))
 
     def parts(self, paragraph: Paragraph) -> list[markup.Part]:
         """The parts `paragraph` is translated as: its text, or (longer than `most`

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from service.runtime.files.archive import UNPACKED_BYTES, _opened, _saver
+from service.runtime.files.labels import Relabel
 from service.runtime.files.model import File, Paragraph, said
 from service.runtime.files.runs import _edged
 
@@ -28,7 +29,29 @@ def _odf(data: bytes, suffix: str) -> File:
         if said("".join(texts)):
             write = _edged(texts, parted, _odf_writer(element, runs))
             paragraphs.append(Paragraph(texts, write))
-    return File(paragraphs, "plain", _saver(document, "write"))
+    return File(paragraphs, "plain", _saver(document, "write"), relabel=_odf_relabel(document))
+
+
+def _odf_relabel(document):
+    """The `relabel` of an OpenDocument: each language of its styles' text properties
+    (fo:language, with its country fo:country: the target's region, or none); the Asian and
+    complex scripts' languages (style:language-asian, -complex) are no Spanish text's, and
+    stay."""
+    from odf.namespaces import FONS
+    from odf.style import TextProperties
+
+    def relabel(wanted: Relabel) -> None:
+        language, region = wanted.subtags()
+        for properties in document.getElementsByType(TextProperties):
+            if wanted.value(properties.getAttrNS(FONS, "language") or "") is None:
+                continue
+            properties.setAttrNS(FONS, "language", language)
+            if region:
+                properties.setAttrNS(FONS, "country", region)
+            elif properties.getAttrNS(FONS, "country") is not None:
+                properties.removeAttrNS(FONS, "country")
+
+    return relabel
 
 
 def _odf_paragraphs(top) -> Iterator:

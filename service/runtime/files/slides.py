@@ -9,6 +9,7 @@ import re
 from collections.abc import Callable, Iterator
 
 from service.runtime.files.archive import _opened, _saver
+from service.runtime.files.labels import Relabel
 from service.runtime.files.model import File, Paragraph, said
 from service.runtime.files.runs import _local, _runs_writer
 
@@ -18,8 +19,9 @@ def _pptx(data: bytes, suffix: str) -> File:
     from pptx.text.text import _Run
 
     presentation = _opened(pptx.Presentation, data, suffix)
-    paragraphs = []
+    paragraphs, parts = [], {}  # parts: the root of each part read (a slide, notes, a chart)
     for paragraph in _pptx_paragraphs(presentation):
+        parts.setdefault(paragraph._p.getroottree().getroot(), None)
         for group in _pptx_groups(paragraph._p):
             breaks = [_local(child.tag) == "br" for child in group]
             runs = [_Run(child, paragraph) for child in group if _local(child.tag) == "r"]
@@ -28,7 +30,27 @@ def _pptx(data: bytes, suffix: str) -> File:
             if said("".join(read)):
                 write = _past_breaks(breaks, _runs_writer(paragraph, runs, _Run))
                 paragraphs.append(Paragraph(read, write))
-    return File(paragraphs, "plain", _saver(presentation))
+    return File(paragraphs, "plain", _saver(presentation), relabel=_pptx_relabel(list(parts)))
+
+
+DRAWING = "{http://schemas.openxmlformats.org/drawingml/2006/main}"
+# the text properties that name a language: a run's, a paragraph end's, a list's defaults
+PPTX_LABELLED = tuple(DRAWING + name for name in ("rPr", "endParaRPr", "defRPr"))
+
+
+def _pptx_relabel(roots: list):
+    """The `relabel` of a .pptx: each language of the text properties (`lang`, and the
+    alternative one, `altLang`) in the parts read."""
+
+    def relabel(wanted: Relabel) -> None:
+        for root in roots:
+            for properties in root.iter(*PPTX_LABELLED):
+                for name in ("lang", "altLang"):
+                    value = wanted.value(properties.get(name, ""))
+                    if value is not None:
+                        properties.set(name, value)
+
+    return relabel
 
 
 def _pptx_groups(element) -> Iterator[list]:

@@ -13,7 +13,9 @@ from urllib.parse import unquote
 from xml.etree import ElementTree
 
 from service.runtime import documents, markup
+from service.runtime.files import labels
 from service.runtime.files.archive import _archive, _not_a
+from service.runtime.files.labels import Relabel
 from service.runtime.files.model import HTML_PIECE, File, Paragraph, said
 
 # the end of a block of HTML: a piece of a file ends there (a sentence never crosses it)
@@ -62,9 +64,22 @@ def _html(content: str, piece: int = HTML_PIECE) -> File:
     pieces = html_pieces(content, piece)
     paragraphs = []
     for i, piece in enumerate(pieces):
-        if said(re.sub(r"<[^<>]*>", "", piece)):  # from each "<" to the next "<" at most
+        if _shows_text(piece):
             paragraphs.append(Paragraph([piece], _piece_writer(pieces, i)))
-    return File(paragraphs, "html", lambda: "".join(pieces).encode())
+    return _markup_file(paragraphs, pieces)
+
+
+def _shows_text(piece: str) -> bool:
+    """Whether HTML `piece` holds text to translate outside its tags."""
+    return said(re.sub(r"<[^<>]*>", "", piece))  # from each "<" to the next "<" at most
+
+
+def _markup_file(paragraphs: list[Paragraph], pieces: list[str]) -> File:
+    """A File of HTML or XML `pieces` (the paragraphs' among them), saved joined, their
+    `lang` and `xml:lang` declaring the target language where they declared the source's."""
+    relabels: list[Relabel] = []
+    save = lambda: labels.in_markup("".join(pieces), relabels).encode()  # noqa: E731
+    return File(paragraphs, "html", save, relabel=relabels.append)
 
 
 def html_pieces(content: str, most: int = HTML_PIECE) -> list[str]:
@@ -113,32 +128,52 @@ def _piece_writer(pieces: list[str], i: int):
     return write
 
 
+XHTML_TYPE = "application/xhtml+xml"  # an EPUB's content documents, as its manifest lists them
+
+
 def _epub(data: bytes, piece: int) -> File:
     """An EPUB's content documents (the XHTML its package lists), each read as HTML; every
-    other file of the archive kept as it is, in its order and compression."""
+    other file of the archive kept as it is, in its order and compression, its package (OPF)
+    declaring the target language where it declared the source's (its `dc:language`)."""
     archive = _archive(data, ".epub")
     entries = archive.infolist()
     try:
-        names = _content_documents(archive)
-        documents = {name: _html(archive.read(name).decode("utf-8"), piece) for name in names}
+        package, listed = _package(archive)
+        documents: dict[str, File] = {}
+        for name in listed:
+            documents[name] = _html(archive.read(name).decode("utf-8"), piece)
     except (zipfile.BadZipFile, KeyError, ElementTree.ParseError, ValueError) as error:
         raise ValueError(_not_a(".epub", error)) from None
     paragraphs = [p for document in documents.values() for p in document.paragraphs]
+    relabels: list[Relabel] = []
+
+    def relabel(wanted: Relabel) -> None:
+        relabels.append(wanted)
+        for document in documents.values():
+            document.relabel(wanted)
+
+    def saved(name: str) -> bytes:
+        if name in documents:
+            return documents[name].save()
+        body = archive.read(name)
+        if name != package or not relabels:
+            return body
+        text = body.decode("utf-8", "surrogateescape")  # any bytes back as they were
+        return labels.in_package(text, relabels).encode("utf-8", "surrogateescape")
 
     def save() -> bytes:
         out = io.BytesIO()
         with zipfile.ZipFile(out, "w") as written:
-            for entry in entries:
-                document = documents.get(entry.filename)
-                body = document.save() if document else archive.read(entry.filename)
-                written.writestr(entry, body)  # the entry's compression: mimetype stored
+            for entry in entries:  # the entry's compression: mimetype stored
+                written.writestr(entry, saved(entry.filename))
         return out.getvalue()
 
-    return File(paragraphs, "html", save)
+    return File(paragraphs, "html", save, relabel=relabel)
 
 
-def _content_documents(archive: zipfile.ZipFile) -> list[str]:
-    """The archive's names of the XHTML documents its package's manifest lists."""
+def _package(archive: zipfile.ZipFile) -> tuple[str, list[str]]:
+    """The archive's name of its package (OPF), and the names of the XHTML documents its
+    manifest lists."""
     container = ElementTree.fromstring(archive.read("META-INF/container.xml"))
     rootfile = next((e for e in container.iter() if e.tag.endswith("rootfile")), None)
     if rootfile is None or not rootfile.get("full-path"):
@@ -146,8 +181,8 @@ def _content_documents(archive: zipfile.ZipFile) -> list[str]:
     package = rootfile.get("full-path")
     manifest = ElementTree.fromstring(archive.read(package))
     folder = posixpath.dirname(package)
-    return [
+    return package, [
         posixpath.normpath(posixpath.join(folder, unquote(item.get("href", ""))))
         for item in manifest.iter()
-        if item.tag.endswith("item") and item.get("media-type") == "application/xhtml+xml"
+        if item.tag.endswith("item") and item.get("media-type") == XHTML_TYPE
     ]

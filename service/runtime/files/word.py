@@ -10,6 +10,7 @@ import re
 from collections.abc import Callable, Iterator
 
 from service.runtime.files.archive import _opened, _saver
+from service.runtime.files.labels import Relabel
 from service.runtime.files.model import File, Paragraph, said
 from service.runtime.files.runs import _edged, _local, _runs_writer
 
@@ -26,7 +27,29 @@ def _docx(data: bytes, suffix: str) -> File:
             if said("".join(r.text for r in runs)):
                 writers = [write, *(_docx_runs(copied, ids)[1] for copied in copies)]
                 paragraphs.append(Paragraph([r.text for r in runs], _each(writers)))
-    return File(paragraphs, "plain", _docx_saver(document, roots))
+    relabel = _docx_relabel(document, roots)
+    return File(paragraphs, "plain", _docx_saver(document, roots), relabel=relabel)
+
+
+def _docx_relabel(document, roots: dict):
+    """The `relabel` of a .docx: each language (w:lang's w:val) of the parts read and of the
+    styles that format them (the defaults of every run among them); an East Asian or a
+    right-to-left language (w:eastAsia, w:bidi) is no Spanish text's, and stays."""
+    from docx.opc.constants import RELATIONSHIP_TYPE
+
+    def relabel(wanted: Relabel) -> None:
+        styles = [
+            related.target_part.element
+            for related in document.part.rels.values()
+            if related.reltype == RELATIONSHIP_TYPE.STYLES and not related.is_external
+        ]
+        for root in [*roots, *styles]:
+            for lang in root.iter(qn_w("lang")):
+                value = wanted.value(lang.get(qn_w("val"), ""))
+                if value is not None:
+                    lang.set(qn_w("val"), value)
+
+    return relabel
 
 
 def _docx_runs(p, ids=None) -> tuple[list, Callable[[list[tuple[int, str]]], None]]:

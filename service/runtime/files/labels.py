@@ -1,0 +1,94 @@
+"""The language a translated file declares. Where a format says what language its text is
+in (HTML's `lang` and `xml:lang`, an EPUB's `dc:language`, a .docx's `w:lang`, a .pptx's
+`lang` and `altLang`, ODF's `fo:language` and `fo:country`), a declaration of the source
+language is made the target's (`Relabel`), so that a browser, a screen reader or a spell
+checker reads the translation as what it is; one of another language (a phrase the author
+marked as English in a Spanish page) is the author's, and stays."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from service.runtime import languages, markup
+
+
+@dataclass(frozen=True)
+class Relabel:
+    """The languages a file was translated from and into, as BCP 47 tags (languages.tag)."""
+
+    source: str
+    target: str
+
+    def value(self, declared: str) -> str | None:
+        """The target's tag where `declared` names the source's language (by its primary
+        subtag: `es`, `es-ES` and `es_ES` name Spanish), else None: it stays."""
+        if declared.strip() and languages.primary(declared) == languages.primary(self.source):
+            return self.target
+        return None
+
+    def subtags(self) -> tuple[str, str]:
+        """The target's language and region (ODF writes them apart; "" where it names none):
+        `en` and `GB` of `en-GB`, `zh` and "" of `zh-Hant`."""
+        language, *rest = self.target.split("-")
+        region = next((s for s in rest if re.fullmatch(r"[A-Za-z]{2}|\d{3}", s)), "")
+        return language.lower(), region.upper()
+
+
+# an attribute of a tag: its name, and its value quoted or not (a quoted one read whole, so
+# that `title="lang=es"` names no language)
+_ATTRIBUTE = re.compile(r"""([^\s"'<>/=]+)(?:\s*=\s*("[^"]*"|'[^']*'|[^\s"'<>=`]+))?""")
+MARKUP_LANG = ("lang", "xml:lang")  # the attributes that say an element's language
+# an element `language` of any prefix (an EPUB package's `dc:language`) and its text
+_LANGUAGE_ELEMENT = re.compile(
+    r"(<(?:[\w.-]+:)?language(?:\s[^<>]*)?>)(\s*)([^<]*?)(\s*)(</(?:[\w.-]+:)?language\s*>)"
+)
+
+
+def in_markup(text: str, relabels: list[Relabel]) -> str:
+    """HTML or XML `text` with each `lang` and `xml:lang` of its tags (outside comments and
+    scripts) made the target's where it names the source's language, for each of
+    `relabels` in turn; its quotes and everything else as they were."""
+    for relabel in relabels:
+        kept, at = [], 0
+        for tag in markup.shown_tags(text):
+            relabelled = _tag_relabelled(tag.group(), relabel)
+            if relabelled != tag.group():
+                kept += [text[at : tag.start()], relabelled]
+                at = tag.end()
+        text = "".join(kept) + text[at:]
+    return text
+
+
+def _tag_relabelled(tag: str, relabel: Relabel) -> str:
+    if tag.startswith("</") or "lang" not in tag.lower():
+        return tag
+    name = re.match(r"<[\w:.-]+", tag)
+    out, at = [tag[: name.end()]], name.end()
+    for attribute in _ATTRIBUTE.finditer(tag, name.end()):
+        quoted = attribute.group(2)
+        if attribute.group(1).lower() not in MARKUP_LANG or quoted is None:
+            continue
+        quote = quoted[0] if quoted[0] in "\"'" else ""
+        value = relabel.value(quoted.strip("\"'"))
+        if value is not None:
+            out.append(tag[at : attribute.start(2)] + f"{quote}{value}{quote}")
+            at = attribute.end(2)
+    return "".join(out) + tag[at:]
+
+
+def in_package(text: str, relabels: list[Relabel]) -> str:
+    """An EPUB package (its OPF) with each `dc:language` made the target's where it names
+    the source's language; its other metadata (a title, an author) is not translated, and
+    says what it said."""
+    for relabel in relabels:
+
+        def relabelled(element: re.Match, relabel: Relabel = relabel) -> str:
+            value = relabel.value(element.group(3))
+            if value is None:
+                return element.group()
+            opened, before, _, after, closed = element.groups()
+            return f"{opened}{before}{value}{after}{closed}"
+
+        text = _LANGUAGE_ELEMENT.sub(relabelled, text)
+    return text

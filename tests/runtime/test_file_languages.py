@@ -1,0 +1,188 @@
+"""What a translated file says of its language (service.runtime.files.labels): each format's
+declarations of the source language made the target's, those of another language kept."""
+
+from __future__ import annotations
+
+import io
+import zipfile
+
+import docx
+import pptx
+import pytest
+from helpers import CHAPTER, epub
+from odf import teletype
+from odf.namespaces import FONS
+from odf.opendocument import OpenDocumentText, load
+from odf.style import DefaultStyle, Style, TextProperties
+from odf.text import P, Span
+
+from service.runtime import files, languages
+from service.runtime.files.labels import Relabel
+from service.runtime.files.word import qn_w
+
+SPANISH = {"Hola mundo.": "Hello world.", "Capítulo uno": "Chapter one", "Uno": "One"}
+
+
+def translated(read: files.File, source: str = "es", target: str = "en") -> bytes:
+    """`read` translated as /translate_file does: each text's known Spanish sentences in
+    English (a stand-in for the model), the languages declared, the file saved."""
+    for batch in read.batches(64):
+        said = []
+        for text in batch.texts:
+            for spanish, english in SPANISH.items():
+                text = text.replace(spanish, english)
+            said.append(text)
+        batch.write([{"hypotheses": [{"text": text}]} for text in said])
+    read.declare(source, target)
+    return read.save()
+
+
+PAGE = (
+    '<!DOCTYPE html>\n<html lang="es" xml:lang="es-ES"><head><title>Uno</title></head>'
+    "<body><p LANG='ES_es'>Hola mundo.</p><p>Dijo <q lang=\"en\">hello</q>.</p>"
+    '<p title="lang=es">Hola mundo.</p><!-- <p lang="es"> --></body></html>'
+)
+
+
+def test_an_html_page_declares_the_target_where_it_declared_the_source():
+    written = translated(files.read_file(".html", PAGE.encode())).decode()
+    assert written == (
+        PAGE.replace("Hola mundo.", "Hello world.")
+        .replace("Uno", "One")
+        .replace('<html lang="es" xml:lang="es-ES">', '<html lang="en" xml:lang="en">')
+        .replace("LANG='ES_es'", "LANG='en'")
+    )  # the quoted English, an attribute's text and a comment as they were
+
+
+def test_a_file_whose_languages_are_unknown_declares_what_it_did():
+    read = files.read_file(".html", PAGE.encode())
+    assert b'lang="es"' in translated(read, source="", target="en")
+
+
+@pytest.mark.parametrize(
+    ("source", "target", "tag"),
+    [
+        ("es", "en", "en"),
+        ("spa_Latn", "zho_Hant", "zh-Hant"),  # NLLB's codes
+        ("es_XX", "en_XX", "en"),  # mBART-50's
+        ("spa", "fra", "fr"),  # a multilingual Marian's
+        ("es", "pt_BR", "pt-BR"),
+        ("es", "zt", "zh-Hant"),  # LibreTranslate's code
+    ],
+)
+def test_a_model_s_codes_are_declared_as_bcp_47_tags(source, target, tag):
+    assert languages.tag(target) == tag
+    written = translated(files.read_file(".html", PAGE.encode()), source, target).decode()
+    assert f'<html lang="{tag}" xml:lang="{tag}">' in written
+
+
+def test_a_declaration_is_the_source_s_by_its_primary_subtag():
+    relabel = Relabel("es", "en")
+    assert [relabel.value(v) for v in ("es", "es-ES", "ES_mx", " es ")] == ["en"] * 4
+    assert [relabel.value(v) for v in ("en", "est", "eu-ES", "", "x-es")] == [None] * 5
+
+
+SPANISH_CHAPTER = CHAPTER.replace("<html ", '<html lang="es" xml:lang="es" ')
+
+
+def test_an_epub_declares_the_target_in_its_documents_and_its_package():
+    read = files.read_file(".epub", epub(SPANISH_CHAPTER, "es-ES"))
+    written = zipfile.ZipFile(io.BytesIO(translated(read)))
+    package = written.read("OEBPS/content.opf").decode()
+    assert "<dc:language>en</dc:language>" in package and "<dc:title>Libro</dc:title>" in package
+    text = written.read("OEBPS/text/capítulo.xhtml").decode()
+    assert '<html lang="en" xml:lang="en" xmlns=' in text and "<title>One</title>" in text
+
+
+def test_an_epub_that_declares_no_language_keeps_its_package_as_it_was():
+    read = files.read_file(".epub", epub())
+    written = zipfile.ZipFile(io.BytesIO(translated(read)))
+    assert written.read("OEBPS/content.opf") == zipfile.ZipFile(io.BytesIO(epub())).read(
+        "OEBPS/content.opf"
+    )
+
+
+def language_of(properties) -> dict[str, str]:
+    """A w:lang's attributes by their local names, or {} where there is none."""
+    lang = properties.find(qn_w("lang")) if properties is not None else None
+    return {} if lang is None else {k.rpartition("}")[2]: v for k, v in lang.attrib.items()}
+
+
+def with_language(run_properties, **values: str) -> None:
+    lang = run_properties.makeelement(qn_w("lang"), {qn_w(k): v for k, v in values.items()})
+    run_properties.append(lang)
+
+
+def test_a_docx_declares_the_target_in_its_runs_and_styles_east_asian_and_bidi_kept():
+    document = docx.Document()
+    spanish = document.add_paragraph().add_run("Hola mundo.")
+    english = document.add_paragraph().add_run("Hello.")  # quoted: its own language
+    with_language(spanish._r.get_or_add_rPr(), val="es-ES", eastAsia="es-ES", bidi="ar-SA")
+    with_language(english._r.get_or_add_rPr(), val="en-GB")
+    defaults = document.styles.element.find(f"{qn_w('docDefaults')}/{qn_w('rPrDefault')}")
+    run_defaults = defaults.find(qn_w("rPr"))
+    run_defaults.remove(run_defaults.find(qn_w("lang")))
+    with_language(run_defaults, val="es-ES", eastAsia="zh-CN")
+    out = io.BytesIO()
+    document.save(out)
+    back = docx.Document(io.BytesIO(translated(files.read_file(".docx", out.getvalue()))))
+    assert [p.text for p in back.paragraphs] == ["Hello world.", "Hello."]
+    said = [language_of(p.runs[0]._r.rPr) for p in back.paragraphs]
+    assert said == [{"val": "en", "eastAsia": "es-ES", "bidi": "ar-SA"}, {"val": "en-GB"}]
+    styles = back.styles.element.find(f"{qn_w('docDefaults')}/{qn_w('rPrDefault')}")
+    assert language_of(styles.find(qn_w("rPr"))) == {"val": "en", "eastAsia": "zh-CN"}
+
+
+def test_a_pptx_declares_the_target_in_its_runs_and_their_alternative():
+    deck = pptx.Presentation()
+    title = deck.slides.add_slide(deck.slide_layouts[5]).shapes.title
+    title.text = "Hola mundo."
+    properties = title.text_frame.paragraphs[0].runs[0]._r.get_or_add_rPr()
+    properties.set("lang", "es-ES")
+    properties.set("altLang", "es-MX")
+    quoted = title.text_frame.add_paragraph().add_run()
+    quoted.text = "Hello."
+    quoted._r.get_or_add_rPr().set("lang", "en-US")
+    out = io.BytesIO()
+    deck.save(out)
+    back = pptx.Presentation(io.BytesIO(translated(files.read_file(".pptx", out.getvalue()))))
+    paragraphs = back.slides[0].shapes.title.text_frame.paragraphs
+    (translated_run,), (kept,) = paragraphs[0].runs, paragraphs[1].runs
+    assert translated_run.text == "Hello world."
+    assert (translated_run._r.rPr.get("lang"), translated_run._r.rPr.get("altLang")) == ("en", "en")
+    assert kept._r.rPr.get("lang") == "en-US"
+
+
+@pytest.mark.parametrize(("target", "country"), [("en", None), ("en_GB", "GB")])
+def test_an_odt_declares_the_target_in_its_styles_language_and_country(target, country):
+    document = OpenDocumentText()
+    default = DefaultStyle(family="paragraph")
+    default.addElement(TextProperties(language="es", country="ES", languageasian="zh"))
+    document.styles.addElement(default)
+    quote = Style(name="Quote", family="text")
+    quote.addElement(TextProperties(language="en", country="US"))
+    document.styles.addElement(quote)
+    spoken = Style(name="P1", family="paragraph")
+    spoken.addElement(TextProperties(fontweight="bold", language="es", country="MX"))
+    document.automaticstyles.addElement(spoken)
+    document.text.addElement(P(stylename=spoken, text="Hola mundo."))
+    quoted = P()
+    quoted.addElement(Span(stylename=quote, text="Hello."))
+    document.text.addElement(quoted)
+    out = io.BytesIO()
+    document.write(out)
+    back = load(io.BytesIO(translated(files.read_file(".odt", out.getvalue()), "es", target)))
+    said = sorted(
+        (p.getAttrNS(FONS, "language"), p.getAttrNS(FONS, "country") or "")
+        for p in back.getElementsByType(TextProperties)
+    )
+    assert said == sorted([("en", "US"), *[("en", country or "")] * 2])
+    assert [
+        p.getAttribute("languageasian")
+        for p in back.getElementsByType(TextProperties)
+        if p.getAttribute("languageasian")
+    ] == ["zh"]
+    assert [teletype.extractText(p) for p in back.getElementsByType(P)] == [
+        "Hello world.",
+        "Hello.",
+    ]
