@@ -472,16 +472,18 @@ CHAPTER = (
 )
 
 
-def epub(chapter: str = CHAPTER, language: str | None = None) -> bytes:
+def epub(chapter: str = CHAPTER, ncx: str | None = None, language: str | None = None) -> bytes:
     """A small EPUB: its mimetype first and stored, a package listing one chapter in a
-    folder of its own, and an image; with `language`, the package's metadata declaring it
-    (dc:language)."""
-    metadata = ""
+    folder of its own, and an image; with `ncx`, an EPUB 2 table of contents (toc.ncx), with
+    `language`, the package's metadata declaring it (dc:language)."""
+    metadata = toc = ""
     if language is not None:
         metadata = (
             '<metadata xmlns:dc="http://purl.org/dc/elements/1.1/"><dc:title>Libro</dc:title>'
             f"<dc:language>{language}</dc:language></metadata>"
         )
+    if ncx is not None:
+        toc = '<item id="ncx" href="toc.ncx" media-type="application/x-dtbncx+xml"/>'
     out = io.BytesIO()
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
         archive.writestr("mimetype", "application/epub+zip", compress_type=zipfile.ZIP_STORED)
@@ -495,9 +497,11 @@ def epub(chapter: str = CHAPTER, language: str | None = None) -> bytes:
             "OEBPS/content.opf",
             f'<package xmlns="http://www.idpf.org/2007/opf" version="3.0">{metadata}<manifest>'
             '<item id="c1" href="text/cap%C3%ADtulo.xhtml" media-type="application/xhtml+xml"/>'
-            '<item id="i" href="cover.png" media-type="image/png"/></manifest></package>',
+            f'<item id="i" href="cover.png" media-type="image/png"/>{toc}</manifest></package>',
         )
         archive.writestr("OEBPS/text/capítulo.xhtml", chapter)
+        if ncx is not None:
+            archive.writestr("OEBPS/toc.ncx", ncx)
         archive.writestr("OEBPS/cover.png", b"\x89PNG not really")
     return out.getvalue()
 

@@ -1,10 +1,12 @@
 """What a translated file says of its language (service.runtime.files.labels): each format's
-declarations of the source language made the target's, those of another language kept."""
+declarations of the source language made the target's, those of another language kept; and
+an EPUB 2 book's table of contents (toc.ncx) translated with its chapters."""
 
 from __future__ import annotations
 
 import io
 import zipfile
+from xml.etree import ElementTree
 
 import docx
 import pptx
@@ -86,7 +88,7 @@ SPANISH_CHAPTER = CHAPTER.replace("<html ", '<html lang="es" xml:lang="es" ')
 
 
 def test_an_epub_declares_the_target_in_its_documents_and_its_package():
-    read = files.read_file(".epub", epub(SPANISH_CHAPTER, "es-ES"))
+    read = files.read_file(".epub", epub(SPANISH_CHAPTER, language="es-ES"))
     written = zipfile.ZipFile(io.BytesIO(translated(read)))
     package = written.read("OEBPS/content.opf").decode()
     assert "<dc:language>en</dc:language>" in package and "<dc:title>Libro</dc:title>" in package
@@ -100,6 +102,36 @@ def test_an_epub_that_declares_no_language_keeps_its_package_as_it_was():
     assert written.read("OEBPS/content.opf") == zipfile.ZipFile(io.BytesIO(epub())).read(
         "OEBPS/content.opf"
     )
+
+
+NCX = (
+    '<?xml version="1.0" encoding="UTF-8"?>\n'
+    '<ncx xmlns="http://www.daisy.org/z3986/2005/ncx/" version="2005-1" xml:lang="es">'
+    '<head><meta name="dtb:uid" content="libro-1"/></head>'
+    "<docTitle><text>Capítulo uno</text></docTitle>"
+    "<docAuthor><text>Hola mundo.</text></docAuthor>"
+    '<navMap><navPoint id="p1" playOrder="1"><navLabel><text>Capítulo uno</text></navLabel>'
+    '<content src="text/cap%C3%ADtulo.xhtml"/>'
+    '<navPoint id="p2" playOrder="2"><navLabel><text>Hola mundo. &amp; Uno</text></navLabel>'
+    '<content src="text/cap%C3%ADtulo.xhtml#hola"/></navPoint></navPoint>'
+    '<navPoint id="p3" playOrder="3"><navLabel><text> </text></navLabel>'
+    '<content src="text/cap%C3%ADtulo.xhtml#fin"/></navPoint></navMap></ncx>'
+)
+
+
+def test_an_epub_2_table_of_contents_is_translated_its_entries_kept():
+    """Before, toc.ncx was kept as it was: a reader's list of contents stayed Spanish."""
+    read = files.read_file(".epub", epub(SPANISH_CHAPTER, NCX, language="es"))
+    labels = ["Capítulo uno", "Capítulo uno", "Hola mundo. &amp; Uno"]
+    assert [p.text for p in read.paragraphs] == [SPANISH_CHAPTER, *labels]  # manifest order
+    written = zipfile.ZipFile(io.BytesIO(translated(read)))
+    toc = written.read("OEBPS/toc.ncx").decode()
+    ElementTree.fromstring(toc.encode())  # still XML
+    assert toc == (
+        NCX.replace('xml:lang="es"', 'xml:lang="en"')
+        .replace("<text>Capítulo uno</text>", "<text>Chapter one</text>")
+        .replace("Hola mundo. &amp; Uno</text>", "Hello world. &amp; One</text>")
+    )  # the author, the entries' targets, their order and ids as they were
 
 
 def language_of(properties) -> dict[str, str]:

@@ -306,6 +306,14 @@ def test_browsers_may_call_from_any_origin_and_the_rest_of_libretranslate(web):
     assert web.get("/spec").json() == web.get("/openapi.json").json()
 
 
+# an EPUB 2 book's table of contents: one entry
+CONTENTS = (
+    '<ncx xmlns="http://www.daisy.org/z3986/2005/ncx/" version="2005-1"><navMap>'
+    '<navPoint id="p1" playOrder="1"><navLabel><text>Buenos días.</text></navLabel>'
+    '<content src="text/cap%C3%ADtulo.xhtml"/></navPoint></navMap></ncx>'
+)
+
+
 def test_libretranslate_files_round_trip(web):
     sent = web.post(
         "/translate_file",
@@ -343,7 +351,7 @@ def test_libretranslate_files_round_trip(web):
     book = web.post(
         "/translate_file",
         data={"source": "es", "target": "en"},
-        files={"file": ("libro.epub", epub(spanish, "es"), "application/epub+zip")},
+        files={"file": ("libro.epub", epub(spanish, CONTENTS, "es"), "application/epub+zip")},
     )
     archive = zipfile.ZipFile(io.BytesIO(web.get(book.json()["translatedFileUrl"]).content))
     chapter = archive.read("OEBPS/text/capítulo.xhtml").decode()
@@ -351,6 +359,8 @@ def test_libretranslate_files_round_trip(web):
     assert "<b>" in chapter and "perro" not in chapter and "dog" in chapter
     assert '<html lang="en" ' in chapter  # the language it is now written in
     assert archive.infolist()[0].filename == "mimetype"
+    contents = archive.read("OEBPS/toc.ncx").decode()
+    assert "Buenos días" not in contents and "Good morning" in contents
     assert "<dc:language>en</dc:language>" in archive.read("OEBPS/content.opf").decode()
 
 

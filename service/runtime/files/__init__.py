@@ -1,13 +1,13 @@
 """Files translated whole, as LibreTranslate's `translate_file` (service.front.http) and
 `attnserve translate --input` take them: .txt, .html, .srt (subtitles), .epub (its XHTML read
-as HTML), .docx (python-docx), .pptx (python-pptx), .odt and .odp (odfpy; the three
-libraries are in the serve extra). A document is read into paragraphs, each a list of runs
-(spans of one character formatting); each paragraph is translated as one text, and its
-translation is cut back into runs by the alignment: every target word goes to the run of the
-source word it attends to most, so a bold word stays bold where its translation lands.
-Paragraph styles, tables, lists, headers, footers, slides' layouts and subtitles' timings
-stay as they are; where the file declares the source language, it declares the target's
-(`File.declare`).
+as HTML, its table of contents' labels too), .docx (python-docx), .pptx (python-pptx), .odt
+and .odp (odfpy; the three libraries are in the serve extra). A document is read into
+paragraphs, each a list of runs (spans of one character formatting); each paragraph is
+translated as one text, and its translation is cut back into runs by the alignment: every
+target word goes to the run of the source word it attends to most, so a bold word stays
+bold where its translation lands. Paragraph styles, tables, lists, headers, footers, slides'
+layouts and subtitles' timings stay as they are; where the file declares the source
+language, it declares the target's (`File.declare`).
 
 Here: `read_file`, the dispatch by suffix. The modules:
 - `model`: what every format is read into (`File`, `Paragraph`) and sent as (`Batch`,

@@ -1,6 +1,6 @@
 """Text files: a .txt file's blocks between blank lines, an HTML file in pieces cut after its
-blocks' ends, an .epub's XHTML documents each read as HTML; a text file's encoding told by
-its byte order mark."""
+blocks' ends, an .epub's XHTML documents each read as HTML and its EPUB 2 table of contents'
+labels; a text file's encoding told by its byte order mark."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import io
 import posixpath
 import re
 import zipfile
+from collections.abc import Iterator
 from urllib.parse import unquote
 from xml.etree import ElementTree
 
@@ -128,20 +129,24 @@ def _piece_writer(pieces: list[str], i: int):
     return write
 
 
-XHTML_TYPE = "application/xhtml+xml"  # an EPUB's content documents, as its manifest lists them
+# the media types of what an EPUB's manifest lists that is translated: its content documents
+# (XHTML), and an EPUB 2 book's table of contents (NCX)
+XHTML_TYPE, NCX_TYPE = "application/xhtml+xml", "application/x-dtbncx+xml"
 
 
 def _epub(data: bytes, piece: int) -> File:
-    """An EPUB's content documents (the XHTML its package lists), each read as HTML; every
-    other file of the archive kept as it is, in its order and compression, its package (OPF)
-    declaring the target language where it declared the source's (its `dc:language`)."""
+    """An EPUB's content documents (the XHTML its package lists), each read as HTML, and
+    its EPUB 2 table of contents (_ncx); every other file of the archive kept as it is, in
+    its order and compression, its package (OPF) declaring the target language where it
+    declared the source's (its `dc:language`)."""
     archive = _archive(data, ".epub")
     entries = archive.infolist()
     try:
         package, listed = _package(archive)
         documents: dict[str, File] = {}
-        for name in listed:
-            documents[name] = _html(archive.read(name).decode("utf-8"), piece)
+        for name, kind in listed.items():
+            text = archive.read(name).decode("utf-8")
+            documents[name] = _html(text, piece) if kind == XHTML_TYPE else _ncx(text)
     except (zipfile.BadZipFile, KeyError, ElementTree.ParseError, ValueError) as error:
         raise ValueError(_not_a(".epub", error)) from None
     paragraphs = [p for document in documents.values() for p in document.paragraphs]
@@ -171,9 +176,9 @@ def _epub(data: bytes, piece: int) -> File:
     return File(paragraphs, "html", save, relabel=relabel)
 
 
-def _package(archive: zipfile.ZipFile) -> tuple[str, list[str]]:
-    """The archive's name of its package (OPF), and the names of the XHTML documents its
-    manifest lists."""
+def _package(archive: zipfile.ZipFile) -> tuple[str, dict[str, str]]:
+    """The archive's name of its package (OPF), and the names of the files its
+    manifest lists that are translated -> their media type (XHTML_TYPE, NCX_TYPE)."""
     container = ElementTree.fromstring(archive.read("META-INF/container.xml"))
     rootfile = next((e for e in container.iter() if e.tag.endswith("rootfile")), None)
     if rootfile is None or not rootfile.get("full-path"):
@@ -181,8 +186,45 @@ def _package(archive: zipfile.ZipFile) -> tuple[str, list[str]]:
     package = rootfile.get("full-path")
     manifest = ElementTree.fromstring(archive.read(package))
     folder = posixpath.dirname(package)
-    return package, [
-        posixpath.normpath(posixpath.join(folder, unquote(item.get("href", ""))))
+    return package, {
+        posixpath.normpath(posixpath.join(folder, unquote(item.get("href", "")))): kind
         for item in manifest.iter()
-        if item.tag.endswith("item") and item.get("media-type") == XHTML_TYPE
-    ]
+        if item.tag.endswith("item") and (kind := item.get("media-type")) in (XHTML_TYPE, NCX_TYPE)
+    }
+
+
+# the elements of an NCX whose `text` a reader shows: an entry's label, the book's title
+NCX_LABELS = ("navlabel", "doctitle")
+
+
+def _ncx(content: str) -> File:
+    """An EPUB 2 table of contents (NCX): the text of each entry's label and of the book's
+    title, each a paragraph of HTML (an entity in it kept); the rest (an entry's target, its
+    order, an author) as it is."""
+    pieces, paragraphs, at = [], [], 0
+    for start, end in _ncx_labels(content):
+        pieces += [content[at:start], content[start:end]]
+        at = end
+        if _shows_text(pieces[-1]):
+            paragraphs.append(Paragraph([pieces[-1]], _piece_writer(pieces, len(pieces) - 1)))
+    pieces.append(content[at:])
+    return _markup_file(paragraphs, pieces)
+
+
+def _ncx_labels(content: str) -> Iterator[tuple[int, int]]:
+    """The spans of what each `text` element of an NCX_LABELS element holds, in order."""
+    opened: list[str] = []  # the names of the elements open, outermost first
+    start = None
+    for match in markup.shown_tags(content):
+        tag, name = match.group(), markup.tag_name(match.group()).rpartition(":")[2]
+        if tag.startswith("</"):
+            if name == "text" and start is not None:
+                yield start, match.start()
+                start = None
+            if name in opened:  # it ends its element and any left open inside it
+                while opened.pop() != name:
+                    pass
+        elif not tag.endswith("/>"):
+            if name == "text" and opened and opened[-1] in NCX_LABELS:
+                start = match.end()
+            opened.append(name)
