@@ -56,6 +56,32 @@ def test_an_html_page_declares_the_target_where_it_declared_the_source():
     )  # the quoted English, an attribute's text and a comment as they were
 
 
+@pytest.mark.parametrize(
+    ("target", "declared", "said"),
+    [
+        ("en", "es-ES", "en"),
+        ("fr", "es, en", "fr, en"),  # only the source's entry changes
+        ("en", "es, en", "en"),  # each language once
+        ("en", "de,  es_MX ,fr", "de,  en ,fr"),
+        ("en", "de", "de"),  # no Spanish reader is named: it stays
+    ],
+)
+def test_an_html_page_s_content_language_lists_the_target_where_it_listed_the_source(
+    target, declared, said
+):
+    page = (
+        f"<html><head><meta http-equiv='Content-Language' content='{declared}'>"
+        f'<META CONTENT="{declared}" HTTP-EQUIV=content-language />'
+        f'<meta name="description" content="es"></head><body><p>Hola mundo.</p></body></html>'
+    )
+    written = translated(files.read_file(".html", page.encode()), "es", target).decode()
+    assert written == (
+        page.replace("Hola mundo.", "Hello world.")
+        .replace(f"content='{declared}'", f"content='{said}'")
+        .replace(f'CONTENT="{declared}"', f'CONTENT="{said}"')
+    )  # another meta's content is no language
+
+
 def test_a_file_whose_languages_are_unknown_declares_what_it_did():
     read = files.read_file(".html", PAGE.encode())
     assert b'lang="es"' in translated(read, source="", target="en")

@@ -1,9 +1,10 @@
 """The language a translated file declares. Where a format says what language its text is
-in (HTML's `lang` and `xml:lang`, an EPUB's `dc:language`, a .docx's `w:lang`, a .pptx's
-`lang` and `altLang`, ODF's `fo:language` and `fo:country`), a declaration of the source
-language is made the target's (`Relabel`), so that a browser, a screen reader or a spell
-checker reads the translation as what it is; one of another language (a phrase the author
-marked as English in a Spanish page) is the author's, and stays."""
+in (HTML's `lang` and `xml:lang` and its Content-Language `<meta>`, an EPUB's `dc:language`,
+a .docx's `w:lang`, a .pptx's `lang` and `altLang`, ODF's `fo:language` and `fo:country`),
+a declaration of the source language is made the target's (`Relabel`), so that a browser,
+a screen reader or a spell checker reads the translation as what it is; one of another
+language (a phrase the author marked as English in a Spanish page) is the author's, and
+stays."""
 
 from __future__ import annotations
 
@@ -64,17 +65,43 @@ def _tag_relabelled(tag: str, relabel: Relabel) -> str:
     if tag.startswith("</") or "lang" not in tag.lower():
         return tag
     name = re.match(r"<[\w:.-]+", tag)
+    attributes = [a for a in _ATTRIBUTE.finditer(tag, name.end()) if a.group(2) is not None]
+    values = {a.group(1).lower(): a.group(2).strip("\"'") for a in attributes}
+    listing = markup.tag_name(tag).rpartition(":")[2] == "meta" and (
+        values.get("http-equiv", "").strip().lower() == "content-language"
+    )  # its `content` lists the page's languages
     out, at = [tag[: name.end()]], name.end()
-    for attribute in _ATTRIBUTE.finditer(tag, name.end()):
-        quoted = attribute.group(2)
-        if attribute.group(1).lower() not in MARKUP_LANG or quoted is None:
+    for attribute in attributes:
+        quoted, named = attribute.group(2), attribute.group(1).lower()
+        if named in MARKUP_LANG:
+            value = relabel.value(quoted.strip("\"'"))
+        elif named == "content" and listing:
+            value = _listed(quoted.strip("\"'"), relabel)
+        else:
             continue
         quote = quoted[0] if quoted[0] in "\"'" else ""
-        value = relabel.value(quoted.strip("\"'"))
         if value is not None:
             out.append(tag[at : attribute.start(2)] + f"{quote}{value}{quote}")
             at = attribute.end(2)
     return "".join(out) + tag[at:]
+
+
+def _listed(listed: str, relabel: Relabel) -> str | None:
+    """A Content-Language list ("es, en": the languages of a page's readers) with the
+    source's entries the target's, each language once ("es, en" into English: "en"; into
+    French: "fr, en"), the others and the spaces between them as they were; None where it
+    names no source language."""
+    entries = listed.split(",")
+    relabelled = [relabel.value(entry) for entry in entries]
+    if not any(relabelled):
+        return None
+    kept, seen = [], set()
+    for entry, value in zip(entries, relabelled, strict=True):
+        entry = entry if value is None else entry.replace(entry.strip(), value)
+        if entry.strip().lower() not in seen:
+            seen.add(entry.strip().lower())
+            kept.append(entry)
+    return ",".join(kept)
 
 
 def in_package(text: str, relabels: list[Relabel]) -> str:
