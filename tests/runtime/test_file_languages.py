@@ -13,12 +13,14 @@ import pptx
 import pytest
 from helpers import CHAPTER, epub
 from odf import teletype
+from odf.dc import Language, Title
 from odf.namespaces import FONS
 from odf.opendocument import OpenDocumentText, load
 from odf.style import DefaultStyle, Style, TextProperties
 from odf.text import P, Span
 
 from service.runtime import files, languages
+from service.runtime.files import labels
 from service.runtime.files.labels import Relabel
 from service.runtime.files.word import qn_w
 
@@ -211,6 +213,47 @@ def test_a_pptx_declares_the_target_in_its_runs_and_their_alternative():
     assert kept._r.rPr.get("lang") == "en-US"
 
 
+def without_properties(package) -> None:
+    """A python-docx or python-pptx package left without its document properties."""
+    rels = getattr(package, "rels", None) or package._rels
+    for rid in [r for r, rel in rels.items() if rel.reltype == labels.CORE_PROPERTIES]:
+        rels.pop(rid)
+
+
+@pytest.mark.parametrize("library", [docx, pptx])
+@pytest.mark.parametrize(("declared", "said"), [("es-ES", "en"), ("en-US", "en-US"), ("", "")])
+def test_an_office_file_s_properties_declare_the_target_where_they_declared_the_source(
+    library, declared, said
+):
+    if library is docx:
+        opened, suffix = docx.Document, ".docx"
+        document = opened()
+        document.add_paragraph("Hola mundo.")
+    else:
+        opened, suffix = pptx.Presentation, ".pptx"
+        document = opened()
+        document.slides.add_slide(document.slide_layouts[5]).shapes.title.text = "Hola mundo."
+    document.core_properties.title = "Libro"  # not translated
+    if declared:
+        document.core_properties.language = declared
+    out = io.BytesIO()
+    document.save(out)
+    saved = opened(io.BytesIO(translated(files.read_file(suffix, out.getvalue()))))
+    assert (saved.core_properties.language, saved.core_properties.title) == (said, "Libro")
+
+
+@pytest.mark.parametrize(("library", "suffix"), [(docx, ".docx"), (pptx, ".pptx")])
+def test_an_office_file_without_properties_is_given_none(library, suffix):
+    """python-docx and python-pptx make default properties (a title "Word Document", an
+    author "python-docx") for a file asked for those it does not have."""
+    document = library.Document() if library is docx else library.Presentation()
+    without_properties(document.part.package)
+    out = io.BytesIO()
+    document.save(out)
+    saved = translated(files.read_file(suffix, out.getvalue()))
+    assert "docProps/core.xml" not in zipfile.ZipFile(io.BytesIO(saved)).namelist()
+
+
 @pytest.mark.parametrize(("target", "country"), [("en", None), ("en_GB", "GB")])
 def test_an_odt_declares_the_target_in_its_styles_language_and_country(target, country):
     document = OpenDocumentText()
@@ -244,3 +287,16 @@ def test_an_odt_declares_the_target_in_its_styles_language_and_country(target, c
         "Hello world.",
         "Hello.",
     ]
+
+
+@pytest.mark.parametrize(("declared", "said"), [("es-ES", "en-GB"), ("ca", "ca")])
+def test_an_odt_s_properties_declare_the_target_where_they_declared_the_source(declared, said):
+    document = OpenDocumentText()
+    document.meta.addElement(Language(text=declared))
+    document.meta.addElement(Title(text="Libro"))
+    document.text.addElement(P(text="Hola mundo."))
+    out = io.BytesIO()
+    document.write(out)
+    back = load(io.BytesIO(translated(files.read_file(".odt", out.getvalue()), "es", "en_GB")))
+    assert [str(e) for e in back.getElementsByType(Language)] == [said]
+    assert [str(e) for e in back.getElementsByType(Title)] == ["Libro"]

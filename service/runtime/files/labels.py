@@ -1,10 +1,10 @@
 """The language a translated file declares. Where a format says what language its text is
 in (HTML's `lang` and `xml:lang` and its Content-Language `<meta>`, an EPUB's `dc:language`,
-a .docx's `w:lang`, a .pptx's `lang` and `altLang`, ODF's `fo:language` and `fo:country`),
-a declaration of the source language is made the target's (`Relabel`), so that a browser,
-a screen reader or a spell checker reads the translation as what it is; one of another
-language (a phrase the author marked as English in a Spanish page) is the author's, and
-stays."""
+a .docx's `w:lang`, a .pptx's `lang` and `altLang`, ODF's `fo:language` and `fo:country`,
+the document properties' `dc:language`), a declaration of the source language is made the
+target's (`Relabel`), so that a browser, a screen reader or a spell checker reads the
+translation as what it is; one of another language (a phrase the author marked as English
+in a Spanish page) is the author's, and stays."""
 
 from __future__ import annotations
 
@@ -102,6 +102,31 @@ def _listed(listed: str, relabel: Relabel) -> str | None:
             seen.add(entry.strip().lower())
             kept.append(entry)
     return ",".join(kept)
+
+
+# the relationship of an Office package (.docx, .pptx) to its document properties
+# (docProps/core.xml), python-docx's and python-pptx's both
+CORE_PROPERTIES = (
+    "http://schemas.openxmlformats.org/package/2006/relationships/metadata/core-properties"
+)
+
+
+def core_part(package):
+    """The part of an Office package (python-docx's or python-pptx's) that holds its
+    document properties, or None where it has none: asked for their properties, both
+    libraries would add default ones (a title, an author) to a file that had none."""
+    try:
+        return package.part_related_by(CORE_PROPERTIES)
+    except KeyError:
+        return None
+
+
+def in_properties(properties, relabel: Relabel) -> None:
+    """Document properties (python-docx's or python-pptx's CoreProperties, or None) with
+    their language (`dc:language`) the target's where it names the source's."""
+    value = None if properties is None else relabel.value(properties.language or "")
+    if value is not None:
+        properties.language = value
 
 
 def in_package(text: str, relabels: list[Relabel]) -> str:

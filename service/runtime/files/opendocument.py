@@ -34,13 +34,14 @@ def _odf(data: bytes, suffix: str) -> File:
 
 def _odf_relabel(document):
     """The `relabel` of an OpenDocument: each language of its styles' text properties
-    (fo:language, with its country fo:country: the target's region, or none); the Asian and
-    complex scripts' languages (style:language-asian, -complex) are no Spanish text's, and
-    stay."""
+    (fo:language, with its country fo:country: the target's region, or none), and its
+    document properties' (meta.xml's dc:language); the Asian and complex scripts' languages
+    (style:language-asian, -complex) are no Spanish text's, and stay."""
     from odf.namespaces import FONS
     from odf.style import TextProperties
 
     def relabel(wanted: Relabel) -> None:
+        _odf_meta_relabelled(document, wanted)
         language, region = wanted.subtags()
         for properties in document.getElementsByType(TextProperties):
             if wanted.value(properties.getAttrNS(FONS, "language") or "") is None:
@@ -52,6 +53,20 @@ def _odf_relabel(document):
                 properties.removeAttrNS(FONS, "country")
 
     return relabel
+
+
+def _odf_meta_relabelled(document, wanted: Relabel) -> None:
+    """The document's language in its properties (dc:language, a tag: `es-ES`) the target's
+    where it names the source's."""
+    from odf.dc import Language
+    from odf.element import Text
+
+    for element in document.getElementsByType(Language):
+        value = wanted.value("".join(n.data for n in element.childNodes if isinstance(n, Text)))
+        if value is not None:
+            for node in list(element.childNodes):
+                _odf_detach(node)
+            element.addText(value)
 
 
 def _odf_paragraphs(top) -> Iterator:

@@ -8,6 +8,7 @@ import itertools
 import re
 from collections.abc import Callable, Iterator
 
+from service.runtime.files import labels
 from service.runtime.files.archive import _opened, _saver
 from service.runtime.files.labels import Relabel
 from service.runtime.files.model import File, Paragraph, said
@@ -30,7 +31,8 @@ def _pptx(data: bytes, suffix: str) -> File:
             if said("".join(read)):
                 write = _past_breaks(breaks, _runs_writer(paragraph, runs, _Run))
                 paragraphs.append(Paragraph(read, write))
-    return File(paragraphs, "plain", _saver(presentation), relabel=_pptx_relabel(list(parts)))
+    relabel = _pptx_relabel(list(parts), presentation.part.package)
+    return File(paragraphs, "plain", _saver(presentation), relabel=relabel)
 
 
 DRAWING = "{http://schemas.openxmlformats.org/drawingml/2006/main}"
@@ -38,11 +40,13 @@ DRAWING = "{http://schemas.openxmlformats.org/drawingml/2006/main}"
 PPTX_LABELLED = tuple(DRAWING + name for name in ("rPr", "endParaRPr", "defRPr"))
 
 
-def _pptx_relabel(roots: list):
+def _pptx_relabel(roots: list, package):
     """The `relabel` of a .pptx: each language of the text properties (`lang`, and the
-    alternative one, `altLang`) in the parts read."""
+    alternative one, `altLang`) in the parts read, and the document properties'
+    (labels.in_properties: python-pptx's part is its properties)."""
 
     def relabel(wanted: Relabel) -> None:
+        labels.in_properties(labels.core_part(package), wanted)
         for root in roots:
             for properties in root.iter(*PPTX_LABELLED):
                 for name in ("lang", "altLang"):

@@ -9,6 +9,7 @@ import itertools
 import re
 from collections.abc import Callable, Iterator
 
+from service.runtime.files import labels
 from service.runtime.files.archive import _opened, _saver
 from service.runtime.files.labels import Relabel
 from service.runtime.files.model import File, Paragraph, said
@@ -33,11 +34,14 @@ def _docx(data: bytes, suffix: str) -> File:
 
 def _docx_relabel(document, roots: dict):
     """The `relabel` of a .docx: each language (w:lang's w:val) of the parts read and of the
-    styles that format them (the defaults of every run among them); an East Asian or a
-    right-to-left language (w:eastAsia, w:bidi) is no Spanish text's, and stays."""
+    styles that format them (the defaults of every run among them), and the document
+    properties' (labels.in_properties); an East Asian or a right-to-left language
+    (w:eastAsia, w:bidi) is no Spanish text's, and stays."""
     from docx.opc.constants import RELATIONSHIP_TYPE
 
     def relabel(wanted: Relabel) -> None:
+        core = labels.core_part(document.part.package)
+        labels.in_properties(None if core is None else core.core_properties, wanted)
         styles = [
             related.target_part.element
             for related in document.part.rels.values()
