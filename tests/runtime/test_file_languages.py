@@ -132,6 +132,19 @@ def test_an_epub_that_declares_no_language_keeps_its_package_as_it_was():
     )
 
 
+def test_an_epub_package_keeps_the_language_of_its_metadata():
+    """The package's xml:lang is the language of its metadata's text (a title, an author),
+    which is not translated: it stays Spanish while dc:language, the book's, says English."""
+    package = (
+        '<package xmlns="http://www.idpf.org/2007/opf" version="3.0" xml:lang="es">'
+        '<metadata xmlns:dc="http://purl.org/dc/elements/1.1/">'
+        '<dc:title xml:lang="es-ES">Libro</dc:title><dc:creator>Ana Pérez</dc:creator>'
+        "<dc:language>es</dc:language></metadata></package>"
+    )
+    relabelled = labels.in_package(package, [Relabel("es", "en")])
+    assert relabelled == package.replace("<dc:language>es<", "<dc:language>en<")
+
+
 NCX = (
     '<?xml version="1.0" encoding="UTF-8"?>\n'
     '<ncx xmlns="http://www.daisy.org/z3986/2005/ncx/" version="2005-1" xml:lang="es">'

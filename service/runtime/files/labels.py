@@ -133,6 +133,8 @@ def in_package(text: str, relabels: list[Relabel]) -> str:
     """An EPUB package (its OPF) with each `dc:language` made the target's where it names
     the source's language; its other metadata (a title, an author) is not translated, and
     says what it said."""
+    # the package's own `xml:lang` (a title's too) is the language of that metadata's text,
+    # not the book's: the text stays Spanish, and so does what says so
     for relabel in relabels:
 
         def relabelled(element: re.Match, relabel: Relabel = relabel) -> str:
