@@ -52,8 +52,12 @@ class Tokenizer:
     """Text to ids and back for one SentencePiece model file."""
 
     def __init__(self, model_file: str | Path):
+        """OSError where `model_file` cannot be read, RuntimeError where it is no
+        SentencePiece model, ValueError where its special pieces are not SPECIAL_PIECES."""
         self.model_file = Path(model_file)
-        self._sp = spm.SentencePieceProcessor(model_file=str(model_file))
+        # read here, not by SentencePiece, which opens no path that is not UTF-8 (a folder
+        # named in Latin-1): Python opens every path the system has
+        self._sp = spm.SentencePieceProcessor(model_proto=self.model_file.read_bytes())
         pieces = tuple(self._sp.id_to_piece(i) for i in range(len(SPECIAL_PIECES)))
         if pieces != SPECIAL_PIECES:
             raise ValueError(f"{model_file}: special pieces {pieces}, expected {SPECIAL_PIECES}")

@@ -202,8 +202,7 @@ def test_a_checkpoint_whose_name_is_not_utf8_is_named_in_valid_json(tmp_path, mo
     """A run's weights file whose name's bytes are not UTF-8 (Python keeps them as
     surrogates) was written raw into `translate --engine torch --json` and `evaluate --json`:
     bytes no JSON reader decodes. They are \\xNN escapes now, as an image's name is. (A
-    directory of such a name holds no checkpoint that loads: safetensors and SentencePiece
-    refuse its path.)"""
+    directory of such a name holds no checkpoint that loads: safetensors refuses its path.)"""
     checkpoint = _run_weights(tmp_path / os.fsdecode(b"best-\xff.pt"))
     shown = str(tmp_path / "best-\\xff.pt")
     translate = ["translate", "--engine", "torch", "--checkpoint", str(checkpoint)]
@@ -217,3 +216,18 @@ def test_a_checkpoint_whose_name_is_not_utf8_is_named_in_valid_json(tmp_path, mo
     evaluate += ["--checkpoint", str(checkpoint), "--max-length", "4", "--json"]
     (report,) = _json_lines(evaluate, monkeypatch)
     assert report["system"] == f"attnserve translator ({shown})"
+
+
+@pytest.mark.slow  # loads torch
+def test_a_run_in_a_folder_whose_name_is_not_utf8_translates(tmp_path, capsys):
+    """SentencePiece refused the path of the run's tokenizer (a TypeError's traceback);
+    torch reads the weights' path as any other, and the tokenizer is now read as bytes."""
+    from attnserve.cli import main
+
+    folder = tmp_path / os.fsdecode(b"run-\xff")
+    folder.mkdir()
+    checkpoint = _run_weights(folder / "last.pt")
+    argv = ["translate", "--engine", "torch", "--checkpoint", str(checkpoint)]
+    assert main([*argv, "--max-length", "4", "uno", "dos"]) == 0
+    out, err = capsys.readouterr()
+    assert (len(out.splitlines()), err) == (2, "")

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import unicodedata
 
 import pytest
+from helpers import SHIPPED_TRANSLATOR
 
 from service.runtime.tokenizer import SPECIAL_PIECES, Tokenizer
 
@@ -73,3 +76,15 @@ def test_a_model_file_without_the_special_layout_is_refused(tmp_path):
     )
     with pytest.raises(ValueError, match="special pieces"):
         Tokenizer(tmp_path / "plain.model")
+
+
+def test_a_model_in_a_folder_whose_name_is_not_utf8_is_read(tmp_path, tokenizer):
+    """SentencePiece takes a path as UTF-8 text only: one with a folder named in Latin-1
+    (Python keeps such bytes as surrogates) was a TypeError."""
+    folder = tmp_path / os.fsdecode(b"modelo-\xff")
+    folder.mkdir()
+    shutil.copy(SHIPPED_TRANSLATOR / "tokenizer.model", folder / "tokenizer.model")
+    read = Tokenizer(folder / "tokenizer.model")
+    assert read.encode(EDGE_CASES[2]) == tokenizer.encode(EDGE_CASES[2])
+    with pytest.raises(FileNotFoundError):
+        Tokenizer(folder / "missing.model")
