@@ -22,6 +22,7 @@ from safetensors import safe_open
 from safetensors.torch import load_model, save_model
 
 from models.kinds import kind_named, kind_names, model_kind
+from service.paths import file_name
 from service.runtime.tokenizer import UNK_ID, Tokenizer
 
 WEIGHTS, CONFIG, TOKENIZER = "model.safetensors", "config.json", "tokenizer.model"
@@ -91,8 +92,14 @@ def save_checkpoint(model, tokenizer_file: Path, out_dir: Path) -> None:
 def load_checkpoint(directory: Path, dtype: torch.dtype = torch.float32):
     """The model (eval mode, `dtype`) and tokenizer; every weight must match by name and shape.
     The model is of the kind (models.kinds) the weights' metadata names. UnreadableCheckpoint
-    where the folder holds no such checkpoint, OSError where its files cannot be opened."""
+    where the folder holds no such checkpoint, or its path is not UTF-8 (safetensors opens
+    no such path), OSError where its files cannot be opened."""
     directory = Path(directory)
+    if file_name(directory) != str(directory):
+        raise UnreadableCheckpoint(
+            f"{file_name(directory)}: a path that is not UTF-8, which safetensors cannot open"
+            " (give its folders UTF-8 names)"
+        )
     with reading(directory):
         kind = kind_named(checkpoint_kind(directory))
         config = kind.config_class.load(directory / CONFIG)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import SHIPPED_TRANSLATOR
+from helpers import SHIPPED_CAPTIONER, SHIPPED_TRANSLATOR
 from PIL import Image
 
 from attnserve.cli import local
@@ -231,3 +231,27 @@ def test_a_run_in_a_folder_whose_name_is_not_utf8_translates(tmp_path, capsys):
     assert main([*argv, "--max-length", "4", "uno", "dos"]) == 0
     out, err = capsys.readouterr()
     assert (len(out.splitlines()), err) == (2, "")
+
+
+@pytest.mark.slow  # loads torch
+@pytest.mark.parametrize(
+    ("command", "shipped"), [("translate", SHIPPED_TRANSLATOR), ("caption", SHIPPED_CAPTIONER)]
+)
+def test_a_checkpoint_folder_whose_name_is_not_utf8_is_refused_in_one_line(
+    tmp_path, capsys, command, shipped
+):
+    """safetensors opens no path that is not UTF-8: the checkpoint is refused as one that
+    cannot be read (a missing one is), naming the folder by its bytes' \\xNN."""
+    from attnserve.cli import main
+
+    folder = tmp_path / os.fsdecode(b"ckpt-\xff")
+    shutil.copytree(shipped, folder)
+    given = "uno" if command == "translate" else str(tmp_path / "scene.png")
+    Image.new("RGB", (32, 32)).save(tmp_path / "scene.png")
+    assert main([command, "--engine", "torch", "--checkpoint", str(folder), given]) == 1
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == (
+        f"error: --checkpoint: {tmp_path}/ckpt-\\xff: a path that is not UTF-8, which"
+        " safetensors cannot open (give its folders UTF-8 names)\n"
+    )
