@@ -19,6 +19,7 @@ from PIL import Image
 from attnserve.cli import local
 from attnserve.cli.main import build_parser
 from attnserve.cli.results import Sentence, TokenCounts
+from service.paths import file_name
 from service.runtime.decoding import Hypothesis
 from service.runtime.tokenizer import Tokenizer
 
@@ -255,3 +256,15 @@ def test_a_checkpoint_folder_whose_name_is_not_utf8_is_refused_in_one_line(
         f"error: --checkpoint: {tmp_path}/ckpt-\\xff: a path that is not UTF-8, which"
         " safetensors cannot open (give its folders UTF-8 names)\n"
     )
+
+
+def test_a_path_is_written_as_text_any_output_carries():
+    """Bytes of a name that are not UTF-8 (kept by Python as surrogates, which no UTF-8
+    encoder writes) come out as \\xNN escapes; UTF-8 names, accents among them, as they are."""
+    odd = os.fsdecode(b"informe-\xff\xe9.txt")
+    with pytest.raises(UnicodeEncodeError):
+        odd.encode("utf-8")
+    assert file_name(odd) == "informe-\\xff\\xe9.txt"
+    assert file_name(Path("carpeta") / odd) == "carpeta/informe-\\xff\\xe9.txt"
+    assert file_name("canción.txt") == "canción.txt"
+    json.dumps(file_name(odd), ensure_ascii=False).encode("utf-8")  # as UTF-8 JSON writes it
