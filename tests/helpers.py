@@ -18,6 +18,7 @@ import numpy as np
 
 from models.shipped import SHIPPED_CAPTIONER as SHIPPED_CAPTIONER
 from models.shipped import SHIPPED_TRANSLATOR as SHIPPED_TRANSLATOR
+from service.runtime import documents
 
 ROOT = Path(__file__).resolve().parents[1]
 TRANSLATOR_DATA = ROOT / "data" / "translator"
@@ -504,6 +505,32 @@ def epub(chapter: str = CHAPTER, ncx: str | None = None, language: str | None = 
             archive.writestr("OEBPS/toc.ncx", ncx)
         archive.writestr("OEBPS/cover.png", b"\x89PNG not really")
     return out.getvalue()
+
+
+def upper_cased(text: str) -> dict:
+    """The /v1 JSON of `text` translated as the server answers it (the alignment of a text
+    of one sentence on its hypothesis): each sentence upper-cased, each word attending to
+    itself."""
+    document = documents.split_text(text)
+    said = [sentence.upper() for sentence in document.sentence_texts()]
+    whole, spans = document.join(said)
+    sentences = []
+    for (start, end), (begin, finish), sentence in zip(
+        document.sentences, spans, document.sentence_texts(), strict=True
+    ):
+        pieces = ["▁" + word for word in sentence.split()] + ["</s>"]
+        weights = [1.0 if s == t else 0.0 for t in range(len(pieces)) for s in range(len(pieces))]
+        alignment = {
+            "sourceTokens": pieces,
+            "targetTokens": [p if p == "</s>" else p.upper() for p in pieces],
+            "weights": weights,
+        }
+        span = {"sourceEnd": end, "targetStart": begin, "targetEnd": finish}
+        sentences.append({**span, "sourceStart": start, "alignment": alignment})
+    hypothesis = {"text": whole}
+    if len(sentences) == 1:
+        hypothesis["alignment"] = sentences[0].pop("alignment")
+    return {"hypotheses": [hypothesis], "sentences": sentences}
 
 
 def assert_resumes_as_unbroken(leg) -> None:

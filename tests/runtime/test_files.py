@@ -14,7 +14,7 @@ from xml.etree import ElementTree
 import docx
 import pptx
 import pytest
-from helpers import CHAPTER, SHIPPED_TRANSLATOR, epub
+from helpers import CHAPTER, SHIPPED_TRANSLATOR, epub, upper_cased
 from odf import draw, teletype, text
 from odf.element import Text
 from odf.opendocument import OpenDocumentPresentation, OpenDocumentText, load
@@ -24,10 +24,10 @@ from pptx.util import Inches
 from service.runtime import documents, files, markup
 from service.runtime.files import archive, subtitles
 from service.runtime.files.alignment import segments
+from service.runtime.files.drawingml import _past_breaks
 from service.runtime.files.model import joined
 from service.runtime.files.opendocument import _odf_runs
 from service.runtime.files.runs import _edged
-from service.runtime.files.slides import _past_breaks
 from service.runtime.files.texts import html_pieces
 from service.runtime.files.word import qn_w
 from tests.helpers import growth
@@ -836,32 +836,6 @@ def test_html_pieces_follow_the_length_asked_for():
     content = "<p>Uno.</p>" * 10
     assert len(files.read_file(".html", content.encode()).paragraphs) == 1
     assert len(files.read_file(".html", content.encode(), piece=30).paragraphs) == 5
-
-
-def upper_cased(text: str) -> dict:
-    """The /v1 JSON of `text` translated as the server answers it (the alignment of a text
-    of one sentence on its hypothesis): each sentence upper-cased, each word attending to
-    itself."""
-    document = documents.split_text(text)
-    said = [sentence.upper() for sentence in document.sentence_texts()]
-    whole, spans = document.join(said)
-    sentences = []
-    for (start, end), (begin, finish), sentence in zip(
-        document.sentences, spans, document.sentence_texts(), strict=True
-    ):
-        pieces = ["▁" + word for word in sentence.split()] + ["</s>"]
-        weights = [1.0 if s == t else 0.0 for t in range(len(pieces)) for s in range(len(pieces))]
-        alignment = {
-            "sourceTokens": pieces,
-            "targetTokens": [p if p == "</s>" else p.upper() for p in pieces],
-            "weights": weights,
-        }
-        span = {"sourceEnd": end, "targetStart": begin, "targetEnd": finish}
-        sentences.append({**span, "sourceStart": start, "alignment": alignment})
-    hypothesis = {"text": whole}
-    if len(sentences) == 1:
-        hypothesis["alignment"] = sentences[0].pop("alignment")
-    return {"hypotheses": [hypothesis], "sentences": sentences}
 
 
 def test_parts_translations_are_joined_each_span_moved_to_where_its_part_lies():

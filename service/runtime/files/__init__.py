@@ -16,6 +16,8 @@ Here: `read_file`, the dispatch by suffix. The modules:
 - `archive`: a zipped format's checks before its library opens it;
 - `labels`: the language a translated file declares;
 - `runs`: run writers the office formats share;
+- `drawingml`: DrawingML text (a slide's, a chart's title, SmartArt's), read and written;
+- `diagrams`: SmartArt diagrams' data and drawing parts, in a .docx or a .pptx;
 - a module per format: `texts` (.txt, .html, .epub), `subtitles` (.srt), `word` (.docx),
   `slides` (.pptx), `opendocument` (.odt, .odp).
 """

@@ -1,11 +1,13 @@
 """What the office formats (.docx, .pptx, ODF) share in writing a paragraph's runs back:
 segments written into copies of python-docx's and python-pptx's runs, the white space kept
-beside what stays between runs, an XML element's local name."""
+beside what stays between runs, one writer for a text written in several places, an XML
+element's local name."""
 
 from __future__ import annotations
 
 import copy
 import itertools
+from collections.abc import Callable
 
 
 def _edged(sources: list[str], parted: list[bool], write):
@@ -29,6 +31,16 @@ def _edged(sources: list[str], parted: list[bool], write):
         write(out)
 
     return edged
+
+
+def _each(writers: list[Callable[[list[tuple[int, str]]], None]]):
+    """One writer that writes the same segments with every one of `writers`."""
+
+    def write(placed: list[tuple[int, str]]) -> None:
+        for writer in writers:
+            writer(placed)
+
+    return write
 
 
 def _runs_writer(paragraph, runs, run_type, renew=None):

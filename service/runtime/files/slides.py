@@ -1,91 +1,38 @@
 """Presentations (.pptx, python-pptx): every text paragraph of the slides (their shapes',
-groups', tables' cells', charts' titles) and of the speaker notes, each in texts of its
-runs and line breaks parted by the fields that stay."""
+groups', tables' cells', charts' titles, SmartArt diagrams: diagrams) and of the speaker
+notes, each in texts of its runs and line breaks parted by the fields that stay
+(drawingml)."""
 
 from __future__ import annotations
 
-import itertools
-import re
-from collections.abc import Callable, Iterator
-
 from service.runtime.files import labels
 from service.runtime.files.archive import _opened, _saver
+from service.runtime.files.diagrams import _diagrams
+from service.runtime.files.drawingml import _drawing_relabel, _drawing_texts
 from service.runtime.files.labels import Relabel
-from service.runtime.files.model import File, Paragraph, said
-from service.runtime.files.runs import _local, _runs_writer
+from service.runtime.files.model import File, Paragraph
 
 
 def _pptx(data: bytes, suffix: str) -> File:
     import pptx
-    from pptx.text.text import _Run
 
     presentation = _opened(pptx.Presentation, data, suffix)
     paragraphs, parts = [], {}  # parts: the root of each part read (a slide, notes, a chart)
     for paragraph in _pptx_paragraphs(presentation):
         parts.setdefault(paragraph._p.getroottree().getroot(), None)
-        for group in _pptx_groups(paragraph._p):
-            breaks = [_local(child.tag) == "br" for child in group]
-            runs = [_Run(child, paragraph) for child in group if _local(child.tag) == "r"]
-            texts = iter(run.text for run in runs)
-            read = ["\n" if br else next(texts) for br in breaks]
-            if said("".join(read)):
-                write = _past_breaks(breaks, _runs_writer(paragraph, runs, _Run))
-                paragraphs.append(Paragraph(read, write))
-    relabel = _pptx_relabel(list(parts), presentation.part.package)
-    return File(paragraphs, "plain", _saver(presentation), relabel=relabel)
-
-
-DRAWING = "{http://schemas.openxmlformats.org/drawingml/2006/main}"
-# the text properties that name a language: a run's, a paragraph end's, a list's defaults
-PPTX_LABELLED = tuple(DRAWING + name for name in ("rPr", "endParaRPr", "defRPr"))
-
-
-def _pptx_relabel(roots: list, package):
-    """The `relabel` of a .pptx: each language of the text properties (`lang`, and the
-    alternative one, `altLang`) in the parts read, and the document properties'
-    (labels.in_properties: python-pptx's part is its properties)."""
+        paragraphs += [Paragraph(read, write) for read, write in _drawing_texts(paragraph._p)]
+    drawn = _diagrams([slide.part for slide in presentation.slides])
+    paragraphs += drawn.paragraphs
+    drawing = _drawing_relabel([*parts, *drawn.roots])
+    package = presentation.part.package
 
     def relabel(wanted: Relabel) -> None:
+        """The text's languages (drawingml) and the document properties'
+        (labels.in_properties: python-pptx's part is its properties)."""
         labels.in_properties(labels.core_part(package), wanted)
-        for root in roots:
-            for properties in root.iter(*PPTX_LABELLED):
-                for name in ("lang", "altLang"):
-                    value = wanted.value(properties.get(name, ""))
-                    if value is not None:
-                        properties.set(name, value)
+        drawing(wanted)
 
-    return relabel
-
-
-def _pptx_groups(element) -> Iterator[list]:
-    """A paragraph's runs and line breaks, in groups parted by what else it holds (a field:
-    a slide number, a date, which stays), each group one text."""
-    group: list = []
-    for child in element:
-        if _local(child.tag) in ("r", "br"):
-            group.append(child)
-        elif _local(child.tag) not in ("pPr", "endParaRPr"):
-            yield group
-            group = []
-    yield group
-
-
-def _past_breaks(breaks: list[bool], write: Callable[[list[tuple[int, str]]], None]):
-    """`write` of the runs of text of a paragraph's runs and line breaks (`breaks`: which
-    is one): a segment placed in a break goes to the run before it (the one after, at the
-    start); a line break a segment holds is a space, the paragraph's own breaks stay."""
-    runs = list(itertools.accumulate(not br for br in breaks))  # runs of text up to each
-
-    def moved(placed: list[tuple[int, str]]) -> None:
-        merged: list[tuple[int, str]] = []
-        for i, text in placed:
-            run, text = max(runs[i] - 1, 0), re.sub("[\n\v]", " ", text)
-            if merged and merged[-1][0] == run:
-                text = merged.pop()[1] + text
-            merged.append((run, text))
-        write(merged)
-
-    return moved
+    return File(paragraphs, "plain", drawn.saver(_saver(presentation)), relabel=relabel)
 
 
 def _pptx_paragraphs(presentation):

@@ -1,7 +1,7 @@
 """Word documents (.docx, python-docx): every paragraph of the body, the headers and
 footers, the notes and comments, wherever it sits (tables, content controls, text boxes
-read once), each one text of its runs of plain text; fields, pictures and notes' marks stay
-where they are."""
+read once), each one text of its runs of plain text, and the text of their SmartArt
+diagrams (diagrams); fields, pictures and notes' marks stay where they are."""
 
 from __future__ import annotations
 
@@ -11,9 +11,11 @@ from collections.abc import Callable, Iterator
 
 from service.runtime.files import labels
 from service.runtime.files.archive import _opened, _saver
+from service.runtime.files.diagrams import _diagrams
+from service.runtime.files.drawingml import _drawing_relabel
 from service.runtime.files.labels import Relabel
 from service.runtime.files.model import File, Paragraph, said
-from service.runtime.files.runs import _edged, _local, _runs_writer
+from service.runtime.files.runs import _each, _edged, _local, _runs_writer
 
 
 def _docx(data: bytes, suffix: str) -> File:
@@ -28,20 +30,24 @@ def _docx(data: bytes, suffix: str) -> File:
             if said("".join(r.text for r in runs)):
                 writers = [write, *(_docx_runs(copied, ids)[1] for copied in copies)]
                 paragraphs.append(Paragraph([r.text for r in runs], _each(writers)))
-    relabel = _docx_relabel(document, roots)
-    return File(paragraphs, "plain", _docx_saver(document, roots), relabel=relabel)
+    drawn = _diagrams(roots.values())
+    paragraphs += drawn.paragraphs
+    relabel = _docx_relabel(document, roots, _drawing_relabel(drawn.roots))
+    return File(paragraphs, "plain", drawn.saver(_docx_saver(document, roots)), relabel=relabel)
 
 
-def _docx_relabel(document, roots: dict):
+def _docx_relabel(document, roots: dict, drawn: Callable[[Relabel], None]):
     """The `relabel` of a .docx: each language (w:lang's w:val) of the parts read and of the
-    styles that format them (the defaults of every run among them), and the document
-    properties' (labels.in_properties); an East Asian or a right-to-left language
-    (w:eastAsia, w:bidi) is no Spanish text's, and stays."""
+    styles that format them (the defaults of every run among them), those of its diagrams'
+    DrawingML text (`drawn`) and the document properties' (labels.in_properties); an East
+    Asian or a right-to-left language (w:eastAsia, w:bidi) is no Spanish text's, and
+    stays."""
     from docx.opc.constants import RELATIONSHIP_TYPE
 
     def relabel(wanted: Relabel) -> None:
         core = labels.core_part(document.part.package)
         labels.in_properties(None if core is None else core.core_properties, wanted)
+        drawn(wanted)
         styles = [
             related.target_part.element
             for related in document.part.rels.values()
@@ -68,16 +74,6 @@ def _docx_runs(p, ids=None) -> tuple[list, Callable[[list[tuple[int, str]]], Non
     renew = None if ids is None else ids.renew
     write = _runs_writer(paragraph, runs, Run, renew)
     return runs, _edged([r.text for r in runs], parted, write)
-
-
-def _each(writers: list[Callable[[list[tuple[int, str]]], None]]):
-    """One writer that writes the same segments with every one of `writers`."""
-
-    def write(placed: list[tuple[int, str]]) -> None:
-        for writer in writers:
-            writer(placed)
-
-    return write
 
 
 class _DocxIds:
