@@ -18,6 +18,7 @@ Here: `read_file`, the dispatch by suffix. The modules:
 - `runs`: run writers the office formats share;
 - `drawingml`: DrawingML text (a slide's, a chart's title, SmartArt's), read and written;
 - `diagrams`: SmartArt diagrams' data and drawing parts, in a .docx or a .pptx;
+- `bindings`: a .docx's content controls bound to custom XML, and their data;
 - a module per format: `texts` (.txt, .html, .epub), `subtitles` (.srt), `word` (.docx),
   `slides` (.pptx), `opendocument` (.odt, .odp).
 """

@@ -1,7 +1,8 @@
 """Word documents (.docx, python-docx): every paragraph of the body, the headers and
 footers, the notes and comments, wherever it sits (tables, content controls, text boxes
 read once), each one text of its runs of plain text, and the text of their SmartArt
-diagrams (diagrams); fields, pictures and notes' marks stay where they are."""
+diagrams (diagrams); fields, pictures and notes' marks stay where they are; a control
+bound to custom XML agrees with its data once saved (bindings)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from collections.abc import Callable, Iterator
 
 from service.runtime.files import labels
 from service.runtime.files.archive import _opened, _saver
+from service.runtime.files.bindings import _bindings
 from service.runtime.files.diagrams import _diagrams
 from service.runtime.files.drawingml import _drawing_relabel
 from service.runtime.files.labels import Relabel
@@ -33,7 +35,8 @@ def _docx(data: bytes, suffix: str) -> File:
     drawn = _diagrams(roots.values())
     paragraphs += drawn.paragraphs
     relabel = _docx_relabel(document, roots, _drawing_relabel(drawn.roots))
-    return File(paragraphs, "plain", drawn.saver(_docx_saver(document, roots)), relabel=relabel)
+    save = _docx_saver(document, roots, _bindings(document, roots))
+    return File(paragraphs, "plain", drawn.saver(save), relabel=relabel)
 
 
 def _docx_relabel(document, roots: dict, drawn: Callable[[Relabel], None]):
@@ -167,13 +170,15 @@ def _docx_roots(document) -> dict:
     return roots
 
 
-def _docx_saver(document, roots: dict):
-    """The `save` of a .docx: the parts held as bytes take their parsed roots' text first."""
+def _docx_saver(document, roots: dict, bind: Callable[[], None]):
+    """The `save` of a .docx: its bound controls and their data made to agree (`bind`:
+    bindings._bindings), then the parts held as bytes take their parsed roots' text."""
     from docx.opc.oxml import serialize_part_xml
 
     saved = _saver(document)
 
     def save() -> bytes:
+        bind()
         for root, part in roots.items():
             if getattr(part, "element", None) is not root:
                 part._blob = serialize_part_xml(root)

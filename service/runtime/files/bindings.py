@@ -1,0 +1,152 @@
+"""A .docx's content controls bound to custom XML (w:sdtPr/w:dataBinding: a store's
+item, by its id, and an XPath in it): Word fills such a control from its node each time it
+opens the file, so a translation written into the control alone gives way to the source's
+text again. Where the control is plain text and its XPath leads safely to one node of text
+(a path of named elements, each step one element: _followed), the control's translation is
+written into that node, and the control and its data agree; any other bound control whose
+text the translation changed (a date, a list, rich text, a store that is no custom XML part
+of the document, such as its core properties, an XPath not followed here, controls of one
+node left showing different texts) loses its binding, and shows its translation."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from service.runtime.files.runs import _local
+
+CUSTOM_XML_PROPS = (
+    "http://schemas.openxmlformats.org/officeDocument/2006/relationships/customXmlProps"
+)
+DATASTORE = "{http://schemas.openxmlformats.org/officeDocument/2006/customXml}"
+W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
+# one step of an XPath followed here: a name, its prefix, its position among its namesakes
+STEP = re.compile(r"/(?:([A-Za-z_][\w.-]*):)?([A-Za-z_][\w.-]*)(?:\[([1-9][0-9]{0,5})\])?")
+MAPPING = re.compile(r"xmlns:([A-Za-z_][\w.-]*)\s*=\s*(['\"])(.*?)\2")
+# what a control's text is made of: a run's text, a tab, a line break
+SHOWN = {"t": None, "tab": "\t", "br": "\n", "cr": "\n"}
+
+
+def _bindings(document, roots) -> Callable[[], None]:
+    """What makes a .docx's bound controls (those of the parts `roots`) agree with their
+    data, to be done once the translation is written and before the document is saved."""
+    read = {key: [text for _, text in held] for key, held in _bound(roots).items()}
+
+    def bind() -> None:
+        stores = _Stores(document)
+        for key, held in _bound(roots).items():
+            texts = {text for _, text in held}
+            if [text for _, text in held] == read.get(key):
+                continue  # not translated: the control shows its data
+            plain = all(sdt.find(f"{W}sdtPr/{W}text") is not None for sdt, _ in held)
+            node = stores.node(*key) if plain and len(texts) == 1 else None
+            if node is None:
+                for sdt, _ in held:
+                    binding = sdt.find(f"{W}sdtPr/{W}dataBinding")
+                    binding.getparent().remove(binding)
+            else:
+                node.text = texts.pop()
+        stores.save()
+
+    return bind
+
+
+def _bound(roots) -> dict[tuple[str, str, str], list[tuple]]:
+    """Each binding of the bound controls of `roots` (its store's id, XPath and prefix
+    mappings) -> its controls, each with its text; a control that shows its placeholder
+    holds no data, and is left out."""
+    bound: dict[tuple[str, str, str], list[tuple]] = {}
+    for root in roots:
+        for sdt in root.iter(f"{W}sdt"):
+            binding = sdt.find(f"{W}sdtPr/{W}dataBinding")
+            if binding is None or sdt.find(f"{W}sdtPr/{W}showingPlcHdr") is not None:
+                continue
+            key = tuple(binding.get(W + name, "") for name in ("storeItemID", "xpath"))
+            key += (binding.get(W + "prefixMappings", ""),)
+            bound.setdefault(key, []).append((sdt, _shown(sdt)))
+    return bound
+
+
+def _shown(sdt) -> str:
+    """The text a control shows: its runs' texts, tabs and line breaks, its paragraphs
+    one a line."""
+    content, shown = sdt.find(f"{W}sdtContent"), []
+    for node in () if content is None else content.iter(f"{W}p", *(W + n for n in SHOWN)):
+        name = _local(node.tag)
+        if name == "p":
+            shown.append("\n" if shown else "")
+        else:
+            shown.append(node.text or "" if SHOWN[name] is None else SHOWN[name])
+    return "".join(shown)
+
+
+class _Stores:
+    """The custom XML parts of a document by their items' ids (customXml/itemPropsN.xml's
+    ds:itemID), each parsed once it is needed, and saved once a node of it is written."""
+
+    def __init__(self, document):
+        self.package = document.part.package
+        self.parts: dict | None = None
+        self.parsed: dict = {}  # a part -> its root
+
+    def node(self, store: str, xpath: str, mappings: str):
+        """The node of text the binding names (_followed); None where there is none."""
+        if self.parts is None:
+            self.parts = self._parts()
+        part = self.parts.get(store.upper())
+        if part is None:
+            return None
+        if part not in self.parsed:
+            self.parsed[part] = _parsed(part.blob)
+        return _followed(self.parsed[part], xpath, mappings)
+
+    def _parts(self) -> dict:
+        parts = {}
+        for part in self.package.iter_parts():
+            for related in part.rels.values():
+                if related.reltype == CUSTOM_XML_PROPS and not related.is_external:
+                    item = _parsed(related.target_part.blob).get(DATASTORE + "itemID", "")
+                    parts[item.upper()] = part
+        return parts
+
+    def save(self) -> None:
+        from lxml import etree
+
+        for part, root in self.parsed.items():
+            tree = root.getroottree()
+            encoding = tree.docinfo.encoding or "UTF-8"
+            standalone = tree.docinfo.standalone
+            part._blob = etree.tostring(
+                tree, xml_declaration=True, encoding=encoding, standalone=standalone
+            )
+
+
+def _parsed(blob: bytes):
+    from lxml import etree
+
+    parser = etree.XMLParser(resolve_entities=False, no_network=True)
+    return etree.fromstring(blob, parser)
+
+
+def _followed(root, xpath: str, mappings: str):
+    """The element `xpath` names from the document node, where each of its steps is a name
+    (prefixed as `mappings` declares: "xmlns:ns0='uri' ...") with at most a position, and
+    leads to one element; None where it leads to none, to several, or to an element that
+    holds more than text, or where the XPath is any other."""
+    matched = list(STEP.finditer(xpath))
+    if not matched or "".join(m.group(0) for m in matched) != xpath:
+        return None
+    namespaces = {prefix: uri for prefix, _, uri in MAPPING.findall(mappings)}
+    node, held = None, [root]
+    for prefix, name, position in (m.groups() for m in matched):
+        if prefix is not None and prefix not in namespaces:
+            return None
+        tag = f"{{{namespaces[prefix]}}}{name}" if prefix else name
+        namesakes = [child for child in held if child.tag == tag]
+        if position is None and len(namesakes) > 1:
+            return None  # the XPath names them all
+        if int(position or 1) > len(namesakes):
+            return None
+        node = namesakes[int(position or 1) - 1]
+        held = list(node)
+    return node if len(node) == 0 else None
