@@ -4,8 +4,9 @@ without its glossary, and the three test parts with the server's defaults.
 The set is built by rule. From the modern test part (the gettext catalogs of 10 programs held
 out of training whole, models.catalogs), a pair qualifies when a noun of Apertium's bilingual
 dictionary (models.lexicon) is found in its Spanish source as the glossary finds a term (any
-case, also in its plurals) and the dictionary's English for it is found the same way in
-its reference. The longest such Spanish noun (most characters, then alphabetical) is the
+case, also in its Spanish plurals) and the dictionary's English for it is found in its
+reference as the glossary counts a target in a translation (any case, also in its English
+plural). The longest such Spanish noun (most characters, then alphabetical) is the
 pair's glossary entry, with the English the reference uses. Up to `--sentences` pairs are
 taken in the order of their hash, so the set is the same on every machine.
 
@@ -28,6 +29,9 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from service.runtime.plurals import PluralRules
+
+SPANISH_ENGLISH = PluralRules.of("es", "en")  # the shipped translator's languages
 BIBLE = Path("data/translator")  # test.es / test.en of `attnserve data translator`
 MODERN = Path("data/translator/test-modern")  # .es / .en of `attnserve data translator --catalogs`
 
@@ -52,7 +56,7 @@ def modern_pairs() -> list[tuple[str, str]]:
 def glossary_set(pairs, entries, limit: int) -> list[tuple[str, str, str, str]]:
     """(source, reference, source term, target term) of the pairs that qualify, at most
     `limit`, in hash order."""
-    from service.runtime.glossary import Term
+    from service.runtime.glossary import Term, used
 
     nouns: dict[str, set[str]] = {}
     for entry in entries:
@@ -66,10 +70,10 @@ def glossary_set(pairs, entries, limit: int) -> list[tuple[str, str, str, str]]:
             first = spanish.split()[0]
             if not {first, first + "s", first + "es"} & words:
                 continue  # a quick filter before the pattern
-            if not Term(spanish, "x").pattern().search(source):
+            if not Term(spanish, "x").pattern(SPANISH_ENGLISH).search(source):
                 continue
             for english in sorted(englishes):
-                if Term(english, "x").pattern().search(reference):
+                if used(english, reference, SPANISH_ENGLISH):
                     found.append((-len(spanish), spanish, english))
                     break
         if found:
@@ -84,7 +88,7 @@ def term_used(output: str, target: str) -> bool:
     in its plural)."""
     from service.runtime.glossary import used
 
-    return used(target, output)
+    return bool(used(target, output, SPANISH_ENGLISH))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,11 +10,19 @@ before it ("examen" -> "exámenes"); -z becomes -ces ("luz" -> "luces"); a word 
 more syllables ending in an unstressed -s or -x is its own plural ("la crisis", "las
 crisis"). English: the last word, or the one before "of" ("point of sale" -> "points of
 sale"), takes -s, -es after s, x, z, ch and sh, -ies for a consonant's -y, or its irregular
-plural; a word that has none ("software") or is already plural ("settings") stays."""
+plural; a word that has none ("software") or is already plural ("settings") stays.
+
+Which rules a request's glossary follows is its languages' (PluralRules): Spanish plurals
+are looked for only in a Spanish source, and only where the target has a plural to write
+(English's); a term of any other language is found and written as given."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from service.runtime import languages
 
 # where a Spanish term's head ends: the words from a preposition on stay singular
 SPANISH_LINKS = {
@@ -175,3 +183,47 @@ def _english_word_plural(word: str) -> str:
     else:
         plural = last + "s"
     return f"{head}-{plural}" if head else plural
+
+
+# the plural forms a term is also found in, by its language (as the edge names it)
+FOUND: dict[str, Callable[[str], tuple[str, ...]]] = {"es": spanish_plurals}
+# the plural a term is written in, by its language
+WRITTEN: dict[str, Callable[[str], str]] = {"en": english_plural}
+
+
+def rules_language(code: str) -> str:
+    """The language of the rules a request's code names (`es` for `spa_Latn`, `es_XX`,
+    `spa`, M2M100's token `__es__`, `ES` or `es-MX`); the code, compared, for one without
+    rules; "" for none."""
+    code = code.strip().strip("_")
+    return languages.given_code(languages.edge_code(code), [*FOUND, *WRITTEN]) if code else ""
+
+
+@dataclass(frozen=True)
+class PluralRules:
+    """The plurals of a glossary's terms between a request's `source` and `target` languages
+    (rules_language). A source term is also found in its plurals only where both languages
+    have rules: a plural found is written as the target's plural, and a target language
+    without rules has no plural to write, so its source's plural is left to the model rather
+    than written in the singular. A target term is also counted in its own language's
+    plural. Empty: no rules, every term found and written as given."""
+
+    source: str = ""
+    target: str = ""
+
+    @classmethod
+    def of(cls, source: str, target: str) -> PluralRules:
+        return cls(rules_language(source), rules_language(target))
+
+    def found(self, term: str) -> tuple[str, ...]:
+        """The plurals a source term is also found in, longest first."""
+        if self.source not in FOUND or self.target not in WRITTEN:
+            return ()
+        return FOUND[self.source](term)
+
+    def written(self, term: str) -> str:
+        """A target term's plural; the term itself where its language has no rules."""
+        return WRITTEN[self.target](term) if self.target in WRITTEN else term
+
+
+NO_RULES = PluralRules()  # languages without rules, or unnamed: every term as given

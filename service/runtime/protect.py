@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from service.runtime import glossary
 from service.runtime.glossary import Found, Term, find_terms
 from service.runtime.markup import ENTITY, TAG
+from service.runtime.plurals import NO_RULES, PluralRules
 
 KINDS = {  # earlier kinds win where two would match at one place
     "url": r"\b(?:https?://|www\.)[^\s<>\"'`]*[^\s<>\"'`.,;:!?)\]}»]",
@@ -73,13 +74,14 @@ class Masked:
     text: str
     items: tuple[Item, ...]
     plain: Masked | None = None  # with glossary terms: the sentence masked without them
+    rules: PluralRules = NO_RULES  # the plurals its glossary terms were found by
 
     def terms_used(self, translation: str) -> bool:
         """Whether a translation holds every glossary term's target as this sentence's
         markers would put it (any case; the plural where the source's was), as many times
         as the sentence holds the term ("casa" twice: "home" twice)."""
         targets = Counter(item.text.casefold() for item in self.items if item.entry >= 0)
-        return all(glossary.used(t, translation) >= n for t, n in targets.items())
+        return all(glossary.used(t, translation, self.rules) >= n for t, n in targets.items())
 
     def restore(self, translation: str, partial: bool = False) -> str:
         """The translation with every marker replaced by its item, each item exactly once.
@@ -156,13 +158,19 @@ def _spans(text: str, markup: bool = False) -> list[tuple[str, int, int]]:
     return sorted(spans, key=lambda s: s[1])
 
 
-def mask(text: str, markup: bool = False, terms: tuple[Term, ...] = ()) -> Masked:
+def mask(
+    text: str,
+    markup: bool = False,
+    terms: tuple[Term, ...] = (),
+    rules: PluralRules = NO_RULES,
+) -> Masked:
     """The sentence with each protected item replaced by a marker no word of it contains;
     `markup`: the sentence is in HTML or XML (its inline tags and entities are items);
-    `terms`: a glossary, each place a term is found an item whose text is its target."""
+    `terms`: a glossary, each place a term is found (also in its plurals of `rules`, the
+    request's languages') an item whose text is its target."""
     spans = _spans(text, markup)
     replaced: dict[int, Found] = {}
-    for found in find_terms(text, terms) if terms else ():
+    for found in find_terms(text, terms, rules) if terms else ():
         met = [s for s in spans if s[1] < found.end and found.start < s[2]]
         # an item wholly inside a term ("artículo 5") is the term's; a term never cuts an
         # item ("casa" in a URL) nor takes markup's place
@@ -203,4 +211,4 @@ def mask(text: str, markup: bool = False, terms: tuple[Term, ...] = ()) -> Maske
         cursor = end
     parts.append(text[cursor:])
     plain = mask(text, markup) if replaced else None
-    return Masked("".join(parts), tuple(items), plain)
+    return Masked("".join(parts), tuple(items), plain, rules)

@@ -21,6 +21,7 @@ from service.runtime.inference import CachedInference, Engine, Inference
 from service.runtime.kinds import Prepared, ServedModel
 from service.runtime.languages import LanguageTokens
 from service.runtime.markup import split_markup
+from service.runtime.plurals import PluralRules
 from service.runtime.protect import Masked, mask
 from service.runtime.requests import ScoreRequest, TranslateRequest, raise_problems
 from service.runtime.results import (
@@ -177,16 +178,21 @@ def translate_documents(
     text_format: str = "plain",
     terms: tuple[glossary.Term, ...] = (),
     glossaries: Sequence[tuple[glossary.Term, ...]] | None = None,
+    source_language: str = "es",
+    target_language: str = "en",
 ) -> list[str]:
     """The best translation of every text, cut into sentences (`splitting`), its protected
     items (and markup, in `text_format`; the glossary's `terms`, or each text's own of
-    `glossaries`) taken out and put back, and put back together as the server does."""
+    `glossaries`, their plurals those of the languages named: the translator of models/
+    reads Spanish and writes English) taken out and put back, and put back together as the
+    server does."""
     documents = [split_markup(text, splitting, text_format) for text in texts]
     markup = text_format != "plain"
     each = glossaries if glossaries is not None else [terms] * len(texts)
+    plurals = PluralRules.of(source_language, target_language)
     masked, alternatives = with_alternatives(
         [
-            mask(s, markup, g)
+            mask(s, markup, g, plurals)
             for d, g in zip(documents, each, strict=True)
             for s in d.sentence_texts()
         ]
@@ -336,15 +342,18 @@ class Sources:
         return self.masked[index].restore(text, partial=partial)
 
 
-def _sentences(request: TranslateRequest, documents: list[Document], markup: bool):
+def _sentences(
+    request: TranslateRequest, documents: list[Document], markup: bool, plurals: PluralRules
+):
     """Each sentence of the request's texts, in order: its field for messages ("texts[0]
-    sentence 2" in a text of several), its protected items masked, whether it opens its text."""
+    sentence 2" in a text of several), its protected items masked (its glossary terms
+    found by `plurals`), whether it opens its text."""
     fields, masked, firsts = [], [], []
     for field, document in zip(request.fields, documents, strict=True):
         many = len(document.sentences) > 1
         for k, sentence in enumerate(document.sentence_texts()):
             fields.append(f"{field} sentence {k + 1}" if many else field)
-            masked.append(mask(sentence, markup, request.glossary))
+            masked.append(mask(sentence, markup, request.glossary, plurals))
             firsts.append(k == 0)
     return fields, masked, firsts
 
@@ -434,7 +443,8 @@ class TranslationModel(ServedModel):
         )
         options = replace(request.options, **self.rules) if self.rules else request.options
         documents = [split_markup(t, request.splitting, request.text_format) for t in request.texts]
-        fields, masked, firsts = _sentences(request, documents, markup)
+        plurals = PluralRules.of(source, target)  # the glossary's: the languages' own
+        fields, masked, firsts = _sentences(request, documents, markup, plurals)
         masked, alternatives = with_alternatives(masked)
         fields += [fields[i] for i in alternatives]
         firsts += [firsts[i] for i in alternatives]

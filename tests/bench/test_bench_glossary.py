@@ -13,6 +13,8 @@ ENTRIES = [
     Entry("servidor de correo", "mail server", "n"),
     Entry("carpeta", "folder", "n"),
     Entry("abrir", "open", "vblex"),
+    Entry("criterio", "criterion", "n"),
+    Entry("ciudad", "city", "n"),
     Entry("sol", "sun", "n"),  # too short to be a term
 ]
 PAIRS = [
@@ -21,6 +23,8 @@ PAIRS = [
     ("Las Carpetas compartidas", "Shared folders"),
     ("Abrir el sol", "Open the sun"),
     ("La carpeta está vacía", "The directory is empty"),
+    ("Los criterios de búsqueda", "The search criteria"),
+    ("Dos ciudades", "Two cities"),
 ]
 
 
@@ -31,6 +35,9 @@ def test_each_pair_takes_its_longest_noun_whose_english_is_in_the_reference():
         "Introduzca la contraseña del servidor.": ("contraseña", "password"),
         "El servidor de correo no responde": ("servidor de correo", "mail server"),
         "Las Carpetas compartidas": ("carpeta", "folder"),
+        # found in the reference in its English plural, not by Spanish rules ("criterions")
+        "Los criterios de búsqueda": ("criterio", "criterion"),
+        "Dos ciudades": ("ciudad", "city"),
     }
     # the same set whatever the input order, cut by its hash order
     assert glossary_set(PAIRS[::-1], ENTRIES, 10) == chosen
@@ -42,3 +49,5 @@ def test_a_term_is_used_in_any_case_and_in_the_plural():
     assert term_used("Folders", "folder")
     assert not term_used("the mailserver", "mail server")
     assert not term_used("Enfolder it", "folder")
+    assert term_used("Two cities", "city") and not term_used("Two citys", "city")
+    assert term_used("A folder in a folder", "folder") is True  # a share: once a text

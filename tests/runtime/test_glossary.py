@@ -4,13 +4,16 @@ never inside another protected item, and always in the translation as given."""
 from __future__ import annotations
 
 import unicodedata
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
 
 from service.runtime.glossary import Term, checked, find_terms
-from service.runtime.plurals import english_plural, spanish_plurals
+from service.runtime.plurals import NO_RULES, PluralRules, english_plural, spanish_plurals
 from service.runtime.protect import mask
+
+SPANISH_ENGLISH = PluralRules.of("es", "en")
 
 TERMS = (
     Term("contraseña", "passphrase"),
@@ -21,13 +24,13 @@ TERMS = (
 
 def test_terms_are_found_in_any_case_and_plural_longest_first():
     text = "Contraseñas, INICIO DE SESIÓN y la página de inicio."
-    found = find_terms(text, TERMS)
+    found = find_terms(text, TERMS, SPANISH_ENGLISH)
     assert [(text[f.start : f.end], f.text, f.entry) for f in found] == [
         ("Contraseñas", "Passphrases", 0),
         ("INICIO DE SESIÓN", "Sign-in", 1),
         ("inicio", "home", 2),
     ]
-    assert find_terms("iniciones y reinicio", TERMS) == []  # whole words only
+    assert find_terms("iniciones y reinicio", TERMS, SPANISH_ENGLISH) == []  # whole words only
 
 
 def test_a_found_term_is_in_the_translation_whatever_the_model_does_with_it():
@@ -87,12 +90,12 @@ def test_terms_are_found_in_either_unicode_form():
     names) found nothing: the glossary went unapplied though the model read the same words."""
     decomposed = unicodedata.normalize("NFD", "Cambia tu contraseña y el café.")
     terms = (Term("contraseña", "passphrase"), Term("cafe", "tea"))
-    found = find_terms(decomposed, terms)
+    found = find_terms(decomposed, terms, SPANISH_ENGLISH)
     assert [(decomposed[f.start : f.end], f.text) for f in found] == [
         (unicodedata.normalize("NFD", "contraseña"), "passphrase")
     ]  # "cafe" is not the start of "café"
     source = unicodedata.normalize("NFD", "contraseña")
-    (found,) = find_terms("Dos contraseñas.", (Term(source, "passphrase"),))
+    (found,) = find_terms("Dos contraseñas.", (Term(source, "passphrase"),), SPANISH_ENGLISH)
     assert found.text == "passphrases"
 
 
@@ -125,7 +128,7 @@ def test_a_term_is_found_in_its_spanish_plural_and_written_in_its_english_one():
         "Canciones, luces, exámenes, papeles, países, cajas, ciudades, clases, autobuses, "
         "caracteres, cuentas de usuario, inicios de sesión, ratones, índices e índice."
     )
-    found = find_terms(text, PLURALS)
+    found = find_terms(text, PLURALS, SPANISH_ENGLISH)
     assert [(text[f.start : f.end], f.text) for f in found] == [
         ("Canciones", "Songs"),
         ("luces", "lights"),
@@ -144,12 +147,12 @@ def test_a_term_is_found_in_its_spanish_plural_and_written_in_its_english_one():
         ("índice", "index"),
     ]
     text = "Las crisis, el inicio, reinicios y cancioneses."
-    found = find_terms(text, PLURALS)  # its own plural; never inside a word
+    found = find_terms(text, PLURALS, SPANISH_ENGLISH)  # its own plural; never inside a word
     assert [(text[f.start : f.end], f.text) for f in found] == [
         ("crisis", "crisis"),
         ("inicio", "home"),
     ]
-    masked = mask("Dos ciudades y tres cajas.", terms=PLURALS)
+    masked = mask("Dos ciudades y tres cajas.", terms=PLURALS, rules=SPANISH_ENGLISH)
     assert masked.terms_used("Two cities and three boxes.")  # as the markers write them
 
 
@@ -231,7 +234,9 @@ def test_a_sentence_with_terms_goes_without_them_too_and_its_own_translation_win
     from service.runtime.translation import Sources, with_alternatives
 
     sentences = ["Cambia tu contraseña en https://x.es", "Hola", "Dos contraseñas"]
-    masked, alternatives = with_alternatives([mask(s, terms=TERMS) for s in sentences])
+    masked, alternatives = with_alternatives(
+        [mask(s, terms=TERMS, rules=SPANISH_ENGLISH) for s in sentences]
+    )
     assert alternatives == {0: 3, 2: 4}
     assert masked[3].text == mask(sentences[0]).text and "contraseña" in masked[3].text
     assert masked[1].plain is None and [i.kind for i in masked[3].items] == ["url"]
@@ -257,3 +262,84 @@ def test_a_sentence_with_terms_goes_without_them_too_and_its_own_translation_win
     own_misses = [nbest([0, 1]), nbest([0]), nbest([0]), nbest([0, 1, 3]), nbest([0])]
     assert sources.chosen(words, own_misses) == [0, 1, 2]  # "password": the markers' one
     assert sources.chosen(words, own_uses[:2]) == [0, 1]  # a stream's first sentences
+
+
+@pytest.mark.parametrize(
+    ("source", "target"),
+    [("spa_Latn", "eng_Latn"), ("es_XX", "en_XX"), ("spa", "eng"), ("__es__", "__en__"),
+     ("ES", "en-GB")],
+)  # fmt: skip
+def test_a_model_s_own_codes_name_the_languages_of_the_plural_rules(source, target):
+    assert PluralRules.of(source, target) == SPANISH_ENGLISH
+    assert SPANISH_ENGLISH.found("clase") == ("clases",)
+    assert SPANISH_ENGLISH.written("class") == "classes"
+    others = PluralRules.of("fra_Latn", "deu_Latn")
+    assert others == PluralRules("fr", "de") and others.found("classe") == ()
+    assert others.written("Klasse") == "Klasse"
+    assert PluralRules.of("", "") == NO_RULES
+
+
+def test_plurals_are_found_and_written_only_by_the_rules_of_the_request_s_languages():
+    """A French-German request found "mots de passe" by Spanish rules and wrote the German
+    target in an English plural ("Passworts"): a term of a language without rules is found
+    and written as given, and a plural is found only where the target's can be written."""
+    french = (Term("mot de passe", "Passwort"),)
+    text = "Le mot de passe et les mots de passe."
+    for languages in (("fr", "de"), ("fra_Latn", "eng_Latn"), ("es", "de"), ("", "")):
+        found = find_terms(text, french, PluralRules.of(*languages))
+        as_written = [(text[f.start : f.end], f.text) for f in found]
+        assert as_written == [("mot de passe", "Passwort")], languages
+    spanish = (Term("contraseña", "Passwort"),)
+    text = "La contraseña y las contraseñas."
+    assert [f.text for f in find_terms(text, spanish, PluralRules.of("es", "de"))] == ["Passwort"]
+    assert [f.text for f in find_terms(text, spanish, SPANISH_ENGLISH)] == [
+        "Passwort",
+        "Passworts",
+    ]
+    # a model's own translation counts a target in its own language's plural alone
+    german = mask("La contraseña.", terms=spanish, rules=PluralRules.of("es", "de"))
+    assert german.terms_used("Das Passwort.") and not german.terms_used("Die Passworts.")
+    english = mask("La contraseña.", terms=spanish, rules=SPANISH_ENGLISH)
+    assert english.terms_used("The Passworts.")
+
+
+def _served(version, source: str, target: str, text: str, term: Term):
+    """The text of a request's translation whose model writes each sentence's masked text
+    back as it is, and the glossary entries it applied."""
+    import asyncio
+
+    from service.front.config import ServerConfig
+    from service.runtime.decoding import DecodingOptions, Hypothesis
+    from service.runtime.requests import TranslateRequest
+    from service.runtime.translation import TranslationModel
+
+    model = TranslationModel(version, ServerConfig())
+    request = TranslateRequest(
+        texts=(text,), fields=("texts[0]",), options=DecodingOptions(), glossary=(term,),
+        source_language=source, target_language=target,
+    )  # fmt: skip
+    prepared = asyncio.run(model.prepare(request))
+    echoed = [
+        [Hypothesis(model.tokenizer.encode_target(m.text), 0.0, 0.0, finished=True)]
+        for m in prepared.sources.masked
+    ]
+    (translation,) = model.response(prepared, echoed).translations
+    return translation.hypotheses[0].text, translation.glossary_applied
+
+
+def test_a_request_s_glossary_takes_the_plurals_of_its_languages(exported_translator):
+    """Through a translator's request: French to German finds the term as written and never
+    writes "Passworts"; Spanish to English, named or left to the model's own pair, finds the
+    plural and writes it in English."""
+    version = exported_translator[0]
+    declared = {"source": ["es", "fr"], "target": ["en", "de"]}
+    both = replace(version, manifest={**version.manifest, "languages": declared})
+    term = Term("mot de passe", "Passwort")
+    assert _served(both, "fr", "de", "Le mot de passe et les mots de passe.", term) == (
+        "Le Passwort et les mots de passe.",
+        (0,),
+    )
+    term = Term("contraseña", "passphrase")
+    text = "La contraseña y las contraseñas."
+    assert _served(both, "es", "en", text, term)[0] == "La passphrase y las passphrases."
+    assert _served(version, "", "", text, term)[0] == "La passphrase y las passphrases."

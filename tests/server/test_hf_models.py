@@ -196,6 +196,26 @@ def test_the_translators_features_work_for_them(mixed_server):
     assert score.log_prob < 0
 
 
+def test_a_glossary_takes_the_plurals_of_the_request_s_languages(mixed_server):
+    """M2M100 from French to German: the term is found as written, its German target never
+    written in an English plural ("Passworts"); from Spanish to English the plural is found
+    and written in English. A random model drops markers: they come back at the end."""
+    glossary = [translation_pb2.GlossaryEntry(source="mot de passe", target="Passwort")]
+    (german,) = translate(
+        mixed_server, model="m2m100", texts=["Le mot de passe et les mots de passe."],
+        source_language="fr", target_language="de", glossary=glossary,
+    ).translations  # fmt: skip
+    assert list(german.glossary_applied) == [0]
+    assert "Passwort" in german.hypotheses[0].text
+    assert "Passworts" not in german.hypotheses[0].text
+    glossary = [translation_pb2.GlossaryEntry(source="contraseña", target="passphrase")]
+    (english,) = translate(
+        mixed_server, model="m2m100", texts=["Las contraseñas."], source_language="es",
+        target_language="en", glossary=glossary,
+    ).translations  # fmt: skip
+    assert "passphrases" in english.hypotheses[0].text.lower()
+
+
 def test_libretranslate_routes_a_pair_to_the_model_that_serves_it(mixed_server):
     with httpx.Client(base_url=mixed_server.http_url, timeout=60) as web:
         languages = {entry["code"]: entry["targets"] for entry in web.get("/languages").json()}
