@@ -372,7 +372,9 @@ class ClusterPool(WorkerPool):
             # again while the versions served changed during the loads
             while True:
                 have, want = set(worker.info.get("models", {})), self._wanted()
-                missing = [key for key in want if key not in have]
+                # a version skipped at its start holds another content now: not asked again
+                skipped = worker.info.get("skipped", {})
+                missing = [key for key in want if key not in have and key not in skipped]
                 if not missing and have <= set(want):
                     break
                 for key in have - set(want):
@@ -393,7 +395,7 @@ class ClusterPool(WorkerPool):
         if worker.ready is not None and not worker.ready.done():
             worker.ready.set_result(worker.info)
         self._update_placement()
-        self._any_ready.set()
+        self._notify()
 
     def _close(self, worker: _Worker) -> None:
         """A leaving replica whose calls all ended: let go of it."""

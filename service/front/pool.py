@@ -1,11 +1,14 @@
 """The front's side of the worker processes: start, dispatch, collect, restart.
 
 Each worker is a spawned process with a pipe; the front reads it from the event loop (no
-threads). A call goes to the ready worker holding the fewest batch rows. When a worker dies, a new
-worker takes its place and the other workers' calls go on untouched; each call it held is sent
-once more to another worker, with its remaining deadline, if none of its output has left the
-front (decoding is deterministic, so the client cannot tell), and fails with UNAVAILABLE
-(retryable) otherwise: a stream that already sent events, or a call already retried.
+threads). A call goes to the ready worker holding the fewest batch rows among those that hold
+its model version (`_Worker.holds`: a worker started while a version replaced in place drains
+holds the new content alone), and waits for one while a worker that may hold it restarts or
+loads it. When a worker dies, a new worker takes its place and the other workers' calls go on
+untouched; each call it held is sent once more to another worker, with its remaining
+deadline, if none of its output has left the front (decoding is deterministic, so the client
+cannot tell), and fails with UNAVAILABLE (retryable) otherwise: a stream that already sent
+events, or a call already retried.
 
 With several fronts, the first starts the workers (and restarts them) and the others connect
 to each worker's socket (`WorkerSettings.socket`): a front that is not the workers' parent
@@ -25,6 +28,7 @@ import logging
 import multiprocessing
 import time
 from dataclasses import dataclass, field, replace
+from functools import partial
 from multiprocessing.connection import Client
 
 from service.front.admission import AdmissionLimit
@@ -111,6 +115,14 @@ class _Worker:
         ready = self.ready is not None and self.ready.done() and not self.ready.exception()
         return ready and not self.leaving
 
+    def holds(self, key: str) -> bool:
+        """Whether it takes calls of model version `key`: ready, with the version loaded."""
+        return self.alive and key in self.info.get("models", {})
+
+    def may_hold(self, key: str) -> bool:
+        """Whether it may come to hold `key`: it is (re)starting, or loading the version."""
+        return not (self.alive or self.leaving) or key in self.loading
+
     def load(self) -> int:
         return self.held
 
@@ -156,7 +168,7 @@ class WorkerPool:
         self.serving = True
         self._context = multiprocessing.get_context("spawn")
         self._ids = itertools.count(front + 1, fronts)
-        self._any_ready = asyncio.Event()
+        self._changed = asyncio.Event()  # set at a change of what the workers hold (_notify)
         self._retries: dict[asyncio.Task, Call] = {}  # calls waiting to be sent again
         self._adding: dict[str, Load] = {}  # versions being loaded by the ready workers
         self._answers: dict[str, list[asyncio.Future]] = {}  # each load's workers' answers
@@ -269,10 +281,19 @@ class WorkerPool:
 
     def _ask(self, worker: _Worker, message: Load) -> None:
         """Sends `worker` a version to load; the load waits for its answer."""
-        future = worker.loading[message.key] = asyncio.get_running_loop().create_future()
-        with contextlib.suppress(OSError, ValueError):  # a worker dying: its answer never comes
-            worker.conn.send(message)
+        future = self._send_load(worker, message)
+        if future is not None:
             self._answers[message.key].append(future)
+
+    def _send_load(self, worker: _Worker, message: Load) -> asyncio.Future | None:
+        """Sends `worker` a version to load -> the future of its answer (None: it is dying,
+        its answer never comes)."""
+        future = worker.loading[message.key] = asyncio.get_running_loop().create_future()
+        try:
+            worker.conn.send(message)
+        except (OSError, ValueError):
+            return None
+        return future
 
     async def _answered(self, key: str) -> list:
         """Every answer to the load of `key`, those of the workers that came up while it
@@ -294,11 +315,13 @@ class WorkerPool:
         )
         for worker in self.workers:
             worker.rows.pop(key, None)
+            worker.info.get("models", {}).pop(key, None)  # no call is sent it for key
             if worker.conn is not None:
                 with contextlib.suppress(OSError, ValueError):
                     worker.conn.send(Unload(key))
         if self.parent:
             self._update_rows(self.models.get(key, key))
+        self._notify()
 
     def serves(self, key: str) -> bool:
         """Whether the workers serve model version `key` for this front (loaded, not yet
@@ -350,7 +373,7 @@ class WorkerPool:
         """Sends `job` to the ready worker holding the fewest rows; its call passed
         `check_admission` first. `received` (monotonic) is when the front got the request:
         the call's latency for the admission limit runs from it."""
-        worker = await self._ready_worker(timeout)
+        worker = await self._ready_worker(key, timeout)
         call = Call(job, key, self.models.get(key, key), method, worker)
         if received is not None:
             call.started = received
@@ -363,21 +386,37 @@ class WorkerPool:
             self._on_death(worker)  # so: its calls, this one among them, go to another
         return call
 
-    async def _ready_worker(self, timeout: float | None) -> _Worker:
-        """The ready worker holding the fewest rows; while every worker is restarting, waits
-        for one within `timeout` (UNAVAILABLE after it)."""
+    async def _ready_worker(
+        self, key: str, timeout: float | None, late: Unavailable | None = None
+    ) -> _Worker:
+        """The ready worker that holds model version `key` with the fewest rows. While none
+        holds it but one may (a worker restarting, or loading it), waits within `timeout`,
+        then raises `late` (by default: no worker is ready); UNAVAILABLE at once when a
+        worker is ready and none may hold it (the content a version replaced in place held,
+        which a worker started since never loads)."""
         end = time.monotonic() + (timeout or 30.0)
         # a loop: the worker whose start woke this wait may have died again before it ran
-        while not (ready := [w for w in self.workers if w.alive]):
+        while not (holders := [w for w in self.workers if w.holds(key)]):
             if self._refusal is not None:
                 raise Unavailable(str(self._refusal))
+            ready = any(w.alive for w in self.workers)
+            if ready and not any(w.may_hold(key) for w in self.workers):
+                raise Unavailable(
+                    f"no worker holds model version {key} any more (its content was replaced "
+                    "or retired since the call named it); retry the request"
+                )
+            changed = self._changed
             try:
-                await asyncio.wait_for(self._any_ready.wait(), max(0.0, end - time.monotonic()))
+                await asyncio.wait_for(changed.wait(), max(0.0, end - time.monotonic()))
             except TimeoutError as error:
-                raise Unavailable("no worker is ready; retry later") from error
-            if not any(w.alive for w in self.workers):
-                self._any_ready.clear()
-        return min(ready, key=_Worker.load)
+                raise late or Unavailable("no worker is ready; retry later") from error
+        return min(holders, key=_Worker.load)
+
+    def _notify(self) -> None:
+        """Wakes the calls that wait for a worker holding their version: what a worker holds,
+        or whether it is ready, changed."""
+        self._changed.set()
+        self._changed = asyncio.Event()
 
     async def _retry(self, call: Call, error: Exception) -> None:
         """Sends a call whose worker died to another one, within its remaining deadline; the
@@ -389,7 +428,7 @@ class WorkerPool:
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 raise error
-            worker = await self._ready_worker(remaining)
+            worker = await self._ready_worker(call.key, remaining, error)
             if self.stopping or CallState.CANCELLED in call.state or worker.conn is None:
                 raise error
             call.worker = worker
@@ -401,7 +440,8 @@ class WorkerPool:
                 call.worker.remove(call.job.id)
             if CallState.ADMITTED not in call.state:
                 self._dequeue(call)
-            call.fail(self._refusal or error)
+            # why it was not sent again: no worker holds its version, or `error`
+            call.fail(self._refusal or (stopped if isinstance(stopped, Unavailable) else error))
             if isinstance(stopped, asyncio.CancelledError):
                 raise
 
@@ -460,7 +500,7 @@ class WorkerPool:
             worker.ready.set_result(message.info)
             if self.parent:
                 self.metrics.workers_ready.set(sum(w.alive for w in self.workers))
-            self._any_ready.set()
+            self._notify()
         elif isinstance(message, Failed):
             worker.ready.set_exception(RuntimeError(message.message))
         elif isinstance(message, Loaded | NotLoaded):
@@ -469,11 +509,9 @@ class WorkerPool:
                 worker.info.setdefault("models", {})[message.key] = message.info
                 if future is not None and not future.done():
                     future.set_result(message.info)
-            elif future is None:  # a Load sent as the worker came up (_catch_up)
-                index = worker.settings.index
-                log.error("worker %d cannot load %s: %s", index, message.key, message.message)
-            elif not future.done():
+            elif future is not None and not future.done():
                 future.set_exception(ModelRepositoryError(message.message))
+            self._notify()
 
     def _wanted(self) -> dict[str, Load]:
         """{key: its Load}: the versions served, and those being added."""
@@ -484,18 +522,29 @@ class WorkerPool:
     def _catch_up(self, worker: _Worker) -> None:
         """A worker that reports ready without a version this front serves or is adding
         (started before the version came, or met by a front that is not its parent) is sent
-        its Load. It reads its messages in order: no call of the version reaches it first.
-        (One started before a version went was sent its Unload down the same pipe.)"""
-        have = worker.info.get("models", {})
-        for key, load in self._wanted().items():
-            if key in have:
+        its Load, and takes the version's calls once it answers Loaded (`holds`). A version
+        the worker skipped at its start is not asked again: its directory holds another
+        content now (service.worker.startup.load)."""
+        index, wanted = worker.settings.index, self._wanted()
+        have = worker.info.setdefault("models", {})
+        skipped = {k: why for k, why in worker.info.get("skipped", {}).items() if k in wanted}
+        for key, why in skipped.items():
+            log.warning("worker %d skipped %s at its start: %s", index, key, why)
+        for key, load in wanted.items():
+            if key in have or key in skipped:
                 continue
-            log.info("worker %d loads %s", worker.settings.index, key)
+            log.info("worker %d loads %s", index, key)
             if key in self._adding:  # not served until this worker has it too
                 self._ask(worker, load)
-                continue
-            with contextlib.suppress(OSError, ValueError):
-                worker.conn.send(load)
+            elif (future := self._send_load(worker, load)) is not None:
+                future.add_done_callback(partial(self._caught_up, index, key))
+
+    @staticmethod
+    def _caught_up(index: int, key: str, answer: asyncio.Future) -> None:
+        """Logs a worker's refusal of a version it was sent as it came up."""
+        error = None if answer.cancelled() else answer.exception()
+        if isinstance(error, ModelRepositoryError):
+            log.error("worker %d cannot load %s: %s", index, key, error)
 
     def _event(self, worker: _Worker, model: str, event: Event) -> None:
         if isinstance(event, Admitted):
@@ -555,8 +604,6 @@ class WorkerPool:
         worker.rows = {}
         if self.parent:
             self.metrics.workers_ready.set(sum(w.alive for w in self.workers))
-        if not any(w.alive for w in self.workers):
-            self._any_ready.clear()
         error = Unavailable(
             f"the worker decoding this request stopped (exit code {code}); retry the request"
         )
@@ -603,7 +650,7 @@ class WorkerPool:
         (sent again after their worker died, or not yet sent); a call that would wait for
         one from now on is refused with it at once."""
         self._refusal = error
-        self._any_ready.set()  # the waits see the refusal
+        self._notify()  # the waits see the refusal
         for worker in self.workers:
             for job_id in list(worker.calls):
                 self._settle(worker, job_id).fail(error)

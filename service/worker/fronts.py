@@ -152,6 +152,7 @@ class Fronts:
             self.send(link, NotLoaded(message.key, f"{type(error).__name__}: {error}"))
             return
         self.schedulers[message.key], self.info["models"][message.key] = scheduler, info
+        self.info.get("skipped", {}).pop(message.key, None)  # its content is back
         self.holders[message.key] = {link}
         self.send(link, Loaded(message.key, info))
 

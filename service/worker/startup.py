@@ -193,8 +193,19 @@ def static_if_checked(engine, inputs: list[dict], settings: WorkerSettings, tie:
 
 
 def load(settings: WorkerSettings):
-    schedulers, info = {}, {"pid": os.getpid(), "models": {}}
+    """(schedulers, info) of the model versions in `settings`, each loaded and checked
+    (`load_model`). A version whose directory holds another content than the one the front
+    verified is skipped and named in info["skipped"] with why: the content a version replaced
+    in place held, which the front serves on while its calls drain (a worker started then
+    loads the rest, and the front sends that content's calls to the workers that still hold
+    it). Any other failure ends the start."""
+    schedulers, info = {}, {"pid": os.getpid(), "models": {}, "skipped": {}}
     for key, model_version in settings.models:
+        try:
+            unchanged(model_version)
+        except ModelRepositoryError as error:
+            info["skipped"][key] = str(error)
+            continue
         schedulers[key], info["models"][key] = load_model(
             settings, model_version, settings.variant_of(key)
         )

@@ -20,16 +20,17 @@ from service.worker.messages import Job, Result, Submit, Timings
 
 
 class StandInWorker:
-    """The connection of the pool's first worker, made ready: each message is kept in
-    `sent`, each job answered (while `answer`) with one n-best per input, a hypothesis whose
-    one token is the job's id, and kept in `jobs`."""
+    """The connection of the pool's first worker, made ready with translator/1 loaded: each
+    message is kept in `sent`, each job answered (while `answer`) with one n-best per input,
+    a hypothesis whose one token is the job's id, and kept in `jobs`."""
 
     def __init__(self, pool: WorkerPool):
         self.pool, self.jobs, self.sent, self.answer = pool, [], [], True
         self._file = os.open(os.devnull, os.O_RDONLY)  # what the pool's loop reader names
         worker = pool.workers[0]
         worker.conn, worker.ready = self, asyncio.get_running_loop().create_future()
-        worker.ready.set_result({})
+        worker.info = {"models": {_Model.worker_key: {}}}
+        worker.ready.set_result(worker.info)
 
     def send(self, message) -> None:
         self.sent.append(message)

@@ -179,17 +179,18 @@ def test_a_worker_dead_again_before_the_waiter_runs_leaves_it_waiting_not_failin
     async def scenario():
         pool = WorkerPool(settings, Metrics(), max_queued=100)
         worker = pool.workers[0]
-        waiter = asyncio.create_task(pool._ready_worker(0.3))
+        waiter = asyncio.create_task(pool._ready_worker("translator/1", 0.3))
         await asyncio.sleep(0.01)
-        pool._any_ready.set()  # a start announced, and the worker gone before the wait ran
+        pool._notify()  # a start announced, and the worker gone before the wait ran
         assert not worker.alive
         with pytest.raises(Unavailable, match="no worker is ready"):
             await waiter
-        waiter = asyncio.create_task(pool._ready_worker(1.0))
+        waiter = asyncio.create_task(pool._ready_worker("translator/1", 1.0))
         await asyncio.sleep(0.01)
         worker.ready = asyncio.get_running_loop().create_future()
-        worker.ready.set_result({})  # a worker that is alive when the wait runs is taken
-        pool._any_ready.set()
+        worker.info = {"models": {"translator/1": {}}}
+        worker.ready.set_result(worker.info)  # a worker that is alive when the wait runs is taken
+        pool._notify()
         assert await waiter is worker
 
     asyncio.run(scenario())

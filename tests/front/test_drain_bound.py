@@ -27,10 +27,12 @@ def _job(pool: WorkerPool) -> Job:
 
 def test_the_drain_s_bound_fails_the_calls_that_wait_for_a_restarted_worker():
     async def run():
-        pool = WorkerPool([WorkerSettings(index=0, models=())], Metrics(), 8)
+        served = (("translator/1", "version 1"),)
+        settings = WorkerSettings(index=0, models=served, variants=(("translator/1", "fp32"),))
+        pool = WorkerPool([settings], Metrics(), 8)
         (worker,) = pool.workers
         worker.conn, worker.ready = Link(), asyncio.get_running_loop().create_future()
-        pool._handle(worker, Ready({"models": {}}))
+        pool._handle(worker, Ready({"models": {"translator/1": {}}}))
         retried = await pool.submit("translator/1", "Translate", _job(pool), 60.0)
         pool._lost(worker)  # killed: its call waits to be sent again, no worker is ready
         waiting = asyncio.create_task(pool.submit("translator/1", "Translate", _job(pool), 60.0))

@@ -1,19 +1,23 @@
 """Model versions added and removed while workers come and go, as the front's worker pool
 sees them (no process started: each worker's connection is a stand-in that keeps what it is
 sent): a worker that comes up after a version came, or while it loads, is sent its Load before
-any call; a worker's death during a load is not the version's fault."""
+any call; a worker's death during a load is not the version's fault; a call goes only to a
+worker that holds its version (a worker restarted while a version replaced in place drains
+holds the new content alone)."""
 
 from __future__ import annotations
 
 import asyncio
 
+import numpy as np
 import pytest
 from stand_in import Link
 
 from service.front.metrics import Metrics
 from service.front.pool import WorkerPool
+from service.runtime.decoding import DecodingOptions
 from service.runtime.errors import ModelRepositoryError, Unavailable
-from service.worker.messages import Load, Loaded, NotLoaded, Ready, Unload
+from service.worker.messages import Failure, Job, Load, Loaded, NotLoaded, Ready, Unload
 from service.worker.settings import WorkerSettings
 
 
@@ -144,5 +148,46 @@ def test_a_load_leaves_alone_what_it_did_not_ask_a_worker():
         pool._handle(first, Loaded("translator/2", {}))
         await loading
         assert second.loading == {"translator/2": syncing} and first.loading == {}
+
+    asyncio.run(run())
+
+
+OLD, NEW = "translator/1@old", "translator/1@new"  # one version's content, and its replacement
+
+
+def _job(pool: WorkerPool) -> Job:
+    return Job(pool.next_id(), {"src_ids": np.zeros((1, 3), np.int64)}, DecodingOptions())
+
+
+def test_a_worker_restarted_while_a_replaced_content_drains_serves_the_new_one():
+    """translator/1 replaced in place: both contents are loaded while the old one's calls
+    drain. A worker restarted then skips the old content (its files are gone) and takes the
+    new one's calls at once; the old content's calls go to the worker that still holds it,
+    and once none does they fail UNAVAILABLE saying so, the new content's calls untouched."""
+
+    async def run():
+        pool = _pool(2)
+        pool._set_models(((OLD, "old"), (NEW, "new")), {OLD: "fp32", NEW: "fp32"})
+        first, second = pool.workers
+        _ready(pool, 0, OLD, NEW)
+        _ready(pool, 1, OLD, NEW)
+        pool._lost(first)  # killed during the drain, then back without the old content
+        first.conn, first.ready = Link(), asyncio.get_running_loop().create_future()
+        skipped = {OLD: "replaced since it was verified"}
+        pool._handle(first, Ready({"models": {NEW: {}}, "skipped": skipped}))
+        assert first.alive and first.conn.sent == []  # the old content is not asked again
+        old = await pool.submit(OLD, "Translate", _job(pool), 5.0)
+        assert old.worker is second  # though both hold no rows and the first comes first
+        busy = await pool.submit(NEW, "Translate", _job(pool), 5.0)
+        assert busy.worker is first
+
+        pool._lost(second)  # the last worker with the old content: its call waits for it
+        second.conn, second.ready = Link(), asyncio.get_running_loop().create_future()
+        pool._handle(second, Ready({"models": {NEW: {}}, "skipped": skipped}))
+        failure = await asyncio.wait_for(old.events.get(), 1.0)
+        assert isinstance(failure, Failure) and "no worker holds" in failure.message
+        with pytest.raises(Unavailable, match=f"no worker holds model version {OLD}"):
+            await pool.submit(OLD, "Translate", _job(pool), 5.0)
+        assert busy.events.empty() and first.calls == {busy.job.id: busy}
 
     asyncio.run(run())

@@ -91,12 +91,13 @@ def test_a_worker_that_cannot_load_says_why_and_ignores_the_group_s_signals(sign
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
 
 
-def test_a_worker_refuses_a_version_whose_directory_was_replaced_since_it_was_verified(
+def test_a_worker_skips_a_version_whose_directory_was_replaced_since_it_was_verified(
     tmp_path, signals
 ):
     """A worker (re)started after its version's directory was renamed over would load the
     new files under the manifest the front verified (its tokenizer, limits, special tokens):
-    it refuses the version instead, before reading a graph."""
+    it skips that version before reading a graph (this one has none) and reports ready with
+    why, instead of failing its start while the front drains that content's calls."""
     version = broken_version(tmp_path)
     manifest = {**version.manifest, "limits": {"max_output_tokens": 2}}
     (tmp_path / "manifest.json").write_text(json.dumps(manifest))
@@ -104,11 +105,12 @@ def test_a_worker_refuses_a_version_whose_directory_was_replaced_since_it_was_ve
     settings = WorkerSettings(
         index=0, models=(("tiny/2", version),), variants=(("tiny/2", "fp32"),)
     )
+    front.send(Stop())  # read once it is ready
     run_worker(worker, settings)
-    failed = front.recv()
-    assert isinstance(failed, Failed)
-    assert "ModelRepositoryError" in failed.message
-    assert "replaced since it was verified" in failed.message
+    ready = front.recv()
+    assert isinstance(ready, Ready), ready
+    assert ready.info["models"] == {}
+    assert "replaced since it was verified" in ready.info["skipped"]["tiny/2"]
 
 
 def test_a_job_is_answered_with_its_events_and_the_measurements_then_stop_ends_it(signals, loaded):
