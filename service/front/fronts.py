@@ -8,9 +8,11 @@ the kernel spreads new connections over them) and share every worker:
 - the first front (the process `attnserve serve` started) loads the repository, starts the
   workers and restarts them, serves /metrics, writes the ready file and starts the others;
 - each other front loads and verifies the repository itself, connects to every worker's
-  socket (service.front.pool), serves gRPC and health on the same port, watches the repository
-  for new versions as the first does, and answers the first front over two pipes: `control`
-  (ready, drain) and `scrape` (its metrics, at every scrape of /metrics);
+  socket (service.front.pool) and loads there any version it read that the worker does not
+  hold (the repository may have changed since the first front read it), serves gRPC and
+  health on the same port, watches the repository for new versions as the first does, and
+  answers the first front over two pipes: `control` (ready, drain) and `scrape` (its
+  metrics, at every scrape of /metrics);
 - /metrics adds every front's samples of the same name and labels (`MergedRegistry`), so
   counters and histograms are the server's, exact at each scrape (a front started again
   counts from zero: the sums fall by what the dead front had counted, which Prometheus's
@@ -50,12 +52,11 @@ RESTART_SECONDS = 1.0  # before a front that died is started again
 @dataclass(frozen=True)
 class Secondary:
     """What a front other than the first is given: its index (1 ...), the workers' settings
-    (their sockets), the device and variants the first chose, and its two pipes."""
+    (their sockets), the device the first chose, and its two pipes."""
 
     index: int
     settings: tuple
     device: str
-    variants: dict
     control: object  # multiprocessing Connection: "ready" up, "drain" down
     scrape: object  # multiprocessing Connection: a scrape down, its metrics up
 
@@ -139,10 +140,10 @@ class FrontProcesses:
     """The first front's view of the others: starts them, asks them for their metrics,
     drains them, and starts one again when it dies."""
 
-    def __init__(self, config, settings: list, device: str, variants: dict, main):
+    def __init__(self, config, settings: list, device: str, main):
         """`main(config, role)`: what a front process runs (the server's `run_front`)."""
         self.config, self.settings, self.main = config, tuple(settings), main
-        self.device, self.variants = device, variants
+        self.device = device
         self.fronts = [_Process(i) for i in range(1, config.fronts)]
         self.stopping = False
         self._context = multiprocessing.get_context("spawn")
@@ -164,9 +165,7 @@ class FrontProcesses:
         loop = asyncio.get_running_loop()
         control, their_control = self._context.Pipe()
         scrape, their_scrape = self._context.Pipe()
-        role = Secondary(
-            front.index, self.settings, self.device, self.variants, their_control, their_scrape
-        )
+        role = Secondary(front.index, self.settings, self.device, their_control, their_scrape)
         front.process = self._context.Process(
             target=self.main,
             args=(self.config, role),

@@ -522,9 +522,11 @@ class WorkerPool:
     def _catch_up(self, worker: _Worker) -> None:
         """A worker that reports ready without a version this front serves or is adding
         (started before the version came, or met by a front that is not its parent) is sent
-        its Load, and takes the version's calls once it answers Loaded (`holds`). A version
-        the worker skipped at its start is not asked again: its directory holds another
-        content now (service.worker.startup.load)."""
+        its Load, and takes the version's calls once it answers Loaded (`holds`). One that
+        holds a version this front does not serve (met by a front started after the version
+        went, or was replaced in place) is sent its Unload: it drops the version once no
+        front serves it. A version the worker skipped at its start is not asked again: its
+        directory holds another content now (service.worker.startup.load)."""
         index, wanted = worker.settings.index, self._wanted()
         have = worker.info.setdefault("models", {})
         skipped = {k: why for k, why in worker.info.get("skipped", {}).items() if k in wanted}
@@ -538,6 +540,10 @@ class WorkerPool:
                 self._ask(worker, load)
             elif (future := self._send_load(worker, load)) is not None:
                 future.add_done_callback(partial(self._caught_up, index, key))
+        for key in [k for k in have if k not in wanted]:
+            del have[key]
+            with contextlib.suppress(OSError, ValueError):
+                worker.conn.send(Unload(key))
 
     @staticmethod
     def _caught_up(index: int, key: str, answer: asyncio.Future) -> None:

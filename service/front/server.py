@@ -68,18 +68,18 @@ async def serve(
     credentials, tokens = server_credentials(config), load_tokens(config)
     metrics = Metrics()
     served = [m for names in models.values() for v in names.values() for m in v.values()]
+    keys = tuple((m.worker_key, m.version) for m in served)
+    device, why = config.device_choice() if role is None else (role.device, "")
+    choices = {m: config.variant_choice(device, m.version.manifest) for m in served}
+    variants = {m.worker_key: variant for m, (variant, _) in choices.items()}
     others = sockets = made = None
     if role is None:
-        keys = tuple((m.worker_key, m.version) for m in served)
-        device, why = config.device_choice()
         fronts, workers = config.front_choice(), config.worker_choice(device)
         # what every front is told, and the count of the workers they share: chosen once
         config = dataclasses.replace(config, fronts=fronts[0], workers=workers[0])
-        choices = {m: config.variant_choice(device, m.version.manifest) for m in served}
         shown = {m.key: choice for m, choice in choices.items()}
         for line in choice_lines(device, why, shown, config.cache, fronts, workers):
             log.info("%s", line)
-        variants = {m.worker_key: variant for m, (variant, _) in choices.items()}
         settings, sockets = worker_sockets(
             worker_settings(config, keys, device, variants), config.fronts
         )
@@ -88,7 +88,7 @@ async def serve(
             config = dataclasses.replace(config, http_files=made or http_files(config))
         registry = metrics.registry
         if config.fronts > 1:
-            others = FrontProcesses(config, settings, device, variants, run_front)
+            others = FrontProcesses(config, settings, device, run_front)
             registry = MergedRegistry(metrics.registry, others.collect)
         try:
             metrics_server, metrics_thread = serve_metrics(config, registry)
@@ -97,7 +97,12 @@ async def serve(
             _remove(made)
             raise
     else:
-        settings, device, variants = list(role.settings), role.device, role.variants
+        # the versions this front read, which the workers may not hold yet: the repository
+        # may have changed since the first front read it (a version replaced in place, whose
+        # new content the first loads at its next look). The pool loads them on each worker
+        # it connects to (WorkerPool._catch_up), and sends calls only where they are loaded.
+        chosen = tuple(variants.items())
+        settings = [dataclasses.replace(s, models=keys, variants=chosen) for s in role.settings]
     if config.ray:
         # SIGTERM is the server's drain: Ray's handler of fatal signals must not take it
         os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")

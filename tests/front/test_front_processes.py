@@ -74,7 +74,7 @@ def test_fronts_that_do_not_answer_cost_a_scrape_one_wait_in_all(monkeypatch):
     compose stack's scrape_timeout, and Prometheus lost the whole scrape (`up` 0) instead
     of the stalled fronts' samples alone."""
     monkeypatch.setattr(front_processes, "SCRAPE_SECONDS", 0.5)
-    processes = FrontProcesses(ServerConfig(fronts=4), [], "cpu", {}, main=None)
+    processes = FrontProcesses(ServerConfig(fronts=4), [], "cpu", main=None)
     answering = Metrics()
     answering.requests_in_flight.labels("translator", "Translate").set(3)
     theirs = []

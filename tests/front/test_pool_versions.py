@@ -17,7 +17,7 @@ from service.front.metrics import Metrics
 from service.front.pool import WorkerPool
 from service.runtime.decoding import DecodingOptions
 from service.runtime.errors import ModelRepositoryError, Unavailable
-from service.worker.messages import Failure, Job, Load, Loaded, NotLoaded, Ready, Unload
+from service.worker.messages import Failure, Job, Load, Loaded, NotLoaded, Ready, Submit, Unload
 from service.worker.settings import WorkerSettings
 
 
@@ -189,5 +189,37 @@ def test_a_worker_restarted_while_a_replaced_content_drains_serves_the_new_one()
         with pytest.raises(Unavailable, match=f"no worker holds model version {OLD}"):
             await pool.submit(OLD, "Translate", _job(pool), 5.0)
         assert busy.events.empty() and first.calls == {busy.job.id: busy}
+
+    asyncio.run(run())
+
+
+def test_a_front_that_meets_a_worker_without_its_version_waits_for_the_load():
+    """A front that is not the workers' parent, started after translator/1 was replaced in
+    place, serves the new content, which the worker it connects to has not loaded (the first
+    front has not looked at the repository since): the worker is sent its Load and the old
+    content's Unload, and calls wait for the load, sent only once the worker holds it."""
+
+    async def run():
+        settings = WorkerSettings(index=0, models=((NEW, "new"),), variants=((NEW, "fp32"),))
+        pool = WorkerPool([settings], Metrics(), 8, front=1, fronts=2)
+        (worker,) = pool.workers
+        worker.conn, worker.ready = Link(), asyncio.get_running_loop().create_future()
+        pool._handle(worker, Ready({"models": {OLD: {}}}))
+        assert worker.conn.sent == [Load(NEW, "new", "fp32"), Unload(OLD)]
+        waiting = asyncio.create_task(pool.submit(NEW, "Translate", _job(pool), 5.0))
+        await asyncio.sleep(0.05)
+        assert not waiting.done() and not worker.calls
+        pool._handle(worker, Loaded(NEW, {}))
+        call = await asyncio.wait_for(waiting, 1.0)
+        assert call.worker is worker and isinstance(worker.conn.sent[-1], Submit)
+
+        pool._lost(worker)  # back, and this time the new content fails its golden set
+        worker.conn, worker.ready = Link(), asyncio.get_running_loop().create_future()
+        pool._handle(worker, Ready({"models": {}}))
+        waiting = asyncio.create_task(pool.submit(NEW, "Translate", _job(pool), 5.0))
+        await asyncio.sleep(0.05)
+        pool._handle(worker, NotLoaded(NEW, "fails its golden set"))
+        with pytest.raises(Unavailable, match="no worker holds"):
+            await asyncio.wait_for(waiting, 1.0)
 
     asyncio.run(run())

@@ -1,12 +1,15 @@
 """Model versions while serving: a version added under load takes the calls that name no
-version, a broken one is refused without touching the others, a removed one drains; no call
-fails meanwhile."""
+version, a broken one is refused without touching the others, a removed one drains, a front
+started again after a version was replaced in place loads the content it read; no call fails
+meanwhile."""
 
 from __future__ import annotations
 
 import collections
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -134,3 +137,67 @@ def test_a_version_replaced_in_place_under_load_serves_its_new_content(
     assert is_served(server, "1")  # its model_info sample is the new content's
     log = server.log_file.read_text()
     assert "replaced in place" in log and "refused" not in log
+
+
+def _replace_in_place(directory) -> None:
+    """`directory`'s version published again as `attnserve export` does, its new manifest
+    letting it write two tokens at most."""
+    from export.repository import publish, staging
+
+    staged = staging(directory)
+    shutil.copytree(directory, staged)
+    manifest = json.loads((staged / "manifest.json").read_text())
+    manifest["limits"]["max_output_tokens"] = 2
+    (staged / "manifest.json").write_text(json.dumps(manifest))
+    publish(staged, directory)
+
+
+def _round(server) -> list[str | int]:
+    """One call over each of 16 new connections (spread over the fronts): the tokens each
+    answer holds, or its error's code."""
+    options = [("grpc.use_local_subchannel_pool", 1)]
+    channels = [grpc.insecure_channel(server.address, options=options) for _ in range(16)]
+
+    def one(channel) -> str | int:
+        try:
+            answer = client.translate(channel, ["Dios es amor."], version="1", timeout=30)
+        except grpc.RpcError as error:
+            return error.code().name
+        return len(answer.translations[0].hypotheses[0].tokens)
+
+    try:
+        with ThreadPoolExecutor(len(channels)) as pool:
+            return list(pool.map(one, channels))
+    finally:
+        for channel in channels:
+            channel.close()
+
+
+@pytest.mark.slow
+def test_a_front_started_after_a_version_was_replaced_serves_what_the_workers_hold(
+    start_server, model_repository, tmp_path
+):
+    """Two fronts; the first looks at the repository only at its start (watch_seconds 0) and
+    serves translator/1 as it was. The other, started again after translator/1 was replaced in
+    place, reads the new content: it loads it on the worker itself, and sends it no call
+    before, so no call through either front fails (each front serves its own content)."""
+    repository = tmp_path / "repository"
+    shutil.copytree(model_repository, repository)
+    server = start_server(
+        "--workers", "1", "--fronts", "2", "--watch-seconds", "0", "--repository", str(repository)
+    )
+    (other,) = server.wait()["fronts"]
+    _replace_in_place(repository / "translator" / "1")
+    os.kill(other, signal.SIGKILL)
+    log = server.log_file
+    server.wait_for(lambda: "front 1 exited" in log.read_text(), 30, "the front's death")
+
+    def new_content_served() -> bool:  # a short answer: the front started again serves
+        return any(isinstance(n, int) and n <= 2 for n in _round(server))
+
+    server.wait_for(new_content_served, 90, "the new content served by the new front")
+    outcomes = _round(server) + _round(server)
+    print(f"tokens of each answer, or its error: {outcomes}")
+    assert all(isinstance(n, int) for n in outcomes), outcomes  # no call failed
+    assert {n <= 2 for n in outcomes} == {True, False}, outcomes  # each front its content
+    assert "[front 1]: worker 0 loads translator/1@" in log.read_text()
