@@ -505,11 +505,13 @@ class WorkerPool:
             worker.ready.set_exception(RuntimeError(message.message))
         elif isinstance(message, Loaded | NotLoaded):
             future = worker.loading.pop(message.key, None)
+            answered = future is not None and not future.done()
             if isinstance(message, Loaded):
-                worker.info.setdefault("models", {})[message.key] = message.info
-                if future is not None and not future.done():
+                if self.serves(message.key) or message.key in self._adding:  # not given up
+                    worker.info.setdefault("models", {})[message.key] = message.info
+                if answered:
                     future.set_result(message.info)
-            elif future is not None and not future.done():
+            elif answered:
                 future.set_exception(ModelRepositoryError(message.message))
             self._notify()
 

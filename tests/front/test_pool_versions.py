@@ -108,6 +108,7 @@ def test_a_load_that_times_out_is_unloaded_from_the_workers_that_loaded_it():
         assert first.conn.sent[-1] == second.conn.sent[-1] == Unload("translator/2")
         assert first.loading == second.loading == {}
         pool._handle(second, Loaded("translator/2", {}))  # late: dropped by the Unload
+        assert not second.holds("translator/2")  # so no call of it is sent there
 
     asyncio.run(run())
 
