@@ -36,7 +36,8 @@ from models.shipped import SHIPPED_TRANSLATOR
 from service.runtime.documents import SPLITTING
 from service.runtime.markup import FORMATS, Part, within
 
-FILES = (".html", ".htm", ".srt", ".epub", ".docx", ".pptx", ".odt", ".odp")  # in their format
+# in their format
+FILES = (".html", ".htm", ".srt", ".epub", ".docx", ".pptx", ".odt", ".odp", ".pdf")
 TEXT_FILES = (".html", ".htm", ".srt")  # of those, written to standard output without --output
 # the text format of a document --input by its suffix, where --text-format does not say
 MARKUP_SUFFIXES = {".html": "html", ".htm": "html", ".xhtml": "html", ".xml": "xml"}
@@ -176,8 +177,8 @@ def _add_inputs(parser: argparse.ArgumentParser) -> None:
         "--input",
         type=Path,
         help="a file translated as one document: its paragraphs, blank lines and line breaks "
-        "kept; a .docx, .pptx, .odt, .odp, .srt, .epub or .html file written back in its "
-        "format, its formatting kept (one text a line with --lines)",
+        "kept; a .docx, .pptx, .odt, .odp, .pdf, .srt, .epub or .html file written back in "
+        "its format, its formatting kept (one text a line with --lines)",
     )
     parser.add_argument(
         "--lines", action="store_true", help="--input holds one text a line, each translated apart"

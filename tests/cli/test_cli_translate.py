@@ -529,6 +529,24 @@ def test_a_formatted_file_comes_back_in_its_format(stand_in, tmp_path, capsys):
     assert len(servicer.requests) == calls  # neither called
 
 
+def test_a_pdf_comes_back_as_a_pdf(stand_in, tmp_path, capsys):
+    """A .pdf --input was sent as text (its bytes decoded), not read as a document."""
+    from pdfminer.high_level import extract_text
+    from reportlab.pdfgen import canvas
+
+    servicer, address = stand_in
+    source, target = tmp_path / "carta.pdf", tmp_path / "letter.pdf"
+    page = canvas.Canvas(str(source))
+    page.drawString(72, 700, "Buenos días.")
+    page.save()
+    argv = ["translate", "--server", address, "--input", str(source), "--output", str(target)]
+    assert main(argv) == 0
+    assert [list(request.texts) for request in servicer.requests] == [["Buenos días."]]
+    assert extract_text(str(target)).split() == ["BUENOS", "DÍAS."]
+    assert main(["translate", "--server", address, "--input", str(source)]) == 2  # no --output
+    assert "is written to --output FILE" in capsys.readouterr().err
+
+
 def test_a_long_html_document_is_never_cut_inside_a_tag(stand_in, tmp_path, capsys):
     """A page past one text's 100,000 characters, on one line, was cut after its last space,
     inside a tag (`<a href="/x" | title="...">`): the tag's halves went to the model as words."""

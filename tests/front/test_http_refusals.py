@@ -232,6 +232,38 @@ def test_an_html_block_past_the_text_limit_is_sent_in_parts(tmp_path):
     assert len(servicer.requests) == 1
 
 
+def test_a_pdf_comes_back_translated_and_an_encrypted_one_is_a_bad_request(tmp_path):
+    """LibreTranslate's clients send PDFs to /translate_file (its settings list .pdf):
+    refused as a format not supported, before."""
+    import io
+
+    from pdfminer.high_level import extract_text
+    from reportlab.pdfgen import canvas
+
+    def made(**given) -> bytes:
+        out = io.BytesIO()
+        page = canvas.Canvas(out, **given)
+        page.drawString(72, 700, "Hola amigo.")
+        page.save()
+        return out.getvalue()
+
+    web, servicer = served(tmp_path)
+    listed = web.get("/frontend/settings").json()["supportedFilesFormat"]
+    (accepted,) = re.findall(r'id="document" type="file" accept="([^"]+)"', web.get("/").text)
+    assert ".pdf" in listed and sorted(accepted.split(",")) == sorted(listed)  # the page's too
+    answer = file_posted(web, "carta.pdf", made())
+    assert answer.status_code == 200, answer.text
+    assert [list(request.texts) for request in servicer.requests] == [["Hola amigo."]]
+    back = web.get(answer.json()["translatedFileUrl"]).content
+    assert extract_text(io.BytesIO(back)).split() == ["HOLA", "AMIGO."]
+    refused = file_posted(web, "secreto.pdf", made(encrypt="clave"))
+    assert refused.status_code == 400
+    assert refused.json()["error"].startswith(
+        "Invalid request: secreto.pdf: .pdf: encrypted (protected by a password)"
+    )
+    assert len(servicer.requests) == 1
+
+
 @pytest.mark.parametrize(
     ("path", "body"),
     [

@@ -332,12 +332,12 @@ def test_libretranslate_files_round_trip(web):
     refused = web.post(
         "/translate_file",
         data={"source": "es", "target": "en"},
-        files={"file": ("a.pdf", b"%PDF", "application/pdf")},
+        files={"file": ("a.rtf", b"{\\rtf1 Hola}", "application/rtf")},
     )
     assert refused.json() == {"error": "Invalid request: file format not supported"}
     settings = web.get("/frontend/settings").json()
     assert settings["supportedFilesFormat"] == [
-        *(".txt", ".html", ".htm", ".srt", ".epub", ".docx", ".pptx", ".odt", ".odp")
+        *(".txt", ".html", ".htm", ".srt", ".epub", ".docx", ".pptx", ".odt", ".odp", ".pdf")
     ]
     subtitles = "1\n00:00:01,000 --> 00:00:02,000\nBuenos\ndías.\n"
     sent = web.post(

@@ -1,13 +1,13 @@
 """Files translated whole, as LibreTranslate's `translate_file` (service.front.http) and
 `attnserve translate --input` take them: .txt, .html, .srt (subtitles), .epub (its XHTML read
 as HTML, its table of contents' labels too), .docx (python-docx), .pptx (python-pptx), .odt
-and .odp (odfpy; the three libraries are in the serve extra). A document is read into
-paragraphs, each a list of runs (spans of one character formatting); each paragraph is
-translated as one text, and its translation is cut back into runs by the alignment: every
-target word goes to the run of the source word it attends to most, so a bold word stays
-bold where its translation lands. Paragraph styles, tables, lists, headers, footers, slides'
-layouts and subtitles' timings stay as they are; where the file declares the source
-language, it declares the target's (`File.declare`).
+and .odp (odfpy), .pdf (pdfminer.six, pypdf, reportlab; the libraries are in the serve
+extra). A document is read into paragraphs, each a list of runs (spans of one character
+formatting); each paragraph is translated as one text, and its translation is cut back into
+runs by the alignment: every target word goes to the run of the source word it attends to
+most, so a bold word stays bold where its translation lands. Paragraph styles, tables,
+lists, headers, footers, slides' layouts, subtitles' timings and a PDF's pages stay as they
+are; where the file declares the source language, it declares the target's (`File.declare`).
 
 Here: `read_file`, the dispatch by suffix. The modules:
 - `model`: what every format is read into (`File`, `Paragraph`) and sent as (`Batch`,
@@ -19,8 +19,10 @@ Here: `read_file`, the dispatch by suffix. The modules:
 - `drawingml`: DrawingML text (a slide's, a chart's title, SmartArt's), read and written;
 - `diagrams`: SmartArt diagrams' data and drawing parts, in a .docx or a .pptx;
 - `bindings`: a .docx's content controls bound to custom XML, and their data;
+- `pdftext`, `pdfdraw`: a PDF's text read with the operators that show it and taken out of
+  its content streams; a translated text box drawn;
 - a module per format: `texts` (.txt, .html, .epub), `subtitles` (.srt), `word` (.docx),
-  `slides` (.pptx), `opendocument` (.odt, .odp).
+  `slides` (.pptx), `opendocument` (.odt, .odp), `pdf` (.pdf).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from service.runtime.files.model import (
     joined,
 )
 from service.runtime.files.opendocument import _odf
+from service.runtime.files.pdf import _pdf
 from service.runtime.files.slides import _pptx
 from service.runtime.files.subtitles import _srt
 from service.runtime.files.texts import _epub, _html, _text, decoded_text
@@ -55,7 +58,7 @@ __all__ = [
     "read_file",
 ]
 
-FORMATS = (".txt", ".html", ".htm", ".srt", ".epub", ".docx", ".pptx", ".odt", ".odp")
+FORMATS = (".txt", ".html", ".htm", ".srt", ".epub", ".docx", ".pptx", ".odt", ".odp", ".pdf")
 # what XML 1.0 cannot hold: a model's byte pieces can give it
 XML_UNSAFE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 XML_FORMATS = (".epub", ".docx", ".pptx", ".odt", ".odp")
@@ -102,7 +105,7 @@ def _read_as(suffix: str, data: bytes, piece: int) -> File:
         return read
     if suffix == ".epub":
         return _epub(data, piece)
-    readers = {".docx": _docx, ".pptx": _pptx, ".odt": _odf, ".odp": _odf}
+    readers = {".docx": _docx, ".pptx": _pptx, ".odt": _odf, ".odp": _odf, ".pdf": _pdf}
     if suffix not in readers:
         raise ValueError(f"{suffix}: not one of {FORMATS}")
     try:

@@ -1,0 +1,415 @@
+"""PDF documents (.pdf; pdfminer.six reads the text and its layout, pypdf edits the file,
+reportlab draws the translations: the three are in the serve extra). Each text box of a
+page, as pdfminer's layout analysis groups its lines, is a paragraph whose runs are its
+spans of one style (font family, bold, italic, colour); its text is taken out of the
+content streams that showed it (the page's, a form XObject's: pdftext) and its translation
+drawn in the box (pdfdraw). The pages' size, order, images, drawings, annotations, links
+and forms stay. Kept as they were, not translated: rotated and vertical text, text in Type3
+fonts, invisible text (a scan's recognised layer), text whose characters the file does not
+map to Unicode, and a box sharing a text-showing operator with such text. A file without a
+box to translate (a scan) comes back as it was."""
+
+from __future__ import annotations
+
+import functools
+import io
+import re
+import statistics
+from dataclasses import dataclass
+
+from service.runtime.files.archive import _not_a
+from service.runtime.files.labels import Relabel
+from service.runtime.files.model import File, Paragraph
+from service.runtime.files.pdfdraw import Box, Style, draw
+from service.runtime.files.pdftext import Reading, Where, editable, read_pages, taken_out
+
+PDF_PAGES = 1_000  # pages of a .pdf at most
+# what a .pdf's pages draw (content streams, forms, fonts' programs and maps), decoded, at most
+PDF_DECODED_BYTES = 256 << 20
+HYPHENS = ("-", "\u00ad")  # a line ending in one, before a lower-case letter, is one word
+# a line ending further than this part of its box's width from its right edge ends a paragraph
+SHORT_LINE = 0.25
+ALIGNED = 1.0  # points within which lines' edges are one edge
+ROOM_GAP = 2.0  # points between a translation reaching past its box and what is beside it
+LIST_MARK = re.compile(r"\s*(?:[\u2022\u25e6\u25aa\u2023\u00b7]|[\u2013\u2014*-]\s|\d{1,3}[.)]\s)")
+
+
+@dataclass
+class Read:
+    """A text box read: its runs' texts, the Box drawn, its page's index and characters."""
+
+    runs: list[str]
+    box: Box
+    page: int
+    chars: list
+
+
+def _pdf(data: bytes, suffix: str) -> File:
+    from pypdf import PdfWriter
+
+    writer = PdfWriter(clone_from=_opened(data, suffix))
+    _bounded(writer, suffix)
+    numbered = io.BytesIO()  # objects numbered as the writer numbers them, for pdfminer
+    writer.write(numbered)
+    laid, reading = read_pages(numbered.getvalue(), len(writer.pages))
+    boxes = [read for index, page in enumerate(laid) for read in _boxes(page, index)]
+    boxes = _translatable(boxes, laid, editable(writer, reading))
+    for index, page in enumerate(laid):
+        _give_room([read.box for read in boxes if read.page == index], page)
+    if not boxes:
+        return File([], "plain", lambda: data)
+    paragraphs = [Paragraph(read.runs, _writer_of(read.box)) for read in boxes]
+
+    @functools.cache
+    def save() -> bytes:
+        return _saved(writer, boxes, reading)
+
+    def relabel(wanted: Relabel) -> None:
+        """The catalog's `/Lang`, the document's language."""
+        from pypdf.generic import NameObject, TextStringObject
+
+        value = wanted.value(str(writer.root_object.get("/Lang", "")))
+        if value is not None:
+            writer.root_object[NameObject("/Lang")] = TextStringObject(value)
+
+    return File(paragraphs, "plain", save, relabel=relabel)
+
+
+def _opened(data: bytes, suffix: str):
+    """`data` as a pypdf reader; ValueError where it is not a PDF, is encrypted or has more
+    than PDF_PAGES pages."""
+    from pypdf import PdfReader
+    from pypdf.errors import PyPdfError
+
+    try:
+        reader = PdfReader(io.BytesIO(data))
+        if reader.is_encrypted:
+            raise ValueError(f"{suffix}: encrypted (protected by a password); send it decrypted")
+        pages = len(reader.pages)
+    except (PyPdfError, OSError, KeyError, TypeError, AttributeError) as error:
+        raise ValueError(_not_a(suffix, error)) from None
+    if pages > PDF_PAGES:
+        raise ValueError(f"{suffix}: more than {PDF_PAGES} pages")
+    return reader
+
+
+def _bounded(writer, suffix: str) -> None:
+    """ValueError where what the pages draw (their content, their forms, their fonts'
+    programs and maps) decodes to more than PDF_DECODED_BYTES (pypdf decodes each stream
+    to at most its own limit): pdfminer decodes them without one."""
+    from pypdf.errors import PyPdfError
+    from pypdf.generic import ArrayObject, DictionaryObject, IndirectObject, StreamObject
+
+    seen: set[int] = set()
+    total = 0
+
+    def walk(value) -> None:
+        nonlocal total
+        if isinstance(value, IndirectObject):
+            if value.idnum in seen:
+                return
+            seen.add(value.idnum)
+            value = value.get_object()
+        if isinstance(value, StreamObject) and value.get("/Subtype") != "/Image":
+            total += len(value.get_data())
+            if total > PDF_DECODED_BYTES:
+                raise ValueError(f"{suffix}: more than {PDF_DECODED_BYTES >> 20} MiB decoded")
+        if isinstance(value, DictionaryObject):
+            for key, held in value.items():
+                if key not in ("/Parent", "/Annots", "/Thumb", "/B"):
+                    walk(held)
+        elif isinstance(value, ArrayObject):
+            for held in value:
+                walk(held)
+
+    try:
+        for page in writer.pages:
+            walk(page.get("/Contents"))
+            walk(page.get("/Resources"))
+    except PyPdfError as error:
+        raise ValueError(_not_a(suffix, error)) from None
+
+
+def _boxes(page, index: int) -> list[Read]:
+    """The horizontal text boxes of pdfminer's `page` (in forms too), each read."""
+    from pdfminer.layout import LTContainer, LTTextBoxHorizontal
+
+    found: list[Read] = []
+
+    def walk(container) -> None:
+        for item in container:
+            if isinstance(item, LTTextBoxHorizontal):
+                found.extend(_read_box(item, index))
+            elif isinstance(item, LTContainer):
+                walk(item)
+
+    walk(page)
+    return found
+
+
+def _read_box(box, index: int) -> list[Read]:
+    """A box's paragraphs (`_paragraphs`), each its runs and geometry; none where a
+    character of the box cannot be drawn again as it stands (rotated, not upright, of a
+    Type3 or vertical font, invisible, unmapped)."""
+    from pdfminer.layout import LTChar
+
+    lines = [line for line in box if any(isinstance(item, LTChar) for item in line)]
+    chars = [item for line in lines for item in line if isinstance(item, LTChar)]
+    if not chars or not all(_redrawable(char) for char in chars):
+        return []
+    read = [_read_lines(group, box, index) for group in _paragraphs(lines, box)]
+    return [paragraph for paragraph in read if paragraph is not None]
+
+
+def _paragraphs(lines: list, box) -> list[list]:
+    """A box's lines in paragraphs: a line starting with a list's mark, or after a line
+    that ends short of the box's right edge (a paragraph's last line), starts one; a line
+    of monospaced text (code) is one."""
+    groups: list[list] = []
+    for line in lines:
+        after = groups[-1][-1] if groups else None
+        if (
+            after is None
+            or after.x1 < box.x1 - SHORT_LINE * box.width
+            or LIST_MARK.match(line.get_text())
+            or _monospaced(line)
+            or _monospaced(after)
+        ):
+            groups.append([])
+        groups[-1].append(line)
+    return groups
+
+
+def _monospaced(line) -> bool:
+    from pdfminer.layout import LTChar
+
+    return all(_style(i).family == "mono" for i in line if isinstance(i, LTChar))
+
+
+def _read_lines(lines: list, box, index: int) -> Read | None:
+    from pdfminer.layout import LTChar
+
+    pieces: list[tuple[str, Style | None]] = []
+    for line in lines:
+        pieces += [(i.get_text(), _style(i) if isinstance(i, LTChar) else None) for i in line]
+    runs, styles = _runs(_joined(pieces))
+    if not runs:
+        return None
+    chars = [item for line in lines for item in line if isinstance(item, LTChar)]
+    size = statistics.median(char.size for char in chars)
+    first, last = _baseline(lines[0]), _baseline(lines[-1])
+    leading = (first - last) / (len(lines) - 1) if len(lines) > 1 else 0
+    x0 = min(line.x0 for line in lines)
+    drawn = Box(
+        x0,
+        min(line.y0 for line in lines),
+        box.x1,
+        max(line.y1 for line in lines),
+        first,
+        last,
+        size,
+        leading if leading > 0 else size * 1.2,
+        styles,
+        indent=lines[0].x0 - x0,
+        align=_alignment(lines),
+    )
+    drawn.placed = list(enumerate(runs))  # drawn as it was until translated
+    return Read(runs, drawn, index, chars)
+
+
+def _alignment(lines: list) -> str:
+    """ "right" or "center" where a paragraph's lines start apart and end (or are centred)
+    together; else "left" (a paragraph of one line among them)."""
+    starts = [line.x0 for line in lines]
+    ends = [line.x1 for line in lines]
+    centres = [(start + end) / 2 for start, end in zip(starts, ends, strict=True)]
+    if len(lines) < 2 or max(starts) - min(starts) < ALIGNED:
+        return "left"
+    if max(ends) - min(ends) < ALIGNED:
+        return "right"
+    return "center" if max(centres) - min(centres) < ALIGNED else "left"
+
+
+def _baseline(line) -> float:
+    from pdfminer.layout import LTChar
+
+    return next(item.matrix[5] for item in line if isinstance(item, LTChar))
+
+
+def _give_room(boxes: list[Box], page) -> None:
+    """Each box's room: the right edge its translation may reach, where it needs more
+    width than the box's (a heading, a label): the left edge of the nearest thing beside it
+    on the right (text, a picture, a drawing), else the right edge of the page's text (its
+    right margin taken as wide as its left)."""
+    from pdfminer.layout import LTComponent, LTFigure, LTTextBox
+
+    left = min((box.x0 for box in boxes), default=page.x0)
+    beside, right = [], max([box.x1 for box in boxes] + [page.x1 - (left - page.x0)])
+
+    def walk(container) -> None:
+        nonlocal right
+        for item in container:
+            beside.extend([item.bbox] if isinstance(item, LTComponent) else [])
+            if isinstance(item, LTTextBox):
+                right = max(right, item.x1)
+            elif isinstance(item, LTFigure):
+                walk(item)
+
+    walk(page)
+    for box in boxes:
+        edges = [
+            x0 for x0, y0, _, y1 in beside if x0 >= box.x1 - 0.5 and y0 < box.y1 and y1 > box.y0
+        ]
+        box.room = max(box.x1, min(edges, default=right) - ROOM_GAP)
+
+
+def _redrawable(char) -> bool:
+    a, b, c, d, _, _ = char.matrix
+    shown = getattr(char, "shown", None)
+    text = char.get_text()
+    return (
+        shown is not None
+        and shown.redrawable
+        and char.upright
+        and abs(b) < 1e-6
+        and abs(c) < 1e-6
+        and a > 0
+        and d > 0
+        and not (text.startswith("(cid:") and len(text) > 1)
+    )
+
+
+def _style(char) -> Style:
+    colour = char.graphicstate.ncolor
+    if isinstance(colour, int | float):
+        colour = (colour,)
+    try:
+        colour = tuple(float(c) for c in colour or ())
+    except (TypeError, ValueError):  # a pattern's name
+        colour = ()
+    return Style.of(char.fontname, colour)
+
+
+def _joined(pieces: list[tuple[str, Style | None]]) -> list[tuple[str, Style | None]]:
+    """A box's pieces as one text: each line break a space, a hyphen that ends a line
+    before a lower-case letter left out (the word it cut joined again)."""
+    joined: list[tuple[str, Style | None]] = []
+    for number, (text, style) in enumerate(pieces):
+        if text == "\n":
+            after = next((t for t, _ in pieces[number + 1 :] if t.strip()), "")
+            before = joined[-1][0] if joined else ""
+            if before in HYPHENS and after[:1].islower():
+                joined.pop()
+                continue
+            text = " "
+        joined.append((text, style))
+    return joined
+
+
+def _runs(pieces: list[tuple[str, Style | None]]) -> tuple[list[str], list[Style]]:
+    """Consecutive pieces of one style as a run (a space pdfminer put in takes the style
+    of the text before it), the white space at either end left out."""
+    runs: list[str] = []
+    styles: list[Style] = []
+    for text, style in pieces:
+        style = style or (styles[-1] if styles else None)
+        if style is None:  # white space before any character
+            continue
+        if styles and styles[-1] == style:
+            runs[-1] += text
+        else:
+            runs.append(text)
+            styles.append(style)
+    if runs:
+        runs[-1] = runs[-1].rstrip()
+    kept = [(run, style) for run, style in zip(runs, styles, strict=True) if run]
+    return [run for run, _ in kept], [style for _, style in kept]
+
+
+def _writer_of(box: Box):
+    def write(placed: list[tuple[int, str]]) -> None:
+        box.placed = placed
+
+    return write
+
+
+def _translatable(boxes: list[Read], laid, editable: set[Where]) -> list[Read]:
+    """The boxes whose text can go: every operator showing one of their characters shows
+    characters of such boxes alone, in a stream that can be edited."""
+    shown: dict[tuple[Where, int], list] = {}
+    for char in _characters(laid):
+        if getattr(char, "shown", None) is not None:
+            shown.setdefault((char.shown.where, char.shown.number), []).append(char)
+    chosen = set(range(len(boxes)))
+    for number, read in enumerate(boxes):
+        for char in read.chars:
+            char.box = number
+    while True:
+        removable = {
+            key
+            for key, chars in shown.items()
+            if key[0] in editable and all(getattr(c, "box", None) in chosen for c in chars)
+        }
+        dropped = {
+            number
+            for number in chosen
+            if any((c.shown.where, c.shown.number) not in removable for c in boxes[number].chars)
+        }
+        if not dropped:
+            return [read for number, read in enumerate(boxes) if number in chosen]
+        chosen -= dropped
+
+
+def _characters(laid):
+    from pdfminer.layout import LTChar, LTContainer
+
+    def walk(container):
+        for item in container:
+            if isinstance(item, LTChar):
+                yield item
+            elif isinstance(item, LTContainer):
+                yield from walk(item)
+
+    for page in laid:
+        yield from walk(page)
+
+
+def _saved(writer, boxes: list[Read], reading: Reading) -> bytes:
+    """The document with the boxes' text taken out of its streams and their translations
+    drawn over each page."""
+    removed: dict[Where, dict[int, float | None]] = {}
+    for read in boxes:
+        for char in read.chars:
+            removed.setdefault(char.shown.where, {})[char.shown.number] = char.shown.advance
+    taken_out(writer, removed)
+    for index, page in enumerate(writer.pages):
+        drawn = [read.box for read in boxes if read.page == index]
+        if drawn:
+            page.merge_page(_overlay(page, drawn, reading.page_matrices[index]))
+        if drawn or ("page", index) in removed:
+            page.compress_content_streams()
+    out = io.BytesIO()
+    writer.write(out)
+    return out.getvalue()
+
+
+def _overlay(page, boxes: list[Box], matrix: tuple[float, ...]):
+    """A page of `boxes`' translations drawn in `page`'s user space (pdfminer's coordinates
+    are its user space by `matrix`: the media box's origin, the page's rotation)."""
+    from pypdf import PdfReader
+    from reportlab.pdfgen import canvas
+
+    out = io.BytesIO()
+    drawing = canvas.Canvas(out, pagesize=(float(page.mediabox.width), float(page.mediabox.height)))
+    drawing.transform(*_inverse(matrix))
+    for box in boxes:
+        draw(drawing, box)
+    drawing.showPage()
+    drawing.save()
+    return PdfReader(io.BytesIO(out.getvalue())).pages[0]
+
+
+def _inverse(matrix: tuple[float, ...]) -> tuple[float, ...]:
+    a, b, c, d, e, f = matrix
+    det = a * d - b * c
+    return (d / det, -b / det, -c / det, a / det, (c * f - d * e) / det, (b * e - a * f) / det)

@@ -1,0 +1,331 @@
+"""PDF documents translated whole (service.runtime.files.pdf): each text box of a page
+translated where it stood, in its font's style, the page's text taken out of the content
+streams that showed it (a form XObject's too); pages, drawings, pictures and links kept;
+what cannot be drawn again kept as it was; encrypted and broken files refused."""
+
+from __future__ import annotations
+
+import io
+
+import pypdf
+import pytest
+from helpers import upper_cased
+from pdfminer.high_level import extract_pages, extract_text
+from pdfminer.layout import LTChar, LTContainer, LTImage, LTRect, LTTextBox
+from PIL import Image
+from reportlab.lib.pagesizes import A4, landscape, letter
+from reportlab.lib.utils import ImageReader
+from reportlab.pdfgen import canvas
+
+from service.runtime import files
+from service.runtime.files import pdf, pdfdraw, pdftext
+
+LINK = "https://example.org/informe"
+
+
+def made(*pages, size=A4, **given) -> bytes:
+    """A PDF of one page per function of `pages`, each drawing on a reportlab canvas."""
+    out = io.BytesIO()
+    drawing = canvas.Canvas(out, pagesize=size, **given)
+    for page in pages:
+        page(drawing)
+        drawing.showPage()
+    drawing.save()
+    return out.getvalue()
+
+
+def report(c) -> None:
+    """A bold heading, a paragraph of two lines with a bold word, a red paragraph in a box
+    of its own, a filled rectangle, a picture and a link."""
+    c.setFont("Helvetica-Bold", 18)
+    c.drawString(72, 760, "Informe anual")
+    text = c.beginText(72, 720)
+    text.setFont("Helvetica", 11)
+    text.textOut("El perro ")
+    text.setFont("Helvetica-Bold", 11)
+    text.textOut("come")
+    text.setFont("Helvetica", 11)
+    text.textLine(" pan en la cocina de la casa vieja")
+    text.textLine("y luego sale al jardín a jugar con los niños.")
+    c.drawText(text)
+    c.setFillColorRGB(1, 0, 0)
+    c.setFont("Times-Roman", 12)
+    c.drawString(320, 500, "La casa es grande.")
+    c.setFillColorRGB(0, 0, 1)
+    c.rect(100, 300, 150, 80, fill=1, stroke=0)
+    picture = Image.new("RGB", (8, 8), (0, 128, 0))
+    c.drawImage(ImageReader(picture), 300, 300, 40, 40)
+    c.linkURL(LINK, (72, 755, 200, 780))
+
+
+def second(c) -> None:
+    c.setPageSize(landscape(letter))
+    c.setFont("Helvetica", 12)
+    c.drawString(72, 500, "Segunda página.")
+
+
+def translated(data: bytes) -> bytes:
+    """`data` read, translated by the stand-in (each sentence upper-cased, each word
+    attending to itself) as a call of the server answers, and saved."""
+    read = files.read_file(".pdf", data)
+    for batch in read.batches(64):
+        batch.write([upper_cased(text) for text in batch.texts])
+    return read.save()
+
+
+def characters(data: bytes, page: int = 0) -> list[LTChar]:
+    def walk(container):
+        for item in container:
+            if isinstance(item, LTChar):
+                yield item
+            elif isinstance(item, LTContainer):
+                yield from walk(item)
+
+    laid = list(extract_pages(io.BytesIO(data)))[page]
+    return list(walk(laid))
+
+
+def boxes(data: bytes, page: int = 0) -> dict[str, tuple[float, ...]]:
+    """Each text box's text (its lines joined by spaces) and its box."""
+    laid = list(extract_pages(io.BytesIO(data)))[page]
+    found = {}
+    for item in laid:
+        if isinstance(item, LTTextBox):
+            found[" ".join(item.get_text().split())] = item.bbox
+    return found
+
+
+def test_each_box_is_a_paragraph_of_runs_of_one_style():
+    read = files.read_file(".pdf", made(report, second))
+    assert [p.runs for p in read.paragraphs] == [
+        ["Informe anual"],
+        [
+            "El perro ",
+            "come",
+            " pan en la cocina de la casa vieja y luego sale al jardín a jugar con los niños.",
+        ],
+        ["La casa es grande."],
+        ["Segunda página."],
+    ]
+
+
+def test_a_pdf_is_translated_box_by_box_where_it_stood_its_pages_kept():
+    source = made(report, second)
+    written = translated(source)
+    text = extract_text(io.BytesIO(written))
+    for gone in ("Informe", "perro", "jardín", "casa", "Segunda"):
+        assert gone not in text
+    before, after = boxes(source), boxes(written)
+    assert set(after) == {
+        "INFORME ANUAL",
+        "EL PERRO COME PAN EN LA COCINA DE LA CASA VIEJA Y LUEGO SALE AL JARDÍN A JUGAR CON LOS"
+        " NIÑOS.",
+        "LA CASA ES GRANDE.",
+    }
+    for source_text, target_text in [
+        ("Informe anual", "INFORME ANUAL"),
+        ("La casa es grande.", "LA CASA ES GRANDE."),
+    ]:
+        x0, y0, _, y1 = before[source_text]
+        tx0, ty0, _, ty1 = after[target_text]
+        assert abs(tx0 - x0) < 0.5 and y0 - 1 <= ty0 and ty1 <= y1 + 1  # its box, its left
+    paragraph = next(box for text, box in before.items() if text.startswith("El perro"))
+    moved = next(box for text, box in after.items() if text.startswith("EL PERRO"))
+    assert abs(moved[0] - paragraph[0]) < 0.5 and abs(moved[3] - paragraph[3]) < 1
+    (alone,) = boxes(source, 1).values()
+    ((words, box),) = boxes(written, 1).items()  # wider, as the page has room: not smaller
+    assert words == "SEGUNDA PÁGINA." and box[1::2] == alone[1::2] and box[0] == alone[0]
+    reader, original = pypdf.PdfReader(io.BytesIO(written)), pypdf.PdfReader(io.BytesIO(source))
+    assert [p.mediabox for p in reader.pages] == [p.mediabox for p in original.pages]
+
+
+def test_a_pdf_keeps_its_drawings_pictures_and_links_and_its_fonts_styles():
+    source = made(report, second)
+    written = translated(source)
+    laid = next(extract_pages(io.BytesIO(written)))
+    rectangles = [item.bbox for item in laid if isinstance(item, LTRect)]
+    assert (100, 300, 250, 380) in rectangles
+
+    def images(container):
+        return [i for i in container if isinstance(i, LTImage)] + [
+            found for i in container if isinstance(i, LTContainer) for found in images(i)
+        ]
+
+    assert [image.bbox for image in images(laid)] == [(300, 300, 340, 340)]
+    (link,) = [a.get_object() for a in pypdf.PdfReader(io.BytesIO(written)).pages[0]["/Annots"]]
+    assert link["/Subtype"] == "/Link" and link["/A"]["/URI"] == LINK
+    fonts = {}
+    for char in characters(written):
+        fonts.setdefault(char.fontname, []).append(char.get_text())
+    assert "".join(fonts["Helvetica-Bold"]).split() == ["INFORME", "ANUAL", "COME"]
+    red = [c for c in characters(written) if c.graphicstate.ncolor == (1, 0, 0)]
+    assert "".join(c.get_text() for c in red) == "LA CASA ES GRANDE."
+    assert {c.fontname for c in red} == {"Times-Roman"}
+
+
+@pytest.mark.parametrize(("declared", "after"), [("es-ES", "en"), ("fr", "fr")])
+def test_a_pdf_declares_the_target_language_where_it_declared_the_source_s(declared, after):
+    read = files.read_file(".pdf", made(second, lang=declared))
+    for batch in read.batches(64):
+        batch.write([upper_cased(text) for text in batch.texts])
+    read.declare("es", "en")
+    assert pypdf.PdfReader(io.BytesIO(read.save())).trailer["/Root"]["/Lang"] == after
+
+
+def test_text_in_a_form_drawn_on_every_page_is_translated_on_each():
+    """A running header is a form XObject every page draws: its text goes from the form
+    once, and each page draws the header's translation."""
+
+    def page(words):
+        def drawn(c):
+            c.doForm("header")
+            c.setFont("Helvetica", 12)
+            c.drawString(72, 700, words)
+
+        return drawn
+
+    def header(c):
+        c.beginForm("header")
+        c.setFont("Helvetica", 9)
+        c.drawString(72, 800, "Cabecera del informe")
+        c.endForm()
+        page("Primera página.")(c)
+
+    written = translated(made(header, page("Segunda página.")))
+    for number, words in enumerate(("PRIMERA PÁGINA.", "SEGUNDA PÁGINA.")):
+        assert set(boxes(written, number)) == {"CABECERA DEL INFORME", words}
+
+
+def test_rotated_text_stays_as_it_was_and_the_rest_is_translated():
+    def page(c):
+        c.setFont("Helvetica", 12)
+        c.drawString(72, 700, "Texto recto.")
+        c.saveState()
+        c.translate(300, 300)
+        c.rotate(90)
+        c.drawString(0, 0, "Texto girado.")
+        c.restoreState()
+
+    read = files.read_file(".pdf", made(page))
+    assert [p.text for p in read.paragraphs] == ["Texto recto."]
+    written = translated(made(page))
+    text = extract_text(io.BytesIO(written))
+    assert "TEXTO RECTO." in text and "Texto recto" not in text
+    turned = sorted((c for c in characters(written) if c.matrix[1]), key=lambda c: c.matrix[5])
+    assert "".join(c.get_text() for c in turned) == "Texto girado."  # kept, not translated
+
+
+def written_page(content: bytes) -> bytes:
+    """A page of `content` (a content stream) with Helvetica as /F1."""
+    from pypdf.generic import ContentStream, DictionaryObject, NameObject
+
+    writer = pypdf.PdfWriter()
+    page = writer.add_blank_page(612, 792)
+    font = {"/Type": "/Font", "/Subtype": "/Type1", "/BaseFont": "/Helvetica"}
+    font = DictionaryObject({NameObject(k): NameObject(v) for k, v in font.items()})
+    fonts = DictionaryObject({NameObject("/F1"): font})
+    page[NameObject("/Resources")] = DictionaryObject({NameObject("/Font"): fonts})
+    stream = ContentStream(None, writer)
+    stream.set_data(content)
+    page.replace_contents(stream)
+    out = io.BytesIO()
+    writer.write(out)
+    return out.getvalue()
+
+
+def test_text_placed_after_a_translated_box_s_text_stays_where_it_was():
+    """Invisible text (a scan's recognised layer) stays, not translated; where it follows
+    a translated box's text on the line, it stays in its place, though what it followed
+    is gone."""
+    source = written_page(b"BT /F1 12 Tf 72 700 Td (Hola.) Tj [-30000] TJ 3 Tr (oculto) Tj ET")
+    read = files.read_file(".pdf", source)
+    assert [p.text for p in read.paragraphs] == ["Hola."]
+
+    def hidden(data: bytes) -> list[tuple[str, float]]:
+        return [(c.get_text(), round(c.x0, 3)) for c in characters(data) if c.x0 > 300]
+
+    written = translated(source)
+    assert "".join(text for text, _ in hidden(written)) == "oculto"
+    assert hidden(written) == hidden(source)
+    assert "HOLA." in extract_text(io.BytesIO(written))
+
+
+def test_a_text_operator_taken_out_keeps_its_move_spacing_and_advance():
+    """`'` moves to the next line, `"` sets the spacing too: those stay when their text
+    goes; each text operator taken out leaves its advance, those not numbered stay."""
+    from pypdf.generic import ContentStream
+
+    writer = pypdf.PdfWriter()
+    content = ContentStream(None, writer)
+    content.set_data(b"BT (a) Tj (b) ' 1 2 (c) \" [(d) -5 (e)] TJ (f) Tj ET")
+    assert pdftext.shows(content) == 5
+    kept = pdftext.unshown(content, {0: 500.0, 1: None, 2: 250.0, 4: 0.0})
+    written = [(operator.decode(), [str(o) for o in operands]) for operands, operator in kept]
+    assert written == [
+        ("BT", []),
+        ("TJ", ["[500]"]),
+        ("T*", []),
+        ("Tw", ["1"]),
+        ("Tc", ["2"]),
+        ("T*", []),
+        ("TJ", ["[250]"]),
+        ("TJ", ["['d', -5, 'e']"]),
+        ("ET", []),
+    ]
+
+
+def test_a_pdf_without_text_comes_back_as_it_was():
+    """A scanned page (a picture, no text) has nothing to translate: the same bytes."""
+
+    def scan(c):
+        c.drawImage(ImageReader(Image.new("L", (16, 16), 200)), 0, 0, *A4)
+
+    source = made(scan)
+    read = files.read_file(".pdf", source)
+    assert read.paragraphs == [] and read.save() == source
+
+
+def test_an_encrypted_or_broken_pdf_is_refused_and_so_is_one_of_too_many_pages(monkeypatch):
+    with pytest.raises(ValueError, match=r"^\.pdf: encrypted \(protected by a password\)"):
+        files.read_file(".pdf", made(second, encrypt="secreto"))
+    with pytest.raises(ValueError, match=r"^not a \.pdf file \("):
+        files.read_file(".pdf", b"%PDF-1.7 not a document")
+    monkeypatch.setattr(pdf, "PDF_PAGES", 1)
+    with pytest.raises(ValueError, match=r"^\.pdf: more than 1 pages$"):
+        files.read_file(".pdf", made(second, second))
+
+
+def test_a_translation_too_long_for_its_box_is_drawn_smaller_but_never_too_small():
+    style = pdfdraw.Style()
+    box = pdfdraw.Box(72, 100, 172, 112, 102, 102, 10, 12, [style], room=172)
+    box.placed = [(0, "Hola")]
+    assert pdfdraw.laid_out(box).scale == 1.0
+    box.placed = [(0, "Una frase bastante larga")]  # 2 lines at 10 pt; one fits at 8.5 pt
+    fitted = pdfdraw.laid_out(box)
+    assert fitted.scale < 1.0 and len(fitted.lines) == 1
+    assert pdfdraw._wrapped(pdfdraw._words(box), 100, fitted.size + 0.5) != fitted.lines
+    box.placed = [(0, "palabra " * 40)]
+    least = pdfdraw.laid_out(box)
+    assert least.size == pytest.approx(10 * pdfdraw.MIN_SCALE) and len(least.lines) > 1
+    box.room = 400  # room beside it: wider before smaller
+    box.placed = [(0, "Una frase bastante larga")]
+    wider = pdfdraw.laid_out(box)
+    assert wider.scale == 1.0 and wider.right == 400 and len(wider.lines) == 1
+
+
+def test_control_characters_of_a_translation_are_left_out_of_what_is_drawn():
+    box = pdfdraw.Box(72, 100, 300, 112, 102, 102, 10, 12, [pdfdraw.Style()])
+    box.placed = [(0, "Hola\x01 amigo\x0b\ud800.")]
+    assert pdfdraw._words(box) == [
+        [("Hola", box.styles[0])],
+        [("amigo", box.styles[0])],
+        [(".", box.styles[0])],
+    ]
+
+
+def test_a_font_s_name_gives_its_family_weight_and_slant():
+    assert pdfdraw.Style.of("ABCDEF+Arial-BoldMT", ()).font("x") == "Helvetica-Bold"
+    assert pdfdraw.Style.of("TimesNewRomanPS-ItalicMT", ()).font("x") == "Times-Italic"
+    assert pdfdraw.Style.of("NimbusMonL-Regu", ()).font("x") == "Courier"
+    assert pdfdraw.Style.of("CMBX12", ()).font("x") == "Times-Bold"
+    assert pdfdraw.Style.of("DejaVuSans-Oblique", ()).font("x") == "Helvetica-Oblique"
