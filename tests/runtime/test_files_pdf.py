@@ -329,3 +329,27 @@ def test_a_font_s_name_gives_its_family_weight_and_slant():
     assert pdfdraw.Style.of("NimbusMonL-Regu", ()).font("x") == "Courier"
     assert pdfdraw.Style.of("CMBX12", ()).font("x") == "Times-Bold"
     assert pdfdraw.Style.of("DejaVuSans-Oblique", ()).font("x") == "Helvetica-Oblique"
+
+
+def test_a_heading_boxed_with_its_text_is_a_paragraph_of_its_own():
+    """pdfminer's layout analysis may put a heading and the lines under it in one box (a
+    document's title and its first paragraph, as reportlab's styles lay them out); the
+    heading, of another size, is a paragraph, drawn at its own size, not run on into the
+    text's lines."""
+    from reportlab.lib.styles import getSampleStyleSheet
+    from reportlab.platypus import Paragraph as Laid
+    from reportlab.platypus import SimpleDocTemplate
+
+    styles, out = getSampleStyleSheet(), io.BytesIO()
+    body = "La estación de tren abrió en mayo y recibió a miles de viajeros. " * 3
+    SimpleDocTemplate(out, pagesize=A4).build(
+        [Laid("Informe anual de la estación", styles["Title"]), Laid(body, styles["BodyText"])]
+    )
+    data = out.getvalue()
+    assert len(boxes(data)) == 1  # one box of the layout analysis: the case here
+    read = files.read_file(".pdf", data)
+    assert [p.runs for p in read.paragraphs] == [["Informe anual de la estación"], [body.strip()]]
+    sizes: dict[int, list[str]] = {}
+    for char in characters(translated(data)):
+        sizes.setdefault(round(char.size), []).append(char.get_text())
+    assert "".join(sizes[18]).replace(" ", "") == "INFORMEANUALDELAESTACIÓN"

@@ -30,6 +30,7 @@ HYPHENS = ("-", "\u00ad")  # a line ending in one, before a lower-case letter, i
 # a line ending further than this part of its box's width from its right edge ends a paragraph
 SHORT_LINE = 0.25
 ALIGNED = 1.0  # points within which lines' edges are one edge
+SIZE_STEP = 1.15  # lines whose sizes differ by more than this ratio are two paragraphs
 ROOM_GAP = 2.0  # points between a translation reaching past its box and what is beside it
 LIST_MARK = re.compile(r"\s*(?:[\u2022\u25e6\u25aa\u2023\u00b7]|[\u2013\u2014*-]\s|\d{1,3}[.)]\s)")
 
@@ -163,14 +164,16 @@ def _read_box(box, index: int) -> list[Read]:
 
 def _paragraphs(lines: list, box) -> list[list]:
     """A box's lines in paragraphs: a line starting with a list's mark, or after a line
-    that ends short of the box's right edge (a paragraph's last line), starts one; a line
-    of monospaced text (code) is one."""
+    that ends short of the box's right edge (a paragraph's last line), or of another size
+    than the line before (a heading over its text, which the layout analysis may box with
+    it), starts one; a line of monospaced text (code) is one."""
     groups: list[list] = []
     for line in lines:
         after = groups[-1][-1] if groups else None
         if (
             after is None
             or after.x1 < box.x1 - SHORT_LINE * box.width
+            or max(_size(line), _size(after)) > SIZE_STEP * min(_size(line), _size(after))
             or LIST_MARK.match(line.get_text())
             or _monospaced(line)
             or _monospaced(after)
@@ -178,6 +181,13 @@ def _paragraphs(lines: list, box) -> list[list]:
             groups.append([])
         groups[-1].append(line)
     return groups
+
+
+def _size(line) -> float:
+    """The size of most of a line's characters (a superscript's apart)."""
+    from pdfminer.layout import LTChar
+
+    return statistics.median(i.size for i in line if isinstance(i, LTChar))
 
 
 def _monospaced(line) -> bool:
