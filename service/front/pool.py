@@ -3,12 +3,13 @@
 Each worker is a spawned process with a pipe; the front reads it from the event loop (no
 threads). A call goes to the ready worker holding the fewest batch rows among those that hold
 its model version (`_Worker.holds`: a worker started while a version replaced in place drains
-holds the new content alone), and waits for one while a worker that may hold it restarts or
-loads it. When a worker dies, a new worker takes its place and the other workers' calls go on
-untouched; each call it held is sent once more to another worker, with its remaining
-deadline, if none of its output has left the front (decoding is deterministic, so the client
-cannot tell), and fails with UNAVAILABLE (retryable) otherwise: a stream that already sent
-events, or a call already retried.
+holds the new content alone), and waits for one while a worker loads it, or restarts and
+loads it as it starts (not the content a version replaced in place held, nor a version
+unloaded: those calls fail at once). When a worker dies, a new worker takes its place and
+the other workers' calls go on untouched; each call it held is sent once more to another
+worker, with its remaining deadline, if none of its output has left the front (decoding is
+deterministic, so the client cannot tell), and fails with UNAVAILABLE (retryable) otherwise:
+a stream that already sent events, or a call already retried.
 
 With several fronts, the first starts the workers (and restarts them) and the others connect
 to each worker's socket (`WorkerSettings.socket`): a front that is not the workers' parent
@@ -119,9 +120,10 @@ class _Worker:
         """Whether it takes calls of model version `key`: ready, with the version loaded."""
         return self.alive and key in self.info.get("models", {})
 
-    def may_hold(self, key: str) -> bool:
-        """Whether it may come to hold `key`: it is (re)starting, or loading the version."""
-        return not (self.alive or self.leaving) or key in self.loading
+    def may_hold(self, key: str, at_start: bool) -> bool:
+        """Whether it may come to hold `key`: it is loading the version, or (re)starting
+        while a worker that starts comes to hold it (`at_start`, WorkerPool._at_start)."""
+        return key in self.loading or (at_start and not (self.alive or self.leaving))
 
     def load(self) -> int:
         return self.held
@@ -390,17 +392,18 @@ class WorkerPool:
         self, key: str, timeout: float | None, late: Unavailable | None = None
     ) -> _Worker:
         """The ready worker that holds model version `key` with the fewest rows. While none
-        holds it but one may (a worker restarting, or loading it), waits within `timeout`,
-        then raises `late` (by default: no worker is ready); UNAVAILABLE at once when a
-        worker is ready and none may hold it (the content a version replaced in place held,
-        which a worker started since never loads)."""
+        holds it but one may (a worker loading it, or restarting while a worker that starts
+        loads it), waits within `timeout`, then raises `late` (by default: no worker is
+        ready); UNAVAILABLE at once when a worker is ready and none may hold it (the content
+        a version replaced in place held, which a worker started since never loads, or a
+        version unloaded)."""
         end = time.monotonic() + (timeout or 30.0)
         # a loop: the worker whose start woke this wait may have died again before it ran
         while not (holders := [w for w in self.workers if w.holds(key)]):
             if self._refusal is not None:
                 raise Unavailable(str(self._refusal))
-            ready = any(w.alive for w in self.workers)
-            if ready and not any(w.may_hold(key) for w in self.workers):
+            ready, at_start = any(w.alive for w in self.workers), self._at_start(key)
+            if ready and not any(w.may_hold(key, at_start) for w in self.workers):
                 raise Unavailable(
                     f"no worker holds model version {key} any more (its content was replaced "
                     "or retired since the call named it); retry the request"
@@ -411,6 +414,13 @@ class WorkerPool:
             except TimeoutError as error:
                 raise late or Unavailable("no worker is ready; retry later") from error
         return min(holders, key=_Worker.load)
+
+    def _at_start(self, key: str) -> bool:
+        """Whether a worker that starts now comes to hold `key` (loaded at its start, or
+        caught up): a version served or being added whose content no worker skipped at its
+        start (its directory holds another content since: every worker started skips it)."""
+        skipped = any(key in w.info.get("skipped", {}) for w in self.workers)
+        return key in self._wanted() and not skipped
 
     def _notify(self) -> None:
         """Wakes the calls that wait for a worker holding their version: what a worker holds,
@@ -509,6 +519,7 @@ class WorkerPool:
             if isinstance(message, Loaded):
                 if self.serves(message.key) or message.key in self._adding:  # not given up
                     worker.info.setdefault("models", {})[message.key] = message.info
+                    worker.info.get("skipped", {}).pop(message.key, None)  # its content is back
                 if answered:
                     future.set_result(message.info)
             elif answered:

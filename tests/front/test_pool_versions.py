@@ -182,14 +182,48 @@ def test_a_worker_restarted_while_a_replaced_content_drains_serves_the_new_one()
         busy = await pool.submit(NEW, "Translate", _job(pool), 5.0)
         assert busy.worker is first
 
-        pool._lost(second)  # the last worker with the old content: its call waits for it
+        # the last worker with the old content dies: it comes back without it (the first
+        # skipped it at its start, so its files are gone), and its call fails at once
+        pool._lost(second)
         second.conn, second.ready = Link(), asyncio.get_running_loop().create_future()
-        pool._handle(second, Ready({"models": {NEW: {}}, "skipped": skipped}))
         failure = await asyncio.wait_for(old.events.get(), 1.0)
         assert isinstance(failure, Failure) and "no worker holds" in failure.message
+        assert not second.alive  # failed before the restart, not after it
         with pytest.raises(Unavailable, match=f"no worker holds model version {OLD}"):
-            await pool.submit(OLD, "Translate", _job(pool), 5.0)
+            await asyncio.wait_for(pool.submit(OLD, "Translate", _job(pool), 5.0), 1.0)
+        pool._handle(second, Ready({"models": {NEW: {}}, "skipped": skipped}))
         assert busy.events.empty() and first.calls == {busy.job.id: busy}
+
+        pool.unload(OLD)  # drained; then the old content is published again (a rollback)
+        loading = asyncio.create_task(pool.load(OLD, "old", "fp32"))
+        await asyncio.sleep(0)
+        pool._handle(first, Loaded(OLD, {}))
+        pool._handle(second, Loaded(OLD, {}))
+        await loading
+        assert pool._at_start(OLD)  # its content is back: a worker that starts loads it
+
+    asyncio.run(run())
+
+
+def test_a_call_that_no_restarting_worker_would_take_fails_at_once():
+    """A call of a version that no ready worker holds waits for a worker that restarts, when
+    that worker loads the version as it starts; once the version is unloaded (its drain over)
+    no worker that starts loads it, and the call fails UNAVAILABLE at once rather than at the
+    restart (seconds on a GPU) or at its deadline."""
+
+    async def run():
+        pool = _pool(2)
+        first, second = pool.workers
+        _ready(pool, 0)  # up without translator/1, which it then cannot load
+        assert first.conn.sent == [Load("translator/1", "version 1", "fp32")]
+        pool._handle(first, NotLoaded("translator/1", "out of memory"))
+        waiting = asyncio.create_task(pool.submit("translator/1", "Translate", _job(pool), 5.0))
+        await asyncio.sleep(0.05)
+        assert not waiting.done()  # the second, starting, loads translator/1
+        pool.unload("translator/1")
+        with pytest.raises(Unavailable, match="no worker holds model version translator/1"):
+            await asyncio.wait_for(waiting, 1.0)
+        assert not second.alive
 
     asyncio.run(run())
 
