@@ -109,6 +109,9 @@ class _Worker:
         self.info: dict = {}
         self.failures = 0
         self.loading: dict[str, asyncio.Future] = {}  # model key -> Loaded/NotLoaded
+        # model key -> answers still to come to Loads given up (timed out): each is dropped,
+        # not taken for the answer to a later Load of the key (the pipe keeps their order)
+        self.owed: dict[str, int] = {}
         self.leaving = False  # a cluster's replica scaled down: it gets no new calls
 
     @property
@@ -267,8 +270,12 @@ class WorkerPool:
             answers = self._answers.pop(key)
             del self._adding[key]
             for worker in self.workers:  # not a future a cluster's replica syncs with
-                if worker.loading.get(key) in answers:
+                if (future := worker.loading.get(key)) in answers:
                     del worker.loading[key]
+                    # not answered (the wait for the answers cancels their futures): its
+                    # answer comes later, to no one
+                    if future.cancelled() or not future.done():
+                        worker.owed[key] = worker.owed.get(key, 0) + 1
         problems = [o for o in outcomes if isinstance(o, BaseException)]
         if problems:
             self.unload(key)
@@ -514,6 +521,9 @@ class WorkerPool:
         elif isinstance(message, Failed):
             worker.ready.set_exception(RuntimeError(message.message))
         elif isinstance(message, Loaded | NotLoaded):
+            if worker.owed.get(message.key):  # the answer to a Load given up
+                worker.owed[message.key] -= 1
+                return
             future = worker.loading.pop(message.key, None)
             answered = future is not None and not future.done()
             if isinstance(message, Loaded):
@@ -619,6 +629,7 @@ class WorkerPool:
             if not future.done():
                 future.set_exception(Unavailable(f"worker exited with code {code}"))
         worker.loading.clear()
+        worker.owed.clear()
         worker.ready = None
         worker.rows = {}
         if self.parent:

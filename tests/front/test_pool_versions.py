@@ -113,6 +113,51 @@ def test_a_load_that_times_out_is_unloaded_from_the_workers_that_loaded_it():
     asyncio.run(run())
 
 
+def test_a_late_answer_to_a_load_given_up_is_not_taken_for_the_next_load_s():
+    """A load timed out on the second worker, and the same version is loaded again (its
+    manifest written again): the second's answer to the first Load, late, is not its answer
+    to the second Load, which it may yet refuse. Taken for it, the version was served while
+    the second, which dropped it (the Unload) and then refused it, was sent its calls."""
+
+    async def run():
+        pool = _pool(2)
+        first, second = pool.workers
+        _ready(pool, 0, "translator/1")
+        _ready(pool, 1, "translator/1")
+        loading = asyncio.create_task(pool.load("translator/2", "version 2", "fp32", 0.1))
+        await asyncio.sleep(0)
+        pool._handle(first, Loaded("translator/2", {}))
+        with pytest.raises(TimeoutError):
+            await loading
+        loading = asyncio.create_task(pool.load("translator/2", "version 2", "fp32", 5.0))
+        await asyncio.sleep(0)
+        pool._handle(second, Loaded("translator/2", {}))  # to the first Load, late
+        pool._handle(first, Loaded("translator/2", {}))
+        await asyncio.sleep(0.05)
+        assert not loading.done() and not second.holds("translator/2")
+        pool._handle(second, NotLoaded("translator/2", "out of memory"))
+        with pytest.raises(ModelRepositoryError, match="out of memory"):
+            await loading
+        assert not pool.serves("translator/2")
+
+        loading = asyncio.create_task(pool.load("translator/2", "version 2", "fp32", 0.1))
+        await asyncio.sleep(0)
+        pool._handle(first, Loaded("translator/2", {}))
+        with pytest.raises(TimeoutError):  # the second owes an answer again, then dies
+            await loading
+        pool._lost(second)
+        second.conn, second.ready = Link(), asyncio.get_running_loop().create_future()
+        _ready(pool, 1, "translator/1")  # a new connection: its first answer is its own
+        loading = asyncio.create_task(pool.load("translator/2", "version 2", "fp32", 5.0))
+        await asyncio.sleep(0)
+        pool._handle(first, Loaded("translator/2", {}))
+        pool._handle(second, Loaded("translator/2", {}))
+        await asyncio.wait_for(loading, 1.0)
+        assert second.holds("translator/2")
+
+    asyncio.run(run())
+
+
 def test_a_version_a_worker_that_came_up_during_its_load_refuses_is_not_served():
     """A worker restarted while a version loads is sent its Load as it comes up; it could
     not load it, the others could: the version was served anyway, and each call the pool
