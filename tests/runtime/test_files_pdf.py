@@ -353,3 +353,48 @@ def test_a_heading_boxed_with_its_text_is_a_paragraph_of_its_own():
     for char in characters(translated(data)):
         sizes.setdefault(round(char.size), []).append(char.get_text())
     assert "".join(sizes[18]).replace(" ", "") == "INFORMEANUALDELAESTACIÓN"
+
+
+def two_columns_in_a_box(c) -> float:
+    """A heading over a table of two columns whose lines pdfminer's layout analysis puts in
+    one box (the heading's right edge meets the right column's): the right column's left
+    edge."""
+    from reportlab.pdfbase.pdfmetrics import stringWidth
+
+    rows = [
+        ("importar un módulo", "carga un módulo"),
+        ("incluir un fichero", "copia el texto de un fichero"),
+    ]
+    column = 72 + max(stringWidth(left, "Helvetica", 9) for left, _ in rows) + 14
+    heading = "Estructura de un programa"
+    end = column + stringWidth(rows[0][1], "Helvetica", 9)
+    c.setFont("Helvetica-Bold", 12 * (end - 72) / stringWidth(heading, "Helvetica-Bold", 12))
+    c.drawString(72, 700, heading)
+    c.setFont("Helvetica", 9)
+    for number, (left, right) in enumerate(rows):
+        c.drawString(72, 689 - 10 * number, left)
+        c.drawString(column, 689 - 10 * number, right)
+    return column
+
+
+def test_lines_side_by_side_in_a_box_are_paragraphs_each_kept_to_its_column():
+    """Lines beside one another (a table's cells in one box of the layout analysis) are
+    not one paragraph run on from one to the next; a cell's translation, wider than its
+    source, stays left of the column beside it."""
+    columns: list[float] = []
+    source = made(lambda c: columns.append(two_columns_in_a_box(c)))
+    assert len(boxes(source)) == 1  # one box of the layout analysis: the case here
+    read = files.read_file(".pdf", source)
+    assert sorted(p.text for p in read.paragraphs) == [
+        "Estructura de un programa",
+        "carga un módulo",
+        "copia el texto de un fichero",
+        "importar un módulo",
+        "incluir un fichero",
+    ]
+    written = [c for c in characters(translated(source)) if c.get_text().strip()]
+    left = [c for c in written if c.x0 < columns[0] - 1 and c.y0 < 690]
+    assert "".join(c.get_text() for c in sorted(left, key=lambda c: (-c.y0, c.x0))) == (
+        "IMPORTARUNMÓDULOINCLUIRUNFICHERO"
+    )
+    assert max(c.x1 for c in left) <= columns[0]

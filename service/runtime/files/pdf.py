@@ -56,7 +56,7 @@ def _pdf(data: bytes, suffix: str) -> File:
     boxes = [read for index, page in enumerate(laid) for read in _boxes(page, index)]
     boxes = _translatable(boxes, laid, editable(writer, reading))
     for index, page in enumerate(laid):
-        _give_room([read.box for read in boxes if read.page == index], page)
+        _give_room([read for read in boxes if read.page == index], page)
     if not boxes:
         return File([], "plain", lambda: data)
     paragraphs = [Paragraph(read.runs, _writer_of(read.box)) for read in boxes]
@@ -166,12 +166,14 @@ def _paragraphs(lines: list, box) -> list[list]:
     """A box's lines in paragraphs: a line starting with a list's mark, or after a line
     that ends short of the box's right edge (a paragraph's last line), or of another size
     than the line before (a heading over its text, which the layout analysis may box with
-    it), starts one; a line of monospaced text (code) is one."""
+    it), or beside the line before rather than under it (a table's cells, which it may box
+    together), starts one; a line of monospaced text (code) is one."""
     groups: list[list] = []
     for line in lines:
         after = groups[-1][-1] if groups else None
         if (
             after is None
+            or _baseline(after) - _baseline(line) < 0.5 * _size(line)
             or after.x1 < box.x1 - SHORT_LINE * box.width
             or max(_size(line), _size(after)) > SIZE_STEP * min(_size(line), _size(after))
             or LIST_MARK.match(line.get_text())
@@ -246,30 +248,34 @@ def _baseline(line) -> float:
     return next(item.matrix[5] for item in line if isinstance(item, LTChar))
 
 
-def _give_room(boxes: list[Box], page) -> None:
-    """Each box's room: the right edge its translation may reach, where it needs more
-    width than the box's (a heading, a label): the left edge of the nearest thing beside it
-    on the right (text, a picture, a drawing), else the right edge of the page's text (its
-    right margin taken as wide as its left)."""
+def _give_room(reads: list[Read], page) -> None:
+    """Each box's right edge kept left of the nearest thing beside its text on the right
+    (a line of text, of its layout box too: a table's next column; a picture, a drawing),
+    though never left of its text; and its room: the right edge its translation may reach,
+    where it needs more width than the box's (a heading, a label): that thing's left edge,
+    else the right edge of the page's text (its right margin taken as wide as its left)."""
     from pdfminer.layout import LTComponent, LTFigure, LTTextBox
 
-    left = min((box.x0 for box in boxes), default=page.x0)
-    beside, right = [], max([box.x1 for box in boxes] + [page.x1 - (left - page.x0)])
+    left = min((read.box.x0 for read in reads), default=page.x0)
+    beside, right = [], max([read.box.x1 for read in reads] + [page.x1 - (left - page.x0)])
 
     def walk(container) -> None:
         nonlocal right
         for item in container:
-            beside.extend([item.bbox] if isinstance(item, LTComponent) else [])
             if isinstance(item, LTTextBox):
+                beside.extend(line.bbox for line in item)
                 right = max(right, item.x1)
-            elif isinstance(item, LTFigure):
+            elif isinstance(item, LTComponent):
+                beside.append(item.bbox)
+            if isinstance(item, LTFigure):
                 walk(item)
 
     walk(page)
-    for box in boxes:
-        edges = [
-            x0 for x0, y0, _, y1 in beside if x0 >= box.x1 - 0.5 and y0 < box.y1 and y1 > box.y0
-        ]
+    for read in reads:
+        box, text = read.box, max(char.x1 for char in read.chars)
+        edges = [x0 for x0, y0, _, y1 in beside if x0 >= text - 0.5 and y0 < box.y1 and y1 > box.y0]
+        if edges:
+            box.x1 = max(text, min(box.x1, min(edges) - ROOM_GAP))
         box.room = max(box.x1, min(edges, default=right) - ROOM_GAP)
 
 
