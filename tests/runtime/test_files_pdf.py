@@ -313,6 +313,19 @@ def test_a_translation_too_long_for_its_box_is_drawn_smaller_but_never_too_small
     assert wider.scale == 1.0 and wider.right == 400 and len(wider.lines) == 1
 
 
+def test_a_word_longer_than_its_box_is_wide_is_drawn_smaller():
+    """A table's cell of one word, wider translated than its cell (and no room beside it):
+    drawn smaller to fit the cell's width, not across the cell's border."""
+    style = pdfdraw.Style()
+    width = pdfdraw._width("Ciudad", style, 10)
+    box = pdfdraw.Box(72, 100, 72 + width, 112, 102, 102, 10, 12, [style], room=72 + width)
+    box.placed = [(0, "CIUDAD")]
+    layout = pdfdraw.laid_out(box)
+    assert len(layout.lines) == 1 and layout.scale < 1.0
+    assert pdfdraw._width("CIUDAD", style, layout.size) <= width
+    assert pdfdraw._width("CIUDAD", style, layout.size + 10 * pdfdraw.SCALE_STEP) > width
+
+
 def test_control_characters_of_a_translation_are_left_out_of_what_is_drawn():
     box = pdfdraw.Box(72, 100, 300, 112, 102, 102, 10, 12, [pdfdraw.Style()])
     box.placed = [(0, "Hola\x01 amigo\x0b\ud800.")]

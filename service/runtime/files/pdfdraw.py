@@ -109,8 +109,9 @@ class Layout:
 def laid_out(box: Box) -> Layout:
     """The translation in the box at the largest size (its text's, made smaller a step at a
     time, to the least allowed) whose lines fit the box's height (the space above the first
-    baseline and below the last scaled with it), wrapped to the box's width, or where that
-    does not fit at the box's size, to its room; at the least size, however many lines."""
+    baseline and below the last scaled with it) and its width (a word longer than a line),
+    wrapped to the box's width, or where that does not fit at the box's size, to its room;
+    at the least size, however many lines."""
     words = _words(box)
     least = min(1.0, max(MIN_SCALE, MIN_POINTS / box.size)) if box.size > 0 else 1.0
     above, below = box.y1 - box.baseline, box.last - box.y0
@@ -119,10 +120,12 @@ def laid_out(box: Box) -> Layout:
         size = box.size * scale
         lines = _wrapped(words, right - box.x0, size, box.indent)
         height = scale * (above + (len(lines) - 1) * box.leading + below)
-        if height > (box.y1 - box.y0) * 1.001 and scale == 1.0 and right < box.room:
+        wide = max(_wide(line, size) + (0 if n else box.indent) for n, line in enumerate(lines))
+        fits = height <= (box.y1 - box.y0) * 1.001 and wide <= (right - box.x0) * 1.001
+        if not fits and scale == 1.0 and right < box.room:
             right = box.room  # wider rather than smaller
             continue
-        if height <= (box.y1 - box.y0) * 1.001 or scale - SCALE_STEP < least - 1e-9:
+        if fits or scale - SCALE_STEP < least - 1e-9:
             return Layout(size, right, lines, scale)
         scale -= SCALE_STEP
 
@@ -147,10 +150,14 @@ def _start(box: Box, layout: Layout, line, number: int) -> float:
     or as far from it as its alignment puts it."""
     if box.align == "left":
         return box.x0 + (0 if number else box.indent)
-    wide = sum(_width(p, s, layout.size) for word in line for p, s in word)
-    wide += sum(_width(" ", word[0][1], layout.size) for word in line[1:])
-    free = max(0.0, box.x1 - box.x0 - wide)
+    free = max(0.0, box.x1 - box.x0 - _wide(line, layout.size))
     return box.x0 + (free if box.align == "right" else free / 2)
+
+
+def _wide(line, size: float) -> float:
+    """A laid out line's width at `size`: its words and the spaces between them."""
+    wide = sum(_width(piece, style, size) for word in line for piece, style in word)
+    return wide + sum(_width(" ", word[0][1], size) for word in line[1:])
 
 
 def _words(box: Box) -> list[list[tuple[str, Style]]]:
