@@ -250,6 +250,19 @@ def test_text_placed_after_a_translated_box_s_text_stays_where_it_was():
     assert "HOLA." in extract_text(io.BytesIO(written))
 
 
+def test_letter_spaced_text_is_read_as_its_words():
+    """Character spacing (`Tc`) widens the gaps between letters past what the layout
+    analysis takes for a space: the words are read as they are, not letter by letter,
+    whether a space character or a TJ array's offset parts them."""
+    source = written_page(
+        b"BT /F1 12 Tf 3 Tc 72 700 Td (Texto con espaciado.) Tj"
+        b" 0 -20 Td [(Otra) -400 (linea.)] TJ ET"
+    )
+    read = files.read_file(".pdf", source)
+    assert [p.text for p in read.paragraphs] == ["Texto con espaciado.", "Otra linea."]
+    assert "TEXTO CON ESPACIADO." in extract_text(io.BytesIO(translated(source)))
+
+
 def test_a_text_operator_taken_out_keeps_its_move_spacing_and_advance():
     """`'` moves to the next line, `"` sets the spacing too: those stay when their text
     goes; each text operator taken out leaves its advance, those not numbered stay."""

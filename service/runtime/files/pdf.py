@@ -21,7 +21,14 @@ from service.runtime.files.archive import _not_a
 from service.runtime.files.labels import Relabel
 from service.runtime.files.model import File, Paragraph
 from service.runtime.files.pdfdraw import Box, Style, draw
-from service.runtime.files.pdftext import Reading, Where, editable, read_pages, taken_out
+from service.runtime.files.pdftext import (
+    WORD_MARGIN,
+    Reading,
+    Where,
+    editable,
+    read_pages,
+    taken_out,
+)
 
 PDF_PAGES = 1_000  # pages of a .pdf at most
 # what a .pdf's pages draw (content streams, forms, fonts' programs and maps), decoded, at most
@@ -203,7 +210,9 @@ def _read_lines(lines: list, box, index: int) -> Read | None:
 
     pieces: list[tuple[str, Style | None]] = []
     for line in lines:
-        pieces += [(i.get_text(), _style(i) if isinstance(i, LTChar) else None) for i in line]
+        pieces += [
+            (i.get_text(), _style(i) if isinstance(i, LTChar) else None) for i in _spaced(line)
+        ]
     runs, styles = _runs(_joined(pieces))
     if not runs:
         return None
@@ -227,6 +236,39 @@ def _read_lines(lines: list, box, index: int) -> Read | None:
     )
     drawn.placed = list(enumerate(runs))  # drawn as it was until translated
     return Read(runs, drawn, index, chars)
+
+
+def _spaced(line) -> list:
+    """A line's characters and the spaces the layout analysis put between them, less those
+    that letter spacing alone made (a gap wider than WORD_MARGIN of a character's size is a
+    space to it, though the gap is the text's character spacing, `Tc`)."""
+    from pdfminer.layout import LTAnno, LTChar
+
+    items = list(line)
+    kept = []
+    for number, item in enumerate(items):
+        before, after = items[number - 1 : number], items[number + 1 : number + 2]
+        if (
+            isinstance(item, LTAnno)
+            and item.get_text() == " "
+            and before
+            and after
+            and isinstance(before[0], LTChar)
+            and isinstance(after[0], LTChar)
+            and _letter_spaced(before[0], after[0])
+        ):
+            continue
+        kept.append(item)
+    return kept
+
+
+def _letter_spaced(before, after) -> bool:
+    """Whether the gap between two characters is no wider than a word's without the
+    character spacing of the operator that showed the first."""
+    shown = getattr(before, "shown", None)
+    spacing = shown.spacing * before.matrix[0] if shown is not None else 0.0
+    gap = after.x0 - before.x1 - spacing
+    return spacing > 0 and gap <= WORD_MARGIN * max(after.width, after.height)
 
 
 def _alignment(lines: list) -> str:

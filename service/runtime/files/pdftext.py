@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 # word and character spacing), which stays when their text goes
 SHOWS = (b"Tj", b"TJ", b"'", b'"')
 VISIBLE_MODES = (0, 1, 2)  # text rendering modes that draw glyphs (3: invisible; 4-7 clip)
+WORD_MARGIN = 0.1  # of a character's size: a wider gap before it is a space to the layout
 
 Where = tuple[str, int]  # ("page", its index) or ("form", a form XObject's object number)
 
@@ -21,13 +22,15 @@ Where = tuple[str, int]  # ("page", its index) or ("form", a form XObject's obje
 class Shown:
     """A text-showing operator as it ran: where, its number among the text-showing
     operators of its stream, whether its glyphs can be drawn again in a standard font (a
-    horizontal font that is not Type3, a visible rendering mode), and its advance in the
-    units of a TJ array's numbers (None: a font size of 0)."""
+    horizontal font that is not Type3, a visible rendering mode), its advance in the
+    units of a TJ array's numbers (None: a font size of 0), and its character spacing
+    (`Tc`, horizontally scaled) in text space units."""
 
     where: Where
     number: int
     redrawable: bool
     advance: float | None
+    spacing: float = 0.0
 
 
 @dataclass
@@ -50,7 +53,7 @@ def read_pages(data: bytes, pages: int):
     from pdfminer.pdfpage import PDFPage
 
     manager, reading = PDFResourceManager(caching=True), Reading()
-    device = PDFPageAggregator(manager, laparams=LAParams(all_texts=True))
+    device = PDFPageAggregator(manager, laparams=LAParams(all_texts=True, word_margin=WORD_MARGIN))
     interpreter = _recorder()(manager, device)
     interpreter.reading = reading
     laid = []
@@ -128,7 +131,8 @@ def _recorder():
                 and state.render in VISIBLE_MODES
             )
             advance = -self.advance / scale if scale else None
-            shown = Shown(self.where, self.shown, redrawable, advance)
+            spacing = state.charspace * state.scaling * 0.01
+            shown = Shown(self.where, self.shown, redrawable, advance, spacing)
             self.shown += 1
             for item in held[before:]:
                 item.shown = shown
