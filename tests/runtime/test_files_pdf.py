@@ -196,6 +196,24 @@ def test_text_in_a_form_drawn_on_every_page_is_translated_on_each():
         assert set(boxes(written, number)) == {"CABECERA DEL INFORME", words}
 
 
+def test_a_translation_stays_within_what_a_cropped_page_shows():
+    """A page cropped (its crop box narrower than its media box): the page's right margin,
+    as far as a wider translation may run, is the crop box's, not the media box's."""
+    from pypdf.generic import RectangleObject
+
+    def line(c):
+        c.setFont("Helvetica", 12)
+        c.drawString(72, 700, "La casa de la abuela es grande y muy vieja.")
+
+    writer = pypdf.PdfWriter(clone_from=pypdf.PdfReader(io.BytesIO(made(line))))
+    writer.pages[0].cropbox = RectangleObject([0, 0, 72 + 240, 842])
+    out = io.BytesIO()
+    writer.write(out)
+    written = [c for c in characters(translated(out.getvalue())) if c.get_text().strip()]
+    assert "".join(c.get_text() for c in written) == "LACASADELAABUELAESGRANDEYMUYVIEJA."
+    assert max(c.x1 for c in written) <= 72 + 240
+
+
 def test_rotated_text_stays_as_it_was_and_the_rest_is_translated():
     def page(c):
         c.setFont("Helvetica", 12)

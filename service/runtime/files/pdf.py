@@ -63,7 +63,8 @@ def _pdf(data: bytes, suffix: str) -> File:
     boxes = [read for index, page in enumerate(laid) for read in _boxes(page, index)]
     boxes = _translatable(boxes, laid, editable(writer, reading))
     for index, page in enumerate(laid):
-        _give_room([read for read in boxes if read.page == index], page)
+        shown = _shown(writer.pages[index], reading.page_matrices[index], page)
+        _give_room([read for read in boxes if read.page == index], page, shown)
     if not boxes:
         return File([], "plain", lambda: data)
     paragraphs = [Paragraph(read.runs, _writer_of(read.box)) for read in boxes]
@@ -290,16 +291,27 @@ def _baseline(line) -> float:
     return next(item.matrix[5] for item in line if isinstance(item, LTChar))
 
 
-def _give_room(reads: list[Read], page) -> None:
+def _shown(page, matrix: tuple[float, ...], laid) -> tuple[float, float]:
+    """The left and right edges of what a viewer shows of a pypdf `page` (its crop box
+    within its media box, pdfminer's `laid` page), in pdfminer's coordinates (`matrix`)."""
+    a, _, c, _, e, _ = matrix
+    box = page.cropbox
+    xs = [a * x + c * y + e for x in (box.left, box.right) for y in (box.bottom, box.top)]
+    return max(laid.x0, float(min(xs))), min(laid.x1, float(max(xs)))
+
+
+def _give_room(reads: list[Read], page, shown: tuple[float, float]) -> None:
     """Each box's right edge kept left of the nearest thing beside its text on the right
     (a line of text, of its layout box too: a table's next column; a picture, a drawing),
     though never left of its text; and its room: the right edge its translation may reach,
     where it needs more width than the box's (a heading, a label): that thing's left edge,
-    else the right edge of the page's text (its right margin taken as wide as its left)."""
+    else the right edge of the page's text (its right margin, from the `shown` edges of the
+    page, taken as wide as its left)."""
     from pdfminer.layout import LTComponent, LTFigure, LTTextBox
 
-    left = min((read.box.x0 for read in reads), default=page.x0)
-    beside, right = [], max([read.box.x1 for read in reads] + [page.x1 - (left - page.x0)])
+    start, end = shown
+    left = min((read.box.x0 for read in reads), default=start)
+    beside, right = [], max([read.box.x1 for read in reads] + [end - (left - start)])
 
     def walk(container) -> None:
         nonlocal right
