@@ -281,6 +281,20 @@ def test_letter_spaced_text_is_read_as_its_words():
     assert "TEXTO CON ESPACIADO." in extract_text(io.BytesIO(translated(source)))
 
 
+def test_a_paragraph_that_cannot_be_drawn_again_keeps_its_box_s_others_translated():
+    """A paragraph with text that cannot be drawn again (here invisible) stays as it was;
+    another paragraph the layout analysis boxed with it is translated all the same."""
+    source = written_page(
+        b"BT /F1 12 Tf 72 700 Td (Una frase corta.) Tj 0 -14 Td 3 Tr"
+        b" (Texto oculto de la capa reconocida de una hoja escaneada.) Tj ET"
+    )
+    assert len(boxes(source)) == 1  # one box of the layout analysis: the case here
+    assert [p.text for p in files.read_file(".pdf", source).paragraphs] == ["Una frase corta."]
+    text = extract_text(io.BytesIO(translated(source)))
+    assert "UNA FRASE CORTA." in text and "Una frase" not in text
+    assert "Texto oculto de la capa reconocida de una hoja escaneada." in text
+
+
 def test_a_text_operator_taken_out_keeps_its_move_spacing_and_advance():
     """`'` moves to the next line, `"` sets the spacing too: those stay when their text
     goes; each text operator taken out leaves its advance, those not numbered stay."""

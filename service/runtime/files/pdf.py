@@ -6,8 +6,9 @@ content streams that showed it (the page's, a form XObject's: pdftext) and its t
 drawn in the box (pdfdraw). The pages' size, order, images, drawings, annotations, links
 and forms stay. Kept as they were, not translated: rotated and vertical text, text in Type3
 fonts, invisible text (a scan's recognised layer), text whose characters the file does not
-map to Unicode, and a box sharing a text-showing operator with such text. A file without a
-box to translate (a scan) comes back as it was."""
+map to Unicode, a paragraph holding or overlapped by such text, and a box sharing a
+text-showing operator with such text. A file without a box to translate (a scan) comes
+back as it was."""
 
 from __future__ import annotations
 
@@ -157,17 +158,25 @@ def _boxes(page, index: int) -> list[Read]:
 
 
 def _read_box(box, index: int) -> list[Read]:
-    """A box's paragraphs (`_paragraphs`), each its runs and geometry; none where a
-    character of the box cannot be drawn again as it stands (rotated, not upright, of a
-    Type3 or vertical font, invisible, unmapped)."""
+    """A box's paragraphs (`_paragraphs`), each its runs and geometry; not those with a
+    character that cannot be drawn again as it stands (rotated, not upright, of a Type3
+    or vertical font, invisible, unmapped) or a line such a character overlaps (a circle
+    drawn round a letter), which stay as they are."""
     from pdfminer.layout import LTChar
 
     lines = [line for line in box if any(isinstance(item, LTChar) for item in line)]
     chars = [item for line in lines for item in line if isinstance(item, LTChar)]
-    if not chars or not all(_redrawable(char) for char in chars):
-        return []
-    read = [_read_lines(group, box, index) for group in _paragraphs(lines, box)]
+    kept = [char for char in chars if not _redrawable(char)]
+    read = [
+        _read_lines(group, box, index)
+        for group in _paragraphs(lines, box)
+        if not any(_overlap(line, char) for line in group for char in kept)
+    ]
     return [paragraph for paragraph in read if paragraph is not None]
+
+
+def _overlap(one, other) -> bool:
+    return one.x0 < other.x1 and other.x0 < one.x1 and one.y0 < other.y1 and other.y0 < one.y1
 
 
 def _paragraphs(lines: list, box) -> list[list]:
