@@ -63,9 +63,10 @@ def _pdf(data: bytes, suffix: str) -> File:
     laid, reading = read_pages(numbered.getvalue(), len(writer.pages))
     boxes = [read for index, page in enumerate(laid) for read in _boxes(page, index)]
     boxes = _translatable(boxes, laid, editable(writer, reading))
+    paged = _by_page(boxes, len(laid))
     for index, page in enumerate(laid):
         shown = _shown(writer.pages[index], reading.page_matrices[index], page)
-        _give_room([read for read in boxes if read.page == index], page, shown)
+        _give_room(paged[index], page, shown)
     if not boxes:
         return File([], "plain", lambda: data)
     paragraphs = [Paragraph(read.runs, _writer_of(read.box)) for read in boxes]
@@ -453,6 +454,14 @@ def _characters(laid):
         yield from walk(page)
 
 
+def _by_page(boxes: list[Read], pages: int) -> list[list[Read]]:
+    """`boxes` by the index of their page, in their order (one pass, whatever the pages)."""
+    paged: list[list[Read]] = [[] for _ in range(pages)]
+    for read in boxes:
+        paged[read.page].append(read)
+    return paged
+
+
 def _saved(writer, boxes: list[Read], reading: Reading) -> bytes:
     """The document with the boxes' text taken out of its streams and their translations
     drawn over each page."""
@@ -461,8 +470,9 @@ def _saved(writer, boxes: list[Read], reading: Reading) -> bytes:
         for char in read.chars:
             removed.setdefault(char.shown.where, {})[char.shown.number] = char.shown.advance
     taken_out(writer, removed)
+    paged = _by_page(boxes, len(writer.pages))
     for index, page in enumerate(writer.pages):
-        drawn = [read.box for read in boxes if read.page == index]
+        drawn = [read.box for read in paged[index]]
         if drawn:
             page.merge_page(_overlay(page, drawn, reading.page_matrices[index]))
         if drawn or ("page", index) in removed:
