@@ -419,8 +419,15 @@ class WorkerPool:
             try:
                 await asyncio.wait_for(changed.wait(), max(0.0, end - time.monotonic()))
             except TimeoutError as error:
-                raise late or Unavailable("no worker is ready; retry later") from error
+                raise late or self._not_held(key) from error
         return min(holders, key=_Worker.load)
+
+    def _not_held(self, key: str) -> Unavailable:
+        """Why a call of `key` found no worker holding it within its wait: none was ready, or
+        those ready were still loading the version."""
+        if any(w.alive for w in self.workers):
+            return Unavailable(f"model version {key} is still loading on the workers; retry later")
+        return Unavailable("no worker is ready; retry later")
 
     def _at_start(self, key: str) -> bool:
         """Whether a worker that starts now comes to hold `key` (loaded at its start, or

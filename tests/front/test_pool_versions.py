@@ -273,6 +273,23 @@ def test_a_call_that_no_restarting_worker_would_take_fails_at_once():
     asyncio.run(run())
 
 
+def test_a_call_that_outwaits_a_load_is_told_the_version_is_loading():
+    """A call whose version the ready workers are still loading when its wait ends is told
+    so (UNAVAILABLE, retryable), not that no worker is ready: one is."""
+
+    async def run():
+        settings = WorkerSettings(index=0, models=((NEW, "new"),), variants=((NEW, "fp32"),))
+        pool = WorkerPool([settings], Metrics(), 8, front=1, fronts=2)
+        (worker,) = pool.workers
+        worker.conn, worker.ready = Link(), asyncio.get_running_loop().create_future()
+        pool._handle(worker, Ready({"models": {}}))
+        assert worker.alive and worker.conn.sent == [Load(NEW, "new", "fp32")]
+        with pytest.raises(Unavailable, match=f"model version {NEW} is still loading"):
+            await pool.submit(NEW, "Translate", _job(pool), 0.1)
+
+    asyncio.run(run())
+
+
 def test_a_front_that_meets_a_worker_without_its_version_waits_for_the_load():
     """A front that is not the workers' parent, started after translator/1 was replaced in
     place, serves the new content, which the worker it connects to has not loaded (the first
