@@ -40,9 +40,10 @@ class Relabel:
 # that `title="lang=es"` names no language)
 _ATTRIBUTE = re.compile(r"""([^\s"'<>/=]+)(?:\s*=\s*("[^"]*"|'[^']*'|[^\s"'<>=`]+))?""")
 MARKUP_LANG = ("lang", "xml:lang")  # the attributes that say an element's language
-# an element `language` of any prefix (an EPUB package's `dc:language`) and its text
+# an element `language` of any prefix (an EPUB package's `dc:language`) and its text (read
+# whole: the spaces around its value are parted from it after, a match taking linear time)
 _LANGUAGE_ELEMENT = re.compile(
-    r"(<(?:[\w.-]+:)?language(?:\s[^<>]*)?>)(\s*)([^<]*?)(\s*)(</(?:[\w.-]+:)?language\s*>)"
+    r"(<(?:[\w.-]+:)?language(?:\s[^<>]*)?>)([^<]*)(</(?:[\w.-]+:)?language\s*>)"
 )
 
 
@@ -138,11 +139,11 @@ def in_package(text: str, relabels: list[Relabel]) -> str:
     for relabel in relabels:
 
         def relabelled(element: re.Match, relabel: Relabel = relabel) -> str:
-            value = relabel.value(element.group(3))
+            opened, said, closed = element.groups()
+            value = relabel.value(said)
             if value is None:
                 return element.group()
-            opened, before, _, after, closed = element.groups()
-            return f"{opened}{before}{value}{after}{closed}"
+            return f"{opened}{said.replace(said.strip(), value, 1)}{closed}"
 
         text = _LANGUAGE_ELEMENT.sub(relabelled, text)
     return text
