@@ -10,7 +10,7 @@ import zipfile
 
 import docx
 import pytest
-from helpers import upper_cased
+from helpers import growth, upper_cased
 from lxml import etree
 
 from service.runtime import files
@@ -41,23 +41,26 @@ def control(text: str, xpath: str, kind: str = "<w:text/>", store: str = STORE) 
     )
 
 
-def bound_docx(*controls: str) -> bytes:
-    """A .docx whose paragraphs each hold one of `controls`, with a custom XML part (DATA)
-    whose item's id is STORE, related as Word relates it."""
+def bound_docx(
+    *controls: str, data: bytes = DATA.encode(), properties: bytes | None = None
+) -> bytes:
+    """A .docx whose paragraphs each hold one of `controls`, with a custom XML part (`data`)
+    whose item's id is STORE (in its `properties`, where they are not given), related as
+    Word relates it."""
     from docx.opc.packuri import PackURI
     from docx.opc.part import Part
 
     document = docx.Document()
     package = document.part.package
-    item = Part(PackURI("/customXml/item9.xml"), "application/xml", DATA.encode(), package)
-    properties = (
-        f'<ds:datastoreItem ds:itemID="{STORE}" xmlns:ds="http://schemas.openxmlformats.org/'
-        'officeDocument/2006/customXml"><ds:schemaRefs/></ds:datastoreItem>'
-    )
+    item = Part(PackURI("/customXml/item9.xml"), "application/xml", data, package)
+    if properties is None:
+        properties = (
+            f'<ds:datastoreItem ds:itemID="{STORE}" xmlns:ds="http://schemas.openxmlformats.org/'
+            'officeDocument/2006/customXml"><ds:schemaRefs/></ds:datastoreItem>'
+        ).encode()
     kind = "application/vnd.openxmlformats-officedocument.customXmlProperties+xml"
     item.relate_to(
-        Part(PackURI("/customXml/itemProps9.xml"), kind, properties.encode(), package),
-        CUSTOM_XML_PROPS,
+        Part(PackURI("/customXml/itemProps9.xml"), kind, properties, package), CUSTOM_XML_PROPS
     )
     document.part.relate_to(
         item, "http://schemas.openxmlformats.org/officeDocument/2006/relationships/customXml"
@@ -164,3 +167,20 @@ def test_an_xpath_is_followed_by_names_and_positions_only():
     assert _followed(root, "/ns0:informe[2]/ns0:anio[1]", INFORME) is None
     assert _followed(root, "/ns0:informe[1]/ns0:anio[1]", "") is None
     assert _followed(root, "ns0:informe[1]", INFORME) is None
+
+
+def test_bound_controls_are_followed_in_a_time_linear_in_their_number():
+    """Each XPath was followed by listing the children of every element on its way: a form
+    of 2,000 controls bound to the nodes of one list took 0.7 s to save, 8,000 controls 39
+    s, on a thread of the front."""
+    read = {}
+    for count in (1_000, 4_000):
+        notes = "".join(f"<inf:nota>Nota {i}.</inf:nota>" for i in range(count))
+        data = f'<inf:informe xmlns:inf="urn:informe">{notes}</inf:informe>'
+        bound = [control(f"Nota {i}.", f"/ns0:informe[1]/ns0:nota[{i + 1}]") for i in range(count)]
+        read[count] = files.read_file(".docx", bound_docx(*bound, data=data.encode()))
+        for batch in read[count].batches(64):
+            batch.write([upper_cased(text) for text in batch.texts])
+    assert growth(lambda count: read[count].save(), 1_000, 4_000) < 8  # linear: about 4
+    document = docx.Document(io.BytesIO(read[4_000].save()))
+    assert controls(document)[-1] == ("NOTA 3999.", True)

@@ -88,6 +88,7 @@ class _Stores:
         self.package = document.part.package
         self.parts: dict | None = None
         self.parsed: dict = {}  # a part -> its root
+        self.children: dict = {}  # an element followed through -> its children by tag
 
     def node(self, store: str, xpath: str, mappings: str):
         """The node of text the binding names (_followed); None where there is none."""
@@ -98,7 +99,7 @@ class _Stores:
             return None
         if part not in self.parsed:
             self.parsed[part] = _parsed(part.blob)
-        return _followed(self.parsed[part], xpath, mappings)
+        return _followed(self.parsed[part], xpath, mappings, self.children)
 
     def _parts(self) -> dict:
         parts = {}
@@ -128,25 +129,37 @@ def _parsed(blob: bytes):
     return etree.fromstring(blob, parser)
 
 
-def _followed(root, xpath: str, mappings: str):
+def _followed(root, xpath: str, mappings: str, children: dict | None = None):
     """The element `xpath` names from the document node, where each of its steps is a name
     (prefixed as `mappings` declares: "xmlns:ns0='uri' ...") with at most a position, and
     leads to one element; None where it leads to none, to several, or to an element that
-    holds more than text, or where the XPath is any other."""
+    holds more than text, or where the XPath is any other. `children`: the children by tag
+    of the elements followed through (_named), kept between the XPaths of one root, so that
+    following each is as long as its path, not as the lists it passes."""
     matched = list(STEP.finditer(xpath))
     if not matched or "".join(m.group(0) for m in matched) != xpath:
         return None
     namespaces = {prefix: uri for prefix, _, uri in MAPPING.findall(mappings)}
-    node, held = None, [root]
+    children = {} if children is None else children
+    node, held = None, {root.tag: [root]}
     for prefix, name, position in (m.groups() for m in matched):
         if prefix is not None and prefix not in namespaces:
             return None
         tag = f"{{{namespaces[prefix]}}}{name}" if prefix else name
-        namesakes = [child for child in held if child.tag == tag]
+        namesakes = held.get(tag, [])
         if position is None and len(namesakes) > 1:
             return None  # the XPath names them all
         if int(position or 1) > len(namesakes):
             return None
         node = namesakes[int(position or 1) - 1]
-        held = list(node)
+        held = _named(node, children)
     return node if len(node) == 0 else None
+
+
+def _named(node, children: dict) -> dict:
+    """The children of `node` by tag, in order, from `children` or made into it."""
+    if node not in children:
+        children[node] = named = {}
+        for child in node:
+            named.setdefault(child.tag, []).append(child)
+    return children[node]
