@@ -184,3 +184,19 @@ def test_bound_controls_are_followed_in_a_time_linear_in_their_number():
     assert growth(lambda count: read[count].save(), 1_000, 4_000) < 8  # linear: about 4
     document = docx.Document(io.BytesIO(read[4_000].save()))
     assert controls(document)[-1] == ("NOTA 3999.", True)
+
+
+@pytest.mark.parametrize("broken", ["data", "properties"])
+@pytest.mark.parametrize("held", [b"", b"<inf:informe>Informe anual"])
+def test_a_control_bound_to_a_custom_xml_part_that_is_no_xml_loses_its_binding(broken, held):
+    """A custom XML item or its properties that are empty or no XML (python-docx holds
+    them as bytes, and opens the document) stopped the save with lxml's XMLSyntaxError, once
+    every paragraph was translated; such a part is no store, kept as it was."""
+    titulo = "/ns0:informe[1]/ns0:titulo[1]"
+    read = files.read_file(".docx", bound_docx(control("Informe anual", titulo), **{broken: held}))
+    for batch in read.batches(64):
+        batch.write([upper_cased(text) for text in batch.texts])
+    saved = read.save()
+    assert controls(docx.Document(io.BytesIO(saved))) == [("INFORME ANUAL", False)]
+    name = {"data": "customXml/item9.xml", "properties": "customXml/itemProps9.xml"}[broken]
+    assert zipfile.ZipFile(io.BytesIO(saved)).read(name) == held

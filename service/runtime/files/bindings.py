@@ -5,8 +5,9 @@ text again. Where the control is plain text and its XPath leads safely to one no
 (a path of named elements, each step one element: _followed), the control's translation is
 written into that node, and the control and its data agree; any other bound control whose
 text the translation changed (a date, a list, rich text, a store that is no custom XML part
-of the document, such as its core properties, an XPath not followed here, controls of one
-node left showing different texts) loses its binding, and shows its translation."""
+of the document, such as its core properties, or one that is no XML, an XPath not followed
+here, controls of one node left showing different texts) loses its binding, and shows its
+translation."""
 
 from __future__ import annotations
 
@@ -82,12 +83,13 @@ def _shown(sdt) -> str:
 
 class _Stores:
     """The custom XML parts of a document by their items' ids (customXml/itemPropsN.xml's
-    ds:itemID), each parsed once it is needed, and saved once a node of it is written."""
+    ds:itemID), each parsed once it is needed, and saved once a node of it is written; a
+    part (or its properties) that is no XML is no store."""
 
     def __init__(self, document):
         self.package = document.part.package
         self.parts: dict | None = None
-        self.parsed: dict = {}  # a part -> its root
+        self.parsed: dict = {}  # a part -> its root, None where it is no XML
         self.children: dict = {}  # an element followed through -> its children by tag
 
     def node(self, store: str, xpath: str, mappings: str):
@@ -99,21 +101,25 @@ class _Stores:
             return None
         if part not in self.parsed:
             self.parsed[part] = _parsed(part.blob)
-        return _followed(self.parsed[part], xpath, mappings, self.children)
+        root = self.parsed[part]
+        return None if root is None else _followed(root, xpath, mappings, self.children)
 
     def _parts(self) -> dict:
         parts = {}
         for part in self.package.iter_parts():
             for related in part.rels.values():
                 if related.reltype == CUSTOM_XML_PROPS and not related.is_external:
-                    item = _parsed(related.target_part.blob).get(DATASTORE + "itemID", "")
-                    parts[item.upper()] = part
+                    properties = _parsed(related.target_part.blob)
+                    if properties is not None:
+                        parts[properties.get(DATASTORE + "itemID", "").upper()] = part
         return parts
 
     def save(self) -> None:
         from lxml import etree
 
         for part, root in self.parsed.items():
+            if root is None:
+                continue
             tree = root.getroottree()
             encoding = tree.docinfo.encoding or "UTF-8"
             standalone = tree.docinfo.standalone
@@ -123,10 +129,14 @@ class _Stores:
 
 
 def _parsed(blob: bytes):
+    """The root of XML `blob`, None where it is no XML."""
     from lxml import etree
 
     parser = etree.XMLParser(resolve_entities=False, no_network=True)
-    return etree.fromstring(blob, parser)
+    try:
+        return etree.fromstring(blob, parser)
+    except etree.XMLSyntaxError:
+        return None
 
 
 def _followed(root, xpath: str, mappings: str, children: dict | None = None):
