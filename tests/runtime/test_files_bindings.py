@@ -200,3 +200,31 @@ def test_a_control_bound_to_a_custom_xml_part_that_is_no_xml_loses_its_binding(b
     assert controls(docx.Document(io.BytesIO(saved))) == [("INFORME ANUAL", False)]
     name = {"data": "customXml/item9.xml", "properties": "customXml/itemProps9.xml"}[broken]
     assert zipfile.ZipFile(io.BytesIO(saved)).read(name) == held
+
+
+# a custom XML item as a hand or another tool writes it: a byte order mark, single quotes,
+# a comment, white space between elements, a CDATA section
+HANDMADE = (
+    b"\xef\xbb\xbf<?xml version='1.0' encoding='UTF-8'?>\r\n<!-- informe -->\r\n"
+    b"<inf:informe xmlns:inf='urn:informe'>\r\n  <inf:titulo>Informe anual</inf:titulo>\r\n"
+    b"  <inf:anio><![CDATA[2024]]></inf:anio>\r\n  <inf:notas><inf:nota>Primera nota.</inf:nota>"
+    b"<inf:nota>Segunda nota.</inf:nota></inf:notas>\r\n</inf:informe>"
+)
+
+
+def test_a_custom_xml_part_no_node_of_which_is_written_is_kept_byte_for_byte():
+    """A part was written back once a binding looked into it, though no node of it took a
+    translation: its byte order mark, quotes and CDATA sections were lost. Where a node is
+    written, the part's comments and CDATA sections stay."""
+    nota = "/ns0:informe[1]/ns0:notas[1]/ns0:nota"  # two nodes: not followed
+    for bound, written in ((nota, False), ("/ns0:informe[1]/ns0:titulo[1]", True)):
+        read = files.read_file(".docx", bound_docx(control("Informe anual", bound), data=HANDMADE))
+        for batch in read.batches(64):
+            batch.write([upper_cased(text) for text in batch.texts])
+        saved = zipfile.ZipFile(io.BytesIO(read.save()))
+        item = saved.read("customXml/item9.xml")
+        if not written:
+            assert item == HANDMADE
+        else:
+            assert etree.fromstring(item).findtext("{urn:informe}titulo") == "INFORME ANUAL"
+            assert b"<!-- informe -->" in item and b"<![CDATA[2024]]>" in item

@@ -40,13 +40,10 @@ def _bindings(document, roots) -> Callable[[], None]:
             if [text for _, text in held] == read.get(key):
                 continue  # not translated: the control shows its data
             plain = all(sdt.find(f"{W}sdtPr/{W}text") is not None for sdt, _ in held)
-            node = stores.node(*key) if plain and len(texts) == 1 else None
-            if node is None:
+            if not (plain and len(texts) == 1 and stores.write(*key, texts.pop())):
                 for sdt, _ in held:
                     binding = sdt.find(f"{W}sdtPr/{W}dataBinding")
                     binding.getparent().remove(binding)
-            else:
-                node.text = texts.pop()
         stores.save()
 
     return bind
@@ -83,26 +80,32 @@ def _shown(sdt) -> str:
 
 class _Stores:
     """The custom XML parts of a document by their items' ids (customXml/itemPropsN.xml's
-    ds:itemID), each parsed once it is needed, and saved once a node of it is written; a
-    part (or its properties) that is no XML is no store."""
+    ds:itemID), each parsed once it is needed, and saved where a node of it is written (one
+    only read stays as it was, byte for byte); a part (or its properties) that is no XML is
+    no store."""
 
     def __init__(self, document):
         self.package = document.part.package
         self.parts: dict | None = None
         self.parsed: dict = {}  # a part -> its root, None where it is no XML
         self.children: dict = {}  # an element followed through -> its children by tag
+        self.written: dict = {}  # a part a node of which is written -> its root
 
-    def node(self, store: str, xpath: str, mappings: str):
-        """The node of text the binding names (_followed); None where there is none."""
+    def write(self, store: str, xpath: str, mappings: str, text: str) -> bool:
+        """Whether the binding names a node of text (_followed), which now holds `text`."""
         if self.parts is None:
             self.parts = self._parts()
         part = self.parts.get(store.upper())
         if part is None:
-            return None
+            return False
         if part not in self.parsed:
             self.parsed[part] = _parsed(part.blob)
         root = self.parsed[part]
-        return None if root is None else _followed(root, xpath, mappings, self.children)
+        node = None if root is None else _followed(root, xpath, mappings, self.children)
+        if node is None:
+            return False
+        node.text, self.written[part] = text, root
+        return True
 
     def _parts(self) -> dict:
         parts = {}
@@ -117,9 +120,7 @@ class _Stores:
     def save(self) -> None:
         from lxml import etree
 
-        for part, root in self.parsed.items():
-            if root is None:
-                continue
+        for part, root in self.written.items():
             tree = root.getroottree()
             encoding = tree.docinfo.encoding or "UTF-8"
             standalone = tree.docinfo.standalone
@@ -132,7 +133,7 @@ def _parsed(blob: bytes):
     """The root of XML `blob`, None where it is no XML."""
     from lxml import etree
 
-    parser = etree.XMLParser(resolve_entities=False, no_network=True)
+    parser = etree.XMLParser(resolve_entities=False, no_network=True, strip_cdata=False)
     try:
         return etree.fromstring(blob, parser)
     except etree.XMLSyntaxError:
