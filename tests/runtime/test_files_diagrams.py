@@ -187,3 +187,37 @@ def test_a_smartart_diagram_s_data_and_drawing_are_translated_in_their_runs(suff
     ]
     assert drawing.xpath("//a:pPr/@lvl", namespaces=NAMESPACES) == ["0"]
     assert data.xpath("//dsp:dataModelExt/@relId", namespaces=NAMESPACES)
+
+
+def emptied(part: bytes) -> bytes:
+    """A diagram's part as a new diagram's: its points' text not typed yet (the placeholders'
+    prompts show), its runs' language English; written as a tool writes it, with an XML
+    declaration and each element on a line of its own."""
+    part = part.replace(b"><", b">\r\n<").replace(b' lang="es-ES"', b' lang="en-US"')
+    for said in (b"Primer ", b"paso", b"Revisar", b"el plan.", b"Paso viejo."):
+        part = part.replace(b">" + said + b"<", b"><")
+    return b'<?xml version="1.0" encoding="UTF-8"?>\r\n' + part
+
+
+@pytest.mark.parametrize(
+    ("suffix", "made", "folder"),
+    [(".docx", smartart_docx, "word"), (".pptx", smartart_pptx, "ppt")],
+)
+def test_a_diagram_with_nothing_to_translate_keeps_its_parts_byte_for_byte(suffix, made, folder):
+    """A diagram's parts were written back though they held no text to translate and no
+    source language: their declaration and the white space between their elements
+    changed."""
+    original, out = zipfile.ZipFile(io.BytesIO(made())), io.BytesIO()
+    diagram = [f"{folder}/diagrams/data1.xml", f"{folder}/diagrams/drawing1.xml"]
+    parts = [emptied(original.read(name)) for name in diagram]
+    with zipfile.ZipFile(out, "w") as written:
+        for name in original.namelist():
+            body = original.read(name)
+            written.writestr(name, parts[diagram.index(name)] if name in diagram else body)
+    read = files.read_file(suffix, out.getvalue())
+    assert [p.text for p in read.paragraphs] == ["Un diagrama:"]
+    for batch in read.batches(64):
+        batch.write([upper_cased(text) for text in batch.texts])
+    read.declare("es", "en")
+    saved = zipfile.ZipFile(io.BytesIO(read.save()))
+    assert [saved.read(name) for name in diagram] == parts

@@ -28,10 +28,12 @@ PARAGRAPHS = {True: f".//{DGM}pt/{DGM}t/{DRAWING}p", False: f".//{DSP}txBody/{DR
 @dataclass
 class Diagrams:
     """The diagrams of a document's parts: their paragraphs, each diagram part's root, and
-    `saver`, which makes a document's save write the parts' roots first."""
+    `saver`, which makes a document's save write the parts' roots first, each where the
+    translation or a language changed it (another stays as it was, byte for byte)."""
 
     paragraphs: list[Paragraph]
     parts: dict  # each diagram part (python-docx's or python-pptx's) -> its root
+    read: dict  # each diagram part -> its root's XML (_xml) as it was read
 
     @property
     def roots(self) -> list:
@@ -39,11 +41,10 @@ class Diagrams:
         return list(self.parts.values())
 
     def saver(self, save: Callable[[], bytes]) -> Callable[[], bytes]:
-        from lxml import etree
-
         def saved() -> bytes:
             for part, root in self.parts.items():
-                part._blob = etree.tostring(root, encoding="UTF-8", standalone=True)
+                if (written := _xml(root)) != self.read[part]:
+                    part._blob = written
             return save()
 
         return saved
@@ -64,7 +65,15 @@ def _diagrams(parts) -> Diagrams:
                 writers = points.setdefault(tuple(texts), []) if data else []
                 writers.append(write)
                 paragraphs.append(Paragraph(texts, _each(writers)))
-    return Diagrams(paragraphs, {part: root for part, (root, _) in read.items()})
+    roots = {part: root for part, (root, _) in read.items()}
+    return Diagrams(paragraphs, roots, {part: _xml(root) for part, root in roots.items()})
+
+
+def _xml(root) -> bytes:
+    """A diagram part's XML, as its root is written."""
+    from lxml import etree
+
+    return etree.tostring(root, encoding="UTF-8", standalone=True)
 
 
 def _diagram_parts(parts) -> dict:
