@@ -283,6 +283,47 @@ def test_an_office_file_without_properties_is_given_none(library, suffix):
     assert "docProps/core.xml" not in zipfile.ZipFile(io.BytesIO(saved)).namelist()
 
 
+# content types the Office libraries read a part by: given another, the part is held as bytes
+STYLES_TYPE = "application/vnd.openxmlformats-officedocument.wordprocessingml.styles+xml"
+CORE_TYPE = "application/vnd.openxmlformats-package.core-properties+xml"
+
+
+@pytest.mark.parametrize(
+    ("suffix", "typed", "part"),
+    [
+        (".docx", STYLES_TYPE, "word/styles.xml"),
+        (".docx", CORE_TYPE, "docProps/core.xml"),
+        (".pptx", CORE_TYPE, "docProps/core.xml"),
+    ],
+)
+def test_an_office_part_of_another_content_type_is_kept_as_it_was(suffix, typed, part):
+    """The styles or document properties typed as plain XML (no override of their content
+    type: python-docx and python-pptx hold them as bytes) stopped the file's declaration
+    with an AttributeError, once every paragraph was translated; such a part is not read as
+    the styles or properties, and stays as it was."""
+    if suffix == ".docx":
+        document = docx.Document()
+        document.add_paragraph("Hola mundo.").runs[0]._r.get_or_add_rPr()
+    else:
+        document = pptx.Presentation()
+        document.slides.add_slide(document.slide_layouts[5]).shapes.title.text = "Hola mundo."
+    document.core_properties.language = "es-ES"
+    out, retyped = io.BytesIO(), io.BytesIO()
+    document.save(out)
+    original = zipfile.ZipFile(io.BytesIO(out.getvalue()))
+    with zipfile.ZipFile(retyped, "w") as written:
+        for name in original.namelist():
+            body = original.read(name)
+            if name == "[Content_Types].xml":
+                body = body.replace(typed.encode(), b"application/xml")
+            written.writestr(name, body)
+    kept = original.read(part)
+    saved = zipfile.ZipFile(io.BytesIO(translated(files.read_file(suffix, retyped.getvalue()))))
+    assert saved.read(part) == kept
+    text = {".docx": "word/document.xml", ".pptx": "ppt/slides/slide1.xml"}[suffix]
+    assert b"Hello world." in saved.read(text)
+
+
 @pytest.mark.parametrize(("target", "country"), [("en", None), ("en_GB", "GB")])
 def test_an_odt_declares_the_target_in_its_styles_language_and_country(target, country):
     document = OpenDocumentText()

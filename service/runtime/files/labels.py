@@ -110,16 +110,20 @@ def _listed(listed: str, relabel: Relabel) -> str | None:
 CORE_PROPERTIES = (
     "http://schemas.openxmlformats.org/package/2006/relationships/metadata/core-properties"
 )
+# their content type: the libraries read a part of another as bytes, not as properties
+CORE_PROPERTIES_TYPE = "application/vnd.openxmlformats-package.core-properties+xml"
 
 
 def core_part(package):
     """The part of an Office package (python-docx's or python-pptx's) that holds its
-    document properties, or None where it has none: asked for their properties, both
-    libraries would add default ones (a title, an author) to a file that had none."""
+    document properties, or None where it has none, or none of their content type:
+    asked for their properties, both libraries would add default ones (a title, an author)
+    to a file that had none."""
     try:
-        return package.part_related_by(CORE_PROPERTIES)
+        part = package.part_related_by(CORE_PROPERTIES)
     except KeyError:
         return None
+    return part if part.content_type == CORE_PROPERTIES_TYPE else None
 
 
 def in_properties(properties, relabel: Relabel) -> None:

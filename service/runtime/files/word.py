@@ -41,7 +41,8 @@ def _docx(data: bytes, suffix: str) -> File:
 
 def _docx_relabel(document, roots: dict, drawn: Callable[[Relabel], None]):
     """The `relabel` of a .docx: each language (w:lang's w:val) of the parts read and of the
-    styles that format them (the defaults of every run among them), those of its diagrams'
+    styles that format them (the defaults of every run among them; a styles part of another
+    content type, which python-docx holds as bytes, stays), those of its diagrams'
     DrawingML text (`drawn`) and the document properties' (labels.in_properties); an East
     Asian or a right-to-left language (w:eastAsia, w:bidi) is no Spanish text's, and
     stays."""
@@ -54,7 +55,9 @@ def _docx_relabel(document, roots: dict, drawn: Callable[[Relabel], None]):
         styles = [
             related.target_part.element
             for related in document.part.rels.values()
-            if related.reltype == RELATIONSHIP_TYPE.STYLES and not related.is_external
+            if related.reltype == RELATIONSHIP_TYPE.STYLES
+            and not related.is_external
+            and hasattr(related.target_part, "element")
         ]
         for root in [*roots, *styles]:
             for lang in root.iter(qn_w("lang")):
