@@ -14,7 +14,7 @@ import pytest
 from helpers import CHAPTER, epub, growth
 from odf import teletype
 from odf.dc import Language, Title
-from odf.namespaces import FONS
+from odf.namespaces import FONS, STYLENS
 from odf.opendocument import OpenDocumentText, load
 from odf.style import DefaultStyle, Style, TextProperties
 from odf.text import P, Span
@@ -357,6 +357,40 @@ def test_an_odt_declares_the_target_in_its_styles_language_and_country(target, c
         "Hello world.",
         "Hello.",
     ]
+
+
+@pytest.mark.parametrize(("target", "tag"), [("en", "en"), ("zho_Hant", "zh-Hant")])
+def test_an_odt_s_language_tag_declares_the_target_with_its_language(target, tag):
+    """LibreOffice writes a language that fo:language and fo:country cannot say (Latin
+    American Spanish, es-419) as style:rfc-language-tag too, and reads that tag first: the
+    translation declared English in fo:language and Spanish in the tag, and LibreOffice took
+    it as Spanish. The tag is the target's wherever it named the source's; another
+    language's (a quotation's) and the Asian scripts' stay."""
+    document = OpenDocumentText()
+    default = DefaultStyle(family="paragraph")
+    default.addElement(
+        TextProperties(
+            language="es", country="419", rfclanguagetag="es-419", rfclanguagetagasian="zh-Hant"
+        )
+    )
+    document.styles.addElement(default)
+    quote = Style(name="Quote", family="text")
+    quote.addElement(TextProperties(language="en", country="US", rfclanguagetag="en-US"))
+    document.styles.addElement(quote)
+    document.text.addElement(P(text="Hola mundo."))
+    out = io.BytesIO()
+    document.write(out)
+    back = load(io.BytesIO(translated(files.read_file(".odt", out.getvalue()), "es", target)))
+    said = [
+        (p.getAttrNS(FONS, "language"), p.getAttrNS(STYLENS, "rfc-language-tag"))
+        for p in back.getElementsByType(TextProperties)
+    ]
+    assert sorted(said) == sorted([(tag.partition("-")[0], tag), ("en", "en-US")])
+    asian = [
+        p.getAttrNS(STYLENS, "rfc-language-tag-asian")
+        for p in back.getElementsByType(TextProperties)
+    ]
+    assert "zh-Hant" in asian
 
 
 @pytest.mark.parametrize(("declared", "said"), [("es-ES", "en-GB"), ("ca", "ca")])

@@ -34,23 +34,29 @@ def _odf(data: bytes, suffix: str) -> File:
 
 def _odf_relabel(document):
     """The `relabel` of an OpenDocument: each language of its styles' text properties
-    (fo:language, with its country fo:country: the target's region, or none), and its
-    document properties' (meta.xml's dc:language); the Asian and complex scripts' languages
-    (style:language-asian, -complex) are no Spanish text's, and stay."""
-    from odf.namespaces import FONS
+    (fo:language, with its country fo:country: the target's region, or none; and the tag
+    style:rfc-language-tag, which LibreOffice writes where those two cannot say a language,
+    es-419, and reads before them: the target's tag), and its document properties'
+    (meta.xml's dc:language); the Asian and complex scripts' languages
+    (style:language-asian, -complex, their tags) are no Spanish text's, and stay."""
+    from odf.namespaces import FONS, STYLENS
     from odf.style import TextProperties
 
     def relabel(wanted: Relabel) -> None:
         _odf_meta_relabelled(document, wanted)
         language, region = wanted.subtags()
         for properties in document.getElementsByType(TextProperties):
-            if wanted.value(properties.getAttrNS(FONS, "language") or "") is None:
+            tag = properties.getAttrNS(STYLENS, "rfc-language-tag")
+            declared = (properties.getAttrNS(FONS, "language"), tag)
+            if all(wanted.value(said or "") is None for said in declared):
                 continue
             properties.setAttrNS(FONS, "language", language)
             if region:
                 properties.setAttrNS(FONS, "country", region)
             elif properties.getAttrNS(FONS, "country") is not None:
                 properties.removeAttrNS(FONS, "country")
+            if tag is not None:
+                properties.setAttrNS(STYLENS, "rfc-language-tag", wanted.target)
 
     return relabel
 
