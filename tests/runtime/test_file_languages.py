@@ -191,6 +191,22 @@ def test_an_epub_2_table_of_contents_is_translated_its_entries_kept():
     )  # the author, the entries' targets, their order and ids as they were
 
 
+def test_an_epub_whose_table_of_contents_is_listed_but_absent_is_translated():
+    """A package listing a toc.ncx the archive does not hold (left by a converter) was
+    refused since the table of contents is read; it was translated before, and is: what
+    is not there is not translated, the book's other files are."""
+    book, out = zipfile.ZipFile(io.BytesIO(epub(SPANISH_CHAPTER, NCX))), io.BytesIO()
+    with zipfile.ZipFile(out, "w") as written:
+        for name in book.namelist():
+            if name != "OEBPS/toc.ncx":
+                written.writestr(name, book.read(name))
+    read = files.read_file(".epub", out.getvalue())
+    assert [p.text for p in read.paragraphs] == [SPANISH_CHAPTER]
+    saved = zipfile.ZipFile(io.BytesIO(translated(read)))
+    assert "OEBPS/toc.ncx" not in saved.namelist()
+    assert "<title>One</title>" in saved.read("OEBPS/text/capítulo.xhtml").decode()
+
+
 def language_of(properties) -> dict[str, str]:
     """A w:lang's attributes by their local names, or {} where there is none."""
     lang = properties.find(qn_w("lang")) if properties is not None else None

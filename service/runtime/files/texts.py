@@ -136,15 +136,18 @@ XHTML_TYPE, NCX_TYPE = "application/xhtml+xml", "application/x-dtbncx+xml"
 
 def _epub(data: bytes, piece: int) -> File:
     """An EPUB's content documents (the XHTML its package lists), each read as HTML, and
-    its EPUB 2 table of contents (_ncx); every other file of the archive kept as it is, in
-    its order and compression, its package (OPF) declaring the target language where it
-    declared the source's (its `dc:language`)."""
+    its EPUB 2 table of contents (_ncx), where the archive holds it; every other file of the
+    archive kept as it is, in its order and compression, its package (OPF) declaring the
+    target language where it declared the source's (its `dc:language`)."""
     archive = _archive(data, ".epub")
     entries = archive.infolist()
+    held = set(archive.namelist())
     try:
         package, listed = _package(archive)
         documents: dict[str, File] = {}
         for name, kind in listed.items():
+            if kind == NCX_TYPE and name not in held:
+                continue  # a book reads without its table of contents
             text = archive.read(name).decode("utf-8")
             documents[name] = _html(text, piece) if kind == XHTML_TYPE else _ncx(text)
     except (zipfile.BadZipFile, KeyError, ElementTree.ParseError, ValueError) as error:
