@@ -456,3 +456,55 @@ def test_lines_side_by_side_in_a_box_are_paragraphs_each_kept_to_its_column():
         "IMPORTARUNMÓDULOINCLUIRUNFICHERO"
     )
     assert max(c.x1 for c in left) <= columns[0]
+
+
+def listed(c) -> None:
+    """A list whose items' text runs on under it (a hanging indent), each item's lines
+    under its text a box apart from its first line to pdfminer's layout analysis; then a
+    paragraph under the last item after a gap, one beside it in another column, and an
+    item with its own mark where the item before's text starts."""
+    c.setFont("Helvetica", 10)
+    c.drawString(72, 700, "Los ficheros creados son:")
+    for mark, x, y, text in [
+        (
+            True,
+            82,
+            682,
+            "una tabla de pares de nombres y espacios de XML, que lee al arrancar, a sus",
+        ),
+        (False, 82, 669, "tipos MIME)"),
+        (True, 82, 651, "otra tabla de los iconos de cada tipo, que el programa lee, y"),
+        (True, 92, 638, "sus alias"),
+        (False, 92, 605, "Un párrafo aparte, bajo el elemento de la lista."),
+        (False, 300, 592, "Texto de otra columna"),
+    ]:
+        if mark:  # its mark 10 points left of its text
+            c.drawString(x - 10, y, "\u2013")
+        c.drawString(x, y, text)
+
+
+def test_a_list_item_s_lines_boxed_apart_under_its_text_are_one_paragraph():
+    """The lines of a list item under its text (not under its mark) are the rest of the
+    item, though the layout analysis boxes them apart: translated with it as one text and
+    drawn under its text; a paragraph after a gap, one of another column and an item with
+    its own mark stay paragraphs of their own."""
+    source = made(listed)
+    assert "tipos MIME)" in boxes(source)  # a box of its own to the layout analysis
+    read = files.read_file(".pdf", source)
+    assert [p.text for p in read.paragraphs] == [
+        "Los ficheros creados son:",
+        "\u2013 una tabla de pares de nombres y espacios de XML, que lee al arrancar, a sus"
+        " tipos MIME)",
+        "\u2013 otra tabla de los iconos de cada tipo, que el programa lee, y",
+        "\u2013 sus alias",
+        "Un párrafo aparte, bajo el elemento de la lista.",
+        "Texto de otra columna",
+    ]
+    written = [c for c in characters(translated(source)) if c.get_text().strip()]
+    item = [c for c in written if 660 < c.y0 < 690]
+    rows: dict[float, list[LTChar]] = {}
+    for char in sorted(item, key=lambda c: c.x0):
+        rows.setdefault(round(char.matrix[5]), []).append(char)
+    first, *under = (rows[row] for row in sorted(rows, reverse=True))
+    assert round(first[0].x0) == 72 and under and {round(row[0].x0) for row in under} == {82}
+    assert "".join(c.get_text() for row in [first, *under] for c in row).endswith("TIPOSMIME)")

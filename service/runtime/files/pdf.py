@@ -39,6 +39,9 @@ HYPHENS = ("-", "\u00ad")  # a line ending in one, before a lower-case letter, i
 SHORT_LINE = 0.25
 ALIGNED = 1.0  # points within which lines' edges are one edge
 SIZE_STEP = 1.15  # lines whose sizes differ by more than this ratio are two paragraphs
+# of a line's leading: how far a box's first line may be from one leading under a list
+# item's last line and be the rest of the item
+LEADING_SLACK = 0.15
 ROOM_GAP = 2.0  # points between a translation reaching past its box and what is beside it
 LIST_MARK = re.compile(r"\s*(?:[\u2022\u25e6\u25aa\u2023\u00b7]|[\u2013\u2014*-]\s|\d{1,3}[.)]\s)")
 
@@ -142,38 +145,51 @@ def _bounded(writer, suffix: str) -> None:
 
 
 def _boxes(page, index: int) -> list[Read]:
-    """The horizontal text boxes of pdfminer's `page` (in forms too), each read."""
+    """The horizontal text boxes of pdfminer's `page` (in forms too), read as paragraphs,
+    each list item's continuation boxed apart taken back into it (`_continued`)."""
     from pdfminer.layout import LTContainer, LTTextBoxHorizontal
 
-    found: list[Read] = []
+    found: list[Lines] = []
 
     def walk(container) -> None:
         for item in container:
             if isinstance(item, LTTextBoxHorizontal):
-                found.extend(_read_box(item, index))
+                found.extend(_grouped(item))
             elif isinstance(item, LTContainer):
                 walk(item)
 
     walk(page)
-    return found
+    read = [_read_lines(group, index) for group in _continued(found) if not group.kept]
+    return [paragraph for paragraph in read if paragraph is not None]
 
 
-def _read_box(box, index: int) -> list[Read]:
-    """A box's paragraphs (`_paragraphs`), each its runs and geometry; not those with a
-    character that cannot be drawn again as it stands (rotated, not upright, of a Type3
-    or vertical font, invisible, unmapped) or a line such a character overlaps (a circle
-    drawn round a letter), which stay as they are."""
+@dataclass
+class Lines:
+    """A paragraph's text lines (pdfminer's), the right edge of its box, whether it is its
+    box's first, and whether it stays as it is (it holds, or one of its lines is overlapped
+    by, a character that cannot be drawn again)."""
+
+    lines: list
+    right: float
+    first: bool = False
+    kept: bool = False
+
+
+def _grouped(box) -> list[Lines]:
+    """A box's paragraphs (`_paragraphs`); kept as they are, those with a character that
+    cannot be drawn again as it stands (rotated, not upright, of a Type3 or vertical font,
+    invisible, unmapped) or a line such a character overlaps (a circle drawn round a
+    letter)."""
     from pdfminer.layout import LTChar
 
     lines = [line for line in box if any(isinstance(item, LTChar) for item in line)]
     chars = [item for line in lines for item in line if isinstance(item, LTChar)]
     kept = [char for char in chars if not _redrawable(char)]
-    read = [
-        _read_lines(group, box, index)
-        for group in _paragraphs(lines, box)
-        if not any(_overlap(line, char) for line in group for char in kept)
-    ]
-    return [paragraph for paragraph in read if paragraph is not None]
+    groups = []
+    for number, group in enumerate(_paragraphs(lines, box)):
+        stays = any(_overlap(line, char) for line in group for char in kept)
+        groups.append(Lines(group, box.x1, number == 0, stays))
+    return groups
 
 
 def _overlap(one, other) -> bool:
@@ -203,6 +219,97 @@ def _paragraphs(lines: list, box) -> list[list]:
     return groups
 
 
+def _continued(groups: list[Lines]) -> list[Lines]:
+    """A page's `groups` in their order, the first paragraph of a box taken into the
+    paragraph before where it continues that list item (`_continues`): the layout analysis
+    boxes an item's lines under its text apart from its first line, which starts at its
+    mark."""
+    page = Around(groups)
+    merged: list[Lines] = []
+    for group in groups:
+        before = merged[-1] if merged else None
+        if before is not None and group.first and _continues(group, before, page):
+            merged[-1] = Lines(
+                before.lines + group.lines,
+                max(before.right, group.right),
+                before.first,
+                before.kept or group.kept,
+            )
+        else:
+            merged.append(group)
+    return merged
+
+
+class Around:
+    """What a page's paragraphs (`groups`) tell of one: the pitch of its lines of a size
+    (the median of its paragraphs' of that size), and the lines on a baseline."""
+
+    def __init__(self, groups: list[Lines]) -> None:
+        pitches: dict[float, list[float]] = {}
+        self.rows: dict[int, list] = {}
+        for group in groups:
+            if len(group.lines) > 1:
+                pitches.setdefault(_size(group.lines[-1]), []).append(_leading(group.lines))
+            for line in group.lines:
+                self.rows.setdefault(round(_baseline(line)), []).append(line)
+        self.pitches = {size: statistics.median(found) for size, found in pitches.items()}
+
+    def pitch(self, size: float) -> float:
+        """The leading of lines of `size` (within SIZE_STEP) on the page, the nearest
+        size's; where there are none, 1.2 times the size."""
+        near = [s for s in self.pitches if max(s, size) <= SIZE_STEP * min(s, size)]
+        return self.pitches[min(near, key=lambda s: abs(s - size))] if near else 1.2 * size
+
+    def on(self, baseline: float) -> list:
+        """The lines whose baseline is within ALIGNED of `baseline`."""
+        row = round(baseline)
+        near = [line for key in (row - 1, row, row + 1) for line in self.rows.get(key, [])]
+        return [line for line in near if abs(_baseline(line) - baseline) < ALIGNED]
+
+
+def _continues(group: Lines, item: Lines, page: Around) -> bool:
+    """Whether `group` is the rest of list item `item`: it starts under the item's text
+    (within ALIGNED of where its text starts after its mark), a line's leading below its
+    last line (within LEADING_SLACK of it), which does not end short (SHORT_LINE of their
+    width), at its size, not code, with no mark of its own (nor one boxed apart on its left,
+    within the item's width)."""
+    line, last = group.lines[0], item.lines[-1]
+    start = _text_start(item)
+    if start is None or abs(line.x0 - start) > ALIGNED:
+        return False
+    if LIST_MARK.match(line.get_text()) or _monospaced(line):
+        return False
+    if max(_size(line), _size(last)) > SIZE_STEP * min(_size(line), _size(last)):
+        return False
+    right = max(item.right, group.right)
+    if last.x1 < right - SHORT_LINE * (right - item.lines[0].x0):
+        return False  # the item's last line ends short: its last
+    leading = _leading(item.lines) or _leading(group.lines) or page.pitch(_size(last))
+    if abs(_baseline(last) - _baseline(line) - leading) > LEADING_SLACK * leading:
+        return False
+    left = item.lines[0].x0 - ALIGNED
+    return not any(left <= o.x0 and o.x1 <= line.x0 for o in page.on(_baseline(line)))
+
+
+def _text_start(group: Lines) -> float | None:
+    """Where a list item's text starts on its first line, after its mark (a LIST_MARK) and
+    the space after it; None for a paragraph that is not a list item."""
+    from pdfminer.layout import LTChar
+
+    mark = LIST_MARK.match(group.lines[0].get_text())
+    if mark is None:
+        return None
+    items, taken = list(group.lines[0]), 0
+    while items and taken < mark.end():
+        taken += len(items.pop(0).get_text())
+    return next((i.x0 for i in items if isinstance(i, LTChar) and not i.get_text().isspace()), None)
+
+
+def _leading(lines: list) -> float:
+    """The pitch of a paragraph's lines; 0 for a paragraph of one line."""
+    return (_baseline(lines[0]) - _baseline(lines[-1])) / (len(lines) - 1) if len(lines) > 1 else 0
+
+
 def _size(line) -> float:
     """The size of most of a line's characters (a superscript's apart)."""
     from pdfminer.layout import LTChar
@@ -216,46 +323,54 @@ def _monospaced(line) -> bool:
     return all(_style(i).family == "mono" for i in line if isinstance(i, LTChar))
 
 
-def _read_lines(lines: list, box, index: int) -> Read | None:
+def _read_lines(group: Lines, index: int) -> Read | None:
+    """A paragraph's runs and geometry."""
     from pdfminer.layout import LTChar
 
+    lines = group.lines
+    shown = [list(line) for line in lines]
     pieces: list[tuple[str, Style | None]] = []
-    for line in lines:
+    for items in shown:
         pieces += [
-            (i.get_text(), _style(i) if isinstance(i, LTChar) else None) for i in _spaced(line)
+            (i.get_text(), _style(i) if isinstance(i, LTChar) else None) for i in _spaced(items)
         ]
     runs, styles = _runs(_joined(pieces))
     if not runs:
         return None
-    chars = [item for line in lines for item in line if isinstance(item, LTChar)]
+    chars = [item for items in shown for item in items if isinstance(item, LTChar)]
     size = statistics.median(char.size for char in chars)
     first, last = _baseline(lines[0]), _baseline(lines[-1])
-    leading = (first - last) / (len(lines) - 1) if len(lines) > 1 else 0
-    x0 = min(line.x0 for line in lines)
+    leading = _leading(lines)
+    starts = [next(i.x0 for i in shown[0] if isinstance(i, LTChar))]
+    starts += [line.x0 for line in lines[1:]]
+    ends = [line.x1 for line in lines]
+    align = _alignment(starts, ends)
+    # a list item's lines under its text, its first line out to its mark: a hanging indent
+    hanging = align == "left" and len(starts) > 1 and starts[0] < min(starts[1:])
+    x0 = min(starts[1:]) if hanging else min(starts)
     drawn = Box(
         x0,
         min(line.y0 for line in lines),
-        box.x1,
+        group.right,
         max(line.y1 for line in lines),
         first,
         last,
         size,
         leading if leading > 0 else size * 1.2,
         styles,
-        indent=lines[0].x0 - x0,
-        align=_alignment(lines),
+        indent=starts[0] - x0,
+        align=align,
     )
     drawn.placed = list(enumerate(runs))  # drawn as it was until translated
     return Read(runs, drawn, index, chars)
 
 
-def _spaced(line) -> list:
+def _spaced(items: list) -> list:
     """A line's characters and the spaces the layout analysis put between them, less those
     that letter spacing alone made (a gap wider than WORD_MARGIN of a character's size is a
     space to it, though the gap is the text's character spacing, `Tc`)."""
     from pdfminer.layout import LTAnno, LTChar
 
-    items = list(line)
     kept = []
     for number, item in enumerate(items):
         before, after = items[number - 1 : number], items[number + 1 : number + 2]
@@ -282,13 +397,11 @@ def _letter_spaced(before, after) -> bool:
     return spacing > 0 and gap <= WORD_MARGIN * max(after.width, after.height)
 
 
-def _alignment(lines: list) -> str:
+def _alignment(starts: list[float], ends: list[float]) -> str:
     """ "right" or "center" where a paragraph's lines start apart and end (or are centred)
     together; else "left" (a paragraph of one line among them)."""
-    starts = [line.x0 for line in lines]
-    ends = [line.x1 for line in lines]
     centres = [(start + end) / 2 for start, end in zip(starts, ends, strict=True)]
-    if len(lines) < 2 or max(starts) - min(starts) < ALIGNED:
+    if len(starts) < 2 or max(starts) - min(starts) < ALIGNED:
         return "left"
     if max(ends) - min(ends) < ALIGNED:
         return "right"

@@ -89,7 +89,7 @@ class Box:
     size: float
     leading: float
     styles: list[Style]
-    indent: float = 0.0  # of the first line, from x0
+    indent: float = 0.0  # of the first line, from x0 (less than 0: a hanging indent)
     align: str = "left"  # or "right", "center": where the lines' ends meet
     room: float = 0.0  # the right edge a translation may reach where the box's is too near
     placed: list[tuple[int, str]] = field(default_factory=list)
