@@ -234,14 +234,41 @@ def test_rotated_text_stays_as_it_was_and_the_rest_is_translated():
 
 
 def written_page(content: bytes) -> bytes:
-    """A page of `content` (a content stream) with Helvetica as /F1."""
-    from pypdf.generic import ContentStream, DictionaryObject, NameObject
+    """A page of `content` (a content stream) with Helvetica as /F1 and a Type3 font of
+    one glyph, a bullet (a square) at code 149, as /F2."""
+    from pypdf.generic import (
+        ArrayObject,
+        ContentStream,
+        DecodedStreamObject,
+        DictionaryObject,
+        FloatObject,
+        NameObject,
+        NumberObject,
+    )
 
     writer = pypdf.PdfWriter()
     page = writer.add_blank_page(612, 792)
     font = {"/Type": "/Font", "/Subtype": "/Type1", "/BaseFont": "/Helvetica"}
     font = DictionaryObject({NameObject(k): NameObject(v) for k, v in font.items()})
-    fonts = DictionaryObject({NameObject("/F1"): font})
+    glyph = DecodedStreamObject()
+    glyph.set_data(b"500 0 100 100 400 400 d1 100 100 300 300 re f")
+
+    def named(**values) -> DictionaryObject:
+        return DictionaryObject({NameObject("/" + k): v for k, v in values.items()})
+
+    bullet = named(
+        Type=NameObject("/Font"),
+        Subtype=NameObject("/Type3"),
+        FontBBox=ArrayObject(NumberObject(n) for n in (0, 0, 500, 500)),
+        FontMatrix=ArrayObject(FloatObject(n) for n in (0.001, 0, 0, 0.001, 0, 0)),
+        CharProcs=named(bullet=writer._add_object(glyph)),  # a stream: indirect
+        Encoding=named(Differences=ArrayObject([NumberObject(149), NameObject("/bullet")])),
+        FirstChar=NumberObject(149),
+        LastChar=NumberObject(149),
+        Widths=ArrayObject([NumberObject(500)]),
+        Resources=named(),
+    )
+    fonts = DictionaryObject({NameObject("/F1"): font, NameObject("/F2"): bullet})
     page[NameObject("/Resources")] = DictionaryObject({NameObject("/Font"): fonts})
     stream = ContentStream(None, writer)
     stream.set_data(content)
@@ -508,3 +535,60 @@ def test_a_list_item_s_lines_boxed_apart_under_its_text_are_one_paragraph():
     first, *under = (rows[row] for row in sorted(rows, reverse=True))
     assert round(first[0].x0) == 72 and under and {round(row[0].x0) for row in under} == {82}
     assert "".join(c.get_text() for row in [first, *under] for c in row).endswith("TIPOSMIME)")
+
+
+def marked(c) -> None:
+    """Two list items whose mark, a bullet, is a character reportlab's Helvetica shows by a
+    code the font's encoding maps to no character (pdfminer reads `(cid:127)`)."""
+    c.setFont("Helvetica", 10)
+    for y, text in [(700, "Primer elemento de la lista."), (686, "Segundo elemento.")]:
+        c.drawString(72, y, "\u2022")
+        c.drawString(82, y, text)
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        made(marked),
+        written_page(
+            b"BT /F2 10 Tf 1 0 0 1 72 700 Tm <95> Tj /F1 10 Tf 1 0 0 1 82 700 Tm"
+            b" (Primer elemento de la lista.) Tj /F2 10 Tf 1 0 0 1 72 686 Tm <95> Tj"
+            b" /F1 10 Tf 1 0 0 1 82 686 Tm (Segundo elemento.) Tj ET"
+        ),
+    ],
+    ids=["unmapped", "type3"],
+)
+def test_a_list_s_mark_that_cannot_be_drawn_again_stays_and_its_text_is_translated(source):
+    """A list item's mark that cannot be drawn again (of an unmapped code, of a Type3 font)
+    before its text: the mark stays as it was, where it was, and the item's text is read
+    without it, translated and drawn where it stood, after it."""
+    assert len(boxes(source)) == 1  # the two items in one box of the layout analysis
+    read = files.read_file(".pdf", source)
+    assert [p.text for p in read.paragraphs] == [
+        "Primer elemento de la lista.",
+        "Segundo elemento.",
+    ]
+    written = translated(source)
+    mark = [(c.get_text(), c.fontname, c.bbox) for c in characters(source) if c.x0 < 80]
+    assert (
+        len(mark) == 2
+        and [(c.get_text(), c.fontname, c.bbox) for c in characters(written) if c.x0 < 80] == mark
+    )
+    text = [c for c in characters(written) if c.x0 >= 80]
+    assert "".join(c.get_text() for c in text).replace(" ", "") == (
+        "PRIMERELEMENTODELALISTA.SEGUNDOELEMENTO."
+    )
+    assert min(c.x0 for c in text) == pytest.approx(82)
+
+
+def test_a_mark_shown_by_the_operator_of_its_item_s_text_keeps_the_item_as_it_was():
+    """A mark that cannot be drawn again shown by the same text operator as its item's
+    text: taking the text out would take the mark too, so the item stays as it was."""
+
+    def page(c):
+        c.setFont("Helvetica", 10)
+        c.drawString(72, 700, "\u2022 Hola.")
+
+    source = made(page)
+    assert files.read_file(".pdf", source).paragraphs == []
+    assert translated(source) == source

@@ -7,8 +7,9 @@ drawn in the box (pdfdraw). The pages' size, order, images, drawings, annotation
 and forms stay. Kept as they were, not translated: rotated and vertical text, text in Type3
 fonts, invisible text (a scan's recognised layer), text whose characters the file does not
 map to Unicode, a paragraph holding or overlapped by such text, and a box sharing a
-text-showing operator with such text. A file without a box to translate (a scan) comes
-back as it was."""
+text-showing operator with such text; such characters before a paragraph's first that can
+be drawn again, parted from it by a space (a list's mark), stay and the paragraph after
+them is translated. A file without a box to translate (a scan) comes back as it was."""
 
 from __future__ import annotations
 
@@ -165,12 +166,14 @@ def _boxes(page, index: int) -> list[Read]:
 
 @dataclass
 class Lines:
-    """A paragraph's text lines (pdfminer's), the right edge of its box, whether it is its
-    box's first, and whether it stays as it is (it holds, or one of its lines is overlapped
-    by, a character that cannot be drawn again)."""
+    """A paragraph's text lines (pdfminer's), the right edge of its box, how many items of
+    its first line are a kept prefix (`_kept_prefix`), whether it is its box's first, and
+    whether it stays as it is (it holds, or one of its lines is overlapped by, a character
+    that cannot be drawn again, its prefix's apart)."""
 
     lines: list
     right: float
+    prefix: int = 0
     first: bool = False
     kept: bool = False
 
@@ -179,7 +182,7 @@ def _grouped(box) -> list[Lines]:
     """A box's paragraphs (`_paragraphs`); kept as they are, those with a character that
     cannot be drawn again as it stands (rotated, not upright, of a Type3 or vertical font,
     invisible, unmapped) or a line such a character overlaps (a circle drawn round a
-    letter)."""
+    letter), but for their kept prefix (a list's mark in such a font)."""
     from pdfminer.layout import LTChar
 
     lines = [line for line in box if any(isinstance(item, LTChar) for item in line)]
@@ -187,8 +190,14 @@ def _grouped(box) -> list[Lines]:
     kept = [char for char in chars if not _redrawable(char)]
     groups = []
     for number, group in enumerate(_paragraphs(lines, box)):
-        stays = any(_overlap(line, char) for line in group for char in kept)
-        groups.append(Lines(group, box.x1, number == 0, stays))
+        prefix = _kept_prefix(group[0])
+        own = list(group[0])[:prefix]
+        held = [item for line in group for item in line][prefix:]
+        others = [char for char in kept if all(char is not item for item in own)]
+        stays = any(isinstance(i, LTChar) and not _redrawable(i) for i in held) or any(
+            _overlap(line, char) for line in group for char in others
+        )
+        groups.append(Lines(group, box.x1, prefix, number == 0, stays))
     return groups
 
 
@@ -196,12 +205,32 @@ def _overlap(one, other) -> bool:
     return one.x0 < other.x1 and other.x0 < one.x1 and one.y0 < other.y1 and other.y0 < one.y1
 
 
+def _kept_prefix(line) -> int:
+    """How many of a line's first items are characters that cannot be drawn again (a
+    list's mark in a Type3 or unmapped font) before its first that can, with the space
+    after them; 0 where no space parts them from its text, or nothing follows."""
+    from pdfminer.layout import LTChar
+
+    items = list(line)
+    marks = 0
+    while marks < len(items) and isinstance(items[marks], LTChar):
+        if _redrawable(items[marks]) or items[marks].get_text().isspace():
+            break
+        marks += 1
+    end = marks
+    while end < len(items) and items[end].get_text().isspace():
+        end += 1
+    text = any(isinstance(item, LTChar) and _redrawable(item) for item in items[end:])
+    return end if marks and end > marks and text else 0
+
+
 def _paragraphs(lines: list, box) -> list[list]:
-    """A box's lines in paragraphs: a line starting with a list's mark, or after a line
-    that ends short of the box's right edge (a paragraph's last line), or of another size
-    than the line before (a heading over its text, which the layout analysis may box with
-    it), or beside the line before rather than under it (a table's cells, which it may box
-    together), starts one; a line of monospaced text (code) is one."""
+    """A box's lines in paragraphs: a line starting with a list's mark (in a font that
+    draws again or not: `_kept_prefix`), or after a line that ends short of the box's right
+    edge (a paragraph's last line), or of another size than the line before (a heading over
+    its text, which the layout analysis may box with it), or beside the line before rather
+    than under it (a table's cells, which it may box together), starts one; a line of
+    monospaced text (code) is one."""
     groups: list[list] = []
     for line in lines:
         after = groups[-1][-1] if groups else None
@@ -211,6 +240,7 @@ def _paragraphs(lines: list, box) -> list[list]:
             or after.x1 < box.x1 - SHORT_LINE * box.width
             or max(_size(line), _size(after)) > SIZE_STEP * min(_size(line), _size(after))
             or LIST_MARK.match(line.get_text())
+            or _kept_prefix(line)
             or _monospaced(line)
             or _monospaced(after)
         ):
@@ -232,6 +262,7 @@ def _continued(groups: list[Lines]) -> list[Lines]:
             merged[-1] = Lines(
                 before.lines + group.lines,
                 max(before.right, group.right),
+                before.prefix,
                 before.first,
                 before.kept or group.kept,
             )
@@ -275,7 +306,7 @@ def _continues(group: Lines, item: Lines, page: Around) -> bool:
     within the item's width)."""
     line, last = group.lines[0], item.lines[-1]
     start = _text_start(item)
-    if start is None or abs(line.x0 - start) > ALIGNED:
+    if start is None or abs(line.x0 - start) > ALIGNED or group.prefix:
         return False
     if LIST_MARK.match(line.get_text()) or _monospaced(line):
         return False
@@ -292,16 +323,18 @@ def _continues(group: Lines, item: Lines, page: Around) -> bool:
 
 
 def _text_start(group: Lines) -> float | None:
-    """Where a list item's text starts on its first line, after its mark (a LIST_MARK) and
-    the space after it; None for a paragraph that is not a list item."""
+    """Where a list item's text starts on its first line, after its mark (its kept prefix,
+    or a LIST_MARK) and the space after it; None for a paragraph that is not a list item."""
     from pdfminer.layout import LTChar
 
-    mark = LIST_MARK.match(group.lines[0].get_text())
-    if mark is None:
-        return None
-    items, taken = list(group.lines[0]), 0
-    while items and taken < mark.end():
-        taken += len(items.pop(0).get_text())
+    items = list(group.lines[0])[group.prefix :]
+    if not group.prefix:
+        mark = LIST_MARK.match(group.lines[0].get_text())
+        if mark is None:
+            return None
+        taken = 0
+        while items and taken < mark.end():
+            taken += len(items.pop(0).get_text())
     return next((i.x0 for i in items if isinstance(i, LTChar) and not i.get_text().isspace()), None)
 
 
@@ -324,11 +357,11 @@ def _monospaced(line) -> bool:
 
 
 def _read_lines(group: Lines, index: int) -> Read | None:
-    """A paragraph's runs and geometry."""
+    """A paragraph's runs and geometry, its kept prefix left out: it starts after it."""
     from pdfminer.layout import LTChar
 
     lines = group.lines
-    shown = [list(line) for line in lines]
+    shown = [list(lines[0])[group.prefix :]] + [list(line) for line in lines[1:]]
     pieces: list[tuple[str, Style | None]] = []
     for items in shown:
         pieces += [
