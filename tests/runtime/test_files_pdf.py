@@ -18,7 +18,7 @@ from reportlab.lib.utils import ImageReader
 from reportlab.pdfgen import canvas
 
 from service.runtime import files
-from service.runtime.files import pdf, pdfdraw, pdftext
+from service.runtime.files import pdf, pdfdraw, pdfparagraphs, pdftext
 
 LINK = "https://example.org/informe"
 
@@ -592,3 +592,23 @@ def test_a_mark_shown_by_the_operator_of_its_item_s_text_keeps_the_item_as_it_wa
     source = made(page)
     assert files.read_file(".pdf", source).paragraphs == []
     assert translated(source) == source
+
+
+@pytest.mark.parametrize(
+    ("line", "marked"),
+    [
+        ("\u2022 Primer punto", True),
+        ("  \u2013 Segundo punto", True),
+        ("1. Introducción", True),
+        ("12) Anexo", True),
+        ("- guion y espacio", True),
+        ("1.5 kilos de harina", False),
+        ("-5 grados bajo cero", False),
+        ("2026 fue un buen año", False),
+        ("Hola", False),
+    ],
+)
+def test_a_list_s_mark_is_told_from_text_that_starts_with_a_number_or_a_dash(line, marked):
+    """A line that starts with a list's mark starts a paragraph (an item); a number or a dash
+    that is the text's own (a quantity, a year, a negative number) does not."""
+    assert bool(pdfparagraphs.LIST_MARK.match(line)) is marked

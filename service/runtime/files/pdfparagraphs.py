@@ -1,0 +1,400 @@
+"""A PDF page's text boxes read as paragraphs (`_boxes`): pdfminer's boxes cut where a
+line is short, of another size, a list's mark or code, or beside the line before (a
+table's cells); a list item's lines boxed apart under its text joined to it again; each
+paragraph its runs of one style and the geometry its translation is drawn in (pdfdraw.Box).
+Characters that cannot be drawn again (rotated, of a Type3 or vertical font, invisible,
+unmapped) keep their paragraph as it was, but for a list's mark before its text."""
+
+from __future__ import annotations
+
+import re
+import statistics
+from dataclasses import dataclass
+
+from service.runtime.files.pdfdraw import Box, Style
+from service.runtime.files.pdftext import WORD_MARGIN
+
+HYPHENS = ("-", "\u00ad")  # a line ending in one, before a lower-case letter, is one word
+# a line ending further than this part of its box's width from its right edge ends a paragraph
+SHORT_LINE = 0.25
+ALIGNED = 1.0  # points within which lines' edges are one edge
+SIZE_STEP = 1.15  # lines whose sizes differ by more than this ratio are two paragraphs
+# of a line's leading: how far a box's first line may be from one leading under a list
+# item's last line and be the rest of the item
+LEADING_SLACK = 0.15
+LIST_MARK = re.compile(r"\s*(?:[\u2022\u25e6\u25aa\u2023\u00b7]|[\u2013\u2014*-]\s|\d{1,3}[.)]\s)")
+
+
+@dataclass
+class Read:
+    """A text box read: its runs' texts, the Box drawn, its page's index and characters."""
+
+    runs: list[str]
+    box: Box
+    page: int
+    chars: list
+
+
+def _boxes(page, index: int) -> list[Read]:
+    """The horizontal text boxes of pdfminer's `page` (in forms too), read as paragraphs,
+    each list item's continuation boxed apart taken back into it (`_continued`)."""
+    from pdfminer.layout import LTContainer, LTTextBoxHorizontal
+
+    found: list[Lines] = []
+
+    def walk(container) -> None:
+        for item in container:
+            if isinstance(item, LTTextBoxHorizontal):
+                found.extend(_grouped(item))
+            elif isinstance(item, LTContainer):
+                walk(item)
+
+    walk(page)
+    read = [_read_lines(group, index) for group in _continued(found) if not group.kept]
+    return [paragraph for paragraph in read if paragraph is not None]
+
+
+@dataclass
+class Lines:
+    """A paragraph's text lines (pdfminer's), the right edge of its box, how many items of
+    its first line are a kept prefix (`_kept_prefix`), whether it is its box's first, and
+    whether it stays as it is (it holds, or one of its lines is overlapped by, a character
+    that cannot be drawn again, its prefix's apart)."""
+
+    lines: list
+    right: float
+    prefix: int = 0
+    first: bool = False
+    kept: bool = False
+
+
+def _grouped(box) -> list[Lines]:
+    """A box's paragraphs (`_paragraphs`); kept as they are, those with a character that
+    cannot be drawn again as it stands (rotated, not upright, of a Type3 or vertical font,
+    invisible, unmapped) or a line such a character overlaps (a circle drawn round a
+    letter), but for their kept prefix (a list's mark in such a font)."""
+    from pdfminer.layout import LTChar
+
+    lines = [line for line in box if any(isinstance(item, LTChar) for item in line)]
+    chars = [item for line in lines for item in line if isinstance(item, LTChar)]
+    kept = [char for char in chars if not _redrawable(char)]
+    groups = []
+    for number, group in enumerate(_paragraphs(lines, box)):
+        prefix = _kept_prefix(group[0])
+        own = list(group[0])[:prefix]
+        held = [item for line in group for item in line][prefix:]
+        others = [char for char in kept if all(char is not item for item in own)]
+        stays = any(isinstance(i, LTChar) and not _redrawable(i) for i in held) or any(
+            _overlap(line, char) for line in group for char in others
+        )
+        groups.append(Lines(group, box.x1, prefix, number == 0, stays))
+    return groups
+
+
+def _overlap(one, other) -> bool:
+    return one.x0 < other.x1 and other.x0 < one.x1 and one.y0 < other.y1 and other.y0 < one.y1
+
+
+def _kept_prefix(line) -> int:
+    """How many of a line's first items are characters that cannot be drawn again (a
+    list's mark in a Type3 or unmapped font) before its first that can, with the space
+    after them; 0 where no space parts them from its text, or nothing follows."""
+    from pdfminer.layout import LTChar
+
+    items = list(line)
+    marks = 0
+    while marks < len(items) and isinstance(items[marks], LTChar):
+        if _redrawable(items[marks]) or items[marks].get_text().isspace():
+            break
+        marks += 1
+    end = marks
+    while end < len(items) and items[end].get_text().isspace():
+        end += 1
+    text = any(isinstance(item, LTChar) and _redrawable(item) for item in items[end:])
+    return end if marks and end > marks and text else 0
+
+
+def _paragraphs(lines: list, box) -> list[list]:
+    """A box's lines in paragraphs: a line starting with a list's mark (in a font that
+    draws again or not: `_kept_prefix`), or after a line that ends short of the box's right
+    edge (a paragraph's last line), or of another size than the line before (a heading over
+    its text, which the layout analysis may box with it), or beside the line before rather
+    than under it (a table's cells, which it may box together), starts one; a line of
+    monospaced text (code) is one."""
+    groups: list[list] = []
+    for line in lines:
+        after = groups[-1][-1] if groups else None
+        if (
+            after is None
+            or _baseline(after) - _baseline(line) < 0.5 * _size(line)
+            or after.x1 < box.x1 - SHORT_LINE * box.width
+            or max(_size(line), _size(after)) > SIZE_STEP * min(_size(line), _size(after))
+            or LIST_MARK.match(line.get_text())
+            or _kept_prefix(line)
+            or _monospaced(line)
+            or _monospaced(after)
+        ):
+            groups.append([])
+        groups[-1].append(line)
+    return groups
+
+
+def _continued(groups: list[Lines]) -> list[Lines]:
+    """A page's `groups` in their order, the first paragraph of a box taken into the
+    paragraph before where it continues that list item (`_continues`): the layout analysis
+    boxes an item's lines under its text apart from its first line, which starts at its
+    mark."""
+    page = Around(groups)
+    merged: list[Lines] = []
+    for group in groups:
+        before = merged[-1] if merged else None
+        if before is not None and group.first and _continues(group, before, page):
+            merged[-1] = Lines(
+                before.lines + group.lines,
+                max(before.right, group.right),
+                before.prefix,
+                before.first,
+                before.kept or group.kept,
+            )
+        else:
+            merged.append(group)
+    return merged
+
+
+class Around:
+    """What a page's paragraphs (`groups`) tell of one: the pitch of its lines of a size
+    (the median of its paragraphs' of that size), and the lines on a baseline."""
+
+    def __init__(self, groups: list[Lines]) -> None:
+        pitches: dict[float, list[float]] = {}
+        self.rows: dict[int, list] = {}
+        for group in groups:
+            if len(group.lines) > 1:
+                pitches.setdefault(_size(group.lines[-1]), []).append(_leading(group.lines))
+            for line in group.lines:
+                self.rows.setdefault(round(_baseline(line)), []).append(line)
+        self.pitches = {size: statistics.median(found) for size, found in pitches.items()}
+
+    def pitch(self, size: float) -> float:
+        """The leading of lines of `size` (within SIZE_STEP) on the page, the nearest
+        size's; where there are none, 1.2 times the size."""
+        near = [s for s in self.pitches if max(s, size) <= SIZE_STEP * min(s, size)]
+        return self.pitches[min(near, key=lambda s: abs(s - size))] if near else 1.2 * size
+
+    def on(self, baseline: float) -> list:
+        """The lines whose baseline is within ALIGNED of `baseline`."""
+        row = round(baseline)
+        near = [line for key in (row - 1, row, row + 1) for line in self.rows.get(key, [])]
+        return [line for line in near if abs(_baseline(line) - baseline) < ALIGNED]
+
+
+def _continues(group: Lines, item: Lines, page: Around) -> bool:
+    """Whether `group` is the rest of list item `item`: it starts under the item's text
+    (within ALIGNED of where its text starts after its mark), a line's leading below its
+    last line (within LEADING_SLACK of it), which does not end short (SHORT_LINE of their
+    width), at its size, not code, with no mark of its own (nor one boxed apart on its left,
+    within the item's width)."""
+    line, last = group.lines[0], item.lines[-1]
+    start = _text_start(item)
+    if start is None or abs(line.x0 - start) > ALIGNED or group.prefix:
+        return False
+    if LIST_MARK.match(line.get_text()) or _monospaced(line):
+        return False
+    if max(_size(line), _size(last)) > SIZE_STEP * min(_size(line), _size(last)):
+        return False
+    right = max(item.right, group.right)
+    if last.x1 < right - SHORT_LINE * (right - item.lines[0].x0):
+        return False  # the item's last line ends short: its last
+    leading = _leading(item.lines) or _leading(group.lines) or page.pitch(_size(last))
+    if abs(_baseline(last) - _baseline(line) - leading) > LEADING_SLACK * leading:
+        return False
+    left = item.lines[0].x0 - ALIGNED
+    return not any(left <= o.x0 and o.x1 <= line.x0 for o in page.on(_baseline(line)))
+
+
+def _text_start(group: Lines) -> float | None:
+    """Where a list item's text starts on its first line, after its mark (its kept prefix,
+    or a LIST_MARK) and the space after it; None for a paragraph that is not a list item."""
+    from pdfminer.layout import LTChar
+
+    items = list(group.lines[0])[group.prefix :]
+    if not group.prefix:
+        mark = LIST_MARK.match(group.lines[0].get_text())
+        if mark is None:
+            return None
+        taken = 0
+        while items and taken < mark.end():
+            taken += len(items.pop(0).get_text())
+    return next((i.x0 for i in items if isinstance(i, LTChar) and not i.get_text().isspace()), None)
+
+
+def _leading(lines: list) -> float:
+    """The pitch of a paragraph's lines; 0 for a paragraph of one line."""
+    return (_baseline(lines[0]) - _baseline(lines[-1])) / (len(lines) - 1) if len(lines) > 1 else 0
+
+
+def _size(line) -> float:
+    """The size of most of a line's characters (a superscript's apart)."""
+    from pdfminer.layout import LTChar
+
+    return statistics.median(i.size for i in line if isinstance(i, LTChar))
+
+
+def _monospaced(line) -> bool:
+    from pdfminer.layout import LTChar
+
+    return all(_style(i).family == "mono" for i in line if isinstance(i, LTChar))
+
+
+def _read_lines(group: Lines, index: int) -> Read | None:
+    """A paragraph's runs and geometry, its kept prefix left out: it starts after it."""
+    from pdfminer.layout import LTChar
+
+    lines = group.lines
+    shown = [list(lines[0])[group.prefix :]] + [list(line) for line in lines[1:]]
+    pieces: list[tuple[str, Style | None]] = []
+    for items in shown:
+        pieces += [
+            (i.get_text(), _style(i) if isinstance(i, LTChar) else None) for i in _spaced(items)
+        ]
+    runs, styles = _runs(_joined(pieces))
+    if not runs:
+        return None
+    chars = [item for items in shown for item in items if isinstance(item, LTChar)]
+    size = statistics.median(char.size for char in chars)
+    first, last = _baseline(lines[0]), _baseline(lines[-1])
+    leading = _leading(lines)
+    starts = [next(i.x0 for i in shown[0] if isinstance(i, LTChar))]
+    starts += [line.x0 for line in lines[1:]]
+    ends = [line.x1 for line in lines]
+    align = _alignment(starts, ends)
+    # a list item's lines under its text, its first line out to its mark: a hanging indent
+    hanging = align == "left" and len(starts) > 1 and starts[0] < min(starts[1:])
+    x0 = min(starts[1:]) if hanging else min(starts)
+    drawn = Box(
+        x0,
+        min(line.y0 for line in lines),
+        group.right,
+        max(line.y1 for line in lines),
+        first,
+        last,
+        size,
+        leading if leading > 0 else size * 1.2,
+        styles,
+        indent=starts[0] - x0,
+        align=align,
+    )
+    drawn.placed = list(enumerate(runs))  # drawn as it was until translated
+    return Read(runs, drawn, index, chars)
+
+
+def _spaced(items: list) -> list:
+    """A line's characters and the spaces the layout analysis put between them, less those
+    that letter spacing alone made (a gap wider than WORD_MARGIN of a character's size is a
+    space to it, though the gap is the text's character spacing, `Tc`)."""
+    from pdfminer.layout import LTAnno, LTChar
+
+    kept = []
+    for number, item in enumerate(items):
+        before, after = items[number - 1 : number], items[number + 1 : number + 2]
+        if (
+            isinstance(item, LTAnno)
+            and item.get_text() == " "
+            and before
+            and after
+            and isinstance(before[0], LTChar)
+            and isinstance(after[0], LTChar)
+            and _letter_spaced(before[0], after[0])
+        ):
+            continue
+        kept.append(item)
+    return kept
+
+
+def _letter_spaced(before, after) -> bool:
+    """Whether the gap between two characters is no wider than a word's without the
+    character spacing of the operator that showed the first."""
+    shown = getattr(before, "shown", None)
+    spacing = shown.spacing * before.matrix[0] if shown is not None else 0.0
+    gap = after.x0 - before.x1 - spacing
+    return spacing > 0 and gap <= WORD_MARGIN * max(after.width, after.height)
+
+
+def _alignment(starts: list[float], ends: list[float]) -> str:
+    """ "right" or "center" where a paragraph's lines start apart and end (or are centred)
+    together; else "left" (a paragraph of one line among them)."""
+    centres = [(start + end) / 2 for start, end in zip(starts, ends, strict=True)]
+    if len(starts) < 2 or max(starts) - min(starts) < ALIGNED:
+        return "left"
+    if max(ends) - min(ends) < ALIGNED:
+        return "right"
+    return "center" if max(centres) - min(centres) < ALIGNED else "left"
+
+
+def _baseline(line) -> float:
+    from pdfminer.layout import LTChar
+
+    return next(item.matrix[5] for item in line if isinstance(item, LTChar))
+
+
+def _redrawable(char) -> bool:
+    a, b, c, d, _, _ = char.matrix
+    shown = getattr(char, "shown", None)
+    text = char.get_text()
+    return (
+        shown is not None
+        and shown.redrawable
+        and char.upright
+        and abs(b) < 1e-6
+        and abs(c) < 1e-6
+        and a > 0
+        and d > 0
+        and not (text.startswith("(cid:") and len(text) > 1)
+    )
+
+
+def _style(char) -> Style:
+    colour = char.graphicstate.ncolor
+    if isinstance(colour, int | float):
+        colour = (colour,)
+    try:
+        colour = tuple(float(c) for c in colour or ())
+    except (TypeError, ValueError):  # a pattern's name
+        colour = ()
+    return Style.of(char.fontname, colour)
+
+
+def _joined(pieces: list[tuple[str, Style | None]]) -> list[tuple[str, Style | None]]:
+    """A box's pieces as one text: each line break a space, a hyphen that ends a line
+    before a lower-case letter left out (the word it cut joined again)."""
+    joined: list[tuple[str, Style | None]] = []
+    for number, (text, style) in enumerate(pieces):
+        if text == "\n":
+            after = next((t for t, _ in pieces[number + 1 :] if t.strip()), "")
+            before = joined[-1][0] if joined else ""
+            if before in HYPHENS and after[:1].islower():
+                joined.pop()
+                continue
+            text = " "
+        joined.append((text, style))
+    return joined
+
+
+def _runs(pieces: list[tuple[str, Style | None]]) -> tuple[list[str], list[Style]]:
+    """Consecutive pieces of one style as a run (a space pdfminer put in takes the style
+    of the text before it), the white space at either end left out."""
+    runs: list[str] = []
+    styles: list[Style] = []
+    for text, style in pieces:
+        style = style or (styles[-1] if styles else None)
+        if style is None:  # white space before any character
+            continue
+        if styles and styles[-1] == style:
+            runs[-1] += text
+        else:
+            runs.append(text)
+            styles.append(style)
+    if runs:
+        runs[-1] = runs[-1].rstrip()
+    kept = [(run, style) for run, style in zip(runs, styles, strict=True) if run]
+    return [run for run, _ in kept], [style for _, style in kept]
