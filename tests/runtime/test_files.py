@@ -94,13 +94,21 @@ def test_the_white_space_beside_what_stays_between_runs_is_the_source_s():
 def test_a_slide_s_line_breaks_stay_and_take_no_text():
     """A slide paragraph's runs and line breaks are read as one text: a segment the
     alignment puts in a break goes to the run before it (the one after, at the start), a
-    line break a translation holds is a space."""
+    line break a translation holds is a space, and the white space at a run's edge beside
+    a break is the source run's."""
     written: list[tuple[int, str]] = []
-    _past_breaks([False, True, False], written.extend)([(0, "Hi"), (1, "\n"), (2, "all\vof you")])
-    assert written == [(0, "Hi "), (1, "all of you")]
+    write = _past_breaks([False, True, False], ["Hola", "a todos"], written.extend)
+    write([(0, "Hi"), (1, "\n"), (2, "all\vof you")])
+    assert written == [(0, "Hi"), (1, "all of you")]
     written.clear()
-    _past_breaks([True, False], written.extend)([(0, "Hi"), (1, " all")])
-    assert written == [(0, "Hi all")]
+    write([(0, "Hi \n"), (2, " all of you")])  # no space at either side of the break
+    assert written == [(0, "Hi"), (1, "all of you")]
+    written.clear()
+    _past_breaks([False, True, False], ["Hola ", "a todos"], written.extend)([(0, "Hi\n")])
+    assert written == [(0, "Hi ")]  # the source's space before the break stays
+    written.clear()
+    _past_breaks([True, False], [" hola"], written.extend)([(0, "Hi"), (1, " all")])
+    assert written == [(0, " Hi all")]
 
 
 def test_a_docx_keeps_its_runs_tables_and_headers():
@@ -451,7 +459,7 @@ def test_a_pptx_keeps_its_runs_breaks_tables_and_notes():
     first, second = written.placeholders[1].text_frame.paragraphs
     runs = [(r.text, bool(r.font.bold)) for r in first.runs]
     assert runs == [("The dog", False), (" eats", True), (" bread.", False)]
-    assert second.text == "Hello. \vGoodbye."  # python-pptx reads a line break as \v
+    assert second.text == "Hello.\vGoodbye."  # python-pptx reads a line break as \v
     table = next(s for s in written.shapes if s.has_table).table
     assert table.cell(0, 0).text == "Good morning."
     assert written.notes_slide.notes_text_frame.text == "Note"
@@ -1408,9 +1416,30 @@ def test_a_pptx_sentence_over_a_line_break_is_one_text():
     read.paragraphs[2].write([(0, " of ten.")])
     written = pptx.Presentation(io.BytesIO(read.save())).slides[0].shapes[0].text_frame
     first, second = written.paragraphs
-    assert first.text == "The dog eats \vhard bread."  # python-pptx reads a break as \v
+    assert first.text == "The dog eats\vhard bread."  # python-pptx reads a break as \v
     assert [bool(r.font.bold) for r in first.runs] == [False, True]
     assert second.text == "Slide 3 of ten." and 'type="slidenum"' in second._p.xml
+
+
+def test_a_pptx_line_break_gains_no_space_when_translated_again():
+    """The translation carries the source's line break, written as a space beside the
+    break that stays: "REVISAR " after one round, "REVISAR  " after two. A run beside a
+    break keeps the source's white space at that edge, so a round trip adds nothing."""
+    presentation = pptx.Presentation()
+    slide = presentation.slides.add_slide(presentation.slide_layouts[6])
+    box = slide.shapes.add_textbox(Inches(1), Inches(1), Inches(4), Inches(2)).text_frame
+    box.text = "Revisar\vel plan. Hoy."  # a run, a line break, a run
+    out = io.BytesIO()
+    presentation.save(out)
+    data = out.getvalue()
+    for _ in range(2):
+        read = files.read_file(".pptx", data)
+        for batch in read.batches(64):
+            batch.write([upper_cased(text) for text in batch.texts])
+        data = read.save()
+        paragraph = pptx.Presentation(io.BytesIO(data)).slides[0].shapes[0].text_frame
+        assert [r.text for r in paragraph.paragraphs[0].runs] == ["REVISAR", "EL PLAN. HOY."]
+        assert len(paragraph.paragraphs[0]._p.xpath("a:br")) == 1
 
 
 def test_a_docx_field_between_runs_keeps_the_white_space_beside_it():

@@ -141,8 +141,13 @@ def smartart_pptx() -> bytes:
 
 
 def texts(root, path: str) -> list[str]:
+    """The text of each paragraph at `path`, a line break read as "\n"."""
     return [
-        "".join(t.text or "" for t in p.iter(f"{{{A}}}t")) for p in root.iterfind(path, NAMESPACES)
+        "".join(
+            "\n" if e.tag == f"{{{A}}}br" else e.text or ""
+            for e in p.iter(f"{{{A}}}t", f"{{{A}}}br")
+        )
+        for p in root.iterfind(path, NAMESPACES)
     ]
 
 
@@ -169,8 +174,9 @@ def test_a_smartart_diagram_s_data_and_drawing_are_translated_in_their_runs(suff
     saved = zipfile.ZipFile(io.BytesIO(read.save()))
     data = etree.fromstring(saved.read(f"{folder}/diagrams/data1.xml"))
     drawing = etree.fromstring(saved.read(f"{folder}/diagrams/drawing1.xml"))
-    assert texts(data, ".//dgm:pt/dgm:t/a:p") == ["", "PRIMER PASO", "REVISAR EL PLAN."]
-    assert texts(drawing, ".//dsp:txBody/a:p") == ["PRIMER PASO", "REVISAR EL PLAN.", "PASO VIEJO."]
+    assert texts(data, ".//dgm:pt/dgm:t/a:p") == ["", "PRIMER PASO", "REVISAR\nEL PLAN."]
+    shown = ["PRIMER PASO", "REVISAR\nEL PLAN.", "PASO VIEJO."]  # no space beside the break
+    assert texts(drawing, ".//dsp:txBody/a:p") == shown
     for root in (data, drawing):
         bold = root.xpath(".//a:r[a:rPr/@b='1']/a:t/text()", namespaces=NAMESPACES)
         assert "PASO" in bold[0] and "PRIMER" not in bold[0]

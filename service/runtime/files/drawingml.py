@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 
 from service.runtime.files.labels import Relabel
 from service.runtime.files.model import said
-from service.runtime.files.runs import _local, _runs_writer
+from service.runtime.files.runs import _edged, _local, _runs_writer
 
 DRAWING = "{http://schemas.openxmlformats.org/drawingml/2006/main}"
 # the text properties that name a language: a run's, a paragraph end's, a list's defaults
@@ -27,10 +27,11 @@ def _drawing_texts(p) -> Iterator[tuple[list[str], Callable[[list[tuple[int, str
     for group in _groups(p):
         breaks = [_local(child.tag) == "br" for child in group]
         runs = [_Run(child, paragraph) for child in group if _local(child.tag) == "r"]
-        texts = iter(run.text for run in runs)
+        sources = [run.text for run in runs]
+        texts = iter(sources)
         read = ["\n" if br else next(texts) for br in breaks]
         if said("".join(read)):
-            yield read, _past_breaks(breaks, _runs_writer(paragraph, runs, _Run))
+            yield read, _past_breaks(breaks, sources, _runs_writer(paragraph, runs, _Run))
 
 
 def _groups(element) -> Iterator[list]:
@@ -46,11 +47,19 @@ def _groups(element) -> Iterator[list]:
     yield group
 
 
-def _past_breaks(breaks: list[bool], write: Callable[[list[tuple[int, str]]], None]):
-    """`write` of the runs of text of a paragraph's runs and line breaks (`breaks`: which
-    is one): a segment placed in a break goes to the run before it (the one after, at the
-    start); a line break a segment holds is a space, the paragraph's own breaks stay."""
+def _past_breaks(
+    breaks: list[bool], sources: list[str], write: Callable[[list[tuple[int, str]]], None]
+):
+    """`write` of the runs of text (`sources`) of a paragraph's runs and line breaks
+    (`breaks`: which is one): a segment placed in a break goes to the run before it (the one
+    after, at the start); a line break a segment holds (the translation carries the
+    source's) is a space, the paragraph's own breaks stay, and the white space at a run's
+    edge beside one is the source run's (_edged), so a break gains no space."""
     runs = list(itertools.accumulate(not br for br in breaks))  # runs of text up to each
+    parted = [False] * (len(sources) + 1)  # whether a break sits before each run, after the last
+    for i in itertools.compress(range(len(breaks)), breaks):
+        parted[runs[i]] = True
+    edged = _edged(sources, parted, write)
 
     def moved(placed: list[tuple[int, str]]) -> None:
         merged: list[tuple[int, str]] = []
@@ -59,7 +68,7 @@ def _past_breaks(breaks: list[bool], write: Callable[[list[tuple[int, str]]], No
             if merged and merged[-1][0] == run:
                 text = merged.pop()[1] + text
             merged.append((run, text))
-        write(merged)
+        edged(merged)
 
     return moved
 
