@@ -10,7 +10,8 @@ sentences' spans index the original text, so everything outside a sentence (bloc
 white space, a tag or entity around a whole sentence) is put back as it was. XHTML's
 elements may be named with a prefix (`<html:p>`, `<xhtml:br/>`): a prefixed name is read by
 its local name unless the text binds its prefix to a namespace other than XHTML's or SVG's
-(html_name).
+(html_name). A CDATA section is hidden as a comment is; an XML document whose sections are
+text is given them as escaped text first (cdata_as_text).
 
 Inside a sentence, inline tags (`<b>`, `<a href="...">`, `</i>`, `<br/>` ...) and entity
 references (`&amp;`, `&eacute;`, `&#160;`) are protected items (service.runtime.protect,
@@ -29,6 +30,7 @@ sentence, comes back as it was, and is taken off its translation again.
 from __future__ import annotations
 
 import functools
+import html
 import re
 import string
 from collections import Counter
@@ -164,6 +166,27 @@ def without_hidden(text: str) -> str:
     for start, end in hidden(text):
         kept.append(text[at:start])
         at = end
+    return "".join(kept) + text[at:]
+
+
+CDATA = ("<![CDATA[", "]]>")  # how a CDATA section opens and closes: in XML, in capitals
+
+
+def cdata_as_text(text: str) -> str:
+    """An XML text (XHTML, an EPUB's table of contents) with each CDATA section outside its
+    comments, scripts and styles written as the text it holds, escaped (`&`, `<`, `>`): in
+    XML it is text, which a parser reads the same either way, and so written it is
+    translated as the text around it is. Where what it holds stayed CDATA, the markup code
+    would read a `<b>` in it as a tag and escape the translation's `&` into it, shown as
+    "&amp;". A section never closed, and HTML's (a bogus comment), are left to `hidden`."""
+    kept, at = [], 0
+    opener, closer = CDATA
+    for start, end in hidden(text):
+        section = text[start:end]
+        if section.startswith(opener) and section.endswith(closer):
+            held = section[len(opener) : -len(closer)]
+            kept += [text[at:start], html.escape(held, quote=False)]
+            at = end
     return "".join(kept) + text[at:]
 
 

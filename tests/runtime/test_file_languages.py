@@ -191,6 +191,20 @@ def test_an_epub_2_table_of_contents_is_translated_its_entries_kept():
     )  # the author, the entries' targets, their order and ids as they were
 
 
+def test_an_epub_2_table_of_contents_label_written_as_cdata_is_translated():
+    """A label written as a CDATA section (`<text><![CDATA[...]]></text>`) was read as
+    markup holding no text, and stayed Spanish; in XML it is text, written back escaped."""
+    cdata = NCX.replace(
+        "<navLabel><text>Capítulo uno</text>", "<navLabel><text><![CDATA[Capítulo uno]]></text>"
+    ).replace("Hola mundo. &amp; Uno</text>", "<![CDATA[Hola mundo. & Uno]]></text>")
+    read = files.read_file(".epub", epub(SPANISH_CHAPTER, cdata, language="es"))
+    labels = ["Capítulo uno", "Capítulo uno", "Hola mundo. &amp; Uno"]
+    assert [p.text for p in read.paragraphs] == [SPANISH_CHAPTER, *labels]
+    toc = zipfile.ZipFile(io.BytesIO(translated(read))).read("OEBPS/toc.ncx").decode()
+    texts = [e.text for e in ElementTree.fromstring(toc.encode()).iter() if e.tag.endswith("text")]
+    assert texts == ["Chapter one", "Hola mundo.", "Chapter one", "Hello world. & One", " "]
+
+
 def test_an_epub_whose_table_of_contents_is_listed_but_absent_is_translated():
     """A package listing a toc.ncx the archive does not hold (left by a converter) was
     refused since the table of contents is read; it was translated before, and is: what

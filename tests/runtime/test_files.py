@@ -1036,6 +1036,28 @@ def test_an_html_block_past_the_text_limit_goes_in_parts_with_its_tags(suffix):
     assert saved.decode() == shouted(page)  # as if translated whole: every tag once, in place
 
 
+def test_an_xhtml_cdata_section_is_translated_an_html_one_is_left():
+    """An EPUB chapter's CDATA section (XML: text) was read as markup holding no text and
+    stayed Spanish; it is translated, written back escaped, and the one in a script stays.
+    In an HTML file it is a bogus comment, left as it is."""
+    script = "<script>//<![CDATA[\nif (a < b) {}\n//]]></script>"
+    page = CHAPTER.replace("<title>Uno</title>", f"<title>Uno</title>{script}").replace(
+        "<p>El perro <b>come</b> pan.</p>", "<p><![CDATA[Tom & Jerry comen pan.]]></p>"
+    )
+    read = files.read_file(".epub", epub(page))
+    for batch in read.batches(64):
+        batch.write([{"hypotheses": [{"text": shouted(text)}]} for text in batch.texts])
+    chapter = zipfile.ZipFile(io.BytesIO(read.save())).read("OEBPS/text/capítulo.xhtml")
+    assert f"<title>UNO</title>{script}" in chapter.decode()
+    body = ElementTree.fromstring(chapter).find("{http://www.w3.org/1999/xhtml}body")
+    assert body[0].text == "TOM & JERRY COMEN PAN."  # escaped in the file: still XML
+    html_page = "<p><![CDATA[Tom y Jerry.]]></p><p>Hola.</p>"
+    read = files.read_file(".html", html_page.encode())
+    for batch in read.batches(64):
+        batch.write([{"hypotheses": [{"text": shouted(text)}]} for text in batch.texts])
+    assert read.save().decode() == "<p><![CDATA[Tom y Jerry.]]></p><p>HOLA.</p>"
+
+
 def test_html_parts_translated_by_the_runtime_come_back_with_their_tags(tiny_translator):
     from service.runtime.decoding import DecodingOptions
     from service.runtime.onnx_engine import OnnxEngine

@@ -101,6 +101,20 @@ def test_well_formed_reads_nesting_void_elements_and_self_closed_tags():
     assert not well_formed("<b>x")
 
 
+def test_an_xml_cdata_section_is_its_text_escaped_one_in_a_comment_or_script_stays():
+    """In XML a CDATA section is text: written escaped it is translated as the text around
+    it is (its `<b>` no tag, its `&` no entity). One inside a comment or a script, one
+    never closed, and HTML's lowered `<![cdata[` (a bogus comment) are what they were."""
+    kept = "<script>//<![CDATA[\nif (a < b) {}\n//]]></script><!-- <![CDATA[x]]> -->"
+    text = f"{kept}<p><![CDATA[Tom & <b>Jerry</b> > 2]]> y <![CDATA[]]>más</p><![CDATA[sin fin"
+    assert markup.cdata_as_text(text) == (
+        f"{kept}<p>Tom &amp; &lt;b&gt;Jerry&lt;/b&gt; &gt; 2 y más</p><![CDATA[sin fin"
+    )
+    assert markup.cdata_as_text("<p><![cdata[x]]></p>") == "<p><![cdata[x]]></p>"
+    document = split_markup(markup.cdata_as_text("<p><![CDATA[Hola.]]></p>"), "sentences", "xml")
+    assert document.sentence_texts() == ["Hola."]
+
+
 def test_hidden_spans_index_the_text_whatever_its_letters():
     """`İ`.lower() is two characters: the spans are found on a copy as long as the text."""
     text = "İİ<script>x</script><p>Hola</p><!-- c -->"

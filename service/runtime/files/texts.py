@@ -1,6 +1,7 @@
 """Text files: a .txt file's blocks between blank lines, an HTML file in pieces cut after its
 blocks' ends, an .epub's XHTML documents each read as HTML and its EPUB 2 table of contents'
-labels; a text file's encoding told by its byte order mark."""
+labels (XML both: their CDATA sections read as text); a text file's encoding told by its byte
+order mark."""
 
 from __future__ import annotations
 
@@ -136,7 +137,8 @@ XHTML_TYPE, NCX_TYPE = "application/xhtml+xml", "application/x-dtbncx+xml"
 
 def _epub(data: bytes, piece: int) -> File:
     """An EPUB's content documents (the XHTML its package lists), each read as HTML, and
-    its EPUB 2 table of contents (_ncx), where the archive holds it; every other file of the
+    its EPUB 2 table of contents (_ncx), where the archive holds it, each with its CDATA
+    sections written as escaped text (markup.cdata_as_text); every other file of the
     archive kept as it is, in its order and compression, its package (OPF) declaring the
     target language where it declared the source's (its `dc:language`)."""
     archive = _archive(data, ".epub")
@@ -148,7 +150,7 @@ def _epub(data: bytes, piece: int) -> File:
         for name, kind in listed.items():
             if kind == NCX_TYPE and name not in held:
                 continue  # a book reads without its table of contents
-            text = archive.read(name).decode("utf-8")
+            text = markup.cdata_as_text(archive.read(name).decode("utf-8"))  # both XML
             documents[name] = _html(text, piece) if kind == XHTML_TYPE else _ncx(text)
     except (zipfile.BadZipFile, KeyError, ElementTree.ParseError, ValueError) as error:
         raise ValueError(_not_a(".epub", error)) from None
