@@ -41,6 +41,7 @@ FILES = (".html", ".htm", ".srt", ".epub", ".docx", ".pptx", ".odt", ".odp", ".p
 TEXT_FILES = (".html", ".htm", ".srt")  # of those, written to standard output without --output
 # the text format of a document --input by its suffix, where --text-format does not say
 MARKUP_SUFFIXES = {".html": "html", ".htm": "html", ".xhtml": "html", ".xml": "xml"}
+XML_SUFFIXES = (".xhtml", ".xml")  # XML documents, whose CDATA sections are text
 
 TIMEOUT = 60.0  # seconds, the default deadline of a translate or score call
 CONCURRENCY = 4  # calls in flight by default
@@ -304,6 +305,10 @@ def _translate_document(channel, args: argparse.Namespace, call: dict) -> int:
     except (OSError, UnicodeDecodeError) as error:
         print(f"error: {args.input}: {error}", file=sys.stderr)
         return 2
+    if suffix in XML_SUFFIXES and call.get("text_format") != "plain":
+        from service.runtime import markup
+
+        text = markup.cdata_as_text(text)  # in XML a CDATA section is text: translated
     try:  # markup never cut inside a tag, a comment or a script
         parts = _document_parts(text, call.get("text_format"))
     except ValueError as error:

@@ -469,6 +469,22 @@ def test_an_xhtml_or_xml_input_is_sent_in_its_format(stand_in, tmp_path, capsys,
     assert servicer.requests[-1].text_format == translation_pb2.TEXT_FORMAT_PLAIN
 
 
+@pytest.mark.parametrize("name", ["p.xhtml", "d.xml"])
+def test_an_xml_input_s_cdata_is_translated_as_its_text(stand_in, tmp_path, capsys, name):
+    """In an XML document (.xhtml, .xml) a CDATA section is text: it is sent as that text,
+    escaped, and so is translated, where it was sent as markup, left untranslated; a script's
+    CDATA stays as it was."""
+    servicer, address = stand_in
+    source = tmp_path / name
+    script = "<script><![CDATA[if (a < b) go();]]></script>"
+    source.write_text(f"<p><![CDATA[Tom & Jerry comen pan.]]></p>{script}", encoding="utf-8")
+    assert main(["translate", "--server", address, "--input", str(source)]) == 0
+    sent = "".join(servicer.requests[-1].texts)
+    assert "Tom &amp; Jerry comen pan." in sent and script in sent
+    # the stand-in upper-cases the whole text it is sent, its markup too
+    assert capsys.readouterr().out == f"<p>Tom &amp; Jerry comen pan.</p>{script}".upper()
+
+
 @pytest.mark.parametrize("bom", [codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE, codecs.BOM_UTF8])
 def test_a_subtitle_file_of_any_encoding_is_written_to_stdout_as_text(
     stand_in, tmp_path, capsys, bom
