@@ -308,6 +308,17 @@ def test_letter_spaced_text_is_read_as_its_words():
     assert "TEXTO CON ESPACIADO." in extract_text(io.BytesIO(translated(source)))
 
 
+def test_a_space_widened_by_an_offset_or_word_spacing_is_read_as_one_space():
+    """A space character followed by a gap (a TJ array's offset, word spacing `Tw`, as
+    justified text widens its spaces) is one space between the words, not two."""
+    source = written_page(
+        b"BT /F1 12 Tf 72 700 Td [(Dos ) -600 (palabras.)] TJ"
+        b" 0 -20 Td 4 Tw (Con espacio.) Tj 0 -20 Td 0 Tw [(Tres) -600 ( juntas.)] TJ ET"
+    )
+    read = files.read_file(".pdf", source)
+    assert [p.text for p in read.paragraphs] == ["Dos palabras.", "Con espacio.", "Tres juntas."]
+
+
 def test_a_paragraph_that_cannot_be_drawn_again_keeps_its_box_s_others_translated():
     """A paragraph with text that cannot be drawn again (here invisible) stays as it was;
     another paragraph the layout analysis boxed with it is translated all the same."""

@@ -290,23 +290,24 @@ def _read_lines(group: Lines, index: int) -> Read | None:
 
 def _spaced(items: list) -> list:
     """A line's characters and the spaces the layout analysis put between them, less those
-    that letter spacing alone made (a gap wider than WORD_MARGIN of a character's size is a
-    space to it, though the gap is the text's character spacing, `Tc`)."""
+    beside a space character (the gap after it is its word spacing, `Tw`, or a TJ array's
+    offset: one space) and those that letter spacing alone made (a gap wider than
+    WORD_MARGIN of a character's size is a space to it, though the gap is the text's
+    character spacing, `Tc`)."""
     from pdfminer.layout import LTAnno, LTChar
 
     kept = []
     for number, item in enumerate(items):
         before, after = items[number - 1 : number], items[number + 1 : number + 2]
-        if (
-            isinstance(item, LTAnno)
-            and item.get_text() == " "
-            and before
-            and after
-            and isinstance(before[0], LTChar)
-            and isinstance(after[0], LTChar)
-            and _letter_spaced(before[0], after[0])
-        ):
-            continue
+        if isinstance(item, LTAnno) and item.get_text() == " " and before and after:
+            if any(isinstance(i, LTChar) and i.get_text().isspace() for i in before + after):
+                continue
+            if (
+                isinstance(before[0], LTChar)
+                and isinstance(after[0], LTChar)
+                and _letter_spaced(before[0], after[0])
+            ):
+                continue
         kept.append(item)
     return kept
 
