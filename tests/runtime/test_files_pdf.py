@@ -451,6 +451,62 @@ def test_a_heading_boxed_with_its_text_is_a_paragraph_of_its_own():
     assert "".join(sizes[18]).replace(" ", "") == "INFORMEANUALDELAESTACIÓN"
 
 
+def laid_lines(data: bytes) -> list[list[tuple[float, float, float]]]:
+    """Each text box's lines: where each starts and ends, and its natural width (its
+    words, single spaced, in Helvetica at its characters' size)."""
+    from reportlab.pdfbase.pdfmetrics import stringWidth
+
+    found = []
+    for item in next(extract_pages(io.BytesIO(data))):
+        if isinstance(item, LTTextBox):
+            lines = []
+            for line in item:
+                size = next(char.size for char in line if isinstance(char, LTChar))
+                natural = stringWidth(" ".join(line.get_text().split()), "Helvetica", size)
+                lines.append((line.x0, line.x1, natural))
+            found.append(lines)
+    return found
+
+
+def test_a_justified_paragraph_is_drawn_justified_and_a_ragged_one_ragged():
+    """A paragraph whose lines but its last end at its box's right edge, widened (reportlab
+    justifies by word spacing), is justified: its translation's lines but the last end at
+    that edge too, its last line and a ragged paragraph's lines drawn single spaced. Of two
+    lines, the first ends at the box's edge either way: its widened spaces tell."""
+    from reportlab.lib.enums import TA_JUSTIFY
+    from reportlab.lib.styles import ParagraphStyle, getSampleStyleSheet
+    from reportlab.platypus import Paragraph as Laid
+    from reportlab.platypus import SimpleDocTemplate
+
+    body = getSampleStyleSheet()["BodyText"]
+    justified = ParagraphStyle("justified", parent=body, alignment=TA_JUSTIFY)
+    indented = ParagraphStyle("indented", parent=justified, firstLineIndent=18)
+    long = "La estación de tren abrió en mayo y recibió a miles de viajeros del valle. " * 4
+    short = (
+        "El tren salió tarde y llegó de noche a la ciudad, donde lo esperaban los viajeros"
+        " con sus maletas grandes."
+    )
+    out = io.BytesIO()
+    SimpleDocTemplate(out, pagesize=A4).build(
+        [Laid(long, indented), Laid(long, body), Laid(short, body), Laid(short, justified)]
+    )
+    source = out.getvalue()
+    laid, _ = pdftext.read_pages(source, 1)
+    read = pdfparagraphs._boxes(laid[0], 0)
+    assert [r.box.align for r in read] == ["justify", "left", "left", "justify"]
+    assert [r.box.indent for r in read] == [pytest.approx(18), 0, 0, 0]
+    right = max(x1 for lines in laid_lines(source) for _, x1, _ in lines)
+    drawn = laid_lines(translated(source))
+    assert len(drawn) == 4
+    for lines in (drawn[0], drawn[3]):
+        assert len(lines) > 1 and all(abs(x1 - right) < 1 for _, x1, _ in lines[:-1])
+        x0, x1, natural = lines[-1]
+        assert x1 < right - 1 and x1 - x0 == pytest.approx(natural, abs=0.5)
+    for x0, x1, natural in drawn[1] + drawn[2]:
+        assert x1 - x0 == pytest.approx(natural, abs=0.5)
+    assert drawn[0][0][0] == pytest.approx(drawn[0][1][0] + 18, abs=0.5)
+
+
 def two_columns_in_a_box(c) -> float:
     """A heading over a table of two columns whose lines pdfminer's layout analysis puts in
     one box (the heading's right edge meets the right column's): the right column's left

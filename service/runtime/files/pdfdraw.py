@@ -1,8 +1,9 @@
 """A translated text box of a PDF page drawn where its source was (reportlab): from its left
-edge and its first line's baseline, wrapped to its width, in the size of its text, made
-smaller (to MIN_SCALE of it, and no less than MIN_POINTS) where the translation needs more
-lines than the box has height; each word in its run's style (the standard fonts' family,
-bold and italic as the source's font names say, its colour)."""
+edge and its first line's baseline, wrapped to its width (a justified box's lines but the
+last widened to it), in the size of its text, made smaller (to MIN_SCALE of it, and no
+less than MIN_POINTS) where the translation needs more lines than the box has height;
+each word in its run's style (the standard fonts' family, bold and italic as the source's
+font names say, its colour)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import functools
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 MIN_SCALE = 0.6  # of a box's font size, the least a translation that does not fit is drawn in
 MIN_POINTS = 5.0  # the least font size a translation is drawn in, where its source's was more
@@ -74,6 +76,11 @@ class Style:
         return STANDARD[self.family][self.bold + 2 * self.italic]
 
 
+# where a box's lines meet its edges: its left, its right, its centre, or both edges (but
+# for its last line)
+Align = Literal["left", "right", "center", "justify"]
+
+
 @dataclass
 class Box:
     """A text box of a page, in pdfminer's coordinates of its page (points, y upwards):
@@ -90,7 +97,7 @@ class Box:
     leading: float
     styles: list[Style]
     indent: float = 0.0  # of the first line, from x0 (less than 0: a hanging indent)
-    align: str = "left"  # or "right", "center": where the lines' ends meet
+    align: Align = "left"  # where the lines meet the box's edges
     room: float = 0.0  # the right edge a translation may reach where the box's is too near
     placed: list[tuple[int, str]] = field(default_factory=list)
 
@@ -135,7 +142,10 @@ def draw(canvas, box: Box) -> None:
     layout = laid_out(box)
     baseline = box.y1 - (box.y1 - box.baseline) * layout.scale
     for number, line in enumerate(layout.lines):
-        text = canvas.beginText(_start(box, layout, line, number), baseline)
+        start = _start(box, layout, line, number)
+        text = canvas.beginText(start, baseline)
+        if box.align == "justify":  # its last line too: the word spacing stays set after it
+            text.setWordSpace(_word_space(layout, line, start, number))
         for count, word in enumerate(line):
             for index, (piece, style) in enumerate(word):
                 text.setFont(style.font(piece), layout.size)
@@ -148,10 +158,18 @@ def draw(canvas, box: Box) -> None:
 def _start(box: Box, layout: Layout, line, number: int) -> float:
     """Where a line of the layout starts: the box's left edge (the first line indented),
     or as far from it as its alignment puts it."""
-    if box.align == "left":
+    if box.align in ("left", "justify"):
         return box.x0 + (0 if number else box.indent)
     free = max(0.0, box.x1 - box.x0 - _wide(line, layout.size))
     return box.x0 + (free if box.align == "right" else free / 2)
+
+
+def _word_space(layout: Layout, line, start: float, number: int) -> float:
+    """What a justified line's spaces are widened by (`Tw`) to end at the layout's right
+    edge: 0 for its last line and a line of one word."""
+    if number == len(layout.lines) - 1 or len(line) < 2:
+        return 0.0
+    return max(0.0, (layout.right - start - _wide(line, layout.size)) / (len(line) - 1))
 
 
 def _wide(line, size: float) -> float:

@@ -11,7 +11,7 @@ import re
 import statistics
 from dataclasses import dataclass
 
-from service.runtime.files.pdfdraw import Box, Style
+from service.runtime.files.pdfdraw import Align, Box, Style
 from service.runtime.files.pdftext import WORD_MARGIN
 
 HYPHENS = ("-", "\u00ad")  # a line ending in one, before a lower-case letter, is one word
@@ -267,9 +267,10 @@ def _read_lines(group: Lines, index: int) -> Read | None:
     starts = [next(i.x0 for i in shown[0] if isinstance(i, LTChar))]
     starts += [line.x0 for line in lines[1:]]
     ends = [line.x1 for line in lines]
-    align = _alignment(starts, ends)
+    justified = _justified([_spaced(items) for items in shown], starts, ends, group.right)
+    align = "justify" if justified else _alignment(starts, ends)
     # a list item's lines under its text, its first line out to its mark: a hanging indent
-    hanging = align == "left" and len(starts) > 1 and starts[0] < min(starts[1:])
+    hanging = align in ("left", "justify") and len(starts) > 1 and starts[0] < min(starts[1:])
     x0 = min(starts[1:]) if hanging else min(starts)
     drawn = Box(
         x0,
@@ -321,7 +322,7 @@ def _letter_spaced(before, after) -> bool:
     return spacing > 0 and gap <= WORD_MARGIN * max(after.width, after.height)
 
 
-def _alignment(starts: list[float], ends: list[float]) -> str:
+def _alignment(starts: list[float], ends: list[float]) -> Align:
     """ "right" or "center" where a paragraph's lines start apart and end (or are centred)
     together; else "left" (a paragraph of one line among them)."""
     centres = [(start + end) / 2 for start, end in zip(starts, ends, strict=True)]
@@ -330,6 +331,50 @@ def _alignment(starts: list[float], ends: list[float]) -> str:
     if max(ends) - min(ends) < ALIGNED:
         return "right"
     return "center" if max(centres) - min(centres) < ALIGNED else "left"
+
+
+def _justified(shown: list[list], starts: list[float], ends: list[float], right: float) -> bool:
+    """Whether a paragraph's lines (`shown`: each line's items) are justified: its lines but
+    its first start together (the first may be indented), all but its last end within
+    ALIGNED of its box's `right` edge and its last no further; of two lines, only where the
+    first line's spaces are widened by more than ALIGNED in all (`_widened`: a ragged
+    paragraph's first line ends at its box's edge too)."""
+    if len(starts) < 2 or max(starts[1:]) - min(starts[1:]) >= ALIGNED:
+        return False
+    if any(abs(end - right) >= ALIGNED for end in ends[:-1]) or ends[-1] >= right + ALIGNED:
+        return False
+    return len(starts) > 2 or _widened(shown[0], shown[-1]) > ALIGNED
+
+
+def _widened(items: list, last: list) -> float:
+    """How much wider a line's spaces are than unwidened, in all: as many times as it has
+    gaps between words, the median of each gap less the space characters shown in it, or
+    where it shows none (words parted by an offset), less the median gap between the words
+    of the paragraph's `last` line (the median: a list's mark stands further from its
+    text); 0 where that line, of one word, has none."""
+    gaps, plain = _word_gaps(items), [gap for gap, _ in _word_gaps(last)]
+    if not gaps or (any(not spaces for _, spaces in gaps) and not plain):
+        return 0.0
+    unwidened = statistics.median(plain) if plain else 0.0
+    return len(gaps) * statistics.median(gap - (spaces or unwidened) for gap, spaces in gaps)
+
+
+def _word_gaps(items: list) -> list[tuple[float, float]]:
+    """The gaps between a line's words, from a word's last character to the next's first,
+    each with the width of the space characters shown in it."""
+    from pdfminer.layout import LTChar
+
+    gaps: list[tuple[float, float]] = []
+    end, spaced, spaces = None, False, 0.0
+    for item in items:
+        if not isinstance(item, LTChar) or item.get_text().isspace():
+            spaced = end is not None
+            spaces += item.width if isinstance(item, LTChar) else 0.0
+            continue
+        if spaced:
+            gaps.append((item.x0 - end, spaces))
+        end, spaced, spaces = item.x1, False, 0.0
+    return gaps
 
 
 def _baseline(line) -> float:
