@@ -19,7 +19,9 @@ Here: `read_file`, the dispatch by suffix. The modules:
 - `drawingml`: DrawingML text (a slide's, a chart's title, SmartArt's), read and written;
 - `diagrams`: SmartArt diagrams' data and drawing parts, in a .docx or a .pptx;
 - `bindings`: a .docx's content controls bound to custom XML, and their data;
-- `pdfparagraphs`: a PDF page's text boxes read as paragraphs;
+- `pdfparagraphs`: a PDF page's text boxes read as paragraphs, of lines measured by
+  `pdflines`, a list item's lines boxed apart from it joined to it
+  (`pdfcontinued`);
 - `pdftext`, `pdfdraw`: a PDF's text read with the operators that show it and taken out of
   its content streams; a translated text box drawn;
 - a module per format: `texts` (.txt, .html, .epub), `subtitles` (.srt), `word` (.docx),

@@ -1,28 +1,33 @@
 """A PDF page's text boxes read as paragraphs (`_boxes`): pdfminer's boxes cut where a
 line is short, of another size, a list's mark or code, or beside the line before (a
-table's cells); a list item's lines boxed apart under its text joined to it again; each
-paragraph its runs of one style and the geometry its translation is drawn in (pdfdraw.Box).
+table's cells); a list item's lines boxed apart under its text joined to it again
+(pdfcontinued); each paragraph its runs of one style and the geometry its translation is
+drawn in (pdfdraw.Box).
 Characters that cannot be drawn again (rotated, of a Type3 or vertical font, invisible,
 unmapped) keep their paragraph as it was, but for a list's mark before its text."""
 
 from __future__ import annotations
 
-import re
 import statistics
 from dataclasses import dataclass
 
+from service.runtime.files.pdfcontinued import _continued
 from service.runtime.files.pdfdraw import Align, Box, Style
+from service.runtime.files.pdflines import (
+    ALIGNED,
+    LIST_MARK,
+    SHORT_LINE,
+    Lines,
+    _baseline,
+    _leading,
+    _monospaced,
+    _size,
+    _sized_apart,
+    _style,
+)
 from service.runtime.files.pdftext import WORD_MARGIN
 
 HYPHENS = ("-", "\u00ad")  # a line ending in one, before a lower-case letter, is one word
-# a line ending further than this part of its box's width from its right edge ends a paragraph
-SHORT_LINE = 0.25
-ALIGNED = 1.0  # points within which lines' edges are one edge
-SIZE_STEP = 1.15  # lines whose sizes differ by more than this ratio are two paragraphs
-# of a line's leading: how far a box's first line may be from one leading under a list
-# item's last line and be the rest of the item
-LEADING_SLACK = 0.15
-LIST_MARK = re.compile(r"\s*(?:[\u2022\u25e6\u25aa\u2023\u00b7]|[\u2013\u2014*-]\s|\d{1,3}[.)]\s)")
 
 
 @dataclass
@@ -52,20 +57,6 @@ def _boxes(page, index: int) -> list[Read]:
     walk(page)
     read = [_read_lines(group, index) for group in _continued(found) if not group.kept]
     return [paragraph for paragraph in read if paragraph is not None]
-
-
-@dataclass
-class Lines:
-    """A paragraph's text lines (pdfminer's), the right edge of its box, how many items of
-    its first line are a kept prefix (`_kept_prefix`), whether it is its box's first, and
-    whether it stays as it is (it holds, or one of its lines is overlapped by, a character
-    that cannot be drawn again, its prefix's apart)."""
-
-    lines: list
-    right: float
-    prefix: int = 0
-    first: bool = False
-    kept: bool = False
 
 
 def _grouped(box) -> list[Lines]:
@@ -128,7 +119,7 @@ def _paragraphs(lines: list, box) -> list[list]:
             after is None
             or _baseline(after) - _baseline(line) < 0.5 * _size(line)
             or after.x1 < box.x1 - SHORT_LINE * box.width
-            or max(_size(line), _size(after)) > SIZE_STEP * min(_size(line), _size(after))
+            or _sized_apart(line, after)
             or LIST_MARK.match(line.get_text())
             or _kept_prefix(line)
             or _monospaced(line)
@@ -137,113 +128,6 @@ def _paragraphs(lines: list, box) -> list[list]:
             groups.append([])
         groups[-1].append(line)
     return groups
-
-
-def _continued(groups: list[Lines]) -> list[Lines]:
-    """A page's `groups` in their order, the first paragraph of a box taken into the
-    paragraph before where it continues that list item (`_continues`): the layout analysis
-    boxes an item's lines under its text apart from its first line, which starts at its
-    mark."""
-    page = Around(groups)
-    merged: list[Lines] = []
-    for group in groups:
-        before = merged[-1] if merged else None
-        if before is not None and group.first and _continues(group, before, page):
-            merged[-1] = Lines(
-                before.lines + group.lines,
-                max(before.right, group.right),
-                before.prefix,
-                before.first,
-                before.kept or group.kept,
-            )
-        else:
-            merged.append(group)
-    return merged
-
-
-class Around:
-    """What a page's paragraphs (`groups`) tell of one: the pitch of its lines of a size
-    (the median of its paragraphs' of that size), and the lines on a baseline."""
-
-    def __init__(self, groups: list[Lines]) -> None:
-        pitches: dict[float, list[float]] = {}
-        self.rows: dict[int, list] = {}
-        for group in groups:
-            if len(group.lines) > 1:
-                pitches.setdefault(_size(group.lines[-1]), []).append(_leading(group.lines))
-            for line in group.lines:
-                self.rows.setdefault(round(_baseline(line)), []).append(line)
-        self.pitches = {size: statistics.median(found) for size, found in pitches.items()}
-
-    def pitch(self, size: float) -> float:
-        """The leading of lines of `size` (within SIZE_STEP) on the page, the nearest
-        size's; where there are none, 1.2 times the size."""
-        near = [s for s in self.pitches if max(s, size) <= SIZE_STEP * min(s, size)]
-        return self.pitches[min(near, key=lambda s: abs(s - size))] if near else 1.2 * size
-
-    def on(self, baseline: float) -> list:
-        """The lines whose baseline is within ALIGNED of `baseline`."""
-        row = round(baseline)
-        near = [line for key in (row - 1, row, row + 1) for line in self.rows.get(key, [])]
-        return [line for line in near if abs(_baseline(line) - baseline) < ALIGNED]
-
-
-def _continues(group: Lines, item: Lines, page: Around) -> bool:
-    """Whether `group` is the rest of list item `item`: it starts under the item's text
-    (within ALIGNED of where its text starts after its mark), a line's leading below its
-    last line (within LEADING_SLACK of it), which does not end short (SHORT_LINE of their
-    width), at its size, not code, with no mark of its own (nor one boxed apart on its left,
-    within the item's width)."""
-    line, last = group.lines[0], item.lines[-1]
-    start = _text_start(item)
-    if start is None or abs(line.x0 - start) > ALIGNED or group.prefix:
-        return False
-    if LIST_MARK.match(line.get_text()) or _monospaced(line):
-        return False
-    if max(_size(line), _size(last)) > SIZE_STEP * min(_size(line), _size(last)):
-        return False
-    right = max(item.right, group.right)
-    if last.x1 < right - SHORT_LINE * (right - item.lines[0].x0):
-        return False  # the item's last line ends short: its last
-    leading = _leading(item.lines) or _leading(group.lines) or page.pitch(_size(last))
-    if abs(_baseline(last) - _baseline(line) - leading) > LEADING_SLACK * leading:
-        return False
-    left = item.lines[0].x0 - ALIGNED
-    return not any(left <= o.x0 and o.x1 <= line.x0 for o in page.on(_baseline(line)))
-
-
-def _text_start(group: Lines) -> float | None:
-    """Where a list item's text starts on its first line, after its mark (its kept prefix,
-    or a LIST_MARK) and the space after it; None for a paragraph that is not a list item."""
-    from pdfminer.layout import LTChar
-
-    items = list(group.lines[0])[group.prefix :]
-    if not group.prefix:
-        mark = LIST_MARK.match(group.lines[0].get_text())
-        if mark is None:
-            return None
-        taken = 0
-        while items and taken < mark.end():
-            taken += len(items.pop(0).get_text())
-    return next((i.x0 for i in items if isinstance(i, LTChar) and not i.get_text().isspace()), None)
-
-
-def _leading(lines: list) -> float:
-    """The pitch of a paragraph's lines; 0 for a paragraph of one line."""
-    return (_baseline(lines[0]) - _baseline(lines[-1])) / (len(lines) - 1) if len(lines) > 1 else 0
-
-
-def _size(line) -> float:
-    """The size of most of a line's characters (a superscript's apart)."""
-    from pdfminer.layout import LTChar
-
-    return statistics.median(i.size for i in line if isinstance(i, LTChar))
-
-
-def _monospaced(line) -> bool:
-    from pdfminer.layout import LTChar
-
-    return all(_style(i).family == "mono" for i in line if isinstance(i, LTChar))
 
 
 def _read_lines(group: Lines, index: int) -> Read | None:
@@ -377,12 +261,6 @@ def _word_gaps(items: list) -> list[tuple[float, float]]:
     return gaps
 
 
-def _baseline(line) -> float:
-    from pdfminer.layout import LTChar
-
-    return next(item.matrix[5] for item in line if isinstance(item, LTChar))
-
-
 def _redrawable(char) -> bool:
     a, b, c, d, _, _ = char.matrix
     shown = getattr(char, "shown", None)
@@ -397,17 +275,6 @@ def _redrawable(char) -> bool:
         and d > 0
         and not (text.startswith("(cid:") and len(text) > 1)
     )
-
-
-def _style(char) -> Style:
-    colour = char.graphicstate.ncolor
-    if isinstance(colour, int | float):
-        colour = (colour,)
-    try:
-        colour = tuple(float(c) for c in colour or ())
-    except (TypeError, ValueError):  # a pattern's name
-        colour = ()
-    return Style.of(char.fontname, colour)
 
 
 def _joined(pieces: list[tuple[str, Style | None]]) -> list[tuple[str, Style | None]]:
