@@ -604,6 +604,76 @@ def test_a_list_item_s_lines_boxed_apart_under_its_text_are_one_paragraph():
     assert "".join(c.get_text() for row in [first, *under] for c in row).endswith("TIPOSMIME)")
 
 
+def stretched(c, x: float, y: float, words: str, right: float, size=10, font="Times-Roman"):
+    """`words` from `x` on baseline `y`, their spaces widened by word spacing (`Tw`) to end
+    at `right`, as a justified line is set; then 10 pt Times Roman, unspaced."""
+    from reportlab.pdfbase.pdfmetrics import stringWidth
+
+    natural = stringWidth(words, font, size)
+    assert 0 < right - x - natural < 15  # a line's worth of words
+    text = c.beginText(x, y)
+    text.setFont(font, size)
+    text.setWordSpace((right - x - natural) / words.count(" "))
+    text.textOut(words)
+    text.setWordSpace(0)
+    c.drawText(text)
+    c.setFont("Times-Roman", 10)
+
+
+def flowing(c) -> None:
+    """Paragraphs whose first line is indented, set as TeX sets them (10 pt lines 12 points
+    apart, a column from 72 to 320 and one from 340): one of two lines, which the layout
+    analysis boxes apart (neither their left nor their right edges meet); then lines under
+    an indented first line that reaches the column's right edge after a gap of two lines,
+    under a short one, under a heading of another size (one of its leadings below it), in
+    the other column, and under the other column's."""
+    c.setFont("Times-Roman", 10)
+    stretched(c, 90, 700, "La estación de tren abrió en mayo y recibió a los viajeros", 320)
+    c.drawString(72, 688, "miles de viajeros del valle.")
+    stretched(c, 90, 660, "El tren salió tarde y llegó de noche a la estación del norte", 320)
+    c.drawString(72, 636, "ciudad, tras una parada larga.")
+    c.drawString(90, 610, "Un párrafo de una línea corta.")
+    c.drawString(72, 598, "Otro párrafo debajo de ella.")
+    stretched(c, 90, 560, "Un título grande de la página primera", 320, 14, "Times-Bold")
+    c.drawString(72, 543, "Texto bajo el título grande.")
+    stretched(c, 90, 520, "Texto de la columna izquierda que llega al borde de ella", 320)
+    c.drawString(340, 508, "Texto de la columna derecha.")
+    stretched(c, 358, 480, "La columna derecha llega a su borde derecho y", 560)
+    c.drawString(72, 468, "La columna izquierda sigue.")
+
+
+def test_a_paragraph_s_lines_boxed_apart_under_its_indented_first_line_are_one():
+    """The lines of a paragraph under its indented first line, which the layout analysis
+    boxes apart from it, are the rest of it: translated with it as one text and drawn at
+    its size, its first line indented; lines after a gap, under a short line, under a
+    heading of another size or in another column stay paragraphs of their own."""
+    source = made(flowing)
+    assert "miles de viajeros del valle." in boxes(source)  # a box of its own: the case here
+    read = files.read_file(".pdf", source)
+    assert [p.text for p in read.paragraphs] == [
+        "La estación de tren abrió en mayo y recibió a los viajeros miles de viajeros del valle.",
+        "El tren salió tarde y llegó de noche a la estación del norte",
+        "ciudad, tras una parada larga.",
+        "Un párrafo de una línea corta.",
+        "Otro párrafo debajo de ella.",
+        "Un título grande de la página primera",
+        "Texto bajo el título grande.",
+        "Texto de la columna izquierda que llega al borde de ella",
+        "La columna izquierda sigue.",
+        "Texto de la columna derecha.",
+        "La columna derecha llega a su borde derecho y",
+    ]
+    written = [c for c in characters(translated(source)) if c.get_text().strip()]
+    paragraph = [c for c in written if c.y0 > 680]
+    rows: dict[float, list[LTChar]] = {}
+    for char in sorted(paragraph, key=lambda c: c.x0):
+        rows.setdefault(round(char.matrix[5]), []).append(char)
+    first, *under = (rows[row] for row in sorted(rows, reverse=True))
+    assert round(first[0].x0) == 90 and under and {round(row[0].x0) for row in under} == {72}
+    assert "".join(c.get_text() for row in [first, *under] for c in row).endswith("DELVALLE.")
+    assert {round(c.size) for c in paragraph} == {10}
+
+
 def marked(c) -> None:
     """Two list items whose mark, a bullet, is a character reportlab's Helvetica shows by a
     code the font's encoding maps to no character (pdfminer reads `(cid:127)`)."""

@@ -20,7 +20,7 @@ Here: `read_file`, the dispatch by suffix. The modules:
 - `diagrams`: SmartArt diagrams' data and drawing parts, in a .docx or a .pptx;
 - `bindings`: a .docx's content controls bound to custom XML, and their data;
 - `pdfparagraphs`: a PDF page's text boxes read as paragraphs, of lines measured by
-  `pdflines`, a list item's lines boxed apart from it joined to it
+  `pdflines`, those boxed apart from the paragraph they continue joined to it
   (`pdfcontinued`);
 - `pdftext`, `pdfdraw`: a PDF's text read with the operators that show it and taken out of
   its content streams; a translated text box drawn;

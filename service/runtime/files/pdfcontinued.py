@@ -1,6 +1,8 @@
 """A page's paragraphs (`Lines`) that continue the paragraph before them, though the layout
 analysis boxes them apart from it, taken back into it (`_continued`): a list item's lines
-under its text, boxed apart from its first line, which starts at its mark (`_continues`)."""
+under its text, boxed apart from its first line, which starts at its mark (`_continues`),
+and running text's lines under a paragraph's first line, boxed apart from it where that
+line is indented (`_flows_on`)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from service.runtime.files.pdflines import (
     SIZE_STEP,
     Lines,
     _baseline,
+    _family,
     _leading,
     _monospaced,
     _size,
@@ -22,16 +25,23 @@ from service.runtime.files.pdflines import (
 # of a line's leading: how far a box's first line may be from one leading under the last
 # line of the paragraph before and be the rest of it
 LEADING_SLACK = 0.15
+INDENT = 4.0  # of a line's size: the widest first line's indent
+SAME_SIZE = 1.02  # lines whose sizes differ by more than this ratio are not one text running on
 
 
 def _continued(groups: list[Lines]) -> list[Lines]:
     """A page's `groups` in their order, the first paragraph of a box taken into the
-    paragraph before where it continues that list item (`_continues`)."""
+    paragraph before where it continues that list item (`_continues`) or that paragraph's
+    running text (`_flows_on`)."""
     page = Around(groups)
     merged: list[Lines] = []
     for group in groups:
         before = merged[-1] if merged else None
-        if before is not None and group.first and _continues(group, before, page):
+        if (
+            before is not None
+            and group.first
+            and (_continues(group, before, page) or _flows_on(group, before, page))
+        ):
             merged[-1] = Lines(
                 before.lines + group.lines,
                 max(before.right, group.right),
@@ -46,11 +56,13 @@ def _continued(groups: list[Lines]) -> list[Lines]:
 
 class Around:
     """What a page's paragraphs (`groups`) tell of one: the pitch of its lines of a size
-    (the median of its paragraphs' of that size), and the lines on a baseline."""
+    (the median of its paragraphs' of that size), the lines on a baseline, and the lines
+    that start at a left edge."""
 
     def __init__(self, groups: list[Lines]) -> None:
         pitches: dict[float, list[float]] = {}
         self.rows: dict[int, list] = {}
+        self.lines = [line for group in groups for line in group.lines]
         for group in groups:
             if len(group.lines) > 1:
                 pitches.setdefault(_size(group.lines[-1]), []).append(_leading(group.lines))
@@ -69,6 +81,23 @@ class Around:
         row = round(baseline)
         near = [line for key in (row - 1, row, row + 1) for line in self.rows.get(key, [])]
         return [line for line in near if abs(_baseline(line) - baseline) < ALIGNED]
+
+    def between(self, top: float, bottom: float) -> list:
+        """The lines whose baseline is below `top` and above `bottom`, by more than ALIGNED."""
+        return [
+            line
+            for row, lines in self.rows.items()
+            if bottom - 2 < row < top + 2
+            for line in lines
+            if bottom + ALIGNED < _baseline(line) < top - ALIGNED
+        ]
+
+    def right(self, left: float, indent: float) -> float:
+        """The right edge of the column whose lines start at `left`, or at its first
+        lines' `indent`: the furthest the lines that start there or between (within
+        ALIGNED) reach."""
+        start, end = min(left, indent) - ALIGNED, max(left, indent) + ALIGNED
+        return max(line.x1 for line in self.lines if start <= line.x0 <= end)
 
 
 def _continues(group: Lines, item: Lines, page: Around) -> bool:
@@ -90,6 +119,34 @@ def _continues(group: Lines, item: Lines, page: Around) -> bool:
         return False
     left = item.lines[0].x0 - ALIGNED
     return not any(left <= o.x0 and o.x1 <= line.x0 for o in page.on(_baseline(line)))
+
+
+def _flows_on(group: Lines, above: Lines, page: Around) -> bool:
+    """Whether `group` is the rest of paragraph `above`, running text (not a list item:
+    `_continues`): it starts where the lines of `above` after its first start, or, where
+    `above` is one line, at its left or left of it by no more than a first line's indent
+    (INDENT); a line's leading below its last line (`_a_leading_under`), which reaches the
+    right edge of their column (within SHORT_LINE of its width; `Around.right`), with no
+    line between them; at its size (within SAME_SIZE) and in its font family, neither code,
+    with no mark of its own."""
+    line, last = group.lines[0], above.lines[-1]
+    if group.prefix or above.prefix or _text_start(above) is not None:
+        return False
+    if LIST_MARK.match(line.get_text()) or _monospaced(line) or _monospaced(last):
+        return False
+    if _sized_apart(line, last, SAME_SIZE) or _family(line) != _family(last):
+        return False
+    if len(above.lines) > 1:
+        if abs(line.x0 - above.lines[1].x0) > ALIGNED:
+            return False
+    elif not -ALIGNED <= above.lines[0].x0 - line.x0 <= INDENT * _size(line):
+        return False
+    right = max(page.right(line.x0, above.lines[0].x0), above.right)
+    if last.x1 < right - SHORT_LINE * (right - line.x0):
+        return False  # the paragraph's last line ends short: its last
+    if not _a_leading_under(group, above, page):
+        return False
+    return not page.between(_baseline(last), _baseline(line))
 
 
 def _a_leading_under(group: Lines, before: Lines, page: Around) -> bool:

@@ -3,6 +3,7 @@ pdfcontinued): a paragraph's lines (`Lines`), and a line's baseline, size, style
 
 from __future__ import annotations
 
+import collections
 import re
 import statistics
 from dataclasses import dataclass
@@ -43,9 +44,10 @@ def _size(line) -> float:
     return statistics.median(i.size for i in line if isinstance(i, LTChar))
 
 
-def _sized_apart(one, other) -> bool:
-    """Whether two lines' sizes differ by more than SIZE_STEP (a heading and its text)."""
-    return max(_size(one), _size(other)) > SIZE_STEP * min(_size(one), _size(other))
+def _sized_apart(one, other, step: float = SIZE_STEP) -> bool:
+    """Whether two lines' sizes differ by more than the ratio `step` (a heading and its
+    text)."""
+    return max(_size(one), _size(other)) > step * min(_size(one), _size(other))
 
 
 def _leading(lines: list) -> float:
@@ -57,6 +59,16 @@ def _monospaced(line) -> bool:
     from pdfminer.layout import LTChar
 
     return all(_style(i).family == "mono" for i in line if isinstance(i, LTChar))
+
+
+def _family(line) -> str:
+    """The font family of most of a line's characters but its monospaced ones (words of
+    code in running text); "mono" for a line of code."""
+    from pdfminer.layout import LTChar
+
+    families = [_style(i).family for i in line if isinstance(i, LTChar)]
+    text = collections.Counter(family for family in families if family != "mono")
+    return text.most_common(1)[0][0] if text else "mono"
 
 
 def _style(char) -> Style:

@@ -1,8 +1,8 @@
 """A PDF page's text boxes read as paragraphs (`_boxes`): pdfminer's boxes cut where a
 line is short, of another size, a list's mark or code, or beside the line before (a
-table's cells); a list item's lines boxed apart under its text joined to it again
-(pdfcontinued); each paragraph its runs of one style and the geometry its translation is
-drawn in (pdfdraw.Box).
+table's cells); lines that continue the paragraph above them though boxed apart from it
+(a list item's, running text's) joined to it again (pdfcontinued); each paragraph its runs
+of one style and the geometry its translation is drawn in (pdfdraw.Box).
 Characters that cannot be drawn again (rotated, of a Type3 or vertical font, invisible,
 unmapped) keep their paragraph as it was, but for a list's mark before its text."""
 
@@ -42,7 +42,7 @@ class Read:
 
 def _boxes(page, index: int) -> list[Read]:
     """The horizontal text boxes of pdfminer's `page` (in forms too), read as paragraphs,
-    each list item's continuation boxed apart taken back into it (`_continued`)."""
+    each paragraph's continuation boxed apart taken back into it (`_continued`)."""
     from pdfminer.layout import LTContainer, LTTextBoxHorizontal
 
     found: list[Lines] = []
