@@ -18,7 +18,7 @@ from reportlab.lib.utils import ImageReader
 from reportlab.pdfgen import canvas
 
 from service.runtime import files
-from service.runtime.files import pdf, pdfdraw, pdfparagraphs, pdftext
+from service.runtime.files import pdf, pdfcontinued, pdfdraw, pdflines, pdfparagraphs, pdftext
 
 LINK = "https://example.org/informe"
 
@@ -674,6 +674,19 @@ def test_a_paragraph_s_lines_boxed_apart_under_its_indented_first_line_are_one()
     assert {round(c.size) for c in paragraph} == {10}
 
 
+def test_a_first_line_indented_past_its_bound_is_no_paragraph_s_first_line(monkeypatch):
+    """The lines under a line of one paragraph are taken into it where that line's indent
+    is at most INDENT sizes: with the bound under the 18 points of the case above (1.5 sizes
+    of 10 points: 15), they stay a paragraph of their own."""
+    source = made(flowing)
+    monkeypatch.setattr(pdfcontinued, "INDENT", 1.5)
+    texts = [p.text for p in files.read_file(".pdf", source).paragraphs]
+    assert texts[:2] == [
+        "La estación de tren abrió en mayo y recibió a los viajeros",
+        "miles de viajeros del valle.",
+    ]
+
+
 def marked(c) -> None:
     """Two list items whose mark, a bullet, is a character reportlab's Helvetica shows by a
     code the font's encoding maps to no character (pdfminer reads `(cid:127)`)."""
@@ -748,4 +761,4 @@ def test_a_mark_shown_by_the_operator_of_its_item_s_text_keeps_the_item_as_it_wa
 def test_a_list_s_mark_is_told_from_text_that_starts_with_a_number_or_a_dash(line, marked):
     """A line that starts with a list's mark starts a paragraph (an item); a number or a dash
     that is the text's own (a quantity, a year, a negative number) does not."""
-    assert bool(pdfparagraphs.LIST_MARK.match(line)) is marked
+    assert bool(pdflines.LIST_MARK.match(line)) is marked
