@@ -424,6 +424,9 @@ def test_a_font_s_name_gives_its_family_weight_and_slant():
     assert pdfdraw.Style.of("TimesNewRomanPS-ItalicMT", ()).font("x") == "Times-Italic"
     assert pdfdraw.Style.of("NimbusMonL-Regu", ()).font("x") == "Courier"
     assert pdfdraw.Style.of("CMBX12", ()).font("x") == "Times-Bold"
+    assert pdfdraw.Style.of("ABCDEF+CMTT10", ()).font("x") == "Courier"
+    assert pdfdraw.Style.of("ABCDEF+CMSLTT10", ()).font("x") == "Courier-Oblique"
+    assert pdfdraw.Style.of("CMITT10", ()).font("x") == "Courier-Oblique"
     assert pdfdraw.Style.of("DejaVuSans-Oblique", ()).font("x") == "Helvetica-Oblique"
 
 

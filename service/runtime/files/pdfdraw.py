@@ -32,14 +32,15 @@ STANDARD = {
     "mono": ("Courier", "Courier-Bold", "Courier-Oblique", "Courier-BoldOblique"),
 }
 # what fonts' names say of their family, weight and slant (TeX's Computer Modern by its codes:
-# CMR roman, CMSS sans, CMTT typewriter, CMBX bold, CMTI, CMMI and CMSL slanted)
-MONO = re.compile(r"courier|mono|nimbusmon|consol|code|^CMTT", re.I)
+# CMR roman, CMSS sans, CMTT, CMSLTT, CMITT and CMTCSC typewriter, CMBX bold, CMTI, CMITT,
+# CMMI and CMSL slanted)
+MONO = re.compile(r"courier|mono|nimbusmon|consol|code|^CM(SL|I)?TT|^CMTCSC", re.I)
 SANS = re.compile(r"sans|helvetica|arial|verdana|calibri|tahoma|^CMSS", re.I)
 SERIF = re.compile(
     r"times|serif|roman|nimbusrom|georgia|garamond|cambria|minion|palatino|^CM", re.I
 )
 BOLD = re.compile(r"bold|black|heavy|demi|medi|^CMBX|^CMB\d", re.I)
-ITALIC = re.compile(r"ital|oblique|^CMTI|^CMMI|^CMSL", re.I)
+ITALIC = re.compile(r"ital|oblique|^CMTI|^CMITT|^CMMI|^CMSL", re.I)
 SUBSET = re.compile(r"^[A-Z]{6}\+")  # a subset font's tag before its name
 # what no font draws: control characters (a model's byte pieces can give them), surrogates
 UNDRAWN = re.compile("[\x00-\x08\x0e-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]")
