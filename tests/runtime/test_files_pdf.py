@@ -510,6 +510,77 @@ def test_a_justified_paragraph_is_drawn_justified_and_a_ragged_one_ragged():
     assert drawn[0][0][0] == pytest.approx(drawn[0][1][0] + 18, abs=0.5)
 
 
+def headed(c) -> None:
+    """A title centred on the page, a date flush right, a paragraph of two lines and a short
+    line at the left margin."""
+    c.setFont("Helvetica-Bold", 16)
+    c.drawCentredString(A4[0] / 2, 760, "Un informe breve")
+    c.setFont("Helvetica", 10)
+    c.drawRightString(A4[0] - 72, 730, "Madrid, mayo")
+    c.drawString(72, 700, "La estación de tren abrió en mayo y recibió a miles de viajeros del")
+    c.drawString(72, 688, "valle.")
+    c.drawString(72, 660, "Nota breve.")
+
+
+def titled() -> bytes:
+    """reportlab's Title style (centred in its frame) over a paragraph of its BodyText."""
+    from reportlab.lib.styles import getSampleStyleSheet
+    from reportlab.platypus import Paragraph as Laid
+    from reportlab.platypus import SimpleDocTemplate
+
+    styles, out = getSampleStyleSheet(), io.BytesIO()
+    body = "La estación de tren abrió en mayo y recibió a miles de viajeros. " * 3
+    SimpleDocTemplate(out, pagesize=A4).build(
+        [Laid("Informe anual de la estación", styles["Title"]), Laid(body, styles["BodyText"])]
+    )
+    return out.getvalue()
+
+
+def extent(data: bytes, words: str) -> tuple[float, float]:
+    """Where `words` (the first characters of the page that spell them, spaces apart)
+    start and end."""
+    shown = [char for char in characters(data) if char.get_text().strip()]
+    text, wanted = "".join(char.get_text() for char in shown), words.replace(" ", "")
+    found = shown[text.index(wanted) :][: len(wanted)]
+    return found[0].x0, found[-1].x1
+
+
+@pytest.mark.parametrize("longer", [True, False], ids=["longer", "shorter"])
+@pytest.mark.parametrize(
+    "build, lines",
+    [
+        (
+            lambda: made(headed),
+            {"Madrid, mayo": "right", "Un informe breve": "center", "Nota breve.": "left"},
+        ),
+        (titled, {"Informe anual de la estación": "center"}),
+    ],
+    ids=["canvas", "platypus"],
+)
+def test_a_line_centred_or_flush_right_alone_is_drawn_so_translated(build, lines, longer):
+    """A paragraph of one line centred in the page's text (a title: reportlab's Title
+    style, a canvas's drawCentredString) is drawn centred on the same centre, one flush
+    right at its right edge (drawRightString) ends there, whether its translation is
+    longer or shorter; a short line at the left margin stays at it."""
+    source = build()
+    read = files.read_file(".pdf", source)
+    for paragraph in read.paragraphs:
+        text = paragraph.text.upper() if longer else paragraph.text[: len(paragraph.text) // 2]
+        paragraph.write([(0, text)])
+    written = read.save()
+    for words, align in lines.items():
+        x0, x1 = extent(source, words)
+        n = len(words) if longer else len(words) // 2
+        tx0, tx1 = extent(written, words.upper()[:n] if longer else words[:n])
+        assert abs((tx1 - tx0) - (x1 - x0)) > 10  # another width: where it is drawn tells
+        if align == "center":
+            assert (tx0 + tx1) / 2 == pytest.approx((x0 + x1) / 2, abs=1)
+        elif align == "right":
+            assert tx1 == pytest.approx(x1, abs=0.5)
+        else:
+            assert tx0 == pytest.approx(x0, abs=0.5)
+
+
 def two_columns_in_a_box(c) -> float:
     """A heading over a table of two columns whose lines pdfminer's layout analysis puts in
     one box (the heading's right edge meets the right column's): the right column's left
