@@ -16,9 +16,11 @@ replicas it would replace) and deleting it on its way out; a front started after
 died takes the name over and replaces what that one left deployed.
 
 A replica the front has not seen loads the versions the front added since the deployment (and
-drops those it removed) before it gets a call. One that leaves the directory (scaled down)
-gets no new call and ends its jobs; one whose connection ends while still listed is tried
-again, for RECONNECT_GIVE_UP seconds (its node may be gone for good: Ray Serve starts another).
+drops those it removed) before it gets a call; a version it cannot load is logged and left to
+the replicas that hold it, and the replica serves the others. One that leaves the directory
+(scaled down) gets no new call and ends its jobs; one whose connection ends while still listed
+is tried again, for RECONNECT_GIVE_UP seconds (its node may be gone for good: Ray Serve starts
+another).
 """
 
 from __future__ import annotations
@@ -368,13 +370,15 @@ class ClusterPool(WorkerPool):
 
     async def _sync(self, worker: _Worker) -> None:
         loop = asyncio.get_running_loop()
+        refused: set[str] = set()  # versions it cannot load: not asked again
         try:
             # again while the versions served changed during the loads
             while True:
                 have, want = set(worker.info.get("models", {})), self._wanted()
                 # a version skipped at its start holds another content now: not asked again
                 skipped = worker.info.get("skipped", {})
-                missing = [key for key in want if key not in have and key not in skipped]
+                asked = have | set(skipped) | refused
+                missing = [key for key in want if key not in asked]
                 if not missing and have <= set(want):
                     break
                 for key in have - set(want):
@@ -383,8 +387,8 @@ class ClusterPool(WorkerPool):
                 for key in missing:
                     worker.loading[key] = loop.create_future()
                     worker.conn.send(want[key])
-                await asyncio.gather(*(worker.loading[key] for key in missing))
-        except (OSError, ValueError, ModelRepositoryError, Unavailable, AttributeError) as error:
+                refused |= await self._refused(worker, {k: worker.loading[k] for k in missing})
+        except (OSError, ValueError, Unavailable, AttributeError) as error:
             log.warning("replica at %s cannot serve: %s", worker.settings.socket, error)
             if worker.conn is not None:
                 self._on_death(worker)
@@ -396,6 +400,22 @@ class ClusterPool(WorkerPool):
             worker.ready.set_result(worker.info)
         self._update_placement()
         self._notify()
+
+    async def _refused(self, worker: _Worker, answers: dict[str, asyncio.Future]) -> set[str]:
+        """The versions of `answers` (key -> the future of the replica's answer to its Load)
+        that the replica cannot load, each logged once: it serves the others, as a worker of
+        one machine does (WorkerPool._caught_up), and their calls go to the replicas that
+        hold them. Unavailable when its connection ended first."""
+        await asyncio.gather(*answers.values(), return_exceptions=True)
+        refused = set()
+        for key, answer in answers.items():
+            error = answer.exception()
+            if isinstance(error, ModelRepositoryError):
+                log.error("replica at %s cannot load %s: %s", worker.settings.socket, key, error)
+                refused.add(key)
+            elif error is not None:
+                raise error
+        return refused
 
     def _close(self, worker: _Worker) -> None:
         """A leaving replica whose calls all ended: let go of it."""

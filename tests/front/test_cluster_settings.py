@@ -418,3 +418,84 @@ def test_a_start_cancelled_while_the_replicas_start_deletes_them_without_waiting
 
     asyncio.run(stopped_while_starting())
     assert done == ["init", "deployed", f"delete {cluster.APPLICATION}, waiting False", "shutdown"]
+
+
+async def _met(pool, replica: str, models: dict):
+    """A replica the pool meets just now (not ready, read from the event loop), whose Ready
+    says it holds `models` -> (its worker, its end of the connection)."""
+    import asyncio
+
+    from service.worker.messages import Ready
+
+    worker, replica_end = _listed_replica(pool, replica, {})
+    worker.ready = asyncio.get_running_loop().create_future()
+    asyncio.get_running_loop().add_reader(worker.conn.fileno(), pool._on_readable, worker)
+    replica_end.send(Ready({"models": models}))
+    return worker, replica_end
+
+
+async def _asked(replica_end):
+    """The next message the front sends the replica."""
+    import asyncio
+
+    assert await asyncio.to_thread(replica_end.poll, 5.0), "the front sent nothing"
+    return replica_end.recv()
+
+
+async def _calls_go_to(pool, key: str):
+    """The worker a call of model version `key` is sent to."""
+    import numpy as np
+
+    from service.runtime.decoding import DecodingOptions
+    from service.worker.messages import Job
+
+    job = Job(pool.next_id(), {"src_ids": np.zeros((1, 3), np.int64)}, DecodingOptions())
+    return (await pool.submit(key, "Translate", job, 5.0)).worker
+
+
+def _serving_two(pool) -> None:
+    import dataclasses
+
+    pool.template = dataclasses.replace(
+        pool.template,
+        models=(("m/1", "v1"), ("m/2", "v2")),
+        variants=(("m/1", "fp32"), ("m/2", "fp32")),
+    )
+    pool.models = {"m/1": "m", "m/2": "m"}
+
+
+def test_a_replica_that_cannot_load_a_version_serves_the_others(monkeypatch, caplog):
+    """A replica that answers NotLoaded to a served version it was sent as it came up was
+    closed and connected to again, loading and refusing in a loop for RECONNECT_GIVE_UP
+    seconds, then forgotten: as a worker of one machine, it logs the refusal once and serves
+    the versions it holds, and the refused version's calls go to the replicas that hold it."""
+    import asyncio
+
+    from service.front import cluster
+    from service.worker.messages import Load, NotLoaded, Submit
+
+    monkeypatch.setattr(cluster, "RECONNECT_SECONDS", 0.05)  # a reconnect would come at once
+
+    async def run():
+        pool = _cluster_pool()
+        _serving_two(pool)
+        holder, holder_end = _listed_replica(pool, "holder", {"m/1": {}, "m/2": {}})
+        worker, replica_end = await _met(pool, "r", {"m/1": {}})
+        load = await _asked(replica_end)
+        assert isinstance(load, Load) and load.key == "m/2"
+        replica_end.send(NotLoaded("m/2", "out of memory"))
+        await asyncio.wait_for(asyncio.shield(worker.ready), 5.0)
+        await asyncio.sleep(0.2)  # past a reconnect
+        assert worker.alive and worker.conn is not None and "r" not in pool.lost
+        assert set(worker.info["models"]) == {"m/1"}
+        holder.held = 5  # the refusing replica holds fewer rows: m/1's calls go to it
+        assert await _calls_go_to(pool, "m/1") is worker
+        assert await _calls_go_to(pool, "m/2") is holder
+        assert isinstance(replica_end.recv(), Submit) and not replica_end.poll()
+        refusals = [r for r in caplog.records if "cannot load m/2" in r.getMessage()]
+        assert len(refusals) == 1 and "out of memory" in refusals[0].getMessage()
+        await pool.stop()
+        replica_end.close()
+        holder_end.close()
+
+    asyncio.run(run())
