@@ -16,11 +16,11 @@ replicas it would replace) and deleting it on its way out; a front started after
 died takes the name over and replaces what that one left deployed.
 
 A replica the front has not seen loads the versions the front added since the deployment (and
-drops those it removed) before it gets a call; a version it cannot load is logged and left to
-the replicas that hold it, and the replica serves the others. One that leaves the directory
-(scaled down) gets no new call and ends its jobs; one whose connection ends while still listed
-is tried again, for RECONNECT_GIVE_UP seconds (its node may be gone for good: Ray Serve starts
-another).
+drops those it removed) before it gets a call; a version it cannot load (refused, or not
+answered within LOAD_SECONDS) is logged and left to the replicas that hold it, and the replica
+serves the others. One that leaves the directory (scaled down) gets no new call and ends its
+jobs; one whose connection ends while still listed is tried again, for RECONNECT_GIVE_UP
+seconds (its node may be gone for good: Ray Serve starts another).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from ray import serve
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from service.front.metrics import Metrics
-from service.front.pool import WorkerPool, _Worker
+from service.front.pool import LOAD_SECONDS, WorkerPool, _Worker
 from service.runtime.errors import ModelRepositoryError, Unavailable
 from service.worker.messages import Ready, Unload
 from service.worker.replica import Directory, WorkerReplica
@@ -370,7 +370,7 @@ class ClusterPool(WorkerPool):
 
     async def _sync(self, worker: _Worker) -> None:
         loop = asyncio.get_running_loop()
-        refused: set[str] = set()  # versions it cannot load: not asked again
+        refused: set[str] = set()  # versions it refused or did not load in time: not asked again
         try:
             # again while the versions served changed during the loads
             while True:
@@ -402,20 +402,42 @@ class ClusterPool(WorkerPool):
         self._notify()
 
     async def _refused(self, worker: _Worker, answers: dict[str, asyncio.Future]) -> set[str]:
-        """The versions of `answers` (key -> the future of the replica's answer to its Load)
-        that the replica cannot load, each logged once: it serves the others, as a worker of
-        one machine does (WorkerPool._caught_up), and their calls go to the replicas that
-        hold them. Unavailable when its connection ended first."""
-        await asyncio.gather(*answers.values(), return_exceptions=True)
-        refused = set()
+        """The versions of `answers` (key -> the future of the replica's answer to its Load,
+        in the order sent) that the replica will not serve, each logged once: those it
+        refused, and those it did not answer within LOAD_SECONDS each (it loads them one after
+        another: the rest wait behind one it hangs in), given up as WorkerPool.load gives up a
+        worker's. It serves the others, as a worker of one machine does
+        (WorkerPool._caught_up), and their calls go to the replicas that hold them.
+        Unavailable when its connection ended first."""
+        refused, late = set(), False
         for key, answer in answers.items():
-            error = answer.exception()
-            if isinstance(error, ModelRepositoryError):
+            if not late:  # once one is late, the rest wait behind it
+                await asyncio.wait([answer], timeout=LOAD_SECONDS)
+            if not answer.done():
+                late = True
+                self._give_up(worker, key, answer)
+                refused.add(key)
+            elif isinstance(error := answer.exception(), ModelRepositoryError):
                 log.error("replica at %s cannot load %s: %s", worker.settings.socket, key, error)
                 refused.add(key)
             elif error is not None:
                 raise error
         return refused
+
+    def _give_up(self, worker: _Worker, key: str, answer: asyncio.Future) -> None:
+        """A Load of `key` the replica did not answer in time: unloaded from it (should it
+        load the version after all), its late answer dropped (`owed`)."""
+        log.error(
+            "replica at %s did not load %s within %g s; it serves the others",
+            worker.settings.socket,
+            key,
+            LOAD_SECONDS,
+        )
+        if worker.loading.get(key) is answer:
+            del worker.loading[key]
+        answer.cancel()
+        worker.owed[key] = worker.owed.get(key, 0) + 1
+        worker.conn.send(Unload(key))
 
     def _close(self, worker: _Worker) -> None:
         """A leaving replica whose calls all ended: let go of it."""

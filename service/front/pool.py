@@ -61,6 +61,7 @@ log = logging.getLogger("attnserve")
 QUEUED_BATCHES = 2  # the admission limit's ceiling: this many full batches per worker
 RESTART_DELAYS = (0.0, 0.5, 1.0, 2.0, 5.0)  # seconds before successive restarts of a slot
 RECONNECT_SECONDS = 0.1  # a front that is not the workers' parent tries a worker again after
+LOAD_SECONDS = 600.0  # a worker's answer to a Load (the version loaded and checked), within
 
 
 class CallState(enum.Flag):
@@ -249,7 +250,7 @@ class WorkerPool:
         self.fail_all(Unavailable("the server is stopping"))
 
     # -- model versions while serving ------------------------------------------------------
-    async def load(self, key: str, version, variant: str, timeout: float = 600.0) -> None:
+    async def load(self, key: str, version, variant: str, timeout: float = LOAD_SECONDS) -> None:
         """Every ready worker loads and checks one more model version; ModelRepositoryError
         when one of them cannot, Unavailable when a worker died before it answered,
         TimeoutError when one has not answered within `timeout` (each time the version

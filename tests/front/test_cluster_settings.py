@@ -453,15 +453,16 @@ async def _calls_go_to(pool, key: str):
     return (await pool.submit(key, "Translate", job, 5.0)).worker
 
 
-def _serving_two(pool) -> None:
+def _serving(pool, *keys: str) -> None:
+    """The pool serves model versions `keys` (their versions stand-ins)."""
     import dataclasses
 
     pool.template = dataclasses.replace(
         pool.template,
-        models=(("m/1", "v1"), ("m/2", "v2")),
-        variants=(("m/1", "fp32"), ("m/2", "fp32")),
+        models=tuple((key, f"v of {key}") for key in keys),
+        variants=tuple((key, "fp32") for key in keys),
     )
-    pool.models = {"m/1": "m", "m/2": "m"}
+    pool.models = dict.fromkeys(keys, "m")
 
 
 def test_a_replica_that_cannot_load_a_version_serves_the_others(monkeypatch, caplog):
@@ -478,7 +479,7 @@ def test_a_replica_that_cannot_load_a_version_serves_the_others(monkeypatch, cap
 
     async def run():
         pool = _cluster_pool()
-        _serving_two(pool)
+        _serving(pool, "m/1", "m/2")
         holder, holder_end = _listed_replica(pool, "holder", {"m/1": {}, "m/2": {}})
         worker, replica_end = await _met(pool, "r", {"m/1": {}})
         load = await _asked(replica_end)
@@ -494,6 +495,50 @@ def test_a_replica_that_cannot_load_a_version_serves_the_others(monkeypatch, cap
         assert isinstance(replica_end.recv(), Submit) and not replica_end.poll()
         refusals = [r for r in caplog.records if "cannot load m/2" in r.getMessage()]
         assert len(refusals) == 1 and "out of memory" in refusals[0].getMessage()
+        await pool.stop()
+        replica_end.close()
+        holder_end.close()
+
+    asyncio.run(run())
+
+
+def test_a_replica_that_does_not_answer_a_load_in_time_serves_the_others(monkeypatch, caplog):
+    """A replica alive but hung in a Load it was sent as it came up was waited for without
+    end: never ready, and the calls of its versions with it. Within LOAD_SECONDS (as a
+    load on one machine) it is given up for that version and serves the others: the version
+    is unloaded from it and its late answer dropped, as WorkerPool.load does for a worker
+    whose load timed out, so its calls go to the replicas that hold it."""
+    import asyncio
+    import time
+
+    from service.front import cluster
+    from service.worker.messages import Load, Loaded, Unload
+
+    monkeypatch.setattr(cluster, "LOAD_SECONDS", 0.3)
+
+    async def run():
+        pool = _cluster_pool()
+        _serving(pool, "m/1", "m/2", "m/3")
+        held = {"m/1": {}, "m/2": {}, "m/3": {}}
+        holder, holder_end = _listed_replica(pool, "holder", held)
+        worker, replica_end = await _met(pool, "r", {"m/1": {}})
+        asked = [await _asked(replica_end), await _asked(replica_end)]
+        assert [(type(m), m.key) for m in asked] == [(Load, "m/2"), (Load, "m/3")]
+        started = time.monotonic()
+        await asyncio.wait_for(asyncio.shield(worker.ready), 5.0)  # no answer: given up
+        # m/3 waits behind m/2 in the replica: given up with it, not a bound later
+        assert time.monotonic() - started < 2 * cluster.LOAD_SECONDS
+        assert worker.alive and worker.conn is not None
+        assert [await _asked(replica_end) for _ in asked] == [Unload("m/2"), Unload("m/3")]
+        replica_end.send(Loaded("m/2", {}))  # its late answers, to no one
+        replica_end.send(Loaded("m/3", {}))
+        await asyncio.sleep(0.1)
+        assert set(worker.info["models"]) == {"m/1"} and worker.owed == {"m/2": 0, "m/3": 0}
+        holder.held = 5
+        assert await _calls_go_to(pool, "m/1") is worker
+        assert await _calls_go_to(pool, "m/2") is holder
+        late = [r.getMessage() for r in caplog.records if "did not load" in r.getMessage()]
+        assert len(late) == 2 and "m/2" in late[0] and "m/3" in late[1]
         await pool.stop()
         replica_end.close()
         holder_end.close()
