@@ -90,10 +90,13 @@ def test_fronts_share_the_port_every_worker_and_the_metrics(start_server):
             assert [(h.text, h.tokens) for h in got.hypotheses] == [
                 (h.text, h.tokens) for h in want.hypotheses
             ]
-            assert len(events) > 2 and events[-1].result.model == unary.model
-            assert [e.partial.steps for e in events[:-1]] == sorted(
-                {e.partial.steps for e in events[:-1]}
-            )
+            # at least one partial before the result (partials that wait while the front is
+            # busy are sent merged as one: how many arrive is the machine's timing)
+            assert len(events) >= 2 and events[-1].result.model == unary.model
+            steps = [e.partial.steps for e in events[:-1]]
+            assert steps == sorted(set(steps)) and steps[0] >= 1
+            last = list(events[-2].partial.tokens)
+            assert last and last == list(want.hypotheses[0].tokens)[: len(last)]
         # and the captioner, the other service every front serves
         buffer = io.BytesIO()
         pixels = np.random.default_rng(0).integers(0, 256, (96, 96, 3), dtype=np.uint8)
