@@ -89,19 +89,26 @@ def test_a_worker_s_death_during_a_load_is_unavailable_a_refusal_is_not():
     asyncio.run(run())
 
 
+async def _loaded_by_the_first(timeout: float):
+    """Two ready workers holding translator/1, asked to load translator/2 within `timeout`:
+    the first has answered Loaded, the second not -> the pool, its workers, the load."""
+    pool = _pool(2)
+    first, second = pool.workers
+    _ready(pool, 0, "translator/1")
+    _ready(pool, 1, "translator/1")
+    loading = asyncio.create_task(pool.load("translator/2", "version 2", "fp32", timeout))
+    await asyncio.sleep(0)
+    pool._handle(first, Loaded("translator/2", {}))
+    return pool, first, second, loading
+
+
 def test_a_load_that_times_out_is_unloaded_from_the_workers_that_loaded_it():
     """One worker loaded the version, the other did not answer in time: the version is not
     served, and the worker that loaded it drops it again (it held a whole version's
     sessions for nothing), as after a refusal."""
 
     async def run():
-        pool = _pool(2)
-        first, second = pool.workers
-        _ready(pool, 0, "translator/1")
-        _ready(pool, 1, "translator/1")
-        loading = asyncio.create_task(pool.load("translator/2", "version 2", "fp32", 0.2))
-        await asyncio.sleep(0)
-        pool._handle(first, Loaded("translator/2", {}))
+        pool, first, second, loading = await _loaded_by_the_first(0.2)
         with pytest.raises(TimeoutError, match="translator/2: not loaded by every worker"):
             await loading
         assert not pool.serves("translator/2")
@@ -120,13 +127,7 @@ def test_a_late_answer_to_a_load_given_up_is_not_taken_for_the_next_load_s():
     the second, which dropped it (the Unload) and then refused it, was sent its calls."""
 
     async def run():
-        pool = _pool(2)
-        first, second = pool.workers
-        _ready(pool, 0, "translator/1")
-        _ready(pool, 1, "translator/1")
-        loading = asyncio.create_task(pool.load("translator/2", "version 2", "fp32", 0.1))
-        await asyncio.sleep(0)
-        pool._handle(first, Loaded("translator/2", {}))
+        pool, first, second, loading = await _loaded_by_the_first(0.1)
         with pytest.raises(TimeoutError):
             await loading
         loading = asyncio.create_task(pool.load("translator/2", "version 2", "fp32", 5.0))

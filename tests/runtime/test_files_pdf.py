@@ -74,15 +74,8 @@ def translated(data: bytes) -> bytes:
 
 
 def characters(data: bytes, page: int = 0) -> list[LTChar]:
-    def walk(container):
-        for item in container:
-            if isinstance(item, LTChar):
-                yield item
-            elif isinstance(item, LTContainer):
-                yield from walk(item)
-
     laid = list(extract_pages(io.BytesIO(data)))[page]
-    return list(walk(laid))
+    return list(pdf._characters([laid]))
 
 
 def boxes(data: bytes, page: int = 0) -> dict[str, tuple[float, ...]]:

@@ -99,7 +99,6 @@ def test_a_version_replaced_in_place_under_load_serves_its_new_content(
     """translator/1 renamed over as `attnserve export` publishes (its new manifest lets it write
     two tokens at most): calls naming it reach the new content once it is loaded, the calls
     in flight on the old one finish, and none fails."""
-    from export.repository import publish, staging
 
     repository = tmp_path / "repository"
     shutil.copytree(model_repository, repository)
@@ -118,12 +117,7 @@ def test_a_version_replaced_in_place_under_load_serves_its_new_content(
         clients = [pool.submit(_load, server, stop) for _ in range(2)]
         try:
             time.sleep(0.5)
-            staged = staging(directory)
-            shutil.copytree(directory, staged)
-            manifest = json.loads((staged / "manifest.json").read_text())
-            manifest["limits"]["max_output_tokens"] = 2
-            (staged / "manifest.json").write_text(json.dumps(manifest))
-            publish(staged, directory)
+            _replace_in_place(directory)
             server.wait_for(
                 lambda: "retired translator/1@" in server.log_file.read_text(),
                 120,
