@@ -1,15 +1,16 @@
 """The front processes a worker answers: the pipe to the front that started it, and the
 fronts connected on its socket since (several front processes share one batch; a replica's
-fronts on a cluster, over TCP)."""
+fronts on a cluster, over TCP), and the model versions they ask it to load while it serves."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import queue
 import socket
 import threading
 import time
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from multiprocessing.connection import AuthenticationError, Listener, wait
 
 from service.worker.messages import (
@@ -30,6 +31,16 @@ from service.worker.startup import load_model
 ACCEPT_SECONDS = 2.0  # how long closing waits for the accepting thread to end
 
 
+@dataclass
+class _Loading:
+    """A model version being loaded: the fronts that asked for it, a link once a Load
+    (each is answered once the load ends, even those that let go meanwhile: the front drops
+    the answer of a Load it gave up), and those that serve it once it is loaded."""
+
+    asked: list = field(default_factory=list)
+    holders: set = field(default_factory=set)
+
+
 class Fronts:
     """The front processes a worker answers: `parent`, the pipe to the front that started it,
     and the fronts connected on its socket since. Keeps which front submitted each job and
@@ -43,6 +54,14 @@ class Fronts:
         self.listener = self._wake = None
         self.replica = settings.replica
         self.outbox = Outbox()
+        # model versions being loaded (key -> _Loading); beside the loop but on CUDA
+        # (`load`), their outcomes queued by the loading threads, a byte on `_loaded_wake`
+        self.loading: dict[str, _Loading] = {}
+        self.load_beside = settings.device != "cuda"
+        self._loaded: queue.SimpleQueue = queue.SimpleQueue()
+        self._loaded_wake, self._loaded_waker = os.pipe()
+        self._ended = False  # closed: a load that ends now is let go of at once
+        self._ending = threading.Lock()
         self._accepted: list = []
         self._closing = False  # the loop ended: the accepting thread takes no one more
         if settings.socket:
@@ -74,9 +93,17 @@ class Fronts:
             os.write(self._waker, b"\0")
 
     def wait(self, timeout: float | None) -> list:
-        """The links with messages waiting (fronts that connected are added first)."""
-        waitables = self.links + ([self._wake] if self._wake is not None else [])
+        """The links with messages waiting (fronts that connected are added first, and the
+        model versions whose load ended are served or refused)."""
+        waitables = [*self.links, self._loaded_wake]
+        if self._wake is not None:
+            waitables.append(self._wake)
         ready = wait(waitables, timeout)
+        if self._loaded_wake in ready:
+            ready.remove(self._loaded_wake)
+            os.read(self._loaded_wake, 4096)
+            while not self._loaded.empty():
+                self._settle(*self._loaded.get())
         if self._wake in ready:
             ready.remove(self._wake)
             os.read(self._wake, 4096)
@@ -140,25 +167,70 @@ class Fronts:
         scheduler.submit(job)
 
     def load(self, link, message: Load, settings) -> None:
-        """Loads one more model version between two steps (the other models wait meanwhile);
-        a version another front had loaded is answered at once."""
-        if message.key in self.schedulers:
-            self.holders[message.key].add(link)
-            self.send(link, Loaded(message.key, self.info["models"][message.key]))
+        """Loads one more model version and answers Loaded or NotLoaded; a version loaded
+        already is answered at once, one being loaded when its load ends. The load runs on a
+        thread of its own while the loop serves the other versions, and the loop's `wait`
+        takes its outcome. On CUDA it runs in the loop, between two steps (the other
+        versions wait meanwhile): the static step's first run in a bucket records a CUDA
+        graph, and onnxruntime records in CUDA's global mode, in which a run of another
+        thread of the process fails the recording and itself."""
+        key = message.key
+        if key in self.schedulers:
+            self.holders[key].add(link)
+            self.send(link, Loaded(key, self.info["models"][key]))
             return
-        try:
-            scheduler, info = load_model(settings, message.version, message.variant)
-        except Exception as error:  # a broken version: refused, the others go on
-            self.send(link, NotLoaded(message.key, f"{type(error).__name__}: {error}"))
-            return
-        self.schedulers[message.key], self.info["models"][message.key] = scheduler, info
-        self.info.get("skipped", {}).pop(message.key, None)  # its content is back
-        self.holders[message.key] = {link}
-        self.send(link, Loaded(message.key, info))
+        loading = self.loading.get(key)
+        if loading is None:
+            loading = self.loading[key] = _Loading()
+            if self.load_beside:
+                thread = threading.Thread(
+                    target=self._load, args=(message, settings), name=f"load {key}", daemon=True
+                )
+                thread.start()
+        loading.asked.append(link)
+        loading.holders.add(link)
+        if not self.load_beside:
+            self._settle(key, _outcome(message, settings))
+
+    def _load(self, message: Load, settings) -> None:
+        """A loading thread: the version's outcome to the loop, or, once the loop has
+        ended, let go of."""
+        outcome = _outcome(message, settings)
+        with self._ending:
+            if not self._ended:
+                self._loaded.put((message.key, outcome))
+                os.write(self._loaded_waker, b"\0")
+                return
+        if isinstance(outcome, tuple):
+            outcome[0].close()
+
+    def _settle(self, key: str, outcome) -> None:
+        """A load ended: the version is served by the fronts that asked for it and still
+        hold it (else let go of at once), and every Load is answered."""
+        loading = self.loading.pop(key)
+        if isinstance(outcome, tuple):
+            scheduler, info = outcome
+            holders = {link for link in loading.holders if link in self.links}
+            if holders:
+                self.schedulers[key], self.info["models"][key] = scheduler, info
+                self.info.get("skipped", {}).pop(key, None)  # its content is back
+                self.holders[key] = holders
+            else:
+                scheduler.close()
+            answer = Loaded(key, info)
+        else:
+            answer = NotLoaded(key, outcome)
+        for link in loading.asked:
+            if link in self.links:
+                self.send(link, answer)
 
     def unload(self, link, key: str, asked: bool = False) -> None:
         """`link`'s front serves `key` no more; the last one to let go unloads it. A
         replica's front that `asked` (an Unload) lets go for the replica as well."""
+        if key in self.loading:  # it is served by the fronts that hold it once loaded
+            self.loading[key].holders.discard(link)
+            if asked and self.replica:
+                self.loading[key].holders.discard(self.parent)
         holders = self.holders.get(key)
         if holders is None:
             return
@@ -200,6 +272,15 @@ class Fronts:
         ends on a thread of a process that lives on: their connections would stay open).
         The parent's pipe is its caller's: it ends with the process, whose exit code the
         front that started it reads."""
+        with self._ending:  # the loads still running let go of their versions
+            ended, self._ended = self._ended, True
+        if not ended:
+            while not self._loaded.empty():
+                outcome = self._loaded.get()[1]
+                if isinstance(outcome, tuple):
+                    outcome[0].close()
+            os.close(self._loaded_wake)
+            os.close(self._loaded_waker)
         self.outbox.close()
         if self.listener is not None and not self._closing:
             self._stop_accepting()
@@ -222,3 +303,12 @@ class Fronts:
         if not self._accepting.is_alive():
             os.close(self._wake)
             os.close(self._waker)
+
+
+def _outcome(message: Load, settings) -> tuple | str:
+    """(scheduler, info) of the version `message` names, loaded and checked (load_model), or
+    why it cannot be: a broken version is refused, the others go on."""
+    try:
+        return load_model(settings, message.version, message.variant)
+    except Exception as error:
+        return f"{type(error).__name__}: {error}"

@@ -25,6 +25,8 @@ from service.worker.messages import (
     Failed,
     Failure,
     Job,
+    Load,
+    Loaded,
     Ready,
     Report,
     Result,
@@ -218,6 +220,33 @@ def test_a_version_unloaded_with_jobs_in_flight_answers_them(signals, loaded):
     _serve(worker, the_front)
     assert [(f.job_id, f.kind) for f in failures] == [(3, "Unavailable")]
     assert failures[0].message.startswith(f"model version {KEY} was unloaded before")
+
+
+def test_a_worker_serves_its_versions_while_it_loads_another(signals, loaded, exported_translator):
+    """A Load (a version published while serving) runs beside the loop: jobs sent after it
+    are answered before the version, checked over its golden set, is."""
+    version, _ = exported_translator
+    front, worker = Pipe()
+    answered: list = []
+
+    def the_front():
+        try:
+            front.recv()  # Ready
+            front.send(Load("translator/1", version, "fp32"))
+            for job_id in (20, 21, 22):
+                front.send(Submit(KEY, _job(job_id, max_length=8)))
+            while not answered or answered[-1] != "translator/1":
+                assert front.poll(120)
+                message = front.recv()
+                if isinstance(message, Loaded):
+                    answered.append(message.key)
+                else:
+                    answered.extend(e.job_id for e in message.events if isinstance(e, Result))
+        finally:
+            front.send(Stop())
+
+    _serve(worker, the_front)
+    assert sorted(answered[:3]) == [20, 21, 22] and answered[3:] == ["translator/1"]
 
 
 def test_a_job_whose_input_the_encoder_refuses_fails_alone_the_worker_goes_on(signals, loaded):

@@ -1,11 +1,13 @@
 """The front processes a worker answers: jobs go to their model's scheduler and their events back
 to the front that sent them; fronts connect on the worker's socket with its key; a front that
 goes away has its jobs cancelled and lets go of its models, and the last front to let go of a
-model version unloads it."""
+model version unloads it. A version is loaded beside the loop (between two steps on CUDA)
+and served by the fronts that still hold it when its load ends."""
 
 from __future__ import annotations
 
 import tempfile
+import time
 from multiprocessing import Pipe
 from multiprocessing.connection import AuthenticationError, Client
 from pathlib import Path
@@ -49,6 +51,16 @@ def _job(job_id: int, max_length: int = 6) -> Job:
 def _received(link, timeout: float = 10.0):
     assert link.poll(timeout), "nothing came"
     return link.recv()
+
+
+def _load_answer(fronts: Fronts, front, timeout: float = 120.0):
+    """The answer to a Load: the loop's wait, which takes a load's outcome, run until it
+    comes."""
+    deadline = time.monotonic() + timeout
+    while not front.poll(0.02):
+        assert time.monotonic() < deadline, "no answer came"
+        fronts.wait(0.02)
+    return front.recv()
 
 
 def _finish(scheduler: Scheduler) -> list:
@@ -133,10 +145,52 @@ def test_a_version_that_cannot_load_is_refused_and_the_others_stay(one_front, tm
     fronts, front, _ = one_front
     broken = broken_version(tmp_path)  # its graphs missing from its directory
     fronts.load(fronts.parent, Load("tiny/2", broken, "fp32"), WorkerSettings(index=0, models=()))
-    refused = _received(front)
+    refused = _load_answer(fronts, front)
     assert isinstance(refused, NotLoaded) and refused.key == "tiny/2"
     assert refused.message.startswith("NoSuchFile: ") and "encoder.onnx" in refused.message
     assert set(fronts.schedulers) == {KEY} and set(fronts.info["models"]) == {KEY}
+
+
+def test_a_version_loads_beside_the_loop_and_is_served_once_checked(one_front, exported_translator):
+    fronts, front, scheduler = one_front
+    version, _ = exported_translator
+    settings = WorkerSettings(index=0, models=())
+    fronts.load(fronts.parent, Load("translator/1", version, "fp32"), settings)
+    assert not front.poll(0) and set(fronts.loading) == {"translator/1"}  # still loading
+    fronts.submit(fronts.parent, Submit(KEY, _job(4)))  # the served version decodes meanwhile
+    assert isinstance(_finish(scheduler)[-1], Result)
+    loaded = _load_answer(fronts, front)
+    assert isinstance(loaded, Loaded) and loaded.key == "translator/1"
+    assert loaded.info["golden_inputs"] > 0 and loaded.info["provider"] == "CPUExecutionProvider"
+    assert fronts.holders["translator/1"] == {fronts.parent} and not fronts.loading
+    assert fronts.info["models"]["translator/1"] == loaded.info
+    fronts.load(fronts.parent, Load("translator/1", version, "fp32"), settings)
+    assert _received(front) == loaded  # loaded already: answered at once
+
+
+def test_on_cuda_a_version_loads_between_two_steps(one_front, exported_translator):
+    """There the loop answers the Load before it goes on (a CUDA graph's recording fails
+    beside another thread's run); the version is the CPU's here."""
+    fronts, front, _ = one_front
+    fronts.load_beside = False
+    version, _ = exported_translator
+    fronts.load(fronts.parent, Load("translator/1", version, "fp32"), WorkerSettings(0, ()))
+    assert "translator/1" in fronts.schedulers and not fronts.loading  # before the next wait
+    loaded = _received(front)
+    assert isinstance(loaded, Loaded) and loaded.info == fronts.info["models"]["translator/1"]
+
+
+def test_a_version_let_go_of_while_loading_is_answered_then_dropped(one_front, exported_translator):
+    fronts, front, _ = one_front
+    version, _ = exported_translator
+    fronts.load(fronts.parent, Load("translator/1", version, "fp32"), WorkerSettings(0, ()))
+    fronts.unload(fronts.parent, "translator/1", asked=True)  # the front gave up on it
+    assert isinstance(_load_answer(fronts, front), Loaded)  # the answer the front drops
+    assert set(fronts.schedulers) == {KEY} and set(fronts.info["models"]) == {KEY}
+    assert set(fronts.holders) == {KEY} and not fronts.loading
+    fronts.submit(fronts.parent, Submit("translator/1", _job(5)))
+    (failure,) = _received(front).events
+    assert failure.kind == "Unavailable" and "not loaded here" in failure.message
 
 
 def test_the_last_front_to_let_go_of_a_version_unloads_it(one_front):
@@ -204,6 +258,20 @@ def test_a_front_that_goes_away_has_its_jobs_cancelled_and_lets_go_of_its_models
     assert isinstance(events[20], Failure) and events[20].kind == "Cancelled"
     assert isinstance(events[21], Result)
     fronts.drop(link)  # dropped already: nothing happens
+
+
+def test_fronts_asking_for_a_version_being_loaded_share_its_load(two_fronts, exported_translator):
+    fronts, front, other, _ = two_fronts
+    version, _ = exported_translator
+    other_link = fronts.links[1]
+    assert isinstance(_received(other), Ready)
+    message = Load("translator/1", version, "fp32")
+    fronts.load(fronts.parent, message, WorkerSettings(0, ()))
+    fronts.load(other_link, message, WorkerSettings(0, ()))
+    assert len(fronts.loading["translator/1"].asked) == 2  # one load for both
+    first = _load_answer(fronts, front)
+    assert isinstance(first, Loaded) and _received(other) == first
+    assert fronts.holders["translator/1"] == {fronts.parent, other_link}
 
 
 def test_every_front_sees_the_worker_end_once_what_was_queued_is_sent(two_fronts):
