@@ -404,9 +404,9 @@ class ClusterPool(WorkerPool):
     async def _refused(self, worker: _Worker, answers: dict[str, asyncio.Future]) -> set[str]:
         """The versions of `answers` (key -> the future of the replica's answer to its Load,
         in the order sent) that the replica will not serve, each logged once: those it
-        refused, and those it did not answer within LOAD_SECONDS each (it loads them one after
-        another: the rest wait behind one it hangs in), given up as WorkerPool.load gives up a
-        worker's. It serves the others, as a worker of one machine does
+        refused, and those it did not answer within LOAD_SECONDS each (on CUDA it loads them
+        one after another: the rest wait behind one it hangs in), given up as WorkerPool.load
+        gives up a worker's. It serves the others, as a worker of one machine does
         (WorkerPool._caught_up), and their calls go to the replicas that hold them.
         Unavailable when its connection ended first."""
         refused, late = set(), False
@@ -433,10 +433,7 @@ class ClusterPool(WorkerPool):
             key,
             LOAD_SECONDS,
         )
-        if worker.loading.get(key) is answer:
-            del worker.loading[key]
-        answer.cancel()
-        worker.owed[key] = worker.owed.get(key, 0) + 1
+        self._stop_waiting(worker, key, answer)
         worker.conn.send(Unload(key))
 
     def _close(self, worker: _Worker) -> None:

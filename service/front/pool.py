@@ -272,11 +272,7 @@ class WorkerPool:
             del self._adding[key]
             for worker in self.workers:  # not a future a cluster's replica syncs with
                 if (future := worker.loading.get(key)) in answers:
-                    del worker.loading[key]
-                    # not answered (the wait for the answers cancels their futures): its
-                    # answer comes later, to no one
-                    if future.cancelled() or not future.done():
-                        worker.owed[key] = worker.owed.get(key, 0) + 1
+                    self._stop_waiting(worker, key, future)
         problems = [o for o in outcomes if isinstance(o, BaseException)]
         if problems:
             self.unload(key)
@@ -288,6 +284,16 @@ class WorkerPool:
             (*((k, v) for k, v in self.template.models if k != key), (key, version)),
             {**dict(self.template.variants), key: variant},
         )
+
+    @staticmethod
+    def _stop_waiting(worker: _Worker, key: str, answer: asyncio.Future) -> None:
+        """The load of `key` waits no more for `worker`'s `answer`: one not come yet (the
+        wait for the answers cancels their futures) is owed, and dropped when it comes."""
+        if worker.loading.get(key) is answer:
+            del worker.loading[key]
+        if answer.cancelled() or not answer.done():
+            answer.cancel()
+            worker.owed[key] = worker.owed.get(key, 0) + 1
 
     def _ask(self, worker: _Worker, message: Load) -> None:
         """Sends `worker` a version to load; the load waits for its answer."""
