@@ -159,9 +159,7 @@ class ClusterPool(WorkerPool):
         self._watcher: asyncio.Task | None = None
         self._indices = iter(range(1 << 30))
         self._tasks: set[asyncio.Task] = set()  # connections and syncs under way
-        # told whether any replica is ready, at every change (the server's gRPC health)
-        self.on_serving = None
-        self.serving = False
+        self._told_serving = False  # the start waits for min_replicas of them
 
     def _spawn_task(self, work) -> None:
         task = asyncio.get_running_loop().create_task(work)
@@ -454,9 +452,5 @@ class ClusterPool(WorkerPool):
         self.metrics.cluster_replicas.clear()
         for node, count in per_node.items():
             self.metrics.cluster_replicas.labels(node).set(count)
-        ready = sum(w.alive for w in self.workers)
-        self.metrics.workers_ready.set(ready)
-        if (ready > 0) != self.serving:
-            self.serving = ready > 0
-            if self.on_serving is not None and not self.stopping:
-                self._spawn_task(self.on_serving(self.serving))
+        self.metrics.workers_ready.set(sum(w.alive for w in self.workers))
+        self._tell_serving()

@@ -169,9 +169,10 @@ class WorkerPool:
         self.models: dict[str, str] = {}  # key -> model name, for metric labels
         self.queued = 0
         self.stopping = False
-        # whether health may say SERVING: a worker of one machine that dies is back within
-        # seconds; the cluster's pool follows whether any replica is ready
-        self.serving = True
+        # told whether health may say SERVING (a worker is ready), at every change
+        self.on_serving = None
+        self._told_serving = True  # the start waits for every worker
+        self._telling: set[asyncio.Task] = set()
         self._context = multiprocessing.get_context("spawn")
         self._ids = itertools.count(front + 1, fronts)
         self._changed = asyncio.Event()  # set at a change of what the workers hold (_notify)
@@ -294,6 +295,23 @@ class WorkerPool:
         if answer.cancelled() or not answer.done():
             answer.cancel()
             worker.owed[key] = worker.owed.get(key, 0) + 1
+
+    @property
+    def serving(self) -> bool:
+        """Whether health may say SERVING: a worker is ready to take calls (while none is,
+        a call waits for one restarted, and a probe sends the next ones elsewhere)."""
+        return any(w.alive for w in self.workers)
+
+    def _tell_serving(self) -> None:
+        """Tells `on_serving` (the server's health) whether a worker is ready, at a change."""
+        serving = self.serving
+        if serving == self._told_serving:
+            return
+        self._told_serving = serving
+        if self.on_serving is not None and not self.stopping:
+            task = asyncio.get_running_loop().create_task(self.on_serving(serving))
+            self._telling.add(task)
+            task.add_done_callback(self._telling.discard)
 
     def _ask(self, worker: _Worker, message: Load) -> None:
         """Sends `worker` a version to load; the load waits for its answer."""
@@ -531,6 +549,7 @@ class WorkerPool:
             worker.ready.set_result(message.info)
             if self.parent:
                 self.metrics.workers_ready.set(sum(w.alive for w in self.workers))
+            self._tell_serving()
             self._notify()
         elif isinstance(message, Failed):
             worker.ready.set_exception(RuntimeError(message.message))
@@ -648,6 +667,7 @@ class WorkerPool:
         worker.rows = {}
         if self.parent:
             self.metrics.workers_ready.set(sum(w.alive for w in self.workers))
+        self._tell_serving()
         error = Unavailable(
             f"the worker decoding this request stopped (exit code {code}); retry the request"
         )

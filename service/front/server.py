@@ -5,7 +5,8 @@ service of its kind (service.runtime.kinds: translators on TranslationService, c
 CaptionService). It checks every request at the edge (fields, texts, images, limits), hands
 decode jobs to the worker processes and turns their results into responses. Health reports
 NOT_SERVING, for the server and for each service by name, until every worker has passed its
-golden-set checks, with `ray` while no replica is ready, and again once a drain starts
+golden-set checks, while no worker is ready (every one restarting; with `ray`, no
+replica), and again once a drain starts
 (SIGTERM; HTTP's health routes say the same, `Front.health`): from then on new calls get
 UNAVAILABLE and calls in flight have `drain_seconds` to finish. With `fronts` > 1 several
 front processes run this on one port and share the workers (service.front.fronts).
@@ -201,8 +202,7 @@ async def serve(
             front.describe(model, variants[model.worker_key])
     front.serving = True
     await health_now()
-    if config.ray:  # NOT_SERVING while no replica is ready (a drain's NOT_SERVING stays)
-        pool.on_serving = health_now
+    pool.on_serving = health_now  # NOT_SERVING while no worker is ready (a drain's stays)
     if role is None:
         fronts = {"fronts": others.pids()} if others else {}
         _write_ready(config, {**ports, "serving": True, "workers": pool.pids(), **fronts})

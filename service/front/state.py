@@ -57,8 +57,8 @@ class Front:
     @property
     def healthy(self) -> bool:
         """What health says, over gRPC as over HTTP: SERVING once the workers have passed
-        their checks, while the pool can serve (on a Ray cluster: a replica is ready), until
-        a drain starts."""
+        their checks, while the pool can serve (a worker, on a Ray cluster a replica, is
+        ready), until a drain starts."""
         return self.serving and self.pool.serving and not self.draining
 
     def health(self, service: str) -> bool:

@@ -121,6 +121,23 @@ def test_a_killed_worker_is_replaced_and_its_calls_retried_unseen(start_server):
     assert client.health(server.channel) == "SERVING"
 
 
+def test_health_is_not_serving_while_the_only_worker_restarts(start_server):
+    """A readiness probe sends the next calls elsewhere while no worker can take them; a call
+    sent meanwhile waits for the worker restarted and is answered; liveness stays SERVING."""
+    server = start_server("--workers", "1")
+    (victim,) = server.worker_pids()
+    os.kill(victim, signal.SIGKILL)
+    server.wait_for(
+        lambda: client.health(server.channel, timeout=5) == "NOT_SERVING", 30, "no worker ready"
+    )
+    assert client.health(server.channel, SERVICE) == "NOT_SERVING"
+    assert client.health(server.channel, "grpc.health.v1.Health") == "SERVING"
+    response = client.translate(server.channel, ["Hola."], timeout=90)
+    assert response.translations[0].hypotheses[0].text
+    server.wait_for(lambda: client.health(server.channel, timeout=5) == "SERVING", 90, "restart")
+    assert victim not in server.worker_pids() and len(server.worker_pids()) == 1
+
+
 def test_a_worker_killed_under_load_costs_no_unary_call(start_server):
     server = start_server("--workers", "2")
     stop = threading.Event()
