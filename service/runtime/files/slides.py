@@ -38,26 +38,28 @@ def _pptx(data: bytes, suffix: str) -> File:
 def _pptx_paragraphs(presentation):
     """Every text paragraph of the slides: their shapes', groups' and tables' cells, their
     charts' titles, and the speaker notes."""
-
-    def of(shapes):
-        for shape in shapes:
-            if getattr(shape, "shapes", None) is not None:  # a group
-                yield from of(shape.shapes)
-            if getattr(shape, "has_text_frame", False) and shape.has_text_frame:
-                yield from shape.text_frame.paragraphs
-            if getattr(shape, "has_table", False) and shape.has_table:
-                for row in shape.table.rows:
-                    for cell in row.cells:
-                        yield from cell.text_frame.paragraphs
-            if getattr(shape, "has_chart", False) and shape.has_chart:
-                for title in _chart_titles(shape.chart):
-                    yield from title.text_frame.paragraphs
-
     for slide in presentation.slides:
-        yield from of(slide.shapes)
+        yield from _shapes_paragraphs(slide.shapes)
         notes = slide.notes_slide.notes_text_frame if slide.has_notes_slide else None
         if notes is not None:  # None: a notes slide without a body
             yield from notes.paragraphs
+
+
+def _shapes_paragraphs(shapes):
+    """Every text paragraph of `shapes`: their own, their groups' (nested ones too), their
+    tables' cells' and their charts' titles'."""
+    for shape in shapes:
+        if getattr(shape, "shapes", None) is not None:  # a group
+            yield from _shapes_paragraphs(shape.shapes)
+        if getattr(shape, "has_text_frame", False) and shape.has_text_frame:
+            yield from shape.text_frame.paragraphs
+        if getattr(shape, "has_table", False) and shape.has_table:
+            for row in shape.table.rows:
+                for cell in row.cells:
+                    yield from cell.text_frame.paragraphs
+        if getattr(shape, "has_chart", False) and shape.has_chart:
+            for title in _chart_titles(shape.chart):
+                yield from title.text_frame.paragraphs
 
 
 def _chart_titles(chart) -> list:
