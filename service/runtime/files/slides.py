@@ -1,7 +1,8 @@
 """Presentations (.pptx, python-pptx): every text paragraph of the slides (their shapes',
-groups', tables' cells', charts' titles, SmartArt diagrams: diagrams) and of the speaker
-notes, each in texts of its runs and line breaks parted by the fields that stay
-(drawingml)."""
+groups', tables' cells', charts' titles, SmartArt diagrams: diagrams), of the speaker
+notes, and of the drawings the slides' layouts and masters show on them (their shapes that
+are no placeholder: a company's name, "Confidencial"), each in texts of its runs and line
+breaks parted by the fields that stay (drawingml)."""
 
 from __future__ import annotations
 
@@ -21,9 +22,16 @@ def _pptx(data: bytes, suffix: str) -> File:
     for paragraph in _pptx_paragraphs(presentation):
         parts.setdefault(paragraph._p.getroottree().getroot(), None)
         paragraphs += [Paragraph(read, write) for read, write in _drawing_texts(paragraph._p)]
-    drawn = _diagrams([slide.part for slide in presentation.slides])
+    behind = _shown_behind(presentation.slides)
+    # bodies: the text bodies read of the layouts' and masters' drawings, relabelled (not
+    # their parts: the placeholders' prompts stay, as does the language they say)
+    bodies = {}
+    for paragraph in _drawings_paragraphs(behind):
+        bodies.setdefault(paragraph._p.getparent(), None)
+        paragraphs += [Paragraph(read, write) for read, write in _drawing_texts(paragraph._p)]
+    drawn = _diagrams([slide.part for slide in presentation.slides] + [s.part for s in behind])
     paragraphs += drawn.paragraphs
-    drawing = _drawing_relabel([*parts, *drawn.roots])
+    drawing = _drawing_relabel([*parts, *bodies, *drawn.roots])
     package = presentation.part.package
 
     def relabel(wanted: Relabel) -> None:
@@ -60,6 +68,51 @@ def _shapes_paragraphs(shapes):
         if getattr(shape, "has_chart", False) and shape.has_chart:
             for title in _chart_titles(shape.chart):
                 yield from title.text_frame.paragraphs
+
+
+def _shown_behind(slides) -> list:
+    """The layouts and masters whose drawings `slides` show, each once, in the order the
+    slides first show them: each slide's layout and that layout's master, but for a slide
+    that hides them, and a master its layout hides ("Hide background graphics").
+
+    A layout no slide shows is not read: its text is the template's, as a placeholder's
+    prompt is, no reader sees it, and a template's dozens of layouts would be translated for
+    nothing (a slide added from one later shows it in the source language)."""
+    shown = {}  # each part -> its layout or master
+    for slide in slides:
+        layout = _behind(slide, "slide_layout") if _shows_master(slide) else None
+        if layout is None:
+            continue
+        shown.setdefault(layout.part, layout)
+        master = _behind(layout, "slide_master") if _shows_master(layout) else None
+        if master is not None:
+            shown.setdefault(master.part, master)
+    return list(shown.values())
+
+
+def _behind(slide, name: str):
+    """A slide's layout or a layout's master (python-pptx's attribute `name`), None where
+    its part relates to none (a file another tool wrote), which python-pptx reads as a
+    KeyError."""
+    try:
+        return getattr(slide, name)
+    except KeyError:
+        return None
+
+
+def _shows_master(slide) -> bool:
+    """Whether a slide shows its layout's and master's drawings, or a layout its master's
+    (`showMasterSp`, an XML boolean, true where it is not written)."""
+    return slide._element.get("showMasterSp", "true") not in ("0", "false")
+
+
+def _drawings_paragraphs(behind):
+    """Every text paragraph of the drawings of the layouts and masters `behind` the slides:
+    their shapes that are no placeholder. A placeholder holds a prompt ("Haga clic para
+    modificar el estilo de título del patrón"), shown while a slide is edited and never
+    on it, which the slide's own placeholder replaces: it stays."""
+    for each in behind:
+        yield from _shapes_paragraphs(s for s in each.shapes if not s.is_placeholder)
 
 
 def _chart_titles(chart) -> list:
