@@ -6,6 +6,7 @@ what cannot be drawn again kept as it was; encrypted and broken files refused.""
 from __future__ import annotations
 
 import io
+import itertools
 
 import pypdf
 import pytest
@@ -18,7 +19,15 @@ from reportlab.lib.utils import ImageReader
 from reportlab.pdfgen import canvas
 
 from service.runtime import files
-from service.runtime.files import pdf, pdfcontinued, pdfdraw, pdflines, pdfparagraphs, pdftext
+from service.runtime.files import (
+    pdf,
+    pdfalone,
+    pdfcontinued,
+    pdfdraw,
+    pdflines,
+    pdfparagraphs,
+    pdftext,
+)
 
 LINK = "https://example.org/informe"
 
@@ -572,6 +581,230 @@ def test_a_line_centred_or_flush_right_alone_is_drawn_so_translated(build, lines
             assert tx1 == pytest.approx(x1, abs=0.5)
         else:
             assert tx0 == pytest.approx(x0, abs=0.5)
+
+
+def rewritten(source: bytes, translations: dict[str, str]) -> bytes:
+    """`source` read, each paragraph written as `translations` gives its text (else as it
+    was), and saved."""
+    read = files.read_file(".pdf", source)
+    for paragraph in read.paragraphs:
+        paragraph.write([(0, translations.get(paragraph.text, paragraph.text))])
+    return read.save()
+
+
+COLUMNS = ((72, 285), (310, 523))  # the left and right edges of two columns of text
+SPREAD = (
+    "La estación de tren abrió en mayo y recibió a",
+    "miles de viajeros del valle y de los pueblos de",
+)
+
+
+def in_columns(c) -> None:
+    """A title centred on the page over two justified columns, each with a heading
+    centred in it between two paragraphs, and a short line at the right column's left
+    edge."""
+    c.setFont("Helvetica-Bold", 16)
+    c.drawCentredString(A4[0] / 2, 780, "Un informe breve")
+    for top in (740, 670):
+        for left, right in COLUMNS:
+            for number, words in enumerate(SPREAD):
+                stretched(c, left, top - 12 * number, words, right, 10, "Helvetica")
+            c.setFont("Helvetica", 10)
+            c.drawString(left, top - 24, "la sierra.")
+    c.setFont("Helvetica-Bold", 11)
+    c.drawCentredString(sum(COLUMNS[0]) / 2, 690, "Primera parte")
+    c.drawCentredString(sum(COLUMNS[1]) / 2, 690, "Segunda parte")
+    c.setFont("Helvetica", 10)
+    c.drawString(COLUMNS[1][0], 610, "Fin del informe.")
+
+
+@pytest.mark.parametrize("longer", [True, False], ids=["longer", "shorter"])
+def test_a_line_centred_alone_in_its_column_is_drawn_centred_in_it(longer):
+    """A heading of one line centred in its column of text (not on the page: the page's
+    text spans two columns) is drawn centred in that column, its translation longer or
+    shorter; the page's title stays centred on the page, a short line at the right
+    column's left edge stays there."""
+    translations = {
+        "Primera parte": "The first part of the report" if longer else "Part one",
+        "Segunda parte": "The second part of the report" if longer else "Part two",
+        "Un informe breve": "A short report on the station" if longer else "Report",
+        "Fin del informe.": "The end of the report on the station." if longer else "End.",
+    }
+    source = made(in_columns)
+    written = rewritten(source, translations)
+    centres = {
+        "Primera parte": sum(COLUMNS[0]) / 2,
+        "Segunda parte": sum(COLUMNS[1]) / 2,
+        "Un informe breve": A4[0] / 2,
+    }
+    for words, centre in centres.items():
+        x0, x1 = extent(source, words)
+        tx0, tx1 = extent(written, translations[words])
+        assert abs((tx1 - tx0) - (x1 - x0)) > 10  # another width: where it is drawn tells
+        assert (tx0 + tx1) / 2 == pytest.approx(centre, abs=1)
+    assert extent(written, translations["Fin del informe."])[0] == pytest.approx(310, abs=0.5)
+
+
+CELLS = (72, 232, 312, 412)  # the left and right edges of a table's three columns
+ROWS = (("Estación", "Línea", "Viajeros"), ("Norte", "A", "12.500"), ("Sur del valle", "B", "3.75"))
+TABLED = "La tabla siguiente da los viajeros de cada estación del valle en el año pasado."
+
+
+def ruled(c) -> None:
+    """A paragraph over a table whose cells are drawn rectangles: its headings centred in
+    their cells, its last column's numbers flush right (6 points from the cell's border),
+    its other cells' text from their left (6 points in)."""
+    c.setFont("Helvetica", 10)
+    c.drawString(72, 760, TABLED)
+    for row, cells in enumerate(ROWS):
+        top = 720 - 20 * row
+        for column, words in enumerate(cells):
+            left, right = CELLS[column], CELLS[column + 1]
+            c.rect(left, top - 20, right - left, 20)
+            if row == 0:
+                c.drawCentredString((left + right) / 2, top - 14, words)
+            elif column == len(cells) - 1:
+                c.drawRightString(right - 6, top - 14, words)
+            else:
+                c.drawString(left + 6, top - 14, words)
+
+
+def gridded() -> bytes:
+    """The same table laid out by reportlab's Table (its grid drawn as lines, its cells
+    padded 6 points) under the same paragraph."""
+    from reportlab.lib.styles import getSampleStyleSheet
+    from reportlab.platypus import Paragraph as Laid
+    from reportlab.platypus import SimpleDocTemplate, Table, TableStyle
+
+    widths = [right - left for left, right in itertools.pairwise(CELLS)]
+    table = Table(ROWS, colWidths=widths)
+    table.setStyle(
+        TableStyle(
+            [
+                ("GRID", (0, 0), (-1, -1), 0.5, "black"),
+                ("ALIGN", (0, 0), (-1, 0), "CENTER"),
+                ("ALIGN", (-1, 1), (-1, -1), "RIGHT"),
+            ]
+        )
+    )
+    out = io.BytesIO()
+    body = getSampleStyleSheet()["BodyText"]
+    SimpleDocTemplate(out, pagesize=A4).build([Laid(TABLED, body), table])
+    return out.getvalue()
+
+
+def cell_edges(data: bytes, words: str) -> tuple[float, float]:
+    """The left and right edges of the cell `words` stand in: the nearest drawing either
+    side of them (a rectangle's side, a line) that spans their height."""
+    from pdfminer.layout import LTCurve
+
+    x0, x1 = extent(data, words)
+    laid = next(extract_pages(io.BytesIO(data)))
+    y = next(char.y0 for char in characters(data) if char.x0 == x0)
+    sides = [
+        side
+        for item in laid
+        if isinstance(item, LTCurve) and item.y0 <= y <= item.y1
+        for side in {item.x0, item.x1}
+    ]
+    return max(side for side in sides if side <= x0), min(side for side in sides if side >= x1)
+
+
+@pytest.mark.parametrize("longer", [True, False], ids=["longer", "shorter"])
+@pytest.mark.parametrize("build", [lambda: made(ruled), gridded], ids=["rectangles", "grid"])
+def test_a_line_centred_or_flush_right_in_a_table_s_cell_is_drawn_so_in_it(build, longer):
+    """A table's heading centred in its cell (a drawn rectangle, a grid's lines around it)
+    is drawn centred in the cell and within it, a number flush right in its cell ends where
+    it ended, and a cell's text at its left starts where it started, whether the
+    translation is longer or shorter."""
+    translations = {
+        "Estación": "Name of the station" if longer else "Stop",
+        "Viajeros": "Passengers carried" if longer else "Pay",
+        "12.500": "12,500 in all" if longer else "12k",
+        "Norte": "The northern station" if longer else "N",
+    }
+    source = build()
+    written = rewritten(source, translations)
+    for words in ("Estación", "Viajeros"):
+        left, right = cell_edges(source, words)
+        x0, x1 = extent(source, words)
+        assert (x0 + x1) / 2 == pytest.approx((left + right) / 2, abs=0.5)  # centred: the case
+        tx0, tx1 = extent(written, translations[words])
+        assert abs((tx1 - tx0) - (x1 - x0)) > 10
+        assert (tx0 + tx1) / 2 == pytest.approx((left + right) / 2, abs=1)
+        assert left < tx0 and tx1 < right
+    tx0, tx1 = extent(written, translations["12.500"])
+    assert (
+        tx1 == pytest.approx(extent(source, "12.500")[1], abs=0.5)
+        and tx0 > cell_edges(source, "12.500")[0]
+    )
+    assert extent(written, translations["Norte"])[0] == pytest.approx(
+        extent(source, "Norte")[0], abs=0.5
+    )
+
+
+def test_a_cell_is_the_nearest_border_either_side_spanning_the_line():
+    """A line's cell: the nearest ruling on either side spanning its height, or the sides
+    of a rectangle around it; none where a side has none, or where the borders are drawn
+    tight round its text (a highlight)."""
+    box = pdfdraw.Box(100, 500, 160, 510, 502, 502, 10, 12, [])
+    rulings = [(50, 495, 50.5, 515), (90, 495, 90.5, 515), (200, 495, 200.5, 515)]
+    assert pdfalone._cell(box, 160, rulings) == (90.25, 200.25)
+    assert pdfalone._cell(box, 160, [*rulings, (170, 505, 170.5, 515)]) == (90.25, 200.25)
+    assert pdfalone._cell(box, 160, [(80, 495, 300, 515)]) == (80, 300)
+    assert pdfalone._cell(box, 160, rulings[:2]) is None
+    assert pdfalone._cell(box, 160, [(99, 499, 161, 511)]) is None
+
+
+@pytest.mark.parametrize("longer", [True, False], ids=["longer", "shorter"])
+def test_a_line_alone_on_its_page_centred_on_it_is_drawn_centred(longer):
+    """A page of one line centred on it (a cover's title) has no other text to tell its
+    column: it is drawn centred on the page."""
+    source = made(
+        lambda c: (
+            c.setFont("Helvetica-Bold", 24),
+            c.drawCentredString(A4[0] / 2, 500, "Informe anual"),
+        )
+    )
+    translation = "The annual report of the station" if longer else "Report"
+    tx0, tx1 = extent(rewritten(source, {"Informe anual": translation}), translation)
+    assert (tx0 + tx1) / 2 == pytest.approx(A4[0] / 2, abs=1)
+
+
+WIDE = "La estación de tren abrió en mayo y recibió a miles de viajeros del valle y de los"
+FULL = "El tren salió tarde y llegó de noche a la ciudad, donde lo esperaban con sus maletas"
+
+
+def short_lines(c) -> None:
+    """Left-aligned lines of one line each under a paragraph reaching the right margin: a
+    short one at the margin, two list items, an indented one, and a full line set 4
+    points in from either margin (its centre the text's, but it starts no clearer of the
+    margin than a list's mark would put it)."""
+    stretched(c, 72, 760, WIDE + " pueblos de la sierra", 523, 10, "Helvetica")
+    c.setFont("Helvetica", 10)
+    c.drawString(72, 748, "y del río.")
+    c.drawString(72, 720, "Nota breve.")
+    c.drawString(90, 700, "\u2013 uno de los trenes")
+    c.drawString(90, 688, "\u2013 otro")
+    c.drawString(108, 660, "Un párrafo sangrado de una línea.")
+    stretched(c, 76, 630, FULL + " los viajeros y", 519, 10, "Helvetica")
+
+
+def test_a_short_line_at_its_margin_or_indented_stays_left_aligned():
+    """Lines of one line each that stand at the left margin, a list's indent or a
+    paragraph's indent, or span the text's width but for a few points either side, are
+    drawn from where they started, their translations shorter or longer."""
+    translations = {
+        "Nota breve.": "A short note on the station and its trains.",
+        "\u2013 uno de los trenes": "\u2013 one",
+        "\u2013 otro": "\u2013 another one of the trains of the valley",
+        "Un párrafo sangrado de una línea.": "One line.",
+    }
+    translations[FULL + " los viajeros y"] = "The train left late."
+    source = made(short_lines)
+    written = rewritten(source, translations)
+    for words, translation in translations.items():
+        assert extent(written, translation)[0] == pytest.approx(extent(source, words)[0], abs=0.5)
 
 
 def two_columns_in_a_box(c) -> float:

@@ -24,6 +24,8 @@ Here: `read_file`, the dispatch by suffix. The modules:
   (`pdfcontinued`);
 - `pdftext`, `pdfdraw`: a PDF's text read with the operators that show it and taken out of
   its content streams; a translated text box drawn;
+- `pdfalone`: a PDF paragraph of one line told centred or flush right by its table's cell,
+  its column or its page;
 - a module per format: `texts` (.txt, .html, .epub), `subtitles` (.srt), `word` (.docx),
   `slides` (.pptx), `opendocument` (.odt, .odp), `pdf` (.pdf).
 """

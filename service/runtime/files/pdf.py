@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import functools
 import io
+import itertools
+import math
 
 from service.runtime.files.archive import _not_a
 from service.runtime.files.labels import Relabel
 from service.runtime.files.model import File, Paragraph
+from service.runtime.files.pdfalone import ROOM_GAP, Line, Page, _aligned_alone
 from service.runtime.files.pdfdraw import Box, draw
-from service.runtime.files.pdflines import ALIGNED, SHORT_LINE
 from service.runtime.files.pdfparagraphs import Read, _boxes
 from service.runtime.files.pdftext import (
     Reading,
@@ -33,7 +35,6 @@ from service.runtime.files.pdftext import (
 PDF_PAGES = 1_000  # pages of a .pdf at most
 # what a .pdf's pages draw (content streams, forms, fonts' programs and maps), decoded, at most
 PDF_DECODED_BYTES = 256 << 20
-ROOM_GAP = 2.0  # points between a translation reaching past its box and what is beside it
 
 
 def _pdf(data: bytes, suffix: str) -> File:
@@ -139,28 +140,34 @@ def _give_room(reads: list[Read], page, shown: tuple[float, float]) -> None:
     though never left of its text; and its room: the right edge its translation may reach,
     where it needs more width than the box's (a heading, a label): that thing's left edge,
     else the right edge of the page's text (its right margin, from the `shown` edges of the
-    page, taken as wide as its left); a paragraph of one line centred or flush right in the
-    page's text drawn so (`_aligned_alone`)."""
-    from pdfminer.layout import LTComponent, LTFigure, LTTextBox
+    page, taken as wide as its left); a paragraph of one line centred or flush right in
+    its cell, its column, the page's text or the page drawn so (pdfalone)."""
+    from pdfminer.layout import LTComponent, LTCurve, LTFigure, LTTextBox
 
     start, end = shown
     left = min((read.box.x0 for read in reads), default=start)
     beside, right = [], max([read.box.x1 for read in reads] + [end - (left - start)])
-    lines: list[tuple[float, float, float]] = []  # each text line's left edge, bottom, top
+    lines: list[Line] = []  # the page's text lines, each with its box's number and size
+    rules: list[tuple[float, float, float, float]] = []  # its drawings: a table's borders
+    numbers = itertools.count()
 
     def walk(container) -> None:
         nonlocal right
         for item in container:
             if isinstance(item, LTTextBox):
-                beside.extend(line.bbox for line in item)
-                lines.extend((line.x0, line.y0, line.y1) for line in item)
+                held, number = list(item), next(numbers)
+                beside.extend(line.bbox for line in held)
+                lines.extend(Line(*line.bbox, number, len(held)) for line in held)
                 right = max(right, item.x1)
             elif isinstance(item, LTComponent):
                 beside.append(item.bbox)
+            if isinstance(item, LTCurve):
+                rules.append(item.bbox)
             if isinstance(item, LTFigure):
                 walk(item)
 
     walk(page)
+    told = Page((left, right), shown, lines, rules)
     for read in reads:
         box, text = read.box, max(char.x1 for char in read.chars)
         level = [(x0, x1) for x0, y0, x1, y1 in beside if y0 < box.y1 and y1 > box.y0]
@@ -168,42 +175,9 @@ def _give_room(reads: list[Read], page, shown: tuple[float, float]) -> None:
         if edges:
             box.x1 = max(text, min(box.x1, min(edges) - ROOM_GAP))
         box.room = max(box.x1, min(edges, default=right) - ROOM_GAP)
-        before = max((x1 for _, x1 in level if x1 <= box.x0 + 0.5), default=left - ROOM_GAP)
-        reach = (before + ROOM_GAP, min(edges, default=right + ROOM_GAP) - ROOM_GAP)
-        starts = [x0 for x0, y0, y1 in lines if y0 >= box.y1 or y1 <= box.y0]
-        _aligned_alone(box, text, (left, right), reach, starts)
-
-
-def _aligned_alone(
-    box: Box,
-    end: float,
-    column: tuple[float, float],
-    reach: tuple[float, float],
-    starts: list[float],
-) -> None:
-    """A paragraph of one line (of a left alignment, as its lines cannot tell another)
-    that starts neither at its `column`'s left edge (the page's text's) nor where a line
-    above or under it `starts` (a column's or an indent's edge), where it stands so in its
-    column: centred where its centre is within ALIGNED of the column's, its box then as
-    wide on either side of that centre as the column and what is beside it allow (`reach`:
-    the left and right edges it may span); flush right where it ends (`end`) within
-    ALIGNED of the column's right edge and starts further than SHORT_LINE of the column's
-    width from its left, its box then reaching left to the column's edge or what is beside
-    it. Its translation keeps that centre or that right edge, and runs no further right."""
-    left, right = column
-    if box.baseline != box.last or box.align != "left" or box.x0 - left <= ALIGNED:
-        return
-    if any(abs(start - box.x0) < ALIGNED for start in starts):
-        return
-    centre = (box.x0 + end) / 2
-    if abs(centre - (left + right) / 2) < ALIGNED:
-        half = max(end - centre, min(centre - max(left, reach[0]), reach[1] - centre))
-        box.x0, box.x1, box.align = centre - half, centre + half, "center"
-    elif abs(end - right) < ALIGNED and box.x0 - left > SHORT_LINE * (right - left):
-        box.x0, box.x1, box.align = min(box.x0, max(left, reach[0])), end, "right"
-    else:
-        return
-    box.room = box.x1
+        before = max((x1 for _, x1 in level if x1 <= box.x0 + 0.5), default=-math.inf)
+        reach = (before + ROOM_GAP, min(edges, default=math.inf) - ROOM_GAP)
+        _aligned_alone(box, text, reach, told)
 
 
 def _writer_of(box: Box):
