@@ -743,6 +743,35 @@ def test_a_line_centred_or_flush_right_in_a_table_s_cell_is_drawn_so_in_it(build
     )
 
 
+def one_row(c) -> float:
+    """A paragraph across the text's width (72 to 523) over a table of one row whose
+    middle cell's text, at its left (6 points in), is by chance centred on the page's
+    text: where that text starts."""
+    from reportlab.pdfbase.pdfmetrics import stringWidth
+
+    stretched(c, 72, 760, WIDE + " pueblos de la sierra", 523, 10, "Helvetica")
+    c.setFont("Helvetica", 10)
+    c.drawString(72, 748, "y del río.")
+    words = "el tren de la tarde"
+    start = (72 + 523) / 2 - stringWidth(words, "Helvetica", 10) / 2
+    for left, right in ((72, start - 6), (start - 6, 440), (440, 523)):
+        c.rect(left, 700, right - left, 20)
+    c.drawString(78, 706, "Salida")
+    c.drawString(start, 706, words)
+    c.drawString(446, 706, "Llegada")
+    return start
+
+
+def test_a_line_at_its_cell_s_left_is_told_by_its_cell_not_the_page():
+    """A line at its cell's left edge whose centre is the page's text's stays at the left,
+    its translation shorter: a cell narrower than the page's text tells its line's
+    alignment alone."""
+    starts: list[float] = []
+    source = made(lambda c: starts.append(one_row(c)))
+    written = rewritten(source, {"el tren de la tarde": "the train"})
+    assert extent(written, "the train")[0] == pytest.approx(starts[0], abs=0.5)
+
+
 def test_a_cell_is_the_nearest_border_either_side_spanning_the_line():
     """A line's cell: the nearest ruling on either side spanning its height, or the sides
     of a rectangle around it; none where a side has none, or where the borders are drawn
