@@ -69,8 +69,9 @@ install_node_packages() {
   # elsewhere carries its npm, which Debian's npm package conflicts with)
   command -v npm >/dev/null || install_debian_packages nodejs npm
   local project
-  for project in examples/node tests/server/node; do  # the latter: LibreTranslate's npm client
-    [ -d "$project/node_modules" ] \
+  for project in examples/node tests/server/node; do  # the latter: LibreTranslate's npm client, axe-core
+    # installed again where the lock file is newer than the install (a pull that pins more)
+    [ "$project/node_modules/.package-lock.json" -nt "$project/package-lock.json" ] \
       || npm ci --prefix "$project" --no-audit --no-fund --loglevel=error >/dev/null
   done
 }
