@@ -122,20 +122,25 @@ async function main() {
       if (json) {
         body = document.createElement("textarea");
         body.rows = 6;
+        body.setAttribute("aria-label", `${title.textContent}: JSON body`);  // drawn under its title
         body.value = JSON.stringify(json.example ?? example(json.schema, schemas), null, 2);
         section.appendChild(body);
       }
       const button = document.createElement("button");
       button.textContent = "Send";
+      button.setAttribute("aria-label", `Send ${title.textContent}`);  // one of many Sends
       const output = document.createElement("pre");
       output.className = "output";
+      output.setAttribute("aria-live", "polite");  // the answer said once it is in
       button.addEventListener("click", async () => {
         const init = { method: verb.toUpperCase(), headers: authorized() };
         if (body) { init.body = body.value; init.headers = authorized({ "content-type": "application/json" }); }
         if (form) init.body = multipartBody(form, row);  // its boundary set by fetch
+        output.setAttribute("aria-busy", "true");
         try {  // a call the browser cannot make (a token it cannot send, a server gone)
           await shown(await fetch(filled(path, row), init), output);
         } catch (error) { output.textContent = `not sent: ${error.message}`; }
+        output.removeAttribute("aria-busy");
       });
       section.append(button, output);
       root.appendChild(section);
