@@ -48,7 +48,8 @@ function begun(button) {
 const HEALTH_EVERY_MS = 5000;
 async function showHealth() {
   const health = await fetch("../v1/health").then((r) => r.json()).catch(() => ({ status: "unreachable" }));
-  $("health").textContent = health.status;
+  // written when it changes alone: a screen reader says the status's changes, not each poll
+  if ($("health").textContent !== health.status) $("health").textContent = health.status;
 }
 
 // the models served, listed again when the token changes (a server with tokens lists them
@@ -109,22 +110,43 @@ function glossary() {
   return terms;
 }
 
-// a sentence's alignment as a table of shaded cells: a row per target token
-function alignmentTable(alignment) {
+// text read by screen readers and not drawn (a table's caption, a cell's weight)
+function unseen(text) {
+  const span = document.createElement("span");
+  span.className = "visually-hidden";
+  span.textContent = text;
+  return span;
+}
+
+// a header cell of the table: a token, its column's (scope col) or its row's (scope row)
+function headerCell(text, scope) {
+  const th = document.createElement("th");
+  th.scope = scope;
+  th.textContent = text;
+  return th;
+}
+
+// a sentence's alignment as a table of shaded cells: a row per target token; each cell's
+// weight is its shade, its title, and a text a screen reader reads with the cell's headers
+function alignmentTable(alignment, number) {
   const { sourceTokens, targetTokens, weights } = alignment;
   const table = document.createElement("table");
+  table.createCaption().appendChild(unseen(`Sentence ${number}'s alignment: a row per token translated, its weight on each source token`));
   const head = table.createTHead().insertRow();
-  head.insertCell().outerHTML = "<th></th>";
-  for (const token of sourceTokens) { const th = document.createElement("th"); th.textContent = token; head.appendChild(th); }
+  const corner = document.createElement("th");
+  corner.appendChild(unseen("translated token"));
+  head.appendChild(corner);
+  for (const token of sourceTokens) head.appendChild(headerCell(token, "col"));
   const body = table.createTBody();
   targetTokens.forEach((token, i) => {
     const row = body.insertRow();
-    const th = document.createElement("th"); th.textContent = token; row.appendChild(th);
+    row.appendChild(headerCell(token, "row"));
     sourceTokens.forEach((_, j) => {
       const w = weights[i * sourceTokens.length + j] || 0;
       const cell = row.insertCell();
       cell.style.background = `rgba(36, 87, 197, ${w.toFixed(3)})`;
       cell.title = w.toFixed(3);
+      cell.appendChild(unseen(w.toFixed(3)));
     });
   });
   return table;
@@ -136,6 +158,7 @@ async function translate() {
   $("download").hidden = true;
   $("translated-by").textContent = "";
   $("translation").textContent = "…";
+  $("translation").setAttribute("aria-busy", "true");  // said once the answer is in
   $("alignments").replaceChildren();
   const [model, version] = JSON.parse($("translator").value || '["", ""]');
   const request = {
@@ -154,14 +177,16 @@ async function translate() {
     // a text of several sentences: each sentence's alignment; of one: its best hypothesis'
     const alignments = (translation.sentences || []).map((s) => s.alignment).filter(Boolean);
     if (!alignments.length && translation.hypotheses[0].alignment) alignments.push(translation.hypotheses[0].alignment);
-    for (const alignment of alignments) {
+    alignments.forEach((alignment, i) => {
       const box = document.createElement("div");
       box.className = "alignment";
-      box.appendChild(alignmentTable(alignment));
+      box.appendChild(alignmentTable(alignment, i + 1));
       $("alignments").appendChild(box);
-    }
+    });
   } catch (error) {
     if (current()) { $("translation").textContent = ""; shown($("translate-error"), error.message); }
+  } finally {
+    if (current()) $("translation").removeAttribute("aria-busy");
   }
 }
 
@@ -205,6 +230,10 @@ function drawAttention(image, maps) {
     const scale = 160 / Math.max(image.naturalWidth, image.naturalHeight);
     canvas.width = Math.round(image.naturalWidth * scale);
     canvas.height = Math.round(image.naturalHeight * scale);
+    // the drawing's text alternative: the word (its token without SentencePiece's marks)
+    const word = token.token.replace(/▁/g, " ").replace("</s>", "").trim();
+    canvas.setAttribute("role", "img");
+    canvas.setAttribute("aria-label", word ? `where "${word}" looked in the image` : "where the caption's end looked in the image");
     const context = canvas.getContext("2d");
     context.drawImage(image, 0, 0, canvas.width, canvas.height);
     const peak = Math.max(...token.weights);
@@ -238,6 +267,7 @@ async function caption() {
   form.append("returnAttention", "true");
   form.append("options", JSON.stringify(options($("caption-beam").value)));
   $("caption-text").textContent = "…";
+  $("caption-text").setAttribute("aria-busy", "true");
   try {
     const response = await call("../v1/caption", form);
     if (!current()) return;
@@ -252,6 +282,8 @@ async function caption() {
     image.src = URL.createObjectURL(file);
   } catch (error) {
     if (current()) { $("caption-text").textContent = ""; shown($("caption-error"), error.message); }
+  } finally {
+    if (current()) $("caption-text").removeAttribute("aria-busy");
   }
 }
 
