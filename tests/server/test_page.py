@@ -17,6 +17,7 @@ from helpers import ROOT, PrefixProxy
 from PIL import Image
 
 webdriver = pytest.importorskip("selenium.webdriver")
+from selenium.webdriver.common.action_chains import ActionChains  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.common.keys import Keys  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
@@ -151,7 +152,11 @@ def test_the_page_captions_and_draws_where_each_word_looked(page_server, browser
     figures = wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#attention figure"))
     words = [f.find_element(By.TAG_NAME, "figcaption").text for f in figures]
     assert "".join(words).replace("▁", " ").replace("</s>", "").strip() == caption
-    shots = [screenshot(f.find_element(By.TAG_NAME, "canvas")) for f in figures]
+    canvases = [f.find_element(By.TAG_NAME, "canvas") for f in figures]
+    for canvas, word in zip(canvases, words, strict=True):  # each drawing named by its word
+        name = word.replace("▁", "").replace("</s>", "").strip() or "the caption's end"
+        assert canvas.get_attribute("role") == "img" and name in canvas.accessible_name
+    shots = [screenshot(canvas) for canvas in canvases]
     for shot in shots:  # the image shows through the brightest cells, the rest is darkened
         assert shot.max() > 150 and shot.std() > 15
     # the words looked at different places: their drawings differ
@@ -469,3 +474,128 @@ def test_a_file_answered_to_an_api_form_is_saved_under_its_own_name(page_server,
         lambda d: download.find_elements(By.CSS_SELECTOR, "pre a")
     )[0]
     assert link.get_attribute("download") == "informe año.docx"
+
+
+AXE = ROOT / "tests" / "server" / "node" / "node_modules" / "axe-core" / "axe.min.js"
+# WCAG 2.0 and 2.1, levels A and AA; and axe's best practices (landmarks, headings' order,
+# a table header's text) where they help the same users
+AXE_TAGS = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa", "best-practice"]
+AXE_RUN = """
+const done = arguments[arguments.length - 1];
+axe.run(document, { runOnly: { type: "tag", values: arguments[0] } }).then(
+  (results) => done({
+    passes: results.passes.length,
+    violations: results.violations.map((v) => ({
+      id: v.id, impact: v.impact, targets: v.nodes.map((n) => n.target.join(" ")),
+    })),
+  }),
+  (error) => done({ error: String(error) }),
+);
+"""
+
+
+def axe_violations(browser) -> list[dict]:
+    """axe-core's violations of AXE_TAGS' rules on the page as it is now: each {id, impact,
+    targets}."""
+    assert AXE.is_file(), "axe-core is installed by npm ci --prefix tests/server/node (./dev.sh)"
+    if not browser.execute_script("return typeof axe === 'object'"):
+        browser.execute_script(AXE.read_text(encoding="utf-8"))
+    browser.set_script_timeout(60)
+    results = browser.execute_async_script(AXE_RUN, AXE_TAGS)
+    assert "error" not in results, results
+    assert results["passes"] > 0  # the rules ran: a page they never checked passes nothing
+    return results["violations"]
+
+
+def opened(page_server, browser) -> WebDriverWait:
+    """The page as loaded: the server's health read, its models listed -> a wait of 60 s."""
+    browser.get(page_server.http_url + "/")
+    wait = WebDriverWait(browser, 60)
+    wait.until(lambda d: d.find_element(By.ID, "health").text == "SERVING")
+    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#translator option")) == 1)
+    return wait
+
+
+def translated(page_server, browser) -> None:
+    """A text of two sentences translated, each one's alignment drawn."""
+    wait = opened(page_server, browser)
+    source = browser.find_element(By.ID, "source")
+    source.clear()
+    source.send_keys(TEXT)
+    browser.find_element(By.ID, "translate-button").click()
+    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#alignments table")) == 2)
+
+
+def captioned(page_server, browser) -> None:
+    """The scene captioned, each word's attention drawn over it."""
+    captioned_scene(browser, caption_section(page_server, browser))
+
+
+def refused(page_server, browser) -> None:
+    """A document and an image asked for before either was chosen: both errors shown."""
+    wait = opened(page_server, browser)
+    browser.find_element(By.ID, "file-button").click()
+    browser.find_element(By.ID, "caption-button").click()
+    for error in ("translate-error", "caption-error"):
+        wait.until(lambda d, error=error: d.find_element(By.ID, error).is_displayed())
+
+
+def answered_form(page_server, browser) -> None:
+    """The API's forms, one of them sent and its answer shown."""
+    output = sent(browser, api_forms(browser, page_server.http_url)["GET /v1/models"])
+    assert output.startswith("200"), output
+
+
+@pytest.mark.parametrize("state", [opened, translated, captioned, refused, answered_form])
+def test_the_pages_pass_axe_s_wcag_rules_in_each_state(page_server, browser, state):
+    """axe-core's WCAG 2.0/2.1 A and AA rules (and its best practices) find nothing on the
+    page as loaded, with a translation and its alignments, with a caption and its drawings,
+    with errors shown, nor on the API's forms with an answer."""
+    state(page_server, browser)
+    violations = axe_violations(browser)
+    assert not violations, "\n".join(
+        f"{v['id']} ({v['impact']}): {', '.join(v['targets'])}" for v in violations
+    )
+
+
+def focus_by_tab(browser, element_id: str):
+    """Tab, as the keyboard sends it to whatever has the focus (a file picker among them),
+    until `element_id` has the focus -> the element; a tab order that never reaches it fails."""
+    for _ in range(40):
+        ActionChains(browser).send_keys(Keys.TAB).perform()
+        focused = browser.switch_to.active_element
+        if focused.get_attribute("id") == element_id:
+            return focused
+    raise AssertionError(f"Tab never reached #{element_id}")
+
+
+def test_the_page_translates_by_keyboard_alone(page_server, browser):
+    """From the page's top, Tab reaches the text, typing replaces it, Tab reaches Translate
+    and Enter (then Space) presses it; the translation is written where a screen reader
+    says it (a polite live region), and the focused button is drawn with its ring."""
+    texts = ("El perro come pan.", "¿Dónde está la estación de tren?")
+    expected = httpx.post(
+        page_server.http_url + "/v1/translate",
+        json={"texts": list(texts), "options": {"beamSize": 4}},  # the page's Beam
+        timeout=60,
+    ).json()["translations"]
+    wait = opened(page_server, browser)
+    translation = browser.find_element(By.ID, "translation")
+    assert translation.get_attribute("aria-live") == "polite"
+    for text, key, answer in zip(texts, (Keys.ENTER, Keys.SPACE), expected, strict=True):
+        browser.execute_script("document.activeElement.blur(); window.scrollTo(0, 0)")
+        source = focus_by_tab(browser, "source")
+        source.send_keys(Keys.CONTROL + "a")  # a modifier is held to the end of a call
+        source.send_keys(text)
+        assert source.get_attribute("value") == text
+        button = focus_by_tab(browser, "translate-button")
+        ring = browser.execute_script(
+            "const s = getComputedStyle(arguments[0]); return [s.outlineStyle, s.outlineWidth]",
+            button,
+        )
+        assert ring[0] != "none" and float(ring[1].removesuffix("px")) >= 2, ring
+        before = translation.text
+        button.send_keys(key)
+        wait.until(lambda d, before=before: translation.text not in ("", "…", before))
+        assert translation.text == answer["hypotheses"][0]["text"]
+        assert translation.get_attribute("aria-busy") is None  # said, not held back
