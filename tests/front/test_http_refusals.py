@@ -1064,3 +1064,68 @@ async def _served_under(client: httpx.AsyncClient, root: str) -> None:
     assert (await reached(link)).content == b"HOLA AMIGO."
     unknown = await client.post(root + "/v1/nothing", json={})
     assert unknown.json()["error"]["status"] == "NOT_FOUND"
+
+
+@pytest.mark.parametrize(
+    ("path", "field", "value"),
+    [
+        ("/translate", "api_key", {}),
+        ("/translate", "api_key", 7),
+        ("/detect", "api_key", ["a-key"]),
+        ("/translate", "apiKey", False),
+        ("/translate", "format", []),
+        ("/translate", "format", 0),
+        ("/translate", "alternatives", True),
+        ("/translate", "alternatives", 2.5),
+        ("/translate", "alternatives", {"n": 1}),
+    ],
+)
+def test_a_libretranslate_field_of_the_wrong_type_is_a_bad_request(tmp_path, path, field, value):
+    """A key, a format or a number of alternatives of a type LibreTranslate's API has no
+    use for was read as absent or as a number (`"api_key": {}` served where keys are off,
+    `"format": []` as text, `"alternatives": true` as 1), where the document says a text
+    or an integer (schemathesis sent them)."""
+    web, servicer = served(tmp_path)
+    body = {"q": "Hola", "source": "es", "target": "en"} if path == "/translate" else {"q": "Hola"}
+    answer = web.post(path, json=body | {field: value})
+    assert answer.status_code == 400, answer.text
+    assert field in answer.json()["error"]
+    assert servicer.requests == []
+    assert servicer.refusals == [(f"http/libretranslate/{path[1:]}", "INVALID_ARGUMENT")]
+
+
+def test_a_libretranslate_field_sent_null_or_as_text_is_served_as_before(tmp_path):
+    """Null is a field not sent (Mastodon sends `"api_key": null` where it has no key), and
+    a number of alternatives may come as its text, as LibreTranslate reads it; the document
+    says so (it said a key was text alone and alternatives at least 0, which are read as 0)."""
+    web, servicer = served(tmp_path)
+    schemas = web.get("/openapi.json").json()["components"]["schemas"]
+    fields = schemas["LibreTranslate.TranslateRequest"]["properties"]
+    assert "null" in fields["api_key"]["type"] and "null" in fields["format"]["type"]
+    assert "minimum" not in fields["alternatives"] and "null" in fields["alternatives"]["type"]
+    assert schemas["LibreTranslate.DetectRequest"]["properties"]["api_key"] == fields["api_key"]
+    body = {"q": "Hola", "source": "es", "target": "en"}
+    for extra in (
+        {"api_key": None, "format": None, "alternatives": None},
+        {"alternatives": "2"},
+        {"alternatives": 2.0},
+        {"alternatives": -1},
+    ):
+        answer = web.post("/translate", json=body | extra)
+        assert answer.status_code == 200, (extra, answer.text)
+    assert web.post("/detect", json={"q": "Hola", "api_key": None}).status_code == 200
+    assert [r.options.num_hypotheses for r in servicer.requests] == [0, 3, 3, 0]
+
+
+def test_with_keys_on_a_key_of_the_wrong_type_is_refused_as_no_key(tmp_path):
+    """The type of every field is checked after the key, as the fields are."""
+    tokens, refused = parse_tokens("a-token-of-sixteen-chars", "test"), []
+    web, _ = served(tmp_path, tokens=tokens, refused=refused.append)
+    body = {"q": "Hola", "source": "es", "target": "en", "alternatives": True}
+    for key in ({}, 7):
+        answer = web.post("/translate", json=body | {"api_key": key})
+        assert answer.status_code in (400, 403) and "API key" in answer.json()["error"]
+    known = body | {"api_key": "a-token-of-sixteen-chars"}
+    assert web.post("/translate", json=known).json() == {
+        "error": "Invalid request: alternatives parameter is not a number"
+    }

@@ -268,6 +268,7 @@ class LibreTranslateApi:
         try:
             values, form = await self._values(request)
             self._authorize(request, values)
+            _check_types(values)
             context = _context(request, received)
             q, source, target = values.get("q"), _field(values, "source"), _field(values, "target")
             for name, value in (("q", q), ("source", source), ("target", target)):
@@ -335,6 +336,7 @@ class LibreTranslateApi:
         try:
             values, _ = await self._values(request)
             self._authorize(request, values)
+            _check_types(values)
             q = values.get("q")
             if not q:
                 raise BadRequest("Invalid request: missing q parameter")
@@ -372,6 +374,7 @@ class LibreTranslateApi:
         try:
             values, _ = await self._values(request)
             self._authorize(request, values)
+            _check_types(values)
             context = _context(request, received)  # one deadline for every batch
             upload = values.get("file")
             source, target = _field(values, "source"), _field(values, "target")
@@ -511,6 +514,28 @@ def _first_of(values: dict, items) -> None:
     """Adds each (name, value) of `items` whose name `values` lacks."""
     for key, value in items:
         values.setdefault(key, value)
+
+
+# fields that are text where sent (null: not sent, as Mastodon sends a key it has not set)
+TEXT_FIELDS = ("api_key", "apiKey", "format")
+
+
+def _check_types(values: dict) -> None:
+    """BadRequest for a field of a type LibreTranslate's API has no use for (checked after
+    the key, as every field is): a key or a format that is not text, a number of
+    alternatives that is not a whole number or its text (as a form sends it). Such a field
+    was read as absent (`"api_key": {}` served where keys are off, `"format": []` as text)
+    or as a number (`"alternatives": true` as 1)."""
+    for name in TEXT_FIELDS:
+        if values.get(name) is not None and not isinstance(values[name], str):
+            raise BadRequest(f"Invalid request: {name} parameter must be a string")
+    alternatives = values.get("alternatives")
+    if alternatives is not None and (
+        isinstance(alternatives, bool)
+        or not isinstance(alternatives, int | float | str)
+        or (isinstance(alternatives, float) and not alternatives.is_integer())
+    ):
+        raise BadRequest("Invalid request: alternatives parameter is not a number")
 
 
 def _field(values: dict, name: str) -> str:

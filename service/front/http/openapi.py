@@ -47,7 +47,10 @@ def _lt(name: str) -> dict:
 
 
 TEXTS = {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]}
-API_KEY = {"type": "string", "description": "a bearer token, where tokens are on"}
+API_KEY = {
+    "type": ["string", "null"],
+    "description": "a bearer token, where tokens are on (null: none, as Mastodon sends it)",
+}
 LANGUAGE = {"type": "string", "description": "an ISO 639-1 code"}
 DETECTED = {
     "type": "object",
@@ -60,8 +63,13 @@ TRANSLATE_REQUEST = {
         "q": TEXTS | {"description": "a text, or a list of texts"},
         "source": LANGUAGE | {"description": "an ISO 639-1 code, or auto"},
         "target": LANGUAGE,
-        "format": {"type": "string", "enum": ["text", "html"], "default": "text"},
-        "alternatives": {"type": "integer", "minimum": 0, "default": 0},
+        "format": {"type": ["string", "null"], "enum": ["text", "html", None], "default": "text"},
+        "alternatives": {
+            "type": ["integer", "null"],
+            "default": 0,
+            "description": "how many other translations to send: below 0 is 0, as in "
+            "LibreTranslate (a number's text is read too, as a form sends it)",
+        },
         "api_key": API_KEY,
     },
 }
@@ -76,7 +84,14 @@ def _one_text(request: dict) -> dict:
     """A LibreTranslate request as a URL-encoded form carries it: one text in `q` (the first,
     where `q` comes again), as LibreTranslate reads a form."""
     one = {"type": "string", "description": "a text"}
-    return request | {"properties": request["properties"] | {"q": one}}
+    # a form's field is text: there is no null to send
+    texts = {"q": one, "api_key": API_KEY | {"type": "string"}}
+    if "format" in request["properties"]:
+        texts |= {
+            "format": {"type": "string", "enum": ["text", "html"], "default": "text"},
+            "alternatives": request["properties"]["alternatives"] | {"type": "integer"},
+        }
+    return request | {"properties": request["properties"] | texts}
 
 
 LIBRETRANSLATE_SCHEMAS = {
@@ -103,7 +118,7 @@ LIBRETRANSLATE_SCHEMAS = {
             "file": {"type": "string", "format": "binary"},
             "source": LANGUAGE | {"description": "an ISO 639-1 code, or auto"},
             "target": LANGUAGE,
-            "api_key": API_KEY,
+            "api_key": API_KEY | {"type": "string"},
         },
     },
 }
