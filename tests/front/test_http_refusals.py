@@ -1129,3 +1129,13 @@ def test_with_keys_on_a_key_of_the_wrong_type_is_refused_as_no_key(tmp_path):
     assert web.post("/translate", json=known).json() == {
         "error": "Invalid request: alternatives parameter is not a number"
     }
+
+
+@pytest.mark.parametrize("name", ["a" * 300 + ".txt", "é" * 200 + ".docx", "x." + "0" * 5000])
+def test_a_download_named_longer_than_a_file_name_may_be_is_a_bad_request(tmp_path, name):
+    """A name past the file system's 255 bytes made the lookup raise ENAMETOOLONG, answered
+    500 (schemathesis sent one); it names no translated file, as any unknown name."""
+    web, _ = served(tmp_path)
+    file_posted(web, "carta.txt", b"Hola")  # the folder exists
+    answer = web.get(f"/download_file/{name}")
+    assert answer.status_code == 400 and answer.json() == {"error": "Invalid filename"}

@@ -428,7 +428,7 @@ class LibreTranslateApi:
     async def download_file(self, request: Request) -> Response:
         stored = request.path_params["name"]
         path = self.files / stored
-        if Path(stored).name != stored or "." not in stored or not path.is_file():
+        if Path(stored).name != stored or "." not in stored or not _is_file(path):
             return error(400, "Invalid filename")
         try:  # past its time it is gone, though no later upload has swept the folder yet
             expired = path.stat().st_mtime < time.time() - KEEP_FILES_SECONDS
@@ -468,6 +468,15 @@ class LibreTranslateApi:
     async def suggest(self, request: Request) -> Response:
         """Suggestions are off (`/frontend/settings` says so), in LibreTranslate's words."""
         return error(403, "Suggestions are disabled on this server.")
+
+
+def _is_file(path: Path) -> bool:
+    """Whether `path` is a file; a name the file system refuses to look up (longer than it
+    takes: ENAMETOOLONG, which `Path.is_file` raises) names none."""
+    try:
+        return path.is_file()
+    except OSError:
+        return False
 
 
 def forget_old(folder: Path, seconds: float) -> int:
