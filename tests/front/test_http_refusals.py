@@ -1139,3 +1139,30 @@ def test_a_download_named_longer_than_a_file_name_may_be_is_a_bad_request(tmp_pa
     file_posted(web, "carta.txt", b"Hola")  # the folder exists
     answer = web.get(f"/download_file/{name}")
     assert answer.status_code == 400 and answer.json() == {"error": "Invalid filename"}
+
+
+def test_the_document_declares_the_deadline_health_and_models_as_served(tmp_path):
+    """The document said X-Request-Timeout was any number (0 and below are refused) and
+    gave /v1/health and /v1/models no answer's schema, /v1/health no `service` and no 404;
+    each answer now validates against what the document declares for its status."""
+    jsonschema = pytest.importorskip("jsonschema")
+    web, _ = served(tmp_path)
+    document = web.get("/openapi.json").json()
+    header = document["paths"]["/v1/translate"]["post"]["parameters"][0]
+    assert header["name"] == "x-request-timeout"
+    assert header["schema"] == {"type": "number", "exclusiveMinimum": 0}
+    zero = web.post("/v1/translate", json={"texts": ["Hola"]}, headers={header["name"]: "0"})
+    assert zero.status_code == 400
+    health = document["paths"]["/v1/health"]["get"]
+    assert [p["name"] for p in health["parameters"]] == ["service"]
+    for path, params in (
+        ("/v1/health", {}),
+        ("/v1/health", {"service": SERVICE}),
+        ("/v1/health", {"service": "attnserve.v1.Nothing"}),
+        ("/v1/models", {}),
+    ):
+        answer = web.get(path, params=params)
+        declared = document["paths"][path]["get"]["responses"][str(answer.status_code)]
+        schema = declared["content"]["application/json"]["schema"]
+        jsonschema.validate(answer.json(), schema | {"components": document["components"]})
+    assert web.get("/v1/health", params={"service": "attnserve.v1.Nothing"}).status_code == 404

@@ -280,6 +280,42 @@ def form_schema(descriptor: Descriptor, media: str) -> dict:
     return {"type": "object", "properties": properties}
 
 
+def _health(status: str) -> dict:
+    schema = {"type": "object", "properties": {"status": {"const": status}}}
+    return {"application/json": {"schema": schema}}
+
+
+MODELS = {
+    "application/json": {
+        "schema": {
+            "type": "object",
+            "properties": {
+                "models": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "name": {"type": "string"},
+                            "version": {"type": "string"},
+                            "service": {"type": "string"},
+                            "kind": {"type": "string"},
+                            "default": {"type": "boolean"},
+                            "languages": {
+                                "type": "object",
+                                "properties": {
+                                    "source": {"type": "array", "items": {"type": "string"}},
+                                    "target": {"type": "array", "items": {"type": "string"}},
+                                },
+                            },
+                        },
+                    },
+                }
+            },
+        }
+    }
+}
+
+
 def openapi_document(endpoints, libretranslate: bool) -> dict:
     """The document of the /v1 endpoints (and LibreTranslate's paths, when served)."""
     schemas: dict = {"Error": ERROR}
@@ -301,7 +337,7 @@ def openapi_document(endpoints, libretranslate: bool) -> dict:
                         "name": TIMEOUT_HEADER,
                         "in": "header",
                         "required": False,
-                        "schema": {"type": "number"},
+                        "schema": {"type": "number", "exclusiveMinimum": 0},
                         "description": "seconds the call may take: its deadline",
                     }
                 ],
@@ -330,11 +366,25 @@ def openapi_document(endpoints, libretranslate: bool) -> dict:
                 },
             }
         }
+    error = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
     paths["/v1/health"] = {
         "get": {
             "summary": "SERVING (200) or NOT_SERVING (503)",
             "tags": ["health"],
-            "responses": {"200": {"description": "serving"}, "503": {"description": "not serving"}},
+            "parameters": [
+                {
+                    "name": "service",
+                    "in": "query",
+                    "required": False,
+                    "schema": {"type": "string"},
+                    "description": "one service by its full name (or liveness); all by default",
+                }
+            ],
+            "responses": {
+                "200": {"description": "serving", "content": _health("SERVING")},
+                "503": {"description": "not serving", "content": _health("NOT_SERVING")},
+                "404": {"description": "no such service", "content": error},
+            },
         }
     }
     paths["/v1/models"] = {
@@ -342,8 +392,8 @@ def openapi_document(endpoints, libretranslate: bool) -> dict:
             "summary": "the model versions served (to a known token, where tokens are on)",
             "tags": ["models"],
             "responses": {
-                "200": {"description": "the models"},
-                "401": {"description": "tokens are on, and none known was sent"},
+                "200": {"description": "the models", "content": MODELS},
+                "401": {"description": "tokens are on, and none known was sent", "content": error},
             },
         }
     }
