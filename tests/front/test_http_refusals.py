@@ -461,6 +461,22 @@ def test_a_client_gone_mid_call_cancels_it_and_raises_nothing(tmp_path, path, bo
     assert time.monotonic() - started < 5 and len(servicer.requests) == 1
 
 
+def test_libretranslate_s_calls_that_read_a_deadline_list_its_header(tmp_path):
+    """/translate and /translate_file read X-Request-Timeout as /v1 does; the document
+    listed it for /v1 alone."""
+    web, _ = served(tmp_path)
+    paths = web.get("/spec").json()["paths"]
+    for path in ("/translate", "/translate_file"):
+        (parameter,) = paths[path]["post"]["parameters"]
+        assert (parameter["name"].lower(), parameter["in"]) == ("x-request-timeout", "header")
+        assert parameter["schema"] == {"type": "number", "exclusiveMinimum": 0}
+    assert "parameters" not in paths["/detect"]["post"]
+    body = {"q": "Hola.", "source": "es", "target": "en"}
+    refused = web.post("/translate", json=body, headers={"X-Request-Timeout": "0"})
+    assert refused.status_code == 400 and "a number of seconds above 0" in refused.json()["error"]
+    assert web.post("/translate", json=body, headers={"X-Request-Timeout": "30"}).status_code == 200
+
+
 def test_the_document_names_every_route_and_libretranslate_s_fields(tmp_path):
     """/spec, where LibreTranslate's clients find its API, listed no field of any of its
     calls (the docs page sent them empty) and left out /suggest and /download_file."""

@@ -122,19 +122,31 @@ LIBRETRANSLATE_SCHEMAS = {
         },
     },
 }
+DEADLINE = {
+    "name": TIMEOUT_HEADER,
+    "in": "header",
+    "required": False,
+    "schema": {"type": "number", "exclusiveMinimum": 0},
+    "description": "seconds the call may take: its deadline",
+}
 LT_ERRORS = {
     "default": {
         "description": "an error: 400 a bad request, 403 a bad key, 413 a body too large, "
-        "429 overloaded, 503 draining",
+        "429 overloaded, 503 draining, 504 past the deadline its X-Request-Timeout set",
         "content": {"application/json": {"schema": _lt("Error")}},
     }
 }
 
 
-def _lt_call(summary: str, request: str | None, answer: dict, example=None) -> dict:
+def _lt_call(
+    summary: str, request: str | None, answer: dict, example=None, deadline: bool = False
+) -> dict:
     """A LibreTranslate operation: its body (a schema of LIBRETRANSLATE_SCHEMAS as JSON, its
-    Form as a URL-encoded form; a file's as a multipart form), its answer's schema."""
+    Form as a URL-encoded form; a file's as a multipart form), its answer's schema, and
+    where it reads one (`deadline`: a translation's), its deadline's header."""
     operation: dict = {"summary": f"LibreTranslate: {summary}", "tags": ["LibreTranslate"]}
+    if deadline:
+        operation["parameters"] = [DEADLINE]
     if request == "FileRequest":
         content = {"multipart/form-data": {"schema": _lt(request)}}
         operation["requestBody"] = {"required": True, "content": content}
@@ -169,6 +181,7 @@ LIBRETRANSLATE_PATHS = {
             "TranslateRequest",
             {"schema": _lt("Translation")},
             {"q": "Hola, ¿cómo estás?", "source": "auto", "target": "en"},
+            deadline=True,
         )
     },
     "/detect": {
@@ -187,6 +200,7 @@ LIBRETRANSLATE_PATHS = {
             "translate a file",
             "FileRequest",
             {"schema": {"type": "object", "properties": {"translatedFileUrl": {"type": "string"}}}},
+            deadline=True,
         )
     },
     "/download_file/{name}": {
@@ -332,15 +346,7 @@ def openapi_document(endpoints, libretranslate: bool) -> dict:
                 "operationId": method.full_name,
                 "summary": f"{method.containing_service.full_name}/{method.name}",
                 "tags": [method.containing_service.name],
-                "parameters": [
-                    {
-                        "name": TIMEOUT_HEADER,
-                        "in": "header",
-                        "required": False,
-                        "schema": {"type": "number", "exclusiveMinimum": 0},
-                        "description": "seconds the call may take: its deadline",
-                    }
-                ],
+                "parameters": [DEADLINE],
                 "requestBody": {
                     "required": True,
                     "content": {
