@@ -168,3 +168,35 @@ def test_a_pptx_slide_that_names_no_layout_is_read():
     read, data = translated(saved(presentation))
     assert [p.text for p in read.paragraphs] == ["Hoja 1", "Hoja 2", "Confidencial"]
     assert pptx.Presentation(io.BytesIO(data)).slides[0].shapes[0].text_frame.text == "HOJA 1"
+
+
+def test_a_pptx_s_text_styles_say_the_target_language():
+    """Runs that name no language inherit the text styles': the presentation's default, the
+    masters' and the notes master's name the target once translated, as the runs do; a
+    language the author set apart stays."""
+    from pptx.oxml.ns import qn
+
+    presentation = pptx.Presentation()
+    slide = presentation.slides.add_slide(presentation.slide_layouts[1])
+    slide.shapes.title.text = "El perro come pan."
+    slide.notes_slide.notes_text_frame.text = "Unas notas."
+    owners = {
+        "default": presentation._element.find(qn("p:defaultTextStyle")),
+        "master": presentation.slide_masters[0]._element.find(qn("p:txStyles")),
+        "notes": presentation.notes_master._element.find(qn("p:notesStyle")),
+    }
+    for owner in owners.values():
+        first, second, *_ = owner.iter(qn("a:defRPr"))
+        first.set("lang", "es-ES")
+        second.set("lang", "fr-FR")
+    _, data = translated(saved(presentation))
+    again = pptx.Presentation(io.BytesIO(data))
+    owners = {
+        "default": again._element.find(qn("p:defaultTextStyle")),
+        "master": again.slide_masters[0]._element.find(qn("p:txStyles")),
+        "notes": again.notes_master._element.find(qn("p:notesStyle")),
+    }
+    for name, owner in owners.items():
+        first, second, *_ = owner.iter(qn("a:defRPr"))
+        assert (first.get("lang"), second.get("lang")) == ("en", "fr-FR"), name
+    assert again.slides[0].shapes.title.text == "EL PERRO COME PAN."

@@ -2,7 +2,8 @@
 groups', tables' cells', charts' titles, SmartArt diagrams: diagrams), of the speaker
 notes, and of the drawings the slides' layouts and masters show on them (their shapes that
 are no placeholder: a company's name, "Confidencial"), each in texts of its runs and line
-breaks parted by the fields that stay (drawingml)."""
+breaks parted by the fields that stay (drawingml); the language of those and of the text
+styles they inherit relabelled."""
 
 from __future__ import annotations
 
@@ -31,7 +32,8 @@ def _pptx(data: bytes, suffix: str) -> File:
         paragraphs += [Paragraph(read, write) for read, write in _drawing_texts(paragraph._p)]
     drawn = _diagrams([slide.part for slide in presentation.slides] + [s.part for s in behind])
     paragraphs += drawn.paragraphs
-    drawing = _drawing_relabel([*parts, *bodies, *drawn.roots])
+    styles = _text_styles(presentation)
+    drawing = _drawing_relabel([*parts, *bodies, *drawn.roots, *styles])
     package = presentation.part.package
 
     def relabel(wanted: Relabel) -> None:
@@ -113,6 +115,27 @@ def _drawings_paragraphs(behind):
     on it, which the slide's own placeholder replaces: it stays."""
     for each in behind:
         yield from _shapes_paragraphs(s for s in each.shapes if not s.is_placeholder)
+
+
+def _text_styles(presentation) -> list:
+    """The text styles whose run properties the translated text inherits where a run names no
+    language of its own: the presentation's default (`p:defaultTextStyle`), the title, body
+    and other styles of the masters the slides use (`p:txStyles`, whether or not a slide
+    shows the master's drawings), and the notes master's (`p:notesStyle`) where a slide has
+    notes (python-pptx makes a notes master where it is asked for one the file lacks)."""
+    from pptx.oxml.ns import qn
+
+    held = [(presentation.part._element, "p:defaultTextStyle")]
+    masters = {}
+    for slide in presentation.slides:
+        layout = _behind(slide, "slide_layout")
+        master = _behind(layout, "slide_master") if layout is not None else None
+        if master is not None:
+            masters.setdefault(master.part, master)
+    held += [(master._element, "p:txStyles") for master in masters.values()]
+    if any(slide.has_notes_slide for slide in presentation.slides):
+        held.append((presentation.notes_master._element, "p:notesStyle"))
+    return [style for owner, name in held if (style := owner.find(qn(name))) is not None]
 
 
 def _chart_titles(chart) -> list:
