@@ -135,14 +135,15 @@ def test_a_translated_file_downloads_from_its_url_whatever_its_name(tmp_path, na
 
 
 def test_one_deadline_bounds_every_batch_of_a_file(tmp_path):
-    """X-Request-Timeout is the whole call's, not each 1,000 paragraphs' own: at 0.3 s a
-    batch, a deadline of 0.5 s a batch would let all three through; the whole call's ends
-    during the second, and the third is never sent."""
-    web, servicer = served(tmp_path, delay=0.3)
+    """X-Request-Timeout is the whole call's, not each 1,000 paragraphs' own: at 1 s a
+    batch, a deadline of 1.5 s a batch would let all three through; the whole call's ends
+    during the second (or the first, where reading the file took over half a second: the
+    deadline counts from the call's start), and the third is never sent."""
+    web, servicer = served(tmp_path, delay=1.0)
     text = "\n\n".join(f"Hola {i}." for i in range(2_500)).encode()  # 3 batches of calls
-    answer = file_posted(web, "largo.txt", text, headers={"x-request-timeout": "0.5"})
+    answer = file_posted(web, "largo.txt", text, headers={"x-request-timeout": "1.5"})
     assert answer.status_code == 504
-    assert len(servicer.requests) == 2
+    assert 1 <= len(servicer.requests) <= 2
 
 
 def test_a_document_paragraph_past_the_text_limit_is_sent_in_parts(tmp_path):
