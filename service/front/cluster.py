@@ -409,7 +409,7 @@ class ClusterPool(WorkerPool):
         Unavailable when its connection ended first."""
         refused, late = set(), False
         for key, answer in answers.items():
-            if not late:  # once one is late, the rest wait behind it
+            if not late:  # once one is late, those not answered by then go with it
                 await asyncio.wait([answer], timeout=LOAD_SECONDS)
             if not answer.done():
                 late = True

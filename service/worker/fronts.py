@@ -94,8 +94,9 @@ class Fronts:
 
     def wait(self, timeout: float | None) -> list:
         """The links with messages waiting (fronts that connected are added first, and the
-        model versions whose load ended are served or refused)."""
-        waitables = [*self.links, self._loaded_wake]
+        model versions whose load ended are served or refused: the loads' pipe is waited on
+        while one runs beside the loop, not at every step)."""
+        waitables = [*self.links, self._loaded_wake] if self.loading else list(self.links)
         if self._wake is not None:
             waitables.append(self._wake)
         ready = wait(waitables, timeout)
