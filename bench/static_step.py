@@ -74,6 +74,7 @@ def build(checkpoint: Path, directory: Path, variants: list[str], capacity: int,
     import torch
 
     from export.builder import build_decoder
+    from export.layout import translator_layout
     from export.repository import write_version
     from models.checkpoint import load_checkpoint
 
@@ -88,7 +89,8 @@ def build(checkpoint: Path, directory: Path, variants: list[str], capacity: int,
         for way, in_place in (("fixed", False), ("in place", True)):
             path = directory / variant / f"decoder-{way.replace(' ', '-')}-{capacity}.onnx"
             with torch.no_grad():
-                graph = build_decoder(model.float(), dtype, capacity, in_place=in_place)
+                layout = translator_layout(model.float())
+                graph = build_decoder(layout, dtype, capacity, in_place=in_place)
             onnx.save_model(graph, str(path))
             fixed[variant][way] = path
     other = None

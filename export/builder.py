@@ -1,4 +1,5 @@
-"""The translator's two graphs written op by op from its weights, beside the traced export.
+"""A Transformer translator's graphs written op by op from its weights (its layout,
+export.layout: our own translator's, or a Hugging Face model's), beside the traced export.
 
 The traced export (export.onnx_export) turns PyTorch's code into some 140 small nodes per
 step. This writes the same two graphs of the decode-step contract directly with `onnx.helper`,
@@ -11,7 +12,8 @@ the way onnxruntime-genai's model builder does:
   key padding mask in the decoder, over the encoder's precomputed 4-D keys and values for
   cross-attention;
 - every residual add written as Adds and the layer norm after it (onnxruntime fuses them
-  into com.microsoft `SkipLayerNormalization` where that kernel is the faster: on CUDA);
+  into com.microsoft `SkipLayerNormalization` where that kernel is the faster: on CUDA),
+  the norms before each sublayer (pre-norm) or after its residual add (post-norm: Marian);
 - the one cross-attention layer whose weights are returned written out in plain ops (the
   fused kernel gives no post-softmax weights), its mask exactly the traced graph's; and a
   lean step beside it without that output, every cross-attention fused (onnxruntime runs
@@ -35,9 +37,10 @@ import onnx
 import torch
 from onnx import TensorProto, helper, numpy_helper
 
+from export.graph_files import outside, save_graph
+from export.layout import Attention, Layer, Stack, TransformerLayout
 from export.ops import search_nodes
 from models.captioner import Captioner
-from models.transformer import Transformer, sinusoids
 from service.runtime.graphs import (
     IN_PLACE,
     LEAN_STEP,
@@ -56,7 +59,6 @@ MS = "com.microsoft"
 OPSET = 18
 IR_VERSION = 10  # what the traced export writes; newer onnx packages default above what
 # older onnxruntime releases load
-EPSILON = 1e-5  # torch.nn.LayerNorm's default
 FLOAT_TYPES = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float16): TensorProto.FLOAT16}
 
 
@@ -127,7 +129,8 @@ class Graph:
         imports = [helper.make_opsetid("", OPSET), helper.make_opsetid(MS, 1)]
         model = helper.make_model(graph, opset_imports=imports, producer_name="attnserve")
         model.ir_version = IR_VERSION
-        onnx.checker.check_model(model)
+        if not outside(model):  # past 2 GiB, checked by path once saved (graph_files)
+            onnx.checker.check_model(model)
         return model
 
 
@@ -135,51 +138,57 @@ def _linear_weight(linear: torch.nn.Linear) -> torch.Tensor:
     return linear.weight.T  # (in, out): x @ W
 
 
+def _bias(linear: torch.nn.Linear) -> torch.Tensor:
+    return linear.bias if linear.bias is not None else torch.zeros(linear.out_features)
+
+
 def _fused(*linears: torch.nn.Linear) -> tuple[torch.Tensor, torch.Tensor]:
     """One (in, sum of outs) weight and its bias for projections of the same input."""
     return (
         torch.cat([_linear_weight(x) for x in linears], dim=1),
-        torch.cat([x.bias for x in linears]),
+        torch.cat([_bias(x) for x in linears]),
     )
 
 
 class _Writer:
-    """Writes the translator's sublayers into a Graph."""
+    """Writes a Transformer's sublayers (of its `layout`, export.layout) into a Graph."""
 
-    def __init__(self, model, graph: Graph):
-        self.model, self.g = model, graph
+    def __init__(self, graph: Graph, layout: TransformerLayout | None = None):
+        self.g, self.layout = graph, layout
 
-    # read when an attention is written: only the translator's config has them
+    # read when an attention is written: only a Transformer's layout has them
     @property
     def heads(self) -> int:
-        return self.model.config.n_heads
+        return self.layout.heads
 
     @property
     def head_dim(self) -> int:
-        return self.model.config.head_dim
+        return self.layout.head_dim
 
     @property
     def d_model(self) -> int:
-        return self.model.config.d_model
+        return self.layout.d_model
 
-    def embed(self, ids: str, positions: str) -> str:
-        c, g = self.model.config, self.g
-        scaled = g.weight(
-            "embedding_scaled", self.model.source_embedding.weight * math.sqrt(c.d_model)
-        )
-        table = sinusoids(torch.arange(c.max_length + 1), c.d_model, c.position_offset)
-        return g.op(
-            "Add",
-            [
-                g.op("Gather", [scaled, ids]),
-                g.op("Gather", [g.weight("positions", table), positions]),
-            ],
-        )
+    def embed(self, stack: Stack, ids: str, positions: str) -> str:
+        """The scaled token embedding plus the position's row (none for a token of
+        `stack.unpositioned`), the embedding norm after it where the stack has one."""
+        g = self.g
+        placed = g.op("Gather", [g.weight("positions", stack.positions), positions])
+        if stack.unpositioned is not None:
+            unpositioned = g.weight("unpositioned", np.array(stack.unpositioned, np.int64))
+            real = g.op("Not", [g.op("Equal", [ids, unpositioned])])
+            real = g.op("Unsqueeze", [real, g.weight("axes", np.array([-1], np.int64))])
+            placed = g.op("Mul", [placed, g.op("Cast", [real], to=FLOAT_TYPES[g.dtype])])
+        tokens = g.op("Gather", [g.weight("embedding", stack.embedding), ids])
+        embedded = g.op("Add", [tokens, placed])
+        if stack.embedding_norm is None:
+            return embedded
+        return self.norm(embedded, stack.embedding_norm)
 
     def norm(self, x: str, norm: torch.nn.LayerNorm) -> str:
         g = self.g
         gamma, beta = g.weight("gamma", norm.weight), g.weight("beta", norm.bias)
-        return g.op("LayerNormalization", [x, gamma, beta], axis=-1, epsilon=EPSILON)
+        return g.op("LayerNormalization", [x, gamma, beta], axis=-1, epsilon=float(norm.eps))
 
     def skip_norm(self, x: str, residual: str, norm: torch.nn.LayerNorm, bias) -> tuple[str, str]:
         """(LN(x + bias + residual), x + bias + residual): two Adds and a LayerNormalization.
@@ -188,7 +197,28 @@ class _Writer:
         sessions keep them apart (service.runtime.onnx_runtime.session_options)."""
         g = self.g
         total = g.op("Add", [g.op("Add", [x, g.weight("bias", bias)]), residual])
-        return self.norm(total, norm), total
+        return (self.norm(total, norm) if norm is not None else total), total
+
+    def start(self, stack: Stack, embedded: str) -> tuple[str, str]:
+        """(a first sublayer's input, the residual stream) of a stack's embedded tokens."""
+        pre = self.layout.pre_norm
+        return (self.norm(embedded, stack.layers[0].self_norm) if pre else embedded), embedded
+
+    def close(self, out: str, bias, residual: str, norm, following) -> tuple[str, str]:
+        """(the next sublayer's input, the residual stream) after a sublayer's `out` (before
+        its output bias): pre-norm, the residual add and the `following` norm (the next
+        sublayer's, or the stack's final one; none: the sum itself); post-norm, the add and
+        the sublayer's own `norm`, whose output is the stream from then on."""
+        if self.layout.pre_norm:
+            return self.skip_norm(out, residual, following, bias)
+        h, _ = self.skip_norm(out, residual, norm, bias)
+        return h, h
+
+    def finish(self, stack: Stack, h: str) -> str:
+        """The stack's output: a post-norm stack's final norm, where it has one, applied."""
+        if self.layout.pre_norm or stack.final_norm is None:
+            return h
+        return self.norm(h, stack.final_norm)
 
     def matmul(self, x: str, weight, bias=None) -> str:
         g = self.g
@@ -196,7 +226,7 @@ class _Writer:
         return y if bias is None else g.op("Add", [y, g.weight("bias", bias)])
 
     def self_attention(
-        self, h: str, attention, mask32: str, past=None, present=None, causal=0
+        self, h: str, attention: Attention, mask32: str, past=None, present=None, causal=0
     ) -> str:
         """MultiHeadAttention over the fused projections of `h`, before the output projection."""
         g = self.g
@@ -220,7 +250,7 @@ class _Writer:
         return result if isinstance(result, str) else result[0]
 
     def in_place_self_attention(
-        self, h: str, attention, seqlens: str, total: str, past, present
+        self, h: str, attention: Attention, seqlens: str, total: str, past, present
     ) -> str:
         """GroupQueryAttention (as many key/value heads as query heads) over the fused
         projections of `h`, the cache buffer `past` read and written as `present`."""
@@ -254,22 +284,41 @@ class _Writer:
         shape = g.weight("shape", np.array([0, 0, self.d_model], np.int64))
         return g.op("Reshape", [context, shape]), weights
 
-    def feed_forward(self, h: str, ff) -> str:
-        """Before the second bias (it goes into the next skip norm)."""
-        return self.matmul(
-            self.g.op("Relu", [self.matmul(h, _linear_weight(ff[0]), ff[0].bias)]),
-            _linear_weight(ff[3]),
-        )
+    def feed_forward(self, h: str, layer: Layer) -> str:
+        """Before the second bias (it goes into the next residual add)."""
+        inner = self.matmul(h, _linear_weight(layer.ff_in), _bias(layer.ff_in))
+        return self.matmul(self.activation(inner), _linear_weight(layer.ff_out))
+
+    def activation(self, x: str) -> str:
+        g, kind = self.g, self.layout.activation
+        if kind == "relu":
+            return g.op("Relu", [x])
+        if kind == "gelu":  # the exact one (erf), com.microsoft's kernel on CPU and CUDA
+            return g.op("Gelu", [x], domain=MS)
+        return g.op("Mul", [x, g.op("Sigmoid", [x])])  # swish
+
+
+def _sublayer_norms(stack: Stack) -> list[list[tuple]]:
+    """For each layer, each sublayer's (own norm, the norm after it: the next sublayer's, or
+    the stack's final one)."""
+    flat = [norm for layer in stack.layers for norm in layer.norms] + [stack.final_norm]
+    pairs, at = [], 0
+    for layer in stack.layers:
+        count = len(layer.norms)
+        pairs.append([(flat[at + k], flat[at + k + 1]) for k in range(count)])
+        at += count
+    return pairs
 
 
 def build_decoder(
-    model: Transformer,
+    layout: TransformerLayout,
     dtype=np.float32,
     capacity: int | None = None,
     in_place: bool = False,
     attention: bool = True,
 ) -> onnx.ModelProto:
-    """The decoder step of `service.runtime.graphs.decoder_spec`, in `dtype` (float32 or float16).
+    """The decoder step of `service.runtime.graphs.decoder_spec`, in `dtype` (float32 or float16),
+    of a Transformer's `layout` (export.layout).
     With `capacity`, the fixed-capacity step of `decoder_spec(fixed_cache=True)`: one new
     token, a cache of `capacity` positions in and out (the attention's present less its
     oldest position), so that every step of a batch has the same shapes (CUDA graphs).
@@ -287,12 +336,12 @@ def build_decoder(
     Without `attention`, the lean step (`service.runtime.graphs.lean`): no cross-attention output,
     every layer's cross-attention one `MultiHeadAttention`, and the search graph's nodes
     (export.ops) on its logits."""
-    c = model.config
+    stack = layout.decoder
     spec = decoder_spec(
-        c.decoder_layers, fixed_cache=capacity is not None, in_place=in_place, attention=attention
+        len(stack.layers), fixed_cache=capacity is not None, in_place=in_place, attention=attention
     )
     g = Graph("decoder", dtype)
-    w = _Writer(model, g)
+    w = _Writer(g, layout)
     if in_place:  # GQA's lengths: each row's past (its position), and the buffer's size
         axis = g.weight("axis", np.array([1], np.int64))
         seqlens = g.op("Cast", [g.op("Squeeze", ["positions", axis])], to=TensorProto.INT32)
@@ -304,17 +353,15 @@ def build_decoder(
     else:
         self_mask = g.op("Cast", ["self_mask"], to=TensorProto.INT32)
     memory_mask = g.op("Cast", ["memory_mask"], to=TensorProto.INT32)
-    residual = w.embed("input_ids", "positions")
-    layers = model.decoder_layers
-    h = w.norm(residual, layers[0].self_attn_norm)
-    chosen = c.cross_attention_layer % len(layers) if attention else None
+    h, residual = w.start(stack, w.embed(stack, "input_ids", "positions"))
+    chosen = layout.alignment_layer if attention else None
     if capacity is not None and not in_place:
         one, two = (
             g.weight("one", np.array([1], np.int64)),
             g.weight("two", np.array([2], np.int64)),
         )
         after_capacity = g.weight("end", np.array([capacity + 1], np.int64))
-    for i, layer in enumerate(layers):
+    for i, (layer, norms) in enumerate(zip(stack.layers, _sublayer_norms(stack), strict=True)):
         past = (f"past_key_values.{i}.key", f"past_key_values.{i}.value")
         present = [f"present.{i}.key", f"present.{i}.value"]
         if in_place:
@@ -327,9 +374,9 @@ def build_decoder(
         else:
             attended = w.self_attention(h, layer.self_attn, self_mask, past, present, causal=1)
         out = w.matmul(attended, _linear_weight(layer.self_attn.out))
-        h, residual = w.skip_norm(out, residual, layer.cross_attn_norm, layer.self_attn.out.bias)
+        h, residual = w.close(out, _bias(layer.self_attn.out), residual, *norms[0])
         cross = layer.cross_attn
-        q = w.matmul(h, _linear_weight(cross.query), cross.query.bias)
+        q = w.matmul(h, _linear_weight(cross.query), _bias(cross.query))
         key, value = f"encoder.{i}.key", f"encoder.{i}.value"
         if i == chosen:
             context, weights = w.plain_cross_attention(q, key, value, "memory_mask")
@@ -347,21 +394,24 @@ def build_decoder(
                 "MultiHeadAttention",
                 [q, key, value, "", memory_mask],
                 domain=MS,
-                num_heads=c.n_heads,
+                num_heads=layout.heads,
             )
         out = w.matmul(context, _linear_weight(cross.out))
-        h, residual = w.skip_norm(out, residual, layer.ff_norm, cross.out.bias)
-        out = w.feed_forward(h, layer.ff)
-        after = layers[i + 1].self_attn_norm if i + 1 < len(layers) else model.decoder_norm
-        h, residual = w.skip_norm(out, residual, after, layer.ff[3].bias)
+        h, residual = w.close(out, _bias(cross.out), residual, *norms[1])
+        out = w.feed_forward(h, layer)
+        h, residual = w.close(out, _bias(layer.ff_out), residual, *norms[2])
+    h = w.finish(stack, h)
     last = g.op("Gather", [h, g.weight("last", np.array(-1, np.int64))], axis=1)  # (B, D)
-    g.op("MatMul", [last, g.weight("output", _linear_weight(model.output))], ["logits"])
-    fixed = {"heads": c.n_heads, "head_dim": c.head_dim, "vocab": c.vocab_size}
+    logits = ["logits"] if layout.output_bias is None else 1
+    logits = g.op("MatMul", [last, g.weight("output", layout.output.T)], logits)
+    if layout.output_bias is not None:
+        g.op("Add", [logits, g.weight("output_bias", layout.output_bias)], ["logits"])
+    fixed = {"heads": layout.heads, "head_dim": layout.head_dim, "vocab": layout.vocab}
     if not attention:  # the lean step: its search folded in (service.runtime.graphs.lean)
         # the top k in two levels where the CPU runs the step (float32, no fixed capacity):
         # the static and float16 steps are CUDA's, whose one TopK is the measured one
         two_levels = capacity is None and g.dtype == np.float32
-        vocab = c.vocab_size if two_levels else None
+        vocab = layout.vocab if two_levels else None
         g.nodes += search_nodes(FLOAT_TYPES[g.dtype], "logits", "search/", vocab)
         fixed["one"] = 1
     if in_place:
@@ -371,30 +421,27 @@ def build_decoder(
     return g.model(spec, fixed)
 
 
-def build_encoder(model: Transformer, dtype=np.float32) -> onnx.ModelProto:
-    """The encoder of `service.runtime.graphs.encoder_spec`, in `dtype`: memory mask and every
-    decoder layer's cross keys and values, projected by one MatMul."""
-    c = model.config
-    spec = encoder_spec(c.decoder_layers)
+def build_encoder(layout: TransformerLayout, dtype=np.float32) -> onnx.ModelProto:
+    """The encoder of `service.runtime.graphs.encoder_spec`, in `dtype`, of a Transformer's
+    `layout`: memory mask and every decoder layer's cross keys and values, projected by one
+    MatMul."""
+    stack, cross_layers = layout.encoder, layout.decoder.layers
+    spec = encoder_spec(len(cross_layers))
     g = Graph("encoder", dtype)
-    w = _Writer(model, g)
+    w = _Writer(g, layout)
     mask = g.op("Cast", ["src_mask"], to=TensorProto.INT32)
     length = g.op("Gather", [g.op("Shape", ["src_ids"]), g.weight("one", np.array(1, np.int64))])
     zero, step = g.weight("zero", np.array(0, np.int64)), g.weight("step", np.array(1, np.int64))
     positions = g.op("Range", [zero, length, step])
-    residual = w.embed("src_ids", positions)
-    layers = model.encoder_layers
-    h = w.norm(residual, layers[0].self_attn_norm)
-    for i, layer in enumerate(layers):
+    h, residual = w.start(stack, w.embed(stack, "src_ids", positions))
+    for layer, norms in zip(stack.layers, _sublayer_norms(stack), strict=True):
         attended = w.self_attention(h, layer.self_attn, mask)
         out = w.matmul(attended, _linear_weight(layer.self_attn.out))
-        h, residual = w.skip_norm(out, residual, layer.ff_norm, layer.self_attn.out.bias)
-        out = w.feed_forward(h, layer.ff)
-        after = layers[i + 1].self_attn_norm if i + 1 < len(layers) else model.encoder_norm
-        h, residual = w.skip_norm(out, residual, after, layer.ff[3].bias)
-    projections = [
-        p for layer in model.decoder_layers for p in (layer.cross_attn.key, layer.cross_attn.value)
-    ]
+        h, residual = w.close(out, _bias(layer.self_attn.out), residual, *norms[0])
+        out = w.feed_forward(h, layer)
+        h, residual = w.close(out, _bias(layer.ff_out), residual, *norms[1])
+    h = w.finish(stack, h)
+    projections = [p for x in cross_layers for p in (x.cross_attn.key, x.cross_attn.value)]
     weight, bias = _fused(*projections)
     fused = w.matmul(h, weight, bias)  # (B, S, 2 * layers * D)
     parts = g.op("Split", [fused], len(projections), axis=2, num_outputs=len(projections))
@@ -402,10 +449,10 @@ def build_encoder(model: Transformer, dtype=np.float32) -> onnx.ModelProto:
     for index, part in enumerate(parts):
         layer, kind = divmod(index, 2)
         name = f"encoder.{layer}.{('key', 'value')[kind]}"
-        shape = g.weight("shape", np.array([0, 0, c.n_heads, c.head_dim], np.int64))
+        shape = g.weight("shape", np.array([0, 0, layout.heads, layout.head_dim], np.int64))
         g.op("Transpose", [g.op("Reshape", [part, shape])], [name], perm=[0, 2, 1, 3])
     g.op("Identity", ["src_mask"], ["memory_mask"])
-    return g.model(spec, {"heads": c.n_heads, "head_dim": c.head_dim})
+    return g.model(spec, {"heads": layout.heads, "head_dim": layout.head_dim})
 
 
 def build_caption_step(model: Captioner, dtype=np.float32) -> onnx.ModelProto:
@@ -417,7 +464,7 @@ def build_caption_step(model: Captioner, dtype=np.float32) -> onnx.ModelProto:
     c = model.config
     spec = captioner_interface().decoder
     g = Graph("decoder", dtype)
-    w = _Writer(model, g)
+    w = _Writer(g)
     h, cell = "past.h", "past.c"
     one = g.weight("axis", np.array([1], np.int64))
     previous = g.op("Squeeze", ["input_ids", one])  # (B,)
@@ -459,24 +506,25 @@ def _split(g: Graph, x: str, sizes: list[int], axis: int) -> list[str]:
     return g.op("Split", [x, g.weight("sizes", np.array(sizes, np.int64))], len(sizes), axis=axis)
 
 
-def build_translator(model: Transformer, out_dir: Path, dtype=np.float32) -> dict[str, Path]:
-    """Writes every graph of the translator `model` (float32, eval mode) into `out_dir` in
+def build_translator(layout: TransformerLayout, out_dir: Path, dtype=np.float32) -> dict[str, Path]:
+    """Writes every graph of a Transformer's `layout` (export.layout) into `out_dir` in
     `dtype` (float32 or float16), built op by op; returns their paths by graph name:
     encoder.onnx and decoder.onnx, its lean step (lean_decoder.onnx, the step without the
     cross-attention output, which the server runs when no row keeps its alignment), and both
     steps with their cache written in place (in_place_*.onnx, what the engine runs by default
     where the device has the kernels) and in place with a fixed capacity (static_*.onnx, the
-    steps CUDA graphs replay)."""
+    steps CUDA graphs replay). A graph whose weights are past export.graph_files'
+    WEIGHTS_INSIDE keeps them in a file beside it."""
     names = ("encoder", "decoder", LEAN_STEP)
     names += tuple(p + n for p in (IN_PLACE, STATIC) for n in ("decoder", LEAN_STEP))
     paths = {name: out_dir / f"{name}.onnx" for name in names}
-    onnx.save_model(build_encoder(model, dtype), str(paths["encoder"]))
-    onnx.save_model(build_decoder(model, dtype), str(paths["decoder"]))
-    onnx.save_model(build_decoder(model, dtype, attention=False), str(paths[LEAN_STEP]))
+    save_graph(build_encoder(layout, dtype), paths["encoder"])
+    save_graph(build_decoder(layout, dtype), paths["decoder"])
+    save_graph(build_decoder(layout, dtype, attention=False), paths[LEAN_STEP])
     # the same two steps with their cache written in place, and with it fixed at the
     # longest output the model can write (the static steps, for CUDA graphs)
-    for prefix, capacity in ((IN_PLACE, None), (STATIC, model.config.max_length)):
+    for prefix, capacity in ((IN_PLACE, None), (STATIC, layout.capacity)):
         for lean in (False, True):
-            step = build_decoder(model, dtype, capacity, in_place=True, attention=not lean)
-            onnx.save_model(step, str(paths[prefix + (LEAN_STEP if lean else "decoder")]))
+            step = build_decoder(layout, dtype, capacity, in_place=True, attention=not lean)
+            save_graph(step, paths[prefix + (LEAN_STEP if lean else "decoder")])
     return paths

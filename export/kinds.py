@@ -28,6 +28,7 @@ from export import caption_parity, translator_parity
 from export.builder import build_caption_step, build_translator
 from export.decode_parity import ParityInputs
 from export.graphs import CaptionEncoderGraph, CaptionStepGraph, DecoderStepGraph, EncoderGraph
+from export.layout import translator_layout
 from export.onnx_export import export_modules
 from models.caption_data import read_scenes
 from models.catalogs import read_everyday
@@ -146,7 +147,7 @@ class TranslatorExport(TranslatorKind, ExportKind):
         return EncoderGraph(model), DecoderStepGraph(model)
 
     def _write_built(self, model, out_dir, dtype, floats):
-        return build_translator(model, out_dir, floats)
+        return build_translator(translator_layout(model), out_dir, floats)
 
     def golden_sources(self, model_version, sources) -> list[dict]:
         """Token ids inline."""

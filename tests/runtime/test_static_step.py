@@ -16,6 +16,7 @@ from bench.static_buffers import (
     cuda_graph_session,
 )
 from export.builder import build_decoder
+from export.layout import translator_layout
 from service.runtime.batching import source_batch
 from service.runtime.graphs import transformer_interface
 from service.runtime.inference import CachedInference
@@ -32,9 +33,10 @@ def tiny(tmp_path_factory, shipped_translator):
     fixed = {}
     for variant, dtype in (("fp32", np.float32), ("fp16", np.float16)):
         fixed[variant] = directory / f"fixed-{variant}.onnx"
-        onnx.save_model(build_decoder(model, dtype, capacity=CAPACITY), str(fixed[variant]))
+        fixed_step = build_decoder(translator_layout(model), dtype, capacity=CAPACITY)
+        onnx.save_model(fixed_step, str(fixed[variant]))
         fixed[f"{variant}-in-place"] = directory / f"in-place-{variant}.onnx"
-        in_place = build_decoder(model, dtype, capacity=CAPACITY, in_place=True)
+        in_place = build_decoder(translator_layout(model), dtype, capacity=CAPACITY, in_place=True)
         onnx.save_model(in_place, str(fixed[f"{variant}-in-place"]))
     return model, version, fixed
 
