@@ -136,8 +136,9 @@ def export_hf(args: Namespace) -> int:
     directory = args.out / args.name / args.version
     into = staging(directory)  # published once certified
     version = write_hf(
-        args.directory, args.out, args.name, args.version, variants, given, declared, into
-    )
+        args.directory, args.out, args.name, args.version, variants, given, declared, into,
+        args.graphs, args.int8_scales,
+    )  # fmt: skip
     try:
         texts, references = certificate_texts(args, version)
         languages = (args.source_language, args.target_language)

@@ -187,16 +187,18 @@ def built_tiny_translator(directory: Path, tokenizer, seed: int, variants: tuple
     return model, version
 
 
-def tiny_marian(seed: int = 0):
-    """A small random Marian (transformers), pad 95, end 0: OPUS-MT's layout."""
+def tiny_marian(seed: int = 0, **overrides):
+    """A small random Marian (transformers), pad 95, end 0: OPUS-MT's layout (`overrides`
+    of its config: OPUS-MT's own activation is swish)."""
     import torch
     import transformers
 
     config = transformers.MarianConfig(
-        vocab_size=96, d_model=32, encoder_layers=2, decoder_layers=2,
-        encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64,
-        decoder_ffn_dim=64, max_position_embeddings=64, pad_token_id=95, eos_token_id=0,
-        decoder_start_token_id=95, forced_eos_token_id=None, bad_words_ids=[[95]],
+        **{"vocab_size": 96, "d_model": 32, "encoder_layers": 2, "decoder_layers": 2,
+           "encoder_attention_heads": 4, "decoder_attention_heads": 4, "encoder_ffn_dim": 64,
+           "decoder_ffn_dim": 64, "max_position_embeddings": 64, "pad_token_id": 95,
+           "eos_token_id": 0, "decoder_start_token_id": 95, "forced_eos_token_id": None,
+           "bad_words_ids": [[95]], **overrides},
     )  # fmt: skip
     torch.manual_seed(seed)
     return transformers.MarianMTModel(config).eval()

@@ -1,17 +1,22 @@
-"""A Hugging Face translation model as the runtime's two ONNX graphs: its architecture
-recognised from its config, its encoder and cached step (export.hf.marian, export.hf.m2m100,
-export.hf.mbart) traced under the translator's interface
-(service.runtime.graphs.transformer_interface), so the graphs take and return what the
-runtime's engine feeds our own translator's."""
+"""A Hugging Face translation model as the runtime's graphs: its architecture recognised from
+its config, then either every graph our own translator ships built op by op from its weights
+(export.hf.layout, export.builder: fused attention, the lean step with the search folded in,
+the cache written in place, the static step), or its encoder and cached step
+(export.hf.marian, export.hf.m2m100, export.hf.mbart) traced. Both are the translator's
+interface (service.runtime.graphs.transformer_interface): the graphs take and return what
+the runtime's engine feeds our own translator's."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import nn
 
+from export.builder import build_translator
 from export.hf.layers import Encoder
+from export.hf.layout import hf_layout
 from export.hf.m2m100 import M2M100Step
 from export.hf.marian import MarianStep
 from export.hf.mbart import MBartStep
@@ -88,3 +93,14 @@ def export_graphs(model, out_dir: Path, dtype=torch.float32, banned=()) -> dict[
             args = example_inputs(fixed, spec, config.vocab_size, dtype)
             paths[spec.name] = export_graph(module, spec, args, out_dir / f"{spec.name}.onnx")
     return paths
+
+
+def build_graphs(model, out_dir: Path, dtype=torch.float32, banned=()) -> dict[str, Path]:
+    """Writes every graph of `model` (float32, eval mode) built op by op in `dtype`, as our
+    own translator's (export.builder.build_translator), the step's logits -inf at `banned`;
+    their paths by graph name."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    floats = np.float16 if dtype == torch.float16 else np.float32
+    with torch.no_grad():
+        layout = hf_layout(model.float().eval(), architecture(model.config), banned)
+        return build_translator(layout, out_dir, floats)

@@ -34,10 +34,12 @@ from pathlib import Path
 import onnxruntime
 import torch
 
-from export.hf.graphs import architecture, export_graphs, interface
+from export.builder import REVISION
+from export.hf.graphs import architecture, build_graphs, export_graphs, interface
+from export.kinds import export_kind_named
 from export.onnx_export import OPSET
 from export.ops import write_ops
-from export.quantize import quantize_int8
+from export.repository import INT8_SCALES, METHODS, int8_graphs
 from service.runtime.languages import listed, own_code
 from service.runtime.repository import ModelVersion, verify, write_manifest
 
@@ -47,6 +49,7 @@ BEAM_STOPS = {True: "full", False: "estimate", "never": "never"}  # generate's e
 NLLB_CODE = re.compile(r"[a-z]{3}_[A-Z][a-z]{3}")  # spa_Latn
 # families whose languages are tokens: the source's before it, the target's forced first
 LANGUAGE_TOKENS = ("m2m_100", "mbart")
+GRAPHS = {"built": build_graphs, "traced": export_graphs}  # by export.repository's METHODS
 
 
 def load(directory: Path):
@@ -258,15 +261,25 @@ def language_id(tokenizer, code: str) -> int:
     return int(tokenizer.convert_tokens_to_ids(code))
 
 
-def write_graphs(model, directory: Path, variants: tuple[str, ...], banned) -> dict:
-    """Every variant's graphs under `directory`, by variant then graph name (relative)."""
-    made = {"fp32": export_graphs(model, directory / "fp32", banned=banned)}
+def write_graphs(
+    model,
+    directory: Path,
+    variants: tuple[str, ...],
+    banned,
+    method: str = "built",
+    per_channel: bool = True,
+) -> dict:
+    """Every variant's graphs under `directory`, by variant then graph name (relative): built
+    op by op (`method` "built": every graph our own translator ships, int8's as its are
+    quantised) or traced (the encoder and the cached step)."""
+    if method not in METHODS:
+        raise ValueError(f"method {method!r}: one of {METHODS}")
+    made = {"fp32": GRAPHS[method](model, directory / "fp32", banned=banned)}
     if "int8" in variants:
-        made["int8"] = {
-            k: quantize_int8(p, directory / "int8" / p.name) for k, p in made["fp32"].items()
-        }
+        kind = export_kind_named("transformer")
+        made["int8"] = int8_graphs(kind, made["fp32"], directory, per_channel)
     if "fp16" in variants:
-        half = export_graphs(model, directory / "fp16", torch.float16, banned=banned)
+        half = GRAPHS[method](model, directory / "fp16", torch.float16, banned=banned)
         model.float()
         made["fp16"] = half
     return {v: {k: str(p.relative_to(directory)) for k, p in g.items()} for v, g in made.items()}
@@ -281,13 +294,20 @@ def export_hf(
     given_languages: tuple[list[str], list[str]] | None = None,
     declared: tuple[list[str], list[str]] = ([], []),
     into: Path | None = None,
+    method: str = "built",
+    int8_scales: str = INT8_SCALES[0],
 ) -> ModelVersion:
     """Writes `<repository>/<name>/<version>` (or the folder `into`) from the Hugging Face
     directory `directory` (no certificate yet: export.hf.certify); `declared`: the languages
-    a multilingual model is declared to read and write, where fewer than its tokenizer names."""
+    a multilingual model is declared to read and write, where fewer than its tokenizer names;
+    `method` and `int8_scales` as export.repository.write_version takes them."""
     unknown = set(variants) - set(VARIANTS)
     if unknown or "fp32" not in variants:
         raise ValueError(f"variants {variants}: fp32 and any of {VARIANTS[1:]}")
+    if method not in METHODS or int8_scales not in INT8_SCALES:
+        raise ValueError(
+            f"method {method!r}, int8 scales {int8_scales!r}: of {METHODS}, {INT8_SCALES}"
+        )
     model, tokenizer = load(directory)
     family = architecture(model.config)
     declared_languages = languages(family, tokenizer, given_languages, declared)  # or refused
@@ -298,7 +318,8 @@ def export_hf(
     try:
         preprocessor = write_tokenizer(family, tokenizer, target / TOKENIZER_DIR)  # or refused
         rules = generation(model)
-        graphs = write_graphs(model, target, variants, rules["banned"])
+        per_channel = int8_scales == INT8_SCALES[0]
+        graphs = write_graphs(model, target, variants, rules["banned"], method, per_channel)
     except BaseException:  # no half-written version left behind
         shutil.rmtree(target, ignore_errors=True)
         raise
@@ -314,7 +335,9 @@ def export_hf(
         "preprocessor": preprocessor,
         "generation": rules,
         "graphs": graphs,
-        "graphs_made": dict.fromkeys(graphs, "traced"),
+        "graphs_made": dict.fromkeys(graphs, method),
+        **({"graphs_revision": REVISION} if method == "built" else {}),
+        **({"int8_scales": int8_scales} if "int8" in graphs else {}),
         "ops": write_ops(target, len(interface(model.config).memory_tensors)),
         "tokenizer": TOKENIZER_DIR,
         "versions": {

@@ -305,7 +305,8 @@ def test_the_command_exports_and_certifies_a_directory(hf_models, tmp_path, caps
     args = Namespace(
         directory=directory, out=tmp_path, name="multi", version="2", variants="fp32,fp16",
         texts=None, references=None, sentences=200, source_language="es",
-        target_language="fr", reads="es, ca", writes="fr,en",
+        target_language="fr", reads="es, ca", writes="fr,en", graphs="built",
+        int8_scales="per-channel",
     )  # fmt: skip
     assert command(args) == 0
     out = capsys.readouterr().out  # the exporter's progress lines, then the summary
@@ -314,6 +315,10 @@ def test_the_command_exports_and_certifies_a_directory(hf_models, tmp_path, caps
     assert summary["decodes"]["greedy"].endswith("near ties")
     version = verify(tmp_path / "multi" / "2")
     assert set(version.manifest["graphs"]) == {"fp32"}  # fp16 on a machine with a GPU
+    assert version.manifest["graphs_made"] == {"fp32": "built"}
+    assert {"lean_decoder", "in_place_lean_decoder", "static_decoder"} <= set(
+        version.manifest["graphs"]["fp32"]
+    )  # every step our own translator ships
     assert version.manifest["parity"]["languages"] == ["es", "fr"]
     declared = version.manifest["languages"]  # as read and written where fewer are declared
     assert (declared["source"], declared["target"]) == (["es", "ca"], ["fr", "en"])
@@ -348,12 +353,15 @@ def test_the_command_publishes_a_version_once_certified(tmp_path, monkeypatch, c
     args = Namespace(
         directory=marian_directory(tmp_path / "marian"), out=tmp_path / "repository",
         name="opus", version="1", variants="fp32", texts=None, references=None, sentences=200,
-        source_language="", target_language="", reads=None, writes=None,
+        source_language="", target_language="", reads=None, writes=None, graphs="traced",
+        int8_scales="per-channel",
     )  # fmt: skip
     assert command(args) == 0
     assert seen == [[]]  # nothing to read until it is certified
     assert [p.name for p in (tmp_path / "repository" / "opus").iterdir()] == ["1"]
-    assert verify(tmp_path / "repository" / "opus" / "1").manifest["parity"]["passed"]
+    published = verify(tmp_path / "repository" / "opus" / "1").manifest
+    assert published["parity"]["passed"]
+    assert set(published["graphs"]["fp32"]) == {"encoder", "decoder"}  # traced as asked
     out = capsys.readouterr().out
     summary = json.loads(out[out.rindex('{\n  "model_version"') :])
     assert summary["model_version"] == str(tmp_path / "repository" / "opus" / "1")
@@ -373,6 +381,7 @@ def test_a_command_refused_while_certifying_says_why_and_leaves_nothing(tmp_path
         directory=m2m100_directory(tmp_path / "m2m100"), out=tmp_path / "repository",
         name="m2m100", version="1", variants="fp32", texts=None, references=None,
         sentences=200, source_language="es", target_language="", reads=None, writes=None,
+        graphs="built", int8_scales="per-channel",
     )  # fmt: skip
     with pytest.raises(ValueError, match=r"to certify: target_language: .* name one"):
         command(args)
