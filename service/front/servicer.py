@@ -118,7 +118,7 @@ class ModelServicer:
             code = await _abort(context, code, str(error))
             raise asyncio.CancelledError from None
         except (asyncio.CancelledError, GeneratorExit):  # a stream closed mid-write: the same
-            code = _cancel_code(context)
+            code = cancel_code(context)
             raise
         except Exception as error:  # a bug of ours: INTERNAL, its traceback in the log
             log.exception("%s %s failed", self.service, label)
@@ -332,6 +332,11 @@ def add_servicer(server, servicer: ModelServicer) -> None:
 # bytes of a status message as gRPC sends it (percent-encoded in a trailer): a client
 # refuses trailers past 8 KiB, and reads a longer message as RESOURCE_EXHAUSTED
 MOST_DETAILS = 4096
+# A call's deadline runs on the server from the call's arrival, the client's from its
+# sending: a client whose deadline passes cancels the call up to its transit time (longer on
+# a loaded machine) before the server's deadline passes. A cancellation this close to the
+# deadline is the deadline's.
+DEADLINE_SLACK_S = 0.5
 
 
 def shortened(details: str, most: int = MOST_DETAILS) -> str:
@@ -362,13 +367,14 @@ async def _abort(context, code: grpc.StatusCode, details: str) -> grpc.StatusCod
     try:
         await context.abort(code, shortened(details))
     except grpc.aio.InternalError:
-        return _cancel_code(context)
+        return cancel_code(context)
     return code
 
 
-def _cancel_code(context) -> grpc.StatusCode:
-    """Why a call's handler was cancelled: its deadline passed, or the client went away."""
+def cancel_code(context) -> grpc.StatusCode:
+    """Why a call's handler was cancelled: its deadline passed (or was about to:
+    DEADLINE_SLACK_S), or the client went away."""
     remaining = context.time_remaining()
-    if remaining is not None and remaining <= 0:
+    if remaining is not None and remaining <= DEADLINE_SLACK_S:
         return grpc.StatusCode.DEADLINE_EXCEEDED
     return grpc.StatusCode.CANCELLED

@@ -15,7 +15,7 @@ from stand_in import servicer
 from service.front.config import ServerConfig
 from service.front.metrics import Metrics
 from service.front.pool import WorkerPool
-from service.front.servicer import Method, add_servicer
+from service.front.servicer import DEADLINE_SLACK_S, Method, add_servicer, cancel_code
 from service.runtime.errors import ResourceExhausted
 from service.wire.v1 import translation_pb2, translation_pb2_grpc
 
@@ -85,3 +85,21 @@ def test_a_status_message_is_cut_to_what_a_client_reads():
         assert said.startswith("model: no model named '" + name[:10])
         assert said.endswith(f"... ({len(name) + 24} characters)")
         assert len(quote(said, safe=" !\"#$&'()*+,-./:;<=>?@[\\]^_`{|}~")) <= MOST_DETAILS
+
+
+def test_a_cancellation_at_the_deadline_is_counted_as_the_deadline():
+    """A client's deadline passes first on its side: its cancellation reaches the server up
+    to the call's transit time before the server's own deadline. Within DEADLINE_SLACK_S of
+    it, it is the deadline's; earlier, or with no deadline, the client's cancel."""
+
+    class Context:
+        def __init__(self, remaining):
+            self.remaining = remaining
+
+        def time_remaining(self):
+            return self.remaining
+
+    assert cancel_code(Context(-0.01)) == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert cancel_code(Context(DEADLINE_SLACK_S / 2)) == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert cancel_code(Context(DEADLINE_SLACK_S + 1.0)) == grpc.StatusCode.CANCELLED
+    assert cancel_code(Context(None)) == grpc.StatusCode.CANCELLED
