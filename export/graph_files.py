@@ -1,15 +1,21 @@
-"""A graph's file: its weights inside it, or beside it in one file where they are too many.
+"""A graph's file: its weights inside it, or beside it in one file where they are too many;
+and the graphs of a variant sharing one file of weights.
 
 A file of protobuf holds 2 GiB at the most, and a large translator's step is more in fp32
 (NLLB-1.3B's is 2.6 GB): past WEIGHTS_INSIDE bytes, a graph's weights go to
 `<file>.data` beside it, where onnx and onnxruntime read them from. The model repository
 lists and checksums that file as any other of a version's.
+
+A translator's variant ships its step up to six times (growing, in place and static; with
+its alignment and lean), each graph with the same weights: `share_weights` keeps each
+distinct weight once, in SHARED beside them, every graph reading it at its offset.
 """
 
 from __future__ import annotations
 
+import hashlib
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -19,6 +25,10 @@ import onnx
 WEIGHTS_INSIDE = 1 << 30
 DATA_SUFFIX = ".data"  # `decoder.onnx.data`
 SMALL = 1024  # bytes of a weight kept inside the graph's file whatever: shapes onnxruntime reads
+SHARED = "weights.data"  # the file of weights the graphs of a folder share (`share_weights`)
+# where each weight starts in SHARED: onnxruntime maps a weight of the CPU into memory, the
+# pages every session reading it shares, where its offset is a multiple of the page size
+ALIGNMENT = 4096
 
 
 def weight_bytes(proto: onnx.ModelProto) -> int:
@@ -81,3 +91,40 @@ def copy_graph(source: Path, target: Path) -> Path:
     if data_file(source).exists():  # under the name the graph gives it
         shutil.copyfile(data_file(source), data_file(target))
     return target
+
+
+def share_weights(paths: Iterable[Path]) -> Path:
+    """Rewrites the graphs at `paths` (of one folder) to read their weights past SMALL bytes
+    from one file, SHARED in that folder, each distinct weight (by its bytes) stored once at
+    an offset of ALIGNMENT; their files of weights of their own are removed. Returns that
+    file. A graph is read and rewritten one at a time (a large step is gigabytes)."""
+    paths = list(paths)
+    folders = {p.parent for p in paths}
+    if len(folders) != 1:
+        raise ValueError(f"graphs of one folder share a file of weights, not of {len(folders)}")
+    shared = folders.pop() / SHARED
+    stored: dict[bytes, tuple[int, int]] = {}  # digest -> (offset, length)
+    scratch = shared.with_name(shared.name + ".writing")
+    with scratch.open("wb") as out:
+        for path in paths:
+            proto = onnx.load(str(path))  # its weights read in, from wherever they were
+            for tensor in proto.graph.initializer:
+                data = tensor.raw_data
+                if len(data) <= SMALL:
+                    continue
+                digest = hashlib.sha256(data).digest()
+                if digest not in stored:
+                    out.write(b"\0" * (-out.tell() % ALIGNMENT))
+                    stored[digest] = (out.tell(), len(data))
+                    out.write(data)
+                offset, length = stored[digest]
+                tensor.ClearField("raw_data")
+                tensor.data_location = onnx.TensorProto.EXTERNAL
+                del tensor.external_data[:]
+                for key, value in (("location", SHARED), ("offset", offset), ("length", length)):
+                    entry = tensor.external_data.add()
+                    entry.key, entry.value = key, str(value)
+            data_file(path).unlink(missing_ok=True)
+            onnx.save_model(proto, str(path))
+    scratch.replace(shared)
+    return shared

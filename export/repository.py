@@ -12,6 +12,7 @@ import onnxruntime
 import torch
 
 from export.builder import REVISION
+from export.graph_files import share_weights
 from export.kinds import ExportKind, export_kind
 from export.onnx_export import OPSET, interface_of
 from export.ops import write_ops
@@ -69,6 +70,15 @@ def int8_graphs(
     return int8
 
 
+def shared(made: dict[str, dict[str, Path]]) -> dict[str, dict[str, Path]]:
+    """`made` (each variant's graphs by name, a folder a variant), each variant's graphs
+    reading their weights from one file in its folder, each weight once
+    (export.graph_files.share_weights)."""
+    for graphs in made.values():
+        share_weights(graphs.values())
+    return made
+
+
 def staging(directory: Path) -> Path:
     """Where the version bound for `directory` is written and certified: a hidden name beside
     it, which a server watching the repository does not read (manifests in
@@ -122,6 +132,7 @@ def write_version(
         made["int8"] = int8_graphs(kind, made["fp32"], directory, int8_scales == "per-channel")
     if "fp16" in variants:
         made["fp16"] = float_graphs(kind, model, directory, torch.float16, method)
+    made = shared(made)
     graphs = {v: {k: str(p.relative_to(directory)) for k, p in g.items()} for v, g in made.items()}
     shutil.copyfile(tokenizer_file, directory / TOKENIZER)
     ops = write_ops(directory, len(interface_of(model).memory_tensors))

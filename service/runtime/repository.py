@@ -9,6 +9,8 @@
     <variant>/lean_decoder.onnx   optional: the step without its attention output (built
                                   translators), run when no row keeps its alignment
     int8/lean_decoder_one_row.onnx    optional: its form for steps of one row
+    <variant>/weights.data        the weights of the variant's graphs, each once (a graph
+                                  reads its own at their offsets; onnxruntime maps the file)
 
 The runtime refuses a manifest whose format version it does not know, whose layout is not
 the one it reads, whose files do not match their hashes or which names a graph or op it does

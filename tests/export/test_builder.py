@@ -12,6 +12,7 @@ import pytest
 import torch
 from helpers import built_tiny_translator, random_sources
 
+from export.graph_files import SHARED, weight_bytes
 from export.ops import TOP_K_BLOCK
 from export.parity import assert_graph_parity
 from export.repository import write_version
@@ -38,6 +39,11 @@ def built(tmp_path_factory, shipped_translator):
 def test_the_built_graphs_are_fused_and_declared_as_the_traced_ones(built):
     _, version = built
     assert version.manifest["graphs_made"] == {"fp32": "built", "int8": "built", "fp16": "built"}
+    for variant, graphs in version.manifest["graphs"].items():  # one file of weights each
+        shared = version.directory / variant / SHARED
+        assert f"{variant}/{SHARED}" in version.manifest["files"]
+        steps = [version.directory / g for g in graphs.values()]
+        assert shared.stat().st_size < 0.5 * sum(weight_bytes(onnx.load(str(g))) for g in steps)
     decoder = onnx.load(str(version.graph("fp32", "decoder")))
     ops = [n.op_type for n in decoder.graph.node]
     assert ops.count("MultiHeadAttention") == 3 + 2  # self in every layer, cross but one

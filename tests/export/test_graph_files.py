@@ -1,14 +1,25 @@
 """A graph's file (export.graph_files): weights past the limit go to one file beside it,
-which onnxruntime reads; a graph saved again or copied takes its own file of weights."""
+which onnxruntime reads; a graph saved again or copied takes its own file of weights; the
+graphs of a folder share one file holding each weight once."""
 
 from __future__ import annotations
 
 import numpy as np
 import onnx
 import onnxruntime as ort
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from export.graph_files import copy_graph, data_file, outside, save_graph, weight_bytes
+from export.graph_files import (
+    ALIGNMENT,
+    SHARED,
+    copy_graph,
+    data_file,
+    outside,
+    save_graph,
+    share_weights,
+    weight_bytes,
+)
 from export.quantize import quantize_int8
 
 WIDTH = 64  # a 64 x 64 float32 weight: 16 KiB
@@ -83,3 +94,29 @@ def test_shapes_are_inferred_with_the_weights_set_aside_and_the_weights_come_bac
             for v in inferred.graph.value_info}  # fmt: skip
     assert dims["h"] == [WIDTH]
     assert [t.raw_data for t in model.graph.initializer] == before
+
+
+def test_a_variants_graphs_share_one_file_holding_each_weight_once(tmp_path):
+    """Three graphs, two with the same weight: one file of weights holds the two distinct
+    ones, each at a page's offset, the graphs' own files of weights removed, and every
+    graph computes what it did."""
+    x = np.random.default_rng(1).standard_normal((3, WIDTH)).astype(np.float32)
+    paths, expected = [], []
+    for name, seed, inside in (("a", 0, None), ("b", 0, 0), ("c", 1, None)):
+        path = save_graph(matmul_graph(seed), tmp_path / f"{name}.onnx", inside=inside)
+        paths.append(path)
+        expected.append(run(path, x))
+    assert data_file(paths[1]).exists()  # b's weights were beside it
+    shared = share_weights(paths)
+    assert shared == tmp_path / SHARED
+    assert shared.stat().st_size == 2 * WIDTH * WIDTH * 4  # W of seed 0, then seed 1's
+    assert not data_file(paths[1]).exists()
+    for path, before in zip(paths, expected, strict=True):
+        assert path.stat().st_size < 1024  # the shape constant inside, W outside
+        (weight,) = [t for t in onnx.load(str(path), load_external_data=False).graph.initializer
+                     if t.name == "W"]  # fmt: skip
+        offset = {e.key: e.value for e in weight.external_data}["offset"]
+        assert int(offset) % ALIGNMENT == 0
+        assert np.array_equal(run(path, x), before)
+    with pytest.raises(ValueError, match="not of 2"):
+        share_weights([paths[0], save_graph(matmul_graph(), tmp_path / "d" / "d.onnx")])
