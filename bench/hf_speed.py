@@ -16,13 +16,17 @@ that is checked, and a run whose engines wrote other lengths fails (its ratios c
 nothing). The sources are the same random ids for every engine, 20 to 30 of them and `</s>`,
 sorted by length and decoded `batch` at a time in that order, greedy.
 
-Engines (ENGINES): ours fp32 and int8 (OnnxEngine, translate_batches), transformers fp32
+Engines (ENGINES): ours fp32 and int8 (OnnxEngine, translate_batches without alignments, as
+a server decodes requests that keep none: the lean step where the version ships it) over the
+version with its graphs built op by op (export.hf's default), the same over the version with
+its graphs traced (`ours-traced-*`: the encoder and the growing step alone), transformers fp32
 (`generate`, greedy, `forced_eos_token_id` off so that the last step writes a token like the
 others'), CTranslate2 float32 and int8 (converted once in float32, int8 its compute type at
 load). Each runs in a process of its own with the same intra-op thread count. One untimed
 round, then rounds in which every engine decodes the sources at every batch size, the
 engines' order rotating; each case's median seconds. tokens/s is the tokens written over
-those seconds, the encoder included. "as transformers'": the sources whose tokens are
+those seconds, the encoder included; each engine's process's peak resident memory once every
+round ran. "as transformers'": the sources whose tokens are
 transformers' own. "others' CPUs": how many CPUs processes other than the engine's kept busy
 over a case's timed rounds (the machine's busy time less the engine's own, in clock ticks of
 10 ms: meaningless for short cases); "stolen CPUs": how many the hypervisor held from this
@@ -79,6 +83,8 @@ TINY = MarianSize(vocab_size=400, d_model=32, layers=2, heads=4, ffn=64, pieces=
 ENGINES = {  # name: (kind, variant)
     "ours-fp32": ("onnx", "fp32"),
     "ours-int8": ("onnx", "int8"),
+    "ours-traced-fp32": ("onnx-traced", "fp32"),
+    "ours-traced-int8": ("onnx-traced", "int8"),
     "transformers-fp32": ("transformers", "fp32"),
     "ct2-float32": ("ct2", "float32"),
     "ct2-int8": ("ct2", "int8"),
@@ -89,6 +95,8 @@ RATIOS = (  # (faster, slower, the goal's target or None)
     ("ours-int8", "transformers-fp32", None),
     ("ours-fp32", "ct2-float32", 1.0),
     ("ours-int8", "ct2-int8", 1.0),
+    ("ours-fp32", "ours-traced-fp32", None),
+    ("ours-int8", "ours-traced-int8", None),
 )
 
 
@@ -198,11 +206,12 @@ def convert_ct2(directory: Path, out_dir: Path) -> Path:
     return Path(TransformersConverter(str(directory)).convert(str(out_dir), force=True))
 
 
-def export_ours(directory: Path, repository: Path) -> Path:
-    """The model version (fp32 and int8) export.hf writes from the model directory."""
+def export_ours(directory: Path, repository: Path, method: str = "built") -> Path:
+    """The model version (fp32 and int8) export.hf writes from the model directory, its
+    graphs made by `method` (built op by op, or traced)."""
     from export.hf.version import export_hf
 
-    return export_hf(directory, repository, "marian").directory
+    return export_hf(directory, repository, "marian", method=method).directory
 
 
 def random_sources(count: int, vocab_size: int, seed: int = 0) -> list[list[int]]:
@@ -305,11 +314,18 @@ class OnnxRunner:
 
         options = DecodingOptions(max_length=length, max_length_ratio=0.0)
         without_end = [source[:-1] for source in sources]  # the runtime appends `</s>`
-        nbest = translate_batches(self.engine, without_end, options, self.max_source, batch)
+        nbest = translate_batches(  # no alignments: the server's step for requests without
+            self.engine, without_end, options, self.max_source, batch, attention=False
+        )
         return [hypotheses[0].tokens for hypotheses in nbest]
 
 
-RUNNERS = {"transformers": TransformersRunner, "ct2": Ct2Runner, "onnx": OnnxRunner}
+RUNNERS = {
+    "transformers": TransformersRunner,
+    "ct2": Ct2Runner,
+    "onnx": OnnxRunner,
+    "onnx-traced": OnnxRunner,  # over the version with its graphs traced
+}
 _runner = None  # a worker process's runner
 
 
@@ -320,6 +336,14 @@ def _start(kind: str, arguments: tuple) -> None:
 
 def _library() -> str:
     return _runner.library
+
+
+def _peak_memory() -> float:
+    """The most resident memory this process has held, in MB (its model, its buffers and
+    the interpreter)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def _timed(sources: list[list[int]], batch: int, length: int):
@@ -362,6 +386,9 @@ class Worker:
         after, stolen_after = machine_cpu()
         return Timing(seconds, after - busy - cpu, stolen_after - stolen), tokens
 
+    def peak_memory(self) -> float:
+        return self.pool.submit(_peak_memory).result()
+
     def close(self) -> None:
         self.pool.shutdown()
 
@@ -371,11 +398,13 @@ class Worker:
 
 @dataclass(frozen=True)
 class Paths:
-    """What the engines load: the model directory, its conversion, our version."""
+    """What the engines load: the model directory, its conversion, our versions (graphs
+    built, graphs traced)."""
 
     directory: Path
     ct2: Path | None
     version: Path | None
+    traced: Path | None = None
 
 
 PREPARED = "prepared.json"  # in the workdir: what prepare() made, from what
@@ -388,10 +417,17 @@ def prepare(workdir: Path, size: MarianSize, names: list[str], seed: int) -> Pat
     kinds = {ENGINES[name][0] for name in names}
     ct2 = convert_ct2(directory, workdir / "ct2") if "ct2" in kinds else None
     ours = export_ours(directory, workdir / "repository") if "onnx" in kinds else None
+    traced = None
+    if "onnx-traced" in kinds:
+        traced = export_ours(directory, workdir / "repository-traced", "traced")
     made = {"model": asdict(size), "seed": seed, "kinds": sorted(kinds)}
-    files = {"ct2": ct2 and str(ct2), "version": ours and str(ours)}
+    files = {
+        "ct2": ct2 and str(ct2),
+        "version": ours and str(ours),
+        "traced": traced and str(traced),
+    }
     (workdir / PREPARED).write_text(json.dumps({**made, **files}))
-    return Paths(directory, ct2, ours)
+    return Paths(directory, ct2, ours, traced)
 
 
 def prepared(workdir: Path, size: MarianSize, names: list[str], seed: int) -> Paths | None:
@@ -404,15 +440,18 @@ def prepared(workdir: Path, size: MarianSize, names: list[str], seed: int) -> Pa
     kinds = {ENGINES[name][0] for name in names}
     if (made["model"], made["seed"]) != (asdict(size), seed) or kinds - set(made["kinds"]):
         return None
-    ct2, version = (made[key] and Path(made[key]) for key in ("ct2", "version"))
-    return Paths(workdir / "marian", ct2, version)
+    ct2, version, traced = (
+        made.get(key) and Path(made[key]) for key in ("ct2", "version", "traced")
+    )
+    return Paths(workdir / "marian", ct2, version, traced)
 
 
 def start_worker(name: str, paths: Paths, threads: int) -> Worker:
     kind, variant = ENGINES[name]
     if kind == "ct2":
         return Worker(kind, paths.ct2, paths.directory, variant, threads)
-    return Worker(kind, paths.version if kind == "onnx" else paths.directory, variant, threads)
+    loaded = {"onnx": paths.version, "onnx-traced": paths.traced}.get(kind, paths.directory)
+    return Worker(kind, loaded, variant, threads)
 
 
 @dataclass(frozen=True)
@@ -560,6 +599,10 @@ def markdown(report: dict) -> str:
         status = "-" if r["met"] is None else ("met" if r["met"] else "missed")
         what = f"{r['fast']} / {r['slow']}"
         lines.append(table_row((what, r["batch"], f"{r['ratio']:.2f}", target, status)))
+    memory = report.get("peak_memory_mb", {})
+    if memory:
+        lines += ["", "| engine | peak resident MB |", "|---|--:|"]
+        lines += [table_row((name, f"{mb:.0f}")) for name, mb in memory.items()]
     return "\n".join(lines) + "\n"
 
 
@@ -573,6 +616,7 @@ def run(args, workdir: Path) -> dict:
     plan = Plan(tuple(args.batches), args.length, args.rounds, args.warmup, args.max_others)
     try:
         timings, tokens = measure(workers, sources, plan)
+        memory = {name: worker.peak_memory() for name, worker in workers.items()}
     finally:
         for worker in workers.values():
             worker.close()
@@ -581,6 +625,7 @@ def run(args, workdir: Path) -> dict:
         "settings": {**settings, "sentences": len(sources)},
         "model": asdict(size),
         "libraries": {name: worker.library for name, worker in workers.items()},
+        "peak_memory_mb": memory,
         **summary(timings, tokens, args.batches, args.length),
     }
 

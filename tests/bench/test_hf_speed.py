@@ -1,8 +1,8 @@
 """bench.hf_speed: the tokenizer's vocabulary and the sources it builds, the summary's check
 that every engine wrote the same length, and a quick run on a tiny random Marian in which
-every engine writes 4 tokens a source, our fp32 engine and CTranslate2 float32 the very
-tokens of transformers' `generate`, and every ratio is a positive finite number. Timings are
-not asserted."""
+every engine writes 4 tokens a source, our fp32 engine (over the version's graphs built and
+traced) and CTranslate2 float32 the very tokens of transformers' `generate`, and every ratio
+is a positive finite number. Timings are not asserted."""
 
 from __future__ import annotations
 
@@ -83,6 +83,11 @@ def test_a_workdir_is_reused_only_for_the_same_model_seed_and_engines(tmp_path):
     assert hf_speed.prepared(tmp_path, hf_speed.OPUS_MT, ["ct2-int8"], 0) is None
     assert hf_speed.prepared(tmp_path, hf_speed.TINY, ["ours-fp32"], 0) is None
     assert hf_speed.prepared(tmp_path / "elsewhere", hf_speed.TINY, ["ct2-int8"], 0) is None
+    made["kinds"] += ["onnx", "onnx-traced"]
+    files |= {"version": str(tmp_path / "built"), "traced": str(tmp_path / "traced")}
+    (tmp_path / hf_speed.PREPARED).write_text(json.dumps({**made, **files}))
+    paths = hf_speed.prepared(tmp_path, hf_speed.TINY, ["ours-int8", "ours-traced-int8"], 0)
+    assert (paths.version, paths.traced) == (tmp_path / "built", tmp_path / "traced")
 
 
 def test_waiting_for_a_quiet_machine_ends_when_it_is_quiet_or_after_the_patience():
@@ -112,8 +117,10 @@ def test_a_quick_run_writes_equal_lengths_and_transformers_tokens(tmp_path):
     for name, by_batch in cases.items():
         for batch, case in by_batch.items():
             assert case["lengths"] == [4] and case["tokens"] == 4 * 4, (name, batch)
-            if name in ("ours-fp32", "ct2-float32"):
+            if name in ("ours-fp32", "ours-traced-fp32", "ct2-float32"):
                 assert case["identical_to_reference"] == 4, (name, batch)
     assert len(report["ratios"]) == 2 * len(hf_speed.RATIOS)
     assert all(math.isfinite(r["ratio"]) and r["ratio"] > 0 for r in report["ratios"])
     assert "| ours-fp32 / transformers-fp32 | 2 |" in table.read_text()
+    assert sorted(report["peak_memory_mb"]) == sorted(hf_speed.ENGINES)
+    assert all(mb > 50 for mb in report["peak_memory_mb"].values())  # an interpreter at least
