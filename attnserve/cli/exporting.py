@@ -37,9 +37,9 @@ class Export(Subcommand):
             "--graphs",
             choices=["traced", "built"],
             default="built",
-            help="how the graphs are made: built op by op with fused attention (the "
-            "translator's both, the captioner's step; fewer kernels, faster), or traced by "
-            "torch.export",
+            help="how the graphs are made: built op by op with fused attention (a "
+            "translator's every graph, ours or a Hugging Face model's; the captioner's step; "
+            "fewer kernels, faster), or traced by torch.export",
         )
         parser.add_argument(
             "--int8-scales",

@@ -1,6 +1,7 @@
-"""A Hugging Face model directory as a model version of our repository: the encoder and the
-cached step (export.hf.graphs) in fp32 and int8 (fp16 where asked), the tokenizer files the
-runtime reads (service.runtime.hf_tokenizers), and the manifest.
+"""A Hugging Face model directory as a model version of our repository: its graphs
+(export.hf.graphs: every step our own translator ships, built op by op, or the encoder and
+the cached step traced) in fp32 and int8 (fp16 where asked), the tokenizer files the runtime
+reads (service.runtime.hf_tokenizers), and the manifest.
 
 The manifest's kind is the translator's: the runtime serves it as it serves ours. What the
 family does differently is declared, not coded in the runtime:
