@@ -73,6 +73,9 @@ def test_the_page_translates_with_alignments(page_server, browser, tmp_path):
     ).json()["translations"][0]
     assert browser.find_element(By.ID, "translation").text == expected["hypotheses"][0]["text"]
     assert browser.find_element(By.ID, "translated-by").text == "translator 1: es → en"
+    # each text in its language, for a screen reader's voice
+    assert browser.find_element(By.ID, "translation").get_attribute("lang") == "en"
+    assert source.get_attribute("lang") == "es"
     tables = browser.find_elements(By.CSS_SELECTOR, "#alignments table")
     assert len(tables) == len(expected["sentences"]) == 2
     rows = tables[0].find_elements(By.CSS_SELECTOR, "tbody tr")

@@ -89,6 +89,19 @@ function chooseLanguages() {
   for (const code of target) to.add(new Option(code, code));
   const english = target.find((code) => /^en(g?_|$|-)/i.test(code));  // en, eng_Latn, en_XX
   if (english) to.value = english;
+  languageOf($("source"), from.value);
+}
+
+// the BCP 47 tag of a model's language code (es, es_XX, te_IN, spa_Latn), or "" for none
+function bcp47(code) {
+  return (code || "").split("_").filter((part) => part !== "XX").join("-");
+}
+
+// an element's text said in a language: screen readers read it with that language's voice
+function languageOf(element, code) {
+  const tag = bcp47(code);
+  if (tag) element.lang = tag;
+  else element.removeAttribute("lang");
 }
 
 // the decoding options given: a field left empty is the server's default
@@ -173,6 +186,7 @@ async function translate() {
     const translation = response.translations[0];
     const languages = response.sourceLanguage ? `: ${response.sourceLanguage} → ${response.targetLanguage}` : "";
     $("translated-by").textContent = `${response.model} ${response.version}${languages}`;
+    languageOf($("translation"), response.targetLanguage || request.targetLanguage);
     $("translation").textContent = translation.hypotheses.map((h, i) => (translation.hypotheses.length > 1 ? `${i + 1}. ` : "") + h.text).join("\n");
     // a text of several sentences: each sentence's alignment; of one: its best hypothesis'
     const alignments = (translation.sentences || []).map((s) => s.alignment).filter(Boolean);
@@ -292,6 +306,7 @@ $("caption-button").addEventListener("click", caption);
 $("document").addEventListener("change", openDocument);
 $("file-button").addEventListener("click", translateFile);
 $("translator").addEventListener("change", () => { $("download").hidden = true; chooseLanguages(); });
+$("source-language").addEventListener("change", () => languageOf($("source"), $("source-language").value));
 $("token").value = sessionStorage.getItem("attnserve-token") || "";
 $("token").addEventListener("change", () => { sessionStorage.setItem("attnserve-token", $("token").value.trim()); loadModels(); });
 showHealth();
