@@ -185,6 +185,23 @@ def sent(browser, form) -> str:
     return output.text
 
 
+def test_the_api_page_says_why_when_its_document_cannot_be_read(page_server, browser):
+    """/docs draws its forms from openapi.json; where that cannot be fetched (blocked here,
+    as an unreachable server's would be) it says so, not a blank page."""
+    browser.execute_cdp_cmd("Network.enable", {})
+    browser.execute_cdp_cmd("Network.setBlockedURLs", {"urls": ["*openapi.json"]})
+    try:
+        browser.get(page_server.http_url + "/docs")
+        said = WebDriverWait(browser, 60).until(
+            lambda d: d.find_elements(By.CSS_SELECTOR, "#operations [role=alert]")
+        )
+        assert said[0].text.startswith("The API's document (openapi.json) could not be read")
+        assert not browser.find_elements(By.CSS_SELECTOR, "#operations section")
+    finally:
+        browser.execute_cdp_cmd("Network.setBlockedURLs", {"urls": []})
+    assert "POST /v1/translate" in api_forms(browser, page_server.http_url)  # once it can
+
+
 def test_the_api_forms_send_requests(page_server, browser):
     forms = api_forms(browser, page_server.http_url)
     assert "POST /v1/translate" in forms

@@ -103,10 +103,27 @@ async function shown(answer, output) {
   output.appendChild(link);
 }
 
+// the API's document (served without a token), or an error that says why there are no forms
+async function apiDocument(root) {
+  try {
+    const answer = await fetch("../openapi.json");
+    if (!answer.ok) throw new Error(`${answer.status} ${answer.statusText}`.trim());
+    return await answer.json();
+  } catch (error) {
+    const said = document.createElement("p");
+    said.className = "error";
+    said.setAttribute("role", "alert");
+    said.textContent = `The API's document (openapi.json) could not be read: ${error.message}`;
+    root.replaceChildren(said);
+    return null;
+  }
+}
+
 async function main() {
-  const document_ = await fetch("../openapi.json").then((r) => r.json());
-  const schemas = document_.components.schemas;
   const root = document.getElementById("operations");
+  const document_ = await apiDocument(root);
+  if (!document_) return;
+  const schemas = document_.components.schemas;
   for (const [path, verbs] of Object.entries(document_.paths)) {
     for (const [verb, operation] of Object.entries(verbs)) {
       const section = document.createElement("section");
