@@ -518,13 +518,17 @@ def build_translator(layout: TransformerLayout, out_dir: Path, dtype=np.float32)
     names = ("encoder", "decoder", LEAN_STEP)
     names += tuple(p + n for p in (IN_PLACE, STATIC) for n in ("decoder", LEAN_STEP))
     paths = {name: out_dir / f"{name}.onnx" for name in names}
-    save_graph(build_encoder(layout, dtype), paths["encoder"])
-    save_graph(build_decoder(layout, dtype), paths["decoder"])
-    save_graph(build_decoder(layout, dtype, attention=False), paths[LEAN_STEP])
+
+    def save(graph: onnx.ModelProto, name: str) -> None:  # checked by Graph.model up to 2 GiB
+        save_graph(graph, paths[name], check=outside(graph))
+
+    save(build_encoder(layout, dtype), "encoder")
+    save(build_decoder(layout, dtype), "decoder")
+    save(build_decoder(layout, dtype, attention=False), LEAN_STEP)
     # the same two steps with their cache written in place, and with it fixed at the
     # longest output the model can write (the static steps, for CUDA graphs)
     for prefix, capacity in ((IN_PLACE, None), (STATIC, layout.capacity)):
         for lean in (False, True):
             step = build_decoder(layout, dtype, capacity, in_place=True, attention=not lean)
-            save_graph(step, paths[prefix + (LEAN_STEP if lean else "decoder")])
+            save(step, prefix + (LEAN_STEP if lean else "decoder"))
     return paths

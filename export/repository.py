@@ -70,13 +70,11 @@ def int8_graphs(
     return int8
 
 
-def shared(made: dict[str, dict[str, Path]]) -> dict[str, dict[str, Path]]:
-    """`made` (each variant's graphs by name, a folder a variant), each variant's graphs
-    reading their weights from one file in its folder, each weight once
-    (export.graph_files.share_weights)."""
+def share_each_variant(made: dict[str, dict[str, Path]]) -> None:
+    """Each variant's graphs of `made` (by name, a folder a variant) made to read their
+    weights from one file in its folder, each weight once (export.graph_files.share_weights)."""
     for graphs in made.values():
         share_weights(graphs.values())
-    return made
 
 
 def staging(directory: Path) -> Path:
@@ -132,7 +130,7 @@ def write_version(
         made["int8"] = int8_graphs(kind, made["fp32"], directory, int8_scales == "per-channel")
     if "fp16" in variants:
         made["fp16"] = float_graphs(kind, model, directory, torch.float16, method)
-    made = shared(made)
+    share_each_variant(made)
     graphs = {v: {k: str(p.relative_to(directory)) for k, p in g.items()} for v, g in made.items()}
     shutil.copyfile(tokenizer_file, directory / TOKENIZER)
     ops = write_ops(directory, len(interface_of(model).memory_tensors))

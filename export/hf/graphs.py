@@ -22,6 +22,7 @@ from export.hf.marian import MarianStep
 from export.hf.mbart import MBartStep
 from export.onnx_export import example_inputs, export_graph
 from service.runtime.graphs import ModelInterface, transformer_interface
+from service.runtime.onnx_runtime import banned_bias
 
 ARCHITECTURES = {  # config.model_type -> the step module (the encoder is the family's own)
     "marian": MarianStep,  # OPUS-MT
@@ -59,9 +60,7 @@ class Banning(nn.Module):
     def __init__(self, step: nn.Module, vocab: int, banned):
         super().__init__()
         self.step = step
-        bias = torch.zeros(vocab)
-        bias[list(banned)] = float("-inf")
-        self.register_buffer("bias", bias)
+        self.register_buffer("bias", torch.from_numpy(banned_bias(banned, vocab)[0]))
 
     def forward(self, *inputs):
         logits, *rest = self.step(*inputs)

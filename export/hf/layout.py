@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import torch
 
+from export.hf import m2m100, mbart
 from export.layout import Attention, Layer, Stack, TransformerLayout
+from service.runtime.onnx_runtime import banned_bias
 
 # the config's activation_function -> what export.builder writes
 ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "swish": "swish", "silu": "swish"}
@@ -67,12 +69,9 @@ def _positions(family: str, table, rows: int) -> tuple[torch.Tensor, int | None]
     """(the position table from position 0, the id a token adds no position for) of a
     stack's position module, at least `rows` rows."""
     if family == "m2m_100":
-        start = table.padding_idx + 1  # position 0 is this row of the table
-        if table.weights.shape[0] < start + rows:
-            table.make_weights(start + rows + table.offset, table.embedding_dim, table.padding_idx)
-        return table.weights[start : start + rows], table.padding_idx
+        return m2m100.position_table(table, rows), table.padding_idx
     if family == "mbart":
-        return table.weight[table.offset :], None
+        return mbart.position_table(table), None
     return table.weight, None
 
 
@@ -99,11 +98,10 @@ def hf_layout(model, family: str, banned=()) -> TransformerLayout:
             "one number (export it with its graphs traced)"
         )
     rows = int(config.max_position_embeddings)
-    bias = getattr(model, "final_logits_bias", None)
-    bias = torch.zeros(config.vocab_size) if bias is None else bias.reshape(-1).clone()
-    if banned:
-        bias[list(banned)] = float("-inf")
-    keep = bool(banned) or getattr(model, "final_logits_bias", None) is not None
+    bias = getattr(model, "final_logits_bias", None)  # (1, vocab): Marian's, mBART's
+    if banned:  # -inf where generate never writes
+        ban = torch.from_numpy(banned_bias(banned, config.vocab_size))
+        bias = ban if bias is None else bias + ban
     inner = model.model
     return TransformerLayout(
         heads=config.decoder_attention_heads,
@@ -114,5 +112,5 @@ def hf_layout(model, family: str, banned=()) -> TransformerLayout:
         alignment_layer=config.decoder_layers - 1,
         pre_norm=family not in POST_NORM,
         activation=activation(config),
-        output_bias=bias if keep else None,
+        output_bias=None if bias is None else bias.reshape(-1),
     )

@@ -6,9 +6,20 @@ decoder's first token after `</s>`, forced as `generate`'s `forced_bos_token_id`
 
 from __future__ import annotations
 
+import torch
 from torch import nn
 
 from export.hf.layers import run_step
+
+
+def position_table(table, rows: int) -> torch.Tensor:
+    """The sinusoids of M2M100's position module from position 0 (the row after the padding
+    id's: a padding token takes the padding row, zeros), made longer where the model's hold
+    fewer than `rows`."""
+    start = table.padding_idx + 1
+    if table.weights.shape[0] < start + rows:
+        table.make_weights(start + rows + table.offset, table.embedding_dim, table.padding_idx)
+    return table.weights[start:]
 
 
 class M2M100Step(nn.Module):
@@ -21,11 +32,8 @@ class M2M100Step(nn.Module):
         decoder = model.model.decoder
         self.embed_tokens = decoder.embed_tokens  # scales by sqrt(d_model) itself
         table = decoder.embed_positions
-        offset = table.padding_idx + 1  # position 0 is this row of the table
-        wanted = offset + (max_positions or config.max_position_embeddings)
-        if table.weights.shape[0] < wanted:
-            table.make_weights(wanted + table.offset, table.embedding_dim, table.padding_idx)
-        self.register_buffer("position_table", table.weights[offset:].clone())
+        rows = max_positions or config.max_position_embeddings
+        self.register_buffer("position_table", position_table(table, rows).clone())
         self.pad = table.padding_idx
         self.layers = decoder.layers
         self.layer_norm = decoder.layer_norm

@@ -6,9 +6,15 @@ language is the decoder's first token after `</s>`, forced as `generate` does.""
 
 from __future__ import annotations
 
+import torch
 from torch import nn
 
 from export.hf.layers import run_step
+
+
+def position_table(table) -> torch.Tensor:
+    """mBART's learned positions from position 0: two rows on (the first two never read)."""
+    return table.weight[table.offset :]
 
 
 class MBartStep(nn.Module):
@@ -21,7 +27,7 @@ class MBartStep(nn.Module):
         decoder = model.model.decoder
         self.embed_tokens = decoder.embed_tokens  # scales by sqrt(d_model) itself
         table = decoder.embed_positions
-        self.register_buffer("position_table", table.weight[table.offset :].detach().clone())
+        self.register_buffer("position_table", position_table(table).detach().clone())
         self.layernorm_embedding = decoder.layernorm_embedding
         self.layers = decoder.layers
         self.layer_norm = decoder.layer_norm

@@ -40,7 +40,7 @@ from export.hf.graphs import architecture, build_graphs, export_graphs, interfac
 from export.kinds import export_kind_named
 from export.onnx_export import OPSET
 from export.ops import write_ops
-from export.repository import INT8_SCALES, METHODS, int8_graphs, shared
+from export.repository import INT8_SCALES, METHODS, int8_graphs, share_each_variant
 from service.runtime.languages import listed, own_code
 from service.runtime.repository import ModelVersion, verify, write_manifest
 
@@ -274,8 +274,6 @@ def write_graphs(
     op by op (`method` "built": every graph our own translator ships, int8's as its are
     quantised) or traced (the encoder and the cached step); a variant's graphs share one
     file of weights."""
-    if method not in METHODS:
-        raise ValueError(f"method {method!r}: one of {METHODS}")
     made = {"fp32": GRAPHS[method](model, directory / "fp32", banned=banned)}
     if "int8" in variants:
         kind = export_kind_named("transformer")
@@ -284,7 +282,7 @@ def write_graphs(
         half = GRAPHS[method](model, directory / "fp16", torch.float16, banned=banned)
         model.float()
         made["fp16"] = half
-    made = shared(made)
+    share_each_variant(made)
     return {v: {k: str(p.relative_to(directory)) for k, p in g.items()} for v, g in made.items()}
 
 
