@@ -187,6 +187,35 @@ def built_tiny_translator(directory: Path, tokenizer, seed: int, variants: tuple
     return model, version
 
 
+def tiny_hf_families() -> dict:
+    """name -> (a builder of a small random model, its pad, its end, the tokens forced first):
+    each family's layout (post-norm Marian with GELU and with swish, pre-norm M2M100, mBART
+    with its embedding norm and logits bias)."""
+    return {
+        "marian-gelu": (tiny_marian, 95, 0, ()),
+        "marian-swish": (lambda: tiny_marian(activation_function="swish"), 95, 0, ()),
+        "m2m100": (tiny_m2m100, 1, 2, (120,)),
+        "mbart": (tiny_mbart, 1, 2, (120,)),
+    }
+
+
+class OrtModule:
+    """An onnxruntime session called as the graph's module is: torch tensors in, in the
+    order of `names`, and out."""
+
+    def __init__(self, path, names):
+        import onnxruntime as ort
+
+        self.session, self.names = ort.InferenceSession(str(path)), names
+
+    def __call__(self, *tensors):
+        import numpy as np
+        import torch
+
+        feeds = {n: t.numpy() for n, t in zip(self.names, tensors, strict=True)}
+        return tuple(torch.from_numpy(np.asarray(o)) for o in self.session.run(None, feeds))
+
+
 def tiny_marian(seed: int = 0, **overrides):
     """A small random Marian (transformers), pad 95, end 0: OPUS-MT's layout (`overrides`
     of its config: OPUS-MT's own activation is swish)."""

@@ -6,11 +6,9 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-import numpy as np
-import onnxruntime as ort
 import pytest
 import torch
-from helpers import tiny_m2m100, tiny_marian
+from helpers import OrtModule, tiny_hf_families
 
 from export.hf import graphs
 from export.hf.layers import greedy_decode
@@ -27,24 +25,16 @@ def test_architectures_are_recognised_or_refused_with_the_reason():
         graphs.architecture(SimpleNamespace(model_type="gpt2"))
 
 
-class Session:
-    """An onnxruntime session called as the graph's module is: torch tensors in and out."""
-
-    def __init__(self, path, names):
-        self.session, self.names = ort.InferenceSession(str(path)), names
-
-    def __call__(self, *tensors):
-        feeds = {n: t.numpy() for n, t in zip(self.names, tensors, strict=True)}
-        return tuple(torch.from_numpy(np.asarray(o)) for o in self.session.run(None, feeds))
+FAMILIES = tiny_hf_families()
+WAYS = {"built": graphs.build_graphs, "traced": graphs.export_graphs}
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize(
-    ("build", "pad", "eos", "first"),
-    [(tiny_marian, 95, 0, ()), (tiny_m2m100, 1, 2, (120,))],
-    ids=["marian", "m2m100"],
-)
-def test_greedy_through_onnxruntime_is_generates_greedy(build, pad, eos, first, tmp_path):
+@pytest.mark.parametrize("way", ["built", pytest.param("traced", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("family", FAMILIES)
+def test_greedy_through_onnxruntime_is_generates_greedy(family, way, tmp_path):
+    """Each family's layout (post-norm Marian with GELU or swish, pre-norm M2M100, mBART
+    with its embedding norm and logits bias), its graphs built op by op or traced."""
+    build, pad, eos, first = FAMILIES[family]
     model = build()
     src_ids = torch.tensor([[5, 17, 33, 8, 61, eos], [44, 9, eos, pad, pad, pad]])
     src_mask = (src_ids != pad).long()
@@ -54,10 +44,10 @@ def test_greedy_through_onnxruntime_is_generates_greedy(build, pad, eos, first, 
             input_ids=src_ids, attention_mask=src_mask, num_beams=1, do_sample=False,
             max_new_tokens=16, **extra,
         )  # fmt: skip
-    paths = graphs.export_graphs(model, tmp_path)
+    paths = WAYS[way](model, tmp_path)
     spec = graphs.interface(model.config)
-    encoder = Session(paths["encoder"], spec.encoder.input_names)
-    step = Session(paths["decoder"], spec.decoder.input_names)
+    encoder = OrtModule(paths["encoder"], spec.encoder.input_names)
+    step = OrtModule(paths["decoder"], spec.decoder.input_names)
     ours = greedy_decode(encoder, step, model.config, src_ids, src_mask, 16, first)
     for row, tokens in enumerate(ours):
         theirs = generated[row, 1:].tolist()
@@ -65,3 +55,5 @@ def test_greedy_through_onnxruntime_is_generates_greedy(build, pad, eos, first, 
             theirs = theirs[: theirs.index(eos) + 1]
         assert tokens == theirs, row
     assert all(len(set(tokens)) >= 3 for tokens in ours)
+    if way == "built":  # every step our own translator ships
+        assert {"lean_decoder", "in_place_lean_decoder", "static_lean_decoder"} <= set(paths)

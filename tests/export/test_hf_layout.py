@@ -1,71 +1,28 @@
-"""Hugging Face models' graphs built op by op (export.hf.layout through export.builder): each
-family's layout (post-norm Marian with swish or GELU, pre-norm M2M100 with its unpositioned
-padding id, mBART with its embedding norm and logits bias) decodes as `generate` does, its
-step's logits are the model's own step's, and what the builder cannot write is refused."""
+"""Hugging Face models' graphs built op by op (export.hf.layout through export.builder): the
+built step's logits, cache and alignment are the family's own step module's (M2M100's
+unpositioned padding id included), and what the builder cannot write is refused. Greedy
+decodes through them: tests/export/test_hf_graphs.py."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
-import numpy as np
-import onnxruntime as ort
 import pytest
 import torch
-from helpers import tiny_m2m100, tiny_marian, tiny_mbart
+from helpers import OrtModule, tiny_hf_families, tiny_m2m100, tiny_marian, tiny_mbart
 
 from export.hf import graphs
-from export.hf.layers import greedy_decode
 from export.hf.layout import activation, hf_layout
 
 pytest.importorskip("transformers")  # the hf extra, installed by ./dev.sh
-
-FAMILIES = {  # builder, pad, end, forced first tokens
-    "marian-gelu": (tiny_marian, 95, 0, ()),
-    "marian-swish": (lambda: tiny_marian(activation_function="swish"), 95, 0, ()),
-    "m2m100": (tiny_m2m100, 1, 2, (120,)),
-    "mbart": (tiny_mbart, 1, 2, (120,)),
-}
-
-
-class Session:
-    """An onnxruntime session called as the graph's module is: torch tensors in and out."""
-
-    def __init__(self, path, names):
-        self.session, self.names = ort.InferenceSession(str(path)), names
-
-    def __call__(self, *tensors):
-        feeds = {n: t.numpy() for n, t in zip(self.names, tensors, strict=True)}
-        return tuple(torch.from_numpy(np.asarray(o)) for o in self.session.run(None, feeds))
+FAMILIES = tiny_hf_families()
 
 
 def _built(model, directory):
     paths = graphs.build_graphs(model, directory)
     spec = graphs.interface(model.config)
-    encoder = Session(paths["encoder"], spec.encoder.input_names)
-    return encoder, Session(paths["decoder"], spec.decoder.input_names), paths
-
-
-@pytest.mark.parametrize("family", FAMILIES)
-def test_greedy_through_the_built_graphs_is_generates_greedy(family, tmp_path):
-    build, pad, eos, first = FAMILIES[family]
-    model = build()
-    src_ids = torch.tensor([[5, 17, 33, 8, 61, eos], [44, 9, eos, pad, pad, pad]])
-    src_mask = (src_ids != pad).long()
-    with torch.no_grad():
-        extra = {"forced_bos_token_id": first[0]} if first else {}
-        generated = model.generate(
-            input_ids=src_ids, attention_mask=src_mask, num_beams=1, do_sample=False,
-            max_new_tokens=16, **extra,
-        )  # fmt: skip
-    encoder, step, paths = _built(model, tmp_path)
-    ours = greedy_decode(encoder, step, model.config, src_ids, src_mask, 16, first)
-    for row, tokens in enumerate(ours):
-        theirs = generated[row, 1:].tolist()
-        if eos in theirs:
-            theirs = theirs[: theirs.index(eos) + 1]
-        assert tokens == theirs, row
-    assert any(len(set(tokens)) >= 3 for tokens in ours)
-    assert {"lean_decoder", "in_place_lean_decoder", "static_lean_decoder"} <= set(paths)
+    encoder = OrtModule(paths["encoder"], spec.encoder.input_names)
+    return encoder, OrtModule(paths["decoder"], spec.decoder.input_names)
 
 
 @pytest.mark.parametrize("family", ["marian-swish", "m2m100", "mbart"])
@@ -80,7 +37,7 @@ def test_the_built_step_is_the_traced_step_with_a_padding_token_fed(family, tmp_
     start = model.config.decoder_start_token_id
     decoder_ids = torch.tensor([[start, 7, 12, pad, 30, 9], [start, 50, pad, 3, 9, 12]])
     reference_encoder, reference_step = graphs.modules(model)
-    encoder, step, _ = _built(model, tmp_path)
+    encoder, step = _built(model, tmp_path)
     with torch.no_grad():
         memory_mask, *cross = reference_encoder(src_ids, src_mask)
         built_mask, *built_cross = encoder(src_ids, src_mask)
