@@ -161,7 +161,7 @@ class ContinuousBatch(Inference):
                 return candidates, seen
             return candidates.rows(alive), None if seen is None else seen[alive]
 
-        return Launch(launch.run, output, launch.captures)
+        return Launch(launch.run, output, launch.recording)
 
     def step(self, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         out, _, alive = self._forward(tokens, True)

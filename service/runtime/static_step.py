@@ -47,7 +47,7 @@ class StaticStep:
     # gather graph a tensor at a time): `place` a run of consecutive slots, `scatter` any slots
     place: ort.InferenceSession | None
     scatter: ort.InferenceSession | None
-    capture: bool  # each binding's first run records a CUDA graph, replayed after
+    capture: bool  # a binding's first run on a thread records a CUDA graph, replayed after
     # ids of the recorded graphs, unique within a session: shared by every store
     graph_ids: Iterator[int] = field(default_factory=itertools.count)
 

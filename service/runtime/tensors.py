@@ -4,6 +4,8 @@ helpers every holder of rows uses."""
 
 from __future__ import annotations
 
+import itertools
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -44,17 +46,55 @@ class EncoderOutput:
         )
 
 
+class Recording:
+    """The threads on which a binding's CUDA graph is recorded. onnxruntime's CUDA provider
+    keeps a session's graphs per thread (its per-thread context): the first run of a
+    binding on a thread records the graph there, whichever thread recorded it before, and
+    while it records no other thread of the process may use the device (the capture is in
+    CUDA's global mode, where another thread's synchronisation or allocation fails it and
+    the run)."""
+
+    __slots__ = ("_threads",)
+
+    def __init__(self):
+        self._threads: set[int] = set()
+
+    def here(self, serial: int | None = None) -> bool:
+        """Whether this thread (or the thread of `serial`: thread_serial) has run the
+        binding, its graph recorded there."""
+        return (thread_serial() if serial is None else serial) in self._threads
+
+    def add_here(self) -> None:
+        self._threads.add(thread_serial())
+
+
+_serials, _this_thread = itertools.count(), threading.local()
+
+
+def thread_serial() -> int:
+    """A number of this thread's own, never given to another thread of the process (a
+    thread's ident is reused once it ends; onnxruntime's per-thread state is not)."""
+    serial = getattr(_this_thread, "serial", None)
+    if serial is None:
+        serial = _this_thread.serial = next(_serials)
+    return serial
+
+
 class Launch(NamedTuple):
     """A step made ready: `run()` runs it (onnxruntime's run, which releases the GIL: it may
     go on another thread), then `output()` gives what it returns (a store's: StepOutput).
-    `captures`: the run records a CUDA graph. While it does, no other thread of the process
-    may use the device (onnxruntime captures in CUDA's global mode, where another thread's
-    synchronisation or allocation fails the capture and the run): the scheduler runs it on
-    its own thread with the encoder thread held off (service.worker.scheduler)."""
+    `recording`: where the step replays a CUDA graph, the threads that recorded it
+    (Recording): on any other, the run records it, alone on the device
+    (service.worker.device)."""
 
     run: Callable[[], None]
     output: Callable[[], Any]
-    captures: bool = False
+    recording: Recording | None = None
+
+    def records(self, serial: int | None = None) -> bool:
+        """Whether the run, made on this thread (or the thread of `serial`), records its
+        CUDA graph."""
+        return self.recording is not None and not self.recording.here(serial)
 
 
 def launched(step: Callable[..., StepOutput], *args) -> Launch:

@@ -5,13 +5,12 @@ scheduler's thread steps the running rows (on a GPU, in a session of its own, on
 stream); the admitted rows join the batch at the first step boundary after it has finished.
 Where the batch reserved slots for them (service.runtime.rows.static), their memory is written into
 those slots here too. Every other change to the batch, and every event, stays on the
-scheduler's thread. Each run holds the scheduler's device lock, which a step that captures a
-CUDA graph holds too: another thread's work on the device during a capture fails it.
+scheduler's thread. Each run holds the worker's device lock shared (service.worker.device):
+a step that records a CUDA graph waits for it, and it for such a step.
 """
 
 from __future__ import annotations
 
-import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -20,10 +19,11 @@ import numpy as np
 from service.runtime.batching import concat_padded
 from service.runtime.inference import Engine
 from service.runtime.tensors import EncoderOutput
+from service.worker.device import DeviceLock
 
 
 class EncoderThread:
-    def __init__(self, engine: Engine, device: threading.Lock):
+    def __init__(self, engine: Engine, device: DeviceLock):
         self.engine, self.device = engine, device
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="encoder")
 
@@ -35,7 +35,7 @@ class EncoderThread:
 
     def _encode(self, given: list, then) -> tuple[EncoderOutput, float]:
         start = time.perf_counter()
-        with self.device:
+        with self.device.shared():
             encoder = self.engine.encode(**together(given))
             if then is not None:
                 then(encoder)

@@ -12,8 +12,9 @@ beside the scheduler's own work: once a step's ids are in, the rows' bookkeeping
 next step depends on (lanes advanced, ended rows dropped, cancelled rows dropped, encoded
 rows joined, an admission reserved) is done, the next step starts on the thread, and the
 jobs the last step ended are finished, its partial events built and the worker's messages
-read while it runs. A step with a `Search` among its rows runs inline: its search chooses
-the next step's rows.
+read while it runs. A step with a `Search` among its rows is waited for (its search chooses
+the next step's rows), and so is one that records a CUDA graph (service.worker.device). Every
+step goes to the thread: onnxruntime records a binding's graph on each thread that runs it.
 
 The running rows' state lives in arrays updated in place, in the batch's row order: the
 owner of each row (its request's index in the scheduler's tables) and the token it is fed
@@ -35,7 +36,6 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import threading
 import time
 from collections import deque
 from concurrent.futures import Future
@@ -51,6 +51,7 @@ from service.runtime.decoding import Hypothesis, make_search, rank_together
 from service.runtime.inference import Engine
 from service.runtime.search import Candidates, SearchRequest
 from service.runtime.tensors import EncoderOutput
+from service.worker.device import DEVICE, run_step
 from service.worker.encoder_thread import EncoderThread, together
 from service.worker.greedy_rows import GreedyRows
 from service.worker.loop_clock import step_phases
@@ -150,8 +151,8 @@ class Scheduler:
         # when every request of a failed admission fails on its own too, to tell whose fault
         self._probe: dict[str, np.ndarray] | None = None
         self.admission_interval, self._admitted_at_step = admission_interval, -admission_interval
-        # held by the encoder thread's runs and by a step that captures a CUDA graph
-        self._device = threading.Lock()
+        # the worker's: every run holds it shared, a step that records a CUDA graph alone
+        self._device = DEVICE
         self._encoder = EncoderThread(engine, self._device) if encoder_thread else None
         self._stepper = StepThread() if step_thread else None
         self._launched: _Launched | None = None
@@ -367,7 +368,7 @@ class Scheduler:
             return False
         probe_start = time.perf_counter()
         try:
-            with self._device:
+            with self._device.shared():
                 self.engine.encode(**self._probe)
         except Exception:
             return False
@@ -434,7 +435,7 @@ class Scheduler:
                 continue
             encoder, encoder_start = None, time.perf_counter()
             try:
-                with self._device:
+                with self._device.shared():
                     encoder = self.engine.encode(**request.job.encoder_inputs)
             except Exception as error:
                 failed.append((request, error))
@@ -555,14 +556,17 @@ class Scheduler:
         launch = self.batch.launch_search_step(self.next_tokens[:, None], self._request(blocks))
         run_from = time.perf_counter()
         self.phases["prepare"] += run_from - prepared_from
-        running = None
-        if launch.captures:  # nothing else on the device meanwhile (tensors.Launch)
-            with self._device:
-                launch.run()
-        elif self._stepper is not None and not blocks:
-            running = self._stepper.start(launch.run)
-        else:
-            launch.run()
+        run, running = partial(run_step, launch, self._device), None
+        if self._stepper is None:
+            run()
+        else:  # every step of the engine on one thread: its CUDA graphs recorded there once
+            running = self._stepper.start(run)
+            # waited for here: a search's step (the search chooses the next step's rows), and
+            # a step that records its graph (every other use of the device waits meanwhile,
+            # the worker's loop too: it holds no lock)
+            if blocks or launch.records(self._stepper.serial):
+                running.wait()
+                running = None
         self.phases["run"] += time.perf_counter() - run_from
         self._launched = _Launched(running, launch.output, blocks, started, time.perf_counter())
 

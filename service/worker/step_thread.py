@@ -16,6 +16,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from service.runtime.tensors import thread_serial
+
 
 class Running:
     """A run handed to the step thread."""
@@ -37,8 +39,11 @@ class Running:
 class StepThread:
     def __init__(self):
         self._runs: queue.SimpleQueue[Running | None] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._serve, name="step", daemon=True)
+        self.serial = -1  # the thread's (service.runtime.tensors.thread_serial), once started
+        ready = threading.Event()
+        self._thread = threading.Thread(target=self._serve, args=(ready,), name="step", daemon=True)
         self._thread.start()
+        ready.wait()
 
     def start(self, call: Callable[[], None]) -> Running:
         """Hands `call` to the thread; returns once it has started it."""
@@ -52,7 +57,9 @@ class StepThread:
         self._runs.put(None)
         self._thread.join()
 
-    def _serve(self) -> None:
+    def _serve(self, ready: threading.Event) -> None:
+        self.serial = thread_serial()
+        ready.set()
         while (running := self._runs.get()) is not None:
             start = time.perf_counter()
             running.started.set()

@@ -1,6 +1,6 @@
-"""The encoder beside the steps: requests' inputs put together into one padded batch, encoded on
-a thread of its own under the device lock, then handed to `then` before the run counts as
-done."""
+"""The encoder beside the steps: requests' inputs put together into one padded batch, encoded
+on a thread of its own holding the worker's device lock shared, then handed to `then` before
+the run counts as done."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import pytest
 from helpers import random_sources, tiny_transformer
 
 from service.runtime.batching import source_batch
+from service.worker.device import DeviceLock
 from service.worker.encoder_thread import EncoderThread, together
 
 
@@ -38,7 +39,7 @@ def test_each_request_s_rows_encode_as_they_do_alone(engine):
     given = [
         dict(zip(("src_ids", "src_mask"), source_batch([s], 512), strict=True)) for s in sources
     ]
-    thread = EncoderThread(engine, threading.Lock())
+    thread = EncoderThread(engine, DeviceLock())
     try:
         output, seconds = thread.submit(given).result(timeout=30)
     finally:
@@ -62,42 +63,50 @@ def test_each_request_s_rows_encode_as_they_do_alone(engine):
 class _Recording:
     """An engine that records the thread it runs on and whether the device lock was held."""
 
-    def __init__(self, device: threading.Lock, release: threading.Event):
+    def __init__(self, device: DeviceLock, release: threading.Event):
         self.device, self.release, self.calls = device, release, []
 
     def encode(self, **inputs):
-        self.calls.append((threading.current_thread().name, self.device.locked(), inputs))
+        self.calls.append((threading.current_thread().name, self.device._sharing == 1, inputs))
         self.release.wait(10)
         return {"rows": len(inputs["x"])}
 
 
-def test_a_run_holds_the_device_lock_and_then_runs_before_it_counts_as_done():
-    device, release = threading.Lock(), threading.Event()
+def test_a_run_holds_the_device_shared_and_then_runs_before_it_counts_as_done():
+    device, release = DeviceLock(), threading.Event()
     engine = _Recording(device, release)
     thread = EncoderThread(engine, device)
-    written = []
+    written, recorded = [], []
+
+    def record():  # a step that records its CUDA graph
+        with device.alone():
+            recorded.append(len(written))
+
     try:
         future = thread.submit([{"x": np.zeros((2, 3))}, {"x": np.zeros((1, 4))}], written.append)
         for _ in range(100):  # until the run is inside the engine
             if engine.calls:
                 break
             time.sleep(0.01)
-        # while the encoder runs, the scheduler's thread cannot take the device
-        assert not future.done()
-        assert not device.acquire(timeout=0.2)
+        step = threading.Thread(target=record)
+        step.start()
+        step.join(0.2)  # while the encoder runs, a recording step waits
+        assert not future.done() and recorded == []
         release.set()
         output, _ = future.result(timeout=10)
+        step.join(10)
     finally:
         thread.close()
-    ((name, locked, inputs),) = engine.calls
+    ((name, shared, inputs),) = engine.calls
     assert name.startswith("encoder") and name != threading.current_thread().name
-    assert locked and inputs["x"].shape == (3, 4)
+    assert shared and inputs["x"].shape == (3, 4)
     assert written == [output] == [{"rows": 3}]
-    assert not device.locked()  # let go once the run ended
+    assert recorded == [1]  # it ran once the encoder's run and `then` had ended
+    assert device._sharing == 0  # let go once the run ended
 
 
 def test_a_closed_thread_waits_for_its_run_and_takes_no_more():
-    device, release = threading.Lock(), threading.Event()
+    device, release = DeviceLock(), threading.Event()
     thread = EncoderThread(_Recording(device, release), device)
     future = thread.submit([{"x": np.zeros((1, 1))}])
     threading.Timer(0.2, release.set).start()

@@ -10,7 +10,9 @@ free their rows; limits hold.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, replace
+from functools import partial
 
 import numpy as np
 import pytest
@@ -543,69 +545,123 @@ def test_steps_on_the_step_thread_decode_as_alone(request, model, runtime, cache
     assert scheduler.batch.rows == 0 and len(scheduler._free) == len(scheduler.owners)
 
 
-class _Intervals(_SlowEncoder):
-    """A slow encoder that records when each of its runs held the device."""
+class _GlobalCapture:
+    """CUDA's global capture mode as onnxruntime meets it: the first run of a binding on a
+    thread records its graph there (onnxruntime keeps graphs per thread), and any other use
+    of the device while it records fails both (here: noted as a clash)."""
 
-    def __init__(self, engine, seconds: float, runs: list):
-        super().__init__(engine, seconds)
-        self._runs = runs
+    def __init__(self):
+        self._lock = threading.Lock()
+        self.users, self.capturing = 0, False
+        self.recorded: dict[tuple, set[threading.Thread]] = {}
+        self.captures: list[tuple[tuple, threading.Thread]] = []
+        self.clashes: list[str] = []
 
-    def encode(self, *inputs, **named):
+    def use(self, what: str, call):
+        with self._lock:
+            if self.capturing:
+                self.clashes.append(f"{what} while a graph was recorded")
+            self.users += 1
+        try:
+            return call()
+        finally:
+            with self._lock:
+                self.users -= 1
+
+    def step(self, key: tuple, run) -> None:
         import time
 
-        start = time.perf_counter()
+        thread = threading.current_thread()
+        if thread in self.recorded.setdefault(key, set()):
+            return self.use("a step", run)
+        with self._lock:
+            if self.users or self.capturing:
+                self.clashes.append("a graph recorded beside another run")
+            self.capturing = True
         try:
-            return super().encode(*inputs, **named)
+            time.sleep(0.005)  # a capture is longer than a replay
+            run()
         finally:
-            self._runs.append((start, time.perf_counter()))
+            with self._lock:
+                self.capturing = False
+        self.recorded[key].add(thread)
+        self.captures.append((key, thread))
 
 
-def test_a_step_that_captures_runs_on_the_scheduler_thread_with_the_encoder_held_off(
-    translator,
-):
-    """A static step's first run in a bucket records its CUDA graph, and no other thread may
-    use the device meanwhile (CUDA's global capture mode fails both). Every such step runs
-    on the scheduler's own thread, never beside an encoder run, even with the encoder and
-    the step on threads of their own; the others go to the step thread; every job decodes
-    as alone."""
-    import threading
-    import time
+class _ModelledEncoder(_SlowEncoder):
+    def __init__(self, engine, seconds: float, device: _GlobalCapture):
+        super().__init__(engine, seconds)
+        self._device = device
 
-    from service.runtime.tensors import Launch
+    def encode(self, *inputs, **named):
+        encode = super().encode
+        return self._device.use("an encoder run", lambda: encode(*inputs, **named))
 
-    kind = _onnx(translator, True, "static")
-    encodes: list[tuple[float, float]] = []
-    scheduler = Scheduler(
-        _Intervals(kind.engine, 0.02, encodes), max_rows=12, encoder_thread=True, step_thread=True
-    )
-    store, seen, captures = scheduler.batch.store, set(), []
+
+def _recorded_steps(scheduler: Scheduler, device: _GlobalCapture) -> None:
+    """The scheduler's static store's steps run as `device` runs a captured binding, each
+    (bucket, form) a binding of its own with its Recording."""
+    from service.runtime.tensors import Launch, Recording
+
+    store, recordings = scheduler.batch.store, {}
     launch = store.launch
 
-    def capturing(table, tokens, positions, attention, search):
+    def recorded(table, tokens, positions, attention, search):
         made = launch(table, tokens, positions, attention, search)
-        first = store.bucket.slots not in seen  # as a bucket's first capture would
-        seen.add(store.bucket.slots)
+        key = (id(store), id(store.bucket), attention)
+        recording = recordings.setdefault(key, Recording())
+        return Launch(partial(device.step, key, made.run), made.output, recording)
 
-        def run():
-            start = time.perf_counter()
-            time.sleep(0.005)  # a capture is longer than a replay
-            made.run()
-            captures.append((start, time.perf_counter(), threading.current_thread()))
+    store.launch = recorded
 
-        return Launch(run, made.output, first) if first else made
 
-    store.launch = capturing
-    jobs = [
-        kind.job(i, [s], DecodingOptions(max_length=4 + 3 * (i % 5)))
-        for i, s in enumerate(kind.sources[:10])
-    ]
-    done = _drain(scheduler, jobs)
-    scheduler.close()
-    assert len(captures) >= 2, "no step captured"
-    assert all(thread is threading.main_thread() for *_, thread in captures)
-    assert len(encodes) >= 2
-    for start, end, _ in captures:
-        assert all(e <= start or s >= end for s, e in encodes), "an encoder ran beside a capture"
-    for job in jobs:
-        alone = kind.alone([kind.sources[job.id]], job.options)
-        assert done[job.id].results[0][0].tokens == alone[0][0].tokens, job.id
+@pytest.mark.parametrize("step_thread", [False, True], ids=["inline", "step-thread"])
+def test_a_step_that_records_its_graph_runs_alone_once_on_the_thread_that_replays_it(
+    translator, step_thread
+):
+    """A static step's first run of a binding on a thread records its CUDA graph there, and
+    nothing else of the process may use the device meanwhile. Two schedulers in one worker
+    (two models), each with its encoder on a thread, then a third after the first closed (a
+    served scheduler after the start-up check): no recording beside another run, whether the
+    steps run inline or on the step thread; each binding recorded once, on the thread that
+    runs its steps; every job decodes as alone."""
+    kind, device = _onnx(translator, True, "static"), _GlobalCapture()
+    engine = _ModelledEncoder(kind.engine, 0.02, device)
+
+    def scheduler():
+        made = Scheduler(engine, max_rows=12, encoder_thread=True, step_thread=step_thread)
+        _recorded_steps(made, device)
+        return made
+
+    def jobs(first: int):
+        return [
+            kind.job(first + i, [s], DecodingOptions(max_length=4 + 3 * (i % 5)))
+            for i, s in enumerate(kind.sources[:8])
+        ]
+
+    done, pending = {}, {}
+    for made in (scheduler(), scheduler()):
+        pending[made] = jobs(100 * len(pending))
+    while any(pending.values()) or any(s.busy for s in pending):  # one worker's loop
+        for made, waiting in pending.items():
+            if waiting:
+                made.submit(waiting.pop(0))
+            made.iterate()
+            done.update((e.job_id, e) for e in made.events if isinstance(e, Result | Failure))
+            made.events.clear()
+    for made in pending:
+        made.close()
+    later = scheduler()
+    done.update(_drain(later, jobs(200)))
+    later.close()
+    assert device.clashes == []
+    assert len(device.captures) >= 6, "too few steps recorded their graphs"
+    keys = [key for key, _ in device.captures]
+    assert len(keys) == len(set(keys)), "a binding recorded twice"
+    threads = {thread.name for _, thread in device.captures}
+    assert threads == ({"step"} if step_thread else {threading.main_thread().name})
+    assert len(done) == 24
+    for job_id, event in done.items():
+        i = job_id % 100
+        alone = kind.alone([kind.sources[i]], DecodingOptions(max_length=4 + 3 * (i % 5)))
+        assert event.results[0][0].tokens == alone[0][0].tokens, job_id

@@ -15,7 +15,7 @@ import onnxruntime as ort
 from service.runtime.onnx_runtime import allocate, banned_bias, named_shape, numpy_type
 from service.runtime.search import CANDIDATES, Candidates
 from service.runtime.static_step import StaticStep, StepGraph
-from service.runtime.tensors import Tensors
+from service.runtime.tensors import Recording, Tensors
 
 FED = ("input_ids", "positions", "memory_mask")  # the int64 inputs a step writes, in order
 
@@ -106,10 +106,12 @@ class SlotBuffers:
 @dataclass
 class BucketBinding:
     """A bucket's binding of one form of the step at one k, made for its first run (which
-    records its CUDA graph where the step is captured)."""
+    records its CUDA graph where the step is captured: `recording`, on each thread that runs
+    it)."""
 
     binding: ort.IOBinding
     options: ort.RunOptions | None
+    recording: Recording | None
     outputs: dict[str, ort.OrtValue | None]  # what a run returns by name (a state's: None)
     kept: tuple  # host arrays bound (k): alive while bound
     bias: ort.OrtValue | None = None  # the lean step's banned tokens, written in place
@@ -148,7 +150,8 @@ class Bucket:
         self._bind_fed(binding, step.device)
         for name, value in {**self.memory, **self.state}.items():
             binding.bind_ortvalue_input(name, value)
-        made = BucketBinding(binding, step.run_options(), {}, ())
+        recording = Recording() if step.capture else None
+        made = BucketBinding(binding, step.run_options(), recording, {}, ())
         if k is not None:  # the lean step's search: its bias kept at one address
             bias = banned_bias((), step.vocab)
             made.bias = ort.OrtValue.ortvalue_from_numpy(bias, step.device, 0)

@@ -205,8 +205,6 @@ class StaticRows:
         ranked = lean and search is not None and search.temperature is None
         request = search if ranked else SearchRequest()
         k = request.width(step.vocab) if lean else None
-        # a binding's first run records its CUDA graph
-        captures = step.capture and (graph, k) not in bucket.bindings
         bucket.write_fed(tokens, positions, table.memory_mask)
         bound = bucket.binding(step, graph, k)
         if lean:
@@ -222,7 +220,7 @@ class StaticRows:
             return StepOutput(out["logits"], bucket.state, seen, found)
 
         run = partial(step.graphs[graph].run_with_iobinding, bound.binding, bound.options)
-        return Launch(run, output, captures)
+        return Launch(run, output, bound.recording)
 
     def _ban(self, bound: BucketBinding, banned: tuple[int, ...]) -> None:
         """The lean step's bias set to ban `banned`: written in place, never rebound."""
