@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field, replace
 from multiprocessing.connection import AuthenticationError, Listener, wait
 
+from service.worker.inbox import Inbox
 from service.worker.messages import (
     Failure,
     Load,
@@ -48,6 +49,7 @@ class Fronts:
 
     def __init__(self, parent, schedulers: dict[str, Scheduler], info: dict, settings):
         self.parent, self.links = parent, [parent]
+        self.inboxes = {parent: Inbox(parent)}  # each link's messages, read in bulk
         self.schedulers, self.info = schedulers, info
         self.owner: dict[int, tuple] = {}  # job id -> (link, key), jobs of the other fronts
         self.holders = {key: {parent} for key in schedulers}  # key -> links serving it
@@ -111,6 +113,7 @@ class Fronts:
             while self._accepted:
                 link = self._accepted.pop()
                 self.links.append(link)
+                self.inboxes[link] = Inbox(link)
                 for holders in self.holders.values():
                     holders.add(link)
                 self.send(link, Ready(self.info))
@@ -143,6 +146,7 @@ class Fronts:
         if link not in self.links:
             return
         self.links.remove(link)
+        self.inboxes.pop(link).close()
         link.close()
         for job_id, (owner, key) in list(self.owner.items()):
             if owner is link and key in self.schedulers:  # its last event goes nowhere
@@ -285,6 +289,8 @@ class Fronts:
         self.outbox.close()
         if self.listener is not None and not self._closing:
             self._stop_accepting()
+        for inbox in self.inboxes.values():
+            inbox.close()
         for link in [*self.links[1:], *self._accepted]:
             link.close()
 

@@ -79,13 +79,15 @@ def _loop(fronts: Fronts, schedulers: dict[str, Scheduler], settings: WorkerSett
         ready = fronts.wait(min([*waits, STATS_EVERY]))
         clock.lap(waiting)
         for link in ready:
-            while link in fronts.links:
-                try:
-                    message = link.recv()
-                except (EOFError, OSError):
-                    if link is fronts.parent:
-                        raise
-                    fronts.drop(link)
+            try:
+                messages = fronts.inboxes[link].read()
+            except (EOFError, OSError):
+                if link is fronts.parent:
+                    raise
+                fronts.drop(link)
+                continue
+            for message in messages:
+                if link not in fronts.links:  # dropped by one of its messages
                     break
                 if isinstance(message, Stop) and link is fronts.parent:
                     _stop(fronts, schedulers)
@@ -99,8 +101,6 @@ def _loop(fronts: Fronts, schedulers: dict[str, Scheduler], settings: WorkerSett
                     fronts.load(link, message, settings)
                 elif isinstance(message, Unload):
                     fronts.unload(link, message.key, asked=True)
-                if not link.poll(0):
-                    break
         clock.lap("messages")
         for scheduler in schedulers.values():
             if scheduler.busy:
