@@ -35,6 +35,8 @@ class Inbox:
             self._socket = socket.socket(fileno=descriptor)
         except OSError:  # not a socket (a pipe's end): read a message at a time
             os.close(descriptor)
+        else:  # blocking, as the connection's writes need (the flag is the descriptor's)
+            self._socket.setblocking(True)
 
     def read(self) -> list:
         """Every whole message waiting (none where a message is not yet whole); EOFError
