@@ -33,19 +33,26 @@ class DeviceLock:
         self._alone = False
         self._waiting = 0  # runs waiting to hold it alone
 
-    @contextmanager
-    def shared(self) -> Iterator[None]:
+    def enter(self) -> None:
+        """Holds it shared (beside other shared runs), once no run is alone or waits to be."""
         with self._changed:
             while self._alone or self._waiting:
                 self._changed.wait()
             self._sharing += 1
+
+    def leave(self) -> None:
+        with self._changed:
+            self._sharing -= 1
+            if not self._sharing and self._waiting:
+                self._changed.notify_all()
+
+    @contextmanager
+    def shared(self) -> Iterator[None]:
+        self.enter()
         try:
             yield
         finally:
-            with self._changed:
-                self._sharing -= 1
-                if not self._sharing:
-                    self._changed.notify_all()
+            self.leave()
 
     @contextmanager
     def alone(self) -> Iterator[None]:
@@ -73,6 +80,9 @@ def run_step(launch: Launch, device: DeviceLock = DEVICE) -> None:
         with device.alone():
             launch.run()
         launch.recording.add_here()
-    else:
-        with device.shared():
+    else:  # enter and leave called, not `shared()`: a step's run is the loop's hot path
+        device.enter()
+        try:
             launch.run()
+        finally:
+            device.leave()

@@ -560,11 +560,12 @@ class Scheduler:
         if self._stepper is None:
             run()
         else:  # every step of the engine on one thread: its CUDA graphs recorded there once
-            running = self._stepper.start(run)
             # waited for here: a search's step (the search chooses the next step's rows), and
             # a step that records its graph (every other use of the device waits meanwhile,
             # the worker's loop too: it holds no lock)
-            if blocks or launch.records(self._stepper.serial):
+            waited = bool(blocks) or launch.records(self._stepper.serial)
+            running = self._stepper.start(run)
+            if waited:
                 running.wait()
                 running = None
         self.phases["run"] += time.perf_counter() - run_from
