@@ -25,7 +25,7 @@ from multiprocessing.connection import wait
 import numpy as np
 
 from service.runtime.decoding import DecodingOptions
-from service.worker.inbox import Inbox
+from service.worker.inbox import Inbox, one_by_one
 from service.worker.messages import Job, Submit
 
 PAUSE = 0.0005  # seconds after each burst, so that a wake finds one burst
@@ -47,13 +47,6 @@ def _front(link, messages: int, burst: int) -> None:
     link.send(None)  # the end
 
 
-def _by_connection(link) -> list:
-    messages = [link.recv()]
-    while link.poll(0):
-        messages.append(link.recv())
-    return messages
-
-
 def _round(way: str, messages: int, burst: int) -> dict:
     reader, writer = mp.Pipe()
     front = mp.get_context("spawn").Process(target=_front, args=(writer, messages, burst))
@@ -65,7 +58,7 @@ def _round(way: str, messages: int, burst: int) -> dict:
     while not ended:
         wait([reader])
         cpu_from, wall_from = time.thread_time(), time.perf_counter()
-        got = inbox.read() if inbox is not None else _by_connection(reader)
+        got = inbox.read() if inbox is not None else one_by_one(reader)
         cpu += time.thread_time() - cpu_from
         wall += time.perf_counter() - wall_from
         ended = bool(got) and got[-1] is None

@@ -24,6 +24,15 @@ CHUNK = 1 << 16  # bytes a read asks for; a read that fills it is followed by an
 _LENGTH, _LONG_LENGTH = struct.Struct("!i"), struct.Struct("!Q")
 
 
+def one_by_one(link) -> list:
+    """The messages waiting on `link` read by the connection itself, one by one: its `recv`
+    (at least one waits), then `poll(0)` for the next."""
+    messages = [link.recv()]
+    while link.poll(0):
+        messages.append(link.recv())
+    return messages
+
+
 class Inbox:
     def __init__(self, link):
         """`link`: a Connection; read here only, once its handshake is done."""
@@ -42,10 +51,7 @@ class Inbox:
         """Every whole message waiting (none where a message is not yet whole); EOFError
         once the other end closed, OSError where the link broke."""
         if self._socket is None:
-            messages = [self.link.recv()]
-            while self.link.poll(0):
-                messages.append(self.link.recv())
-            return messages
+            return one_by_one(self.link)
         while True:
             try:
                 data = self._socket.recv(CHUNK, socket.MSG_DONTWAIT)
