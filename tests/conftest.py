@@ -118,15 +118,27 @@ def exported_captioner(tmp_path_factory, captioner_data):
     return verify(directory), certificate
 
 
-@pytest.fixture(scope="session")
-def model_repository(exported_translator, exported_captioner, tmp_path_factory) -> Path:
-    """The root of a model repository holding both exported shipped models (links to their
-    version directories)."""
-    root = tmp_path_factory.mktemp("model-repository")
-    for model_version, _ in (exported_translator, exported_captioner):
+def _linked_repository(root: Path, *exported) -> Path:
+    """`root` as a model repository of the exported versions (links to their directories)."""
+    for model_version, _ in exported:
         (root / model_version.name).mkdir()
         (root / model_version.name / model_version.version).symlink_to(model_version.directory)
     return root
+
+
+@pytest.fixture(scope="session")
+def model_repository(exported_translator, exported_captioner, tmp_path_factory) -> Path:
+    """The root of a model repository holding both exported shipped models."""
+    root = tmp_path_factory.mktemp("model-repository")
+    return _linked_repository(root, exported_translator, exported_captioner)
+
+
+@pytest.fixture(scope="session")
+def translator_repository(exported_translator, tmp_path_factory) -> Path:
+    """A model repository of the shipped translator alone (a machine that cannot build the
+    captioner's data serves it too)."""
+    root = tmp_path_factory.mktemp("translator-repository")
+    return _linked_repository(root, exported_translator)
 
 
 @pytest.fixture(scope="session")

@@ -298,17 +298,6 @@ def test_a_full_queue_is_resource_exhausted(start_server):
         assert running.result(timeout=60) and queued.result(timeout=60)
 
 
-@pytest.fixture(scope="module")
-def translator_repository(exported_translator, tmp_path_factory):
-    """A repository of the shipped translator alone (a machine that cannot build the
-    captioner's data serves it too)."""
-    version = exported_translator[0]
-    root = tmp_path_factory.mktemp("translator-repository")
-    (root / version.name).mkdir()
-    (root / version.name / version.version).symlink_to(version.directory)
-    return root
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("step", ["inline", "thread"])
 def test_a_cuda_server_keeps_its_static_step_and_answers_like_the_cpu_server(
