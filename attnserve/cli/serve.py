@@ -112,7 +112,10 @@ def _choices(config) -> list[str]:
     if not variants and not problems:
         problems.append(f"no model version under {config.repository}: no variant chosen")
     fronts, workers = config.front_choice(), config.worker_choice(device)
-    return choice_lines(device, why, variants, config.cache, fronts, workers) + problems
+    lines = choice_lines(
+        device, why, variants, config.cache, fronts, workers, config.encoder, config.step
+    )
+    return lines + problems
 
 
 def _toml(value) -> str:

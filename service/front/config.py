@@ -36,6 +36,7 @@ from service.runtime.choices import (
 from service.runtime.errors import InvalidArgument, Unavailable
 from service.runtime.requests import MAX_TEXT_CHARS
 from service.worker.scheduler import MAX_ROWS, WINDOW_SECONDS
+from service.worker.settings import encoder_choice, step_choice
 
 DEFAULT_REPOSITORY = Path(__file__).resolve().parents[2] / "data" / "repository"
 ENV_PREFIX = "ATTNSERVE_"
@@ -519,16 +520,22 @@ def choice_lines(
     cache: str = "auto",
     fronts: tuple[int, str] | None = None,
     workers: tuple[int, str] | None = None,
+    encoder: str = AUTO,
+    step: str = "inline",
 ) -> list[str]:
     """What `serve --print-config` prints and the server logs: the device, the front and
-    worker processes, how the cache is carried, and each model version's variant (keyed
-    "name/version"), with why."""
+    worker processes, how the cache is carried, where the encoder and a step run, and each
+    model version's variant (keyed "name/version"), with why."""
     lines = [f"device {device}: {device_reason}"]
     if fronts is not None:
         lines.append(f"fronts {fronts[0]}: {fronts[1]}")
     if workers is not None:
         lines.append(f"workers {workers[0]}: {workers[1]}")
     lines.append(cache_line(cache, device))
+    on_thread, why = encoder_choice(encoder, device)
+    lines.append(f"encoder {'thread' if on_thread else 'inline'}: {why}")
+    on_thread, why = step_choice(step)
+    lines.append(f"step {'thread' if on_thread else 'inline'}: {why}")
     return lines + [f"variant {v} for {key}: {why}" for key, (v, why) in variants.items()]
 
 

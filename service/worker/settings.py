@@ -40,16 +40,34 @@ class WorkerSettings:
 
     def scheduler(self, engine) -> Scheduler:
         """A scheduler over `engine` as configured (the encoder on a thread of its own on
-        cuda unless configured otherwise)."""
-        encoder = self.encoder == "thread" or (self.encoder == "auto" and self.device == "cuda")
+        cuda unless configured otherwise: `encoder_choice`)."""
         return Scheduler(
             engine,
             self.max_rows,
             self.batching,
             self.window,
-            encoder_thread=encoder,
-            step_thread=self.step == "thread",
+            encoder_thread=encoder_choice(self.encoder, self.device)[0],
+            step_thread=step_choice(self.step)[0],
         )
+
+
+def encoder_choice(encoder: Threading | Auto, device: str) -> tuple[bool, str]:
+    """(whether admissions' encoder runs on a thread of its own, why)."""
+    if encoder != AUTO:
+        return encoder == "thread", "set by the configuration"
+    if device == "cuda":
+        return True, "auto on cuda: beside the steps, where an encoder inline would idle the GPU"
+    return False, f"auto on {device}: each worker has a core, which a thread would share"
+
+
+def step_choice(step: Threading) -> tuple[bool, str]:
+    """(whether a step of greedy rows runs on a thread of its own, why)."""
+    if step == "thread":
+        return True, "set by the configuration (beside the scheduler's work, 2 handoffs a step)"
+    return False, (
+        "a thread of its own saved no time in one worker kept full, on the CPU or a GPU: its "
+        "two handoffs a step cost what it hid (docs/benchmarks.md, docs/benchmarks-gpu.md)"
+    )
 
 
 def socket_address(where: str) -> tuple[str, str | tuple[str, int]]:

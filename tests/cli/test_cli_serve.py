@@ -100,6 +100,17 @@ def test_the_choices_say_why_and_name_what_cannot_be_read(clean_environment, tmp
     assert comments[0] == "# device cpu: set by the configuration"
     assert "# workers 3: set by the configuration" in comments
     assert comments[-1] == f"# no model version under {tmp_path}: no variant chosen"
+    assert (
+        "# encoder inline: auto on cpu: each worker has a core, which a thread would share"
+        in comments
+    )
+    assert any(c.startswith("# step inline: a thread of its own saved no time") for c in comments)
+    _, out = _print_config(
+        capsys, "--repository", str(tmp_path), "--encoder", "thread", "--step", "thread"
+    )
+    comments = [line for line in out.splitlines() if line.startswith("# ")]
+    assert "# encoder thread: set by the configuration" in comments
+    assert any(c.startswith("# step thread: set by the configuration") for c in comments)
     manifest = tmp_path / "translator" / "1" / "manifest.json"
     manifest.parent.mkdir(parents=True)
     manifest.write_text("{not json", encoding="utf-8")

@@ -23,6 +23,7 @@ from service.front.config import (
     usable_cores,
 )
 from service.runtime.errors import InvalidArgument
+from service.worker.settings import step_choice
 
 CUDA_PROVIDERS = ["CUDAExecutionProvider", "CPUExecutionProvider"]
 
@@ -186,6 +187,9 @@ def test_print_config_names_the_device_and_each_variant_with_why(capsys, monkeyp
         "# fronts 4: " + ServerConfig().front_choice()[1],
         "# workers 1: " + ServerConfig().worker_choice("cuda")[1],
         "# " + cache_line("auto", "cuda"),
+        "# encoder thread: auto on cuda: beside the steps, where an encoder inline would idle "
+        "the GPU",
+        "# step inline: " + step_choice("inline")[1],
         "# variant fp32 for captioner/1: no fp16 graphs in this version",
         "# variant fp16 for translator/1: certified fp16 graphs built op by op, the fastest on "
         "CUDA as measured (docs/benchmarks-gpu.md)",
@@ -210,6 +214,8 @@ def test_print_config_names_the_device_and_each_variant_with_why(capsys, monkeyp
         "# fronts 2: set by the configuration",
         "# workers 16: one per usable CPU core (16)",
         "# cache auto on cpu: written in place where a version ships that step, else growing",
+        "# encoder inline: auto on cpu: each worker has a core, which a thread would share",
+        "# step inline: " + step_choice("inline")[1],
         "# variant int8 for captioner/1: set by the configuration",
         "# variant int8 for translator/1: set by the configuration",
     ]
@@ -231,13 +237,15 @@ def test_print_config_on_this_machine(capsys, monkeypatch, tmp_path):
     assert chosen[2] == f"# workers {cores}: one per usable CPU core ({cores})"
     assert chosen[3:] == [
         "# cache auto on cpu: written in place where a version ships that step, else growing",
+        "# encoder inline: auto on cpu: each worker has a core, which a thread would share",
+        "# step inline: " + step_choice("inline")[1],
         "# variant fp32 for translator/1: the CPU default (int8 only when asked)",
     ]
     assert tomllib.loads("\n".join(lines))["variant"] == "auto"
 
     code, lines, chosen = _print_config(capsys, monkeypatch, "--repository", str(tmp_path / "no"))
     assert (
-        code == 0 and chosen[4] == f"# no model version under {tmp_path / 'no'}: no variant chosen"
+        code == 0 and chosen[6] == f"# no model version under {tmp_path / 'no'}: no variant chosen"
     )
 
 
