@@ -24,6 +24,7 @@ from service.runtime.errors import InvalidArgument
 from service.runtime.markup import FORMATS
 from service.runtime.requests import (
     MAX_TEXT_CHARS,
+    DecodingRequest,
     ScoreRequest,
     Tokenize,
     TranslateRequest,
@@ -92,10 +93,13 @@ def translate_request(
     default_max_length: int,
     max_text_chars: int = MAX_TEXT_CHARS,
     tokenize: Tokenize | None = None,
+    given: DecodingRequest | None = None,
 ) -> list:
-    """(texts, DecodingOptions) of a TranslateRequest, every bad field named at once."""
+    """(texts, DecodingOptions) of a TranslateRequest, every bad field named at once
+    (`given`: its options as read, where the caller has read them)."""
     texts = partial(source_texts, message, max_text_chars)
-    return _with_options(texts, message, max_length_limit, default_max_length, tokenize)
+    given = given or decoding_request(message.options)
+    return _with_options(texts, given, max_length_limit, default_max_length, tokenize)
 
 
 def translate_stream_request(
@@ -104,14 +108,15 @@ def translate_stream_request(
     default_max_length: int,
     max_text_chars: int = MAX_TEXT_CHARS,
     tokenize: Tokenize | None = None,
+    given: DecodingRequest | None = None,
 ) -> list:
     """(text, DecodingOptions) of a TranslateStreamRequest, every bad field named at once."""
     text = partial(stream_source_text, message, max_text_chars)
-    return _with_options(text, message, max_length_limit, default_max_length, tokenize)
+    given = given or decoding_request(message.options)
+    return _with_options(text, given, max_length_limit, default_max_length, tokenize)
 
 
-def _with_options(sources, message, max_length_limit, default_max_length, tokenize) -> list:
-    given = decoding_request(message.options)
+def _with_options(sources, given, max_length_limit, default_max_length, tokenize) -> list:
     return checked(sources, lambda: given.options(max_length_limit, default_max_length, tokenize))
 
 
@@ -132,14 +137,16 @@ def text_format(message) -> str:
 
 def parse_translate(message, model: TranslationModel) -> TranslateRequest:
     """A TranslateRequest message as the translator's typed request."""
-    texts, options = translate_request(message, *_limits(model))
-    return _typed(message, model, texts, text_fields(message), options)
+    given = decoding_request(message.options)
+    texts, options = translate_request(message, *_limits(model), given)
+    return _typed(message, model, texts, text_fields(message), options, given)
 
 
 def parse_translate_stream(message, model: TranslationModel) -> TranslateRequest:
     """A TranslateStreamRequest message as the translator's typed request (one text)."""
-    text, options = translate_stream_request(message, *_limits(model))
-    return _typed(message, model, [text], [message.WhichOneof("source")], options)
+    given = decoding_request(message.options)
+    text, options = translate_stream_request(message, *_limits(model), given)
+    return _typed(message, model, [text], [message.WhichOneof("source")], options, given)
 
 
 def _limits(model: TranslationModel) -> tuple:
@@ -153,13 +160,13 @@ def _written(model: TranslationModel):
     return writable(model.tokenizer.encode_target, model.tokenizer.unknown_id)
 
 
-def _typed(message, model: TranslationModel, texts, fields, options) -> TranslateRequest:
-    """The request's other fields checked, in order, each raising on its own."""
+def _typed(message, model: TranslationModel, texts, fields, options, given) -> TranslateRequest:
+    """The request's other fields checked, in order, each raising on its own (`given`: the
+    options as read)."""
     splitting, written = sentence_splitting(message), text_format(message)
     sent = [glossary.Term(entry.source, entry.target) for entry in message.glossary]
     terms, problems = glossary.checked(sent)
     raise_problems(problems)
-    given = decoding_request(message.options)
     return TranslateRequest(
         texts=tuple(texts),
         fields=tuple(fields),

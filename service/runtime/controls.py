@@ -165,6 +165,8 @@ def loop_start(tokens: Sequence[int], source: Sequence[int], kept: int = 0) -> i
 
 
 def _first_loop(tokens: Sequence[int]) -> int | None:
+    if len(tokens) - len(set(tokens)) < LOOP_TIMES - 1:  # no token comes LOOP_TIMES times
+        return None
     seen: dict[tuple[int, ...], list[int]] = {}
     for i in range(len(tokens) - LOOP_NGRAM + 1):
         starts = seen.setdefault(tuple(tokens[i : i + LOOP_NGRAM]), [])

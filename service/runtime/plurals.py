@@ -18,6 +18,7 @@ are looked for only in a Spanish source, and only where the target has a plural 
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -191,6 +192,7 @@ FOUND: dict[str, Callable[[str], tuple[str, ...]]] = {"es": spanish_plurals}
 WRITTEN: dict[str, Callable[[str], str]] = {"en": english_plural}
 
 
+@functools.lru_cache(maxsize=1024)  # every request asks it of its languages' codes
 def rules_language(code: str) -> str:
     """The language of the rules a request's code names (`es` for `spa_Latn`, `es_XX`,
     `spa`, M2M100's token `__es__`, `ES` or `es-MX`); the code, compared, for one without

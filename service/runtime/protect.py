@@ -44,6 +44,9 @@ _FINAL = re.compile(r"[.!?…:;»\"')\]]*\s*$")
 _SYMBOLS = ("So", "Sk", "Sc", "Sm", "Cs")  # Unicode categories of symbols
 
 
+_BEYOND_ASCII = re.compile(r"[^\x00-\x7f]")  # where a symbol (`_symbol`) can be
+
+
 def _symbol(character: str) -> bool:
     """An emoji or other symbol beyond ASCII (or a joiner or modifier inside one): currency
     signs and mathematical symbols too ("€", "×"), which the model mistranslates."""
@@ -140,21 +143,25 @@ def _spans(text: str, markup: bool = False) -> list[tuple[str, int, int]]:
     """(kind, start, end) of every protected item, in order, without overlaps."""
     pattern = MARKUP_PATTERN if markup else PATTERN
     spans = [(m.lastgroup, m.start(), m.end()) for m in pattern.finditer(text)]
-    taken = [False] * len(text)
-    for _, start, end in spans:
-        taken[start:end] = [True] * (end - start)
-    i = 0
-    while i < len(text):  # runs of symbols outside the other items
-        if not taken[i] and _symbol(text[i]):
-            j = i
-            while j < len(text) and not taken[j] and (_symbol(text[j]) or text[j] == " "):
-                j += 1
-            while text[j - 1] == " ":
-                j -= 1
-            spans.append(("symbol", i, j))
-            i = j
-        else:
-            i += 1
+    taken: list[bool] = []
+    i = 0  # where the last run of symbols ended
+    for beyond in _BEYOND_ASCII.finditer(text):  # runs of symbols outside the other items
+        start = beyond.start()
+        if start < i or not _symbol(text[start]):
+            continue
+        if not taken:
+            taken = [False] * len(text)
+            for _, begin, end in spans:
+                taken[begin:end] = [True] * (end - begin)
+        if taken[start]:
+            continue
+        j = start
+        while j < len(text) and not taken[j] and (_symbol(text[j]) or text[j] == " "):
+            j += 1
+        while text[j - 1] == " ":
+            j -= 1
+        spans.append(("symbol", start, j))
+        i = j
     return sorted(spans, key=lambda s: s[1])
 
 

@@ -7,6 +7,7 @@ itself normalises nothing else, so decoding returns what was encoded.
 
 from __future__ import annotations
 
+import functools
 import unicodedata
 from pathlib import Path
 
@@ -89,8 +90,17 @@ class Tokenizer:
         return self._sp.decode([i for i in ids if i > UNK_ID or i == UNK_ID])
 
     def pieces(self, ids: list[int]) -> list[str]:
-        return [self._sp.id_to_piece(int(i)) for i in ids]
+        """The piece of each id (IndexError for an id outside the vocabulary, as
+        SentencePiece's own): a lookup each, a fraction of its call per id."""
+        if len(ids) and min(ids) < 0:
+            raise IndexError(f"piece id {min(ids)} is out of range")
+        pieces = self._pieces
+        return [pieces[i] for i in ids]
 
     def vocabulary(self) -> list[str]:
         """Every piece, in id order."""
-        return [self._sp.id_to_piece(i) for i in range(self.vocab_size)]
+        return list(self._pieces)
+
+    @functools.cached_property
+    def _pieces(self) -> tuple[str, ...]:
+        return tuple(self._sp.id_to_piece(i) for i in range(self.vocab_size))

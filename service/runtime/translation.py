@@ -378,9 +378,15 @@ class _Texts:
     sources: Sources
     picks: list[int]  # the chosen input of each of the document's sentences
     first: int  # the document's first sentence among the request's
+    # each text made, by (sentence, hypothesis): the best is asked for again for the spans
+    made: dict = dataclass_field(default_factory=dict, compare=False, repr=False)
 
     def __call__(self, i: int, h: Hypothesis) -> str:
-        return self.sources.text(self.tokenizer, self.picks[i], h.tokens)
+        key = (i, id(h))
+        made = self.made.get(key)
+        if made is None or made[0] is not h:
+            made = self.made[key] = h, self.sources.text(self.tokenizer, self.picks[i], h.tokens)
+        return made[1]
 
 
 class TranslationModel(ServedModel):
