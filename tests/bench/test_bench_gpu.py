@@ -155,6 +155,9 @@ def test_service_level(run):
 
     for server in [level["server"] for level in load["levels"]] + [sentence["server"]]:
         assert server["steps"] > 0 and set(server["loop_seconds"]) == set(PHASES)
+        # the admission rounds: how often the encoder ran, for how long, and the wait
+        assert server["encoder_runs"] > 0 and server["encoder_ms_mean"] > 0
+        assert server["queue_wait_ms_mean"] >= 0 and server["ttft_ms_p50"] > 0
         assert all(server["loop_seconds"][p] > 0 for p in ("prepare", "run", "outputs"))
     assert "| clients | steps | " + " | ".join(PHASES) + " | busy | outbox |" in text
     assert all(level["server"]["outbox_seconds"] > 0 for level in load["levels"])

@@ -30,6 +30,12 @@ def test_a_level_s_loop_seconds_are_the_counter_s_growth_by_phase():
     assert numbers["steps"] == 100
     assert numbers["loop_seconds"] == pytest.approx({"idle": 0.5, "run": 0.2, "prepare": 0.05})
     assert server_numbers({}, {})["loop_seconds"] == {}  # a server without the counter
+    encoder = "attnserve_encoder_duration_seconds"
+    before[(encoder + "_count", (("model", "translator"),))] = 3
+    after[(encoder + "_count", (("model", "translator"),))] = 10
+    after[(encoder + "_sum", (("model", "translator"),))] = 0.014
+    numbers = server_numbers(before, after)
+    assert numbers["encoder_runs"] == 7 and numbers["encoder_ms_mean"] == pytest.approx(2.0)
 
 
 def test_the_loop_table_gives_ms_a_step_by_phase_and_the_busy_sum():
