@@ -137,9 +137,9 @@ def rpc_error(call) -> grpc.RpcError:
 def load_until(channel, stop: threading.Event, stream: bool) -> list[tuple[float, float, str]]:
     """One client's calls until `stop`: (start, end, status code name) each. Like a client
     with gRPC's retry policy, it backs off after a failure: exponentially (0.1 s doubling up
-    to 1.6 s) with jitter, so that clients refused by a draining server leave it quiet spells
-    (a fixed 0.1 s pause from 8 clients never does, and the server's own shutdown, which
-    cancels calls received but not yet handed to a handler, then meets one of them)."""
+    to 1.6 s) with jitter. Eight such clients still leave a draining server no quiet second:
+    its drain ends at its bound, and gRPC's own shutdown, which cancels a call received but
+    not yet handed to a handler, may meet one of them (a fixed 0.1 s pause meets it often)."""
     texts = ["El perro come pan en la casa.", "Mañana iremos al mercado con mis hermanos."]
     outcomes, failures, jitter = [], 0, random.Random()
     while not stop.is_set():
