@@ -5,6 +5,7 @@
         [--beam-max-batch N] [--engine-seconds S] [--export-sentences N]
         [--server-variant V] [--server-rows N]
         [--server-fronts N] [--server-workers N] [--server-cache in_place|growing|static]
+        [--server-step inline|thread] [--server-encoder auto|inline|thread]
         [--clients 1,256]
         [--level-seconds S]
 
@@ -139,6 +140,9 @@ def _plan_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--server-workers", type=int, help="the server's --workers")
     parser.add_argument("--server-cache", choices=("in_place", "growing", "static"))
     parser.add_argument("--server-step", choices=THREADING, help="the server's --step")
+    parser.add_argument(
+        "--server-encoder", choices=("auto", *THREADING), help="the server's --encoder"
+    )
     parser.add_argument("--clients", help="the service level's client counts, e.g. 1,256")
     parser.add_argument("--level-seconds", type=float, help="each service level's duration")
 

@@ -18,6 +18,7 @@
 #   bash bench/gpu.sh goals     # both halves cut to one command (~9 min): greedy engine, CUDA server, loops
 #   bash bench/gpu.sh steady    # quick export, 3 threaded servers and 1 inline in a row, logs kept: ~6 min
 #   bash bench/gpu.sh step      # after goals: the CUDA server with the step inline and on its thread: ~2 min
+#   bash bench/gpu.sh admission # quick export, the inline server with the encoder on its thread, inline, 8 fronts: ~4 min
 #   bash bench/gpu.sh controls  # the translator's gpu tests: decoding controls and scoring on CUDA, ~5 min
 #   bash bench/gpu.sh controls-cost  # quick export, then bench.controls at 256 rows (fp16): ~4 min
 #
@@ -211,6 +212,29 @@ case "$phase" in
         --repository "$work/repository/translator/1" --variant fp16 --cache static --seconds 6 \
         2>&1 | tee -a "$out/cuda-worker.log" || true
     done ;;
+  admission)  # where a job waits before its rows join: the inline server (static step)
+    # with the encoder on its thread (the default), inline, and with 8 fronts, each at 256
+    # and 1,024 clients; each level's queue wait, encoder runs and their time, first token
+    mkdir -p "$out"
+    timeout 150 python3 -m bench.gpu --device cuda --workdir "$work" --out "$out" \
+      --graphs "$graphs" --export-sentences 8 --no-engine --no-load > "$out/export.log" 2>&1 || true
+    for run in "thread 0" "inline 0" "thread 8"; do
+      set -- $run
+      OUT_A="$out/admission-encoder-$1-fronts-$2"; mkdir -p "$OUT_A"
+      fronts=(); [ "$2" != 0 ] && fronts=(--server-fronts "$2")
+      timeout 70 python3 -m bench.gpu --device cuda --workdir "$work" --out "$OUT_A" \
+        --graphs "$graphs" --no-engine --load --server-step inline --server-encoder "$1" \
+        "${fronts[@]}" --clients 256,1024 --level-seconds 6 > /dev/null 2>&1 || true
+      cp "$work/server/server.log" "$OUT_A/server.log" 2>/dev/null || true
+      python3 - "$OUT_A/benchmarks-gpu.json" "$run" <<'PY' || true
+import json, sys
+report = json.load(open(sys.argv[1]))
+for level in report.get("load", {}).get("levels", []):
+    server = level.get("server") or {}
+    keys = ("step_rows_mean", "queue_wait_ms_mean", "encoder_runs", "encoder_ms_mean", "ttft_ms_p50")
+    print(sys.argv[2], level["clients"], round(level["tokens_per_s"]), {k: server.get(k) for k in keys})
+PY
+    done ;;
   workers)  # the CUDA server with 1 and 2 workers sharing the GPU at 256 and 1,024 clients,
     # then with its default (printed with why) at 1 to 1,024 clients and the 30-token
     # sentence; a quick export first where the workdir has none
@@ -227,6 +251,6 @@ case "$phase" in
       --graphs "$graphs" --no-engine --load --clients 1,16,64,256,1024 --level-seconds 8 \
       | sed -n '/^## Service level/,$p' || true
     grep -h "workers\|fronts\|steps with cache" "$work/server/server.log" | head -20 || true ;;
-  *) echo "usage: bench/gpu.sh export|engine|load|fronts|all|static|inplace|scaling|pending|goals-engine|goals-serve|goals|step|steady|workers|controls|controls-cost" >&2
+  *) echo "usage: bench/gpu.sh export|engine|load|fronts|all|static|inplace|scaling|pending|goals-engine|goals-serve|goals|step|steady|admission|workers|controls|controls-cost" >&2
     exit 2 ;;
 esac

@@ -61,6 +61,8 @@ def _server_flags(args, plan: Plan) -> dict[str, str]:
         flags["cache"] = args.server_cache
     if args.server_step:
         flags["step"] = args.server_step
+    if args.server_encoder:
+        flags["encoder"] = args.server_encoder
     flags["device"] = args.device
     flags["max-queued-requests"] = str(4 * max(plan.clients))
     return flags
