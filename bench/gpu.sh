@@ -231,7 +231,8 @@ import json, sys
 report = json.load(open(sys.argv[1]))
 for level in report.get("load", {}).get("levels", []):
     server = level.get("server") or {}
-    keys = ("step_rows_mean", "queue_wait_ms_mean", "encoder_runs", "encoder_ms_mean", "ttft_ms_p50")
+    keys = ("step_rows_mean", "queue_wait_ms_mean", "encoder_runs", "encoder_ms_mean",
+            "ttft_ms_p50", "device_alone_runs", "device_alone_seconds")
     print(sys.argv[2], level["clients"], round(level["tokens_per_s"]), {k: server.get(k) for k in keys})
 PY
     done ;;

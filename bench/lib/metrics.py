@@ -95,5 +95,9 @@ def server_numbers(before: dict, after: dict, model: str | None = None) -> dict:
         for phase in phases
     }
     numbers["outbox_seconds"] = _growth(before, after, "attnserve_worker_outbox_seconds_total")
+    # runs that held a worker's device alone (CUDA graphs recorded) and their seconds
+    alone = "attnserve_worker_device_alone_"
+    numbers["device_alone_runs"] = int(_growth(before, after, alone + "runs_total"))
+    numbers["device_alone_seconds"] = _growth(before, after, alone + "seconds_total")
     numbers["worker_restarts"] = int(_growth(before, after, "attnserve_worker_restarts_total"))
     return numbers

@@ -218,6 +218,8 @@ class LoadBench:
                 "worker_restarts",
                 "loop_seconds",
                 "outbox_seconds",
+                "device_alone_runs",
+                "device_alone_seconds",
             )
             level["server"] = {k: numbers.get(k) for k in keys}
         return level

@@ -149,6 +149,17 @@ class Metrics:
             "their loops (and sharing their GIL).",
             (),
         )
+        self.device_alone_runs = counter(
+            "attnserve_worker_device_alone_runs",
+            "Runs that held a worker's device alone (on CUDA: steps that recorded a CUDA "
+            "graph), every other run of the worker waiting meanwhile.",
+            (),
+        )
+        self.device_alone = counter(
+            "attnserve_worker_device_alone_seconds",
+            "Seconds of those runs, from asking for the device to letting it go.",
+            (),
+        )
         self.worker_restarts = counter(
             "attnserve_worker_restarts", "Worker processes restarted after they died.", ()
         )
@@ -202,6 +213,9 @@ class Metrics:
             self.worker_loop.labels(phase).inc(max(seconds, 0.0))
         if stats.outbox_seconds:
             self.worker_outbox.inc(stats.outbox_seconds)
+        if stats.alone_runs:
+            self.device_alone_runs.inc(stats.alone_runs)
+            self.device_alone.inc(stats.alone_seconds)
 
 
 class _QuietHandler(WSGIRequestHandler):

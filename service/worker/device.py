@@ -16,6 +16,7 @@ runs it.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -32,6 +33,9 @@ class DeviceLock:
         self._sharing = 0  # runs holding it shared
         self._alone = False
         self._waiting = 0  # runs waiting to hold it alone
+        # since last taken: runs that held it alone, and their seconds from asking to
+        # letting go (every other run of the worker waited meanwhile)
+        self._alone_runs, self._alone_seconds = 0, 0.0
 
     def enter(self) -> None:
         """Holds it shared (beside other shared runs), once no run is alone or waits to be."""
@@ -56,6 +60,7 @@ class DeviceLock:
 
     @contextmanager
     def alone(self) -> Iterator[None]:
+        asked = time.perf_counter()
         with self._changed:
             self._waiting += 1
             while self._alone or self._sharing:
@@ -67,7 +72,17 @@ class DeviceLock:
         finally:
             with self._changed:
                 self._alone = False
+                self._alone_runs += 1
+                self._alone_seconds += time.perf_counter() - asked
                 self._changed.notify_all()
+
+    def take_alone(self) -> tuple[int, float]:
+        """(runs held alone, their seconds from asking to letting go) since the last call:
+        on CUDA the steps that recorded a graph, which held every other run off."""
+        with self._changed:
+            taken = self._alone_runs, self._alone_seconds
+            self._alone_runs, self._alone_seconds = 0, 0.0
+        return taken
 
 
 DEVICE = DeviceLock()  # the worker process's

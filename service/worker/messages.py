@@ -55,6 +55,10 @@ class Stats:
     # in one model's stats a report round, as the loop serves every model
     loop_seconds: dict[str, float] = field(default_factory=dict)
     outbox_seconds: float = 0.0  # the outbox thread's sending, beside the loop, as loop_seconds
+    # the worker's runs that held its device alone (CUDA graphs recorded), and their seconds
+    # from asking to letting go, as loop_seconds (service.worker.device)
+    alone_runs: int = 0
+    alone_seconds: float = 0.0
 
 
 @dataclass(frozen=True)

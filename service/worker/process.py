@@ -23,6 +23,7 @@ import signal
 import threading
 import time
 
+from service.worker.device import DEVICE
 from service.worker.fronts import Fronts
 from service.worker.loop_clock import LoopClock
 from service.worker.messages import Cancel, Failed, Load, Ready, Report, Stats, Stop, Submit, Unload
@@ -124,6 +125,7 @@ def _loop(fronts: Fronts, schedulers: dict[str, Scheduler], settings: WorkerSett
             if measurer in routed:  # the loop's time since its last report goes with one
                 scheduler.stats.loop_seconds = clock.take()
                 scheduler.stats.outbox_seconds = fronts.outbox.take_seconds()
+                scheduler.stats.alone_runs, scheduler.stats.alone_seconds = DEVICE.take_alone()
             for link, events in routed.items():
                 if link in fronts.links:
                     stats = scheduler.stats if link is measurer else None

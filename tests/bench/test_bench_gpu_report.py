@@ -34,8 +34,13 @@ def test_a_level_s_loop_seconds_are_the_counter_s_growth_by_phase():
     before[(encoder + "_count", (("model", "translator"),))] = 3
     after[(encoder + "_count", (("model", "translator"),))] = 10
     after[(encoder + "_sum", (("model", "translator"),))] = 0.014
+    alone = "attnserve_worker_device_alone_"
+    before[(alone + "runs_total", ())], after[(alone + "runs_total", ())] = 4, 6
+    after[(alone + "seconds_total", ())] = 0.5
     numbers = server_numbers(before, after)
     assert numbers["encoder_runs"] == 7 and numbers["encoder_ms_mean"] == pytest.approx(2.0)
+    assert numbers["device_alone_runs"] == 2
+    assert numbers["device_alone_seconds"] == pytest.approx(0.5)
 
 
 def test_the_loop_table_gives_ms_a_step_by_phase_and_the_busy_sum():

@@ -94,3 +94,18 @@ def test_a_launch_records_once_on_each_thread_that_runs_it_and_again_after_a_fai
     main = threading.current_thread().name
     assert seen == [(main, True), (main, True), (main, False), ("other", True), (main, False)]
     assert not Launch(run, lambda: None).records()  # nothing recorded: never alone
+
+
+def test_the_runs_held_alone_and_their_seconds_are_counted_until_taken():
+    """What the worker reports with its loop's phases (the metrics' device-alone counters):
+    each recording run, a failed one too, from asking for the lock to letting it go."""
+    lock, recording = DeviceLock(), Recording()
+    assert lock.take_alone() == (0, 0.0)
+    launch = Launch(lambda: time.sleep(0.02), lambda: None, recording)
+    run_step(launch, lock)  # records: alone
+    run_step(launch, lock)  # replays: shared, not counted
+    with pytest.raises(RuntimeError), lock.alone():
+        raise RuntimeError("the capture failed")
+    runs, seconds = lock.take_alone()
+    assert runs == 2 and 0.02 <= seconds < 5
+    assert lock.take_alone() == (0, 0.0)
