@@ -80,7 +80,7 @@ def server_numbers(before: dict, after: dict, model: str | None = None) -> dict:
         if name == "attnserve_decode_step_batch_rows":
             numbers["steps"] = int(count)
         if name == "attnserve_encoder_duration_seconds":
-            numbers["encoder_runs"] = int(count)  # admission rounds (and their probes)
+            numbers["encoder_runs"] = int(count)  # admission rounds
         if name == "attnserve_time_to_first_token_seconds":
             for q in (0.5, 0.99):
                 value = _bucket_quantile(q, buckets)

@@ -378,15 +378,15 @@ class _Texts:
     sources: Sources
     picks: list[int]  # the chosen input of each of the document's sentences
     first: int  # the document's first sentence among the request's
-    # each text made, by (sentence, hypothesis): the best is asked for again for the spans
+    # each text made, by (sentence, id of its hypothesis): the best is asked for again for
+    # the spans (made for one response, whose results hold every hypothesis meanwhile)
     made: dict = dataclass_field(default_factory=dict, compare=False, repr=False)
 
     def __call__(self, i: int, h: Hypothesis) -> str:
         key = (i, id(h))
-        made = self.made.get(key)
-        if made is None or made[0] is not h:
-            made = self.made[key] = h, self.sources.text(self.tokenizer, self.picks[i], h.tokens)
-        return made[1]
+        if key not in self.made:
+            self.made[key] = self.sources.text(self.tokenizer, self.picks[i], h.tokens)
+        return self.made[key]
 
 
 class TranslationModel(ServedModel):
