@@ -438,8 +438,7 @@ class ClusterPool(WorkerPool):
         """A leaving replica whose calls all ended: let go of it."""
         loop = asyncio.get_running_loop()
         loop.remove_reader(worker.conn.fileno())
-        worker.conn.close()
-        worker.conn = None
+        worker.let_go()
         self._forget(worker)
 
     # -- what the front reports -------------------------------------------------------------

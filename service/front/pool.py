@@ -36,6 +36,7 @@ from service.front.admission import AdmissionLimit
 from service.front.config import gpu_count
 from service.front.metrics import Metrics
 from service.runtime.errors import ModelRepositoryError, ResourceExhausted, Unavailable
+from service.worker.inbox import Inbox
 from service.worker.messages import (
     Admitted,
     Cancel,
@@ -114,6 +115,25 @@ class _Worker:
         # not taken for the answer to a later Load of the key (the pipe keeps their order)
         self.owed: dict[str, int] = {}
         self.leaving = False  # a cluster's replica scaled down: it gets no new calls
+        self.inbox: Inbox | None = None  # `conn`'s messages, read in bulk
+
+    def read(self) -> list:
+        """Every whole message waiting on `conn` (service.worker.inbox: one read for all of
+        them, where the connection's own `poll` and `recv` take three system calls a
+        message); EOFError once the worker closed its end, OSError where the link broke."""
+        if self.inbox is None or self.inbox.link is not self.conn:
+            if self.inbox is not None:
+                self.inbox.close()
+            self.inbox = Inbox(self.conn)
+        return self.inbox.read()
+
+    def let_go(self) -> None:
+        """Closes `conn` (and the inbox's descriptor over it: the worker sees its end)."""
+        if self.inbox is not None:
+            self.inbox.close()
+            self.inbox = None
+        self.conn.close()
+        self.conn = None
 
     @property
     def alive(self) -> bool:
@@ -238,16 +258,14 @@ class WorkerPool:
                 continue
             loop.remove_reader(worker.conn.fileno())
             if worker.process is None:  # a worker of another front: let go of it
-                worker.conn.close()
-                worker.conn = None
+                worker.let_go()
                 continue
             with contextlib.suppress(OSError, ValueError):
                 worker.conn.send(Stop())
         await wait_or_kill([w.process for w in self.workers if w.process is not None], 5.0)
         for worker in self.workers:
             if worker.conn is not None:
-                worker.conn.close()
-                worker.conn = None
+                worker.let_go()
         self.fail_all(Unavailable("the server is stopping"))
 
     # -- model versions while serving ------------------------------------------------------
@@ -522,10 +540,12 @@ class WorkerPool:
 
     # -- messages from workers ------------------------------------------------------------
     def _on_readable(self, worker: _Worker) -> None:
+        conn = worker.conn
         try:
-            # a message may end the connection (a cluster's leaving replica let go of)
-            while worker.conn is not None and worker.conn.poll():
-                self._handle(worker, worker.conn.recv())
+            for message in worker.read():
+                if worker.conn is not conn:  # ended by a message (a leaving replica let go of)
+                    break
+                self._handle(worker, message)
         except (EOFError, OSError):
             self._on_death(worker)
 
@@ -649,8 +669,7 @@ class WorkerPool:
         fail. (Its exit code where this front started it, whether it was serving.)"""
         loop = asyncio.get_running_loop()
         loop.remove_reader(worker.conn.fileno())
-        worker.conn.close()
-        worker.conn = None
+        worker.let_go()
         code = None  # known to the workers' parent only
         if worker.process is not None:
             worker.process.join(1)
