@@ -18,6 +18,8 @@ from bench.lib.engine_workers import REFERENCE, EngineSpec, Worker, decode_keywo
 from bench.lib.gpu_plan import Plan
 from bench.lib.paths import TEST_SOURCES
 from bench.machine import decoder_weights
+from service.runtime.cache_choice import shipped_caches
+from service.runtime.repository import verify
 
 PARITY_FLOOR = 0.9  # identical greedy outputs below this share: the engine is not timed
 VARIANT_BYTES = {"fp32": 4, "fp16": 2}
@@ -69,8 +71,8 @@ class EngineBench:
     def run(self) -> dict:
         start = time.perf_counter()
         directory, checkpoint = self.repository["directory"], self.repository["checkpoint"]
-        in_place = (Path(directory) / "fp16" / "in_place_decoder.onnx").exists()
-        specs = engine_specs(self.args.device, in_place)
+        shipped = shipped_caches(verify(Path(directory)), "fp16")
+        specs = engine_specs(self.args.device, "in_place" in shipped, "static" in shipped)
         print("loading the engines", file=sys.stderr)
         reference = Worker(REFERENCE, directory, checkpoint)
         for spec in specs:

@@ -37,27 +37,37 @@ class EngineSpec:
         if self.kind == "torch":
             return f"PyTorch {device} {self.variant} eager"
         label = f"ORT {device} {self.variant}" + (" + IO binding" if self.io_binding else "")
-        return label + (" + cache in place" if self.cache == "in_place" else "")
+        return label + CACHE_LABELS.get(self.cache or "", "")
 
 
-def engine_specs(device: str, in_place: bool = False) -> list[EngineSpec]:
+CACHE_LABELS = {
+    "in_place": " + cache in place",
+    "static": " + static step (CUDA graphs)",
+}
+
+
+def engine_specs(device: str, in_place: bool = False, static: bool = False) -> list[EngineSpec]:
     """The timed engines: onnxruntime fp32 and fp16, PyTorch fp32 eager, on `device`; with
     `in_place` on CUDA also fp16 with its cache written in place (GroupQueryAttention over a
     shared buffer: a step reads each row's own length only, where the growing cache's step
-    attends over the longest row's)."""
+    attends over the longest row's); with `static` on CUDA also fp16 with the static step,
+    each bucket's step replayed as a CUDA graph, as the server steps by default there."""
     binding = device == "cuda"
     specs = [
         EngineSpec("ort-fp32", "onnx", "fp32", device, binding, 1),
         EngineSpec("ort-fp16", "onnx", "fp16", device, binding, 1),
         EngineSpec("torch-fp32", "torch", "fp32", device, False, 1),
     ]
-    if in_place and device == "cuda":
-        in_place_spec = EngineSpec("ort-fp16-in-place", "onnx", "fp16", device, True, 1, "in_place")
-        specs.insert(2, in_place_spec)
+    if device == "cuda":
+        caches = [c for c, shipped in (("in_place", in_place), ("static", static)) if shipped]
+        for at, cache in enumerate(caches, start=2):
+            name = "ort-fp16-" + cache.replace("_", "-")
+            specs.insert(at, EngineSpec(name, "onnx", "fp16", device, True, 1, cache))
     return specs
 
 
-FP16_ENGINES = ("ort-fp16", "ort-fp16-in-place")  # the goals take the faster at each batch
+# the goals take the fastest at each batch
+FP16_ENGINES = ("ort-fp16", "ort-fp16-in-place", "ort-fp16-static")
 
 
 REFERENCE = EngineSpec("reference", "torch", "fp32", "cpu", False, 0)
@@ -74,6 +84,7 @@ class Runner:
         self.max_source = int(version.config["max_length"])
         self.sync = lambda: None
         self.in_runs: float | None = None  # onnxruntime's: seconds inside its runs
+        self._store = None  # the static step's rows, kept from decode to decode
         if spec.kind == "torch":
             self._load_torch(spec, checkpoint)
         else:
@@ -106,7 +117,15 @@ class Runner:
         session = getattr(self.engine, "decoder", None)  # the step's session
         self.providers = session.get_providers() if session is not None else []
         self.in_runs = 0.0  # the step, the search and helper graphs
-        run = self.engine.runner.run
+        self.engine.runner.run = self._timed(self.engine.runner.run)
+        static = self.engine.static_step  # its sessions are run apart from the runner
+        if static is not None:
+            sessions = [*static.graphs.values(), *static.gather.values()]
+            for session in filter(None, [*sessions, static.place, static.scatter]):
+                session.run_with_iobinding = self._timed(session.run_with_iobinding)
+
+    def _timed(self, run):
+        """`run`, its seconds added to `in_runs`."""
 
         def timed(*args, **kwargs):
             start = time.perf_counter()
@@ -115,7 +134,7 @@ class Runner:
             finally:
                 self.in_runs += time.perf_counter() - start
 
-        self.engine.runner.run = timed
+        return timed
 
     def info(self) -> dict:
         return {"library": self.library, "providers": self.providers}
@@ -124,7 +143,6 @@ class Runner:
         from bench.engines import Stepped
         from service.runtime.batching import source_batch
         from service.runtime.decoding import DecodingOptions, decode
-        from service.runtime.inference import CachedInference
 
         engine = self.engine
         bos, eos = engine.special_tokens.bos, engine.special_tokens.eos
@@ -134,7 +152,7 @@ class Runner:
         encoder = engine.encode(*source_batch(ids, self.max_source))
         self.sync()
         encoded = time.perf_counter()
-        inference = CachedInference(engine, encoder, len(ids))
+        inference = self._inference(encoder, len(ids))
         if forced:
             inference = Stepped(inference, eos)
         options = DecodingOptions(beam_size=beam, max_length=length)
@@ -144,6 +162,24 @@ class Runner:
         end = time.perf_counter()
         runs = None if before is None else self.in_runs - before
         return [n[0].tokens for n in hypotheses], encoded - start, end - encoded, runs
+
+    def _inference(self, encoder, rows: int):
+        """The decode's `Inference` over the encoder's `rows` rows: the engine's cache carried
+        from step to step, or with the static step a continuous batch as the server's, its
+        rows held in the engine's buckets (one row store from decode to decode, so that each
+        bucket's buffers are bound, and its CUDA graph recorded, once)."""
+        from service.runtime.batch import ContinuousBatch
+        from service.runtime.inference import CachedInference
+        from service.runtime.rows import row_store
+
+        if self.spec.cache != "static":
+            return CachedInference(self.engine, encoder, rows)
+        if self._store is None:
+            self._store = row_store(self.engine)
+        self._store.clear()  # the last decode's rows let go of; its buckets kept
+        batch = ContinuousBatch(self.engine, self._store)
+        batch.join(encoder, np.arange(rows))
+        return batch
 
     def greedy(self, ids: list[list[int]], length: int) -> list[list[int]]:
         """Greedy tokens of every source, each to its natural end (at most `length`)."""
@@ -158,10 +194,9 @@ class Runner:
     def single_step(self, ids: list[int], steps: int) -> dict:
         """Seconds of each `CachedInference.step` of one row, after SINGLE_WARMUP steps."""
         from service.runtime.batching import source_batch
-        from service.runtime.inference import CachedInference
 
         engine = self.engine
-        inference = CachedInference(engine, engine.encode(*source_batch([ids], self.max_source)), 1)
+        inference = self._inference(engine.encode(*source_batch([ids], self.max_source)), 1)
         token, eos = engine.special_tokens.bos, engine.special_tokens.eos
         times = []
         for _ in range(SINGLE_WARMUP + steps):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.lib.engine_workers import engine_specs
+from bench.lib.engine_workers import EngineSpec, Runner, engine_specs
 from bench.lib.gpu_goals import goals
 
 
@@ -14,6 +14,46 @@ def test_the_in_place_fp16_engine_is_timed_on_cuda_only_where_the_version_ships_
     assert spec.label == "ORT CUDA fp16 + IO binding + cache in place"
     assert "ort-fp16-in-place" not in [s.name for s in engine_specs("cuda")]
     assert "ort-fp16-in-place" not in [s.name for s in engine_specs("cpu", in_place=True)]
+
+
+def test_the_static_fp16_engine_is_timed_on_cuda_where_the_version_ships_its_step():
+    names = [s.name for s in engine_specs("cuda", in_place=True, static=True)]
+    assert names == ["ort-fp32", "ort-fp16", "ort-fp16-in-place", "ort-fp16-static", "torch-fp32"]
+    spec = engine_specs("cuda", static=True)[2]
+    assert spec.cache == "static" and spec.io_binding and spec.variant == "fp16"
+    assert spec.label == "ORT CUDA fp16 + IO binding + static step (CUDA graphs)"
+    assert "ort-fp16-static" not in [s.name for s in engine_specs("cpu", static=True)]
+
+
+def test_the_static_engine_decodes_as_the_in_place_one_its_buckets_bound_once(
+    translator_repository,
+):
+    """The engine level's static engine (here on the CPU: the same buckets, no graphs) decodes
+    a batch through the served path, token for token as the in-place cache, and its next
+    decodes of the same batch reuse the buckets the first one made."""
+    from bench.lib.engine_level import sources
+    from service.runtime.repository import verify
+
+    directory = str(translator_repository / "translator" / "1")
+    ids = sources(verify(translator_repository / "translator" / "1").tokenizer_file, 12)
+
+    def runner(cache: str) -> Runner:
+        return Runner(EngineSpec(cache, "onnx", "fp32", "cpu", True, 1, cache), directory, "")
+
+    static, in_place = runner("static"), runner("in_place")
+    tokens = static.greedy(ids, 48)
+    assert tokens == in_place.greedy(ids, 48)
+    assert any(len(t) < 48 for t in tokens)  # some ended on their own, and were cut there
+    first = static.sample(ids[:8], 1, 16)
+    buckets = dict(static._store.buckets)
+    second = static.sample(ids[:8], 1, 16)
+    assert first["tokens"] == second["tokens"] == 8 * 16  # every row forced to the length
+    # the static step's runs are timed too (not only the encoder's, which is apart)
+    assert second["decode_s"] / 2 < second["runs_s"] < second["decode_s"]
+    assert static._store.buckets.keys() == buckets.keys()
+    assert all(static._store.buckets[key] is bucket for key, bucket in buckets.items())
+    step = static.single_step(ids[0], 3)["seconds"]
+    assert len(step) == 3 and min(step) > 0
 
 
 def _case(engine: str, batch: int, rate: float) -> dict:
