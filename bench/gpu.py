@@ -6,6 +6,7 @@
         [--server-variant V] [--server-rows N]
         [--server-fronts N] [--server-workers N] [--server-cache in_place|growing|static]
         [--server-step inline|thread] [--server-encoder auto|inline|thread]
+        [--server-steps-ahead N]
         [--clients 1,256]
         [--level-seconds S]
 
@@ -142,6 +143,9 @@ def _plan_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--server-step", choices=THREADING, help="the server's --step")
     parser.add_argument(
         "--server-encoder", choices=("auto", *THREADING), help="the server's --encoder"
+    )
+    parser.add_argument(
+        "--server-steps-ahead", type=int, help="the server's --steps-ahead (the static step)"
     )
     parser.add_argument("--clients", help="the service level's client counts, e.g. 1,256")
     parser.add_argument("--level-seconds", type=float, help="each service level's duration")

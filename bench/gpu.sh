@@ -19,6 +19,7 @@
 #   bash bench/gpu.sh steady    # quick export, 3 threaded servers and 1 inline in a row, logs kept: ~6 min
 #   bash bench/gpu.sh step      # after goals: the CUDA server with the step inline and on its thread: ~2 min
 #   bash bench/gpu.sh admission # quick export, the inline server with the encoder on its thread, inline, 8 fronts: ~4 min
+#   bash bench/gpu.sh ahead     # quick export, the steps run ahead: one worker in process, then the server, 1 and 4: ~5 min
 #   bash bench/gpu.sh controls  # the translator's gpu tests: decoding controls and scoring on CUDA, ~5 min
 #   bash bench/gpu.sh controls-cost  # quick export, then bench.controls at 256 rows (fp16): ~4 min
 #
@@ -236,6 +237,29 @@ for level in report.get("load", {}).get("levels", []):
     print(sys.argv[2], level["clients"], round(level["tokens_per_s"]), {k: server.get(k) for k in keys})
 PY
     done ;;
+  ahead)  # greedy steps run back to back on the device (--steps-ahead): the server's
+    # device check of the static step with them first (the log says whether it kept the
+    # static step), then one CUDA worker kept full in process at 1 and 256 rows, then the
+    # default server at 1, 256 and 1,024 clients (the 30-token sentence with it), each with
+    # 1 (every step through the host) and 4 steps ahead, side by side
+    mkdir -p "$out"
+    timeout 150 python3 -m bench.gpu --device cuda --workdir "$work" --out "$out" \
+      --graphs "$graphs" --export-sentences 8 --no-engine --no-load > "$out/export.log" 2>&1 || true
+    for rows in 1 256; do
+      for ahead in 1 4; do
+        timeout 20 python3 -m bench.profile_scheduler --device cuda --repository \
+          "$work/repository/translator/1" --variant fp16 --cache static --rows "$rows" \
+          --seconds 5 --steps-ahead "$ahead" 2>&1 | tee -a "$out/cuda-worker-ahead.log" || true
+      done
+    done
+    for ahead in 1 4; do
+      OUT_H="$out/ahead-$ahead"; mkdir -p "$OUT_H"
+      timeout 75 python3 -m bench.gpu --device cuda --workdir "$work" --out "$OUT_H" \
+        --graphs "$graphs" --no-engine --load --server-steps-ahead "$ahead" --clients 1,256,1024 \
+        --level-seconds 6 | sed -n '/^| clients/,/^## Goals/p' || true
+      cp "$work/server/server.log" "$OUT_H/server.log" 2>/dev/null || true
+      grep -h "steps with cache\|steps ahead" "$OUT_H/server.log" | head -4 || true
+    done ;;
   workers)  # the CUDA server with 1 and 2 workers sharing the GPU at 256 and 1,024 clients,
     # then with its default (printed with why) at 1 to 1,024 clients and the 30-token
     # sentence; a quick export first where the workdir has none
@@ -252,6 +276,6 @@ PY
       --graphs "$graphs" --no-engine --load --clients 1,16,64,256,1024 --level-seconds 8 \
       | sed -n '/^## Service level/,$p' || true
     grep -h "workers\|fronts\|steps with cache" "$work/server/server.log" | head -20 || true ;;
-  *) echo "usage: bench/gpu.sh export|engine|load|fronts|all|static|inplace|scaling|pending|goals-engine|goals-serve|goals|step|steady|admission|workers|controls|controls-cost" >&2
+  *) echo "usage: bench/gpu.sh export|engine|load|fronts|all|static|inplace|scaling|pending|goals-engine|goals-serve|goals|step|steady|admission|ahead|workers|controls|controls-cost" >&2
     exit 2 ;;
 esac

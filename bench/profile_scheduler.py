@@ -5,6 +5,7 @@ graph (and, with --top, the host's functions under cProfile).
     python -m bench.profile_scheduler [--device cpu|cuda] [--repository VERSION_DIR]
         [--random-model] [--variant fp32] [--cache in_place|growing|static] [--io-binding]
         [--no-scatter] [--no-place] [--encoder-thread] [--step-thread] [--admission-interval 1]
+        [--steps-ahead 1]
         [--rows 256] [--seconds 20] [--max-length 128] [--top 30]
 
 Prints the host's time a step outside the loop's onnxruntime runs (`host:`: the time no run
@@ -81,6 +82,12 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--admission-interval", type=int, default=1, help="steps between admission rounds"
     )
+    parser.add_argument(
+        "--steps-ahead",
+        type=int,
+        default=1,
+        help="greedy steps run back to back on the device between two looks (the static step)",
+    )
     parser.add_argument("--rows", type=int, default=256)
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument(
@@ -142,6 +149,7 @@ def _profile(args, version) -> int:
         encoder_thread=args.encoder_thread,
         admission_interval=args.admission_interval,
         step_thread=args.step_thread,
+        steps_ahead=args.steps_ahead,
     )
     shortest = max(1, args.max_length // 2)
     options = [DecodingOptions(max_length=n) for n in range(shortest, args.max_length + 1)]
@@ -189,6 +197,8 @@ def _profile(args, version) -> int:
     done_before = done
     threads = "the encoder beside the steps" if args.encoder_thread else "the encoder inline"
     threads += ", the steps on their thread" if args.step_thread else ", the steps inline"
+    if args.steps_ahead > 1:
+        threads += f", up to {args.steps_ahead} steps ahead"
     static = engine.static_step
     ops = [op for op in ("scatter", "place") if getattr(static, op, None) is not None]
     place = "".join(f", {op} op" for op in ops)

@@ -37,6 +37,8 @@ FLAG_HELP = {
     "fronts": "gRPC front processes sharing the port and every worker (0: one per 4 usable "
     "cores, at most 4)",
     "batching": "continuous or request",
+    "steps_ahead": "greedy steps run back to back on the device between two looks of the host "
+    "(the static step; 1: every step)",
     "ready_file": "write the ports (JSON) here once serving",
     "ray": "Ray's address (auto, HOST:PORT, ray://HOST:PORT): the workers as Ray Serve replicas "
     "on that cluster (the ray extra)",
@@ -113,7 +115,15 @@ def _choices(config) -> list[str]:
         problems.append(f"no model version under {config.repository}: no variant chosen")
     fronts, workers = config.front_choice(), config.worker_choice(device)
     lines = choice_lines(
-        device, why, variants, config.cache, fronts, workers, config.encoder, config.step
+        device,
+        why,
+        variants,
+        config.cache,
+        fronts,
+        workers,
+        config.encoder,
+        config.step,
+        config.steps_ahead,
     )
     return lines + problems
 

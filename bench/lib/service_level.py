@@ -63,6 +63,8 @@ def _server_flags(args, plan: Plan) -> dict[str, str]:
         flags["step"] = args.server_step
     if args.server_encoder:
         flags["encoder"] = args.server_encoder
+    if args.server_steps_ahead:
+        flags["steps-ahead"] = str(args.server_steps_ahead)
     flags["device"] = args.device
     flags["max-queued-requests"] = str(4 * max(plan.clients))
     return flags

@@ -35,8 +35,9 @@ from service.runtime.choices import (
 )
 from service.runtime.errors import InvalidArgument, Unavailable
 from service.runtime.requests import MAX_TEXT_CHARS
+from service.runtime.rows.buckets import MAX_AHEAD
 from service.worker.scheduler import MAX_ROWS, WINDOW_SECONDS
-from service.worker.settings import encoder_choice, step_choice
+from service.worker.settings import encoder_choice, step_choice, steps_ahead_choice
 
 DEFAULT_REPOSITORY = Path(__file__).resolve().parents[2] / "data" / "repository"
 ENV_PREFIX = "ATTNSERVE_"
@@ -145,6 +146,11 @@ class ServerConfig:
     # work (the jobs the step before ended finished, partials, messages), at the cost of two
     # thread handoffs a step (docs/benchmarks.md, "The worker's loop")
     step: Threading = "inline"
+    # greedy steps run back to back on the device between two looks of the host at the rows,
+    # each fed the ids the one before chose (the static step's buckets; a batch with a search,
+    # a sample, an alignment or a stream steps one at a time); 1: every step's ids go through
+    # the host (steps_ahead_choice)
+    steps_ahead: int = 1
     batch_window_ms: float = WINDOW_SECONDS * 1000  # how long request-level batching collects
     max_batch_rows: int = MAX_ROWS  # hypotheses decoded together by one worker
     max_queued_requests: int = 256  # beyond: RESOURCE_EXHAUSTED
@@ -261,6 +267,8 @@ class ServerConfig:
         ):
             if getattr(self, name) < 0:
                 problems.append(f"{name} must be 0 or more")
+        if not 1 <= self.steps_ahead <= MAX_AHEAD:
+            problems.append(f"steps_ahead must be 1 to {MAX_AHEAD}")
         if self.fronts < 0:
             problems.append("fronts must be 0 (one per 4 CPU cores) or more")
         if self.ray and importlib.util.find_spec("ray") is None:
@@ -522,6 +530,7 @@ def choice_lines(
     workers: tuple[int, str] | None = None,
     encoder: str = AUTO,
     step: str = "inline",
+    steps_ahead: int = 1,
 ) -> list[str]:
     """What `serve --print-config` prints and the server logs: the device, the front and
     worker processes, how the cache is carried, where the encoder and a step run, and each
@@ -536,6 +545,7 @@ def choice_lines(
     lines.append(f"encoder {'thread' if on_thread else 'inline'}: {why}")
     on_thread, why = step_choice(step)
     lines.append(f"step {'thread' if on_thread else 'inline'}: {why}")
+    lines.append(f"steps ahead {steps_ahead}: {steps_ahead_choice(steps_ahead)}")
     return lines + [f"variant {v} for {key}: {why}" for key, (v, why) in variants.items()]
 
 

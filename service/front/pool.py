@@ -766,5 +766,6 @@ def worker_settings(config, models: tuple, device: str, variants: dict) -> list[
         window=config.batch_window_ms / 1000,
         encoder=config.encoder,
         step=config.step,
+        steps_ahead=config.steps_ahead,
     )
     return [replace(base, index=i, gpu=i % gpus) for i in range(config.worker_count(device))]

@@ -80,7 +80,15 @@ async def serve(
         config = dataclasses.replace(config, fronts=fronts[0], workers=workers[0])
         shown = {m.key: choice for m, choice in choices.items()}
         lines = choice_lines(
-            device, why, shown, config.cache, fronts, workers, config.encoder, config.step
+            device,
+            why,
+            shown,
+            config.cache,
+            fronts,
+            workers,
+            config.encoder,
+            config.step,
+            config.steps_ahead,
         )
         for line in lines:
             log.info("%s", line)

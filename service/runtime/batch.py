@@ -163,6 +163,32 @@ class ContinuousBatch(Inference):
 
         return Launch(launch.run, output, launch.recording)
 
+    def steps_ahead(self, request: SearchRequest) -> int:
+        """How many greedy steps of `request` may run back to back now (`launch_ahead`; 1:
+        one at a time, where the store cannot, or the search needs the host each step)."""
+        if self.table.rows == 0:
+            return 1
+        return self.store.steps_ahead(self.table, request)
+
+    def launch_ahead(self, tokens: np.ndarray, request: SearchRequest, steps: int) -> Launch:
+        """`steps` greedy steps of every row back to back, made ready: `run()`, then
+        `output()` -> Candidates (rows, steps): each step's best candidate of each live row.
+        Every row takes every step; one that ended within them is the caller's to drop."""
+        self.store.prepare(self.table)
+        table = self.table
+        alive = None if table.identity else table.alive
+        tokens, positions = table.fed(tokens)
+        launch = self.store.launch_ahead(table, tokens, positions, steps, request)
+        if alive is not None:
+            table.idle[table.dead()] += steps - 1
+        table.stepped(steps)
+
+        def output():
+            candidates = launch.output()
+            return candidates if alive is None else candidates.rows(alive)
+
+        return Launch(launch.run, output, launch.recording)
+
     def step(self, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         out, _, alive = self._forward(tokens, True)
         logits, seen = self.engine.host(out.logits), out.attention

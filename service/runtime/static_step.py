@@ -69,6 +69,18 @@ class StaticStep:
         options.add_run_config_entry("gpu_graph_id", str(next(self.graph_ids)))
         return options
 
+    @staticmethod
+    def unsynced(options: ort.RunOptions | None) -> ort.RunOptions | None:
+        """Run options replaying the graph of `options` without waiting for the device at
+        the end of the run (a step followed at once by another on the same stream, which
+        waits in its place); None where nothing is captured."""
+        if options is None:
+            return None
+        unsynced = ort.RunOptions()
+        unsynced.add_run_config_entry("gpu_graph_id", options.get_run_config_entry("gpu_graph_id"))
+        unsynced.add_run_config_entry("disable_synchronize_execution_providers", "1")
+        return unsynced
+
 
 def static_step(
     model: ModelVersion,

@@ -68,6 +68,24 @@ class Recording:
         self._threads.add(thread_serial())
 
 
+class Recordings(Recording):
+    """The recordings of several bindings run as one (steps run back to back): recorded
+    on a thread once every one of them is."""
+
+    __slots__ = ("parts",)
+
+    def __init__(self, parts: list[Recording]):
+        super().__init__()
+        self.parts = parts
+
+    def here(self, serial: int | None = None) -> bool:
+        return all(part.here(serial) for part in self.parts)
+
+    def add_here(self) -> None:
+        for part in self.parts:
+            part.add_here()
+
+
 _serials, _this_thread = itertools.count(), threading.local()
 
 

@@ -84,10 +84,11 @@ class _Launched:
     searches' blocks of rows it decodes, when it started."""
 
     running: Running | None
-    output: object  # () -> (candidates, attention)
+    output: object  # () -> (candidates, attention); steps run ahead: candidates alone
     blocks: list
     started: float  # the scheduler's clock
     launched_at: float = 0.0  # perf_counter once started on the step thread
+    ahead: int = 0  # greedy steps run back to back (Scheduler.steps_ahead); 0: one step
 
 
 @dataclass
@@ -98,6 +99,7 @@ class _Stepped:
     ended: list[Request]
     streamed: tuple[list, list, list] | None  # (requests, tokens, steps)
     now: float
+    steps: int = 1  # decoder steps it took (more where they ran back to back)
 
 
 class Scheduler:
@@ -112,6 +114,7 @@ class Scheduler:
         admission_interval: int = 1,
         batch: ContinuousBatch | None = None,
         step_thread: bool = False,
+        steps_ahead: int = 1,
     ):
         """`encoder_thread`: admissions' encoder runs beside the steps
         (service.worker.encoder_thread) and their rows join at the first step boundary after
@@ -119,7 +122,12 @@ class Scheduler:
         round starts at most every this many steps (gathering more jobs into one encoder run,
         at the cost of their wait).
         `batch`: the engine's continuous batch by default. `step_thread`: steps of greedy
-        rows run on a thread of their own, beside the bookkeeping of the step before."""
+        rows run on a thread of their own, beside the bookkeeping of the step before.
+        `steps_ahead`: while every row is a greedy lane (no search, sampling, alignment or
+        stream), up to this many steps run back to back on the device, each fed the ids the
+        one before chose, where the batch can (the static step: `ContinuousBatch.
+        launch_ahead`); their rows' bookkeeping follows once for all of them, and jobs join
+        between two such runs."""
         if batching not in BATCHING:
             raise ValueError(f"batching must be one of {BATCHING}, got {batching!r}")
         self.engine, self.max_rows, self.batching, self.window = engine, max_rows, batching, window
@@ -155,6 +163,9 @@ class Scheduler:
         self._device = DEVICE
         self._encoder = EncoderThread(engine, self._device) if encoder_thread else None
         self._stepper = StepThread() if step_thread else None
+        if steps_ahead < 1:
+            raise ValueError(f"steps_ahead must be 1 or more, got {steps_ahead}")
+        self.steps_ahead = steps_ahead
         self._launched: _Launched | None = None
         self.beside_seconds = 0.0  # the scheduler's own time while a step ran on the thread
         self.phases = step_phases()  # this thread's seconds in each step phase, since taken
@@ -212,8 +223,10 @@ class Scheduler:
     @property
     def running(self) -> list[Request]:
         """The requests holding rows of the batch, in row order."""
+        if not len(self.row_owner):
+            return []
         owners = self.row_owner[np.r_[True, self.row_owner[1:] != self.row_owner[:-1]]]
-        return [self.owners[o] for o in owners.tolist()] if len(self.row_owner) else []
+        return [self.owners[o] for o in owners.tolist()]
 
     def take_phases(self) -> dict[str, float]:
         """This thread's seconds in each step phase (service.worker.loop_clock) since the last
@@ -553,7 +566,12 @@ class Scheduler:
         for request, first, rows in blocks:
             self.next_tokens[first : first + rows] = request.search.tokens[:, 0]
         started, prepared_from = self.clock(), time.perf_counter()
-        launch = self.batch.launch_search_step(self.next_tokens[:, None], self._request(blocks))
+        request = self._request(blocks)
+        ahead = self._ahead(request)
+        if ahead > 1:
+            launch = self.batch.launch_ahead(self.next_tokens[:, None], request, ahead)
+        else:
+            launch = self.batch.launch_search_step(self.next_tokens[:, None], request)
         run_from = time.perf_counter()
         self.phases["prepare"] += run_from - prepared_from
         run, running = partial(run_step, launch, self._device), None
@@ -569,7 +587,21 @@ class Scheduler:
                 running.wait()
                 running = None
         self.phases["run"] += time.perf_counter() - run_from
-        self._launched = _Launched(running, launch.output, blocks, started, time.perf_counter())
+        self._launched = _Launched(
+            running, launch.output, blocks, started, time.perf_counter(), ahead * (ahead > 1)
+        )
+
+    def _ahead(self, request: SearchRequest) -> int:
+        """How many greedy steps run back to back now (1: one step): where every row is a
+        greedy lane whose tokens go nowhere but its result, as many as `steps_ahead`, the
+        batch, and the lane with the most steps left allow."""
+        if self.steps_ahead == 1 or self._stepper is not None:
+            return 1
+        if self._searching or self._sampling or self._aligning or self._streaming:
+            return 1
+        lanes = self.row_owner
+        left = int((self.greedy.max_length[lanes] - self.greedy.steps[lanes]).max(initial=1))
+        return max(1, min(self.steps_ahead, left, self.batch.steps_ahead(request)))
 
     def _collect(self) -> _Stepped:
         """The step started last, its ids in: the rows' bookkeeping the next step depends on
@@ -580,9 +612,14 @@ class Scheduler:
             seconds = launched.running.wait()
             self.beside_seconds += min(waited_from - launched.launched_at, seconds)
         read_from = time.perf_counter()
-        candidates, attention = launched.output()
+        if launched.ahead:
+            candidates, attention = launched.output(), None
+        else:
+            candidates, attention = launched.output()
         phases["run"] += read_from - waited_from
         phases["outputs"] += time.perf_counter() - read_from
+        if launched.ahead:
+            return self._collect_ahead(launched, candidates)
         blocks, rows = launched.blocks, len(self.row_owner)
         now = self.clock()
         self.stats.step_seconds.append(now - launched.started)
@@ -607,6 +644,37 @@ class Scheduler:
             self._keep_rows(keep)
         return _Stepped(finished, streamed, now)
 
+    def _collect_ahead(self, launched: _Launched, candidates: Candidates) -> _Stepped:
+        """`_collect` of greedy steps run back to back: each lane takes its tokens up to its
+        end (`</s>` or its last step); what a row's slot computed after that is dropped."""
+        steps, rows = launched.ahead, len(self.row_owner)
+        now = self.clock()
+        each = (now - launched.started) / steps
+        ended = np.zeros(rows, dtype=bool)
+        taken = 0
+        for step in range(steps):
+            live = np.flatnonzero(~ended)
+            if not len(live):
+                break
+            lanes = self.row_owner[live]
+            ids = np.ascontiguousarray(candidates.ids[live, step])
+            ended[live] = self.greedy.advance(lanes, ids, candidates.log_probs[live, step])
+            self.stats.step_seconds.append(each)
+            self.stats.step_rows.append(len(live))
+            taken += len(live)
+        self.stats.tokens += taken
+        self._times += [now] * steps  # every token reaches the host now
+        self._steps += steps
+        finished = []
+        if ended.any():
+            finished = [self.owners[o] for o in self.row_owner[ended].tolist()]
+            for request in finished:
+                request.status = RequestStatus.FINISHED
+        self.next_tokens = np.ascontiguousarray(candidates.ids[:, -1])
+        if ended.any():
+            self._keep_rows(np.flatnonzero(~ended))
+        return _Stepped(finished, None, now, steps)
+
     def _settle(self, stepped: _Stepped) -> None:
         """A step's greedy jobs that ended finished, its streamed rows' partials sent."""
         for request in stepped.ended:
@@ -616,7 +684,8 @@ class Scheduler:
             for request, token, step in zip(requests, tokens, steps, strict=True):
                 if request.status is RequestStatus.RUNNING:  # not cancelled since
                     self.events.append(Partial(request.id, step - 1, [token], step))
-        if self._steps % KEEP_TIMES == 0:  # forget the steps before every running job's first
+        if self._steps // KEEP_TIMES != (self._steps - stepped.steps) // KEEP_TIMES:
+            # forget the steps before every running job's first
             running = (self.owners[o] for o in np.unique(self.row_owner).tolist())
             oldest = min((r.first_step for r in running), default=self._steps)
             del self._times[: oldest - self._times_from]
@@ -696,7 +765,10 @@ class Scheduler:
         for hypotheses in results:
             for h in hypotheses:
                 _strip(h, job)
-        times = self._times[request.first_step - self._times_from :]  # its tokens', now last
+        first = request.first_step - self._times_from
+        times = self._times[first:]  # its tokens', now last
+        if request.search is None:  # not the steps run after its end (run ahead)
+            times = times[: max(int(self.greedy.steps[request.owner]), 1)]
         gaps = np.diff(times).tolist()
         timings = Timings(request.queued_at, request.admitted_at, times[0], now, gaps)
         self._release(request)

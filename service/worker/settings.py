@@ -26,6 +26,7 @@ class WorkerSettings:
     window: float = WINDOW_SECONDS
     encoder: Threading | Auto = AUTO
     step: Threading = "inline"
+    steps_ahead: int = 1
     # where the other fronts connect: a Unix socket's path, or "HOST:PORT" (TCP; port 0: any)
     # for a replica on a cluster; "" with one front on one machine
     socket: str = ""
@@ -48,6 +49,7 @@ class WorkerSettings:
             self.window,
             encoder_thread=encoder_choice(self.encoder, self.device)[0],
             step_thread=step_choice(self.step)[0],
+            steps_ahead=self.steps_ahead,
         )
 
 
@@ -67,6 +69,19 @@ def step_choice(step: Threading) -> tuple[bool, str]:
     return False, (
         "a thread of its own saved no time in one worker kept full, on the CPU or a GPU: its "
         "two handoffs a step cost what it hid (docs/benchmarks.md, docs/benchmarks-gpu.md)"
+    )
+
+
+def steps_ahead_choice(steps: int) -> str:
+    """Why `steps` greedy steps run back to back between two looks of the host."""
+    if steps == 1:
+        return (
+            "every step's ids go through the host; more run back to back on the device where "
+            "the static step serves (set by the configuration, once measured on the device)"
+        )
+    return (
+        "set by the configuration: where the static step serves and every row is a greedy "
+        "lane, the host looks at the rows once every this many steps"
     )
 
 

@@ -23,7 +23,7 @@ from service.front.config import (
     usable_cores,
 )
 from service.runtime.errors import InvalidArgument
-from service.worker.settings import step_choice
+from service.worker.settings import step_choice, steps_ahead_choice
 
 CUDA_PROVIDERS = ["CUDAExecutionProvider", "CPUExecutionProvider"]
 
@@ -190,6 +190,7 @@ def test_print_config_names_the_device_and_each_variant_with_why(capsys, monkeyp
         "# encoder thread: auto on cuda: beside the steps, where an encoder inline would idle "
         "the GPU",
         "# step inline: " + step_choice("inline")[1],
+        "# steps ahead 1: " + steps_ahead_choice(1),
         "# variant fp32 for captioner/1: no fp16 graphs in this version",
         "# variant fp16 for translator/1: certified fp16 graphs built op by op, the fastest on "
         "CUDA as measured (docs/benchmarks-gpu.md)",
@@ -207,8 +208,11 @@ def test_print_config_names_the_device_and_each_variant_with_why(capsys, monkeyp
         "int8",
         "--fronts",
         "2",
+        "--steps-ahead",
+        "4",
     )
     assert code == 0 and 'variant = "int8"' in lines and "fronts = 2" in lines
+    assert "steps_ahead = 4" in lines
     assert chosen == [
         "# device cpu: set by the configuration",
         "# fronts 2: set by the configuration",
@@ -216,6 +220,7 @@ def test_print_config_names_the_device_and_each_variant_with_why(capsys, monkeyp
         "# cache auto on cpu: written in place where a version ships that step, else growing",
         "# encoder inline: auto on cpu: each worker has a core, which a thread would share",
         "# step inline: " + step_choice("inline")[1],
+        "# steps ahead 4: " + steps_ahead_choice(4),
         "# variant int8 for captioner/1: set by the configuration",
         "# variant int8 for translator/1: set by the configuration",
     ]
@@ -239,13 +244,14 @@ def test_print_config_on_this_machine(capsys, monkeypatch, tmp_path):
         "# cache auto on cpu: written in place where a version ships that step, else growing",
         "# encoder inline: auto on cpu: each worker has a core, which a thread would share",
         "# step inline: " + step_choice("inline")[1],
+        "# steps ahead 1: " + steps_ahead_choice(1),
         "# variant fp32 for translator/1: the CPU default (int8 only when asked)",
     ]
     assert tomllib.loads("\n".join(lines))["variant"] == "auto"
 
     code, lines, chosen = _print_config(capsys, monkeypatch, "--repository", str(tmp_path / "no"))
     assert (
-        code == 0 and chosen[6] == f"# no model version under {tmp_path / 'no'}: no variant chosen"
+        code == 0 and chosen[7] == f"# no model version under {tmp_path / 'no'}: no variant chosen"
     )
 
 
@@ -370,6 +376,10 @@ def test_numbers_a_server_cannot_keep_are_refused(tmp_path):
         load_config(None, {"ATTNSERVE_DRAIN_SECONDS": "-5"})
     with pytest.raises(InvalidArgument, match=r"listen must be HOST:PORT \(0..65535\)"):
         load_config(None, {"ATTNSERVE_LISTEN": "127.0.0.1:99999"})
+    for steps in ("0", "9"):  # greedy steps run back to back: as many as a bucket binds
+        with pytest.raises(InvalidArgument, match="steps_ahead must be 1 to 8"):
+            load_config(None, {"ATTNSERVE_STEPS_AHEAD": steps})
+    assert load_config(None, {"ATTNSERVE_STEPS_AHEAD": "8"}).steps_ahead == 8
     file = tmp_path / "attnserve.toml"
     file.write_text("drain_seconds = 5\nworkers = 2\nio_binding = true\n", encoding="utf-8")
     config = load_config(file, {})  # an int for a float is a number still

@@ -18,6 +18,9 @@ from service.runtime.static_step import StaticStep, StepGraph
 from service.runtime.tensors import Recording, Tensors
 
 FED = ("input_ids", "positions", "memory_mask")  # the int64 inputs a step writes, in order
+# the most greedy steps run back to back on the device (`Bucket.ahead`): each step after the
+# first is fed the ids the one before chose, where they lie
+MAX_AHEAD = 8
 
 
 @dataclass(frozen=True)
@@ -117,6 +120,9 @@ class BucketBinding:
     bias: ort.OrtValue | None = None  # the lean step's banned tokens, written in place
     candidates: CandidateBuffer | None = None  # the lean step's search outputs
     banned: tuple[int, ...] = ()  # the tokens `bias` bans now
+    # `options` without the wait for the device at the end of a run, where it is captured:
+    # for a step that another follows at once (`Bucket.ahead`)
+    unsynced: ort.RunOptions | None = None
 
 
 class Bucket:
@@ -136,6 +142,10 @@ class Bucket:
         self.outputs: dict[tuple[str, int | None], ort.OrtValue] = {}  # by (name, k)
         self.candidates: dict[int, CandidateBuffer] = {}  # by k
         self.bindings: dict[tuple[StepGraph, int | None], BucketBinding] = {}
+        # steps ahead (`ahead`): the positions of steps 1.. of a run (MAX_AHEAD - 1 parts of
+        # (slots,)), and each step's binding, by its place in the run
+        self.positions_ahead: ort.OrtValue | None = None
+        self.ahead_bindings: dict[int, BucketBinding] = {}
 
     def binding(self, step: StaticStep, graph: StepGraph, k: int | None) -> BucketBinding:
         """The binding of form `graph` at `k` (None: the full step), made on first use."""
@@ -144,25 +154,75 @@ class Bucket:
             made = self.bindings[(graph, k)] = self._bind(step, graph, k)
         return made
 
-    def _bind(self, step: StaticStep, graph: StepGraph, k: int | None) -> BucketBinding:
+    def ahead(self, step: StaticStep, steps: int) -> list[BucketBinding]:
+        """The bindings of `steps` greedy steps run back to back (the lean step at k = 1):
+        the first is the bucket's own; each next one is fed the ids the one before chose, in
+        that one's candidate buffer, at the position after (`write_ahead`), so that no step
+        but the first waits for the host. Each writes a candidate buffer of its own, and on
+        CUDA records a graph of its own."""
+        if not 1 <= steps <= MAX_AHEAD:
+            raise ValueError(f"1 to {MAX_AHEAD} steps ahead, not {steps}")
+        made = [self.binding(step, StepGraph.LEAN, 1)]
+        for place in range(1, steps):
+            binding = self.ahead_bindings.get(place)
+            if binding is None:
+                binding = self.ahead_bindings[place] = self._bind_ahead(step, place, made[-1])
+            made.append(binding)
+        return made
+
+    def write_ahead(self, positions: np.ndarray, steps: int) -> None:
+        """The positions of steps 1 to `steps` - 1 of a run whose first step is fed at
+        `positions` (slots, 1): each one further."""
+        if steps > 1:
+            ahead = positions[:, 0] + np.arange(1, MAX_AHEAD, dtype=np.int64)[:, None]
+            self.positions_ahead.update_inplace(np.ascontiguousarray(ahead).ravel())
+
+    def _bind_ahead(self, step: StaticStep, place: int, before: BucketBinding) -> BucketBinding:
+        if self.positions_ahead is None:
+            self.positions_ahead = allocate(step.device, ((MAX_AHEAD - 1) * self.slots,), np.int64)
+        first = self.bindings[(StepGraph.LEAN, 1)]
+        feeds = {
+            "input_ids": before.candidates.value.data_ptr(),  # its ids: (slots, 1) int64 first
+            "positions": self.positions_ahead.data_ptr() + (place - 1) * self.slots * 8,
+        }
+        made = self._bind(step, StepGraph.LEAN, 1, feeds, first.bias)
+        made.candidates = CandidateBuffer.allocate(
+            step.graphs[StepGraph.LEAN], step.device, self.slots, 1
+        )
+        made.candidates.bind(made.binding, step.device)
+        return made
+
+    def _bind(
+        self,
+        step: StaticStep,
+        graph: StepGraph,
+        k: int | None,
+        feeds: dict[str, int] | None = None,
+        bias: ort.OrtValue | None = None,
+    ) -> BucketBinding:
+        """`feeds`: int64 inputs bound at these addresses instead of their parts of `fed`;
+        `bias`: the lean step's, shared with another binding (which bans for both)."""
         session = step.graphs[graph]
         binding = session.io_binding()
-        self._bind_fed(binding, step.device)
+        self._bind_fed(binding, step.device, feeds or {})
         for name, value in {**self.memory, **self.state}.items():
             binding.bind_ortvalue_input(name, value)
         recording = Recording() if step.capture else None
-        made = BucketBinding(binding, step.run_options(), recording, {}, ())
+        options = step.run_options()
+        made = BucketBinding(binding, options, recording, {}, (), unsynced=step.unsynced(options))
         if k is not None:  # the lean step's search: its bias kept at one address
-            bias = banned_bias((), step.vocab)
-            made.bias = ort.OrtValue.ortvalue_from_numpy(bias, step.device, 0)
+            if bias is None:
+                bias = ort.OrtValue.ortvalue_from_numpy(banned_bias((), step.vocab), step.device, 0)
+            made.bias = bias
             made.kept = (np.array([k], dtype=np.int64),)  # read by TopK on the host
             binding.bind_ortvalue_input("bias", made.bias)
             binding.bind_cpu_input("k", made.kept[0])
-            made.candidates = self.candidates.get(k)
-            if made.candidates is None:
-                made.candidates = CandidateBuffer.allocate(session, step.device, self.slots, k)
-                self.candidates[k] = made.candidates
-            made.candidates.bind(binding, step.device)
+            if feeds is None:  # (steps ahead bind candidate buffers of their own)
+                made.candidates = self.candidates.get(k)
+                if made.candidates is None:
+                    made.candidates = CandidateBuffer.allocate(session, step.device, self.slots, k)
+                    self.candidates[k] = made.candidates
+                made.candidates.bind(binding, step.device)
         into = {s.output: s.input for s in step.interface.states}
         for o in session.get_outputs():
             if o.name in CANDIDATES:  # the lean step's: bound to its candidate buffer
@@ -180,12 +240,13 @@ class Bucket:
             made.outputs[o.name] = value
         return made
 
-    def _bind_fed(self, binding: ort.IOBinding, device: str) -> None:
-        """The step's int64 inputs bound to their parts of `fed`."""
+    def _bind_fed(self, binding: ort.IOBinding, device: str, at: dict[str, int]) -> None:
+        """The step's int64 inputs bound to their parts of `fed`, or at the address `at`
+        gives."""
         count, size, start = self.slots, np.dtype(np.int64).itemsize, self.fed.data_ptr()
         shapes = ([count, 1], [count, 1], [count, self.memory_size])
         for name, shape in zip(FED, shapes, strict=True):
-            binding.bind_input(name, device, 0, np.int64, shape, start)
+            binding.bind_input(name, device, 0, np.int64, shape, at.get(name, start))
             start += int(np.prod(shape)) * size
 
     def write_fed(self, tokens: np.ndarray, positions: np.ndarray, mask: np.ndarray) -> None:

@@ -79,6 +79,13 @@ class DeviceRows:
         """The step whole, run where `run` is called (it cannot be split here)."""
         return launched(self.step, table, tokens, positions, attention, search)
 
+    def steps_ahead(self, table: SlotTable, request) -> int:
+        """One: the next step's tokens go through the host."""
+        return 1
+
+    def launch_ahead(self, table: SlotTable, tokens, positions, steps: int, search) -> Launch:
+        raise ValueError("rows held as the engine's tensors step one step at a time")
+
     def step(self, table: SlotTable, tokens, positions, attention: bool, search) -> StepOutput:
         """One step of every slot (tokens, positions (slots, N))."""
         table.extend_self_mask(tokens.shape[1])

@@ -25,12 +25,12 @@ from functools import partial
 import numpy as np
 
 from service.runtime.onnx_runtime import banned_bias, power_of_two
-from service.runtime.rows.buckets import Bucket, BucketBinding, SlotBuffers
+from service.runtime.rows.buckets import MAX_AHEAD, Bucket, BucketBinding, SlotBuffers
 from service.runtime.rows.slots import SlotWriter
 from service.runtime.rows.table import NewRows, SlotTable, extent
-from service.runtime.search import SearchRequest
+from service.runtime.search import Candidates, SearchRequest
 from service.runtime.static_step import StaticStep, StepGraph
-from service.runtime.tensors import Launch, StepOutput, shape_of
+from service.runtime.tensors import Launch, Recordings, StepOutput, shape_of
 
 MIN_MEMORY = 16  # the smallest memory size of the static step's buckets
 
@@ -221,6 +221,58 @@ class StaticRows:
 
         run = partial(step.graphs[graph].run_with_iobinding, bound.binding, bound.options)
         return Launch(run, output, bound.recording)
+
+    def steps_ahead(self, table: SlotTable, request: SearchRequest) -> int:
+        """How many greedy steps of `request` may run back to back from the rows' present
+        positions (`launch_ahead`): none but one where the step must be searched on the host
+        (a temperature, controls, the attention kept, more than one candidate) or the lean
+        step is not shipped, else as many as the cache's capacity leaves room for."""
+        greedy = request.temperature is None and not request.controls and not request.attention
+        if not greedy or request.width(self.step.vocab) != 1:
+            return 1
+        if self.step.graph_of(lean=True) is not StepGraph.LEAN or self.bucket is None:
+            return 1
+        longest = int(table.lengths.max(initial=0))
+        return max(1, min(MAX_AHEAD, self.capacity - longest))
+
+    def launch_ahead(
+        self, table: SlotTable, tokens, positions, steps: int, search: SearchRequest
+    ) -> Launch:
+        """`steps` greedy steps of every slot back to back on the device, each fed the ids
+        the one before chose (`Bucket.ahead`); `run` runs them all, `output` gives each
+        step's best candidate as the columns of one Candidates (slots, steps). Every slot
+        runs every step: a row that ends within them is dropped after, by the scheduler."""
+        if steps > self.steps_ahead(table, search):
+            raise ValueError(f"{steps} steps cannot run back to back here")
+        bucket, step = self.bucket, self.step
+        if shape_of(tokens) != (bucket.slots, 1):
+            raise ValueError(f"a static step takes one token for each of its {bucket.slots} slots")
+        if int(np.max(positions)) + steps > self.capacity:
+            raise ValueError(f"the static cache holds {self.capacity} positions")
+        bound = bucket.ahead(step, steps)
+        bucket.write_fed(tokens, positions, table.memory_mask)
+        bucket.write_ahead(positions, steps)
+        self._ban(bound[0], tuple(search.banned))  # its bias is every step's
+        session = step.graphs[StepGraph.LEAN]
+        recording = None
+        if step.capture:
+            recording = Recordings([each.recording for each in bound])
+
+        def run() -> None:
+            # the steps but the last queued on the device without a wait, each after the one
+            # before on its stream; every one waited for where a graph is recorded
+            records = recording is not None and not recording.here()
+            for each in bound[:-1]:
+                options = each.options if records else each.unsynced or each.options
+                session.run_with_iobinding(each.binding, options)
+            session.run_with_iobinding(bound[-1].binding, bound[-1].options)
+
+        def output() -> Candidates:
+            found = [each.candidates.read() for each in bound]
+            ids = np.concatenate([c.ids for c in found], axis=1)
+            return Candidates(ids, np.concatenate([c.log_probs for c in found], axis=1))
+
+        return Launch(run, output, recording)
 
     def _ban(self, bound: BucketBinding, banned: tuple[int, ...]) -> None:
         """The lean step's bias set to ban `banned`: written in place, never rebound."""

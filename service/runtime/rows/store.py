@@ -56,4 +56,19 @@ class RowStore(Protocol):
         search: SearchRequest | None,
     ) -> Launch: ...
 
+    def steps_ahead(self, table: SlotTable, request: SearchRequest) -> int:
+        """How many greedy steps of `request` `launch_ahead` may run back to back now (1:
+        a step at a time)."""
+
+    def launch_ahead(
+        self,
+        table: SlotTable,
+        tokens: np.ndarray,
+        positions: np.ndarray,
+        steps: int,
+        search: SearchRequest,
+    ) -> Launch:
+        """`steps` greedy steps back to back, each fed the ids the one before chose ->
+        `output()`: Candidates (slots, steps), each step's best."""
+
     def repeat(self, table: SlotTable, slots: np.ndarray, first: np.ndarray) -> None: ...
