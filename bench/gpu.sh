@@ -133,8 +133,9 @@ case "$phase" in
   goals-engine)  # Every goal of the issue on one machine, in two commands sized for a lent
     # machine's 15 minutes: first the machine, a quick export (parity over 8 sentences a part:
     # the export's own certificate is `bash bench/gpu.sh export`) and the engine level at
-    # batches 1 to 1,024 (fp32, fp16, fp16 in place, fp16 static step replayed as CUDA graphs,
-    # PyTorch eager; greedy, then beam 4 as the time box allows)
+    # batches 1 to 1,024 (fp32, fp16, fp16 in place, fp16 static step replayed as CUDA graphs
+    # one step at a time and 8 back to back, PyTorch eager; greedy, then beam 4 as the time
+    # box allows)
     mkdir -p "$out"
     timeout 420 python3 -m bench.gpu --device cuda --workdir "$work" --out "$out" \
       --graphs "$graphs" --export-sentences 8 --engine --no-load --engine-seconds 180 || true ;;

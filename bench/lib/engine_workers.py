@@ -30,6 +30,7 @@ class EngineSpec:
     io_binding: bool
     threads: int  # compute threads on the CPU (0: the library's default)
     cache: str | None = None  # onnx: OnnxEngine's cache (None: its default on the device)
+    ahead: int = 1  # static: greedy steps run back to back when every row runs to the length
 
     @property
     def label(self) -> str:
@@ -37,7 +38,8 @@ class EngineSpec:
         if self.kind == "torch":
             return f"PyTorch {device} {self.variant} eager"
         label = f"ORT {device} {self.variant}" + (" + IO binding" if self.io_binding else "")
-        return label + CACHE_LABELS.get(self.cache or "", "")
+        label += CACHE_LABELS.get(self.cache or "", "")
+        return label + (f", {self.ahead} steps ahead" if self.ahead > 1 else "")
 
 
 CACHE_LABELS = {
@@ -51,7 +53,8 @@ def engine_specs(device: str, in_place: bool = False, static: bool = False) -> l
     `in_place` on CUDA also fp16 with its cache written in place (GroupQueryAttention over a
     shared buffer: a step reads each row's own length only, where the growing cache's step
     attends over the longest row's); with `static` on CUDA also fp16 with the static step,
-    each bucket's step replayed as a CUDA graph, as the server steps by default there."""
+    each bucket's step replayed as a CUDA graph, as the server steps by default there, one
+    step at a time and STATIC_AHEAD greedy steps back to back (`steps_ahead`)."""
     binding = device == "cuda"
     specs = [
         EngineSpec("ort-fp32", "onnx", "fp32", device, binding, 1),
@@ -63,11 +66,17 @@ def engine_specs(device: str, in_place: bool = False, static: bool = False) -> l
         for at, cache in enumerate(caches, start=2):
             name = "ort-fp16-" + cache.replace("_", "-")
             specs.insert(at, EngineSpec(name, "onnx", "fp16", device, True, 1, cache))
+        if static:
+            ahead = EngineSpec(
+                "ort-fp16-static-ahead", "onnx", "fp16", device, True, 1, "static", STATIC_AHEAD
+            )
+            specs.insert(2 + len(caches), ahead)
     return specs
 
 
+STATIC_AHEAD = 8  # the static engine's greedy steps back to back, where it has them timed
 # the goals take the fastest at each batch
-FP16_ENGINES = ("ort-fp16", "ort-fp16-in-place", "ort-fp16-static")
+FP16_ENGINES = ("ort-fp16", "ort-fp16-in-place", "ort-fp16-static", "ort-fp16-static-ahead")
 
 
 REFERENCE = EngineSpec("reference", "torch", "fp32", "cpu", False, 0)
@@ -153,15 +162,39 @@ class Runner:
         self.sync()
         encoded = time.perf_counter()
         inference = self._inference(encoder, len(ids))
-        if forced:
-            inference = Stepped(inference, eos)
-        options = DecodingOptions(beam_size=beam, max_length=length)
         before = self.in_runs
-        hypotheses = decode(inference, len(ids), options, bos, eos, **decode_keywords())
+        if forced and beam == 1 and self.spec.ahead > 1:
+            rows = self._ahead(inference, len(ids), length, bos, eos)
+        else:
+            if forced:
+                inference = Stepped(inference, eos)
+            options = DecodingOptions(beam_size=beam, max_length=length)
+            hypotheses = decode(inference, len(ids), options, bos, eos, **decode_keywords())
+            rows = [n[0].tokens for n in hypotheses]
         self.sync()
         end = time.perf_counter()
         runs = None if before is None else self.in_runs - before
-        return [n[0].tokens for n in hypotheses], encoded - start, end - encoded, runs
+        return rows, encoded - start, end - encoded, runs
+
+    def _ahead(self, batch, rows: int, length: int, bos: int, eos: int) -> list[list[int]]:
+        """Every row greedily to exactly `length` tokens (`</s>` banned), up to `spec.ahead`
+        steps back to back at a time (ContinuousBatch.launch_ahead), as a server with
+        `steps_ahead` steps rows that all run on."""
+        from service.runtime.search import SearchRequest
+
+        request = SearchRequest(1, None, False, banned=(eos,))
+        tokens, taken = np.full((rows, 1), bos, dtype=np.int64), []
+        while (done := sum(ids.shape[1] for ids in taken)) < length:
+            steps = min(self.spec.ahead, length - done, batch.steps_ahead(request))
+            if steps > 1:
+                launch = batch.launch_ahead(tokens, request, steps)
+                launch.run()
+                found = launch.output()
+            else:
+                found, _ = batch.search_step(tokens, request)
+            taken.append(found.ids)
+            tokens = np.ascontiguousarray(found.ids[:, -1:])
+        return np.concatenate(taken, axis=1).tolist()
 
     def _inference(self, encoder, rows: int):
         """The decode's `Inference` over the encoder's `rows` rows: the engine's cache carried

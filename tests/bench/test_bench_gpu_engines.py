@@ -18,10 +18,19 @@ def test_the_in_place_fp16_engine_is_timed_on_cuda_only_where_the_version_ships_
 
 def test_the_static_fp16_engine_is_timed_on_cuda_where_the_version_ships_its_step():
     names = [s.name for s in engine_specs("cuda", in_place=True, static=True)]
-    assert names == ["ort-fp32", "ort-fp16", "ort-fp16-in-place", "ort-fp16-static", "torch-fp32"]
-    spec = engine_specs("cuda", static=True)[2]
+    assert names == [
+        "ort-fp32",
+        "ort-fp16",
+        "ort-fp16-in-place",
+        "ort-fp16-static",
+        "ort-fp16-static-ahead",
+        "torch-fp32",
+    ]
+    spec, ahead = engine_specs("cuda", static=True)[2:4]
     assert spec.cache == "static" and spec.io_binding and spec.variant == "fp16"
     assert spec.label == "ORT CUDA fp16 + IO binding + static step (CUDA graphs)"
+    assert ahead.cache == "static" and ahead.ahead == 8 and spec.ahead == 1
+    assert ahead.label == spec.label + ", 8 steps ahead"
     assert "ort-fp16-static" not in [s.name for s in engine_specs("cpu", static=True)]
 
 
@@ -37,12 +46,17 @@ def test_the_static_engine_decodes_as_the_in_place_one_its_buckets_bound_once(
     directory = str(translator_repository / "translator" / "1")
     ids = sources(verify(translator_repository / "translator" / "1").tokenizer_file, 12)
 
-    def runner(cache: str) -> Runner:
-        return Runner(EngineSpec(cache, "onnx", "fp32", "cpu", True, 1, cache), directory, "")
+    def runner(cache: str, ahead: int = 1) -> Runner:
+        spec = EngineSpec(cache, "onnx", "fp32", "cpu", True, 1, cache, ahead)
+        return Runner(spec, directory, "")
 
-    static, in_place = runner("static"), runner("in_place")
+    static, in_place, ahead = runner("static"), runner("in_place"), runner("static", 3)
     tokens = static.greedy(ids, 48)
-    assert tokens == in_place.greedy(ids, 48)
+    assert tokens == in_place.greedy(ids, 48) == ahead.greedy(ids, 48)
+    # every row to the length, 3 steps back to back at a time: as one step at a time
+    forced = static._decode(ids[:8], 1, 16, forced=True)[0]
+    assert ahead._decode(ids[:8], 1, 16, forced=True)[0] == forced
+    assert ahead.sample(ids[:8], 1, 16)["tokens"] == 8 * 16
     assert any(len(t) < 48 for t in tokens)  # some ended on their own, and were cut there
     first = static.sample(ids[:8], 1, 16)
     buckets = dict(static._store.buckets)
