@@ -147,9 +147,9 @@ class ServerConfig:
     # thread handoffs a step (docs/benchmarks.md, "The worker's loop")
     step: Threading = "inline"
     # greedy steps run back to back on the device between two looks of the host at the rows,
-    # each fed the ids the one before chose (the static step's buckets; a batch with a search,
-    # a sample, an alignment or a stream steps one at a time); 1: every step's ids go through
-    # the host (steps_ahead_choice)
+    # each fed the ids the one before chose (the static step; a batch with a beam, a sample or
+    # an alignment steps one at a time; a stream gets a run's tokens in one partial); 1: every
+    # step's ids go through the host (steps_ahead_choice)
     steps_ahead: int = 1
     batch_window_ms: float = WINDOW_SECONDS * 1000  # how long request-level batching collects
     max_batch_rows: int = MAX_ROWS  # hypotheses decoded together by one worker

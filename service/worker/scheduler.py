@@ -97,7 +97,7 @@ class _Stepped:
     (finished, their results not yet built) and its streamed greedy rows' new tokens."""
 
     ended: list[Request]
-    streamed: tuple[list, list, list] | None  # (requests, tokens, steps)
+    streamed: tuple[list, list, list] | None  # (requests, new tokens of each, steps)
     now: float
     steps: int = 1  # decoder steps it took (more where they ran back to back)
 
@@ -123,8 +123,8 @@ class Scheduler:
         at the cost of their wait).
         `batch`: the engine's continuous batch by default. `step_thread`: steps of greedy
         rows run on a thread of their own, beside the bookkeeping of the step before.
-        `steps_ahead`: while every row is a greedy lane (no search, sampling, alignment or
-        stream), up to this many steps run back to back on the device, each fed the ids the
+        `steps_ahead`: while every row is a greedy lane (no search, sampling or alignment),
+        up to this many steps run back to back on the device, each fed the ids the
         one before chose, where the batch can (the static step: `ContinuousBatch.
         launch_ahead`); their rows' bookkeeping follows once for all of them, and jobs join
         between two such runs."""
@@ -597,7 +597,7 @@ class Scheduler:
         batch, and the lane with the most steps left allow."""
         if self.steps_ahead == 1 or self._stepper is not None:
             return 1
-        if self._searching or self._sampling or self._aligning or self._streaming:
+        if self._searching or self._sampling or self._aligning:
             return 1
         lanes = self.row_owner
         left = int((self.greedy.max_length[lanes] - self.greedy.steps[lanes]).max(initial=1))
@@ -670,10 +670,12 @@ class Scheduler:
             finished = [self.owners[o] for o in self.row_owner[ended].tolist()]
             for request in finished:
                 request.status = RequestStatus.FINISHED
+        # a stream that goes on gets every token of the run (one that ended, its result)
+        streamed = self._streamed(candidates.ids, ended) if self._streaming else None
         self.next_tokens = np.ascontiguousarray(candidates.ids[:, -1])
         if ended.any():
             self._keep_rows(np.flatnonzero(~ended))
-        return _Stepped(finished, None, now, steps)
+        return _Stepped(finished, streamed, now, steps)
 
     def _settle(self, stepped: _Stepped) -> None:
         """A step's greedy jobs that ended finished, its streamed rows' partials sent."""
@@ -681,9 +683,9 @@ class Scheduler:
             self._finish(request, stepped.now)
         if stepped.streamed is not None:
             requests, tokens, steps = stepped.streamed
-            for request, token, step in zip(requests, tokens, steps, strict=True):
+            for request, new, step in zip(requests, tokens, steps, strict=True):
                 if request.status is RequestStatus.RUNNING:  # not cancelled since
-                    self.events.append(Partial(request.id, step - 1, [token], step))
+                    self.events.append(Partial(request.id, step - len(new), new, step))
         if self._steps // KEEP_TIMES != (self._steps - stepped.steps) // KEEP_TIMES:
             # forget the steps before every running job's first
             running = (self.owners[o] for o in np.unique(self.row_owner).tolist())
@@ -739,13 +741,15 @@ class Scheduler:
         return np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)
 
     def _streamed(self, ids: np.ndarray, ended: np.ndarray) -> tuple[list, list, list]:
-        """Every streamed greedy row that goes on: its request, new token and step count (an
-        owner's stream flag counts while it is a greedy lane)."""
+        """Every streamed greedy row that goes on: its request, new tokens (`ids` (rows,) of
+        one step, or (rows, steps) of steps run ahead) and step count (an owner's stream flag
+        counts while it is a greedy lane)."""
         owner = self.row_owner
         streamed = np.flatnonzero(self.greedy.stream[owner] & self.is_greedy[owner] & ~ended)
         lanes = owner[streamed]
         requests = [self.owners[lane] for lane in lanes.tolist()]
-        return requests, ids[streamed].tolist(), self.greedy.steps[lanes].tolist()
+        new = ids[streamed] if ids.ndim == 2 else ids[streamed, None]
+        return requests, new.tolist(), self.greedy.steps[lanes].tolist()
 
     def _stream(self, request: Request) -> None:
         """A partial event: the best hypothesis as the tokens kept from the last one and the

@@ -2,8 +2,9 @@
 feeds each step the ids the one before chose, where they lie, so that the host looks at the
 rows once every few steps. Every row must decode exactly as one step at a time (tokens,
 log-probabilities, scores, where it ends), whether it ends at `</s>`, at its length limit or
-between two looks; jobs join between two runs; a search, a sample or a stream in the batch
-brings it back to one step at a time; and the runs stop short of the cache's capacity."""
+between two looks; jobs join between two runs; a search or a sample in the batch brings it
+back to one step at a time, a stream gets a run's tokens in one partial; and the runs stop
+short of the cache's capacity."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from service.runtime.decoding import DecodingOptions
 from service.runtime.onnx_engine import OnnxEngine
 from service.runtime.search import SearchRequest
 from service.runtime.tokenizer import Tokenizer
-from service.worker.messages import Job, Result
+from service.worker.messages import Job, Partial, Result
 from service.worker.scheduler import Scheduler
 
 
@@ -117,15 +118,14 @@ def test_greedy_jobs_decode_as_one_step_at_a_time_while_steps_run_ahead(setup):
     assert 5 in ended and 3 in ended  # limits met within a run of four
 
 
-def test_a_search_sample_or_stream_in_the_batch_steps_one_step_at_a_time(setup):
+def test_a_search_or_a_sample_in_the_batch_steps_one_step_at_a_time(setup):
     engine, sources = setup
     greedy = DecodingOptions(max_length=30)
-    for other, kw in (
-        (DecodingOptions(beam_size=3, max_length=30), {}),
-        (DecodingOptions(temperature=0.7, top_k=10, seed=3, max_length=30), {}),
-        (greedy, {"stream": True}),
+    for other in (
+        DecodingOptions(beam_size=3, max_length=30),
+        DecodingOptions(temperature=0.7, top_k=10, seed=3, max_length=30),
     ):
-        jobs = [_job(0, [sources[0]], greedy), _job(1, [sources[1]], other, **kw)]
+        jobs = [_job(0, [sources[0]], greedy), _job(1, [sources[1]], other)]
         scheduler = Scheduler(engine, max_rows=8, steps_ahead=4)
         scheduler.submit(jobs[0])
         scheduler.submit(jobs[1])
@@ -138,6 +138,35 @@ def test_a_search_sample_or_stream_in_the_batch_steps_one_step_at_a_time(setup):
                 shared += 1
             scheduler.events.clear()
         assert shared > 3
+
+
+def test_a_stream_gets_the_tokens_of_a_run_in_one_partial(setup):
+    engine, sources = setup
+    options = DecodingOptions(max_length=30)
+    scheduler = Scheduler(engine, max_rows=8, steps_ahead=4)
+    scheduler.submit(_job(0, [sources[2]], options, stream=True))
+    scheduler.submit(_job(1, [sources[3]], options))
+    partials, result, rounds = [], None, 0
+    while scheduler.busy:
+        scheduler.iterate()
+        rounds += 1
+        for event in scheduler.events:
+            if isinstance(event, Partial) and event.job_id == 0:
+                partials.append(event)
+            elif isinstance(event, Result) and event.job_id == 0:
+                result = event
+        scheduler.events.clear()
+    tokens = result.results[0][0].tokens
+    assert rounds < len(tokens)  # runs ahead with the stream in the batch
+    assert max(len(p.new) for p in partials) == 4  # a run's tokens in one partial
+    streamed = []
+    for partial in partials:  # each one after the tokens kept: the result's beginning
+        assert partial.kept == len(streamed)
+        streamed += partial.new
+    assert streamed == tokens[: len(streamed)] and len(streamed) >= len(tokens) - 4
+    alone = Scheduler(engine, max_rows=8)
+    done, _ = _drain(alone, [_job(0, [sources[2]], options)], every=1)
+    assert done[0].results[0][0].tokens == tokens
 
 
 def test_steps_ahead_is_one_or_more_and_other_stores_step_one_at_a_time(setup, exported_translator):
