@@ -82,7 +82,10 @@ def test_the_batch_steps_ahead_as_it_steps_one_step_at_a_time(setup):
     assert batch.steps_ahead(request) == 8
     assert batch.steps_ahead(SearchRequest(4, None, False)) == 1  # a beam's search: one step
     assert batch.steps_ahead(SearchRequest(1, None, True)) == 1  # the attention kept
-    batch.table.lengths[:] = engine.static_step.capacity - 3  # three positions left
+    lengths = batch.table.lengths
+    lengths[0] = engine.static_step.capacity + 40  # row 0's slot, dead: fed position 0
+    assert batch.steps_ahead(request) == 8
+    lengths[batch.table.alive] = engine.static_step.capacity - 3  # three positions left
     assert batch.steps_ahead(request) == 3
     with pytest.raises(ValueError, match="back to back"):
         batch.launch_ahead(np.zeros((11, 1), np.int64), request, 4)

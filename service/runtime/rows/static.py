@@ -232,7 +232,8 @@ class StaticRows:
             return 1
         if self.step.graph_of(lean=True) is not StepGraph.LEAN or self.bucket is None:
             return 1
-        longest = int(table.lengths.max(initial=0))
+        # the live rows' (a dead slot is fed position 0, whatever its length says)
+        longest = int(table.lengths[table.alive].max(initial=0))
         return max(1, min(MAX_AHEAD, self.capacity - longest))
 
     def launch_ahead(
