@@ -114,18 +114,7 @@ def _choices(config) -> list[str]:
     if not variants and not problems:
         problems.append(f"no model version under {config.repository}: no variant chosen")
     fronts, workers = config.front_choice(), config.worker_choice(device)
-    lines = choice_lines(
-        device,
-        why,
-        variants,
-        config.cache,
-        fronts,
-        workers,
-        config.encoder,
-        config.step,
-        config.steps_ahead,
-    )
-    return lines + problems
+    return choice_lines(device, why, variants, config, fronts, workers) + problems
 
 
 def _toml(value) -> str:

@@ -525,27 +525,26 @@ def choice_lines(
     device: str,
     device_reason: str,
     variants: dict[str, tuple[str, str]],
-    cache: str = "auto",
+    config: ServerConfig,
     fronts: tuple[int, str] | None = None,
     workers: tuple[int, str] | None = None,
-    encoder: str = AUTO,
-    step: str = "inline",
-    steps_ahead: int = 1,
 ) -> list[str]:
     """What `serve --print-config` prints and the server logs: the device, the front and
-    worker processes, how the cache is carried, where the encoder and a step run, and each
-    model version's variant (keyed "name/version"), with why."""
+    worker processes (as chosen, with why), how `config` has the cache carried, where the
+    encoder and a step run and how many steps run ahead, and each model version's variant
+    (keyed "name/version"), with why."""
     lines = [f"device {device}: {device_reason}"]
     if fronts is not None:
         lines.append(f"fronts {fronts[0]}: {fronts[1]}")
     if workers is not None:
         lines.append(f"workers {workers[0]}: {workers[1]}")
-    lines.append(cache_line(cache, device))
-    on_thread, why = encoder_choice(encoder, device)
+    lines.append(cache_line(config.cache, device))
+    on_thread, why = encoder_choice(config.encoder, device)
     lines.append(f"encoder {'thread' if on_thread else 'inline'}: {why}")
-    on_thread, why = step_choice(step)
+    on_thread, why = step_choice(config.step)
     lines.append(f"step {'thread' if on_thread else 'inline'}: {why}")
-    lines.append(f"steps ahead {steps_ahead}: {steps_ahead_choice(steps_ahead)}")
+    ahead = config.steps_ahead
+    lines.append(f"steps ahead {ahead}: {steps_ahead_choice(ahead)}")
     return lines + [f"variant {v} for {key}: {why}" for key, (v, why) in variants.items()]
 
 

@@ -79,18 +79,7 @@ async def serve(
         # what every front is told, and the count of the workers they share: chosen once
         config = dataclasses.replace(config, fronts=fronts[0], workers=workers[0])
         shown = {m.key: choice for m, choice in choices.items()}
-        lines = choice_lines(
-            device,
-            why,
-            shown,
-            config.cache,
-            fronts,
-            workers,
-            config.encoder,
-            config.step,
-            config.steps_ahead,
-        )
-        for line in lines:
+        for line in choice_lines(device, why, shown, config, fronts, workers):
             log.info("%s", line)
         settings, sockets = worker_sockets(
             worker_settings(config, keys, device, variants), config.fronts
