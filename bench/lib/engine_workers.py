@@ -178,20 +178,15 @@ class Runner:
 
     def _ahead(self, batch, rows: int, length: int, bos: int, eos: int) -> list[list[int]]:
         """Every row greedily to exactly `length` tokens (`</s>` banned), up to `spec.ahead`
-        steps back to back at a time (ContinuousBatch.launch_ahead), as a server with
-        `steps_ahead` steps rows that all run on."""
+        steps back to back at a time (ContinuousBatch.search_step's `steps`), as a server
+        with `steps_ahead` steps rows that all run on."""
         from service.runtime.search import SearchRequest
 
         request = SearchRequest(1, None, False, banned=(eos,))
         tokens, taken = np.full((rows, 1), bos, dtype=np.int64), []
         while (done := sum(ids.shape[1] for ids in taken)) < length:
             steps = min(self.spec.ahead, length - done, batch.steps_ahead(request))
-            if steps > 1:
-                launch = batch.launch_ahead(tokens, request, steps)
-                launch.run()
-                found = launch.output()
-            else:
-                found, _ = batch.search_step(tokens, request)
+            found, _ = batch.search_step(tokens, request, steps)
             taken.append(found.ids)
             tokens = np.ascontiguousarray(found.ids[:, -1:])
         return np.concatenate(taken, axis=1).tolist()

@@ -126,8 +126,9 @@ class ContinuousBatch(Inference):
         launch.run()
         return launch.output(), search, alive
 
-    def _launch(self, tokens: np.ndarray, attention: bool, search=None):
-        """`_forward` made ready: the store's launch instead of its output."""
+    def _launch(self, tokens: np.ndarray, attention: bool, search=None, steps: int = 1):
+        """`_forward` made ready: the store's launch instead of its output; with `steps`
+        above 1, that many greedy steps back to back (the store's `launch_ahead`)."""
         self.store.prepare(self.table)
         table = self.table
         alive = None if table.identity else table.alive
@@ -140,19 +141,30 @@ class ContinuousBatch(Inference):
             slots = alive.tolist()
             controls = {slots[row]: c for row, c in search.controls.items()}
             search = replace(search, controls=controls)
-        launch = self.store.launch(table, tokens, positions, attention, search)
-        table.stepped(tokens.shape[1])
+        if steps == 1:
+            launch = self.store.launch(table, tokens, positions, attention, search)
+            table.stepped(tokens.shape[1])
+            return launch, search, alive
+        launch = self.store.launch_ahead(table, tokens, positions, steps, search)
+        if alive is not None:  # counted idle once by `fed`
+            table.idle[table.dead()] += steps - 1
+        table.stepped(steps)
         return launch, search, alive
 
-    def search_step(self, tokens: np.ndarray, request: SearchRequest):
-        launch = self.launch_search_step(tokens, request)
+    def search_step(self, tokens: np.ndarray, request: SearchRequest, steps: int = 1):
+        launch = self.launch_search_step(tokens, request, steps)
         launch.run()
         return launch.output()
 
-    def launch_search_step(self, tokens: np.ndarray, request: SearchRequest) -> Launch:
+    def launch_search_step(
+        self, tokens: np.ndarray, request: SearchRequest, steps: int = 1
+    ) -> Launch:
         """`search_step` made ready: `run()` (which may go on another thread), then
-        `output()` -> (candidates, attention) of the live rows."""
-        launch, request, alive = self._launch(tokens, request.attention, request)
+        `output()` -> (candidates, attention) of the live rows. With `steps` above 1 (at most
+        `steps_ahead`), that many greedy steps back to back, each fed the ids the one before
+        chose: the candidates (rows, steps) are each step's best, no attention; every row
+        takes every step, one that ended within them the caller's to drop."""
+        launch, request, alive = self._launch(tokens, request.attention, request, steps)
 
         def output():
             out = launch.output()
@@ -164,30 +176,12 @@ class ContinuousBatch(Inference):
         return Launch(launch.run, output, launch.recording)
 
     def steps_ahead(self, request: SearchRequest) -> int:
-        """How many greedy steps of `request` may run back to back now (`launch_ahead`; 1:
-        one at a time, where the store cannot, or the search needs the host each step)."""
+        """How many greedy steps of `request` may run back to back now (`search_step`'s
+        `steps`; 1: one at a time, where the store cannot, or the search needs the host each
+        step)."""
         if self.table.rows == 0:
             return 1
         return self.store.steps_ahead(self.table, request)
-
-    def launch_ahead(self, tokens: np.ndarray, request: SearchRequest, steps: int) -> Launch:
-        """`steps` greedy steps of every row back to back, made ready: `run()`, then
-        `output()` -> Candidates (rows, steps): each step's best candidate of each live row.
-        Every row takes every step; one that ended within them is the caller's to drop."""
-        self.store.prepare(self.table)
-        table = self.table
-        alive = None if table.identity else table.alive
-        tokens, positions = table.fed(tokens)
-        launch = self.store.launch_ahead(table, tokens, positions, steps, request)
-        if alive is not None:
-            table.idle[table.dead()] += steps - 1
-        table.stepped(steps)
-
-        def output():
-            candidates = launch.output()
-            return candidates if alive is None else candidates.rows(alive)
-
-        return Launch(launch.run, output, launch.recording)
 
     def step(self, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         out, _, alive = self._forward(tokens, True)

@@ -84,11 +84,11 @@ class _Launched:
     searches' blocks of rows it decodes, when it started."""
 
     running: Running | None
-    output: object  # () -> (candidates, attention); steps run ahead: candidates alone
+    output: object  # () -> (candidates, attention)
     blocks: list
     started: float  # the scheduler's clock
     launched_at: float = 0.0  # perf_counter once started on the step thread
-    ahead: int = 0  # greedy steps run back to back (Scheduler.steps_ahead); 0: one step
+    steps: int = 1  # greedy steps run back to back (Scheduler.steps_ahead)
 
 
 @dataclass
@@ -126,7 +126,7 @@ class Scheduler:
         `steps_ahead`: while every row is a greedy lane (no search, sampling or alignment),
         up to this many steps run back to back on the device, each fed the ids the
         one before chose, where the batch can (the static step: `ContinuousBatch.
-        launch_ahead`); their rows' bookkeeping follows once for all of them, and jobs join
+        steps_ahead`); their rows' bookkeeping follows once for all of them, and jobs join
         between two such runs."""
         if batching not in BATCHING:
             raise ValueError(f"batching must be one of {BATCHING}, got {batching!r}")
@@ -567,11 +567,8 @@ class Scheduler:
             self.next_tokens[first : first + rows] = request.search.tokens[:, 0]
         started, prepared_from = self.clock(), time.perf_counter()
         request = self._request(blocks)
-        ahead = self._ahead(request)
-        if ahead > 1:
-            launch = self.batch.launch_ahead(self.next_tokens[:, None], request, ahead)
-        else:
-            launch = self.batch.launch_search_step(self.next_tokens[:, None], request)
+        steps = self._ahead(request)
+        launch = self.batch.launch_search_step(self.next_tokens[:, None], request, steps)
         run_from = time.perf_counter()
         self.phases["prepare"] += run_from - prepared_from
         run, running = partial(run_step, launch, self._device), None
@@ -588,7 +585,7 @@ class Scheduler:
                 running = None
         self.phases["run"] += time.perf_counter() - run_from
         self._launched = _Launched(
-            running, launch.output, blocks, started, time.perf_counter(), ahead * (ahead > 1)
+            running, launch.output, blocks, started, time.perf_counter(), steps
         )
 
     def _ahead(self, request: SearchRequest) -> int:
@@ -612,13 +609,10 @@ class Scheduler:
             seconds = launched.running.wait()
             self.beside_seconds += min(waited_from - launched.launched_at, seconds)
         read_from = time.perf_counter()
-        if launched.ahead:
-            candidates, attention = launched.output(), None
-        else:
-            candidates, attention = launched.output()
+        candidates, attention = launched.output()
         phases["run"] += read_from - waited_from
         phases["outputs"] += time.perf_counter() - read_from
-        if launched.ahead:
+        if launched.steps > 1:
             return self._collect_ahead(launched, candidates)
         blocks, rows = launched.blocks, len(self.row_owner)
         now = self.clock()
@@ -633,21 +627,12 @@ class Scheduler:
             keep = self._advance_searches(blocks, candidates, attention, ended, now)
         else:
             keep = None if not ended.any() else np.flatnonzero(~ended)
-        finished = []
-        if ended.any():
-            finished = [self.owners[o] for o in self.row_owner[ended].tolist()]
-            for request in finished:  # no longer cancellable: its result is built next
-                request.status = RequestStatus.FINISHED
-        streamed = self._streamed(ids, ended) if self._streaming else None
-        self.next_tokens = ids
-        if keep is not None and not (len(keep) == rows and np.array_equal(keep, np.arange(rows))):
-            self._keep_rows(keep)
-        return _Stepped(finished, streamed, now)
+        return self._leave(ended, ids, keep, now)
 
     def _collect_ahead(self, launched: _Launched, candidates: Candidates) -> _Stepped:
         """`_collect` of greedy steps run back to back: each lane takes its tokens up to its
         end (`</s>` or its last step); what a row's slot computed after that is dropped."""
-        steps, rows = launched.ahead, len(self.row_owner)
+        steps, rows = launched.steps, len(self.row_owner)
         now = self.clock()
         each = (now - launched.started) / steps
         ended = np.zeros(rows, dtype=bool)
@@ -665,16 +650,23 @@ class Scheduler:
         self.stats.tokens += taken
         self._times += [now] * steps  # every token reaches the host now
         self._steps += steps
-        finished = []
+        keep = None if not ended.any() else np.flatnonzero(~ended)
+        # a stream that goes on gets every token of the run (one that ended, its result)
+        return self._leave(ended, candidates.ids, keep, now, steps)
+
+    def _leave(self, ended, ids: np.ndarray, keep, now: float, steps: int = 1) -> _Stepped:
+        """After a step's (or a run's) lanes and searches advanced: the greedy jobs that
+        `ended` (rows,) no longer cancellable, streams given their new `ids` (rows,) or
+        (rows, steps), the last ones fed next, the rows `keep` (None: every one) kept."""
+        rows, finished = len(self.row_owner), []
         if ended.any():
             finished = [self.owners[o] for o in self.row_owner[ended].tolist()]
-            for request in finished:
+            for request in finished:  # no longer cancellable: its result is built next
                 request.status = RequestStatus.FINISHED
-        # a stream that goes on gets every token of the run (one that ended, its result)
-        streamed = self._streamed(candidates.ids, ended) if self._streaming else None
-        self.next_tokens = np.ascontiguousarray(candidates.ids[:, -1])
-        if ended.any():
-            self._keep_rows(np.flatnonzero(~ended))
+        streamed = self._streamed(ids, ended) if self._streaming else None
+        self.next_tokens = ids if ids.ndim == 1 else np.ascontiguousarray(ids[:, -1])
+        if keep is not None and not (len(keep) == rows and np.array_equal(keep, np.arange(rows))):
+            self._keep_rows(keep)
         return _Stepped(finished, streamed, now, steps)
 
     def _settle(self, stepped: _Stepped) -> None:

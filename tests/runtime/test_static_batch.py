@@ -11,7 +11,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from helpers import built_tiny_translator
+from helpers import built_tiny_translator, decode_runs
 
 from service.runtime.batch import ContinuousBatch, joined
 from service.runtime.batching import source_batch
@@ -261,6 +261,33 @@ def test_each_bucket_replayed_as_a_cuda_graph_decodes_as_uncaptured(tiny):
             got = translate_ids(captured, sources[:rows], options, 512, joined)
             expected = translate_ids(uncaptured, sources[:rows], options, 512, joined)
             assert [n[0].tokens for n in got] == [n[0].tokens for n in expected]
+
+
+@pytest.mark.gpu
+def test_steps_run_ahead_as_cuda_graphs_decode_as_one_step_at_a_time(tiny):
+    """Greedy steps back to back (`search_step`'s `steps`): each a captured graph fed the ids
+    the one before chose on the device, all but the last queued without a wait; recorded on
+    the first run, replayed on the next, token for token as one step at a time."""
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        pytest.skip("no CUDA execution provider")
+    from service.runtime.rows import row_store
+    from service.runtime.search import SearchRequest
+
+    _, version, sources = tiny
+    engine = OnnxEngine(version, "fp16", "cuda", cache="static")
+    assert engine.capture
+    store, request = row_store(engine), SearchRequest(1, None, False)
+    encoder = engine.encode(*source_batch(sources, 512))
+
+    def decode(window: int) -> np.ndarray:
+        store.clear()  # the buckets kept: their graphs replayed
+        batch = ContinuousBatch(engine, store)
+        batch.join(encoder, np.arange(len(sources)))
+        return decode_runs(batch, engine.special_tokens.bos, request, 20, window)[0]
+
+    one = decode(1)
+    for _ in range(2):  # recorded, then replayed
+        assert np.array_equal(decode(4), one)
 
 
 def test_the_configured_cache_applies_where_the_version_ships_that_step(tiny):

@@ -16,6 +16,7 @@ from functools import partial
 
 import numpy as np
 import pytest
+from helpers import drain
 
 from service.runtime.batch import joined
 from service.runtime.batching import source_batch
@@ -90,17 +91,7 @@ def _torch(setup, checkpoint) -> Kind:
 
 def _drain(scheduler: Scheduler, jobs: list[Job], every: int = 1) -> dict[int, object]:
     """Submits one job every `every` rounds; returns the final event of each job."""
-    pending, done, rounds = list(jobs), {}, 0
-    while pending or scheduler.busy:
-        if pending and rounds % every == 0:
-            scheduler.submit(pending.pop(0))
-        scheduler.iterate()
-        rounds += 1
-        for event in scheduler.events:
-            if isinstance(event, Result | Failure):
-                done[event.job_id] = event
-        scheduler.events.clear()
-    return done
+    return drain(scheduler, jobs, every)[0]
 
 
 ENGINES = [

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import decode_runs, drain
 
 from service.runtime.batch import ContinuousBatch
 from service.runtime.batching import source_batch
@@ -34,51 +35,21 @@ def _job(job_id: int, sources: list[list[int]], options: DecodingOptions, **kw) 
     return Job(job_id, {"src_ids": src_ids, "src_mask": src_mask}, options, **kw)
 
 
-def _drain(scheduler: Scheduler, jobs: list[Job], every: int) -> tuple[dict, int]:
-    """Submits a job every `every` rounds -> (each job's Result, the rounds taken)."""
-    pending, done, rounds = list(jobs), {}, 0
-    while pending or scheduler.busy:
-        if pending and rounds % every == 0:
-            scheduler.submit(pending.pop(0))
-        scheduler.iterate()
-        rounds += 1
-        for event in scheduler.events:
-            assert not hasattr(event, "kind"), event  # no failure
-            if isinstance(event, Result):
-                done[event.job_id] = event
-        scheduler.events.clear()
-    return done, rounds
-
-
 def test_the_batch_steps_ahead_as_it_steps_one_step_at_a_time(setup):
     engine, sources = setup
     src = source_batch(sources[:12], 512)
     request = SearchRequest(1, None, False)
-    bos = engine.special_tokens.bos
 
-    def decode(window: int, steps: int = 30):
+    def decode(window: int):
         batch = ContinuousBatch(engine)
         batch.join(engine.encode(*src), np.arange(12))
-        tokens, ids, log_probs = np.full((12, 1), bos, np.int64), [], []
-        while sum(i.shape[1] for i in ids) < steps:
-            ahead = min(window, batch.steps_ahead(request), steps - sum(i.shape[1] for i in ids))
-            if ahead > 1:
-                launch = batch.launch_ahead(tokens, request, ahead)
-                launch.run()
-                found = launch.output()
-            else:
-                found, _ = batch.search_step(tokens, request)
-            ids.append(found.ids)
-            log_probs.append(found.log_probs)
-            tokens = np.ascontiguousarray(found.ids[:, -1:])
-        if window > 1:  # a row that leaves frees its slot: the next runs skip it
-            batch.reorder(np.arange(1, 12))
-        return np.concatenate(ids, 1), np.concatenate(log_probs, 1), batch
+        return (*decode_runs(batch, engine.special_tokens.bos, request, 30, window), batch)
 
     one_ids, one_log_probs, _ = decode(1)
     for window in (3, 8):
         ids, log_probs, batch = decode(window)
         assert np.array_equal(ids, one_ids) and np.array_equal(log_probs, one_log_probs)
+    batch.reorder(np.arange(1, 12))  # a row that leaves frees its slot: the next runs skip it
     assert batch.steps_ahead(request) == 8
     assert batch.steps_ahead(SearchRequest(4, None, False)) == 1  # a beam's search: one step
     assert batch.steps_ahead(SearchRequest(1, None, True)) == 1  # the attention kept
@@ -88,7 +59,7 @@ def test_the_batch_steps_ahead_as_it_steps_one_step_at_a_time(setup):
     lengths[batch.table.alive] = engine.static_step.capacity - 3  # three positions left
     assert batch.steps_ahead(request) == 3
     with pytest.raises(ValueError, match="back to back"):
-        batch.launch_ahead(np.zeros((11, 1), np.int64), request, 4)
+        batch.search_step(np.zeros((11, 1), np.int64), request, 4)
 
 
 def test_greedy_jobs_decode_as_one_step_at_a_time_while_steps_run_ahead(setup):
@@ -102,7 +73,7 @@ def test_greedy_jobs_decode_as_one_step_at_a_time_while_steps_run_ahead(setup):
     results = {}
     for ahead in (1, 4):
         scheduler = Scheduler(engine, max_rows=16, steps_ahead=ahead)
-        results[ahead], rounds = _drain(scheduler, jobs, every=2)
+        results[ahead], rounds = drain(scheduler, jobs, every=2)
         steps = len(scheduler.stats.step_seconds)
         if ahead == 4:
             assert rounds < steps * 0.6, (rounds, steps)  # most rounds ran several steps
@@ -168,7 +139,7 @@ def test_a_stream_gets_the_tokens_of_a_run_in_one_partial(setup):
         streamed += partial.new
     assert streamed == tokens[: len(streamed)] and len(streamed) >= len(tokens) - 4
     alone = Scheduler(engine, max_rows=8)
-    done, _ = _drain(alone, [_job(0, [sources[2]], options)], every=1)
+    done, _ = drain(alone, [_job(0, [sources[2]], options)], every=1)
     assert done[0].results[0][0].tokens == tokens
 
 
@@ -179,5 +150,5 @@ def test_steps_ahead_is_one_or_more_and_other_stores_step_one_at_a_time(setup, e
     in_place = OnnxEngine(exported_translator[0], "fp32")  # the CPU's cache written in place
     jobs = [_job(i, [s], DecodingOptions(max_length=12)) for i, s in enumerate(sources[:4])]
     scheduler = Scheduler(in_place, max_rows=8, steps_ahead=4)
-    done, rounds = _drain(scheduler, jobs, every=1)
+    done, rounds = drain(scheduler, jobs, every=1)
     assert len(done) == 4 and rounds >= len(scheduler.stats.step_seconds)

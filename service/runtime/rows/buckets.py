@@ -21,6 +21,7 @@ FED = ("input_ids", "positions", "memory_mask")  # the int64 inputs a step write
 # the most greedy steps run back to back on the device (`Bucket.ahead`): each step after the
 # first is fed the ids the one before chose, where they lie
 MAX_AHEAD = 8
+INT64 = np.dtype(np.int64).itemsize
 
 
 @dataclass(frozen=True)
@@ -183,7 +184,7 @@ class Bucket:
         first = self.bindings[(StepGraph.LEAN, 1)]
         feeds = {
             "input_ids": before.candidates.value.data_ptr(),  # its ids: (slots, 1) int64 first
-            "positions": self.positions_ahead.data_ptr() + (place - 1) * self.slots * 8,
+            "positions": self.positions_ahead.data_ptr() + (place - 1) * self.slots * INT64,
         }
         made = self._bind(step, StepGraph.LEAN, 1, feeds, first.bias)
         made.candidates = CandidateBuffer.allocate(
@@ -243,7 +244,7 @@ class Bucket:
     def _bind_fed(self, binding: ort.IOBinding, device: str, at: dict[str, int]) -> None:
         """The step's int64 inputs bound to their parts of `fed`, or at the address `at`
         gives."""
-        count, size, start = self.slots, np.dtype(np.int64).itemsize, self.fed.data_ptr()
+        count, size, start = self.slots, INT64, self.fed.data_ptr()
         shapes = ([count, 1], [count, 1], [count, self.memory_size])
         for name, shape in zip(FED, shapes, strict=True):
             binding.bind_input(name, device, 0, np.int64, shape, at.get(name, start))

@@ -241,15 +241,14 @@ class StaticRows:
     ) -> Launch:
         """`steps` greedy steps of every slot back to back on the device, each fed the ids
         the one before chose (`Bucket.ahead`); `run` runs them all, `output` gives each
-        step's best candidate as the columns of one Candidates (slots, steps). Every slot
-        runs every step: a row that ends within them is dropped after, by the scheduler."""
-        if steps > self.steps_ahead(table, search):
+        step's best candidate as the columns of one Candidates (slots, steps), the step
+        output's. Every slot runs every step: a row that ends within them is dropped after,
+        by the scheduler."""
+        if steps > self.steps_ahead(table, search):  # the capacity, and a greedy search
             raise ValueError(f"{steps} steps cannot run back to back here")
         bucket, step = self.bucket, self.step
         if shape_of(tokens) != (bucket.slots, 1):
             raise ValueError(f"a static step takes one token for each of its {bucket.slots} slots")
-        if int(np.max(positions)) + steps > self.capacity:
-            raise ValueError(f"the static cache holds {self.capacity} positions")
         bound = bucket.ahead(step, steps)
         bucket.write_fed(tokens, positions, table.memory_mask)
         bucket.write_ahead(positions, steps)
@@ -268,10 +267,11 @@ class StaticRows:
                 session.run_with_iobinding(each.binding, options)
             session.run_with_iobinding(bound[-1].binding, bound[-1].options)
 
-        def output() -> Candidates:
+        def output() -> StepOutput:
             found = [each.candidates.read() for each in bound]
             ids = np.concatenate([c.ids for c in found], axis=1)
-            return Candidates(ids, np.concatenate([c.log_probs for c in found], axis=1))
+            steps = Candidates(ids, np.concatenate([c.log_probs for c in found], axis=1))
+            return StepOutput(None, bucket.state, None, steps)
 
         return Launch(run, output, recording)
 

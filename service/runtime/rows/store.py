@@ -69,6 +69,6 @@ class RowStore(Protocol):
         search: SearchRequest,
     ) -> Launch:
         """`steps` greedy steps back to back, each fed the ids the one before chose ->
-        `output()`: Candidates (slots, steps), each step's best."""
+        `output()`: a StepOutput whose candidates (slots, steps) are each step's best."""
 
     def repeat(self, table: SlotTable, slots: np.ndarray, first: np.ndarray) -> None: ...
