@@ -44,7 +44,8 @@ class _InstantBatch:
     def join(self, encoder, sources, reservation=None) -> None:
         self.rows += len(sources)
 
-    def launch_search_step(self, tokens, request) -> Launch:
+    def launch_search_step(self, tokens, request, steps: int = 1) -> Launch:
+        assert steps == 1  # no run ahead: the scheduler's default
         candidates = self.sets[self.turn % len(self.sets)]
         self.turn += 1
         assert len(tokens) == len(candidates.ids) and request.k <= candidates.ids.shape[1]
