@@ -5,7 +5,7 @@ graph (and, with --top, the host's functions under cProfile).
     python -m bench.profile_scheduler [--device cpu|cuda] [--repository VERSION_DIR]
         [--random-model] [--variant fp32] [--cache in_place|growing|static] [--io-binding]
         [--no-scatter] [--no-place] [--encoder-thread] [--step-thread] [--admission-interval 1]
-        [--steps-ahead 1]
+        [--steps-ahead 1] [--ahead-wait-ms 2]
         [--rows 256] [--seconds 20] [--max-length 128] [--top 30]
 
 Prints the host's time a step outside the loop's onnxruntime runs (`host:`: the time no run
@@ -43,7 +43,7 @@ from service.runtime.onnx_engine import OnnxEngine
 from service.runtime.repository import verify
 from service.runtime.tokenizer import Tokenizer
 from service.worker.messages import Failure, Job, Result
-from service.worker.scheduler import Scheduler
+from service.worker.scheduler import AHEAD_WAIT, Scheduler
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -87,6 +87,12 @@ def main(argv=None) -> int:
         type=int,
         default=1,
         help="greedy steps run back to back on the device between two looks (the static step)",
+    )
+    parser.add_argument(
+        "--ahead-wait-ms",
+        type=float,
+        default=AHEAD_WAIT * 1e3,
+        help="the longest a run of steps ahead may last, at the last run's pace a step",
     )
     parser.add_argument("--rows", type=int, default=256)
     parser.add_argument("--seconds", type=float, default=20.0)
@@ -150,6 +156,7 @@ def _profile(args, version) -> int:
         admission_interval=args.admission_interval,
         step_thread=args.step_thread,
         steps_ahead=args.steps_ahead,
+        ahead_wait=args.ahead_wait_ms / 1e3,
     )
     shortest = max(1, args.max_length // 2)
     options = [DecodingOptions(max_length=n) for n in range(shortest, args.max_length + 1)]
@@ -198,7 +205,7 @@ def _profile(args, version) -> int:
     threads = "the encoder beside the steps" if args.encoder_thread else "the encoder inline"
     threads += ", the steps on their thread" if args.step_thread else ", the steps inline"
     if args.steps_ahead > 1:
-        threads += f", up to {args.steps_ahead} steps ahead"
+        threads += f", up to {args.steps_ahead} steps ahead (runs of {args.ahead_wait_ms:g} ms)"
     static = engine.static_step
     ops = [op for op in ("scatter", "place") if getattr(static, op, None) is not None]
     place = "".join(f", {op} op" for op in ops)

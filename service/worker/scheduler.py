@@ -62,6 +62,7 @@ from service.worker.step_thread import Running, StepThread
 MAX_ROWS = 64  # rows one worker decodes together, by default
 WINDOW_SECONDS = 0.005  # how long request-level batching collects, by default
 KEEP_TIMES = 4096  # every this many steps, the step times no running job needs are dropped
+AHEAD_WAIT = 0.002  # seconds a run of steps ahead may last, by default
 
 
 @dataclass
@@ -89,6 +90,7 @@ class _Launched:
     started: float  # the scheduler's clock
     launched_at: float = 0.0  # perf_counter once started on the step thread
     steps: int = 1  # greedy steps run back to back (Scheduler.steps_ahead)
+    begun: float = 0.0  # perf_counter as its preparation began
 
 
 @dataclass
@@ -115,6 +117,7 @@ class Scheduler:
         batch: ContinuousBatch | None = None,
         step_thread: bool = False,
         steps_ahead: int = 1,
+        ahead_wait: float = AHEAD_WAIT,
     ):
         """`encoder_thread`: admissions' encoder runs beside the steps
         (service.worker.encoder_thread) and their rows join at the first step boundary after
@@ -127,7 +130,10 @@ class Scheduler:
         up to this many steps run back to back on the device, each fed the ids the
         one before chose, where the batch can (the static step: `ContinuousBatch.
         steps_ahead`); their rows' bookkeeping follows once for all of them, and jobs join
-        between two such runs."""
+        between two such runs. `ahead_wait`: a run lasts at most this many seconds at the
+        last run's pace a step (one step where a step takes longer), so that what waits for
+        the host to look (a job to join, a first token, a stream's next, a result) waits at
+        most about that for a run ahead."""
         if batching not in BATCHING:
             raise ValueError(f"batching must be one of {BATCHING}, got {batching!r}")
         self.engine, self.max_rows, self.batching, self.window = engine, max_rows, batching, window
@@ -165,7 +171,10 @@ class Scheduler:
         self._stepper = StepThread() if step_thread else None
         if steps_ahead < 1:
             raise ValueError(f"steps_ahead must be 1 or more, got {steps_ahead}")
-        self.steps_ahead = steps_ahead
+        if not ahead_wait >= 0:
+            raise ValueError(f"ahead_wait must be 0 seconds or more, got {ahead_wait}")
+        self.steps_ahead, self.ahead_wait = steps_ahead, ahead_wait
+        self._step_seconds = float("inf")  # the last step's, from its launch to its ids in
         self._launched: _Launched | None = None
         self.beside_seconds = 0.0  # the scheduler's own time while a step ran on the thread
         self.phases = step_phases()  # this thread's seconds in each step phase, since taken
@@ -585,20 +594,24 @@ class Scheduler:
                 running = None
         self.phases["run"] += time.perf_counter() - run_from
         self._launched = _Launched(
-            running, launch.output, blocks, started, time.perf_counter(), steps
+            running, launch.output, blocks, started, time.perf_counter(), steps, prepared_from
         )
 
     def _ahead(self, request: SearchRequest) -> int:
         """How many greedy steps run back to back now (1: one step): where every row is a
         greedy lane whose tokens go nowhere but its result, as many as `steps_ahead`, the
-        batch, and the lane with the most steps left allow."""
+        batch, and the lane with the most steps left allow, and as many as take `ahead_wait`
+        at the last step's pace."""
         if self.steps_ahead == 1 or self._stepper is not None:
             return 1
         if self._searching or self._sampling or self._aligning:
             return 1
+        steps = min(self.steps_ahead, int(self.ahead_wait / self._step_seconds))
+        if steps <= 1:
+            return 1
         lanes = self.row_owner
         left = int((self.greedy.max_length[lanes] - self.greedy.steps[lanes]).max(initial=1))
-        return max(1, min(self.steps_ahead, left, self.batch.steps_ahead(request)))
+        return max(1, min(steps, left, self.batch.steps_ahead(request)))
 
     def _collect(self) -> _Stepped:
         """The step started last, its ids in: the rows' bookkeeping the next step depends on
@@ -611,7 +624,9 @@ class Scheduler:
         read_from = time.perf_counter()
         candidates, attention = launched.output()
         phases["run"] += read_from - waited_from
-        phases["outputs"] += time.perf_counter() - read_from
+        read = time.perf_counter()
+        phases["outputs"] += read - read_from
+        self._step_seconds = (read - launched.begun) / launched.steps
         if launched.steps > 1:
             return self._collect_ahead(launched, candidates)
         blocks, rows = launched.blocks, len(self.row_owner)

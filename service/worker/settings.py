@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from service.runtime.choices import AUTO, Auto, Batching, Cache, Device, Threading
 from service.runtime.repository import ModelVersion
-from service.worker.scheduler import MAX_ROWS, WINDOW_SECONDS, Scheduler
+from service.worker.scheduler import AHEAD_WAIT, MAX_ROWS, WINDOW_SECONDS, Scheduler
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,8 @@ def steps_ahead_choice(steps: int) -> str:
         )
     return (
         "set by the configuration: where the static step serves and every row is a greedy "
-        "lane, the host looks at the rows once every this many steps"
+        "lane, the host looks at the rows once every this many steps, or every "
+        f"{AHEAD_WAIT * 1e3:g} ms of them at the last run's pace"
     )
 
 

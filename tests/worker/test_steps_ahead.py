@@ -4,7 +4,7 @@ rows once every few steps. Every row must decode exactly as one step at a time (
 log-probabilities, scores, where it ends), whether it ends at `</s>`, at its length limit or
 between two looks; jobs join between two runs; a search or a sample in the batch brings it
 back to one step at a time, a stream gets a run's tokens in one partial; and the runs stop
-short of the cache's capacity."""
+short of the cache's capacity and of the time a run may last."""
 
 from __future__ import annotations
 
@@ -20,6 +20,8 @@ from service.runtime.search import SearchRequest
 from service.runtime.tokenizer import Tokenizer
 from service.worker.messages import Job, Partial, Result
 from service.worker.scheduler import Scheduler
+
+LONG = 60.0  # seconds a run may last: as long as steps_ahead allows, however slow the step
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +74,7 @@ def test_greedy_jobs_decode_as_one_step_at_a_time_while_steps_run_ahead(setup):
     jobs.append(_job(len(jobs), sources[:3], DecodingOptions(max_length=20)))  # three inputs
     results = {}
     for ahead in (1, 4):
-        scheduler = Scheduler(engine, max_rows=16, steps_ahead=ahead)
+        scheduler = Scheduler(engine, max_rows=16, steps_ahead=ahead, ahead_wait=LONG)
         results[ahead], rounds = drain(scheduler, jobs, every=2)
         steps = len(scheduler.stats.step_seconds)
         if ahead == 4:
@@ -100,7 +102,7 @@ def test_a_search_or_a_sample_in_the_batch_steps_one_step_at_a_time(setup):
         DecodingOptions(temperature=0.7, top_k=10, seed=3, max_length=30),
     ):
         jobs = [_job(0, [sources[0]], greedy), _job(1, [sources[1]], other)]
-        scheduler = Scheduler(engine, max_rows=8, steps_ahead=4)
+        scheduler = Scheduler(engine, max_rows=8, steps_ahead=4, ahead_wait=LONG)
         scheduler.submit(jobs[0])
         scheduler.submit(jobs[1])
         shared = 0
@@ -117,7 +119,7 @@ def test_a_search_or_a_sample_in_the_batch_steps_one_step_at_a_time(setup):
 def test_a_stream_gets_the_tokens_of_a_run_in_one_partial(setup):
     engine, sources = setup
     options = DecodingOptions(max_length=30)
-    scheduler = Scheduler(engine, max_rows=8, steps_ahead=4)
+    scheduler = Scheduler(engine, max_rows=8, steps_ahead=4, ahead_wait=LONG)
     scheduler.submit(_job(0, [sources[2]], options, stream=True))
     scheduler.submit(_job(1, [sources[3]], options))
     partials, result, rounds = [], None, 0
@@ -147,8 +149,29 @@ def test_steps_ahead_is_one_or_more_and_other_stores_step_one_at_a_time(setup, e
     engine, sources = setup
     with pytest.raises(ValueError, match="steps_ahead"):
         Scheduler(engine, steps_ahead=0)
+    with pytest.raises(ValueError, match="ahead_wait"):
+        Scheduler(engine, steps_ahead=4, ahead_wait=-1.0)
     in_place = OnnxEngine(exported_translator[0], "fp32")  # the CPU's cache written in place
     jobs = [_job(i, [s], DecodingOptions(max_length=12)) for i, s in enumerate(sources[:4])]
-    scheduler = Scheduler(in_place, max_rows=8, steps_ahead=4)
+    scheduler = Scheduler(in_place, max_rows=8, steps_ahead=4, ahead_wait=LONG)
     done, rounds = drain(scheduler, jobs, every=1)
     assert len(done) == 4 and rounds >= len(scheduler.stats.step_seconds)
+
+
+def test_a_run_ahead_lasts_at_most_the_time_given(setup):
+    engine, sources = setup
+    jobs = [_job(i, [s], DecodingOptions(max_length=30)) for i, s in enumerate(sources[:4])]
+    runs = {}
+    for wait in (0.0, LONG):
+        scheduler = Scheduler(engine, max_rows=8, steps_ahead=8, ahead_wait=wait)
+        for job in jobs:
+            scheduler.submit(job)
+        runs[wait] = []
+        while scheduler.busy:
+            before = len(scheduler.stats.step_seconds)
+            scheduler.iterate()
+            runs[wait].append(len(scheduler.stats.step_seconds) - before)
+            scheduler.events.clear()
+    assert set(runs[0.0]) == {1}  # no time to run ahead: one step at a time
+    assert runs[LONG][0] == 1  # the first step: its pace not yet known
+    assert max(runs[LONG]) == 8 and sum(runs[LONG]) == sum(runs[0.0])
