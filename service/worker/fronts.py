@@ -7,11 +7,12 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
+import selectors
 import socket
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from multiprocessing.connection import AuthenticationError, Listener, wait
+from multiprocessing.connection import AuthenticationError, Listener
 
 from service.worker.inbox import Inbox
 from service.worker.messages import (
@@ -49,6 +50,10 @@ class Fronts:
 
     def __init__(self, parent, schedulers: dict[str, Scheduler], info: dict, settings):
         self.parent, self.links = parent, [parent]
+        # what the loop waits on, kept from step to step (multiprocessing's `wait` would
+        # build a selector and register everything at every call)
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(parent, selectors.EVENT_READ)
         self.inboxes = {parent: Inbox(parent)}  # each link's messages, read in bulk
         self.schedulers, self.info = schedulers, info
         self.owner: dict[int, tuple] = {}  # job id -> (link, key), jobs of the other fronts
@@ -62,6 +67,7 @@ class Fronts:
         self.load_beside = settings.device != "cuda"
         self._loaded: queue.SimpleQueue = queue.SimpleQueue()
         self._loaded_wake, self._loaded_waker = os.pipe()
+        self._selector.register(self._loaded_wake, selectors.EVENT_READ)
         self._ended = False  # closed: a load that ends now is let go of at once
         self._ending = threading.Lock()
         self._accepted: list = []
@@ -76,6 +82,7 @@ class Fronts:
                 host, port = self.listener.address
                 info["address"] = f"{host}:{port}"
             self._wake, self._waker = os.pipe()
+            self._selector.register(self._wake, selectors.EVENT_READ)
             self._accepting = threading.Thread(target=self._accept, name="accept", daemon=True)
             self._accepting.start()
 
@@ -96,12 +103,8 @@ class Fronts:
 
     def wait(self, timeout: float | None) -> list:
         """The links with messages waiting (fronts that connected are added first, and the
-        model versions whose load ended are served or refused: the loads' pipe is waited on
-        while one runs beside the loop, not at every step)."""
-        waitables = [*self.links, self._loaded_wake] if self.loading else list(self.links)
-        if self._wake is not None:
-            waitables.append(self._wake)
-        ready = wait(waitables, timeout)
+        model versions whose load ended are served or refused)."""
+        ready = [key.fileobj for key, _ in self._selector.select(timeout)]
         if self._loaded_wake in ready:
             ready.remove(self._loaded_wake)
             os.read(self._loaded_wake, 4096)
@@ -114,6 +117,7 @@ class Fronts:
                 link = self._accepted.pop()
                 self.links.append(link)
                 self.inboxes[link] = Inbox(link)
+                self._selector.register(link, selectors.EVENT_READ)
                 for holders in self.holders.values():
                     holders.add(link)
                 self.send(link, Ready(self.info))
@@ -146,6 +150,7 @@ class Fronts:
         if link not in self.links:
             return
         self.links.remove(link)
+        self._selector.unregister(link)
         self.inboxes.pop(link).close()
         link.close()
         for job_id, (owner, key) in list(self.owner.items()):
@@ -279,6 +284,7 @@ class Fronts:
         front that started it reads."""
         with self._ending:  # the loads still running let go of their versions
             ended, self._ended = self._ended, True
+        self._selector.close()
         if not ended:
             while not self._loaded.empty():
                 outcome = self._loaded.get()[1]

@@ -260,6 +260,27 @@ def test_a_front_that_goes_away_has_its_jobs_cancelled_and_lets_go_of_its_models
     fronts.drop(link)  # dropped already: nothing happens
 
 
+def test_fronts_that_come_and_go_are_waited_on(two_fronts):
+    """The loop's wait is kept from step to step: a front gone leaves it, and the next one
+    (on a descriptor number a gone one had, sooner or later) joins it."""
+    fronts, _, other, _ = two_fronts
+    for job_id in range(5):
+        assert isinstance(_received(other), Ready)
+        link = fronts.links[1]
+        other.send(Submit(KEY, _job(job_id)))
+        assert fronts.wait(5) == [link]
+        assert [m.job.id for m in fronts.inboxes[link].read()] == [job_id]
+        other.close()
+        assert fronts.wait(5) == [link]  # its end of the link is readable: its close
+        with pytest.raises(EOFError):
+            fronts.inboxes[link].read()
+        fronts.drop(link)
+        assert fronts.wait(0) == [] and fronts.links == [fronts.parent]
+        other = Client(fronts.listener.address, "AF_UNIX", authkey=b"key")
+        _accepted(fronts)
+    other.close()
+
+
 def test_fronts_asking_for_a_version_being_loaded_share_its_load(two_fronts, exported_translator):
     fronts, front, other, _ = two_fronts
     version, _ = exported_translator
