@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from functools import partial
 from types import SimpleNamespace
 
 import numpy as np
@@ -29,12 +30,14 @@ from service.worker.scheduler import Scheduler
 BEAM_JOB = 4  # the beam of --beam-jobs
 
 
-class _InstantBatch:
+class InstantBatch:
     """A ContinuousBatch stand-in: candidates for every row, no model (a few sets made before
-    the clock starts, taken in turn)."""
+    the clock starts, taken in turn); a step's run sleeps `run_seconds` (a device's run: the
+    GIL let go meanwhile, as onnxruntime does)."""
 
-    def __init__(self, rows: int, k: int, seed: int = 0):
+    def __init__(self, rows: int, k: int, seed: int = 0, run_seconds: float = 0.0):
         rng, self.sets, self.turn, self.rows = np.random.default_rng(seed), [], 0, 0
+        self.run = partial(time.sleep, run_seconds) if run_seconds else lambda: None
         for _ in range(8):  # distinct tokens a row, never </s>: every job runs on
             ids = 4 + np.argsort(rng.random((rows, 64)), axis=1)[:, :k] * 100
             ids += rng.integers(0, 100, size=(rows, 1))
@@ -48,11 +51,24 @@ class _InstantBatch:
         assert steps == 1  # no run ahead: the scheduler's default
         candidates = self.sets[self.turn % len(self.sets)]
         self.turn += 1
-        assert len(tokens) == len(candidates.ids) and request.k <= candidates.ids.shape[1]
-        return Launch(lambda: None, lambda: (candidates, None))
+        assert len(tokens) <= len(candidates.ids) and request.k <= candidates.ids.shape[1]
+        if len(tokens) < len(candidates.ids):  # a batch not full: its rows' first ones
+            candidates = Candidates(
+                candidates.ids[: len(tokens)], candidates.log_probs[: len(tokens)]
+            )
+        return Launch(self.run, lambda: (candidates, None))
 
     def reorder(self, index) -> None:
         self.rows = len(index)
+
+    def reserve(self, rows: int) -> None:  # no slots kept: the memory joins with its rows
+        return None
+
+    def place(self, reservation, sources, encoder) -> None:
+        pass
+
+    def release(self, reservation) -> None:
+        pass
 
 
 class _NoEngine:
@@ -68,7 +84,7 @@ class _NoEngine:
 def per_step_seconds(jobs: int, steps: int, beam: int = 1, beam_jobs: int = 0) -> float:
     """`jobs` one-input jobs of beam `beam` (1: greedy), and `beam_jobs` more of beam 4."""
     rows, width = jobs * beam + beam_jobs * BEAM_JOB, 2 * max(beam, BEAM_JOB if beam_jobs else 1)
-    scheduler = Scheduler(_NoEngine(), max_rows=rows, batch=_InstantBatch(rows, width))
+    scheduler = Scheduler(_NoEngine(), max_rows=rows, batch=InstantBatch(rows, width))
     for i in range(jobs + beam_jobs):
         options = DecodingOptions(beam_size=beam if i < jobs else BEAM_JOB, max_length=10**9)
         scheduler.submit(Job(i, {"x": np.zeros((1, 1), np.int64)}, options))
