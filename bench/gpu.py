@@ -6,7 +6,7 @@
         [--server-variant V] [--server-rows N]
         [--server-fronts N] [--server-workers N] [--server-cache in_place|growing|static]
         [--server-step inline|thread] [--server-encoder auto|inline|thread]
-        [--server-steps-ahead N]
+        [--server-steps-ahead N] [--server-ahead-wait-ms MS]
         [--clients 1,256]
         [--level-seconds S]
 
@@ -146,6 +146,9 @@ def _plan_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--server-steps-ahead", type=int, help="the server's --steps-ahead (the static step)"
+    )
+    parser.add_argument(
+        "--server-ahead-wait-ms", type=float, help="the server's --ahead-wait-ms (its runs' time)"
     )
     parser.add_argument("--clients", help="the service level's client counts, e.g. 1,256")
     parser.add_argument("--level-seconds", type=float, help="each service level's duration")

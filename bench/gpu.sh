@@ -19,7 +19,7 @@
 #   bash bench/gpu.sh steady    # quick export, 3 threaded servers and 1 inline in a row, logs kept: ~6 min
 #   bash bench/gpu.sh step      # after goals: the CUDA server with the step inline and on its thread: ~2 min
 #   bash bench/gpu.sh admission # quick export, the inline server with the encoder on its thread, inline, 8 fronts: ~4 min
-#   bash bench/gpu.sh ahead     # quick export, the steps run ahead: one worker in process, then the server, 1 and 4: ~5 min
+#   bash bench/gpu.sh ahead     # quick export, the steps run ahead: one worker in process, then the server; 1, 8 in 2 ms runs, 8 unbounded: ~7 min
 #   bash bench/gpu.sh controls  # the translator's gpu tests: decoding controls and scoring on CUDA, ~5 min
 #   bash bench/gpu.sh controls-cost  # quick export, then bench.controls at 256 rows (fp16): ~4 min
 #
@@ -241,23 +241,26 @@ PY
   ahead)  # greedy steps run back to back on the device (--steps-ahead): the server's
     # device check of the static step with them first (the log says whether it kept the
     # static step), then one CUDA worker kept full in process at 1 and 256 rows, then the
-    # default server at 1, 256 and 1,024 clients (the 30-token sentence with it), each with
-    # 1 (every step through the host) and 4 steps ahead, side by side
+    # default server at 1, 256 and 1,024 clients (the 30-token sentence with it): one step at
+    # a time, 8 ahead in runs of at most 2 ms (the default --ahead-wait-ms), and 8 ahead with
+    # no bound on a run's time, side by side
     mkdir -p "$out"
     timeout 150 python3 -m bench.gpu --device cuda --workdir "$work" --out "$out" \
       --graphs "$graphs" --export-sentences 8 --no-engine --no-load > "$out/export.log" 2>&1 || true
     for rows in 1 256; do
-      for ahead in 1 4; do
+      for run in "1 2" "8 2" "8 1000"; do
+        set -- $run
         timeout 20 python3 -m bench.profile_scheduler --device cuda --repository \
           "$work/repository/translator/1" --variant fp16 --cache static --rows "$rows" \
-          --seconds 5 --steps-ahead "$ahead" 2>&1 | tee -a "$out/cuda-worker-ahead.log" || true
+          --seconds 5 --steps-ahead "$1" --ahead-wait-ms "$2" 2>&1 | tee -a "$out/cuda-worker-ahead.log" || true
       done
     done
-    for ahead in 1 4; do
-      OUT_H="$out/ahead-$ahead"; mkdir -p "$OUT_H"
-      timeout 75 python3 -m bench.gpu --device cuda --workdir "$work" --out "$OUT_H" \
-        --graphs "$graphs" --no-engine --load --server-steps-ahead "$ahead" --clients 1,256,1024 \
-        --level-seconds 6 | sed -n '/^| clients/,/^## Goals/p' || true
+    for run in "1 2" "8 2" "8 1000"; do
+      set -- $run
+      OUT_H="$out/ahead-$1-wait-$2"; mkdir -p "$OUT_H"
+      timeout 60 python3 -m bench.gpu --device cuda --workdir "$work" --out "$OUT_H" \
+        --graphs "$graphs" --no-engine --load --server-steps-ahead "$1" --server-ahead-wait-ms "$2" \
+        --clients 1,256,1024 --level-seconds 5 | sed -n '/^| clients/,/^## Goals/p' || true
       cp "$work/server/server.log" "$OUT_H/server.log" 2>/dev/null || true
       grep -h "steps with cache\|steps ahead" "$OUT_H/server.log" | head -4 || true
     done ;;

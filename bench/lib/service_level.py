@@ -65,6 +65,8 @@ def _server_flags(args, plan: Plan) -> dict[str, str]:
         flags["encoder"] = args.server_encoder
     if args.server_steps_ahead:
         flags["steps-ahead"] = str(args.server_steps_ahead)
+    if args.server_ahead_wait_ms is not None:
+        flags["ahead-wait-ms"] = str(args.server_ahead_wait_ms)
     flags["device"] = args.device
     flags["max-queued-requests"] = str(4 * max(plan.clients))
     return flags

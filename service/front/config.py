@@ -36,7 +36,7 @@ from service.runtime.choices import (
 from service.runtime.errors import InvalidArgument, Unavailable
 from service.runtime.requests import MAX_TEXT_CHARS
 from service.runtime.rows.buckets import MAX_AHEAD
-from service.worker.scheduler import MAX_ROWS, WINDOW_SECONDS
+from service.worker.scheduler import AHEAD_WAIT, MAX_ROWS, WINDOW_SECONDS
 from service.worker.settings import encoder_choice, step_choice, steps_ahead_choice
 
 DEFAULT_REPOSITORY = Path(__file__).resolve().parents[2] / "data" / "repository"
@@ -151,6 +151,10 @@ class ServerConfig:
     # an alignment steps one at a time; a stream gets a run's tokens in one partial); 1: every
     # step's ids go through the host (steps_ahead_choice)
     steps_ahead: int = 1
+    # ... and a run of them lasts at most this long at the last run's pace a step (one step
+    # where a step takes longer): what waits for the host to look (a job to join, a first
+    # token, a result) waits at most about this for a run
+    ahead_wait_ms: float = AHEAD_WAIT * 1000
     batch_window_ms: float = WINDOW_SECONDS * 1000  # how long request-level batching collects
     max_batch_rows: int = MAX_ROWS  # hypotheses decoded together by one worker
     max_queued_requests: int = 256  # beyond: RESOURCE_EXHAUSTED
@@ -254,6 +258,7 @@ class ServerConfig:
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be 1 or more")
         for name in (
+            "ahead_wait_ms",
             "drain_seconds",
             "watch_seconds",
             "latency_budget_seconds",
@@ -544,7 +549,7 @@ def choice_lines(
     on_thread, why = step_choice(config.step)
     lines.append(f"step {'thread' if on_thread else 'inline'}: {why}")
     ahead = config.steps_ahead
-    lines.append(f"steps ahead {ahead}: {steps_ahead_choice(ahead)}")
+    lines.append(f"steps ahead {ahead}: {steps_ahead_choice(ahead, config.ahead_wait_ms)}")
     return lines + [f"variant {v} for {key}: {why}" for key, (v, why) in variants.items()]
 
 

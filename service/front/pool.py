@@ -767,5 +767,6 @@ def worker_settings(config, models: tuple, device: str, variants: dict) -> list[
         encoder=config.encoder,
         step=config.step,
         steps_ahead=config.steps_ahead,
+        ahead_wait=config.ahead_wait_ms / 1000,
     )
     return [replace(base, index=i, gpu=i % gpus) for i in range(config.worker_count(device))]

@@ -27,6 +27,7 @@ class WorkerSettings:
     encoder: Threading | Auto = AUTO
     step: Threading = "inline"
     steps_ahead: int = 1
+    ahead_wait: float = AHEAD_WAIT  # seconds a run of steps ahead lasts at most
     # where the other fronts connect: a Unix socket's path, or "HOST:PORT" (TCP; port 0: any)
     # for a replica on a cluster; "" with one front on one machine
     socket: str = ""
@@ -50,6 +51,7 @@ class WorkerSettings:
             encoder_thread=encoder_choice(self.encoder, self.device)[0],
             step_thread=step_choice(self.step)[0],
             steps_ahead=self.steps_ahead,
+            ahead_wait=self.ahead_wait,
         )
 
 
@@ -72,8 +74,9 @@ def step_choice(step: Threading) -> tuple[bool, str]:
     )
 
 
-def steps_ahead_choice(steps: int) -> str:
-    """Why `steps` greedy steps run back to back between two looks of the host."""
+def steps_ahead_choice(steps: int, wait_ms: float = AHEAD_WAIT * 1e3) -> str:
+    """Why `steps` greedy steps run back to back between two looks of the host, in runs of
+    at most `wait_ms`."""
     if steps == 1:
         return (
             "every step's ids go through the host; more run back to back on the device where "
@@ -82,7 +85,7 @@ def steps_ahead_choice(steps: int) -> str:
     return (
         "set by the configuration: where the static step serves and every row is a greedy "
         "lane, the host looks at the rows once every this many steps, or every "
-        f"{AHEAD_WAIT * 1e3:g} ms of them at the last run's pace"
+        f"{wait_ms:g} ms of them at the last run's pace"
     )
 
 

@@ -210,9 +210,11 @@ def test_print_config_names_the_device_and_each_variant_with_why(capsys, monkeyp
         "2",
         "--steps-ahead",
         "4",
+        "--ahead-wait-ms",
+        "0.5",
     )
     assert code == 0 and 'variant = "int8"' in lines and "fronts = 2" in lines
-    assert "steps_ahead = 4" in lines
+    assert "steps_ahead = 4" in lines and "ahead_wait_ms = 0.5" in lines
     assert chosen == [
         "# device cpu: set by the configuration",
         "# fronts 2: set by the configuration",
@@ -220,7 +222,7 @@ def test_print_config_names_the_device_and_each_variant_with_why(capsys, monkeyp
         "# cache auto on cpu: written in place where a version ships that step, else growing",
         "# encoder inline: auto on cpu: each worker has a core, which a thread would share",
         "# step inline: " + step_choice("inline")[1],
-        "# steps ahead 4: " + steps_ahead_choice(4),
+        "# steps ahead 4: " + steps_ahead_choice(4, 0.5),
         "# variant int8 for captioner/1: set by the configuration",
         "# variant int8 for translator/1: set by the configuration",
     ]
@@ -380,6 +382,9 @@ def test_numbers_a_server_cannot_keep_are_refused(tmp_path):
         with pytest.raises(InvalidArgument, match="steps_ahead must be 1 to 8"):
             load_config(None, {"ATTNSERVE_STEPS_AHEAD": steps})
     assert load_config(None, {"ATTNSERVE_STEPS_AHEAD": "8"}).steps_ahead == 8
+    with pytest.raises(InvalidArgument, match="ahead_wait_ms must be 0 or more"):
+        load_config(None, {"ATTNSERVE_AHEAD_WAIT_MS": "-1"})
+    assert load_config(None, {"ATTNSERVE_AHEAD_WAIT_MS": "0"}).ahead_wait_ms == 0.0
     file = tmp_path / "attnserve.toml"
     file.write_text("drain_seconds = 5\nworkers = 2\nio_binding = true\n", encoding="utf-8")
     config = load_config(file, {})  # an int for a float is a number still

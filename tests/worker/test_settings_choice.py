@@ -39,3 +39,16 @@ def test_the_worker_places_encoder_and_step_as_the_printed_choice_says(
     assert step_choice(step)[0] == step_thread
     configured = encoder_choice(encoder, device)[1] == "set by the configuration"
     assert configured == (encoder != "auto")
+
+
+def test_the_configured_steps_ahead_and_their_runs_reach_the_scheduler(engine):
+    from service.front.config import ServerConfig
+    from service.front.pool import worker_settings
+
+    config = ServerConfig(steps_ahead=6, ahead_wait_ms=0.75, workers=1)
+    (settings,) = worker_settings(config, (), "cpu", {})
+    scheduler = settings.scheduler(engine)
+    try:
+        assert scheduler.steps_ahead == 6 and scheduler.ahead_wait == pytest.approx(0.00075)
+    finally:
+        scheduler.close()
