@@ -5,6 +5,7 @@ certified before the worker reports ready."""
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 from service.runtime.cache_choice import choose_cache, shipped_caches
 from service.runtime.decoding import DecodingOptions
@@ -20,6 +21,9 @@ GOLDEN_AGREEMENT = 0.9  # token agreement a variant without its own golden set m
 # the start-up check of the static step on CUDA (device_check): the golden inputs submitted
 # in waves, a few steps apart, each wave decoding a few tokens further
 CHECK_WAVES, CHECK_STAGGER, CHECK_LENGTH = 4, 3, 12
+# seconds a run of steps ahead may last in the check: as many steps as steps_ahead allows,
+# whatever a step's pace, so that the check meets the runs the fastest steps will make
+CHECK_AHEAD_WAIT = 60.0
 
 
 def golden_check(scheduler: Scheduler, model_version, variant: str) -> int:
@@ -140,11 +144,12 @@ def tie_window(manifest: dict, variant: str) -> float:
 
 
 def choose_engine(settings: WorkerSettings, model_version, variant: str):
-    """(engine, why) of one model version: the cache `choose_cache` gives for its variant
-    (service.runtime.cache_choice). Where that names a trial (on CUDA, the static step with
-    each bucket replayed as a CUDA graph: the fastest served step as measured,
+    """(engine, why, steps ahead) of one model version: the cache `choose_cache` gives for
+    its variant (service.runtime.cache_choice). Where that names a trial (on CUDA, the static
+    step with each bucket replayed as a CUDA graph: the fastest served step as measured,
     docs/benchmarks-gpu.md), the trial once it decodes as the growing step on this very
-    device (device_check over the golden inputs); else the growing step, and why."""
+    device (device_check over the golden inputs), with the configured steps ahead where they
+    pass the check too; else the growing step, and why."""
     from service.runtime.onnx_engine import OnnxEngine  # after CUDA_VISIBLE_DEVICES is set
 
     def engine(cache: str):
@@ -155,7 +160,7 @@ def choose_engine(settings: WorkerSettings, model_version, variant: str):
     shipped = shipped_caches(model_version, variant)
     choice = choose_cache(settings.cache, settings.device, shipped)
     if choice.trial is None:
-        return engine(choice.cache), choice.reason
+        return engine(choice.cache), choice.reason, settings.steps_ahead
     inputs_of = kind_class(model_version.manifest["model"]["kind"]).golden_inputs
     inputs = [
         inputs_of(model_version, entry)
@@ -167,29 +172,51 @@ def choose_engine(settings: WorkerSettings, model_version, variant: str):
 
 
 def static_if_checked(engine, inputs: list[dict], settings: WorkerSettings, tie: float = 0.0):
-    """(engine, why): `engine("static")` where it decodes `inputs` as `engine("growing")`
-    does (device_check, near ties within `tie` allowed), else the growing one. `engine`:
-    cache -> an engine on the device."""
+    """(engine, why, steps ahead): `engine("static")` where it decodes `inputs` as
+    `engine("growing")` does (device_check, near ties within `tie` allowed), else the
+    growing one. With `settings.steps_ahead` above 1 the static step is checked with them
+    first (runs as long as they allow); where only they decode otherwise, the static step
+    serves one step at a time. `engine`: cache -> an engine on the device."""
     growing = engine("growing")
     if not inputs:
-        return growing, "the static step not checked on this device: no golden inputs"
+        return growing, "the static step not checked on this device: no golden inputs", 1
+    ahead = settings.steps_ahead
+    tried = [replace(settings, ahead_wait=CHECK_AHEAD_WAIT)] if ahead > 1 else []
+    tried.append(replace(settings, steps_ahead=1))
+    failed_ahead = ""
     try:
         static = engine("static")
-        schedulers = [settings.scheduler(e) for e in (static, growing)]
-        try:
-            problem, ties = device_check(*schedulers, inputs, tie)
-        finally:
-            for scheduler in schedulers:
-                scheduler.close()
+        for each in tried:
+            try:
+                problem, ties = _checked(each, static, growing, inputs, tie)
+            except Exception as error:
+                if each.steps_ahead == 1:
+                    raise
+                problem = f"{type(error).__name__}: {error}"
+            if problem is None or each.steps_ahead == 1:
+                break
+            failed_ahead = f"; {ahead} steps ahead failed the check ({problem}): one at a time"
     except Exception as error:  # e.g. a capture this onnxruntime or device refuses
-        return growing, f"the static step failed to run here: {type(error).__name__}: {error}"
+        why = f"the static step failed to run here: {type(error).__name__}: {error}"
+        return growing, why, 1
     if problem is not None:
-        return growing, f"the static step decodes unlike the growing one here: {problem}"
+        return growing, f"the static step decodes unlike the growing one here: {problem}", 1
     parted = f", {ties} parting at a near tie (within {tie:g})" if ties else ""
+    with_ahead = f", {ahead} steps ahead" if each.steps_ahead > 1 else ""
     return static, (
         f"the fastest served step, decoding as the growing one on this device "
-        f"({CHECK_WAVES * len(inputs)} staggered decodes{parted})"
-    )
+        f"({CHECK_WAVES * len(inputs)} staggered decodes{with_ahead}{parted}){failed_ahead}"
+    ), each.steps_ahead
+
+
+def _checked(settings: WorkerSettings, static, growing, inputs, tie: float):
+    """device_check of `static` against `growing`, each under a scheduler of `settings`."""
+    schedulers = [settings.scheduler(e) for e in (static, growing)]
+    try:
+        return device_check(*schedulers, inputs, tie)
+    finally:
+        for scheduler in schedulers:
+            scheduler.close()
 
 
 def load(settings: WorkerSettings):
@@ -216,14 +243,15 @@ def load_model(settings: WorkerSettings, model_version, variant: str):
     """(scheduler, info) of one model version, its golden set checked; ModelRepositoryError
     when its directory no longer holds the content the front verified."""
     unchanged(model_version)
-    engine, why = choose_engine(settings, model_version, variant)
-    scheduler = settings.scheduler(engine)
+    engine, why, ahead = choose_engine(settings, model_version, variant)
+    scheduler = replace(settings, steps_ahead=ahead).scheduler(engine)
     checked = golden_check(scheduler, model_version, variant)
     info = {
         "provider": engine.decoder.get_providers()[0],
         "cache": engine.cache,
         "cache_reason": why,
         "cuda_graphs": bool(engine.capture),
+        "steps_ahead": ahead,
         "kind": engine.kind,
         "golden_inputs": checked,
     }

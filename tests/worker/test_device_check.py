@@ -47,7 +47,7 @@ def _on_cpu(version):
 def test_the_static_step_is_chosen_where_it_decodes_as_the_growing_one(tiny):
     version, inputs = tiny
     settings = WorkerSettings(index=0, models=(), max_rows=32)
-    engine, why = static_if_checked(_on_cpu(version), inputs, settings)
+    engine, why, _ = static_if_checked(_on_cpu(version), inputs, settings)
     assert engine.cache == "static", why
     assert f"{CHECK_WAVES * len(inputs)} staggered decodes" in why
 
@@ -88,7 +88,7 @@ def perturbed(tiny, tmp_path_factory):
 def test_a_static_step_that_decodes_otherwise_falls_back_to_growing(tiny, perturbed):
     _, inputs = tiny
     settings = WorkerSettings(index=0, models=(), max_rows=32)
-    engine, why = static_if_checked(_on_cpu(perturbed), inputs, settings)
+    engine, why, _ = static_if_checked(_on_cpu(perturbed), inputs, settings)
     assert engine.cache == "growing"
     assert "decodes unlike the growing one" in why and "decodes differ" in why
 
@@ -111,7 +111,7 @@ def test_decodes_that_part_at_a_near_tie_are_not_differences(tiny, perturbed):
     assert problem is not None and problem.startswith(f"{differing} of ") and ties == 0
     assert check(1e9) == (None, differing)
     settings = WorkerSettings(index=0, models=(), max_rows=32)
-    engine, why = static_if_checked(_on_cpu(perturbed), inputs, settings, tie=1e9)
+    engine, why, _ = static_if_checked(_on_cpu(perturbed), inputs, settings, tie=1e9)
     assert engine.cache == "static"
     assert why.endswith(f"staggered decodes, {differing} parting at a near tie (within 1e+09))")
 
@@ -126,16 +126,17 @@ def test_the_tie_window_is_four_times_the_certified_tolerance():
 def test_no_inputs_no_static_step(tiny):
     version, _ = tiny
     settings = WorkerSettings(index=0, models=(), max_rows=32)
-    engine, why = static_if_checked(_on_cpu(version), [], settings)
+    engine, why, _ = static_if_checked(_on_cpu(version), [], settings)
     assert engine.cache == "growing" and "no golden inputs" in why
 
 
 def test_on_the_cpu_auto_keeps_the_engine_default(tiny):
     version, _ = tiny
-    engine, why = choose_engine(WorkerSettings(index=0, models=()), version, "fp32")
-    assert engine.cache == "in_place" and why == "the default on cpu"
-    settings = WorkerSettings(index=0, models=(), cache="growing")
-    engine, why = choose_engine(settings, version, "fp32")
+    engine, why, ahead = choose_engine(WorkerSettings(index=0, models=()), version, "fp32")
+    assert engine.cache == "in_place" and why == "the default on cpu" and ahead == 1
+    settings = WorkerSettings(index=0, models=(), cache="growing", steps_ahead=3)
+    engine, why, ahead = choose_engine(settings, version, "fp32")
+    assert ahead == 3  # no trial: the configured steps ahead (a store that cannot, one a step)
     assert engine.cache == "growing" and why == "set by the configuration"
 
 
@@ -148,7 +149,7 @@ def test_a_static_step_that_cannot_run_falls_back_to_growing(tiny):
             raise RuntimeError("CUDA graph capture failed")
         return OnnxEngine(version, "fp32", "cpu", 1, True, cache=cache)
 
-    chosen, why = static_if_checked(engine, inputs, settings)
+    chosen, why, _ = static_if_checked(engine, inputs, settings)
     assert chosen.cache == "growing"
     assert why == "the static step failed to run here: RuntimeError: CUDA graph capture failed"
 
@@ -168,3 +169,52 @@ def test_where_two_decodes_part_and_how_close_the_reference_ranks_them(tiny):
         logits, _ = log_probs.step(np.asarray([[token]], dtype=np.int64))
     scores = logits[0] - np.logaddexp.reduce(logits[0].astype(np.float64))
     assert margin == pytest.approx(abs(scores[7] - scores[eos]), abs=1e-5)
+
+
+def test_steps_ahead_are_checked_with_the_static_step(tiny):
+    version, inputs = tiny
+    settings = WorkerSettings(index=0, models=(), max_rows=32, steps_ahead=4)
+    engine, why, ahead = static_if_checked(_on_cpu(version), inputs, settings)
+    assert engine.cache == "static" and ahead == 4
+    assert f"({CHECK_WAVES * len(inputs)} staggered decodes, 4 steps ahead)" in why
+
+
+def test_steps_ahead_that_decode_otherwise_leave_the_static_step_one_step_at_a_time(
+    tiny, monkeypatch
+):
+    """Runs ahead whose later steps come back with other ids (as a device that broke the
+    chained runs would give): the static step stays, one step at a time, and the log says
+    why; so too where a run ahead raises."""
+    from service.runtime.rows.buckets import Bucket
+    from service.runtime.rows.static import StaticRows
+    from service.runtime.search import Candidates
+    from service.runtime.tensors import Launch
+
+    version, inputs = tiny
+    original = StaticRows.launch_ahead
+
+    def shifted(self, *args, **kwargs):
+        launch = original(self, *args, **kwargs)
+
+        def output():
+            out = launch.output()
+            ids = out.candidates.ids.copy()
+            ids[:, 1:] += 1
+            return out._replace(candidates=Candidates(ids, out.candidates.log_probs))
+
+        return Launch(launch.run, output, launch.recording)
+
+    monkeypatch.setattr(StaticRows, "launch_ahead", shifted)
+    settings = WorkerSettings(index=0, models=(), max_rows=32, steps_ahead=4)
+    engine, why, ahead = static_if_checked(_on_cpu(version), inputs, settings)
+    assert engine.cache == "static" and ahead == 1
+    assert "; 4 steps ahead failed the check (" in why and "decodes differ" in why
+    assert why.endswith("): one at a time")
+
+    def broken(self, positions, steps):
+        raise RuntimeError("the chained run failed")
+
+    monkeypatch.setattr(Bucket, "write_ahead", broken)
+    engine, why, ahead = static_if_checked(_on_cpu(version), inputs, settings)
+    assert engine.cache == "static" and ahead == 1
+    assert "4 steps ahead failed the check (RuntimeError: the chained run failed)" in why
