@@ -121,9 +121,10 @@ class Scheduler:
     ):
         """`encoder_thread`: admissions' encoder runs beside the steps
         (service.worker.encoder_thread) and their rows join at the first step boundary after
-        it; else inline, before the step. `admission_interval`: while rows run, an admission
-        round starts at most every this many steps (gathering more jobs into one encoder run,
-        at the cost of their wait).
+        it (into an empty batch, with no step to run beside, inline: no thread handoff before
+        an idle worker's first token); else inline, before the step. `admission_interval`:
+        while rows run, an admission round starts at most every this many steps (gathering
+        more jobs into one encoder run, at the cost of their wait).
         `batch`: the engine's continuous batch by default. `step_thread`: steps of greedy
         rows run on a thread of their own, beside the bookkeeping of the step before.
         `steps_ahead`: while every row is a greedy lane (no search, sampling or alignment),
@@ -369,10 +370,11 @@ class Scheduler:
         # one encoder run for every request admitted in this round, one join
         given = [r.job.encoder_inputs for r in admitted]
         admission = _Admission(admitted, self._sources(admitted))
-        if self._encoder is None:
+        if self._encoder is None or not running:  # no step to run beside: inline
             encoder_start = time.perf_counter()
             try:
-                admission.encoder = self.engine.encode(**together(given))
+                with self._device.shared():  # beside other schedulers' threads
+                    admission.encoder = self.engine.encode(**together(given))
             except Exception as error:  # whose fault: _encode_apart
                 admission.error = error
             admission.seconds = time.perf_counter() - encoder_start

@@ -203,10 +203,14 @@ def static_if_checked(engine, inputs: list[dict], settings: WorkerSettings, tie:
         return growing, f"the static step decodes unlike the growing one here: {problem}", 1
     parted = f", {ties} parting at a near tie (within {tie:g})" if ties else ""
     with_ahead = f", {ahead} steps ahead" if each.steps_ahead > 1 else ""
-    return static, (
-        f"the fastest served step, decoding as the growing one on this device "
-        f"({CHECK_WAVES * len(inputs)} staggered decodes{with_ahead}{parted}){failed_ahead}"
-    ), each.steps_ahead
+    return (
+        static,
+        (
+            f"the fastest served step, decoding as the growing one on this device "
+            f"({CHECK_WAVES * len(inputs)} staggered decodes{with_ahead}{parted}){failed_ahead}"
+        ),
+        each.steps_ahead,
+    )
 
 
 def _checked(settings: WorkerSettings, static, growing, inputs, tie: float):

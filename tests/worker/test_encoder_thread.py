@@ -114,3 +114,44 @@ def test_a_closed_thread_waits_for_its_run_and_takes_no_more():
     assert future.done() and future.result()[0] == {"rows": 1}
     with pytest.raises(RuntimeError):
         thread.submit([{"x": np.zeros((1, 1))}])
+
+
+def test_an_empty_batch_encodes_inline_and_a_running_one_beside_its_steps(engine, monkeypatch):
+    """With nothing to run beside, the admission's encoder runs on the loop's thread (two
+    thread handoffs saved on an idle worker's first token), holding the device shared as the
+    thread's runs do; once rows run, the next admission's goes to the encoder thread."""
+    from service.runtime.decoding import DecodingOptions
+    from service.worker.device import DEVICE
+    from service.worker.messages import Job, Result
+    from service.worker.scheduler import Scheduler
+
+    runs, original = [], engine.encode
+
+    def encode(**inputs):
+        runs.append((threading.current_thread().name, DEVICE._sharing))
+        return original(**inputs)
+
+    monkeypatch.setattr(engine, "encode", encode)
+    sources = random_sources(512, [4, 7], seed=3)
+    lengths = (30, 5)
+    jobs = [
+        Job(i, dict(zip(("src_ids", "src_mask"), source_batch([s], 512), strict=True)), options)
+        for i, (s, options) in enumerate(
+            zip(sources, [DecodingOptions(max_length=n) for n in lengths], strict=True)
+        )
+    ]
+    scheduler = Scheduler(engine, max_rows=8, encoder_thread=True)
+    try:
+        scheduler.submit(jobs[0])
+        scheduler.iterate()  # admitted into the empty batch, and stepped
+        assert runs == [(threading.current_thread().name, 1)] and scheduler.rows == 1
+        scheduler.submit(jobs[1])
+        done = {}
+        while scheduler.busy:
+            scheduler.iterate()
+            done.update((e.job_id, e) for e in scheduler.events if isinstance(e, Result))
+            scheduler.events.clear()
+    finally:
+        scheduler.close()
+    assert len(runs) == 2 and runs[1][0].startswith("encoder") and runs[1][1] >= 1
+    assert set(done) == {0, 1}
