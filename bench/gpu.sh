@@ -18,7 +18,7 @@
 #   bash bench/gpu.sh goals     # both halves cut to one command (~9 min): greedy engine, CUDA server, loops
 #   bash bench/gpu.sh steady    # quick export, 3 threaded servers and 1 inline in a row, logs kept: ~6 min
 #   bash bench/gpu.sh step      # after goals: the CUDA server with the step inline and on its thread: ~2 min
-#   bash bench/gpu.sh admission # quick export, the inline server with the encoder on its thread, inline, 8 fronts: ~4 min
+#   bash bench/gpu.sh admission # quick export, the inline server with the encoder on its thread, inline, 8 fronts: ~5 min
 #   bash bench/gpu.sh ahead     # quick export, the steps run ahead: one worker in process, then the server; 1, 8 in 2 ms runs, 8 unbounded: ~7 min
 #   bash bench/gpu.sh controls  # the translator's gpu tests: decoding controls and scoring on CUDA, ~5 min
 #   bash bench/gpu.sh controls-cost  # quick export, then bench.controls at 256 rows (fp16): ~4 min
@@ -215,7 +215,7 @@ case "$phase" in
         2>&1 | tee -a "$out/cuda-worker.log" || true
     done ;;
   admission)  # where a job waits before its rows join: the inline server (static step)
-    # with the encoder on its thread (the default), inline, and with 8 fronts, each at 256
+    # with the encoder on its thread (the default), inline, and with 8 fronts, each at 1, 256
     # and 1,024 clients; each level's queue wait, encoder runs and their time, first token
     mkdir -p "$out"
     timeout 150 python3 -m bench.gpu --device cuda --workdir "$work" --out "$out" \
@@ -224,9 +224,9 @@ case "$phase" in
       set -- $run
       OUT_A="$out/admission-encoder-$1-fronts-$2"; mkdir -p "$OUT_A"
       fronts=(); [ "$2" != 0 ] && fronts=(--server-fronts "$2")
-      timeout 70 python3 -m bench.gpu --device cuda --workdir "$work" --out "$OUT_A" \
+      timeout 90 python3 -m bench.gpu --device cuda --workdir "$work" --out "$OUT_A" \
         --graphs "$graphs" --no-engine --load --server-step inline --server-encoder "$1" \
-        "${fronts[@]}" --clients 256,1024 --level-seconds 6 > /dev/null 2>&1 || true
+        "${fronts[@]}" --clients 1,256,1024 --level-seconds 6 > /dev/null 2>&1 || true
       cp "$work/server/server.log" "$OUT_A/server.log" 2>/dev/null || true
       python3 - "$OUT_A/benchmarks-gpu.json" "$run" <<'PY' || true
 import json, sys
