@@ -608,7 +608,8 @@ class Scheduler:
             return 1
         if self._searching or self._sampling or self._aligning:
             return 1
-        steps = min(self.steps_ahead, int(self.ahead_wait / self._step_seconds))
+        pace = max(self._step_seconds, 1e-9)  # a step that took no time on this clock
+        steps = min(self.steps_ahead, int(self.ahead_wait / pace))
         if steps <= 1:
             return 1
         lanes = self.row_owner
