@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.lib.paths import REPOSITORY
-from bench.profile_scheduler import _random_translator
+from bench.profile_scheduler import random_translator
 from bench.scheduler_step import InstantBatch
 from service.runtime.batching import source_batch
 from service.runtime.decoding import DecodingOptions
@@ -121,7 +121,7 @@ def main(argv=None) -> int:
     intervals = [float(i) for i in args.intervals.split(",")]
     default = sys.getswitchinterval()
     with tempfile.TemporaryDirectory() as folder:
-        version = verify(_random_translator(Path(folder), args.repository))
+        version = verify(random_translator(Path(folder), args.repository))
         engine = OnnxEngine(version, "fp32")
         try:
             for round_ in range(1, args.rounds + 1):

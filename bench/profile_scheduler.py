@@ -108,14 +108,14 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as folder:
         repository = (
-            _random_translator(Path(folder), args.repository)
+            random_translator(Path(folder), args.repository)
             if args.random_model
             else args.repository
         )
         return _profile(args, verify(repository))
 
 
-def _random_translator(folder: Path, shipped: Path) -> Path:
+def random_translator(folder: Path, shipped: Path) -> Path:
     """A small random translator with the tokenizer of `shipped` (a version folder), its
     fp32 graphs built op by op into `folder`; returns its version folder."""
     import torch
