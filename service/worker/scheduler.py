@@ -91,6 +91,7 @@ class _Launched:
     launched_at: float = 0.0  # perf_counter once started on the step thread
     steps: int = 1  # greedy steps run back to back (Scheduler.steps_ahead)
     begun: float = 0.0  # perf_counter as its preparation began
+    ran: float = 0.0  # seconds its run took inline (0: on the step thread)
 
 
 @dataclass
@@ -131,10 +132,10 @@ class Scheduler:
         up to this many steps run back to back on the device, each fed the ids the
         one before chose, where the batch can (the static step: `ContinuousBatch.
         steps_ahead`); their rows' bookkeeping follows once for all of them, and jobs join
-        between two such runs. `ahead_wait`: a run lasts at most this many seconds at the
-        last run's pace a step (one step where a step takes longer), so that what waits for
-        the host to look (a job to join, a first token, a stream's next, a result) waits at
-        most about that for a run ahead."""
+        between two such runs. `ahead_wait`: a run lasts at most about this many seconds at
+        the last run's pace (the host's time around a run, the device's a step; one step
+        where even one takes longer), so that what waits for the host to look (a job to
+        join, a first token, a stream's next, a result) waits at most about that."""
         if batching not in BATCHING:
             raise ValueError(f"batching must be one of {BATCHING}, got {batching!r}")
         self.engine, self.max_rows, self.batching, self.window = engine, max_rows, batching, window
@@ -175,7 +176,9 @@ class Scheduler:
         if not ahead_wait >= 0:
             raise ValueError(f"ahead_wait must be 0 seconds or more, got {ahead_wait}")
         self.steps_ahead, self.ahead_wait = steps_ahead, ahead_wait
-        self._step_seconds = float("inf")  # the last step's, from its launch to its ids in
+        # the last run's pace: the host's seconds around it (its preparation and outputs),
+        # and the device's a step (its run over its steps); unknown before the first
+        self._host_seconds, self._device_seconds = 0.0, float("inf")
         self._launched: _Launched | None = None
         self.beside_seconds = 0.0  # the scheduler's own time while a step ran on the thread
         self.phases = step_phases()  # this thread's seconds in each step phase, since taken
@@ -594,22 +597,25 @@ class Scheduler:
             if waited:
                 running.wait()
                 running = None
-        self.phases["run"] += time.perf_counter() - run_from
+        launched_at = time.perf_counter()
+        self.phases["run"] += launched_at - run_from
+        ran = launched_at - run_from if running is None else 0.0
         self._launched = _Launched(
-            running, launch.output, blocks, started, time.perf_counter(), steps, prepared_from
+            running, launch.output, blocks, started, launched_at, steps, prepared_from, ran
         )
 
     def _ahead(self, request: SearchRequest) -> int:
         """How many greedy steps run back to back now (1: one step): where every row is a
         greedy lane whose tokens go nowhere but its result, as many as `steps_ahead`, the
-        batch, and the lane with the most steps left allow, and as many as take `ahead_wait`
-        at the last step's pace."""
+        batch, and the lane with the most steps left allow, and as many as a run of
+        `ahead_wait` holds at the last run's pace (the host's time once, the device's a
+        step)."""
         if self.steps_ahead == 1 or self._stepper is not None:
             return 1
         if self._searching or self._sampling or self._aligning:
             return 1
-        pace = max(self._step_seconds, 1e-9)  # a step that took no time on this clock
-        steps = min(self.steps_ahead, int(self.ahead_wait / pace))
+        device = max(self._device_seconds, 1e-9)  # a run that took no time on this clock
+        steps = min(self.steps_ahead, int((self.ahead_wait - self._host_seconds) / device))
         if steps <= 1:
             return 1
         lanes = self.row_owner
@@ -629,7 +635,9 @@ class Scheduler:
         phases["run"] += read_from - waited_from
         read = time.perf_counter()
         phases["outputs"] += read - read_from
-        self._step_seconds = (read - launched.begun) / launched.steps
+        device = launched.ran + read_from - waited_from
+        self._host_seconds = read - launched.begun - device
+        self._device_seconds = device / launched.steps
         if launched.steps > 1:
             return self._collect_ahead(launched, candidates)
         blocks, rows = launched.blocks, len(self.row_owner)
