@@ -92,7 +92,7 @@ def main(argv=None) -> int:
         "--ahead-wait-ms",
         type=float,
         default=AHEAD_WAIT * 1e3,
-        help="the longest a run of steps ahead may last, at the last run's pace a step",
+        help="the longest a run of steps ahead may last, at the last run's pace",
     )
     parser.add_argument("--rows", type=int, default=256)
     parser.add_argument("--seconds", type=float, default=20.0)

@@ -39,7 +39,7 @@ FLAG_HELP = {
     "batching": "continuous or request",
     "steps_ahead": "greedy steps run back to back on the device between two looks of the host "
     "(the static step; 1: every step)",
-    "ahead_wait_ms": "the longest a run of steps ahead lasts, at the last run's pace a step",
+    "ahead_wait_ms": "the longest a run of steps ahead lasts, at the last run's pace",
     "ready_file": "write the ports (JSON) here once serving",
     "ray": "Ray's address (auto, HOST:PORT, ray://HOST:PORT): the workers as Ray Serve replicas "
     "on that cluster (the ray extra)",

@@ -151,9 +151,9 @@ class ServerConfig:
     # an alignment steps one at a time; a stream gets a run's tokens in one partial); 1: every
     # step's ids go through the host (steps_ahead_choice)
     steps_ahead: int = 1
-    # ... and a run of them lasts at most this long at the last run's pace a step (one step
-    # where a step takes longer): what waits for the host to look (a job to join, a first
-    # token, a result) waits at most about this for a run
+    # ... and a run of them lasts at most this long at the last run's pace (its host time
+    # once, its device time a step; one step where even one takes longer): what waits for
+    # the host to look (a job to join, a first token, a result) waits at most about this
     ahead_wait_ms: float = AHEAD_WAIT * 1000
     batch_window_ms: float = WINDOW_SECONDS * 1000  # how long request-level batching collects
     max_batch_rows: int = MAX_ROWS  # hypotheses decoded together by one worker
