@@ -689,23 +689,6 @@ def growth(run, small, large, rounds: int = 3) -> float:
             gc.enable()
 
 
-def decode_runs(batch, bos: int, request, length: int, window: int) -> tuple:
-    """Every row of a continuous batch `length` greedy steps from `bos`, at most `window`
-    steps back to back at a time (as many as the batch allows; 1: one at a time) -> (ids,
-    log_probs), each (rows, length)."""
-    tokens = np.full((batch.rows, 1), bos, np.int64)
-    ids: list = []
-    log_probs: list = []
-    while (done := sum(i.shape[1] for i in ids)) < length:
-        steps = min(window, length - done, batch.steps_ahead(request))
-        found, attention = batch.search_step(tokens, request, steps)
-        assert attention is None and found.ids.shape[1] == steps
-        ids.append(found.ids)
-        log_probs.append(found.log_probs)
-        tokens = np.ascontiguousarray(found.ids[:, -1:])
-    return np.concatenate(ids, 1), np.concatenate(log_probs, 1)
-
-
 def drain(scheduler, jobs: list, every: int = 1) -> tuple[dict, int]:
     """Submits one job every `every` rounds -> (the final event of each job, the rounds)."""
     from service.worker.messages import Failure, Result

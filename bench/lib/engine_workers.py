@@ -164,7 +164,7 @@ class Runner:
         inference = self._inference(encoder, len(ids))
         before = self.in_runs
         if forced and beam == 1 and self.spec.ahead > 1:
-            rows = self._ahead(inference, len(ids), length, bos, eos)
+            rows = self._ahead(inference, length, bos, eos)
         else:
             if forced:
                 inference = Stepped(inference, eos)
@@ -176,20 +176,14 @@ class Runner:
         runs = None if before is None else self.in_runs - before
         return rows, encoded - start, end - encoded, runs
 
-    def _ahead(self, batch, rows: int, length: int, bos: int, eos: int) -> list[list[int]]:
+    def _ahead(self, batch, length: int, bos: int, eos: int) -> list[list[int]]:
         """Every row greedily to exactly `length` tokens (`</s>` banned), up to `spec.ahead`
-        steps back to back at a time (ContinuousBatch.search_step's `steps`), as a server
-        with `steps_ahead` steps rows that all run on."""
+        steps back to back at a time, as a server with `steps_ahead` steps rows that all run
+        on."""
         from service.runtime.search import SearchRequest
 
         request = SearchRequest(1, None, False, banned=(eos,))
-        tokens, taken = np.full((rows, 1), bos, dtype=np.int64), []
-        while (done := sum(ids.shape[1] for ids in taken)) < length:
-            steps = min(self.spec.ahead, length - done, batch.steps_ahead(request))
-            found, _ = batch.search_step(tokens, request, steps)
-            taken.append(found.ids)
-            tokens = np.ascontiguousarray(found.ids[:, -1:])
-        return np.concatenate(taken, axis=1).tolist()
+        return decode_runs(batch, bos, request, length, self.spec.ahead)[0].tolist()
 
     def _inference(self, encoder, rows: int):
         """The decode's `Inference` over the encoder's `rows` rows: the engine's cache carried
@@ -280,3 +274,19 @@ class Worker:
 
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+def decode_runs(batch, bos: int, request, length: int, window: int) -> tuple:
+    """Every row of a continuous batch `length` greedy steps from `bos`, at most `window`
+    steps back to back at a time (as many as the batch allows: ContinuousBatch.search_step's
+    `steps`; 1: one at a time) -> (ids, log_probs), each (rows, length)."""
+    tokens = np.full((batch.rows, 1), bos, np.int64)
+    ids: list = []
+    log_probs: list = []
+    while (done := sum(i.shape[1] for i in ids)) < length:
+        steps = min(window, length - done, batch.steps_ahead(request))
+        found, _ = batch.search_step(tokens, request, steps)
+        ids.append(found.ids)
+        log_probs.append(found.log_probs)
+        tokens = np.ascontiguousarray(found.ids[:, -1:])
+    return np.concatenate(ids, 1), np.concatenate(log_probs, 1)

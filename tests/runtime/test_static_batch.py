@@ -11,8 +11,9 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from helpers import built_tiny_translator, decode_runs
+from helpers import built_tiny_translator
 
+from bench.lib.engine_workers import decode_runs
 from service.runtime.batch import ContinuousBatch, joined
 from service.runtime.batching import source_batch
 from service.runtime.decoding import DecodingOptions

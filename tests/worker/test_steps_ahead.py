@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import decode_runs, drain
+from helpers import drain
 
+from bench.lib.engine_workers import decode_runs
 from service.runtime.batch import ContinuousBatch
 from service.runtime.batching import source_batch
 from service.runtime.decoding import DecodingOptions
