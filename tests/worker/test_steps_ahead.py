@@ -61,8 +61,10 @@ def test_the_batch_steps_ahead_as_it_steps_one_step_at_a_time(setup):
     assert batch.steps_ahead(request) == 8
     lengths[batch.table.alive] = engine.static_step.capacity - 3  # three positions left
     assert batch.steps_ahead(request) == 3
-    with pytest.raises(ValueError, match="back to back"):
+    with pytest.raises(ValueError, match="back to back here: the static cache holds"):
         batch.search_step(np.zeros((11, 1), np.int64), request, 4)
+    with pytest.raises(ValueError, match="back to back here: each step's ids are searched"):
+        batch.search_step(np.zeros((11, 1), np.int64), SearchRequest(4, None, False), 2)
 
 
 def test_greedy_jobs_decode_as_one_step_at_a_time_while_steps_run_ahead(setup):

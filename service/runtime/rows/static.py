@@ -227,14 +227,18 @@ class StaticRows:
         positions (`launch_ahead`): none but one where the step must be searched on the host
         (a temperature, controls, the attention kept, more than one candidate) or the lean
         step is not shipped, else as many as the cache's capacity leaves room for."""
-        greedy = request.temperature is None and not request.controls and not request.attention
-        if not greedy or request.width(self.step.vocab) != 1:
-            return 1
-        if self.step.graph_of(lean=True) is not StepGraph.LEAN or self.bucket is None:
+        if not self._greedy_lean(request):
             return 1
         # the live rows' (a dead slot is fed position 0, whatever its length says)
         longest = int(table.lengths[table.alive].max(initial=0))
         return max(1, min(MAX_AHEAD, self.capacity - longest))
+
+    def _greedy_lean(self, request: SearchRequest) -> bool:
+        """Whether `request` is one best id a row, searched within the lean step of a
+        bucket: what steps run back to back need."""
+        greedy = request.temperature is None and not request.controls and not request.attention
+        lean = self.step.graph_of(lean=True) is StepGraph.LEAN and self.bucket is not None
+        return greedy and lean and request.width(self.step.vocab) == 1
 
     def launch_ahead(
         self, table: SlotTable, tokens, positions, steps: int, search: SearchRequest
@@ -244,8 +248,13 @@ class StaticRows:
         step's best candidate as the columns of one Candidates (slots, steps), the step
         output's. Every slot runs every step: a row that ends within them is dropped after,
         by the scheduler."""
-        if steps > self.steps_ahead(table, search):  # the capacity, and a greedy search
-            raise ValueError(f"{steps} steps cannot run back to back here")
+        # a greedy search, and room in the cache (`positions`: the live rows' lengths, a dead
+        # slot's 0), as `steps_ahead` found it
+        cannot = f"{steps} steps cannot run back to back here"
+        if steps > 1 and not self._greedy_lean(search):
+            raise ValueError(f"{cannot}: each step's ids are searched on the host")
+        if int(positions.max()) + steps > self.capacity:
+            raise ValueError(f"{cannot}: the static cache holds {self.capacity} positions")
         bucket, step = self.bucket, self.step
         if shape_of(tokens) != (bucket.slots, 1):
             raise ValueError(f"a static step takes one token for each of its {bucket.slots} slots")
