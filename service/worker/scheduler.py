@@ -376,8 +376,7 @@ class Scheduler:
         if self._encoder is None or not running:  # no step to run beside: inline
             encoder_start = time.perf_counter()
             try:
-                with self._device.shared():  # beside other schedulers' threads
-                    admission.encoder = self.engine.encode(**together(given))
+                admission.encoder = self._encode(together(given))
             except Exception as error:  # whose fault: _encode_apart
                 admission.error = error
             admission.seconds = time.perf_counter() - encoder_start
@@ -389,14 +388,19 @@ class Scheduler:
         self._admission = admission
         self._join_encoded()
 
+    def _encode(self, inputs: dict[str, np.ndarray]) -> EncoderOutput:
+        """The encoder run on this thread, holding the device shared (another thread of the
+        worker may record a CUDA graph meanwhile: the encoder thread's runs hold it too)."""
+        with self._device.shared():
+            return self.engine.encode(**inputs)
+
     def _probe_encodes(self) -> bool:
         """Whether the encoder still runs on an input it has encoded before."""
         if self._probe is None:
             return False
         probe_start = time.perf_counter()
         try:
-            with self._device.shared():
-                self.engine.encode(**self._probe)
+            self._encode(self._probe)
         except Exception:
             return False
         finally:
@@ -462,8 +466,7 @@ class Scheduler:
                 continue
             encoder, encoder_start = None, time.perf_counter()
             try:
-                with self._device.shared():
-                    encoder = self.engine.encode(**request.job.encoder_inputs)
+                encoder = self._encode(request.job.encoder_inputs)
             except Exception as error:
                 failed.append((request, error))
             seconds = time.perf_counter() - encoder_start
@@ -788,9 +791,10 @@ class Scheduler:
             for h in hypotheses:
                 _strip(h, job)
         first = request.first_step - self._times_from
-        times = self._times[first:]  # its tokens', now last
-        if request.search is None:  # not the steps run after its end (run ahead)
-            times = times[: max(int(self.greedy.steps[request.owner]), 1)]
+        end = None  # its tokens', now last; a lane's, not the steps run after its end
+        if request.search is None:
+            end = first + max(int(self.greedy.steps[request.owner]), 1)
+        times = self._times[first:end]
         gaps = np.diff(times).tolist()
         timings = Timings(request.queued_at, request.admitted_at, times[0], now, gaps)
         self._release(request)
