@@ -311,7 +311,7 @@ class ClusterPool(WorkerPool):
             conn.close()
             return
         no_delay(conn)
-        worker.conn, worker.rows = conn, {}
+        worker.attach(conn)
         asyncio.get_running_loop().add_reader(conn.fileno(), self._on_readable, worker)
 
     def _unreachable(self, worker: _Worker, error: BaseException | str) -> None:

@@ -117,14 +117,14 @@ class _Worker:
         self.leaving = False  # a cluster's replica scaled down: it gets no new calls
         self.inbox: Inbox | None = None  # `conn`'s messages, read in bulk
 
+    def attach(self, conn) -> None:
+        """`conn` the link to the worker from now on (its batch rows not yet reported)."""
+        self.conn, self.inbox, self.rows = conn, Inbox(conn), {}
+
     def read(self) -> list:
         """Every whole message waiting on `conn` (service.worker.inbox: one read for all of
         them, where the connection's own `poll` and `recv` take three system calls a
         message); EOFError once the worker closed its end, OSError where the link broke."""
-        if self.inbox is None or self.inbox.link is not self.conn:
-            if self.inbox is not None:
-                self.inbox.close()
-            self.inbox = Inbox(self.conn)
         return self.inbox.read()
 
     def let_go(self) -> None:
@@ -230,7 +230,7 @@ class WorkerPool:
         except OSError:  # not listening (yet, or again)
             loop.call_later(RECONNECT_SECONDS, self._connect, worker)
             return
-        worker.conn, worker.rows = conn, {}
+        worker.attach(conn)
         loop.add_reader(conn.fileno(), self._on_readable, worker)
 
     def _spawn(self, worker: _Worker) -> None:
@@ -244,8 +244,8 @@ class WorkerPool:
         )
         process.start()
         child.close()
-        worker.process, worker.conn, worker.ready = process, parent, loop.create_future()
-        worker.rows = {}
+        worker.process, worker.ready = process, loop.create_future()
+        worker.attach(parent)
         loop.add_reader(parent.fileno(), self._on_readable, worker)
 
     async def stop(self) -> None:

@@ -167,7 +167,8 @@ def _listed_replica(pool, replica: str, models: dict):
     worker = _Worker(pool.template)
     pool.replicas[replica], pool.nodes[replica] = worker, "node"
     pool.workers.append(worker)
-    worker.conn, worker.info = front_end, {"models": dict(models)}
+    worker.attach(front_end)
+    worker.info = {"models": dict(models)}
     worker.ready = asyncio.get_running_loop().create_future()
     worker.ready.set_result(worker.info)
     pool._update_placement()

@@ -29,7 +29,8 @@ def _pool():
     pool = WorkerPool(settings, Metrics(), 8)
     worker = pool.workers[0]
     front_end, worker_end = Pipe()
-    worker.conn, worker.ready = front_end, asyncio.get_running_loop().create_future()
+    worker.attach(front_end)
+    worker.ready = asyncio.get_running_loop().create_future()
     pool._handle(worker, Ready({"models": {KEY: {}}}))
     return pool, worker, worker_end
 
