@@ -12,7 +12,7 @@ import time
 
 from service.front.cache import ResponseCache
 from service.front.config import ServerConfig
-from service.front.metrics import Metrics
+from service.front.metrics import Metrics, observe_all
 from service.front.pool import WorkerPool
 from service.front.registry import Models, default_models
 from service.front.versions import version_order
@@ -256,9 +256,8 @@ class Front:
         first = min((t.first_token_at for t in timings if t.first_token_at), default=0.0)
         if first:
             self.metrics.time_to_first_token.labels(*labels).observe(first - received)
-        itl = self.metrics.inter_token_latency.labels(*labels)
-        for gap in (gap for t in timings for gap in t.gaps):
-            itl.observe(gap)
+        gaps = [gap for t in timings for gap in t.gaps]
+        observe_all(self.metrics.inter_token_latency.labels(*labels), gaps)
 
 
 def _takes(given: str, codes: tuple[str, ...]) -> bool:

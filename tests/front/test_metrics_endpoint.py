@@ -8,10 +8,11 @@ import ssl
 import urllib.request
 
 import pytest
+from prometheus_client import generate_latest
 
 from service.front.config import ServerConfig
 from service.front.fronts import MergedRegistry
-from service.front.metrics import Metrics, serve_metrics
+from service.front.metrics import Metrics, observe_all, serve_metrics
 from service.runtime.errors import Unavailable
 
 
@@ -169,3 +170,39 @@ def test_a_basic_auth_file_not_in_utf8_is_named_in_one_line(tmp_path):
     config = ServerConfig(metrics_listen="127.0.0.1:0", metrics_basic_auth_file=latin)
     with pytest.raises(InvalidArgument, match=f"metrics_basic_auth_file {latin}: 'utf-8' codec"):
         serve_metrics(config, Metrics().registry)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        [0.0004, 0.0005, 0.0005001, 0.003, 0.003, 0.7, 299.0, 301.0, 1e9, -1.0, 0.0],
+        [0.004] * 29,
+        [],
+        [float("nan"), 0.01],
+    ],
+)
+def test_observing_a_request_s_gaps_at_once_exposes_what_one_at_a_time_does(values):
+    """`observe_all` (a request's token gaps in one go) against `observe` of each value: the
+    same buckets (a value on a bound counted in it), count and sum in the exposition, for the
+    seconds and the rows buckets, beside what was there before (the sum added up in another
+    order: equal to rounding)."""
+    one, many = Metrics(), Metrics()
+    for metrics in (one, many):
+        metrics.inter_token_latency.labels("translator", "Translate").observe(0.02)
+        metrics.batch_rows.labels("translator").observe(300)
+    for value in values:
+        one.inter_token_latency.labels("translator", "Translate").observe(value)
+        one.batch_rows.labels("translator").observe(value * 1000)
+    observe_all(many.inter_token_latency.labels("translator", "Translate"), values)
+    observe_all(many.batch_rows.labels("translator"), [v * 1000 for v in values])
+
+    def exposed(metrics, sums: bool):
+        lines = generate_latest(metrics.registry).decode().splitlines()
+        lines = [line for line in lines if "_created" not in line]
+        return [line for line in lines if ("_sum{" in line) == sums]
+
+    assert exposed(many, sums=False) == exposed(one, sums=False)
+    assert any("inter_token_latency_seconds_count" in line for line in exposed(many, False))
+    sums = [[float(line.rpartition(" ")[2]) for line in exposed(m, True)] for m in (one, many)]
+    assert len(sums[1]) == 2
+    assert sums[1] == pytest.approx(sums[0], rel=1e-12, nan_ok=True)
