@@ -1,7 +1,7 @@
 """The scheduler's own work per step, the engine left out: N one-input jobs stepped.
 
     python -m bench.scheduler_step [--jobs 256] [--beam 1] [--beam-jobs 0] [--steps 200]
-        [--rounds 3]
+        [--rounds 3] [--ending MAX_LENGTH]
 
 `Scheduler.iterate` over a batch whose search step returns random candidates at once, so what
 is timed is the per-job bookkeeping a busy GPU worker does around every decoder step (a row's
@@ -9,6 +9,12 @@ token appended, its end checked, the kept rows' index built; with `--beam` above
 a beam search: its rows' candidates ranked and its beams chosen; `--beam-jobs` puts a few
 beam jobs beside the others, a batch of mixed traffic). Prints the best round's ms per step
 and us per job.
+
+With `--ending`, `--jobs` greedy rows are kept full by a closed loop of jobs that end after
+between half of MAX_LENGTH and MAX_LENGTH tokens, each replaced as it ends (a busy server's
+traffic): what a job costs the scheduler from its submission to its result (queued,
+admitted, joined, stepped, its hypothesis and timings built, its row let go), over `--steps`
+steps. Prints the best round's ms per step, us per finished job and jobs ended a step.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ import numpy as np
 from service.runtime.decoding import DecodingOptions
 from service.runtime.search import Candidates
 from service.runtime.tensors import EncoderOutput, Launch
-from service.worker.messages import Job
+from service.worker.messages import Job, Result
 from service.worker.scheduler import Scheduler
 
 BEAM_JOB = 4  # the beam of --beam-jobs
@@ -97,6 +103,41 @@ def per_step_seconds(jobs: int, steps: int, beam: int = 1, beam_jobs: int = 0) -
     return (time.perf_counter() - start) / steps
 
 
+def per_job_seconds(rows: int, steps: int, max_length: int) -> tuple[float, float]:
+    """`rows` greedy rows kept full by jobs of between max_length // 2 and max_length tokens
+    -> (seconds a step, seconds a finished job), over `steps` steps."""
+    scheduler = Scheduler(_NoEngine(), max_rows=rows, batch=InstantBatch(rows, 2))
+    lengths = range(max(1, max_length // 2), max_length + 1)
+    x = np.zeros((1, 1), np.int64)
+    submitted = finished = 0
+
+    def fill() -> None:
+        nonlocal submitted
+        while submitted - finished < rows:  # each job's length in turn over the range
+            options = DecodingOptions(max_length=lengths[submitted * 7 % len(lengths)])
+            scheduler.submit(Job(submitted, {"x": x}, options))
+            submitted += 1
+
+    def taken() -> int:
+        ended = sum(isinstance(event, Result) for event in scheduler.events)
+        scheduler.events.clear()
+        return ended
+
+    for _ in range(max_length):  # into the steady state: the first jobs ended, others joined
+        fill()
+        scheduler.iterate()
+        finished += taken()
+    counted, start = finished, time.perf_counter()
+    for _ in range(steps):
+        fill()
+        scheduler.iterate()
+        finished += taken()
+    seconds = time.perf_counter() - start
+    if finished == counted:
+        raise RuntimeError(f"no job ended in {steps} steps of jobs up to {max_length} tokens")
+    return seconds / steps, seconds / (finished - counted)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=256)
@@ -106,7 +147,22 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--ending",
+        type=int,
+        metavar="MAX_LENGTH",
+        help="greedy jobs of up to this many tokens end and are replaced: us per finished job",
+    )
     args = parser.parse_args(argv)
+    if args.ending:
+        runs = [per_job_seconds(args.jobs, args.steps, args.ending) for _ in range(args.rounds)]
+        step, job = min(runs)
+        print(
+            f"{args.jobs} rows, jobs of {max(1, args.ending // 2)}-{args.ending} tokens: "
+            f"{step * 1e3:.3f} ms per step, {job * 1e6:.2f} us per finished job "
+            f"({step / job:.2f} jobs a step)"
+        )
+        return 0
     best = min(
         per_step_seconds(args.jobs, args.steps, args.beam, args.beam_jobs)
         for _ in range(args.rounds)
