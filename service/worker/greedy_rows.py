@@ -56,7 +56,7 @@ class GreedyRows:
         tokens = self.tokens[lane, :steps].tolist()
         log_probs = self.log_probs[lane, :steps]
         ended = steps > 0 and tokens[-1] == self.eos
-        total = float(np.sum(log_probs))
+        total = float(log_probs.sum())  # np.sum's reduction, as GreedySearch's
         return Hypothesis(
             tokens=tokens[:-1] if ended else tokens,
             log_prob=total,

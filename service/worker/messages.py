@@ -11,6 +11,7 @@ Each is pickled over the worker's pipe.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -33,11 +34,13 @@ class Job:
     keep_log_probs: bool = False
     controls: InputControls | None = None  # each input's step limit and forced start
 
-    @property
+    # read several times a job on both sides: computed once (kept beside the fields, which
+    # a frozen dataclass allows; not compared, and a `replace` computes them again)
+    @cached_property
     def inputs(self) -> int:
         return len(next(iter(self.encoder_inputs.values())))
 
-    @property
+    @cached_property
     def rows(self) -> int:
         """Batch rows the job takes at its start: one per hypothesis searched."""
         return self.inputs * self.options.copies

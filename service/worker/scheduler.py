@@ -795,7 +795,7 @@ class Scheduler:
         if request.search is None:
             end = first + max(int(self.greedy.steps[request.owner]), 1)
         times = self._times[first:end]
-        gaps = np.diff(times).tolist()
+        gaps = [later - earlier for earlier, later in itertools.pairwise(times)]
         timings = Timings(request.queued_at, request.admitted_at, times[0], now, gaps)
         self._release(request)
         request.end(RequestStatus.FINISHED, FinishReason.DONE)
