@@ -220,11 +220,13 @@ class Metrics:
 
     def observe_worker_stats(self, model: str, stats) -> None:
         """Adds a worker's `scheduler.Stats` report."""
-        observe_all(self.encoder_duration.labels(model), stats.encoder_seconds)
+        if stats.encoder_seconds:  # a model's series appear with its first run
+            observe_all(self.encoder_duration.labels(model), stats.encoder_seconds)
         if len(stats.step_seconds) != len(stats.step_rows):
             raise ValueError("a report's step times and rows differ in number")
-        observe_all(self.decode_step_duration.labels(model), stats.step_seconds)
-        observe_all(self.batch_rows.labels(model), stats.step_rows)
+        if stats.step_seconds:
+            observe_all(self.decode_step_duration.labels(model), stats.step_seconds)
+            observe_all(self.batch_rows.labels(model), stats.step_rows)
         if stats.tokens:
             self.generated_tokens.labels(model).inc(stats.tokens)
         for phase, seconds in stats.loop_seconds.items():
