@@ -21,15 +21,11 @@ def test_jobs_that_end_are_replaced_and_each_one_s_cost_is_counted(capsys):
     """--ending: rows kept full by jobs of up to N tokens; as many jobs end a step as the
     rows over the jobs' mean length."""
     step, job = scheduler_step.per_job_seconds(rows=16, steps=60, max_length=8)
-    assert 0 < step and 0 < job
+    assert step > 0 and job > 0
     ended = step / job  # jobs of 4 to 8 tokens, 6 on average: 16 rows end 2.67 a step
     assert 16 / 8 <= ended <= 16 / 4, ended
-    assert (
-        scheduler_step.main(["--jobs", "16", "--ending", "8", "--steps", "60", "--rounds", "1"])
-        == 0
-    )
+    argv = ["--jobs", "16", "--ending", "8", "--steps", "60", "--rounds", "1"]
+    assert scheduler_step.main(argv) == 0
     line = capsys.readouterr().out.strip()
-    assert re.fullmatch(
-        r"16 rows, jobs of 4-8 tokens: [0-9.]+ ms per step, [0-9.]+ us per finished job \([0-9.]+ jobs a step\)",
-        line,
-    ), line
+    shape = r"16 rows, jobs of 4-8 tokens: [0-9.]+ ms per step, [0-9.]+ us per finished job "
+    assert re.fullmatch(shape + r"\([0-9.]+ jobs a step\)", line), line
