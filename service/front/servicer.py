@@ -209,7 +209,10 @@ class ModelServicer:
                 decode = prepared.subset(missing) if len(missing) < len(results) else prepared
                 async with self._submitted(labels[1], model, decode, context, received) as tasks:
                     front.cache.missed(labels[0], sum(keys[i] is not None for i in missing))
-                    events = await asyncio.gather(*tasks)
+                    # one job (most calls): its task awaited alone, without gather's own
+                    # future and callbacks; cancelling the call cancels the task either way
+                    one = len(tasks) == 1
+                    events = [await tasks[0]] if one else await asyncio.gather(*tasks)
                 front.observe(labels, received, [event.timings for event in events])
                 decoded = [nbest for event in events for nbest in event.results]
                 for i, nbest in zip(missing, decoded, strict=True):

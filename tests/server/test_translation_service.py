@@ -241,15 +241,18 @@ def _settled_rows(server) -> float:
     ) and server.value("attnserve_batch_rows_in_use")
 
 
-def test_deadline_exceeded_frees_the_batch_rows(server):
+@pytest.mark.parametrize("texts", [LONG_TEXTS, LONG_TEXTS[:1]], ids=["jobs", "one job"])
+def test_deadline_exceeded_frees_the_batch_rows(server, texts):
+    """A unary call past its deadline: its jobs' rows go free, those of several texts (their
+    tasks gathered) and the one of a single text (its task awaited alone)."""
     tokens_before = server.value("attnserve_generated_tokens_total")
     started = time.monotonic()
-    error = rpc_error(lambda: client.translate(server.channel, LONG_TEXTS, timeout=0.4, **LONG))
+    error = rpc_error(lambda: client.translate(server.channel, texts, timeout=0.4, **LONG))
     assert error.code() == grpc.StatusCode.DEADLINE_EXCEEDED
     assert _settled_rows(server) == 0
     freed_after = time.monotonic() - started
     generated = server.value("attnserve_generated_tokens_total") - tokens_before
-    full = len(LONG_TEXTS) * LONG["num_hypotheses"] * LONG["max_length"]
+    full = len(texts) * LONG["num_hypotheses"] * LONG["max_length"]
     assert 0 < generated < full / 2, (generated, full, freed_after)
     server.wait_for(
         lambda: server.value("attnserve_request_duration_seconds_count", code="DEADLINE_EXCEEDED"),
@@ -269,6 +272,32 @@ def test_client_cancel_frees_the_batch_rows(server):
     assert 0 < generated < LONG["num_hypotheses"] * LONG["max_length"] / 2
     server.wait_for(
         lambda: server.value("attnserve_request_duration_seconds_count", code="CANCELLED"),
+        what="the call counted as CANCELLED",
+    )
+
+
+def test_a_unary_call_of_one_job_cancelled_by_its_client_frees_its_rows(server):
+    """A unary call of one text (its job's task awaited alone, not gathered) that the client
+    cancels mid-decode: the job stops at its next step, its rows go free, and the call counts
+    as CANCELLED."""
+    from service.wire.v1 import translation_pb2_grpc
+
+    stub = translation_pb2_grpc.TranslationServiceStub(server.channel)
+    cancelled = server.value("attnserve_request_duration_seconds_count", code="CANCELLED")
+    tokens_before = server.value("attnserve_generated_tokens_total")
+    request = translation_pb2.TranslateRequest(
+        texts=LONG_TEXTS[:1], options=client.decoding_options(**LONG)
+    )
+    call = stub.Translate.future(request, timeout=60)
+    server.wait_for(lambda: server.value("attnserve_batch_rows_in_use") == 16, what="running")
+    assert call.cancel()
+    assert _settled_rows(server) == 0
+    generated = server.value("attnserve_generated_tokens_total") - tokens_before
+    assert 0 < generated < LONG["num_hypotheses"] * LONG["max_length"] / 2
+    server.wait_for(
+        lambda: (
+            server.value("attnserve_request_duration_seconds_count", code="CANCELLED") > cancelled
+        ),
         what="the call counted as CANCELLED",
     )
 
