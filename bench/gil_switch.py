@@ -33,12 +33,11 @@ import numpy as np
 
 from bench.lib.paths import REPOSITORY
 from bench.profile_scheduler import random_translator
-from bench.scheduler_step import InstantBatch
+from bench.scheduler_step import ClosedLoop, InstantBatch
 from service.runtime.batching import source_batch
-from service.runtime.decoding import DecodingOptions
 from service.runtime.onnx_engine import OnnxEngine
 from service.runtime.repository import verify
-from service.worker.messages import Admitted, Job, Result
+from service.worker.messages import Admitted
 from service.worker.scheduler import Scheduler
 
 SOURCE = [[17, 250, 31, 980, 44, 3011, 12, 5]]  # one sentence's ids: the encoder's input
@@ -53,26 +52,13 @@ def measure(engine, rows: int, seconds: float, max_length: int, run_seconds: flo
         encoder_thread=True,
     )
     src_ids, src_mask = source_batch(SOURCE, 512)
-    lengths = range(max(1, max_length // 2), max_length + 1)
-    submitted = done = 0
+    loop = ClosedLoop(scheduler, rows, max_length, {"src_ids": src_ids, "src_mask": src_mask})
     waits: list[float] = []
     try:
         end = time.monotonic() + seconds
         started, steps_from = time.monotonic(), scheduler.stats.tokens
         while time.monotonic() < end:
-            while submitted - done < rows:
-                options = DecodingOptions(max_length=lengths[submitted * 7 % len(lengths)])
-                scheduler.submit(
-                    Job(submitted, {"src_ids": src_ids, "src_mask": src_mask}, options)
-                )
-                submitted += 1
-            scheduler.iterate()
-            for event in scheduler.events:
-                if isinstance(event, Result):
-                    done += 1
-                elif isinstance(event, Admitted):
-                    waits.append(event.waited)
-            scheduler.events.clear()
+            waits += [e.waited for e in loop.iterate() if isinstance(e, Admitted)]
         elapsed = time.monotonic() - started
     finally:
         scheduler.close()
@@ -80,7 +66,7 @@ def measure(engine, rows: int, seconds: float, max_length: int, run_seconds: flo
     steps = len(scheduler.stats.step_seconds)
     return {
         "steps_per_second": steps / elapsed,
-        "jobs_per_second": done / elapsed,
+        "jobs_per_second": loop.finished / elapsed,
         "tokens": scheduler.stats.tokens - steps_from,
         "admission_rounds": len(rounds),
         "round_ms_mean": 1e3 * statistics.fmean(rounds) if rounds else None,

@@ -103,39 +103,43 @@ def per_step_seconds(jobs: int, steps: int, beam: int = 1, beam_jobs: int = 0) -
     return (time.perf_counter() - start) / steps
 
 
+class ClosedLoop:
+    """Keeps `rows` greedy jobs in `scheduler`, each one that ends replaced by the next: a
+    busy server's traffic. Every job takes `inputs` (its encoder inputs); their most tokens
+    go over max_length // 2 to max_length in a scattered order."""
+
+    def __init__(self, scheduler: Scheduler, rows: int, max_length: int, inputs: dict):
+        self.scheduler, self.rows, self.inputs = scheduler, rows, inputs
+        self.lengths = range(max(1, max_length // 2), max_length + 1)
+        self.submitted = self.finished = 0
+
+    def iterate(self) -> list:
+        """The scheduler topped up to `rows` jobs and iterated once -> its events."""
+        scheduler, lengths = self.scheduler, self.lengths
+        while self.submitted - self.finished < self.rows:
+            options = DecodingOptions(max_length=lengths[self.submitted * 7 % len(lengths)])
+            scheduler.submit(Job(self.submitted, self.inputs, options))
+            self.submitted += 1
+        scheduler.iterate()
+        events, scheduler.events = scheduler.events, []
+        self.finished += sum(isinstance(event, Result) for event in events)
+        return events
+
+
 def per_job_seconds(rows: int, steps: int, max_length: int) -> tuple[float, float]:
     """`rows` greedy rows kept full by jobs of between max_length // 2 and max_length tokens
     -> (seconds a step, seconds a finished job), over `steps` steps."""
     scheduler = Scheduler(_NoEngine(), max_rows=rows, batch=InstantBatch(rows, 2))
-    lengths = range(max(1, max_length // 2), max_length + 1)
-    x = np.zeros((1, 1), np.int64)
-    submitted = finished = 0
-
-    def fill() -> None:
-        nonlocal submitted
-        while submitted - finished < rows:  # each job's length in turn over the range
-            options = DecodingOptions(max_length=lengths[submitted * 7 % len(lengths)])
-            scheduler.submit(Job(submitted, {"x": x}, options))
-            submitted += 1
-
-    def taken() -> int:
-        ended = sum(isinstance(event, Result) for event in scheduler.events)
-        scheduler.events.clear()
-        return ended
-
+    loop = ClosedLoop(scheduler, rows, max_length, {"x": np.zeros((1, 1), np.int64)})
     for _ in range(max_length):  # into the steady state: the first jobs ended, others joined
-        fill()
-        scheduler.iterate()
-        finished += taken()
-    counted, start = finished, time.perf_counter()
+        loop.iterate()
+    counted, start = loop.finished, time.perf_counter()
     for _ in range(steps):
-        fill()
-        scheduler.iterate()
-        finished += taken()
+        loop.iterate()
     seconds = time.perf_counter() - start
-    if finished == counted:
+    if loop.finished == counted:
         raise RuntimeError(f"no job ended in {steps} steps of jobs up to {max_length} tokens")
-    return seconds / steps, seconds / (finished - counted)
+    return seconds / steps, seconds / (loop.finished - counted)
 
 
 def main(argv=None) -> int:
