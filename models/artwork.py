@@ -18,9 +18,12 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import tarfile
+import tempfile
+import threading
 import unicodedata
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -36,6 +39,7 @@ MIN_ALPHA = 16  # a pixel is visible above this alpha
 UNASSIGNED = 0x10FFFD  # a code point no font draws: its picture is the font's missing glyph
 DEBIAN_PACKAGES = ("fonts-noto-color-emoji", "fonts-symbola", "unicode-cldr-core", "librsvg2-bin")
 NPM_CACHE = Path(__file__).resolve().parents[1] / "data" / "npm"
+_FETCHING = threading.Lock()  # one `npm pack` at a time in this process
 
 
 @dataclass(frozen=True)
@@ -52,19 +56,24 @@ class NpmPackage:
         return f"{self.name}@{self.version}"
 
     def tarball(self, cache: Path = NPM_CACHE) -> Path:
-        """The package's tarball in `cache`, fetched by `npm pack` when missing."""
+        """The package's tarball in `cache`, fetched by `npm pack` when missing. Threads that
+        ask at once fetch it once; the file appears whole or not at all (packed beside it,
+        then renamed), so no reader sees a tarball still being written."""
         path = cache / f"{self.name.lstrip('@').replace('/', '-')}-{self.version}.tgz"
-        if not path.exists():
-            if shutil.which("npm") is None:
-                raise RuntimeError(
-                    f"npm is needed to fetch {self.spec} (./dev.sh setup installs it)"
-                )
-            cache.mkdir(parents=True, exist_ok=True)
-            subprocess.run(
-                ["npm", "pack", self.spec, "--silent", "--pack-destination", str(cache)],
-                check=True,
-                capture_output=True,
-            )
+        with _FETCHING:
+            if not path.exists():
+                if shutil.which("npm") is None:
+                    raise RuntimeError(
+                        f"npm is needed to fetch {self.spec} (./dev.sh setup installs it)"
+                    )
+                cache.mkdir(parents=True, exist_ok=True)
+                with tempfile.TemporaryDirectory(dir=cache, prefix=".packing-") as packing:
+                    subprocess.run(
+                        ["npm", "pack", self.spec, "--silent", "--pack-destination", packing],
+                        check=True,
+                        capture_output=True,
+                    )
+                    os.replace(Path(packing) / path.name, path)
         digest = base64.b64encode(hashlib.sha512(path.read_bytes()).digest()).decode()
         if f"sha512-{digest}" != self.integrity:
             raise RuntimeError(f"{path}: not the pinned {self.spec} (integrity differs)")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 import numpy as np
@@ -118,6 +120,37 @@ def test_a_package_that_is_not_the_pinned_one_is_refused(tmp_path):
     path.write_bytes(TWEMOJI.tarball().read_bytes())
     with pytest.raises(RuntimeError, match="integrity differs"):
         NpmPackage.tarball(fake, tmp_path)
+
+
+def test_threads_that_ask_for_a_missing_tarball_at_once_fetch_it_once_and_whole(
+    tmp_path, monkeypatch
+):
+    # A stand-in `npm` that writes the tarball in two halves with a pause between them and
+    # counts its runs: a reader that saw the half-written file, or a second pack that
+    # truncated it under a reader, would fail the integrity check or the read.
+    whole = tmp_path / "whole.tgz"
+    whole.write_bytes(TWEMOJI.tarball().read_bytes())
+    runs = tmp_path / "runs"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    npm = bin_dir / "npm"
+    npm.write_text(
+        "#!/usr/bin/env python3\n"
+        "import sys, time\n"
+        f"open({str(runs)!r}, 'a').write('pack\\n')\n"
+        f"data = open({str(whole)!r}, 'rb').read()\n"
+        "out = open(sys.argv[-1] + '/twemoji-svg-15.0.0.tgz', 'wb')\n"
+        "out.write(data[: len(data) // 2]); out.flush(); time.sleep(0.5)\n"
+        "out.write(data[len(data) // 2 :]); out.close()\n"
+    )
+    npm.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    cache = tmp_path / "cache"
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        paths = list(pool.map(lambda _: TWEMOJI.tarball(cache), range(4)))
+    assert {p.read_bytes() for p in paths} == {whole.read_bytes()}
+    assert runs.read_text() == "pack\n"
+    assert [p.name for p in cache.iterdir()] == ["twemoji-svg-15.0.0.tgz"]
 
 
 def test_looks_keep_the_picture_recognisable_and_are_reproducible():
