@@ -2,7 +2,8 @@
 # The project's two entry points on a fresh Debian machine (as root, or with sudo):
 #   ./dev.sh serve  install what is missing, build the model repository from the bundled
 #                   checkpoint, serve it over gRPC and answer a first request (Ctrl-C stops)
-#   ./dev.sh test   install what is missing, then lint and run the whole test suite
+#   ./dev.sh test   install what is missing, build the model repository, then lint and run
+#                   the whole test suite
 #   ./dev.sh stack  build the images and run the compose stack in podman (tests marked stack)
 #   ./dev.sh repository  build the model repository the images copy in (data/repository)
 # Where nvidia-smi lists an NVIDIA GPU, the server's onnxruntime is onnxruntime-gpu and the
@@ -193,6 +194,7 @@ case "${1:-}" in
     ;;
   test)
     setup
+    build_repository  # the suite tests the served translator version (tests/conftest.py)
     "$PYTHON" -m ruff check .
     "$PYTHON" -m ruff format --check .
     (cd protos && buf lint)

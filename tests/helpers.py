@@ -23,6 +23,7 @@ from service.runtime import documents
 ROOT = Path(__file__).resolve().parents[1]
 TRANSLATOR_DATA = ROOT / "data" / "translator"
 CAPTIONER_DATA = ROOT / "data" / "captioner"
+BUILT_REPOSITORY = ROOT / "data" / "repository"  # `./dev.sh repository` (and `test`) builds it
 PROMETHEUS_DIR = ROOT / "deploy" / "prometheus"
 PROMETHEUS_CONFIG = PROMETHEUS_DIR / "prometheus.yml"
 # a translation long enough that a request lasts seconds unless something stops it: 4 texts x
