@@ -47,23 +47,23 @@ def test_sentences(translator_data) -> list[str]:
     return [s for s in spanish if len(split_text(s).sentences) == 1][:12]
 
 
-def _built_translator() -> Path | None:
-    """The shipped translator's version in the model repository `./dev.sh` builds before the
-    suite (data/repository/translator/1: fp32 and int8 built op by op, certified on
-    MIN_SENTENCES sentences of every test part), where it is current: made from the shipped
-    checkpoint by this graph builder's revision, certified as passed, and after the last
-    change to the code that exports, certifies and decodes it. None otherwise."""
+def _built_version(model: str, version: str, checkpoint: Path) -> Path | None:
+    """A shipped checkpoint's version in the model repository `./dev.sh` builds before the
+    suite (data/repository/MODEL/VERSION: fp32 and int8 built op by op, certified on
+    MIN_SENTENCES inputs of every test part), where it is current: made from `checkpoint` by
+    this graph builder's revision, certified as passed, and after the last change to the code
+    that exports, certifies and decodes it. None otherwise."""
     from export.builder import REVISION
     from models.checkpoint import WEIGHTS
     from service.runtime.repository import GOLDEN, ModelRepositoryError, sha256, verify
 
-    directory = BUILT_REPOSITORY / "translator" / "1"
+    directory = BUILT_REPOSITORY / model / version
     try:
         manifest = verify(directory).manifest
     except (ModelRepositoryError, OSError):
         return None
     current = (
-        manifest.get("source", {}).get("sha256") == sha256(SHIPPED_TRANSLATOR / WEIGHTS)
+        manifest.get("source", {}).get("sha256") == sha256(checkpoint / WEIGHTS)
         and manifest.get("graphs_made") == {"fp32": "built", "int8": "built"}
         and manifest.get("graphs_revision") == REVISION
         and manifest.get("parity", {}).get("passed") is True
@@ -78,11 +78,22 @@ def _built_translator() -> Path | None:
     return directory if current and max(p.stat().st_mtime for p in code) < made else None
 
 
+def _copied(built: Path, root: Path):
+    """(ModelVersion, certificate) of a copy of the built version `built` under `root` (no
+    test changes the served one)."""
+    from service.runtime.repository import verify
+
+    directory = root / built.parent.name / built.name
+    shutil.copytree(built, directory)
+    model_version = verify(directory)
+    return model_version, model_version.manifest["parity"]
+
+
 @pytest.fixture(scope="session")
 def exported_translator(tmp_path_factory, translator_data):
     """(ModelVersion, certificate) of the shipped translator, fp32 and int8: a copy of the
-    version `./dev.sh` built where it is current (`_built_translator`), else exported and
-    certified here on MIN_SENTENCES test sentences (a copy: no test changes the served one)."""
+    version `./dev.sh` built where it is current (`_built_version`), else exported as version 1
+    and certified here on MIN_SENTENCES test sentences."""
     from export.certify import MIN_SENTENCES, certify
     from export.decode_parity import ParityInputs
     from export.repository import write_version
@@ -90,12 +101,11 @@ def exported_translator(tmp_path_factory, translator_data):
     from models.corpus import read_split
     from service.runtime.repository import sha256, verify
 
-    directory = tmp_path_factory.mktemp("repository") / "translator" / "1"
-    built = _built_translator()
+    root = tmp_path_factory.mktemp("repository")
+    built = _built_version("translator", "1", SHIPPED_TRANSLATOR)
     if built is not None:
-        shutil.copytree(built, directory)
-        model_version = verify(directory)
-        return model_version, model_version.manifest["parity"]
+        return _copied(built, root)
+    directory = root / "translator" / "1"
     model, tokenizer = load_checkpoint(SHIPPED_TRANSLATOR)
     source = {"checkpoint": str(SHIPPED_TRANSLATOR), "sha256": sha256(SHIPPED_TRANSLATOR / WEIGHTS)}
     model_version = write_version(
@@ -133,16 +143,22 @@ def small_captioner_data(tmp_path_factory) -> tuple[Path, dict]:
 
 @pytest.fixture(scope="session")
 def exported_captioner(tmp_path_factory, captioner_data):
-    """(ModelVersion, certificate) of the shipped captioner, fp32 and int8, certified on
-    MIN_SENTENCES test images spread over the test parts (int8 on the whole test split)."""
+    """(ModelVersion, certificate) of the shipped captioner, fp32 and int8: a copy of the
+    version `./dev.sh` built and serves (2) where it is current, else exported as version 1
+    and certified here on MIN_SENTENCES test images spread over the test parts (int8 on the
+    whole test split)."""
     from export.certify import MIN_SENTENCES, certify
     from export.commands import parity_inputs
     from export.repository import write_version
     from models.checkpoint import WEIGHTS, checkpoint_grammar, load_checkpoint
     from service.runtime.repository import sha256, verify
 
+    root = tmp_path_factory.mktemp("repository")
+    built = _built_version("captioner", "2", SHIPPED_CAPTIONER)
+    if built is not None:
+        return _copied(built, root)
     model, tokenizer = load_checkpoint(SHIPPED_CAPTIONER)
-    directory = tmp_path_factory.mktemp("repository") / "captioner" / "1"
+    directory = root / "captioner" / "1"
     source = {"checkpoint": str(SHIPPED_CAPTIONER), "sha256": sha256(SHIPPED_CAPTIONER / WEIGHTS)}
     grammar = checkpoint_grammar(SHIPPED_CAPTIONER, tokenizer)
     model_version = write_version(

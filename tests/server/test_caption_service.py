@@ -59,14 +59,16 @@ def reference():
 
 
 @pytest.mark.parametrize("search", sorted(SEARCHES))
-def test_captions_equal_the_pytorch_reference(server, scenes, reference, search):
+def test_captions_equal_the_pytorch_reference(
+    server, scenes, reference, search, exported_captioner
+):
     from service.runtime.captioning import caption_images
 
     options, fields = SEARCHES[search]
     response = client.caption(server.channel, [png(s) for s in scenes], timeout=60, **fields)
     engine, tokenizer = reference
     expected = caption_images(engine, scenes, options)
-    assert (response.model, response.version) == ("captioner", "1")
+    assert (response.model, response.version) == ("captioner", exported_captioner[0].version)
     assert len(response.captions) == len(scenes)
     for caption, nbest in zip(response.captions, expected, strict=True):
         assert (caption.image_width, caption.image_height) == (96, 96)
