@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 from pathlib import Path
@@ -47,35 +48,55 @@ def test_sentences(translator_data) -> list[str]:
     return [s for s in spanish if len(split_text(s).sentences) == 1][:12]
 
 
-def _built_version(model: str, version: str, checkpoint: Path) -> Path | None:
-    """A shipped checkpoint's version in the model repository `./dev.sh` builds before the
-    suite (data/repository/MODEL/VERSION: fp32 and int8 built op by op, certified on
-    MIN_SENTENCES inputs of every test part), where it is current: made from `checkpoint` by
-    this graph builder's revision, certified as passed, and after the last change to the code
-    that exports, certifies and decodes it. None otherwise."""
-    from export.builder import REVISION
-    from models.checkpoint import WEIGHTS
-    from service.runtime.repository import GOLDEN, ModelRepositoryError, sha256, verify
-
-    directory = BUILT_REPOSITORY / model / version
-    try:
-        manifest = verify(directory).manifest
-    except (ModelRepositoryError, OSError):
-        return None
-    current = (
-        manifest.get("source", {}).get("sha256") == sha256(checkpoint / WEIGHTS)
-        and manifest.get("graphs_made") == {"fp32": "built", "int8": "built"}
-        and manifest.get("graphs_revision") == REVISION
-        and manifest.get("parity", {}).get("passed") is True
-    )
-    code = [
-        path
+@functools.cache
+def _code_changed() -> float:
+    """When the code that exports, certifies and decodes a version last changed: the newest
+    module of export/, models/ and service/ (the generated wire aside, made again by each
+    set-up)."""
+    return max(
+        path.stat().st_mtime
         for package in ("export", "models", "service")
         for path in (ROOT / package).rglob("*.py")
-        if "wire" not in path.relative_to(ROOT).parts  # generated again by each set-up
-    ]
-    made = (directory / GOLDEN).stat().st_mtime
-    return directory if current and max(p.stat().st_mtime for p in code) < made else None
+        if "wire" not in path.relative_to(ROOT).parts
+    )
+
+
+def _built_version(model: str, checkpoint: Path) -> Path | None:
+    """The version of `model` made from the shipped `checkpoint` in the model repository
+    `./dev.sh` builds before the suite (data/repository/MODEL/N: fp32 and int8 built op by op,
+    certified on MIN_SENTENCES inputs of every test part), where it is current: made by this
+    graph builder's revision, certified as passed, and after the code last changed. None
+    otherwise."""
+    from export.builder import REVISION
+    from models.checkpoint import WEIGHTS
+    from service.runtime.repository import (
+        GOLDEN,
+        ModelRepositoryError,
+        manifests,
+        read_manifest,
+        sha256,
+        verify,
+    )
+
+    weights = sha256(checkpoint / WEIGHTS)
+    for path in manifests(BUILT_REPOSITORY):
+        directory = path.parent
+        try:  # its files hashed only where it was made from the checkpoint
+            if directory.parent.name != model or (
+                read_manifest(directory).get("source", {}).get("sha256") != weights
+            ):
+                continue
+            manifest = verify(directory).manifest
+        except (ModelRepositoryError, OSError):
+            continue
+        if (
+            manifest.get("graphs_made") == {"fp32": "built", "int8": "built"}
+            and manifest.get("graphs_revision") == REVISION
+            and manifest.get("parity", {}).get("passed") is True
+            and _code_changed() < (directory / GOLDEN).stat().st_mtime
+        ):
+            return directory
+    return None
 
 
 def _copied(built: Path, root: Path):
@@ -102,7 +123,7 @@ def exported_translator(tmp_path_factory, translator_data):
     from service.runtime.repository import sha256, verify
 
     root = tmp_path_factory.mktemp("repository")
-    built = _built_version("translator", "1", SHIPPED_TRANSLATOR)
+    built = _built_version("translator", SHIPPED_TRANSLATOR)
     if built is not None:
         return _copied(built, root)
     directory = root / "translator" / "1"
@@ -144,7 +165,8 @@ def small_captioner_data(tmp_path_factory) -> tuple[Path, dict]:
 @pytest.fixture(scope="session")
 def exported_captioner(tmp_path_factory, captioner_data):
     """(ModelVersion, certificate) of the shipped captioner, fp32 and int8: a copy of the
-    version `./dev.sh` built and serves (2) where it is current, else exported as version 1
+    version `./dev.sh` built and serves where it is current (`_built_version`: 2, the previous
+    checkpoint being 1), else exported as version 1
     and certified here on MIN_SENTENCES test images spread over the test parts (int8 on the
     whole test split)."""
     from export.certify import MIN_SENTENCES, certify
@@ -154,7 +176,7 @@ def exported_captioner(tmp_path_factory, captioner_data):
     from service.runtime.repository import sha256, verify
 
     root = tmp_path_factory.mktemp("repository")
-    built = _built_version("captioner", "2", SHIPPED_CAPTIONER)
+    built = _built_version("captioner", SHIPPED_CAPTIONER)
     if built is not None:
         return _copied(built, root)
     model, tokenizer = load_checkpoint(SHIPPED_CAPTIONER)
