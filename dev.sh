@@ -175,6 +175,22 @@ install_stack_tools() {
   "$PYTHON" -m pip install -q --disable-pip-version-check podman-compose
 }
 
+test_workers() {
+  # pytest-xdist workers for the suite: one a core, at most 4 (each holds its own torch,
+  # servers and session fixtures)
+  local cores
+  cores=$(nproc)
+  echo $((cores < 4 ? cores : 4))
+}
+
+run_suite() {
+  # The suite, its modules dealt whole to the workers in the order tests/conftest.py gives
+  # them (the slow ones first); a worker's torch keeps to one thread (OMP_NUM_THREADS, as its
+  # subprocesses do), so that the workers do not contend for the cores they share.
+  OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} "$PYTHON" -m pytest -n "$(test_workers)" --dist loadfile \
+    --no-loadscope-reorder "$@"
+}
+
 setup() {
   install_debian_packages
   install_python_packages
@@ -199,7 +215,7 @@ case "${1:-}" in
     "$PYTHON" -m ruff format --check .
     (cd protos && buf lint)
     lint-imports
-    "$PYTHON" -m pytest "${@:2}"
+    run_suite "${@:2}"
     ;;
   repository)
     setup

@@ -268,9 +268,14 @@ def mixed_repository(exported_translator, hf_models, tmp_path_factory) -> Path:
 
 
 def pytest_collection_modifyitems(config, items):
-    """Tests marked gpu run only where onnxruntime has a CUDA execution provider; tests
+    """Modules that hold a slow test come first, each kept whole and in its order: `./dev.sh
+    test` deals modules out to its workers in this order (pytest-xdist, `--dist loadfile
+    --no-loadscope-reorder`), and a long module dealt last would leave one worker running it
+    alone. Tests marked gpu run only where onnxruntime has a CUDA execution provider; tests
     marked stack (image builds, minutes) only when the marker expression names them
     (`-m stack`, as `./dev.sh stack` does)."""
+    slow = {item.path for item in items if "slow" in item.keywords}
+    items.sort(key=lambda item: item.path not in slow)  # stable: the rest keep their order
     if "stack" not in (config.getoption("markexpr") or ""):
         later = pytest.mark.skip(reason="builds container images: ./dev.sh stack runs it")
         for item in items:

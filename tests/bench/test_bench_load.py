@@ -58,6 +58,7 @@ def _key(level: dict) -> tuple:
     return level["server"], level["load"], value
 
 
+@pytest.mark.slow
 def test_report_describes_the_machine_workload_and_servers(run):
     report, _ = run
     assert {"machine", "settings", "workload", "in_process", "levels", "ratios", "goals"} <= set(

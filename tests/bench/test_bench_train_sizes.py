@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from bench import train_sizes
 from models.shipped import SHIPPED_TRANSLATOR
 
 TOKENIZER = SHIPPED_TRANSLATOR / "tokenizer.model"
 
 
+@pytest.mark.slow
 def test_every_size_is_timed_on_the_same_batches(tmp_path, translator_data, capsys):
     code = train_sizes.main(
         [

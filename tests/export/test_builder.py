@@ -82,6 +82,7 @@ def test_the_built_graphs_are_fused_and_declared_as_the_traced_ones(built):
     assert [i.name for i in in_place.graph.input] == engine.decoder_spec.input_names
 
 
+@pytest.mark.slow
 def test_the_built_graphs_match_pytorch_and_decode_the_same(built):
     model, version = built
     engines = [OnnxEngine(version, "fp32", cache=cache) for cache in ("growing", "in_place")]
@@ -262,6 +263,7 @@ def test_int8_of_the_built_graphs_quantises_every_matmul(built):
 
 
 @pytest.mark.parametrize("strides", [(2, 2, 2, 2), (2, 2, 2, 1)], ids=["grid6", "grid12"])
+@pytest.mark.slow
 def test_the_built_caption_step_matches_pytorch_and_captions_the_same(tmp_path, strides):
     from helpers import SHIPPED_CAPTIONER
 

@@ -43,6 +43,7 @@ def untied(tmp_path_factory, shipped_translator):
     return model, version
 
 
+@pytest.mark.slow
 def test_untied_export_has_no_control_flow_and_names_every_axis(untied):
     _, version = untied
     for variant in ("fp32", "int8"):

@@ -108,6 +108,7 @@ def test_the_byte_bound_holds_for_what_the_entries_really_take():
     assert taken <= cache.max_bytes, taken
 
 
+@pytest.mark.slow
 def test_the_byte_bound_holds_for_the_suppressed_words_an_entry_holds():
     """A request's options are held by its entries' keys, suppressed token sequences with
     them: one-sentence requests that each suppress 256 phrases stay within the bound too.

@@ -141,6 +141,7 @@ def _gif(image: np.ndarray) -> bytes:
     return buffer.getvalue()
 
 
+@pytest.mark.slow
 def test_bad_images_are_refused_by_field_and_nothing_in_flight_is_affected(server, scenes):
     good = png(scenes[0])
     bad = {
@@ -312,6 +313,7 @@ def test_health_reflection_and_metrics_cover_both_services(server, scenes):
     assert json.loads(reply.stdout)["captions"][0]["hypotheses"][0]["text"]
 
 
+@pytest.mark.slow
 def test_a_worker_killed_while_both_models_are_busy(start_server, scenes):
     server = start_server("--workers", "2")
     before = set(server.worker_pids())
@@ -350,6 +352,7 @@ def test_a_worker_killed_while_both_models_are_busy(start_server, scenes):
     assert client.health(server.channel, CAPTION_SERVICE) == "SERVING"
 
 
+@pytest.mark.slow
 def test_drain_lets_calls_of_both_services_finish(start_server, scenes):
     server = start_server("--workers", "1", "--drain-seconds", "60")
     image = png(scenes[0])

@@ -86,6 +86,7 @@ def prometheus(tmp_path, server) -> Iterator[tuple[str, subprocess.Popen]]:
         log.close()
 
 
+@pytest.mark.slow
 def test_prometheus_scrapes_the_live_server_with_the_deployed_config(prometheus, server):
     web, process = prometheus
     target = server.metrics_url.removeprefix("http://").removesuffix("/metrics")
@@ -104,6 +105,7 @@ def test_prometheus_scrapes_the_live_server_with_the_deployed_config(prometheus,
     assert groups == {"attnserve-recording", "attnserve-alerts"}
 
 
+@pytest.mark.slow
 def test_every_dashboard_panel_returns_data_from_the_live_prometheus(prometheus, server):
     import importlib.util
     import threading

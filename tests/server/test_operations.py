@@ -27,6 +27,7 @@ from service.front.config import load_config
 SERVICE = "attnserve.v1.TranslationService"
 
 
+@pytest.mark.slow
 def test_health_is_serving_only_after_warm_up_and_not_serving_on_drain(start_server):
     # a drain long enough for the long call on a slow host (it ends as soon as the call does)
     server = start_server("--workers", "1", "--drain-seconds", "150", wait=False)
@@ -54,6 +55,7 @@ def test_health_is_serving_only_after_warm_up_and_not_serving_on_drain(start_ser
     assert server.process.wait(30) == 0
 
 
+@pytest.mark.slow
 def test_a_drain_under_load_loses_no_call(start_server):
     server = start_server("--workers", "1", "--drain-seconds", "30")
     stop = threading.Event()
@@ -110,6 +112,7 @@ def test_a_drain_cancels_only_the_calls_still_running_at_its_bound(start_server)
     assert "1 calls still in flight after 1 s: cancelling them" in server.log_file.read_text()
 
 
+@pytest.mark.slow
 def test_a_killed_worker_is_replaced_and_its_calls_retried_unseen(start_server):
     server = start_server("--workers", "2")
     before = set(server.worker_pids())
@@ -151,6 +154,7 @@ def test_health_is_not_serving_while_the_only_worker_restarts(start_server):
     assert victim not in server.worker_pids() and len(server.worker_pids()) == 1
 
 
+@pytest.mark.slow
 def test_a_worker_killed_under_load_costs_no_unary_call(start_server):
     server = start_server("--workers", "2")
     stop = threading.Event()
@@ -174,6 +178,7 @@ def test_a_worker_killed_under_load_costs_no_unary_call(start_server):
     assert server.value("attnserve_retried_calls_total", method="Translate") >= 1
 
 
+@pytest.mark.slow
 def test_a_stream_that_sent_events_fails_unavailable_when_its_worker_dies(start_server):
     server = start_server("--workers", "1")
     (victim,) = server.worker_pids()
@@ -192,6 +197,7 @@ def test_a_stream_that_sent_events_fails_unavailable_when_its_worker_dies(start_
     assert server.value("attnserve_retried_calls_total", method="TranslateStream") == 0
 
 
+@pytest.mark.slow
 def test_malformed_messages_get_invalid_argument_and_lose_nothing_else(server):
     with ThreadPoolExecutor(1) as pool:
         running = pool.submit(client.translate, server.channel, LONG_TEXTS[:1], timeout=90, **LONG)

@@ -53,6 +53,7 @@ def screenshot(element) -> np.ndarray:
     return np.asarray(Image.open(io.BytesIO(element.screenshot_as_png)).convert("RGB"), float)
 
 
+@pytest.mark.slow
 def test_the_page_translates_with_alignments(page_server, browser, tmp_path):
     browser.get(page_server.http_url + "/")
     wait = WebDriverWait(browser, 60)
@@ -254,6 +255,7 @@ def test_the_page_and_the_api_forms_work_behind_a_proxy_at_a_path(start_server, 
         assert output.startswith("200") and '"translator"' in output, output
 
 
+@pytest.mark.slow
 def test_the_page_sends_the_token_a_server_asks_for(start_server, browser, tmp_path):
     """A server with tokens answers the page's calls only with one (the models' listing
     too): typed into the page, it goes with every call as a bearer token."""
@@ -357,6 +359,7 @@ def test_the_api_s_caption_forms_send_an_image_that_is_captioned(page_server, br
         assert output.startswith("200") and '"captions"' in output, output
 
 
+@pytest.mark.slow
 def test_the_page_s_health_follows_the_server(start_server, browser):
     """The health shown was read once, when the page opened: one opened while the server
     warmed up said NOT_SERVING for good, and one left open said SERVING after it stopped."""

@@ -214,6 +214,7 @@ BAD_REQUESTS = {
 }
 
 
+@pytest.mark.slow
 def test_bad_requests_are_refused_with_the_field_named_and_others_unaffected(server):
     """Every bad request while a long one is in flight; the long one still succeeds."""
     with ThreadPoolExecutor(1) as pool:
@@ -302,6 +303,7 @@ def test_a_unary_call_of_one_job_cancelled_by_its_client_frees_its_rows(server):
     )
 
 
+@pytest.mark.slow
 def test_a_full_queue_is_resource_exhausted(start_server):
     """max_queued_requests 1 and 16 batch rows: the third request finds the queue full. This
     server keeps its cache as device-resident OrtValues (the GPU code path, on the CPU)."""
@@ -361,6 +363,7 @@ def test_a_cuda_server_keeps_its_static_step_and_answers_like_the_cpu_server(
             server.stop()
 
 
+@pytest.mark.slow
 def test_a_response_beyond_four_megabytes_arrives(server, test_sentences):
     """16 samples of 300 steps with their alignments over a 300-token source: about 6 MB."""
     text = " ".join(test_sentences)[:1500]

@@ -49,6 +49,7 @@ def _swap(server, repository) -> None:
     time.sleep(1.0)
 
 
+@pytest.mark.slow
 def test_versions_come_and_go_under_load_without_a_failed_call(
     start_server, model_repository, tmp_path
 ):
