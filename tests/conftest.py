@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -239,20 +240,45 @@ def hf_models(tmp_path_factory) -> dict:
     from export.hf.version import export_hf
     from service.runtime.repository import verify
 
-    made = tmp_path_factory.mktemp("hf")
-    models = {}
-    for family, build, languages in (
+    families = (
         ("marian", marian_directory, ("", "")),
         ("m2m100", m2m100_directory, ("es", "en")),
         ("nllb", nllb_directory, ("spa_Latn", "eng_Latn")),
         ("mbart", mbart50_directory, ("es_XX", "en_XX")),
-    ):
-        directory = build(made / family)
-        version = export_hf(directory, made / "repository", family)
-        texts = certificate_texts(version)
-        certificate = certify_hf(version, directory, texts, languages)
-        models[family] = directory, verify(version.directory), certificate
+    )
+
+    def build(made: Path) -> None:
+        for family, directory_of, languages in families:
+            directory = directory_of(made / family)
+            version = export_hf(directory, made / "repository", family)
+            certify_hf(version, directory, certificate_texts(version), languages)
+
+    made = _made_once(tmp_path_factory, "hf", build)
+    models = {}
+    for family, _, _ in families:
+        version = verify(made / "repository" / family / "1")
+        models[family] = made / family, version, version.manifest["parity"]
     return models
+
+
+def _made_once(tmp_path_factory, name: str, build) -> Path:
+    """A folder `build` fills once for the whole run: under pytest-xdist the workers share
+    it (the first to ask builds it while the others wait on a lock), so that a session
+    fixture of a minute is not paid again by each worker. Nothing may change it."""
+    import fcntl
+
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the run's folder, above every worker's own
+    made, done = root / name, root / f"{name}.made"
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released as the file closes
+        if not done.exists():
+            shutil.rmtree(made, ignore_errors=True)  # what a failed build left
+            made.mkdir()
+            build(made)
+            done.touch()
+    return made
 
 
 @pytest.fixture(scope="session")
