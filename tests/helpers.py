@@ -664,27 +664,26 @@ class PrefixProxy:
                 client.sendall(data)
 
 
-def growth(run, small, large, rounds: int = 3) -> float:
-    """The seconds `run(large)` takes over those of `run(small)`, each the best of `rounds`
-    runs with the garbage collector off (a collection of the test session's objects can take
-    longer than the work): for an input four times as long, about 4 where the work is linear
-    in its length, 16 where it is quadratic. A ratio, so a slower or busier machine leaves
-    it where it is."""
+def growth(run, small, large, rounds: int = 5) -> float:
+    """The time `run(large)` takes over that of `run(small)`, each the best of `rounds` runs
+    taken in turn, small then large, with the garbage collector off (a collection of the test
+    session's objects can take longer than the work): for an input four times as long, about 4
+    where the work is linear in its length, 16 where it is quadratic. The time is this thread's
+    CPU time, so the suite's other workers, busy on the same cores, do not count in it; and a
+    ratio, so a slower machine leaves it where it is."""
     import gc
     import time
 
-    def best(argument) -> float:
-        seconds = []
-        for _ in range(rounds):
-            started = time.perf_counter()
-            run(argument)
-            seconds.append(time.perf_counter() - started)
-        return min(seconds)
+    def timed(argument) -> float:
+        started = time.thread_time()
+        run(argument)
+        return time.thread_time() - started
 
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return best(large) / best(small)
+        pairs = [(timed(small), timed(large)) for _ in range(rounds)]
+        return min(large for _, large in pairs) / min(small for small, _ in pairs)
     finally:
         if enabled:
             gc.enable()
