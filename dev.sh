@@ -137,7 +137,7 @@ build_repository() {
   # built op by op (the default since the traced ones were measured slower), when they were
   # built before the builder's revision, when it ships no scatter op (export/ops.py), or on
   # a GPU to add fp16. Each model's versions are built in turn, the models side by side, each
-  # export's torch on one thread where two run at once (all three took 207-221 s so against
+  # export's torch on one thread where two run at once (all three took 207-221 s this way, against
   # 266 s one after another on two cores, the translator's certificate the longest part).
   local model version checkpoint variants revision stale=() models jobs=() job failed=0
   variants=$(export_variants)
