@@ -130,8 +130,10 @@ def export_hf(args: Namespace) -> int:
     if args.source_language or args.target_language:
         given = ([args.source_language] * bool(args.source_language),
                  [args.target_language] * bool(args.target_language))  # fmt: skip
-    # fp16 graphs are made where a GPU can certify them
-    variants = tuple(v for v in args.variants.split(",") if v != "fp16" or _cuda())
+    # fp16 graphs are made where they can be certified: on a GPU, or on the CPU when built
+    # op by op (export.certify.parity_devices)
+    half = _cuda() or args.graphs == "built"
+    variants = tuple(v for v in args.variants.split(",") if v != "fp16" or half)
     declared = (_codes(args.reads), _codes(args.writes))
     directory = args.out / args.name / args.version
     into = staging(directory)  # published once certified
@@ -171,7 +173,7 @@ def _codes(listed: str | None) -> list[str]:
 
 
 def _cuda() -> bool:
-    """Whether fp16 graphs can be made and certified here (they need a GPU)."""
+    """Whether onnxruntime has a GPU here (traced fp16 graphs are certified on one)."""
     import onnxruntime
 
     return "CUDAExecutionProvider" in onnxruntime.get_available_providers()

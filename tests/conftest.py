@@ -225,8 +225,8 @@ def translator_repository(exported_translator, tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def hf_models(tmp_path_factory) -> dict:
     """family -> (its Hugging Face directory, its exported version, the certificate): a small
-    random Marian, M2M100, NLLB and mBART-50 model, built with `transformers`, exported (fp32
-    and int8) and certified against it on 200 Spanish test sentences."""
+    random Marian, M2M100, NLLB and mBART-50 model, built with `transformers`, exported (fp32,
+    int8 and fp16) and certified against it on 200 Spanish test sentences."""
     pytest.importorskip("transformers")  # the hf extra, installed by ./dev.sh
     from helpers import (
         certificate_texts,
@@ -237,7 +237,7 @@ def hf_models(tmp_path_factory) -> dict:
     )
 
     from export.hf.certify import certify_hf
-    from export.hf.version import export_hf
+    from export.hf.version import VARIANTS, export_hf
     from service.runtime.repository import verify
 
     families = (
@@ -250,7 +250,7 @@ def hf_models(tmp_path_factory) -> dict:
     def build(made: Path) -> None:
         for family, directory_of, languages in families:
             directory = directory_of(made / family)
-            version = export_hf(directory, made / "repository", family)
+            version = export_hf(directory, made / "repository", family, variants=VARIANTS)
             certify_hf(version, directory, certificate_texts(version), languages)
 
     made = _made_once(tmp_path_factory, "hf", build)

@@ -6,7 +6,7 @@ graphs      each step's logits (fp32, teacher-forced over `generate`'s outputs, 
             carried as state) within the bound of our own translator's graphs of the model's
             forward pass (max |difference| within atol, or within rtol of the step's
             largest logit), or, for weights whose scale makes float32 itself err more, no
-            further from the model's float64 logits than FLOAT32_FACTOR x PyTorch's float32
+            further from the model's float64 logits than FLOAT_FACTOR x PyTorch's float32
 greedy      whole decodes served in process (service.runtime.translation.translate_request:
             the served path, its languages and the model's rules) token-identical to
             `generate`'s, greedy and with the model's beam search (beam 4 by default, its
@@ -16,6 +16,13 @@ int8        greedy int8 loses at most MAX_INT8_LOSS BLEU and chrF against fp32 (
             our own translator), on the references when given, else on `generate`'s own
             translations; certified on its own (`graphs.int8`): the version passes on its
             fp32 claims, and int8 is a certified variant only where its claim passed
+fp16        where the version has fp16 graphs: the fp16 step's logits against the model's
+            forward pass within our own translator's fp16 bound (or no further from float64
+            than FLOAT_FACTOR x PyTorch's own float16), and greedy fp16 decodes
+            served in process token-identical to `generate`'s but at near ties (within twice
+            that step's error); on CUDA where onnxruntime has it, else on the CPU when the
+            graphs are built op by op (export.certify.parity_devices' rule); certified on its
+            own as int8 is (`graphs.fp16`), so that a CUDA server serves it by default
 
 The golden set (export.certify.golden_set) is written as for our own models; the worker
 checks it at start-up.
@@ -25,6 +32,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +41,7 @@ import numpy as np
 import onnxruntime as ort
 import torch
 
-from export.certify import golden_set
+from export.certify import golden_set, parity_devices
 from export.comparison import TOLERANCES
 from export.decode_parity import corpus_scores
 from export.hf.version import LANGUAGE_TOKENS, language_id, load
@@ -41,6 +49,7 @@ from export.translator_parity import MAX_INT8_LOSS
 from service.runtime.decoding import DecodingOptions
 from service.runtime.errors import InvalidArgument
 from service.runtime.onnx_engine import OnnxEngine
+from service.runtime.onnx_runtime import numpy_type, providers
 from service.runtime.repository import GOLDEN, ModelVersion, verify, write_manifest
 from service.runtime.requests import TranslateRequest
 from service.runtime.translation import TranslationModel, translate_request
@@ -48,7 +57,8 @@ from service.runtime.translation import TranslationModel, translate_request
 MIN_TEXTS = 200
 BEAM = 4
 GRAPH_BOUND = TOLERANCES["transformer", "fp32"]  # our own translator's
-FLOAT32_FACTOR = 4  # onnxruntime's float32 error at most this x PyTorch's own
+HALF_BOUND = TOLERANCES["transformer", "fp16"]
+FLOAT_FACTOR = 4  # onnxruntime's error at most this x PyTorch's own, in one float type
 GRAPH_TEXTS = 8
 ROW_TEXTS = 16
 GOLDEN_TEXTS = 4
@@ -66,9 +76,10 @@ class Limits:
     max_text_chars: int = 10**6
 
 
-def served(model_version: ModelVersion, variant: str = "fp32"):
-    """(the version as the runtime serves it, an engine of `variant`)."""
-    return TranslationModel(model_version, Limits()), OnnxEngine(model_version, variant, "cpu")
+def served(model_version: ModelVersion, variant: str = "fp32", device: str = "cpu"):
+    """(the version as the runtime serves it, an engine of `variant` on `device`)."""
+    engine = OnnxEngine(model_version, variant, device)
+    return TranslationModel(model_version, Limits()), engine
 
 
 def generated(model, tokenizer, texts, languages, options: DecodingOptions) -> list[list[int]]:
@@ -98,9 +109,11 @@ def _content(tokens: list[int], config) -> list[int]:
     return tokens[: tokens.index(eos)] if eos in tokens else tokens
 
 
-def ours(model_version, variant, texts, languages, options, batch=BATCH) -> list[list[int]]:
+def ours(
+    model_version, variant, texts, languages, options, batch=BATCH, device="cpu"
+) -> list[list[int]]:
     """The served tokens of every text (a text one input, not split), in batches."""
-    model, engine = served(model_version, variant)
+    model, engine = served(model_version, variant, device)
     request = TranslateRequest(
         texts=tuple(texts), fields=tuple(f"texts[{i}]" for i in range(len(texts))),
         options=options, splitting="none", source_language=languages[0],
@@ -142,19 +155,28 @@ def tokenizer_claim(model_version, tokenizer, texts, given, languages) -> dict:
     return {"texts": len(texts), "identical": same, "passed": same == len(texts)}
 
 
-def graph_claim(model_version, model, tokenizer, texts, decodes, languages) -> dict:
-    """The fp32 step's logits over `decodes` (teacher forcing, one token a step, the cache
-    as state) against the model's forward pass; the banned tokens' -inf left out."""
+def graph_claim(
+    model_version, model, tokenizer, texts, decodes, languages, variant="fp32", device="cpu"
+) -> dict:
+    """The `variant` step's logits on `device` over `decodes` (teacher forcing, one token a
+    step, the cache as state) against the model's float32 forward pass, within our own
+    translator's bound of the variant, or, for weights whose scale makes the float type
+    itself err more, no further from the model's float64 logits than FLOAT_FACTOR x
+    PyTorch's own in that type; the banned tokens' -inf left out."""
     directory = model_version.directory
-    encoder = ort.InferenceSession(str(model_version.graph("fp32", "encoder")))
-    step = ort.InferenceSession(str(model_version.graph("fp32", "decoder")))
+    encoder, step = (
+        ort.InferenceSession(str(model_version.graph(variant, name)), providers=providers(device))
+        for name in ("encoder", "decoder")
+    )
+    cache_type = numpy_type(next(i.type for i in step.get_inputs() if i.name.startswith("past")))
     config, worst, relative = model.config, 0.0, 0.0
     banned = model_version.manifest["generation"]["banned"]
     start = config.decoder_start_token_id
     if hasattr(tokenizer, "src_lang"):
         tokenizer.src_lang = languages[0]
     exact = copy.deepcopy(model).double()
-    own_error = 0.0  # PyTorch's own float32 error, against float64
+    own = model if variant == "fp32" else copy.deepcopy(model).half()
+    own_error = 0.0  # PyTorch's own error in the variant's float type, against float64
     ours_error = 0.0
     for text, tokens in zip(texts, decodes, strict=True):
         ids = tokenizer([text], return_tensors="pt")
@@ -162,6 +184,7 @@ def graph_claim(model_version, model, tokenizer, texts, decodes, languages) -> d
         with torch.no_grad():
             expected = model(**ids, decoder_input_ids=decoder_ids).logits[0].numpy()
             precise = exact(**ids, decoder_input_ids=decoder_ids).logits[0].numpy()
+            theirs = own(**ids, decoder_input_ids=decoder_ids).logits[0].float().numpy()
         src = ids["input_ids"].numpy()
         memory = encoder.run(None, {"src_ids": src, "src_mask": np.ones_like(src)})
         names = [o.name for o in encoder.get_outputs()]
@@ -169,7 +192,7 @@ def graph_claim(model_version, model, tokenizer, texts, decodes, languages) -> d
         heads, layers = config.decoder_attention_heads, config.decoder_layers
         past = {
             f"past_key_values.{i}.{part}": np.zeros((1, heads, 0, config.d_model // heads),
-                                                    np.float32)
+                                                    cache_type)
             for i in range(layers) for part in ("key", "value")
         }  # fmt: skip
         for t in range(decoder_ids.shape[1]):
@@ -187,24 +210,33 @@ def graph_claim(model_version, model, tokenizer, texts, decodes, languages) -> d
                 f"past_key_values.{i}.{part}": out[f"present.{i}.{part}"]
                 for i in range(layers) for part in ("key", "value")
             }  # fmt: skip
-            got, want = out["logits"][0], expected[t].copy()
+            got, want = out["logits"][0].astype(np.float32), expected[t].copy()
             keep = np.ones(len(want), bool)
             keep[banned] = False
-            difference = float(np.abs(got[keep] - want[keep]).max())
+            difference = _error(got[keep], want[keep])
             worst = max(worst, difference)
             relative = max(relative, difference / float(np.abs(want[keep]).max()))
-            own_error = max(own_error, float(np.abs(want[keep] - precise[t][keep]).max()))
-            ours_error = max(ours_error, float(np.abs(got[keep] - precise[t][keep]).max()))
+            own_error = max(own_error, _error(theirs[t][keep], precise[t][keep]))
+            ours_error = max(ours_error, _error(got[keep], precise[t][keep]))
             if banned:
                 assert np.isneginf(got[banned]).all(), f"{directory}: banned tokens not -inf"
-    within = worst <= GRAPH_BOUND.atol or relative <= GRAPH_BOUND.rtol
-    as_precise = ours_error <= max(GRAPH_BOUND.atol, FLOAT32_FACTOR * own_error)
+    bound = GRAPH_BOUND if variant == "fp32" else HALF_BOUND
+    within = worst <= bound.atol or relative <= bound.rtol
+    # (PyTorch's own error in the float type bounds nothing where it overflowed)
+    own_bound = max(bound.atol, FLOAT_FACTOR * own_error)
+    as_precise = math.isfinite(own_error) and ours_error <= own_bound
     return {
         "texts": len(texts), "max_abs": worst, "max_rel": relative,
-        "tolerance": {"atol": GRAPH_BOUND.atol, "rtol": GRAPH_BOUND.rtol},
-        "float64": {"onnxruntime": ours_error, "pytorch": own_error, "factor": FLOAT32_FACTOR},
-        "passed": within or as_precise,
+        "tolerance": {"atol": bound.atol, "rtol": bound.rtol},
+        "float64": {"onnxruntime": ours_error, "pytorch": own_error, "factor": FLOAT_FACTOR},
+        "device": device, "passed": within or as_precise,
     }  # fmt: skip
+
+
+def _error(got: np.ndarray, want: np.ndarray) -> float:
+    """max |got - want|; infinite where either is not finite (a NaN fails every bound)."""
+    difference = float(np.abs(got - want).max())
+    return difference if math.isfinite(difference) else math.inf
 
 
 def decode_claim(name: str, theirs: list[list[int]], mine: list[list[int]], ties=None) -> dict:
@@ -266,6 +298,36 @@ def int8_claim(model_version, tokenizer_model, texts, languages, options, fp32, 
     return loss
 
 
+def half_claim(model_version, model, tokenizer, texts, given, theirs, languages, options):
+    """fp16's own claim: its step's logits (graph_claim) and its greedy decodes against
+    `generate`'s (`theirs`), near ties within twice that step's error, on the device
+    export.certify.parity_devices names -> (the claim, the decodes; None where no device
+    can certify it: traced graphs where no GPU is)."""
+    device = parity_devices(model_version).get("fp16")
+    if device is None:
+        return {"passed": False, "device": None, "why": "traced fp16 graphs need a GPU"}, None
+    head = slice(0, GRAPH_TEXTS)
+    graphs = graph_claim(
+        model_version, model, tokenizer, given[head], theirs[head], languages, "fp16", device
+    )
+    window = 2 * graphs["max_abs"]
+    half = ours(model_version, "fp16", texts, languages, options, device=device)
+    ties = greedy_ties(model, tokenizer, given, theirs, half, languages, window)
+    greedy = decode_claim("greedy", theirs, half, ties)
+    passed = graphs["passed"] and greedy["passed"]
+    return {**graphs, "near_tie": window, "greedy": greedy, "passed": passed}, half
+
+
+def golden_texts(texts: list[str], theirs: list[list[int]], *decodes) -> list[str]:
+    """GOLDEN_TEXTS of `texts` for the golden set: the first whose every one of `decodes`
+    (a variant's greedy tokens, None where not made) is `generate`'s, so that a variant
+    checked against fp32's golden tokens (fp16, at GOLDEN_AGREEMENT) meets no near tie
+    there; the first texts where too few are."""
+    made = [d for d in decodes if d is not None]
+    clear = [t for i, t in enumerate(texts) if all(d[i] == theirs[i] for d in made)]
+    return (clear if len(clear) >= GOLDEN_TEXTS else texts)[:GOLDEN_TEXTS]
+
+
 def certify_hf(
     model_version: ModelVersion,
     directory: Path,
@@ -325,6 +387,11 @@ def certify_hf(
         }
         # int8 is certified on its own: a certified variant only where this passed
         certificate["graphs"]["int8"] = {"passed": certificate["int8_vs_fp32"]["passed"]}
+    half = None
+    if "fp16" in model_version.manifest["graphs"]:  # on its own too
+        certificate["graphs"]["fp16"], half = half_claim(
+            model_version, model, tokenizer, texts, given, theirs, languages, greedy
+        )
     checks = [certificate["tokenizer"], certificate["graphs"]["fp32"], certificate["rows"]]
     checks += certificate["decodes"]
     certificate.update(
@@ -334,7 +401,7 @@ def certify_hf(
     )  # fmt: skip
     sources = [
         runtime.language_tokens.source_ids(runtime.tokenizer.encode(t), *languages)
-        for t in texts[:GOLDEN_TEXTS]
+        for t in golden_texts(texts, theirs, fp32, half)
     ]
     golden = golden_set(model_version, sources)
     (model_version.directory / GOLDEN).write_text(json.dumps(golden) + "\n")

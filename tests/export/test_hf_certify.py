@@ -4,12 +4,23 @@ greedy and beam 4."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from helpers import certificate_texts, marian_directory, nllb_directory
 
-from export.hf.certify import MIN_TEXTS, certify_hf
-from export.hf.version import export_hf
+from export.graph_files import SHARED
+from export.hf.certify import (
+    GRAPH_TEXTS,
+    HALF_BOUND,
+    MIN_TEXTS,
+    certify_hf,
+    generated,
+    golden_texts,
+    half_claim,
+)
+from export.hf.version import export_hf, load
 from service.front.config import certified_variants
+from service.runtime.decoding import DecodingOptions
 
 pytestmark = pytest.mark.slow
 
@@ -42,6 +53,39 @@ def test_int8_is_certified_on_its_own(hf_models, family):
     assert certificate["graphs"]["int8"]["passed"] == claim["passed"]
     assert ("int8" in certified_variants(version.manifest)) == claim["passed"]
     assert "fp32" in certified_variants(version.manifest)
+
+
+def test_fp16_is_certified_only_where_its_graphs_are_the_models(hf_models, tmp_path):
+    """fp16's claim passes on the fp16 graphs of the model and fails on the same weights,
+    each where another weight was (every value in range: no overflow to catch it)."""
+    directory, _, _ = hf_models["m2m100"]
+    version = export_hf(directory, tmp_path, "m2m100", variants=("fp32", "fp16"))
+    model, tokenizer = load(directory)
+    texts, languages = certificate_texts(version)[:GRAPH_TEXTS], ("es", "en")
+    options = DecodingOptions(max_length=24, max_length_ratio=0.0)
+    theirs = generated(model, tokenizer, texts, languages, options)
+    claim, decodes = half_claim(version, model, tokenizer, texts, texts, theirs, languages, options)
+    assert claim["passed"], claim
+    assert claim["greedy"]["identical"] + len(claim["greedy"]["near_ties"]) == GRAPH_TEXTS
+    assert len(decodes) == GRAPH_TEXTS
+    weights = version.directory / "fp16" / SHARED
+    np.fromfile(weights, np.float16)[::-1].tofile(weights)
+    broken, _ = half_claim(version, model, tokenizer, texts, texts, theirs, languages, options)
+    assert not broken["passed"], broken
+    assert broken["max_abs"] > HALF_BOUND.atol and broken["max_rel"] > HALF_BOUND.rtol
+
+
+def test_the_golden_set_is_decoded_from_texts_clear_of_near_ties():
+    """fp16 is checked at a server's start against fp32's golden tokens: their texts are the
+    first whose every variant decodes as `generate` does."""
+    texts, theirs = [f"text {i}" for i in range(8)], [[i, 5] for i in range(8)]
+    fp32 = [list(t) for t in theirs]
+    fp32[0] = [0, 6]  # a near tie in fp32
+    half = [list(t) for t in theirs]
+    half[2] = half[3] = [9]
+    assert golden_texts(texts, theirs, fp32, half) == ["text 1", "text 4", "text 5", "text 6"]
+    assert golden_texts(texts, theirs, fp32, None) == ["text 1", "text 2", "text 3", "text 4"]
+    assert golden_texts(texts[:5], theirs[:5], fp32[:5], half[:5]) == texts[:4]  # too few
 
 
 def test_too_few_texts_are_refused(hf_models):

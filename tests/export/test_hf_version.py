@@ -14,9 +14,11 @@ from helpers import NLLB_CODES, certificate_texts, nllb_directory
 
 from export.graph_files import SHARED
 from export.hf.version import banned_tokens, export_hf, generation, languages
+from service.front.config import auto_variant, certified_variants
 from service.runtime.decoding import DecodingOptions
 from service.runtime.hf_tokenizers import M2M100Tokenizer, MarianTokenizer, read_tokenizer
 from service.runtime.languages import MBART50, own_code
+from service.runtime.onnx_runtime import numpy_type
 from service.runtime.repository import verify
 
 pytestmark = pytest.mark.slow  # exports and certifies four models (hf_models)
@@ -36,7 +38,7 @@ def test_a_marian_version_declares_its_tokenizer_rules_and_languages(hf_models):
         "max_length": 64, "banned": [pad], "decoder_start": pad,
     }  # fmt: skip
     assert manifest["languages"] == {"source": ["es"], "target": ["de"]}  # its tokenizer's
-    assert set(manifest["graphs"]) == {"fp32", "int8"}
+    assert set(manifest["graphs"]) == {"fp32", "int8", "fp16"}
     tokenizer = read_tokenizer(version)
     assert isinstance(tokenizer, MarianTokenizer)
     vocabulary = json.loads((directory / "vocab.json").read_text(encoding="utf-8"))
@@ -94,7 +96,7 @@ def test_an_mbart50_version_takes_its_52_codes_by_their_tokens(hf_models):
     assert own_code("zh-Hans", languages["target"]) == "zh_CN"
 
 
-@pytest.mark.parametrize("variant", ["fp32", "int8"])
+@pytest.mark.parametrize("variant", ["fp32", "int8", "fp16"])
 def test_the_step_never_writes_what_generate_bans(hf_models, variant):
     _, version, _ = hf_models["marian"]
     config, pad = version.config, version.manifest["generation"]["banned"][0]
@@ -105,6 +107,7 @@ def test_the_step_never_writes_what_generate_bans(hf_models, variant):
                       encoder.run(None, {"src_ids": src, "src_mask": np.ones_like(src)}),
                       strict=True))  # fmt: skip
     heads = config["decoder_attention_heads"]
+    cache = numpy_type(next(i.type for i in step.get_inputs() if i.name.startswith("past")))
     feed = {
         "input_ids": np.array([[pad]]),
         "positions": np.array([[0]]),
@@ -114,7 +117,7 @@ def test_the_step_never_writes_what_generate_bans(hf_models, variant):
     for i in range(config["decoder_layers"]):
         for part in ("key", "value"):
             feed[f"past_key_values.{i}.{part}"] = np.zeros(
-                (1, heads, 0, config["d_model"] // heads), np.float32
+                (1, heads, 0, config["d_model"] // heads), cache
             )
             feed[f"encoder.{i}.{part}"] = memory[f"encoder.{i}.{part}"]  # fmt: skip
     (logits,) = step.run(["logits"], feed)
@@ -317,8 +320,18 @@ def test_the_command_exports_and_certifies_a_directory(hf_models, tmp_path, caps
     assert summary["passed"] and summary["model_version"] == str(tmp_path / "multi" / "2")
     assert summary["decodes"]["greedy"].endswith("near ties")
     version = verify(tmp_path / "multi" / "2")
-    assert set(version.manifest["graphs"]) == {"fp32"}  # fp16 on a machine with a GPU
-    assert version.manifest["graphs_made"] == {"fp32": "built"}
+    # fp16 built op by op is made and certified on the CPU too, on its own: a CUDA server
+    # serves it by default, as it does our own translator's
+    assert version.manifest["graphs_made"] == {"fp32": "built", "fp16": "built"}
+    half = version.manifest["parity"]["graphs"]["fp16"]
+    assert summary["graphs"]["fp16"] == half and half["passed"], half
+    assert half["device"] == ("cuda" if "CUDAExecutionProvider" in ort.get_available_providers()
+                              else "cpu")  # fmt: skip
+    assert half["greedy"]["decodes"] == 200
+    assert half["greedy"]["identical"] + len(half["greedy"]["near_ties"]) == 200
+    assert certified_variants(version.manifest) == ["fp32", "fp16"]
+    assert auto_variant("cuda", version.manifest)[0] == "fp16"
+    assert auto_variant("cpu", version.manifest)[0] == "fp32"
     assert {"lean_decoder", "in_place_lean_decoder", "static_decoder"} <= set(
         version.manifest["graphs"]["fp32"]
     )  # every step our own translator ships
@@ -355,7 +368,7 @@ def test_the_command_publishes_a_version_once_certified(tmp_path, monkeypatch, c
     monkeypatch.setattr(certify, "certify_hf", certify_hf)
     args = Namespace(
         directory=marian_directory(tmp_path / "marian"), out=tmp_path / "repository",
-        name="opus", version="1", variants="fp32", texts=None, references=None, sentences=200,
+        name="opus", version="1", variants="fp32,fp16", texts=None, references=None, sentences=200,
         source_language="", target_language="", reads=None, writes=None, graphs="traced",
         int8_scales="per-channel",
     )  # fmt: skip
@@ -365,6 +378,9 @@ def test_the_command_publishes_a_version_once_certified(tmp_path, monkeypatch, c
     published = verify(tmp_path / "repository" / "opus" / "1").manifest
     assert published["parity"]["passed"]
     assert set(published["graphs"]["fp32"]) == {"encoder", "decoder"}  # traced as asked
+    # traced fp16 graphs are certified on a GPU alone: made only where one is
+    cuda = "CUDAExecutionProvider" in ort.get_available_providers()
+    assert set(published["graphs"]) == ({"fp32", "fp16"} if cuda else {"fp32"})
     out = capsys.readouterr().out
     summary = json.loads(out[out.rindex('{\n  "model_version"') :])
     assert summary["model_version"] == str(tmp_path / "repository" / "opus" / "1")
