@@ -20,6 +20,7 @@
 #   bash bench/gpu.sh step      # after goals: the CUDA server with the step inline and on its thread: ~2 min
 #   bash bench/gpu.sh admission # quick export, the inline server with the encoder on its thread, inline, 8 fronts: ~5 min
 #   bash bench/gpu.sh ahead     # quick export, the steps run ahead: one worker in process, then the server; 1, 8 in 2 ms runs, 8 unbounded: ~7 min
+#   bash bench/gpu.sh families  # Hugging Face families made elsewhere (.gpu/made), served in fp16 on CUDA: ~3 min
 #   bash bench/gpu.sh controls  # the translator's gpu tests: decoding controls and scoring on CUDA, ~5 min
 #   bash bench/gpu.sh controls-cost  # quick export, then bench.controls at 256 rows (fp16): ~4 min
 #
@@ -264,6 +265,19 @@ PY
       cp "$work/server/server.log" "$OUT_H/server.log" 2>/dev/null || true
       grep -h "steps with cache\|steps ahead" "$OUT_H/server.log" | head -4 || true
     done ;;
+  families)  # the Hugging Face families served on CUDA: each in fp16 by default (its claim
+    # held), the static step replayed as CUDA graphs, answering as the CPU's fp32 server
+    # over gRPC and HTTP (tests/server/test_hf_fp16.py). The GPU machine has no
+    # `transformers`: the versions are made and certified on another machine first, into
+    # .gpu/made (ATTNSERVE_TEST_MADE=.gpu/made python -m pytest -q -p no:xdist
+    # tests/server/test_hf_fp16.py: its CPU case checks them there); then, carrying
+    # .gpu/tools, .gpu/made/hf.made, .gpu/made/hf/repository (7 MB), service/wire and
+    # data/translator/test.es, ~3 min
+    mkdir -p "$out"
+    [ -f .gpu/made/hf.made ] || { echo "gpu.sh families: no .gpu/made/hf.made carried" >&2; exit 2; }
+    ATTNSERVE_TEST_MADE="$PWD/.gpu/made" timeout "${BENCH_GPU_TESTS_SECONDS:-300}" \
+      python3 -m pytest -q -m gpu -p no:cacheprovider -p no:xdist tests/server/test_hf_fp16.py \
+      2>&1 | tee "$out/gpu-tests-families.log" | tail -40 || true ;;
   workers)  # the CUDA server with 1 and 2 workers sharing the GPU at 256 and 1,024 clients,
     # then with its default (printed with why) at 1 to 1,024 clients and the 30-token
     # sentence; a quick export first where the workdir has none
@@ -280,6 +294,6 @@ PY
       --graphs "$graphs" --no-engine --load --clients 1,16,64,256,1024 --level-seconds 8 \
       | sed -n '/^## Service level/,$p' || true
     grep -h "workers\|fronts\|steps with cache" "$work/server/server.log" | head -20 || true ;;
-  *) echo "usage: bench/gpu.sh export|engine|load|fronts|all|static|inplace|scaling|pending|goals-engine|goals-serve|goals|step|steady|admission|ahead|workers|controls|controls-cost" >&2
+  *) echo "usage: bench/gpu.sh export|engine|load|fronts|all|static|inplace|scaling|pending|goals-engine|goals-serve|goals|step|steady|admission|ahead|families|workers|controls|controls-cost" >&2
     exit 2 ;;
 esac

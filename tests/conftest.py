@@ -227,7 +227,6 @@ def hf_models(tmp_path_factory) -> dict:
     """family -> (its Hugging Face directory, its exported version, the certificate): a small
     random Marian, M2M100, NLLB and mBART-50 model, built with `transformers`, exported (fp32,
     int8 and fp16) and certified against it on 200 Spanish test sentences."""
-    pytest.importorskip("transformers")  # the hf extra, installed by ./dev.sh
     from helpers import (
         certificate_texts,
         m2m100_directory,
@@ -236,8 +235,6 @@ def hf_models(tmp_path_factory) -> dict:
         nllb_directory,
     )
 
-    from export.hf.certify import certify_hf
-    from export.hf.version import VARIANTS, export_hf
     from service.runtime.repository import verify
 
     families = (
@@ -248,6 +245,12 @@ def hf_models(tmp_path_factory) -> dict:
     )
 
     def build(made: Path) -> None:
+        # the hf extra, installed by ./dev.sh (a machine without it may run on what another
+        # made: _made_once)
+        pytest.importorskip("transformers")
+        from export.hf.certify import certify_hf
+        from export.hf.version import VARIANTS, export_hf
+
         for family, directory_of, languages in families:
             directory = directory_of(made / family)
             version = export_hf(directory, made / "repository", family, variants=VARIANTS)
@@ -264,12 +267,18 @@ def hf_models(tmp_path_factory) -> dict:
 def _made_once(tmp_path_factory, name: str, build) -> Path:
     """A folder `build` fills once for the whole run: under pytest-xdist the workers share
     it (the first to ask builds it while the others wait on a lock), so that a session
-    fixture of a minute is not paid again by each worker. Nothing may change it."""
+    fixture of a minute is not paid again by each worker. Nothing may change it. Where
+    ATTNSERVE_TEST_MADE names a folder, it is made there once for every run that names it
+    (a machine without what `build` needs runs on what another made: `bash bench/gpu.sh
+    families`)."""
     import fcntl
 
     root = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         root = root.parent  # the run's folder, above every worker's own
+    if os.environ.get("ATTNSERVE_TEST_MADE"):
+        root = Path(os.environ["ATTNSERVE_TEST_MADE"]).resolve()
+        root.mkdir(parents=True, exist_ok=True)
     made, done = root / name, root / f"{name}.made"
     with open(root / f"{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released as the file closes
