@@ -3,7 +3,8 @@ fp16 claim held (export.hf.certify): the four small random families the tests bu
 by an fp16 server (the CPU's when asked, `--variant fp16`; CUDA's by default) and an fp32 CPU
 server side by side. The fp16 server passes its start-up check (fp16 against fp32's golden
 tokens) and answers every text as the fp32 server does, but at the near ties the
-certificates name, over gRPC and HTTP. The module imports neither torch nor `transformers`:
+certificates name, over gRPC and HTTP; each family's fp16 static step passes the check a
+CUDA worker makes before it serves one. The module imports neither torch nor `transformers`:
 a GPU machine without them runs it on versions made elsewhere (`bash bench/gpu.sh
 families`)."""
 
@@ -101,3 +102,29 @@ def test_every_family_is_served_in_fp16_as_in_fp32_but_at_near_ties(
     finally:
         for server in made.values():
             server.stop()
+
+
+def test_each_familys_fp16_static_step_passes_the_check_a_cuda_worker_makes(hf_models):
+    """Before it serves the static step, a CUDA worker decodes the golden inputs through it
+    in staggered waves and through the growing step (service.worker.startup: near ties
+    within the certified window allowed); the same check here, uncaptured on the CPU, keeps
+    every family's fp16 static step, its decodes token-identical to the growing step's."""
+    from service.runtime.kinds import kind_class
+    from service.runtime.onnx_engine import OnnxEngine
+    from service.worker.settings import WorkerSettings
+    from service.worker.startup import static_if_checked
+
+    for family, (_, version, _) in hf_models.items():
+        inputs = [
+            kind_class("transformer").golden_inputs(version, entry)
+            for entry in version.golden()
+            if entry["variant"] == "fp32" and entry["cache"] == "in_place"
+        ]
+        settings = WorkerSettings(0, ((family, version),), ((family, "fp16"),))
+
+        def engine(cache: str, version=version):
+            return OnnxEngine(version, "fp16", "cpu", 1, None, cache=cache)
+
+        chosen, why, _ = static_if_checked(engine, inputs, settings, tie=0.0)
+        assert (chosen.cache, len(inputs)) == ("static", 4), (family, why)
+        assert "decoding as the growing one" in why, why

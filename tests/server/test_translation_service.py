@@ -7,6 +7,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import grpc
+import httpx
 import numpy as np
 import pytest
 from helpers import LONG, LONG_TEXTS
@@ -336,10 +337,11 @@ def test_a_cuda_server_keeps_its_static_step_and_answers_like_the_cpu_server(
 ):
     """Its static step passes the start-up check with the step inline and on its thread
     (each bucket's CUDA graph recorded alone, on the thread that replays it), and it answers
-    greedy and beam 4 as a CPU server does."""
+    greedy and beam 4 as a CPU server does, over HTTP as over gRPC."""
     made = {}
     try:
-        for name, flags in (("cpu", ()), ("cuda", ("--device", "cuda", "--step", step))):
+        cuda = ("--device", "cuda", "--step", step, "--http-listen", "127.0.0.1:0")
+        for name, flags in (("cpu", ()), ("cuda", cuda)):
             (tmp_path / name).mkdir()
             made[name] = Server(translator_repository, tmp_path / name, *flags)
         for server in made.values():
@@ -358,6 +360,11 @@ def test_a_cuda_server_keeps_its_static_step_and_answers_like_the_cpu_server(
         log = made["cuda"].log_file.read_text()
         assert "steps with cache static" in log, log
         assert "failed to run here" not in log, log
+        with httpx.Client(base_url=made["cuda"].http_url, timeout=60) as web:
+            answer = web.post("/translate", json={"q": texts[0], "source": "es", "target": "en"})
+        assert answer.status_code == 200, answer.text
+        over_grpc = client.translate(made["cuda"].channel, texts[:1], timeout=60)
+        assert answer.json()["translatedText"] == over_grpc.translations[0].hypotheses[0].text
     finally:
         for server in made.values():
             server.stop()
