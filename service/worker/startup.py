@@ -4,6 +4,7 @@ certified before the worker reports ready."""
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import replace
 
@@ -136,11 +137,18 @@ def _near_tie(engine, job_inputs: dict, expected, got, tie: float) -> bool:
 
 def tie_window(manifest: dict, variant: str) -> float:
     """How close two tokens' log-probabilities may be for two steps certified for `variant`
-    (each step's logits within the certificate's `atol` of the model's) to rank them either
-    way: a flip needs the model's margin within 2 atol, where a step may see it as 4 atol.
-    0 where the version holds no certified tolerance for it (token-identical then)."""
+    (each step's logits within the certificate's `atol` of the model's, or within the one
+    error it measured where that is more: a Hugging Face claim passed as precise as the
+    model is in its float type, export.hf.certify) to rank them either way: a flip needs the
+    model's margin within 2 atol, where a step may see it as 4 atol. 0 where the version
+    holds no certified tolerance for it (token-identical then)."""
     graphs = (manifest.get("parity") or {}).get("graphs", {})
-    return 4 * float(graphs.get(variant, {}).get("tolerance", {}).get("atol", 0.0))
+    claim = graphs.get(variant, {})
+    bound = float(claim.get("tolerance", {}).get("atol", 0.0))
+    measured = claim.get("max_abs")  # one figure (our own graphs' certificate: one a graph)
+    if bound and isinstance(measured, int | float) and math.isfinite(measured):
+        bound = max(bound, float(measured))
+    return 4 * bound
 
 
 def choose_engine(settings: WorkerSettings, model_version, variant: str):
