@@ -268,16 +268,19 @@ PY
   families)  # the Hugging Face families served on CUDA: each in fp16 by default (its claim
     # held), the static step replayed as CUDA graphs, answering as the CPU's fp32 server
     # over gRPC and HTTP (tests/server/test_hf_fp16.py). The GPU machine has no
-    # `transformers`: the versions are made and certified on another machine first, into
-    # .gpu/made (ATTNSERVE_TEST_MADE=.gpu/made python -m pytest -q -p no:xdist
-    # tests/server/test_hf_fp16.py: its CPU case checks them there); then, carrying
-    # .gpu/tools, .gpu/made/hf.made, .gpu/made/hf/repository (7 MB), service/wire and
+    # `transformers`, nor the HTTP edge's packages: first, on another machine, the versions
+    # made and certified into .gpu/made (ATTNSERVE_TEST_MADE=.gpu/made python -m pytest -q
+    # -p no:xdist tests/server/test_hf_fp16.py: its CPU case checks them there) and
+    # `bash bench/gpu_pylib.sh`; then, carrying .gpu/tools, .gpu/pylib (8 MB),
+    # .gpu/made/hf.made, .gpu/made/hf/repository (7 MB), service/wire and
     # data/translator/test.es, ~3 min
     mkdir -p "$out"
-    [ -f .gpu/made/hf.made ] || { echo "gpu.sh families: no .gpu/made/hf.made carried" >&2; exit 2; }
-    ATTNSERVE_TEST_MADE="$PWD/.gpu/made" timeout "${BENCH_GPU_TESTS_SECONDS:-300}" \
-      python3 -m pytest -q -m gpu -p no:cacheprovider -p no:xdist tests/server/test_hf_fp16.py \
-      2>&1 | tee "$out/gpu-tests-families.log" | tail -40 || true ;;
+    for needed in .gpu/made/hf.made .gpu/pylib; do
+      [ -e "$needed" ] || { echo "gpu.sh families: $needed not carried" >&2; exit 2; }
+    done
+    PYTHONPATH="$PWD/.gpu/pylib:$PYTHONPATH" ATTNSERVE_TEST_MADE="$PWD/.gpu/made" \
+      timeout "${BENCH_GPU_TESTS_SECONDS:-300}" python3 -m pytest -q -m gpu -p no:cacheprovider \
+      -p no:xdist tests/server/test_hf_fp16.py 2>&1 | tee "$out/gpu-tests-families.log" | tail -40 || true ;;
   workers)  # the CUDA server with 1 and 2 workers sharing the GPU at 256 and 1,024 clients,
     # then with its default (printed with why) at 1 to 1,024 clients and the 30-token
     # sentence; a quick export first where the workdir has none

@@ -7,7 +7,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import grpc
-import httpx
 import numpy as np
 import pytest
 from helpers import LONG, LONG_TEXTS
@@ -360,6 +359,8 @@ def test_a_cuda_server_keeps_its_static_step_and_answers_like_the_cpu_server(
         log = made["cuda"].log_file.read_text()
         assert "steps with cache static" in log, log
         assert "failed to run here" not in log, log
+        import httpx  # here: a GPU machine may lack it (bench/gpu_pylib.sh carries it)
+
         with httpx.Client(base_url=made["cuda"].http_url, timeout=60) as web:
             answer = web.post("/translate", json={"q": texts[0], "source": "es", "target": "en"})
         assert answer.status_code == 200, answer.text
