@@ -295,11 +295,15 @@ def mixed_repository(exported_translator, hf_models, tmp_path_factory) -> Path:
     """A model repository of five translators: ours, a Marian, an M2M100, an NLLB and an
     mBART-50 model."""
     root = tmp_path_factory.mktemp("mixed-repository")
-    versions = [exported_translator[0]] + [version for _, version, _ in hf_models.values()]
-    for model_version in versions:
-        (root / model_version.name).mkdir()
-        (root / model_version.name / model_version.version).symlink_to(model_version.directory)
-    return root
+    hf = [(version, certificate) for _, version, certificate in hf_models.values()]
+    return _linked_repository(root, exported_translator, *hf)
+
+
+@pytest.fixture(scope="session")
+def hf_repository(hf_models, tmp_path_factory) -> Path:
+    """A model repository of the four Hugging Face families alone."""
+    hf = [(version, certificate) for _, version, certificate in hf_models.values()]
+    return _linked_repository(tmp_path_factory.mktemp("hf-repository"), *hf)
 
 
 def pytest_collection_modifyitems(config, items):

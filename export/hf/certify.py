@@ -155,14 +155,29 @@ def tokenizer_claim(model_version, tokenizer, texts, given, languages) -> dict:
     return {"texts": len(texts), "identical": same, "passed": same == len(texts)}
 
 
-def graph_claim(
-    model_version, model, tokenizer, texts, decodes, languages, variant="fp32", device="cpu"
-) -> dict:
-    """The `variant` step's logits on `device` over `decodes` (teacher forcing, one token a
-    step, the cache as state) against the model's float32 forward pass, within our own
-    translator's bound of the variant, or, for weights whose scale makes the float type
-    itself err more, no further from the model's float64 logits than FLOAT_FACTOR x
-    PyTorch's own in that type; the banned tokens' -inf left out."""
+def forward_passes(model, tokenizer, texts, decodes, languages) -> list[tuple]:
+    """Each text teacher-forced over its decode (`generate`'s tokens) through the model: (its
+    tokenizer's ids, the decoder's ids, float32 logits, float64 logits), for the graph claims
+    of every variant."""
+    if hasattr(tokenizer, "src_lang"):
+        tokenizer.src_lang = languages[0]
+    exact, start, passes = copy.deepcopy(model).double(), model.config.decoder_start_token_id, []
+    for text, tokens in zip(texts, decodes, strict=True):
+        ids = tokenizer([text], return_tensors="pt")
+        decoder_ids = torch.tensor([[start, *tokens]])
+        with torch.no_grad():
+            expected = model(**ids, decoder_input_ids=decoder_ids).logits[0].numpy()
+            precise = exact(**ids, decoder_input_ids=decoder_ids).logits[0].numpy()
+        passes.append((ids, decoder_ids, expected, precise))
+    return passes
+
+
+def graph_claim(model_version, model, passes, variant="fp32", device="cpu") -> dict:
+    """The `variant` step's logits on `device` over the forward passes (`forward_passes`:
+    teacher forcing, one token a step, the cache as state) against the model's float32
+    logits, within our own translator's bound of the variant, or, for weights whose scale
+    makes the float type itself err more, no further from the model's float64 logits than
+    FLOAT_FACTOR x PyTorch's own in that type; the banned tokens' -inf left out."""
     directory = model_version.directory
     encoder, step = (
         ort.InferenceSession(str(model_version.graph(variant, name)), providers=providers(device))
@@ -171,20 +186,14 @@ def graph_claim(
     cache_type = numpy_type(next(i.type for i in step.get_inputs() if i.name.startswith("past")))
     config, worst, relative = model.config, 0.0, 0.0
     banned = model_version.manifest["generation"]["banned"]
-    start = config.decoder_start_token_id
-    if hasattr(tokenizer, "src_lang"):
-        tokenizer.src_lang = languages[0]
-    exact = copy.deepcopy(model).double()
     own = model if variant == "fp32" else copy.deepcopy(model).half()
     own_error = 0.0  # PyTorch's own error in the variant's float type, against float64
     ours_error = 0.0
-    for text, tokens in zip(texts, decodes, strict=True):
-        ids = tokenizer([text], return_tensors="pt")
-        decoder_ids = torch.tensor([[start, *tokens]])
-        with torch.no_grad():
-            expected = model(**ids, decoder_input_ids=decoder_ids).logits[0].numpy()
-            precise = exact(**ids, decoder_input_ids=decoder_ids).logits[0].numpy()
-            theirs = own(**ids, decoder_input_ids=decoder_ids).logits[0].float().numpy()
+    for ids, decoder_ids, expected, precise in passes:
+        theirs = expected
+        if own is not model:
+            with torch.no_grad():
+                theirs = own(**ids, decoder_input_ids=decoder_ids).logits[0].float().numpy()
         src = ids["input_ids"].numpy()
         memory = encoder.run(None, {"src_ids": src, "src_mask": np.ones_like(src)})
         names = [o.name for o in encoder.get_outputs()]
@@ -226,7 +235,7 @@ def graph_claim(
     own_bound = max(bound.atol, FLOAT_FACTOR * own_error)
     as_precise = math.isfinite(own_error) and ours_error <= own_bound
     return {
-        "texts": len(texts), "max_abs": worst, "max_rel": relative,
+        "texts": len(passes), "max_abs": worst, "max_rel": relative,
         "tolerance": {"atol": bound.atol, "rtol": bound.rtol},
         "float64": {"onnxruntime": ours_error, "pytorch": own_error, "factor": FLOAT_FACTOR},
         "device": device, "passed": within or as_precise,
@@ -298,18 +307,15 @@ def int8_claim(model_version, tokenizer_model, texts, languages, options, fp32, 
     return loss
 
 
-def half_claim(model_version, model, tokenizer, texts, given, theirs, languages, options):
-    """fp16's own claim: its step's logits (graph_claim) and its greedy decodes against
-    `generate`'s (`theirs`), near ties within twice that step's error, on the device
+def half_claim(model_version, model, tokenizer, passes, texts, given, theirs, languages, options):
+    """fp16's own claim: its step's logits over `passes` (graph_claim) and its greedy decodes
+    against `generate`'s (`theirs`), near ties within twice that step's error, on the device
     export.certify.parity_devices names -> (the claim, the decodes; None where no device
     can certify it: traced graphs where no GPU is)."""
     device = parity_devices(model_version).get("fp16")
     if device is None:
         return {"passed": False, "device": None, "why": "traced fp16 graphs need a GPU"}, None
-    head = slice(0, GRAPH_TEXTS)
-    graphs = graph_claim(
-        model_version, model, tokenizer, given[head], theirs[head], languages, "fp16", device
-    )
+    graphs = graph_claim(model_version, model, passes, "fp16", device)
     window = 2 * graphs["max_abs"]
     half = ours(model_version, "fp16", texts, languages, options, device=device)
     ties = greedy_ties(model, tokenizer, given, theirs, half, languages, window)
@@ -358,9 +364,8 @@ def certify_hf(
     given = as_given(runtime, texts, languages)  # what the model's own tokenizer reads
     theirs = generated(model, tokenizer, given, languages, greedy)
     fp32 = ours(model_version, "fp32", texts, languages, greedy)
-    graphs = graph_claim(
-        model_version, model, tokenizer, given[:GRAPH_TEXTS], theirs[:GRAPH_TEXTS], languages
-    )
+    passes = forward_passes(model, tokenizer, given[:GRAPH_TEXTS], theirs[:GRAPH_TEXTS], languages)
+    graphs = graph_claim(model_version, model, passes)
     window = 2 * graphs["max_abs"]
     ties = greedy_ties(model, tokenizer, given, theirs, fp32, languages, window)
     certificate = {
@@ -390,7 +395,7 @@ def certify_hf(
     half = None
     if "fp16" in model_version.manifest["graphs"]:  # on its own too
         certificate["graphs"]["fp16"], half = half_claim(
-            model_version, model, tokenizer, texts, given, theirs, languages, greedy
+            model_version, model, tokenizer, passes, texts, given, theirs, languages, greedy
         )
     checks = [certificate["tokenizer"], certificate["graphs"]["fp32"], certificate["rows"]]
     checks += certificate["decodes"]

@@ -14,6 +14,7 @@ from export.hf.certify import (
     HALF_BOUND,
     MIN_TEXTS,
     certify_hf,
+    forward_passes,
     generated,
     golden_texts,
     half_claim,
@@ -64,13 +65,15 @@ def test_fp16_is_certified_only_where_its_graphs_are_the_models(hf_models, tmp_p
     texts, languages = certificate_texts(version)[:GRAPH_TEXTS], ("es", "en")
     options = DecodingOptions(max_length=24, max_length_ratio=0.0)
     theirs = generated(model, tokenizer, texts, languages, options)
-    claim, decodes = half_claim(version, model, tokenizer, texts, texts, theirs, languages, options)
+    passes = forward_passes(model, tokenizer, texts, theirs, languages)
+    given = (version, model, tokenizer, passes, texts, texts, theirs, languages, options)
+    claim, decodes = half_claim(*given)
     assert claim["passed"], claim
     assert claim["greedy"]["identical"] + len(claim["greedy"]["near_ties"]) == GRAPH_TEXTS
     assert len(decodes) == GRAPH_TEXTS
     weights = version.directory / "fp16" / SHARED
     np.fromfile(weights, np.float16)[::-1].tofile(weights)
-    broken, _ = half_claim(version, model, tokenizer, texts, texts, theirs, languages, options)
+    broken, _ = half_claim(*given)
     assert not broken["passed"], broken
     assert broken["max_abs"] > HALF_BOUND.atol and broken["max_rel"] > HALF_BOUND.rtol
 

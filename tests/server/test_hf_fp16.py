@@ -19,28 +19,12 @@ from service.wire.v1 import decoding_pb2, translation_pb2
 
 pytestmark = pytest.mark.slow
 TEXTS = 48  # of each family's certificate texts
-LANGUAGES = {  # as the certificates name them
-    "marian": ("", ""),
-    "m2m100": ("es", "en"),
-    "nllb": ("spa_Latn", "eng_Latn"),
-    "mbart": ("es_XX", "en_XX"),
-}
 FLIPPED = 2  # texts a family's fp16 decodes may part from fp32's on CUDA outside the near
 # ties the certificate found on the CPU (another device's kernels round apart)
 
 
-@pytest.fixture(scope="module")
-def hf_repository(hf_models, tmp_path_factory):
-    """A model repository of the four families alone."""
-    root = tmp_path_factory.mktemp("hf-repository")
-    for _, version, _ in hf_models.values():
-        (root / version.name).mkdir()
-        (root / version.name / version.version).symlink_to(version.directory)
-    return root
-
-
-def translations(server, family: str, texts: list[str]) -> list[str]:
-    source, target = LANGUAGES[family]
+def translations(server, family: str, texts: list[str], languages) -> list[str]:
+    source, target = languages
     request = translation_pb2.TranslateRequest(
         model=family, texts=texts, source_language=source, target_language=target,
         options=decoding_pb2.DecodingOptions(max_length=63, max_length_ratio=0.0),
@@ -82,7 +66,8 @@ def test_every_family_is_served_in_fp16_as_in_fp32_but_at_near_ties(
             cache = "static" if device == "cuda" else "in_place"
             assert served[family]["cache"] == cache, served[family]
             texts = certificate_texts(version, TEXTS)
-            half, full = (translations(made[n], family, texts) for n in ("fp16", "fp32"))
+            languages = certificate["languages"]  # as certified
+            half, full = (translations(made[n], family, texts, languages) for n in ("fp16", "fp32"))
             ties = set(certificate["graphs"]["fp16"]["greedy"]["near_ties"])
             ties |= set(certificate["decodes"][0]["near_ties"])  # fp32's own, against generate
             parted = [i for i, (a, b) in enumerate(zip(half, full, strict=True)) if a != b]
