@@ -100,7 +100,9 @@ def test_a_partial_line_is_a_line_each_off_a_terminal():
 
 
 def test_a_partial_line_is_rewritten_in_place_on_a_terminal_and_cleared_once(monkeypatch):
-    monkeypatch.setattr(render.shutil, "get_terminal_size", lambda: os.terminal_size((11, 5)))
+    # pytest's own reporting asks too, with a fallback, while the patch holds
+    size = os.terminal_size((11, 5))
+    monkeypatch.setattr(render.shutil, "get_terminal_size", lambda *_, **__: size)
     stream = Terminal()
     line = render.PartialLine(stream)
     line.show("uno")
@@ -123,9 +125,10 @@ def test_a_partial_line_fits_the_terminal_of_its_own_stream(monkeypatch):
         def fileno(self) -> int:
             return 2
 
-    monkeypatch.setattr(render.shutil, "get_terminal_size", lambda: os.terminal_size((80, 24)))
+    wide, real = os.terminal_size((80, 24)), os.get_terminal_size
+    monkeypatch.setattr(render.shutil, "get_terminal_size", lambda *_, **__: wide)
     sizes = {2: os.terminal_size((11, 5))}
-    monkeypatch.setattr(render.os, "get_terminal_size", lambda fd: sizes[fd])
+    monkeypatch.setattr(render.os, "get_terminal_size", lambda fd=1: sizes.get(fd) or real(fd))
     stream = Stderr()
     render.PartialLine(stream).show("uno dos tres cuatro")
     assert stream.getvalue() == "\r\x1b[K…es cuatro"
