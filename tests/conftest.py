@@ -20,6 +20,26 @@ from helpers import (
 )
 
 
+@pytest.fixture(autouse=True)
+def _torch_threads_kept():
+    """A test that runs a command in process (a benchmark's main, a training run) may set
+    torch's thread count for the process: it is set back after the test. A pytest-xdist
+    worker left at two threads beside another worker spins both cores' OpenMP threads
+    against each other for every later module (3.3x the CPU time of a module measured)."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    threads = torch.get_num_threads() if torch else None
+    yield
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return
+    if threads is None:  # imported by the test: the thread count the suite runs with
+        threads = int(os.environ.get("OMP_NUM_THREADS") or 0) or None
+    if threads and torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="session")
 def translator_data() -> Path:
     """The corpus built from the Debian packages (built once when missing)."""
