@@ -375,16 +375,20 @@ class Waiting(translation_pb2_grpc.TranslationServiceServicer):
 def test_ctrl_c_cancels_the_calls_in_flight_and_exits_130_without_a_traceback(argv, calls):
     servicer = Waiting()
     server, address = translation_started(servicer)
-    command = [sys.executable, "-m", "attnserve.cli", "translate", "--server", address, *argv]
+    # As from a terminal: a SIGINT ignored where the tests run (a job put in the background by
+    # a shell without job control) stays ignored across exec, so the command starts with
+    # Python's own handler, as it does where SIGINT is not ignored. Not with a preexec_fn: the
+    # child of a fork of this process, whose gRPC threads hold their locks, could hang before
+    # exec and never call.
+    command = [
+        sys.executable,
+        "-c",
+        "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler);"
+        " sys.argv[0] = 'attnserve'; runpy.run_module('attnserve.cli', run_name='__main__')",
+        *["translate", "--server", address, *argv],
+    ]
     process = subprocess.Popen(
-        command,
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        # as from a terminal: a SIGINT ignored where the tests run (a job put in the
-        # background by a shell without job control) stays ignored across exec
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     try:
         for _ in range(calls):
