@@ -7,6 +7,7 @@ import functools
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -26,8 +27,6 @@ def _torch_threads_kept():
     torch's thread count for the process: it is set back after the test. A pytest-xdist
     worker left at two threads beside another worker spins both cores' OpenMP threads
     against each other for every later module (3.3x the CPU time of a module measured)."""
-    import sys
-
     torch = sys.modules.get("torch")
     threads = torch.get_num_threads() if torch else None
     yield
