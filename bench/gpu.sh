@@ -19,6 +19,7 @@
 #   bash bench/gpu.sh steady    # quick export, 3 threaded servers and 1 inline in a row, logs kept: ~6 min
 #   bash bench/gpu.sh step      # after goals: the CUDA server with the step inline and on its thread: ~2 min
 #   bash bench/gpu.sh admission # quick export, the inline server with the encoder on its thread, inline, 8 fronts: ~5 min
+#   bash bench/gpu.sh next      # quick export, six servers in a row (default x3, step thread, 8 ahead, 8 fronts) at 1 and 256 clients: ~8.5 min at most
 #   bash bench/gpu.sh ahead     # quick export, the steps run ahead: one worker in process, then the server; 1, 8 in 2 ms runs, 8 unbounded: ~7 min
 #   bash bench/gpu.sh families  # Hugging Face families made elsewhere (.gpu/made), served in fp16 on CUDA: ~3 min
 #   bash bench/gpu.sh controls  # the translator's gpu tests: decoding controls and scoring on CUDA, ~5 min
@@ -229,15 +230,34 @@ case "$phase" in
         --graphs "$graphs" --no-engine --load --server-step inline --server-encoder "$1" \
         "${fronts[@]}" --clients 1,256,1024 --level-seconds 6 > /dev/null 2>&1 || true
       cp "$work/server/server.log" "$OUT_A/server.log" 2>/dev/null || true
-      python3 - "$OUT_A/benchmarks-gpu.json" "$run" <<'PY' || true
-import json, sys
-report = json.load(open(sys.argv[1]))
-for level in report.get("load", {}).get("levels", []):
-    server = level.get("server") or {}
-    keys = ("step_rows_mean", "queue_wait_ms_mean", "encoder_runs", "encoder_ms_mean",
-            "ttft_ms_p50", "device_alone_runs", "device_alone_seconds")
-    print(sys.argv[2], level["clients"], round(level["tokens_per_s"]), {k: server.get(k) for k in keys})
-PY
+      python3 -m bench.gpu_levels "$OUT_A/benchmarks-gpu.json" "$run" || true
+    done ;;
+  next)  # the open questions in one command sized for a lent machine (~8.5 min at most):
+    # a quick export, then six CUDA servers in a row, each at 1 and 256 clients with the
+    # 30-token sentence: the default three times (the goal's three in a row), the step on
+    # its thread (its static step kept since the recording fix), 8 steps ahead in runs of
+    # 2 ms, and 8 fronts (4 fronts were at 3.5 of 4 cores at 256 clients); a line a level
+    # (bench.gpu_levels: tokens/s, queue wait, encoder runs, the fronts' CPU a call) and
+    # every server's log kept, its cache, fronts and any restart printed
+    export PYTHONFAULTHANDLER=1
+    mkdir -p "$out"
+    timeout 150 python3 -m bench.gpu --device cuda --workdir "$work" --out "$out" \
+      --graphs "$graphs" --export-sentences 8 --no-engine --no-load > "$out/export.log" 2>&1 || true
+    for run in default-1 default-2 default-3 thread ahead-8 fronts-8; do
+      OUT_N="$out/next-$run"; mkdir -p "$OUT_N"
+      case "$run" in
+        thread) way=(--server-step thread) ;;
+        ahead-8) way=(--server-steps-ahead 8) ;;
+        fronts-8) way=(--server-fronts 8) ;;
+        *) way=() ;;
+      esac
+      timeout 60 python3 -m bench.gpu --device cuda --workdir "$work" --out "$OUT_N" \
+        --graphs "$graphs" --no-engine --load "${way[@]}" --clients 1,256 --level-seconds 6 \
+        > "$OUT_N/bench.log" 2>&1 || true
+      cp "$work/server/server.log" "$OUT_N/server.log" 2>/dev/null || true
+      python3 -m bench.gpu_levels "$OUT_N/benchmarks-gpu.json" "$run" || true
+      grep -ih "steps with cache\|steps ahead\|fronts\|died\|restart\|traceback\|fault" \
+        "$OUT_N/server.log" | head -6 || true
     done ;;
   ahead)  # greedy steps run back to back on the device (--steps-ahead): the server's
     # device check of the static step with them first (the log says whether it kept the
@@ -297,6 +317,6 @@ PY
       --graphs "$graphs" --no-engine --load --clients 1,16,64,256,1024 --level-seconds 8 \
       | sed -n '/^## Service level/,$p' || true
     grep -h "workers\|fronts\|steps with cache" "$work/server/server.log" | head -20 || true ;;
-  *) echo "usage: bench/gpu.sh export|engine|load|fronts|all|static|inplace|scaling|pending|goals-engine|goals-serve|goals|step|steady|admission|ahead|families|workers|controls|controls-cost" >&2
+  *) echo "usage: bench/gpu.sh export|engine|load|fronts|all|static|inplace|scaling|pending|goals-engine|goals-serve|goals|step|steady|admission|next|ahead|families|workers|controls|controls-cost" >&2
     exit 2 ;;
 esac

@@ -164,6 +164,45 @@ def test_service_level(run):
     assert "\n| 1 (sentence) | " in text
 
 
+def test_a_line_a_level_reads_the_report(run, tmp_path, capsys):
+    """bench.gpu_levels, as gpu.sh prints several servers side by side: a line a level with
+    its clients and tokens/s, the fronts' CPU a call from the level's own figures, then the
+    sentence's latency and the loop's time a step by phase; a report that is not there is
+    named, not a crash."""
+    from bench import gpu_levels
+    from service.worker.loop_clock import PHASES
+
+    report, _ = run
+    load = report["load"]
+    if load.get("status") != "run":
+        pytest.skip(load["status"])
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(report))
+    assert gpu_levels.main([str(path), "cpu", str(tmp_path / "none.json"), "gone"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    levels = load["levels"]
+    for line, level in zip(lines, levels, strict=False):
+        fields = dict(f.split("=", 1) for f in line.split()[1:])
+        assert line.startswith("cpu ") and int(fields["clients"]) == level["clients"]
+        assert float(fields["tokens/s"].replace(",", "")) == pytest.approx(
+            level["tokens_per_s"], abs=0.5
+        )
+        calls = level["requests_per_s"] * level["seconds"]
+        per_call = 1000 * level["cpu_s"]["front"] / calls
+        assert float(fields["front_ms_a_call"]) == pytest.approx(per_call, abs=0.005)
+        assert int(fields["restarts"]) == level["server"]["worker_restarts"]
+    sentence = lines[len(levels)]
+    p50 = load["sentence"]["latency_ms"]["p50"]
+    assert sentence.startswith("cpu sentence p50=") and f"p50={p50:,.2f}" in sentence
+    phases = lines[len(levels) + 1]
+    assert phases.startswith("cpu sentence loop ms a step: ")
+    assert [f.split("=")[0] for f in phases.split(": ")[1].split()] == sorted(PHASES)
+    assert lines[-1].startswith("gone: no report")
+    with pytest.raises(SystemExit) as refused:  # a report without its label
+        gpu_levels.main(["only-a-path"])
+    assert refused.value.code == 2
+
+
 def test_goals_are_judged(run):
     report, text = run
     goals = {g["goal"]: g for g in report["goals"]}
