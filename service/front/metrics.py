@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import bisect
+import functools
 import hashlib
 import hmac
 import socket
@@ -53,16 +55,43 @@ ROWS_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 REQUEST_LABELS = ("model", "method")
 
 
+CHILDREN_KEPT = 4096  # a labelled metric's children kept by their values (labels, below)
+
+
+def _children_kept(metric):
+    """`metric` whose `labels(...)` answers a child met before from a cache: prometheus_client
+    checks the values and takes the metric's lock at every call (some 3 us), and a call's
+    answer and its worker's reports ask for some fifteen children. A child is never removed
+    here (only `attnserve_model`'s, an Info, is: not kept), so a kept one is the metric's."""
+    if metric._labelnames:
+        metric.labels = functools.lru_cache(maxsize=CHILDREN_KEPT)(metric.labels)
+    return metric
+
+
+FEW = 16  # values observe_all places one by one
+
+
 def observe_all(histogram, values) -> None:
     """Observes each of `values` in one labelled histogram (a child: `labels(...)`), as many
     `observe` calls would, with each bucket and the sum counted once: a request's token gaps
     are tens of observations, each a lock and a walk of the bounds. Reads the child's
     per-bucket counters, which `observe` counts into (the first bound at or above a value; the
-    exposition sums them)."""
-    values = np.asarray(values, dtype=np.float64)
+    exposition sums them). A few values are placed one by one (numpy's calls cost more than
+    they save below some sixteen: a report's encoder runs and steps at one client)."""
     if not len(values):
         return
     bounds = histogram._upper_bounds
+    if len(values) <= FEW:
+        counts: dict[int, int] = {}
+        for value in values:
+            i = bisect.bisect_left(bounds, value)
+            if i < len(bounds) and value <= bounds[i]:  # NaN in no bucket, as `observe` does
+                counts[i] = counts.get(i, 0) + 1
+        histogram._sum.inc(float(sum(values)))
+        for i, count in counts.items():
+            histogram._buckets[i].inc(count)
+        return
+    values = np.asarray(values, dtype=np.float64)
     index = np.searchsorted(bounds, values, side="left")  # the first bound >= each value
     counts = np.bincount(index, minlength=len(bounds) + 1)
     histogram._sum.inc(float(values.sum()))
@@ -75,7 +104,7 @@ class Metrics:
         self.registry = registry = CollectorRegistry()
 
         def histogram(name: str, text: str, labels=("model",), buckets=SECONDS_BUCKETS):
-            return Histogram(name, text, labels, buckets=buckets, registry=registry)
+            return _children_kept(Histogram(name, text, labels, buckets=buckets, registry=registry))
 
         self.request_duration = histogram(
             "attnserve_request_duration_seconds",
@@ -112,10 +141,10 @@ class Metrics:
         )
 
         def counter(name: str, text: str, labels=("model",)):
-            return Counter(name, text, labels, registry=registry)
+            return _children_kept(Counter(name, text, labels, registry=registry))
 
         def gauge(name: str, text: str, labels=("model",)):
-            return Gauge(name, text, labels, registry=registry)
+            return _children_kept(Gauge(name, text, labels, registry=registry))
 
         self.cache_hits = counter(
             "attnserve_response_cache_hits", "Inputs answered from the response cache."

@@ -179,6 +179,8 @@ def test_a_basic_auth_file_not_in_utf8_is_named_in_one_line(tmp_path):
         [0.004] * 29,
         [],
         [float("nan"), 0.01],
+        # more than observe_all places one by one: numpy's way, the same edges
+        [0.0004, 0.0005, 0.0005001, 0.003, 0.7, 299.0, 301.0, 1e9, -1.0, 0.0, float("nan")] * 2,
     ],
 )
 def test_observing_a_request_s_gaps_at_once_exposes_what_one_at_a_time_does(values):
