@@ -116,9 +116,7 @@ class DecodingRequest:
             problems.append("suppress: this model has no output tokenizer")
         elif self.suppress:
             suppress = _suppressed(self.suppress, tokenize, problems)
-        names = {f.name for f in fields(DecodingOptions)} & {f.name for f in fields(self)}
-        names -= {"suppress", "max_length"}
-        given = {n: getattr(self, n) for n in names if getattr(self, n) is not None}
+        given = {n: getattr(self, n) for n in _PASSED if getattr(self, n) is not None}
         max_length = default_max_length if self.max_length is None else self.max_length
         options = DecodingOptions(**given, max_length=max_length, suppress=suppress)
         try:
@@ -144,6 +142,16 @@ class DecodingRequest:
                 f"target_prefix: {len(ids)} tokens, at most max_length - 1 ({max_length - 1})"
             )
         return ids
+
+
+# the fields a DecodingRequest passes to DecodingOptions as they are, where set (read once:
+# `fields` walks a class's fields at each call)
+_PASSED = tuple(
+    sorted(
+        ({f.name for f in fields(DecodingOptions)} & {f.name for f in fields(DecodingRequest)})
+        - {"suppress", "max_length"}
+    )
+)
 
 
 def _suppressed(
