@@ -26,7 +26,19 @@ import time
 from service.worker.device import DEVICE
 from service.worker.fronts import Fronts
 from service.worker.loop_clock import LoopClock
-from service.worker.messages import Cancel, Failed, Load, Ready, Report, Stats, Stop, Submit, Unload
+from service.worker.messages import (
+    Cancel,
+    Failed,
+    Failure,
+    Load,
+    Ready,
+    Report,
+    Result,
+    Stats,
+    Stop,
+    Submit,
+    Unload,
+)
 from service.worker.scheduler import Scheduler
 from service.worker.settings import WorkerSettings
 from service.worker.startup import load
@@ -115,27 +127,34 @@ def _loop(fronts: Fronts, schedulers: dict[str, Scheduler], settings: WorkerSett
             routed = fronts.route(scheduler.events)
             scheduler.events = []
             # events at once; measurements and the batch state (a gauge) at most every
-            # STATS_EVERY, so a busy worker does not send a message a step
+            # STATS_EVERY, so a busy worker does not send a message a step, and with a report
+            # that ends one of the measurer's jobs, so a call's metrics are in when it returns
             changed = due and (measured or clock.pending or state != reported.get(key, (0, 0)))
             measurer = fronts.measurer
             if changed:
                 routed.setdefault(measurer, [])
             if measurer is not fronts.parent and parent.tell(key, state, now):
                 routed[fronts.parent] = routed.get(fronts.parent, [])
-            if measurer in routed:  # the loop's time since its last report goes with one
+            measuring = changed or _ends_a_job(routed.get(measurer, ()))
+            if measuring:  # the loop's time since its last report goes with one
                 scheduler.stats.loop_seconds = clock.take()
                 scheduler.stats.outbox_seconds = fronts.outbox.take_seconds()
                 scheduler.stats.alone_runs, scheduler.stats.alone_seconds = DEVICE.take_alone()
             for link, events in routed.items():
                 if link in fronts.links:
-                    stats = scheduler.stats if link is measurer else None
+                    stats = scheduler.stats if measuring and link is measurer else None
                     telling = fronts.replica and link is fronts.parent
                     told = parent.peak(key, state, now) if telling else state
                     fronts.send(link, Report(key, events, stats, *told))
-            if measurer in routed:
+            if measuring:
                 scheduler.stats, reported[key] = Stats(), state
                 last_report = now
         clock.lap("reports")
+
+
+def _ends_a_job(events) -> bool:
+    """Whether `events` hold a job's last (its Result or Failure)."""
+    return any(isinstance(event, Result | Failure) for event in events)
 
 
 class _Load:

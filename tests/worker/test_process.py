@@ -27,6 +27,7 @@ from service.worker.messages import (
     Job,
     Load,
     Loaded,
+    Partial,
     Ready,
     Report,
     Result,
@@ -150,6 +151,38 @@ def test_a_job_is_answered_with_its_events_and_the_measurements_then_stop_ends_i
     # the steps ran on the loop's thread, measured there: its inputs, runs, outputs, encoder
     assert all(loop[p] > 0 for p in ("admit", "encoder", "prepare", "run", "outputs"))
     assert loop["run"] > loop["outputs"]
+
+
+def test_a_stream_s_reports_carry_measurements_at_most_every_stats_every_and_at_its_end(
+    signals, loaded
+):
+    """A streamed job's partials go out a step at a time; the measurements go with them only
+    every STATS_EVERY (each a front's work to observe), and with the report that ends the
+    job, which holds every step not yet sent: a call's metrics are in when it returns."""
+    front, worker = Pipe()
+    reports: list[tuple[float, Report]] = []
+    job = Job(**{**_job(1, max_length=60).__dict__, "stream": True})
+
+    def the_front():
+        try:
+            front.recv()  # Ready
+            front.send(Submit(KEY, job))
+            while not any(isinstance(e, Result | Failure) for _, r in reports for e in r.events):
+                assert front.poll(30)
+                reports.append((time.monotonic(), front.recv()))
+        finally:
+            front.send(Stop())
+
+    _serve(worker, the_front)
+    partial = [r for _, r in reports if any(isinstance(e, Partial) for e in r.events)]
+    measured = [r for _, r in reports if r.stats is not None]
+    (result,) = [e for _, r in reports for e in r.events if isinstance(e, Result)]
+    assert reports[-1][1].stats is not None  # the report of the Result measures
+    steps = len(result.results[0][0].token_log_probs)
+    assert sum(len(r.stats.step_seconds) for r in measured) == steps  # every step, once
+    assert len(partial) >= steps - 1  # a partial a step (the last may go with the result)
+    elapsed = reports[-1][0] - reports[0][0]
+    assert len(measured) <= elapsed / process.STATS_EVERY + 2, (len(measured), elapsed)
 
 
 def test_stop_answers_every_job_still_held(signals, loaded):
