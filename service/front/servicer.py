@@ -158,10 +158,10 @@ class ModelServicer:
 
     @contextlib.asynccontextmanager
     async def _submitted(self, label: str, model, prepared: Prepared, context, received, most=0):
-        """The request's jobs submitted, as tasks that end with each job's Result, in input
-        order, their queue metrics under the method label `label`; on leaving early (an error,
-        the client gone) every job is cancelled."""
-        front, calls, tasks = self.front, [], []
+        """The request's jobs submitted -> their calls, in input order, their queue metrics
+        under the method label `label`; on leaving early (an error, the client gone) every
+        job is cancelled."""
+        front, calls = self.front, []
         try:
             jobs = front.jobs(prepared, context, stream=False, most=most)
             if jobs:  # the call's rows, whole (none: every input came from the cache)
@@ -170,13 +170,32 @@ class ModelServicer:
                 remaining = context.time_remaining()
                 call = await front.pool.submit(model.worker_key, label, job, remaining, received)
                 calls.append(call)
-                tasks.append(asyncio.ensure_future(self._result(call)))
-            yield tasks
+            yield calls
         except BaseException:
-            for call, task in zip(calls, tasks, strict=False):
+            for call in calls:
                 front.pool.cancel(call)  # the request's other jobs stop at their next step
-                task.cancel()
             raise
+
+    async def _results(self, calls: list[Call]) -> list[Result]:
+        """Each call's Result, in order. One call (most requests) is awaited here, without a
+        task: its worker's report reaches the handler a loop iteration sooner. Several run as
+        tasks, every one cancelled once one fails or the handler is cancelled."""
+        if len(calls) == 1:
+            return [await self._result(calls[0])]
+        with self._tasks(map(self._result, calls)) as tasks:
+            return await asyncio.gather(*tasks)
+
+    @staticmethod
+    @contextlib.contextmanager
+    def _tasks(coroutines):
+        """Each coroutine as a task; on leaving, those not done are cancelled (a failed call's
+        siblings, a stream's inputs not reached when it ends)."""
+        tasks = [asyncio.ensure_future(coroutine) for coroutine in coroutines]
+        try:
+            yield tasks
+        finally:
+            for task in tasks:
+                task.cancel()  # those done are left as they are
 
     def _cached(self, model, prepared: Prepared, label: str) -> tuple[list, list, list]:
         """(each input's cache key, its n-best from the cache or None, the input whose
@@ -207,12 +226,9 @@ class ModelServicer:
             missing = [i for i, twin in enumerate(twins) if twin == i]
             if missing:
                 decode = prepared.subset(missing) if len(missing) < len(results) else prepared
-                async with self._submitted(labels[1], model, decode, context, received) as tasks:
+                async with self._submitted(labels[1], model, decode, context, received) as calls:
                     front.cache.missed(labels[0], sum(keys[i] is not None for i in missing))
-                    # one job (most calls): its task awaited alone, without gather's own
-                    # future and callbacks; cancelling the call cancels the task either way
-                    one = len(tasks) == 1
-                    events = [await tasks[0]] if one else await asyncio.gather(*tasks)
+                    events = await self._results(calls)
                 front.observe(labels, received, [event.timings for event in events])
                 decoded = [nbest for event in events for nbest in event.results]
                 for i, nbest in zip(missing, decoded, strict=True):
@@ -232,20 +248,22 @@ class ModelServicer:
         missing = [i for i, twin in enumerate(twins) if twin == i]
         timings, done = [], 0
         decode = prepared.subset(missing)
-        async with self._submitted(labels[1], model, decode, context, received, most=1) as tasks:
-            cache.missed(labels[0], sum(keys[i] is not None for i in missing))
-            pending = dict(zip(missing, tasks, strict=True))
-            while done < prepared.inputs:
-                if done in pending:
-                    event = await pending[done]
-                    (results[done],) = event.results
-                    cache.put(keys[done], results[done])
-                    timings.append(event.timings)
-                elif results[done] is None:  # a repeat of an input before it
-                    results[done] = results[twins[done]]
-                done += 1
-                if done in pending:
-                    yield declared.partial(model.partial_inputs(prepared, results[:done]))
+        submitted = self._submitted(labels[1], model, decode, context, received, most=1)
+        async with submitted as calls:
+            with self._tasks(map(self._result, calls)) as tasks:
+                cache.missed(labels[0], sum(keys[i] is not None for i in missing))
+                pending = dict(zip(missing, tasks, strict=True))
+                while done < prepared.inputs:
+                    if done in pending:
+                        event = await pending[done]
+                        (results[done],) = event.results
+                        cache.put(keys[done], results[done])
+                        timings.append(event.timings)
+                    elif results[done] is None:  # a repeat of an input before it
+                        results[done] = results[twins[done]]
+                    done += 1
+                    if done in pending:
+                        yield declared.partial(model.partial_inputs(prepared, results[:done]))
         if timings:
             self.front.observe(labels, received, timings)
         yield declared.respond(model, prepared, results)

@@ -9,6 +9,7 @@ import asyncio
 import os
 import pickle
 import struct
+from dataclasses import replace
 from multiprocessing import Pipe
 
 import numpy as np
@@ -16,7 +17,7 @@ import numpy as np
 from service.front.metrics import Metrics
 from service.front.pool import WorkerPool
 from service.runtime.decoding import DecodingOptions
-from service.worker.messages import Job, Ready, Report, Result, Submit, Timings
+from service.worker.messages import Job, Ready, Report, Result, Stats, Submit, Timings
 from service.worker.settings import WorkerSettings
 
 KEY = "translator/1"
@@ -104,3 +105,41 @@ def test_a_worker_let_go_of_sees_its_end():
             raise AssertionError("the worker's end still open")
 
     asyncio.run(run())
+
+
+def test_a_report_s_measurements_are_observed_after_the_call_it_ends_has_its_result():
+    """A report that ends a call and carries the worker's measurements: the call's waiter
+    runs first (its response is on its way out), the measurements are observed right after,
+    in the same turn of the loop; a report of measurements alone is observed at once."""
+
+    async def run():
+        pool, worker, worker_end = _pool()
+        (call,) = await _calls(pool, worker_end, 1)
+        stats = Stats(step_seconds=[0.002] * 3, step_rows=[1] * 3, tokens=3)
+        seen: list[float] = []
+
+        async def waiter():
+            await call.events.get()  # the handler awaiting its result
+            seen.append(_tokens(pool))
+
+        waiting = asyncio.ensure_future(waiter())
+        await asyncio.sleep(0)  # the waiter waits
+        worker_end.send(replace(_report(call), stats=stats))
+        pool._on_readable(worker)
+        assert _tokens(pool) == 0  # not yet: the woken call comes first
+        await waiting
+        await asyncio.sleep(0)
+        assert seen == [0] and _tokens(pool) == 3
+        worker_end.send(Report(KEY, [], stats, 0, 0))
+        pool._on_readable(worker)
+        assert _tokens(pool) == 6
+        worker_end.close()
+
+    asyncio.run(run())
+
+
+def _tokens(pool) -> float:
+    value = pool.metrics.registry.get_sample_value(
+        "attnserve_generated_tokens_total", {"model": KEY}
+    )
+    return value or 0.0

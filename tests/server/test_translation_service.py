@@ -245,7 +245,7 @@ def _settled_rows(server) -> float:
 @pytest.mark.parametrize("texts", [LONG_TEXTS, LONG_TEXTS[:1]], ids=["jobs", "one job"])
 def test_deadline_exceeded_frees_the_batch_rows(server, texts):
     """A unary call past its deadline: its jobs' rows go free, those of several texts (their
-    tasks gathered) and the one of a single text (its task awaited alone)."""
+    tasks gathered) and the one of a single text (awaited by the handler itself)."""
     tokens_before = server.value("attnserve_generated_tokens_total")
     started = time.monotonic()
     error = rpc_error(lambda: client.translate(server.channel, texts, timeout=0.4, **LONG))
@@ -278,7 +278,7 @@ def test_client_cancel_frees_the_batch_rows(server):
 
 
 def test_a_unary_call_of_one_job_cancelled_by_its_client_frees_its_rows(server):
-    """A unary call of one text (its job's task awaited alone, not gathered) that the client
+    """A unary call of one text (its result awaited by the handler, no task) that the client
     cancels mid-decode: the job stops at its next step, its rows go free, and the call counts
     as CANCELLED."""
     from service.wire.v1 import translation_pb2_grpc
