@@ -61,10 +61,21 @@ CHILDREN_KEPT = 4096  # a labelled metric's children kept by their values (label
 def _children_kept(metric):
     """`metric` whose `labels(...)` answers a child met before from a cache: prometheus_client
     checks the values and takes the metric's lock at every call (some 3 us), and a call's
-    answer and its worker's reports ask for some fifteen children. A child is never removed
-    here (only `attnserve_model`'s, an Info, is: not kept), so a kept one is the metric's."""
-    if metric._labelnames:
-        metric.labels = functools.lru_cache(maxsize=CHILDREN_KEPT)(metric.labels)
+    answer and its worker's reports ask for some fifteen children. Whatever removes children
+    (`remove`, `remove_by_labels`, `clear`: the cluster's replicas by node are set anew)
+    empties the cache first, so a kept child is always one the metric exposes."""
+    if not metric._labelnames:
+        return metric
+    kept = functools.lru_cache(maxsize=CHILDREN_KEPT)(metric.labels)
+    metric.labels = kept
+    for name in ("remove", "remove_by_labels", "clear"):
+        removing = getattr(metric, name)
+
+        def forgetting(*args, _removing=removing, **kwargs):
+            kept.cache_clear()
+            return _removing(*args, **kwargs)
+
+        setattr(metric, name, forgetting)
     return metric
 
 

@@ -208,3 +208,28 @@ def test_observing_a_request_s_gaps_at_once_exposes_what_one_at_a_time_does(valu
     sums = [[float(line.rpartition(" ")[2]) for line in exposed(m, True)] for m in (one, many)]
     assert len(sums[1]) == 2
     assert sums[1] == pytest.approx(sums[0], rel=1e-12, nan_ok=True)
+
+
+def test_a_child_kept_for_its_labels_is_one_the_metric_still_exposes():
+    """Labelled children are kept by their values (a call asks for some fifteen); a child
+    removed, or every child cleared (the cluster's replicas by node are set anew so), is
+    made again on its next use and exposed, not written into a child the metric let go."""
+    metrics = Metrics()
+    gauge, registry = metrics.cluster_replicas, metrics.registry
+
+    def replicas(node: str) -> float | None:
+        return registry.get_sample_value("attnserve_cluster_replicas", {"node": node})
+
+    assert gauge.labels("a") is gauge.labels("a")  # kept
+    gauge.labels("a").set(2)
+    gauge.clear()
+    gauge.labels("a").set(1)
+    gauge.labels("b").set(3)
+    assert (replicas("a"), replicas("b")) == (1, 3)
+    gauge.remove("b")
+    assert replicas("b") is None
+    gauge.labels("b").set(4)
+    assert replicas("b") == 4
+    gauge.remove_by_labels({"node": "a"})
+    gauge.labels("a").inc()
+    assert replicas("a") == 1
