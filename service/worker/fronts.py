@@ -17,12 +17,12 @@ from multiprocessing.connection import AuthenticationError, Listener
 from service.worker.inbox import Inbox
 from service.worker.messages import (
     Failure,
+    Last,
     Load,
     Loaded,
     NotLoaded,
     Ready,
     Report,
-    Result,
     Submit,
 )
 from service.worker.outbox import Outbox
@@ -272,7 +272,7 @@ class Fronts:
             owner = self.owner.get(event.job_id)
             link = self.parent if owner is None else owner[0]
             routed.setdefault(link, []).append(event)
-            if owner is not None and isinstance(event, Result | Failure):
+            if owner is not None and isinstance(event, Last):
                 del self.owner[event.job_id]
         return routed
 

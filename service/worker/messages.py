@@ -119,6 +119,7 @@ class Failure:
 
 
 Event = Admitted | Partial | Result | Failure
+Last = Result | Failure  # the event that ends a job: nothing of it follows
 
 
 # -- front -> worker --------------------------------------------------------------------------

@@ -29,11 +29,10 @@ from service.worker.loop_clock import LoopClock
 from service.worker.messages import (
     Cancel,
     Failed,
-    Failure,
+    Last,
     Load,
     Ready,
     Report,
-    Result,
     Stats,
     Stop,
     Submit,
@@ -153,8 +152,8 @@ def _loop(fronts: Fronts, schedulers: dict[str, Scheduler], settings: WorkerSett
 
 
 def _ends_a_job(events) -> bool:
-    """Whether `events` hold a job's last (its Result or Failure)."""
-    return any(isinstance(event, Result | Failure) for event in events)
+    """Whether `events` hold a job's last."""
+    return any(isinstance(event, Last) for event in events)
 
 
 class _Load:
