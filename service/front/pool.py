@@ -557,11 +557,7 @@ class WorkerPool:
                 if isinstance(event, Result) and offset:  # onto this front's clock
                     event = replace(event, timings=event.timings.moved(offset))
                 self._event(worker, model, event)
-            if message.stats is not None and message.events:
-                # after the calls its events woke have answered: off their way out
-                loop = asyncio.get_running_loop()
-                loop.call_soon(self.metrics.observe_worker_stats, model, message.stats)
-            elif message.stats is not None:
+            if message.stats is not None:  # before the calls its events woke answer
                 self.metrics.observe_worker_stats(model, message.stats)
             if self.serves(message.key):  # not a report sent before an Unload arrived
                 worker.rows[message.key] = message.rows
