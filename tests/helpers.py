@@ -691,7 +691,7 @@ def growth(run, small, large, rounds: int = 5) -> float:
 
 def drain(scheduler, jobs: list, every: int = 1) -> tuple[dict, int]:
     """Submits one job every `every` rounds -> (the final event of each job, the rounds)."""
-    from service.worker.messages import Failure, Result
+    from service.worker.messages import Last
 
     pending, done, rounds = list(jobs), {}, 0
     while pending or scheduler.busy:
@@ -700,7 +700,7 @@ def drain(scheduler, jobs: list, every: int = 1) -> tuple[dict, int]:
         scheduler.iterate()
         rounds += 1
         for event in scheduler.events:
-            if isinstance(event, Result | Failure):
+            if isinstance(event, Last):
                 done[event.job_id] = event
         scheduler.events.clear()
     return done, rounds

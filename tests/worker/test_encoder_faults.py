@@ -14,7 +14,7 @@ from helpers import RefusingEncoder, tiny_transformer
 from service.runtime.batching import source_batch
 from service.runtime.decoding import DecodingOptions
 from service.runtime.translation import translate_ids
-from service.worker.messages import Failure, Job, Result
+from service.worker.messages import Failure, Job, Last
 from service.worker.scheduler import Scheduler
 
 SHORT = [[6, 7, 8, 9], [10, 11, 12], [13, 14, 15, 16, 17]]
@@ -39,7 +39,7 @@ def _drain(scheduler: Scheduler, done: dict) -> dict:
     while scheduler.busy:
         scheduler.iterate()
         for event in scheduler.events:
-            if isinstance(event, Result | Failure):
+            if isinstance(event, Last):
                 done[event.job_id] = event
         scheduler.events.clear()
     return done

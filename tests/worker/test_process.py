@@ -25,6 +25,7 @@ from service.worker.messages import (
     Failed,
     Failure,
     Job,
+    Last,
     Load,
     Loaded,
     Partial,
@@ -126,7 +127,7 @@ def test_a_job_is_answered_with_its_events_and_the_measurements_then_stop_ends_i
             received.append(front.recv())  # Ready
             front.send(Cancel("other/9", 5))  # a model not served: ignored
             front.send(Submit(KEY, _job(1, max_length=7)))
-            while not any(isinstance(e, Result | Failure) for m in received[1:] for e in m.events):
+            while not any(isinstance(e, Last) for m in received[1:] for e in m.events):
                 assert front.poll(30)
                 received.append(front.recv())
         finally:
@@ -167,7 +168,7 @@ def test_a_stream_s_reports_carry_measurements_at_most_every_stats_every_and_at_
         try:
             front.recv()  # Ready
             front.send(Submit(KEY, job))
-            while not any(isinstance(e, Result | Failure) for _, r in reports for e in r.events):
+            while not any(isinstance(e, Last) for _, r in reports for e in r.events):
                 assert front.poll(30)
                 reports.append((time.monotonic(), front.recv()))
         finally:
@@ -299,13 +300,13 @@ def test_a_job_whose_input_the_encoder_refuses_fails_alone_the_worker_goes_on(si
             while not any(isinstance(e, Admitted) for e in front.recv().events):
                 pass
             front.send(Submit(KEY, _job(2, max_length=7, source=list(range(6, 46)))))
-            while sum(isinstance(e, Result | Failure) for e in events) < 2 and front.poll(30):
+            while sum(isinstance(e, Last) for e in events) < 2 and front.poll(30):
                 events.extend(front.recv().events)
         finally:
             front.send(Stop())
 
     _serve(worker, the_front)  # returns: the worker ran until it was stopped
-    ended = {e.job_id: e for e in events if isinstance(e, Result | Failure)}
+    ended = {e.job_id: e for e in events if isinstance(e, Last)}
     assert isinstance(ended[2], Failure) and ended[2].kind == "Internal"
     assert "the encoder failed on this request's input" in ended[2].message
     # the job's 200 steps (no controls: the front's length limit by the source is not set)

@@ -26,7 +26,7 @@ from service.runtime.inference import CachedInference
 from service.runtime.onnx_engine import OnnxEngine
 from service.runtime.tokenizer import Tokenizer
 from service.runtime.translation import translate_ids
-from service.worker.messages import Admitted, Failure, Job, Partial, Result
+from service.worker.messages import Admitted, Failure, Job, Last, Partial, Result
 from service.worker.scheduler import Scheduler
 
 OPTIONS = [
@@ -391,7 +391,7 @@ def test_rows_joining_while_another_admission_is_encoded_decode_as_alone(
         scheduler.iterate()
         overlapped += encoding and rows > 0 and scheduler._admission is not None
         for event in scheduler.events:
-            if isinstance(event, Result | Failure):
+            if isinstance(event, Last):
                 done[event.job_id] = event
             elif isinstance(event, Partial):
                 partial.append(event)
@@ -480,7 +480,7 @@ def test_a_scheduler_stopping_mid_admission_answers_every_job(translator, step_t
     scheduler.iterate()  # jobs 1-3 encoded beside the step, 4-6 wait for rows
     assert scheduler._admission is not None and len(scheduler.waiting) == 3
     scheduler.close()
-    ended = [e for e in scheduler.events if isinstance(e, Result | Failure)]
+    ended = [e for e in scheduler.events if isinstance(e, Last)]
     assert sorted(e.job_id for e in ended) == list(range(7))
     assert all(e.kind == "Unavailable" for e in ended if isinstance(e, Failure))
     assert scheduler.rows == 0 and not scheduler.busy
@@ -515,7 +515,7 @@ def test_steps_on_the_step_thread_decode_as_alone(request, model, runtime, cache
         scheduler.iterate()
         beside += scheduler._launched is not None  # a step left running on the thread
         for event in scheduler.events:
-            if isinstance(event, Result | Failure):
+            if isinstance(event, Last):
                 done[event.job_id] = event
             elif isinstance(event, Partial):
                 partial[event.job_id].append(event)
@@ -638,7 +638,7 @@ def test_a_step_that_records_its_graph_runs_alone_once_on_the_thread_that_replay
             if waiting:
                 made.submit(waiting.pop(0))
             made.iterate()
-            done.update((e.job_id, e) for e in made.events if isinstance(e, Result | Failure))
+            done.update((e.job_id, e) for e in made.events if isinstance(e, Last))
             made.events.clear()
     for made in pending:
         made.close()
