@@ -505,16 +505,23 @@ def picture(family_name: str, codepoint: int, name: str) -> Image.Image | None:
 
 def keep_pictures(family_name: str, codepoints: list[tuple[int, str]]) -> None:
     """Writes the family's pictures of these (code point, name) pairs to disk, so that a
-    later build reads them instead of drawing them again."""
+    later build reads them instead of drawing them again. Builds that keep the same family
+    at once (test workers, two commands) each write a file of their own beside it and rename
+    it into place: the file is always one build's whole."""
     path = _stored_file(family_name)
     arrays = {}
     for codepoint, name in codepoints:
         image = picture(family_name, codepoint, name)
         arrays[str(codepoint)] = np.zeros(0, np.uint8) if image is None else np.asarray(image)
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_suffix(".partial.npz")
-    np.savez(partial, **arrays)
-    partial.replace(path)
+    handle, partial = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}-", suffix=".npz")
+    try:
+        with os.fdopen(handle, "wb") as out:
+            np.savez(out, **arrays)
+        os.replace(partial, path)
+    except BaseException:
+        Path(partial).unlink(missing_ok=True)
+        raise
 
 
 @lru_cache(maxsize=1 << 16)

@@ -24,7 +24,9 @@ from __future__ import annotations
 import gettext
 import hashlib
 import re
+import shutil
 import subprocess
+import tempfile
 import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -237,8 +239,8 @@ def fetch(package: str, cache: Path, pattern: str = CATALOGS) -> Path:
     if not list(debs.glob(f"{package}_*.deb")):
         subprocess.run(["apt-get", "download", package], cwd=debs, check=True, capture_output=True)
     deb = sorted(debs.glob(f"{package}_*.deb"))[-1]
-    partial = tree.with_name(tree.name + ".partial")
-    partial.mkdir(parents=True, exist_ok=True)
+    tree.parent.mkdir(parents=True, exist_ok=True)
+    partial = Path(tempfile.mkdtemp(dir=tree.parent, prefix=f".{tree.name}-"))
     archive = subprocess.run(
         ["dpkg-deb", "--fsys-tarfile", str(deb)], check=True, capture_output=True
     ).stdout
@@ -247,7 +249,12 @@ def fetch(package: str, cache: Path, pattern: str = CATALOGS) -> Path:
         input=archive,
         capture_output=True,
     )
-    partial.rename(tree)
+    try:
+        partial.rename(tree)
+    except OSError:  # another build unpacked it meanwhile: the same files, keep theirs
+        shutil.rmtree(partial)
+        if not tree.is_dir():
+            raise
     return tree
 
 

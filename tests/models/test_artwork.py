@@ -18,6 +18,7 @@ from models.artwork import (
     TWEMOJI,
     NpmPackage,
     _alias_parent,
+    keep_pictures,
     picture,
 )
 from models.augment import CHANNELS, LINE_COLOUR, STYLES, Look, background, styled
@@ -103,6 +104,25 @@ def test_a_second_build_draws_no_picture(monkeypatch):
         assert picture("symbola", 0x1F408, "cat") is not None
     finally:
         artwork.picture.cache_clear()
+
+
+def test_builds_that_keep_a_family_at_once_leave_one_whole_file(tmp_path, monkeypatch):
+    # Test workers building captioner data at once each keep every family's pictures: with
+    # one shared scratch name, one writer renamed the other's file away under it.
+    monkeypatch.setattr(artwork, "NPM_CACHE", tmp_path)
+    kept = [(0x1F408, "cat"), (0x1F34E, "red apple"), (0x41, "letter a")]
+
+    def keep(_):
+        for _ in range(10):
+            keep_pictures("symbola", kept)
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(keep, range(8)))
+    files = list((tmp_path / "pictures").iterdir())
+    assert [f.name for f in files] == [artwork._stored_file("symbola").name]
+    with np.load(files[0]) as stored:
+        assert sorted(stored.files) == sorted(str(c) for c, _ in kept)
+        assert stored[str(0x1F408)].shape == np.asarray(picture("symbola", 0x1F408, "cat")).shape
 
 
 def test_aliases_lead_to_their_parent_unless_they_transform_it():
