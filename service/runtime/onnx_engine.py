@@ -63,9 +63,14 @@ from service.runtime.search import CANDIDATES, Candidates, SearchRequest, host_s
 from service.runtime.session_runner import SessionRunner
 from service.runtime.static_step import StepGraph, static_step
 from service.runtime.tensor_ops import HELPER_OPS, TensorOps
-from service.runtime.tensors import EncoderOutput, StepOutput, Tensor, Tensors, shape_of
-
-MIN_CAPACITY = 32  # positions of an in-place buffer when it is first grown
+from service.runtime.tensors import (
+    EncoderOutput,
+    StepOutput,
+    Tensor,
+    Tensors,
+    grown_capacity,
+    shape_of,
+)
 
 
 def model_interface(model: ModelVersion) -> ModelInterface:
@@ -318,7 +323,7 @@ class OnnxEngine:
         for name, spec in self.in_place.items():
             tensor = state[name]
             shape = list(shape_of(tensor))
-            shape[spec.time_axis] = max(needed, 2 * shape[spec.time_axis], MIN_CAPACITY)
+            shape[spec.time_axis] = grown_capacity(shape[spec.time_axis], needed)
             grown[name] = self.tensors.pad(tensor, shape)
         return grown
 

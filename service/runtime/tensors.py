@@ -132,6 +132,16 @@ def written(axis: int, length: int) -> tuple:
     return (slice(None),) * axis + (slice(0, length),)
 
 
+MIN_CAPACITY = 32  # positions of an in-place buffer when it is first grown
+
+
+def grown_capacity(capacity: int, needed: int) -> int:
+    """The positions an in-place buffer of `capacity` grows to when a row needs `needed`:
+    twice as many (or `needed`, at least MIN_CAPACITY), so that a row's growth is copied a
+    logarithmic number of times."""
+    return max(needed, 2 * capacity, MIN_CAPACITY)
+
+
 def take_written(tensor: np.ndarray, index: np.ndarray, axis: int, length: int) -> np.ndarray:
     """Rows `index` of a host buffer written in place (the step writes it in place too), only
     their first `length` positions on `axis` moved: within the buffer, whose first
