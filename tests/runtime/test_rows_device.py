@@ -12,6 +12,7 @@ from service.runtime.batch import ContinuousBatch
 from service.runtime.batching import source_batch
 from service.runtime.inference import CachedInference
 from service.runtime.onnx_engine import OnnxEngine
+from service.runtime.rows.arenas import Arenas, spare
 from service.runtime.rows.device import DeviceRows, HostRows
 
 ENGINES = {  # name: (cache, io_binding, the store the engine names)
@@ -109,9 +110,67 @@ def test_host_rows_write_a_joining_row_into_a_free_slot_in_place(tiny_translator
     decodes.reorder([0, 0, 1])  # a repeat into the free slot: copied in place
     assert store.rebuilds == 0 and sorted(decodes.batch.alive.tolist()) == [0, 1, 2]
     decodes.step()
-    decodes.reorder([0, 1, 2, 2])  # no free slot: rebuilt
-    assert store.rebuilds == 1 and decodes.batch.slots == 4
+    decodes.reorder([0, 1, 2, 2])  # no free slot: one added after the last, in place
+    assert store.rebuilds == 0 and decodes.batch.slots == 4
     decodes.step()
+
+
+def _lives_in_arenas(store: HostRows) -> bool:
+    """Whether every tensor of the store is the view its arenas handed out last."""
+    held = {("state", n): t for n, t in store.state.items()}
+    held |= {("memory", n): t for n, t in store.memory.items()}
+    return all(store.arenas.homes[key][1] is t for key, t in held.items())
+
+
+def test_host_rows_join_after_the_last_slot_in_their_memory_and_rebuild_into_it_again(
+    tiny_translator, sources
+):
+    _, version = tiny_translator
+    engine = OnnxEngine(version, "fp32", cache="in_place")
+    store = HostRows(engine)
+    decodes = Decodes(version, engine, store, sources)
+    decodes.join([3, 1])  # the longest source first; room for spare(2) = 8 more rows
+    decodes.step()  # the buffers grown to their first capacity in the same memory
+    assert _lives_in_arenas(store) and store.state["past_key_values.0.key"].shape[2] == 32
+    decodes.join([2])
+    decodes.step()
+    decodes.join([0, 4])  # no dead slot: slots added after the last, nothing rebuilt
+    decodes.step()
+    assert store.rebuilds == 0 and decodes.batch.slots == 5 and _lives_in_arenas(store)
+    decodes.join([0, 1, 2, 3, 4, 0])  # 11 rows: more than the memory holds, rebuilt
+    assert store.rebuilds == 1 and decodes.batch.slots == 11 and _lives_in_arenas(store)
+    decodes.step()
+    buffers = {key: list(pair) for key, pair in store.arenas.buffers.items()}
+    decodes.reorder([1, 4, 9])  # most slots dead: rebuilt before the next step
+    decodes.step()
+    assert store.rebuilds == 2 and decodes.batch.slots == 3 and _lives_in_arenas(store)
+    # into the memory that held the rows before the last rebuild: nothing allocated
+    assert all(
+        pair[0] is buffers[key][0] and pair[1] is buffers[key][1]
+        for key, pair in store.arenas.buffers.items()
+    )
+    decodes.reorder([0, 1, 2, 2, 2])  # no free slot for the repeats: two added, in place
+    assert store.rebuilds == 2 and decodes.batch.slots == 5
+    decodes.step()
+    decodes.reorder([])
+    decodes.join([4])  # an emptied batch's next rows adopted into the memory kept
+    decodes.step()
+    assert _lives_in_arenas(store) and decodes.batch.slots == 1
+
+
+def test_arenas_write_a_tensor_into_the_buffer_it_is_not_in_and_extend_it_in_place():
+    arenas = Arenas()
+    first = arenas.fresh("k", (2, 3), np.float32)
+    first[:] = 1
+    assert arenas.room("k", first, 2 + spare(2)) and not arenas.room("k", first, 3 + spare(2))
+    assert not arenas.room("k", first.copy(), 3)  # not the array it handed out
+    second = arenas.fresh("k", (4, 3), np.float32, old=first)
+    assert not np.shares_memory(first, second)
+    second[:2] = first
+    grown = arenas.extend("k", second, 5)
+    assert np.shares_memory(grown, second) and (grown[:2] == 1).all() and grown.flags.c_contiguous
+    third = arenas.fresh("k", (3, 3), np.float32, old=grown)  # back into the first's memory
+    assert np.shares_memory(third, first) and not np.shares_memory(third, grown)
 
 
 def test_device_rows_rebuild_for_every_join_and_repeat_and_place_nothing_ahead(

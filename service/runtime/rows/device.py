@@ -18,12 +18,15 @@ from __future__ import annotations
 import numpy as np
 
 from service.runtime.inference import Engine
+from service.runtime.onnx_runtime import consecutive_runs
+from service.runtime.rows.arenas import Arenas
 from service.runtime.rows.table import NewRows, SlotTable
 from service.runtime.tensors import (
     EncoderOutput,
     Launch,
     StepOutput,
     Tensors,
+    grown_capacity,
     launched,
     shape_of,
     written,
@@ -148,42 +151,51 @@ def _write_rows(tensor: np.ndarray, slots: np.ndarray, new: np.ndarray) -> None:
 
 class HostRows(DeviceRows):
     """Rows held as numpy arrays (an engine on the host, without IO binding): written into
-    slots in place. A joining request takes dead slots when there are enough of them (a
-    growing state's past is masked instead of written; an empty one is nothing to write),
-    beam reordering copies only the rows that are repeated into free slots, and rows are
-    rebuilt as a device batch's are only where that cannot be done. So a batch that never
-    empties keeps a cache as long as its longest-lived row."""
+    slots in place. A joining request takes dead slots where there are enough of them, and
+    slots added after the last where the arrays have room (a growing state's past is masked
+    instead of written; an empty one is nothing to write); beam reordering copies only the
+    rows that are repeated into free slots; rows are rebuilt as a device batch's are only
+    where that cannot be done. So a batch that never empties keeps a cache as long as its
+    longest-lived row. Every array lives in memory the batch keeps (`Arenas`): a rebuild
+    writes into the memory it used before, and leaves room for rows to join."""
 
     # the batch writes rows into the arrays it holds: a joining admission's are copies
     adopts_encoder_rows = False
 
+    def __init__(self, engine: Engine):
+        self.arenas = Arenas()  # kept when the batch empties: the next one reuses it
+        super().__init__(engine)
+
     def join(self, table: SlotTable, new: NewRows, reservation=None) -> None:
-        free = table.free()
         if table.slots == 0:
             self._adopt(table, new)
-        elif (
-            len(free) >= len(new)
-            and new.memory_mask.shape[1] <= table.memory_length
+            return
+        fits = (
+            new.memory_mask.shape[1] <= table.memory_length
             and _fits(self.memory, new.memory)
             and _fits(self.state, new.state)
-        ):
-            slots = free[: len(new)]
-            for name, tensor in new.memory.items():
-                _write_rows(self.memory[name], slots, tensor)
-            for name, tensor in new.state.items():
-                if 0 not in shape_of(tensor):
-                    _write_rows(self.state[name], slots, tensor)
-            table.write(slots, new)
-        else:
+        )
+        short = len(new) - (table.slots - table.rows)  # slots to add after the last
+        if not fits or (short > 0 and not self._grow(table, short)):
             self._rebuild(table, new)
+            return
+        slots = table.free()[: len(new)]
+        for name, tensor in new.memory.items():
+            _write_rows(self.memory[name], slots, tensor)
+        for name, tensor in new.state.items():
+            if 0 not in shape_of(tensor):
+                _write_rows(self.state[name], slots, tensor)
+        table.write(slots, new)
 
     def repeat(self, table: SlotTable, slots: np.ndarray, first: np.ndarray) -> None:
-        """Repeated rows copied into free slots in place, where there are enough."""
+        """Repeated rows copied into free slots in place, where there are enough or the
+        arrays have room for more."""
         repeats = np.flatnonzero(~first)
-        free = np.setdiff1d(np.arange(table.slots), slots[first])
-        if len(repeats) > len(free):
+        short = len(repeats) - (table.slots - int(first.sum()))
+        if short > 0 and not self._grow(table, short):
             super().repeat(table, slots, first)
             return
+        free = np.setdiff1d(np.arange(table.slots), slots[first])
         targets = slots.copy()
         targets[repeats] = free[: len(repeats)]
         origins = slots[repeats]
@@ -198,3 +210,100 @@ class HostRows(DeviceRows):
             for tensor in self.memory.values():
                 tensor[t] = tensor[o]
         table.set_alive(targets)
+
+    def step(self, table: SlotTable, tokens, positions, attention: bool, search) -> StepOutput:
+        """One step of every slot; a buffer written in place that the step's positions
+        outgrow is grown first, as the engine would grow it, into the batch's memory."""
+        if self.buffers:
+            self._hold_positions(int(positions.max(initial=0)) + 1)
+        return super().step(table, tokens, positions, attention, search)
+
+    # -- moving rows ------------------------------------------------------------------------
+    def _held(self) -> dict:
+        """Every tensor by its key in the arenas."""
+        return {("state", n): t for n, t in self.state.items()} | {
+            ("memory", n): t for n, t in self.memory.items()
+        }
+
+    def _grow(self, table: SlotTable, extra: int) -> bool:
+        """`extra` dead slots added after the last, in place; False (nothing done) where an
+        array has no room for them."""
+        rows, held = table.slots + extra, self._held()
+        if not all(self.arenas.room(key, t, rows) for key, t in held.items()):
+            return False
+        self.state = {n: self.arenas.extend(("state", n), t, rows) for n, t in self.state.items()}
+        self.memory = {
+            n: self.arenas.extend(("memory", n), t, rows) for n, t in self.memory.items()
+        }
+        table.grow(extra)
+        return True
+
+    def _hold_positions(self, needed: int) -> None:
+        """Every buffer written in place holds at least `needed` positions: one that holds
+        fewer is moved into `grown_capacity` positions (what lies past a row's own
+        positions is never read)."""
+        for name, axis in self.buffers.items():
+            tensor = self.state[name]
+            if tensor.shape[axis] >= needed:
+                continue
+            shape = list(tensor.shape)
+            shape[axis] = grown_capacity(shape[axis], needed)
+            grown = self.arenas.fresh(("state", name), tuple(shape), tensor.dtype, tensor)
+            grown[tuple(map(slice, tensor.shape))] = tensor
+            self.state[name] = grown
+
+    def _adopt(self, table: SlotTable, new: NewRows) -> None:
+        every = np.arange(len(new))
+        self.state = {n: self._moved(("state", n), t, every) for n, t in new.state.items()}
+        self.memory = {n: self._moved(("memory", n), t, every) for n, t in new.memory.items()}
+        table.adopt(new)
+
+    def _rebuild(self, table: SlotTable, new: NewRows | None = None) -> None:
+        """The live rows gathered, without padding columns, into the arrays' other memory,
+        `new`'s rows after them, with room for more."""
+        self.rebuilds += 1
+        live = table.alive
+        lead, tail = table.padding()
+        lead = lead if self.growing else 0
+        memory = table.memory_length - tail
+        held = int(table.lengths[live].max(initial=0)) + 1  # positions the next step needs
+
+        def kept(name: str, tensor: np.ndarray, start: int, end: int) -> np.ndarray:
+            """The positions every row keeps (a view): those `DeviceRows` keeps."""
+            axis = self.axes[name]
+            if name in self.buffers:  # every row from position 0: only the end is cut
+                axis, start, end = self.buffers[name], 0, 2 * held
+                if tensor.shape[axis] <= 2 * end:
+                    return tensor
+            if axis is None:
+                return tensor
+            return tensor[(slice(None),) * axis + (slice(start, end),)]
+
+        length = table.cache_length
+        states, memories = ({}, {}) if new is None else (new.state, new.memory)  # joining
+        self.state = {
+            n: self._moved(("state", n), kept(n, t, lead, length), live, states.get(n), t)
+            for n, t in self.state.items()
+        }
+        self.memory = {
+            n: self._moved(("memory", n), kept(n, t, 0, memory), live, memories.get(n), t)
+            for n, t in self.memory.items()
+        }
+        table.compact(lead, memory, new)
+
+    def _moved(self, key, rows: np.ndarray, live: np.ndarray, joining=None, old=None):
+        """Rows `live` of `rows`, then `joining`'s (where given), every other axis as long as
+        the longer of the two, in `key`'s memory that `old` is not in."""
+        shape = rows.shape[1:]
+        if joining is not None:
+            shape = tuple(max(a, b) for a, b in zip(shape, joining.shape[1:], strict=True))
+        count = len(live) + (0 if joining is None else len(joining))
+        out = self.arenas.fresh(key, (count, *shape), rows.dtype, old)
+        within = tuple(map(slice, rows.shape[1:]))
+        runs = consecutive_runs(live) if len(live) else []
+        for start, end in runs:  # slices copied: nothing gathered twice
+            first = int(live[start])
+            out[(slice(start, end), *within)] = rows[first : first + end - start]
+        if joining is not None:
+            out[(slice(len(live), count), *map(slice, joining.shape[1:]))] = joining
+        return out

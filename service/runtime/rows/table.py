@@ -123,6 +123,22 @@ class SlotTable:
         self.inputs, self.idle = new.inputs, np.zeros(rows, dtype=np.int64)
         self.alive, self.identity = np.arange(rows), True
 
+    def grow(self, extra: int) -> None:
+        """`extra` dead slots after the last, for rows that join in place (each attends to
+        its first memory position until one does)."""
+        mask = np.zeros((extra, self.memory_length), dtype=np.int64)
+        mask[:, :1] = 1
+        self.memory_mask = np.concatenate([self.memory_mask, mask])
+        self.extents = np.concatenate([self.extents, np.ones(extra, np.int64)])
+        padding = np.zeros((extra, self.cache_length), dtype=np.int64)
+        self.self_mask = np.concatenate([self.self_mask, padding])
+        zeros = np.zeros(extra, dtype=np.int64)
+        self.lengths = np.concatenate([self.lengths, zeros])
+        # no input: a row repeated into the slot brings its memory (`copy`)
+        self.inputs = np.concatenate([self.inputs, np.full(extra, -1, dtype=np.int64)])
+        self.idle = np.concatenate([self.idle, zeros])
+        self.identity = False
+
     def write(self, slots: np.ndarray, new: NewRows) -> None:
         """`new`'s rows take dead slots `slots` (after the rows there are)."""
         used = extent(new.memory_mask)
