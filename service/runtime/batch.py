@@ -190,6 +190,12 @@ class ContinuousBatch(Inference):
             return logits, seen
         return logits[alive], seen[alive]
 
+    def rest(self) -> None:
+        """Where no row is in the batch (it has stayed empty a while), memory its store keeps
+        for the rows to come goes."""
+        if self.table.rows == 0:
+            self.store.rest()
+
     def reorder(self, index: np.ndarray) -> None:
         index = np.asarray(index, dtype=np.int64)
         if len(index) == 0:

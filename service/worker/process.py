@@ -118,6 +118,8 @@ def _loop(fronts: Fronts, schedulers: dict[str, Scheduler], settings: WorkerSett
             if scheduler.busy:
                 scheduler.iterate()
                 clock.schedule(scheduler.take_phases())
+            else:
+                scheduler.rest()
         now = time.monotonic()
         due = now - last_report >= STATS_EVERY
         for key, scheduler in list(schedulers.items()):  # a front gone may unload one

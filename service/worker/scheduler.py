@@ -63,6 +63,7 @@ MAX_ROWS = 64  # rows one worker decodes together, by default
 WINDOW_SECONDS = 0.005  # how long request-level batching collects, by default
 KEEP_TIMES = 4096  # every this many steps, the step times no running job needs are dropped
 AHEAD_WAIT = 0.002  # seconds a run of steps ahead may last, by default
+REST_SECONDS = 30.0  # a worker idle this long lets go of the memory its batch keeps for rows
 
 
 @dataclass
@@ -180,6 +181,7 @@ class Scheduler:
         # and the device's a step (its run over its steps); unknown before the first
         self._host_seconds, self._device_seconds = 0.0, float("inf")
         self._launched: _Launched | None = None
+        self._idle_since: float | None = None  # the clock when `rest` first found it idle
         self.beside_seconds = 0.0  # the scheduler's own time while a step ran on the thread
         self.phases = step_phases()  # this thread's seconds in each step phase, since taken
         # when each step ended, from the first step of the oldest running job on (the jobs'
@@ -262,6 +264,7 @@ class Scheduler:
         """One scheduling round: the step in progress taken in (its rows' bookkeeping),
         drop, join what was encoded, admit, start a step; then the jobs the last step ended
         finished and its partials built (on the step thread, while the next step runs)."""
+        self._idle_since = None
         stepped = self._collect() if self._launched is not None else None
         self._drop_abandoned()
         phases, start = self.phases, time.perf_counter()
@@ -275,6 +278,20 @@ class Scheduler:
             self._settle(stepped)
         if self._launched is not None and self._launched.running is None:
             self._settle(self._collect())  # a step inline: its bookkeeping now
+
+    def rest(self) -> None:
+        """Called while the scheduler is not busy: once it has been idle REST_SECONDS, the
+        batch lets go of the memory it keeps for rows to come (once a rest: a busy host
+        batch reuses that memory rather than fault fresh pages in at every rebuild, and an
+        idle worker need not hold what its largest batch took)."""
+        if self.busy:
+            return
+        now = self.clock()
+        if self._idle_since is None:
+            self._idle_since = now
+        elif now - self._idle_since >= REST_SECONDS:
+            self.batch.rest()
+            self._idle_since = float("inf")  # rested: not again until the next job
 
     # -- leaving --------------------------------------------------------------------------
     def _fail(self, request: Request, kind: str, message: str) -> None:

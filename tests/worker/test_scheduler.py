@@ -27,7 +27,7 @@ from service.runtime.onnx_engine import OnnxEngine
 from service.runtime.tokenizer import Tokenizer
 from service.runtime.translation import translate_ids
 from service.worker.messages import Admitted, Failure, Job, Last, Partial, Result
-from service.worker.scheduler import Scheduler
+from service.worker.scheduler import REST_SECONDS, Scheduler
 
 OPTIONS = [
     DecodingOptions(max_length=24),
@@ -332,6 +332,36 @@ def test_an_in_place_cache_grows_with_its_longest_row_and_is_cut_when_it_leaves(
             assert batch.rebuilds == 1
             assert batch.state["past_key_values.0.key"].shape[2] == 2 * (5 + 1)
     assert batch.state["past_key_values.0.key"].shape[2] >= len(tokens)
+
+
+def test_an_idle_scheduler_lets_its_host_batch_memory_go_after_a_rest(translator):
+    """A host batch keeps the memory its rows were in for the next rows (rows.arenas); a
+    worker idle REST_SECONDS lets it go, once, and decodes as before afterwards."""
+    now = [0.0]
+    kind = _onnx(translator)
+    scheduler = Scheduler(kind.engine, clock=lambda: now[0])
+    arenas = scheduler.batch.store.arenas
+    jobs = [kind.job(i, [kind.sources[i]], DecodingOptions(max_length=24)) for i in range(3)]
+    first = _drain(scheduler, jobs)
+    assert not scheduler.busy and scheduler.batch.rows == 0 and arenas.buffers
+    scheduler.rest()  # the first look while idle: the rest starts
+    now[0] += REST_SECONDS - 0.5
+    scheduler.rest()
+    assert scheduler.batch.store.arenas is arenas  # not yet
+    now[0] += 0.5
+    scheduler.rest()
+    rested = scheduler.batch.store.arenas
+    assert rested is not arenas and not rested.buffers
+    now[0] += 2 * REST_SECONDS
+    scheduler.rest()  # once a rest
+    assert scheduler.batch.store.arenas is rested
+    again = _drain(scheduler, [replace(job, id=job.id + 3) for job in jobs])
+
+    def tokens(results, offset):
+        return [[h.tokens for h in results[i + offset].results[0]] for i in range(3)]
+
+    assert tokens(again, 3) == tokens(first, 0) and all(tokens(first, 0))
+    assert rested.buffers  # the next rows' memory, kept again
 
 
 class _SlowEncoder:

@@ -7,7 +7,9 @@ of a host batch lives in one of two flat buffers of its own: a rebuild writes it
 other one, and rows that join extend it in place while its buffer has room. Once a batch has
 grown to its size, neither faults a page in again. The buffers outlive the batch's rows (an
 emptied batch keeps them for the next): they hold at most what the largest batch held, a
-quarter more, twice.
+quarter more, twice, until the worker has been idle a while (`Scheduler.rest`: the store
+then starts anew). Letting a buffer go as soon as a rebuild fills less of it was measured
+slower: every drain and refill faulted the memory in again.
 """
 
 from __future__ import annotations

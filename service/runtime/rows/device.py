@@ -53,6 +53,9 @@ class DeviceRows:
         self.state: Tensors | None = None  # by name (slots, ...): KV cache (slots, H, P, Dh)
         self.memory: Tensors | None = None  # by name (slots, ...): keys (slots, H, S, Dh)
 
+    def rest(self) -> None:
+        """Nothing is kept for rows to come: the tensors went as the batch emptied."""
+
     # -- the protocol -----------------------------------------------------------------------
     def reserve(self, table: SlotTable, rows: int) -> None:
         """Rows join by a rebuild here: no slot is kept for them ahead."""
@@ -163,8 +166,12 @@ class HostRows(DeviceRows):
     adopts_encoder_rows = False
 
     def __init__(self, engine: Engine):
-        self.arenas = Arenas()  # kept when the batch empties: the next one reuses it
+        self.arenas = Arenas()  # kept when the batch empties (until it rests): reused
         super().__init__(engine)
+
+    def rest(self) -> None:
+        """The memory the rows were kept in goes; the next rows fault in their own."""
+        self.arenas = Arenas()
 
     def join(self, table: SlotTable, new: NewRows, reservation=None) -> None:
         if table.slots == 0:

@@ -65,6 +65,9 @@ class StaticRows:
         self.bucket: Bucket | None = None
         self.reserved: Reservation | None = None  # slots no other row may take meanwhile
 
+    def rest(self) -> None:
+        """The buckets stay: each is allocated once, its step captured over it."""
+
     @property
     def state(self):
         return None if self.bucket is None else self.bucket.state

@@ -19,6 +19,9 @@ class RowStore(Protocol):
 
     def clear(self) -> None: ...
 
+    def rest(self) -> None:
+        """The batch has stayed empty a while: memory kept for the rows to come may go."""
+
     def reserve(self, table: SlotTable, rows: int) -> object | None:
         """Free slots kept for `rows` joining rows, whose memory `place` may write beside
         the steps; None where the store does not place ahead."""
