@@ -117,9 +117,7 @@ def test_host_rows_write_a_joining_row_into_a_free_slot_in_place(tiny_translator
 
 def _lives_in_arenas(store: HostRows) -> bool:
     """Whether every tensor of the store is the view its arenas handed out last."""
-    held = {("state", n): t for n, t in store.state.items()}
-    held |= {("memory", n): t for n, t in store.memory.items()}
-    return all(store.arenas.homes[key][1] is t for key, t in held.items())
+    return all(store.arenas.homes[key][1] is t for key, t in store._held().items())
 
 
 def test_host_rows_join_after_the_last_slot_in_their_memory_and_rebuild_into_it_again(

@@ -114,33 +114,49 @@ class DeviceRows:
         table.adopt(new)
 
     def _rebuild(self, table: SlotTable, new: NewRows | None = None) -> None:
-        """The live rows gathered into fresh tensors without padding columns, `new`'s rows
-        appended when given."""
+        """The live rows gathered without padding columns (`_cut`), `new`'s rows appended
+        when given (`_moved`: into fresh tensors here)."""
         self.rebuilds += 1
-        engine, live = self.engine, table.alive
+        live = table.alive
         lead, tail = table.padding()
         lead = lead if self.growing else 0
         length, memory = table.cache_length, table.memory_length - tail
         held = int(table.lengths[live].max(initial=0)) + 1  # positions the next step needs
+        states, memories = ({}, {}) if new is None else (new.state, new.memory)  # joining
 
-        def rows(name: str, tensor, start: int, end: int, full: int):
-            tensor, axis = engine.take(tensor, live), self.axes[name]
-            if name in self.buffers:  # every row from position 0: only the end is cut
-                axis = self.buffers[name]
-                start, end, full = 0, 2 * held, shape_of(tensor)[axis]
-                if full <= 2 * end:
-                    return tensor
-            if axis is None or (start, end) == (0, full):
-                return tensor
-            return engine.narrow(tensor, axis, start, end)
+        def moved(kind: str, tensors: Tensors, joining: Tensors, start: int, end: int):
+            cut = self._cut
+            return {
+                n: self._moved((kind, n), t, live, cut(n, t, start, end, held), joining.get(n))
+                for n, t in tensors.items()
+            }
 
-        old_memory = table.memory_length
-        self.state = {n: rows(n, t, lead, length, length) for n, t in self.state.items()}
-        self.memory = {n: rows(n, t, 0, memory, old_memory) for n, t in self.memory.items()}
-        if new is not None:
-            self.state = {n: engine.join(t, new.state[n]) for n, t in self.state.items()}
-            self.memory = {n: engine.join(t, new.memory[n]) for n, t in self.memory.items()}
+        self.state = moved("state", self.state, states, lead, length)
+        self.memory = moved("memory", self.memory, memories, 0, memory)
         table.compact(lead, memory, new)
+
+    def _cut(self, name: str, tensor, start: int, end: int, held: int):
+        """(axis, start, end): the positions of `name` a rebuild keeps, those from `start`
+        to `end` on its growing axis (a buffer written in place: every row's from position
+        0, cut to twice the `held` positions once it holds over four times that); None
+        where it keeps them all."""
+        axis = self.axes[name]
+        if name in self.buffers:
+            axis, start, end = self.buffers[name], 0, 2 * held
+            if shape_of(tensor)[axis] <= 2 * end:
+                return None
+        if axis is None or (start, end) == (0, shape_of(tensor)[axis]):
+            return None
+        return axis, start, end
+
+    def _moved(self, key, tensor, live: np.ndarray, cut, joining=None):
+        """Rows `live` of `tensor` (`key`'s), cut to `cut` (`_cut`), `joining`'s rows after
+        them where given: fresh tensors, by the engine's operations."""
+        engine = self.engine
+        tensor = engine.take(tensor, live)
+        if cut is not None:
+            tensor = engine.narrow(tensor, *cut)
+        return tensor if joining is None else engine.join(tensor, joining)
 
 
 def _fits(tensors: Tensors, new: Tensors) -> bool:
@@ -261,51 +277,22 @@ class HostRows(DeviceRows):
 
     def _adopt(self, table: SlotTable, new: NewRows) -> None:
         every = np.arange(len(new))
-        self.state = {n: self._moved(("state", n), t, every) for n, t in new.state.items()}
-        self.memory = {n: self._moved(("memory", n), t, every) for n, t in new.memory.items()}
+        self.state = {n: self._moved(("state", n), t, every, None) for n, t in new.state.items()}
+        self.memory = {n: self._moved(("memory", n), t, every, None) for n, t in new.memory.items()}
         table.adopt(new)
 
-    def _rebuild(self, table: SlotTable, new: NewRows | None = None) -> None:
-        """The live rows gathered, without padding columns, into the arrays' other memory,
-        `new`'s rows after them, with room for more."""
-        self.rebuilds += 1
-        live = table.alive
-        lead, tail = table.padding()
-        lead = lead if self.growing else 0
-        memory = table.memory_length - tail
-        held = int(table.lengths[live].max(initial=0)) + 1  # positions the next step needs
-
-        def kept(name: str, tensor: np.ndarray, start: int, end: int) -> np.ndarray:
-            """The positions every row keeps (a view): those `DeviceRows` keeps."""
-            axis = self.axes[name]
-            if name in self.buffers:  # every row from position 0: only the end is cut
-                axis, start, end = self.buffers[name], 0, 2 * held
-                if tensor.shape[axis] <= 2 * end:
-                    return tensor
-            if axis is None:
-                return tensor
-            return tensor[(slice(None),) * axis + (slice(start, end),)]
-
-        length = table.cache_length
-        states, memories = ({}, {}) if new is None else (new.state, new.memory)  # joining
-        self.state = {
-            n: self._moved(("state", n), kept(n, t, lead, length), live, states.get(n), t)
-            for n, t in self.state.items()
-        }
-        self.memory = {
-            n: self._moved(("memory", n), kept(n, t, 0, memory), live, memories.get(n), t)
-            for n, t in self.memory.items()
-        }
-        table.compact(lead, memory, new)
-
-    def _moved(self, key, rows: np.ndarray, live: np.ndarray, joining=None, old=None):
-        """Rows `live` of `rows`, then `joining`'s (where given), every other axis as long as
-        the longer of the two, in `key`'s memory that `old` is not in."""
+    def _moved(self, key, tensor: np.ndarray, live: np.ndarray, cut, joining=None):
+        """Rows `live` of `tensor` cut to `cut`, then `joining`'s (where given), every other
+        axis as long as the longer of the two, in `key`'s memory that `tensor` is not in."""
+        rows = tensor
+        if cut is not None:
+            axis, start, end = cut
+            rows = tensor[(slice(None),) * axis + (slice(start, end),)]
         shape = rows.shape[1:]
         if joining is not None:
             shape = tuple(max(a, b) for a, b in zip(shape, joining.shape[1:], strict=True))
         count = len(live) + (0 if joining is None else len(joining))
-        out = self.arenas.fresh(key, (count, *shape), rows.dtype, old)
+        out = self.arenas.fresh(key, (count, *shape), rows.dtype, tensor)
         within = tuple(map(slice, rows.shape[1:]))
         runs = consecutive_runs(live) if len(live) else []
         for start, end in runs:  # slices copied: nothing gathered twice
