@@ -9,12 +9,12 @@ from __future__ import annotations
 import time
 
 import pytest
-from helpers import RefusingEncoder, tiny_transformer
+from helpers import RefusingEncoder, drain, tiny_transformer
 
 from service.runtime.batching import source_batch
 from service.runtime.decoding import DecodingOptions
 from service.runtime.translation import translate_ids
-from service.worker.messages import Failure, Job, Last
+from service.worker.messages import Failure, Job
 from service.worker.scheduler import Scheduler
 
 SHORT = [[6, 7, 8, 9], [10, 11, 12], [13, 14, 15, 16, 17]]
@@ -33,16 +33,6 @@ def engine():
 def _job(job_id: int, source: list[int], options: DecodingOptions = GREEDY) -> Job:
     src_ids, src_mask = source_batch([source], 512)
     return Job(job_id, {"src_ids": src_ids, "src_mask": src_mask}, options)
-
-
-def _drain(scheduler: Scheduler, done: dict) -> dict:
-    while scheduler.busy:
-        scheduler.iterate()
-        for event in scheduler.events:
-            if isinstance(event, Last):
-                done[event.job_id] = event
-        scheduler.events.clear()
-    return done
 
 
 def _alone(engine, source: list[int], options: DecodingOptions) -> list[list[int]]:
@@ -64,7 +54,7 @@ def test_a_request_whose_input_the_encoder_refuses_fails_alone(engine, encoder_t
     scheduler.submit(_job(3, SHORT[2], BEAM))
     src_ids, src_mask = source_batch([SHORT[2], SHORT[0]], 512)  # two inputs in one job
     scheduler.submit(Job(4, {"src_ids": src_ids, "src_mask": src_mask}, GREEDY))
-    done = _drain(scheduler, {})
+    done = drain(scheduler, [])[0]
     assert isinstance(done[2], Failure) and done[2].kind == "Internal"
     assert done[2].message.startswith("the encoder failed on this request's input: Runtime")
     assert "16 by 41" in done[2].message
@@ -84,7 +74,7 @@ def _drain_one(scheduler: Scheduler, refusing: RefusingEncoder, source: list[int
     """One greedy job decoded -> its hypotheses' tokens; its encoder ran once."""
     runs = refusing.runs
     scheduler.submit(_job(9, source))
-    (result,) = _drain(scheduler, {}).values()
+    (result,) = drain(scheduler, [])[0].values()
     assert refusing.runs == runs + 1
     return [h.tokens for h in result.results[0]]
 
@@ -95,7 +85,7 @@ def test_a_passing_encoder_fault_fails_nothing(engine):
     scheduler = Scheduler(refusing, max_rows=16)
     scheduler.submit(_job(0, SHORT[0]))
     scheduler.submit(_job(1, SHORT[1], BEAM))
-    done = _drain(scheduler, {})
+    done = drain(scheduler, [])[0]
     assert refusing.runs == 3  # the admission's, then each request's own
     assert [h.tokens for h in done[0].results[0]] == _alone(engine, SHORT[0], GREEDY)
     assert [h.tokens for h in done[1].results[0]] == _alone(engine, SHORT[1], BEAM)
@@ -109,7 +99,7 @@ def test_requests_whose_inputs_are_all_refused_fail_alone(engine):
     assert _drain_one(scheduler, refusing, SHORT[0]) == _alone(engine, SHORT[0], GREEDY)
     scheduler.submit(_job(1, LONG))
     scheduler.submit(_job(2, LONG[:30]))
-    done = _drain(scheduler, {})
+    done = drain(scheduler, [])[0]
     assert [(e.job_id, type(e), e.kind) for e in done.values()] == [
         (1, Failure, "Internal"),
         (2, Failure, "Internal"),
@@ -130,7 +120,7 @@ def test_an_encoder_fault_whatever_the_input_is_raised(engine, encoder_thread, j
     for job_id in range(jobs):
         scheduler.submit(_job(job_id, SHORT[job_id]))
     with pytest.raises(RuntimeError, match="device fault"):
-        _drain(scheduler, {})
+        drain(scheduler, [])[0]
     assert refusing.runs == runs + 1 + jobs + 1  # the admission's, each job's own, the probe
 
 
@@ -139,7 +129,7 @@ def test_a_scheduler_that_never_encoded_cannot_tell_and_raises(engine):
     scheduler = Scheduler(RefusingEncoder(engine, longest=16), max_rows=16)
     scheduler.submit(_job(0, LONG))
     with pytest.raises(RuntimeError, match="16 by 41"):
-        _drain(scheduler, {})
+        drain(scheduler, [])[0]
 
 
 class _SlowRefusing(RefusingEncoder):
@@ -165,7 +155,7 @@ def test_the_runs_apart_and_the_probe_count_as_the_encoder_s_time(engine):
     scheduler.submit(_job(1, LONG))
     scheduler.submit(_job(2, LONG[:30]))
     runs = slow.runs
-    done = _drain(scheduler, {})
+    done = drain(scheduler, [])[0]
     assert [e.kind for e in done.values()] == ["Internal", "Internal"]
     assert slow.runs == runs + 4  # the admission's, each request's own, the probe
     phases = scheduler.take_phases()
