@@ -7,13 +7,18 @@ while serving reaches every replica."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import os
 import shutil
+import signal
 import subprocess
+import sys
+import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import grpc
 import numpy as np
@@ -26,6 +31,7 @@ from service import client
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 ray_cluster_utils = pytest.importorskip("ray.cluster_utils")  # the ray extra, from ./dev.sh
+RAY_PACKAGE = os.fsencode(Path(ray_cluster_utils.__file__).parent) + b"/"
 
 TEXTS = ["Hola, ¿cómo estás?", "El gato duerme en la casa.", *LONG_TEXTS[:6]]
 CLIENTS = 8  # the load under which a node goes
@@ -39,44 +45,71 @@ def ray_cluster():
     saved = os.environ.get("RAY_SERVE_REPLICA_AUTOSCALING_METRIC_PUSH_INTERVAL_S")
     os.environ["RAY_SERVE_REPLICA_AUTOSCALING_METRIC_PUSH_INTERVAL_S"] = "0.5"
     node = {"num_cpus": 1, "object_store_memory": 80 * 1024 * 1024}
-    cluster = _started(node)
-    second = cluster.add_node(**node)
+    # a folder of the cluster's own (short: Ray's socket paths are bounded), not the
+    # machine's /tmp/ray, where another Ray of the user may run
+    folder = tempfile.mkdtemp(prefix="ray-")
+    cluster = _started(node, folder)
+    second = cluster.add_node(**node)  # the head's folder
     cluster.wait_for_nodes()
     try:
         yield cluster, second, node
     finally:
         cluster.shutdown()
         # a node whose start Ray gave up waiting for (`_added`) is not the cluster's to stop
-        subprocess.run(
-            [shutil.which("ray") or "ray", "stop", "--force"], capture_output=True, timeout=60
-        )
+        _stop_ray_below(os.getpid())
+        shutil.rmtree(folder, ignore_errors=True)
         if saved is None:
             os.environ.pop("RAY_SERVE_REPLICA_AUTOSCALING_METRIC_PUSH_INTERVAL_S", None)
         else:
             os.environ["RAY_SERVE_REPLICA_AUTOSCALING_METRIC_PUSH_INTERVAL_S"] = saved
 
 
-def _started(node: dict, tries: int = 2):
-    """The head node: started again where Ray gives up waiting for its raylet (30 s, which
-    a loaded machine can pass), the processes of the failed start stopped first."""
-    arguments = {"initialize_head": True, "head_node_args": {**node, "include_dashboard": False}}
+def _started(node: dict, folder: str, tries: int = 2):
+    """The head node, its files in `folder`: started again where Ray gives up waiting for
+    its raylet (30 s, which a loaded machine can pass), the processes of the failed start
+    stopped first."""
+    head = {**node, "include_dashboard": False, "temp_dir": folder}
+    arguments = {"initialize_head": True, "head_node_args": head}
     for _ in range(tries - 1):
         try:
             return ray_cluster_utils.Cluster(**arguments)
         except Exception as error:  # Ray raises a bare Exception for it
             if "timed out during startup" not in str(error):
                 raise
-            ray = shutil.which("ray")
-            assert ray, "the ray extra's command, installed by ./dev.sh"
-            subprocess.run([ray, "stop", "--force"], capture_output=True, timeout=60)
+            _stop_ray_below(os.getpid())
     return ray_cluster_utils.Cluster(**arguments)
+
+
+def _stop_ray_below(pid: int) -> list[int]:
+    """Kills the Ray processes descended from `pid` (this test's nodes and their workers,
+    those of a start Ray gave up waiting for among them), not another Ray of the machine
+    -> the processes killed."""
+    parents = {p: _parent(p) for p in _processes()}
+    below, reached = [], [pid]
+    while reached:
+        parent = reached.pop()
+        children = [child for child, of in parents.items() if of == parent]
+        below += children
+        reached += children
+    killed = [p for p in below if _is_ray(_read(Path(f"/proc/{p}/cmdline")))]
+    for p in killed:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(p, signal.SIGKILL)
+    return killed
+
+
+def _is_ray(command_line: bytes) -> bool:
+    """Whether a process's command line is one of Ray's: a program or script of the
+    installed ray package (its gcs_server, raylet and agents), or a worker that named itself
+    `ray::...` (not a process that merely has "ray" in a path)."""
+    return command_line.startswith(b"ray::") or RAY_PACKAGE in command_line
 
 
 def _added(cluster, node: dict) -> None:
     """A node added to `cluster`. Where Ray gives up waiting for the node's raylet to
     register (30 s, which a loaded machine can pass), the raylet it started goes on and
     registers later: the caller waits for what the node brings (a replica placed there), and
-    the module's cluster stops every Ray process at its end."""
+    the module's cluster stops it with its own processes at its end."""
     try:
         cluster.add_node(**node)
     except Exception as error:  # Ray raises a bare Exception for it
@@ -94,12 +127,73 @@ def test_a_head_that_times_out_starting_is_started_once_more(monkeypatch):
         return "started"
 
     monkeypatch.setattr(ray_cluster_utils, "Cluster", cluster)
-    monkeypatch.setattr(subprocess, "run", lambda argv, **_: stopped.append(argv[1:]))
-    assert _started({"num_cpus": 1}) == "started" and stopped == [["stop", "--force"]]
+    monkeypatch.setitem(globals(), "_stop_ray_below", stopped.append)
+    assert _started({"num_cpus": 1}, "/tmp/ray-x") == "started" and stopped == [os.getpid()]
     assert made[0] == made[1] and made[0]["head_node_args"]["num_cpus"] == 1
+    assert made[0]["head_node_args"]["temp_dir"] == "/tmp/ray-x"
     made.clear()
     with pytest.raises(Exception, match="timed out"):  # twice: the second failure is raised
-        _started({"num_cpus": 1}, tries=1)
+        _started({"num_cpus": 1}, "/tmp/ray-x", tries=1)
+
+
+def test_only_the_ray_processes_below_this_one_are_stopped():
+    """A Ray process of this test's (a child's child, as a node's workers are the raylet's)
+    is killed; a process of another kind beside it (with "ray" in a path it names), and one
+    of Ray's that is not below this process, are not."""
+    sleeping = "import time; time.sleep(60)"
+    ray = os.fsdecode(RAY_PACKAGE)
+    mark = f"--this-test={os.getpid()}-{time.monotonic_ns()}"  # none but this test's processes
+    # a shell whose child is a Ray script; the script's path reaches the shell by its
+    # environment, so that the child alone names it
+    shell = {**os.environ, "PYTHON": sys.executable, "CODE": sleeping, "MARK": mark}
+    nested = subprocess.Popen(
+        ["sh", "-c", '"$PYTHON" -c "$CODE" "$SCRIPT" "$MARK"; :'],
+        env={**shell, "SCRIPT": f"{ray}_private/workers/default_worker.py"},
+    )
+    other = subprocess.Popen([sys.executable, "-c", sleeping, "/srv/ray/attnserve", mark])
+    outside = subprocess.Popen(  # its own session, then orphaned: not below this process
+        ["sh", "-c", '"$PYTHON" -c "$CODE" "$SCRIPT" "$MARK" & :'],
+        env={**shell, "SCRIPT": f"{ray}core/src/ray/raylet/raylet"},
+        start_new_session=True,
+    )
+    try:
+        outside.wait(10)
+        deadline, children = time.monotonic() + 10, []
+        while not children and time.monotonic() < deadline:
+            time.sleep(0.05)  # the shell's child started
+            children = [p for p in _processes() if _parent(p) == nested.pid]
+        assert _stop_ray_below(os.getpid()) == children and len(children) == 1
+        assert nested.wait(10) == 0  # its child killed, the shell went on
+        assert other.poll() is None  # not Ray's
+        assert len(_named(os.fsencode(mark))) == 2  # `other`, and Ray's outside this tree
+    finally:
+        for process in (nested, other):
+            process.kill()
+            process.wait()
+        for stray in _named(os.fsencode(mark)):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(stray, signal.SIGKILL)
+
+
+def _processes() -> list[int]:
+    return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()]
+
+
+def _parent(pid: int) -> int | None:
+    stat = _read(Path(f"/proc/{pid}/stat")).decode(errors="replace")
+    return int(stat.rpartition(")")[2].split()[1]) if stat else None
+
+
+def _named(part: bytes) -> list[int]:
+    """The processes whose command line holds `part`."""
+    return [p for p in _processes() if part in _read(Path(f"/proc/{p}/cmdline"))]
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return b""
 
 
 def test_a_node_ray_gave_up_waiting_for_is_left_to_register():
