@@ -219,16 +219,22 @@ def test_every_dashboard_query_of_a_metric_by_model_follows_the_model_variable()
 
 
 KUBERNETES = ROOT / "deploy" / "kubernetes" / "attnserve.yaml"
+GPU_KUBERNETES = ROOT / "deploy" / "kubernetes" / "attnserve-gpu.yaml"
+# ids: the manifests' names (an id "gpu" would mark the test as one needing CUDA)
+DEPLOYMENTS = pytest.mark.parametrize(
+    "manifest", [KUBERNETES, GPU_KUBERNETES], ids=["attnserve", "attnserve-gpu"]
+)
 
 
 def _kubernetes_validate(path: Path) -> subprocess.CompletedProcess:
     return _run([installed("kubernetes-validate"), "--strict", "--no-warn", str(path)])
 
 
-def test_kubernetes_manifests_validate_offline():
-    done = _kubernetes_validate(KUBERNETES)
+@DEPLOYMENTS
+def test_kubernetes_manifests_validate_offline(manifest):
+    done = _kubernetes_validate(manifest)
     assert done.returncode == 0, done.stdout + done.stderr
-    kinds = [d["kind"] for d in yaml.safe_load_all(KUBERNETES.read_text())]
+    kinds = [d["kind"] for d in yaml.safe_load_all(manifest.read_text())]
     assert kinds == [
         "Deployment",
         "Service",
@@ -238,8 +244,9 @@ def test_kubernetes_manifests_validate_offline():
     ]
 
 
-def test_the_headless_service_lists_the_pods_for_client_side_balancing():
-    deployment, service, headless, *_ = yaml.safe_load_all(KUBERNETES.read_text())
+@DEPLOYMENTS
+def test_the_headless_service_lists_the_pods_for_client_side_balancing(manifest):
+    deployment, service, headless, *_ = yaml.safe_load_all(manifest.read_text())
     assert headless["spec"]["clusterIP"] == "None"
     assert headless["spec"]["selector"] == service["spec"]["selector"]
     labels = deployment["spec"]["template"]["metadata"]["labels"]
@@ -336,11 +343,12 @@ def test_the_ray_cluster_runs_the_pinned_ray_and_the_front_on_the_head():
     assert "AS runtime-ray" in (ROOT / "Dockerfile").read_text()
 
 
-def test_kubernetes_probes_ask_grpc_health_and_the_pod_outlives_its_drain():
+@DEPLOYMENTS
+def test_kubernetes_probes_ask_grpc_health_and_the_pod_outlives_its_drain(manifest):
     from service.front.config import ServerConfig
     from service.front.metrics import Metrics
 
-    deployment, _, _, budget, scaler = yaml.safe_load_all(KUBERNETES.read_text())
+    deployment, _, _, budget, scaler = yaml.safe_load_all(manifest.read_text())
     pod = deployment["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     for probe in PROBES:
@@ -367,13 +375,15 @@ def test_liveness_asks_whether_the_front_answers_and_readiness_whether_it_serves
     from service.front.state import LIVENESS, Front
 
     deployment, *_ = yaml.safe_load_all(KUBERNETES.read_text())
+    gpu, *_ = yaml.safe_load_all(GPU_KUBERNETES.read_text())
     cluster, _ = yaml.safe_load_all(RAY_KUBERNETES.read_text())
     (one_machine,) = deployment["spec"]["template"]["spec"]["containers"]
+    (on_a_gpu,) = gpu["spec"]["template"]["spec"]["containers"]
     _, ray_front = cluster["spec"]["headGroupSpec"]["template"]["spec"]["containers"]
     no_worker = SimpleNamespace(serving=False)  # the pool while no replica is ready
     front = Front(ServerConfig(), {}, no_worker, Metrics())
     front.serving = True  # started, then the replicas went
-    for container in (one_machine, ray_front):
+    for container in (one_machine, on_a_gpu, ray_front):
         asks = {probe: container[probe]["grpc"].get("service", "") for probe in PROBES}
         assert asks == {"startupProbe": "", "readinessProbe": "", "livenessProbe": LIVENESS}
         assert front.health(asks["livenessProbe"]) and not front.health(asks["readinessProbe"])
@@ -430,6 +440,46 @@ def test_the_pod_starts_the_workers_its_cpu_request_pays_for(monkeypatch):
     assert workers + fronts <= _cores(resources["requests"]["cpu"]) + 1, (workers, fronts)
 
 
+def test_the_gpu_pod_serves_one_gpu_with_the_cuda_image(monkeypatch):
+    """The GPU Deployment runs the image the compose file's gpu profile builds, asks the
+    device plugin for one GPU (tolerating the taint GPU nodes carry), and its server runs one
+    CUDA worker and four fronts, with the cores for them (the worker's loop and its encoder
+    thread, a core each) within its CPU limit, whatever the node's cores."""
+    from service.front import config as server_config
+
+    deployment, *_ = yaml.safe_load_all(GPU_KUBERNETES.read_text())
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    service = yaml.safe_load(COMPOSE_FILE.read_text())["services"]["attnserve-gpu"]
+    assert service["build"]["target"] == "runtime-cuda"
+    assert container["image"] == service["image"] == "attnserve:cuda"
+    assert "AS runtime-cuda" in (ROOT / "Dockerfile").read_text()
+    resources = container["resources"]
+    assert resources["limits"]["nvidia.com/gpu"] == 1
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod[
+        "tolerations"
+    ]
+    limit = _cores(resources["limits"]["cpu"])
+    monkeypatch.setattr(server_config.os, "sched_getaffinity", lambda pid: set(range(64)))
+    monkeypatch.setattr(server_config, "cpu_quota", lambda: limit)
+    monkeypatch.setattr(server_config, "visible_gpus", lambda: (8, "nvidia-smi"))  # the node's
+    config = _pod_config(container)
+    workers, _ = config.worker_choice("cuda")
+    fronts, _ = config.front_choice()
+    assert (workers, fronts) == (1, 4)
+    assert fronts + 2 * workers <= _cores(resources["requests"]["cpu"]) <= limit
+    # the device check of fp16 and of the static step's graphs runs before the pod is ready
+    startup = container["startupProbe"]
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 300
+    names = [m["metadata"]["name"] for m in yaml.safe_load_all(GPU_KUBERNETES.read_text())]
+    cpu_names = [m["metadata"]["name"] for m in yaml.safe_load_all(KUBERNETES.read_text())]
+    assert not set(names) & set(cpu_names)  # both may run in one namespace
+    cpu, *_ = yaml.safe_load_all(KUBERNETES.read_text())
+    cpu_pods = cpu["spec"]["selector"]["matchLabels"]
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert not cpu_pods.items() <= labels.items()  # nor select each other's pods
+
+
 # Volume types the Restricted Pod Security Standard allows.
 RESTRICTED_VOLUMES = {
     "configMap",
@@ -476,8 +526,9 @@ def test_every_pod_meets_the_restricted_pod_security_standard():
     """Before, no pod set a seccomp profile and the Ray cluster's containers neither dropped
     their capabilities nor barred privilege escalation: a namespace enforcing the Restricted
     standard refused every pod of both manifests."""
-    deployment, *_ = yaml.safe_load_all(KUBERNETES.read_text())
-    assert _restricted_problems(deployment["spec"]["template"]["spec"]) == []
+    for manifest in (KUBERNETES, GPU_KUBERNETES):
+        deployment, *_ = yaml.safe_load_all(manifest.read_text())
+        assert _restricted_problems(deployment["spec"]["template"]["spec"]) == []
     cluster, _ = yaml.safe_load_all(RAY_KUBERNETES.read_text())
     spec = cluster["spec"]
     # KubeRay adds the autoscaler's container to the head pod, with this securityContext
@@ -523,14 +574,16 @@ KUBERAY_RAY_LOGS = "ray-logs"
 
 
 def _containers() -> list[tuple[str, dict, dict]]:
-    """(name, container, its pod's spec) of both manifests, the autoscaler's container that
+    """(name, container, its pod's spec) of the manifests, the autoscaler's container that
     KubeRay adds to the head pod with the autoscalerOptions' securityContext and volumeMounts
     among them."""
     deployment, *_ = yaml.safe_load_all(KUBERNETES.read_text())
     cluster, _ = yaml.safe_load_all(RAY_KUBERNETES.read_text())
+    gpu, *_ = yaml.safe_load_all(GPU_KUBERNETES.read_text())
     spec = cluster["spec"]
     pods = [deployment["spec"]["template"]["spec"], spec["headGroupSpec"]["template"]["spec"]]
     pods += [group["template"]["spec"] for group in spec["workerGroupSpecs"]]
+    pods.append(gpu["spec"]["template"]["spec"])
     found = [(c["name"], c, pod) for pod in pods for c in pod["containers"]]
     autoscaler = {"name": "autoscaler", **spec["autoscalerOptions"]}
     return [*found, ("autoscaler", autoscaler, pods[1])]
@@ -562,6 +615,7 @@ def test_every_container_runs_on_a_read_only_root():
         "ray-head",
         "attnserve",
         "ray-worker",
+        "attnserve",
         "autoscaler",
     ]
     assert [name for name, own in named if own.get("readOnlyRootFilesystem") is not True] == []
@@ -608,10 +662,12 @@ def _down_matchers() -> list[dict[str, str]]:
 def _scraped_pod_templates() -> list[dict]:
     """Every pod template of the Kubernetes manifests that asks to be scraped."""
     deployment, *_ = yaml.safe_load_all(KUBERNETES.read_text())
+    gpu, *_ = yaml.safe_load_all(GPU_KUBERNETES.read_text())
     cluster, _ = yaml.safe_load_all(RAY_KUBERNETES.read_text())
     spec = cluster["spec"]
     templates = [deployment["spec"]["template"], spec["headGroupSpec"]["template"]]
     templates += [group["template"] for group in spec["workerGroupSpecs"]]
+    templates.append(gpu["spec"]["template"])
     return [
         t
         for t in templates
@@ -629,7 +685,7 @@ def test_the_down_alert_matches_a_replica_of_compose_and_of_kubernetes():
     (job,) = [j["job_name"] for j in config["scrape_configs"] if "dns_sd_configs" in j]
     assert any(m.items() <= {"job": job}.items() for m in matchers), (matchers, job)
     templates = _scraped_pod_templates()
-    assert len(templates) == 2  # the Deployment's pods and the Ray cluster's front
+    assert len(templates) == 3  # the Deployments' pods and the Ray cluster's front
     for template in templates:
         labels = template["metadata"]["labels"]
         as_scraped = {re.sub(r"[^a-zA-Z0-9_]", "_", k): v for k, v in labels.items()}
