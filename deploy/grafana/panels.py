@@ -27,6 +27,7 @@ def events(metric: str, selector: str = "") -> str:
 
 ROWS = "attnserve_decode_step_batch_rows"
 OUTBOX = "attnserve_worker_outbox_seconds_total"
+HITS, MISSES = "attnserve_response_cache_hits_total", "attnserve_response_cache_misses_total"
 PANELS = [
     ("Requests per second by method and status", "reqps", [
         ("{{model}} {{method}} {{code}}",
@@ -63,9 +64,20 @@ PANELS = [
     ("Queue wait (p99)", "s", [
         ("{{model}} {{method}}", quantile(0.99, "attnserve_queue_wait_seconds", REQUEST)),
     ]),
+    ("Response cache: hits over cacheable inputs", "percentunit", [
+        ("{{model}}",
+         f"{rate(HITS, 'model')} / ({rate(HITS, 'model')} + {rate(MISSES, 'model')})"),
+    ]),
+    ("Response cache size", "bytes", [
+        ("{{instance}}", "attnserve_response_cache_bytes"),
+    ]),
     ("Worker loops by phase (seconds a second, all workers)", "short", [
         ("{{phase}}", f"sum by (phase) (rate(attnserve_worker_loop_seconds_total[{RATE}]))"),
         ("outbox (beside)", f"sum(rate({OUTBOX}[{RATE}])) or vector(0)"),
+    ]),
+    ("Runs that held the device alone (CUDA graphs recorded)", "short", [
+        ("runs", events("attnserve_worker_device_alone_runs_total")),
+        ("seconds", events("attnserve_worker_device_alone_seconds_total")),
     ]),
     ("Workers ready and restarts", "short", [
         ("ready {{instance}}", "attnserve_workers_ready"),

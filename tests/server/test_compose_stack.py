@@ -59,6 +59,13 @@ def _poll_query(web: str, query: str, process, deadline: float) -> list[dict]:
     pytest.fail(f"no result for {query} within 20 s")
 
 
+@pytest.fixture(scope="module")
+def server(start_server):
+    """A server as the stack deploys it, its response cache on (the shared server's is off):
+    the cache's panels have series."""
+    return start_server("--workers", "2", "--response-cache-entries", "1000")
+
+
 @pytest.fixture
 def prometheus(tmp_path, server) -> Iterator[tuple[str, subprocess.Popen]]:
     """A prometheus process running the deployed config against the live server."""
@@ -122,8 +129,11 @@ def test_every_dashboard_panel_returns_data_from_the_live_prometheus(prometheus,
     stop = threading.Event()
 
     def traffic():
+        sent = 0
         while not stop.is_set():
-            client.translate(server.channel, ["Yo soy de Canadá."], timeout=30)
+            sent += 1  # a sentence the cache holds after the first call, and a new one
+            texts = ["Yo soy de Canadá.", f"Tengo {sent} perros."]
+            client.translate(server.channel, texts, timeout=30)
             list(client.translate_stream(server.channel, "Dios es amor.", timeout=30))
             client.caption(server.channel, [image], timeout=30)
 
