@@ -12,6 +12,7 @@ from service.runtime.batch import ContinuousBatch
 from service.runtime.batching import source_batch
 from service.runtime.inference import CachedInference
 from service.runtime.onnx_engine import OnnxEngine
+from service.runtime.rows import row_store
 from service.runtime.rows.arenas import Arenas, spare
 from service.runtime.rows.device import DeviceRows, HostRows
 
@@ -91,6 +92,41 @@ def test_rows_join_leave_and_repeat_and_each_decodes_as_alone(tiny_translator, s
     decodes.step()
     state = decodes.store.state["past_key_values.0.key"]
     assert isinstance(state, np.ndarray if kind is HostRows else ort.OrtValue)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("name", [*ENGINES, "static"])
+def test_random_joins_leaves_and_repeats_decode_as_alone(tiny_translator, sources, name, seed):
+    """Traffic drawn at random (rows joining, leaving and repeated as beams repeat them, the
+    batch emptied and its memory let go): every row's logits at every step are those of its
+    decode alone, whatever the store reused or rebuilt (the static step's buckets too, the
+    GPU's default, here uncaptured)."""
+    _, version = tiny_translator
+    if name == "static":
+        engine = OnnxEngine(version, "fp32", cache="static")
+        store = row_store(engine)
+    else:
+        cache, io_binding, kind = ENGINES[name]
+        engine = OnnxEngine(version, "fp32", cache=cache, io_binding=io_binding)
+        store = kind(engine)
+    decodes = Decodes(version, engine, store, sources)
+    rng = np.random.default_rng(seed)
+    rebuilt = []
+    for _ in range(36):
+        rows, move = len(decodes.rows), rng.random()
+        if rows == 0 or (move < 0.25 and rows < 12):
+            decodes.join(rng.integers(0, len(sources), size=rng.integers(1, 4)).tolist())
+        elif move < 0.45:  # each row kept, dropped or repeated, in order
+            counts = rng.choice([0, 1, 1, 2], size=rows)
+            decodes.reorder([i for i in range(rows) for _ in range(counts[i])])
+            if not decodes.rows and rng.random() < 0.5:
+                decodes.batch.rest()  # an idle worker lets its rows' memory go
+        if decodes.rows and all(len(fed) < 24 for _, _, fed in decodes.rows):
+            decodes.step()
+        elif decodes.rows:  # the longest rows ended
+            decodes.reorder([i for i, (_, _, fed) in enumerate(decodes.rows) if len(fed) < 24])
+        rebuilt.append(decodes.store.rebuilds)
+    assert max(rebuilt) > 0  # the traffic made the store move its rows
 
 
 def test_host_rows_write_a_joining_row_into_a_free_slot_in_place(tiny_translator, sources):
