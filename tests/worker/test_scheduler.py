@@ -135,6 +135,61 @@ def test_requests_joining_a_running_batch_decode_as_they_do_alone(request, model
     assert scheduler.batch.rows == 0 and scheduler.batch.state is None  # everything freed
 
 
+RANDOM_TRAFFIC = {  # runtime: (device path, cache, steps ahead, OPTIONS drawn from, share of
+    # jobs of two inputs); None: greedy lanes of one input, each with a step limit drawn, so
+    # that they end between two looks (a search or a sample steps one step at a time)
+    "host-in-place": (False, None, 1, [0, 0, 0, 1, 2, 3], 0.2),
+    "static-steps-ahead": (True, "static", 4, None, 0.0),
+}
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("runtime", list(RANDOM_TRAFFIC))
+def test_random_traffic_with_cancels_decodes_as_alone(translator, runtime, seed):
+    """Jobs drawn at random arriving in bursts and cancelled now and then: greedy rows,
+    beams, samples, one or two inputs over the CPU's host rows, and greedy lanes over the
+    static step with steps run ahead (the GPU's way, here uncaptured): each cancelled job
+    ends Cancelled or with its result, every other one decodes as it does alone, and the
+    batch is empty at the end."""
+    device_path, cache, ahead, drawn, two = RANDOM_TRAFFIC[runtime]
+    kind = _onnx(translator, device_path, cache)
+    scheduler = Scheduler(kind.engine, max_rows=16, steps_ahead=ahead, ahead_wait=60.0)
+    rng = np.random.default_rng(seed)
+    inputs, jobs = {}, []
+    for i in range(16):
+        picked = rng.choice(len(kind.sources), size=1 + (rng.random() < two), replace=False)
+        inputs[i] = [kind.sources[j] for j in picked]
+        lane = DecodingOptions(max_length=int(rng.integers(3, 30)))
+        jobs.append(kind.job(i, inputs[i], lane if drawn is None else OPTIONS[rng.choice(drawn)]))
+    pending, done, cancelled, rounds = list(jobs), {}, set(), 0
+    while (pending or scheduler.busy) and rounds < 2000:
+        for _ in range(rng.integers(0, 3)):
+            if pending:
+                scheduler.submit(pending.pop(0))
+        running = [j.id for j in jobs if j not in pending and j.id not in done]
+        # one cancelled as soon as it is in, others now and then
+        if running and (rng.random() < 0.05 or (not cancelled and running[-1] >= 5)):
+            victim = running[-1] if not cancelled else int(rng.choice(running))
+            scheduler.cancel(victim)
+            cancelled.add(victim)
+        scheduler.iterate()
+        rounds += 1
+        done.update({e.job_id: e for e in scheduler.events if isinstance(e, Last)})
+        scheduler.events.clear()
+    assert set(done) == set(inputs) and cancelled
+    for job in jobs:
+        event = done[job.id]
+        if isinstance(event, Failure):
+            assert job.id in cancelled and event.kind == "Cancelled", event
+            continue
+        alone = kind.alone(inputs[job.id], job.options)
+        got = [[h.tokens for h in nbest] for nbest in event.results]
+        assert got == [[h.tokens for h in nbest] for nbest in alone], job.id
+    assert scheduler.batch.rows == 0
+    steps = len(scheduler.stats.step_seconds)
+    assert steps > rounds if ahead > 1 else steps <= rounds  # runs of several steps, or none
+
+
 def test_both_kinds_share_one_worker_loop_without_mixing(translator, captioner):
     """Two schedulers, as a worker runs one per model: interleaved rounds, each decodes as
     alone (the state of one kind never reaches the other)."""
