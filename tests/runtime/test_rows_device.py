@@ -129,6 +129,49 @@ def test_random_joins_leaves_and_repeats_decode_as_alone(tiny_translator, source
     assert max(rebuilt) > 0  # the traffic made the store move its rows
 
 
+# A static bucket's slot without a row held input 0 after the rows moved (into a bucket of
+# more slots), or the input of the row it last held (into one of longer memory, every row in
+# its slot): a row of that input repeated into it (a beam) skipped its memory, taking it
+# for a sibling's, and decoded over whatever the slot's memory held. Found by the random
+# traffic above (seeds 41 and 43 of 50).
+
+
+def test_a_row_repeated_into_a_slot_left_free_by_more_slots_takes_its_memory(
+    tiny_translator, sources
+):
+    _, version = tiny_translator
+    engine = OnnxEngine(version, "fp32", cache="static")
+    decodes = Decodes(version, engine, row_store(engine), sources)
+    decodes.join([0])
+    decodes.step()
+    decodes.join([1, 2])  # into a bucket of 4 slots: slot 3 free
+    decodes.step()
+    decodes.reorder([0, 0, 1, 2])  # row 0, the batch's input 0, repeated into slot 3
+    assert decodes.batch.table.alive.tolist() == [0, 3, 1, 2]
+    decodes.step()
+
+
+def test_a_row_repeated_into_its_siblings_slot_after_a_longer_memory_takes_its_memory(
+    tiny_translator, sources
+):
+    _, version = tiny_translator
+    engine = OnnxEngine(version, "fp32", cache="static")
+    longer = [*sources, sources[3] + sources[1]]  # 23 tokens: past the first memory bucket
+    decodes = Decodes(version, engine, row_store(engine), longer)
+    decodes.join([0])
+    decodes.step()
+    decodes.reorder([0, 0, 0])  # a beam of three rows of input 0 (slots 0-2 of 4)
+    decodes.step()
+    decodes.reorder([0])  # two of them end: slots 1 and 2 held input 0 last
+    memory = decodes.store.bucket.memory_size
+    decodes.join([5])  # a longer source: the rows move to longer memory, in their slots
+    assert decodes.store.bucket.memory_size > memory and decodes.batch.slots == 4
+    decodes.step()
+    decodes.reorder([0, 0, 1])  # the beam repeats into slot 2 again
+    assert decodes.batch.table.alive.tolist() == [0, 2, 1]
+    decodes.step()
+
+
 def test_host_rows_write_a_joining_row_into_a_free_slot_in_place(tiny_translator, sources):
     _, version = tiny_translator
     engine = OnnxEngine(version, "fp32", cache="in_place")

@@ -170,7 +170,9 @@ class SlotTable:
         first position). `keep_slots`: every row keeps its slot (`places` is `live`) and
         all but the memory masks stays; else the lengths and inputs move with the rows, no
         slot is idle, and the self mask has no columns (a cache written in place is masked
-        by position)."""
+        by position). Either way a slot without a row holds no input (-1) from now on: the
+        memory of the live rows alone moved, so a row repeated into it later has its memory
+        copied, whatever input the slot held before."""
         mask = np.zeros((slots, memory), dtype=np.int64)
         mask[:, 0] = 1
         extents = np.ones(slots, dtype=np.int64)
@@ -179,11 +181,14 @@ class SlotTable:
         mask[places, :kept] = self.memory_mask[live, :kept]
         extents[places] = np.minimum(self.extents[live], kept)
         self.memory_mask, self.extents = mask, extents
+        inputs = np.full(slots, -1, np.int64)
+        inputs[places] = self.inputs[live]
+        self.inputs = inputs
         if keep_slots:
             return
-        lengths, inputs = np.zeros(slots, np.int64), np.zeros(slots, np.int64)
-        lengths[places], inputs[places] = self.lengths[live], self.inputs[live]
-        self.lengths, self.inputs = lengths, inputs
+        lengths = np.zeros(slots, np.int64)
+        lengths[places] = self.lengths[live]
+        self.lengths = lengths
         self.self_mask = np.zeros((slots, 0), dtype=np.int64)
         self.idle = np.zeros(slots, dtype=np.int64)
         self.alive, self.left = places, False
