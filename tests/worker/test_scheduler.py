@@ -135,25 +135,42 @@ def test_requests_joining_a_running_batch_decode_as_they_do_alone(request, model
     assert scheduler.batch.rows == 0 and scheduler.batch.state is None  # everything freed
 
 
-RANDOM_TRAFFIC = {  # runtime: (device path, cache, steps ahead, OPTIONS drawn from, share of
-    # jobs of two inputs); None: greedy lanes of one input, each with a step limit drawn, so
-    # that they end between two looks (a search or a sample steps one step at a time)
-    "host-in-place": (False, None, 1, [0, 0, 0, 1, 2, 3], 0.2),
-    "static-steps-ahead": (True, "static", 4, None, 0.0),
+RANDOM_TRAFFIC = {  # runtime: (model, device path, cache, the scheduler's threads and steps
+    # ahead, OPTIONS drawn from, share of jobs of two inputs); None: greedy lanes of one input,
+    # each with a step limit drawn, so that they end between two looks (a search or a sample
+    # steps one step at a time)
+    "host-in-place": ("translator", False, None, {}, [0, 0, 0, 1, 2, 3], 0.2),
+    "static-steps-ahead": ("translator", True, "static", {"steps_ahead": 4}, None, 0.0),
+    # the ways the GPU's default may take: the encoder and the greedy steps on their threads
+    "static-threads": (
+        "translator",
+        True,
+        "static",
+        {"encoder_thread": True, "step_thread": True},
+        # one-row greedy lanes mostly: the step thread steps where no search runs (a beam,
+        # a sample, a job of two inputs)
+        [0, 0, 0, 0, 0, 1],
+        0.05,
+    ),
+    "captioner-encoder-thread": ("captioner", True, None, {"encoder_thread": True}, [0, 1, 3], 0.2),
 }
 
 
 @pytest.mark.parametrize("seed", [0, 1])
 @pytest.mark.parametrize("runtime", list(RANDOM_TRAFFIC))
-def test_random_traffic_with_cancels_decodes_as_alone(translator, runtime, seed):
+def test_random_traffic_with_cancels_decodes_as_alone(request, runtime, seed):
     """Jobs drawn at random arriving in bursts and cancelled now and then: greedy rows,
-    beams, samples, one or two inputs over the CPU's host rows, and greedy lanes over the
-    static step with steps run ahead (the GPU's way, here uncaptured): each cancelled job
-    ends Cancelled or with its result, every other one decodes as it does alone, and the
-    batch is empty at the end."""
-    device_path, cache, ahead, drawn, two = RANDOM_TRAFFIC[runtime]
-    kind = _onnx(translator, device_path, cache)
-    scheduler = Scheduler(kind.engine, max_rows=16, steps_ahead=ahead, ahead_wait=60.0)
+    beams, samples, one or two inputs over the CPU's host rows; greedy lanes over the
+    static step with steps run ahead (the GPU's way, here uncaptured); the static step with
+    the encoder and the greedy steps on their threads; the captioner with its encoder on its
+    thread: each cancelled job ends Cancelled or with its result, every other one decodes as
+    it does alone, and the batch is empty at the end."""
+    model, device_path, cache, threads, drawn, two = RANDOM_TRAFFIC[runtime]
+    kind = _onnx(request.getfixturevalue(model), device_path, cache)
+    engine = kind.engine
+    if threads.get("encoder_thread"):  # its runs last a few steps, as a GPU's may
+        engine = _SlowEncoder(engine, 0.005)
+    scheduler = Scheduler(engine, max_rows=16, ahead_wait=60.0, **threads)
     rng = np.random.default_rng(seed)
     inputs, jobs = {}, []
     for i in range(16):
@@ -161,22 +178,35 @@ def test_random_traffic_with_cancels_decodes_as_alone(translator, runtime, seed)
         inputs[i] = [kind.sources[j] for j in picked]
         lane = DecodingOptions(max_length=int(rng.integers(3, 30)))
         jobs.append(kind.job(i, inputs[i], lane if drawn is None else OPTIONS[rng.choice(drawn)]))
-    pending, done, cancelled, rounds = list(jobs), {}, set(), 0
+    pending, done, cancelled, rounds, beside = list(jobs), {}, set(), 0, 0
+    admitted, before_join = set(), None  # before_join: the job cancelled before it joined
     while (pending or scheduler.busy) and rounds < 2000:
+        # a job in since a round and not admitted: waiting, or its encoder run beside the steps
+        held = [j.id for j in jobs if j not in pending and j.id not in done.keys() | admitted]
         for _ in range(rng.integers(0, 3)):
             if pending:
                 scheduler.submit(pending.pop(0))
         running = [j.id for j in jobs if j not in pending and j.id not in done]
-        # one cancelled as soon as it is in, others now and then
+        # one cancelled as soon as it is in, one before its rows join, others now and then
         if running and (rng.random() < 0.05 or (not cancelled and running[-1] >= 5)):
             victim = running[-1] if not cancelled else int(rng.choice(running))
             scheduler.cancel(victim)
             cancelled.add(victim)
+        elif held and before_join is None and len(scheduler.row_owner):
+            before_join = held[-1]
+            scheduler.cancel(before_join)
+            cancelled.add(before_join)
         scheduler.iterate()
         rounds += 1
+        beside += scheduler._launched is not None  # a step left running on the step thread
+        admitted.update(e.job_id for e in scheduler.events if isinstance(e, Admitted))
         done.update({e.job_id: e for e in scheduler.events if isinstance(e, Last)})
         scheduler.events.clear()
+    scheduler.close()
     assert set(done) == set(inputs) and cancelled
+    # encoded beside the steps, a job is held a round or more before its rows join
+    assert before_join is not None or not threads.get("encoder_thread")
+    assert before_join is None or isinstance(done[before_join], Failure)  # it never ran
     for job in jobs:
         event = done[job.id]
         if isinstance(event, Failure):
@@ -187,7 +217,9 @@ def test_random_traffic_with_cancels_decodes_as_alone(translator, runtime, seed)
         assert got == [[h.tokens for h in nbest] for nbest in alone], job.id
     assert scheduler.batch.rows == 0
     steps = len(scheduler.stats.step_seconds)
+    ahead = threads.get("steps_ahead", 1)
     assert steps > rounds if ahead > 1 else steps <= rounds  # runs of several steps, or none
+    assert (beside > 0) == threads.get("step_thread", False)
 
 
 def test_both_kinds_share_one_worker_loop_without_mixing(translator, captioner):
