@@ -12,6 +12,9 @@ from service.runtime.tensors import Tensors
 
 MIN_TRIM = 8  # padding columns worth dropping (and at least 1/8 of the length)
 IDLE_STEPS = 16  # steps a dead slot may wait for a joining request before a rebuild
+# the input of a slot that holds none (no row yet, or its row gone when the rows moved): a
+# row repeated into it has its memory copied (`SlotTable.copy`), whatever the slot held
+NO_INPUT = -1
 
 
 @dataclass
@@ -134,8 +137,7 @@ class SlotTable:
         self.self_mask = np.concatenate([self.self_mask, padding])
         zeros = np.zeros(extra, dtype=np.int64)
         self.lengths = np.concatenate([self.lengths, zeros])
-        # no input: a row repeated into the slot brings its memory (`copy`)
-        self.inputs = np.concatenate([self.inputs, np.full(extra, -1, dtype=np.int64)])
+        self.inputs = np.concatenate([self.inputs, np.full(extra, NO_INPUT, dtype=np.int64)])
         self.idle = np.concatenate([self.idle, zeros])
         self.identity = False
 
@@ -170,9 +172,8 @@ class SlotTable:
         first position). `keep_slots`: every row keeps its slot (`places` is `live`) and
         all but the memory masks stays; else the lengths and inputs move with the rows, no
         slot is idle, and the self mask has no columns (a cache written in place is masked
-        by position). Either way a slot without a row holds no input (-1) from now on: the
-        memory of the live rows alone moved, so a row repeated into it later has its memory
-        copied, whatever input the slot held before."""
+        by position). Either way a slot without a row holds NO_INPUT from now on: the memory
+        of the live rows alone moved."""
         mask = np.zeros((slots, memory), dtype=np.int64)
         mask[:, 0] = 1
         extents = np.ones(slots, dtype=np.int64)
@@ -181,7 +182,7 @@ class SlotTable:
         mask[places, :kept] = self.memory_mask[live, :kept]
         extents[places] = np.minimum(self.extents[live], kept)
         self.memory_mask, self.extents = mask, extents
-        inputs = np.full(slots, -1, np.int64)
+        inputs = np.full(slots, NO_INPUT, np.int64)
         inputs[places] = self.inputs[live]
         self.inputs = inputs
         if keep_slots:
