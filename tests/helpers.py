@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import shutil
 import socket
 import socketserver
@@ -26,6 +27,9 @@ CAPTIONER_DATA = ROOT / "data" / "captioner"
 BUILT_REPOSITORY = ROOT / "data" / "repository"  # `./dev.sh repository` (and `test`) builds it
 PROMETHEUS_DIR = ROOT / "deploy" / "prometheus"
 PROMETHEUS_CONFIG = PROMETHEUS_DIR / "prometheus.yml"
+# the seeds of the tests that draw traffic at random (docs/reliability.md, "Random traffic"):
+# ATTNSERVE_RANDOM_SEEDS of them, 0 on (2 by default, what CI runs)
+RANDOM_SEEDS = list(range(max(1, int(os.environ.get("ATTNSERVE_RANDOM_SEEDS", "2")))))
 # a translation long enough that a request lasts seconds unless something stops it: 4 texts x
 # 16 samples, temperature 5 (almost never `</s>`), up to 500 steps
 LONG = {

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import onnxruntime as ort
 import pytest
+from helpers import RANDOM_SEEDS
 
 from service.runtime.batch import ContinuousBatch
 from service.runtime.batching import source_batch
@@ -94,7 +95,7 @@ def test_rows_join_leave_and_repeat_and_each_decodes_as_alone(tiny_translator, s
     assert isinstance(state, np.ndarray if kind is HostRows else ort.OrtValue)
 
 
-@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("seed", RANDOM_SEEDS)
 @pytest.mark.parametrize("name", [*ENGINES, "static"])
 def test_random_joins_leaves_and_repeats_decode_as_alone(tiny_translator, sources, name, seed):
     """Traffic drawn at random (rows joining, leaving and repeated as beams repeat them, the

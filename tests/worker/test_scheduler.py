@@ -16,7 +16,7 @@ from functools import partial
 
 import numpy as np
 import pytest
-from helpers import drain
+from helpers import RANDOM_SEEDS, drain
 
 from service.runtime.batch import joined
 from service.runtime.batching import source_batch
@@ -156,7 +156,7 @@ RANDOM_TRAFFIC = {  # runtime: (model, device path, cache, the scheduler's threa
 }
 
 
-@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("seed", RANDOM_SEEDS)
 @pytest.mark.parametrize("runtime", list(RANDOM_TRAFFIC))
 def test_random_traffic_with_cancels_decodes_as_alone(request, runtime, seed):
     """Jobs drawn at random arriving in bursts and cancelled now and then: greedy rows,
