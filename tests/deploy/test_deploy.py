@@ -573,19 +573,26 @@ RAY_SESSION, OBJECT_STORE = "/tmp/ray", "/dev/shm"
 KUBERAY_RAY_LOGS = "ray-logs"
 
 
-def _containers() -> list[tuple[str, dict, dict]]:
-    """(name, container, its pod's spec) of the manifests, the autoscaler's container that
-    KubeRay adds to the head pod with the autoscalerOptions' securityContext and volumeMounts
-    among them."""
+def _pod_templates() -> list[dict]:
+    """The pod templates of the Kubernetes manifests, in order: the CPU Deployment's, the
+    Ray cluster's head's and worker groups', the GPU Deployment's."""
     deployment, *_ = yaml.safe_load_all(KUBERNETES.read_text())
     cluster, _ = yaml.safe_load_all(RAY_KUBERNETES.read_text())
     gpu, *_ = yaml.safe_load_all(GPU_KUBERNETES.read_text())
     spec = cluster["spec"]
-    pods = [deployment["spec"]["template"]["spec"], spec["headGroupSpec"]["template"]["spec"]]
-    pods += [group["template"]["spec"] for group in spec["workerGroupSpecs"]]
-    pods.append(gpu["spec"]["template"]["spec"])
+    templates = [deployment["spec"]["template"], spec["headGroupSpec"]["template"]]
+    templates += [group["template"] for group in spec["workerGroupSpecs"]]
+    return [*templates, gpu["spec"]["template"]]
+
+
+def _containers() -> list[tuple[str, dict, dict]]:
+    """(name, container, its pod's spec) of the manifests, the autoscaler's container that
+    KubeRay adds to the head pod with the autoscalerOptions' securityContext and volumeMounts
+    among them."""
+    pods = [template["spec"] for template in _pod_templates()]
     found = [(c["name"], c, pod) for pod in pods for c in pod["containers"]]
-    autoscaler = {"name": "autoscaler", **spec["autoscalerOptions"]}
+    cluster, _ = yaml.safe_load_all(RAY_KUBERNETES.read_text())
+    autoscaler = {"name": "autoscaler", **cluster["spec"]["autoscalerOptions"]}
     return [*found, ("autoscaler", autoscaler, pods[1])]
 
 
@@ -661,16 +668,9 @@ def _down_matchers() -> list[dict[str, str]]:
 
 def _scraped_pod_templates() -> list[dict]:
     """Every pod template of the Kubernetes manifests that asks to be scraped."""
-    deployment, *_ = yaml.safe_load_all(KUBERNETES.read_text())
-    gpu, *_ = yaml.safe_load_all(GPU_KUBERNETES.read_text())
-    cluster, _ = yaml.safe_load_all(RAY_KUBERNETES.read_text())
-    spec = cluster["spec"]
-    templates = [deployment["spec"]["template"], spec["headGroupSpec"]["template"]]
-    templates += [group["template"] for group in spec["workerGroupSpecs"]]
-    templates.append(gpu["spec"]["template"])
     return [
         t
-        for t in templates
+        for t in _pod_templates()
         if t["metadata"].get("annotations", {}).get("prometheus.io/scrape") == "true"
     ]
 
